@@ -1,0 +1,350 @@
+"""kprio's configuration: one YAML file (``kprio.yaml``), validated with pydantic.
+
+Where it comes from, first match wins: ``--config PATH``, ``$KPRIO_CONFIG``, ``./kprio.yaml``,
+else the built-in defaults (one demo topic on the embedded broker). Environment overrides:
+
+- ``KPRIO_BOOTSTRAP_SERVERS`` replaces ``kafka.bootstrap_servers``;
+- ``KPRIO_KAFKA_<SETTING>`` sets a Kafka client setting (``KPRIO_KAFKA_SASL_PASSWORD`` ->
+  ``sasl.password``). Secret settings (passwords, secrets, private keys) are accepted **only**
+  from the environment: a secret in the file is an error. They are held as ``SecretStr`` so no
+  repr, log line, error or Dagster metadata ever shows them.
+
+>>> cfg = KprioConfig.model_validate({"topics": [{"name": "orders", "priorities": 3}]})
+>>> t = cfg.topic("orders")
+>>> t.priority_topic(2), t.priority_group(2)
+('orders-2', 'kprio-orders-2')
+>>> cfg.planner.record_budget, cfg.planner.mode
+(50000, 'lag-aware')
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from kprio_core.errors import ConfigError
+from kprio_core.priority import Priority
+
+ENV_CONFIG_PATH = "KPRIO_CONFIG"
+ENV_BOOTSTRAP = "KPRIO_BOOTSTRAP_SERVERS"
+ENV_KAFKA_PREFIX = "KPRIO_KAFKA_"
+DEFAULT_CONFIG_FILE = "kprio.yaml"
+
+SECRET_MARKERS = ("password", "secret", "private.key", "key.pem", "sasl.jaas.config", "token")
+"""A Kafka client setting whose name contains one of these is a secret (environment only)."""
+
+
+def is_secret_setting(name: str) -> bool:
+    """True for Kafka client settings that carry credentials.
+
+    >>> is_secret_setting("sasl.password"), is_secret_setting("security.protocol")
+    (True, False)
+    """
+    lowered = name.lower()
+    return any(marker in lowered for marker in SECRET_MARKERS)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSettings(_Model):
+    """How to reach the cluster."""
+
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap.servers.")
+    client: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings passed through (security.protocol, sasl.mechanism, ...). "
+        "Secrets are not allowed here: set them as KPRIO_KAFKA_<SETTING> in the environment.",
+    )
+    secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Secret client settings, filled only from KPRIO_KAFKA_* environment variables.",
+    )
+    timeout_s: float = Field(10.0, gt=0, description="Timeout of every admin and client call.")
+
+    @field_validator("client")
+    @classmethod
+    def _no_secrets_in_file(cls, value: dict[str, object]) -> dict[str, object]:
+        for name in value:
+            if is_secret_setting(name):
+                env = ENV_KAFKA_PREFIX + name.upper().replace(".", "_")
+                raise ValueError(
+                    f"'{name}' is a secret: remove it from the file and set it in the environment as {env}"
+                )
+        return value
+
+    def client_config(self) -> dict[str, str | int | float | bool]:
+        """The librdkafka settings to build a client with, secrets revealed (never log this)."""
+        conf: dict[str, str | int | float | bool] = {"bootstrap.servers": self.bootstrap_servers}
+        conf.update(self.client)
+        conf.update({k: v.get_secret_value() for k, v in self.secrets.items()})
+        return conf
+
+    def redacted(self) -> dict[str, object]:
+        """The client settings with every secret replaced by '***' (safe for logs and metadata)."""
+        conf: dict[str, object] = {"bootstrap.servers": self.bootstrap_servers, **self.client}
+        conf.update({k: "***" for k in self.secrets})
+        return conf
+
+
+class TopicSettings(_Model):
+    """One logical topic: its priority topics, groups and record schema."""
+
+    name: str = Field(min_length=1, description="Logical topic name, e.g. 'orders'.")
+    priorities: int = Field(3, ge=1, le=16, description="Number of priority levels (0 = least urgent).")
+    partitions: int | None = Field(
+        None, ge=1, description="Expected partitions per priority topic; checked when set, used to create topics."
+    )
+    group: str | None = Field(None, description="Consumer group base name; default 'kprio-<topic>'.")
+    topic_template: str = Field("{topic}-{priority}", description="Name of a priority topic.")
+    group_template: str = Field("{group}-{priority}", description="Consumer group of a priority topic.")
+    schema_: dict[str, Literal["string", "long", "double", "boolean", "timestamp"]] = Field(
+        default_factory=dict,
+        alias="schema",
+        description="Fields the default handler decodes from the JSON value, with their types.",
+    )
+    required_fields: tuple[str, ...] = Field((), description="Decoded fields that must be non-null.")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("topic_template", "group_template")
+    @classmethod
+    def _template_has_fields(cls, value: str) -> str:
+        if "{priority}" not in value:
+            raise ValueError(f"template {value!r} must contain '{{priority}}'")
+        return value
+
+    @model_validator(mode="after")
+    def _required_fields_in_schema(self) -> TopicSettings:
+        missing = [f for f in self.required_fields if f not in self.schema_]
+        if missing:
+            raise ValueError(f"required_fields {missing} are not in the schema {sorted(self.schema_)}")
+        return self
+
+    @property
+    def group_base(self) -> str:
+        return self.group or f"kprio-{self.name}"
+
+    def priority_topic(self, priority: Priority) -> str:
+        self._check(priority)
+        return self.topic_template.format(topic=self.name, priority=priority)
+
+    def priority_group(self, priority: Priority) -> str:
+        self._check(priority)
+        return self.group_template.format(group=self.group_base, topic=self.name, priority=priority)
+
+    def priority_topics(self) -> dict[Priority, str]:
+        return {p: self.priority_topic(p) for p in range(self.priorities)}
+
+    def priority_of_topic(self, topic: str) -> Priority:
+        for p, name in self.priority_topics().items():
+            if name == topic:
+                return p
+        raise KeyError(f"{topic!r} is not a priority topic of {self.name!r}")
+
+    def _check(self, priority: Priority) -> None:
+        if not 0 <= priority < self.priorities:
+            raise ValueError(f"topic {self.name!r} has priorities 0..{self.priorities - 1}, got {priority}")
+
+
+class RateQuota(_Model):
+    """A rate limit for one priority; either or both bounds."""
+
+    records_per_s: float | None = Field(None, gt=0)
+    bytes_per_s: float | None = Field(None, gt=0)
+
+
+class PlannerSettings(_Model):
+    """Budgets and the burst rule."""
+
+    record_budget: int = Field(50_000, ge=1, description="Most records one batch may plan.")
+    byte_budget: int | None = Field(256 * 1024 * 1024, ge=1, description="Most estimated bytes one batch may plan.")
+    mode: Literal["lag-aware", "flipkart"] = Field("lag-aware", description="Burst mode.")
+    distribution: Literal["exp", "linear"] = Field("exp", description="Split of the budget into base quotas.")
+    min_share: float = Field(
+        0.05, ge=0, le=1, description="Guaranteed fraction of the budget for every priority with backlog."
+    )
+    window_size: int = Field(6, ge=1, description="Poll-history window (batches) of the flipkart burst rule.")
+    maxed_out_threshold: int = Field(4, ge=1, description="Maxed-out batches in the window that allow a burst.")
+    max_in_flight: int = Field(1, ge=1, description="Batches of one logical topic in flight at once.")
+
+    @model_validator(mode="after")
+    def _threshold_fits_window(self) -> PlannerSettings:
+        if self.maxed_out_threshold > self.window_size:
+            raise ValueError(
+                f"maxed_out_threshold ({self.maxed_out_threshold}) cannot exceed window_size ({self.window_size})"
+            )
+        return self
+
+
+class SplitSettings(_Model):
+    """Bounds of one Spark input split."""
+
+    max_records: int = Field(100_000, ge=1)
+    max_bytes: int = Field(64 * 1024 * 1024, ge=1)
+
+
+class RateSettings(_Model):
+    """Rate quotas per priority, measured over sampled windows (Kafka's SampledStat)."""
+
+    samples: int = Field(11, ge=2, description="Number of samples (Kafka's quota.window.num).")
+    window_s: float = Field(1.0, gt=0, description="Length of one sample (quota.window.size.seconds).")
+    quotas: dict[Priority, RateQuota] = Field(default_factory=dict, description="Per priority; absent = unlimited.")
+
+
+class OrderingSettings(_Model):
+    """How records of a partition are handed to the handler."""
+
+    mode: Literal["partition", "key"] = Field("partition", description="partition: one lane; key: lanes by key hash.")
+    lanes: int = Field(1, ge=1, le=1024, description="Lanes per partition in key mode.")
+
+    @model_validator(mode="after")
+    def _lanes_match_mode(self) -> OrderingSettings:
+        if self.mode == "partition" and self.lanes != 1:
+            raise ValueError("ordering.lanes > 1 needs ordering.mode 'key'")
+        return self
+
+
+class DrainSettings(_Model):
+    """What the drain does with records."""
+
+    handler: str = Field("spark_jobs.handlers:decode_json", description="module:function applied per lane.")
+    allow_data_loss: bool = Field(False, description="Record gaps lost to retention instead of failing.")
+    output_path: str = Field("./kprio-data/output", description="Root of the Parquet output.")
+    replay_path: str = Field("./kprio-data/replay", description="Root of time-window replay output.")
+
+
+class SparkSettings(_Model):
+    """Where Spark runs and how it reads Kafka."""
+
+    master: str = Field("local[*]", description="spark.master URL.")
+    remote: str | None = Field(None, description="Spark Connect URL (sc://host:port); wins over master.")
+    reader: Literal["python", "native"] = Field("python", description="python data source or Spark's kafka source.")
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings.")
+    fetch_max_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    max_partition_fetch_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    queued_max_messages_kbytes: int = Field(16 * 1024, ge=1)
+    arrow_batch_records: int = Field(10_000, ge=1)
+
+
+class LedgerSettings(_Model):
+    url: str = Field("sqlite:///./kprio-data/ledger.db", description="SQLAlchemy URL of the batch ledger.")
+
+
+class SensorSettings(_Model):
+    interval_s: int = Field(30, ge=1, description="Minimum seconds between sensor ticks.")
+
+
+class KprioConfig(_Model):
+    """The whole configuration."""
+
+    kafka: KafkaSettings = KafkaSettings()
+    topics: Annotated[tuple[TopicSettings, ...], Field(min_length=1)] = (TopicSettings(name="demo"),)
+    planner: PlannerSettings = PlannerSettings()
+    splits: SplitSettings = SplitSettings()
+    rate: RateSettings = RateSettings()
+    ordering: OrderingSettings = OrderingSettings()
+    drain: DrainSettings = DrainSettings()
+    spark: SparkSettings = SparkSettings()
+    ledger: LedgerSettings = LedgerSettings()
+    sensor: SensorSettings = SensorSettings()
+
+    @field_validator("topics")
+    @classmethod
+    def _unique_topics(cls, value: tuple[TopicSettings, ...]) -> tuple[TopicSettings, ...]:
+        names = [t.name for t in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"logical topic names must be unique, repeated: {dupes}")
+        return value
+
+    def topic(self, name: str) -> TopicSettings:
+        for t in self.topics:
+            if t.name == name:
+                return t
+        raise ConfigError(f"topics: no logical topic named {name!r} (known: {[t.name for t in self.topics]})")
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{source}: {key}: {first['msg']}{more}"
+
+
+def _environment_overrides(raw: dict, env: Mapping[str, str]) -> dict:
+    kafka = dict(raw.get("kafka") or {})
+    if env.get(ENV_BOOTSTRAP):
+        kafka["bootstrap_servers"] = env[ENV_BOOTSTRAP]
+    client = dict(kafka.get("client") or {})
+    secrets = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_KAFKA_PREFIX):
+            continue
+        setting = name[len(ENV_KAFKA_PREFIX) :].lower().replace("_", ".")
+        if is_secret_setting(setting):
+            secrets[setting] = value
+        else:
+            client[setting] = value
+    if client:
+        kafka["client"] = client
+    if secrets:
+        kafka["secrets"] = secrets
+    if kafka:
+        raw = {**raw, "kafka": kafka}
+    return raw
+
+
+def parse_config(raw: Mapping | None, source: str = "configuration", env: Mapping[str, str] | None = None) -> KprioConfig:
+    """Validate a mapping (as read from YAML) plus environment overrides into a config."""
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
+    data = dict(raw or {})
+    if "secrets" in (data.get("kafka") or {}):
+        raise ConfigError(f"{source}: kafka.secrets: secrets come only from KPRIO_KAFKA_* environment variables")
+    data = _environment_overrides(data, os.environ if env is None else env)
+    try:
+        return KprioConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, source)) from None
+
+
+def config_path(explicit: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path | None:
+    """The file to load: explicit path, then $KPRIO_CONFIG, then ./kprio.yaml if present."""
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit)
+    if env.get(ENV_CONFIG_PATH):
+        return Path(env[ENV_CONFIG_PATH])
+    default = Path(DEFAULT_CONFIG_FILE)
+    return default if default.exists() else None
+
+
+def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> KprioConfig:
+    """Load and validate the configuration (see the module docstring for the search order)."""
+    chosen = config_path(path, env)
+    if chosen is None:
+        return parse_config({}, "built-in defaults", env)
+    if not chosen.is_file():
+        raise ConfigError(f"{chosen}: configuration file not found")
+    try:
+        raw = yaml.safe_load(chosen.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{chosen}:{where}: not valid YAML: {getattr(err, 'problem', err)}") from None
+    return parse_config(raw, str(chosen), env)

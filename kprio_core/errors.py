@@ -1,0 +1,108 @@
+"""Typed errors with a stable ``code`` tests can match and a message that says what and where.
+
+>>> e = TopicMissing("orders-2", bootstrap="127.0.0.1:9092")
+>>> e.code
+'topic_missing'
+>>> str(e)
+"topic 'orders-2' does not exist on 127.0.0.1:9092"
+"""
+
+from __future__ import annotations
+
+
+class KprioError(Exception):
+    """Base of every error kprio raises on purpose. ``code`` is stable across releases."""
+
+    code = "kprio_error"
+
+
+class ConfigError(KprioError):
+    """The configuration file or an environment override is invalid."""
+
+    code = "config_invalid"
+
+
+class QuotaError(KprioError, ValueError):
+    """A quota cannot be distributed as asked (budget too small for the priorities)."""
+
+    code = "quota_invalid"
+
+
+class BrokerUnreachable(KprioError):
+    """No broker answered within the timeout."""
+
+    code = "broker_unreachable"
+
+    def __init__(self, bootstrap: str, timeout_s: float, detail: str = "") -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        more = f": {detail}" if detail else ""
+        super().__init__(f"no Kafka broker answered at {bootstrap} within {timeout_s:g} s{more}")
+
+
+class TopicMissing(KprioError):
+    """A priority topic does not exist."""
+
+    code = "topic_missing"
+
+    def __init__(self, topic: str, bootstrap: str) -> None:
+        self.topic = topic
+        super().__init__(f"topic '{topic}' does not exist on {bootstrap}")
+
+
+class PartitionCountMismatch(KprioError):
+    """A priority topic has another partition count than the configuration expects."""
+
+    code = "partition_count_mismatch"
+
+    def __init__(self, topic: str, expected: int, actual: int) -> None:
+        self.topic, self.expected, self.actual = topic, expected, actual
+        super().__init__(f"topic '{topic}' has {actual} partitions, the configuration expects {expected}")
+
+
+class AuthorizationFailed(KprioError):
+    """The broker refused an operation for lack of permission."""
+
+    code = "authorization_failed"
+
+
+class DataLostToRetention(KprioError):
+    """Offsets that were never drained are gone from the log (below the log start offset)."""
+
+    code = "data_lost_to_retention"
+
+
+class RangeIncomplete(KprioError):
+    """A planned offset range came back short or with gaps."""
+
+    code = "range_incomplete"
+
+
+class RangeConflict(KprioError):
+    """A plan asks for offsets that a batch in flight already holds."""
+
+    code = "range_conflict"
+
+
+class BatchNotFound(KprioError):
+    """The ledger has no batch of that id."""
+
+    code = "batch_not_found"
+
+
+class InvalidTransition(KprioError):
+    """A batch cannot move from its current state to the one asked."""
+
+    code = "invalid_transition"
+
+
+class HandlerError(KprioError):
+    """The configured record handler cannot be loaded or broke its contract."""
+
+    code = "handler_invalid"
+
+
+class BrokerProcessError(KprioError):
+    """The embedded broker could not be started, reached or stopped."""
+
+    code = "embedded_broker"

@@ -1,0 +1,104 @@
+"""A drain plan: the offset ranges of one batch and every decision that produced them.
+
+Plans travel to the ledger, to Dagster metadata and to Spark, so they round-trip through JSON.
+
+>>> from kprio_core.offsets import OffsetRange
+>>> plan = DrainPlan(
+...     logical_topic="orders", mode="lag-aware", record_budget=50, byte_budget=None,
+...     quotas={2: 29, 1: 14, 0: 7}, grants={2: 29, 1: 14, 0: 7},
+...     ranges=(PlannedRange(2, OffsetRange("orders-2", 0, 0, 29), est_bytes=5800),),
+... )
+>>> plan.records, plan.records_by_priority()
+(29, {2: 29, 1: 0, 0: 0})
+>>> DrainPlan.from_json(plan.to_json()) == plan
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import TypeAdapter
+
+from kprio_core.offsets import OffsetRange
+from kprio_core.priority import Priority
+
+PlanMode = Literal["lag-aware", "flipkart"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRange:
+    """One offset range of a plan, with the priority it serves and its estimated size."""
+
+    priority: Priority
+    range: OffsetRange
+    est_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BurstDecision:
+    """Who got extra records on top of the base quota, how many, and why."""
+
+    priority: Priority | None
+    extra: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    """The offset ranges of one batch plus the budget, quotas and burst that produced them."""
+
+    logical_topic: str
+    mode: PlanMode
+    record_budget: int
+    byte_budget: int | None
+    quotas: Mapping[Priority, int]
+    """Base quota per priority (exponential or linear split of the record budget)."""
+    grants: Mapping[Priority, int]
+    """Records each priority was allowed this batch, after burst / water-filling."""
+    ranges: tuple[PlannedRange, ...]
+    burst: BurstDecision | None = None
+    lost: tuple[OffsetRange, ...] = ()
+    """Offsets deleted by retention before they were drained (committed < log start)."""
+    backlog_before: Mapping[Priority, int] = field(default_factory=dict)
+    snapshot_taken_at_ms: int = 0
+
+    @property
+    def records(self) -> int:
+        return sum(r.range.count for r in self.ranges)
+
+    @property
+    def est_bytes(self) -> int:
+        return sum(r.est_bytes for r in self.ranges)
+
+    @property
+    def is_empty(self) -> bool:
+        return not any(r.range.count for r in self.ranges)
+
+    def offset_ranges(self) -> tuple[OffsetRange, ...]:
+        return tuple(r.range for r in self.ranges)
+
+    def records_by_priority(self) -> dict[Priority, int]:
+        """Planned records per priority, every priority of the quota present."""
+        totals = {p: 0 for p in sorted(self.quotas, reverse=True)}
+        for r in self.ranges:
+            totals[r.priority] = totals.get(r.priority, 0) + r.range.count
+        return totals
+
+    def priority_of(self, topic: str) -> Priority:
+        for r in self.ranges:
+            if r.range.topic == topic:
+                return r.priority
+        raise KeyError(f"topic {topic!r} is not in the plan of {self.logical_topic!r}")
+
+    def to_json(self) -> str:
+        return _ADAPTER.dump_json(self).decode()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> DrainPlan:
+        return _ADAPTER.validate_json(text)
+
+
+_ADAPTER: TypeAdapter[DrainPlan] = TypeAdapter(DrainPlan)

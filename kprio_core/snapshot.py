@@ -1,0 +1,99 @@
+"""Lag snapshot: where every partition of every priority topic stands right now.
+
+"Nothing committed" is an explicit case (``committed is None``): draining starts at the log
+start, as ``auto.offset.reset=earliest`` would. A committed offset below the log start means
+records were deleted by retention before kprio drained them: that gap is reported, never
+silently skipped.
+
+>>> p = PartitionLag("orders-2", 0, priority=2, log_start=10, high_watermark=50, committed=4)
+>>> p.next_offset, p.backlog
+(10, 40)
+>>> p.lost_to_retention
+OffsetRange(topic='orders-2', partition=0, start=4, end=10)
+>>> PartitionLag("orders-0", 1, priority=0, log_start=0, high_watermark=7, committed=None).backlog
+7
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kprio_core.offsets import OffsetRange
+from kprio_core.priority import Priority
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """One partition of one priority topic: log start, high watermark, committed offset."""
+
+    topic: str
+    partition: int
+    priority: Priority
+    log_start: int
+    high_watermark: int
+    committed: int | None
+    avg_record_bytes: float = 0.0
+
+    @property
+    def next_offset(self) -> int:
+        """The first offset a drain reads: the committed offset, or the log start if none or lost."""
+        if self.committed is None:
+            return self.log_start
+        return min(max(self.committed, self.log_start), max(self.high_watermark, self.log_start))
+
+    @property
+    def backlog(self) -> int:
+        """Records waiting to be drained (never negative)."""
+        return max(0, self.high_watermark - self.next_offset)
+
+    @property
+    def pending(self) -> OffsetRange:
+        """The whole backlog as one range."""
+        return OffsetRange(self.topic, self.partition, self.next_offset, self.next_offset + self.backlog)
+
+    @property
+    def lost_to_retention(self) -> OffsetRange | None:
+        """Committed offsets that retention deleted before they were drained, if any."""
+        if self.committed is None or self.committed >= self.log_start:
+            return None
+        return OffsetRange(self.topic, self.partition, self.committed, self.log_start)
+
+
+@dataclass(frozen=True)
+class LagSnapshot:
+    """Every partition of every priority topic of one logical topic, taken at ``taken_at_ms``."""
+
+    logical_topic: str
+    n_priorities: int
+    partitions: tuple[PartitionLag, ...]
+    taken_at_ms: int = 0
+    oldest_pending_ms: Mapping[Priority, int | None] = field(default_factory=dict)
+    """Timestamp of the oldest pending record per priority (None: nothing pending or unknown)."""
+
+    @classmethod
+    def of(
+        cls,
+        logical_topic: str,
+        n_priorities: int,
+        partitions: Iterable[PartitionLag],
+        taken_at_ms: int = 0,
+    ) -> LagSnapshot:
+        return cls(logical_topic, n_priorities, tuple(partitions), taken_at_ms)
+
+    def of_priority(self, priority: Priority) -> tuple[PartitionLag, ...]:
+        return tuple(p for p in self.partitions if p.priority == priority)
+
+    def backlog_by_priority(self) -> dict[Priority, int]:
+        """Total backlog per priority, every priority present (0 when idle)."""
+        totals = {p: 0 for p in range(self.n_priorities)}
+        for part in self.partitions:
+            totals[part.priority] += part.backlog
+        return totals
+
+    @property
+    def total_backlog(self) -> int:
+        return sum(p.backlog for p in self.partitions)
+
+    def lost_to_retention(self) -> tuple[OffsetRange, ...]:
+        return tuple(r for p in self.partitions if (r := p.lost_to_retention) is not None)

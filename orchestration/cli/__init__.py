@@ -1,0 +1,1 @@
+"""The ``kprio`` operator CLI: one module per command group, assembled in :mod:`.main`."""

@@ -1,0 +1,18 @@
+"""The ``kprio`` command: operators' entry point to every part of kprio.
+
+Each command group lives in its own module; this file only assembles them.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="kprio",
+    help="Batch priority drainer for Kafka: plan, drain, check and commit prioritised topics.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Command registrations: one line per command module (keep alphabetical).
