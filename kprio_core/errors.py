@@ -106,3 +106,15 @@ class BrokerProcessError(KprioError):
     """The embedded broker could not be started, reached or stopped."""
 
     code = "embedded_broker"
+
+
+class TraceInvalid(KprioError, ValueError):
+    """A simulator trace (built-in name or JSON trace file) is unknown or malformed."""
+
+    code = "trace_invalid"
+
+
+class PolicyBroke(KprioError):
+    """A simulated drain policy drained records that were not there (more than a partition's backlog)."""
+
+    code = "policy_broke"
