@@ -34,6 +34,8 @@ class PartitionLag:
     high_watermark: int
     committed: int | None
     avg_record_bytes: float = 0.0
+    oldest_pending_ms: int | None = None
+    """Timestamp of the record at ``next_offset``, when known: the planner's fairness tie-break."""
 
     @property
     def next_offset(self) -> int:

@@ -1,0 +1,398 @@
+"""The planner: a lag snapshot + a budget -> the offset ranges of the next batch.
+
+Two modes share the same frame (start offsets, per-priority fair share over partitions, both
+budgets); they differ only in how many records each priority is granted:
+
+- ``lag-aware`` (default) sees the exact backlog, so quota a priority cannot use flows at once to
+  the others, most urgent first (water-filling), after every priority with backlog got its
+  minimum share;
+- ``flipkart`` grants what flipkart's window rule gives (base quota + burst from the poll
+  history, :mod:`kprio_core.burst`), capped by backlog, with no redistribution.
+
+3 priorities, 50 records (quotas 29/14/7), priority 1 has only 4 records waiting: its 10 unused
+records go to priority 2.
+
+>>> from kprio_core.snapshot import LagSnapshot, PartitionLag
+>>> snap = LagSnapshot.of("orders", 3, [
+...     PartitionLag("orders-2", 0, 2, log_start=0, high_watermark=100, committed=0),
+...     PartitionLag("orders-1", 0, 1, log_start=0, high_watermark=4, committed=0),
+...     PartitionLag("orders-0", 0, 0, log_start=0, high_watermark=100, committed=None),
+... ])
+>>> plan = plan_batch(snap, Budget(records=50))
+>>> plan.quotas, plan.grants
+({2: 29, 1: 14, 0: 7}, {2: 39, 1: 4, 0: 7})
+>>> [str(r.range) for r in plan.ranges]
+['orders-2[0]@[0,39)', 'orders-1[0]@[0,4)', 'orders-0[0]@[0,7)']
+>>> plan_batch(snap, Budget(records=50), mode="flipkart").grants
+{2: 29, 1: 14, 0: 7}
+
+Byte estimates: a range of ``count`` records on a partition whose average record size is ``avg``
+is ``ceil(count * avg)`` bytes. When ``avg_record_bytes`` is 0 (unknown) the partition's
+records are estimated at 0 bytes, so the byte budget cannot bind on it: set a record budget
+that is safe on its own, or let the Kafka edge measure sizes. A byte budget smaller than one
+record of every partition with backlog gives an empty plan (the budget is never exceeded).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kprio_core.burst import PollHistory, burst_capacities
+from kprio_core.errors import QuotaError
+from kprio_core.offsets import OffsetRange
+from kprio_core.plan import BurstDecision, DrainPlan, PlanMode, PlannedRange
+from kprio_core.priority import Priority, most_urgent_first
+from kprio_core.quota import Distribution, base_quotas
+from kprio_core.snapshot import LagSnapshot, PartitionLag
+
+PLAN_MODES: tuple[PlanMode, ...] = ("lag-aware", "flipkart")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one batch: records, optional estimated bytes, and each priority's minimum share.
+
+    ``min_share`` is a fraction of ``records``: every priority with backlog is granted at least
+    ``max(1, floor(min_share * records))`` records (or its whole backlog if smaller) in
+    ``lag-aware`` mode. 0 turns the guarantee off.
+
+    >>> min_share_records(Budget(records=50))
+    2
+    """
+
+    records: int
+    bytes: int | None = None
+    min_share: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.records < 1:
+            raise QuotaError(f"record budget must be >= 1, got {self.records}")
+        if self.bytes is not None and self.bytes < 1:
+            raise QuotaError(f"byte budget must be >= 1 (or None for no byte budget), got {self.bytes}")
+        if not 0.0 <= self.min_share <= 1.0:
+            raise QuotaError(f"min_share must be within [0, 1], got {self.min_share}")
+
+
+def min_share_records(budget: Budget) -> int:
+    """Records guaranteed to each priority with backlog (before its backlog caps it)."""
+    if budget.min_share <= 0:
+        return 0
+    return max(1, math.floor(budget.min_share * budget.records))
+
+
+def estimate_bytes(count: int, avg_record_bytes: float) -> int:
+    """Estimated bytes of ``count`` records: ``ceil(count * avg)`` (0 when the size is unknown).
+
+    >>> estimate_bytes(3, 100.5), estimate_bytes(10, 0.0)
+    (302, 0)
+    """
+    if count <= 0 or avg_record_bytes <= 0:
+        return 0
+    return math.ceil(count * avg_record_bytes)
+
+
+# --- where each partition starts ---------------------------------------------------------------
+
+
+def reserved_ends(reserved: Iterable[OffsetRange]) -> dict[tuple[str, int], int]:
+    """Per topic partition, the end of the furthest range held by a batch in flight.
+
+    >>> reserved_ends([OffsetRange("t", 0, 0, 10), OffsetRange("t", 0, 10, 25)])
+    {('t', 0): 25}
+    """
+    ends: dict[tuple[str, int], int] = {}
+    for r in reserved:
+        key = r.topic_partition
+        ends[key] = max(ends.get(key, r.end), r.end)
+    return ends
+
+
+def plan_start(part: PartitionLag, reserved_end: int | None) -> int:
+    """First offset this batch may plan: after the committed offset and after every reservation.
+
+    Ranges stay contiguous from the committed offset, so a partition with a batch in flight
+    continues where that batch ends (never before it, never leaving a hole behind it).
+
+    >>> p = PartitionLag("t", 0, 0, log_start=0, high_watermark=100, committed=10)
+    >>> plan_start(p, None), plan_start(p, 40), plan_start(p, 5)
+    (10, 40, 10)
+    """
+    start = part.next_offset
+    if reserved_end is not None and reserved_end > start:
+        start = reserved_end
+    return start
+
+
+# --- fair share over the partitions of one priority --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    part: PartitionLag
+    start: int
+    capacity: int
+
+
+def _tie_break(slot: _Slot) -> tuple[bool, int, int, str, int]:
+    """Oldest backlog first: known oldest timestamps first, then the longest backlog."""
+    ts = slot.part.oldest_pending_ms
+    return (ts is None, ts or 0, -slot.capacity, slot.part.topic, slot.part.partition)
+
+
+class FairShare:
+    """Max-min fair split of a priority's records over its partitions.
+
+    Every partition gets the same level ``L`` or its whole backlog if smaller; the few records
+    the integer level leaves go one each to the partitions with the oldest backlog. So a skewed
+    partition cannot take the whole quota while others wait.
+
+    >>> parts = [PartitionLag("t", i, 0, 0, hw, 0) for i, hw in enumerate([1000, 3, 1000])]
+    >>> FairShare([_Slot(p, 0, p.backlog) for p in parts]).counts(20)
+    [9, 3, 8]
+    """
+
+    def __init__(self, slots: Sequence[_Slot]) -> None:
+        self.slots = list(slots)
+        self.capacity = sum(s.capacity for s in self.slots)
+        self._by_capacity = sorted(range(len(self.slots)), key=lambda i: self.slots[i].capacity)
+        self._by_age = sorted(range(len(self.slots)), key=lambda i: _tie_break(self.slots[i]))
+        self._sized = any(s.part.avg_record_bytes > 0 for s in self.slots)
+
+    def counts(self, total: int) -> list[int]:
+        """Records per slot (in slot order) for ``total`` records, ``0 <= total <= capacity``."""
+        counts = [0] * len(self.slots)
+        remaining, left = min(total, self.capacity), len(self.slots)
+        k = 0
+        # Saturate the smallest backlogs while they are below the even level of what remains.
+        while k < len(self._by_capacity):
+            i = self._by_capacity[k]
+            cap = self.slots[i].capacity
+            if cap > remaining // left:
+                break
+            counts[i] = cap
+            remaining -= cap
+            left -= 1
+            k += 1
+        if left == 0:
+            return counts
+        level, extra = divmod(remaining, left)
+        unsaturated = set(self._by_capacity[k:])
+        for i in unsaturated:
+            counts[i] = level
+        for i in self._by_age:
+            if extra == 0:
+                break
+            if i in unsaturated:
+                counts[i] += 1
+                extra -= 1
+        return counts
+
+    def bytes_for(self, total: int) -> int:
+        """Estimated bytes of the split of ``total`` records (monotone in ``total``)."""
+        if not self._sized or total <= 0:
+            return 0
+        return sum(
+            estimate_bytes(c, s.part.avg_record_bytes) for c, s in zip(self.counts(total), self.slots)
+        )
+
+    def most_within_bytes(self, base: int, want: int, byte_room: int) -> int:
+        """Largest ``t <= want`` such that ``total base + t`` costs at most ``byte_room`` more bytes."""
+        if not self._sized:
+            return want
+        before = self.bytes_for(base)
+        if self.bytes_for(base + want) - before <= byte_room:
+            return want
+        lo, hi = 0, want - 1  # t = lo always fits; answer within [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.bytes_for(base + mid) - before <= byte_room:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+# --- grant rules: one small pure function each --------------------------------------------------
+
+
+def min_share_targets(available: Mapping[Priority, int], budget: Budget) -> dict[Priority, int]:
+    """Stage 1 target: the guaranteed minimum of every priority with backlog.
+
+    >>> min_share_targets({2: 100, 1: 1, 0: 0}, Budget(records=100))
+    {2: 5, 1: 1, 0: 0}
+    """
+    floor_ = min_share_records(budget)
+    return {p: min(a, floor_) for p, a in available.items()}
+
+
+def quota_targets(available: Mapping[Priority, int], quotas: Mapping[Priority, int]) -> dict[Priority, int]:
+    """Stage 2 target: the base quota, capped by backlog.
+
+    >>> quota_targets({2: 100, 1: 4, 0: 100}, {2: 29, 1: 14, 0: 7})
+    {2: 29, 1: 4, 0: 7}
+    """
+    return {p: min(a, quotas[p]) for p, a in available.items()}
+
+
+def water_fill_targets(available: Mapping[Priority, int]) -> dict[Priority, int]:
+    """Stage 3 target: the whole backlog (what is left of the budget goes most urgent first)."""
+    return dict(available)
+
+
+def window_rule_targets(available: Mapping[Priority, int], capacities: Mapping[Priority, int]) -> dict[Priority, int]:
+    """Flipkart mode's burst stage: the window rule's capacity, capped by backlog.
+
+    >>> window_rule_targets({2: 100, 1: 3, 0: 100}, {2: 33, 1: 14, 0: 7})
+    {2: 33, 1: 3, 0: 7}
+    """
+    return {p: min(a, capacities[p]) for p, a in available.items()}
+
+
+def fill_stages(
+    stages: Sequence[Mapping[Priority, int]],
+    shares: Mapping[Priority, FairShare],
+    budget: Budget,
+) -> dict[Priority, int]:
+    """Raise each priority toward each stage's target, stage by stage, most urgent first.
+
+    A priority never goes down, and no step exceeds what is left of the record or byte budget.
+    """
+    granted = {p: 0 for p in sorted(shares, reverse=True)}
+    records_left = budget.records
+    bytes_left = budget.bytes
+    for targets in stages:
+        for p in sorted(targets, reverse=True):
+            want = min(targets[p] - granted[p], records_left)
+            if want <= 0:
+                continue
+            if bytes_left is not None:
+                share = shares[p]
+                want = share.most_within_bytes(granted[p], want, bytes_left)
+                bytes_left -= share.bytes_for(granted[p] + want) - share.bytes_for(granted[p])
+            granted[p] += want
+            records_left -= want
+    return granted
+
+
+# --- the planner --------------------------------------------------------------------------------
+
+
+def plan_batch(
+    snapshot: LagSnapshot,
+    budget: Budget,
+    *,
+    mode: PlanMode = "lag-aware",
+    distribution: Distribution = "exp",
+    history: PollHistory | None = None,
+    reserved: Iterable[OffsetRange] = (),
+) -> DrainPlan:
+    """Plan the next batch: contiguous ranges from each partition's start, within both budgets.
+
+    ``grants`` of the plan: in ``lag-aware`` mode the records each priority takes; in
+    ``flipkart`` mode the window rule's capacity (base quota + burst), of which a priority takes
+    at most its backlog and, for the burst, what the other priorities left of the record budget.
+    """
+    n = snapshot.n_priorities
+    if mode not in PLAN_MODES:
+        raise QuotaError(f"unknown plan mode {mode!r}: use one of {', '.join(PLAN_MODES)}")
+    if mode == "lag-aware" and budget.min_share * n > 1.0:
+        raise QuotaError(
+            f"min_share {budget.min_share} x {n} priorities exceeds the whole budget: use at most {1 / n:.4f}"
+        )
+    quotas = base_quotas(n, budget.records, distribution)
+    shares = _fair_shares(snapshot, reserved)
+    available = {p: shares[p].capacity for p in most_urgent_first(n)}
+
+    burst: BurstDecision | None
+    if mode == "flipkart":
+        history = history if history is not None else PollHistory(n)
+        if history.n_priorities != n:
+            raise QuotaError(
+                f"poll history has {history.n_priorities} priorities, snapshot of "
+                f"{snapshot.logical_topic!r} has {n}"
+            )
+        capacities, burst = burst_capacities(quotas, history)
+        # Order: base quotas first (they sum to the record budget, so they always fit), then the
+        # burst. The burst is priced on the others' *expected* unused capacity; when they do use
+        # it, the record budget caps the burst rather than the others' quotas (flipkart's client
+        # would overshoot max.poll.records here, kprio keeps the budget invariant).
+        stages = [quota_targets(available, quotas), window_rule_targets(available, capacities)]
+        granted = fill_stages(stages, shares, budget)
+        grants = capacities
+    else:
+        # Order: the minimum share first, so no priority with backlog starves whatever the others
+        # want; then base quotas, so urgency decides when everyone is busy; then whatever is left
+        # (quota of idle priorities) goes most urgent first, so the budget is never wasted.
+        stages = [
+            min_share_targets(available, budget),
+            quota_targets(available, quotas),
+            water_fill_targets(available),
+        ]
+        granted = fill_stages(stages, shares, budget)
+        grants = granted
+        burst = water_fill_decision(quotas, granted, available)
+
+    return DrainPlan(
+        logical_topic=snapshot.logical_topic,
+        mode=mode,
+        record_budget=budget.records,
+        byte_budget=budget.bytes,
+        quotas=quotas,
+        grants=dict(grants),
+        ranges=_ranges(shares, granted),
+        burst=burst,
+        lost=snapshot.lost_to_retention(),
+        backlog_before=snapshot.backlog_by_priority(),
+        snapshot_taken_at_ms=snapshot.taken_at_ms,
+    )
+
+
+def water_fill_decision(
+    quotas: Mapping[Priority, int], granted: Mapping[Priority, int], available: Mapping[Priority, int]
+) -> BurstDecision | None:
+    """Who got more than its base quota in lag-aware mode (the most urgent one), and why.
+
+    >>> water_fill_decision({2: 29, 1: 14, 0: 7}, {2: 39, 1: 4, 0: 7}, {2: 100, 1: 4, 0: 100})
+    BurstDecision(priority=2, extra=10, reason='water-filling: 1 left 10 of its quota unused (backlog 4); 2 took 10 more')
+    """
+    gainers = {p: granted[p] - quotas[p] for p in sorted(quotas, reverse=True) if granted[p] > quotas[p]}
+    if not gainers:
+        return None
+    donors = {p: quotas[p] - granted[p] for p in sorted(quotas, reverse=True) if granted[p] < quotas[p]}
+    donor_text = "; ".join(
+        f"{p} left {d} of its quota unused ("
+        + (f"backlog {available[p]}" if available[p] <= granted[p] else "byte budget")
+        + ")"
+        for p, d in donors.items()
+    ) or "minimum share raised low quotas"
+    gain_text = ", ".join(f"{p} took {g} more" for p, g in gainers.items())
+    top = next(iter(gainers))
+    return BurstDecision(top, gainers[top], f"water-filling: {donor_text}; {gain_text}")
+
+
+def _fair_shares(snapshot: LagSnapshot, reserved: Iterable[OffsetRange]) -> dict[Priority, FairShare]:
+    ends = reserved_ends(reserved)
+    slots: dict[Priority, list[_Slot]] = {p: [] for p in range(snapshot.n_priorities)}
+    for part in snapshot.partitions:
+        if part.priority not in slots:
+            raise QuotaError(
+                f"{part.topic}[{part.partition}] has priority {part.priority}, outside 0..{snapshot.n_priorities - 1}"
+            )
+        start = plan_start(part, ends.get((part.topic, part.partition)))
+        slots[part.priority].append(_Slot(part, start, max(0, part.high_watermark - start)))
+    return {p: FairShare(s) for p, s in slots.items()}
+
+
+def _ranges(shares: Mapping[Priority, FairShare], granted: Mapping[Priority, int]) -> tuple[PlannedRange, ...]:
+    out: list[PlannedRange] = []
+    for p in sorted(shares, reverse=True):
+        share = shares[p]
+        for count, slot in zip(share.counts(granted[p]), share.slots):
+            if count > 0:
+                part = slot.part
+                rng = OffsetRange(part.topic, part.partition, slot.start, slot.start + count)
+                out.append(PlannedRange(p, rng, estimate_bytes(count, part.avg_record_bytes)))
+    out.sort(key=lambda r: (-r.priority, r.range.topic, r.range.partition))
+    return tuple(out)
