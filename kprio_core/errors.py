@@ -96,6 +96,12 @@ class InvalidTransition(KprioError):
     code = "invalid_transition"
 
 
+class DrainStatsInvalid(KprioError, ValueError):
+    """The per-range stats handed to the ledger for a drained batch are malformed."""
+
+    code = "drain_stats_invalid"
+
+
 class HandlerError(KprioError):
     """The configured record handler cannot be loaded or broke its contract."""
 
@@ -118,3 +124,9 @@ class PolicyBroke(KprioError):
     """A simulated drain policy drained records that were not there (more than a partition's backlog)."""
 
     code = "policy_broke"
+
+
+class KafkaOperationFailed(KprioError):
+    """A Kafka client call failed for a reason none of the more specific errors covers."""
+
+    code = "kafka_operation_failed"
