@@ -1,0 +1,272 @@
+"""Simulator traces: records arriving per tick per priority, and the budget a policy drains under.
+
+A trace row is one tick, its index is the priority (0 least urgent). Arrivals of a priority are
+split over its partitions by fixed integer weights (largest remainder), so one hot partition
+can be modelled. Built-in traces are deterministic and scale with ``budget`` and ``ticks``.
+
+>>> t = Trace("tiny", budget=10, arrivals=((1, 2), (0, 5)), partition_weights=(3, 1))
+>>> t.n_priorities, t.ticks, t.n_partitions
+(2, 2, 2)
+>>> t.split(9, tick=0)
+[7, 2]
+>>> steady().arrivals[0], steady().budget
+((20, 40, 70), 100)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kprio_core.errors import TraceInvalid
+
+DEFAULT_BUDGET = 100
+DEFAULT_TICKS = 240
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Arrivals ``[tick][priority]`` drained under ``budget`` records per tick."""
+
+    name: str
+    budget: int
+    arrivals: tuple[tuple[int, ...], ...]
+    partition_weights: tuple[int, ...] = (1,)
+    about: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"trace {self.name!r}"
+        if not isinstance(self.budget, int) or isinstance(self.budget, bool) or self.budget < 1:
+            raise TraceInvalid(f"{where}: budget must be an integer >= 1, got {self.budget!r}")
+        if not self.arrivals:
+            raise TraceInvalid(f"{where}: arrivals is empty, need at least one tick")
+        width = len(self.arrivals[0])
+        if width < 1:
+            raise TraceInvalid(f"{where}: tick 0 has no priorities")
+        for tick, row in enumerate(self.arrivals):
+            if len(row) != width:
+                raise TraceInvalid(f"{where}: tick {tick} has {len(row)} priorities, tick 0 has {width}")
+            for priority, n in enumerate(row):
+                if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                    raise TraceInvalid(
+                        f"{where}: arrivals[{tick}][{priority}] must be an integer >= 0, got {n!r}"
+                    )
+        if not self.partition_weights or any(
+            not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in self.partition_weights
+        ):
+            raise TraceInvalid(f"{where}: partition weights must be integers >= 1, got {self.partition_weights!r}")
+
+    @property
+    def n_priorities(self) -> int:
+        return len(self.arrivals[0])
+
+    @property
+    def ticks(self) -> int:
+        return len(self.arrivals)
+
+    @property
+    def n_partitions(self) -> int:
+        return len(self.partition_weights)
+
+    @property
+    def total(self) -> int:
+        """Records arriving over the whole trace."""
+        return sum(map(sum, self.arrivals))
+
+    def split(self, n: int, tick: int) -> list[int]:
+        """``n`` arrivals over the partitions by weight; leftover records go round-robin by tick.
+
+        >>> Trace("t", 1, ((0,),), (1, 1, 1)).split(4, tick=1)
+        [1, 2, 1]
+        """
+        weights, total_w = self.partition_weights, sum(self.partition_weights)
+        parts = [n * w // total_w for w in weights]
+        left = n - sum(parts)
+        # Largest fractional part first; ties rotate with the tick so no partition is favoured forever.
+        order = sorted(
+            range(len(weights)),
+            key=lambda i: (-(n * weights[i] % total_w), (i - tick) % len(weights)),
+        )
+        for i in order[:left]:
+            parts[i] += 1
+        return parts
+
+    def with_overrides(self, *, budget: int | None = None, ticks: int | None = None) -> Trace:
+        """The same trace under another budget, cut or padded (with idle ticks) to ``ticks``.
+
+        >>> Trace("t", 5, ((1, 2),)).with_overrides(budget=9, ticks=3).arrivals
+        ((1, 2), (0, 0), (0, 0))
+        """
+        arrivals = self.arrivals
+        if ticks is not None:
+            if ticks < 1:
+                raise TraceInvalid(f"trace {self.name!r}: ticks must be >= 1, got {ticks}")
+            idle = (0,) * self.n_priorities
+            arrivals = arrivals[:ticks] + (idle,) * max(0, ticks - len(arrivals))
+        return Trace(
+            self.name,
+            self.budget if budget is None else budget,
+            arrivals,
+            self.partition_weights,
+            self.about,
+        )
+
+
+def _rows(ticks: int, row_at: Callable[[int], Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(n) for n in row_at(t)) for t in range(ticks))
+
+
+def steady(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trace:
+    """Steady overload: every tick 20% / 40% / 70% of the budget arrive at p0 / p1 / p2 (130% load).
+
+    The point: the two urgent priorities alone exceed the budget, so `strict` never drains p0
+    (starved for the whole trace) and backlogs grow for every policy; a fair policy must still
+    drain something of every priority on every tick.
+
+    >>> steady(budget=10, ticks=2).arrivals
+    ((2, 4, 7), (2, 4, 7))
+    """
+    row = (budget * 20 // 100, budget * 40 // 100, budget * 70 // 100)
+    return Trace("steady", budget, _rows(ticks, lambda _: row), about=steady.__doc__.splitlines()[0])
+
+
+def late_burst(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trace:
+    """Late high-priority burst: p0 / p1 trickle at 5% / 10%; p2 is idle, then bursts at 200%.
+
+    The burst starts at tick ``ticks // 2`` and lasts 8 ticks; in its 5th and 6th ticks p0
+    surges to 30%. The point: `flipkart` keeps p2 at its base quota until 4 of its last 6
+    polls maxed out (the burst waits for history while lag-aware sees the backlog at once),
+    and its burst is sized from the *past* unused capacity of p0, so p0's surge makes it drain
+    more than the budget (a cap violation); `strict` starves p0 and p1 for the whole burst.
+    After the burst the trickle lets every backlog drain.
+
+    >>> t = late_burst(budget=10, ticks=30)
+    >>> t.arrivals[14], t.arrivals[15], t.arrivals[19], t.arrivals[23]
+    ((0, 1, 0), (0, 1, 20), (3, 1, 20), (0, 1, 0))
+    """
+    start = ticks // 2
+
+    def row(t: int) -> tuple[int, int, int]:
+        in_burst = start <= t < start + 8
+        surge = start + 4 <= t < start + 6
+        return (
+            budget * (30 if surge else 5) // 100,
+            budget * 10 // 100,
+            budget * 200 // 100 if in_burst else 0,
+        )
+
+    return Trace("late_burst", budget, _rows(ticks, row), about=late_burst.__doc__.splitlines()[0])
+
+
+def idle_high(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trace:
+    """Idle high priority: p2 sends nothing for 3/4 of the trace while p1 / p0 bring 45% / 35%.
+
+    Total load is 80% of the budget, so a work-conserving policy keeps every backlog at zero.
+    The point: base quotas reserve most of the budget for the idle p2, and `flipkart`'s burst
+    hands that unused share to one priority only (the highest maxed-out one), so p0 stays
+    capped at its quota, its backlog grows with budget left unused. In the last quarter p2
+    wakes at 30% (110% load) to show the hand-back when the urgent priority returns.
+
+    >>> t = idle_high(budget=10, ticks=8)
+    >>> t.arrivals[5], t.arrivals[6]
+    ((3, 4, 0), (3, 4, 3))
+    """
+    wake = ticks * 3 // 4
+    quiet = (budget * 35 // 100, budget * 45 // 100, 0)
+    awake = (quiet[0], quiet[1], budget * 30 // 100)
+    return Trace(
+        "idle_high",
+        budget,
+        _rows(ticks, lambda t: awake if t >= wake else quiet),
+        about=idle_high.__doc__.splitlines()[0],
+    )
+
+
+def skewed_partitions(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trace:
+    """Skewed partitions: 4 partitions per priority, one hot (weights 7:1:1:1), waves of overload.
+
+    Every 40 ticks: 20 ticks at 30% / 40% / 60% (130% load), then 20 quiet ticks at 10% / 10% /
+    20%. The point: a priority's grant must be spread over its partitions so the cold ones are
+    not stuck behind the hot one (and the hot one not behind the cold), overload builds
+    backlog in every partition and the quiet half shows who recovers and how fast.
+
+    >>> t = skewed_partitions(budget=10, ticks=40)
+    >>> t.arrivals[0], t.arrivals[20], t.split(6, tick=0)
+    ((3, 4, 6), (1, 1, 2), [4, 1, 1, 0])
+    """
+    loud = (budget * 30 // 100, budget * 40 // 100, budget * 60 // 100)
+    quiet = (budget * 10 // 100, budget * 10 // 100, budget * 20 // 100)
+    return Trace(
+        "skewed_partitions",
+        budget,
+        _rows(ticks, lambda t: loud if t % 40 < 20 else quiet),
+        partition_weights=(7, 1, 1, 1),
+        about=skewed_partitions.__doc__.splitlines()[0],
+    )
+
+
+BUILT_IN: dict[str, Callable[..., Trace]] = {
+    "steady": steady,
+    "late_burst": late_burst,
+    "idle_high": idle_high,
+    "skewed_partitions": skewed_partitions,
+}
+"""Built-in traces by name, each a function of ``(budget, ticks)``."""
+
+
+def built_in(name: str, *, budget: int | None = None, ticks: int | None = None) -> Trace:
+    """The built-in trace ``name``, optionally under another budget or length.
+
+    >>> built_in("steady", budget=10, ticks=3).ticks
+    3
+    """
+    if name not in BUILT_IN:
+        raise TraceInvalid(f"unknown trace {name!r}: choose one of {', '.join(BUILT_IN)}")
+    return BUILT_IN[name](budget=budget or DEFAULT_BUDGET, ticks=ticks or DEFAULT_TICKS)
+
+
+def trace_from_json(data: Any, name: str = "file") -> Trace:
+    """A trace from ``{"budget": int, "arrivals": [[n_p0, n_p1, ...], ...]}``.
+
+    Optional ``"partition_weights": [int, ...]`` splits every priority over weighted partitions.
+
+    >>> trace_from_json({"budget": 5, "arrivals": [[1, 2], [0, 3]]}).arrivals
+    ((1, 2), (0, 3))
+    """
+    if not isinstance(data, dict):
+        raise TraceInvalid(f"{name}: expected a JSON object with 'budget' and 'arrivals', got {type(data).__name__}")
+    unknown = set(data) - {"budget", "arrivals", "partition_weights"}
+    if unknown:
+        raise TraceInvalid(f"{name}: unknown key(s) {', '.join(sorted(unknown))}; expected budget, arrivals")
+    for key in ("budget", "arrivals"):
+        if key not in data:
+            raise TraceInvalid(f"{name}: missing key {key!r}")
+    arrivals = data["arrivals"]
+    if not isinstance(arrivals, list) or not all(isinstance(row, list) for row in arrivals):
+        raise TraceInvalid(f"{name}: 'arrivals' must be a list of lists (one row per tick, index = priority)")
+    weights = data.get("partition_weights", [1])
+    if not isinstance(weights, list):
+        raise TraceInvalid(f"{name}: 'partition_weights' must be a list of integers")
+    return Trace(
+        name,
+        data["budget"],
+        tuple(tuple(row) for row in arrivals),
+        tuple(weights),
+        about=f"trace file {name}",
+    )
+
+
+def load_trace_file(path: Path) -> Trace:
+    """Read and validate a JSON trace file; every problem is a :class:`TraceInvalid` naming the file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise TraceInvalid(f"cannot read trace file {path}: {err.strerror or err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise TraceInvalid(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    return trace_from_json(data, name=str(path))
