@@ -16,3 +16,5 @@ app = typer.Typer(
 )
 
 # Command registrations: one line per command module (keep alphabetical).
+from orchestration.cli import simulate  # noqa: E402
+app.command("simulate")(simulate.simulate)

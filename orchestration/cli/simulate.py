@@ -1,0 +1,171 @@
+"""``kprio simulate``: replay traces against the drain policies and compare waits, utilization, starvation.
+
+Output: a rich table per trace (default), ``--json`` (one trace: ``{"policies": ...}``; several:
+``{"traces": {TRACE: {"policies": ...}}}``), ``--markdown`` (README tables), and ``--plot out.png``
+(backlog per priority over time, one subplot per trace and policy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kprio_core.simulator import POLICIES, PolicyResult, simulate_all
+from kprio_core.traces import BUILT_IN, Trace, built_in, load_trace_file
+from orchestration.cli.common import JsonOption, clean_errors, fail, print_json
+
+Results = Mapping[str, Mapping[str, PolicyResult]]
+"""Policy results by trace name, then policy name."""
+
+
+def _waits(result: PolicyResult, p: int) -> str:
+    w = result.wait[p]
+    return "-" if w.max is None else f"{w.p50}/{w.p95}/{w.max}"
+
+
+def _starved(result: PolicyResult) -> str:
+    return "/".join(str(n) for n in result.starved.values())
+
+
+def results_json(results: Results, single: bool) -> dict[str, object]:
+    """The ``--json`` document: exactly ``{"policies": ...}`` for one trace, else keyed by trace."""
+    by_trace = {
+        name: {"policies": {pol: r.to_dict() for pol, r in policies.items()}} for name, policies in results.items()
+    }
+    return next(iter(by_trace.values())) if single else {"traces": by_trace}
+
+
+def markdown_report(results: Results, traces: Mapping[str, Trace]) -> str:
+    """One markdown table per trace: utilization, cap violations, p50/p95/max wait and starved per priority."""
+    lines: list[str] = []
+    for name, policies in results.items():
+        trace = traces[name]
+        order = list(next(iter(policies.values())).wait)
+        header = (
+            ["policy", "utilization", "cap violations"]
+            + [f"wait p{p} (p50/p95/max)" for p in order]
+            + [f"starved ({'/'.join(f'p{p}' for p in order)})"]
+        )
+        lines += [
+            f"**{name}** (budget {trace.budget}, {trace.ticks} ticks, {trace.n_partitions} partition(s) per "
+            f"priority): {trace.about}",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
+        ]
+        for pol, r in policies.items():
+            cells = [f"`{pol}`", f"{r.utilization:.3f}", str(r.cap_violations)]
+            cells += [_waits(r, p) for p in order] + [_starved(r)]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append(
+        "Waits in ticks (drained in the tick of arrival = 0; records left at the end count their wait so far); "
+        "utilization = drained / sum of min(budget, backlog) per tick; starved = longest run of ticks with "
+        "backlog and nothing drained."
+    )
+    return "\n".join(lines)
+
+
+def _print_tables(results: Results, traces: Mapping[str, Trace]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for name, policies in results.items():
+        trace = traces[name]
+        order = list(next(iter(policies.values())).wait)
+        table = Table(title=f"{name}: budget {trace.budget}, {trace.ticks} ticks", caption=trace.about)
+        table.add_column("policy")
+        table.add_column("utilization", justify="right")
+        table.add_column("cap violations", justify="right")
+        for p in order:
+            table.add_column(f"wait p{p}\np50/p95/max", justify="right")
+        table.add_column(f"starved\n{'/'.join(f'p{p}' for p in order)}", justify="right")
+        for pol, r in policies.items():
+            table.add_row(
+                pol, f"{r.utilization:.3f}", str(r.cap_violations), *(_waits(r, p) for p in order), _starved(r)
+            )
+        console.print(table)
+
+
+def plot_backlogs(results: Results, out: Path) -> None:
+    """Backlog per priority over time: one row of subplots per trace, one subplot per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, cols = len(results), max(len(p) for p in results.values())
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False, sharex="row", sharey="row")
+    for r, (name, policies) in enumerate(results.items()):
+        for c, (pol, result) in enumerate(policies.items()):
+            ax = axes[r][c]
+            ticks = range(len(result.backlog_by_tick))
+            for p in result.wait:  # most urgent first
+                ax.plot(ticks, [row[p] for row in result.backlog_by_tick], label=f"p{p}")
+            ax.set_title(f"{name}: {pol}", fontsize=9)
+            ax.set_xlabel("tick")
+            if c == 0:
+                ax.set_ylabel("backlog (records)")
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, format="png")
+    plt.close(fig)
+
+
+@clean_errors
+def simulate(
+    trace: Annotated[
+        str | None,
+        typer.Option("--trace", help=f"Built-in trace: {', '.join(BUILT_IN)} (default: all of them)."),
+    ] = None,
+    trace_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace-file",
+            help='JSON trace {"budget": int, "arrivals": [[n_p0, n_p1, ...], ...]} (one row per tick).',
+        ),
+    ] = None,
+    ticks: Annotated[
+        int | None, typer.Option("--ticks", min=1, help="Run this many ticks (cut, or pad with idle ticks).")
+    ] = None,
+    budget: Annotated[int | None, typer.Option("--budget", min=1, help="Records each policy may drain per tick.")] = None,
+    policy: Annotated[
+        list[str] | None, typer.Option("--policy", help=f"Policy to run, repeatable: {', '.join(POLICIES)} (default: all).")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of backlog per priority over time.")] = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print markdown tables (for the README).")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Replay record arrivals against the strict, round_robin, flipkart and kprio drain policies.
+
+    Example: kprio simulate --trace late_burst --budget 200 --json
+    """
+    if trace and trace_file:
+        raise fail("give either --trace or --trace-file, not both")
+    if as_json and markdown:
+        raise fail("give either --json or --markdown, not both")
+    unknown = [p for p in policy or () if p not in POLICIES]
+    if unknown:
+        raise fail(f"unknown policy {', '.join(unknown)}: choose from {', '.join(POLICIES)}")
+    if trace_file is not None:
+        chosen = [load_trace_file(trace_file).with_overrides(budget=budget, ticks=ticks)]
+    else:
+        names = [trace] if trace else list(BUILT_IN)
+        chosen = [built_in(name, budget=budget, ticks=ticks) for name in names]
+    traces = {t.name: t for t in chosen}
+    results = {name: simulate_all(t, policy) for name, t in traces.items()}
+
+    if as_json:
+        print_json(results_json(results, single=len(traces) == 1))
+    elif markdown:
+        typer.echo(markdown_report(results, traces))
+    else:
+        _print_tables(results, traces)
+    if plot is not None:
+        plot_backlogs(results, plot)
+        if not as_json:
+            typer.echo(f"wrote {plot}")
