@@ -1,0 +1,52 @@
+"""The ledger's SQLAlchemy engine: every SQLite transaction starts with BEGIN IMMEDIATE.
+
+pysqlite defers BEGIN until the first write, so two processes could both read "no overlap"
+and then both insert. Taking the write lock at BEGIN makes check-then-insert one atomic step;
+the busy timeout makes a second process wait for the lock instead of failing with
+"database is locked". Postgres runs at READ COMMITTED so that, once a reservation holds its
+topic row lock, its overlap query sees every reservation committed before it.
+
+>>> engine = make_engine("sqlite://")
+>>> with engine.begin() as conn:
+...     conn.exec_driver_sql("SELECT 1").scalar()
+1
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import URL, Engine, make_url
+
+DEFAULT_BUSY_TIMEOUT_S = 60.0
+
+
+def make_engine(url: str | URL, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
+    """An engine with pool_pre_ping; for SQLite, BEGIN IMMEDIATE, a busy timeout and the parent dir created."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        _create_parent_dir(parsed.database)
+        engine = create_engine(parsed, pool_pre_ping=True, connect_args={"timeout": busy_timeout_s})
+        event.listen(engine, "connect", _leave_begin_to_sqlalchemy)
+        event.listen(engine, "begin", _begin_immediate)
+        return engine
+    if backend == "postgresql":
+        return create_engine(parsed, pool_pre_ping=True, isolation_level="READ COMMITTED")
+    return create_engine(parsed, pool_pre_ping=True)
+
+
+def _create_parent_dir(database: str | None) -> None:
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _leave_begin_to_sqlalchemy(dbapi_connection, _record) -> None:  # noqa: ANN001 (DBAPI types)
+    # isolation_level None stops pysqlite from emitting its own (deferred) BEGIN.
+    dbapi_connection.isolation_level = None
+
+
+def _begin_immediate(conn) -> None:  # noqa: ANN001
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
