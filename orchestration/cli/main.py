@@ -15,6 +15,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+@app.callback()
+def _root() -> None:
+    # A callback keeps `kprio` a command group even while a single command is registered
+    # (typer would otherwise run that command directly and reject its name as an argument).
+    pass
+
+
 # Command registrations: one line per command module (keep alphabetical).
 from orchestration.cli import simulate  # noqa: E402
 app.command("simulate")(simulate.simulate)
