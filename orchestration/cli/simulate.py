@@ -50,8 +50,8 @@ def markdown_report(results: Results, traces: Mapping[str, Trace]) -> str:
             + [f"starved ({'/'.join(f'p{p}' for p in order)})"]
         )
         lines += [
-            f"**{name}** (budget {trace.budget}, {trace.ticks} ticks, {trace.n_partitions} partition(s) per "
-            f"priority): {trace.about}",
+            f"**{name}** (budget {trace.budget}, {trace.ticks} ticks, {trace.n_partitions} "
+            f"partition{'s' if trace.n_partitions > 1 else ''} per priority): {trace.about}",
             "",
             "| " + " | ".join(header) + " |",
             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
@@ -77,13 +77,16 @@ def _print_tables(results: Results, traces: Mapping[str, Trace]) -> None:
     for name, policies in results.items():
         trace = traces[name]
         order = list(next(iter(policies.values())).wait)
-        table = Table(title=f"{name}: budget {trace.budget}, {trace.ticks} ticks", caption=trace.about)
-        table.add_column("policy")
-        table.add_column("utilization", justify="right")
-        table.add_column("cap violations", justify="right")
+        table = Table(
+            title=f"{name}: budget {trace.budget}, {trace.ticks} ticks",
+            caption=f"{trace.about}\nwait = p50/p95/max in ticks; starved = longest run of ticks drained nothing",
+        )
+        table.add_column("policy", no_wrap=True)
+        table.add_column("util.", justify="right")
+        table.add_column("over\ncap", justify="right")
         for p in order:
-            table.add_column(f"wait p{p}\np50/p95/max", justify="right")
-        table.add_column(f"starved\n{'/'.join(f'p{p}' for p in order)}", justify="right")
+            table.add_column(f"wait p{p}", justify="right", no_wrap=True)
+        table.add_column(f"starved\n{'/'.join(f'p{p}' for p in order)}", justify="right", no_wrap=True)
         for pol, r in policies.items():
             table.add_row(
                 pol, f"{r.utilization:.3f}", str(r.cap_violations), *(_waits(r, p) for p in order), _starved(r)
@@ -126,7 +129,7 @@ def simulate(
         Path | None,
         typer.Option(
             "--trace-file",
-            help='JSON trace {"budget": int, "arrivals": [[n_p0, n_p1, ...], ...]} (one row per tick).',
+            help='JSON trace {"budget": int, "arrivals": \\[\\[n_p0, n_p1, ...], ...]} (one row per tick).',
         ),
     ] = None,
     ticks: Annotated[

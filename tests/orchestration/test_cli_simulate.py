@@ -1,0 +1,109 @@
+"""``kprio simulate``: JSON shapes, trace files, the backlog plot, markdown, and clean errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kprio_core.simulator import POLICIES
+from kprio_core.traces import BUILT_IN
+from orchestration.cli.main import app
+
+runner = CliRunner()
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run(*args: str):  # noqa: ANN201
+    return runner.invoke(app, ["simulate", *args])
+
+
+def test_json_of_one_built_in_trace_has_exactly_the_policies_shape() -> None:
+    result = run("--trace", "steady", "--ticks", "30", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert list(doc) == ["policies"]
+    assert list(doc["policies"]) == list(POLICIES)
+    for stats in doc["policies"].values():
+        assert set(stats) == {"utilization", "cap_violations", "wait", "starved"}
+        assert list(stats["wait"]) == ["2", "1", "0"]
+        assert all(set(w) == {"p50", "p95", "max"} for w in stats["wait"].values())
+        assert list(stats["starved"]) == ["2", "1", "0"]
+    assert doc["policies"]["strict"]["starved"]["0"] == 30  # steady overload: strict never drains p0
+    assert doc["policies"]["kprio"]["starved"] == {"2": 0, "1": 0, "0": 0}
+
+
+def test_json_of_all_built_in_traces_is_keyed_by_trace() -> None:
+    result = run("--ticks", "40", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert list(doc) == ["traces"]
+    assert list(doc["traces"]) == list(BUILT_IN)
+    assert all(list(t) == ["policies"] for t in doc["traces"].values())
+
+
+def test_trace_file_with_budget_override_and_hand_checked_numbers(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    # Budget 2 (overridden from 50): tick 0 brings 2 urgent + 1 lax record, then nothing.
+    trace.write_text(json.dumps({"budget": 50, "arrivals": [[1, 2], [0, 0]]}))
+    result = run("--trace-file", str(trace), "--budget", "2", "--policy", "strict", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc == {
+        "policies": {
+            "strict": {
+                "utilization": 1.0,
+                "cap_violations": 0,
+                "wait": {"1": {"p50": 0, "p95": 0, "max": 0}, "0": {"p50": 1, "p95": 1, "max": 1}},
+                "starved": {"1": 0, "0": 1},
+            }
+        }
+    }
+
+
+def test_plot_writes_a_png_with_one_subplot_per_policy(tmp_path: Path) -> None:
+    out = tmp_path / "backlog.png"
+    result = run("--trace", "late_burst", "--ticks", "60", "--plot", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == PNG_MAGIC
+    assert "late_burst" in result.stdout and "kprio" in result.stdout  # the rich table came too
+
+
+def test_bad_trace_file_is_one_clear_line_and_exit_1(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"budget": 10, "arrivals": [[1, 2], [3]]}))
+    result = run("--trace-file", str(bad), "--json")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "bad.json" in lines[0] and "tick 1 has 1 priorities, tick 0 has 2" in lines[0]
+    assert "[trace_invalid]" in lines[0] and "Traceback" not in result.output
+
+
+def test_unparseable_and_missing_trace_files_fail_cleanly(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{\"budget\": ")
+    for path, expected in [(broken, "not valid JSON"), (tmp_path / "none.json", "cannot read trace file")]:
+        result = run("--trace-file", str(path))
+        assert result.exit_code == 1
+        assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_trace_and_conflicting_options_fail_cleanly(tmp_path: Path) -> None:
+    result = run("--trace", "nope")
+    assert result.exit_code == 1 and "unknown trace 'nope'" in result.stderr
+    result = run("--trace", "steady", "--trace-file", str(tmp_path / "x.json"))
+    assert result.exit_code == 1 and "either --trace or --trace-file" in result.stderr
+    result = run("--policy", "fifo")
+    assert result.exit_code == 1 and "unknown policy fifo" in result.stderr
+
+
+def test_markdown_has_one_table_per_built_in_trace() -> None:
+    result = run("--markdown", "--ticks", "40")
+    assert result.exit_code == 0, result.output
+    for name in BUILT_IN:
+        assert f"**{name}**" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(BUILT_IN) * len(POLICIES)
