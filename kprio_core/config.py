@@ -226,6 +226,11 @@ class DrainSettings(_Model):
     allow_data_loss: bool = Field(False, description="Record gaps lost to retention instead of failing.")
     output_path: str = Field("./kprio-data/output", description="Root of the Parquet output.")
     replay_path: str = Field("./kprio-data/replay", description="Root of time-window replay output.")
+    replay_start: str | None = Field(
+        None,
+        description="First hour of the hourly replay partitions (UTC, 'YYYY-MM-DD' or 'YYYY-MM-DD-HH:00'); "
+        "default: 7 days before the code location loads.",
+    )
 
 
 class SparkSettings(_Model):
