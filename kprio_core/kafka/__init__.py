@@ -5,6 +5,18 @@ Everything here talks to a broker with confluent-kafka and bounds every call by
 """
 
 from kprio_core.kafka.client import client_config
+from kprio_core.kafka.commit import CommitReport, decide_commits
+from kprio_core.kafka.edge import KafkaEdge
+from kprio_core.kafka.lag import oldest_pending_age_ms, raise_if_lost
 from kprio_core.kafka.produce import Record, produce
 
-__all__ = ["Record", "client_config", "produce"]
+__all__ = [
+    "CommitReport",
+    "KafkaEdge",
+    "Record",
+    "client_config",
+    "decide_commits",
+    "oldest_pending_age_ms",
+    "produce",
+    "raise_if_lost",
+]

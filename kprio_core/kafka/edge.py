@@ -1,0 +1,168 @@
+"""KafkaEdge: the one object per process through which kprio reads and moves offsets.
+
+It builds its AdminClient lazily from ``KafkaSettings`` and gives every public operation one
+deadline of ``KafkaSettings.timeout_s``: an operation either answers or raises a typed error
+(BrokerUnreachable, TopicMissing, PartitionCountMismatch, AuthorizationFailed, ...) in time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kprio_core.config import KafkaSettings, TopicSettings
+from kprio_core.kafka.client import Deadline, check_error, new_admin
+from kprio_core.kafka.commit import CommitReport, decide_commits, group_of, write_commits
+from kprio_core.kafka.lag import raise_if_lost, take_snapshot
+from kprio_core.kafka.reads import group_offsets, high_watermarks, log_starts
+from kprio_core.kafka.times import offsets_for_time, window_range
+from kprio_core.kafka.topics import ensure_topics, verify_topics
+from kprio_core.offsets import OffsetRange
+from kprio_core.priority import Priority
+from kprio_core.snapshot import LagSnapshot
+
+TopicPartitionKey = tuple[str, int]
+
+
+class KafkaEdge:
+    """Lag snapshots, monotonic commits, offsets-for-times and priority topics of one cluster."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.kafka = kafka
+        self._admin: Any = None
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap_servers
+
+    @property
+    def admin(self) -> Any:
+        if self._admin is None:
+            self._admin = new_admin(self.kafka)
+        return self._admin
+
+    def deadline(self) -> Deadline:
+        return Deadline(self.kafka.timeout_s, self.kafka.bootstrap_servers)
+
+    def close(self) -> None:
+        # AdminClient has no close(); dropping the last reference stops its threads.
+        self._admin = None
+
+    def __enter__(self) -> KafkaEdge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def partitions(self, topic: TopicSettings) -> dict[Priority, list[TopicPartitionKey]]:
+        """Every (topic, partition) per priority, as the cluster reports them (verified)."""
+        return self._verified(topic, self.deadline())
+
+    def snapshot(self, topic: TopicSettings, *, now_ms: int, avg_record_bytes: Mapping[str, float] | None = None,
+                 with_age: bool = False, strict: bool = False) -> LagSnapshot:
+        """Lag of every partition of every priority topic; ``strict`` raises DataLostToRetention on gaps.
+
+        ``avg_record_bytes`` maps priority topic names to the average record size earlier batches
+        saw; topics missing from it are sampled at their tail. ``with_age`` reads the record at
+        each backlog's start to fill ``oldest_pending_ms``.
+        """
+        snap = take_snapshot(self.admin, self.kafka, topic, self.deadline(), now_ms=now_ms,
+                             avg_record_bytes=avg_record_bytes, with_age=with_age)
+        if strict:
+            raise_if_lost(snap)
+        return snap
+
+    def committed(self, topic: TopicSettings) -> dict[TopicPartitionKey, int | None]:
+        """Committed offset of each priority group on its topic's partitions (None: nothing committed)."""
+        deadline = self.deadline()
+        out: dict[TopicPartitionKey, int | None] = {}
+        for p, parts in self._verified(topic, deadline).items():
+            out.update(group_offsets(self.admin, topic.priority_group(p), parts, deadline))
+        return out
+
+    # -- committing ---------------------------------------------------------------------------
+
+    def commit(self, topic: TopicSettings, ranges: Iterable[OffsetRange]) -> CommitReport:
+        """Commit each range's end to its priority's group, never backwards, only contiguous prefixes.
+
+        kprio must be the only committer of its groups: the read of the current offsets and the
+        write are two calls.
+        """
+        deadline = self.deadline()
+        ranges = list(ranges)
+        groups = {r.topic: group_of(topic, r.topic) for r in ranges}
+        parts_of: dict[str, set[TopicPartitionKey]] = defaultdict(set)
+        for r in ranges:
+            parts_of[groups[r.topic]].add(r.topic_partition)
+        current: dict[TopicPartitionKey, int | None] = {}
+        for group, parts in sorted(parts_of.items()):
+            current.update(group_offsets(self.admin, group, sorted(parts), deadline))
+        starts = log_starts(self.admin, sorted(current), deadline)
+        moved, skipped = decide_commits(current, starts, ranges)
+        to_write: dict[str, dict[TopicPartitionKey, int]] = defaultdict(dict)
+        for tp, (_, new) in moved.items():
+            to_write[groups[tp[0]]][tp] = new
+        for group, offsets in sorted(to_write.items()):
+            write_commits(self.admin, self.kafka, group, offsets, deadline)
+        return CommitReport(moved=moved, skipped=skipped)
+
+    # -- time ---------------------------------------------------------------------------------
+
+    def offsets_for_times(self, topic: TopicSettings, timestamp_ms: int) -> dict[TopicPartitionKey, int]:
+        """First offset with timestamp >= ``timestamp_ms`` per partition; the high watermark when none."""
+        deadline = self.deadline()
+        every = [tp for parts in self._verified(topic, deadline).values() for tp in parts]
+        found = offsets_for_time(self.admin, every, timestamp_ms, deadline)
+        highs = high_watermarks(self.admin, every, deadline)
+        return {tp: highs[tp] if found[tp] is None else found[tp] for tp in every}
+
+    def window_ranges(self, topic: TopicSettings, start_ms: int, end_ms: int) -> dict[Priority, list[OffsetRange]]:
+        """Offsets of records with timestamps in ``[start_ms, end_ms)`` per priority (empty list: none)."""
+        if end_ms < start_ms:
+            raise ValueError(f"{topic.name}: time window end {end_ms} is before its start {start_ms}")
+        deadline = self.deadline()
+        parts_of = self._verified(topic, deadline)
+        every = [tp for parts in parts_of.values() for tp in parts]
+        starts = offsets_for_time(self.admin, every, start_ms, deadline)
+        ends = offsets_for_time(self.admin, every, end_ms, deadline)
+        highs = high_watermarks(self.admin, every, deadline)
+        out: dict[Priority, list[OffsetRange]] = {}
+        for p, parts in parts_of.items():
+            found = (window_range(t, q, start=starts[(t, q)], end=ends[(t, q)], high_watermark=highs[(t, q)])
+                     for t, q in parts)
+            out[p] = [r for r in found if r is not None]
+        return out
+
+    # -- topics and retention -----------------------------------------------------------------
+
+    def ensure_topics(self, topic: TopicSettings, partitions: int | None = None) -> dict[Priority, int]:
+        """Create missing priority topics (``partitions`` each, default ``topic.partitions``), verify all."""
+        wanted = partitions if partitions is not None else topic.partitions
+        if wanted is None:
+            raise ValueError(f"{topic.name}: say how many partitions to create (topics.partitions is not set)")
+        return ensure_topics(self.admin, topic, wanted, self.deadline())
+
+    def delete_records(self, before: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
+        """Delete records below the given offsets (as retention would); the new log start per partition."""
+        from confluent_kafka import TopicPartition
+
+        deadline = self.deadline()
+        what = "delete records"
+        request = [TopicPartition(t, p, o) for (t, p), o in sorted(before.items())]
+        if not request:
+            return {}
+        futures = self.admin.delete_records(request, request_timeout=deadline.left(what),
+                                            operation_timeout=deadline.left(what))
+        out: dict[TopicPartitionKey, int] = {}
+        for tp, future in futures.items():
+            check_error(tp.error, what=what, bootstrap=self.bootstrap, timeout_s=self.kafka.timeout_s, topic=tp.topic)
+            deleted = deadline.result(future, f"{what} of {tp.topic}[{tp.partition}]")
+            out[(tp.topic, tp.partition)] = deleted.low_watermark
+        return out
+
+    def _verified(self, topic: TopicSettings, deadline: Deadline) -> dict[Priority, list[TopicPartitionKey]]:
+        counts = verify_topics(self.admin, topic, deadline)
+        return {p: [(topic.priority_topic(p), q) for q in range(n)] for p, n in counts.items()}

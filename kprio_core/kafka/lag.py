@@ -1,0 +1,115 @@
+"""Lag snapshots from the cluster: offsets, committed positions, record sizes and oldest pending age.
+
+Calls per snapshot, whatever the number of partitions: one metadata, one ListOffsets earliest,
+one ListOffsets latest, one OffsetFetch per priority group; plus one bounded peek consumer when
+record sizes must be sampled or ages were asked for.
+
+>>> from kprio_core.snapshot import PartitionLag, LagSnapshot
+>>> snap = LagSnapshot("orders", 2, (
+...     PartitionLag("orders-1", 0, 1, log_start=0, high_watermark=10, committed=4),
+...     PartitionLag("orders-0", 0, 0, log_start=6, high_watermark=9, committed=2),
+... ), taken_at_ms=60_000, oldest_pending_ms={1: 15_000, 0: None})
+>>> oldest_pending_age_ms(snap, now_ms=60_000)
+{0: None, 1: 45000}
+>>> raise_if_lost(snap)
+Traceback (most recent call last):
+...
+kprio_core.errors.DataLostToRetention: offsets lost to retention before kprio drained them (4 records): orders-0[0]@[2,6)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from kprio_core.config import KafkaSettings, TopicSettings
+from kprio_core.errors import DataLostToRetention
+from kprio_core.kafka.client import Deadline
+from kprio_core.kafka.fetch import peek
+from kprio_core.kafka.reads import group_offsets, high_watermarks, log_starts
+from kprio_core.kafka.topics import verify_topics
+from kprio_core.priority import Priority
+from kprio_core.snapshot import LagSnapshot, PartitionLag
+
+SAMPLE_RECORDS = 5
+"""Records read at the tail of one partition to estimate a topic's record size."""
+
+
+def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadline: Deadline, *, now_ms: int,
+                  avg_record_bytes: Mapping[str, float] | None = None, with_age: bool = False) -> LagSnapshot:
+    """Where every partition of every priority topic of ``topic`` stands (see the module docstring)."""
+    counts = verify_topics(admin, topic, deadline)
+    parts_of = {p: [(topic.priority_topic(p), q) for q in range(n)] for p, n in counts.items()}
+    every = [tp for parts in parts_of.values() for tp in parts]
+    starts = log_starts(admin, every, deadline)
+    highs = high_watermarks(admin, every, deadline)
+    committed: dict[tuple[str, int], int | None] = {}
+    for priority, parts in parts_of.items():
+        committed.update(group_offsets(admin, topic.priority_group(priority), parts, deadline))
+    sizes = dict(avg_record_bytes or {})
+    unknown = [name for name in topic.priority_topics().values() if name not in sizes]
+    sizes.update(sample_record_bytes(kafka, unknown, starts, highs, deadline))
+    lags = [
+        PartitionLag(t, q, priority=p, log_start=starts[(t, q)], high_watermark=highs[(t, q)],
+                     committed=committed.get((t, q)), avg_record_bytes=float(sizes.get(t, 0.0)))
+        for p, parts in parts_of.items() for t, q in parts
+    ]
+    oldest: dict[Priority, int | None] = {}
+    if with_age:
+        lags, oldest = _with_oldest_pending(kafka, lags, topic.priorities, deadline)
+    return LagSnapshot(topic.name, topic.priorities, tuple(lags), taken_at_ms=now_ms, oldest_pending_ms=oldest)
+
+
+def sample_record_bytes(kafka: KafkaSettings, topics: list[str], starts: Mapping[tuple[str, int], int],
+                        highs: Mapping[tuple[str, int], int], deadline: Deadline) -> dict[str, float]:
+    """Average key+value bytes of the last few records of each topic's fullest partition (0.0 when empty)."""
+    chosen: dict[tuple[str, int], int] = {}
+    for name in topics:
+        parts = [tp for tp in highs if tp[0] == name]
+        fullest = max(parts, key=lambda tp: highs[tp] - starts[tp], default=None)
+        if fullest is not None and highs[fullest] > starts[fullest]:
+            chosen[fullest] = max(starts[fullest], highs[fullest] - SAMPLE_RECORDS)
+    peeked = peek(kafka, chosen, highs, SAMPLE_RECORDS, deadline, "sample record sizes")
+    sizes = {name: 0.0 for name in topics}
+    for (name, _), records in peeked.items():
+        if records:
+            sizes[name] = sum(r.size for r in records) / len(records)
+    return sizes
+
+
+def _with_oldest_pending(kafka: KafkaSettings, lags: list[PartitionLag], n_priorities: int,
+                         deadline: Deadline) -> tuple[list[PartitionLag], dict[Priority, int | None]]:
+    """Fill each partition's oldest pending timestamp (the record at its next offset) and the per-priority minimum."""
+    pending = {(lag.topic, lag.partition): lag.next_offset for lag in lags if lag.backlog > 0}
+    highs = {(lag.topic, lag.partition): lag.high_watermark for lag in lags}
+    heads = peek(kafka, pending, highs, 1, deadline, "read oldest pending records")
+    oldest: dict[Priority, int | None] = {p: None for p in range(n_priorities)}
+    filled = []
+    for lag in lags:
+        first = heads.get((lag.topic, lag.partition)) or []
+        ts = first[0].timestamp_ms if first else None
+        if ts is not None:
+            current = oldest[lag.priority]
+            oldest[lag.priority] = ts if current is None else min(current, ts)
+        filled.append(dataclasses.replace(lag, oldest_pending_ms=ts))
+    return filled, oldest
+
+
+def oldest_pending_age_ms(snapshot: LagSnapshot, now_ms: int) -> dict[Priority, int | None]:
+    """Age of the oldest pending record per priority (None: nothing pending or age not taken)."""
+    return {
+        p: (None if (ts := snapshot.oldest_pending_ms.get(p)) is None else max(0, now_ms - ts))
+        for p in range(snapshot.n_priorities)
+    }
+
+
+def raise_if_lost(snapshot: LagSnapshot) -> None:
+    """DataLostToRetention naming every range that retention deleted before it was drained."""
+    lost = snapshot.lost_to_retention()
+    if lost:
+        total = sum(r.count for r in lost)
+        raise DataLostToRetention(
+            f"offsets lost to retention before kprio drained them ({total} records): "
+            + ", ".join(str(r) for r in lost)
+        )

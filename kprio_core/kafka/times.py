@@ -1,0 +1,43 @@
+"""Offsets for timestamps, and time windows mapped to offset ranges (for time-window replays).
+
+Kafka's offsets-for-times answers, per partition, the first offset whose timestamp is >= the
+asked time, or -1 when no record is that late: that case is the high watermark here, so a
+window ``[start_ms, end_ms)`` becomes ``[offset(start_ms), offset(end_ms))``.
+
+>>> window_range("orders-2", 0, start=None, end=None, high_watermark=40)
+>>> window_range("orders-2", 0, start=12, end=None, high_watermark=40)
+OffsetRange(topic='orders-2', partition=0, start=12, end=40)
+>>> window_range("orders-2", 0, start=12, end=30, high_watermark=40)
+OffsetRange(topic='orders-2', partition=0, start=12, end=30)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from kprio_core.kafka.client import Deadline
+from kprio_core.kafka.reads import list_offsets
+from kprio_core.offsets import OffsetRange
+
+TopicPartitionKey = tuple[str, int]
+
+
+def offsets_for_time(admin: Any, partitions: Iterable[TopicPartitionKey], timestamp_ms: int,
+                     deadline: Deadline) -> dict[TopicPartitionKey, int | None]:
+    """First offset with timestamp >= ``timestamp_ms`` per partition (None: no record that late). One call."""
+    from confluent_kafka.admin import OffsetSpec
+
+    found = list_offsets(admin, partitions, OffsetSpec.for_timestamp(timestamp_ms), deadline,
+                         f"list offsets for time {timestamp_ms}")
+    return {tp: (offset if offset >= 0 else None) for tp, offset in found.items()}
+
+
+def window_range(topic: str, partition: int, *, start: int | None, end: int | None,
+                 high_watermark: int) -> OffsetRange | None:
+    """The offsets of one partition inside a time window (None when the window holds none of them)."""
+    first = high_watermark if start is None else start
+    until = high_watermark if end is None else end
+    if until <= first:
+        return None
+    return OffsetRange(topic, partition, first, until)

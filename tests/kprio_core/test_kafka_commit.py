@@ -1,0 +1,84 @@
+"""Monotonic commits: the decision table (pure) and the commits on a real broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from kprio_core.kafka import CommitReport, KafkaEdge, decide_commits
+from kprio_core.kafka.commit import commit_with_consumer
+from kprio_core.kafka.client import Deadline
+from kprio_core.errors import KafkaOperationFailed
+from kprio_core.offsets import OffsetRange as R
+
+T = "o-2"
+
+CASES = [
+    # (current, log_start, ranges, moved, skipped-reason-fragment, why)
+    (None, 0, [(0, 10)], (None, 10), None, "first commit of a partition starts at the log start"),
+    (10, 0, [(10, 20)], (10, 20), None, "the usual case: the batch follows on"),
+    (10, 0, [(10, 20), (20, 30)], (10, 30), None, "two contiguous ranges (input splits) commit their end"),
+    (10, 0, [(20, 30), (10, 20)], (10, 30), None, "order of ranges does not matter"),
+    (10, 0, [(10, 20), (25, 30)], (10, 20), None, "a hole inside the batch: only the contiguous prefix"),
+    (30, 0, [(10, 20)], None, "replay of an older batch", "a replay never moves the offset back"),
+    (20, 0, [(10, 20)], None, "replay of an older batch", "re-committing the same batch commits nothing"),
+    (5, 0, [(9, 12)], None, "gap", "an earlier batch is not committed: nothing jumps over it"),
+    (None, 0, [(3, 12)], None, "gap", "nothing committed and the batch starts past the log start"),
+    (4, 10, [(10, 20)], (4, 20), None, "records lost to retention: the batch starts at the log start"),
+    (None, 10, [(10, 20)], (None, 20), None, "nothing committed, log start moved: starts there"),
+    (4, 10, [(4, 8)], None, "nothing new", "a batch entirely below the log start commits nothing"),
+    (10, 0, [(10, 10)], None, None, "an empty range is no commit at all"),
+]
+
+
+@pytest.mark.parametrize(("current", "log_start", "spans", "moved", "skipped", "why"), CASES,
+                         ids=[c[-1] for c in CASES])
+def test_decide_commits(current, log_start, spans, moved, skipped, why):
+    tp = (T, 0)
+    got_moved, got_skipped = decide_commits({tp: current}, {tp: log_start}, [R(T, 0, a, b) for a, b in spans])
+    assert got_moved.get(tp) == moved, why
+    if skipped is None:
+        assert tp not in got_skipped, why
+    else:
+        assert skipped in got_skipped[tp], why
+
+
+def test_commit_report_says_old_and_new():
+    report = CommitReport(moved={(T, 0): (None, 5), (T, 1): (3, 9)}, skipped={(T, 2): "gap: ..."})
+    assert str(report) == "moved: o-2[0] none->5, o-2[1] 3->9; skipped: o-2[2]: gap: ..."
+
+
+@pytest.mark.broker
+def test_commit_moves_each_priority_group_forward_only(make_topic, kafka_settings):
+    topic = make_topic(priorities=2, partitions=2, records={1: 20, 0: 10})
+    t1, t0 = topic.priority_topic(1), topic.priority_topic(0)
+    with KafkaEdge(kafka_settings) as edge:
+        first = edge.commit(topic, [R(t1, 0, 0, 6), R(t1, 1, 0, 4), R(t0, 0, 0, 5)])
+        assert first.moved == {(t1, 0): (None, 6), (t1, 1): (None, 4), (t0, 0): (None, 5)}
+        assert first.skipped == {}
+        replay = edge.commit(topic, [R(t1, 0, 0, 6), R(t1, 1, 0, 2)])
+        assert replay.moved == {}
+        assert set(replay.skipped) == {(t1, 0), (t1, 1)}
+        nxt = edge.commit(topic, [R(t1, 0, 6, 10)])
+        assert nxt.moved == {(t1, 0): (6, 10)}
+        assert edge.committed(topic) == {(t1, 0): 10, (t1, 1): 4, (t0, 0): 5, (t0, 1): None}
+        # Each priority commits to its own group: the groups hold exactly their topic's offsets.
+        snap = edge.snapshot(topic, now_ms=0, avg_record_bytes={})
+        assert snap.backlog_by_priority() == {1: 20 - 10 - 4, 0: 10 - 5}
+
+
+@pytest.mark.broker
+def test_commit_refuses_a_topic_that_is_not_a_priority_topic(make_topic, kafka_settings):
+    topic = make_topic(priorities=1, partitions=1)
+    with KafkaEdge(kafka_settings) as edge, pytest.raises(KafkaOperationFailed, match="not a priority topic"):
+        edge.commit(topic, [R("elsewhere", 0, 0, 1)])
+
+
+@pytest.mark.broker
+def test_consumer_commit_path_works_on_this_broker(make_topic, kafka_settings):
+    """The fallback for brokers without AlterConsumerGroupOffsets commits without subscribing."""
+    topic = make_topic(priorities=1, partitions=1, records={0: 5})
+    t0 = topic.priority_topic(0)
+    deadline = Deadline(kafka_settings.timeout_s, kafka_settings.bootstrap_servers)
+    commit_with_consumer(kafka_settings, topic.priority_group(0), {(t0, 0): 3}, deadline)
+    with KafkaEdge(kafka_settings) as edge:
+        assert edge.committed(topic) == {(t0, 0): 3}

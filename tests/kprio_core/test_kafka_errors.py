@@ -1,0 +1,93 @@
+"""Clear failures of the Kafka edge: each a typed error whose message says what and where."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from kprio_core.broker import free_port
+from kprio_core.config import KafkaSettings, TopicSettings
+from kprio_core.errors import (
+    AuthorizationFailed,
+    BrokerUnreachable,
+    KafkaOperationFailed,
+    PartitionCountMismatch,
+    TopicMissing,
+)
+from kprio_core.kafka import KafkaEdge
+from kprio_core.kafka.client import client_config, kafka_failure
+from kprio_core.offsets import OffsetRange as R
+
+
+@pytest.mark.parametrize("call", ["snapshot", "committed", "commit", "offsets_for_times", "ensure_topics"])
+def test_unreachable_broker_fails_within_the_timeout_naming_bootstrap(call):
+    bootstrap = f"127.0.0.1:{free_port()}"
+    kafka = KafkaSettings(bootstrap_servers=bootstrap, timeout_s=1.5)
+    topic = TopicSettings(name="orders", priorities=2, partitions=1)
+    calls = {
+        "snapshot": lambda e: e.snapshot(topic, now_ms=0),
+        "committed": lambda e: e.committed(topic),
+        "commit": lambda e: e.commit(topic, [R("orders-1", 0, 0, 1)]),
+        "offsets_for_times": lambda e: e.offsets_for_times(topic, 0),
+        "ensure_topics": lambda e: e.ensure_topics(topic),
+    }
+    started = time.monotonic()
+    with KafkaEdge(kafka) as edge, pytest.raises(BrokerUnreachable) as err:
+        calls[call](edge)
+    assert time.monotonic() - started < 1.5 + 2.0  # bounded by timeout_s, plus slack for a busy machine
+    assert bootstrap in str(err.value)
+    assert err.value.code == "broker_unreachable"
+
+
+@pytest.mark.broker
+def test_missing_priority_topic_is_named(make_topic, kafka_settings):
+    topic = make_topic(priorities=2, partitions=1)
+    wider = topic.model_copy(update={"priorities": 3})
+    with KafkaEdge(kafka_settings) as edge, pytest.raises(TopicMissing) as err:
+        edge.snapshot(wider, now_ms=0)
+    assert str(err.value) == f"topic '{wider.priority_topic(2)}' does not exist on {kafka_settings.bootstrap_servers}"
+
+
+@pytest.mark.broker
+def test_partition_count_mismatch_when_configured(make_topic, kafka_settings):
+    topic = make_topic(priorities=1, partitions=2)
+    with KafkaEdge(kafka_settings) as edge:
+        with pytest.raises(PartitionCountMismatch, match=r"has 2 partitions, the configuration expects 3"):
+            edge.snapshot(topic.model_copy(update={"partitions": 3}), now_ms=0)
+        # Without an expectation the cluster's count is taken as it is.
+        assert len(edge.snapshot(topic.model_copy(update={"partitions": None}), now_ms=0).partitions) == 2
+
+
+@pytest.mark.parametrize("code", [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED])
+def test_authorization_codes_map_to_authorization_failed(code):
+    # The embedded broker has no ACLs, so the mapping is checked on the error values librdkafka raises.
+    err = kafka_failure(KafkaException(KafkaError(code)), what="fetch committed offsets of group kprio-orders-2",
+                        bootstrap="kafka:9093", timeout_s=5)
+    assert isinstance(err, AuthorizationFailed)
+    assert "kprio-orders-2" in str(err) and "kafka:9093" in str(err) and KafkaError(code).name() in str(err)
+
+
+def test_other_kafka_errors_keep_their_name_and_place():
+    err = kafka_failure(KafkaError(KafkaError.INVALID_PARTITIONS), what="create topic orders-1",
+                        bootstrap="kafka:9093", timeout_s=5)
+    assert isinstance(err, KafkaOperationFailed)
+    assert str(err).startswith("create topic orders-1 on kafka:9093 failed: INVALID_PARTITIONS")
+
+
+def test_secrets_never_reach_error_messages():
+    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}", timeout_s=1.0,
+                          client={"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                  "sasl.username": "kprio"},
+                          secrets={"sasl.password": "hunter2-secret"})
+    assert client_config(kafka)["sasl.password"] == "hunter2-secret"  # the client does get it
+    with KafkaEdge(kafka) as edge, pytest.raises(BrokerUnreachable) as err:
+        edge.snapshot(TopicSettings(name="orders"), now_ms=0)
+    assert "hunter2" not in str(err.value) and "hunter2" not in repr(err.value)
+
+
+def test_client_config_overrides_use_underscores_for_dots():
+    kafka = KafkaSettings(bootstrap_servers="b:9092", client={"client.id": "me"})
+    assert client_config(kafka, group_id="g", enable_auto_commit=False) == {
+        "bootstrap.servers": "b:9092", "client.id": "me", "group.id": "g", "enable.auto.commit": False}

@@ -1,0 +1,37 @@
+"""The broker fixtures themselves: make_topic creates what it says and produces exactly what it says."""
+
+from __future__ import annotations
+
+import pytest
+
+from kprio_core.kafka import KafkaEdge
+from tests.fixtures.kafka import BASE_TS_MS
+
+pytestmark = pytest.mark.broker
+
+
+def test_make_topic_creates_priority_topics_and_produces_exact_counts(make_topic, kafka_settings):
+    topic = make_topic(priorities=2, partitions=2, records={1: 11, 0: [("a", "x", 5_000, 1)]})
+    assert topic.partitions == 2
+    with KafkaEdge(kafka_settings) as edge:
+        snap = edge.snapshot(topic, now_ms=0, avg_record_bytes={})
+    highs = {(p.topic, p.partition): p.high_watermark for p in snap.partitions}
+    # 11 generated records go round-robin: 6 to partition 0, 5 to partition 1.
+    assert highs == {
+        (topic.priority_topic(1), 0): 6,
+        (topic.priority_topic(1), 1): 5,
+        (topic.priority_topic(0), 0): 0,
+        (topic.priority_topic(0), 1): 1,
+    }
+
+
+def test_generated_records_carry_their_timestamps(make_topic, kafka_settings):
+    topic = make_topic(priorities=1, partitions=1, records={0: 4})
+    with KafkaEdge(kafka_settings) as edge:
+        # Record i is stamped BASE_TS_MS + i s, so the first record at or after +2 s is offset 2.
+        assert edge.offsets_for_times(topic, BASE_TS_MS + 2_000) == {(topic.priority_topic(0), 0): 2}
+
+
+def test_second_topic_of_a_test_gets_its_own_name(make_topic):
+    first, second = make_topic(priorities=1, partitions=1), make_topic(priorities=1, partitions=1)
+    assert first.name != second.name

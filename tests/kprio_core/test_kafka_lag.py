@@ -1,0 +1,98 @@
+"""Lag snapshots on a real broker: exact offsets, batched calls, record sizes, ages, retention gaps."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from kprio_core.errors import DataLostToRetention
+from kprio_core.kafka import KafkaEdge, oldest_pending_age_ms
+from kprio_core.offsets import OffsetRange as R
+from tests.fixtures.kafka import BASE_TS_MS
+
+pytestmark = pytest.mark.broker
+
+
+class CountingAdmin:
+    """The real AdminClient, counting which admin calls a snapshot makes."""
+
+    def __init__(self, admin):
+        self._admin, self.calls = admin, Counter()
+
+    def __getattr__(self, name):
+        self.calls[name] += 1
+        return getattr(self._admin, name)
+
+
+def test_snapshot_reports_exact_offsets_of_every_partition(make_topic, kafka_settings):
+    topic = make_topic(priorities=3, partitions=2, records={2: 9, 1: 4})
+    t2 = topic.priority_topic(2)
+    with KafkaEdge(kafka_settings) as edge:
+        edge.commit(topic, [R(t2, 0, 0, 2)])
+        snap = edge.snapshot(topic, now_ms=123, avg_record_bytes={})
+    rows = {(p.priority, p.partition): (p.log_start, p.high_watermark, p.committed, p.backlog) for p in snap.partitions}
+    assert rows == {
+        (2, 0): (0, 5, 2, 3), (2, 1): (0, 4, None, 4),
+        (1, 0): (0, 2, None, 2), (1, 1): (0, 2, None, 2),
+        (0, 0): (0, 0, None, 0), (0, 1): (0, 0, None, 0),
+    }
+    assert snap.taken_at_ms == 123
+    assert snap.backlog_by_priority() == {2: 7, 1: 4, 0: 0}
+    assert snap.oldest_pending_ms == {}  # age is opt-in
+
+
+def test_snapshot_uses_batched_calls_whatever_the_partition_count(make_topic, kafka_settings):
+    topic = make_topic(priorities=3, partitions=4, records={2: 8, 0: 8})
+    with KafkaEdge(kafka_settings) as edge:
+        counting = CountingAdmin(edge.admin)
+        edge._admin = counting
+        edge.snapshot(topic, now_ms=0, avg_record_bytes={name: 10.0 for name in topic.priority_topics().values()})
+    # 12 partitions: still one metadata call, one ListOffsets per spec, one OffsetFetch per priority group.
+    assert counting.calls == Counter({"list_topics": 1, "list_offsets": 2, "list_consumer_group_offsets": 3})
+
+
+def test_given_record_sizes_are_used_and_missing_ones_sampled(make_topic, kafka_settings):
+    # key "k<i>" + JSON value: sizes differ per record, so compute what the tail sample must average.
+    records = [("key1", "x" * 40, BASE_TS_MS, 0)] * 10 + [("key2", "y" * 96, BASE_TS_MS, 0)] * 5
+    topic = make_topic(priorities=2, partitions=1, records={1: records, 0: 3})
+    t1, t0 = topic.priority_topic(1), topic.priority_topic(0)
+    with KafkaEdge(kafka_settings) as edge:
+        snap = edge.snapshot(topic, now_ms=0, avg_record_bytes={t0: 77.5})
+    sizes = {p.topic: p.avg_record_bytes for p in snap.partitions}
+    # The sample reads the last 5 records of the fullest partition: all "key2" + 96 bytes = 100.
+    assert sizes == {t1: 100.0, t0: 77.5}
+
+
+def test_empty_topics_have_no_size_estimate(make_topic, kafka_settings):
+    topic = make_topic(priorities=1, partitions=2)
+    with KafkaEdge(kafka_settings) as edge:
+        snap = edge.snapshot(topic, now_ms=0)
+    assert [p.avg_record_bytes for p in snap.partitions] == [0.0, 0.0]
+
+
+def test_age_of_oldest_pending_record_per_priority(make_topic, kafka_settings):
+    # Priority 1: partition 0 records at +0 s, +2 s, +4 s; partition 1 at +1 s, +3 s.
+    topic = make_topic(priorities=2, partitions=2, records={1: 5})
+    t1 = topic.priority_topic(1)
+    with KafkaEdge(kafka_settings) as edge:
+        edge.commit(topic, [R(t1, 0, 0, 2)])  # partition 0 now pending from its record at +4 s
+        now = BASE_TS_MS + 60_000
+        snap = edge.snapshot(topic, now_ms=now, avg_record_bytes={}, with_age=True)
+    assert snap.oldest_pending_ms == {1: BASE_TS_MS + 1_000, 0: None}
+    assert {(p.partition, p.priority): p.oldest_pending_ms for p in snap.of_priority(1)} == {
+        (0, 1): BASE_TS_MS + 4_000, (1, 1): BASE_TS_MS + 1_000}
+    assert oldest_pending_age_ms(snap, now) == {0: None, 1: 59_000}
+
+
+def test_offsets_lost_to_retention_are_reported_and_strict_raises(make_topic, kafka_settings):
+    topic = make_topic(priorities=1, partitions=1, records={0: 10})
+    t0 = topic.priority_topic(0)
+    with KafkaEdge(kafka_settings) as edge:
+        edge.commit(topic, [R(t0, 0, 0, 3)])
+        assert edge.delete_records({(t0, 0): 7}) == {(t0, 0): 7}
+        snap = edge.snapshot(topic, now_ms=0, avg_record_bytes={})
+        assert snap.lost_to_retention() == (R(t0, 0, 3, 7),)
+        assert snap.partitions[0].backlog == 3
+        with pytest.raises(DataLostToRetention, match=rf"\(4 records\): {t0}\[0\]@\[3,7\)"):
+            edge.snapshot(topic, now_ms=0, avg_record_bytes={}, strict=True)
