@@ -4,6 +4,12 @@ Each tick: the tick's arrivals join FIFO queues (one per partition of each prior
 runs of ``(arrival tick, count)`` so long traces stay cheap); the policy sees the backlog and
 says how many records to drain from each partition; the queues give up their oldest records.
 
+Policies (:data:`POLICIES`): ``strict`` (most urgent first), ``round_robin`` (max-min fair
+shares), ``flipkart`` (exponential quotas + window burst, as flipkart's client) and ``kprio``
+(the real lag-aware :func:`~kprio_core.planner.plan_batch` on a snapshot of the simulated
+partitions). Baselines spread a priority's records max-min fairly over its partitions; kprio
+drains exactly the planner's ranges. Order is FIFO per partition; metrics are per priority.
+
 Metrics, per policy:
 
 - wait of a record = drain tick - arrival tick (drained the tick it arrived: 0); a record still
@@ -30,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kprio_core.burst import PollHistory, burst_capacities
-from kprio_core.errors import PolicyBroke
-from kprio_core.priority import Priority, most_urgent_first
+from kprio_core.errors import PolicyBroke, QuotaError
 from kprio_core.planner import Budget, plan_batch
+from kprio_core.priority import Priority, most_urgent_first
 from kprio_core.quota import Distribution, exponential_quotas
 from kprio_core.snapshot import LagSnapshot, PartitionLag
 from kprio_core.traces import Trace
@@ -353,7 +359,10 @@ def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> Pol
             tuple(tuple(q.runs[0][0] if q.runs else None for q in queues[p]) for p in range(n_pri)),
         )
         available += min(budget, sum(map(sum, view.backlog)))
-        decision = _checked(policy.drain(view), view, name)
+        try:
+            decision = _checked(policy.drain(view), view, name)
+        except QuotaError as err:
+            raise QuotaError(f"policy {name!r} on trace {trace.name!r}: {err}") from None
         tick_total = 0
         for p in range(n_pri):
             for i, n in enumerate(decision[p]):
