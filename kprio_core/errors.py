@@ -130,3 +130,21 @@ class KafkaOperationFailed(KprioError):
     """A Kafka client call failed for a reason none of the more specific errors covers."""
 
     code = "kafka_operation_failed"
+
+
+class LaneOrderBroken(KprioError):
+    """Records of one lane reached the handler out of offset order (a drain bug, never data)."""
+
+    code = "lane_order_broken"
+
+
+class DrainOutputInvalid(KprioError):
+    """The drained output does not match its plan: records outside the planned ranges, or twice."""
+
+    code = "drain_output_invalid"
+
+
+class OutputPublishFailed(KprioError):
+    """A staged drain output could not be moved into place."""
+
+    code = "output_publish_failed"
