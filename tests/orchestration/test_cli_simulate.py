@@ -98,6 +98,10 @@ def test_unknown_trace_and_conflicting_options_fail_cleanly(tmp_path: Path) -> N
     assert result.exit_code == 1 and "either --trace or --trace-file" in result.stderr
     result = run("--policy", "fifo")
     assert result.exit_code == 1 and "unknown policy fifo" in result.stderr
+    # Budget 5 cannot be split exponentially over 3 priorities: the error names the policy and trace.
+    result = run("--trace", "steady", "--budget", "5")
+    assert result.exit_code == 1
+    assert "policy 'flipkart' on trace 'steady'" in result.stderr and "[quota_invalid]" in result.stderr
 
 
 def test_markdown_has_one_table_per_built_in_trace() -> None:
