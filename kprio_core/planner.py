@@ -227,13 +227,32 @@ def min_share_targets(available: Mapping[Priority, int], budget: Budget) -> dict
     return {p: min(a, floor_) for p, a in available.items()}
 
 
-def quota_targets(available: Mapping[Priority, int], quotas: Mapping[Priority, int]) -> dict[Priority, int]:
-    """Stage 2 target: the base quota, capped by backlog.
+def quota_targets(
+    available: Mapping[Priority, int],
+    quotas: Mapping[Priority, int],
+    floors: Mapping[Priority, int],
+    records: int,
+) -> dict[Priority, int]:
+    """Stage 2 target: the base quota capped by backlog, never below the stage-1 floor.
 
-    >>> quota_targets({2: 100, 1: 4, 0: 100}, {2: 29, 1: 14, 0: 7})
+    Floors above a quota can push the total past the budget; the most urgent levels, which have
+    the largest quotas, give back the overflow (never below their own floor).
+
+    >>> quota_targets({2: 100, 1: 4, 0: 100}, {2: 29, 1: 14, 0: 7}, {2: 2, 1: 2, 0: 2}, 50)
     {2: 29, 1: 4, 0: 7}
+    >>> quota_targets({4: 99, 3: 99, 2: 99, 1: 99, 0: 99}, {4: 54, 3: 25, 2: 12, 1: 6, 0: 3},
+    ...               {4: 5, 3: 5, 2: 5, 1: 5, 0: 5}, 100)
+    {4: 52, 3: 25, 2: 12, 1: 6, 0: 5}
     """
-    return {p: min(a, quotas[p]) for p, a in available.items()}
+    targets = {p: max(floors[p], min(a, quotas[p])) for p, a in available.items()}
+    overflow = sum(targets.values()) - records
+    for p in sorted(targets, reverse=True):
+        if overflow <= 0:
+            break
+        cut = min(overflow, targets[p] - floors[p])
+        targets[p] -= cut
+        overflow -= cut
+    return targets
 
 
 def water_fill_targets(available: Mapping[Priority, int]) -> dict[Priority, int]:
@@ -302,7 +321,7 @@ def plan_batch(
             f"min_share {budget.min_share} x {n} priorities exceeds the whole budget: use at most {1 / n:.4f}"
         )
     quotas = base_quotas(n, budget.records, distribution)
-    shares = _fair_shares(snapshot, reserved)
+    shares = fair_shares(snapshot, reserved)
     available = {p: shares[p].capacity for p in most_urgent_first(n)}
 
     burst: BurstDecision | None
@@ -318,16 +337,21 @@ def plan_batch(
         # burst. The burst is priced on the others' *expected* unused capacity; when they do use
         # it, the record budget caps the burst rather than the others' quotas (flipkart's client
         # would overshoot max.poll.records here, kprio keeps the budget invariant).
-        stages = [quota_targets(available, quotas), window_rule_targets(available, capacities)]
+        no_floors = {p: 0 for p in available}
+        stages = [
+            quota_targets(available, quotas, no_floors, budget.records),
+            window_rule_targets(available, capacities),
+        ]
         granted = fill_stages(stages, shares, budget)
         grants = capacities
     else:
         # Order: the minimum share first, so no priority with backlog starves whatever the others
         # want; then base quotas, so urgency decides when everyone is busy; then whatever is left
         # (quota of idle priorities) goes most urgent first, so the budget is never wasted.
+        floors = min_share_targets(available, budget)
         stages = [
-            min_share_targets(available, budget),
-            quota_targets(available, quotas),
+            floors,
+            quota_targets(available, quotas, floors, budget.records),
             water_fill_targets(available),
         ]
         granted = fill_stages(stages, shares, budget)
@@ -372,7 +396,8 @@ def water_fill_decision(
     return BurstDecision(top, gainers[top], f"water-filling: {donor_text}; {gain_text}")
 
 
-def _fair_shares(snapshot: LagSnapshot, reserved: Iterable[OffsetRange]) -> dict[Priority, FairShare]:
+def fair_shares(snapshot: LagSnapshot, reserved: Iterable[OffsetRange] = ()) -> dict[Priority, FairShare]:
+    """Per priority, its partitions from their plan start (:func:`plan_start`) to the high watermark."""
     ends = reserved_ends(reserved)
     slots: dict[Priority, list[_Slot]] = {p: [] for p in range(snapshot.n_priorities)}
     for part in snapshot.partitions:
