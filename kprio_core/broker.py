@@ -131,6 +131,7 @@ class EmbeddedBroker:
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self._process: subprocess.Popen | None = None
+        self._log_from = 0
 
     @property
     def bootstrap(self) -> str:
@@ -202,6 +203,7 @@ class EmbeddedBroker:
         cmd = [str(noida_binary()), "start", "--only", "kafka", "--host", self.host,
                "--kafka-port", str(port), "--data-dir", str(self.data_dir)]
         with open(self.log_path, "ab") as log:
+            self._log_from = log.tell()  # report only this run's lines if it fails
             # Own session: the broker outlives the CLI that started it and ignores its Ctrl-C.
             self._process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                              start_new_session=True, cwd=self.data_dir)
@@ -260,7 +262,9 @@ class EmbeddedBroker:
 
     def _log_tail(self, lines: int = 5) -> str:
         try:
-            text = self.log_path.read_text(errors="replace").splitlines()
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_from)
+                text = log.read().decode(errors="replace").splitlines()
         except FileNotFoundError:
             return "(no log)"
         useful = [line for line in text if "GLIBC" not in line]

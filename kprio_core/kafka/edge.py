@@ -138,12 +138,16 @@ class KafkaEdge:
 
     # -- topics and retention -----------------------------------------------------------------
 
-    def ensure_topics(self, topic: TopicSettings, partitions: int | None = None) -> dict[Priority, int]:
-        """Create missing priority topics (``partitions`` each, default ``topic.partitions``), verify all."""
+    def ensure_topics(self, topic: TopicSettings, partitions: int | None = None, *,
+                      config: Mapping[str, str] | None = None) -> dict[Priority, int]:
+        """Create missing priority topics (``partitions`` each, default ``topic.partitions``), verify all.
+
+        ``config`` holds topic settings for the created topics, e.g. ``{"retention.ms": "-1"}``.
+        """
         wanted = partitions if partitions is not None else topic.partitions
         if wanted is None:
             raise ValueError(f"{topic.name}: say how many partitions to create (topics.partitions is not set)")
-        return ensure_topics(self.admin, topic, wanted, self.deadline())
+        return ensure_topics(self.admin, topic, wanted, self.deadline(), config)
 
     def delete_records(self, before: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """Delete records below the given offsets (as retention would); the new log start per partition."""

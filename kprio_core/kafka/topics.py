@@ -50,8 +50,9 @@ def verify_topics(admin: Any, topic: TopicSettings, deadline: Deadline) -> dict[
     return partition_counts(topic, topic_sizes(cluster_metadata(admin, deadline)), bootstrap=deadline.bootstrap)
 
 
-def ensure_topics(admin: Any, topic: TopicSettings, partitions: int, deadline: Deadline) -> dict[Priority, int]:
-    """Create the missing priority topics with ``partitions`` each, then verify all of them.
+def ensure_topics(admin: Any, topic: TopicSettings, partitions: int, deadline: Deadline,
+                  config: Mapping[str, str] | None = None) -> dict[Priority, int]:
+    """Create the missing priority topics with ``partitions`` each (and topic ``config``), then verify all.
 
     Existing topics are never altered: one with another partition count is an error.
     """
@@ -62,7 +63,7 @@ def ensure_topics(admin: Any, topic: TopicSettings, partitions: int, deadline: D
     if missing:
         # replication_factor -1 asks for the broker default (one on the embedded broker).
         futures = admin.create_topics(
-            [NewTopic(name, partitions, -1) for name in missing],
+            [NewTopic(name, partitions, -1, config=dict(config or {})) for name in missing],
             request_timeout=deadline.left("create topics"),
             operation_timeout=deadline.left("create topics"),
         )

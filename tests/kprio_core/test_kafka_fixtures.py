@@ -35,3 +35,14 @@ def test_generated_records_carry_their_timestamps(make_topic, kafka_settings):
 def test_second_topic_of_a_test_gets_its_own_name(make_topic):
     first, second = make_topic(priorities=1, partitions=1), make_topic(priorities=1, partitions=1)
     assert first.name != second.name
+
+
+def test_fixture_topics_keep_old_records(make_topic, kafka_settings):
+    """Generated records are stamped in 2023: the topics must not apply time retention to them."""
+    from confluent_kafka.admin import ConfigResource
+
+    topic = make_topic(priorities=1, partitions=1)
+    admin = KafkaEdge(kafka_settings).admin
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic.priority_topic(0))
+    configs = admin.describe_configs([resource], request_timeout=10)[resource].result(10)
+    assert configs["retention.ms"].value == "-1"
