@@ -24,5 +24,8 @@ def _root() -> None:
 
 
 # Command registrations: one line per command module (keep alphabetical).
+from orchestration.cli import explain  # noqa: E402
+app.command("burst")(explain.burst)
+app.command("quota")(explain.quota)
 from orchestration.cli import simulate  # noqa: E402
 app.command("simulate")(simulate.simulate)
