@@ -1,0 +1,99 @@
+"""The record handler contract: what a handler is given, what it must return, how it is loaded.
+
+A handler is named ``"module:function"`` (``config.drain.handler``) and called once per lane
+(one ``(topic, partition, lane)``) of a batch::
+
+    def handler(frames: Iterator[pandas.DataFrame], context: LaneContext) -> Iterator[pandas.DataFrame]
+
+- ``frames`` are the lane's records in offset order, a few thousand rows per frame, with the
+  columns ``topic, partition, offset, timestamp, timestampType, key, value, headers, priority,
+  batch_id, lane`` (``key``/``value`` are ``bytes`` or ``None``);
+- for every frame it reads, the handler yields one frame with the same rows in the same order
+  (one output row per input row), carrying any of the topic's schema fields and ``error``
+  (a string saying why the record could not be processed, else null). Other columns it returns
+  are ignored: the drain's own columns always come from the input, so a handler cannot lose
+  or invent records.
+- A record is never dropped: if the handler raises, every record of the lane it has not
+  returned yet is kept with the exception as its ``error``; a frame of another length than its
+  input is a contract breach and fails the batch with :class:`HandlerError`.
+
+The handler is loaded on the driver first (:func:`resolve_handler`), so a wrong name or
+signature fails before any Spark job runs.
+
+>>> resolve_handler("spark_jobs.handlers:decode_json").__name__
+'decode_json'
+>>> resolve_handler("spark_jobs.handlers")
+Traceback (most recent call last):
+...
+kprio_core.errors.HandlerError: drain.handler 'spark_jobs.handlers': expected 'module:function'
+>>> resolve_handler("json:dumps")
+Traceback (most recent call last):
+...
+kprio_core.errors.HandlerError: drain.handler 'json:dumps': signature (obj, *, skipkeys=False, ...) does not accept (frames, context)
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kprio_core.errors import HandlerError
+
+Handler = Callable[[Iterator[Any], "LaneContext"], Iterator[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class LaneContext:
+    """Where a handler call's records come from: one lane of one priority topic partition."""
+
+    logical_topic: str
+    topic: str
+    partition: int
+    lane: int
+    priority: int
+    batch_id: str
+    schema: tuple[tuple[str, str], ...] = ()
+    """The topic's decoded fields and their types, e.g. ``(("amount", "double"),)``."""
+
+    @property
+    def fields(self) -> Mapping[str, str]:
+        return dict(self.schema)
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]/lane{self.lane} of batch {self.batch_id}"
+
+
+def resolve_handler(spec: str) -> Handler:
+    """Import ``module:function`` and check it takes ``(frames, context)``; HandlerError otherwise."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise HandlerError(f"drain.handler {spec!r}: expected 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any import failure is the handler's
+        raise HandlerError(f"drain.handler {spec!r}: cannot import {module_name!r}: {type(err).__name__}: {err}") from None
+    func = module
+    for part in attr.split("."):
+        func = getattr(func, part, None)
+        if func is None:
+            raise HandlerError(f"drain.handler {spec!r}: module {module_name!r} has no {attr!r}")
+    if not callable(func):
+        raise HandlerError(f"drain.handler {spec!r}: {attr!r} is a {type(func).__name__}, not a function")
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return func  # builtins without a signature: trust and let the call tell
+    try:
+        signature.bind(iter(()), None)
+    except TypeError:
+        shown = _short(signature)
+        raise HandlerError(f"drain.handler {spec!r}: signature {shown} does not accept (frames, context)") from None
+    return func
+
+
+def _short(signature: inspect.Signature) -> str:
+    text = str(signature)
+    return text if len(text) <= 32 else text[:28].rsplit(",", 1)[0] + ", ...)"

@@ -1,0 +1,222 @@
+"""Read one offset range ``[start, end)`` with confluent-kafka and yield Arrow record batches.
+
+This runs on a Spark executor (it is also usable alone). Memory is bounded by the fetch limits
+(``fetch.max.bytes``, ``max.partition.fetch.bytes``, ``queued.max.messages.kbytes``) and by
+``batch_records``, never by the length of the range: records are consumed in chunks and a
+batch is handed on every ``batch_records`` records.
+
+The read stops at ``end`` (records at or beyond it are never returned) and is bounded in time:
+it gives up when no record arrived for ``stall_timeout_s`` (a deadline renewed on progress).
+What it could not read is a gap; without ``allow_data_loss`` a gap raises
+:class:`~kprio_core.errors.RangeIncomplete` naming topic, partition and missing offsets.
+
+>>> fetch_settings_conf(FetchSettings(16 << 20, 4 << 20, 16384))["max.partition.fetch.bytes"]
+4194304
+>>> fetch_settings_conf(FetchSettings(4096, 2048, 64))["message.max.bytes"]
+4096
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kprio_core.offsets import OffsetRange
+from spark_jobs.completeness import RangeTracker, incomplete_error
+
+LOGGER = logging.getLogger("kprio.reader")
+
+POLL_SLICE_S = 0.5
+"""Longest single consume() wait, so the stall deadline is checked at least this often."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSettings:
+    """librdkafka fetch limits that bound a reader's memory."""
+
+    fetch_max_bytes: int
+    max_partition_fetch_bytes: int
+    queued_max_messages_kbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSettings:
+    """Everything a range read needs besides the range and the client settings (picklable)."""
+
+    fetch: FetchSettings
+    batch_records: int = 10_000
+    allow_data_loss: bool = False
+    stall_timeout_s: float = 30.0
+
+
+def fetch_settings_conf(fetch: FetchSettings) -> dict[str, Any]:
+    """librdkafka settings for the fetch limits (message.max.bytes may not exceed fetch.max.bytes)."""
+    conf: dict[str, Any] = {
+        "fetch.max.bytes": fetch.fetch_max_bytes,
+        "max.partition.fetch.bytes": fetch.max_partition_fetch_bytes,
+        "queued.max.messages.kbytes": fetch.queued_max_messages_kbytes,
+        "receive.message.max.bytes": max(100_000_000, fetch.fetch_max_bytes + 512),
+    }
+    if fetch.fetch_max_bytes < 1_000_000:
+        conf["message.max.bytes"] = fetch.fetch_max_bytes
+    return conf
+
+
+def consumer_conf(client: Mapping[str, Any], fetch: FetchSettings) -> dict[str, Any]:
+    """A throwaway, never-committing consumer that reports end of partition and offset-out-of-range."""
+    conf = dict(client)
+    conf.update(fetch_settings_conf(fetch))
+    conf.update(
+        {
+            # A fresh group id per read: the reader never joins or commits to a real group.
+            "group.id": f"kprio-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            # 'error' instead of a silent jump: a range below the log start must be seen as a gap.
+            "auto.offset.reset": "error",
+            "logger": LOGGER,
+        }
+    )
+    return conf
+
+
+class _Columns:
+    """Column buffers of one Arrow batch under construction."""
+
+    def __init__(self) -> None:
+        self.key: list[bytes | None] = []
+        self.value: list[bytes | None] = []
+        self.offset: list[int] = []
+        self.ts: list[int] = []
+        self.ts_type: list[int] = []
+        self.headers: list[list[dict] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def to_batch(self, rng: OffsetRange, schema: Any) -> Any:
+        import numpy as np
+        import pyarrow as pa
+
+        n = len(self.offset)
+        ts_us = np.asarray(self.ts, dtype=np.int64) * 1000
+        ts_valid = np.asarray(self.ts_type, dtype=np.int32) >= 0
+        arrays = [
+            pa.array(self.key, type=pa.binary()),
+            pa.array(self.value, type=pa.binary()),
+            pa.array([rng.topic] * n, type=pa.string()) if n else pa.array([], type=pa.string()),
+            pa.array(np.full(n, rng.partition, dtype=np.int32)),
+            pa.array(np.asarray(self.offset, dtype=np.int64)),
+            pa.array(ts_us, type=schema.field("timestamp").type, mask=~ts_valid),
+            pa.array(np.asarray(self.ts_type, dtype=np.int32)),
+            pa.array(self.headers, type=schema.field("headers").type),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_range(
+    rng: OffsetRange,
+    client: Mapping[str, Any],
+    settings: ReadSettings,
+    schema: Any,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[Any]:
+    """Yield ``pyarrow.RecordBatch``es (``schema``) of every record of ``rng``, in offset order."""
+    import confluent_kafka as ck
+
+    tracker = RangeTracker(rng)
+    if rng.count == 0:
+        return
+    consumer = ck.Consumer(consumer_conf(client, settings.fetch))
+    tp = ck.TopicPartition(rng.topic, rng.partition, rng.start)
+    position = rng.start
+    reason = ""  # why the read stopped before ``end``
+    notes: list[str] = []  # why offsets were skipped while reading on
+    try:
+        consumer.assign([tp])
+        deadline = clock() + settings.stall_timeout_s
+        columns = _Columns()
+        while position < rng.end:
+            now = clock()
+            if now >= deadline:
+                reason = f"no record for {settings.stall_timeout_s:g} s at offset {position}"
+                break
+            want = min(settings.batch_records - len(columns), rng.end - position)
+            messages = consumer.consume(max(1, want), timeout=min(POLL_SLICE_S, deadline - now))
+            seen: list[int] = []
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    stop, position, note = _on_event(consumer, ck, rng, tracker, err, msg, position, seen)
+                    if stop:
+                        reason = note or "done"
+                        break
+                    notes.append(note)
+                    continue
+                offset = msg.offset()
+                if offset < position:
+                    continue  # re-delivered after a re-assign: already taken
+                if offset >= rng.end:
+                    position = rng.end
+                    break
+                seen.append(offset)
+                columns.key.append(msg.key())
+                columns.value.append(msg.value())
+                columns.offset.append(offset)
+                ts_type, ts = msg.timestamp()
+                columns.ts.append(ts if ts_type else 0)
+                columns.ts_type.append(ts_type - 1)
+                hdrs = msg.headers()
+                columns.headers.append([{"key": k, "value": v} for k, v in hdrs] if hdrs else None)
+                position = offset + 1
+            if seen:
+                tracker.observe(seen)
+                deadline = clock() + settings.stall_timeout_s
+            if len(columns) >= settings.batch_records:
+                yield columns.to_batch(rng, schema)
+                columns = _Columns()
+            if reason:
+                break
+        reason = "" if reason == "done" else reason
+        if len(columns):
+            yield columns.to_batch(rng, schema)
+    finally:
+        consumer.close()
+    gaps = tracker.missing()
+    if gaps:
+        why = "; ".join([*notes, reason] if reason else notes) or "offsets skipped by the log"
+        if not settings.allow_data_loss:
+            raise incomplete_error(rng, gaps, why)
+        LOGGER.warning("%s: %d offsets lost (%s)", rng, sum(g.count for g in gaps), why)
+
+
+def _on_event(consumer, ck, rng, tracker, err, msg, position, seen):
+    """Handle an error event: (stop reading?, new position, what happened)."""
+    code = err.code()
+    if code == ck.KafkaError._PARTITION_EOF:
+        high = msg.offset()
+        if high >= rng.end:
+            return True, rng.end, ""  # markers or compaction ate the tail: left to the tracker
+        return True, position, f"end of partition at high watermark {high}"
+    if code == ck.KafkaError._AUTO_OFFSET_RESET:
+        tracker.observe(seen)
+        seen.clear()
+        low, high = consumer.get_watermark_offsets(ck.TopicPartition(rng.topic, rng.partition), timeout=10)
+        if position < low:
+            # Retention deleted [position, low): a gap; go on from the log start.
+            tracker.skip_to(low)
+            note = f"deleted by retention: the log starts at {low}"
+            if low >= rng.end:
+                return True, rng.end, note
+            consumer.assign([ck.TopicPartition(rng.topic, rng.partition, low)])
+            return False, low, note
+        return True, position, f"offset {position} out of range (log is [{low},{high}))"
+    from kprio_core.errors import KafkaOperationFailed
+
+    raise KafkaOperationFailed(f"reading {rng}: {err.str()}")

@@ -1,0 +1,60 @@
+"""One SparkSession per run: ``local[*]`` by default, a ``spark.master`` URL, or a Spark Connect remote.
+
+The session has the ``kprio-kafka`` data source registered. Executors run the driver's own
+interpreter (``PYSPARK_PYTHON`` = ``sys.executable`` unless set), so the Python data source and
+the handler import the same kprio and the same libraries on both sides. A real cluster's
+workers need kprio installed in that interpreter too.
+
+>>> from kprio_core.config import SparkSettings
+>>> session_conf(SparkSettings(conf={"spark.sql.shuffle.partitions": "8"}))["spark.sql.shuffle.partitions"]
+'8'
+>>> session_conf(SparkSettings())["spark.sql.session.timeZone"]
+'UTC'
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from kprio_core.config import SparkSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_CONF = {
+    # Kafka timestamps are UTC instants; a UTC session shows them unshifted.
+    "spark.sql.session.timeZone": "UTC",
+    # A drain job has a handful of lanes, not 200: keep shuffles small unless configured.
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+}
+
+
+def session_conf(settings: SparkSettings) -> dict[str, str]:
+    """Spark settings of the session: kprio's defaults, then the configured ones."""
+    conf = dict(DEFAULT_CONF)
+    conf["spark.sql.execution.arrow.maxRecordsPerBatch"] = str(settings.arrow_batch_records)
+    conf.update(settings.conf)
+    return conf
+
+
+def build_session(settings: SparkSettings, app_name: str = "kprio") -> SparkSession:
+    """The run's SparkSession (created, or the active one reused) with the data source registered."""
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.datasource import KafkaRangeDataSource
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if settings.remote:
+        builder = builder.remote(settings.remote)
+    else:
+        builder = builder.master(settings.master).config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+    for key, value in session_conf(settings).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.dataSource.register(KafkaRangeDataSource)
+    return spark

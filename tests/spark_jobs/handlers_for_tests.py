@@ -1,0 +1,42 @@
+"""Handlers used by the drain tests (imported by the executors through PYTHONPATH)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from spark_jobs.handler_contract import LaneContext
+
+
+def record_order(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Sets ``seen`` to the position of each record in the order this call received them."""
+    counter = itertools.count()
+    for frame in frames:
+        yield frame.assign(seen=[next(counter) for _ in range(len(frame))], error=None)
+
+
+def fail_on_offset_five(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Answers frames until it meets offset 5, then raises."""
+    for frame in frames:
+        if (frame["offset"] == 5).any():
+            raise ValueError(f"cannot handle offset 5 of {context.topic}")
+        yield frame.assign(error=None)
+
+
+def drops_a_row(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Breaks the contract: returns one row fewer than it was given."""
+    for frame in frames:
+        yield frame.iloc[1:]
+
+
+def stops_early(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Answers only the first frame of a lane."""
+    for frame in frames:
+        yield frame.assign(error=None)
+        return
+
+
+def not_a_handler(frames: Iterator[Any]) -> Iterator[Any]:
+    """Wrong signature: no context."""
+    yield from frames

@@ -1,0 +1,125 @@
+"""The handler contract, the default JSON handler and the lane runner, without Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pytest
+
+from kprio_core.errors import HandlerError, LaneOrderBroken
+from spark_jobs.columns import drain_struct, input_struct
+from spark_jobs.handler_contract import LaneContext, resolve_handler
+from spark_jobs.handlers import decode_json, decode_value
+from spark_jobs.kafka_schema import arrow_schema_of
+from spark_jobs.lane_runner import lane_runner
+
+SCHEMA = {"i": "long", "amount": "double", "name": "string", "ok": "boolean", "at": "timestamp"}
+
+
+@pytest.mark.parametrize(
+    ("value", "fields", "error"),
+    [
+        (b'{"i": 1, "amount": 2, "name": "a", "ok": true, "at": 1700000000000}',
+         {"i": 1, "amount": 2.0, "name": "a", "ok": True,
+          "at": dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc)}, None),  # all types; epoch ms
+        (b'{"at": "2024-05-01T12:00:00"}', {"at": dt.datetime(2024, 5, 1, 12, tzinfo=dt.timezone.utc)}, None),  # naive ISO = UTC
+        (b'{}', {}, None),  # missing fields are null, not errors
+        (None, {}, None),  # tombstone: fine, all null
+        (b'{"i": true}', {}, "field 'i': expected long, got bool True"),  # bool is not a long
+        (b'{"i": 1.5, "name": "x"}', {"name": "x"}, "field 'i': expected long, got float 1.5"),  # others still decoded
+        (b'{"at": "yesterday"}', {}, "field 'at': expected timestamp, got str 'yesterday'"),
+        (b'[1, 2]', {}, "value is a JSON list, not an object"),
+        (b'\xff\xfe', {}, "value is not JSON"),  # not even UTF-8
+    ],
+)
+def test_decode_value(value, fields, error):
+    decoded, err = decode_value(value, SCHEMA)
+    assert decoded == {**dict.fromkeys(SCHEMA), **fields}
+    assert (err is None) if error is None else err.startswith(error)
+
+
+def test_resolve_handler_errors_name_the_problem():
+    with pytest.raises(HandlerError, match="cannot import 'no_such_module'"):
+        resolve_handler("no_such_module:f")
+    with pytest.raises(HandlerError, match="has no 'nope'"):
+        resolve_handler("spark_jobs.handlers:nope")
+    with pytest.raises(HandlerError, match="does not accept"):
+        resolve_handler("tests.spark_jobs.handlers_for_tests:not_a_handler")
+    assert resolve_handler("tests.spark_jobs.handlers_for_tests:record_order")
+
+
+def _batch(rows: list[tuple[str, int, int, int, bytes | None]]) -> pa.RecordBatch:
+    """Input rows ``(topic, partition, lane, offset, value)``."""
+    schema = arrow_schema_of(input_struct())
+    n = len(rows)
+    cols = {
+        "key": [b"k"] * n, "value": [r[4] for r in rows], "topic": [r[0] for r in rows],
+        "partition": [r[1] for r in rows], "offset": [r[3] for r in rows],
+        "timestamp": [0] * n, "timestampType": [0] * n, "headers": [None] * n,
+        "priority": [1] * n, "batch_id": ["b"] * n, "lane": [r[2] for r in rows],
+    }
+    return pa.RecordBatch.from_arrays([pa.array(cols[f.name], type=f.type) for f in schema], schema=schema)
+
+
+def _run(spec: str, batches: list[pa.RecordBatch], schema=None) -> list[dict]:
+    schema = SCHEMA if schema is None else schema
+    run = lane_runner(spec, "t", schema, drain_struct(schema))
+    return [row for out in run(iter(batches)) for row in out.to_pylist()]
+
+
+def test_default_handler_keeps_every_record_and_types_fields():
+    good = json.dumps({"i": 7, "amount": 1.25}).encode()
+    rows = _run("spark_jobs.handlers:decode_json", [_batch([("t-1", 0, 0, 0, good), ("t-1", 0, 0, 1, b"{bad"),
+                                                           ("t-1", 0, 0, 2, None)])])
+    assert [(r["offset"], r["i"], r["amount"]) for r in rows] == [(0, 7, 1.25), (1, None, None), (2, None, None)]
+    assert rows[0]["error"] is None and rows[2]["error"] is None
+    assert rows[1]["error"].startswith("value is not JSON") and rows[1]["value"] == b"{bad"
+
+
+def test_lanes_are_cut_at_topic_partition_and_lane_changes_and_get_one_call_each():
+    rows = [("t-1", 0, 0, o, None) for o in (0, 1)] + [("t-1", 0, 1, 2, None), ("t-1", 1, 1, 0, None)]
+    out = _run("tests.spark_jobs.handlers_for_tests:record_order", [_batch(rows[:3]), _batch(rows[3:])],
+               schema={"seen": "long"})
+    assert [(r["partition"], r["lane"], r["offset"], r["seen"]) for r in out] == [
+        (0, 0, 0, 0), (0, 0, 1, 1), (0, 1, 2, 0), (1, 1, 0, 0)]
+
+
+def test_a_lane_continuing_across_batches_is_one_call():
+    out = _run("tests.spark_jobs.handlers_for_tests:record_order",
+               [_batch([("t-1", 0, 0, 0, None)]), _batch([("t-1", 0, 0, 1, None)])], schema={"seen": "long"})
+    assert [r["seen"] for r in out] == [0, 1]
+
+
+def test_a_failing_handler_keeps_the_rest_of_the_lane_with_its_error():
+    batches = [_batch([("t-1", 0, 0, o, None)]) for o in range(8)]
+    out = _run("tests.spark_jobs.handlers_for_tests:fail_on_offset_five", batches, schema={})
+    assert [r["offset"] for r in out] == list(range(8))
+    assert [r["error"] for r in out[:5]] == [None] * 5
+    assert all(r["error"] == "handler failed: ValueError: cannot handle offset 5 of t-1" for r in out[5:])
+
+
+def test_a_handler_that_stops_early_loses_nothing():
+    batches = [_batch([("t-1", 0, 0, o, None)]) for o in range(3)]
+    out = _run("tests.spark_jobs.handlers_for_tests:stops_early", batches, schema={})
+    assert [(r["offset"], r["error"]) for r in out] == [
+        (0, None), (1, "the handler returned no row for this record"), (2, "the handler returned no row for this record")]
+
+
+def test_a_handler_returning_fewer_rows_breaks_the_contract():
+    with pytest.raises(HandlerError, match="answered a frame of 2 records with 1 rows"):
+        _run("tests.spark_jobs.handlers_for_tests:drops_a_row", [_batch([("t-1", 0, 0, 0, None), ("t-1", 0, 0, 1, None)])],
+             schema={})
+
+
+def test_rows_out_of_offset_order_are_refused():
+    with pytest.raises(LaneOrderBroken, match="not strictly increasing"):
+        _run("spark_jobs.handlers:decode_json", [_batch([("t-1", 0, 0, 3, None), ("t-1", 0, 0, 2, None)])])
+    with pytest.raises(LaneOrderBroken, match="came back after another lane"):
+        _run("spark_jobs.handlers:decode_json", [_batch([("t-1", 0, 0, 0, None), ("t-1", 0, 1, 1, None),
+                                                         ("t-1", 0, 0, 2, None)])])
+
+
+def test_lane_context_names_the_lane():
+    assert str(LaneContext("t", "t-1", 0, 3, 1, "b")) == "t-1[0]/lane3 of batch b"
