@@ -1,0 +1,33 @@
+"""The Dagster code location of kprio: assets, checks, sensor, jobs and resources, built from kprio.yaml.
+
+``dagster dev`` (workspace.yaml) loads ``defs``; :func:`build_definitions` builds the same thing
+from any configuration (tests, ``kprio drain``).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from kprio_core.config import KprioConfig, load_config
+from orchestration.assets import build_replayed_window, committed_offsets, drained_batch
+from orchestration.checks import drained_batch_quality
+from orchestration.jobs import build_drain_job, build_replay_window_job, plan_batch_job
+from orchestration.partitions import replay_partitions
+from orchestration.resources import resources_from_config
+from orchestration.sensors import build_priority_lag_sensor
+
+
+def build_definitions(config: KprioConfig) -> dg.Definitions:
+    """Everything Dagster shows for ``config``."""
+    replayed_window = build_replayed_window(replay_partitions(config.drain.replay_start))
+    drain_job = build_drain_job()
+    return dg.Definitions(
+        assets=[drained_batch, committed_offsets, replayed_window],
+        asset_checks=[drained_batch_quality],
+        jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job],
+        sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s)],
+        resources=resources_from_config(config),
+    )
+
+
+defs = build_definitions(load_config())

@@ -1,0 +1,102 @@
+"""Jobs: ``drain_job`` (one batch: drain, checks, commit), ``replay_window_job`` and the manual ``plan_batch_job``.
+
+The manual drain is a plan, not a second drain path: ``plan_batch_job`` (Launchpad config:
+logical topic, priorities, record budget) takes the lag snapshot, plans one batch under the
+same rules as the sensor, records it in the ledger and adds its ``kprio_batches`` partition.
+``priority_lag_sensor`` then launches ``drain_job`` for it on its next tick (planned batches
+without a run are launched first; run key = batch id), so the batch is materialized by the
+same ``drained_batch`` / checks / ``committed_offsets`` as every other. With the sensor off,
+the batch waits as planned (``kprio drain`` or turning the sensor on launches it), and it
+holds its ranges meanwhile so no other plan can take them.
+"""
+
+
+import time
+
+import dagster as dg
+from pydantic import Field
+
+from orchestration.assets import committed_offsets, drained_batch
+from orchestration.partitions import BATCH_PARTITIONS_NAME
+from orchestration.planning import decide
+from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
+from orchestration.sensors import existing_runs
+
+
+def build_drain_job():
+    """One batch partition: drained_batch, its blocking checks, then committed_offsets."""
+    return dg.define_asset_job(
+        "drain_job",
+        selection=dg.AssetSelection.assets(drained_batch, committed_offsets),
+        description="Drain one batch (the partition = its ledger id), check it with Great Expectations, "
+        "commit its offsets. Launched by priority_lag_sensor; backfill chosen partitions to re-drain them.",
+    )
+
+
+def build_replay_window_job(replayed_window: dg.AssetsDefinition):
+    return dg.define_asset_job(
+        "replay_window_job",
+        selection=dg.AssetSelection.assets(replayed_window),
+        description="Replay UTC hours of every priority topic into drain.replay_path (no offsets committed).",
+    )
+
+
+class PlanBatchConfig(dg.Config):
+    """What to drain by hand."""
+
+    logical_topic: str = Field(description="The logical topic, as named under topics: in kprio.yaml.")
+    priorities: list[int] | None = Field(
+        default=None, description="Priorities to include (e.g. [2, 1]); default: all of them."
+    )
+    record_budget: int | None = Field(
+        default=None, ge=1, description="Most records of the batch; default: planner.record_budget."
+    )
+
+
+@dg.op(
+    description="Plan one batch of a logical topic now, record it in the ledger and add its kprio_batches "
+    "partition; priority_lag_sensor launches drain_job for it on its next tick.",
+)
+def plan_batch_op(
+    context: dg.OpExecutionContext,
+    config: PlanBatchConfig,
+    kafka: KafkaResource,
+    ledger: LedgerResource,
+    kprio: KprioSettings,
+) -> str:
+    settings = kprio.config()
+    topic = settings.topic(config.logical_topic)
+    bad = sorted(p for p in config.priorities or [] if not 0 <= p < topic.priorities)
+    if bad:
+        raise dg.Failure(description=f"{topic.name} has priorities 0..{topic.priorities - 1}, not {bad}")
+    book = ledger.ledger
+    decision = decide(
+        settings, topic, edge=kafka.edge, ledger=book, now_s=time.time(),
+        launched=existing_runs(context.instance, book, topic.name),
+        priorities=config.priorities, record_budget=config.record_budget,
+    )
+    if decision.launch:
+        waiting = ", ".join(b.batch_id for b in decision.launch)
+        raise dg.Failure(description=f"{topic.name}: batch {waiting} is planned and waits for its run; nothing new planned")
+    if decision.plan is None:
+        raise dg.Failure(description=f"{topic.name}: nothing planned: {decision.reason}")
+    batch = book.record_plan(decision.plan, max_in_flight=settings.planner.max_in_flight)
+    context.instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, [batch.batch_id])
+    by_p = batch.plan.records_by_priority()
+    context.add_output_metadata(
+        {"batch_id": batch.batch_id, "records": batch.plan.records, **{f"records_p{p}": n for p, n in by_p.items()}}
+    )
+    context.log.info(
+        f"batch {batch.batch_id} planned ({batch.plan.records} records); priority_lag_sensor launches drain_job "
+        f"for partition {batch.batch_id} on its next tick"
+    )
+    return batch.batch_id
+
+
+@dg.job(
+    name="plan_batch_job",
+    description="Manual drain: plan one batch with the Launchpad's config (topic, priorities, budget); the sensor "
+    "then drains, checks and commits it through drain_job.",
+)
+def plan_batch_job() -> None:
+    plan_batch_op()
