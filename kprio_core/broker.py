@@ -121,13 +121,13 @@ class BrokerStatus:
 
 
 class EmbeddedBroker:
-    """One noida-db Kafka broker on ``port`` (None: a free one) persisting to ``data_dir``."""
+    """One noida-db Kafka broker on ``port`` (None or 0: a free one) persisting to ``data_dir``."""
 
     def __init__(self, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, port: int | None = None, *,
                  host: str = "127.0.0.1", start_timeout_s: float = 30.0, stop_timeout_s: float = 10.0) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.host = host
-        self.port = port
+        self.port = port or None  # 0 would let the broker pick a port we could not learn
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self._process: subprocess.Popen | None = None

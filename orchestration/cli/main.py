@@ -24,8 +24,12 @@ def _root() -> None:
 
 
 # Command registrations: one line per command module (keep alphabetical).
+from orchestration.cli import broker  # noqa: E402
+app.add_typer(broker.app, name="broker")
 from orchestration.cli import explain  # noqa: E402
 app.command("burst")(explain.burst)
 app.command("quota")(explain.quota)
+from orchestration.cli import lag  # noqa: E402
+app.command("lag")(lag.lag)
 from orchestration.cli import simulate  # noqa: E402
 app.command("simulate")(simulate.simulate)

@@ -1,0 +1,99 @@
+"""``kprio lag``: backlog in records and in time, per priority and partition, from the live cluster."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+
+from orchestration.cli.common import ConfigOption, JsonOption, clean_errors, config_from, print_json
+
+TopicOption = Annotated[
+    str | None, typer.Option("--topic", "-t", help="Logical topic to show (default: every configured topic).")
+]
+AgeOption = Annotated[
+    bool, typer.Option("--age/--no-age", help="Read the oldest pending record of each backlog to show its age.")
+]
+
+
+def lag_doc(snapshot: Any, now_ms: int) -> dict[str, Any]:
+    """The JSON shape of one logical topic's lag, most urgent priority first."""
+    from kprio_core.kafka import oldest_pending_age_ms
+
+    ages = oldest_pending_age_ms(snapshot, now_ms)
+    priorities: dict[str, Any] = {}
+    for p in range(snapshot.n_priorities - 1, -1, -1):
+        parts = snapshot.of_priority(p)
+        priorities[str(p)] = {
+            "backlog": sum(part.backlog for part in parts),
+            "oldest_age_s": None if ages[p] is None else ages[p] / 1000,
+            "partitions": [
+                {
+                    "partition": part.partition,
+                    "topic": part.topic,
+                    "log_start": part.log_start,
+                    "high_watermark": part.high_watermark,
+                    "committed": part.committed,
+                    "backlog": part.backlog,
+                    "oldest_age_s": None if part.oldest_pending_ms is None
+                    else max(0, now_ms - part.oldest_pending_ms) / 1000,
+                    "lost_to_retention": (lost.count if (lost := part.lost_to_retention) else 0),
+                }
+                for part in sorted(parts, key=lambda x: x.partition)
+            ],
+        }
+    return {"topic": snapshot.logical_topic, "priorities": priorities}
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _table(doc: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"lag of {doc['topic']}")
+    for name in ("prio", "part", "log start", "high wm", "committed", "backlog", "oldest", "lost"):
+        table.add_column(name, justify="right")
+    for p, prio in doc["priorities"].items():
+        for part in prio["partitions"]:
+            committed = "none" if part["committed"] is None else str(part["committed"])
+            table.add_row(p, str(part["partition"]), str(part["log_start"]), str(part["high_watermark"]), committed,
+                          str(part["backlog"]), _age(part["oldest_age_s"]), str(part["lost_to_retention"] or ""))
+        table.add_row(p, "all", "", "", "", f"[bold]{prio['backlog']}[/bold]", f"[bold]{_age(prio['oldest_age_s'])}",
+                      "", end_section=True)
+    return table
+
+
+@clean_errors
+def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOption = False,
+        age: AgeOption = True) -> None:
+    """Show the backlog of every priority and partition: records, oldest pending age, committed offset.
+
+    With --json: {"topic": ..., "priorities": {"2": {"backlog": n, "oldest_age_s": x, "partitions": [...]}}}
+    for one topic, a list of those for several.
+
+    Example: kprio lag --topic orders --json
+    """
+    from kprio_core.kafka import KafkaEdge
+
+    cfg = config_from(config)
+    topics = [cfg.topic(topic)] if topic else list(cfg.topics)
+    now_ms = int(time.time() * 1000)
+    with KafkaEdge(cfg.kafka) as edge:
+        docs = [lag_doc(edge.snapshot(t, now_ms=now_ms, avg_record_bytes={}, with_age=age), now_ms) for t in topics]
+    if as_json:
+        print_json(docs[0] if len(docs) == 1 else docs)
+        return
+    from rich.console import Console
+
+    console = Console()
+    for doc in docs:
+        console.print(_table(doc))
