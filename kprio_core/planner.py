@@ -157,60 +157,100 @@ class FairShare:
         self.slots = list(slots)
         self.capacity = sum(s.capacity for s in self.slots)
         self._by_capacity = sorted(range(len(self.slots)), key=lambda i: self.slots[i].capacity)
+        self._caps = [self.slots[i].capacity for i in self._by_capacity]
+        self._rank = [0] * len(self.slots)
+        for r, i in enumerate(self._by_capacity):
+            self._rank[i] = r
         self._by_age = sorted(range(len(self.slots)), key=lambda i: _tie_break(self.slots[i]))
-        self._sized = any(s.part.avg_record_bytes > 0 for s in self.slots)
+        self._avgs = [s.part.avg_record_bytes for s in self.slots]
+        self._sized = any(a > 0 for a in self._avgs)
+        self._full_bytes: list[int] = []  # filled on first use: only a byte budget needs it
+        self._bytes_memo: dict[int, int] = {}
 
-    def counts(self, total: int) -> list[int]:
-        """Records per slot (in slot order) for ``total`` records, ``0 <= total <= capacity``."""
-        counts = [0] * len(self.slots)
-        remaining, left = min(total, self.capacity), len(self.slots)
-        k = 0
+    def _split(self, total: int) -> tuple[int, int, int]:
+        """``(k, level, extra)``: the k smallest backlogs are taken whole, the others get ``level``
+        records and ``extra`` of them (oldest backlog first) one more."""
+        caps = self._caps
+        remaining, left, k = min(total, self.capacity), len(caps), 0
         # Saturate the smallest backlogs while they are below the even level of what remains.
-        while k < len(self._by_capacity):
-            i = self._by_capacity[k]
-            cap = self.slots[i].capacity
-            if cap > remaining // left:
-                break
-            counts[i] = cap
-            remaining -= cap
+        while k < len(caps) and caps[k] <= remaining // left:
+            remaining -= caps[k]
             left -= 1
             k += 1
         if left == 0:
-            return counts
+            return k, 0, 0
         level, extra = divmod(remaining, left)
-        unsaturated = set(self._by_capacity[k:])
-        for i in unsaturated:
-            counts[i] = level
+        return k, level, extra
+
+    def _extras(self, k: int, extra: int) -> list[int]:
+        """Slots (not among the k saturated) that get one record above the level."""
+        out: list[int] = []
+        rank = self._rank
         for i in self._by_age:
-            if extra == 0:
+            if len(out) == extra:
                 break
-            if i in unsaturated:
-                counts[i] += 1
-                extra -= 1
+            if rank[i] >= k:
+                out.append(i)
+        return out
+
+    def counts(self, total: int) -> list[int]:
+        """Records per slot (in slot order) for ``total`` records, ``0 <= total <= capacity``."""
+        k, level, extra = self._split(total)
+        counts = [0] * len(self.slots)
+        for r, i in enumerate(self._by_capacity):
+            counts[i] = self._caps[r] if r < k else level
+        for i in self._extras(k, extra):
+            counts[i] += 1
         return counts
 
     def bytes_for(self, total: int) -> int:
         """Estimated bytes of the split of ``total`` records (monotone in ``total``)."""
         if not self._sized or total <= 0:
             return 0
-        return sum(
-            estimate_bytes(c, s.part.avg_record_bytes) for c, s in zip(self.counts(total), self.slots)
-        )
+        memo = self._bytes_memo.get(total)
+        if memo is not None:
+            return memo
+        if not self._full_bytes:
+            # bytes of the k smallest partitions taken whole, in capacity order
+            self._full_bytes = [0]
+            for i in self._by_capacity:
+                self._full_bytes.append(self._full_bytes[-1] + estimate_bytes(self.slots[i].capacity, self._avgs[i]))
+        k, level, extra = self._split(total)
+        avgs = self._avgs
+        result = self._full_bytes[k]
+        if level:
+            result += sum(math.ceil(level * avgs[i]) for i in self._by_capacity[k:] if avgs[i] > 0)
+        for i in self._extras(k, extra):
+            a = avgs[i]
+            if a > 0:
+                result += math.ceil((level + 1) * a) - math.ceil(level * a)
+        self._bytes_memo[total] = result
+        return result
 
     def most_within_bytes(self, base: int, want: int, byte_room: int) -> int:
         """Largest ``t <= want`` such that ``total base + t`` costs at most ``byte_room`` more bytes."""
         if not self._sized:
             return want
         before = self.bytes_for(base)
-        if self.bytes_for(base + want) - before <= byte_room:
+        limit = before + byte_room
+        hi_bytes = self.bytes_for(base + want)
+        if hi_bytes <= limit:
             return want
-        lo, hi = 0, want - 1  # t = lo always fits; answer within [lo, hi]
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.bytes_for(base + mid) - before <= byte_room:
-                lo = mid
+        # Invariant: t = lo fits, t = hi does not. Bytes grow almost linearly with records, so
+        # interpolate; every other step bisects, which bounds the steps at twice a binary search.
+        lo, hi, lo_bytes = 0, want, before
+        bisect = False
+        while hi - lo > 1:
+            guess = (lo + hi) // 2
+            if not bisect:
+                guess = lo + (hi - lo) * (limit - lo_bytes) // (hi_bytes - lo_bytes)
+                guess = min(max(guess, lo + 1), hi - 1)
+            bisect = not bisect
+            b = self.bytes_for(base + guess)
+            if b <= limit:
+                lo, lo_bytes = guess, b
             else:
-                hi = mid - 1
+                hi, hi_bytes = guess, b
         return lo
 
 
