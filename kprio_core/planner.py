@@ -352,6 +352,8 @@ def plan_batch(
     ``grants`` of the plan: in ``lag-aware`` mode the records each priority takes; in
     ``flipkart`` mode the window rule's capacity (base quota + burst), of which a priority takes
     at most its backlog and, for the burst, what the other priorities left of the record budget.
+    ``history`` is read only in ``flipkart`` mode (an empty history there means no burst); the
+    caller records each drained batch into it (``history.record(drained, plan.quotas)``).
     """
     n = snapshot.n_priorities
     if mode not in PLAN_MODES:
