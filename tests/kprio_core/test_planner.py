@@ -17,9 +17,13 @@ from kprio_core.planner import (
     Budget,
     fair_shares,
     min_share_records,
+    min_share_targets,
     plan_batch,
     plan_start,
+    quota_targets,
     reserved_ends,
+    water_fill_targets,
+    window_rule_targets,
 )
 from kprio_core.quota import base_quotas
 from kprio_core.snapshot import LagSnapshot, PartitionLag
@@ -38,6 +42,32 @@ def snap(*parts: PartitionLag, n: int = 3) -> LagSnapshot:
 
 def busy(hw2: int = 100, hw1: int = 100, hw0: int = 100, avg: float = 0.0) -> LagSnapshot:
     return snap(part(2, 0, hw2, avg=avg), part(1, 0, hw1, avg=avg), part(0, 0, hw0, avg=avg))
+
+
+RULES = [
+    # (case, rule output, expected, why)
+    (1, lambda: min_share_targets({2: 100, 1: 1, 0: 0}, Budget(100)), {2: 5, 1: 1, 0: 0},
+     "5% of 100, capped by backlog; an idle priority needs nothing"),
+    (2, lambda: min_share_targets({2: 9, 1: 9, 0: 9}, Budget(7)), {2: 1, 1: 1, 0: 1},
+     "a tiny budget still guarantees one record each"),
+    (3, lambda: min_share_targets({2: 9}, Budget(50, min_share=0.0)), {2: 0}, "min share 0: no guarantee"),
+    (4, lambda: quota_targets({2: 100, 1: 4, 0: 100}, Q50, {2: 2, 1: 2, 0: 2}, 50), {2: 29, 1: 4, 0: 7},
+     "quota capped by backlog"),
+    (5, lambda: quota_targets({1: 99, 0: 99}, {1: 2, 0: 1}, {1: 1, 0: 2}, 3), {1: 1, 0: 2},
+     "a floor above the quota is paid by the most urgent level"),
+    (6, lambda: water_fill_targets({2: 7, 1: 0}), {2: 7, 1: 0}, "water-filling aims at the whole backlog"),
+    (7, lambda: window_rule_targets({2: 100, 1: 3, 0: 100}, {2: 33, 1: 14, 0: 7}), {2: 33, 1: 3, 0: 7},
+     "window capacity capped by backlog"),
+    (8, lambda: reserved_ends([OffsetRange("t", 0, 0, 10), OffsetRange("t", 0, 10, 25), OffsetRange("t", 1, 3, 4)]),
+     {("t", 0): 25, ("t", 1): 4}, "the furthest reservation per partition"),
+    (9, lambda: plan_start(part(0, 0, 100, committed=10), 5), 10, "a reservation behind the committed offset is moot"),
+    (10, lambda: plan_start(part(0, 0, 100, committed=5, log_start=20), None), 20, "retention moved the start"),
+]
+
+
+@pytest.mark.parametrize(("case", "rule", "expected", "why"), RULES, ids=[f"rule-{c[0]}" for c in RULES])
+def test_rules(case, rule, expected, why) -> None:
+    assert rule() == expected, why
 
 
 LAG_AWARE = [
