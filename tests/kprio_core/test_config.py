@@ -1,0 +1,295 @@
+"""kprio.yaml: where it is found, environment overrides, secrets, and one clear message per bad file."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+import pytest
+
+from kprio_core.config import (
+    KprioConfig,
+    config_path,
+    is_secret_setting,
+    load_config,
+    parse_config,
+)
+from kprio_core.errors import ConfigError
+
+SECRET = "hunter2-s3cr3t"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in an empty directory so a stray ./kprio.yaml of the repo can never leak in."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# --------------------------------------------------------------------------------- where from
+
+def test_built_in_defaults_without_any_file(in_tmp: Path):
+    assert config_path(None, env={}) is None
+    cfg = load_config(env={})
+    assert [t.name for t in cfg.topics] == ["demo"]
+    assert cfg.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert cfg.ledger.url == "sqlite:///./kprio-data/ledger.db"
+
+
+@pytest.mark.parametrize(
+    ("explicit", "env_file", "cwd_file", "winner", "why"),
+    [
+        (True, True, True, "explicit", "1. --config beats everything"),
+        (False, True, True, "env", "2. $KPRIO_CONFIG beats ./kprio.yaml"),
+        (False, False, True, "cwd", "3. ./kprio.yaml when nothing else is given"),
+        (True, False, False, "explicit", "4. --config alone"),
+    ],
+)
+def test_file_precedence(in_tmp: Path, explicit: bool, env_file: bool, cwd_file: bool, winner: str, why: str):
+    files = {
+        name: write(in_tmp / f"{name}.yaml", f"topics: [{{name: from-{name}}}]\n")
+        for name in ("explicit", "env")
+    }
+    if cwd_file:
+        write(in_tmp / "kprio.yaml", "topics: [{name: from-cwd}]\n")
+    env = {"KPRIO_CONFIG": str(files["env"])} if env_file else {}
+    cfg = load_config(files["explicit"] if explicit else None, env=env)
+    assert [t.name for t in cfg.topics] == [f"from-{winner}"]
+
+
+def test_a_missing_file_names_the_path(in_tmp: Path):
+    with pytest.raises(ConfigError, match=r"nowhere\.yaml: configuration file not found"):
+        load_config(None, env={"KPRIO_CONFIG": str(in_tmp / "nowhere.yaml")})
+
+
+def test_an_empty_file_means_defaults(in_tmp: Path):
+    cfg = load_config(write(in_tmp / "empty.yaml", "# nothing yet\n"), env={})
+    assert cfg == KprioConfig()
+
+
+def test_a_full_file_is_read(in_tmp: Path):
+    path = write(
+        in_tmp / "kprio.yaml",
+        """
+kafka:
+  bootstrap_servers: broker-1:9092,broker-2:9092
+  client: {security.protocol: SASL_SSL, sasl.mechanism: PLAIN}
+  timeout_s: 5
+topics:
+  - name: orders
+    priorities: 4
+    partitions: 6
+    schema: {id: string, amount: double}
+    required_fields: [id]
+planner: {record_budget: 1000, byte_budget: null, mode: flipkart, window_size: 6, maxed_out_threshold: 4}
+rate:
+  quotas: {3: {records_per_s: 500}}
+ordering: {mode: key, lanes: 8}
+ledger: {url: "postgresql+psycopg://kprio@db/kprio"}
+""",
+    )
+    cfg = load_config(path, env={})
+    assert cfg.kafka.client_config() == {
+        "bootstrap.servers": "broker-1:9092,broker-2:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+    }
+    orders = cfg.topic("orders")
+    assert (orders.priorities, orders.partitions, orders.required_fields) == (4, 6, ("id",))
+    assert orders.schema_ == {"id": "string", "amount": "double"}
+    assert (cfg.planner.record_budget, cfg.planner.byte_budget, cfg.planner.mode) == (1000, None, "flipkart")
+    assert cfg.rate.quotas[3].records_per_s == 500
+    assert (cfg.ordering.mode, cfg.ordering.lanes) == ("key", 8)
+    assert cfg.ledger.url.startswith("postgresql+psycopg://")
+    with pytest.raises(ConfigError, match=r"no logical topic named 'payments' \(known: \['orders'\]\)"):
+        cfg.topic("payments")
+
+
+# --------------------------------------------------------------------------------- environment
+
+def test_environment_overrides_win_over_the_file(in_tmp: Path):
+    path = write(
+        in_tmp / "kprio.yaml",
+        "kafka: {bootstrap_servers: file:9092, client: {security.protocol: PLAINTEXT, client.id: kprio}}\n",
+    )
+    env = {
+        "KPRIO_BOOTSTRAP_SERVERS": "env:9093",
+        "KPRIO_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "KPRIO_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+        "KPRIO_KAFKA_SASL_PASSWORD": SECRET,
+        "UNRELATED": "ignored",
+    }
+    kafka = load_config(path, env=env).kafka
+    assert kafka.bootstrap_servers == "env:9093"
+    assert kafka.client == {"security.protocol": "SASL_SSL", "client.id": "kprio", "sasl.mechanism": "SCRAM-SHA-512"}
+    assert kafka.client_config()["sasl.password"] == SECRET
+    assert kafka.redacted()["sasl.password"] == "***"
+
+
+def test_environment_alone_configures_kafka(in_tmp: Path):
+    cfg = load_config(env={"KPRIO_BOOTSTRAP_SERVERS": "10.0.0.5:9092", "KPRIO_KAFKA_SSL_KEY_PASSWORD": SECRET})
+    assert cfg.kafka.bootstrap_servers == "10.0.0.5:9092"
+    assert cfg.kafka.client_config()["ssl.key.password"] == SECRET
+
+
+@pytest.mark.parametrize(
+    ("setting", "secret"),
+    [
+        ("sasl.password", True),
+        ("ssl.key.password", True),
+        ("sasl.oauthbearer.client.secret", True),
+        ("ssl.key.pem", True),
+        ("sasl.jaas.config", True),
+        ("security.protocol", False),
+        ("sasl.username", False),
+        ("ssl.ca.location", False),
+    ],
+)
+def test_which_settings_are_secrets(setting: str, secret: bool):
+    assert is_secret_setting(setting) is secret
+
+
+# --------------------------------------------------------------------------------- secrets never shown
+
+def test_a_secret_is_never_shown(in_tmp: Path):
+    cfg = load_config(env={"KPRIO_KAFKA_SASL_PASSWORD": SECRET, "KPRIO_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"})
+    for shown in (repr(cfg), str(cfg), repr(cfg.kafka), str(cfg.kafka), str(cfg.kafka.redacted()), cfg.model_dump_json()):
+        assert SECRET not in shown
+    assert cfg.kafka.redacted() == {"bootstrap.servers": "127.0.0.1:9092", "security.protocol": "SASL_SSL", "sasl.password": "***"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f"kafka: {{client: {{sasl.password: {SECRET}}}}}\n", "'sasl.password' is a secret: remove it from the file and set it in the environment as KPRIO_KAFKA_SASL_PASSWORD"),
+        (f"kafka: {{client: {{ssl.keystore.password: {SECRET}}}}}\n", "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD"),
+        (f"kafka: {{secrets: {{sasl.password: {SECRET}}}}}\n", "kafka.secrets: secrets come only from KPRIO_KAFKA_"),
+    ],
+)
+def test_a_secret_in_the_file_is_refused_without_echoing_it(in_tmp: Path, text: str, message: str):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(in_tmp / "kprio.yaml", text), env={})
+    assert message in str(err.value)
+    assert SECRET not in str(err.value) and SECRET not in repr(err.value)
+    logged = "".join(traceback.format_exception(err.value))
+    assert SECRET not in logged, "no chained error carries the value into a log"
+
+
+def test_an_error_elsewhere_does_not_show_the_secret_from_the_environment(in_tmp: Path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(in_tmp / "kprio.yaml", "kafka: {timeout_s: -1}\n"), env={"KPRIO_KAFKA_SASL_PASSWORD": SECRET})
+    assert "kafka.timeout_s" in str(err.value) and SECRET not in str(err.value)
+
+
+# --------------------------------------------------------------------------------- one message per bad file
+
+BAD_FILES = [
+    ("planner: {record_budget: lots}\n", "planner.record_budget: Input should be a valid integer", "wrong type"),
+    ("planner: {burst: 3}\n", "planner.burst: Extra inputs are not permitted", "unknown key"),
+    ("planner: {record_budget: -5}\n", "planner.record_budget: Input should be greater than or equal to 1", "negative budget"),
+    ("planner: {byte_budget: 0}\n", "planner.byte_budget: Input should be greater than or equal to 1", "zero byte budget"),
+    (
+        "topics: [{name: orders, schema: {amount: double}, required_fields: [id]}]\n",
+        "topics.0: Value error, required_fields ['id'] are not in the schema ['amount']",
+        "required field not in the schema",
+    ),
+    (
+        "planner: {window_size: 4, maxed_out_threshold: 5}\n",
+        "planner: Value error, maxed_out_threshold (5) cannot exceed window_size (4)",
+        "threshold larger than the window",
+    ),
+    ("topics: []\n", "topics: Tuple should have at least 1 item", "no topic at all"),
+    ("topics: [{name: a}, {name: a}]\n", "logical topic names must be unique, repeated: ['a']", "duplicate topics"),
+    ("ordering: {lanes: 4}\n", "ordering: Value error, ordering.lanes > 1 needs ordering.mode 'key'", "lanes without key mode"),
+    ("rate: {quotas: {2: {records_per_s: 0}}}\n", "rate.quotas.2.records_per_s: Input should be greater than 0", "zero rate"),
+    ("planner: {mode: fastest}\n", "planner.mode: Input should be 'lag-aware' or 'flipkart'", "unknown burst mode"),
+    ("- just\n- a list\n", "the top level must be a mapping, got list", "not a mapping"),
+    ("kafka: 5\n", "kafka: must be a mapping, got int", "kafka section of the wrong type"),
+    ("kafka: {client: [security.protocol]}\n", "kafka.client: must be a mapping, got list", "client section of the wrong type"),
+]
+
+
+@pytest.mark.parametrize(("text", "message", "why"), BAD_FILES, ids=[c[2] for c in BAD_FILES])
+def test_a_bad_file_gives_one_message_naming_the_key(in_tmp: Path, text: str, message: str, why: str):
+    path = write(in_tmp / "kprio.yaml", text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={})
+    shown = str(err.value)
+    assert shown.startswith(f"{path}: ")
+    assert message in shown
+    assert "\n" not in shown, "one line"
+    assert err.value.code == "config_invalid"
+
+
+def test_bad_yaml_names_the_line(in_tmp: Path):
+    path = write(in_tmp / "kprio.yaml", "planner:\n  record_budget: 10\n  mode: [lag-aware\n")
+    with pytest.raises(ConfigError, match=r"kprio\.yaml: line 4 column 1: not valid YAML"):
+        load_config(path, env={})
+
+
+def test_bad_yaml_indentation_names_the_line(in_tmp: Path):
+    path = write(in_tmp / "kprio.yaml", "planner:\n  record_budget: 10\n mode: flipkart\n")
+    with pytest.raises(ConfigError, match=r"line 3 column 2: not valid YAML"):
+        load_config(path, env={})
+
+
+def test_parse_config_names_its_source():
+    with pytest.raises(ConfigError, match=r"^dagster run config: kafka.bootstrap_servers: Input should be a valid string$"):
+        parse_config({"kafka": {"bootstrap_servers": 9092}}, "dagster run config", env={})
+
+
+# --------------------------------------------------------------------------------- templates
+
+@pytest.mark.parametrize(
+    ("topic", "expected_topics", "expected_groups", "why"),
+    [
+        ({"name": "orders"}, ["orders-0", "orders-1", "orders-2"], ["kprio-orders-0", "kprio-orders-1", "kprio-orders-2"], "defaults"),
+        (
+            {"name": "orders", "group": "billing", "priorities": 2},
+            ["orders-0", "orders-1"],
+            ["billing-0", "billing-1"],
+            "own group base",
+        ),
+        (
+            {"name": "orders", "topic_template": "prio.{priority}.{topic}", "group_template": "{group}.{topic}.p{priority}"},
+            ["prio.0.orders", "prio.1.orders", "prio.2.orders"],
+            ["kprio-orders.orders.p0", "kprio-orders.orders.p1", "kprio-orders.orders.p2"],
+            "templates may use {topic} and {group}",
+        ),
+    ],
+)
+def test_templates_name_topics_and_groups(topic: dict, expected_topics: list[str], expected_groups: list[str], why: str):
+    t = parse_config({"topics": [topic]}, env={}).topics[0]
+    assert list(t.priority_topics().values()) == expected_topics
+    assert [t.priority_group(p) for p in range(t.priorities)] == expected_groups
+    assert t.priority_of_topic(expected_topics[-1]) == t.priorities - 1
+    with pytest.raises(ValueError, match=rf"priorities 0..{t.priorities - 1}, got {t.priorities}"):
+        t.priority_topic(t.priorities)
+
+
+@pytest.mark.parametrize(
+    ("field", "template", "message"),
+    [
+        ("topic_template", "{topic}.p", "must contain '{priority}'"),
+        ("group_template", "{group}", "must contain '{priority}'"),
+        ("topic_template", "{topic}.{prio}.{priority}", "unknown field {prio}"),
+        ("topic_template", "{group}-{priority}", "unknown field {group}"),
+        ("group_template", "{group}-{priority}-{0}", "unknown field {0}"),
+    ],
+)
+def test_a_bad_template_is_refused_at_load(field: str, template: str, message: str):
+    with pytest.raises(ConfigError) as err:
+        parse_config({"topics": [{"name": "orders", field: template}]}, "kprio.yaml", env={})
+    assert f"topics.0.{field}" in str(err.value) and message in str(err.value)
+    assert "more)" not in str(err.value), "one bad template is one problem"
+
+
+def test_more_problems_are_counted_not_listed():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"planner": {"record_budget": -5, "mode": "x"}, "topics": [{"name": "a", "schema": {}, "required_fields": ["id"]}]}, env={})
+    assert str(err.value).endswith("(and 2 more)")
