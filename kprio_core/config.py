@@ -20,6 +20,8 @@ else the built-in defaults (one demo topic on the embedded broker). Environment 
 from __future__ import annotations
 
 import os
+import re
+import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
@@ -31,6 +33,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -101,6 +104,10 @@ class KafkaSettings(_Model):
         return conf
 
 
+_TEMPLATE_FIELDS = {"topic_template": ("topic", "priority"), "group_template": ("group", "topic", "priority")}
+"""Fields each template may use (what priority_topic / priority_group pass to str.format)."""
+
+
 class TopicSettings(_Model):
     """One logical topic: its priority topics, groups and record schema."""
 
@@ -123,9 +130,20 @@ class TopicSettings(_Model):
 
     @field_validator("topic_template", "group_template")
     @classmethod
-    def _template_has_fields(cls, value: str) -> str:
+    def _template_has_fields(cls, value: str, info: ValidationInfo) -> str:
         if "{priority}" not in value:
             raise ValueError(f"template {value!r} must contain '{{priority}}'")
+        # Format once now so a typo ({prio}) fails at load, not at the first priority_topic() call.
+        names = _TEMPLATE_FIELDS[info.field_name]
+        try:
+            used = [field for _, field, _, _ in string.Formatter().parse(value) if field is not None]
+            unknown = [f for f in used if re.split(r"[.\[]", f)[0] not in names]
+            if not unknown:
+                value.format(**{name: 0 if name == "priority" else name for name in names})
+        except (ValueError, LookupError, AttributeError, TypeError) as err:
+            raise ValueError(f"template {value!r} is not a valid format string: {err}") from None
+        if unknown:
+            raise ValueError(f"template {value!r} uses unknown field {{{unknown[0]}}} (allowed: {', '.join(names)})")
         return value
 
     @model_validator(mode="after")
@@ -285,9 +303,15 @@ class KprioConfig(_Model):
 
 
 def _format_error(err: ValidationError, source: str) -> str:
-    first = err.errors()[0]
+    errors = err.errors()
+    # A bad item of `topics` also makes pydantic report the tuple as too short: not a second problem.
+    errors = [
+        e for e in errors
+        if not (e["type"] == "too_short" and any(o["loc"][: len(e["loc"])] == e["loc"] and o is not e for o in errors))
+    ] or errors
+    first = errors[0]
     key = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{source}: {key}: {first['msg']}{more}"
 
 
@@ -319,6 +343,13 @@ def parse_config(raw: Mapping | None, source: str = "configuration", env: Mappin
     if raw is not None and not isinstance(raw, Mapping):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
     data = dict(raw or {})
+    # The environment overrides below merge into these sections, so they must be mappings first.
+    kafka = data.get("kafka")
+    if kafka is not None and not isinstance(kafka, Mapping):
+        raise ConfigError(f"{source}: kafka: must be a mapping, got {type(kafka).__name__}")
+    client = (kafka or {}).get("client")
+    if client is not None and not isinstance(client, Mapping):
+        raise ConfigError(f"{source}: kafka.client: must be a mapping, got {type(client).__name__}")
     if "secrets" in (data.get("kafka") or {}):
         raise ConfigError(f"{source}: kafka.secrets: secrets come only from KPRIO_KAFKA_* environment variables")
     data = _environment_overrides(data, os.environ if env is None else env)
