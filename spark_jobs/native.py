@@ -57,9 +57,14 @@ def native_options(
 
 def connector_available(spark: SparkSession) -> bool:
     """True when the JVM can load Spark's Kafka source (its jar is on the classpath)."""
+    return class_available(spark, PROVIDER_CLASS)
+
+
+def class_available(spark: SparkSession, name: str) -> bool:
+    """True when the driver's JVM resolves the class ``name``."""
     try:
         jvm = spark.sparkContext._jvm
-        jvm.java.lang.Class.forName(PROVIDER_CLASS, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())
+        jvm.java.lang.Class.forName(name, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())
     except Exception:  # noqa: BLE001 - Py4JJavaError(ClassNotFoundException) or no JVM at all
         return False
     return True

@@ -80,8 +80,8 @@ def range_stats(spark: SparkSession, written: DataFrame, ranges: Sequence[Planne
     )
     joined = rows.join(
         F.broadcast(plan),
-        (rows.topic == plan.r_topic) & (rows.partition == plan.r_partition)
-        & (rows.offset >= plan.r_start) & (rows.offset < plan.r_end),
+        (rows["topic"] == plan["r_topic"]) & (rows["partition"] == plan["r_partition"])
+        & (rows["offset"] >= plan["r_start"]) & (rows["offset"] < plan["r_end"]),
         "left",
     )
     agg = joined.groupBy("rid").agg(

@@ -1,0 +1,131 @@
+"""The kprio-kafka data source against the real broker and a real local Spark."""
+
+from __future__ import annotations
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from kprio_core.config import KprioConfig
+from kprio_core.errors import ConfigError
+from kprio_core.offsets import OffsetRange
+from kprio_core.plan import PlannedRange
+from kprio_core.splits import split_ranges
+from spark_jobs.datasource import FORMAT, read_ranges, reader_options
+from spark_jobs.kafka_schema import KAFKA_COLUMNS
+from spark_jobs.remote_errors import kprio_error_in
+from tests.spark_jobs.plans import whole_plan
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
+
+def _config(kafka_settings, **drain) -> KprioConfig:
+    return KprioConfig(kafka=kafka_settings, drain={**drain}, spark={"arrow_batch_records": 7})
+
+
+def test_reads_exactly_the_planned_ranges_over_priorities_and_partitions(spark, kafka_settings, make_topic):
+    topic = make_topic(priorities=3, partitions=3, records={2: 40, 1: 31, 0: 17})
+    plan = whole_plan(kafka_settings, topic)
+    # Cut every partition's range in two so some reads start mid-partition, and drop the first record.
+    ranges = [PlannedRange(r.priority, OffsetRange(r.range.topic, r.range.partition, r.range.start + 1, r.range.end))
+              for r in plan.ranges]
+    splits = split_ranges(ranges, max_records=6, max_bytes=1 << 30)
+    df = read_ranges(spark, _config(kafka_settings), splits)
+    assert df.columns == list(KAFKA_COLUMNS)
+    assert df.rdd.getNumPartitions() == len(splits)
+    got = sorted((r.topic, r.partition, r.offset) for r in df.select("topic", "partition", "offset").collect())
+    want = sorted((r.range.topic, r.range.partition, o) for r in ranges for o in range(r.range.start, r.range.end))
+    assert got == want
+    assert len(got) == 40 + 31 + 17 - 9
+
+
+def test_schema_matches_sparks_kafka_source(spark, kafka_settings, make_topic):
+    topic = make_topic(priorities=1, partitions=1, records={0: 1})
+    df = read_ranges(spark, _config(kafka_settings), whole_plan(kafka_settings, topic).ranges)
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
+        "timestampType:int,headers:array<struct<key:string,value:binary>>>")
+
+
+def test_tombstones_binary_keys_and_headers_survive(spark, kafka_settings, make_topic):
+    topic = make_topic(priorities=1, partitions=1)
+    name = topic.priority_topic(0)
+    producer = ck.Producer(kafka_settings.client_config())
+    sent = [
+        (b"\x00\xff\x10", b"v0", [("h", b"\x00\x01"), ("empty", None)]),
+        (None, None, None),  # null key, tombstone
+        (b"\xfe", None, [("k", b"")]),  # tombstone with headers
+        (b"", b"\x80\x81", None),  # empty key is not a null key
+    ]
+    for key, value, headers in sent:
+        producer.produce(name, key=key, value=value, headers=headers, partition=0, timestamp=1_700_000_000_123)
+    assert producer.flush(kafka_settings.timeout_s) == 0
+    rows = read_ranges(spark, _config(kafka_settings), whole_plan(kafka_settings, topic).ranges).orderBy("offset").collect()
+    assert [(r.key, r.value) for r in rows] == [(k, v) for k, v, _ in sent]
+    assert [None if r.headers is None else [(h.key, h.value) for h in r.headers] for r in rows] == [
+        [("h", b"\x00\x01"), ("empty", None)], None, [("k", b"")], None]
+    assert {(r.timestamp.timestamp(), r.timestampType) for r in rows} == {(1_700_000_000.123, 0)}
+
+
+def test_a_range_beyond_the_high_watermark_fails_naming_the_missing_offsets(spark, kafka_settings, make_topic):
+    topic = make_topic(priorities=1, partitions=1, records={0: 10})
+    short = PlannedRange(0, OffsetRange(topic.priority_topic(0), 0, 4, 15))
+    with pytest.raises(Exception) as caught:
+        read_ranges(spark, _config(kafka_settings), [short]).count()
+    err = kprio_error_in(caught.value)
+    assert type(err).__name__ == "RangeIncomplete"
+    assert str(err) == (f"range {topic.priority_topic(0)}[0]@[4,15) is incomplete: 5 of 11 offsets missing: "
+                        "[10,15) (end of partition at high watermark 10)")
+
+
+def test_records_beyond_the_range_end_are_never_returned(spark, kafka_settings, make_topic):
+    topic = make_topic(priorities=1, partitions=1, records={0: 30})
+    rows = read_ranges(spark, _config(kafka_settings), [PlannedRange(0, OffsetRange(topic.priority_topic(0), 0, 3, 11))])
+    assert [r.offset for r in rows.orderBy("offset").collect()] == list(range(3, 11))
+
+
+def _delete_below(kafka_settings, topic: str, partition: int, offset: int) -> None:
+    admin = AdminClient(kafka_settings.client_config())
+    futures = admin.delete_records([ck.TopicPartition(topic, partition, offset)],
+                                   request_timeout=kafka_settings.timeout_s)
+    for future in futures.values():
+        future.result(timeout=kafka_settings.timeout_s)
+
+
+def test_records_lost_to_retention_fail_the_read_unless_allowed(spark, kafka_settings, make_topic):
+    topic = make_topic(priorities=1, partitions=1, records={0: 20})
+    name = topic.priority_topic(0)
+    _delete_below(kafka_settings, name, 0, 8)
+    rng = [PlannedRange(0, OffsetRange(name, 0, 2, 20))]
+    with pytest.raises(Exception) as caught:
+        read_ranges(spark, _config(kafka_settings), rng).count()
+    assert str(kprio_error_in(caught.value)) == (
+        f"range {name}[0]@[2,20) is incomplete: 6 of 18 offsets missing: [2,8) "
+        "(deleted by retention: the log starts at 8)")
+    rows = read_ranges(spark, _config(kafka_settings, allow_data_loss=True), rng).collect()
+    assert sorted(r.offset for r in rows) == list(range(8, 20))
+
+
+def test_options_carry_no_secret_into_the_readers_repr(spark, kafka_settings):
+    config = KprioConfig(kafka={**kafka_settings.model_dump(), "secrets": {"sasl.password": "hunter2"}})
+    opts = reader_options(config, [])
+    assert opts["kafka.sasl.password"] == "hunter2"  # the executors need it...
+    from spark_jobs.datasource import KafkaRangeDataSource
+
+    reader = KafkaRangeDataSource(opts).reader(KafkaRangeDataSource(opts).schema())
+    assert "hunter2" not in repr(reader)  # ...but it is never shown
+
+
+def test_missing_options_are_config_errors():
+    from spark_jobs.datasource import KafkaRangeDataSource
+
+    with pytest.raises(ConfigError, match="'splits' is required"):
+        KafkaRangeDataSource({"kafka.bootstrap.servers": "x:1"}).reader(None)
+    with pytest.raises(ConfigError, match="kafka.bootstrap.servers"):
+        KafkaRangeDataSource({"splits": "[]"}).reader(None)
+    with pytest.raises(ConfigError, match="not a list of ranges"):
+        KafkaRangeDataSource({"splits": '[{"topic": "t"}]', "kafka.bootstrap.servers": "x:1"}).reader(None)
+
+
+def test_format_name_is_not_kafka():
+    assert FORMAT == "kprio-kafka"

@@ -1,0 +1,20 @@
+"""Run the worked examples in spark_jobs' docstrings (pytest's doctest run covers kprio_core only)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import spark_jobs
+
+MODULES = sorted(m.name for m in pkgutil.iter_modules(spark_jobs.__path__, "spark_jobs."))
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
