@@ -6,7 +6,7 @@ import json
 from collections import defaultdict
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kprio_core.burst import PollHistory
