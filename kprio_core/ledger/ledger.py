@@ -74,7 +74,6 @@ class Ledger:
         self._url = url
         self._clock = clock
         self._engine = make_engine(url, busy_timeout_s)
-        self._lock_rows: set[str] = set()
         self._create_tables()
 
     @classmethod
@@ -380,9 +379,10 @@ class Ledger:
             return _to_batch(self._row(conn, key))
 
     def _ensure_lock_row(self, logical_topic: str) -> None:
-        """Create the topic's lock row once, in its own transaction (so the lock itself never races an insert)."""
-        if logical_topic in self._lock_rows:
-            return
+        """Create the topic's lock row if missing, in its own transaction (so taking the lock never races an insert).
+
+        Not cached per process: a lock row that went missing would silently lock nothing.
+        """
         try:
             with self._engine.begin() as conn:
                 exists = conn.execute(
@@ -392,7 +392,6 @@ class Ledger:
                     conn.execute(insert(topic_locks).values(logical_topic=logical_topic))
         except IntegrityError:
             pass  # another process created it first: that is all we needed
-        self._lock_rows.add(logical_topic)
 
     @staticmethod
     def _lock_topic(conn: Connection, logical_topic: str) -> None:
