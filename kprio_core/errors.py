@@ -148,3 +148,9 @@ class OutputPublishFailed(KprioError):
     """A staged drain output could not be moved into place."""
 
     code = "output_publish_failed"
+
+
+class DemoFailed(KprioError):
+    """The demo could not run as designed (another producer on its topics, a drain that stopped early)."""
+
+    code = "demo_failed"

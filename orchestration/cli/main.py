@@ -26,6 +26,8 @@ def _root() -> None:
 # Command registrations: one line per command module (keep alphabetical).
 from orchestration.cli import broker  # noqa: E402
 app.add_typer(broker.app, name="broker")
+from orchestration.cli import demo  # noqa: E402
+app.command("demo")(demo.demo)
 from orchestration.cli import explain  # noqa: E402
 app.command("burst")(explain.burst)
 app.command("quota")(explain.quota)

@@ -1,0 +1,237 @@
+"""The demo's report: per priority records, batches, waits in batches and checks; the conservation check.
+
+A record's wait is the number of batches that ran between the first batch that could have
+drained it (the first planned after it arrived) and the batch that drained it: drained by
+that very batch = 0. Two waves of orders-2[0]: 10 records there from the start, drained by
+batches 1 and 2; 4 more arriving before batch 2, drained by batch 3:
+
+>>> from kprio_core.offsets import OffsetRange as R
+>>> arrivals = [Arrival(2, 1, (R("o-2", 0, 0, 10),)), Arrival(2, 2, (R("o-2", 0, 10, 14),))]
+>>> drains = [Drained(1, "b-000001", 2, (R("o-2", 0, 0, 6),), True),
+...           Drained(2, "b-000002", 2, (R("o-2", 0, 6, 10),), True),
+...           Drained(3, "b-000003", 2, (R("o-2", 0, 10, 14),), True)]
+>>> waits = wait_counts(arrivals, drains)
+>>> dict(waits[2])
+{0: 6, 1: 8}
+>>> row = priority_rows(arrivals, drains, priorities=3)[0]
+>>> row.records, row.batches, row.median_wait, row.max_wait, row.checks
+(14, 3, 1, 1, '3/3')
+
+Conservation: every produced offset in the output exactly once, committed == high watermark.
+
+>>> c = check_conservation({("o-2", 0): 0}, {("o-2", 0): 3}, {("o-2", 0): 3},
+...                        [("o-2", 0, 0), ("o-2", 0, 1), ("o-2", 0, 2)])
+>>> c.ok, c.line()
+(True, 'conservation: OK: 3 of 3 produced offsets in the output exactly once; committed == high watermark on 1 of 1 partitions')
+>>> check_conservation({("o-2", 0): 0}, {("o-2", 0): 3}, {("o-2", 0): 2},
+...                    [("o-2", 0, 0), ("o-2", 0, 0)]).line()
+'conservation: FAILED: 0 of 3 produced offsets in the output exactly once (2 missing, 1 duplicated); committed == high watermark on 0 of 1 partitions (o-2[0]: committed 2, high watermark 3)'
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kprio_core.offsets import OffsetRange
+from kprio_core.priority import Priority, most_urgent_first
+from orchestration.demo.producer import Arrival
+
+if TYPE_CHECKING:
+    from kprio_core.ledger import Batch
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What one batch drained of one priority, and whether all the batch's checks passed."""
+
+    batch_no: int
+    batch_id: str
+    priority: Priority
+    ranges: tuple[OffsetRange, ...]
+    checks_passed: bool
+
+    @property
+    def records(self) -> int:
+        return sum(r.count for r in self.ranges)
+
+
+def checks_passed(check_results: Mapping[str, Any] | None) -> bool:
+    """True when a batch has check results and every one passed."""
+    return bool(check_results) and all(bool(r.get("passed")) for r in check_results.values())
+
+
+def drains_of(batches: Iterable[Batch]) -> list[Drained]:
+    """The demo's batches (numbered 1.. in ledger order) split by priority; empty ranges left out."""
+    from kprio_core.ledger import parse_batch_id
+
+    ordered = sorted(batches, key=lambda b: parse_batch_id(b.batch_id) or 0)
+    out: list[Drained] = []
+    for no, batch in enumerate(ordered, start=1):
+        by_p: dict[Priority, list[OffsetRange]] = {}
+        for planned in batch.plan.ranges:
+            if planned.range.count:
+                by_p.setdefault(planned.priority, []).append(planned.range)
+        ok = checks_passed(batch.check_results)
+        out += [Drained(no, batch.batch_id, p, tuple(rs), ok) for p, rs in sorted(by_p.items(), reverse=True)]
+    return out
+
+
+def _overlap(a: OffsetRange, b: OffsetRange) -> int:
+    if a.topic_partition != b.topic_partition:
+        return 0
+    return max(0, min(a.end, b.end) - max(a.start, b.start))
+
+
+def wait_counts(arrivals: Sequence[Arrival], drains: Sequence[Drained]) -> dict[Priority, Counter[int]]:
+    """Per priority: wait in batches -> number of records that waited that long."""
+    out: dict[Priority, Counter[int]] = {}
+    for arrival in arrivals:
+        counter = out.setdefault(arrival.priority, Counter())
+        for d in drains:
+            n = sum(_overlap(a, r) for a in arrival.ranges for r in d.ranges)
+            if n:
+                counter[d.batch_no - arrival.first_batch] += n
+    return out
+
+
+def median_low(counts: Counter[int]) -> int | None:
+    """The lower median of a histogram (None when empty).
+
+    >>> median_low(Counter({0: 6, 1: 8})), median_low(Counter({0: 7, 1: 7})), median_low(Counter())
+    (1, 0, None)
+    """
+    n = sum(counts.values())
+    if not n:
+        return None
+    seen, target = 0, (n - 1) // 2
+    for value in sorted(counts):
+        seen += counts[value]
+        if seen > target:
+            return value
+    raise AssertionError("unreachable: the histogram's counts add up to n")
+
+
+@dataclass(frozen=True)
+class PriorityRow:
+    """One line of the demo's table."""
+
+    priority: Priority
+    produced: int
+    records: int
+    batches: int
+    median_wait: int | None
+    max_wait: int | None
+    checks_ok: int
+
+    @property
+    def checks(self) -> str:
+        return f"{self.checks_ok}/{self.batches}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "priority": self.priority,
+            "produced": self.produced,
+            "records": self.records,
+            "batches": self.batches,
+            "median_wait_batches": self.median_wait,
+            "max_wait_batches": self.max_wait,
+            "checks_passed": self.checks_ok,
+        }
+
+
+def priority_rows(arrivals: Sequence[Arrival], drains: Sequence[Drained], priorities: int) -> list[PriorityRow]:
+    """The table's rows, most urgent first: records drained, batches, median/max wait, batches whose checks passed."""
+    waits = wait_counts(arrivals, drains)
+    rows = []
+    for p in most_urgent_first(priorities):
+        mine = [d for d in drains if d.priority == p]
+        counts = waits.get(p, Counter())
+        rows.append(PriorityRow(
+            priority=p,
+            produced=sum(a.records for a in arrivals if a.priority == p),
+            records=sum(d.records for d in mine),
+            batches=len(mine),
+            median_wait=median_low(counts),
+            max_wait=max(counts) if counts else None,
+            checks_ok=sum(1 for d in mine if d.checks_passed),
+        ))
+    return rows
+
+
+@dataclass(frozen=True)
+class Conservation:
+    """Produced offsets vs. the output and the committed offsets."""
+
+    produced: int
+    exactly_once: int
+    missing: int
+    duplicated: int
+    outside: int
+    partitions: int
+    committed_at_high: int
+    mismatches: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return (self.exactly_once == self.produced and not self.missing and not self.duplicated
+                and not self.outside and self.committed_at_high == self.partitions)
+
+    def line(self) -> str:
+        problems = [f"{n} {what}" for n, what in ((self.missing, "missing"), (self.duplicated, "duplicated"),
+                                                   (self.outside, "not produced by the demo")) if n]
+        out = f" ({', '.join(problems)})" if problems else ""
+        shown = self.mismatches[:3] + (("...",) if len(self.mismatches) > 3 else ())
+        bad = f" ({'; '.join(shown)})" if self.mismatches else ""
+        return (f"conservation: {'OK' if self.ok else 'FAILED'}: {self.exactly_once} of {self.produced} produced "
+                f"offsets in the output exactly once{out}; committed == high watermark on "
+                f"{self.committed_at_high} of {self.partitions} partitions{bad}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "produced": self.produced, "exactly_once": self.exactly_once,
+                "missing": self.missing, "duplicated": self.duplicated, "outside": self.outside,
+                "partitions": self.partitions, "committed_at_high_watermark": self.committed_at_high,
+                "mismatches": list(self.mismatches), "line": self.line()}
+
+
+def check_conservation(start: Mapping[TopicPartition, int], high: Mapping[TopicPartition, int],
+                       committed: Mapping[TopicPartition, int | None],
+                       output: Iterable[tuple[str, int, int]]) -> Conservation:
+    """Compare the produced offsets ``[start, high)`` per partition with the output's (topic, partition, offset)."""
+    seen: Counter[tuple[str, int, int]] = Counter()
+    for topic, partition, offset in output:
+        seen[(topic, int(partition), int(offset))] += 1
+    produced = exactly_once = missing = 0
+    for tp, hw in high.items():
+        for offset in range(start.get(tp, 0), hw):
+            produced += 1
+            n = seen.get((*tp, offset), 0)
+            exactly_once += n == 1
+            missing += n == 0
+    duplicated = sum(1 for n in seen.values() if n > 1)
+    outside = sum(1 for (t, q, o) in seen if not start.get((t, q), 0) <= o < high.get((t, q), 0))
+    mismatches = tuple(f"{t}[{q}]: committed {committed.get((t, q))}, high watermark {hw}"
+                       for (t, q), hw in sorted(high.items()) if committed.get((t, q)) != hw
+                       and not (committed.get((t, q)) is None and hw == start.get((t, q), 0)))
+    return Conservation(produced, exactly_once, missing, duplicated, outside, len(high),
+                        len(high) - len(mismatches), mismatches)
+
+
+def render_table(rows: Sequence[PriorityRow], *, title: str) -> Any:
+    """The rich Table of the rows."""
+    from rich.table import Table
+
+    table = Table(title=title, caption="wait = batches between a record's arrival and the batch that drained it "
+                                       "(0: the first batch after it arrived); checks = batches whose blocking "
+                                       "checks all passed")
+    for name in ("priority", "records", "batches", "median wait", "max wait", "checks passed"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        table.add_row(str(r.priority), f"{r.records:,}", str(r.batches),
+                      "-" if r.median_wait is None else str(r.median_wait),
+                      "-" if r.max_wait is None else str(r.max_wait), r.checks)
+    return table

@@ -1,0 +1,255 @@
+"""``run_demo``: broker, topics, workload, the Dagster drain until empty, then the report, plot and conservation check.
+
+Steps, in order: clear what an earlier demo left in the data dir; start the embedded broker
+(unless a cluster is given); write the demo's kprio.yaml and Dagster home; create the three
+priority topics; produce the up-front waves; drain with :func:`orchestration.runner.drain`
+(the same sensor and drain_job the daemon runs), producing the later waves from its per-batch
+callback; read the ledger, the output and the committed offsets; write the plot and report.
+The broker it started is stopped in ``finally`` unless ``keep_broker``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from kprio_core.config import ENV_BOOTSTRAP, KafkaSettings, load_config, parse_config
+from kprio_core.errors import DemoFailed
+from kprio_core.workload import Workload, demo_record_budget, demo_workload
+from orchestration.demo.layout import LOGICAL_TOPIC, PARTITIONS, DemoLayout, demo_config, write_config
+from orchestration.demo.producer import Arrival, WaveProducer, high_watermarks
+from orchestration.demo.report import Conservation, PriorityRow, check_conservation, drains_of, priority_rows
+
+DEFAULT_RECORDS = 20_000
+
+
+class DemoListener(Protocol):
+    """What the demo reports while it works (progress bars; tests may record it)."""
+
+    def stage(self, text: str) -> None: ...
+
+    def produced(self, arrival: Arrival) -> None: ...
+
+    def drained(self, run: Any) -> None: ...
+
+
+class _Silent:
+    def stage(self, text: str) -> None:
+        pass
+
+    def produced(self, arrival: Arrival) -> None:
+        pass
+
+    def drained(self, run: Any) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What ``kprio demo`` was asked."""
+
+    records: int = DEFAULT_RECORDS
+    data_dir: Path = Path("kprio-data") / "demo"
+    keep_broker: bool = False
+    config: Path | None = None
+    """A kprio.yaml whose kafka section (bootstrap, security settings) names a real cluster."""
+    seed: int = 7
+    batches: int = 6
+    """Target number of full batches: the record budget is ``records / batches`` (see demo_record_budget)."""
+    record_budget: int | None = None
+    """An explicit record budget instead of the target (tests use it to get hand-checked numbers)."""
+    steady_waves: int = 4
+    burst_after: int = 2
+
+    @property
+    def budget(self) -> int:
+        return self.record_budget or demo_record_budget(self.records, self.batches)
+
+
+@dataclass
+class DemoResult:
+    """Everything the demo found, for the table, ``--json`` and the tests."""
+
+    layout: DemoLayout
+    bootstrap: str
+    logical_topic: str
+    embedded: bool
+    broker_kept: bool
+    rows: list[PriorityRow]
+    conservation: Conservation
+    batches: list[Any]
+    drain_stopped: str
+    drain_ok: bool
+    seconds: float
+    arrivals: list[Arrival] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.drain_ok and self.conservation.ok
+
+    def ui_command(self) -> str:
+        return f"KPRIO_CONFIG={self.layout.config_file} DAGSTER_HOME={self.layout.dagster_home} dagster dev"
+
+    def next_steps(self) -> list[str]:
+        """How to look at the same instance afterwards."""
+        steps = []
+        if self.embedded and not self.broker_kept:
+            port = self.bootstrap.rsplit(":", 1)[1]
+            steps.append(f"restart the demo broker: kprio broker start --data-dir {self.layout.broker} --port {port}")
+        steps += [f"open the UI on this instance: {self.ui_command()}",
+                  f"show the lag: kprio lag --config {self.layout.config_file}"]
+        return steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "logical_topic": self.logical_topic,
+            "bootstrap_servers": self.bootstrap,
+            "embedded_broker": self.embedded,
+            "broker_kept": self.broker_kept,
+            "records": sum(r.records for r in self.rows),
+            "batches": len(self.batches),
+            "priorities": {str(r.priority): r.to_dict() for r in self.rows},
+            "conservation": self.conservation.to_dict(),
+            "drain": {"ok": self.drain_ok, "stopped": self.drain_stopped},
+            "seconds": round(self.seconds, 1),
+            "files": {"config": str(self.layout.config_file), "dagster_home": str(self.layout.dagster_home),
+                      "plot": str(self.layout.plot), "output": str(self.layout.output),
+                      "ledger": str(self.layout.ledger), "report": str(self.layout.report)},
+            "next_steps": self.next_steps(),
+        }
+
+
+def cluster_settings(config: Path | None, env: Mapping[str, str] | None = None) -> KafkaSettings | None:
+    """The Kafka settings of a real cluster (``--config`` or ``KPRIO_BOOTSTRAP_SERVERS``), else None: embedded."""
+    env = os.environ if env is None else env
+    if config is not None:
+        return load_config(config, env).kafka
+    if env.get(ENV_BOOTSTRAP):
+        return parse_config({}, ENV_BOOTSTRAP, env).kafka
+    return None
+
+
+def output_offsets(output_root: Path, logical_topic: str) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every record in the topic's Parquet output (staging left out)."""
+    import pyarrow.dataset as ds
+
+    root = output_root / logical_topic
+    if not root.exists():
+        return []
+    table = ds.dataset(str(root), format="parquet", partitioning="hive").to_table(
+        columns=["topic", "partition", "offset"])
+    cols = table.to_pydict()
+    return list(zip(cols["topic"], cols["partition"], cols["offset"], strict=True))
+
+
+def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> DemoResult:
+    """Run the whole demo (see the module docstring); raises kprio's typed errors on failure."""
+    from kprio_core.broker import EmbeddedBroker
+
+    listener = listener or _Silent()
+    started = time.monotonic()
+    layout = DemoLayout(Path(options.data_dir).resolve())
+    workload = demo_workload(options.records, steady_waves=options.steady_waves, burst_after=options.burst_after)
+    cluster = cluster_settings(options.config)
+    broker = EmbeddedBroker(layout.broker, port=None, start_timeout_s=60) if cluster is None else None
+    if broker is not None:
+        broker.stop()  # a broker an earlier `--keep-broker` run left behind holds the old data
+    layout.clear()
+    layout.root.mkdir(parents=True, exist_ok=True)
+    kept = False
+    try:
+        if broker is not None:
+            listener.stage("starting the embedded Kafka broker")
+            bootstrap = broker.start().bootstrap
+            topic_name = LOGICAL_TOPIC
+        else:
+            bootstrap = cluster.bootstrap_servers
+            # A real cluster keeps topics across runs: a fresh logical topic keeps each run's counts exact.
+            topic_name = f"{LOGICAL_TOPIC}-{datetime.now(UTC):%Y%m%d%H%M%S}"
+        config = demo_config(layout, bootstrap, record_budget=options.budget, kafka=cluster, logical_topic=topic_name)
+        write_config(config, layout.config_file)
+        result = _drain_demo(config, layout, workload, options, listener)
+        kept = broker is not None and options.keep_broker
+        result.update(embedded=broker is not None, broker_kept=kept, seconds=time.monotonic() - started)
+        demo = DemoResult(layout=layout, bootstrap=bootstrap, logical_topic=topic_name, **result)
+        layout.report.write_text(json.dumps(demo.to_dict(), indent=2))
+        return demo
+    finally:
+        if broker is not None and not kept:
+            listener.stage("stopping the embedded Kafka broker")
+            broker.stop()
+
+
+def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOptions,
+                listener: DemoListener) -> dict[str, Any]:
+    from kprio_core.kafka import KafkaEdge
+    from kprio_core.ledger import Ledger
+    from orchestration.definitions import build_definitions
+    from orchestration.demo.plot import backlog_series, plot_backlog
+    from orchestration.instance import ensure_home, open_instance
+    from orchestration.runner import drain
+
+    topic = config.topics[0]
+    ensure_home(layout.dagster_home)
+    with KafkaEdge(config.kafka) as edge:
+        listener.stage(f"creating {', '.join(topic.priority_topics().values())}")
+        # retention.ms -1: the demo's records must not expire while the user looks at them.
+        edge.ensure_topics(topic, PARTITIONS, config={"retention.ms": "-1"})
+        producer = WaveProducer(config, topic, edge, seed=options.seed)
+        produced = set()
+
+        def produce_due(batches_done: int, waves) -> None:
+            for wave in waves:
+                listener.produced(producer.produce(wave, batches_done))
+                produced.add(wave)
+
+        listener.stage("producing the backlog")
+        produce_due(0, workload.due(0))
+        runs: list[Any] = []
+
+        def on_batch(run: Any) -> None:
+            runs.append(run)
+            listener.drained(run)
+            produce_due(len(runs), workload.due(len(runs)))
+
+        defs = build_definitions(config)
+        stopped, ok = "", True
+        with open_instance({"DAGSTER_HOME": str(layout.dagster_home)}) as instance:
+            while True:
+                listener.stage("draining through priority_lag_sensor and drain_job")
+                report = drain(defs, instance, on_batch=on_batch)
+                stopped, ok = report.stopped, report.ok
+                left = [w for w in workload.waves if w not in produced]
+                if not ok or not left:
+                    break
+                # Drained dry before a late wave was due (a tiny --records): it arrives now.
+                produce_due(len(runs), left)
+
+        listener.stage("checking conservation")
+        with Ledger(config.ledger.url) as ledger:
+            batches = ledger.batches(topic.name)
+        drains = drains_of(batches)
+        rows = priority_rows(producer.arrivals, drains, topic.priorities)
+        high = high_watermarks(edge, topic)
+        conservation = check_conservation(producer.start, high, edge.committed(topic),
+                                          output_offsets(Path(config.drain.output_path), topic.name))
+        after = edge.snapshot(topic, now_ms=int(time.time() * 1000)).backlog_by_priority()
+        arrivals_at = {}
+        for a in producer.arrivals:
+            if a.first_batch > 1:
+                arrivals_at.setdefault(a.first_batch, set()).add(a.priority)
+        labels = {b: "+ " + ", ".join(f"p{p}" for p in sorted(ps, reverse=True)) for b, ps in arrivals_at.items()}
+        plot_backlog(backlog_series(batches, after, topic.priorities), layout.plot,
+                     title=f"{topic.name}: backlog per priority ({sum(r.records for r in rows):,} records, "
+                           f"{len(runs)} batches)", arrivals=labels)
+    if not runs:
+        raise DemoFailed(f"{topic.name}: the drain ran no batch ({stopped})")
+    return {"rows": rows, "conservation": conservation, "batches": runs, "drain_stopped": stopped,
+            "drain_ok": ok, "arrivals": list(producer.arrivals)}
