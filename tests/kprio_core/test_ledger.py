@@ -468,7 +468,10 @@ def test_a_rerun_drain_replaces_its_numbers(ledger: Ledger):
         ({"ranges": {"topic": "orders-2"}}, "'ranges' must be a list"),
         ({"ranges": [{"topic": "orders-2", "records": 3}]}, r"ranges\[0\].bytes must be an integer >= 0, got None"),
         ({"ranges": [{"records": 3, "bytes": 9}]}, r"ranges\[0\].topic must be a topic name"),
-        ({"ranges": [{"topic": "orders-2", "records": True, "bytes": 9}]}, r"ranges\[0\].records must be an integer >= 0, got True"),
+        (
+            {"ranges": [{"topic": "orders-2", "records": True, "bytes": 9}]},
+            r"ranges\[0\].records must be an integer >= 0, got True",
+        ),
     ],
 )
 def test_malformed_drain_stats_are_refused_and_change_nothing(ledger: Ledger, stats: dict, message: str):
