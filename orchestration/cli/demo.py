@@ -18,7 +18,7 @@ from orchestration.cli.common import JsonOption, clean_errors, fail, print_json
 RecordsOption = Annotated[
     int,
     typer.Option("--records", "-n", min=10, help="Orders to produce in all (60% low backlog, 25% steady middle, "
-                 "15% late high burst); the record budget is set so it drains in about 8-10 batches."),
+                 "15% late high burst); the record budget is set so it drains in about 6-8 batches."),
 ]
 DataDirOption = Annotated[
     Path,
@@ -60,8 +60,9 @@ def demo(
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to
     from orchestration.demo.report import render_table
-    from orchestration.demo.run import DemoOptions, run_demo
+    from orchestration.demo.run import DemoOptions, cluster_settings, run_demo
 
+    cluster_settings(config)  # a bad --config fails here, before anything starts
     options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config)
     log = DemoLayout(data_dir.resolve()).log
     # Dagster's event log and Spark's warnings would bury the progress bars: they go to the log.

@@ -9,7 +9,8 @@ import typer
 
 app = typer.Typer(
     name="kprio",
-    help="Batch priority drainer for Kafka: plan, drain, check and commit prioritised topics.",
+    help="Batch priority drainer for Kafka: plan, drain, check and commit prioritised topics.\n\n"
+    "Example: kprio demo --records 5000   then   kprio lag --config kprio-data/demo/kprio.yaml",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

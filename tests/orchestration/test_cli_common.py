@@ -1,0 +1,151 @@
+"""What every ``kprio`` command promises, checked on every registered command (typer's click group).
+
+- ``--help`` exits 0 and shows an example;
+- a command that talks to Kafka takes ``--config``;
+- a bad config file makes it exit 1 with one line on stderr naming the bad key;
+- with a secret in the environment and an unreachable broker, no output shows the secret.
+
+New commands are picked up by walking the group: a command with required options must have
+them listed in REQUIRED_ARGS, and a command that does not talk to Kafka must say why in
+NO_KAFKA, or these tests fail and say so.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from orchestration.cli.main import app
+
+SECRET = "hunter2-secret"
+
+NO_KAFKA: dict[tuple[str, ...], str] = {
+    ("quota",): "pure computation of the base quota split",
+    ("burst",): "pure computation of flipkart's burst rule on a typed poll history",
+    ("simulate",): "replays traces in the simulator, no cluster involved",
+    ("broker", "start"): "starts the local embedded broker process; reads no kprio.yaml",
+    ("broker", "stop"): "stops the local embedded broker process; reads no kprio.yaml",
+    ("broker", "status"): "reads the embedded broker's state file; reads no kprio.yaml",
+}
+"""Commands that do not talk to a Kafka cluster through kprio.yaml, with why."""
+
+REQUIRED_ARGS: dict[tuple[str, ...], list[str]] = {
+    ("quota",): ["--max-priority", "3", "--max-records", "50"],
+    ("burst",): ["--max-priority", "3", "--max-records", "50", "--history", '{"2": [29, 29, 29, 29]}'],
+}
+"""Arguments that make a command with required options runnable."""
+
+NOT_RUN_WITH_SECRET: dict[tuple[str, ...], str] = {
+    ("broker", "start"): "would start a real broker process; it never sees Kafka client settings",
+}
+
+
+def walk(command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], object]]:
+    """Every (path, command) of the group, groups included (their path ends before their commands)."""
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from walk(sub, (*path, name))
+
+
+ROOT = typer.main.get_command(app)
+EVERY = list(walk(ROOT))
+LEAVES = [(path, cmd) for path, cmd in EVERY if not hasattr(cmd, "commands")]
+WITH_CONFIG = [(path, cmd) for path, cmd in LEAVES if any("--config" in p.opts for p in cmd.params)]
+
+
+def name(path: tuple[str, ...]) -> str:
+    return " ".join(path) or "kprio"
+
+
+def runnable_args(path: tuple[str, ...], command, tmp_path: Path) -> list[str]:
+    """``path`` plus its required arguments, a private data dir where it has one."""
+    args = [*path, *REQUIRED_ARGS.get(path, [])]
+    missing = [p.opts[0] for p in command.params if p.required and p.opts[0] not in args]
+    assert not missing, f"`kprio {name(path)}` requires {missing}: add them to REQUIRED_ARGS in this test"
+    if any("--data-dir" in p.opts for p in command.params):
+        args += ["--data-dir", str(tmp_path / "data")]
+    return args
+
+
+def test_the_walk_sees_the_known_commands() -> None:
+    paths = {path for path, _ in LEAVES}
+    assert {("lag",), ("quota",), ("burst",), ("simulate",), ("demo",), ("broker", "start")} <= paths
+
+
+@pytest.mark.parametrize("path", [path for path, _ in EVERY], ids=name)
+def test_help_exits_0_with_an_example(path: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(app, [*path, "--help"], terminal_width=120)
+    assert result.exit_code == 0, result.output
+    assert "Example" in result.stdout, f"`kprio {name(path)} --help` shows no example"
+
+
+@pytest.mark.parametrize("path", [path for path, _ in LEAVES if path not in NO_KAFKA], ids=name)
+def test_commands_that_talk_to_kafka_take_config(path: tuple[str, ...]) -> None:
+    command = dict(LEAVES)[path]
+    assert any("--config" in p.opts for p in command.params), (
+        f"`kprio {name(path)}` talks to Kafka but has no --config (or list it in NO_KAFKA with why)"
+    )
+
+
+BAD_CONFIGS = {
+    "out-of-range": ("planner:\n  record_budget: 0\n", "planner.record_budget"),
+    "secret-in-file": ("kafka:\n  client:\n    sasl.password: hunter2-in-file\n", "sasl.password"),
+    "unknown-key": ("planner:\n  record_budgett: 10\n", "planner.record_budgett"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_CONFIGS))
+@pytest.mark.parametrize("path", [path for path, _ in WITH_CONFIG], ids=name)
+def test_a_bad_config_exits_1_with_one_line_naming_the_key(path: tuple[str, ...], bad: str,
+                                                           tmp_path: Path) -> None:
+    text, key = BAD_CONFIGS[bad]
+    config = tmp_path / "kprio.yaml"
+    config.write_text(text)
+    args = runnable_args(path, dict(LEAVES)[path], tmp_path) + ["--config", str(config)]
+    result = CliRunner().invoke(app, args, terminal_width=200)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 1, (result.exit_code, result.output)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("kprio: error: ") and key in lines[0], lines[0]
+    assert "hunter2" not in result.output
+    assert result.stdout == ""
+
+
+@pytest.mark.slow
+def test_no_output_shows_a_secret_from_the_environment(tmp_path: Path) -> None:
+    config = tmp_path / "kprio.yaml"
+    config.write_text(
+        "kafka:\n  bootstrap_servers: 127.0.0.1:1\n  timeout_s: 2\n"
+        "  client:\n    security.protocol: SASL_PLAINTEXT\n    sasl.mechanism: PLAIN\n    sasl.username: kprio\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KPRIO_")}
+    env.update(KPRIO_KAFKA_SASL_PASSWORD=SECRET, KPRIO_CONFIG=str(config), DAGSTER_HOME=str(tmp_path / "home"))
+    ran = []
+    for path, command in LEAVES:
+        if path in NOT_RUN_WITH_SECRET:
+            continue
+        args = runnable_args(path, command, tmp_path)
+        if path in dict(WITH_CONFIG):
+            args += ["--config", str(config)]
+        # A real process: librdkafka and the JVM write to the file descriptors, past any Python capture.
+        proc = subprocess.run(
+            [sys.executable, "-c", "from orchestration.cli.main import app; app(prog_name='kprio')", *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+        )
+        output = proc.stdout + proc.stderr
+        assert SECRET not in output, f"`kprio {name(path)}` printed the secret:\n{output}"
+        if path in dict(WITH_CONFIG):
+            assert proc.returncode == 1, f"`kprio {name(path)}` exited {proc.returncode}:\n{output}"
+            assert "127.0.0.1:1" in proc.stderr, f"`kprio {name(path)}` does not say which broker:\n{output}"
+        ran.append(name(path))
+    for file in tmp_path.rglob("*"):
+        if file.is_file() and file.stat().st_size < 10_000_000:
+            assert SECRET.encode() not in file.read_bytes(), f"{file} holds the secret"
+    assert "lag" in ran and "demo" in ran
