@@ -47,9 +47,7 @@ def drained_batch_quality(
         df,
         batch.plan.offset_ranges(),
         # Gaps only count as expected when the configuration allows losing them.
-        lost=lost_by_range(batch.plan.offset_ranges(), (batch.drain_stats or {}).get("ranges", []))
-        if config.drain.allow_data_loss
-        else None,
+        lost=recorded_gaps((batch.drain_stats or {}).get("ranges", [])) if config.drain.allow_data_loss else (),
         required_fields=topic.required_fields,
         error_column="error",
     )
@@ -71,19 +69,14 @@ def drained_batch_quality(
         )
 
 
-def lost_by_range(planned: tuple[OffsetRange, ...], stats: list[dict]) -> dict[OffsetRange, int]:
-    """Offsets the drain recorded as lost to retention (``drain.allow_data_loss``), per planned range.
+def recorded_gaps(stats: list[dict]) -> list[OffsetRange]:
+    """Offsets the drain recorded as lost to retention (``drain.allow_data_loss``), as ranges.
 
-    >>> r = OffsetRange("o-2", 0, 0, 10)
-    >>> lost_by_range((r,), [{"topic": "o-2", "partition": 0, "start": 0, "end": 10, "records": 7,
-    ...                       "lost": [[0, 3]]}])
-    {OffsetRange(topic='o-2', partition=0, start=0, end=10): 3}
+    >>> recorded_gaps([{"topic": "o-2", "partition": 0, "start": 0, "end": 10, "records": 7, "lost": [[0, 3]]}])
+    [OffsetRange(topic='o-2', partition=0, start=0, end=3)]
     """
-    wanted = set(planned)
-    lost: dict[OffsetRange, int] = {}
-    for entry in stats:
-        count = sum(int(end) - int(start) for start, end in entry.get("lost") or [])
-        r = OffsetRange(entry["topic"], int(entry["partition"]), int(entry["start"]), int(entry["end"]))
-        if count and r in wanted:
-            lost[r] = lost.get(r, 0) + count
-    return lost
+    return [
+        OffsetRange(entry["topic"], int(entry["partition"]), int(start), int(end))
+        for entry in stats
+        for start, end in entry.get("lost") or []
+    ]

@@ -16,7 +16,7 @@ from the previous offset, and one summary row per planned range (records missing
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -69,24 +69,23 @@ def validate_batch(
     df,
     ranges: Sequence[OffsetRange],
     *,
-    lost: Mapping[OffsetRange, int] | None = None,
+    lost: Sequence[OffsetRange] = (),
     required_fields: Sequence[str] = (),
     error_column: str | None = "error",
 ) -> list[CheckOutcome]:
     """Run the six checks on ``df`` (columns topic, partition, offset, ...) against the planned ranges.
 
-    ``lost`` maps a planned range to the number of its offsets the drain recorded as lost to
-    retention (allowed data loss): they are expected to be missing. Returns one outcome per
-    name of :data:`CHECK_NAMES`, in that order.
+    ``lost``: gaps the drain recorded as lost to retention (allowed data loss); they are cut out
+    of the planned ranges, so the checks expect exactly the rest. Returns one outcome per name
+    of :data:`CHECK_NAMES`, in that order.
     """
     import great_expectations as gx
 
-    lost = {r: n for r, n in (lost or {}).items() if n}
-    planned = [r for r in ranges if r.count]
-    expected_rows = sum(r.count for r in planned) - sum(lost.values())
+    planned = [piece for r in ranges for piece in without(r, lost) if piece.count]
+    expected_rows = sum(r.count for r in planned)
 
     rows = _enrich(df, planned).cache()
-    summary, missing = _range_summary(rows, planned, lost)
+    summary, missing = _range_summary(rows, planned)
     try:
         context = _context()
         asset = context.data_sources.add_spark(name=f"kprio-{next(_names)}").add_dataframe_asset(name="batch")
@@ -130,6 +129,24 @@ def validate_batch(
         contiguous.metadata["missing_records"] = sum(holes.values())
         contiguous.metadata["first_range_with_hole"] = next(iter(holes))
     return outcomes
+
+
+def without(planned: OffsetRange, gaps: Sequence[OffsetRange]) -> list[OffsetRange]:
+    """The pieces of ``planned`` outside every gap of the same partition.
+
+    >>> [str(r) for r in without(OffsetRange("t-2", 0, 0, 10), [OffsetRange("t-2", 0, 2, 4), OffsetRange("t-2", 1, 0, 9)])]
+    ['t-2[0]@[0,2)', 't-2[0]@[4,10)']
+    """
+    pieces, cursor = [], planned.start
+    for gap in sorted(g for g in gaps if g.topic_partition == planned.topic_partition):
+        if gap.start > cursor:
+            pieces.append(OffsetRange(planned.topic, planned.partition, cursor, min(gap.start, planned.end)))
+        cursor = max(cursor, gap.end)
+        if cursor >= planned.end:
+            break
+    if cursor < planned.end:
+        pieces.append(OffsetRange(planned.topic, planned.partition, cursor, planned.end))
+    return [p for p in pieces if p.count]
 
 
 def _context():
@@ -186,8 +203,8 @@ def _enrich(df, planned: Sequence[OffsetRange]):
     return joined.withColumn(_STEP_COL, step).drop("r_topic", "r_partition", "r_start", "r_end")
 
 
-def _range_summary(rows, planned: Sequence[OffsetRange], lost: Mapping[OffsetRange, int]):
-    """One row per planned range: how many of its offsets are missing beyond those recorded as lost.
+def _range_summary(rows, planned: Sequence[OffsetRange]):
+    """One row per planned range: how many of its offsets are missing.
 
     Returns the DataFrame GX validates and the same (range, missing) pairs as Python values.
     """
@@ -200,7 +217,7 @@ def _range_summary(rows, planned: Sequence[OffsetRange], lost: Mapping[OffsetRan
         .agg(F.countDistinct("offset").alias("n"))
         .collect()
     )
-    data = [(str(r), r.count - lost.get(r, 0) - present.get(i, 0)) for i, r in enumerate(planned)]
+    data = [(str(r), r.count - present.get(i, 0)) for i, r in enumerate(planned)]
     return spark.createDataFrame(data, "range string, " + _MISSING_COL + " long"), data
 
 

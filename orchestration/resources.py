@@ -115,11 +115,9 @@ class SparkResource(dg.ConfigurableResource):
     def session(self) -> SparkSession:
         """The run's SparkSession (getOrCreate: an active session is reused)."""
         if self._session is None:
-            from pyspark.sql import SparkSession
-
             from spark_jobs.session import build_session
 
-            existed = SparkSession.getActiveSession() is not None
+            existed = session_running()
             settings = SparkSettings(master=self.master, remote=self.remote, conf=self.conf)
             self._session = build_session(settings, app_name=self.app_name)
             self._created = not existed
@@ -173,6 +171,18 @@ class KprioSettings(dg.ConfigurableResource):
         if kafka is None:
             return self.base
         return self.base.model_copy(update={"kafka": kafka.settings()})
+
+
+def session_running() -> bool:
+    """True when this process already has an active or default SparkSession (getOrCreate reuses it)."""
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.sql import SparkSession
+
+    try:
+        SparkSession.active()
+    except PySparkRuntimeError:
+        return False
+    return True
 
 
 def config_yaml(config: KprioConfig) -> str:

@@ -20,6 +20,7 @@ import dagster as dg
 
 from kprio_core.ledger import BatchState, Ledger
 from orchestration.planning import BLOCKED, BUSY, IDLE, THROTTLED
+from orchestration.resources import session_running
 from orchestration.sensors import BATCH_TAG, RUN_KEY_TAG, SENSOR_NAME, TOPIC_TAG
 
 SENSOR_NAME_TAG = "dagster/sensor_name"
@@ -106,15 +107,38 @@ def drain(
     instance: dg.DagsterInstance,
     *,
     max_batches: int | None = None,
+    once: bool = False,
     on_batch: Callable[[BatchRun], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> DrainReport:
-    """Tick and run until every topic is idle, ``max_batches`` ran, a run failed or a topic is blocked."""
-    with Ledger(defs.resources["ledger"].url) as ledger:
-        return _drain(defs, instance, ledger, max_batches, on_batch, sleep)
+    """Tick and run until every topic is idle, ``max_batches`` ran, a run failed or a topic is blocked.
+
+    ``once``: execute what the first tick requests (waiting out nothing), then stop.
+    """
+    with Ledger(defs.resources["ledger"].url) as ledger, spark_for_the_loop(defs):
+        return _drain(defs, instance, ledger, max_batches, once, on_batch, sleep)
 
 
-def _drain(defs, instance, ledger: Ledger, max_batches, on_batch, sleep) -> DrainReport:
+@contextmanager
+def spark_for_the_loop(defs: dg.Definitions) -> Iterator[None]:
+    """One SparkSession for every run of the loop (the Spark resource reuses an active session).
+
+    Without it each run's resource would start and stop its own JVM session. A session that
+    was already active (a test's) is left running.
+    """
+    if session_running():
+        yield
+        return
+    resource = defs.resources["spark"]
+    resource.setup_for_execution(dg.build_init_resource_context())
+    try:
+        resource.session  # noqa: B018 (starts the session now)
+        yield
+    finally:
+        resource.teardown_after_execution(dg.build_init_resource_context())
+
+
+def _drain(defs, instance, ledger: Ledger, max_batches, once, on_batch, sleep) -> DrainReport:
     report = DrainReport()
     while max_batches is None or len(report.batches) < max_batches:
         result = tick(defs, instance)
@@ -122,14 +146,18 @@ def _drain(defs, instance, ledger: Ledger, max_batches, on_batch, sleep) -> Drai
         if not requests:
             state = json.loads(result.cursor or "{}")
             kinds = {v["kind"] for v in state.values()}
-            reason = result.skip_message or "nothing to launch"
+            reason = result.skip_reason.skip_message if result.skip_reason else "nothing to launch"
             if kinds <= {IDLE}:
                 report.stopped = "no backlog left"
                 return report
             if kinds & {BLOCKED, BUSY}:
                 report.stopped, report.ok = reason, False
                 return report
+            if THROTTLED in kinds and once:
+                report.stopped = reason
+                return report
             if THROTTLED in kinds:
+                # Waiting out a rate quota is the point of the quota, not a synchronisation sleep.
                 waits = [v["retry_in_s"] for v in state.values() if v["kind"] == THROTTLED and v["retry_in_s"]]
                 sleep(min(min(waits, default=1.0), MAX_THROTTLE_WAIT_S))
                 continue
@@ -155,6 +183,9 @@ def _drain(defs, instance, ledger: Ledger, max_batches, on_batch, sleep) -> Drai
             if not run.success:
                 report.stopped, report.ok = f"batch {done.batch_id} failed: {done.reason}", False
                 return report
+        if once:
+            report.stopped = f"one tick: {len(report.batches)} batches"
+            return report
     report.stopped = f"stopped after {len(report.batches)} batches (--max-batches)"
     return report
 

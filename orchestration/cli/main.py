@@ -29,10 +29,14 @@ from orchestration.cli import broker  # noqa: E402
 app.add_typer(broker.app, name="broker")
 from orchestration.cli import demo  # noqa: E402
 app.command("demo")(demo.demo)
+from orchestration.cli import drain  # noqa: E402
+app.command("drain")(drain.drain)
 from orchestration.cli import explain  # noqa: E402
 app.command("burst")(explain.burst)
 app.command("quota")(explain.quota)
 from orchestration.cli import lag  # noqa: E402
 app.command("lag")(lag.lag)
+from orchestration.cli import plan  # noqa: E402
+app.command("plan")(plan.plan)
 from orchestration.cli import simulate  # noqa: E402
 app.command("simulate")(simulate.simulate)
