@@ -53,13 +53,10 @@ def demo(
 
     Example: kprio demo --records 5000 --keep-broker
     """
-    from rich.console import Console
-
     from kprio_core.workload import PRIORITIES
     from orchestration.demo.layout import DemoLayout
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to
-    from orchestration.demo.report import render_table
     from orchestration.demo.run import DemoOptions, cluster_settings, run_demo
 
     cluster_settings(config)  # a bad --config fails here, before anything starts
@@ -68,18 +65,28 @@ def demo(
     # Dagster's event log and Spark's warnings would bury the progress bars: they go to the log.
     with logs_to(log) as terminal, DemoProgress(PRIORITIES, enabled=not as_json, file=terminal) as progress:
         result = run_demo(options, progress)
-    if as_json:
-        print_json(result.to_dict())
-    else:
-        console = Console()
-        total = sum(r.records for r in result.rows)
-        console.print(render_table(result.rows, title=f"{result.logical_topic}: {total:,} records drained in "
-                                   f"{len(result.batches)} batches ({result.seconds:.0f} s)"))
-        console.print(result.conservation.line(), style="green" if result.conservation.ok else "red", highlight=False)
-        console.print(f"backlog plot: {result.layout.plot}   log: {log}", highlight=False)
-        for step in result.next_steps():
-            console.print(step, highlight=False, soft_wrap=True)
+    print_result(result, as_json=as_json)
     if not result.drain_ok:
         raise fail(f"the drain stopped early: {result.drain_stopped}")
     if not result.conservation.ok:
         raise fail(result.conservation.line())
+
+
+def print_result(result, *, as_json: bool) -> None:  # noqa: ANN001 - DemoResult, imported lazily
+    """The table, the conservation line and the next steps; or the JSON document."""
+    if as_json:
+        print_json(result.to_dict())
+        return
+    from rich.console import Console
+
+    from orchestration.demo.report import render_table
+
+    console = Console()
+    total = sum(r.records for r in result.rows)
+    console.print(render_table(result.rows, title=f"{result.logical_topic}: {total:,} records drained in "
+                               f"{len(result.batches)} batches ({result.seconds:.0f} s)"))
+    console.print(result.conservation.line(), style="green" if result.conservation.ok else "red", highlight=False,
+                  soft_wrap=True)
+    console.print(f"backlog plot: {result.layout.plot}   log: {result.layout.log}", highlight=False, soft_wrap=True)
+    for step in result.next_steps():
+        console.print(step, highlight=False, soft_wrap=True)

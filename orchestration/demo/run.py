@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -172,7 +173,7 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
         else:
             bootstrap = cluster.bootstrap_servers
             # A real cluster keeps topics across runs: a fresh logical topic keeps each run's counts exact.
-            topic_name = f"{LOGICAL_TOPIC}-{datetime.now(UTC):%Y%m%d%H%M%S}"
+            topic_name = f"{LOGICAL_TOPIC}-{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid.uuid4().hex[:4]}"
         config = demo_config(layout, bootstrap, record_budget=options.budget, kafka=cluster, logical_topic=topic_name)
         write_config(config, layout.config_file)
         result = _drain_demo(config, layout, workload, options, listener)
