@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kprio_core.config import KprioConfig, TopicSettings
-from kprio_core.errors import KprioError
+from kprio_core.errors import KprioError, RangeConflict
 from kprio_core.plan import DrainPlan, PlannedRange
 from kprio_core.splits import split_ranges
 from spark_jobs.columns import drain_struct, input_struct
@@ -32,7 +32,7 @@ from spark_jobs.handler_contract import resolve_handler
 from spark_jobs.lane_runner import lane_assigner, lane_runner
 from spark_jobs.output import discard, publish, staging_dir, write_staged
 from spark_jobs.remote_errors import kprio_error_in
-from spark_jobs.stats import RangeStats, range_stats
+from spark_jobs.stats import MAX_OBSERVED_RANGES, RangeStats, observe_ranges, observed_stats, range_stats
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -118,9 +118,15 @@ def drain_batch(
             ordered = _in_lane_order(spark, config, plan, _with_lane(records, plan, batch_id, lanes), lanes)
             drained = ordered.mapInArrow(lane_runner(config.drain.handler, topic.name, topic.schema_, out_struct),
                                          out_struct)
+            observed = len(plan.ranges) <= MAX_OBSERVED_RANGES
+            if observed:
+                drained, observation = observe_ranges(drained, plan.ranges)
             write_staged(drained, staging)
             written = spark.read.schema(out_struct).parquet(staging)
-            stats = range_stats(spark, written, plan.ranges)
+            if observed:
+                stats = observed_stats(observation, spark, written, plan.ranges)
+            else:
+                stats = range_stats(spark, written, plan.ranges)
             if not config.drain.allow_data_loss:
                 for s in stats:
                     if s.lost:
@@ -144,7 +150,17 @@ def _absolute(root: str) -> str:
 
 
 def _splits(config: KprioConfig, plan: DrainPlan) -> list[PlannedRange]:
-    return split_ranges(plan.ranges, config.splits.max_records, config.splits.max_bytes)
+    splits = split_ranges(plan.ranges, config.splits.max_records, config.splits.max_bytes)
+    _check_disjoint(splits)
+    return splits
+
+
+def _check_disjoint(splits: list[PlannedRange]) -> None:
+    """No offset may be read twice: the completeness stats rely on it."""
+    ordered = sorted(s.range for s in splits)
+    for before, after in zip(ordered, ordered[1:]):
+        if before.overlaps(after):
+            raise RangeConflict(f"the plan reads {before} and {after}, which overlap")
 
 
 def _read(spark: SparkSession, config: KprioConfig, plan: DrainPlan) -> DataFrame:

@@ -29,6 +29,11 @@ DEFAULT_CONF = {
     # A drain job has a handful of lanes, not 200: keep shuffles small unless configured.
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+    # The drain writes one directory per priority; by default Spark sorts the whole output by
+    # the partition columns first. Concurrent writers (one open file per priority in a task)
+    # skip that sort: it needs the planned-write rule off, which would otherwise add the sort.
+    "spark.sql.optimizer.plannedWrite.enabled": "false",
+    "spark.sql.maxConcurrentOutputFileWriters": "16",
 }
 
 

@@ -1,9 +1,16 @@
-"""Per-range statistics of a drained batch, measured on what was actually written.
+"""Per-range statistics of a drained batch, measured on the rows written.
 
 For every planned range: records, bytes (key + value lengths), first and last offset, records
-with an error, and the offsets missing from the output. A range is complete when it holds
-``end - start`` distinct offsets; only incomplete ranges pay for finding their gaps (runs of
-consecutive offsets, found with ``offset - row_number()``).
+with an error, and the offsets missing from the output.
+
+Two ways, same answer. :func:`observe_ranges` measures the rows on their way to the writer
+(Spark's ``observe``: no second pass over the data); a range holding ``end - start`` records
+from ``start`` to ``end - 1`` is complete because no offset can be written twice (splits are
+disjoint, each split is read once in strictly increasing order, each lane is handled by one
+task in strictly increasing order, all checked). :func:`range_stats` reads the written rows
+back and also counts distinct offsets; the drain uses it for plans with very many ranges.
+Only incomplete ranges pay for finding their gaps (runs of consecutive offsets, found with
+``offset - row_number()`` on the written rows).
 
 >>> from kprio_core.offsets import OffsetRange
 >>> s = RangeStats("t-2", 0, 2, 10, 20, records=8, bytes=800, first_offset=10, last_offset=19, errors=1,
@@ -64,7 +71,6 @@ class RangeStats:
 
 def range_stats(spark: SparkSession, written: DataFrame, ranges: Sequence[PlannedRange]) -> tuple[RangeStats, ...]:
     """Stats of every planned range from the written rows; DrainOutputInvalid when rows break the plan."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if not ranges:
@@ -100,7 +106,7 @@ def range_stats(spark: SparkSession, written: DataFrame, ranges: Sequence[Planne
     if dupes:
         raise DrainOutputInvalid(f"offsets written more than once in {', '.join(dupes)}")
     short = [rid for rid, r in enumerate(ranges) if by_rid.get(rid) is None or by_rid[rid]["records"] < r.range.count]
-    runs = _runs(joined, short, Window, F) if short else {}
+    runs = _runs(joined, short) if short else {}
     stats = []
     for rid, planned in enumerate(ranges):
         row = by_rid.get(rid)
@@ -115,8 +121,78 @@ def range_stats(spark: SparkSession, written: DataFrame, ranges: Sequence[Planne
     return tuple(stats)
 
 
-def _runs(joined: DataFrame, rids: list[int], Window: Any, F: Any) -> dict[int, list[tuple[int, int]]]:
+MAX_OBSERVED_RANGES = 256
+"""Above this many ranges, per-range observed metrics get too wide: read the output back instead."""
+
+
+def observe_ranges(df: DataFrame, ranges: Sequence[PlannedRange]) -> tuple[DataFrame, Any]:
+    """``df`` with per-range metrics attached, and the Observation that holds them after the write."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation("kprio_range_stats")
+    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    exprs = [F.count(F.lit(1)).alias("total")]
+    for i, planned in enumerate(ranges):
+        r = planned.range
+        inside = ((F.col("topic") == r.topic) & (F.col("partition") == r.partition)
+                  & (F.col("offset") >= r.start) & (F.col("offset") < r.end))
+        exprs += [
+            F.count(F.when(inside, 1)).alias(f"n{i}"),
+            F.sum(F.when(inside, size)).alias(f"b{i}"),
+            F.min(F.when(inside, F.col("offset"))).alias(f"lo{i}"),
+            F.max(F.when(inside, F.col("offset"))).alias(f"hi{i}"),
+            F.count(F.when(inside & F.col("error").isNotNull(), 1)).alias(f"e{i}"),
+        ]
+    return df.observe(observation, *exprs), observation
+
+
+def observed_stats(observation: Any, spark: SparkSession, written: DataFrame,
+                   ranges: Sequence[PlannedRange]) -> tuple[RangeStats, ...]:
+    """Stats from the observed metrics; gaps of incomplete ranges found on the written rows."""
+    m = observation.get
+    counts = [int(m.get(f"n{i}") or 0) for i in range(len(ranges))]
+    outside = int(m.get("total") or 0) - sum(counts)
+    if outside:
+        raise DrainOutputInvalid(f"{outside} written records are outside the planned ranges")
+    over = [str(r.range) for r, n in zip(ranges, counts, strict=True) if n > r.range.count]
+    if over:
+        raise DrainOutputInvalid(f"offsets written more than once in {', '.join(over)}")
+    short = [i for i, r in enumerate(ranges) if counts[i] < r.range.count]
+    runs = _runs(_with_rid(written, ranges), short) if short else {}
+    stats = []
+    for i, planned in enumerate(ranges):
+        rng = planned.range
+        stats.append(RangeStats(
+            rng.topic, rng.partition, planned.priority, rng.start, rng.end, records=counts[i],
+            bytes=int(m.get(f"b{i}") or 0), first_offset=m.get(f"lo{i}"), last_offset=m.get(f"hi{i}"),
+            errors=int(m.get(f"e{i}") or 0), lost=missing_offsets(rng, runs.get(i, [])) if i in short else (),
+        ))
+    return tuple(stats)
+
+
+def _with_rid(written: DataFrame, ranges: Sequence[PlannedRange]) -> DataFrame:
+    """The written offsets tagged with the index of the planned range holding them."""
+    from pyspark.sql import functions as F
+
+    spark = written.sparkSession
+    plan = spark.createDataFrame(
+        [(i, r.range.topic, r.range.partition, r.range.start, r.range.end) for i, r in enumerate(ranges)],
+        "rid int, r_topic string, r_partition int, r_start long, r_end long",
+    )
+    rows = written.select("topic", "partition", "offset")
+    return rows.join(
+        F.broadcast(plan),
+        (rows["topic"] == plan["r_topic"]) & (rows["partition"] == plan["r_partition"])
+        & (rows["offset"] >= plan["r_start"]) & (rows["offset"] < plan["r_end"]),
+    ).select("rid", "offset")
+
+
+def _runs(joined: DataFrame, rids: list[int]) -> dict[int, list[tuple[int, int]]]:
     """Inclusive runs of consecutive offsets present in the given ranges."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     present = joined.where(F.col("rid").isin(rids)).select("rid", "offset")
     numbered = present.withColumn("run", F.col("offset") - F.row_number().over(Window.partitionBy("rid").orderBy("offset")))
     out: dict[int, list[tuple[int, int]]] = {}

@@ -40,3 +40,13 @@ def stops_early(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
 def not_a_handler(frames: Iterator[Any]) -> Iterator[Any]:
     """Wrong signature: no context."""
     yield from frames
+
+
+def record_process(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Decodes like the default handler and sets ``pid`` to the process that ran it."""
+    import os
+
+    from spark_jobs.handlers import decode_json
+
+    for frame in decode_json(frames, context):
+        yield frame.assign(pid=os.getpid())

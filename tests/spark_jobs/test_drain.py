@@ -10,13 +10,14 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from kprio_core.config import KprioConfig
-from kprio_core.errors import HandlerError, RangeIncomplete
+from kprio_core.errors import HandlerError, RangeConflict, RangeIncomplete
 from kprio_core.kafka.produce import Record, produce
 from kprio_core.lanes import lane_of
 from kprio_core.offsets import OffsetRange
 from kprio_core.plan import PlannedRange
 from spark_jobs.drain import drain_batch
 from spark_jobs.output import read_output
+from spark_jobs.stats import range_stats
 from tests.spark_jobs.plans import plan_of, whole_plan
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -54,6 +55,8 @@ def test_drains_three_priorities_into_parquet_with_stats(spark, kafka_settings, 
     assert all(r.amount == r.i * 1.5 and r.error is None and r.batch_id == "b-1" and r.lane == 0 for r in rows)
     assert sorted(d.rsplit("/", 2)[1] for d in result.output_dirs) == ["priority=0", "priority=1", "priority=2"]
     assert json.loads(json.dumps(result.to_dict()))["records_by_priority"] == {"2": 30, "1": 20, "0": 11}
+    # Reading the output back (the path for plans with very many ranges) measures the same.
+    assert range_stats(spark, out, plan.ranges) == result.ranges
 
 
 def _keyed(n: int, keys: int) -> list[Record]:
@@ -182,3 +185,11 @@ def test_stats_name_ranges_of_the_plan_not_splits(spark, kafka_settings, make_to
     plan = plan_of(topic, [PlannedRange(0, OffsetRange(topic.priority_topic(0), 0, 0, 40))])
     result = drain_batch(spark, config, topic, "splits", plan)
     assert [(s.start, s.end, s.records) for s in result.ranges] == [(0, 40, 40)]
+
+
+def test_overlapping_ranges_are_refused(spark, kafka_settings, make_topic, tmp_path):
+    topic = make_topic(priorities=1, partitions=1, records={0: 10})
+    name = topic.priority_topic(0)
+    plan = plan_of(topic, {0: [OffsetRange(name, 0, 0, 6), OffsetRange(name, 0, 5, 10)]})
+    with pytest.raises(RangeConflict, match=r"overlap"):
+        drain_batch(spark, _config(kafka_settings, tmp_path), topic, "overlap", plan)

@@ -1,0 +1,91 @@
+"""The drain on a standalone Spark master + worker (started from pyspark's own scripts).
+
+Proves the data source and the handler run in separate executor processes, not in the driver.
+The drain runs in a subprocess so the test session keeps its one SparkSession.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from kprio_core.broker import free_port, wait_for
+from tests.spark_jobs.plans import whole_plan
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
+
+SPARK_HOME = Path(pyspark.__file__).parent
+SCRIPT = Path(__file__).with_name("standalone_drain.py")
+REPO_ROOT = SCRIPT.parents[2]
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable}
+    with log.open("wb") as out:
+        # spark-class execs java: the Popen pid is the JVM; its own session so we stop exactly it.
+        return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def _alive_workers(ui_port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as resp:
+            state = json.load(resp)
+    except OSError:
+        return 0
+    return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+
+
+def test_drain_on_a_standalone_cluster_runs_in_executor_processes(kafka_settings, make_topic, tmp_path, spark):
+    topic = make_topic(priorities=2, partitions=2, records={1: 60, 0: 40}, schema={"i": "long", "pid": "long"})
+    plan = whole_plan(kafka_settings, topic)
+    port, ui, worker_ui = free_port(), free_port(), free_port()
+    master = _start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                     "--webui-port", str(ui)], tmp_path / "master.log")
+    worker = None
+    try:
+        worker = _start(["org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
+                         "--cores", "2", "--memory", "1g", "--webui-port", str(worker_ui),
+                         "--work-dir", str(tmp_path / "work")], tmp_path / "worker.log")
+        assert wait_for(lambda: _alive_workers(ui) == 1, timeout_s=120, interval_s=0.5), (
+            (tmp_path / "master.log").read_text()[-2000:] + (tmp_path / "worker.log").read_text()[-2000:])
+        args = {"master": f"spark://127.0.0.1:{port}", "bootstrap": kafka_settings.bootstrap_servers,
+                "topic": topic.model_dump_json(by_alias=True), "plan": plan.to_json(),
+                "output": str(tmp_path / "out"), "batch_id": "standalone"}
+        run = subprocess.run([sys.executable, str(SCRIPT), json.dumps(args)], capture_output=True, text=True,
+                             timeout=600, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        assert run.returncode == 0, run.stderr[-4000:]
+        report = json.loads(run.stdout.strip().splitlines()[-1])
+    finally:
+        if worker is not None:
+            _stop(worker)
+        _stop(master)
+    assert report["result"]["records"] == 100 and report["result"]["errors"] == 0
+    assert report["result"]["records_by_priority"] == {"1": 60, "0": 40}
+    handler_pids = report["handler_pids"]
+    assert handler_pids and all(handler_pids.values()), handler_pids  # every handler ran under an executor
+    assert not set(map(int, handler_pids)) & set(report["driver_pids"])
+    # The files are there and hold each planned offset once (read with the test session's Spark).
+    from spark_jobs.output import read_output
+
+    rows = read_output(spark, str(tmp_path / "out"), topic.name, "standalone", topic.schema_).collect()
+    assert sorted((r.topic, r.partition, r.offset) for r in rows) == sorted(
+        (r.range.topic, r.range.partition, o) for r in plan.ranges for o in range(r.range.start, r.range.end))
