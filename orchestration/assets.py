@@ -226,7 +226,8 @@ def build_replayed_window(partitions_def: dg.HourlyPartitionsDefinition) -> dg.A
         window_id = window_batch_id(context.partition_key)
         config = kprio.config(kafka)
         meta: dict[str, object] = {"window_start_ms": start_ms, "window_end_ms": end_ms}
-        totals: dict[int, int] = {}
+        # Every priority present, 0 when idle, so Dagster's plots have no holes.
+        totals = dict.fromkeys(range(max(t.priorities for t in config.topics)), 0)
         for topic in config.topics:
             ranges = kafka.edge.window_ranges(topic, start_ms, end_ms)
             plan = replay_plan(topic.name, ranges, topic.priorities)

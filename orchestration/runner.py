@@ -93,12 +93,18 @@ def tick(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.SensorResult:
     return result
 
 
-def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
-    """Execute one requested run of ``drain_job`` in this process."""
+def execute(
+    defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunRequest, log_level: str = "DEBUG"
+) -> dg.ExecuteInProcessResult:
+    """Execute one requested run of ``drain_job`` in this process (``log_level`` of the console logger)."""
     job = defs.resolve_job_def("drain_job")
     tags = {**request.tags, RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: SENSOR_NAME}
     return job.execute_in_process(
-        instance=instance, partition_key=request.partition_key, tags=tags, raise_on_error=False
+        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+        instance=instance,
+        partition_key=request.partition_key,
+        tags=tags,
+        raise_on_error=False,
     )
 
 
@@ -108,15 +114,17 @@ def drain(
     *,
     max_batches: int | None = None,
     once: bool = False,
+    log_level: str = "DEBUG",
     on_batch: Callable[[BatchRun], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> DrainReport:
     """Tick and run until every topic is idle, ``max_batches`` ran, a run failed or a topic is blocked.
 
-    ``once``: execute what the first tick requests (waiting out nothing), then stop.
+    ``once``: execute what the first tick requests (waiting out nothing), then stop. ``log_level``:
+    of the runs' console logger (the events are stored in the instance whatever it is).
     """
     with Ledger(defs.resources["ledger"].url) as ledger, spark_for_the_loop(defs):
-        return _drain(defs, instance, ledger, max_batches, once, on_batch, sleep)
+        return _drain(defs, instance, ledger, max_batches, once, log_level, on_batch, sleep)
 
 
 @contextmanager
@@ -138,7 +146,7 @@ def spark_for_the_loop(defs: dg.Definitions) -> Iterator[None]:
         resource.teardown_after_execution(dg.build_init_resource_context())
 
 
-def _drain(defs, instance, ledger: Ledger, max_batches, once, on_batch, sleep) -> DrainReport:
+def _drain(defs, instance, ledger: Ledger, max_batches, once, log_level, on_batch, sleep) -> DrainReport:
     report = DrainReport()
     while max_batches is None or len(report.batches) < max_batches:
         result = tick(defs, instance)
@@ -166,7 +174,7 @@ def _drain(defs, instance, ledger: Ledger, max_batches, once, on_batch, sleep) -
         for request in requests:
             if max_batches is not None and len(report.batches) >= max_batches:
                 break
-            run = execute(defs, instance, request)
+            run = execute(defs, instance, request, log_level)
             batch = ledger.get(request.tags[BATCH_TAG])
             done = BatchRun(
                 batch_id=batch.batch_id,

@@ -54,7 +54,9 @@ def drain(
             typer.echo(batch.line())
 
     with open_instance() as instance:
-        report = run_drain(defs, instance, max_batches=max_batches, once=not until_empty, on_batch=show)
+        # One line per batch is the progress report; Dagster's own event log stays in the instance.
+        report = run_drain(defs, instance, max_batches=max_batches, once=not until_empty, log_level="WARNING",
+                           on_batch=show)
     committed: dict[str, dict[str, int | None]] = {}
     with KafkaEdge(settings.kafka) as edge:
         for logical in settings.topics:

@@ -1,0 +1,85 @@
+"""Fixtures of the Dagster tests: a real temporary instance and kprio definitions on the test broker and Spark.
+
+Import the fixtures into a test module with ``from tests.orchestration.dagster_env import *``.
+``kprio_env(topic, **sections)`` builds the configuration of one test (its own ledger, output
+and replay directories under tmp_path, the session's broker, the session's Spark settings so
+the Spark resource reuses the test session) and the Definitions built from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from kprio_core.config import KafkaSettings, KprioConfig, TopicSettings, parse_config
+from kprio_core.kafka import KafkaEdge
+from kprio_core.ledger import Ledger
+from orchestration.definitions import build_definitions
+from tests.fixtures.spark import TEST_SPARK
+
+__all__ = ["KprioEnv", "dagster_instance", "kprio_env", "read_all_output"]
+
+
+@dataclass
+class KprioEnv:
+    config: KprioConfig
+    defs: dg.Definitions
+    ledger: Ledger
+    edge: KafkaEdge
+
+    def topic(self, name: str | None = None) -> TopicSettings:
+        return self.config.topic(name) if name else self.config.topics[0]
+
+    def rebuild(self, **sections: dict) -> KprioEnv:
+        """The same environment (ledger, output) with some configuration sections replaced."""
+        raw = self.config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})
+        for key, value in sections.items():
+            raw[key] = value
+        config = parse_config(raw, "test", env={})
+        return KprioEnv(config, build_definitions(config), self.ledger, self.edge)
+
+
+@pytest.fixture
+def dagster_instance() -> Iterator[dg.DagsterInstance]:
+    """A real, temporary Dagster instance (SQLite storage in a temp dir)."""
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+@pytest.fixture
+def kprio_env(tmp_path: Path, kafka_settings: KafkaSettings, spark) -> Iterator[Callable[..., KprioEnv]]:
+    """Factory: ``kprio_env(topic_settings, planner={...}, ...)`` -> KprioEnv (ledgers closed at teardown)."""
+    made: list[KprioEnv] = []
+
+    def make(*topics: TopicSettings, **sections: dict) -> KprioEnv:
+        raw = {
+            "kafka": {"bootstrap_servers": kafka_settings.bootstrap_servers, "timeout_s": kafka_settings.timeout_s},
+            "topics": [t.model_dump(mode="json", by_alias=True) for t in topics],
+            "spark": {"master": TEST_SPARK.master, "conf": dict(TEST_SPARK.conf)},
+            "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}"},
+            "drain": {"output_path": str(tmp_path / "output"), "replay_path": str(tmp_path / "replay")},
+            "sensor": {"interval_s": 5},
+        }
+        for key, value in sections.items():
+            raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+        config = parse_config(raw, "test", env={})
+        env = KprioEnv(config, build_definitions(config), Ledger(config.ledger.url), KafkaEdge(config.kafka))
+        made.append(env)
+        return env
+
+    yield make
+    for env in made:
+        env.ledger.close()
+        env.edge.close()
+
+
+def read_all_output(spark, root: str, topic: TopicSettings) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every record in the output of ``topic`` under ``root``, sorted."""
+    from spark_jobs.output import read_output
+
+    rows = read_output(spark, root, topic.name, schema=dict(topic.schema_)).select("topic", "partition", "offset")
+    return sorted((r["topic"], r["partition"], r["offset"]) for r in rows.collect())
