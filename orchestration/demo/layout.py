@@ -122,7 +122,7 @@ def write_config(config: KprioConfig, path: Path) -> Path:
     """``config`` as kprio.yaml (Kafka secrets never written: they stay in the environment)."""
     data = config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})
     header = ("# Written by `kprio demo`. Use it with:\n"
-              f"#   KPRIO_CONFIG={path} DAGSTER_HOME={path.parent / 'dagster_home'} dagster dev\n"
+              f"#   KPRIO_CONFIG={path} DAGSTER_HOME={path.parent / 'dagster_home'} dagster dev -m orchestration.definitions\n"
               f"#   kprio lag --config {path}\n")
     path.write_text(header + yaml.safe_dump(data, sort_keys=False))
     return path

@@ -187,7 +187,7 @@ class Conservation:
         out = f" ({', '.join(problems)})" if problems else ""
         shown = self.mismatches[:3] + (("...",) if len(self.mismatches) > 3 else ())
         bad = f" ({'; '.join(shown)})" if self.mismatches else ""
-        return (f"conservation: {'OK' if self.ok else 'FAILED'}: {self.exactly_once} of {self.produced} produced "
+        return (f"conservation: {'OK' if self.ok else 'FAILED'}: {self.exactly_once:,} of {self.produced:,} produced "
                 f"offsets in the output exactly once{out}; committed == high watermark on "
                 f"{self.committed_at_high} of {self.partitions} partitions{bad}")
 

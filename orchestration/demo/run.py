@@ -95,7 +95,9 @@ class DemoResult:
         return self.drain_ok and self.conservation.ok
 
     def ui_command(self) -> str:
-        return f"KPRIO_CONFIG={self.layout.config_file} DAGSTER_HOME={self.layout.dagster_home} dagster dev"
+        # -m works from any directory (workspace.yaml only from the repository root).
+        return (f"KPRIO_CONFIG={self.layout.config_file} DAGSTER_HOME={self.layout.dagster_home} "
+                "dagster dev -m orchestration.definitions")
 
     def next_steps(self) -> list[str]:
         """How to look at the same instance afterwards."""
