@@ -56,6 +56,8 @@ class Decision:
     snapshot: LagSnapshot | None = None
     throttled: dict[Priority, float] = field(default_factory=dict)
     retry_in_s: float | None = None
+    error: KprioError | None = None
+    """The typed error behind a blocked decision (an unreachable broker), for callers that raise it."""
 
     def describe(self) -> str:
         if self.plan is not None:
@@ -147,9 +149,9 @@ def decide(
     try:
         snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000), avg_record_bytes=ledger.avg_record_bytes(name))
     except BrokerUnreachable as err:
-        return Decision(name, BLOCKED, reason=f"broker unreachable: {err}")
+        return Decision(name, BLOCKED, reason=f"broker unreachable: {err}", error=err)
     except KprioError as err:
-        return Decision(name, BLOCKED, reason=f"cannot take the lag snapshot: {err} [{err.code}]")
+        return Decision(name, BLOCKED, reason=f"cannot take the lag snapshot: {err} [{err.code}]", error=err)
 
     lost = snapshot.lost_to_retention()
     if lost and not config.drain.allow_data_loss:

@@ -85,11 +85,15 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     topics = [settings.topic(topic)] if topic else list(settings.topics)
     now_s = time.time()
     with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger, open_instance() as instance:
-        docs = [
-            decision_doc(decide(settings, t, edge=edge, ledger=ledger, now_s=now_s,
-                                launched=existing_runs(instance, ledger, t.name)))
+        decisions = [
+            decide(settings, t, edge=edge, ledger=ledger, now_s=now_s, launched=existing_runs(instance, ledger, t.name))
             for t in topics
         ]
+    for decision in decisions:
+        if decision.error is not None:
+            # The sensor skips with this as its reason; an operator asking for a plan gets an error.
+            raise decision.error
+    docs = [decision_doc(d) for d in decisions]
     if json_out:
         print_json(docs if topic is None else docs[0])
         return
