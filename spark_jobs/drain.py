@@ -114,10 +114,7 @@ def drain_batch(
                            None, None, 0) for r in plan.ranges
             )
         else:
-            records = _read(spark, config, plan)
-            ordered = _in_lane_order(spark, config, plan, _with_lane(records, plan, batch_id, lanes), lanes)
-            drained = ordered.mapInArrow(lane_runner(config.drain.handler, topic.name, topic.schema_, out_struct),
-                                         out_struct)
+            drained = drained_frame(spark, config, topic, batch_id, plan)
             observed = len(plan.ranges) <= MAX_OBSERVED_RANGES
             if observed:
                 drained, observation = observe_ranges(drained, plan.ranges)
@@ -142,6 +139,16 @@ def drain_batch(
             raise typed from exc
         raise
     return DrainResult(batch_id, topic.name, config.spark.reader, config.ordering.mode, lanes, root, dirs, stats)
+
+
+def drained_frame(spark: SparkSession, config: KprioConfig, topic: TopicSettings, batch_id: str,
+                  plan: DrainPlan) -> DataFrame:
+    """The batch's output rows, not yet written: read, lanes in offset order, handler applied."""
+    lanes = config.ordering.lanes if config.ordering.mode == "key" else 1
+    out_struct = drain_struct(topic.schema_)
+    records = _read(spark, config, plan)
+    ordered = _in_lane_order(spark, config, plan, _with_lane(records, plan, batch_id, lanes), lanes)
+    return ordered.mapInArrow(lane_runner(config.drain.handler, topic.name, topic.schema_, out_struct), out_struct)
 
 
 def _absolute(root: str) -> str:

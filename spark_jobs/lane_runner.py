@@ -140,18 +140,13 @@ def conform(seg: Any, out: Any, out_schema: Any, spec: str, error: str | None = 
     return pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
 
-def _missing(value: Any) -> bool:
-    import pandas as pd
-
-    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
-
-
 def _column(series: Any, field: Any, spec: str) -> Any:
     import pyarrow as pa
 
     try:
         if pa.types.is_string(field.type):
-            values = [None if _missing(v) else str(v) for v in series.tolist()]
+            missing = series.isna().to_numpy()
+            values = [None if gone else str(v) for v, gone in zip(series.tolist(), missing, strict=True)]
             return pa.array(values, type=field.type)
         return pa.array(series, from_pandas=True).cast(field.type, safe=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:

@@ -123,3 +123,26 @@ def test_rows_out_of_offset_order_are_refused():
 
 def test_lane_context_names_the_lane():
     assert str(LaneContext("t", "t-1", 0, 3, 1, "b")) == "t-1[0]/lane3 of batch b"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [b'{"i": 1, "amount": 2.5, "name": "a", "ok": false}', None, b'{"i": 3}'],  # one go, tombstone kept
+        [None, None],
+        [b'{"i": 1}', b'{"i": "x"}'],  # one bad record: record by record, the good one unaffected
+        [b'{"name": "\\u00e9\\u4e2d"}', b'{"name": "caf\xc3\xa9"}'],  # unicode escapes and raw UTF-8
+        [b'{"i": 1}{"i": 2}', b''],  # two objects on one line and an empty value must not shift rows
+        [b'{"i": 1,\n "amount": 2}', b'{"i": 2}'],  # a newline inside a value
+        [b'{"i": 1, "i": 2}'],  # duplicate key: json takes the last
+    ],
+)
+def test_default_handler_decodes_a_frame_as_record_by_record(values):
+    import pandas as pd
+
+    schema = {k: v for k, v in SCHEMA.items() if k != "at"}  # Arrow's one-go path: no timestamp fields
+    ctx = LaneContext("t", "t-1", 0, 0, 0, "b", tuple(schema.items()))
+    out = next(decode_json(iter([pd.DataFrame({"value": pd.Series(values, dtype=object)})]), ctx))
+    got = out.drop(columns="value").astype(object).where(out.notna(), None).to_dict("records")
+    want = [{**decode_value(v, schema)[0], "error": decode_value(v, schema)[1]} for v in values]
+    assert got == want
