@@ -56,9 +56,10 @@ def chromium_path() -> str:
     return str(CHROMIUM)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[object]:
-    """One headless Chromium for the session."""
+    """One headless Chromium per test module (request it after fixtures that run Dagster in process:
+    Playwright's sync API keeps an asyncio loop running on the main thread while it is open)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -155,7 +155,7 @@ def shot(page, name: str) -> Path:
     return path
 
 
-def test_asset_graph_shows_drained_batch_and_committed_offsets(page, dagster_ui: str) -> None:
+def test_asset_graph_shows_drained_batch_and_committed_offsets(dagster_ui: str, page) -> None:
     from playwright.sync_api import expect
 
     page.goto(f"{dagster_ui}/locations/{LOCATION}/asset-groups/kprio", wait_until="domcontentloaded")
@@ -168,7 +168,7 @@ def test_asset_graph_shows_drained_batch_and_committed_offsets(page, dagster_ui:
     assert shot(page, "asset-graph.png").stat().st_size > 10_000
 
 
-def test_sensor_page_shows_priority_lag_sensor_running(page, dagster_ui: str) -> None:
+def test_sensor_page_shows_priority_lag_sensor_running(dagster_ui: str, page) -> None:
     from playwright.sync_api import expect
 
     page.goto(f"{dagster_ui}/locations/{LOCATION}/sensors/priority_lag_sensor", wait_until="domcontentloaded")
@@ -180,7 +180,7 @@ def test_sensor_page_shows_priority_lag_sensor_running(page, dagster_ui: str) ->
     assert shot(page, "sensor.png").stat().st_size > 10_000
 
 
-def test_checks_of_a_drained_batch_are_visible_as_passed(page, dagster_ui: str) -> None:
+def test_checks_of_a_drained_batch_are_visible_as_passed(dagster_ui: str, page) -> None:
     from playwright.sync_api import expect
 
     page.goto(f"{dagster_ui}/assets/drained_batch?view=checks", wait_until="domcontentloaded")
