@@ -182,8 +182,8 @@ class TopicSettings(_Model):
 class RateQuota(_Model):
     """A rate limit for one priority; either or both bounds."""
 
-    records_per_s: float | None = Field(None, gt=0)
-    bytes_per_s: float | None = Field(None, gt=0)
+    records_per_s: float | None = Field(None, gt=0, description="Most records per second drained for this priority.")
+    bytes_per_s: float | None = Field(None, gt=0, description="Most bytes per second drained for this priority.")
 
 
 class PlannerSettings(_Model):
@@ -212,8 +212,8 @@ class PlannerSettings(_Model):
 class SplitSettings(_Model):
     """Bounds of one Spark input split."""
 
-    max_records: int = Field(100_000, ge=1)
-    max_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    max_records: int = Field(100_000, ge=1, description="Most records in one Spark input split (like maxRecordsPerPartition).")
+    max_bytes: int = Field(64 * 1024 * 1024, ge=1, description="Most estimated bytes in one Spark input split.")
 
 
 class RateSettings(_Model):
@@ -258,10 +258,10 @@ class SparkSettings(_Model):
     remote: str | None = Field(None, description="Spark Connect URL (sc://host:port); wins over master.")
     reader: Literal["python", "native"] = Field("python", description="python data source or Spark's kafka source.")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings.")
-    fetch_max_bytes: int = Field(16 * 1024 * 1024, ge=1024)
-    max_partition_fetch_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    queued_max_messages_kbytes: int = Field(16 * 1024, ge=1)
-    arrow_batch_records: int = Field(10_000, ge=1)
+    fetch_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="fetch.max.bytes of the executors' consumers.")
+    max_partition_fetch_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="max.partition.fetch.bytes of the executors' consumers.")
+    queued_max_messages_kbytes: int = Field(16 * 1024, ge=1, description="queued.max.messages.kbytes: the consumer's prefetch bound.")
+    arrow_batch_records: int = Field(10_000, ge=1, description="Records per Arrow batch a read task yields.")
 
 
 class LedgerSettings(_Model):
