@@ -20,7 +20,7 @@ from kprio_core.errors import ConfigError
 from spark_jobs.kafka_schema import KAFKA_COLUMNS
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
 KPRIO_COLUMNS = ("priority", "batch_id", "lane")
 """Added by the drain before the handler runs."""
@@ -29,7 +29,9 @@ INPUT_COLUMNS = KAFKA_COLUMNS + KPRIO_COLUMNS
 """What a handler's frames hold."""
 
 ERROR_COLUMN = "error"
-RESERVED = frozenset(INPUT_COLUMNS) | {ERROR_COLUMN}
+STATS_COLUMN = "_kprio_range_stats"
+"""The fused drain's per-task range stats, on one row per task, dropped before the write."""
+RESERVED = frozenset(INPUT_COLUMNS) | {ERROR_COLUMN, STATS_COLUMN}
 
 
 def field_type(kind: str) -> DataType:
@@ -65,3 +67,13 @@ def drain_struct(schema: Mapping[str, str]) -> StructType:
     fields = [StructField(ERROR_COLUMN, StringType())]
     fields += [StructField(name, field_type(kind)) for name, kind in schema.items()]
     return StructType(input_struct().fields + fields)
+
+
+def stats_field() -> StructField:
+    """``STATS_COLUMN``: per read range, what the task handed to the writer (see :mod:`spark_jobs.stats`)."""
+    from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
+
+    longs = ("start", "end", "records", "bytes", "first", "last", "errors")
+    entry = StructType([StructField("topic", StringType()), StructField("partition", IntegerType())]
+                       + [StructField(name, LongType()) for name in longs])
+    return StructField(STATS_COLUMN, ArrayType(entry))

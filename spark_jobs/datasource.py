@@ -107,7 +107,8 @@ def parse_splits(text: str) -> tuple[RangePartition, ...]:
         raise ConfigError(f"{FORMAT}: option 'splits' is not a list of ranges: {err}") from None
 
 
-def _settings(opts: Mapping[str, str]) -> ReadSettings:
+def settings_of(opts: Mapping[str, str]) -> ReadSettings:
+    """The read settings from lower-cased options; ConfigError naming a bad number."""
     try:
         return ReadSettings(
             fetch=FetchSettings(
@@ -142,7 +143,7 @@ class KafkaRangeDataSource(DataSource):
         client = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
         if "bootstrap.servers" not in client:
             raise ConfigError(f"{FORMAT}: option 'kafka.bootstrap.servers' is required")
-        return KafkaRangeReader(parse_splits(opts["splits"]), client, _settings(opts), schema)
+        return KafkaRangeReader(parse_splits(opts["splits"]), client, settings_of(opts), schema)
 
 
 class KafkaRangeReader(DataSourceReader):

@@ -6,19 +6,26 @@
 2. read the plan's ranges, cut into splits (``config.splits``), with the ``kprio-kafka`` source
    (or Spark's ``kafka`` source when ``spark.reader`` is ``native``); a short range fails there;
 3. add ``priority``, ``batch_id`` and ``lane`` (partition order: lane 0; key order:
-   murmur2(key) % lanes, see :mod:`kprio_core.lanes`);
-4. bring each lane together in offset order: when every partition is one split, a split is one
-   task already in offset order and at most a local sort by lane is needed; otherwise the rows
-   are repartitioned by ``(topic, partition, lane)`` and sorted by offset within;
-5. run the handler per lane (:mod:`spark_jobs.lane_runner`), write Parquet to a staging dir;
-6. measure every planned range on the written rows (:mod:`spark_jobs.stats`): a gap fails the
-   batch unless ``drain.allow_data_loss``, then it is recorded;
-7. publish the staged directories (:mod:`spark_jobs.output`), replacing a previous run's.
+   murmur2(key) % lanes, see :mod:`kprio_core.lanes`) and run the handler once per lane, on the
+   lane's records in offset order. Two ways (:func:`handler_in_read` picks):
+
+   - fused (the default with the ``python`` reader): one task per topic partition reads all of
+     the partition's splits in order and runs lanes and handler right there
+     (:mod:`spark_jobs.drain_source`); the JVM gets the final rows;
+   - shuffle (Spark's ``native`` reader, or key order with few partitions on many cores):
+     rows are repartitioned by ``(topic, partition, lane)``, sorted by offset within, and the
+     handler runs per lane in ``mapInArrow`` (:mod:`spark_jobs.lane_runner`);
+4. write Parquet to a staging dir;
+5. measure every planned range on the rows handed to the writer (:mod:`spark_jobs.stats`: counted
+   by the fused tasks, or observed on the shuffled rows); a gap fails the batch unless
+   ``drain.allow_data_loss``, then it is recorded;
+6. publish the staged directories (:mod:`spark_jobs.output`), replacing a previous run's.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +39,15 @@ from spark_jobs.handler_contract import resolve_handler
 from spark_jobs.lane_runner import lane_assigner, lane_runner
 from spark_jobs.output import discard, publish, staging_dir, write_staged
 from spark_jobs.remote_errors import kprio_error_in
-from spark_jobs.stats import MAX_OBSERVED_RANGES, RangeStats, observe_ranges, observed_stats, range_stats
+from spark_jobs.stats import (
+    MAX_OBSERVED_RANGES,
+    RangeStats,
+    counted_stats,
+    observe_counted,
+    observe_ranges,
+    observed_stats,
+    range_stats,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -114,14 +129,18 @@ def drain_batch(
                            None, None, 0) for r in plan.ranges
             )
         else:
-            drained = drained_frame(spark, config, topic, batch_id, plan)
-            observed = len(plan.ranges) <= MAX_OBSERVED_RANGES
-            if observed:
+            drained, fused = _drained(spark, config, topic, batch_id, plan)
+            measure = None
+            if fused:
+                drained, observation = observe_counted(drained)
+                measure = counted_stats
+            elif len(plan.ranges) <= MAX_OBSERVED_RANGES:
                 drained, observation = observe_ranges(drained, plan.ranges)
+                measure = observed_stats
             write_staged(drained, staging)
             written = spark.read.schema(out_struct).parquet(staging)
-            if observed:
-                stats = observed_stats(observation, spark, written, plan.ranges)
+            if measure is not None:
+                stats = measure(observation, spark, written, plan.ranges)
             else:
                 stats = range_stats(spark, written, plan.ranges)
             if not config.drain.allow_data_loss:
@@ -144,11 +163,56 @@ def drain_batch(
 def drained_frame(spark: SparkSession, config: KprioConfig, topic: TopicSettings, batch_id: str,
                   plan: DrainPlan) -> DataFrame:
     """The batch's output rows, not yet written: read, lanes in offset order, handler applied."""
+    from spark_jobs.columns import STATS_COLUMN
+
+    rows, fused = _drained(spark, config, topic, batch_id, plan)
+    return rows.drop(STATS_COLUMN) if fused else rows
+
+
+def _drained(spark: SparkSession, config: KprioConfig, topic: TopicSettings, batch_id: str,
+             plan: DrainPlan) -> tuple[DataFrame, bool]:
+    """The output rows and whether they came fused (then with the tasks' counts in ``STATS_COLUMN``)."""
     lanes = config.ordering.lanes if config.ordering.mode == "key" else 1
+    if config.spark.reader == "python":
+        splits = _splits(config, plan)
+        if handler_in_read(lanes, splits, _parallelism(spark)):
+            from spark_jobs.drain_source import drain_rows
+
+            return drain_rows(spark, config, topic, batch_id, splits, lanes), True
     out_struct = drain_struct(topic.schema_)
     records = _read(spark, config, plan)
     ordered = _in_lane_order(spark, config, plan, _with_lane(records, plan, batch_id, lanes), lanes)
-    return ordered.mapInArrow(lane_runner(config.drain.handler, topic.name, topic.schema_, out_struct), out_struct)
+    return ordered.mapInArrow(lane_runner(config.drain.handler, topic.name, topic.schema_, out_struct),
+                              out_struct), False
+
+
+def handler_in_read(lanes: int, splits: Sequence[PlannedRange], parallelism: int) -> bool:
+    """Whether lanes and handler run inside the read (one task per topic partition, no shuffle).
+
+    One task per partition keeps every lane of it in one handler call, in offset order, and
+    saves the shuffle and the second trip through Python. Only in key order (lanes > 1), with
+    partitions cut into several splits and fewer partitions than cores, do the shuffle path's
+    parallel reads and parallel lanes pay for it.
+
+    >>> from kprio_core.offsets import OffsetRange
+    >>> one_partition_in_3 = [PlannedRange(0, OffsetRange("t", 0, i, i + 10)) for i in (0, 10, 20)]
+    >>> handler_in_read(1, one_partition_in_3, 8), handler_in_read(4, one_partition_in_3, 8)
+    (True, False)
+    >>> handler_in_read(4, one_partition_in_3, 1), handler_in_read(4, one_partition_in_3[:1], 8)
+    (True, True)
+    """
+    partitions = {s.range.topic_partition for s in splits}
+    if lanes == 1 or len(splits) == len(partitions):
+        return True
+    return len(partitions) >= parallelism
+
+
+def _parallelism(spark: SparkSession) -> int:
+    """Cores Spark runs tasks on (1 when the session cannot say, e.g. Spark Connect)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+        return 1
 
 
 def _absolute(root: str) -> str:

@@ -20,8 +20,15 @@ A handler is named ``"module:function"`` (``config.drain.handler``) and called o
 The handler is loaded on the driver first (:func:`resolve_handler`), so a wrong name or
 signature fails before any Spark job runs.
 
+A handler may also carry an Arrow form as its ``arrow`` attribute: the same contract with
+``pyarrow.RecordBatch`` frames in and ``RecordBatch`` (or ``Table``) answers out. The drain
+then skips the pandas conversion of every frame (:func:`arrow_form`); both forms must give the
+same rows. kprio's default JSON handler has one.
+
 >>> resolve_handler("spark_jobs.handlers:decode_json").__name__
 'decode_json'
+>>> arrow_form(resolve_handler("spark_jobs.handlers:decode_json")).__name__
+'decode_json_arrow'
 >>> resolve_handler("spark_jobs.handlers")
 Traceback (most recent call last):
 ...
@@ -97,3 +104,9 @@ def resolve_handler(spec: str) -> Handler:
 def _short(signature: inspect.Signature) -> str:
     text = str(signature)
     return text if len(text) <= 32 else text[:28].rsplit(",", 1)[0] + ", ...)"
+
+
+def arrow_form(handler: Handler) -> Handler | None:
+    """The handler's Arrow form (its ``arrow`` attribute, when callable), else None."""
+    form = getattr(handler, "arrow", None)
+    return form if callable(form) else None

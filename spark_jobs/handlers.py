@@ -34,67 +34,111 @@ from spark_jobs.handler_contract import LaneContext
 def decode_json(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
     """The default handler: decode each JSON value into the schema's typed columns (see module doc).
 
-    A frame is first parsed in one go by Arrow's JSON reader (strict types, as below); a frame
-    it refuses (a malformed value, a wrong type, a timestamp field) is decoded record by record
-    so each bad record gets its own error and the good ones are unaffected.
+    pandas form of :func:`decode_values`; columns come back as pandas' nullable types.
     """
-    import pandas as pd
+    import pyarrow as pa
 
     fields = context.fields
     for frame in frames:
-        values = frame["value"].tolist()
-        typed = _decode_vectorised(values, fields, pd)
-        if typed is not None:
-            yield frame.assign(**typed, error=None)
-            continue
-        columns: dict[str, list[Any]] = {name: [] for name in fields}
-        errors: list[str | None] = []
-        for value in values:
-            decoded, error = decode_value(value, fields)
-            for name, item in decoded.items():
-                columns[name].append(item)
-            errors.append(error)
-        typed = {name: _typed(columns[name], kind, pd) for name, kind in fields.items()}
-        yield frame.assign(**typed, error=errors)
+        values = pa.array(frame["value"].tolist(), type=pa.binary())
+        columns, errors = decode_values(values, fields)
+        typed = {name: _pandas(columns[name]) for name in fields}
+        yield frame.assign(**typed, error=errors.to_pylist())
+
+
+def decode_json_arrow(batches: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Arrow form of :func:`decode_json` (the drain uses it): same rows, no pandas."""
+    import pyarrow as pa
+
+    fields = context.fields
+    for batch in batches:
+        columns, errors = decode_values(batch.column("value"), fields)
+        yield pa.RecordBatch.from_arrays([*columns.values(), errors], names=[*columns, "error"])
+
+
+decode_json.arrow = decode_json_arrow  # type: ignore[attr-defined]
 
 
 _ARROW_TYPES = {"long": "int64", "double": "float64", "boolean": "bool_", "string": "string"}
+_WHITESPACE = (b"", b" ", b"\t", b"\n", b"\r", b"\x0b", b"\x0c")
 
 
-def _decode_vectorised(values: list[bytes | None], fields: Mapping[str, str], pd: Any) -> dict[str, Any] | None:
-    """All fields of a frame at once, or None when Arrow cannot vouch for every record."""
+def arrow_type(kind: str) -> Any:
+    """The Arrow type of a schema field kind (timestamps: microseconds, UTC)."""
+    import pyarrow as pa
+
+    return pa.timestamp("us", tz="UTC") if kind == "timestamp" else getattr(pa, _ARROW_TYPES[kind])()
+
+
+def decode_values(values: Any, fields: Mapping[str, str]) -> tuple[dict[str, Any], Any]:
+    """Decode a binary Arrow array of JSON values: ``({field: array}, error array)``.
+
+    The values are first parsed in one go by Arrow's JSON reader (strict types, as
+    :func:`decode_value`); values it refuses (a malformed one, a wrong type, a timestamp field)
+    are decoded record by record so each bad record gets its own error and the good ones are
+    unaffected.
+
+    >>> import pyarrow as pa
+    >>> cols, errs = decode_values(pa.array([b'{"n": 1}', None, b'{"n": 2}'], pa.binary()), {"n": "long"})
+    >>> cols["n"].to_pylist(), errs.null_count
+    ([1, None, 2], 3)
+    >>> cols, errs = decode_values(pa.array([b'{"n": 1}', b'{"n": "x"}'], pa.binary()), {"n": "long"})
+    >>> cols["n"].to_pylist(), errs.to_pylist()
+    ([1, None], [None, "field 'n': expected long, got str 'x'"])
+    """
+    import pyarrow as pa
+
+    decoded = _decode_vectorised(values, fields)
+    if decoded is not None:
+        return decoded, pa.nulls(len(values), pa.string())
+    columns: dict[str, list[Any]] = {name: [] for name in fields}
+    errors: list[str | None] = []
+    for value in values.to_pylist():
+        fields_of, error = decode_value(value, fields)
+        for name, item in fields_of.items():
+            columns[name].append(item)
+        errors.append(error)
+    typed = {name: pa.array(columns[name], type=arrow_type(kind)) for name, kind in fields.items()}
+    return typed, pa.array(errors, type=pa.string())
+
+
+def _decode_vectorised(values: Any, fields: Mapping[str, str]) -> dict[str, Any] | None:
+    """All fields of the values at once, or None when Arrow cannot vouch for every record."""
     import io
 
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.json as pj
 
     if any(kind not in _ARROW_TYPES for kind in fields.values()):
         return None  # timestamps accept more spellings than Arrow's parser: record by record
-    present = [v for v in values if v is not None]
+    schema = pa.schema([(name, arrow_type(kind)) for name, kind in fields.items()])
+    present = values.drop_null() if values.null_count else values
+    if len(present) == 0:
+        return {name: pa.nulls(len(values), field.type) for name, field in zip(schema.names, schema, strict=True)}
     # One record per line: a value holding a newline, or a blank one, could shift the lines.
-    if any(b"\n" in v or b"\r" in v or not v.strip() for v in present):
-        return None
-    schema = pa.schema([(name, getattr(pa, _ARROW_TYPES[kind])()) for name, kind in fields.items()])
-    if present:
-        try:
-            table = pj.read_json(
-                io.BytesIO(b"\n".join(present)),
-                read_options=pj.ReadOptions(block_size=max(1 << 20, sum(map(len, present)) + len(present) + 1)),
-                parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
-            )
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
+    if pc.any(pc.is_in(pc.binary_slice(present, 0, 1), value_set=pa.array(_WHITESPACE, pa.binary()))).as_py():
+        if any(not v.strip() for v in present.to_pylist()):
             return None
-        if table.num_rows != len(present):
-            return None  # e.g. two objects on one line
-    else:
-        table = schema.empty_table()
-    out = {}
-    for name, kind in fields.items():
-        decoded = table.column(name).to_pylist()
-        if len(present) != len(values):  # tombstones: null fields in their rows
-            it = iter(decoded)
-            decoded = [None if v is None else next(it) for v in values]
-        out[name] = _typed(decoded, kind, pd)
+    text = b"\n".join(present.to_pylist())
+    if text.count(b"\n") != len(present) - 1 or b"\r" in text:
+        return None
+    try:
+        table = pj.read_json(
+            io.BytesIO(text),
+            read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(text) + 1)),
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
+        return None
+    if table.num_rows != len(present):
+        return None  # e.g. two objects on one line
+    out = {name: table.column(name).combine_chunks() for name in fields}
+    if values.null_count:  # tombstones: null fields in their rows
+        valid = values.is_valid().to_numpy(zero_copy_only=False)
+        index = pa.array(np.cumsum(valid) - 1, mask=~valid)
+        out = {name: column.take(index) for name, column in out.items()}
     return out
 
 
@@ -156,10 +200,10 @@ def _clip(raw: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-_DTYPES = {"long": "Int64", "double": "Float64", "boolean": "boolean", "string": "object"}
+def _pandas(column: Any) -> Any:
+    """An Arrow column as a pandas array of a nullable type (Int64, Float64, boolean, object, datetime)."""
+    import pandas as pd
+    import pyarrow as pa
 
-
-def _typed(values: list[Any], kind: str, pd: Any) -> Any:
-    if kind == "timestamp":
-        return pd.to_datetime(pd.Series(values, dtype="object"), utc=True)
-    return pd.array(values, dtype=_DTYPES[kind])
+    mapper = {pa.int64(): pd.Int64Dtype(), pa.float64(): pd.Float64Dtype(), pa.bool_(): pd.BooleanDtype()}
+    return column.to_pandas(types_mapper=mapper.get).array

@@ -86,35 +86,61 @@ def consumer_conf(client: Mapping[str, Any], fetch: FetchSettings) -> dict[str, 
 
 
 class _Columns:
-    """Column buffers of one Arrow batch under construction."""
+    """Column buffers of one Arrow batch under construction, filled a consume() chunk at a time."""
 
     def __init__(self) -> None:
         self.key: list[bytes | None] = []
         self.value: list[bytes | None] = []
         self.offset: list[int] = []
-        self.ts: list[int] = []
-        self.ts_type: list[int] = []
-        self.headers: list[list[dict] | None] = []
+        self.stamp: list[tuple[int, int]] = []  # confluent-kafka's (timestamp type, ms)
+        self.headers: list[list[tuple[str, bytes | None]] | None] = []
 
     def __len__(self) -> int:
         return len(self.offset)
 
+    def take(self, messages: list[Any]) -> list[int]:
+        """Add a chunk of plain records (no error events): one pass per column, not per record."""
+        offsets = [m.offset() for m in messages]
+        self.offset += offsets
+        self.key += [m.key() for m in messages]
+        self.value += [m.value() for m in messages]
+        self.stamp += [m.timestamp() for m in messages]
+        self.headers += [m.headers() for m in messages]
+        return offsets
+
+    def add(self, msg: Any) -> None:
+        self.offset.append(msg.offset())
+        self.key.append(msg.key())
+        self.value.append(msg.value())
+        self.stamp.append(msg.timestamp())
+        self.headers.append(msg.headers())
+
     def to_batch(self, rng: OffsetRange, schema: Any) -> Any:
+        import itertools
+
         import numpy as np
         import pyarrow as pa
 
         n = len(self.offset)
-        ts_us = np.asarray(self.ts, dtype=np.int64) * 1000
-        ts_valid = np.asarray(self.ts_type, dtype=np.int32) >= 0
+        stamps = np.fromiter(itertools.chain.from_iterable(self.stamp), dtype=np.int64, count=2 * n).reshape(n, 2)
+        ts_type = stamps[:, 0] - 1  # Kafka's TimestampType id; -1: the record has no timestamp
+        ts_us = np.where(ts_type >= 0, stamps[:, 1], 0) * 1000
+        headers_type = schema.field("headers").type
+        if any(self.headers):
+            # An empty header list is no headers (null), as in Spark's Kafka source.
+            headers = pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in self.headers],
+                               type=headers_type)
+        else:
+            headers = pa.nulls(n, headers_type)
         arrays = [
             pa.array(self.key, type=pa.binary()),
             pa.array(self.value, type=pa.binary()),
-            pa.array([rng.topic] * n, type=pa.string()) if n else pa.array([], type=pa.string()),
-            pa.array(np.full(n, rng.partition, dtype=np.int32)),
+            pa.repeat(pa.scalar(rng.topic, pa.string()), n),
+            pa.repeat(pa.scalar(rng.partition, pa.int32()), n),
             pa.array(np.asarray(self.offset, dtype=np.int64)),
-            pa.array(ts_us, type=schema.field("timestamp").type, mask=~ts_valid),
-            pa.array(np.asarray(self.ts_type, dtype=np.int32)),
-            pa.array(self.headers, type=schema.field("headers").type),
+            pa.array(ts_us, type=schema.field("timestamp").type, mask=ts_type < 0),
+            pa.array(ts_type.astype(np.int32)),
+            headers,
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -150,6 +176,10 @@ def read_range(
             want = min(settings.batch_records - len(columns), rng.end - position)
             messages = consumer.consume(max(1, want), timeout=min(POLL_SLICE_S, deadline - now))
             seen: list[int] = []
+            if _plain(messages, position, rng.end):
+                seen = columns.take(messages)
+                position = seen[-1] + 1
+                messages = []
             for msg in messages:
                 err = msg.error()
                 if err is not None:
@@ -166,14 +196,7 @@ def read_range(
                     position = rng.end
                     break
                 seen.append(offset)
-                columns.key.append(msg.key())
-                columns.value.append(msg.value())
-                columns.offset.append(offset)
-                ts_type, ts = msg.timestamp()
-                columns.ts.append(ts if ts_type else 0)
-                columns.ts_type.append(ts_type - 1)
-                hdrs = msg.headers()
-                columns.headers.append([{"key": k, "value": v} for k, v in hdrs] if hdrs else None)
+                columns.add(msg)
                 position = offset + 1
             if seen:
                 tracker.observe(seen)
@@ -194,6 +217,16 @@ def read_range(
         if not settings.allow_data_loss:
             raise incomplete_error(rng, gaps, why)
         LOGGER.warning("%s: %d offsets lost (%s)", rng, sum(g.count for g in gaps), why)
+
+
+def _plain(messages: list[Any], position: int, end: int) -> bool:
+    """A chunk of records only (no error events), all inside ``[position, end)``: the fast path.
+
+    Offsets of one partition arrive in increasing order, so the first and last bound them all
+    (the range tracker checks the order anyway).
+    """
+    return bool(messages) and not any([m.error() for m in messages]) and (
+        messages[0].offset() >= position and messages[-1].offset() < end)
 
 
 def _on_event(consumer, ck, rng, tracker, err, msg, position, seen):

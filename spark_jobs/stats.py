@@ -3,12 +3,23 @@
 For every planned range: records, bytes (key + value lengths), first and last offset, records
 with an error, and the offsets missing from the output.
 
-Two ways, same answer. :func:`observe_ranges` measures the rows on their way to the writer
-(Spark's ``observe``: no second pass over the data); a range holding ``end - start`` records
-from ``start`` to ``end - 1`` is complete because no offset can be written twice (splits are
-disjoint, each split is read once in strictly increasing order, each lane is handled by one
-task in strictly increasing order, all checked). :func:`range_stats` reads the written rows
-back and also counts distinct offsets; the drain uses it for plans with very many ranges.
+Three ways, same answer, none a second pass over complete data:
+
+- the fused drain (:mod:`spark_jobs.drain_source`): each task counts the rows it hands to
+  the writer per read split (:class:`RangeCounter`, vectorised on the Arrow batches) and puts
+  the counts on its last row, in :data:`~spark_jobs.columns.STATS_COLUMN`; :func:`observe_counted`
+  collects them with Spark's ``observe`` (next to a count of all rows, so rows outside every
+  range or a count that disagrees with the JVM's are caught) and drops the column before the
+  write; :func:`counted_stats` sums the splits of every planned range. Only successful task
+  attempts count, as for any observation.
+- the shuffle drain: :func:`observe_ranges` measures the rows on their way to the writer with
+  conditional aggregates per range (more JVM work per row: the fused path avoids it).
+- :func:`range_stats` reads the written rows back and also counts distinct offsets; the
+  drain uses it for shuffled plans with very many ranges.
+
+A range holding ``end - start`` records from ``start`` to ``end - 1`` is complete because no
+offset can be written twice (splits are disjoint, each split is read once in strictly
+increasing order, each lane is handled by one task in strictly increasing order, all checked).
 Only incomplete ranges pay for finding their gaps (runs of consecutive offsets, found with
 ``offset - row_number()`` on the written rows).
 
@@ -19,6 +30,12 @@ Only incomplete ranges pay for finding their gaps (runs of consecutive offsets, 
 [[13, 15]]
 >>> s.complete
 False
+>>> import pyarrow as pa
+>>> c = RangeCounter("t-2", 0, [(10, 20), (20, 30)])
+>>> c.observe(pa.record_batch({"key": [b"k", None, b"kk"], "value": [b"vvv", b"v", None], "offset": [12, 13, 25],
+...                            "error": [None, "bad", None]}))
+>>> [(e["start"], e["records"], e["bytes"], e["first"], e["last"], e["errors"]) for e in c.entries()]
+[(10, 2, 5, 12, 13, 1), (20, 1, 2, 25, 25, 0)]
 """
 
 from __future__ import annotations
@@ -151,8 +168,18 @@ def observed_stats(observation: Any, spark: SparkSession, written: DataFrame,
                    ranges: Sequence[PlannedRange]) -> tuple[RangeStats, ...]:
     """Stats from the observed metrics; gaps of incomplete ranges found on the written rows."""
     m = observation.get
-    counts = [int(m.get(f"n{i}") or 0) for i in range(len(ranges))]
+    n = len(ranges)
+    counts = [int(m.get(f"n{i}") or 0) for i in range(n)]
     outside = int(m.get("total") or 0) - sum(counts)
+    return _assemble(spark, written, ranges, counts, [int(m.get(f"b{i}") or 0) for i in range(n)],
+                     [m.get(f"lo{i}") for i in range(n)], [m.get(f"hi{i}") for i in range(n)],
+                     [int(m.get(f"e{i}") or 0) for i in range(n)], outside)
+
+
+def _assemble(spark: SparkSession, written: DataFrame, ranges: Sequence[PlannedRange], counts: list[int],
+              sizes: list[int], lo: list[int | None], hi: list[int | None], errors: list[int],
+              outside: int) -> tuple[RangeStats, ...]:
+    """RangeStats from per-range measures; DrainOutputInvalid when rows break the plan; gaps of short ranges."""
     if outside:
         raise DrainOutputInvalid(f"{outside} written records are outside the planned ranges")
     over = [str(r.range) for r, n in zip(ranges, counts, strict=True) if n > r.range.count]
@@ -164,9 +191,9 @@ def observed_stats(observation: Any, spark: SparkSession, written: DataFrame,
     for i, planned in enumerate(ranges):
         rng = planned.range
         stats.append(RangeStats(
-            rng.topic, rng.partition, planned.priority, rng.start, rng.end, records=counts[i],
-            bytes=int(m.get(f"b{i}") or 0), first_offset=m.get(f"lo{i}"), last_offset=m.get(f"hi{i}"),
-            errors=int(m.get(f"e{i}") or 0), lost=missing_offsets(rng, runs.get(i, [])) if i in short else (),
+            rng.topic, rng.partition, planned.priority, rng.start, rng.end, records=counts[i], bytes=sizes[i],
+            first_offset=lo[i], last_offset=hi[i], errors=errors[i],
+            lost=missing_offsets(rng, runs.get(i, [])) if i in short else (),
         ))
     return tuple(stats)
 
@@ -199,3 +226,98 @@ def _runs(joined: DataFrame, rids: list[int]) -> dict[int, list[tuple[int, int]]
     for row in numbered.groupBy("rid", "run").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi")).collect():
         out.setdefault(row["rid"], []).append((row["lo"], row["hi"]))
     return out
+
+
+class RangeCounter:
+    """What one task handed to the writer per read range of one topic partition (executor side)."""
+
+    def __init__(self, topic: str, partition: int, ranges: Sequence[tuple[int, int]]) -> None:
+        import numpy as np
+
+        self.topic, self.partition = topic, partition
+        self.starts = np.array([r[0] for r in ranges], dtype=np.int64)
+        self.ends = np.array([r[1] for r in ranges], dtype=np.int64)
+        k = len(ranges)
+        self.records = np.zeros(k, dtype=np.int64)
+        self.bytes = np.zeros(k, dtype=np.int64)
+        self.errors = np.zeros(k, dtype=np.int64)
+        self.first = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+        self.last = np.full(k, -1, dtype=np.int64)
+
+    def observe(self, batch: Any) -> None:
+        """Count a batch of output rows (``key``, ``value``, ``offset``, ``error`` columns)."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        offsets = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        idx = np.searchsorted(self.starts, offsets, side="right") - 1
+        inside = (idx >= 0) & (offsets < self.ends[np.maximum(idx, 0)])
+        # Rows outside every range are not counted: the driver compares with the JVM's row count.
+        idx, offsets = idx[inside], offsets[inside]
+        size = pc.add(pc.binary_length(batch.column("key")).fill_null(0),
+                      pc.binary_length(batch.column("value")).fill_null(0))
+        size = size.to_numpy(zero_copy_only=False).astype(np.int64)[inside]
+        bad = batch.column("error").is_valid().to_numpy(zero_copy_only=False)[inside]
+        k = len(self.starts)
+        self.records += np.bincount(idx, minlength=k)
+        self.bytes += np.bincount(idx, weights=size, minlength=k).astype(np.int64)
+        self.errors += np.bincount(idx, weights=bad, minlength=k).astype(np.int64)
+        np.minimum.at(self.first, idx, offsets)
+        np.maximum.at(self.last, idx, offsets)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """One entry per read range, in the shape of ``STATS_COLUMN``'s elements."""
+        return [
+            {"topic": self.topic, "partition": self.partition, "start": int(self.starts[i]), "end": int(self.ends[i]),
+             "records": int(n), "bytes": int(self.bytes[i]), "first": int(self.first[i]) if n else None,
+             "last": int(self.last[i]) if n else None, "errors": int(self.errors[i])}
+            for i, n in enumerate(self.records)
+        ]
+
+
+def observe_counted(df: DataFrame) -> tuple[DataFrame, Any]:
+    """The fused rows without ``STATS_COLUMN``, and the Observation holding the tasks' counts after the write."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from spark_jobs.columns import STATS_COLUMN
+
+    observation = Observation("kprio_counted_stats")
+    observed = df.observe(observation, F.count(F.lit(1)).alias("total"), F.collect_list(STATS_COLUMN).alias("tasks"))
+    return observed.drop(STATS_COLUMN), observation
+
+
+def counted_stats(observation: Any, spark: SparkSession, written: DataFrame,
+                  ranges: Sequence[PlannedRange]) -> tuple[RangeStats, ...]:
+    """Stats of every planned range from the tasks' counts; gaps of incomplete ranges found on the written rows."""
+    import bisect
+
+    m = observation.get
+    by_partition: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    for i, planned in enumerate(ranges):
+        r = planned.range
+        by_partition.setdefault((r.topic, r.partition), []).append((r.start, r.end, i))
+    for spans in by_partition.values():
+        spans.sort()
+    n = len(ranges)
+    counts, sizes, errors = [0] * n, [0] * n, [0] * n
+    lo: list[int | None] = [None] * n
+    hi: list[int | None] = [None] * n
+    counted = 0
+    for task in m.get("tasks") or []:
+        for e in task:
+            spans = by_partition.get((e["topic"], e["partition"]), [])
+            at = bisect.bisect_right(spans, (e["start"], float("inf"), 0)) - 1
+            if at < 0 or not (spans[at][0] <= e["start"] and e["end"] <= spans[at][1]):
+                raise DrainOutputInvalid(f"a task read {e['topic']}[{e['partition']}]@[{e['start']},{e['end']}), "
+                                         "which is in no planned range")
+            i = spans[at][2]
+            counts[i] += e["records"]
+            sizes[i] += e["bytes"]
+            errors[i] += e["errors"]
+            counted += e["records"]
+            if e["records"]:
+                lo[i] = e["first"] if lo[i] is None else min(lo[i], e["first"])
+                hi[i] = e["last"] if hi[i] is None else max(hi[i], e["last"])
+    outside = int(m.get("total") or 0) - counted
+    return _assemble(spark, written, ranges, counts, sizes, lo, hi, errors, outside)

@@ -1,0 +1,206 @@
+"""Drive one handler call per lane by pushing each lane's frames into it as they arrive.
+
+A handler is a generator over its lane's frames (:mod:`spark_jobs.handler_contract`). When a
+task holds one whole partition in offset order, the lanes of that partition arrive
+interleaved; pulling one lane to its end would mean buffering the others. Instead each lane's
+handler call runs in its own greenlet: :meth:`LanePump.push` hands it a segment and resumes it
+until it asks for the next frame, collecting what it answered on the way. A handler that reads
+ahead before answering simply stays suspended with the frames it took; memory holds what the
+handlers hold, never a lane.
+
+Every answered frame is matched to the oldest frame the lane's handler took, and the output
+rows are built from that input (:func:`conform`). Records a handler never answered (it raised,
+or it stopped early) are kept with an ``error``; a frame answered with another number of rows
+fails the batch (:class:`~kprio_core.errors.HandlerError`), and so does a segment whose offsets
+do not strictly increase within its lane (:class:`~kprio_core.errors.LaneOrderBroken`).
+
+>>> import pyarrow as pa
+>>> from spark_jobs.handler_contract import LaneContext
+>>> schema = pa.schema([("offset", pa.int64()), ("error", pa.string())])
+>>> pump = LanePump("tests.spark_jobs.handlers_for_tests:fail_on_offset_five", schema)
+>>> ctx = LaneContext("t", "t-0", 0, 0, 0, "b")
+>>> outs = [*pump.push(ctx, pa.record_batch({"offset": [3, 4]})), *pump.push(ctx, pa.record_batch({"offset": [5]}))]
+>>> [row for out in [*outs, *pump.end_all()] for row in out.to_pylist()]  # doctest: +NORMALIZE_WHITESPACE
+[{'offset': 3, 'error': None}, {'offset': 4, 'error': None},
+ {'offset': 5, 'error': 'handler failed: ValueError: cannot handle offset 5 of t-0'}]
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from kprio_core.errors import HandlerError, KprioError, LaneOrderBroken
+from spark_jobs.columns import ERROR_COLUMN, INPUT_COLUMNS
+from spark_jobs.handler_contract import LaneContext, arrow_form, resolve_handler
+
+LaneKey = tuple[str, int, int]
+
+NO_ROW = "the handler returned no row for this record"
+
+_NEED = object()  # the handler asks for its next frame
+_END = object()  # resume value: the lane has no more frames
+
+
+def lane_key(ctx: LaneContext) -> LaneKey:
+    return (ctx.topic, ctx.partition, ctx.lane)
+
+
+class LanePump:
+    """One handler call per lane, fed segment by segment; yields output batches in ``out_schema``."""
+
+    def __init__(self, handler_spec: str, out_schema: Any) -> None:
+        handler = resolve_handler(handler_spec)
+        arrow = arrow_form(handler)
+        self._handler = arrow or handler
+        self._takes_arrow = arrow is not None
+        self._spec = handler_spec
+        self._schema = out_schema
+        self._lanes: dict[LaneKey, _Lane] = {}
+
+    def push(self, ctx: LaneContext, segment: Any) -> list[Any]:
+        """Give ``segment`` (an Arrow batch of one lane, in offset order) to its lane's handler."""
+        lane = self._lanes.get(lane_key(ctx))
+        if lane is None:
+            lane = self._lanes[lane_key(ctx)] = _Lane(self, ctx)
+        return lane.push(segment)
+
+    def end(self, key: LaneKey) -> list[Any]:
+        """The lane has no more records: let its handler finish; keep what it did not answer."""
+        lane = self._lanes.pop(key, None)
+        return lane.end() if lane is not None else []
+
+    def end_all(self) -> Iterator[Any]:
+        for key in list(self._lanes):
+            yield from self.end(key)
+
+    def conform(self, seg: Any, out: Any, ctx: LaneContext, error: str | None = None) -> Any:
+        if out is not None and len(out) != seg.num_rows:
+            raise HandlerError(
+                f"handler {self._spec!r} answered a frame of {seg.num_rows} records with {len(out)} rows ({ctx}): "
+                "it must return one row per record, in order"
+            )
+        return conform(seg, out, self._schema, self._spec, error)
+
+
+class _Lane:
+    """One lane's handler call, suspended in a greenlet between frames."""
+
+    def __init__(self, pump: LanePump, ctx: LaneContext) -> None:
+        from greenlet import greenlet
+
+        self.pump = pump
+        self.ctx = ctx
+        self.waiting: deque[Any] = deque()  # pushed, not yet taken by the handler
+        self.fed: deque[Any] = deque()  # taken by the handler, not yet answered
+        self.last = -1  # last offset pushed
+        self.failure: str | None = None  # once set, the handler answers nothing more
+        self.glet = greenlet(self._run)
+
+    # -- inside the greenlet ------------------------------------------------------------
+    def _frames(self) -> Iterator[Any]:
+        while True:
+            if not self.waiting and self.glet.parent.switch(_NEED) is _END:
+                return
+            if self.waiting:
+                seg = self.waiting.popleft()
+                self.fed.append(seg)
+                yield seg if self.pump._takes_arrow else seg.to_pandas()
+
+    def _run(self, *_: object) -> None:  # the first switch's value starts it
+        for out in self.pump._handler(self._frames(), self.ctx):
+            self.glet.parent.switch(out)
+
+    # -- in the caller ------------------------------------------------------------------
+    def push(self, seg: Any) -> list[Any]:
+        self._check_order(seg)
+        if self.failure is not None:
+            return [self.pump.conform(seg, None, self.ctx, self.failure)]
+        self.waiting.append(seg)
+        return self._resume(None)
+
+    def end(self) -> list[Any]:
+        outs = self._resume(_END) if self.failure is None else []
+        return outs + self._keep_unanswered(self.failure or NO_ROW)
+
+    def _resume(self, value: object) -> list[Any]:
+        outs = []
+        try:
+            while True:
+                answer = self.glet.switch(value)
+                value = None
+                if self.glet.dead:  # the handler returned: nothing more will be answered
+                    self.failure = NO_ROW
+                    return outs + self._keep_unanswered(NO_ROW)
+                if answer is _NEED:
+                    return outs
+                if not self.fed:
+                    raise HandlerError(f"handler {self.pump._spec!r} yielded a frame it was not given ({self.ctx})")
+                outs.append(self.pump.conform(self.fed.popleft(), answer, self.ctx))
+        except KprioError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the handler's failure becomes the records' error
+            self.failure = f"handler failed: {type(err).__name__}: {err}"
+            return outs + self._keep_unanswered(self.failure)
+
+    def _keep_unanswered(self, error: str) -> list[Any]:
+        kept = [self.pump.conform(seg, None, self.ctx, error) for seg in (*self.fed, *self.waiting)]
+        self.fed.clear()
+        self.waiting.clear()
+        return kept
+
+    def _check_order(self, seg: Any) -> None:
+        import numpy as np
+
+        offsets = seg.column("offset").to_numpy()
+        if len(offsets) and (offsets[0] <= self.last or np.any(np.diff(offsets) <= 0)):
+            raise LaneOrderBroken(f"{self.ctx}: offsets not strictly increasing after {self.last}")
+        if len(offsets):
+            self.last = int(offsets[-1])
+
+
+def conform(seg: Any, out: Any, out_schema: Any, spec: str, error: str | None = None) -> Any:
+    """The output batch: input columns from ``seg``; ``error`` and decoded fields from ``out``.
+
+    ``out`` is the handler's answer (a pandas DataFrame, or Arrow for an Arrow-form handler),
+    or None when the records get ``error`` instead.
+    """
+    import pyarrow as pa
+
+    n = seg.num_rows
+    names = set(_names(out)) if out is not None else set()
+    arrays = []
+    for field in out_schema:
+        name = field.name
+        if name in INPUT_COLUMNS:
+            arrays.append(seg.column(name))
+        elif name not in names:
+            if name == ERROR_COLUMN and error is not None:
+                arrays.append(pa.array([error] * n, type=field.type))
+            else:
+                arrays.append(pa.nulls(n, type=field.type))
+        else:
+            arrays.append(_column(out[name], field, spec))
+    return pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+
+def _names(out: Any) -> list[str]:
+    names = getattr(out, "column_names", None)  # pyarrow
+    return list(out.columns if names is None else names)
+
+
+def _column(values: Any, field: Any, spec: str) -> Any:
+    import pyarrow as pa
+
+    try:
+        if isinstance(values, pa.Array | pa.ChunkedArray):
+            arr = values if values.type == field.type else values.cast(field.type, safe=False)
+            return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+        if pa.types.is_string(field.type):
+            missing = values.isna().to_numpy()
+            return pa.array([None if gone else str(v) for v, gone in zip(values.tolist(), missing, strict=True)],
+                            type=field.type)
+        return pa.array(values, from_pandas=True).cast(field.type, safe=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+        raise HandlerError(f"handler {spec!r}: column {field.name!r} is not {field.type}: {err}") from None
