@@ -50,3 +50,21 @@ def record_process(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]
 
     for frame in decode_json(frames, context):
         yield frame.assign(pid=os.getpid())
+
+
+def answers_in_pairs(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Reads two frames before answering either (a handler that batches); the odd last one at the end."""
+    taken: list[Any] = []
+    for frame in frames:
+        taken.append(frame.assign(error=None))
+        if len(taken) == 2:
+            yield from taken
+            taken.clear()
+    yield from taken
+
+
+def decode_json_pandas_only(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """The default handler's pandas form alone (no Arrow form), to compare the two."""
+    from spark_jobs.handlers import decode_json
+
+    yield from decode_json(frames, context)

@@ -15,7 +15,8 @@ from kprio_core.kafka.produce import Record, produce
 from kprio_core.lanes import lane_of
 from kprio_core.offsets import OffsetRange
 from kprio_core.plan import PlannedRange
-from spark_jobs.drain import drain_batch
+from kprio_core.splits import split_ranges
+from spark_jobs.drain import drain_batch, handler_in_read
 from spark_jobs.output import read_output
 from spark_jobs.stats import range_stats
 from tests.spark_jobs.plans import plan_of, whole_plan
@@ -193,3 +194,63 @@ def test_overlapping_ranges_are_refused(spark, kafka_settings, make_topic, tmp_p
     plan = plan_of(topic, {0: [OffsetRange(name, 0, 0, 6), OffsetRange(name, 0, 5, 10)]})
     with pytest.raises(RangeConflict, match=r"overlap"):
         drain_batch(spark, _config(kafka_settings, tmp_path), topic, "overlap", plan)
+
+
+def test_key_order_on_fewer_partitions_than_cores_shuffles_and_keeps_lane_order(spark, kafka_settings, make_topic,
+                                                                                tmp_path):
+    topic = make_topic(priorities=1, partitions=1, schema={"seen": "long"})
+    produce(kafka_settings, topic.priority_topic(0), _keyed(200, keys=11))
+    config = _config(kafka_settings, tmp_path, handler=ORDER_HANDLER, ordering={"mode": "key", "lanes": 4},
+                     splits={"max_records": 37})
+    plan = whole_plan(kafka_settings, topic)
+    splits = split_ranges(plan.ranges, 37, 1 << 40)
+    assert not handler_in_read(4, splits, spark.sparkContext.defaultParallelism)  # one partition, 2 cores
+    result = drain_batch(spark, config, topic, "shuffled", plan)
+    rows = read_output(spark, config.drain.output_path, topic.name, "shuffled", topic.schema_).collect()
+    assert result.records == len(rows) == 200 and result.ranges[0].first_offset == 0
+    by_lane: dict[int, list] = defaultdict(list)
+    for r in rows:
+        assert r.lane == lane_of(r.key, r.offset, 4)
+        by_lane[r.lane].append(r)
+    assert len(by_lane) > 1
+    for lane_rows in by_lane.values():
+        in_seen_order = sorted(lane_rows, key=lambda r: r.seen)
+        assert [r.seen for r in in_seen_order] == list(range(len(lane_rows)))  # one call per lane
+        assert [r.offset for r in in_seen_order] == sorted(r.offset for r in lane_rows)
+
+
+def test_several_ranges_of_one_partition_are_one_task_and_one_handler_call(spark, kafka_settings, make_topic,
+                                                                            tmp_path):
+    topic = make_topic(priorities=2, partitions=1, records={1: 40, 0: 9}, schema={"seen": "long"})
+    name = topic.priority_topic(1)
+    ranges = [PlannedRange(1, OffsetRange(name, 0, 0, 10)), PlannedRange(1, OffsetRange(name, 0, 20, 35)),
+              PlannedRange(0, OffsetRange(topic.priority_topic(0), 0, 2, 9))]
+    config = _config(kafka_settings, tmp_path, handler=ORDER_HANDLER, splits={"max_records": 4})
+    result = drain_batch(spark, config, topic, "holes", plan_of(topic, ranges))
+    assert [(s.start, s.end, s.records, s.first_offset, s.last_offset, s.lost) for s in result.ranges] == [
+        (0, 10, 10, 0, 9, ()), (20, 35, 15, 20, 34, ()), (2, 9, 7, 2, 8, ())]
+    rows = read_output(spark, config.drain.output_path, topic.name, "holes", topic.schema_).collect()
+    assert result.bytes == sum(len(r.key) + len(r.value) for r in rows)
+    high = sorted((r.seen, r.offset) for r in rows if r.topic == name)
+    assert high == list(enumerate([*range(0, 10), *range(20, 35)]))  # seven splits, one call, offset order
+
+
+def test_keys_values_headers_and_timestamps_come_through_the_drain_intact(spark, kafka_settings, make_topic,
+                                                                           tmp_path):
+    topic = make_topic(priorities=1, partitions=1, schema={"i": "long"})
+    producer = ck.Producer(kafka_settings.client_config())
+    sent = [(b"\x00\xff", b'{"i": 1}', [("h", b"\x00\x01"), ("empty", None)]), (None, None, None),
+            (b"\xfe", None, [("k", b"")]), (b"", b'{"i": 2}', None)]
+    for key, value, headers in sent:
+        producer.produce(topic.priority_topic(0), key=key, value=value, headers=headers, partition=0,
+                         timestamp=1_700_000_000_123)
+    assert producer.flush(kafka_settings.timeout_s) == 0
+    config = _config(kafka_settings, tmp_path)
+    result = drain_batch(spark, config, topic, "intact", whole_plan(kafka_settings, topic))
+    rows = read_output(spark, config.drain.output_path, topic.name, "intact", topic.schema_).orderBy("offset").collect()
+    assert [(r.key, r.value, r.i, r.error) for r in rows] == [(b"\x00\xff", b'{"i": 1}', 1, None), (None, None, None, None),
+                                                             (b"\xfe", None, None, None), (b"", b'{"i": 2}', 2, None)]
+    assert [None if r.headers is None else [(h.key, h.value) for h in r.headers] for r in rows] == [
+        [("h", b"\x00\x01"), ("empty", None)], None, [("k", b"")], None]
+    assert {(r.timestamp.timestamp(), r.timestampType) for r in rows} == {(1_700_000_000.123, 0)}
+    assert result.records == 4 and result.bytes == 2 + 8 + 1 + 8 and result.errors == 0

@@ -146,3 +146,68 @@ def test_default_handler_decodes_a_frame_as_record_by_record(values):
     got = out.drop(columns="value").astype(object).where(out.notna(), None).to_dict("records")
     want = [{**decode_value(v, schema)[0], "error": decode_value(v, schema)[1]} for v in values]
     assert got == want
+
+
+ARROW_CASES = [
+    [b'{"i": 1, "amount": 2.5, "name": "a", "ok": false}', None, b'{"i": 3}'],
+    [None, None],
+    [b'{"i": 1}', b'{"i": "x"}', b'{bad', b'[1]'],
+    [b'{"at": "2024-05-01T12:00:00+02:00", "i": 4}', None, b'{"at": 1700000000000}', b'{"at": "soon"}'],
+    [b'{"i": 1}{"i": 2}', b''],
+    [b'{"i": 1,\n "amount": 2}', b' {"i": 2}', b'  '],
+]
+
+
+@pytest.mark.parametrize("values", ARROW_CASES)
+@pytest.mark.parametrize("with_timestamp", [False, True])
+def test_arrow_form_of_the_default_handler_gives_the_pandas_forms_rows(values, with_timestamp):
+    schema = SCHEMA if with_timestamp else {k: v for k, v in SCHEMA.items() if k != "at"}
+    batch = _batch([("t-1", 0, 0, o, v) for o, v in enumerate(values)])
+    assert resolve_handler("spark_jobs.handlers:decode_json").arrow is not None
+    arrow = _run("spark_jobs.handlers:decode_json", [batch], schema=schema)
+    pandas = _run("tests.spark_jobs.handlers_for_tests:decode_json_pandas_only", [batch], schema=schema)
+    assert arrow == pandas
+    assert [r["error"] is None for r in arrow] == [decode_value(v, schema)[1] is None for v in values]
+
+
+def _pump_rows(spec: str, pushes: list[tuple[int, list[int]]], schema=None) -> list[dict]:
+    """Push ``(lane, offsets)`` segments of partition 0 in the given order; every output row."""
+    from spark_jobs.lane_pump import LanePump
+
+    schema = {"seen": "long"} if schema is None else schema
+    pump = LanePump(spec, arrow_schema_of(drain_struct(schema)))
+    rows = []
+    for lane, offsets in pushes:
+        ctx = LaneContext("t", "t-1", 0, lane, 1, "b", tuple(schema.items()))
+        for out in pump.push(ctx, _batch([("t-1", 0, lane, o, None) for o in offsets])):
+            rows += out.to_pylist()
+    for out in pump.end_all():
+        rows += out.to_pylist()
+    return rows
+
+
+def test_interleaved_lanes_each_get_one_handler_call_in_offset_order():
+    rows = _pump_rows("tests.spark_jobs.handlers_for_tests:record_order",
+                      [(0, [0, 1]), (1, [2]), (0, [3]), (1, [4, 5]), (0, [6])])
+    assert sorted((r["lane"], r["seen"], r["offset"]) for r in rows) == [
+        (0, 0, 0), (0, 1, 1), (0, 2, 3), (0, 3, 6), (1, 0, 2), (1, 1, 4), (1, 2, 5)]
+
+
+def test_a_handler_that_reads_ahead_is_fed_as_frames_arrive_and_loses_nothing():
+    rows = _pump_rows("tests.spark_jobs.handlers_for_tests:answers_in_pairs",
+                      [(0, [0]), (1, [1]), (0, [2]), (0, [3]), (1, [4])], schema={})
+    assert sorted(r["offset"] for r in rows) == [0, 1, 2, 3, 4]
+    assert all(r["error"] is None for r in rows)
+
+
+def test_pushed_rows_out_of_offset_order_are_refused():
+    with pytest.raises(LaneOrderBroken, match="not strictly increasing after 5"):
+        _pump_rows("tests.spark_jobs.handlers_for_tests:record_order", [(0, [4, 5]), (1, [1]), (0, [5])])
+
+
+def test_a_failing_handler_in_one_lane_leaves_the_other_lanes_alone():
+    rows = _pump_rows("tests.spark_jobs.handlers_for_tests:fail_on_offset_five",
+                      [(0, [4]), (1, [5]), (0, [6]), (1, [7])], schema={})
+    errors = {r["offset"]: r["error"] for r in rows}
+    assert errors == {4: None, 6: None, 5: "handler failed: ValueError: cannot handle offset 5 of t-1",
+                      7: "handler failed: ValueError: cannot handle offset 5 of t-1"}
