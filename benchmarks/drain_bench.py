@@ -5,13 +5,18 @@ broker (or the cluster in KPRIO_BOOTSTRAP_SERVERS), then measures, on the same r
 
 - ``raw``: one Python process, one confluent-kafka consumer, every record's key, value,
   offset, timestamp and headers touched (what any Python reader must do at least);
-- ``spark read``: the kprio-kafka data source alone (``count()`` of the ranges);
-- ``spark read + handler``: the drain's rows (read, lanes, JSON handler) into Spark's no-op sink;
-- ``spark drain``: ``drain_batch`` end to end (read, lanes, JSON handler, Parquet with observed
-  per-range stats, publish); the difference to the line above is the Parquet write.
+- ``read``: the kprio-kafka data source alone (``count()`` of the ranges);
+- ``read + lanes + handler``: the drain's rows (the fused kprio-drain source: read, lanes, JSON
+  handler in one Python pass) into Spark's no-op sink;
+- ``drain``: ``drain_batch`` end to end (+ Parquet, range stats, publish), ``--runs`` times in
+  the same session: the first run and the median are reported (the first pays for JIT warm-up
+  of the JVM's write path; a long-running drain loop sees the median).
 
-Peak resident memory is sampled (psutil) for the driver (this Python process), the driver JVM
-and the executors' Python workers. Not a test: run ``python benchmarks/drain_bench.py``.
+Every stage reports wall time, records/s and the CPU seconds spent by the driver's Python, the
+JVM (driver and, in local mode, the executors), the executors' Python workers and the embedded
+broker: the machine may be shared, CPU time says what the work cost. Peak resident memory is
+sampled (psutil) for the driver Python, the JVM and the Python workers (their sum and the
+largest one). Not a test: run ``python benchmarks/drain_bench.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -37,27 +43,58 @@ from kprio_core.plan import DrainPlan, PlannedRange  # noqa: E402
 PRIORITIES, PARTITIONS, VALUE_BYTES = 3, 4, 200
 
 
-class PeakMemory:
-    """Samples RSS of this process, its JVM children and their Python workers every 0.1 s."""
+class Processes:
+    """This process, its JVM and Python-worker descendants, and the broker: RSS peaks and CPU seconds."""
 
-    def __init__(self) -> None:
-        self.peak = {"driver python": 0, "driver jvm": 0, "executor python workers": 0}
+    KINDS = ("driver python", "jvm", "python workers", "broker")
+
+    def __init__(self, broker_pid: int | None) -> None:
+        self.broker = psutil.Process(broker_pid) if broker_pid else None
+        self.peak = {"driver python": 0, "jvm": 0, "python workers": 0, "largest python worker": 0}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self) -> None:
+    def _members(self) -> list[tuple[str, psutil.Process]]:
         me = psutil.Process()
-        now = {"driver python": me.memory_info().rss, "driver jvm": 0, "executor python workers": 0}
+        out = [("driver python", me)]
         for child in me.children(recursive=True):
+            if self.broker is not None and child.pid == self.broker.pid:
+                continue  # the embedded broker is this process's child too: counted on its own
             try:
                 name = " ".join(child.cmdline()[:3])
-                rss = child.memory_info().rss
             except psutil.Error:
                 continue
             if "java" in name:
-                now["driver jvm"] += rss
+                out.append(("jvm", child))
             elif "python" in name:
-                now["executor python workers"] += rss
+                out.append(("python workers", child))
+        if self.broker is not None:
+            out.append(("broker", self.broker))
+        return out
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far per kind (own time plus that of reaped children, e.g. finished workers)."""
+        total = dict.fromkeys(self.KINDS, 0.0)
+        for kind, proc in self._members():
+            try:
+                t = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total[kind] += t.user + t.system + t.children_user + t.children_system
+        return total
+
+    def _sample(self) -> None:
+        now = {"driver python": 0, "jvm": 0, "python workers": 0, "largest python worker": 0}
+        for kind, proc in self._members():
+            if kind == "broker":
+                continue
+            try:
+                rss = proc.memory_info().rss
+            except psutil.Error:
+                continue
+            now[kind] += rss
+            if kind == "python workers":
+                now["largest python worker"] = max(now["largest python worker"], rss)
         for key, value in now.items():
             self.peak[key] = max(self.peak[key], value)
 
@@ -65,7 +102,7 @@ class PeakMemory:
         while not self._stop.wait(0.1):
             self._sample()
 
-    def __enter__(self) -> PeakMemory:
+    def __enter__(self) -> Processes:
         self._thread.start()
         return self
 
@@ -73,8 +110,30 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
 
-    def report(self) -> dict[str, float]:
-        return {k: round(v / 2**20, 1) for k, v in self.peak.items()}
+    def peak_mib(self) -> dict[str, float]:
+        return {k: round(v / 2**20) for k, v in self.peak.items()}
+
+
+@dataclass
+class Stage:
+    name: str
+    wall_s: float
+    records: int
+    cpu: dict[str, float]
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.wall_s
+
+
+def measure(name: str, procs: Processes, records: int, fn):
+    """Run ``fn`` once; its result and the Stage (wall time, CPU seconds per process kind)."""
+    before = procs.cpu()
+    start = time.perf_counter()
+    out = fn()
+    wall = time.perf_counter() - start
+    after = procs.cpu()
+    return out, Stage(name, wall, records, {k: after[k] - before[k] for k in after})
 
 
 def fill(kafka: KafkaSettings, topic: TopicSettings, records: int) -> DrainPlan:
@@ -136,16 +195,11 @@ def raw_consume(kafka: KafkaSettings, plan: DrainPlan) -> tuple[int, int]:
     return records, size
 
 
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records to drain (default 1,000,000)")
     parser.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
+    parser.add_argument("--runs", type=int, default=3, help="drain_batch runs in one session (default 3)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kprio-bench-") as tmp:
@@ -155,61 +209,82 @@ def main() -> None:
             broker = EmbeddedBroker(Path(tmp) / "broker", port=None, start_timeout_s=60).start()
             bootstrap = broker.bootstrap
         try:
-            run(args, bootstrap, Path(tmp))
+            run(args, bootstrap, broker.status().pid if broker is not None else None, Path(tmp))
         finally:
             if broker is not None:
                 broker.stop()
 
 
-def run(args: argparse.Namespace, bootstrap: str, tmp: Path) -> None:
+def run(args: argparse.Namespace, bootstrap: str, broker_pid: int | None, tmp: Path) -> None:
     kafka = KafkaSettings(bootstrap_servers=bootstrap, timeout_s=30)
     topic = TopicSettings(name=f"bench{int(time.time())}", priorities=PRIORITIES, partitions=PARTITIONS,
                           schema={"i": "long", "amount": "double"})
-    plan, t_fill = timed(lambda: fill(kafka, topic, args.records))
-    print(f"filled {args.records:,} records in {t_fill:.1f} s ({PRIORITIES} priorities x {PARTITIONS} partitions)")
-
-    rss_before = psutil.Process().memory_info().rss
-    (raw_records, raw_bytes), t_raw = timed(lambda: raw_consume(kafka, plan))
-    raw_rss = (psutil.Process().memory_info().rss - rss_before) / 2**20
-    assert raw_records == args.records, raw_records
-    print(f"raw consume:  {raw_records:,} records, {raw_bytes / 2**20:.0f} MiB in {t_raw:.1f} s")
+    start = time.perf_counter()
+    plan = fill(kafka, topic, args.records)
+    print(f"filled {args.records:,} records in {time.perf_counter() - start:.1f} s "
+          f"({PRIORITIES} priorities x {PARTITIONS} partitions, ~{VALUE_BYTES} B values)")
+    n = args.records
+    stages: list[Stage] = []
 
     from spark_jobs.datasource import read_ranges
     from spark_jobs.drain import drain_batch, drained_frame
     from spark_jobs.session import build_session
 
     settings = SparkSettings(master=f"local[{args.cores}]", conf={
-        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"})
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.memory": "2g",
+        "spark.sql.shuffle.partitions": "4"})
     config = KprioConfig(kafka=kafka, topics=(topic,), spark=settings, drain={"output_path": str(tmp / "out")})
-    with PeakMemory() as memory:
+    with Processes(broker_pid) as procs:
+        rss_before = psutil.Process().memory_info().rss
+        (raw_records, raw_bytes), raw = measure("raw confluent consume", procs, n, lambda: raw_consume(kafka, plan))
+        raw_rss = (psutil.Process().memory_info().rss - rss_before) / 2**20
+        assert raw_records == n, raw_records
+        stages.append(raw)
         spark = build_session(settings, app_name="kprio-bench")
         spark.sparkContext.setLogLevel("ERROR")
         try:
+            first = plan.ranges[0]
             warm = DrainPlan(topic.name, "lag-aware", 100, None, {}, {}, (PlannedRange(
-                plan.ranges[0].priority, OffsetRange(plan.ranges[0].range.topic, plan.ranges[0].range.partition, 0, 100)),))
+                first.priority, OffsetRange(first.range.topic, first.range.partition, 0, 100)),))
             drain_batch(spark, config, topic, "warmup", warm)  # JVM and Python workers started once
-            read_count, t_read = timed(lambda: read_ranges(spark, config, plan.ranges).count())
-            _, t_handler = timed(lambda: drained_frame(spark, config, topic, "bench", plan)
-                                 .write.format("noop").mode("overwrite").save())
-            result, t_drain = timed(lambda: drain_batch(spark, config, topic, "bench", plan))
+            count, stage = measure("spark read (kprio-kafka, count)", procs, n,
+                                   lambda: read_ranges(spark, config, plan.ranges).count())
+            assert count == n, count
+            stages.append(stage)
+            _, stage = measure("spark read + lanes + handler", procs, n, lambda: drained_frame(
+                spark, config, topic, "bench", plan).write.format("noop").mode("overwrite").save())
+            stages.append(stage)
+            drains = []
+            for i in range(args.runs):
+                result, stage = measure(f"spark drain_batch run {i + 1}", procs, n,
+                                        lambda: drain_batch(spark, config, topic, "bench", plan))
+                assert result.records == n and result.errors == 0 and result.lost_offsets == 0, result.to_dict()
+                drains.append(stage)
         finally:
             spark.stop()
-    assert read_count == args.records and result.records == args.records and result.errors == 0
+    median = sorted(drains, key=lambda s: s.wall_s)[len(drains) // 2]
+    stages += [drains[0], Stage(f"spark drain_batch median of {len(drains)}", median.wall_s, n, median.cpu)]
+    report(stages, raw, median, args, raw_bytes, raw_rss, procs.peak_mib())
 
-    raw_rate, read_rate, drain_rate = args.records / t_raw, args.records / t_read, args.records / t_drain
-    print(f"spark read:            {t_read:.1f} s  (kprio-kafka source alone, count())")
-    print(f"spark read + handler:  {t_handler:.1f} s  (+ lanes + JSON handler, no-op sink)")
-    print(f"spark drain:           {t_drain:.1f} s  (+ Parquet write with observed stats + publish)")
-    print(f"where the time goes: read {t_read:.1f} s, lanes+handler ~{t_handler - t_read:.1f} s, "
-          f"write+stats+publish ~{t_drain - t_handler:.1f} s")
+
+def report(stages: list[Stage], raw: Stage, drain: Stage, args: argparse.Namespace, raw_bytes: int,
+           raw_rss: float, peak: dict[str, float]) -> None:
+    print(f"raw consume read {raw_bytes / 2**20:.0f} MiB of keys and values (+{raw_rss:.0f} MiB RSS)")
     print()
-    print(f"{'':26}{'records/s':>12}")
-    print(f"{'raw confluent consume':26}{raw_rate:>12,.0f}")
-    print(f"{'spark read only':26}{read_rate:>12,.0f}")
-    print(f"{'spark read + handler':26}{args.records / t_handler:>12,.0f}")
-    print(f"{'spark drain end to end':26}{drain_rate:>12,.0f}")
-    print(f"drain / raw ratio: {drain_rate / raw_rate:.2f} (target >= 0.5 on {args.cores} cores)")
-    print(f"peak RSS MiB: raw consume +{raw_rss:.0f}; spark {json.dumps(memory.report())}")
+    kinds = Processes.KINDS
+    print(f"{'stage':38}{'wall s':>8}{'records/s':>12}   cpu s: " + " / ".join(kinds))
+    for s in stages:
+        cpu = " / ".join(f"{s.cpu[k]:.1f}" for k in kinds)
+        print(f"{s.name:38}{s.wall_s:>8.2f}{s.rate:>12,.0f}   {cpu}  (total {sum(s.cpu.values()):.1f})")
+    read, handled = stages[1], stages[2]
+    print()
+    print(f"where the time of a drain goes (wall): read {read.wall_s:.1f} s, lanes + handler "
+          f"~{handled.wall_s - read.wall_s:.1f} s, Parquet + stats + publish ~{drain.wall_s - handled.wall_s:.1f} s")
+    print(f"raw consume {raw.rate:,.0f} records/s; kprio drain {drain.rate:,.0f} records/s (median run)")
+    print(f"drain / raw ratio: {drain.rate / raw.rate:.2f} (target >= 0.5 on {args.cores} cores); "
+          f"CPU seconds per 1M records: raw {sum(raw.cpu.values()) * 1e6 / args.records:.1f}, "
+          f"drain {sum(drain.cpu.values()) * 1e6 / args.records:.1f}")
+    print(f"peak RSS MiB: {json.dumps(peak)}")
 
 
 if __name__ == "__main__":

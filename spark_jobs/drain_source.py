@@ -9,6 +9,10 @@ one handler call (:class:`~spark_jobs.lane_pump.LanePump`). The JVM receives the
 no shuffle, no sort. Because one task holds a whole partition, every lane's handler call sees
 all of the lane's records of the batch, in offset order.
 
+The task also counts what it hands on per read split (:class:`~spark_jobs.stats.RangeCounter`)
+and puts the counts on its last row, in one extra column (:data:`~spark_jobs.columns.STATS_COLUMN`)
+that the drain observes and drops before the write (:func:`spark_jobs.stats.observe_counted`).
+
 Memory stays bounded by the fetch limits and ``arrowBatchRecords`` (plus what a handler keeps),
 however long the ranges: batches are handled and handed on as they are read.
 
@@ -92,7 +96,7 @@ def partition_reads(splits: Sequence[RangePartition]) -> list[PartitionReads]:
 
 def drain_rows(spark: SparkSession, config: KprioConfig, topic: TopicSettings, batch_id: str,
                splits: Sequence[PlannedRange], lanes: int) -> DataFrame:
-    """The batch's output rows (``drain_struct``) read, laned and handled in one pass."""
+    """The batch's output rows (``drain_struct`` plus ``STATS_COLUMN``) read, laned and handled in one pass."""
     spark.dataSource.register(KafkaDrainDataSource)  # cheap; a session not built by kprio works too
     spec = DrainSpec(config.drain.handler, topic.name, tuple(topic.schema_.items()), lanes, batch_id)
     opts = {**reader_options(config, splits), "drain": spec.to_json()}
@@ -200,11 +204,12 @@ def _handled(part: PartitionReads, client: Mapping[str, Any], settings: ReadSett
     pump = LanePump(spec.handler, out_schema)
     contexts = [LaneContext(spec.logical_topic, part.topic, part.partition, lane, part.priority, spec.batch_id,
                             spec.schema) for lane in range(spec.lanes)]
+    cache: dict[bytes, int] = {}
     for start, end in part.ranges:
         rng = OffsetRange(part.topic, part.partition, start, end)
         for batch in read_range(rng, client, settings, kafka_schema):
             n = batch.num_rows
-            lanes = _lanes(batch, spec.lanes)
+            lanes = _lanes(batch, spec.lanes, cache)
             laned = pa.RecordBatch.from_arrays(
                 [*batch.columns, pa.repeat(pa.scalar(part.priority, pa.int32()), n),
                  pa.repeat(pa.scalar(spec.batch_id, pa.string()), n), pa.array(lanes, pa.int32())],
@@ -215,14 +220,30 @@ def _handled(part: PartitionReads, client: Mapping[str, Any], settings: ReadSett
     yield from pump.end_all()
 
 
-def _lanes(batch: Any, lanes: int) -> Any:
+LANE_CACHE_KEYS = 1 << 16
+"""Distinct keys whose lane a task remembers (murmur2 in Python is the cost; keys repeat)."""
+
+
+def _lanes(batch: Any, lanes: int, cache: dict[bytes, int]) -> Any:
+    """The lane of every row: :func:`kprio_core.lanes.lane_of`, each distinct key hashed once per task."""
     import numpy as np
 
-    from kprio_core.lanes import lanes_of
+    from kprio_core.lanes import lane_of
 
+    n = batch.num_rows
     if lanes == 1:
-        return np.zeros(batch.num_rows, dtype=np.int32)
-    return np.asarray(lanes_of(batch.column("key"), batch.column("offset"), lanes), dtype=np.int32)
+        return np.zeros(n, dtype=np.int32)
+    keys = batch.column("key").to_pylist()
+    new = {k for k in keys if k is not None and k not in cache}
+    if len(cache) + len(new) > LANE_CACHE_KEYS:
+        cache.clear()
+    for key in new:
+        cache[key] = lane_of(key, 0, lanes)
+    out = np.fromiter((-1 if k is None else cache[k] for k in keys), dtype=np.int32, count=n)
+    null_key = out < 0
+    if null_key.any():  # no key, no order to keep: spread by offset, as lane_of does
+        out[null_key] = batch.column("offset").to_numpy()[null_key] % lanes
+    return out
 
 
 def _by_lane(batch: Any, lanes: Any, count: int) -> Iterator[tuple[int, Any]]:

@@ -127,7 +127,8 @@ def _decode_vectorised(values: Any, fields: Mapping[str, str]) -> dict[str, Any]
     try:
         table = pj.read_json(
             io.BytesIO(text),
-            read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(text) + 1)),
+            # One block for the whole frame; no thread pool: a Spark task has one core to itself.
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(text) + 1),
             parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):

@@ -10,6 +10,8 @@ workers need kprio installed in that interpreter too.
 '8'
 >>> session_conf(SparkSettings())["spark.sql.session.timeZone"]
 'UTC'
+>>> session_conf(SparkSettings(conf={"spark.sql.parquet.compression.codec": "snappy"}))["spark.sql.parquet.compression.codec"]
+'snappy'
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ DEFAULT_CONF = {
     # skip that sort: it needs the planned-write rule off, which would otherwise add the sort.
     "spark.sql.optimizer.plannedWrite.enabled": "false",
     "spark.sql.maxConcurrentOutputFileWriters": "16",
+    # Drained Kafka payloads (JSON, text) shrink several times more with zstd than with Spark's
+    # default snappy, for about the same write cost: the write's CPU goes into turning rows into
+    # Parquet columns, not into the codec (measured with benchmarks/drain_bench.py).
+    "spark.sql.parquet.compression.codec": "zstd",
 }
 
 
