@@ -42,15 +42,21 @@ def drained_batch_quality(
     batch = ledger.ledger.get(batch_id)
     config = kprio.config()
     topic = config.topic(batch.logical_topic)
-    df = read_output(spark.session, config.drain.output_path, topic.name, batch_id, schema=dict(topic.schema_))
-    outcomes = validate_batch(
-        df,
-        batch.plan.offset_ranges(),
-        # Gaps only count as expected when the configuration allows losing them.
-        lost=recorded_gaps((batch.drain_stats or {}).get("ranges", [])) if config.drain.allow_data_loss else (),
-        required_fields=topic.required_fields,
-        error_column="error",
-    )
+    try:
+        df = read_output(spark.session, config.drain.output_path, topic.name, batch_id, schema=dict(topic.schema_))
+        outcomes = validate_batch(
+            df,
+            batch.plan.offset_ranges(),
+            # Gaps only count as expected when the configuration allows losing them.
+            lost=recorded_gaps((batch.drain_stats or {}).get("ranges", [])) if config.drain.allow_data_loss else (),
+            required_fields=topic.required_fields,
+            error_column="error",
+        )
+    except Exception as err:
+        # The checks could not run: the batch is not proven, so it fails (and can be retried).
+        if batch.state is BatchState.DRAINED:
+            ledger.ledger.mark_failed(batch_id, f"checks could not run: {err}")
+        raise
     failed = [o for o in outcomes if not o.passed]
     results = {o.name: {"passed": o.passed, **o.metadata} for o in outcomes}
     # Only a batch that was just drained moves; checks run alone on an old batch just report.

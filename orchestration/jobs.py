@@ -28,6 +28,9 @@ def build_drain_job():
     return dg.define_asset_job(
         "drain_job",
         selection=dg.AssetSelection.assets(drained_batch, committed_offsets),
+        # One process per run: the drain and its checks share one Spark session, and no step runs
+        # in a spawned subprocess (where PySpark's import of its Connect module can exit the process).
+        executor_def=dg.in_process_executor,
         description="Drain one batch (the partition = its ledger id), check it with Great Expectations, "
         "commit its offsets. Launched by priority_lag_sensor; backfill chosen partitions to re-drain them.",
     )
@@ -37,6 +40,7 @@ def build_replay_window_job(replayed_window: dg.AssetsDefinition):
     return dg.define_asset_job(
         "replay_window_job",
         selection=dg.AssetSelection.assets(replayed_window),
+        executor_def=dg.in_process_executor,
         description="Replay UTC hours of every priority topic into drain.replay_path (no offsets committed).",
     )
 
@@ -72,7 +76,7 @@ def plan_batch_op(
     book = ledger.ledger
     decision = decide(
         settings, topic, edge=kafka.edge, ledger=book, now_s=time.time(),
-        launched=existing_runs(context.instance, book, topic.name),
+        runs=existing_runs(context.instance, book, topic.name),
         priorities=config.priorities, record_budget=config.record_budget,
     )
     if decision.launch:

@@ -4,7 +4,8 @@ The rules, applied in this order (why the order: the cheap ledger reads come fir
 topic costs no broker call; the broker is asked once; the plan is the last step):
 
 1. a batch that is planned but has no run yet is launched again (its run key dedupes);
-2. the topic's newest batch failed -> wait for an operator (a new plan would re-read the same
+   a batch in flight whose last run ended without moving it is reported (someone must act);
+2. a batch of the topic failed -> wait for an operator to retry it (a new plan would re-read its
    uncommitted offsets as another batch, leaving two outputs of one record);
 3. ``planner.max_in_flight`` batches in flight -> wait;
 4. the lag snapshot (an unreachable broker or a missing topic is a reason, not a crash);
@@ -34,6 +35,34 @@ from kprio_core.snapshot import LagSnapshot
 
 FINISHED_RUN_STATUSES = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
 """Dagster run statuses after which a run will not move its batch any more."""
+ACTIVE_RUN_STATUSES = frozenset({"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "MANAGED", "CANCELING"})
+
+
+@dataclass(frozen=True)
+class BatchRuns:
+    """What Dagster knows of the runs of some batches: the latest drain run's status, and the run keys used.
+
+    A planned batch needs a run when its attempt's run key was never used and no run of its
+    partition is under way (a UI re-materialization replays the batch inside its own run: it
+    must not get a second one).
+
+    >>> from types import SimpleNamespace as B
+    >>> planned = B(batch_id="b-000007", attempts=2, state=BatchState.PLANNED)
+    >>> BatchRuns().needs_run(planned), BatchRuns({"b-000007": "STARTED"}).needs_run(planned)
+    (True, False)
+    >>> BatchRuns({"b-000007": "SUCCESS"}, frozenset({"b-000007.attempt-2"})).needs_run(planned)
+    False
+    """
+
+    status: Mapping[str, str] = field(default_factory=dict)
+    run_keys: frozenset[str] = frozenset()
+
+    def needs_run(self, batch: Batch) -> bool:
+        return (
+            batch.state is BatchState.PLANNED
+            and run_key(batch) not in self.run_keys
+            and self.status.get(batch.batch_id) not in ACTIVE_RUN_STATUSES
+        )
 
 RATE_STATE = "rate.quota_tracker"
 """Name of the ledger state holding a topic's :class:`RateQuotaTracker`."""
@@ -108,25 +137,36 @@ def decide(
     edge,
     ledger: Ledger,
     now_s: float,
-    launched: Mapping[str, str] | None = None,
+    runs: BatchRuns | None = None,
     priorities: Collection[Priority] | None = None,
     record_budget: int | None = None,
 ) -> Decision:
     """Apply the rules of the module docstring to ``topic`` at ``now_s`` (epoch seconds).
 
-    ``launched``: run key -> status of the runs that exist for the topic's batches. ``priorities`` / ``record_budget`` narrow the
-    plan (the manual drain job); by default every priority and ``planner.record_budget``.
+    ``runs``: the Dagster runs of the topic's batches in flight. ``priorities`` / ``record_budget``
+    narrow the plan (the manual drain job); by default every priority and ``planner.record_budget``.
     """
     name = topic.name
-    launched = launched or {}
+    runs = runs or BatchRuns()
     in_flight = ledger.in_flight(name)
-    to_launch = tuple(b for b in in_flight if b.state is BatchState.PLANNED and run_key(b) not in launched)
+    to_launch = tuple(b for b in in_flight if runs.needs_run(b))
     if to_launch:
         return Decision(name, LAUNCH, launch=to_launch)
+    # A batch in flight whose last run ended will not move by itself (its process died or a
+    # step failed before the ledger heard of it): say so rather than wait for ever.
+    stuck = [b for b in in_flight if runs.status.get(b.batch_id) in FINISHED_RUN_STATUSES]
+    if stuck:
+        b = stuck[0]
+        return Decision(
+            name,
+            BLOCKED,
+            reason=f"batch {b.batch_id} is {b.state.value} but its last run ended {runs.status[b.batch_id]}; "
+            f"re-materialize its partition {b.batch_id} to finish it",
+        )
 
-    newest = ledger.batches(name, limit=1)
-    if newest and newest[0].state is BatchState.FAILED:
-        b = newest[0]
+    failed = ledger.batches(name, states=[BatchState.FAILED], limit=1)
+    if failed:
+        b = failed[0]
         return Decision(
             name,
             BLOCKED,
@@ -135,14 +175,7 @@ def decide(
         )
     if len(in_flight) >= config.planner.max_in_flight:
         b = in_flight[-1]
-        status = launched.get(run_key(b))
-        if b.state is BatchState.PLANNED and status in FINISHED_RUN_STATUSES:
-            return Decision(
-                name,
-                BLOCKED,
-                reason=f"batch {b.batch_id} is still planned but its run ended {status}; re-materialize its "
-                "partition to drain it",
-            )
+        status = runs.status.get(b.batch_id)
         run = f", run {status}" if status else ""
         return Decision(name, BUSY, reason=f"batch {b.batch_id} still in flight ({b.state.value}{run})")
 

@@ -23,25 +23,32 @@ import dagster as dg
 from kprio_core.errors import RangeConflict
 from kprio_core.ledger import Batch, Ledger
 from orchestration.partitions import batch_partitions
-from orchestration.planning import BUSY, decide, run_key
+from orchestration.planning import BUSY, BatchRuns, decide, run_key
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
 
 SENSOR_NAME = "priority_lag_sensor"
 RUN_KEY_TAG = "dagster/run_key"
 """The tag Dagster stores a run's run key under (the daemon dedupes run keys with it)."""
+PARTITION_TAG = "dagster/partition"
+DRAIN_JOB = "drain_job"
 TOPIC_TAG = "kprio/logical_topic"
 BATCH_TAG = "kprio/batch_id"
 
 
-def existing_runs(instance: dg.DagsterInstance, ledger: Ledger, topic: str) -> dict[str, str]:
-    """run key -> status of the runs launched for the topic's batches in flight."""
-    out: dict[str, str] = {}
+def existing_runs(instance: dg.DagsterInstance, ledger: Ledger, topic: str) -> BatchRuns:
+    """The latest drain_job run of each batch in flight of the topic, and which of their run keys exist."""
+    status: dict[str, str] = {}
+    keys: set[str] = set()
     for batch in ledger.in_flight(topic):
+        latest = instance.get_run_records(
+            filters=dg.RunsFilter(job_name=DRAIN_JOB, tags={PARTITION_TAG: batch.batch_id}), limit=1
+        )
+        if latest:
+            status[batch.batch_id] = latest[0].dagster_run.status.value
         key = run_key(batch)
-        records = instance.get_run_records(filters=dg.RunsFilter(tags={RUN_KEY_TAG: key}), limit=1)
-        if records:
-            out[key] = records[0].dagster_run.status.value
-    return out
+        if instance.get_run_records(filters=dg.RunsFilter(tags={RUN_KEY_TAG: key}), limit=1):
+            keys.add(key)
+    return BatchRuns(status, frozenset(keys))
 
 
 def run_request(batch: Batch) -> dg.RunRequest:
@@ -70,7 +77,7 @@ def evaluate(
     for topic in config.topics:
         decision = decide(
             config, topic, edge=kafka.edge, ledger=book, now_s=now_s,
-            launched=existing_runs(context.instance, book, topic.name),
+            runs=existing_runs(context.instance, book, topic.name),
         )
         batches = list(decision.launch)
         kind, reason = decision.kind, decision.reason

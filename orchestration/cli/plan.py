@@ -86,7 +86,7 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     now_s = time.time()
     with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger, open_instance() as instance:
         decisions = [
-            decide(settings, t, edge=edge, ledger=ledger, now_s=now_s, launched=existing_runs(instance, ledger, t.name))
+            decide(settings, t, edge=edge, ledger=ledger, now_s=now_s, runs=existing_runs(instance, ledger, t.name))
             for t in topics
         ]
     for decision in decisions:

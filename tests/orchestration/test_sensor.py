@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 
+import dagster as dg
 import pytest
 
 from kprio_core.burst import PollHistory
@@ -118,4 +119,27 @@ def test_skip_reason_offsets_lost_to_retention(make_topic, kprio_env, dagster_in
     env.edge.delete_records({(name, 0): 3})
     assert skip(env, dagster_instance).startswith(
         f"offsets lost to retention before they were drained: {name}[0]@[1,3); set drain.allow_data_loss"
+    )
+
+
+def test_skip_reason_batch_whose_run_died(make_topic, kprio_env, dagster_instance):
+    topic = make_topic(priorities=2, partitions=1, records={1: 5})
+    env = kprio_env(topic)
+    [request] = runner.tick(env.defs, dagster_instance).run_requests
+    env.ledger.mark_drained(request.partition_key, {"ranges": []})
+
+    # A drain run of that partition that ended without moving the batch (its process died).
+    @dg.op
+    def crash() -> None:
+        raise RuntimeError("worker lost")
+
+    @dg.job(name="drain_job")
+    def drain_job() -> None:
+        crash()
+
+    drain_job.execute_in_process(
+        instance=dagster_instance, tags={"dagster/partition": request.partition_key}, raise_on_error=False
+    )
+    assert skip(env, dagster_instance) == (
+        "batch b-000001 is drained but its last run ended FAILURE; re-materialize its partition b-000001 to finish it"
     )
