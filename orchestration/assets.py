@@ -168,7 +168,9 @@ def committed_offsets(
 def commit_report(report) -> dict:
     """A CommitReport as JSON for the ledger: moved old -> new and skipped with why, per partition."""
     return {
-        "moved": [{"topic": t, "partition": p, "from": old, "to": new} for (t, p), (old, new) in sorted(report.moved.items())],
+        "moved": [
+            {"topic": t, "partition": p, "from": old, "to": new} for (t, p), (old, new) in sorted(report.moved.items())
+        ],
         "skipped": [{"topic": t, "partition": p, "why": why} for (t, p), why in sorted(report.skipped.items())],
     }
 

@@ -28,7 +28,8 @@ CHECK_SPECS = [
 @dg.multi_asset_check(
     specs=CHECK_SPECS,
     name="drained_batch_quality",
-    description="Great Expectations on the drained batch's output: count, uniqueness, plan, contiguity, fields, schema.",
+    description="Great Expectations on the drained batch's output: count, uniqueness, plan, contiguity, fields, "
+    "schema.",
 )
 def drained_batch_quality(
     context: dg.AssetCheckExecutionContext,

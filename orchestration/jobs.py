@@ -81,7 +81,9 @@ def plan_batch_op(
     )
     if decision.launch:
         waiting = ", ".join(b.batch_id for b in decision.launch)
-        raise dg.Failure(description=f"{topic.name}: batch {waiting} is planned and waits for its run; nothing new planned")
+        raise dg.Failure(
+            description=f"{topic.name}: batch {waiting} is planned and waits for its run; nothing new planned"
+        )
     if decision.plan is None:
         raise dg.Failure(description=f"{topic.name}: nothing planned: {decision.reason}")
     batch = book.record_plan(decision.plan, max_in_flight=settings.planner.max_in_flight)

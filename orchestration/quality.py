@@ -105,7 +105,9 @@ def validate_batch(
             row_suite.append(_not_null_or_absent(gx, name, columns))
         if error_column is not None:
             if error_column in columns:
-                row_suite.append(gx.expectations.ExpectColumnValuesToBeNull(column=error_column, meta={"check": SCHEMA}))
+                row_suite.append(
+                    gx.expectations.ExpectColumnValuesToBeNull(column=error_column, meta={"check": SCHEMA})
+                )
             else:
                 row_suite.append(gx.expectations.ExpectColumnToExist(column=error_column, meta={"check": SCHEMA}))
         results = list(_validate(gx, whole, rows, row_suite))
@@ -134,7 +136,8 @@ def validate_batch(
 def without(planned: OffsetRange, gaps: Sequence[OffsetRange]) -> list[OffsetRange]:
     """The pieces of ``planned`` outside every gap of the same partition.
 
-    >>> [str(r) for r in without(OffsetRange("t-2", 0, 0, 10), [OffsetRange("t-2", 0, 2, 4), OffsetRange("t-2", 1, 0, 9)])]
+    >>> gaps = [OffsetRange("t-2", 0, 2, 4), OffsetRange("t-2", 1, 0, 9)]
+    >>> [str(r) for r in without(OffsetRange("t-2", 0, 0, 10), gaps)]
     ['t-2[0]@[0,2)', 't-2[0]@[4,10)']
     """
     pieces, cursor = [], planned.start

@@ -53,7 +53,8 @@ class KafkaResource(dg.ConfigurableResource):
     )
     sasl_oauthbearer_client_secret: str | None = Field(
         default=None,
-        description="sasl.oauthbearer.client.secret; set it as dg.EnvVar('KPRIO_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET').",
+        description="sasl.oauthbearer.client.secret; "
+        "set it as dg.EnvVar('KPRIO_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET').",
     )
 
     _edge: KafkaEdge | None = PrivateAttr(default=None)
@@ -67,7 +68,10 @@ class KafkaResource(dg.ConfigurableResource):
         }
         # librdkafka takes every setting as a string, so the strings of the config go through as is.
         return KafkaSettings(
-            bootstrap_servers=self.bootstrap_servers, client=dict(self.client), secrets=secrets, timeout_s=self.timeout_s
+            bootstrap_servers=self.bootstrap_servers,
+            client=dict(self.client),
+            secrets=secrets,
+            timeout_s=self.timeout_s,
         )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:

@@ -41,6 +41,11 @@ class BatchRun:
     reason: str | None = None
 
     def line(self) -> str:
+        """One line per batch for the operator.
+
+        >>> BatchRun("b-000003", "orders", "run-1", True, "committed", {0: 7, 2: 29}).line()
+        'b-000003 orders: 36 records [p2=29 p0=7] -> committed'
+        """
         by_p = " ".join(f"p{p}={n}" for p, n in sorted(self.records.items(), reverse=True))
         total = sum(self.records.values())
         tail = f" ({self.reason})" if self.reason else ""

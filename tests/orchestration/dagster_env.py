@@ -1,6 +1,6 @@
 """Fixtures of the Dagster tests: a real temporary instance and kprio definitions on the test broker and Spark.
 
-Import the fixtures into a test module with ``from tests.orchestration.dagster_env import *``.
+tests/orchestration/conftest.py makes the fixtures available to every test module there.
 ``kprio_env(topic, **sections)`` builds the configuration of one test (its own ledger, output
 and replay directories under tmp_path, the session's broker, the session's Spark settings so
 the Spark resource reuses the test session) and the Definitions built from it.

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestration import runner
-from tests.orchestration.dagster_env import *  # noqa: F403 (fixtures)
+from tests.orchestration.dagster_env import read_all_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 

@@ -9,7 +9,6 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestration.cli.main import app
-from tests.orchestration.dagster_env import *  # noqa: F403 (fixtures)
 
 pytestmark = [pytest.mark.broker, pytest.mark.dagster]
 

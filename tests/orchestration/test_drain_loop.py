@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestration import runner
-from tests.orchestration.dagster_env import *  # noqa: F403 (fixtures)
+from tests.orchestration.dagster_env import read_all_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -22,7 +22,9 @@ def test_drain_to_empty_conserves_every_offset(make_topic, kprio_env, dagster_in
     assert report.records() == {2: 30, 1: 12, 0: 25}
     snapshot = env.edge.snapshot(topic, now_ms=0)
     # Every produced offset is in the output exactly once ...
-    produced = sorted((p.topic, p.partition, o) for p in snapshot.partitions for o in range(p.log_start, p.high_watermark))
+    produced = sorted(
+        (p.topic, p.partition, o) for p in snapshot.partitions for o in range(p.log_start, p.high_watermark)
+    )
     assert len(produced) == 67
     assert read_all_output(spark, env.config.drain.output_path, topic) == produced
     # ... and every group stands at its high watermark.

@@ -8,12 +8,14 @@ import pytest
 
 from orchestration import runner
 from tests.fixtures.kafka import BASE_TS_MS
-from tests.orchestration.dagster_env import *  # noqa: F403 (fixtures)
+from tests.orchestration.dagster_env import read_all_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
 
-def test_failed_check_blocks_the_commit_and_a_retry_after_the_fix_commits(make_topic, kprio_env, dagster_instance, spark):
+def test_failed_check_blocks_the_commit_and_a_retry_after_the_fix_commits(
+    make_topic, kprio_env, dagster_instance, spark
+):
     # Amounts 1.5, 3.5 are not JSON integers: under the schema's "long" they do not decode.
     records = [(f"k{i}", json.dumps({"i": i, "amount": i + (0.5 if i % 3 == 1 else 0)}), BASE_TS_MS + i, 0)
                for i in range(6)]
@@ -50,4 +52,6 @@ def test_failed_check_blocks_the_commit_and_a_retry_after_the_fix_commits(make_t
     assert (batch.state.value, batch.attempts) == ("committed", 2)
     assert batch.check_results["values_match_schema"] == {"passed": True, "rows_checked": 6, "invalid_records": 0}
     assert env.edge.committed(topic)[(topic.priority_topic(1), 0)] == 6
-    assert read_all_output(spark, env.config.drain.output_path, topic) == [(topic.priority_topic(1), 0, o) for o in range(6)]
+    assert read_all_output(spark, env.config.drain.output_path, topic) == [
+        (topic.priority_topic(1), 0, o) for o in range(6)
+    ]

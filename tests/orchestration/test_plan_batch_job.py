@@ -6,7 +6,6 @@ import dagster as dg
 import pytest
 
 from orchestration import runner
-from tests.orchestration.dagster_env import *  # noqa: F403 (fixtures)
 
 pytestmark = [pytest.mark.broker, pytest.mark.dagster]
 

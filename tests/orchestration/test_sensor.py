@@ -15,7 +15,6 @@ from kprio_core.rate import RateQuotaTracker
 from orchestration import runner
 from orchestration.planning import RATE_STATE
 from tests.fixtures.kafka import fill
-from tests.orchestration.dagster_env import *  # noqa: F403 (fixtures)
 
 pytestmark = [pytest.mark.broker, pytest.mark.dagster]
 
