@@ -35,3 +35,7 @@ def test_drain_to_empty_conserves_every_offset(make_topic, kprio_env, dagster_in
     batches = env.ledger.batches(topic.name)
     assert all(b.plan.records <= 40 for b in batches)
     assert sum(b.plan.records for b in batches) == 67
+    # The burst windows advanced once per committed batch, with what each batch drained.
+    history = env.ledger.load_poll_history(topic.name)
+    for p in range(3):
+        assert history.counts(p) == [b.drain_stats["records_by_priority"].get(str(p), 0) for b in reversed(batches)]
