@@ -3,7 +3,8 @@
 Where it comes from, first match wins: ``--config PATH``, ``$KPRIO_CONFIG``, ``./kprio.yaml``,
 else the built-in defaults (one demo topic on the embedded broker). Environment overrides:
 
-- ``KPRIO_BOOTSTRAP_SERVERS`` replaces ``kafka.bootstrap_servers``;
+- ``KPRIO_BOOTSTRAP_SERVERS`` replaces ``kafka.bootstrap_servers``; ``KPRIO_KAFKA_TIMEOUT_S``
+  replaces ``kafka.timeout_s``;
 - ``KPRIO_KAFKA_<SETTING>`` sets a Kafka client setting (``KPRIO_KAFKA_SASL_PASSWORD`` ->
   ``sasl.password``). Secret settings (passwords, secrets, private keys) are accepted **only**
   from the environment: a secret in the file is an error. They are held as ``SecretStr`` so no
@@ -44,6 +45,8 @@ from kprio_core.priority import Priority
 ENV_CONFIG_PATH = "KPRIO_CONFIG"
 ENV_BOOTSTRAP = "KPRIO_BOOTSTRAP_SERVERS"
 ENV_KAFKA_PREFIX = "KPRIO_KAFKA_"
+ENV_KAFKA_TIMEOUT = "KPRIO_KAFKA_TIMEOUT_S"
+"""Sets ``kafka.timeout_s`` (kprio's own setting, not a librdkafka one)."""
 DEFAULT_CONFIG_FILE = "kprio.yaml"
 
 SECRET_MARKERS = ("password", "secret", "private.key", "key.pem", "sasl.jaas.config", "token")
@@ -319,10 +322,12 @@ def _environment_overrides(raw: dict, env: Mapping[str, str]) -> dict:
     kafka = dict(raw.get("kafka") or {})
     if env.get(ENV_BOOTSTRAP):
         kafka["bootstrap_servers"] = env[ENV_BOOTSTRAP]
+    if env.get(ENV_KAFKA_TIMEOUT):
+        kafka["timeout_s"] = env[ENV_KAFKA_TIMEOUT]
     client = dict(kafka.get("client") or {})
     secrets = {}
     for name, value in env.items():
-        if not name.startswith(ENV_KAFKA_PREFIX):
+        if not name.startswith(ENV_KAFKA_PREFIX) or name == ENV_KAFKA_TIMEOUT:
             continue
         setting = name[len(ENV_KAFKA_PREFIX) :].lower().replace("_", ".")
         if is_secret_setting(setting):

@@ -24,6 +24,7 @@ from kprio_core.config import KafkaSettings
 from kprio_core.errors import (
     AuthorizationFailed,
     BrokerUnreachable,
+    ConfigError,
     KafkaOperationFailed,
     KprioError,
     TopicMissing,
@@ -59,10 +60,23 @@ def _with_logger(conf: ClientConfig) -> ClientConfig:
     return {**conf, "logger": LOGGER}
 
 
+def _build(client_class: Callable[[ClientConfig], Any], conf: ClientConfig) -> Any:
+    """Build a client; a setting librdkafka refuses is a configuration error naming the setting."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return client_class(_with_logger(conf))
+    except (KafkaException, ValueError, TypeError) as err:
+        # librdkafka's message names the setting ("No such configuration property: ...") and
+        # never echoes the value, so secrets cannot leak through it.
+        detail = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
+        raise ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}") from None
+
+
 def new_admin(kafka: KafkaSettings) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(_with_logger(client_config(kafka)))
+    return _build(AdminClient, client_config(kafka))
 
 
 def new_consumer(kafka: KafkaSettings, group_id: str, **overrides: Any) -> Any:
@@ -71,13 +85,13 @@ def new_consumer(kafka: KafkaSettings, group_id: str, **overrides: Any) -> Any:
 
     conf = client_config(kafka, **overrides)
     conf.update({"group.id": group_id, "enable.auto.commit": False, "enable.auto.offset.store": False})
-    return Consumer(_with_logger(conf))
+    return _build(Consumer, conf)
 
 
 def new_producer(kafka: KafkaSettings, **overrides: Any) -> Any:
     from confluent_kafka import Producer
 
-    return Producer(_with_logger(client_config(kafka, **overrides)))
+    return _build(Producer, client_config(kafka, **overrides))
 
 
 @dataclass

@@ -307,3 +307,15 @@ def test_more_problems_are_counted_not_listed():
         bad = {"planner": {"record_budget": -5, "mode": "x"}, "topics": [{"name": "a", "required_fields": ["id"]}]}
         parse_config(bad, env={})
     assert str(err.value).endswith("(and 2 more)")
+
+
+def test_timeout_from_the_environment_is_kprios_own_setting():
+    # KPRIO_KAFKA_TIMEOUT_S sets kafka.timeout_s; it must not leak into librdkafka as "timeout.s".
+    cfg = parse_config({}, "kprio.yaml", env={"KPRIO_KAFKA_TIMEOUT_S": "2.5"})
+    assert cfg.kafka.timeout_s == 2.5
+    assert "timeout.s" not in cfg.kafka.client_config()
+
+
+def test_a_bad_timeout_from_the_environment_names_the_key():
+    with pytest.raises(ConfigError, match=r"kafka\.timeout_s"):
+        parse_config({}, "kprio.yaml", env={"KPRIO_KAFKA_TIMEOUT_S": "soon"})

@@ -91,3 +91,14 @@ def test_client_config_overrides_use_underscores_for_dots():
     kafka = KafkaSettings(bootstrap_servers="b:9092", client={"client.id": "me"})
     assert client_config(kafka, group_id="g", enable_auto_commit=False) == {
         "bootstrap.servers": "b:9092", "client.id": "me", "group.id": "g", "enable.auto.commit": False}
+
+
+@pytest.mark.parametrize("build", ["admin", "consumer", "producer"])
+def test_a_client_setting_librdkafka_refuses_is_a_config_error(build):
+    from kprio_core.errors import ConfigError
+    from kprio_core.kafka.client import new_admin, new_consumer, new_producer
+
+    kafka = KafkaSettings(bootstrap_servers="127.0.0.1:1", client={"no.such.setting": "1"}, timeout_s=1)
+    builders = {"admin": new_admin, "consumer": lambda k: new_consumer(k, "g"), "producer": new_producer}
+    with pytest.raises(ConfigError, match=r'kafka\.client: .*"no\.such\.setting"'):
+        builders[build](kafka)
