@@ -4,7 +4,8 @@ Fills 3 priorities x 4 partitions with ``--records`` records of ~200 bytes on th
 broker (or the cluster in KPRIO_BOOTSTRAP_SERVERS), then measures, on the same ranges:
 
 - ``raw``: one Python process, one confluent-kafka consumer, every record's key, value,
-  offset, timestamp and headers touched (what any Python reader must do at least);
+  offset, timestamp and headers touched (what any Python reader must do at least); the faster
+  of two runs;
 - ``read``: the kprio-kafka data source alone (``count()`` of the ranges);
 - ``read + lanes + handler``: the drain's rows (the fused kprio-drain source: read, lanes, JSON
   handler in one Python pass) into Spark's no-op sink;
@@ -236,9 +237,14 @@ def run(args: argparse.Namespace, bootstrap: str, broker_pid: int | None, tmp: P
     config = KprioConfig(kafka=kafka, topics=(topic,), spark=settings, drain={"output_path": str(tmp / "out")})
     with Processes(broker_pid) as procs:
         rss_before = psutil.Process().memory_info().rss
-        (raw_records, raw_bytes), raw = measure("raw confluent consume", procs, n, lambda: raw_consume(kafka, plan))
+        raws = []
+        for i in range(2):  # the faster of two: the stricter target
+            (raw_records, raw_bytes), stage = measure("raw confluent consume", procs, n,
+                                                      lambda: raw_consume(kafka, plan))
+            assert raw_records == n, raw_records
+            raws.append(stage)
+        raw = min(raws, key=lambda s: s.wall_s)
         raw_rss = (psutil.Process().memory_info().rss - rss_before) / 2**20
-        assert raw_records == n, raw_records
         stages.append(raw)
         spark = build_session(settings, app_name="kprio-bench")
         spark.sparkContext.setLogLevel("ERROR")
