@@ -49,7 +49,9 @@ ENV_KAFKA_TIMEOUT = "KPRIO_KAFKA_TIMEOUT_S"
 """Sets ``kafka.timeout_s`` (kprio's own setting, not a librdkafka one)."""
 DEFAULT_CONFIG_FILE = "kprio.yaml"
 
-SECRET_MARKERS = ("password", "secret", "private.key", "key.pem", "sasl.jaas.config", "token")
+SECRET_MARKERS = (
+    "password", "secret", "private.key", "key.pem", "sasl.jaas.config", "sasl.oauthbearer.config", "token",
+)
 """A Kafka client setting whose name contains one of these is a secret (environment only)."""
 
 

@@ -214,19 +214,27 @@ def decide(
         bytes=config.planner.byte_budget,
         min_share=config.planner.min_share,
     )
+    reserved = ledger.reserved_ranges(name)
     plan = plan_batch(
         only(snapshot, usable),
         budget,
         mode=config.planner.mode,
         distribution=config.planner.distribution,
         history=poll_history(config, ledger, topic),
-        reserved=ledger.reserved_ranges(name),
+        reserved=reserved,
     )
     # The plan saw the excluded priorities as idle; its record of the backlog must not.
     plan = dataclasses.replace(plan, backlog_before=snapshot.backlog_by_priority())
     if plan.is_empty:
-        return Decision(name, BUSY, snapshot=snapshot, throttled=throttled,
-                        reason="no backlog outside the batches in flight fits the budget")
+        # With nothing reserved, only the byte budget can keep a backlog out of the plan: the
+        # planner never exceeds it, so a budget below one record would stall draining silently.
+        reason = (
+            "no backlog outside the batches in flight fits the budget"
+            if reserved
+            else f"planner.byte_budget ({budget.bytes} bytes) is smaller than one record of every "
+            "partition with backlog: raise it"
+        )
+        return Decision(name, BUSY, snapshot=snapshot, throttled=throttled, reason=reason)
     return Decision(name, PLAN, plan=plan, snapshot=snapshot, throttled=throttled)
 
 

@@ -103,6 +103,14 @@ def test_skip_reason_throttled(make_topic, kprio_env, dagster_instance):
     assert re.fullmatch(r"throttled for \d+\.\d s on priority 2", skip(env, dagster_instance))
 
 
+def test_skip_reason_byte_budget_below_one_record(make_topic, kprio_env, dagster_instance):
+    # The planner never exceeds the byte budget, so a budget below one record plans nothing:
+    # the tick must say so instead of looking idle while the backlog waits.
+    topic = make_topic(priorities=2, partitions=1, records={1: 5})
+    env = kprio_env(topic, planner={"byte_budget": 1, "record_budget": 100})
+    assert skip(env, dagster_instance).startswith("planner.byte_budget (1 bytes) is smaller than one record")
+
+
 def test_skip_reason_broker_unreachable(make_topic, kprio_env, dagster_instance):
     env = kprio_env(make_topic(priorities=2, partitions=1)).rebuild(
         kafka={"bootstrap_servers": "127.0.0.1:1", "timeout_s": 1.0}
