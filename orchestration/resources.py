@@ -34,6 +34,8 @@ SECRET_FIELDS: dict[str, tuple[str, str]] = {
         "sasl.oauthbearer.client.secret",
         "KPRIO_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET",
     ),
+    "sasl_oauthbearer_config": ("sasl.oauthbearer.config", "KPRIO_KAFKA_SASL_OAUTHBEARER_CONFIG"),
+    "ssl_keystore_password": ("ssl.keystore.password", "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD"),
 }
 
 
@@ -55,6 +57,14 @@ class KafkaResource(dg.ConfigurableResource):
         default=None,
         description="sasl.oauthbearer.client.secret; "
         "set it as dg.EnvVar('KPRIO_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET').",
+    )
+    sasl_oauthbearer_config: str | None = Field(
+        default=None,
+        description="sasl.oauthbearer.config; set it as dg.EnvVar('KPRIO_KAFKA_SASL_OAUTHBEARER_CONFIG').",
+    )
+    ssl_keystore_password: str | None = Field(
+        default=None,
+        description="ssl.keystore.password; set it as dg.EnvVar('KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD').",
     )
 
     _edge: KafkaEdge | None = PrivateAttr(default=None)

@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 
 from kprio_core.config import load_config, parse_config
+from kprio_core.errors import ConfigError
 from orchestration.definitions import build_definitions
 from orchestration.quality import CHECK_NAMES
 from orchestration.resources import resources_from_config
@@ -60,6 +61,26 @@ def test_kafka_secret_is_an_env_var_resolved_at_run_time(monkeypatch):
     assert settings.client_config()["sasl.password"] == "hunter2"
     assert settings.client_config()["sasl.username"] == "kprio"
     assert settings.redacted()["sasl.password"] == "***"
+
+
+@pytest.mark.parametrize("variable, setting", [
+    ("KPRIO_KAFKA_SASL_OAUTHBEARER_CONFIG", "sasl.oauthbearer.config"),
+    ("KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD", "ssl.keystore.password"),
+    ("KPRIO_KAFKA_SSL_KEY_PASSWORD", "ssl.key.password"),
+])
+def test_every_secret_setting_reaches_the_resource_only_as_an_env_var(monkeypatch, variable, setting):
+    monkeypatch.setenv(variable, "s3cret-value")
+    config = load_config(env={variable: "s3cret-value"})
+    resources = resources_from_config(config)
+    assert "s3cret-value" not in repr(resources["kafka"]) + resources["kprio"].config_yaml
+    with dg.build_resources({"kafka": resources["kafka"]}) as built:
+        assert built.kafka.settings().client_config()[setting] == "s3cret-value"
+
+
+def test_a_secret_the_resource_cannot_carry_is_refused_by_name():
+    config = load_config(env={"KPRIO_KAFKA_SASL_JAAS_CONFIG": "x"})
+    with pytest.raises(ConfigError, match=r"sasl\.jaas\.config"):
+        resources_from_config(config)
 
 
 def test_config_round_trips_through_the_settings_resource():
