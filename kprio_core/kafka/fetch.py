@@ -10,7 +10,7 @@ is paused as soon as it delivered what was asked, and the whole read ends by the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kprio_core.config import KafkaSettings
 from kprio_core.kafka.client import Deadline, kafka_failure, new_consumer

@@ -8,13 +8,11 @@ where no PostgreSQL server binaries are installed.
 from __future__ import annotations
 
 import glob
-import multiprocessing
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import pytest
 from kprio_core.errors import RangeConflict
 from kprio_core.ledger import BatchState, Ledger
 from kprio_core.offsets import OffsetRange
-from tests.kprio_core.test_ledger_race import ATTEMPTS, assert_disjoint, plan_of, race_worker
+from tests.kprio_core.test_ledger_race import assert_disjoint, plan_of, race
 
 pytestmark = pytest.mark.slow
 
@@ -100,23 +98,7 @@ def test_lifecycle_conflicts_state_and_averages_on_postgres(pg_ledger: Ledger):
 
 
 def test_two_processes_racing_on_postgres_never_hold_the_same_offsets(pg_ledger: Ledger, pg_url: str):
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    workers = [ctx.Process(target=race_worker, args=(pg_url, seed, barrier, results)) for seed in (3, 4)]
-    for w in workers:
-        w.start()
-    try:
-        reports = [results.get(timeout=300) for _ in workers]
-    finally:
-        for w in workers:
-            w.join(timeout=60)
-            if w.is_alive():
-                w.kill()
-    for seed, outcomes, errors in reports:
-        assert errors == [], f"process {seed} saw errors other than RangeConflict"
-        assert outcomes.get("recorded", 0) + outcomes.get("conflict", 0) == ATTEMPTS
-    totals = sum((Counter(o) for _, o, _ in reports), Counter())
-    assert totals["recorded"] > 10 and totals["conflict"] > 10, f"the processes did not really race: {totals}"
+    race(pg_url, seeds=(3, 4))
     assert_disjoint(pg_ledger.reserved_ranges("orders"), "at the end")
     # Event keys come from a sequence, so they are insert order, not commit order; a release can
     # only appear earlier than it committed, never later, so any overlap seen here is real.

@@ -80,13 +80,11 @@ def assert_disjoint(ranges: list[OffsetRange], when: str) -> None:
         assert not a.overlaps(b), f"{when}: {a} and {b} are both in flight"
 
 
-@pytest.mark.slow
-def test_two_processes_racing_never_hold_the_same_offsets(tmp_path: Path):
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    Ledger(url).close()  # tables exist before the race, so the race is about reservations
+def race(url: str, seeds: tuple[int, int]) -> Counter:
+    """Two spawned processes record plans against ``url`` at once; their outcomes, checked and added up."""
     ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    workers = [ctx.Process(target=race_worker, args=(url, seed, barrier, results)) for seed in (1, 2)]
+    barrier, results = ctx.Barrier(len(seeds)), ctx.Queue()
+    workers = [ctx.Process(target=race_worker, args=(url, seed, barrier, results)) for seed in seeds]
     for w in workers:
         w.start()
     try:
@@ -96,12 +94,20 @@ def test_two_processes_racing_never_hold_the_same_offsets(tmp_path: Path):
             w.join(timeout=60)
             if w.is_alive():
                 w.kill()
-    assert [w.exitcode for w in workers] == [0, 0]
+    assert [w.exitcode for w in workers] == [0] * len(seeds)
     for seed, outcomes, errors in reports:
         assert errors == [], f"process {seed} saw errors other than RangeConflict (e.g. database is locked)"
         assert outcomes.get("recorded", 0) + outcomes.get("conflict", 0) == ATTEMPTS
     totals = sum((Counter(o) for _, o, _ in reports), Counter())
     assert totals["recorded"] > 10 and totals["conflict"] > 10, f"the processes did not really race: {totals}"
+    return totals
+
+
+@pytest.mark.slow
+def test_two_processes_racing_never_hold_the_same_offsets(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger(url).close()  # tables exist before the race, so the race is about reservations
+    totals = race(url, seeds=(1, 2))
 
     with Ledger(url) as ledger:
         assert_disjoint(ledger.reserved_ranges("orders"), "at the end")
