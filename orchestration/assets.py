@@ -139,7 +139,9 @@ def committed_offsets(
     edge = kafka.edge
     ranges = [r for r in batch.plan.offset_ranges() if r.count]
     report = edge.commit(topic, ranges)
-    committed = edge.committed(topic)
+    # One snapshot after the commit proves what the broker holds and gives the lag after.
+    snapshot = edge.snapshot(topic, now_ms=int(time.time() * 1000))
+    committed = {(p.topic, p.partition): p.committed for p in snapshot.partitions}
     short = [r for r in ranges if (committed.get(r.topic_partition) or 0) < r.end]
     if short:
         # Checked but not committed: the batch keeps its ranges; committing later is safe.
@@ -151,7 +153,7 @@ def committed_offsets(
     if not batch.replay_of_committed:
         remember_drain(config, book, topic, batch.plan, stats, now_s=time.time())
 
-    after = edge.snapshot(topic, now_ms=int(time.time() * 1000)).backlog_by_priority()
+    after = snapshot.backlog_by_priority()
     meta: dict[str, object] = stats_metadata(stats, topic.priorities)
     meta.update(per_priority("lag_before", batch.plan.backlog_before))
     meta.update(per_priority("lag_after", after))
