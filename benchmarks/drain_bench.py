@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kprio_core.broker import EmbeddedBroker  # noqa: E402
 from kprio_core.config import ENV_BOOTSTRAP, KafkaSettings, KprioConfig, SparkSettings, TopicSettings  # noqa: E402
 from kprio_core.offsets import OffsetRange  # noqa: E402
-from kprio_core.plan import DrainPlan, PlannedRange  # noqa: E402
+from kprio_core.drain_plan import DrainPlan, PlannedRange  # noqa: E402
 
 PRIORITIES, PARTITIONS, VALUE_BYTES = 3, 4, 200
 

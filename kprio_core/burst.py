@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kprio_core.plan import BurstDecision
+from kprio_core.drain_plan import BurstDecision
 from kprio_core.priority import Priority, most_urgent_first
 
 DEFAULT_WINDOW_SIZE = 6

@@ -130,6 +130,13 @@ class TopicSettings(_Model):
         description="Fields the default handler decodes from the JSON value, with their types.",
     )
     required_fields: tuple[str, ...] = Field((), description="Decoded fields that must be non-null.")
+    replication_factor: int | None = Field(
+        None, ge=1, description="Replicas of each priority topic `kprio topics create` makes; default: the broker's."
+    )
+    topic_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="Topic settings `kprio topics create` sets (retention.ms, cleanup.policy, ...).",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -203,7 +210,14 @@ class PlannerSettings(_Model):
     )
     window_size: int = Field(6, ge=1, description="Poll-history window (batches) of the flipkart burst rule.")
     maxed_out_threshold: int = Field(4, ge=1, description="Maxed-out batches in the window that allow a burst.")
-    max_in_flight: int = Field(1, ge=1, description="Batches of one logical topic in flight at once.")
+    max_in_flight: int = Field(
+        1, ge=1, description="Batches in flight at once per priority of a logical topic (a batch takes a slot of "
+        "every priority it drains), so an urgent batch never waits for a bulk one."
+    )
+    target_batch_s: float | None = Field(
+        2.0, gt=0, description="Size batches to drain in about this many seconds, from the throughput the ledger "
+        "measured (never above record_budget); null: record_budget alone."
+    )
 
     @model_validator(mode="after")
     def _threshold_fits_window(self) -> PlannerSettings:
@@ -212,6 +226,41 @@ class PlannerSettings(_Model):
                 f"maxed_out_threshold ({self.maxed_out_threshold}) cannot exceed window_size ({self.window_size})"
             )
         return self
+
+
+class QualitySettings(_Model):
+    """Which records are invalid, where they go, and how many a batch may have."""
+
+    invalid: Literal["quarantine", "block"] = Field(
+        "quarantine", description="quarantine: invalid records go to the dead-letter output and the batch commits "
+        "(up to max_invalid_ratio); block: any invalid record fails its partition's range."
+    )
+    max_invalid_ratio: float = Field(
+        0.05, ge=0, le=1, description="Most invalid records per range, as a fraction, before the range fails and "
+        "holds its partition (a schema change, a broken producer)."
+    )
+    ratio_floor_records: int = Field(
+        100, ge=1, description="Ranges shorter than this are measured as if they had this many records, so one bad "
+        "record in a short range is quarantined, not blocking."
+    )
+    tombstones: Literal["record", "invalid"] = Field(
+        "record", description="A null value: a record (fields null, required fields not enforced) or invalid."
+    )
+    null_keys: Literal["record", "invalid"] = Field("record", description="A null key: a record, or invalid.")
+
+
+class RecoverySettings(_Model):
+    """How crashed and failed batches are detected and retried without an operator."""
+
+    lease_s: float = Field(
+        30.0, gt=0, description="A batch's run renews its lease this often x3; a lease not renewed for this long "
+        "means the run died and its batch is retried."
+    )
+    max_attempts: int = Field(
+        3, ge=1, description="Attempts of a batch (the first included) before its partitions wait for an operator."
+    )
+    backoff_s: float = Field(5.0, ge=0, description="Wait before the first retry; doubles per attempt.")
+    backoff_max_s: float = Field(60.0, ge=0, description="Longest wait between two attempts.")
 
 
 class SplitSettings(_Model):
@@ -247,12 +296,16 @@ class DrainSettings(_Model):
 
     handler: str = Field("spark_jobs.handlers:decode_json", description="module:function applied per lane.")
     allow_data_loss: bool = Field(False, description="Record gaps lost to retention instead of failing.")
-    output_path: str = Field("./kprio-data/output", description="Root of the Parquet output.")
+    output_path: str = Field("./kprio-data/output", description="Root of the Parquet output (local, s3://, gs://, hdfs://).")
+    dead_letter_path: str = Field(
+        "./kprio-data/dead-letters", description="Root of the dead-letter output: invalid records with their raw "
+        "bytes and error, same layout as the output."
+    )
     replay_path: str = Field("./kprio-data/replay", description="Root of time-window replay output.")
-    replay_start: str | None = Field(
-        None,
-        description="First hour of the hourly replay partitions (UTC, 'YYYY-MM-DD' or 'YYYY-MM-DD-HH:00'); "
-        "default: 7 days before the code location loads.",
+    replay_start: str = Field(
+        "2026-01-01",
+        description="First hour of the hourly replay partitions (UTC, 'YYYY-MM-DD' or 'YYYY-MM-DD-HH:00'); fixed, so "
+        "the definitions do not change from day to day.",
     )
 
 
@@ -267,6 +320,13 @@ class SparkSettings(_Model):
     max_partition_fetch_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="max.partition.fetch.bytes of the executors' consumers.")
     queued_max_messages_kbytes: int = Field(16 * 1024, ge=1, description="queued.max.messages.kbytes: the consumer's prefetch bound.")
     arrow_batch_records: int = Field(10_000, ge=1, description="Records per Arrow batch a read task yields.")
+    connect_port: int = Field(
+        15002, ge=1, le=65535, description="Port of the Spark Connect server `kprio spark start` runs (use "
+        "remote: sc://localhost:<port> to drain through it)."
+    )
+    connect_dir: str = Field(
+        "./kprio-data/spark-connect", description="State and log directory of the Spark Connect server kprio starts."
+    )
 
 
 class LedgerSettings(_Model):
@@ -274,7 +334,7 @@ class LedgerSettings(_Model):
 
 
 class SensorSettings(_Model):
-    interval_s: int = Field(30, ge=1, description="Minimum seconds between sensor ticks.")
+    interval_s: int = Field(2, ge=1, description="Minimum seconds between sensor ticks.")
 
 
 class KprioConfig(_Model):
@@ -283,6 +343,8 @@ class KprioConfig(_Model):
     kafka: KafkaSettings = KafkaSettings()
     topics: Annotated[tuple[TopicSettings, ...], Field(min_length=1)] = (TopicSettings(name="demo"),)
     planner: PlannerSettings = PlannerSettings()
+    quality: QualitySettings = QualitySettings()
+    recovery: RecoverySettings = RecoverySettings()
     splits: SplitSettings = SplitSettings()
     rate: RateSettings = RateSettings()
     ordering: OrderingSettings = OrderingSettings()

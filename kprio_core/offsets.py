@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+TopicPartitionKey = tuple[str, int]
+"""``(topic, partition)``: the one key of partition-level state."""
+
 
 @dataclass(frozen=True, order=True, slots=True)
 class OffsetRange:
@@ -39,7 +42,7 @@ class OffsetRange:
         return self.end - self.start
 
     @property
-    def topic_partition(self) -> tuple[str, int]:
+    def topic_partition(self) -> TopicPartitionKey:
         return (self.topic, self.partition)
 
     def overlaps(self, other: OffsetRange) -> bool:

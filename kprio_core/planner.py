@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from kprio_core.burst import PollHistory, burst_capacities
 from kprio_core.errors import QuotaError
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import BurstDecision, DrainPlan, PlanMode, PlannedRange
+from kprio_core.drain_plan import BurstDecision, DrainPlan, PlanMode, PlannedRange
 from kprio_core.priority import Priority, most_urgent_first
 from kprio_core.quota import Distribution, base_quotas
 from kprio_core.snapshot import LagSnapshot, PartitionLag
@@ -94,6 +94,23 @@ def estimate_bytes(count: int, avg_record_bytes: float) -> int:
 
 
 # --- where each partition starts ---------------------------------------------------------------
+
+END_OF_LOG = (1 << 63) - 1
+"""The largest Kafka offset: a reservation that ends here holds the rest of the partition."""
+
+
+def held_range(topic: str, partition: int, start: int) -> OffsetRange:
+    """The reservation of a partition held by a failed batch: from its failed range's start on.
+
+    The planner plans nothing of that partition any more (a later range could not be committed
+    past the failed one anyway), while every other partition keeps draining.
+
+    >>> p = PartitionLag("t", 0, 0, log_start=0, high_watermark=100, committed=10)
+    >>> plan_start(p, reserved_ends([held_range("t", 0, 10)])[("t", 0)]) >= p.high_watermark
+    True
+    """
+    return OffsetRange(topic, partition, start, END_OF_LOG)
+
 
 
 def reserved_ends(reserved: Iterable[OffsetRange]) -> dict[tuple[str, int], int]:

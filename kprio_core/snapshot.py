@@ -3,7 +3,8 @@
 "Nothing committed" is an explicit case (``committed is None``): draining starts at the log
 start, as ``auto.offset.reset=earliest`` would. A committed offset below the log start means
 records were deleted by retention before kprio drained them: that gap is reported, never
-silently skipped.
+silently skipped. The same holds for a partition never committed whose log no longer starts at
+0: its offsets ``[0, log start)`` were deleted before kprio drained them.
 
 >>> p = PartitionLag("orders-2", 0, priority=2, log_start=10, high_watermark=50, committed=4)
 >>> p.next_offset, p.backlog
@@ -12,6 +13,8 @@ silently skipped.
 OffsetRange(topic='orders-2', partition=0, start=4, end=10)
 >>> PartitionLag("orders-0", 1, priority=0, log_start=0, high_watermark=7, committed=None).backlog
 7
+>>> PartitionLag("orders-0", 2, priority=0, log_start=3, high_watermark=7, committed=None).lost_to_retention
+OffsetRange(topic='orders-0', partition=2, start=0, end=3)
 """
 
 from __future__ import annotations
@@ -56,10 +59,11 @@ class PartitionLag:
 
     @property
     def lost_to_retention(self) -> OffsetRange | None:
-        """Committed offsets that retention deleted before they were drained, if any."""
-        if self.committed is None or self.committed >= self.log_start:
+        """Offsets that retention deleted before they were drained, if any (never committed: from 0)."""
+        since = 0 if self.committed is None else self.committed
+        if since >= self.log_start:
             return None
-        return OffsetRange(self.topic, self.partition, self.committed, self.log_start)
+        return OffsetRange(self.topic, self.partition, since, self.log_start)
 
 
 @dataclass(frozen=True)

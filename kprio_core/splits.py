@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from kprio_core.errors import RangeConflict
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import PlannedRange
+from kprio_core.drain_plan import PlannedRange
 
 
 def records_per_split(count: int, est_bytes: int, max_records: int, max_bytes: int) -> int:

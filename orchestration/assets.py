@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import dagster as dg
 
 from kprio_core.ledger import BatchState
-from kprio_core.plan import DrainPlan, PlannedRange
+from kprio_core.drain_plan import DrainPlan, PlannedRange
 from orchestration.partitions import batch_partitions, window_batch_id, window_bounds_ms
 from orchestration.planning import RATE_STATE, poll_history, rate_tracker
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource, SparkResource

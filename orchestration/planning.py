@@ -27,7 +27,7 @@ from kprio_core.burst import PollHistory
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import BrokerUnreachable, KprioError
 from kprio_core.ledger import Batch, BatchState, Ledger
-from kprio_core.plan import DrainPlan
+from kprio_core.drain_plan import DrainPlan
 from kprio_core.planner import Budget, plan_batch
 from kprio_core.priority import Priority
 from kprio_core.rate import RateQuotaTracker

@@ -8,4 +8,4 @@ if ! command -v java >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless
 fi
 
-python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[browser]'
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[browser,test]'

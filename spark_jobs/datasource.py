@@ -17,7 +17,7 @@ Options (all strings, names case-insensitive):
 
 >>> from kprio_core.config import KprioConfig
 >>> from kprio_core.offsets import OffsetRange
->>> from kprio_core.plan import PlannedRange
+>>> from kprio_core.drain_plan import PlannedRange
 >>> opts = reader_options(KprioConfig(), [PlannedRange(2, OffsetRange("demo-2", 0, 0, 50))])
 >>> opts["splits"], opts["kafka.bootstrap.servers"], opts["allowDataLoss"]
 ('[{"topic":"demo-2","partition":0,"start":0,"end":50,"priority":2}]', '127.0.0.1:9092', 'false')
@@ -36,7 +36,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from kprio_core.config import KprioConfig
 from kprio_core.errors import ConfigError
-from kprio_core.plan import PlannedRange
+from kprio_core.drain_plan import PlannedRange
 from spark_jobs.range_reader import FetchSettings, ReadSettings
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import KprioError, RangeConflict
-from kprio_core.plan import DrainPlan, PlannedRange
+from kprio_core.drain_plan import DrainPlan, PlannedRange
 from kprio_core.splits import split_ranges
 from spark_jobs.columns import drain_struct, input_struct
 from spark_jobs.completeness import incomplete_error

@@ -38,7 +38,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import ConfigError
-from kprio_core.plan import PlannedRange
+from kprio_core.drain_plan import PlannedRange
 from spark_jobs.datasource import RangePartition, parse_splits, reader_options, settings_of
 from spark_jobs.range_reader import ReadSettings
 

@@ -9,7 +9,7 @@ mean the same thing there.
 
 >>> from kprio_core.config import KprioConfig
 >>> from kprio_core.offsets import OffsetRange
->>> from kprio_core.plan import PlannedRange
+>>> from kprio_core.drain_plan import PlannedRange
 >>> opts = native_options(KprioConfig(), [PlannedRange(2, OffsetRange("demo-2", 0, 5, 9))])
 >>> opts["assign"], opts["startingOffsets"], opts["endingOffsets"], opts["failOnDataLoss"]
 ('{"demo-2":[0]}', '{"demo-2":{"0":5}}', '{"demo-2":{"0":9}}', 'true')
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kprio_core.config import KprioConfig
-from kprio_core.plan import PlannedRange
+from kprio_core.drain_plan import PlannedRange
 from kprio_core.splits import spark_offsets_json
 from spark_jobs.kafka_schema import KAFKA_COLUMNS
 

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from kprio_core.errors import DrainOutputInvalid
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import PlannedRange
+from kprio_core.drain_plan import PlannedRange
 from spark_jobs.completeness import missing_offsets
 
 if TYPE_CHECKING:

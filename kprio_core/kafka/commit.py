@@ -23,29 +23,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from kprio_core.config import KafkaSettings, TopicSettings
 from kprio_core.errors import BrokerUnreachable, KafkaOperationFailed
 from kprio_core.kafka.client import Deadline, check_error, kafka_failure, new_consumer
-from kprio_core.offsets import OffsetRange
+from kprio_core.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.results import CommitReport
 
-TopicPartitionKey = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class CommitReport:
-    """What a commit moved (old -> new per partition) and what it left alone, with why."""
-
-    moved: dict[TopicPartitionKey, tuple[int | None, int]] = field(default_factory=dict)
-    skipped: dict[TopicPartitionKey, str] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        moved = ", ".join(f"{t}[{p}] {old if old is not None else 'none'}->{new}"
-                          for (t, p), (old, new) in sorted(self.moved.items()))
-        skipped = ", ".join(f"{t}[{p}]: {why}" for (t, p), why in sorted(self.skipped.items()))
-        return f"moved: {moved or 'nothing'}; skipped: {skipped or 'nothing'}"
+__all__ = ["CommitReport", "decide_commits", "group_of", "write_commits"]
 
 
 def decide_commits(current: Mapping[TopicPartitionKey, int | None], log_start: Mapping[TopicPartitionKey, int],

@@ -18,11 +18,10 @@ from kprio_core.kafka.lag import raise_if_lost, take_snapshot
 from kprio_core.kafka.reads import group_offsets, high_watermarks, log_starts
 from kprio_core.kafka.times import offsets_for_time, window_range
 from kprio_core.kafka.topics import ensure_topics, verify_topics
-from kprio_core.offsets import OffsetRange
+from kprio_core.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.priority import Priority
 from kprio_core.snapshot import LagSnapshot
 
-TopicPartitionKey = tuple[str, int]
 
 
 class KafkaEdge:
@@ -107,7 +106,7 @@ class KafkaEdge:
             to_write[groups[tp[0]]][tp] = new
         for group, offsets in sorted(to_write.items()):
             write_commits(self.admin, self.kafka, group, offsets, deadline)
-        return CommitReport(moved=moved, skipped=skipped)
+        return CommitReport.of(moved, skipped)
 
     # -- time ---------------------------------------------------------------------------------
 

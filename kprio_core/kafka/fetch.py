@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 from kprio_core.config import KafkaSettings
 from kprio_core.kafka.client import Deadline, kafka_failure, new_consumer
+from kprio_core.offsets import TopicPartitionKey
 
-TopicPartitionKey = tuple[str, int]
 PEEK_GROUP = "kprio-peek"
 """group.id of peek consumers: required by the client, never joined and never committed."""
 

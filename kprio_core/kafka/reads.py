@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from kprio_core.kafka.client import Deadline, check_error
+from kprio_core.offsets import TopicPartitionKey
 
-TopicPartitionKey = tuple[str, int]
 
 
 def committed_or_none(offset: int) -> int | None:

@@ -18,9 +18,8 @@ from typing import Any
 
 from kprio_core.kafka.client import Deadline
 from kprio_core.kafka.reads import list_offsets
-from kprio_core.offsets import OffsetRange
+from kprio_core.offsets import OffsetRange, TopicPartitionKey
 
-TopicPartitionKey = tuple[str, int]
 
 
 def offsets_for_time(admin: Any, partitions: Iterable[TopicPartitionKey], timestamp_ms: int,

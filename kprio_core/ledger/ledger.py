@@ -6,7 +6,7 @@ behind: a batch whose run died stays in flight (its ranges reserved) until someo
 as 5800 bytes gives 200 bytes per record; a second plan asking for offset 28 again conflicts:
 
 >>> from kprio_core.offsets import OffsetRange
->>> from kprio_core.plan import DrainPlan, PlannedRange
+>>> from kprio_core.drain_plan import DrainPlan, PlannedRange
 >>> def plan(start, end):
 ...     r = PlannedRange(2, OffsetRange("orders-2", 0, start, end), est_bytes=200 * (end - start))
 ...     return DrainPlan("orders", "lag-aware", 50, None, {2: 29}, {2: 29}, (r,))
@@ -43,7 +43,7 @@ from kprio_core.ledger.schema import METADATA, batches, drained_topics, events, 
 from kprio_core.ledger.states import IN_FLIGHT, REPLAYABLE, BatchState, check_transition
 from kprio_core.ledger.stats import topic_totals
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import DrainPlan
+from kprio_core.drain_plan import DrainPlan
 
 if TYPE_CHECKING:
     from kprio_core.burst import PollHistory

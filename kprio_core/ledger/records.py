@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from kprio_core.ledger.states import BatchState
-from kprio_core.plan import DrainPlan
+from kprio_core.drain_plan import DrainPlan
 
 _BATCH_ID = re.compile(r"b-(\d+)")
 

@@ -43,7 +43,7 @@ def test_decide_commits(current, log_start, spans, moved, skipped, why):
 
 
 def test_commit_report_says_old_and_new():
-    report = CommitReport(moved={(T, 0): (None, 5), (T, 1): (3, 9)}, skipped={(T, 2): "gap: ..."})
+    report = CommitReport.of({(T, 0): (None, 5), (T, 1): (3, 9)}, {(T, 2): "gap: ..."})
     assert str(report) == "moved: o-2[0] none->5, o-2[1] 3->9; skipped: o-2[2]: gap: ..."
 
 
@@ -53,13 +53,13 @@ def test_commit_moves_each_priority_group_forward_only(make_topic, kafka_setting
     t1, t0 = topic.priority_topic(1), topic.priority_topic(0)
     with KafkaEdge(kafka_settings) as edge:
         first = edge.commit(topic, [R(t1, 0, 0, 6), R(t1, 1, 0, 4), R(t0, 0, 0, 5)])
-        assert first.moved == {(t1, 0): (None, 6), (t1, 1): (None, 4), (t0, 0): (None, 5)}
-        assert first.skipped == {}
+        assert first.moves() == {(t1, 0): (None, 6), (t1, 1): (None, 4), (t0, 0): (None, 5)}
+        assert first.skipped == ()
         replay = edge.commit(topic, [R(t1, 0, 0, 6), R(t1, 1, 0, 2)])
-        assert replay.moved == {}
-        assert set(replay.skipped) == {(t1, 0), (t1, 1)}
+        assert replay.moved == ()
+        assert set(replay.skipped_why()) == {(t1, 0), (t1, 1)}
         nxt = edge.commit(topic, [R(t1, 0, 6, 10)])
-        assert nxt.moved == {(t1, 0): (6, 10)}
+        assert nxt.moves() == {(t1, 0): (6, 10)}
         assert edge.committed(topic) == {(t1, 0): 10, (t1, 1): 4, (t0, 0): 5, (t0, 1): None}
         # Each priority commits to its own group: the groups hold exactly their topic's offsets.
         snap = edge.snapshot(topic, now_ms=0, avg_record_bytes={})

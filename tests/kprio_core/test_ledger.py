@@ -12,7 +12,7 @@ from kprio_core.config import LedgerSettings
 from kprio_core.errors import BatchNotFound, DrainStatsInvalid, InvalidTransition, RangeConflict
 from kprio_core.ledger import TRANSITIONS, Batch, BatchState, Ledger
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import BurstDecision, DrainPlan, PlannedRange
+from kprio_core.drain_plan import BurstDecision, DrainPlan, PlannedRange
 
 S = BatchState
 

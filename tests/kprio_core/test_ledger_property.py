@@ -10,7 +10,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multip
 from kprio_core.errors import InvalidTransition, RangeConflict
 from kprio_core.ledger import TRANSITIONS, BatchState, Ledger
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import DrainPlan, PlannedRange
+from kprio_core.drain_plan import DrainPlan, PlannedRange
 
 S = BatchState
 TARGET = {"drain": S.DRAINED, "check": S.CHECKED, "commit": S.COMMITTED, "fail": S.FAILED, "replay": S.PLANNED}

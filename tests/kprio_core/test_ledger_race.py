@@ -15,7 +15,7 @@ import pytest
 from kprio_core.errors import InvalidTransition, RangeConflict
 from kprio_core.ledger import BatchState, Ledger
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import DrainPlan, PlannedRange
+from kprio_core.drain_plan import DrainPlan, PlannedRange
 
 ATTEMPTS = 300
 """Plans each racing process tries to record."""
@@ -127,7 +127,7 @@ CRASH_SCRIPT = textwrap.dedent(
     """
     import os, sys
     from kprio_core.ledger import Ledger, ledger as module
-    from kprio_core.plan import DrainPlan
+    from kprio_core.drain_plan import DrainPlan
 
     url, point, plan_json = sys.argv[1:4]
     led = Ledger(url)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kprio_core.burst import PollHistory
 from kprio_core.errors import QuotaError
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import DrainPlan
+from kprio_core.drain_plan import DrainPlan
 from kprio_core.planner import (
     Budget,
     fair_shares,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kprio_core.errors import RangeConflict
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import PlannedRange
+from kprio_core.drain_plan import PlannedRange
 from kprio_core.splits import merge_by_partition, split_ranges, spark_offsets_json
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from kprio_core.config import KafkaSettings, TopicSettings
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import DrainPlan, PlannedRange
+from kprio_core.drain_plan import DrainPlan, PlannedRange
 
 
 def watermarks(kafka: KafkaSettings, topic: str, partitions: int) -> dict[int, tuple[int, int]]:

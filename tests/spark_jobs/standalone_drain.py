@@ -15,7 +15,7 @@ import sys
 import psutil
 
 from kprio_core.config import KprioConfig, SparkSettings, TopicSettings
-from kprio_core.plan import DrainPlan
+from kprio_core.drain_plan import DrainPlan
 from spark_jobs.drain import drain_batch
 from spark_jobs.output import read_output
 from spark_jobs.session import build_session

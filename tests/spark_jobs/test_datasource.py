@@ -9,7 +9,7 @@ from confluent_kafka.admin import AdminClient
 from kprio_core.config import KprioConfig
 from kprio_core.errors import ConfigError
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import PlannedRange
+from kprio_core.drain_plan import PlannedRange
 from kprio_core.splits import split_ranges
 from spark_jobs.datasource import FORMAT, read_ranges, reader_options
 from spark_jobs.kafka_schema import KAFKA_COLUMNS

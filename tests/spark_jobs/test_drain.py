@@ -14,7 +14,7 @@ from kprio_core.errors import HandlerError, RangeConflict, RangeIncomplete
 from kprio_core.kafka.produce import Record, produce
 from kprio_core.lanes import lane_of
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import PlannedRange
+from kprio_core.drain_plan import PlannedRange
 from kprio_core.splits import split_ranges
 from spark_jobs.drain import drain_batch, handler_in_read
 from spark_jobs.output import read_output

@@ -9,7 +9,7 @@ import pytest
 from kprio_core.config import KprioConfig
 from kprio_core.errors import RangeConflict
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import PlannedRange
+from kprio_core.drain_plan import PlannedRange
 from spark_jobs.native import class_available, connector_available, native_options, read_native
 
 

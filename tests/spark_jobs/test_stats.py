@@ -8,7 +8,7 @@ import pytest
 
 from kprio_core.errors import DrainOutputInvalid
 from kprio_core.offsets import OffsetRange
-from kprio_core.plan import PlannedRange
+from kprio_core.drain_plan import PlannedRange
 from spark_jobs.stats import counted_stats
 
 PLAN = [PlannedRange(2, OffsetRange("o-2", 0, 0, 10)), PlannedRange(2, OffsetRange("o-2", 0, 20, 30)),
