@@ -6,18 +6,21 @@ broker (or the cluster in KPRIO_BOOTSTRAP_SERVERS), then measures, on the same r
 - ``raw``: one Python process, one confluent-kafka consumer, every record's key, value,
   offset, timestamp and headers touched (what any Python reader must do at least); the faster
   of two runs;
-- ``read``: the kprio-kafka data source alone (``count()`` of the ranges);
-- ``read + lanes + handler``: the drain's rows (the fused kprio-drain source: read, lanes, JSON
-  handler in one Python pass) into Spark's no-op sink;
-- ``drain``: ``drain_batch`` end to end (+ Parquet, range stats, publish), ``--runs`` times in
-  the same session: the first run, and the median of the others, are reported (the first pays
-  for the JIT warm-up of the JVM's write path; a long-running drain loop sees the median).
+- ``read``: the ``kprio-kafka`` source alone in records mode (``count()`` of the ranges: the
+  records cross into the JVM);
+- ``drain``: ``drain_batch`` end to end: one task per topic partition reads, lanes, runs the JSON
+  handler, splits valid from invalid rows and writes staged Parquet with pyarrow, counting every
+  range (the JVM only carries the stats rows back); ``--runs`` times in the same session, each a
+  new attempt: the first run, and the median of the others, are reported;
+- ``publish``: moving one attempt's staged files into place (median);
+- ``small``: ``drain_batch`` of 1,000 records spread over every partition (median of 5): the fixed
+  cost a small urgent batch pays.
 
 Every stage reports wall time, records/s and the CPU seconds spent by the driver's Python, the
 JVM (driver and, in local mode, the executors), the executors' Python workers and the embedded
 broker: the machine may be shared, CPU time says what the work cost. Peak resident memory is
-sampled (psutil) for the driver Python, the JVM and the Python workers (their sum and the
-largest one). Not a test: run ``python benchmarks/drain_bench.py``.
+sampled (psutil) per process kind: the driver Python, the JVM, the Python workers (their sum and
+the largest one). Not a test: run ``python benchmarks/drain_bench.py``; it prints a table.
 """
 
 from __future__ import annotations
@@ -36,10 +39,10 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kprio_core.broker import EmbeddedBroker  # noqa: E402
 from kprio_core.config import ENV_BOOTSTRAP, KafkaSettings, KprioConfig, SparkSettings, TopicSettings  # noqa: E402
 from kprio_core.offsets import OffsetRange  # noqa: E402
 from kprio_core.drain_plan import DrainPlan, PlannedRange  # noqa: E402
+from orchestration.services.broker import EmbeddedBroker  # noqa: E402
 
 PRIORITIES, PARTITIONS, VALUE_BYTES = 3, 4, 200
 
@@ -227,14 +230,17 @@ def run(args: argparse.Namespace, bootstrap: str, broker_pid: int | None, tmp: P
     n = args.records
     stages: list[Stage] = []
 
-    from spark_jobs.datasource import read_ranges
-    from spark_jobs.drain import drain_batch, drained_frame
+    from spark_jobs.drain import drain_batch, plan_splits
+    from spark_jobs.output import publish
     from spark_jobs.session import build_session
+    from spark_jobs.source import read_records
 
     settings = SparkSettings(master=f"local[{args.cores}]", conf={
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.memory": "2g",
         "spark.sql.shuffle.partitions": "4"})
-    config = KprioConfig(kafka=kafka, topics=(topic,), spark=settings, drain={"output_path": str(tmp / "out")})
+    roots = {"output_root": str(tmp / "out"), "dead_letter_root": str(tmp / "dead")}
+    config = KprioConfig(kafka=kafka, topics=(topic,), spark=settings,
+                         drain={"output_path": roots["output_root"], "dead_letter_path": roots["dead_letter_root"]})
     with Processes(broker_pid) as procs:
         rss_before = psutil.Process().memory_info().rss
         raws = []
@@ -252,47 +258,59 @@ def run(args: argparse.Namespace, bootstrap: str, broker_pid: int | None, tmp: P
             first = plan.ranges[0]
             warm = DrainPlan(topic.name, "lag-aware", 100, None, {}, {}, (PlannedRange(
                 first.priority, OffsetRange(first.range.topic, first.range.partition, 0, 100)),))
-            drain_batch(spark, config, topic, "warmup", warm)  # JVM and Python workers started once
-            count, stage = measure("spark read (kprio-kafka, count)", procs, n,
-                                   lambda: read_ranges(spark, config, plan.ranges).count())
+            publish(drain_batch(spark, config, topic, "warmup", 1, warm), **roots)  # JVM and workers started once
+            count, stage = measure("spark read (kprio-kafka records, count)", procs, n,
+                                   lambda: read_records(spark, config, plan_splits(config, plan)).count())
             assert count == n, count
             stages.append(stage)
-            _, stage = measure("spark read + lanes + handler", procs, n, lambda: drained_frame(
-                spark, config, topic, "bench", plan).write.format("noop").mode("overwrite").save())
-            stages.append(stage)
-            drains = []
+            small_plan = DrainPlan(topic.name, "lag-aware", 1000, None, {}, {}, tuple(
+                PlannedRange(r.priority, OffsetRange(r.range.topic, r.range.partition, 0, 1000 // len(plan.ranges)))
+                for r in plan.ranges))
+            smalls = []
+            for i in range(5):
+                result, stage = measure("small", procs, small_plan.records,
+                                        lambda: drain_batch(spark, config, topic, "small", i + 1, small_plan))
+                assert result.records == small_plan.records and not result.failed_ranges, result
+                smalls.append(stage)
+            small = sorted(smalls, key=lambda s: s.wall_s)[len(smalls) // 2]
+            drains, publishes = [], []
             for i in range(args.runs):
-                result, stage = measure(f"spark drain_batch run {i + 1}", procs, n,
-                                        lambda: drain_batch(spark, config, topic, "bench", plan))
-                assert result.records == n and result.errors == 0 and result.lost_offsets == 0, result.to_dict()
+                result, stage = measure(f"drain_batch to staged files, run {i + 1}", procs, n,
+                                        lambda: drain_batch(spark, config, topic, "bench", i + 1, plan))
+                assert result.records == n and result.dead == 0 and not result.failed_ranges, result
                 drains.append(stage)
+                _, stage = measure(f"publish, run {i + 1}", procs, n, lambda: publish(result, **roots))
+                publishes.append(stage)
         finally:
             spark.stop()
-    warm = drains[1:] or drains
-    median = sorted(warm, key=lambda s: s.wall_s)[len(warm) // 2]
-    stages += [drains[0], Stage(f"spark drain_batch median of runs 2-{len(drains)}", median.wall_s, n, median.cpu)]
+    warm_runs = drains[1:] or drains
+    median = sorted(warm_runs, key=lambda s: s.wall_s)[len(warm_runs) // 2]
+    pub = sorted(publishes, key=lambda s: s.wall_s)[len(publishes) // 2]
+    stages += [drains[0], Stage(f"drain_batch median of runs 2-{len(drains)}", median.wall_s, n, median.cpu),
+               Stage("publish (median)", pub.wall_s, n, pub.cpu),
+               Stage(f"drain_batch of {small.records:,} records (median)", small.wall_s, small.records, small.cpu)]
     report(stages, raw, median, args, raw_bytes, raw_rss, procs.peak_mib())
 
 
 def report(stages: list[Stage], raw: Stage, drain: Stage, args: argparse.Namespace, raw_bytes: int,
            raw_rss: float, peak: dict[str, float]) -> None:
+    from tabulate import tabulate
+
     print(f"raw consume read {raw_bytes / 2**20:.0f} MiB of keys and values (+{raw_rss:.0f} MiB RSS)")
     print()
     kinds = Processes.KINDS
-    print(f"{'stage':38}{'wall s':>8}{'records/s':>12}   cpu s: " + " / ".join(kinds))
-    for s in stages:
-        cpu = " / ".join(f"{s.cpu[k]:.1f}" for k in kinds)
-        print(f"{s.name:38}{s.wall_s:>8.2f}{s.rate:>12,.0f}   {cpu}  (total {sum(s.cpu.values()):.1f})")
-    read, handled = stages[1], stages[2]
+    rows = [[s.name, f"{s.wall_s:.2f}", f"{s.rate:,.0f}", *(f"{s.cpu[k]:.1f}" for k in kinds),
+             f"{sum(s.cpu.values()):.1f}"] for s in stages]
+    print(tabulate(rows, headers=["stage", "wall s", "records/s", *(f"cpu s {k}" for k in kinds), "cpu s total"],
+                   tablefmt="github", disable_numparse=True))
     print()
-    print(f"where the time of a drain goes (wall): read {read.wall_s:.1f} s, lanes + handler "
-          f"~{handled.wall_s - read.wall_s:.1f} s, Parquet + stats + publish ~{drain.wall_s - handled.wall_s:.1f} s")
-    print(f"raw consume {raw.rate:,.0f} records/s; kprio drain {drain.rate:,.0f} records/s (median warm run), "
-          f"{stages[-2].rate:,.0f} records/s (first run)")
-    print(f"drain / raw ratio: {drain.rate / raw.rate:.2f} (target >= 0.5 on {args.cores} cores); "
+    print(f"raw consume {raw.rate:,.0f} records/s; kprio drain {drain.rate:,.0f} records/s (median warm run)")
+    print(f"drain / raw ratio: {drain.rate / raw.rate:.2f} (target >= 0.8 on {args.cores} cores); "
           f"CPU seconds per 1M records: raw {sum(raw.cpu.values()) * 1e6 / args.records:.1f}, "
           f"drain {sum(drain.cpu.values()) * 1e6 / args.records:.1f}")
-    print(f"peak RSS MiB: {json.dumps(peak)}")
+    print()
+    print(tabulate([[kind, f"{mib:,.0f}"] for kind, mib in peak.items()], headers=["process kind", "peak RSS MiB"],
+                   tablefmt="github", disable_numparse=True))
 
 
 if __name__ == "__main__":

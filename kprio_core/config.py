@@ -5,10 +5,12 @@ else the built-in defaults (one demo topic on the embedded broker). Environment 
 
 - ``KPRIO_BOOTSTRAP_SERVERS`` replaces ``kafka.bootstrap_servers``; ``KPRIO_KAFKA_TIMEOUT_S``
   replaces ``kafka.timeout_s``;
-- ``KPRIO_KAFKA_<SETTING>`` sets a Kafka client setting (``KPRIO_KAFKA_SASL_PASSWORD`` ->
-  ``sasl.password``). Secret settings (passwords, secrets, private keys) are accepted **only**
-  from the environment: a secret in the file is an error. They are held as ``SecretStr`` so no
-  repr, log line, error or Dagster metadata ever shows them.
+- ``KPRIO_KAFKA_<SETTING>`` sets any Kafka client setting, ``_`` read as ``.``
+  (``KPRIO_KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL`` -> ``sasl.oauthbearer.token.endpoint.url``).
+  The settings of :data:`SECRET_SETTINGS` go to ``kafka.secrets`` and are accepted **only** from
+  the environment: a secret in the file is an error naming the variable to use. They are held as
+  ``SecretStr`` so no repr, log line, error or Dagster metadata ever shows them. Every other
+  setting goes to ``kafka.client`` and may be written in the file as well.
 
 >>> cfg = KprioConfig.model_validate({"topics": [{"name": "orders", "priorities": 3}]})
 >>> t = cfg.topic("orders")
@@ -49,20 +51,59 @@ ENV_KAFKA_TIMEOUT = "KPRIO_KAFKA_TIMEOUT_S"
 """Sets ``kafka.timeout_s`` (kprio's own setting, not a librdkafka one)."""
 DEFAULT_CONFIG_FILE = "kprio.yaml"
 
-SECRET_MARKERS = (
-    "password", "secret", "private.key", "key.pem", "sasl.jaas.config", "sasl.oauthbearer.config", "token",
+LIBRDKAFKA_SECRETS = (
+    "sasl.password",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.client.credentials.client.secret",
+    "sasl.oauthbearer.config",
+    "sasl.oauthbearer.assertion.private.key.pem",
+    "sasl.oauthbearer.assertion.private.key.passphrase",
+    "ssl.key.password",
+    "ssl.key.pem",
+    "ssl.keystore.password",
 )
-"""A Kafka client setting whose name contains one of these is a secret (environment only)."""
+"""librdkafka settings that carry a credential: those its CONFIGURATION (``rdkafka_conf.c``) marks
+``_RK_SENSITIVE``, less the ones that are no credential (``sasl.username`` is an identity;
+``ssl.key.location`` and ``sasl.oauthbearer.assertion.private.key.file`` are paths, the file is
+the secret; ``ssl.ca.pem`` is a public certificate; ``ssl_key`` is set only through the C API),
+plus ``sasl.oauthbearer.client.credentials.client.secret``, librdkafka's alias of the client
+secret (and the Java client's name for it)."""
+
+JAVA_SECRETS = ("sasl.jaas.config", "ssl.truststore.password", "ssl.keystore.key")
+"""Credentials only Kafka's Java client takes (``ConfigDef.Type.PASSWORD``), for Spark's native
+reader. librdkafka refuses them, so :meth:`KafkaSettings.client_config` leaves them out and
+:meth:`KafkaSettings.java_client_config` passes them on."""
+
+SECRET_SETTINGS = LIBRDKAFKA_SECRETS + JAVA_SECRETS
+"""Every secret Kafka client setting: only from ``KPRIO_KAFKA_<SETTING>``, never in the file;
+the Dagster Kafka resource carries each as a ``dg.EnvVar`` of that variable."""
 
 
 def is_secret_setting(name: str) -> bool:
-    """True for Kafka client settings that carry credentials.
+    """True for the Kafka client settings of :data:`SECRET_SETTINGS`.
 
-    >>> is_secret_setting("sasl.password"), is_secret_setting("security.protocol")
+    >>> is_secret_setting("sasl.password"), is_secret_setting("sasl.oauthbearer.token.endpoint.url")
     (True, False)
     """
-    lowered = name.lower()
-    return any(marker in lowered for marker in SECRET_MARKERS)
+    return name.lower() in SECRET_SETTINGS
+
+
+def setting_variable(setting: str) -> str:
+    """The environment variable of a Kafka client setting.
+
+    >>> setting_variable("sasl.oauthbearer.client.secret")
+    'KPRIO_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET'
+    """
+    return ENV_KAFKA_PREFIX + setting.upper().replace(".", "_")
+
+
+def variable_setting(variable: str) -> str:
+    """The Kafka client setting a ``KPRIO_KAFKA_*`` variable sets (``_`` read as ``.``).
+
+    >>> variable_setting("KPRIO_KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL")
+    'sasl.oauthbearer.token.endpoint.url'
+    """
+    return variable.removeprefix(ENV_KAFKA_PREFIX).lower().replace("_", ".")
 
 
 class _Model(BaseModel):
@@ -75,12 +116,14 @@ class KafkaSettings(_Model):
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap.servers.")
     client: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
-        description="Extra librdkafka settings passed through (security.protocol, sasl.mechanism, ...). "
-        "Secrets are not allowed here: set them as KPRIO_KAFKA_<SETTING> in the environment.",
+        description="Extra Kafka client settings passed through (security.protocol, sasl.mechanism, ...). "
+        "Secrets (kprio_core.config.SECRET_SETTINGS) are not allowed here: set them as KPRIO_KAFKA_<SETTING> in "
+        "the environment.",
     )
     secrets: dict[str, SecretStr] = Field(
         default_factory=dict,
-        description="Secret client settings, filled only from KPRIO_KAFKA_* environment variables.",
+        description="Secret client settings (kprio_core.config.SECRET_SETTINGS), filled only from "
+        "KPRIO_KAFKA_<SETTING> environment variables.",
     )
     timeout_s: float = Field(10.0, gt=0, description="Timeout of every admin and client call.")
 
@@ -89,14 +132,26 @@ class KafkaSettings(_Model):
     def _no_secrets_in_file(cls, value: dict[str, object]) -> dict[str, object]:
         for name in value:
             if is_secret_setting(name):
-                env = ENV_KAFKA_PREFIX + name.upper().replace(".", "_")
                 raise ValueError(
-                    f"'{name}' is a secret: remove it from the file and set it in the environment as {env}"
+                    f"'{name}' is a secret: remove it from the file and set it in the environment as "
+                    f"{setting_variable(name)}"
                 )
+        return value
+
+    @field_validator("secrets")
+    @classmethod
+    def _only_listed_secrets(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        unknown = sorted(name for name in value if not is_secret_setting(name))
+        if unknown:
+            raise ValueError(f"{unknown} are not secret settings: put them in kafka.client")
         return value
 
     def client_config(self) -> dict[str, str | int | float | bool]:
         """The librdkafka settings to build a client with, secrets revealed (never log this)."""
+        return {k: v for k, v in self.java_client_config().items() if k not in JAVA_SECRETS}
+
+    def java_client_config(self) -> dict[str, str | int | float | bool]:
+        """The settings for Kafka's Java client (Spark's native reader): also its own secrets."""
         conf: dict[str, str | int | float | bool] = {"bootstrap.servers": self.bootstrap_servers}
         conf.update(self.client)
         conf.update({k: v.get_secret_value() for k, v in self.secrets.items()})
@@ -330,10 +385,14 @@ class SparkSettings(_Model):
 
 
 class LedgerSettings(_Model):
+    """Where the batch ledger lives."""
+
     url: str = Field("sqlite:///./kprio-data/ledger.db", description="SQLAlchemy URL of the batch ledger.")
 
 
 class SensorSettings(_Model):
+    """How often the sensor looks at the lag."""
+
     interval_s: int = Field(2, ge=1, description="Minimum seconds between sensor ticks.")
 
 
@@ -369,7 +428,8 @@ class KprioConfig(_Model):
         raise ConfigError(f"topics: no logical topic named {name!r} (known: {[t.name for t in self.topics]})")
 
 
-def _format_error(err: ValidationError, source: str) -> str:
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line naming the source, the key and what is wrong, and how many more problems there are."""
     errors = err.errors()
     # A bad item of `topics` also makes pydantic report the tuple as too short: not a second problem.
     errors = [
@@ -383,28 +443,20 @@ def _format_error(err: ValidationError, source: str) -> str:
 
 
 def _environment_overrides(raw: dict, env: Mapping[str, str]) -> dict:
+    """``raw`` with the ``KPRIO_*`` variables of ``env`` merged into its kafka section (empty ones ignored)."""
     kafka = dict(raw.get("kafka") or {})
-    if env.get(ENV_BOOTSTRAP):
-        kafka["bootstrap_servers"] = env[ENV_BOOTSTRAP]
-    if env.get(ENV_KAFKA_TIMEOUT):
-        kafka["timeout_s"] = env[ENV_KAFKA_TIMEOUT]
-    client = dict(kafka.get("client") or {})
-    secrets = {}
+    client, secrets = dict(kafka.get("client") or {}), {}
     for name, value in env.items():
-        if not name.startswith(ENV_KAFKA_PREFIX) or name == ENV_KAFKA_TIMEOUT:
+        if not value:
             continue
-        setting = name[len(ENV_KAFKA_PREFIX) :].lower().replace("_", ".")
-        if is_secret_setting(setting):
-            secrets[setting] = value
-        else:
-            client[setting] = value
-    if client:
-        kafka["client"] = client
-    if secrets:
-        kafka["secrets"] = secrets
-    if kafka:
-        raw = {**raw, "kafka": kafka}
-    return raw
+        if name == ENV_BOOTSTRAP:
+            kafka["bootstrap_servers"] = value
+        elif name == ENV_KAFKA_TIMEOUT:
+            kafka["timeout_s"] = value
+        elif name.startswith(ENV_KAFKA_PREFIX):
+            setting = variable_setting(name)
+            (secrets if is_secret_setting(setting) else client)[setting] = value
+    return {**raw, "kafka": {**kafka, "client": client, "secrets": secrets}}
 
 
 def parse_config(raw: Mapping | None, source: str = "configuration", env: Mapping[str, str] | None = None) -> KprioConfig:
@@ -425,7 +477,7 @@ def parse_config(raw: Mapping | None, source: str = "configuration", env: Mappin
     try:
         return KprioConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_error(err, source)) from None
+        raise ConfigError(format_validation_error(err, source)) from None
 
 
 def config_path(explicit: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path | None:

@@ -150,7 +150,31 @@ class OutputPublishFailed(KprioError):
     code = "output_publish_failed"
 
 
-class DemoFailed(KprioError):
-    """The demo could not run as designed (another producer on its topics, a drain that stopped early)."""
+class BatchBusy(KprioError):
+    """Another run holds a live lease on the batch (it is being worked on)."""
 
-    code = "demo_failed"
+    code = "batch_busy"
+
+
+class LeaseLost(KprioError):
+    """A run's lease on a batch is gone (expired and taken over, retried, or the batch left flight)."""
+
+    code = "lease_lost"
+
+
+class LedgerSchemaOutdated(KprioError):
+    """The ledger database was written by another kprio schema version than this one reads."""
+
+    code = "ledger_schema_outdated"
+
+
+class LedgerNotFresh(KprioError):
+    """An operation that only a ledger without batches allows (renumbering) came too late."""
+
+    code = "ledger_not_fresh"
+
+
+class OutputUnavailable(KprioError):
+    """An output or dead-letter root cannot be written (read-only, full, missing permission): path and cause."""
+
+    code = "output_unavailable"

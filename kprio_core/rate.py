@@ -23,10 +23,7 @@ against a quota of 100 rec/s that is (133.3 - 100) / 100 * 1.5 = 0.5 s of thrott
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
+from dataclasses import dataclass, field
 from kprio_core.priority import Priority
 
 DEFAULT_SAMPLES = 11
@@ -50,8 +47,10 @@ def throttle_time(rate: float, quota: float, window_s: float) -> float:
     return (rate - quota) / quota * window_s
 
 
-@dataclass
-class _Sample:
+@dataclass(slots=True)
+class Sample:
+    """One sample of a :class:`SampledRate`: when it started, the sum recorded in it, and how many records."""
+
     start: float
     value: float = 0.0
     events: int = 0
@@ -60,35 +59,48 @@ class _Sample:
         self.start, self.value, self.events = now, 0.0, 0
 
 
+@dataclass
 class SampledRate:
-    """Sum of recorded values per second over ``samples`` windows of ``window_s`` seconds."""
+    """Sum of recorded values per second over ``samples`` windows of ``window_s`` seconds.
 
-    def __init__(self, samples: int = DEFAULT_SAMPLES, window_s: float = DEFAULT_WINDOW_S) -> None:
-        if samples < 1:
-            raise ValueError(f"a sampled rate needs at least 1 sample, got {samples}")
-        if window_s <= 0:
-            raise ValueError(f"a sample window must be > 0 s, got {window_s}")
-        self.samples = samples
-        self.window_s = float(window_s)
-        self._samples: list[_Sample] = []
-        self._current = 0
+    Its state is plain data (``current``: the sample being filled, ``data``: the samples), so
+    ``pydantic.TypeAdapter(SampledRate)`` stores and restores it.
 
-    def _current_sample(self, now: float) -> _Sample:
-        if not self._samples:
-            self._samples.append(_Sample(now))
-        return self._samples[self._current]
+    >>> from pydantic import TypeAdapter
+    >>> r = SampledRate(2, 1.0); r.record(5, now=3.0)
+    >>> TypeAdapter(SampledRate).dump_python(r, mode="json")
+    {'samples': 2, 'window_s': 1.0, 'current': 0, 'data': [{'start': 3.0, 'value': 5.0, 'events': 1}]}
+    """
 
-    def _advance(self, now: float) -> _Sample:
-        self._current = (self._current + 1) % self.samples
-        if self._current >= len(self._samples):
-            self._samples.append(_Sample(now))
+    samples: int = DEFAULT_SAMPLES
+    window_s: float = DEFAULT_WINDOW_S
+    current: int = 0
+    data: list[Sample] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ValueError(f"a sampled rate needs at least 1 sample, got {self.samples}")
+        if self.window_s <= 0:
+            raise ValueError(f"a sample window must be > 0 s, got {self.window_s}")
+        self.window_s = float(self.window_s)
+        self.current = self.current if self.current < len(self.data) else 0
+
+    def _current_sample(self, now: float) -> Sample:
+        if not self.data:
+            self.data.append(Sample(now))
+        return self.data[self.current]
+
+    def _advance(self, now: float) -> Sample:
+        self.current = (self.current + 1) % self.samples
+        if self.current >= len(self.data):
+            self.data.append(Sample(now))
         else:
-            self._samples[self._current].reset(now)
-        return self._samples[self._current]
+            self.data[self.current].reset(now)
+        return self.data[self.current]
 
     def _purge_obsolete(self, now: float) -> None:
         expire_age = self.samples * self.window_s
-        for sample in self._samples:
+        for sample in self.data:
             if now - sample.start >= expire_age:
                 sample.reset(now)
 
@@ -103,7 +115,7 @@ class SampledRate:
     def total(self, now: float) -> float:
         """Sum of the values still inside the window at ``now``."""
         self._purge_obsolete(now)
-        return sum(s.value for s in self._samples)
+        return sum(s.value for s in self.data)
 
     def window_size(self, now: float) -> float:
         """Seconds the rate divides by: since the oldest live sample, at least ``samples - 1`` windows.
@@ -114,9 +126,9 @@ class SampledRate:
         (4.5, 5.0)
         """
         self._purge_obsolete(now)
-        if not self._samples:
-            self._samples.append(_Sample(now))
-        elapsed = now - min(s.start for s in self._samples)
+        if not self.data:
+            self.data.append(Sample(now))
+        elapsed = now - min(s.start for s in self.data)
         full_windows = int(elapsed // self.window_s)
         min_full_windows = self.samples - 1
         if full_windows < min_full_windows:
@@ -128,33 +140,14 @@ class SampledRate:
         window = self.window_size(now)
         return self.total(now) / window
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "samples": self.samples,
-            "window_s": self.window_s,
-            "current": self._current,
-            "data": [[s.start, s.value, s.events] for s in self._samples],
-        }
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SampledRate:
-        """Inverse of :meth:`to_dict`.
-
-        >>> r = SampledRate(2, 1.0); r.record(5, now=3.0)
-        >>> SampledRate.from_dict(r.to_dict()).rate(3.5) == r.rate(3.5)
-        True
-        """
-        rate = cls(int(d["samples"]), float(d["window_s"]))
-        rate._samples = [_Sample(float(a), float(v), int(e)) for a, v, e in d.get("data", [])]
-        rate._current = int(d.get("current", 0)) if rate._samples else 0
-        return rate
-
-
+@dataclass
 class RateQuotaTracker:
     """Per-priority rates of drained records/s and bytes/s, checked against optional quotas.
 
     A priority without a quota is never throttled. The throttle time is the larger of the
-    records and bytes throttles.
+    records and bytes throttles. Plain data too: ``pydantic.TypeAdapter(RateQuotaTracker)``
+    stores and restores it.
 
     >>> t = RateQuotaTracker(records_per_s={2: 1000}, bytes_per_s={2: 50_000}, samples=2, window_s=1.0)
     >>> t.record_batch(2, records=3000, bytes=60_000, now=0.0)
@@ -166,22 +159,21 @@ class RateQuotaTracker:
     0.0
     """
 
-    def __init__(
-        self,
-        records_per_s: Mapping[Priority, float] | None = None,
-        bytes_per_s: Mapping[Priority, float] | None = None,
-        samples: int = DEFAULT_SAMPLES,
-        window_s: float = DEFAULT_WINDOW_S,
-    ) -> None:
-        self.records_per_s = {int(p): float(q) for p, q in (records_per_s or {}).items()}
-        self.bytes_per_s = {int(p): float(q) for p, q in (bytes_per_s or {}).items()}
+    records_per_s: dict[Priority, float] = field(default_factory=dict)
+    bytes_per_s: dict[Priority, float] = field(default_factory=dict)
+    samples: int = DEFAULT_SAMPLES
+    window_s: float = DEFAULT_WINDOW_S
+    record_rates: dict[Priority, SampledRate] = field(default_factory=dict)
+    byte_rates: dict[Priority, SampledRate] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.records_per_s = {int(p): float(q) for p, q in self.records_per_s.items()}
+        self.bytes_per_s = {int(p): float(q) for p, q in self.bytes_per_s.items()}
         for kind, quotas in (("records/s", self.records_per_s), ("bytes/s", self.bytes_per_s)):
             for p, q in quotas.items():
                 if q <= 0:
                     raise ValueError(f"rate quota of priority {p} must be > 0 {kind}, got {q}")
-        self.samples, self.window_s = samples, float(window_s)
-        self._records: dict[Priority, SampledRate] = {}
-        self._bytes: dict[Priority, SampledRate] = {}
+        self.window_s = float(self.window_s)
 
     def _rate(self, table: dict[Priority, SampledRate], priority: Priority) -> SampledRate:
         if priority not in table:
@@ -190,44 +182,21 @@ class RateQuotaTracker:
 
     def record_batch(self, priority: Priority, records: int, bytes: int, now: float) -> None:
         """Count a drained batch of one priority at time ``now``."""
-        self._rate(self._records, priority).record(records, now)
-        self._rate(self._bytes, priority).record(bytes, now)
+        self._rate(self.record_rates, priority).record(records, now)
+        self._rate(self.byte_rates, priority).record(bytes, now)
 
     def rates(self, priority: Priority, now: float) -> tuple[float, float]:
         """(records/s, bytes/s) of one priority at ``now``."""
         return (
-            self._rate(self._records, priority).rate(now),
-            self._rate(self._bytes, priority).rate(now),
+            self._rate(self.record_rates, priority).rate(now),
+            self._rate(self.byte_rates, priority).rate(now),
         )
 
     def throttle_time(self, priority: Priority, now: float) -> float:
         """Seconds the priority must wait before its next batch (0 when under every quota)."""
         waits = [0.0]
-        for quotas, table in ((self.records_per_s, self._records), (self.bytes_per_s, self._bytes)):
+        for quotas, table in ((self.records_per_s, self.record_rates), (self.bytes_per_s, self.byte_rates)):
             if priority in quotas:
                 rate = self._rate(table, priority)
                 waits.append(throttle_time(rate.rate(now), quotas[priority], rate.window_size(now)))
         return max(waits)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able state (quotas, settings and samples) for a sensor cursor or the ledger."""
-        return {
-            "records_per_s": {str(p): q for p, q in self.records_per_s.items()},
-            "bytes_per_s": {str(p): q for p, q in self.bytes_per_s.items()},
-            "samples": self.samples,
-            "window_s": self.window_s,
-            "records": {str(p): r.to_dict() for p, r in self._records.items()},
-            "bytes": {str(p): r.to_dict() for p, r in self._bytes.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RateQuotaTracker:
-        tracker = cls(
-            {int(p): q for p, q in d.get("records_per_s", {}).items()},
-            {int(p): q for p, q in d.get("bytes_per_s", {}).items()},
-            int(d.get("samples", DEFAULT_SAMPLES)),
-            float(d.get("window_s", DEFAULT_WINDOW_S)),
-        )
-        tracker._records = {int(p): SampledRate.from_dict(r) for p, r in d.get("records", {}).items()}
-        tracker._bytes = {int(p): SampledRate.from_dict(r) for p, r in d.get("bytes", {}).items()}
-        return tracker

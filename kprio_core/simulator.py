@@ -33,7 +33,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Protocol
+
+from pydantic import TypeAdapter
 
 from kprio_core.burst import PollHistory, burst_capacities
 from kprio_core.errors import PolicyBroke, QuotaError
@@ -230,9 +233,6 @@ class WaitStats:
     p95: int | None
     max: int | None
 
-    def to_dict(self) -> dict[str, int | None]:
-        return {"p50": self.p50, "p95": self.p95, "max": self.max}
-
 
 def percentile(histogram: Mapping[int, int], pct: int) -> int | None:
     """Nearest-rank percentile of a ``{wait: count}`` histogram: the least w with >= pct% of counts <= w.
@@ -278,14 +278,18 @@ class PolicyResult:
     """Full wait histogram ``{wait: records}`` per priority."""
 
     def to_dict(self) -> dict[str, object]:
-        """The JSON shape of ``kprio simulate --json``; priorities as string keys, most urgent first."""
-        order = sorted(self.wait, reverse=True)
-        return {
-            "utilization": self.utilization,
-            "cap_violations": self.cap_violations,
-            "wait": {str(p): self.wait[p].to_dict() for p in order},
-            "starved": {str(p): self.starved[p] for p in order},
-        }
+        """The JSON shape of ``kprio simulate --json``: priorities as string keys, most urgent first.
+
+        >>> from kprio_core.traces import Trace
+        >>> simulate(Trace("t", budget=2, arrivals=((1, 2),)), "strict").to_dict()["wait"]
+        {'1': {'p50': 0, 'p95': 0, 'max': 0}, '0': {'p50': 1, 'p95': 1, 'max': 1}}
+        """
+        return _json().dump_python(self, mode="json", include={"utilization", "cap_violations", "wait", "starved"})
+
+
+@cache
+def _json() -> TypeAdapter[PolicyResult]:
+    return TypeAdapter(PolicyResult)
 
 
 class _Queue:

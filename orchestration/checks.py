@@ -1,89 +1,566 @@
-"""Blocking asset checks of ``drained_batch``: the Great Expectations suite of :mod:`orchestration.quality`.
+"""The six blocking checks of a drained batch: Great Expectations on a per-range summary.
 
-One multi-asset check reads the batch's Parquet output back once and runs the whole suite;
-each of the six checks is its own blocking spec, so a failure of any of them stops
-``committed_offsets`` in the same run (Dagster skips the downstream step). The checks also
-move the batch in the ledger: all passed -> checked; any failed -> failed, with every failed
-check and its numbers as the reason (the offsets stay uncommitted, nothing is lost; fix the
-cause and re-materialize the partition to retry).
+The drain counts, for every planned range, what it wrote (:class:`~kprio_core.results.RangeStats`:
+output rows, dead letters, distinct offsets, first and last offset, nulls, errors).
+:func:`summary_frame` turns those stats into one pandas row per range, and :func:`check_batch`
+validates that small frame with ONE GX suite, whose expectations are tagged with the name of the
+check they belong to (``meta={"check": name}``):
+
+- ``row_count_matches_plan``: per range, output + dead letters == planned records less recorded losses;
+- ``offsets_are_unique``: per range, no offset written twice (rows inside == distinct offsets);
+- ``offsets_within_plan``: no row outside the ranges (and first >= start, last < end);
+- ``offsets_are_contiguous``: per range, no offset missing and none repeated;
+- ``required_fields_present``: per range and required field, no null in the output;
+- ``values_match_schema``: no row with an error in the output, dead letters within the ratio.
+
+GX reports the summary rows that broke an expectation; each such row is a planned range, so a
+failed check names the ranges it failed on (``CheckOutcome.failed_ranges``) and the batch can
+split them off. Rows outside every range (found by the audit path, :func:`frame_stats`) get a
+row of their own, which names no range. Two planned ranges of 200 records, one with 4 dead
+letters (2 %, quarantined), one with 20 (10 %, over the 5 % limit):
+
+>>> from kprio_core.config import QualitySettings
+>>> ok = RangeStats(2, OffsetRange("orders-2", 0, 0, 200), output=196, dead=4, distinct=200, first=0, last=199)
+>>> bad = RangeStats(0, OffsetRange("orders-0", 1, 0, 200), output=180, dead=20, distinct=200, first=0, last=199)
+>>> summary = summary_frame([ok, bad], quality=QualitySettings(), required_fields=())
+>>> summary[["range", "expected", "written", "dead", "invalid_ratio", "max_invalid_ratio"]].values.tolist()
+[['orders-2[0]@[0,200)', 200, 200, 4, 0.02, 0.05], ['orders-0[1]@[0,200)', 200, 200, 20, 0.1, 0.05]]
+>>> report = check_batch([ok, bad], quality=QualitySettings(), required_fields=())
+>>> [o.name for o in report.failed], report.failed_ranges()
+(['values_match_schema'], (OffsetRange(topic='orders-0', partition=1, start=0, end=200),))
+>>> print(report.reason())
+values_match_schema failed on orders-0[1]@[0,200) (invalid_records=24, quarantined=24, invalid_in_output=0,
+rows_checked=400, max_invalid_ratio=0.05, highest_invalid_ratio=0.1)
+
+GX (``import great_expectations`` takes seconds) is imported on first use; :func:`warm_up`
+imports it in a background thread so a run can overlap that with its Spark drain.
 """
 
+from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from kprio_core.ledger import BatchState
+from kprio_core.config import QualitySettings
+from kprio_core.drain_plan import PlannedRange
 from kprio_core.offsets import OffsetRange
-from orchestration.assets import drained_batch
-from orchestration.quality import CHECK_DESCRIPTIONS, CHECK_NAMES, validate_batch
-from orchestration.resources import KprioSettings, LedgerResource, SparkResource
+from kprio_core.priority import Priority
+from kprio_core.results import CheckOutcome, CheckReport, RangeStats
 
-CHECK_SPECS = [
-    dg.AssetCheckSpec(name, asset=drained_batch, blocking=True, description=CHECK_DESCRIPTIONS[name])
-    for name in CHECK_NAMES
-]
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame
+
+ROW_COUNT = "row_count_matches_plan"
+UNIQUE = "offsets_are_unique"
+WITHIN_PLAN = "offsets_within_plan"
+CONTIGUOUS = "offsets_are_contiguous"
+REQUIRED = "required_fields_present"
+SCHEMA = "values_match_schema"
+
+CHECK_NAMES: tuple[str, ...] = (ROW_COUNT, UNIQUE, WITHIN_PLAN, CONTIGUOUS, REQUIRED, SCHEMA)
+CHECK_DESCRIPTIONS: dict[str, str] = {
+    ROW_COUNT: "Each planned range wrote exactly its planned records (less offsets recorded as lost) to the output "
+    "and the dead letters together.",
+    UNIQUE: "No offset is written twice: not twice in the output, not twice in the dead letters, not in both.",
+    WITHIN_PLAN: "Every record of the output and the dead letters lies inside one of the batch's planned ranges "
+    "(and outside the offsets recorded as lost).",
+    CONTIGUOUS: "Output and dead letters together hold every offset of each planned range, from start to end - 1 in "
+    "steps of one (no hole, no short tail, no repeat), less the offsets recorded as lost.",
+    REQUIRED: "The topic's required fields are non-null in every output record (invalid records belong in the dead "
+    "letters).",
+    SCHEMA: "No output record carries an error, and each range's dead letters stay within quality.max_invalid_ratio "
+    "of max(records, quality.ratio_floor_records) (none at all when quality.invalid is block).",
+}
+
+OUTSIDE_PLAN = OffsetRange("", 0, 0, 0)
+"""The range of the stats that hold rows outside every planned range (a topic name is never empty)."""
+OUTSIDE_LABEL = "outside the plan"
+"""The ``range`` of the summary row of :data:`OUTSIDE_PLAN`."""
+
+_NULL_PREFIX = "null_"
 
 
-@dg.multi_asset_check(
-    specs=CHECK_SPECS,
-    name="drained_batch_quality",
-    description="Great Expectations on the drained batch's output: count, uniqueness, plan, contiguity, fields, "
-    "schema.",
-)
-def drained_batch_quality(
-    context: dg.AssetCheckExecutionContext,
-    spark: SparkResource,
-    ledger: LedgerResource,
-    kprio: KprioSettings,
-) -> Iterator[dg.AssetCheckResult]:
-    from spark_jobs.output import read_output
+# -- the summary ---------------------------------------------------------------------------------------
 
-    batch_id = context.partition_key
-    batch = ledger.ledger.get(batch_id)
-    config = kprio.config()
-    topic = config.topic(batch.logical_topic)
-    try:
-        df = read_output(spark.session, config.drain.output_path, topic.name, batch_id, schema=dict(topic.schema_))
-        outcomes = validate_batch(
-            df,
-            batch.plan.offset_ranges(),
-            # Gaps only count as expected when the configuration allows losing them.
-            lost=recorded_gaps((batch.drain_stats or {}).get("ranges", [])) if config.drain.allow_data_loss else (),
-            required_fields=topic.required_fields,
-            error_column="error",
-        )
-    except Exception as err:
-        # The checks could not run: the batch is not proven, so it fails (and can be retried).
-        if batch.state is BatchState.DRAINED:
-            ledger.ledger.mark_failed(batch_id, f"checks could not run: {err}")
-        raise
-    failed = [o for o in outcomes if not o.passed]
-    results = {o.name: {"passed": o.passed, **o.metadata} for o in outcomes}
-    # Only a batch that was just drained moves; checks run alone on an old batch just report.
-    if batch.state is BatchState.DRAINED:
-        if failed:
-            ledger.ledger.mark_failed(batch_id, "; ".join(o.failure() for o in failed))
-        else:
-            ledger.ledger.mark_checked(batch_id, results)
-    for outcome in outcomes:
-        yield dg.AssetCheckResult(
-            asset_key=drained_batch.key,
+
+def summary_frame(
+    stats: Sequence[RangeStats], *, quality: QualitySettings, required_fields: Sequence[str]
+) -> pd.DataFrame:
+    """One row per range of ``stats`` (row ``i`` is ``stats[i]``) with every number the checks judge.
+
+    Columns: ``range`` (its text; :data:`OUTSIDE_LABEL` for :data:`OUTSIDE_PLAN`), ``priority``,
+    ``start``, ``end`` (empty outside the plan), ``expected`` (range less recorded losses), ``written``
+    (output + dead), ``output``, ``dead``, ``distinct``, ``duplicates``, ``missing``, ``outside``,
+    ``first``, ``last`` (empty when nothing was written), ``invalid_in_output``, ``null_<field>`` per
+    required field (a field the stats do not list counts 0), ``invalid_ratio`` (dead / max(written,
+    ``quality.ratio_floor_records``)) and ``max_invalid_ratio`` (0 when ``quality.invalid`` is block).
+    """
+    import pandas as pd
+
+    limit = 0.0 if quality.invalid == "block" else quality.max_invalid_ratio
+    planned = [s.range != OUTSIDE_PLAN for s in stats]
+    nulls = [dict(s.nulls) for s in stats]
+    columns: dict[str, Any] = {
+        "range": pd.Series([str(s.range) if p else OUTSIDE_LABEL for s, p in zip(stats, planned)], dtype=object),
+        "priority": pd.Series([s.priority for s in stats], dtype="int64"),
+        "start": pd.array([s.range.start if p else None for s, p in zip(stats, planned)], dtype="Int64"),
+        "end": pd.array([s.range.end if p else None for s, p in zip(stats, planned)], dtype="Int64"),
+        "expected": pd.Series([s.expected for s in stats], dtype="int64"),
+        "written": pd.Series([s.written for s in stats], dtype="int64"),
+        "output": pd.Series([s.output for s in stats], dtype="int64"),
+        "dead": pd.Series([s.dead for s in stats], dtype="int64"),
+        "distinct": pd.Series([s.distinct for s in stats], dtype="int64"),
+        "duplicates": pd.Series([s.duplicates for s in stats], dtype="int64"),
+        "missing": pd.Series([s.missing for s in stats], dtype="int64"),
+        "outside": pd.Series([s.outside for s in stats], dtype="int64"),
+        "first": pd.array([s.first for s in stats], dtype="Int64"),
+        "last": pd.array([s.last for s in stats], dtype="Int64"),
+        "invalid_in_output": pd.Series([s.invalid_in_output for s in stats], dtype="int64"),
+    }
+    for name in required_fields:
+        columns[_NULL_PREFIX + name] = pd.Series([n.get(name, 0) for n in nulls], dtype="int64")
+    floor = quality.ratio_floor_records
+    columns["invalid_ratio"] = pd.Series([s.dead / max(s.written, floor) for s in stats], dtype="float64")
+    columns["max_invalid_ratio"] = pd.Series([limit] * len(stats), dtype="float64")
+    return pd.DataFrame(columns)
+
+
+# -- the suite -----------------------------------------------------------------------------------------
+
+
+def _expectations(gx, required_fields: Sequence[str]) -> list:
+    """The suite on :func:`summary_frame`, each expectation tagged with its check; every row is one range.
+
+    Why these prove the row-level suite: see :func:`check_batch`.
+    """
+    e = gx.expectations
+
+    def zero(column: str, check: str, **meta):
+        return e.ExpectColumnValuesToBeInSet(column=column, value_set=[0], meta={"check": check, **meta})
+
+    suite = [
+        e.ExpectColumnPairValuesToBeEqual(column_A="written", column_B="expected", meta={"check": ROW_COUNT}),
+        zero("duplicates", UNIQUE),
+        zero("outside", WITHIN_PLAN),
+        # first/last are empty for a range with no rows and for the outside row: nothing to compare.
+        e.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="first", column_B="start", or_equal=True, ignore_row_if="either_value_is_missing",
+            meta={"check": WITHIN_PLAN},
+        ),
+        e.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="end", column_B="last", or_equal=False, ignore_row_if="either_value_is_missing",
+            meta={"check": WITHIN_PLAN},
+        ),
+        # Both are >= 0, so a zero sum is neither a missing offset nor a repeat (a step of 0).
+        e.ExpectMulticolumnSumToEqual(column_list=["missing", "duplicates"], sum_total=0, meta={"check": CONTIGUOUS}),
+    ]
+    suite += [zero(_NULL_PREFIX + name, REQUIRED, field=name) for name in required_fields]
+    suite += [
+        zero("invalid_in_output", SCHEMA),
+        e.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="max_invalid_ratio", column_B="invalid_ratio", or_equal=True, meta={"check": SCHEMA}
+        ),
+    ]
+    return suite
+
+
+class _Validator:
+    """One ephemeral GX context with a pandas data source, made once per process (and thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batch_definition = None
+
+    def batch_definition(self):
+        with self._lock:
+            if self._batch_definition is None:
+                self._batch_definition = _pandas_batch_definition()
+            return self._batch_definition
+
+    def validate(self, frame: pd.DataFrame, required_fields: Sequence[str]) -> list:
+        import great_expectations as gx
+
+        batch_definition = self.batch_definition()
+        suite = gx.ExpectationSuite(name="kprio-range-summary", expectations=_expectations(gx, required_fields))
+        # COMPLETE: the index of every unexpected row (a summary has one row per range, so few).
+        result_format = {"result_format": "COMPLETE", "return_unexpected_index_query": False}
+        with self._lock:  # GX contexts are not documented as thread-safe
+            batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
+            return list(batch.validate(suite, result_format=result_format).results)
+
+
+def _pandas_batch_definition():
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    # Ephemeral and quiet: no analytics calls from the drain host, no progress bars in run logs.
+    config = DataContextConfig(
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+    )
+    context = gx.get_context(project_config=config, mode="ephemeral")
+    asset = context.data_sources.add_pandas(name="kprio").add_dataframe_asset(name="range_summary")
+    return asset.add_batch_definition_whole_dataframe("whole")
+
+
+_VALIDATOR = _Validator()
+
+
+def warm_up() -> threading.Thread:
+    """Import GX, make its context and run one empty validation in a daemon thread (started; join it or not).
+
+    :func:`check_batch` works either way; it waits for a warm-up under way instead of starting a
+    second one. An import error is raised again by :func:`check_batch`, where it is reported.
+    """
+
+    def run() -> None:
+        try:
+            # One validation of an empty summary also loads what GX loads on its first validation.
+            check_batch((), quality=QualitySettings(), required_fields=())
+        except Exception:  # noqa: BLE001 (check_batch raises it again, in the run that needs it)
+            pass
+
+    thread = threading.Thread(target=run, name="kprio-gx-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+# -- the verdicts --------------------------------------------------------------------------------------
+
+
+def check_batch(
+    stats: Sequence[RangeStats], *, quality: QualitySettings, required_fields: Sequence[str]
+) -> CheckReport:
+    """Validate the :func:`summary_frame` of ``stats`` with one GX suite; one outcome per :data:`CHECK_NAMES`.
+
+    A range fails ``row_count_matches_plan`` when written != expected; ``offsets_are_unique`` when
+    it has duplicates; ``offsets_within_plan`` when it has rows outside it (or first < start, last
+    >= end); ``offsets_are_contiguous`` when an offset is missing or repeated;
+    ``required_fields_present`` when a required field is null in its output;
+    ``values_match_schema`` when its output holds a row with an error or its invalid ratio is over
+    the limit. ``failed_ranges`` lists the planned ranges that failed, in plan order; a check that
+    failed only on rows outside every range (:data:`OUTSIDE_PLAN`) names none, so the whole batch
+    fails.
+
+    Why this proves what the row-level suite proved, given counts measured on the rows written
+    (with rows at offsets recorded as lost counted as ``outside``, as :func:`frame_stats` does):
+    ranges of a plan are disjoint, so a repeated (topic, partition, offset) repeats inside one
+    range and shows as rows inside > distinct offsets (output and dead letters counted together,
+    so an offset in both is a repeat too). A range whose distinct offsets equal its expected count
+    holds every expected offset (there are only that many), which is contiguity from start to
+    end - 1; with no repeat and no row outside, its row count is exact.
+    """
+    stats = tuple(stats)
+    frame = summary_frame(stats, quality=quality, required_fields=required_fields)
+    results = _VALIDATOR.validate(frame, required_fields)
+    by_check: dict[str, list] = {name: [] for name in CHECK_NAMES}
+    for result in results:
+        by_check[result.expectation_config.meta["check"]].append(result)
+    return CheckReport(tuple(
+        _outcome(name, by_check[name], frame, stats, required_fields) for name in CHECK_NAMES
+    ))
+
+
+def _outcome(name: str, results: list, frame: pd.DataFrame, stats: Sequence[RangeStats],
+             required_fields: Sequence[str]) -> CheckOutcome:
+    """Fold the GX results of one check: passed, its numbers, and the planned ranges that broke it."""
+    passed = all(r.success for r in results)
+    rows: set[int] = set()
+    errors = []
+    for r in results:
+        if r.success:
+            continue
+        info = r.exception_info or {}
+        if info.get("raised_exception"):
+            errors.append(str(info.get("exception_message")))
+        rows.update(int(i) for i in (r.result or {}).get("unexpected_index_list") or ())
+    failed = tuple(stats[i].range for i in sorted(rows) if stats[i].range != OUTSIDE_PLAN)
+    metadata = _metadata(name, frame, required_fields)
+    if errors:
+        metadata["gx_error"] = "; ".join(errors)
+    return CheckOutcome(name, passed, metadata, failed, CHECK_DESCRIPTIONS[name])
+
+
+def _metadata(name: str, frame: pd.DataFrame, required_fields: Sequence[str]) -> dict[str, int | float | str]:
+    """The numbers that support a check's verdict, summed over the summary (plain ints and floats)."""
+
+    def total(column: str) -> int:
+        return int(frame[column].sum())
+
+    if name == ROW_COUNT:
+        return {"expected_rows": total("expected"), "observed_rows": total("written")}
+    if name == UNIQUE:
+        return {"duplicate_rows": total("duplicates")}
+    if name == WITHIN_PLAN:
+        return {"rows_outside_plan": total("outside")}
+    if name == CONTIGUOUS:
+        holes = frame.loc[frame["missing"] > 0, "range"]
+        meta: dict[str, int | float | str] = {
+            "missing_records": total("missing"),
+            "repeated_offsets": total("duplicates"),
+            "ranges_with_holes": len(holes),
+        }
+        if len(holes):
+            meta["first_range_with_hole"] = str(holes.iloc[0])
+        return meta
+    if name == REQUIRED:
+        return {_NULL_PREFIX + field: total(_NULL_PREFIX + field) for field in required_fields}
+    dead, in_output = total("dead"), total("invalid_in_output")
+    return {
+        "invalid_records": dead + in_output,
+        "quarantined": dead,
+        "invalid_in_output": in_output,
+        "rows_checked": total("written"),
+        "max_invalid_ratio": float(frame["max_invalid_ratio"].max()) if len(frame) else 0.0,
+        "highest_invalid_ratio": round(float(frame["invalid_ratio"].max()), 6) if len(frame) else 0.0,
+    }
+
+
+# -- Dagster -------------------------------------------------------------------------------------------
+
+
+def check_specs(asset_key: dg.AssetKey | str | Sequence[str]) -> list[dg.AssetCheckSpec]:
+    """The six checks as blocking specs of the batch asset (a failure stops its downstream commit).
+
+    >>> [(s.name, s.blocking) for s in check_specs("drained_batch")][:2]
+    [('row_count_matches_plan', True), ('offsets_are_unique', True)]
+    """
+    key = dg.AssetKey.from_coercible(asset_key)
+    return [dg.AssetCheckSpec(name, asset=key, blocking=True, description=CHECK_DESCRIPTIONS[name])
+            for name in CHECK_NAMES]
+
+
+def check_results(report: CheckReport, asset_key: dg.AssetKey | str | Sequence[str]) -> list[dg.AssetCheckResult]:
+    """One Dagster result per outcome: its numbers as metadata, and where it failed.
+
+    >>> bad = CheckOutcome(UNIQUE, False, {"duplicate_rows": 1}, (OffsetRange("o-2", 0, 0, 5),))
+    >>> result = check_results(CheckReport((bad,)), "drained_batch")[0]
+    >>> result.passed, result.metadata["failed_ranges"].value, result.description
+    (False, 'o-2[0]@[0,5)', 'offsets_are_unique failed on o-2[0]@[0,5) (duplicate_rows=1)')
+    """
+    key = dg.AssetKey.from_coercible(asset_key)
+    results = []
+    for outcome in report.outcomes:
+        metadata: dict[str, Any] = dict(outcome.metadata)
+        metadata["ranges_failed"] = len(outcome.failed_ranges)
+        if outcome.failed_ranges:
+            metadata["failed_ranges"] = dg.MetadataValue.text(", ".join(str(r) for r in outcome.failed_ranges))
+        results.append(dg.AssetCheckResult(
+            asset_key=key,
             check_name=outcome.name,
             passed=outcome.passed,
-            metadata=dict(outcome.metadata),
-            description=outcome.description,
+            metadata=metadata,
+            description=CHECK_DESCRIPTIONS[outcome.name] if outcome.passed else outcome.failure(),
+            severity=dg.AssetCheckSeverity.ERROR,
+        ))
+    return results
+
+
+# -- the audit path: any Spark DataFrame of drained rows ---------------------------------------------------
+
+
+def validate_batch(
+    df: DataFrame,
+    ranges: Sequence[OffsetRange | PlannedRange],
+    *,
+    lost: Sequence[OffsetRange] = (),
+    required_fields: Sequence[str] = (),
+    error_column: str | None = "error",
+    quality: QualitySettings | None = None,
+    dead_letters: DataFrame | None = None,
+) -> list[CheckOutcome]:
+    """The six checks of rows read back (columns topic, partition, offset, ...) against the planned ranges.
+
+    :func:`check_batch` of :func:`frame_stats`. A required field or the error column missing from
+    ``df`` fails its check (metadata ``missing_column_<name>``: 1) instead of raising.
+    """
+    quality = quality or QualitySettings()
+    stats = frame_stats(df, ranges, lost=lost, required_fields=required_fields, error_column=error_column,
+                        dead_letters=dead_letters, quality=quality)
+    outcomes = check_batch(stats, quality=quality, required_fields=required_fields).outcomes
+    columns = set(df.columns)
+    absent = {
+        REQUIRED: [name for name in required_fields if name not in columns],
+        SCHEMA: [error_column] if error_column is not None and error_column not in columns else [],
+    }
+    return [_missing_columns(o, absent.get(o.name, [])) for o in outcomes]
+
+
+def _missing_columns(outcome: CheckOutcome, missing: list[str]) -> CheckOutcome:
+    if not missing:
+        return outcome
+    metadata = {**outcome.metadata, **{f"missing_column_{name}": 1 for name in missing}}
+    return dataclasses.replace(outcome, passed=False, metadata=metadata)
+
+
+def frame_stats(
+    df: DataFrame,
+    ranges: Sequence[OffsetRange | PlannedRange],
+    *,
+    lost: Sequence[OffsetRange] = (),
+    required_fields: Sequence[str] = (),
+    error_column: str | None = "error",
+    dead_letters: DataFrame | None = None,
+    quality: QualitySettings | None = None,
+) -> tuple[RangeStats, ...]:
+    """Per-range stats of drained rows (and their dead letters), in ONE aggregation over ONE range join.
+
+    One :class:`RangeStats` per range of ``ranges`` (in order; a :class:`PlannedRange` gives its
+    priority, else the rows' ``priority`` column does), plus one for :data:`OUTSIDE_PLAN` when rows
+    lie outside every range. The planned ranges (cut at the ``lost`` gaps, which each range's stats
+    record) are a broadcast frame left-joined to the rows. Rows in a lost gap count as ``outside``
+    their range. Output rows only count for ``invalid_in_output`` (non-null ``error_column``) and
+    ``nulls`` (a null required field; tombstones, a null ``value``, excepted while
+    ``quality.tombstones`` is record). A column that is missing counts every output row as failing
+    it: nothing proves otherwise. Planned ranges are disjoint, as a plan's are.
+    """
+    from pyspark.sql import functions as F
+
+    quality = quality or QualitySettings()
+    planned = [(r.priority, r.range) if isinstance(r, PlannedRange) else (None, r) for r in ranges]
+    gaps = [_gaps_in(r, lost) for _, r in planned]
+    plan_rows = [
+        (r.topic, r.partition, start, end, i, expected)
+        for i, (_, r) in enumerate(planned)
+        for start, end, expected in _pieces(r, gaps[i])
+    ]
+    plan = df.sparkSession.createDataFrame(
+        plan_rows, "p_topic string, p_partition int, p_start long, p_end long, p_range int, p_expected boolean"
+    )
+    nulls = [f"_kprio_null_{i}" for i in range(len(required_fields))]
+    rows = _measured(df, required_fields, nulls, error_column, quality, dead=False)
+    if dead_letters is not None:
+        rows = rows.unionByName(_measured(dead_letters, required_fields, nulls, None, quality, dead=True))
+    inside = (
+        (F.col("topic") == F.col("p_topic"))
+        & (F.col("partition") == F.col("p_partition"))
+        & (F.col("offset") >= F.col("p_start"))
+        & (F.col("offset") < F.col("p_end"))
+    )
+    expected_offset = F.when(F.col("p_expected"), F.col("offset"))  # null outside the plan and in lost gaps
+    totals = (
+        rows.join(F.broadcast(plan), inside, "left")
+        .groupBy("p_range")
+        .agg(
+            F.sum(F.lit(1) - F.col("_kprio_dead")).alias("output"),
+            F.sum("_kprio_dead").alias("dead"),
+            F.count_distinct(expected_offset).alias("distinct"),
+            F.min(expected_offset).alias("first"),
+            F.max(expected_offset).alias("last"),
+            F.sum("_kprio_bytes").alias("bytes"),
+            F.sum(F.when(F.col("p_expected"), 0).otherwise(1)).alias("outside"),
+            F.sum("_kprio_invalid").alias("invalid_in_output"),
+            F.max("_kprio_priority").alias("priority"),
+            *[F.sum(name).alias(name) for name in nulls],
+        )
+        .collect()
+    )
+    measured = {row["p_range"]: row for row in totals}
+
+    def stats_of(priority: Priority | None, r: OffsetRange, row, lost_in_range=()) -> RangeStats:
+        if row is None:
+            return RangeStats(priority or 0, r, output=0, dead=0, distinct=0, first=None, last=None,
+                              nulls=tuple((name, 0) for name in required_fields), lost=tuple(lost_in_range))
+        return RangeStats(
+            priority if priority is not None else int(row["priority"] or 0),
+            r,
+            output=int(row["output"]),
+            dead=int(row["dead"]),
+            distinct=int(row["distinct"]),
+            first=row["first"],
+            last=row["last"],
+            bytes=int(row["bytes"]),
+            outside=int(row["outside"]),
+            invalid_in_output=int(row["invalid_in_output"]),
+            nulls=tuple((name, int(row[col])) for name, col in zip(required_fields, nulls)),
+            lost=tuple(lost_in_range),
         )
 
+    result = [stats_of(p, r, measured.get(i), gaps[i]) for i, (p, r) in enumerate(planned)]
+    if None in measured:
+        result.append(stats_of(None, OUTSIDE_PLAN, measured[None]))
+    return tuple(result)
 
-def recorded_gaps(stats: list[dict]) -> list[OffsetRange]:
-    """Offsets the drain recorded as lost to retention (``drain.allow_data_loss``), as ranges.
 
-    >>> recorded_gaps([{"topic": "o-2", "partition": 0, "start": 0, "end": 10, "records": 7, "lost": [[0, 3]]}])
-    [OffsetRange(topic='o-2', partition=0, start=0, end=3)]
-    """
-    return [
-        OffsetRange(entry["topic"], int(entry["partition"]), int(start), int(end))
-        for entry in stats
-        for start, end in entry.get("lost") or []
+def _measured(df: DataFrame, required_fields: Sequence[str], nulls: Sequence[str], error_column: str | None,
+              quality: QualitySettings, *, dead: bool) -> DataFrame:
+    """The key columns of ``df`` and, per row, 0/1 flags of what the stats count."""
+    from pyspark.sql import functions as F
+
+    columns = set(df.columns)
+    absent = [c for c in ("topic", "partition", "offset") if c not in columns]
+    if absent:
+        kind = "dead letters" if dead else "rows"
+        raise ValueError(f"the {kind} to check have no column {absent} (columns: {sorted(columns)})")
+
+    def flag(condition) -> Any:
+        return F.when(condition, 1).otherwise(0)
+
+    def length(name: str) -> Any:
+        return F.coalesce(F.length(name), F.lit(0)) if name in columns else F.lit(0)
+
+    if dead or error_column is None:
+        invalid = F.lit(0)
+    else:
+        invalid = flag(F.col(error_column).isNotNull()) if error_column in columns else F.lit(1)
+    # A tombstone has every field null: that is a record, not a missing field, unless configured.
+    tombstone = F.col("value").isNull() if quality.tombstones == "record" and "value" in columns else F.lit(False)
+    null_flags = [
+        F.lit(0) if dead else flag(~tombstone & F.col(name).isNull()) if name in columns else F.lit(1)
+        for name in required_fields
     ]
+    return df.select(
+        F.col("topic").cast("string").alias("topic"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"),
+        F.lit(1 if dead else 0).alias("_kprio_dead"),
+        invalid.alias("_kprio_invalid"),
+        (length("key") + length("value")).cast("long").alias("_kprio_bytes"),
+        (F.col("priority").cast("int") if "priority" in columns else F.lit(None).cast("int")).alias("_kprio_priority"),
+        *[f.alias(name) for f, name in zip(null_flags, nulls)],
+    )
+
+
+def _gaps_in(r: OffsetRange, lost: Iterable[OffsetRange]) -> list[OffsetRange]:
+    """The recorded losses inside ``r``: clipped to it, merged, sorted.
+
+    >>> lost = [OffsetRange("t-2", 0, 3, 4), OffsetRange("t-2", 0, 0, 2), OffsetRange("t-2", 0, 1, 3),
+    ...         OffsetRange("t-2", 0, 8, 20), OffsetRange("t-2", 1, 0, 9)]
+    >>> [str(g) for g in _gaps_in(OffsetRange("t-2", 0, 0, 10), lost)]
+    ['t-2[0]@[0,4)', 't-2[0]@[8,10)']
+    """
+    merged: list[OffsetRange] = []
+    for gap in sorted(g for g in lost if g.overlaps(r)):
+        start, end = max(gap.start, r.start), min(gap.end, r.end)
+        if merged and start <= merged[-1].end:
+            last = merged.pop()
+            start, end = last.start, max(last.end, end)
+        merged.append(OffsetRange(r.topic, r.partition, start, end))
+    return merged
+
+
+def _pieces(r: OffsetRange, gaps: Sequence[OffsetRange]) -> list[tuple[int, int, bool]]:
+    """``r`` cut into ``(start, end, expected)`` pieces: expected offsets, and the lost gaps between them.
+
+    >>> _pieces(OffsetRange("t-2", 0, 0, 10), [OffsetRange("t-2", 0, 2, 4)])
+    [(0, 2, True), (2, 4, False), (4, 10, True)]
+    """
+    pieces, cursor = [], r.start
+    for gap in gaps:
+        if gap.start > cursor:
+            pieces.append((cursor, gap.start, True))
+        pieces.append((gap.start, gap.end, False))
+        cursor = gap.end
+    if cursor < r.end:
+        pieces.append((cursor, r.end, True))
+    return pieces

@@ -9,10 +9,10 @@ from __future__ import annotations
 import dagster as dg
 
 from kprio_core.config import KprioConfig, load_config
-from orchestration.assets import build_replayed_window, committed_offsets, drained_batch
-from orchestration.checks import drained_batch_quality
+from orchestration.batch_asset import drain_batch_assets
 from orchestration.jobs import build_drain_job, build_replay_window_job, plan_batch_job
 from orchestration.partitions import replay_partitions
+from orchestration.replay_asset import build_replayed_window
 from orchestration.resources import resources_from_config
 from orchestration.sensors import build_priority_lag_sensor
 
@@ -22,8 +22,7 @@ def build_definitions(config: KprioConfig) -> dg.Definitions:
     replayed_window = build_replayed_window(replay_partitions(config.drain.replay_start))
     drain_job = build_drain_job()
     return dg.Definitions(
-        assets=[drained_batch, committed_offsets, replayed_window],
-        asset_checks=[drained_batch_quality],
+        assets=[drain_batch_assets, replayed_window],
         jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job],
         sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s)],
         resources=resources_from_config(config),

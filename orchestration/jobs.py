@@ -16,23 +16,25 @@ import time
 import dagster as dg
 from pydantic import Field
 
-from orchestration.assets import committed_offsets, drained_batch
+from kprio_core.ledger import BatchState
+from orchestration.batch_asset import COMMITTED, DRAINED
+from orchestration.decide import decide
+from orchestration.leases import owner_dead_in
 from orchestration.partitions import BATCH_PARTITIONS_NAME
-from orchestration.planning import decide
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
 from orchestration.sensors import existing_runs
 
 
 def build_drain_job():
-    """One batch partition: drained_batch, its blocking checks, then committed_offsets."""
+    """One batch partition: drained_batch, its blocking checks, then committed_offsets, in one op."""
     return dg.define_asset_job(
         "drain_job",
-        selection=dg.AssetSelection.assets(drained_batch, committed_offsets),
-        # One process per run: the drain and its checks share one Spark session, and no step runs
-        # in a spawned subprocess (where PySpark's import of its Connect module can exit the process).
+        selection=dg.AssetSelection.assets(DRAINED, COMMITTED),
+        # One process per run: no step runs in a spawned subprocess (where PySpark's import of its
+        # Connect module can exit the process), and the op keeps one Spark session.
         executor_def=dg.in_process_executor,
-        description="Drain one batch (the partition = its ledger id), check it with Great Expectations, "
-        "commit its offsets. Launched by priority_lag_sensor; backfill chosen partitions to re-drain them.",
+        description="Drain one batch (the partition = its ledger id), check it with Great Expectations, publish "
+        "and commit it. Launched by priority_lag_sensor; backfill chosen partitions to re-drain them.",
     )
 
 
@@ -74,18 +76,14 @@ def plan_batch_op(
     if bad:
         raise dg.Failure(description=f"{topic.name} has priorities 0..{topic.priorities - 1}, not {bad}")
     book = ledger.ledger
+    watched = [*book.in_flight(topic.name), *book.batches(topic.name, states=[BatchState.FAILED])]
     decision = decide(
         settings, topic, edge=kafka.edge, ledger=book, now_s=time.time(),
-        runs=existing_runs(context.instance, book, topic.name),
+        runs=existing_runs(context.instance, watched), owner_dead=owner_dead_in(context.instance),
         priorities=config.priorities, record_budget=config.record_budget,
     )
-    if decision.launch:
-        waiting = ", ".join(b.batch_id for b in decision.launch)
-        raise dg.Failure(
-            description=f"{topic.name}: batch {waiting} is planned and waits for its run; nothing new planned"
-        )
     if decision.plan is None:
-        raise dg.Failure(description=f"{topic.name}: nothing planned: {decision.reason}")
+        raise dg.Failure(description=f"{topic.name}: nothing planned: {decision.summary()}")
     batch = book.record_plan(decision.plan, max_in_flight=settings.planner.max_in_flight)
     context.instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, [batch.batch_id])
     by_p = batch.plan.records_by_priority()

@@ -1,20 +1,23 @@
 """Partitions of kprio's assets: one dynamic partition per batch, one hourly partition per replay window.
 
 Batch partitions are keyed by the ledger's batch id (``b-000042``): the sensor (or the manual
-``plan_batch_job``) adds the key when it records the plan, so a backfill of chosen batch
-partitions re-drains exactly those batches. Replay windows are UTC hours.
+``plan_batch_job``, or a run that splits a failing part off a batch) adds the key when the
+ledger records the batch, so a backfill of chosen batch partitions re-drains exactly those
+batches. Replay windows are UTC hours from ``drain.replay_start`` (a fixed date, so the
+definitions do not change from day to day) up to and including the hour running now, which
+replays what has arrived so far.
 
->>> replay_start(None, today=datetime(2026, 11, 21, 13, 7, tzinfo=UTC))
-'2026-11-14-00:00'
->>> replay_start("2026-11-01", today=datetime(2026, 11, 21, tzinfo=UTC))
-'2026-11-01-00:00'
+>>> replay_start("2026-11-01"), replay_start("2026-11-14-05:00")
+('2026-11-01-00:00', '2026-11-14-05:00')
 >>> window_bounds_ms(dg.TimeWindow(datetime(2023, 11, 14, 22, tzinfo=UTC), datetime(2023, 11, 14, 23, tzinfo=UTC)))
 (1699999200000, 1700002800000)
+>>> window_batch_id("2026-11-14-05:00")
+'w-20261114T0500'
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -22,29 +25,24 @@ from kprio_core.errors import ConfigError
 
 BATCH_PARTITIONS_NAME = "kprio_batches"
 HOUR_FORMAT = "%Y-%m-%d-%H:%M"
-DEFAULT_REPLAY_DAYS = 7
 
 batch_partitions = dg.DynamicPartitionsDefinition(name=BATCH_PARTITIONS_NAME)
 """One partition per ledger batch, keyed by its batch id."""
 
 
-def replay_start(configured: str | None, *, today: datetime | None = None) -> str:
-    """The first replay hour: the configured date/hour, or midnight UTC 7 days before ``today``."""
-    if configured:
-        for fmt in (HOUR_FORMAT, "%Y-%m-%d"):
-            try:
-                return datetime.strptime(configured, fmt).strftime(HOUR_FORMAT)
-            except ValueError:
-                continue
-        raise ConfigError(f"drain.replay_start: {configured!r} is not 'YYYY-MM-DD' or 'YYYY-MM-DD-HH:00'")
-    now = today or datetime.now(UTC)
-    start = (now - timedelta(days=DEFAULT_REPLAY_DAYS)).replace(hour=0, minute=0, second=0, microsecond=0)
-    return start.strftime(HOUR_FORMAT)
+def replay_start(configured: str) -> str:
+    """The first replay hour, from ``drain.replay_start`` ('YYYY-MM-DD' or 'YYYY-MM-DD-HH:00')."""
+    for fmt in (HOUR_FORMAT, "%Y-%m-%d"):
+        try:
+            return datetime.strptime(configured, fmt).strftime(HOUR_FORMAT)
+        except ValueError:
+            continue
+    raise ConfigError(f"drain.replay_start: {configured!r} is not 'YYYY-MM-DD' or 'YYYY-MM-DD-HH:00'")
 
 
-def replay_partitions(configured_start: str | None) -> dg.HourlyPartitionsDefinition:
-    """Hourly UTC partitions of the time-window replay, from :func:`replay_start`."""
-    return dg.HourlyPartitionsDefinition(start_date=replay_start(configured_start), timezone="UTC")
+def replay_partitions(configured_start: str) -> dg.HourlyPartitionsDefinition:
+    """Hourly UTC partitions from ``drain.replay_start`` through the hour running now (``end_offset=1``)."""
+    return dg.HourlyPartitionsDefinition(start_date=replay_start(configured_start), timezone="UTC", end_offset=1)
 
 
 def window_bounds_ms(window: dg.TimeWindow) -> tuple[int, int]:
@@ -53,9 +51,5 @@ def window_bounds_ms(window: dg.TimeWindow) -> tuple[int, int]:
 
 
 def window_batch_id(partition_key: str) -> str:
-    """The output id of a replay window: ``2026-11-14-05:00`` -> ``w-20261114T0500`` (path-safe).
-
-    >>> window_batch_id("2026-11-14-05:00")
-    'w-20261114T0500'
-    """
+    """The output id of a replay window: ``2026-11-14-05:00`` -> ``w-20261114T0500`` (path-safe)."""
     return "w-" + datetime.strptime(partition_key, HOUR_FORMAT).strftime("%Y%m%dT%H%M")

@@ -1,23 +1,52 @@
 """Dagster resources of kprio: the Kafka edge, Spark, the batch ledger and the drain settings.
 
-Each is a ``dg.ConfigurableResource`` with typed, described fields built from kprio.yaml by
-:func:`resources_from_config`. Clients are lazy private attributes created in
-``setup_for_execution`` and closed in ``teardown_after_execution``. Secrets are ``dg.EnvVar``
-fields resolved by Dagster at run time: they never appear in the resource's config, a log line
-or metadata (the Kafka settings hold them as ``SecretStr``).
+A resource's fields are the fields of a section of :class:`~kprio_core.config.KprioConfig`,
+derived from the pydantic model (same names, descriptions and defaults, in Dagster config types:
+a sub-model becomes a ``dg.Config`` class, a tuple a list), so a setting is defined once, in
+``kprio_core/config.py``, and no resource copies a field by hand:
+
+- ``kafka`` (:class:`KafkaResource`): ``KafkaSettings`` without its secrets, plus one field per
+  :data:`~kprio_core.config.SECRET_SETTINGS` entry that only a ``dg.EnvVar`` of its
+  ``KPRIO_KAFKA_*`` variable may set, read by Dagster at run time;
+- ``spark`` (:class:`SparkResource`): ``SparkSettings``, plus the application name;
+- ``ledger`` (:class:`LedgerResource`): ``LedgerSettings``;
+- ``kprio`` (:class:`KprioSettings`): every other section, and the three resources above as
+  dependencies, so :meth:`KprioSettings.config` is the whole configuration with each section
+  taken from the one resource that holds it.
+
+Each resource turns its fields back into its pydantic model (``settings()``), so the model's
+validators judge a launchpad edit as they judge kprio.yaml. Clients are lazy private attributes
+(created on first use, so the copies Dagster makes of a resource that is also a dependency open
+nothing) and closed in ``teardown_after_execution``.
+
+Why derived fields and not one ``config_yaml`` string or hand-written fields: the UI shows every
+setting typed and described on its resource, a new field of config.py appears there without an
+edit here, and ``tests/kprio_core/test_config_reference.py`` proves every field comes back out.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Dagster reads the ResourceDependency annotations of
+# KprioSettings as types when the class is created.
 import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import threading
+import types
+from collections.abc import Collection, Mapping
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar, Union, get_args, get_origin
 
 import dagster as dg
-import yaml
-from pydantic import Field, PrivateAttr, SecretStr
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationError, create_model
+from pydantic_core import to_jsonable_python
 
-from kprio_core.config import KafkaSettings, KprioConfig, SparkSettings, parse_config
+from kprio_core.config import (
+    SECRET_SETTINGS,
+    KafkaSettings,
+    KprioConfig,
+    LedgerSettings,
+    SparkSettings,
+    format_validation_error,
+    setting_variable,
+)
+from kprio_core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,69 +54,129 @@ if TYPE_CHECKING:
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
 
-# Secret Kafka client settings the resource can take, with the environment variable Dagster
-# reads them from (the same names kprio_core.config accepts).
-SECRET_FIELDS: dict[str, tuple[str, str]] = {
-    "sasl_password": ("sasl.password", "KPRIO_KAFKA_SASL_PASSWORD"),
-    "ssl_key_password": ("ssl.key.password", "KPRIO_KAFKA_SSL_KEY_PASSWORD"),
-    "sasl_oauthbearer_client_secret": (
-        "sasl.oauthbearer.client.secret",
-        "KPRIO_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET",
-    ),
-    "sasl_oauthbearer_config": ("sasl.oauthbearer.config", "KPRIO_KAFKA_SASL_OAUTHBEARER_CONFIG"),
-    "ssl_keystore_password": ("ssl.keystore.password", "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD"),
+Model = TypeVar("Model", bound=BaseModel)
+
+RESOURCE_SECTIONS = ("kafka", "spark", "ledger")
+"""Sections of KprioConfig held by their own resource; KprioSettings holds the others."""
+
+
+# --- Dagster fields from the pydantic models -----------------------------------------------------
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field type holds (``tuple[TopicSettings, ...]`` -> ``[TopicSettings]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def _dagster_type(annotation: Any, inside: bool = False) -> Any:
+    """The Dagster config type of a pydantic field type.
+
+    Dagster has no tuples, no unions of scalars and (inside a list or dict) no Literal: those
+    become lists, Any and str, checked when the resource validates the section.
+    """
+    origin, args = get_origin(annotation), get_args(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return config_class(annotation)
+    if origin in (tuple, list):
+        return list[_dagster_type(args[0], inside=True)]
+    if origin is dict:
+        return dict[_dagster_type(args[0], inside=True), _dagster_type(args[1], inside=True)]
+    if origin in (Union, types.UnionType):
+        present = [arg for arg in args if arg is not type(None)]
+        inner = _dagster_type(present[0], inside) if len(present) == 1 else Any
+        return Optional[inner] if len(present) < len(args) else inner  # noqa: UP007 (Any | None fails)
+    if origin is Literal and inside:
+        return str
+    return annotation
+
+
+def _fields(model: type[BaseModel], exclude: Collection[str] = ()) -> dict[str, Any]:
+    """``create_model`` field definitions mirroring ``model``'s fields."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        if name in exclude:
+            continue
+        models = _models_in(info.annotation)
+        # A section is described by its model's docstring (KprioConfig's fields have no description).
+        about = info.description or (models and (models[0].__doc__ or "").strip().partition("\n")[0]) or None
+        extra: dict[str, Any] = {"description": about, "alias": info.alias}
+        # A section (a sub-model) has no Dagster default: resources_from_config always gives it.
+        if not info.is_required() and not models:
+            default = info.get_default(call_default_factory=True)
+            extra["default"] = list(default) if isinstance(default, tuple) else default
+        fields[name] = (_dagster_type(info.annotation), Field(**extra))
+    return fields
+
+
+@cache
+def config_class(model: type[BaseModel]) -> type[dg.Config]:
+    """The ``dg.Config`` class with the fields of ``model`` (one class per model)."""
+    return create_model(f"{model.__name__}Config", __base__=dg.Config, __module__=__name__, **_fields(model))
+
+
+def _resource_fields(model: type[BaseModel], exclude: Collection[str] = (), **extra: Any) -> type[Any]:
+    """A ``dg.ConfigurableResource`` base class whose fields are ``model``'s (less ``exclude``) and ``extra``."""
+    return create_model(
+        f"{model.__name__}Fields",
+        __base__=dg.ConfigurableResource,
+        __module__=__name__,
+        **_fields(model, exclude),
+        **extra,
+    )
+
+
+def _section(resource: Any, model: type[Model], names: Collection[str], source: str, **values: Any) -> Model:
+    """``model`` validated from the resource's fields ``names`` (plus ``values``): the one parse of a section."""
+    data = {name: to_jsonable_python(getattr(resource, name), by_alias=True) for name in names}
+    try:
+        return model.model_validate({**data, **values})
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, f"resource {source!r}")) from None
+
+
+# --- the resources ------------------------------------------------------------------------------
+
+
+def secret_field(setting: str) -> str:
+    """The KafkaResource field of a secret setting: ``sasl.password`` -> ``sasl_password``."""
+    return setting.replace(".", "_")
+
+
+KAFKA_FIELDS = tuple(n for n in KafkaSettings.model_fields if n != "secrets")
+
+_SECRET_FIELDS = {
+    secret_field(setting): (
+        Optional[str],  # noqa: UP007
+        Field(
+            default=None,
+            description=f"{setting} (a secret): set only as dg.EnvVar('{setting_variable(setting)}'), which "
+            "Dagster reads at run time, never in run config.",
+        ),
+    )
+    for setting in SECRET_SETTINGS
 }
 
 
-class KafkaResource(dg.ConfigurableResource):
+class KafkaResource(_resource_fields(KafkaSettings, exclude={"secrets"}, **_SECRET_FIELDS)):  # type: ignore[misc]
     """The Kafka cluster: lag snapshots, offsets-for-times and monotonic commits (a KafkaEdge)."""
 
-    bootstrap_servers: str = Field(description="Kafka bootstrap.servers, e.g. 'broker-1:9092'.")
-    client: dict[str, str] = Field(
-        default={}, description="Extra non-secret librdkafka settings (security.protocol, sasl.mechanism, ...)."
-    )
-    timeout_s: float = Field(default=10.0, description="Timeout of every admin and client call, seconds.")
-    sasl_password: str | None = Field(
-        default=None, description="sasl.password; set it as dg.EnvVar('KPRIO_KAFKA_SASL_PASSWORD')."
-    )
-    ssl_key_password: str | None = Field(
-        default=None, description="ssl.key.password; set it as dg.EnvVar('KPRIO_KAFKA_SSL_KEY_PASSWORD')."
-    )
-    sasl_oauthbearer_client_secret: str | None = Field(
-        default=None,
-        description="sasl.oauthbearer.client.secret; "
-        "set it as dg.EnvVar('KPRIO_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET').",
-    )
-    sasl_oauthbearer_config: str | None = Field(
-        default=None,
-        description="sasl.oauthbearer.config; set it as dg.EnvVar('KPRIO_KAFKA_SASL_OAUTHBEARER_CONFIG').",
-    )
-    ssl_keystore_password: str | None = Field(
-        default=None,
-        description="ssl.keystore.password; set it as dg.EnvVar('KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD').",
-    )
-
-    _edge: KafkaEdge | None = PrivateAttr(default=None)
+    _settings: Optional[KafkaSettings] = PrivateAttr(default=None)
+    _edge: Optional["KafkaEdge"] = PrivateAttr(default=None)
 
     def settings(self) -> KafkaSettings:
         """The Kafka settings, secrets held as SecretStr."""
-        secrets = {
-            setting: SecretStr(value)
-            for field_name, (setting, _) in SECRET_FIELDS.items()
-            if (value := getattr(self, field_name))
-        }
-        # librdkafka takes every setting as a string, so the strings of the config go through as is.
-        return KafkaSettings(
-            bootstrap_servers=self.bootstrap_servers,
-            client=dict(self.client),
-            secrets=secrets,
-            timeout_s=self.timeout_s,
-        )
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        from kprio_core.kafka import KafkaEdge
-
-        self._edge = KafkaEdge(self.settings())
+        if self._settings is None:
+            secrets = {}
+            for setting in SECRET_SETTINGS:
+                value = getattr(self, secret_field(setting))
+                # Outside a run Dagster has not resolved the EnvVar yet: read the variable now.
+                value = value.get_value() if isinstance(value, dg.EnvVar) else value
+                if value:
+                    secrets[setting] = SecretStr(value)
+            self._settings = _section(self, KafkaSettings, KAFKA_FIELDS, "kafka", secrets=secrets)
+        return self._settings
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._edge is not None:
@@ -95,28 +184,25 @@ class KafkaResource(dg.ConfigurableResource):
             self._edge = None
 
     @property
-    def edge(self) -> KafkaEdge:
+    def edge(self) -> "KafkaEdge":
         """The cluster's KafkaEdge (its admin client is created on first use)."""
-        if self._edge is None:  # used outside a run (direct calls in a script)
-            self.setup_for_execution(dg.build_init_resource_context())
-        assert self._edge is not None
+        if self._edge is None:
+            from kprio_core.kafka import KafkaEdge
+
+            self._edge = KafkaEdge(self.settings())
         return self._edge
 
 
-class SparkResource(dg.ConfigurableResource):
+class SparkResource(_resource_fields(SparkSettings)):  # type: ignore[misc]
     """The SparkSession of a run: local[*], a master URL or a Spark Connect remote."""
 
-    master: str = Field(default="local[*]", description="spark.master URL.")
-    remote: str | None = Field(default=None, description="Spark Connect URL (sc://host:port); wins over master.")
-    conf: dict[str, str] = Field(default={}, description="Extra Spark settings.")
     app_name: str = Field(default="kprio", description="Spark application name.")
 
-    _session: SparkSession | None = PrivateAttr(default=None)
+    _session: Optional["SparkSession"] = PrivateAttr(default=None)
     _created: bool = PrivateAttr(default=False)
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        # Lazy: a run that never touches Spark (the commit step) does not pay for a JVM.
-        self._session, self._created = None, False
+    def settings(self) -> SparkSettings:
+        return _section(self, SparkSettings, SparkSettings.model_fields, "spark")
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         # Stop only a session this resource started: a session that was already active (the
@@ -126,29 +212,25 @@ class SparkResource(dg.ConfigurableResource):
         self._session, self._created = None, False
 
     @property
-    def session(self) -> SparkSession:
-        """The run's SparkSession (getOrCreate: an active session is reused)."""
+    def session(self) -> "SparkSession":
+        """The run's SparkSession (getOrCreate: an active session is reused); started on first use."""
         if self._session is None:
             from spark_jobs.session import build_session
 
             existed = session_running()
-            settings = SparkSettings(master=self.master, remote=self.remote, conf=self.conf)
-            self._session = build_session(settings, app_name=self.app_name)
+            self._session = build_session(self.settings(), app_name=self.app_name)
             self._created = not existed
         return self._session
 
 
-class LedgerResource(dg.ConfigurableResource):
+class LedgerResource(_resource_fields(LedgerSettings)):  # type: ignore[misc]
     """The batch ledger: every plan, its reserved ranges and its state (SQLAlchemy URL)."""
 
-    url: str = Field(description="SQLAlchemy URL, e.g. 'sqlite:///./kprio-data/ledger.db' or a Postgres URL.")
+    _ledger: Optional["Ledger"] = PrivateAttr(default=None)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
-    _ledger: Ledger | None = PrivateAttr(default=None)
-
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        from kprio_core.ledger import Ledger
-
-        self._ledger = Ledger(self.url)
+    def settings(self) -> LedgerSettings:
+        return _section(self, LedgerSettings, LedgerSettings.model_fields, "ledger")
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._ledger is not None:
@@ -156,35 +238,41 @@ class LedgerResource(dg.ConfigurableResource):
             self._ledger = None
 
     @property
-    def ledger(self) -> Ledger:
-        if self._ledger is None:
-            self.setup_for_execution(dg.build_init_resource_context())
-        assert self._ledger is not None
-        return self._ledger
+    def ledger(self) -> "Ledger":
+        """The ledger, opened on first use (a lease heartbeat thread may be the first)."""
+        with self._lock:
+            if self._ledger is None:
+                from kprio_core.ledger import Ledger
+
+                self._ledger = Ledger.from_settings(self.settings())
+            return self._ledger
 
 
-class KprioSettings(dg.ConfigurableResource):
-    """The drain settings: topics, planner, splits, rate quotas, ordering, drain and sensor sections of kprio.yaml."""
+KPRIO_FIELDS = tuple(n for n in KprioConfig.model_fields if n not in RESOURCE_SECTIONS)
 
-    config_yaml: str = Field(
-        description="The validated kprio configuration as YAML (kafka secrets are never part of it)."
-    )
 
-    _config: KprioConfig | None = PrivateAttr(default=None)
+class KprioSettings(_resource_fields(KprioConfig, exclude=RESOURCE_SECTIONS)):  # type: ignore[misc]
+    """The drain settings (topics, planner, quality, recovery, splits, rate, ordering, drain, sensor)
+    and, through the resources it depends on, the kafka, spark and ledger sections."""
 
-    @property
-    def base(self) -> KprioConfig:
-        """The configuration as stored (its kafka section without secrets)."""
+    kafka: dg.ResourceDependency[KafkaResource]
+    spark: dg.ResourceDependency[SparkResource]
+    ledger: dg.ResourceDependency[LedgerResource]
+
+    _config: Optional[KprioConfig] = PrivateAttr(default=None)
+
+    def config(self, kafka: Optional["KafkaResource"] = None) -> KprioConfig:
+        """The whole configuration; the Kafka secrets only when the Kafka resource is given."""
         if self._config is None:
-            # env={}: environment overrides were applied when the definitions were built.
-            self._config = parse_config(yaml.safe_load(self.config_yaml), "resource 'kprio' (config_yaml)", env={})
-        return self._config
-
-    def config(self, kafka: KafkaResource | None = None) -> KprioConfig:
-        """The configuration, with the Kafka section of ``kafka`` (its secrets included) when given."""
+            sections = {
+                "kafka": self.kafka.settings().model_copy(update={"secrets": {}}),
+                "spark": self.spark.settings(),
+                "ledger": self.ledger.settings(),
+            }
+            self._config = _section(self, KprioConfig, KPRIO_FIELDS, "kprio", **sections)
         if kafka is None:
-            return self.base
-        return self.base.model_copy(update={"kafka": kafka.settings()})
+            return self._config
+        return self._config.model_copy(update={"kafka": kafka.settings()})
 
 
 def session_running() -> bool:
@@ -199,45 +287,26 @@ def session_running() -> bool:
     return True
 
 
-def config_yaml(config: KprioConfig) -> str:
-    """``config`` as YAML that parses back to the same configuration, kafka secrets left out."""
-    data = config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})
-    return yaml.safe_dump(data, sort_keys=False)
-
-
 def resources_from_config(config: KprioConfig, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The four resources, keyed as the assets, checks, sensor and jobs expect them.
 
-    A secret Kafka setting present in the configuration (it came from KPRIO_KAFKA_* in the
-    environment) becomes a ``dg.EnvVar`` of that variable, so Dagster reads it at run time.
+    Every secret setting present in the configuration, or whose variable is set in ``env``,
+    becomes a ``dg.EnvVar`` of its ``KPRIO_KAFKA_*`` variable, so Dagster reads it at run time
+    and its value is in no run config, log, metadata or repr.
     """
     env = os.environ if env is None else env
-    secret_fields: dict[str, Any] = {}
-    for field_name, (setting, variable) in SECRET_FIELDS.items():
-        if setting in config.kafka.secrets or variable in env:
-            secret_fields[field_name] = dg.EnvVar(variable)
-    unsupported = sorted(set(config.kafka.secrets) - {s for s, _ in SECRET_FIELDS.values()})
-    if unsupported:
-        from kprio_core.errors import ConfigError
-
-        raise ConfigError(
-            f"kafka secrets {unsupported} are not supported by the Dagster Kafka resource "
-            f"(supported: {sorted(s for s, _ in SECRET_FIELDS.values())})"
-        )
-    return {
-        "kafka": KafkaResource(
-            bootstrap_servers=config.kafka.bootstrap_servers,
-            client={k: _text(v) for k, v in config.kafka.client.items()},
-            timeout_s=config.kafka.timeout_s,
-            **secret_fields,
-        ),
-        "spark": SparkResource(master=config.spark.master, remote=config.spark.remote, conf=dict(config.spark.conf)),
-        "ledger": LedgerResource(url=config.ledger.url),
-        "kprio": KprioSettings(config_yaml=config_yaml(config)),
+    secrets = {
+        secret_field(setting): dg.EnvVar(setting_variable(setting))
+        for setting in SECRET_SETTINGS
+        if setting in config.kafka.secrets or env.get(setting_variable(setting))
     }
-
-
-def _text(value: object) -> str:
-    # Dagster config wants one value type; booleans keep librdkafka's spelling.
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
+    kafka = KafkaResource(**config.kafka.model_dump(include=set(KAFKA_FIELDS)), **secrets)
+    spark = SparkResource(**config.spark.model_dump())
+    ledger = LedgerResource(**config.ledger.model_dump())
+    sections = config.model_dump(by_alias=True, include=set(KPRIO_FIELDS))
+    return {
+        "kafka": kafka,
+        "spark": spark,
+        "ledger": ledger,
+        "kprio": KprioSettings(kafka=kafka, spark=spark, ledger=ledger, **sections),
+    }

@@ -1,113 +1,130 @@
-"""``priority_lag_sensor``: lag snapshot -> rate quotas -> plan -> ledger -> dynamic partition -> run request.
+"""``priority_lag_sensor``: every tick, heal and launch recorded batches, plan the next one, say what waits.
 
-On each tick, for every logical topic, :func:`orchestration.planning.decide` says what to do;
-the sensor records a new plan in the ledger, asks Dagster to add the batch's partition and
-requests a run of ``drain_job`` for it with ``run_key`` = the batch id (a replayed attempt:
-``<id>.attempt-<n>``). A tick that launches nothing says why in its skip reason, per topic.
+For every logical topic :func:`orchestration.decide.decide` says what to do; :func:`tick` then
 
-Why the sensor writes to the ledger (STYLE.md wants sensors without side effects of their
-own): recording the plan *is* step 4 of DESIGN.md, and it has to happen before the run
-exists so that two batches can never reserve the same offsets. It is the sensor's only side
-effect and it is idempotent in effect: a plan recorded on a tick whose result Dagster then
-lost is a planned batch without a run, and the next tick requests its run with the same
-deterministic run key (Dagster launches a run key once). Everything else the sensor does is
-read (the broker, the ledger, the instance's runs) and return.
+- marks failed the Dagster runs of batches whose run died (their lease expired or their process
+  is gone), so the UI tells the truth, and requests a new attempt with the same ranges;
+- requests runs for batches that need one (new, retry after backoff, resume, commit), with a
+  deterministic run key per attempt, the attempt and why as tags, and one tag per priority slot
+  the batch takes (the shipped ``dagster.yaml`` limits those to ``planner.max_in_flight``);
+- records a new plan in the ledger, adds its ``kprio_batches`` partition and requests its run.
+
+A tick that launches nothing says why (held partitions and their remedy included) in its skip
+reason. The sensor finds a batch's runs by their partition tag, whatever launched them (the UI's
+asset page, a backfill, a retry), and never requests a run while one is queued or running.
+
+Why the sensor writes to the ledger and fails dead runs (STYLE.md wants sensors without side
+effects of their own): recording the plan *is* step 4 of DESIGN.md and must happen before the
+run exists so two batches never reserve the same offsets; failing a run whose process is gone
+only records what already happened. Both are idempotent: a plan recorded on a tick whose result
+Dagster lost is a planned batch without a run, launched on the next tick with the same run key.
 """
 
+from __future__ import annotations
 
-import json
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import dagster as dg
 
+from kprio_core.config import KprioConfig
 from kprio_core.errors import RangeConflict
-from kprio_core.ledger import Batch, Ledger
+from kprio_core.ledger import Batch, BatchState, Ledger
+from kprio_core.recovery import parse_owner
+from orchestration.adoption import ensure_adopted
+from orchestration.decide import Action, BatchRuns, Decision, Launch, RunSummary, Why, decide
+from orchestration.leases import owner_dead_in
 from orchestration.partitions import batch_partitions
-from orchestration.planning import BUSY, BatchRuns, decide, run_key
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
+from orchestration.tags import ATTEMPT_TAG, PARTITION_TAG, RUN_KEY_TAG, TOPIC_TAG, WHY_TAG, slot_tags
 
 SENSOR_NAME = "priority_lag_sensor"
-RUN_KEY_TAG = "dagster/run_key"
-"""The tag Dagster stores a run's run key under (the daemon dedupes run keys with it)."""
-PARTITION_TAG = "dagster/partition"
-DRAIN_JOB = "drain_job"
-TOPIC_TAG = "kprio/logical_topic"
-BATCH_TAG = "kprio/batch_id"
+RUNS_PER_BATCH = 10
+"""Newest runs read per batch (enough to see the active one and the latest outcome)."""
 
 
-def existing_runs(instance: dg.DagsterInstance, ledger: Ledger, topic: str) -> BatchRuns:
-    """The latest drain_job run of each batch in flight of the topic, and which of their run keys exist."""
-    status: dict[str, str] = {}
-    keys: set[str] = set()
-    for batch in ledger.in_flight(topic):
-        latest = instance.get_run_records(
-            filters=dg.RunsFilter(job_name=DRAIN_JOB, tags={PARTITION_TAG: batch.batch_id}), limit=1
-        )
-        if latest:
-            status[batch.batch_id] = latest[0].dagster_run.status.value
-        key = run_key(batch)
-        if instance.get_run_records(filters=dg.RunsFilter(tags={RUN_KEY_TAG: key}), limit=1):
-            keys.add(key)
-    return BatchRuns(status, frozenset(keys))
+def existing_runs(instance: dg.DagsterInstance, batches: Iterable[Batch]) -> BatchRuns:
+    """The runs of each batch (any job: found by partition tag), newest first, and the run keys used."""
+    runs = {}
+    for batch in batches:
+        records = instance.get_run_records(filters=dg.RunsFilter(tags={PARTITION_TAG: batch.batch_id}),
+                                           limit=RUNS_PER_BATCH)
+        runs[batch.batch_id] = tuple(RunSummary(r.dagster_run.run_id, r.dagster_run.status, dict(r.dagster_run.tags))
+                                     for r in records)
+    keys = frozenset(r.tags[RUN_KEY_TAG] for rs in runs.values() for r in rs if RUN_KEY_TAG in r.tags)
+    return BatchRuns(runs, keys)
 
 
-def run_request(batch: Batch) -> dg.RunRequest:
+def run_request(launch: Launch) -> dg.RunRequest:
+    batch = launch.batch
     return dg.RunRequest(
-        run_key=run_key(batch),
+        run_key=launch.run_key,
         partition_key=batch.batch_id,
-        tags={TOPIC_TAG: batch.logical_topic, BATCH_TAG: batch.batch_id},
+        tags={TOPIC_TAG: batch.logical_topic, ATTEMPT_TAG: str(launch.attempt), WHY_TAG: launch.why.value,
+              **slot_tags(batch.logical_topic, batch.priorities)},
     )
 
 
-def evaluate(
-    context: dg.SensorEvaluationContext,
-    kafka: KafkaResource,
-    ledger: LedgerResource,
-    kprio: KprioSettings,
-    now_s: float | None = None,
-) -> dg.SensorResult:
-    """One tick over every logical topic (the sensor's body, callable with a given clock)."""
+def fail_dead_runs(instance: dg.DagsterInstance, batch: Batch, why: str) -> list[str]:
+    """Mark failed the unfinished Dagster run that held ``batch``'s lease (its process is gone); its ids."""
+    owner = parse_owner(batch.lease.owner) if batch.lease else None
+    run = instance.get_run_by_id(owner.run_id) if owner and owner.run_id else None
+    if run is None or run.is_finished:
+        return []
+    instance.report_engine_event(f"kprio: the run of batch {batch.batch_id} died: {why}; a new attempt takes over "
+                                 "with the same ranges", run)
+    instance.report_run_failed(run)
+    return [run.run_id]
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One evaluation over every logical topic: the decisions, the runs to request, the partitions added."""
+
+    decisions: tuple[Decision, ...]
+    requests: tuple[dg.RunRequest, ...]
+    partitions: tuple[str, ...]
+    reasons: tuple[str, ...]
+
+    @property
+    def skip_reason(self) -> str:
+        return "; ".join(self.reasons) or "no logical topic configured"
+
+
+def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig, *, now_s: float | None = None,
+         log=None) -> Tick:
+    """Evaluate every topic at ``now_s``: record plans, fail dead runs, and return the runs to request."""
     now_s = time.time() if now_s is None else now_s
-    config = kprio.config()
-    book = ledger.ledger
-    requests: list[dg.RunRequest] = []
-    reasons: list[str] = []
-    # The cursor says what each topic is waiting for, so a caller (kprio drain) need not parse reasons.
-    state: dict[str, dict] = {}
+    ensure_adopted(instance, ledger, edge, config, log=log)
+    decisions, requests, partitions, reasons = [], [], [], []
     for topic in config.topics:
-        decision = decide(
-            config, topic, edge=kafka.edge, ledger=book, now_s=now_s,
-            runs=existing_runs(context.instance, book, topic.name),
-        )
-        batches = list(decision.launch)
-        kind, reason = decision.kind, decision.reason
+        watched = [*ledger.in_flight(topic.name), *ledger.batches(topic.name, states=[BatchState.FAILED])]
+        decision = decide(config, topic, edge=edge, ledger=ledger, now_s=now_s,
+                          runs=existing_runs(instance, watched), owner_dead=owner_dead_in(instance))
+        for batch, why in decision.stuck:
+            for run_id in fail_dead_runs(instance, batch, why):
+                _info(log, f"{topic.name}: run {run_id[:8]} of {batch.batch_id} marked failed: {why}")
+        launches = list(decision.launch)
         if decision.plan is not None:
             try:
-                batches.append(book.record_plan(decision.plan, max_in_flight=config.planner.max_in_flight))
+                batch = ledger.record_plan(decision.plan, max_in_flight=config.planner.max_in_flight)
+                launches.append(Launch(batch, Why.NEW, batch.attempts))
+                partitions.append(batch.batch_id)
             except RangeConflict as err:  # another planner (the manual job) got there first
-                kind, reason = BUSY, str(err)
                 reasons.append(f"{topic.name}: {err}")
-        state[topic.name] = {
-            "kind": kind,
-            "reason": None if batches else reason,
-            "retry_in_s": decision.retry_in_s,
-            "batches": [b.batch_id for b in batches],
-        }
-        for batch in batches:
-            context.log.info(f"{topic.name}: batch {batch.batch_id} ({batch.plan.records} records) -> drain_job")
-            requests.append(run_request(batch))
-        if not batches and decision.reason:
-            reasons.append(f"{topic.name}: {decision.reason}" if len(config.topics) > 1 else decision.reason)
-    cursor = json.dumps(state, sort_keys=True)
-    if not requests:
-        return dg.SensorResult(skip_reason="; ".join(reasons) or "no logical topic configured", cursor=cursor)
-    for reason in reasons:
-        context.log.info(reason)
-    return dg.SensorResult(
-        cursor=cursor,
-        run_requests=requests,
-        dynamic_partitions_requests=[batch_partitions.build_add_request([r.partition_key for r in requests])],
-    )
+        for launch in launches:
+            _info(log, f"{topic.name}: {launch.describe()} -> drain_job")
+            requests.append(run_request(launch))
+        if not launches:
+            reasons.append(decision.describe() if len(config.topics) > 1 else decision.summary())
+        decisions.append(decision)
+    return Tick(tuple(decisions), tuple(requests), tuple(partitions), tuple(reasons))
+
+
+def _info(log, message: str) -> None:
+    if log is not None:
+        log.info(message)
 
 
 def build_priority_lag_sensor(drain_job, interval_s: int) -> dg.SensorDefinition:
@@ -118,8 +135,9 @@ def build_priority_lag_sensor(drain_job, interval_s: int) -> dg.SensorDefinition
         target=drain_job,
         minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Watches the lag of every priority topic; plans the next batch (rate quotas, burst, budgets), "
-        "records it in the ledger and launches drain_job for it. Skips say why nothing was launched.",
+        description="Watches the lag of every priority topic; heals batches whose run died, retries failed ones, "
+        "plans the next batch (rate quotas, burst, budgets, free priority slots), records it in the ledger and "
+        "launches drain_job for it. Skips say why nothing was launched and which partitions wait.",
     )
     def priority_lag_sensor(
         context: dg.SensorEvaluationContext,
@@ -127,6 +145,16 @@ def build_priority_lag_sensor(drain_job, interval_s: int) -> dg.SensorDefinition
         ledger: LedgerResource,
         kprio: KprioSettings,
     ) -> dg.SensorResult:
-        return evaluate(context, kafka, ledger, kprio)
+        result = tick(context.instance, kafka.edge, ledger.ledger, kprio.config(kafka), log=context.log)
+        if not result.requests:
+            return dg.SensorResult(skip_reason=result.skip_reason)
+        return dg.SensorResult(
+            run_requests=list(result.requests),
+            dynamic_partitions_requests=[batch_partitions.build_add_request(list(result.partitions))]
+            if result.partitions else [],
+        )
 
     return priority_lag_sensor
+
+
+__all__ = ["SENSOR_NAME", "Action", "Tick", "build_priority_lag_sensor", "existing_runs", "run_request", "tick"]

@@ -1,10 +1,19 @@
 """The columns of a drained batch: Spark's Kafka columns, then kprio's, then the decoded fields.
 
-Decoded fields get their own columns named after the schema (no prefix), so a field may not
-reuse a drain column's name.
+Two row shapes leave a drain:
+
+- an **output** row (:func:`drain_struct`): the Kafka columns, ``priority``, ``batch_id``,
+  ``lane``, ``error`` (always null in the output: invalid rows go to the dead letters) and one
+  column per decoded field, named after the topic's schema (no prefix), so a field may not reuse
+  a drain column's name;
+- a **dead-letter** row (:func:`dead_letter_struct`): the raw Kafka columns (key, value,
+  headers, timestamp as read), ``priority``, ``batch_id``, ``lane`` and ``error`` (never null:
+  why the record is invalid).
 
 >>> [f.name for f in drain_struct({"amount": "double"}).fields][8:]
 ['priority', 'batch_id', 'lane', 'error', 'amount']
+>>> [f.name for f in dead_letter_struct().fields][8:]
+['priority', 'batch_id', 'lane', 'error']
 >>> drain_struct({"offset": "long"})
 Traceback (most recent call last):
 ...
@@ -20,7 +29,7 @@ from kprio_core.errors import ConfigError
 from spark_jobs.kafka_schema import KAFKA_COLUMNS
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import DataType, StructField, StructType
+    from pyspark.sql.types import DataType, StructType
 
 KPRIO_COLUMNS = ("priority", "batch_id", "lane")
 """Added by the drain before the handler runs."""
@@ -29,9 +38,7 @@ INPUT_COLUMNS = KAFKA_COLUMNS + KPRIO_COLUMNS
 """What a handler's frames hold."""
 
 ERROR_COLUMN = "error"
-STATS_COLUMN = "_kprio_range_stats"
-"""The fused drain's per-task range stats, on one row per task, dropped before the write."""
-RESERVED = frozenset(INPUT_COLUMNS) | {ERROR_COLUMN, STATS_COLUMN}
+RESERVED = frozenset(INPUT_COLUMNS) | {ERROR_COLUMN}
 
 
 def field_type(kind: str) -> DataType:
@@ -69,11 +76,8 @@ def drain_struct(schema: Mapping[str, str]) -> StructType:
     return StructType(input_struct().fields + fields)
 
 
-def stats_field() -> StructField:
-    """``STATS_COLUMN``: per read range, what the task handed to the writer (see :mod:`spark_jobs.stats`)."""
-    from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
+def dead_letter_struct() -> StructType:
+    """The dead-letter schema: input columns (raw key, value, headers, timestamp) and ``error``."""
+    from pyspark.sql.types import StringType, StructField, StructType
 
-    longs = ("start", "end", "records", "bytes", "first", "last", "errors")
-    entry = StructType([StructField("topic", StringType()), StructField("partition", IntegerType())]
-                       + [StructField(name, LongType()) for name in longs])
-    return StructField(STATS_COLUMN, ArrayType(entry))
+    return StructType(input_struct().fields + [StructField(ERROR_COLUMN, StringType())])

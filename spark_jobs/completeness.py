@@ -37,16 +37,21 @@ class RangeTracker:
 
     def observe(self, offsets: Sequence[int]) -> None:
         """Record a chunk of offsets, each inside the range and above every offset seen before."""
+        import numpy as np
+
+        if not len(offsets):
+            return
         expected = self.range.start if self.last is None else self.last + 1
-        for offset in offsets:
-            if offset < expected:
-                raise ValueError(f"{self.range}: offset {offset} seen after {expected - 1}")
-            if offset > expected:
-                self._gaps.append(OffsetRange(self.range.topic, self.range.partition, expected, offset))
-            expected = offset + 1
-        if offsets:
-            self.records += len(offsets)
-            self.last = offsets[-1]
+        seen = np.asarray(offsets, dtype=np.int64)
+        steps = np.diff(seen, prepend=expected - 1)
+        if (steps <= 0).any():
+            at = int(np.flatnonzero(steps <= 0)[0])
+            raise ValueError(f"{self.range}: offset {seen[at]} seen after {expected - 1 if at == 0 else seen[at - 1]}")
+        for at in np.flatnonzero(steps > 1).tolist():  # gaps: rare, one entry each
+            before = expected if at == 0 else int(seen[at - 1]) + 1
+            self._gaps.append(OffsetRange(self.range.topic, self.range.partition, before, int(seen[at])))
+        self.records += len(seen)
+        self.last = int(seen[-1])
 
     def skip_to(self, offset: int) -> None:
         """The log starts at ``offset`` now (retention): everything before it is a gap."""

@@ -1,110 +1,63 @@
-"""The drain job: read a plan's ranges, order them into lanes, apply the handler, publish Parquet.
+"""The drain of one batch attempt, driver side: one path from plan to staged files and per-range stats.
 
-``drain_batch`` is the whole batch, driver side:
+``drain_batch`` (nothing here touches ``sparkContext`` or the JVM: it runs the same in a local or
+classic session and over Spark Connect):
 
-1. check the handler and the output schema (fail before any Spark job);
-2. read the plan's ranges, cut into splits (``config.splits``), with the ``kprio-kafka`` source
-   (or Spark's ``kafka`` source when ``spark.reader`` is ``native``); a short range fails there;
-3. add ``priority``, ``batch_id`` and ``lane`` (partition order: lane 0; key order:
-   murmur2(key) % lanes, see :mod:`kprio_core.lanes`) and run the handler once per lane, on the
-   lane's records in offset order. Two ways (:func:`handler_in_read` picks):
+1. checks the handler and the output schema, cuts the plan into splits (``config.splits``) and
+   refuses overlapping ranges, all before Spark runs;
+2. creates the attempt's staging directory under the output and the dead-letter roots and
+   proves both writable (:func:`spark_jobs.output.prepare_staging`: ``OutputUnavailable`` with
+   the path and the cause otherwise);
+3. runs the drain task (:mod:`spark_jobs.drain_task`) on the executors, one of two ways
+   (:func:`handler_in_read` picks):
 
-   - fused (the default with the ``python`` reader): one task per topic partition reads all of
-     the partition's splits in order and runs lanes and handler right there
-     (:mod:`spark_jobs.drain_source`); the JVM gets the final rows;
-   - shuffle (Spark's ``native`` reader, or key order with few partitions on many cores):
-     rows are repartitioned by ``(topic, partition, lane)``, sorted by offset within, and the
-     handler runs per lane in ``mapInArrow`` (:mod:`spark_jobs.lane_runner`);
-4. write Parquet to a staging dir;
-5. measure every planned range on the rows handed to the writer (:mod:`spark_jobs.stats`: counted
-   by the fused tasks, or observed on the shuffled rows); a gap fails the batch unless
-   ``drain.allow_data_loss``, then it is recorded;
-6. publish the staged directories (:mod:`spark_jobs.output`), replacing a previous run's.
+   - **fused** (the default): the ``kprio-kafka`` source in drain mode: every topic partition is
+     read by one task, its splits in offset order, and drained right there (partitions packed
+     into as many tasks as Spark has cores); Spark only carries the tasks' stats rows back;
+   - **key-order shuffle** (key order with few partitions on many cores, or Spark's ``native``
+     Kafka reader): records read in parallel splits -> ``lane`` added (the same lane function)
+     -> repartition by ``(topic, partition, lane)`` -> sorted by offset within -> the drain task
+     in ``mapInArrow``. A read that fails there fails Spark's read stage: the ranges it names
+     fail, and the others are drained again without them;
+4. merges the stats rows into one :class:`~kprio_core.results.RangeStats` per planned range
+   (:func:`spark_jobs.range_counts.merge_counts`), measured on the rows written.
+
+A range whose drain raised (Kafka, handler contract, lane order, a full disk) carries its
+``failure``; its staged files stay until :func:`~spark_jobs.output.discard`. Only failures of
+Spark itself raise from ``drain_batch`` (the staging directories then stay for
+:func:`~spark_jobs.output.sweep_staging`). Nothing is published: the orchestration calls
+:func:`spark_jobs.output.publish` once the checks passed.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kprio_core.config import KprioConfig, TopicSettings
-from kprio_core.errors import KprioError, RangeConflict
 from kprio_core.drain_plan import DrainPlan, PlannedRange
+from kprio_core.errors import RangeConflict
+from kprio_core.lanes import Ordering
+from kprio_core.offsets import OffsetRange
+from kprio_core.results import DrainResult
 from kprio_core.splits import split_ranges
-from spark_jobs.columns import drain_struct, input_struct
-from spark_jobs.completeness import incomplete_error
+from spark_jobs.columns import drain_struct
+from spark_jobs.drain_task import DrainSpec
 from spark_jobs.handler_contract import resolve_handler
-from spark_jobs.lane_runner import lane_assigner, lane_runner
-from spark_jobs.output import discard, publish, staging_dir, write_staged
+from spark_jobs.layout import DEAD_LETTERS, OUTPUT, absolute
+from spark_jobs.output import discard, prepare_staging, publish, sweep_staging
+from spark_jobs.range_counts import failed_row, merge_counts
 from spark_jobs.remote_errors import kprio_error_in
-from spark_jobs.stats import (
-    MAX_OBSERVED_RANGES,
-    RangeStats,
-    counted_stats,
-    observe_counted,
-    observe_ranges,
-    observed_stats,
-    range_stats,
-)
+from spark_jobs.validity import Validity
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-
-@dataclass(frozen=True)
-class DrainResult:
-    """What a drained batch produced: per-range stats, totals and where the output went."""
-
-    batch_id: str
-    logical_topic: str
-    reader: str
-    ordering: str
-    lanes: int
-    output_root: str
-    output_dirs: tuple[str, ...]
-    ranges: tuple[RangeStats, ...] = field(default_factory=tuple)
-
-    @property
-    def records(self) -> int:
-        return sum(r.records for r in self.ranges)
-
-    @property
-    def bytes(self) -> int:
-        return sum(r.bytes for r in self.ranges)
-
-    @property
-    def errors(self) -> int:
-        return sum(r.errors for r in self.ranges)
-
-    @property
-    def lost_offsets(self) -> int:
-        return sum(g.count for r in self.ranges for g in r.lost)
-
-    def records_by_priority(self) -> dict[int, int]:
-        totals: dict[int, int] = {}
-        for r in self.ranges:
-            totals[r.priority] = totals.get(r.priority, 0) + r.records
-        return dict(sorted(totals.items(), reverse=True))
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able: totals, records per priority (string keys) and every range's stats."""
-        return {
-            "batch_id": self.batch_id,
-            "logical_topic": self.logical_topic,
-            "reader": self.reader,
-            "ordering": self.ordering,
-            "lanes": self.lanes,
-            "output_root": self.output_root,
-            "output_dirs": list(self.output_dirs),
-            "records": self.records,
-            "bytes": self.bytes,
-            "errors": self.errors,
-            "lost_offsets": self.lost_offsets,
-            "records_by_priority": {str(p): n for p, n in self.records_by_priority().items()},
-            "ranges": [r.to_dict() for r in self.ranges],
-        }
+__all__ = ["discard", "drain_batch", "handler_in_read", "plan_splits", "publish", "sweep_staging"]
+"""What comes after a drain (publish, discard, sweep) lives in :mod:`spark_jobs.output`; re-exported here."""
 
 
 def drain_batch(
@@ -112,89 +65,59 @@ def drain_batch(
     config: KprioConfig,
     topic: TopicSettings,
     batch_id: str,
+    attempt: int,
     plan: DrainPlan,
     *,
     output_root: str | None = None,
+    dead_letter_root: str | None = None,
 ) -> DrainResult:
-    """Drain ``plan`` as batch ``batch_id`` into ``output_root`` (default ``config.drain.output_path``)."""
+    """Drain ``plan`` as attempt ``attempt`` of ``batch_id`` into staged files; per-range stats (not published)."""
+    started = time.monotonic()
     resolve_handler(config.drain.handler)  # wrong name or signature: fail before Spark runs
-    out_struct = drain_struct(topic.schema_)
-    root = _absolute(output_root or config.drain.output_path)
-    lanes = config.ordering.lanes if config.ordering.mode == "key" else 1
-    staging = staging_dir(root, batch_id)
-    try:
-        if plan.is_empty:
-            stats = tuple(
-                RangeStats(r.range.topic, r.range.partition, r.priority, r.range.start, r.range.end, 0, 0,
-                           None, None, 0) for r in plan.ranges
-            )
-        else:
-            drained, fused = _drained(spark, config, topic, batch_id, plan)
-            measure = None
-            if fused:
-                drained, observation = observe_counted(drained)
-                measure = counted_stats
-            elif len(plan.ranges) <= MAX_OBSERVED_RANGES:
-                drained, observation = observe_ranges(drained, plan.ranges)
-                measure = observed_stats
-            write_staged(drained, staging)
-            written = spark.read.schema(out_struct).parquet(staging)
-            if measure is not None:
-                stats = measure(observation, spark, written, plan.ranges)
-            else:
-                stats = range_stats(spark, written, plan.ranges)
-            if not config.drain.allow_data_loss:
-                for s in stats:
-                    if s.lost:
-                        raise incomplete_error(s.range, s.lost, "missing from the drained output")
-        dirs = publish(spark, staging, root, topic.name, batch_id)
-    except KprioError:
-        discard(spark, staging, root)
-        raise
-    except Exception as exc:
-        discard(spark, staging, root)
-        typed = kprio_error_in(exc)
-        if typed is not None:
-            raise typed from exc
-        raise
-    return DrainResult(batch_id, topic.name, config.spark.reader, config.ordering.mode, lanes, root, dirs, stats)
+    drain_struct(topic.schema_)  # a field named like a drain column: the same
+    splits = plan_splits(config, plan)
+    ordering = Ordering(config.ordering.mode)
+    lanes = config.ordering.lanes if ordering is Ordering.KEY else 1
+    roots = {OUTPUT: absolute(output_root or config.drain.output_path),
+             DEAD_LETTERS: absolute(dead_letter_root or config.drain.dead_letter_path)}
+    staging = prepare_staging(roots, batch_id, attempt)
+    spec = DrainSpec(
+        batch_id, attempt, topic.name, config.drain.handler, tuple(topic.schema_.items()),
+        Validity(tuple(topic.required_fields), config.quality.tombstones, config.quality.null_keys),
+        ordering, lanes, plan.ranges, staging[0], staging[1], config.spark.arrow_batch_records,
+    )
+    cores = _parallelism(spark)
+    fused = config.spark.reader == "python" and handler_in_read(lanes, splits, cores or 1)
+    if not splits:
+        rows: list[dict[str, Any]] = []
+    elif fused:
+        from spark_jobs.source import drain_stats
+
+        rows = _collect(drain_stats(spark, config, splits, spec, tasks=cores))
+    else:
+        rows = _shuffled(spark, config, plan, spec)
+    stats = merge_counts(rows, plan.ranges, allow_data_loss=config.drain.allow_data_loss, every_range_reported=fused)
+    return DrainResult(batch_id, attempt, topic.name, stats, staging=staging[0], seconds=time.monotonic() - started,
+                       reader=config.spark.reader, ordering=ordering.value, lanes=lanes)
 
 
-def drained_frame(spark: SparkSession, config: KprioConfig, topic: TopicSettings, batch_id: str,
-                  plan: DrainPlan) -> DataFrame:
-    """The batch's output rows, not yet written: read, lanes in offset order, handler applied."""
-    from spark_jobs.columns import STATS_COLUMN
-
-    rows, fused = _drained(spark, config, topic, batch_id, plan)
-    return rows.drop(STATS_COLUMN) if fused else rows
-
-
-def _drained(spark: SparkSession, config: KprioConfig, topic: TopicSettings, batch_id: str,
-             plan: DrainPlan) -> tuple[DataFrame, bool]:
-    """The output rows and whether they came fused (then with the tasks' counts in ``STATS_COLUMN``)."""
-    lanes = config.ordering.lanes if config.ordering.mode == "key" else 1
-    if config.spark.reader == "python":
-        splits = _splits(config, plan)
-        if handler_in_read(lanes, splits, _parallelism(spark)):
-            from spark_jobs.drain_source import drain_rows
-
-            return drain_rows(spark, config, topic, batch_id, splits, lanes), True
-    out_struct = drain_struct(topic.schema_)
-    records = _read(spark, config, plan)
-    ordered = _in_lane_order(spark, config, plan, _with_lane(records, plan, batch_id, lanes), lanes)
-    return ordered.mapInArrow(lane_runner(config.drain.handler, topic.name, topic.schema_, out_struct),
-                              out_struct), False
+def plan_splits(config: KprioConfig, plan: DrainPlan) -> list[PlannedRange]:
+    """The plan's ranges cut into read splits (``config.splits``); RangeConflict when two overlap."""
+    ordered = sorted(r.range for r in plan.ranges if r.range.count)
+    for before, after in zip(ordered, ordered[1:]):
+        if before.overlaps(after):
+            raise RangeConflict(f"the plan reads {before} and {after}, which overlap")
+    return split_ranges(plan.ranges, config.splits.max_records, config.splits.max_bytes)
 
 
 def handler_in_read(lanes: int, splits: Sequence[PlannedRange], parallelism: int) -> bool:
-    """Whether lanes and handler run inside the read (one task per topic partition, no shuffle).
+    """Whether the drain is fused into the read (each topic partition in one task, no shuffle).
 
     One task per partition keeps every lane of it in one handler call, in offset order, and
     saves the shuffle and the second trip through Python. Only in key order (lanes > 1), with
     partitions cut into several splits and fewer partitions than cores, do the shuffle path's
     parallel reads and parallel lanes pay for it.
 
-    >>> from kprio_core.offsets import OffsetRange
     >>> one_partition_in_3 = [PlannedRange(0, OffsetRange("t", 0, i, i + 10)) for i in (0, 10, 20)]
     >>> handler_in_read(1, one_partition_in_3, 8), handler_in_read(4, one_partition_in_3, 8)
     (True, False)
@@ -207,68 +130,90 @@ def handler_in_read(lanes: int, splits: Sequence[PlannedRange], parallelism: int
     return len(partitions) >= parallelism
 
 
-def _parallelism(spark: SparkSession) -> int:
-    """Cores Spark runs tasks on (1 when the session cannot say, e.g. Spark Connect)."""
-    try:
+def _parallelism(spark: SparkSession) -> int | None:
+    """Cores Spark runs tasks on, or None when a Spark Connect client cannot tell.
+
+    A classic session asks its context; over Spark Connect (no context) the server's
+    ``spark.default.parallelism``, else a ``local[N]`` master's N.
+
+    >>> _cores_of_master("local[3]"), _cores_of_master("local"), _cores_of_master("spark://h:7077")
+    (3, 1, None)
+    """
+    if not _is_connect(spark):
         return int(spark.sparkContext.defaultParallelism)
-    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+    value = spark.conf.get("spark.default.parallelism", None)
+    if value:
+        return int(value)
+    return _cores_of_master(spark.conf.get("spark.master", None) or "")
+
+
+def _cores_of_master(master: str) -> int | None:
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    if m is None:
+        return None  # a cluster: its size is not in its URL
+    cores = m.group(1)
+    if cores is None:
         return 1
+    return (os.cpu_count() or 1) if cores == "*" else int(cores)
 
 
-def _absolute(root: str) -> str:
-    # A relative path would resolve against each executor's working directory.
-    return root if "://" in root or root.startswith("file:") else os.path.abspath(root)
+def _is_connect(spark: Any) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def _splits(config: KprioConfig, plan: DrainPlan) -> list[PlannedRange]:
-    splits = split_ranges(plan.ranges, config.splits.max_records, config.splits.max_bytes)
-    _check_disjoint(splits)
-    return splits
+def _collect(df: DataFrame) -> list[dict[str, Any]]:
+    return [row.asDict(recursive=True) for row in df.collect()]
 
 
-def _check_disjoint(splits: list[PlannedRange]) -> None:
-    """No offset may be read twice: the completeness stats rely on it."""
-    ordered = sorted(s.range for s in splits)
-    for before, after in zip(ordered, ordered[1:]):
-        if before.overlaps(after):
-            raise RangeConflict(f"the plan reads {before} and {after}, which overlap")
+def _shuffled(spark: SparkSession, config: KprioConfig, plan: DrainPlan, spec: DrainSpec) -> list[dict[str, Any]]:
+    """The key-order shuffle; a failed read stage fails the ranges it names, the rest is drained again."""
+    failed: list[dict[str, Any]] = []
+    todo = list(plan.ranges)
+    while todo:
+        try:
+            return failed + _collect(_shuffle_frame(spark, config, todo, spec))
+        except Exception as exc:
+            cause = kprio_error_in(exc)
+            if cause is None:
+                raise  # Spark's own failure
+            named = _ranges_named(str(cause), todo)
+            hit = named or todo  # a kprio error naming no range: every range it may have come from
+            failed += [failed_row(r.range, f"{r.range}: {' '.join(str(cause).split())}") for r in hit]
+            todo = [r for r in todo if r not in hit]
+    return failed
 
 
-def _read(spark: SparkSession, config: KprioConfig, plan: DrainPlan) -> DataFrame:
+def _shuffle_frame(spark: SparkSession, config: KprioConfig, ranges: Sequence[PlannedRange],
+                   spec: DrainSpec) -> DataFrame:
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from spark_jobs.drain_task import drain_sorted
+    from spark_jobs.kafka_schema import kafka_struct
+    from spark_jobs.lane_batches import assign_lanes
+    from spark_jobs.range_counts import stats_struct
+
     if config.spark.reader == "native":
         from spark_jobs.native import read_native
 
-        return read_native(spark, config, plan.ranges)
-    from spark_jobs.datasource import read_ranges
+        records = read_native(spark, config, ranges)
+    else:
+        from spark_jobs.source import read_records
 
-    return read_ranges(spark, config, _splits(config, plan))
-
-
-def _with_lane(records: DataFrame, plan: DrainPlan, batch_id: str, lanes: int) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    priority = None
-    for topic, p in sorted({(r.range.topic, r.priority) for r in plan.ranges}):
-        cond = F.col("topic") == topic
-        priority = F.when(cond, F.lit(p)) if priority is None else priority.when(cond, F.lit(p))
-    with_cols = records.select(
-        *records.columns,
-        priority.cast("int").alias("priority"),
-        F.lit(batch_id).alias("batch_id"),
-        F.lit(0).cast("int").alias("lane"),
-    )
-    if lanes == 1:
-        return with_cols
-    return with_cols.mapInArrow(lane_assigner(lanes), input_struct())
-
-
-def _in_lane_order(spark: SparkSession, config: KprioConfig, plan: DrainPlan, df: DataFrame, lanes: int) -> DataFrame:
-    """Rows of each lane together and in offset order within every task."""
-    splits = _splits(config, plan)
-    partitions = {s.range.topic_partition for s in splits}
-    if config.spark.reader == "python" and len(partitions) == len(splits):
-        # One split per partition: each task holds one partition, read in offset order already.
-        return df if lanes == 1 else df.sortWithinPartitions("lane", "offset")
+        records = read_records(spark, config, split_ranges(ranges, config.splits.max_records, config.splits.max_bytes))
+    laned = records.mapInArrow(assign_lanes(spec.ordering, spec.lanes),
+                               StructType([*kafka_struct().fields, StructField("lane", IntegerType())]))
+    partitions = {r.range.topic_partition for r in ranges}
     shuffle = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
-    n = max(1, min(len(partitions) * lanes, shuffle))
-    return df.repartition(n, "topic", "partition", "lane").sortWithinPartitions("topic", "partition", "lane", "offset")
+    n = max(1, min(len(partitions) * spec.lanes, shuffle))
+    ordered = laned.repartition(n, "topic", "partition", "lane").sortWithinPartitions(
+        "topic", "partition", "lane", "offset")
+    return ordered.mapInArrow(drain_sorted(spec), stats_struct())
+
+
+_RANGE = re.compile(r"(\S+)\[(\d+)\]@\[(\d+),(\d+)\)")
+
+
+def _ranges_named(text: str, ranges: Sequence[PlannedRange]) -> list[PlannedRange]:
+    """The planned ranges that a range named in ``text`` (``t[0]@[5,9)``) overlaps."""
+    named = [OffsetRange(t, int(p), int(s), int(e)) for t, p, s, e in _RANGE.findall(text)]
+    return [r for r in ranges if any(r.range.overlaps(n) for n in named)]

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kprio_core.errors import HandlerError
+from kprio_core.lanes import Lane
 
 Handler = Callable[[Iterator[Any], "LaneContext"], Iterator[Any]]
 
@@ -68,6 +69,11 @@ class LaneContext:
     @property
     def fields(self) -> Mapping[str, str]:
         return dict(self.schema)
+
+    @property
+    def key(self) -> Lane:
+        """The lane these records come from."""
+        return Lane(self.topic, self.partition, self.lane)
 
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]/lane{self.lane} of batch {self.batch_id}"

@@ -16,13 +16,16 @@ do not strictly increase within its lane (:class:`~kprio_core.errors.LaneOrderBr
 
 >>> import pyarrow as pa
 >>> from spark_jobs.handler_contract import LaneContext
->>> schema = pa.schema([("offset", pa.int64()), ("error", pa.string())])
->>> pump = LanePump("tests.spark_jobs.handlers_for_tests:fail_on_offset_five", schema)
->>> ctx = LaneContext("t", "t-0", 0, 0, 0, "b")
->>> outs = [*pump.push(ctx, pa.record_batch({"offset": [3, 4]})), *pump.push(ctx, pa.record_batch({"offset": [5]}))]
+>>> schema = pa.schema([("offset", pa.int64()), ("value", pa.binary()), ("error", pa.string()), ("n", pa.int64())])
+>>> pump = LanePump("spark_jobs.handlers:decode_json", schema)
+>>> lane0, lane1 = (LaneContext("t", "t-0", 0, lane, 0, "b", (("n", "long"),)) for lane in (0, 1))
+>>> outs = [*pump.push(lane0, pa.record_batch({"offset": [3], "value": [b'{"n": 1}']})),
+...         *pump.push(lane1, pa.record_batch({"offset": [4], "value": [b'[1]']})),
+...         *pump.push(lane0, pa.record_batch({"offset": [5], "value": [b'{"n": 2}']}))]
 >>> [row for out in [*outs, *pump.end_all()] for row in out.to_pylist()]  # doctest: +NORMALIZE_WHITESPACE
-[{'offset': 3, 'error': None}, {'offset': 4, 'error': None},
- {'offset': 5, 'error': 'handler failed: ValueError: cannot handle offset 5 of t-0'}]
+[{'offset': 3, 'value': b'{"n": 1}', 'error': None, 'n': 1},
+ {'offset': 4, 'value': b'[1]', 'error': 'value is a JSON list, not an object', 'n': None},
+ {'offset': 5, 'value': b'{"n": 2}', 'error': None, 'n': 2}]
 """
 
 from __future__ import annotations
@@ -32,19 +35,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from kprio_core.errors import HandlerError, KprioError, LaneOrderBroken
+from kprio_core.lanes import Lane
 from spark_jobs.columns import ERROR_COLUMN, INPUT_COLUMNS
 from spark_jobs.handler_contract import LaneContext, arrow_form, resolve_handler
-
-LaneKey = tuple[str, int, int]
 
 NO_ROW = "the handler returned no row for this record"
 
 _NEED = object()  # the handler asks for its next frame
 _END = object()  # resume value: the lane has no more frames
-
-
-def lane_key(ctx: LaneContext) -> LaneKey:
-    return (ctx.topic, ctx.partition, ctx.lane)
 
 
 class LanePump:
@@ -57,16 +55,16 @@ class LanePump:
         self._takes_arrow = arrow is not None
         self._spec = handler_spec
         self._schema = out_schema
-        self._lanes: dict[LaneKey, _Lane] = {}
+        self._lanes: dict[Lane, _Lane] = {}
 
     def push(self, ctx: LaneContext, segment: Any) -> list[Any]:
         """Give ``segment`` (an Arrow batch of one lane, in offset order) to its lane's handler."""
-        lane = self._lanes.get(lane_key(ctx))
+        lane = self._lanes.get(ctx.key)
         if lane is None:
-            lane = self._lanes[lane_key(ctx)] = _Lane(self, ctx)
+            lane = self._lanes[ctx.key] = _Lane(self, ctx)
         return lane.push(segment)
 
-    def end(self, key: LaneKey) -> list[Any]:
+    def end(self, key: Lane) -> list[Any]:
         """The lane has no more records: let its handler finish; keep what it did not answer."""
         lane = self._lanes.pop(key, None)
         return lane.end() if lane is not None else []

@@ -61,7 +61,9 @@ def connector_available(spark: SparkSession) -> bool:
 
 
 def class_available(spark: SparkSession, name: str) -> bool:
-    """True when the driver's JVM resolves the class ``name``."""
+    """True when the driver's JVM resolves the class ``name`` (a Spark Connect client has no JVM to ask: False)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return False
     try:
         jvm = spark.sparkContext._jvm
         jvm.java.lang.Class.forName(name, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())

@@ -1,183 +1,284 @@
-"""Staged, replaceable Parquet output of a drained batch.
+"""The life of a drain's files: staged, published (or discarded, or swept), listed and read back.
 
-Layout: ``<root>/<logical topic>/priority=<p>/batch_id=<id>/part-*.parquet``. ``priority`` and
-``batch_id`` live in the directory names (Hive style), so read the output with
-:func:`read_output`, which gives them back with their types.
+Layout and names: :mod:`spark_jobs.layout`. Every operation goes through ``pyarrow.fs``.
 
-A batch is written to ``<root>/_staging/<batch>-<uuid>/`` first, then published: for each
-priority directory of the batch, the old one (a previous run of the same batch) is moved
-aside, the staged one renamed into its place, and the old one deleted; priority directories
-of the batch that the new run no longer has are deleted. A rerun therefore replaces its files
-instead of adding to them.
+**What readers see.** Readers read ``<root>/<logical>/`` (:func:`read_output`,
+:func:`read_dead_letters`, :func:`read_table`); a drain writes only below ``<root>/_staging/``,
+which no reader looks at. Files appear under ``<root>/<logical>/`` only through :func:`publish`,
+which the orchestration calls after the blocking checks passed: a reader never sees an unchecked
+row, and never a partly written file (a staged file is complete before it is published).
 
-Atomicity: on a local filesystem or HDFS a directory rename is atomic, so a reader of one
-``priority=<p>/batch_id=<id>`` directory sees the old files or the new ones, never a mix;
-between the two renames the directory is briefly absent. Publishing several priorities is not
-atomic as a whole: a crash part-way leaves some priorities new and some old, and rerunning the
-batch repairs it (the old offsets are not committed until the whole batch is published and
-checked). On object stores (S3A, GCS) a rename is a copy and delete: not atomic at all.
+**Why publish is safe.** Publishing moves the staged files of the chosen ranges into place, one
+file at a time, then removes the live files of the same partitions that overlap a published
+range under another name (leftovers of a crashed attempt or of a lost ledger), then the staging
+directories. Per file, a move is an atomic rename on a local filesystem (a file of the same name
+is replaced in one step) and on HDFS; on object stores (S3, GCS) it is a copy then a delete, so
+an object appears whole but the two steps are not one. Across files a publish is not atomic:
+a reader listing the directory mid-publish may see some new files beside the old ones, and, for
+a moment, a leftover of an earlier life next to the new file that replaces it (the same offsets
+twice; read the ``kprio.range`` / ``kprio.batch_id`` file metadata to tell them apart). New
+files go in before old ones go out, so offsets already published are never absent; a crash
+part-way leaves staged files and leftovers that the retry's publish (same names, same overlaps)
+finishes.
 
->>> batch_dir("/data/out", "orders", 2, "b-7")
-'/data/out/orders/priority=2/batch_id=b-7'
+>>> import tempfile, pyarrow as pa
+>>> from spark_jobs.layout import filesystem
+>>> root = tempfile.mkdtemp()
+>>> prepare_staging({"output": root}, "b-7", 1)
+('/.../_staging/b-7.1',)
+>>> [name for name, _ in staging_dirs(root)]
+['b-7.1']
+>>> sweep_staging([root], keep=lambda batch_id, attempt: False)
+('/.../_staging/b-7.1',)
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import uuid
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kprio_core.errors import OutputPublishFailed
+from kprio_core.errors import OutputPublishFailed, OutputUnavailable
+from kprio_core.offsets import OffsetRange
+from kprio_core.results import DrainResult
+from spark_jobs.layout import (ATTEMPT_KEY, BATCH_KEY, DEAD_LETTERS, OUTPUT, PRIORITY_DIR, STAGING, RangeFile,
+                               filesystem, parse_staging_name, staging_dir)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-STAGING = "_staging"
+def prepare_staging(roots: Mapping[str, str], batch_id: str, attempt: int) -> tuple[str, ...]:
+    """Create the attempt's staging directory under each root and prove it writable (a probe file).
+
+    Fails before any Spark job with :class:`~kprio_core.errors.OutputUnavailable` naming the root,
+    the path and the cause (``Read-only file system: /data/out/_staging/b-1.1``). Returns the
+    staging directories.
+    """
+    from spark_jobs.staged_writer import os_error_text
+
+    made = []
+    for kind, root in roots.items():
+        stage = staging_dir(root, batch_id, attempt)
+        try:
+            fs, path = filesystem(stage)
+            fs.create_dir(path, recursive=True)
+            probe = f"{path}/.probe-{uuid.uuid4().hex[:8]}"
+            with fs.open_output_stream(probe) as out:
+                out.write(b"kprio")
+            fs.delete_file(probe)
+        except OSError as err:
+            cause = os_error_text(err) if err.filename else f"{os_error_text(err)}: {stage}"
+            raise OutputUnavailable(f"the {kind} root {root} is not writable: {cause}") from err
+        made.append(stage)
+    return tuple(made)
 
 
-def batch_dir(root: str, logical_topic: str, priority: int, batch_id: str) -> str:
-    return f"{root.rstrip('/')}/{logical_topic}/priority={priority}/batch_id={batch_id}"
+def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
+            ranges: Iterable[OffsetRange] | None = None) -> tuple[str, ...]:
+    """Move the staged files of ``ranges`` (default: every range without failure) into place.
 
-
-def staging_dir(root: str, batch_id: str) -> str:
-    """A fresh staging directory for one write of ``batch_id``."""
-    return f"{root.rstrip('/')}/{STAGING}/{batch_id}-{uuid.uuid4().hex[:12]}"
-
-
-PARQUET_OPTIONS = {
-    # Nearly every value, offset and timestamp of a batch is distinct: a dictionary for them is
-    # built and thrown away (offsets and timestamps never even reach the fallback size in one
-    # file), and min/max of whole values is no use to a reader. About a quarter of the JVM's
-    # write CPU (benchmarks/drain_bench.py). Keys, small columns and decoded fields keep both.
-    "parquet.enable.dictionary#value": "false",
-    "parquet.enable.dictionary#offset": "false",
-    "parquet.enable.dictionary#timestamp": "false",
-    "parquet.column.statistics.enabled#value": "false",
-}
-
-
-def write_staged(df: DataFrame, staging: str) -> None:
-    """Write ``df`` as Parquet under ``staging``, one directory per priority and batch."""
-    df.write.mode("errorifexists").options(**PARQUET_OPTIONS).partitionBy("priority", "batch_id").parquet(staging)
-
-
-def publish(spark: SparkSession, staging: str, root: str, logical_topic: str, batch_id: str) -> tuple[str, ...]:
-    """Move every staged priority directory of ``batch_id`` into place; returns the published dirs."""
-    fs = filesystem(spark, root)
-    topic_root = f"{root.rstrip('/')}/{logical_topic}"
-    staged = {
-        int(name.split("=", 1)[1]): f"{staging}/{name}/batch_id={batch_id}"
-        for name in fs.list(staging)
-        if name.startswith("priority=") and fs.exists(f"{staging}/{name}/batch_id={batch_id}")
-    }
-    published = []
+    Then, per partition, remove live files (both roots) overlapping a published range under
+    another name, and the attempt's staging directories. Returns the published paths.
+    OutputPublishFailed names the batch and the cause.
+    """
+    chosen = set(ranges) if ranges is not None else {s.range for s in result.ranges if s.failure is None}
+    stats = [s for s in result.ranges if s.range in chosen]
+    roots = {OUTPUT: output_root, DEAD_LETTERS: dead_letter_root}
+    published: list[str] = []
     try:
-        for priority, source in sorted(staged.items(), reverse=True):
-            target = batch_dir(root, logical_topic, priority, batch_id)
-            fs.mkdirs(f"{topic_root}/priority={priority}")
-            if fs.exists(target):
-                aside = f"{staging}/replaced-priority={priority}"
-                fs.rename(target, aside)
-                fs.rename(source, target)
-                fs.delete(aside)
-            else:
-                fs.rename(source, target)
-            published.append(target)
-        for name in fs.list(topic_root):
-            if not name.startswith("priority="):
-                continue
-            priority = int(name.split("=", 1)[1])
-            old = batch_dir(root, logical_topic, priority, batch_id)
-            if priority not in staged and fs.exists(old):
-                fs.delete(old)  # the rerun has no records of this priority any more
-    except Exception as err:  # noqa: BLE001 - OSError here, Py4JJavaError from Hadoop
-        raise OutputPublishFailed(f"publishing batch {batch_id!r} of {logical_topic!r} from {staging}: {err}") from err
-    fs.delete(staging)
+        for kind, root in roots.items():
+            fs, base = filesystem(root)
+            stage = staging_dir(base, result.batch_id, result.attempt)
+            names: set[str] = set()
+            for s in stats:
+                for rel in _files_of(s.files, kind):
+                    _replace(fs, f"{stage}/{rel}", f"{base}/{rel}")
+                    published.append(f"{base}/{rel}")
+                    names.add(rel)
+            _remove_overlapping(fs, base, result.logical_topic, stats, names)
+        discard(result, output_root=output_root, dead_letter_root=dead_letter_root)
+    except OSError as err:
+        raise OutputPublishFailed(f"publishing batch {result.batch_id!r} attempt {result.attempt} of "
+                                  f"{result.logical_topic!r}: {err}") from err
     return tuple(published)
 
 
-def discard(spark: SparkSession, staging: str, root: str) -> None:
-    """Remove a staging directory (a failed write leaves nothing behind)."""
-    filesystem(spark, root).delete(staging)
+def _files_of(files: Iterable[str], kind: str) -> list[str]:
+    prefix = f"{kind}/"
+    return [f[len(prefix):] for f in files if f.startswith(prefix)]
+
+
+def _replace(fs: Any, source: str, target: str) -> None:
+    """Move ``source`` onto ``target``, replacing it (filesystems that refuse to, get it deleted first)."""
+    import pyarrow.fs as pafs
+
+    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    try:
+        fs.move(source, target)
+    except OSError:
+        if fs.get_file_info(target).type != pafs.FileType.File:
+            raise
+        fs.delete_file(target)
+        fs.move(source, target)
+
+
+def _remove_overlapping(fs: Any, base: str, logical_topic: str, stats: Sequence[Any], keep: set[str]) -> None:
+    """Delete live files of the published ranges' partitions whose range overlaps one, unless just published."""
+    import pyarrow.fs as pafs
+
+    listed: dict[int, list[Any]] = {}
+    for s in stats:
+        rel_dir = f"{logical_topic}/priority={s.priority}"
+        if s.priority not in listed:
+            listed[s.priority] = fs.get_file_info(pafs.FileSelector(f"{base}/{rel_dir}", allow_not_found=True))
+        for info in listed[s.priority]:
+            name = RangeFile.parse(info.base_name)
+            if name is None or f"{rel_dir}/{info.base_name}" in keep or not name.range.overlaps(s.range):
+                continue
+            fs.delete_file(info.path)
+
+
+def discard(batch: DrainResult | tuple[str, int], *, output_root: str, dead_letter_root: str) -> tuple[str, ...]:
+    """Remove the staging directories of one attempt (``result``, or ``(batch id, attempt)``); returns them."""
+    batch_id, attempt = (batch.batch_id, batch.attempt) if isinstance(batch, DrainResult) else batch
+    removed = []
+    for root in (output_root, dead_letter_root):
+        fs, base = filesystem(root)
+        path = staging_dir(base, batch_id, attempt)
+        if _delete_dir(fs, path):
+            removed.append(path)
+    return tuple(removed)
+
+
+def staging_dirs(root: str) -> list[tuple[str, str]]:
+    """``(name, path)`` of every staging directory under ``root``."""
+    import pyarrow.fs as pafs
+
+    fs, base = filesystem(root)
+    infos = fs.get_file_info(pafs.FileSelector(f"{base}/{STAGING}", allow_not_found=True))
+    return sorted((i.base_name, i.path) for i in infos if i.type == pafs.FileType.Directory)
+
+
+def sweep_staging(roots: Iterable[str], keep: Callable[[str, int], bool]) -> tuple[str, ...]:
+    """Remove staging directories whose ``(batch id, attempt)`` ``keep`` rejects; returns them.
+
+    A directory whose name is no ``<batch id>.<attempt>`` is an older kprio's: removed too.
+    """
+    removed = []
+    for root in roots:
+        fs, _ = filesystem(root)
+        for name, path in staging_dirs(root):
+            parsed = parse_staging_name(name)
+            if (parsed is None or not keep(*parsed)) and _delete_dir(fs, path):
+                removed.append(path)
+    return tuple(removed)
+
+
+def _delete_dir(fs: Any, path: str) -> bool:
+    import pyarrow.fs as pafs
+
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        return False
+    fs.delete_dir(path)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class LiveFile:
+    """A published file: where it is, the range it holds (from its name), who wrote it (its metadata)."""
+
+    root: str
+    path: str
+    """The file's path inside ``root``'s filesystem."""
+    priority: int
+    topic: str
+    partition: int
+    start: int
+    end: int
+    part: int | None
+    batch_id: str | None
+    attempt: int | None
+
+    @property
+    def range(self) -> OffsetRange:
+        return OffsetRange(self.topic, self.partition, self.start, self.end)
+
+
+def live_files(root: str, logical_topic: str) -> tuple[LiveFile, ...]:
+    """Every published file of a logical topic under ``root`` (each footer is read for its metadata)."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    fs, base = filesystem(root)
+    out = []
+    for prio in fs.get_file_info(pafs.FileSelector(f"{base}/{logical_topic}", allow_not_found=True)):
+        m = PRIORITY_DIR.match(prio.base_name)
+        if m is None or prio.type != pafs.FileType.Directory:
+            continue
+        for info in fs.get_file_info(pafs.FileSelector(prio.path)):
+            name = RangeFile.parse(info.base_name)
+            if name is None:
+                continue
+            with fs.open_input_file(info.path) as f:
+                meta = pq.read_metadata(f).metadata or {}
+            batch_id, attempt = meta.get(BATCH_KEY.encode()), meta.get(ATTEMPT_KEY.encode())
+            out.append(LiveFile(root, info.path, int(m.group(1)), name.topic, name.partition, name.start, name.end,
+                                name.part, batch_id.decode() if batch_id is not None else None,
+                                int(attempt) if attempt is not None else None))
+    return tuple(sorted(out, key=lambda f: (f.topic, f.partition, f.start, f.end, f.part or 0, f.path)))
+
+
+def remove_file(file: LiveFile) -> None:
+    """Delete one published file (an adoption check found it holds offsets that were never committed)."""
+    fs, _ = filesystem(file.root)
+    fs.delete_file(file.path)
 
 
 def read_output(spark: SparkSession, root: str, logical_topic: str, batch_id: str | None = None,
-                schema: dict[str, str] | None = None) -> DataFrame:
-    """The drained records of a topic (or one batch) with ``priority`` and ``batch_id`` typed."""
-    from pyspark.sql import functions as F
-
+                schema: Mapping[str, str] | None = None) -> DataFrame:
+    """The published output rows of a topic (or of one batch), decoded fields typed by ``schema``."""
     from spark_jobs.columns import drain_struct
 
-    struct = drain_struct(schema or {})
-    topic_root = f"{root.rstrip('/')}/{logical_topic}"
+    return _read(spark, root, logical_topic, batch_id, drain_struct(schema or {}))
+
+
+def read_dead_letters(spark: SparkSession, root: str, logical_topic: str, batch_id: str | None = None) -> DataFrame:
+    """The published dead letters of a topic (or of one batch): raw records with their ``error``."""
+    from spark_jobs.columns import dead_letter_struct
+
+    return _read(spark, root, logical_topic, batch_id, dead_letter_struct())
+
+
+def _read(spark: SparkSession, root: str, logical_topic: str, batch_id: str | None, struct: Any) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    from spark_jobs.layout import absolute
+
+    topic_root = f"{absolute(root).rstrip('/')}/{logical_topic}"
+    # ``priority`` is in the files and in the directory names: typed by the schema either way.
     df = spark.read.schema(struct).option("basePath", topic_root).parquet(topic_root)
-    if batch_id is not None:
-        df = df.where(F.col("batch_id") == batch_id)
-    return df
+    return df if batch_id is None else df.where(F.col("batch_id") == batch_id)
 
 
-def filesystem(spark: SparkSession, root: str) -> Any:
-    """Hadoop's FileSystem for ``root`` in a classic session; the local disk under Spark Connect."""
-    jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if not _is_connect(spark) else None
-    return _HadoopFs(spark, root) if jvm is not None else _LocalFs()
+def read_table(root: str, logical_topic: str, *, batch_id: str | None = None,
+               columns: Sequence[str] | None = None) -> Any:
+    """The published rows of a topic under ``root`` as a ``pyarrow.Table`` (output or dead letters; no Spark).
 
+    >>> import tempfile
+    >>> read_table(tempfile.mkdtemp(), "orders").num_rows
+    0
+    """
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
 
-def _is_connect(spark: Any) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-class _LocalFs:
-    """Plain directory operations (Spark Connect: the output root must be visible to this process)."""
-
-    def list(self, path: str) -> list[str]:
-        p = Path(_local(path))
-        return sorted(c.name for c in p.iterdir()) if p.is_dir() else []
-
-    def exists(self, path: str) -> bool:
-        return Path(_local(path)).exists()
-
-    def mkdirs(self, path: str) -> None:
-        Path(_local(path)).mkdir(parents=True, exist_ok=True)
-
-    def rename(self, source: str, target: str) -> None:
-        os.rename(_local(source), _local(target))
-
-    def delete(self, path: str) -> None:
-        shutil.rmtree(_local(path), ignore_errors=True)
-
-
-def _local(path: str) -> str:
-    return path[len("file:"):] if path.startswith("file:") else path
-
-
-class _HadoopFs:
-    """The same operations through Hadoop's FileSystem (HDFS, local, object stores)."""
-
-    def __init__(self, spark: SparkSession, root: str) -> None:
-        jvm = spark.sparkContext._jvm
-        self._path = jvm.org.apache.hadoop.fs.Path
-        self._fs = self._path(root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
-    def list(self, path: str) -> list[str]:
-        p = self._path(path)
-        if not self._fs.exists(p):
-            return []
-        return sorted(status.getPath().getName() for status in self._fs.listStatus(p))
-
-    def exists(self, path: str) -> bool:
-        return bool(self._fs.exists(self._path(path)))
-
-    def mkdirs(self, path: str) -> None:
-        if not self._fs.mkdirs(self._path(path)):
-            raise OSError(f"cannot create {path}")
-
-    def rename(self, source: str, target: str) -> None:
-        if not self._fs.rename(self._path(source), self._path(target)):
-            raise OSError(f"cannot rename {source} to {target}")
-
-    def delete(self, path: str) -> None:
-        p = self._path(path)
-        if self._fs.exists(p) and not self._fs.delete(p, True):
-            raise OSError(f"cannot delete {path}")
+    fs, base = filesystem(root)
+    files = [i.path for i in fs.get_file_info(pafs.FileSelector(f"{base}/{logical_topic}", recursive=True,
+                                                                allow_not_found=True))
+             if i.type == pafs.FileType.File and RangeFile.parse(i.base_name) is not None]
+    if not files:
+        return pa.table({})
+    dataset = ds.dataset(files, filesystem=fs, format="parquet")
+    where = None if batch_id is None else ds.field("batch_id") == batch_id
+    return dataset.to_table(columns=list(columns) if columns else None, filter=where)

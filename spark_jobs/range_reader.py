@@ -8,7 +8,9 @@ batch is handed on every ``batch_records`` records.
 The read stops at ``end`` (records at or beyond it are never returned) and is bounded in time:
 it gives up when no record arrived for ``stall_timeout_s`` (a deadline renewed on progress).
 What it could not read is a gap; without ``allow_data_loss`` a gap raises
-:class:`~kprio_core.errors.RangeIncomplete` naming topic, partition and missing offsets.
+:class:`~kprio_core.errors.RangeIncomplete` naming topic, partition and missing offsets. With it,
+the read goes on past the gap (logged); the drain records the gap from what it wrote
+(:mod:`spark_jobs.range_counts`).
 
 >>> fetch_settings_conf(FetchSettings(16 << 20, 4 << 20, 16384))["max.partition.fetch.bytes"]
 4194304
@@ -170,6 +172,7 @@ def read_range(
     reason = ""  # why the read stopped before ``end``
     notes: list[str] = []  # why offsets were skipped while reading on
     try:
+        _check_partition(consumer, rng, client, settings.stall_timeout_s)
         consumer.assign([tp])
         deadline = clock() + settings.stall_timeout_s
         headers_type = schema.field("headers").type
@@ -195,7 +198,8 @@ def read_range(
                     if stop:
                         reason = note or "done"
                         break
-                    notes.append(note)
+                    if note:
+                        notes.append(note)
                     continue
                 offset = msg.offset()
                 if offset < position:
@@ -227,6 +231,18 @@ def read_range(
         if not settings.allow_data_loss:
             raise incomplete_error(rng, gaps, why)
         LOGGER.warning("%s: %d offsets lost (%s)", rng, sum(g.count for g in gaps), why)
+
+
+def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any], timeout_s: float) -> None:
+    """A missing topic or partition fails at once, by name (a consumer assigned to it would only wait)."""
+    from kprio_core.errors import KafkaOperationFailed, TopicMissing
+
+    topic = consumer.list_topics(rng.topic, timeout=timeout_s).topics.get(rng.topic)
+    if topic is None or topic.error is not None and not topic.partitions:
+        raise TopicMissing(rng.topic, str(client.get("bootstrap.servers", "?")))
+    if rng.partition not in topic.partitions:
+        raise KafkaOperationFailed(
+            f"topic {rng.topic} has no partition {rng.partition} (it has 0..{len(topic.partitions) - 1})")
 
 
 @contextlib.contextmanager
@@ -278,6 +294,11 @@ def _on_event(consumer, ck, rng, tracker, err, msg, position, seen):
             consumer.assign([ck.TopicPartition(rng.topic, rng.partition, low)])
             return False, low, note
         return True, position, f"offset {position} out of range (log is [{low},{high}))"
+    if msg.topic() is None and not err.fatal():
+        # A client-level event (a group coordinator lookup, a connection dropped): librdkafka
+        # retries on its own, and the stall deadline bounds the wait. Only the partition matters.
+        LOGGER.info("%s: client event while reading: %s", rng, err.str())
+        return False, position, ""
     from kprio_core.errors import KafkaOperationFailed
 
     raise KafkaOperationFailed(f"reading {rng}: {err.str()}")

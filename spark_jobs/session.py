@@ -1,17 +1,30 @@
 """One SparkSession per run: ``local[*]`` by default, a ``spark.master`` URL, or a Spark Connect remote.
 
-The session has the ``kprio-kafka`` data source registered. Executors run the driver's own
-interpreter (``PYSPARK_PYTHON`` = ``sys.executable`` unless set), so the Python data source and
-the handler import the same kprio and the same libraries on both sides. A real cluster's
-workers need kprio installed in that interpreter too.
+The session has the ``kprio-kafka`` data source registered (:func:`spark_jobs.source.register`).
+Where each :class:`~kprio_core.config.SparkSettings` field acts:
+
+- ``master`` / ``remote``: the session built here (``remote`` wins: a Spark Connect session);
+- ``conf``: applied to the session after kprio's defaults (over Spark Connect only runtime
+  settings take: static ones are the server's);
+- ``arrow_batch_records``: the session's ``spark.sql.execution.arrow.maxRecordsPerBatch`` here, and
+  the source's ``arrowBatchRecords`` and the Parquet row groups (:func:`spark_jobs.source.source_options`);
+- ``reader``, ``fetch_max_bytes``, ``max_partition_fetch_bytes``, ``queued_max_messages_kbytes``: the
+  drain's reader and the executors' consumers (:mod:`spark_jobs.drain`, :mod:`spark_jobs.source`);
+- ``connect_port``, ``connect_dir``: the Spark Connect server kprio starts (``kprio spark start``),
+  not a session.
+
+Executors of a local or classic session run the driver's own interpreter (``PYSPARK_PYTHON`` =
+``sys.executable`` unless set), so the data source and the handler import the same kprio and
+the same libraries on both sides. A real cluster's workers, and a Spark Connect server's Python
+workers, need kprio installed (or on their ``PYTHONPATH``) too.
 
 >>> from kprio_core.config import SparkSettings
 >>> session_conf(SparkSettings(conf={"spark.sql.shuffle.partitions": "8"}))["spark.sql.shuffle.partitions"]
 '8'
+>>> session_conf(SparkSettings(arrow_batch_records=123))["spark.sql.execution.arrow.maxRecordsPerBatch"]
+'123'
 >>> session_conf(SparkSettings())["spark.sql.session.timeZone"]
 'UTC'
->>> session_conf(SparkSettings(conf={"spark.sql.parquet.compression.codec": "snappy"}))["spark.sql.parquet.compression.codec"]
-'snappy'
 """
 
 from __future__ import annotations
@@ -30,19 +43,6 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     # A drain job has a handful of lanes, not 200: keep shuffles small unless configured.
     "spark.sql.shuffle.partitions": "8",
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
-    # The drain writes one directory per priority; by default Spark sorts the whole output by
-    # the partition columns first. Concurrent writers (one open file per priority in a task)
-    # skip that sort: it needs the planned-write rule off, which would otherwise add the sort.
-    "spark.sql.optimizer.plannedWrite.enabled": "false",
-    "spark.sql.maxConcurrentOutputFileWriters": "16",
-    # Drained Kafka payloads (JSON, text) shrink several times more with zstd than with Spark's
-    # default snappy, for about the same write cost: the write's CPU goes into turning rows into
-    # Parquet columns, not into the codec (measured with benchmarks/drain_bench.py).
-    "spark.sql.parquet.compression.codec": "zstd",
-    # Parquet's own timestamp type instead of Spark's default legacy INT96: what other readers
-    # expect, exact for Spark's microseconds, and no Julian-day conversion per value on write.
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
 
@@ -58,17 +58,17 @@ def build_session(settings: SparkSettings, app_name: str = "kprio") -> SparkSess
     """The run's SparkSession (created, or the active one reused) with the data source registered."""
     from pyspark.sql import SparkSession
 
-    from spark_jobs.datasource import KafkaRangeDataSource
+    from spark_jobs.source import register
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if settings.remote:
         builder = builder.remote(settings.remote)
     else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         builder = builder.master(settings.master).config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
     for key, value in session_conf(settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.dataSource.register(KafkaRangeDataSource)
+    register(spark)
     return spark

@@ -2,7 +2,26 @@
 
 - ``tests.fixtures.kafka``: one Kafka-protocol broker per test session (embedded noida-db on a
   free port, or the cluster in ``KPRIO_BOOTSTRAP_SERVERS``);
-- ``tests.fixtures.spark``: one local SparkSession per test session.
+- ``tests.fixtures.spark``: one local SparkSession per test session;
+- ``tests.fixtures.postgres``: a throwaway PostgreSQL server (installed with apt-get when missing).
 """
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark"]
+import gc
+
+import pytest
+
+pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres"]
+
+
+@pytest.fixture(autouse=True)
+def _librdkafka_clients_die_here(request: pytest.FixtureRequest):
+    """Collect a test's garbage on the main thread when it ends.
+
+    ``pytest.raises`` keeps the traceback of a Kafka error, whose frames hold the failing client:
+    a reference cycle. Left to the cyclic collector, it may run inside a librdkafka thread (any
+    allocation there can trigger it), and librdkafka aborts the process when a client is
+    destroyed from one of its own threads.
+    """
+    yield
+    if "kafka" in request.node.nodeid or request.node.get_closest_marker("broker"):
+        gc.collect()

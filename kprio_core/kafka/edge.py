@@ -17,7 +17,7 @@ from kprio_core.kafka.commit import CommitReport, decide_commits, group_of, writ
 from kprio_core.kafka.lag import raise_if_lost, take_snapshot
 from kprio_core.kafka.reads import group_offsets, high_watermarks, log_starts
 from kprio_core.kafka.times import offsets_for_time, window_range
-from kprio_core.kafka.topics import ensure_topics, verify_topics
+from kprio_core.kafka.topics import TopicMismatch, create_missing, ensure_topics, find_mismatches, verify_topics
 from kprio_core.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.priority import Priority
 from kprio_core.snapshot import LagSnapshot
@@ -141,12 +141,24 @@ class KafkaEdge:
                       config: Mapping[str, str] | None = None) -> dict[Priority, int]:
         """Create missing priority topics (``partitions`` each, default ``topic.partitions``), verify all.
 
-        ``config`` holds topic settings for the created topics, e.g. ``{"retention.ms": "-1"}``.
+        ``config`` holds topic settings for the created topics (default ``topic.topic_config``),
+        e.g. ``{"retention.ms": "-1"}``; the replication factor is ``topic.replication_factor``
+        (None: the broker's default).
         """
-        wanted = partitions if partitions is not None else topic.partitions
-        if wanted is None:
-            raise ValueError(f"{topic.name}: say how many partitions to create (topics.partitions is not set)")
-        return ensure_topics(self.admin, topic, wanted, self.deadline(), config)
+        wanted = partitions if partitions is not None else _partitions_to_create(topic)
+        return ensure_topics(self.admin, topic, wanted, self.deadline(),
+                             topic.topic_config if config is None else config,
+                             replication_factor=topic.replication_factor)
+
+    def create_topics(self, topic: TopicSettings) -> list[str]:
+        """Create the priority topics of ``topic`` the cluster lacks, as configured (partitions,
+        replication_factor, topic_config); the names created. Existing topics are left alone."""
+        return create_missing(self.admin, topic, _partitions_to_create(topic), self.deadline(),
+                              replication_factor=topic.replication_factor, config=topic.topic_config)
+
+    def topic_mismatches(self, topics: Iterable[TopicSettings]) -> list[TopicMismatch]:
+        """Every way the cluster's priority topics differ from ``topics`` (missing, partitions, replicas)."""
+        return find_mismatches(self.admin, topics, self.deadline())
 
     def delete_records(self, before: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
         """Delete records below the given offsets (as retention would); the new log start per partition."""
@@ -169,3 +181,12 @@ class KafkaEdge:
     def _verified(self, topic: TopicSettings, deadline: Deadline) -> dict[Priority, list[TopicPartitionKey]]:
         counts = verify_topics(self.admin, topic, deadline)
         return {p: [(topic.priority_topic(p), q) for q in range(n)] for p, n in counts.items()}
+
+
+def _partitions_to_create(topic: TopicSettings) -> int:
+    if topic.partitions is None:
+        raise ValueError(
+            f"topics[{topic.name}].partitions is not set: say how many partitions each priority topic gets "
+            "(e.g. partitions: 6) to create them"
+        )
+    return topic.partitions

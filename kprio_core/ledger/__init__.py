@@ -1,22 +1,31 @@
-"""The batch ledger: every drain plan, its reserved offset ranges and its state, in SQL.
+"""The batch ledger (schema v2): every drain plan, its offset ranges, state, lease and outcome, in SQL.
 
-``from kprio_core.ledger import Ledger, Batch, BatchState`` is the public surface; the
-submodules are schema (tables), engine (SQLite BEGIN IMMEDIATE), states (transitions),
-records (Batch, ids), stats (drain stats) and ledger (the Ledger itself).
+``from kprio_core.ledger import Ledger, Batch, BatchState`` is the public surface. The submodules:
+schema (tables), engine (SQLite BEGIN IMMEDIATE, dialect INSERT), meta (identity, numbering,
+refusing other schemas), states (transitions), records (Batch and the other values), codec
+(rows <-> values), rules (slots, overlap, holds, commit order), base (transactions), leases,
+attempts (retry, replay, split), derived (burst windows, rate samples, record sizes, throughput)
+and ledger (the Ledger itself: recording, transitions, commit order, reading).
 """
 
-from kprio_core.ledger.ledger import HISTORY_STATE, Ledger
-from kprio_core.ledger.records import Batch, BatchEvent, format_batch_id, parse_batch_id
+from kprio_core.ledger.ledger import Ledger, utc_now
+from kprio_core.ledger.meta import Identity
+from kprio_core.ledger.records import Batch, BatchEvent, DrainedSample, Hold, format_batch_id, parse_batch_id
+from kprio_core.ledger.schema import SCHEMA_VERSION
 from kprio_core.ledger.states import IN_FLIGHT, TRANSITIONS, BatchState
 
 __all__ = [
-    "HISTORY_STATE",
     "IN_FLIGHT",
+    "SCHEMA_VERSION",
     "TRANSITIONS",
     "Batch",
     "BatchEvent",
     "BatchState",
+    "DrainedSample",
+    "Hold",
+    "Identity",
     "Ledger",
     "format_batch_id",
     "parse_batch_id",
+    "utc_now",
 ]

@@ -4,7 +4,8 @@ pysqlite defers BEGIN until the first write, so two processes could both read "n
 and then both insert. Taking the write lock at BEGIN makes check-then-insert one atomic step;
 the busy timeout makes a second process wait for the lock instead of failing with
 "database is locked". Postgres runs at READ COMMITTED so that, once a reservation holds its
-topic row lock, its overlap query sees every reservation committed before it.
+topic row lock, its overlap query sees every reservation committed before it. The ledger runs
+on those two databases: :func:`insert_for` gives their INSERT, which knows ON CONFLICT.
 
 >>> engine = make_engine("sqlite://")
 >>> with engine.begin() as conn:
@@ -16,8 +17,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import Connection, Table, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Engine, make_url
+
+from kprio_core.errors import ConfigError
 
 DEFAULT_BUSY_TIMEOUT_S = 60.0
 
@@ -34,7 +38,13 @@ def make_engine(url: str | URL, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) 
         return engine
     if backend == "postgresql":
         return create_engine(parsed, pool_pre_ping=True, isolation_level="READ COMMITTED")
-    return create_engine(parsed, pool_pre_ping=True)
+    shown = parsed.render_as_string(hide_password=True)
+    raise ConfigError(f"ledger.url {shown}: the batch ledger runs on SQLite or PostgreSQL, not {backend}")
+
+
+def insert_for(conn: Connection, table: Table) -> sqlite.Insert | postgresql.Insert:
+    """The INSERT of the connection's dialect, with ``on_conflict_do_nothing`` / ``_do_update``."""
+    return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
 
 
 def _create_parent_dir(database: str | None) -> None:

@@ -1,59 +1,75 @@
-"""The batch ledger: plans, their ranges and states, reserved so two batches in flight never overlap.
+"""The batch ledger: plans, their ranges and states, so two batches never take the same offsets.
 
-Every method is one transaction, so a process that dies between two calls leaves the truth
-behind: a batch whose run died stays in flight (its ranges reserved) until someone calls
-:meth:`Ledger.abandon` or :meth:`Ledger.mark_failed`. A plan of 29 records of orders-2 drained
-as 5800 bytes gives 200 bytes per record; a second plan asking for offset 28 again conflicts:
+A plan of 29 records of orders-2[0] is batch b-000001; a second plan asking for offset 28 again
+conflicts; once the first fails it holds partition 0 from offset 0 on, while partition 1 drains:
 
 >>> from kprio_core.offsets import OffsetRange
 >>> from kprio_core.drain_plan import DrainPlan, PlannedRange
->>> def plan(start, end):
-...     r = PlannedRange(2, OffsetRange("orders-2", 0, start, end), est_bytes=200 * (end - start))
-...     return DrainPlan("orders", "lag-aware", 50, None, {2: 29}, {2: 29}, (r,))
+>>> def plan(partition, start, end):
+...     r = PlannedRange(2, OffsetRange("orders-2", partition, start, end), est_bytes=200 * (end - start))
+...     return DrainPlan("orders", "lag-aware", 50, None, {2: 29, 1: 14, 0: 7}, {2: 29}, (r,))
 >>> ledger = Ledger("sqlite://")
->>> b = ledger.record_plan(plan(0, 29))
+>>> b = ledger.record_plan(plan(0, 0, 29))
 >>> b.batch_id, b.state.value, b.attempts
 ('b-000001', 'planned', 1)
->>> ledger.mark_drained(b.batch_id, {"ranges": [{"topic": "orders-2", "records": 29, "bytes": 5800}]}).state.value
-'drained'
->>> ledger.avg_record_bytes("orders")
-{'orders-2': 200.0}
->>> ledger.record_plan(plan(28, 40))
+>>> ledger.record_plan(plan(0, 28, 40))
 Traceback (most recent call last):
 ...
-kprio_core.errors.RangeConflict: orders-2[0]@[28,40) overlaps orders-2[0]@[0,29) held by batch b-000001 (drained)
+kprio_core.errors.RangeConflict: plan of 'orders': orders-2[0]@[28,40) overlaps orders-2[0]@[0,29) held by batch b-000001 (planned)
+>>> ledger.mark_failed(b.batch_id, "drain failed: broker restarted", retry_at=None).holds
+True
+>>> [str(h) for h in ledger.holds("orders")]
+['orders-2[0] held from offset 0 by failed batch b-000001 (attempt 1): drain failed: broker restarted']
+>>> ledger.record_plan(plan(1, 0, 29)).batch_id
+'b-000002'
+>>> ledger.retry(b.batch_id, reason="automatic retry 2 of 3").attempts
+2
 >>> ledger.close()
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+import dataclasses
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Row, delete, func, insert, select, update
+from sqlalchemy import Connection, Row, insert, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError
 
-from kprio_core.errors import BatchNotFound, InvalidTransition, RangeConflict
-from kprio_core.ledger.engine import DEFAULT_BUSY_TIMEOUT_S, make_engine
-from kprio_core.ledger.records import Batch, BatchEvent, format_batch_id, parse_batch_id
-from kprio_core.ledger.schema import METADATA, batches, drained_topics, events, ranges, topic_locks, topic_state
-from kprio_core.ledger.states import IN_FLIGHT, REPLAYABLE, BatchState, check_transition
-from kprio_core.ledger.stats import topic_totals
-from kprio_core.offsets import OffsetRange
 from kprio_core.drain_plan import DrainPlan
+from kprio_core.errors import DrainStatsInvalid, InvalidTransition, LeaseLost, RangeConflict
+from kprio_core.ledger.attempts import AttemptMethods
+from kprio_core.ledger.base import need_reason
+from kprio_core.ledger.codec import (
+    CLEARED_OUTCOME,
+    drain_values,
+    from_us,
+    maybe_us,
+    offset_range,
+    outcome_values,
+    plan_json,
+    range_values,
+)
+from kprio_core.ledger.derived import DerivedReads
+from kprio_core.ledger.engine import DEFAULT_BUSY_TIMEOUT_S, make_engine
+from kprio_core.ledger.leases import LeaseMethods
+from kprio_core.ledger.meta import Identity, has_batches, number_after, open_schema, read_identity
+from kprio_core.ledger.records import Batch, BatchEvent, Hold
+from kprio_core.ledger.rules import full, predecessors, room_for, self_overlap, slots_in_use
+from kprio_core.ledger.schema import batches, events, meta, ranges
+from kprio_core.ledger.states import IN_FLIGHT, BatchState, check_transition
+from kprio_core.offsets import OffsetRange
+from kprio_core.priority import Priority
+from kprio_core.recovery import may_retry
+from kprio_core.results import CheckReport, CommitReport, DrainResult
 
 if TYPE_CHECKING:
-    from kprio_core.burst import PollHistory
     from kprio_core.config import LedgerSettings
 
-HISTORY_STATE = "burst.poll_history"
-"""Name under which :meth:`Ledger.save_history` keeps the poll-history windows of a topic."""
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_IN_FLIGHT_VALUES = sorted(s.value for s in IN_FLIGHT)
+S = BatchState
 
 
 def utc_now() -> datetime:
@@ -61,20 +77,19 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class Ledger:
-    """Batches of drain plans in a SQL database (SQLite file by default, any SQLAlchemy URL)."""
+class Ledger(AttemptMethods, LeaseMethods, DerivedReads):
+    """Batches of drain plans in SQLite (a file by default) or PostgreSQL. Every method is one transaction."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        clock: Callable[[], datetime] = utc_now,
-        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
-    ) -> None:
+    def __init__(self, url: str, *, clock: Callable[[], datetime] = utc_now,
+                 busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
         self._url = url
         self._clock = clock
         self._engine = make_engine(url, busy_timeout_s)
-        self._create_tables()
+        try:
+            self._ledger_id = self._open()
+        except BaseException:
+            self._engine.dispose()
+            raise
 
     @classmethod
     def from_settings(cls, s: LedgerSettings, **kwargs: Any) -> Ledger:
@@ -94,491 +109,268 @@ class Ledger:
         """Close every pooled connection."""
         self._engine.dispose()
 
-    # ----------------------------------------------------------------------------- reserving
-
-    def record_plan(self, plan: DrainPlan, *, max_in_flight: int | None = None) -> Batch:
-        """Store ``plan`` as a new planned batch holding its ranges, or raise :class:`RangeConflict`.
-
-        Conflicts: a range overlaps one held by a batch in flight, two ranges of the plan
-        overlap each other, or ``max_in_flight`` batches of the topic are already in flight.
-        """
-        _check_limit(max_in_flight)
-        _check_plan_overlap(plan)
-        now = self._now_us()
-        self._ensure_lock_row(plan.logical_topic)
-        with self._engine.begin() as conn:
-            self._lock_topic(conn, plan.logical_topic)
-            self._check_capacity(conn, plan.logical_topic, max_in_flight)
-            self._check_overlap(conn, plan.offset_ranges())
-            key = conn.execute(
-                insert(batches).values(
-                    logical_topic=plan.logical_topic,
-                    state=BatchState.PLANNED.value,
-                    plan_json=plan.to_json(),
-                    records=plan.records,
-                    est_bytes=plan.est_bytes,
-                    created_us=now,
-                    updated_us=now,
-                    attempts=1,
-                    replay_of_committed=False,
-                )
-            ).inserted_primary_key[0]
-            _insert_ranges(conn, key, plan)
-            self._log(conn, key, None, BatchState.PLANNED, 1, now, None)
-            return _to_batch(self._row(conn, key))
-
-    def replay(self, batch_id: str, *, max_in_flight: int | None = None) -> Batch:
-        """Reserve the exact ranges of a failed or committed batch again and move it back to planned.
-
-        ``attempts`` grows by one and the outputs of the previous attempt are cleared. A
-        committed batch keeps ``replay_of_committed=True`` for good: its re-drain rewrites the
-        same output and its commit step has nothing new to commit.
-        """
-        _check_limit(max_in_flight)
-        topic = self.get(batch_id).logical_topic
-        key = self._key(batch_id)
-        now = self._now_us()
-        self._ensure_lock_row(topic)
-        with self._engine.begin() as conn:
-            # Topic row first, batch row second: the same order as record_plan, so no deadlock.
-            self._lock_topic(conn, topic)
-            row = self._row(conn, key, for_update=True)
-            current = BatchState(row.state)
-            if current not in REPLAYABLE:
-                raise InvalidTransition(
-                    f"batch {batch_id} is {current.value} and cannot be replayed: only failed or committed "
-                    "batches can (it is still in flight; fail it first)"
-                )
-            check_transition(batch_id, current, BatchState.PLANNED)
-            self._check_capacity(conn, topic, max_in_flight)
-            self._check_overlap(conn, _to_plan(row).offset_ranges())
-            attempt = row.attempts + 1
-            conn.execute(
-                update(batches)
-                .where(batches.c.id == key)
-                .values(
-                    state=BatchState.PLANNED.value,
-                    updated_us=now,
-                    attempts=attempt,
-                    replay_of_committed=row.replay_of_committed or current is BatchState.COMMITTED,
-                    reason=None,
-                    drain_stats_json=None,
-                    check_results_json=None,
-                    commit_report_json=None,
-                )
-            )
-            self._log(conn, key, current, BatchState.PLANNED, attempt, now, f"replay of a {current.value} batch")
-            return _to_batch(self._row(conn, key))
-
-    # ----------------------------------------------------------------------------- transitions
-
-    def mark_drained(self, batch_id: str, stats: dict) -> Batch:
-        """The drain wrote the batch; ``stats`` has a ``ranges`` list with topic, records, bytes per range."""
-        totals = topic_totals(stats, where=batch_id)
-        values = {"drain_stats_json": _dump(stats, f"drain stats of {batch_id}"), "check_results_json": None}
-        return self._move(batch_id, BatchState.DRAINED, values, drained=totals)
-
-    def mark_checked(self, batch_id: str, results: dict) -> Batch:
-        """The blocking checks passed on the drained output."""
-        return self._move(batch_id, BatchState.CHECKED, {"check_results_json": _dump(results, f"checks of {batch_id}")})
-
-    def mark_committed(self, batch_id: str, report: dict) -> Batch:
-        """The offsets were committed; the batch releases its ranges."""
-        return self._move(batch_id, BatchState.COMMITTED, {"commit_report_json": _dump(report, f"commit of {batch_id}")})
-
-    def mark_failed(self, batch_id: str, reason: str) -> Batch:
-        """The batch failed (its ranges are released); ``reason`` says why."""
-        if not isinstance(reason, str) or not reason.strip():
-            raise ValueError(f"mark_failed({batch_id}): a failure needs a reason, got {reason!r}")
-        return self._move(batch_id, BatchState.FAILED, {"reason": reason}, reason=reason)
-
-    def abandon(self, batch_id: str, reason: str) -> Batch:
-        """Fail an in-flight batch whose run died (after a crash), releasing its ranges."""
-        return self.mark_failed(batch_id, f"abandoned: {reason}")
-
-    # ----------------------------------------------------------------------------- reading
-
-    def get(self, batch_id: str) -> Batch:
-        """The batch of that id, or :class:`BatchNotFound`."""
-        key = self._key(batch_id)
-        with self._engine.begin() as conn:
-            return _to_batch(self._row(conn, key))
-
-    def batches(
-        self,
-        logical_topic: str | None = None,
-        states: Iterable[BatchState] | None = None,
-        limit: int | None = None,
-    ) -> list[Batch]:
-        """Batches, newest first, optionally of one topic, in some states, at most ``limit``."""
-        query = select(batches).order_by(batches.c.id.desc())
-        if logical_topic is not None:
-            query = query.where(batches.c.logical_topic == logical_topic)
-        if states is not None:
-            query = query.where(batches.c.state.in_([BatchState(s).value for s in states]))
-        if limit is not None:
-            query = query.limit(limit)
-        with self._engine.begin() as conn:
-            return [_to_batch(row) for row in conn.execute(query)]
-
-    def in_flight(self, logical_topic: str | None = None) -> list[Batch]:
-        """Batches holding their ranges (planned, drained, checked), oldest first."""
-        return sorted(self.batches(logical_topic, IN_FLIGHT), key=lambda b: parse_batch_id(b.batch_id) or 0)
-
-    def reserved_ranges(self, logical_topic: str) -> list[OffsetRange]:
-        """Non-empty ranges held by the topic's batches in flight, sorted (the planner skips these)."""
-        query = (
-            select(ranges.c.topic, ranges.c.kafka_partition, ranges.c.start_offset, ranges.c.end_offset)
-            .join(batches, batches.c.id == ranges.c.batch_id)
-            .where(
-                batches.c.logical_topic == logical_topic,
-                batches.c.state.in_(_IN_FLIGHT_VALUES),
-                ranges.c.start_offset < ranges.c.end_offset,
-            )
-        )
-        with self._engine.begin() as conn:
-            return sorted(OffsetRange(*row) for row in conn.execute(query))
-
-    def events(self, batch_id: str | None = None, logical_topic: str | None = None) -> list[BatchEvent]:
-        """Transitions in the order they were logged, of one batch, one topic, or all."""
-        query = select(events).order_by(events.c.id)
-        if batch_id is not None:
-            self.get(batch_id)  # BatchNotFound for an unknown id rather than an empty list
-            query = query.where(events.c.batch_id == self._key(batch_id))
-        if logical_topic is not None:
-            query = query.join(batches, batches.c.id == events.c.batch_id).where(
-                batches.c.logical_topic == logical_topic
-            )
-        with self._engine.begin() as conn:
-            return [
-                BatchEvent(
-                    seq=row.id,
-                    batch_id=format_batch_id(row.batch_id),
-                    from_state=BatchState(row.from_state) if row.from_state else None,
-                    to_state=BatchState(row.to_state),
-                    attempt=row.attempt,
-                    at=_to_datetime(row.at_us),
-                    reason=row.reason,
-                )
-                for row in conn.execute(query)
-            ]
-
-    def avg_record_bytes(self, logical_topic: str, last_batches: int = 20) -> dict[str, float]:
-        """Bytes per record of each priority topic over the last ``last_batches`` batches that drained it.
-
-        A topic drained 29 records in 5800 B then 1 record in 400 B -> 6200 / 30 = 206.67 B.
-        Topics never drained (or drained with 0 records) are absent.
-        """
-        if last_batches < 1:
-            raise ValueError(f"avg_record_bytes({logical_topic!r}): last_batches must be >= 1, got {last_batches}")
-        d = drained_topics.c
-        recent = (
-            select(
-                d.topic,
-                d.records,
-                d.bytes,
-                func.row_number()
-                .over(partition_by=d.topic, order_by=(d.drained_us.desc(), d.batch_id.desc()))
-                .label("rank"),
-            )
-            .where(d.logical_topic == logical_topic)
-            .subquery()
-        )
-        query = (
-            select(recent.c.topic, func.sum(recent.c.records), func.sum(recent.c.bytes))
-            .where(recent.c.rank <= last_batches)
-            .group_by(recent.c.topic)
-            .order_by(recent.c.topic)
-        )
-        with self._engine.begin() as conn:
-            rows = conn.execute(query).all()
-        return {topic: int(size) / int(records) for topic, records, size in rows if records}
-
-    # ----------------------------------------------------------------------------- small state
-
-    def load_history(self, logical_topic: str) -> dict | None:
-        """The poll-history windows saved for the topic (``PollHistory.to_dict()``), or None."""
-        return self.load_state(logical_topic, HISTORY_STATE)
-
-    def save_history(self, logical_topic: str, history: dict) -> None:
-        """Keep the topic's poll-history windows (``PollHistory.to_dict()``) across restarts."""
-        self.save_state(logical_topic, HISTORY_STATE, history)
-
-    def load_poll_history(self, logical_topic: str) -> PollHistory | None:
-        """The saved windows as a ``kprio_core.burst.PollHistory``, or None when none were saved."""
-        saved = self.load_history(logical_topic)
-        if saved is None:
-            return None
-        from kprio_core.burst import PollHistory  # lazy: the ledger works without the burst module
-
-        return PollHistory.from_dict(saved)
-
-    def load_state(self, logical_topic: str, name: str) -> dict | None:
-        """The JSON state ``name`` of the topic (as json.loads gives it back), or None."""
-        query = select(topic_state.c.value_json).where(
-            topic_state.c.logical_topic == logical_topic, topic_state.c.name == name
-        )
-        with self._engine.begin() as conn:
-            text = conn.execute(query).scalar()
-        return None if text is None else json.loads(text)
-
-    def save_state(self, logical_topic: str, name: str, value: dict) -> None:
-        """Replace the JSON state ``name`` of the topic (e.g. the rate-quota tracker)."""
-        text = _dump(value, f"state {name!r} of {logical_topic!r}")
-        now = self._now_us()
-        where = (topic_state.c.logical_topic == logical_topic, topic_state.c.name == name)
+    def _open(self) -> str:
         for attempt in (1, 2):
             try:
                 with self._engine.begin() as conn:
-                    changed = conn.execute(update(topic_state).where(*where).values(value_json=text, updated_us=now))
-                    if not changed.rowcount:
-                        conn.execute(
-                            insert(topic_state).values(
-                                logical_topic=logical_topic, name=name, value_json=text, updated_us=now
-                            )
-                        )
-                return
-            except IntegrityError:
-                # Postgres: another process inserted the same key between our UPDATE and INSERT.
-                if attempt == 2:
-                    raise
-
-    # ----------------------------------------------------------------------------- internals
-
-    def _create_tables(self) -> None:
-        for attempt in (1, 2):
-            try:
-                with self._engine.begin() as conn:
-                    METADATA.create_all(conn)
-                return
+                    open_schema(conn, self._url, self._now_us())
+                    return read_identity(conn).ledger_id
             except DBAPIError:
                 # Postgres: two processes creating the tables at once; the loser's CREATE fails
                 # and the tables exist by the time it retries.
                 if attempt == 2:
                     raise
+        raise AssertionError("unreachable")
 
-    def _move(
-        self,
-        batch_id: str,
-        asked: BatchState,
-        values: dict[str, Any],
-        *,
-        reason: str | None = None,
-        drained: Mapping[str, tuple[int, int]] | None = None,
-    ) -> Batch:
-        key = self._key(batch_id)
-        now = self._now_us()
-        with self._engine.begin() as conn:
-            row = self._row(conn, key, for_update=True)
-            current = BatchState(row.state)
-            check_transition(batch_id, current, asked)
-            conn.execute(update(batches).where(batches.c.id == key).values(state=asked.value, updated_us=now, **values))
-            if drained is not None:
-                _replace_drained(conn, key, row.logical_topic, drained, now)
-            self._log(conn, key, current, asked, row.attempts, now, reason)
-            return _to_batch(self._row(conn, key))
+    # ----------------------------------------------------------------------------- identity
 
-    def _ensure_lock_row(self, logical_topic: str) -> None:
-        """Create the topic's lock row if missing, in its own transaction (so taking the lock never races an insert).
+    @property
+    def ledger_id(self) -> str:
+        """Random hex made when the ledger was created: tells this ledger's output from another life's."""
+        return self._ledger_id
 
-        Not cached per process: a lock row that went missing would silently lock nothing.
+    def identity(self) -> Identity:
+        with self._tx() as (conn, _):
+            return read_identity(conn)
+
+    def is_fresh(self) -> bool:
+        """True while no batch was ever recorded and no earlier life was adopted."""
+        with self._tx() as (conn, _):
+            return not has_batches(conn) and read_identity(conn).adopted_at is None
+
+    def number_batches_after(self, n: int) -> None:
+        """Number the next batch ``b-(n+1)`` or above, after an earlier life's batches.
+
+        Only before the first batch is recorded (else :class:`LedgerNotFresh`); never lowers the numbering.
         """
-        try:
-            with self._engine.begin() as conn:
-                exists = conn.execute(
-                    select(topic_locks.c.logical_topic).where(topic_locks.c.logical_topic == logical_topic)
-                ).first()
-                if exists is None:
-                    conn.execute(insert(topic_locks).values(logical_topic=logical_topic))
-        except IntegrityError:
-            pass  # another process created it first: that is all we needed
+        if n < 0:
+            raise ValueError(f"batch numbers are >= 0, got {n}")
+        with self._engine.begin() as conn:
+            number_after(conn, n)
 
-    @staticmethod
-    def _lock_topic(conn: Connection, logical_topic: str) -> None:
-        # Postgres: serialises reservations of one topic. SQLite: BEGIN IMMEDIATE already holds
-        # the database write lock and SQLAlchemy drops FOR UPDATE from the statement.
-        conn.execute(
-            select(topic_locks.c.logical_topic).where(topic_locks.c.logical_topic == logical_topic).with_for_update()
-        )
+    def mark_adopted(self, note: str) -> None:
+        """Record that an earlier life's committed offsets and output were adopted (``note`` says what)."""
+        need_reason("mark_adopted", "the ledger", note)
+        now = self._now_us()
+        with self._tx() as (conn, _):
+            conn.execute(update(meta).where(meta.c.id == 1).values(adopted_us=now, adopted_note=note))
 
-    @staticmethod
-    def _check_capacity(conn: Connection, logical_topic: str, max_in_flight: int | None) -> None:
-        if max_in_flight is None:
-            return
-        keys = conn.execute(
-            select(batches.c.id)
-            .where(batches.c.logical_topic == logical_topic, batches.c.state.in_(_IN_FLIGHT_VALUES))
-            .order_by(batches.c.id)
-        ).scalars().all()
-        if len(keys) >= max_in_flight:
-            held = ", ".join(format_batch_id(k) for k in keys)
-            raise RangeConflict(
-                f"logical topic {logical_topic!r} already has {len(keys)} batch(es) in flight "
-                f"(max_in_flight={max_in_flight}): {held}"
-            )
+    # ----------------------------------------------------------------------------- reserving
 
-    @staticmethod
-    def _check_overlap(conn: Connection, wanted: Iterable[OffsetRange]) -> None:
-        wanted = sorted(r for r in wanted if r.count)  # an empty range holds no offset
-        if not wanted:
-            return
+    def record_plan(self, plan: DrainPlan, *, max_in_flight: int | None = None) -> Batch:
+        """Store ``plan`` as a new planned batch reserving its ranges, or raise :class:`RangeConflict`.
+
+        Conflicts: two ranges of the plan overlap; a range overlaps one of a batch in flight or
+        lies on a partition a failed batch holds; or a priority of the plan already has
+        ``max_in_flight`` batches in flight (slots are per priority). Empty ranges hold no offset
+        and are not recorded.
+        """
+        what = f"plan of {plan.logical_topic!r}"
+        plan = dataclasses.replace(plan, ranges=tuple(r for r in plan.ranges if r.range.count))
+        problem = self_overlap(plan.offset_ranges())
+        if problem:
+            raise RangeConflict(f"{what}: {problem}")
+        now = self._now_us()
+        with self._tx(lock_numbering=True) as (conn, numbering):
+            self._lock_topic(conn, plan.logical_topic)
+            taken = self._taken(conn, numbering, plan.logical_topic)
+            room_for(what, plan.offset_ranges(), {r.priority for r in plan.ranges}, taken, max_in_flight)
+            key = conn.execute(insert(batches).values(
+                logical_topic=plan.logical_topic, state=S.PLANNED.value, plan_json=plan_json(plan), attempts=1,
+                replay_of_committed=False, created_us=now, updated_us=now,
+            )).inserted_primary_key[0]
+            if plan.ranges:
+                conn.execute(insert(ranges), [{"batch_id": key, **range_values(r)} for r in plan.ranges])
+            self._log(conn, key, None, S.PLANNED, 1, now, None)
+            return self._batch(conn, numbering, key)
+
+    # ----------------------------------------------------------------------------- transitions
+
+    def mark_drained(self, batch_id: str, result: DrainResult) -> Batch:
+        """The drain wrote (and staged) the batch's ranges; ``result`` replaces any earlier drain and voids checks.
+
+        :class:`LeaseLost` when ``result`` is of an older attempt than the batch's (a newer one owns it).
+        """
+        def apply(conn: Connection, row: Row, now: int) -> dict[str, Any]:
+            rows = self._range_rows(conn, [row.id])[row.id]
+            stats = _match_drain(batch_id, row, rows, result)
+            for r in rows:
+                values = outcome_values(stats[r.id]) if r.id in stats else CLEARED_OUTCOME
+                conn.execute(update(ranges).where(ranges.c.id == r.id).values(**values))
+            return {"drained_us": now, **drain_values(result), "checks_json": None}
+
+        return self._move(batch_id, S.DRAINED, apply)
+
+    def mark_checked(self, batch_id: str, report: CheckReport) -> Batch:
+        """The blocking checks passed on the drained output, and it was published.
+
+        A failed check is allowed only on ranges already split off (it must name them).
+        """
+        def apply(conn: Connection, row: Row, now: int) -> dict[str, Any]:
+            mine = {offset_range(r) for r in self._range_rows(conn, [row.id])[row.id]}
+            for outcome in report.failed:
+                still = [r for r in outcome.failed_ranges if r in mine]
+                if still or not outcome.failed_ranges:
+                    where = ", ".join(map(str, still)) or "ranges it does not name"
+                    raise InvalidTransition(f"batch {batch_id} cannot become checked: {outcome.failure()}, on {where} "
+                                            "of this batch; split those ranges off or fail the batch")
+            return {"checks_json": report.to_json()}
+
+        return self._move(batch_id, S.CHECKED, apply)
+
+    def mark_committed(self, batch_id: str, report: CommitReport) -> Batch:
+        """The offsets were committed (check :meth:`ready_to_commit` first); the batch releases its lease.
+
+        ``committed_at`` stays the first commit's time: a re-drain's commit commits nothing new.
+        """
+        return self._move(batch_id, S.COMMITTED, lambda conn, row, now: {
+            "commit_json": report.to_json(), "committed_us": row.committed_us or now,
+            "lease_owner": None, "lease_until_us": None})
+
+    def mark_failed(self, batch_id: str, reason: str, *, retry_at: datetime | None) -> Batch:
+        """The batch failed (``reason`` says why); it holds its partitions (unless a re-drain of committed offsets).
+
+        ``retry_at``: not retried automatically before then (None: at once, or only by an operator).
+        """
+        need_reason("mark_failed", batch_id, reason)
+        return self._move(batch_id, S.FAILED, lambda conn, row, now: {
+            "reason": reason, "retry_at_us": maybe_us(retry_at), "lease_owner": None, "lease_until_us": None,
+        }, reason=reason)
+
+    def _move(self, batch_id: str, asked: BatchState, apply: Callable[[Connection, Row, int], dict[str, Any]], *,
+              reason: str | None = None) -> Batch:
+        now = self._now_us()
+        with self._tx() as (conn, numbering):
+            row = self._row(conn, numbering, batch_id, for_update=True)
+            current = S(row.state)
+            check_transition(batch_id, current, asked)
+            values = apply(conn, row, now)
+            conn.execute(update(batches).where(batches.c.id == row.id).values(state=asked.value, updated_us=now,
+                                                                                **values))
+            self._log(conn, row.id, current, asked, row.attempts, now, reason)
+            return self._batch(conn, numbering, row.id)
+
+    # ----------------------------------------------------------------------------- commit order
+
+    def blocking_predecessors(self, batch_id: str) -> list[Batch]:
+        """Batches in flight or holding with an earlier range on one of this batch's partitions, oldest first.
+
+        This batch must not commit before they do (it would commit past their offsets). A re-drain
+        of committed offsets has none and is nobody's.
+        """
+        with self._tx() as (conn, numbering):
+            batch = self._batch(conn, numbering, self._row(conn, numbering, batch_id).id)
+            if batch.replay_of_committed:
+                return []
+            taken = self._taken(conn, numbering, batch.logical_topic)
+            keys = [numbering.key(b) for b in predecessors(batch.plan.offset_ranges(), taken, batch_id)]
+            return self._load(conn, numbering, select(batches).where(batches.c.id.in_(keys)).order_by(batches.c.id))
+
+    def ready_to_commit(self, logical_topic: str) -> list[Batch]:
+        """Checked batches of the topic with no blocking predecessor, oldest first."""
+        query = (select(batches).where(batches.c.logical_topic == logical_topic, batches.c.state == S.CHECKED.value)
+                 .order_by(batches.c.id))
+        with self._tx() as (conn, numbering):
+            taken = self._taken(conn, numbering, logical_topic)
+            checked = self._load(conn, numbering, query)
+        return [b for b in checked
+                if b.replay_of_committed or not predecessors(b.plan.offset_ranges(), taken, b.batch_id)]
+
+    # ----------------------------------------------------------------------------- reading
+
+    def get(self, batch_id: str) -> Batch:
+        """The batch of that id, or :class:`BatchNotFound`."""
+        with self._tx() as (conn, numbering):
+            return self._batch(conn, numbering, self._row(conn, numbering, batch_id).id)
+
+    def batches(self, logical_topic: str | None = None, states: Iterable[BatchState] | None = None,
+                limit: int | None = None) -> list[Batch]:
+        """Batches, newest first, optionally of one topic, in some states, at most ``limit``."""
+        query = select(batches).order_by(batches.c.id.desc())
+        if logical_topic is not None:
+            query = query.where(batches.c.logical_topic == logical_topic)
+        if states is not None:
+            query = query.where(batches.c.state.in_([S(s).value for s in states]))
+        if limit is not None:
+            query = query.limit(limit)
+        with self._tx() as (conn, numbering):
+            return self._load(conn, numbering, query)
+
+    def in_flight(self, logical_topic: str | None = None) -> list[Batch]:
+        """Batches reserving their ranges (planned, drained, checked), oldest first."""
+        return self.batches(logical_topic, IN_FLIGHT)[::-1]
+
+    def reserved_ranges(self, logical_topic: str) -> list[OffsetRange]:
+        """Non-empty ranges of the topic's batches in flight, sorted (the planner skips these and :meth:`holds`)."""
+        with self._tx() as (conn, numbering):
+            taken = self._taken(conn, numbering, logical_topic)
+        return sorted(t.range for t in taken if t.in_flight and t.range.count)
+
+    def holds(self, logical_topic: str, max_attempts: int | None = None) -> list[Hold]:
+        """Partitions held by the topic's failed batches, one per batch and partition, from its first range there.
+
+        ``max_attempts`` marks holds whose batch may no longer be retried automatically.
+        """
         query = (
-            select(
-                ranges.c.topic,
-                ranges.c.kafka_partition,
-                ranges.c.start_offset,
-                ranges.c.end_offset,
-                batches.c.id,
-                batches.c.state,
-            )
+            select(ranges.c.topic, ranges.c.kafka_partition, ranges.c.start_offset, batches)
             .join(batches, batches.c.id == ranges.c.batch_id)
-            .where(
-                batches.c.state.in_(_IN_FLIGHT_VALUES),
-                ranges.c.topic.in_(sorted({r.topic for r in wanted})),
-                ranges.c.start_offset < ranges.c.end_offset,
-            )
-            .order_by(batches.c.id, ranges.c.topic, ranges.c.kafka_partition, ranges.c.start_offset)
+            .where(batches.c.logical_topic == logical_topic, batches.c.state == S.FAILED.value,
+                   batches.c.replay_of_committed.is_(False), ranges.c.start_offset < ranges.c.end_offset)
         )
-        held = [(OffsetRange(t, p, s, e), key, state) for t, p, s, e, key, state in conn.execute(query)]
-        conflicts = [(w, h, key, state) for w in wanted for h, key, state in held if w.overlaps(h)]
-        if conflicts:
-            w, h, key, state = conflicts[0]
-            more = f" (and {len(conflicts) - 1} more overlaps)" if len(conflicts) > 1 else ""
-            raise RangeConflict(f"{w} overlaps {h} held by batch {format_batch_id(key)} ({state}){more}")
+        with self._tx() as (conn, numbering):
+            rows = conn.execute(query).all()
+        first: dict[tuple[str, int, int], Row] = {}
+        for r in rows:
+            key = (r.topic, r.kafka_partition, r.id)
+            if key not in first or r.start_offset < first[key].start_offset:
+                first[key] = r
+        found = [
+            Hold(r.topic, r.kafka_partition, r.start_offset, numbering.batch_id(r.id), S.FAILED, r.reason,
+                 r.attempts, None if r.retry_at_us is None else from_us(r.retry_at_us),
+                 max_attempts is not None and not may_retry(attempts=r.attempts, max_attempts=max_attempts))
+            for r in first.values()
+        ]
+        return sorted(found, key=lambda h: (h.topic, h.partition, h.start))
 
-    @staticmethod
-    def _row(conn: Connection, key: int, *, for_update: bool = False) -> Row:
-        query = select(batches).where(batches.c.id == key)
-        if for_update:
-            query = query.with_for_update()
-        row = conn.execute(query).first()
-        if row is None:
-            raise BatchNotFound(f"the ledger has no batch {format_batch_id(key)}")
-        return row
+    def full_priorities(self, logical_topic: str, max_in_flight: int) -> dict[Priority, list[str]]:
+        """Priorities whose ``max_in_flight`` slots are all taken, with the batches taking them (oldest first)."""
+        with self._tx() as (conn, numbering):
+            return full(slots_in_use(self._taken(conn, numbering, logical_topic)), max_in_flight)
 
-    def _log(
-        self,
-        conn: Connection,
-        key: int,
-        from_state: BatchState | None,
-        to_state: BatchState,
-        attempt: int,
-        at_us: int,
-        reason: str | None,
-    ) -> None:
-        conn.execute(
-            insert(events).values(
-                batch_id=key,
-                from_state=from_state.value if from_state else None,
-                to_state=to_state.value,
-                attempt=attempt,
-                at_us=at_us,
-                reason=reason,
-            )
-        )
-
-    def _key(self, batch_id: str) -> int:
-        key = parse_batch_id(batch_id)
-        if key is None:
-            raise BatchNotFound(f"{batch_id!r} is not a ledger batch id (expected like 'b-000042')")
-        return key
-
-    def _now_us(self) -> int:
-        now = self._clock()
-        if now.tzinfo is None:
-            raise ValueError(f"the ledger clock must return an aware datetime, got {now!r}")
-        return (now - _EPOCH) // timedelta(microseconds=1)
+    def events(self, batch_id: str | None = None, logical_topic: str | None = None) -> list[BatchEvent]:
+        """Logged steps in the order they were logged, of one batch, one topic, or all."""
+        query = select(events).order_by(events.c.id)
+        if logical_topic is not None:
+            query = query.join(batches, batches.c.id == events.c.batch_id).where(
+                batches.c.logical_topic == logical_topic)
+        with self._tx() as (conn, numbering):
+            if batch_id is not None:
+                query = query.where(events.c.batch_id == self._row(conn, numbering, batch_id).id)
+            return [
+                BatchEvent(row.id, numbering.batch_id(row.batch_id), S(row.from_state) if row.from_state else None,
+                           S(row.to_state), row.attempt, from_us(row.at_us), row.reason)
+                for row in conn.execute(query)
+            ]
 
 
-def _check_limit(max_in_flight: int | None) -> None:
-    if max_in_flight is not None and max_in_flight < 1:
-        raise ValueError(f"max_in_flight must be >= 1 or None, got {max_in_flight}")
-
-
-def _check_plan_overlap(plan: DrainPlan) -> None:
-    """Two ranges of one plan may not hold the same offset (the ledger could not tell them apart)."""
-    previous: OffsetRange | None = None
-    for r in sorted(r for r in plan.offset_ranges() if r.count):
-        if previous is not None and previous.overlaps(r):
-            raise RangeConflict(f"plan of {plan.logical_topic!r}: {previous} overlaps {r} of the same plan")
-        previous = r
-
-
-def _insert_ranges(conn: Connection, key: int, plan: DrainPlan) -> None:
-    if not plan.ranges:
-        return
-    conn.execute(
-        insert(ranges),
-        [
-            {
-                "batch_id": key,
-                "topic": p.range.topic,
-                "kafka_partition": p.range.partition,
-                "start_offset": p.range.start,
-                "end_offset": p.range.end,
-                "priority": p.priority,
-                "est_bytes": p.est_bytes,
-            }
-            for p in plan.ranges
-        ],
-    )
-
-
-def _replace_drained(
-    conn: Connection, key: int, logical_topic: str, totals: Mapping[str, tuple[int, int]], now_us: int
-) -> None:
-    # A rerun of the drain replaces the previous numbers: the batch counts once per topic.
-    conn.execute(delete(drained_topics).where(drained_topics.c.batch_id == key))
-    if totals:
-        conn.execute(
-            insert(drained_topics),
-            [
-                {
-                    "batch_id": key,
-                    "topic": topic,
-                    "logical_topic": logical_topic,
-                    "records": records,
-                    "bytes": size,
-                    "drained_us": now_us,
-                }
-                for topic, (records, size) in sorted(totals.items())
-            ],
-        )
-
-
-def _dump(value: Mapping, what: str) -> str:
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{what} must be a dict, got {type(value).__name__}")
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{what} is not JSON-serialisable: {err}") from None
-
-
-def _load(text: str | None) -> dict | None:
-    return None if text is None else json.loads(text)
-
-
-def _to_datetime(us: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=us)
-
-
-def _to_plan(row: Row) -> DrainPlan:
-    return DrainPlan.from_json(row.plan_json)
-
-
-def _to_batch(row: Row) -> Batch:
-    return Batch(
-        batch_id=format_batch_id(row.id),
-        logical_topic=row.logical_topic,
-        state=BatchState(row.state),
-        plan=_to_plan(row),
-        created_at=_to_datetime(row.created_us),
-        updated_at=_to_datetime(row.updated_us),
-        attempts=row.attempts,
-        reason=row.reason,
-        drain_stats=_load(row.drain_stats_json),
-        check_results=_load(row.check_results_json),
-        commit_report=_load(row.commit_report_json),
-        replay_of_committed=bool(row.replay_of_committed),
-    )
+def _match_drain(batch_id: str, row: Row, rows: Sequence[Row], result: DrainResult) -> dict[int, Any]:
+    """Range row id -> its stats in ``result``; refuse a result that is not of this batch's current attempt."""
+    where = f"drain result of {batch_id}"
+    if result.batch_id != batch_id or result.logical_topic != row.logical_topic:
+        raise DrainStatsInvalid(f"{where}: it names batch {result.batch_id} of {result.logical_topic!r}")
+    if result.attempt != row.attempts:
+        raise LeaseLost(f"{where} is of attempt {result.attempt}, but the batch is at attempt {row.attempts}: "
+                        "a newer attempt owns it")
+    by_range = {offset_range(r): r for r in rows}
+    found: dict[int, Any] = {}
+    for s in result.ranges:
+        r = by_range.get(s.range)
+        if r is None or r.priority != s.priority:
+            raise DrainStatsInvalid(f"{where}: {s.range} (priority {s.priority}) is not a range of the batch")
+        if r.id in found:
+            raise DrainStatsInvalid(f"{where}: {s.range} is there twice")
+        found[r.id] = s
+    missing = [str(offset_range(r)) for r in rows if r.id not in found and r.end_offset > r.start_offset]
+    if missing:
+        raise DrainStatsInvalid(f"{where}: no stats for {', '.join(missing)}")
+    return found

@@ -1,6 +1,6 @@
-"""What the ledger hands out: a :class:`Batch` (one plan and where it stands) and its events.
+"""What the ledger hands out: a :class:`Batch` (one plan and where it stands), its events, holds, samples.
 
-Batch ids are ``b-`` plus the ledger's autoincrement key, zero-padded to six digits.
+Batch ids are ``b-`` plus the batch number, zero-padded to six digits.
 
 >>> format_batch_id(42), parse_batch_id("b-000042"), format_batch_id(1234567)
 ('b-000042', 42, 'b-1234567')
@@ -13,56 +13,91 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
-from kprio_core.ledger.states import BatchState
 from kprio_core.drain_plan import DrainPlan
+from kprio_core.ledger.states import BatchState
+from kprio_core.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.planner import held_range
+from kprio_core.priority import Priority
+from kprio_core.recovery import Lease
+from kprio_core.results import CheckReport, CommitReport, DrainResult
 
 _BATCH_ID = re.compile(r"b-(\d+)")
 
 
-def format_batch_id(key: int) -> str:
-    """The public id of the batch stored under autoincrement ``key``."""
-    return f"b-{key:06d}"
+def format_batch_id(number: int) -> str:
+    """The public id of batch ``number``."""
+    return f"b-{number:06d}"
 
 
 def parse_batch_id(batch_id: str) -> int | None:
-    """The autoincrement key of ``batch_id``, or None when it is not a ledger id."""
+    """The number of ``batch_id``, or None when it is not a ledger id."""
     match = _BATCH_ID.fullmatch(batch_id) if isinstance(batch_id, str) else None
     return int(match.group(1)) if match else None
+
+
+def batch_number(batch_id: str) -> int:
+    """Sort key of batch ids: their number (0 for a foreign id)."""
+    return parse_batch_id(batch_id) or 0
 
 
 @dataclass(frozen=True)
 class Batch:
     """One recorded plan and where it stands.
 
-    ``attempts`` counts reservations (1 when recorded, +1 per replay). ``replay_of_committed``
+    ``attempts`` counts tries (1 when recorded, +1 per retry or replay). ``replay_of_committed``
     is True once an earlier attempt committed the batch's offsets: a replay then re-drains the
-    same ranges, and its commit step has nothing new to commit (offsets never move backwards).
-    ``drain_stats``, ``check_results`` and ``commit_report`` belong to the current attempt.
+    same ranges, its commit has nothing new to commit, and its failure holds nothing.
+    ``drain`` and ``checks`` belong to the current attempt (None until it drained / passed);
+    ``committed_at`` is when its offsets were committed (the first commit); ``parent`` is the
+    batch this one was split from; ``lease`` is set while a run works on it.
     """
 
     batch_id: str
     logical_topic: str
     state: BatchState
     plan: DrainPlan
+    attempts: int
     created_at: datetime
     updated_at: datetime
-    attempts: int
-    reason: str | None
-    drain_stats: dict | None
-    check_results: dict | None
-    commit_report: dict | None
+    reason: str | None = None
     replay_of_committed: bool = False
+    parent: str | None = None
+    retry_at: datetime | None = None
+    lease: Lease | None = None
+    drain: DrainResult | None = None
+    checks: CheckReport | None = None
+    commit: CommitReport | None = None
+    committed_at: datetime | None = None
 
     @property
     def in_flight(self) -> bool:
-        """True while the batch holds its ranges (planned, drained or checked)."""
+        """True while the batch reserves its ranges (planned, drained or checked)."""
         return self.state.in_flight
+
+    @property
+    def holds(self) -> bool:
+        """True when the batch failed and holds its partitions from its ranges' starts."""
+        return self.state is BatchState.FAILED and not self.replay_of_committed
+
+    @property
+    def priorities(self) -> frozenset[Priority]:
+        """Priorities of its ranges: while in flight it takes one slot of each."""
+        return frozenset(r.priority for r in self.plan.ranges)
+
+    @property
+    def partitions(self) -> frozenset[TopicPartitionKey]:
+        return frozenset(r.range.topic_partition for r in self.plan.ranges)
 
 
 @dataclass(frozen=True, slots=True)
 class BatchEvent:
-    """One transition; ``seq`` orders a ledger's events (on SQLite exactly as they were committed)."""
+    """One logged step; ``seq`` orders a ledger's events (on SQLite exactly as they were committed).
+
+    A move has ``from_state != to_state``; a lease take-over, a retry of a stuck batch and a
+    split log ``from_state == to_state``; a recorded (or split-off) batch has ``from_state None``.
+    """
 
     seq: int
     batch_id: str
@@ -71,3 +106,53 @@ class BatchEvent:
     attempt: int
     at: datetime
     reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A partition held from ``start`` on: nothing later on it is planned (a later batch could not commit past it).
+
+    The ledger's holds are failed batches; a caller may add its own (``batch_id`` None), e.g.
+    offsets lost to retention.
+
+    >>> h = Hold("orders-0", 1, 120, "b-000007", BatchState.FAILED, "values_match_schema failed", attempts=3,
+    ...          retry_at=None, exhausted=True)
+    >>> h.range.start, h.range.end == (1 << 63) - 1
+    (120, True)
+    >>> str(h)
+    'orders-0[1] held from offset 120 by failed batch b-000007 (attempt 3, retries exhausted): values_match_schema failed'
+    """
+
+    topic: str
+    partition: int
+    start: int
+    batch_id: str | None
+    state: BatchState | None
+    reason: str | None
+    attempts: int
+    retry_at: datetime | None
+    exhausted: bool
+    """True when the batch failed ``max_attempts`` times: only an operator retries it."""
+
+    @property
+    def range(self) -> OffsetRange:
+        """The reservation the planner skips: ``[start, END_OF_LOG)``."""
+        return held_range(self.topic, self.partition, self.start)
+
+    def __str__(self) -> str:
+        where = f"{self.topic}[{self.partition}] held from offset {self.start}"
+        if self.batch_id is None:
+            return f"{where}: {self.reason}"
+        more = ", retries exhausted" if self.exhausted else ""
+        return f"{where} by failed batch {self.batch_id} (attempt {self.attempts}{more}): {self.reason}"
+
+
+class DrainedSample(NamedTuple):
+    """Records and bytes one committed batch drained of one priority (a rate-quota sample)."""
+
+    at: datetime
+    """When the batch was committed."""
+    priority: Priority
+    records: int
+    """Output rows plus dead letters: both were consumed."""
+    bytes: int

@@ -1,8 +1,12 @@
-"""Tables of the batch ledger (SQLAlchemy Core), portable across SQLite and Postgres.
+"""Tables of the batch ledger, schema v2 (SQLAlchemy Core), portable across SQLite and Postgres.
 
-Times are integer microseconds since the epoch (UTC) so every database stores them alike.
-A range is *reserved* while its batch is in flight: that is read from ``batches.state``,
-never stored twice.
+One copy of each fact: a batch's ranges live only in ``kprio_ranges`` (its plan JSON keeps the
+decisions, not the ranges); a range's drain outcome lives only on its range row; burst windows,
+rate samples, average record sizes and throughput are derived from these rows on read.
+Times are integer microseconds since the epoch (UTC), so every database stores them alike.
+
+>>> sorted(t.name for t in METADATA.sorted_tables)
+['kprio_batches', 'kprio_events', 'kprio_meta', 'kprio_ranges', 'kprio_topic_locks']
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -20,26 +25,50 @@ from sqlalchemy import (
     Text,
 )
 
+SCHEMA_VERSION = 2
+
 METADATA = MetaData()
+
+meta = Table(
+    "kprio_meta",
+    METADATA,
+    # One row (id 1): who this ledger is, so output and a later life can tell ledgers apart.
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("ledger_id", String(32), nullable=False),
+    # Batch number of autoincrement key 1; raised by number_batches_after() while no batch exists.
+    Column("first_batch", BigInteger, nullable=False),
+    Column("created_us", BigInteger, nullable=False),
+    Column("adopted_us", BigInteger),
+    Column("adopted_note", Text),
+)
 
 batches = Table(
     "kprio_batches",
     METADATA,
     # AUTOINCREMENT on SQLite so a key (and so a batch id) is never handed out twice.
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("logical_topic", String(255), nullable=False, index=True),
-    Column("state", String(16), nullable=False, index=True),
-    Column("plan_json", Text, nullable=False),
-    Column("records", BigInteger, nullable=False),
-    Column("est_bytes", BigInteger, nullable=False),
-    Column("created_us", BigInteger, nullable=False),
-    Column("updated_us", BigInteger, nullable=False),
+    Column("logical_topic", String(255), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("plan_json", Text, nullable=False),  # the DrainPlan without its ranges
     Column("attempts", Integer, nullable=False),
     Column("replay_of_committed", Boolean, nullable=False),
+    Column("parent_id", Integer, ForeignKey("kprio_batches.id")),  # the batch this one was split from
     Column("reason", Text),
-    Column("drain_stats_json", Text),
-    Column("check_results_json", Text),
-    Column("commit_report_json", Text),
+    Column("retry_at_us", BigInteger),
+    Column("lease_owner", String(255)),
+    Column("lease_until_us", BigInteger),
+    Column("created_us", BigInteger, nullable=False),
+    Column("updated_us", BigInteger, nullable=False),
+    # The last drain's numbers (per-range ones are on the range rows), kept across retries until
+    # the next drain replaces them; drain_json is set while the current attempt has drained.
+    Column("drained_us", BigInteger),
+    Column("drain_seconds", Float),
+    Column("drain_json", Text),  # DrainResult without batch id, topic, ranges and seconds
+    Column("checks_json", Text),
+    Column("commit_json", Text),
+    Column("committed_us", BigInteger),  # when its offsets were committed (the first commit)
+    Index("ix_kprio_batches_topic_state", "logical_topic", "state"),
     sqlite_autoincrement=True,
 )
 
@@ -48,12 +77,18 @@ ranges = Table(
     METADATA,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("batch_id", Integer, ForeignKey("kprio_batches.id"), nullable=False, index=True),
+    Column("priority", Integer, nullable=False),
     Column("topic", String(255), nullable=False),
     Column("kafka_partition", Integer, nullable=False),
     Column("start_offset", BigInteger, nullable=False),
     Column("end_offset", BigInteger, nullable=False),
-    Column("priority", Integer, nullable=False),
     Column("est_bytes", BigInteger, nullable=False),
+    # The last drain's outcome (NULL until drained): RangeStats split into the numbers the
+    # ledger sums and a JSON of the rest.
+    Column("output", BigInteger),
+    Column("dead", BigInteger),
+    Column("bytes", BigInteger),
+    Column("stats_json", Text),
     Index("ix_kprio_ranges_partition", "topic", "kafka_partition", "start_offset"),
 )
 
@@ -70,32 +105,9 @@ events = Table(
     sqlite_autoincrement=True,
 )
 
-drained_topics = Table(
-    "kprio_drained_topics",
-    METADATA,
-    # Records and bytes one batch drained from one priority topic (for average record sizes).
-    Column("batch_id", Integer, ForeignKey("kprio_batches.id"), primary_key=True),
-    Column("topic", String(255), primary_key=True),
-    Column("logical_topic", String(255), nullable=False),
-    Column("records", BigInteger, nullable=False),
-    Column("bytes", BigInteger, nullable=False),
-    Column("drained_us", BigInteger, nullable=False),
-    Index("ix_kprio_drained_topics_recent", "logical_topic", "topic", "drained_us"),
-)
-
 topic_locks = Table(
     "kprio_topic_locks",
     METADATA,
     # One row per logical topic; Postgres reservations take it with SELECT ... FOR UPDATE.
     Column("logical_topic", String(255), primary_key=True),
-)
-
-topic_state = Table(
-    "kprio_topic_state",
-    METADATA,
-    # Small JSON state per logical topic that must survive restarts (burst windows, rate tracker).
-    Column("logical_topic", String(255), primary_key=True),
-    Column("name", String(255), primary_key=True),
-    Column("value_json", Text, nullable=False),
-    Column("updated_us", BigInteger, nullable=False),
 )

@@ -1,7 +1,9 @@
 """Batch states of the ledger and the one table of allowed transitions.
 
-A batch is *in flight* (it holds its offset ranges) while planned, drained or checked.
-Only :meth:`Ledger.replay` moves a batch back to planned.
+A batch is *in flight* while planned, drained or checked: it reserves its offset ranges and takes
+one slot of every priority it has ranges in. A *failed* batch holds each partition of its ranges
+from the range's start on (unless it re-drained offsets already committed). Only retry and
+replay move a batch back to planned.
 
 >>> BatchState.DRAINED.in_flight, BatchState.FAILED.in_flight
 (True, False)
@@ -30,7 +32,7 @@ class BatchState(str, enum.Enum):
 
     @property
     def in_flight(self) -> bool:
-        """True while the batch holds its ranges (planned, drained, checked)."""
+        """True while the batch reserves its ranges (planned, drained, checked)."""
         return self in IN_FLIGHT
 
     def __str__(self) -> str:
@@ -38,6 +40,7 @@ class BatchState(str, enum.Enum):
 
 
 IN_FLIGHT = frozenset({BatchState.PLANNED, BatchState.DRAINED, BatchState.CHECKED})
+IN_FLIGHT_VALUES = tuple(sorted(s.value for s in IN_FLIGHT))
 REPLAYABLE = frozenset({BatchState.FAILED, BatchState.COMMITTED})
 
 _S = BatchState
@@ -45,15 +48,15 @@ TRANSITIONS: dict[tuple[BatchState, BatchState], str] = {
     (_S.PLANNED, _S.DRAINED): "the drain wrote the planned ranges",
     (_S.DRAINED, _S.DRAINED): "a rerun of the drain replaces its output",
     (_S.CHECKED, _S.DRAINED): "a re-drain after the checks replaces the output; checks must run again",
-    (_S.DRAINED, _S.CHECKED): "the blocking checks passed on the drained output",
+    (_S.DRAINED, _S.CHECKED): "the blocking checks passed and the output was published",
     (_S.CHECKED, _S.COMMITTED): "offsets are committed only after the checks passed",
-    (_S.PLANNED, _S.FAILED): "an in-flight batch can fail (its ranges are released)",
-    (_S.DRAINED, _S.FAILED): "an in-flight batch can fail (its ranges are released)",
-    (_S.CHECKED, _S.FAILED): "an in-flight batch can fail (its ranges are released)",
-    (_S.FAILED, _S.PLANNED): "replay: a failed batch reserves the same ranges again",
-    (_S.COMMITTED, _S.PLANNED): "replay: a committed batch is re-drained, its commit then adds nothing",
+    (_S.PLANNED, _S.FAILED): "a run can die or fail before draining; the batch holds its partitions",
+    (_S.DRAINED, _S.FAILED): "the drain or its checks failed; the batch holds its partitions",
+    (_S.CHECKED, _S.FAILED): "the commit failed; the batch holds its partitions",
+    (_S.FAILED, _S.PLANNED): "retry or replay: a failed batch reserves the same ranges again",
+    (_S.COMMITTED, _S.PLANNED): "replay: an operator re-drains a committed batch; its commit then adds nothing",
 }
-"""Every allowed (from, to) move with why. Moves to planned happen only through replay."""
+"""Every allowed (from, to) move with why. Moves to planned happen only through retry and replay."""
 
 
 def allowed_from(state: BatchState) -> list[BatchState]:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from kprio_core.broker import DEFAULT_DATA_DIR, DEFAULT_PORT
+from orchestration.services.broker import DEFAULT_DATA_DIR, DEFAULT_PORT
 from orchestration.cli.common import JsonOption, clean_errors, print_json
 
 app = typer.Typer(
@@ -21,7 +21,9 @@ app = typer.Typer(
 )
 
 DataDirOption = Annotated[
-    Path, typer.Option("--data-dir", "-d", help="Where the broker keeps its data, log (broker.log) and pid file.")
+    Path,
+    typer.Option("--data-dir", "-d", help="Where the broker keeps its data, its log (broker.log) and noida-db's "
+                 "control file (noida.control.json)."),
 ]
 PortOption = Annotated[
     int, typer.Option("--port", "-p", min=0, max=65535, help="Kafka port to listen on (127.0.0.1); 0 picks a free one.")
@@ -42,7 +44,7 @@ def start(port: PortOption = DEFAULT_PORT, data_dir: DataDirOption = DEFAULT_DAT
 
     Example: kprio broker start --port 9092 --data-dir ./kprio-data/broker
     """
-    from kprio_core.broker import EmbeddedBroker
+    from orchestration.services.broker import EmbeddedBroker
 
     broker = EmbeddedBroker(data_dir, port=port, start_timeout_s=timeout, stop_timeout_s=timeout)
     status = broker.start().status()
@@ -59,7 +61,7 @@ def stop(data_dir: DataDirOption = DEFAULT_DATA_DIR, timeout: TimeoutOption = 10
 
     Example: kprio broker stop --data-dir ./kprio-data/broker
     """
-    from kprio_core.broker import EmbeddedBroker
+    from orchestration.services.broker import EmbeddedBroker
 
     broker = EmbeddedBroker(data_dir, stop_timeout_s=timeout)
     was = broker.status()
@@ -76,7 +78,7 @@ def status(data_dir: DataDirOption = DEFAULT_DATA_DIR, as_json: JsonOption = Fal
 
     Example: kprio broker status --json
     """
-    from kprio_core.broker import EmbeddedBroker
+    from orchestration.services.broker import EmbeddedBroker
 
     current = EmbeddedBroker(data_dir).status()
     if as_json:

@@ -53,7 +53,7 @@ def demo(
 
     Example: kprio demo --records 5000 --keep-broker
     """
-    from kprio_core.workload import PRIORITIES
+    from orchestration.demo.workload import PRIORITIES
     from orchestration.demo.layout import DemoLayout
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to

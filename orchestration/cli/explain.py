@@ -34,10 +34,23 @@ class Split(str, enum.Enum):
     linear = "linear"
 
 
-MaxPriority = Annotated[
-    int,
-    typer.Option("--max-priority", "-n", help="Number of priority levels (flipkart's maxPriority): 0 .. N-1."),
+Priorities = Annotated[
+    int, typer.Option("--priorities", "-n", help="Number of priority levels: 0 .. N-1 (flipkart's maxPriority).")
 ]
+
+
+def _old_option_names(name: str) -> str:
+    """Click's token normalizer: the hidden, deprecated ``--max-priority`` is read as ``--priorities``."""
+    if name == "max-priority":
+        typer.echo("kprio: warning: --max-priority is deprecated (it is a number of levels): use --priorities",
+                   err=True)
+        return "priorities"
+    return name
+
+
+CONTEXT = {"token_normalize_func": _old_option_names}
+"""``context_settings`` of ``kprio quota`` and ``kprio burst``."""
+
 MaxRecords = Annotated[int, typer.Option("--max-records", "-r", help="Record budget of one batch (max.poll.records).")]
 ModeOption = Annotated[Split, typer.Option("--mode", "-m", help="Quota split: exp (flipkart's default) or linear.")]
 
@@ -49,23 +62,23 @@ def _keyed(mapping: Mapping[Priority, Any]) -> dict[str, Any]:
 
 @clean_errors
 def quota(
-    max_priority: MaxPriority,
+    priorities: Priorities,
     max_records: MaxRecords,
     mode: ModeOption = Split.exp,
     as_json: JsonOption = False,
 ) -> None:
     """Show how a batch's record budget is split over priority levels.
 
-    Example: kprio quota --max-priority 3 --max-records 50   ->   2: 29, 1: 14, 0: 7
+    Example: kprio quota --priorities 3 --max-records 50   ->   2: 29, 1: 14, 0: 7
     """
-    quotas = base_quotas(max_priority, max_records, mode.value)
+    quotas = base_quotas(priorities, max_records, mode.value)
     if as_json:
         print_json(_keyed(quotas))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{mode.value} split of {max_records} records over {max_priority} priorities")
+    table = Table(title=f"{mode.value} split of {max_records} records over {priorities} priorities")
     table.add_column("priority", justify="right")
     table.add_column("quota", justify="right")
     table.add_column("share", justify="right")
@@ -120,7 +133,7 @@ def burst_report(quotas: Mapping[Priority, int], history: PollHistory) -> dict[s
 
 @clean_errors
 def burst(
-    max_priority: MaxPriority,
+    priorities: Priorities,
     max_records: MaxRecords,
     history: Annotated[
         str,
@@ -143,8 +156,8 @@ def burst(
     Example (flipkart's case 3): kprio burst -n 3 -r 50 --history '{"2":[29,29,29,29,29,29],"1":[10,10,7,10,9,0],"0":[7,7,7,7,7,7]}'
     -> priority 2 bursts by 4, to 33.
     """
-    quotas = base_quotas(max_priority, max_records, mode.value)
-    counts = parse_history(history, max_priority)
+    quotas = base_quotas(priorities, max_records, mode.value)
+    counts = parse_history(history, priorities)
     poll_history = PollHistory.from_counts(counts, quotas, window_size, threshold)
     report = burst_report(quotas, poll_history)
     if as_json:

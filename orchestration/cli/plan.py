@@ -1,4 +1,4 @@
-"""``kprio plan``: the batch priority_lag_sensor would launch now, without launching or recording it."""
+"""``kprio plan``: what priority_lag_sensor would do now (runs, the next batch, what waits), without doing it."""
 
 from __future__ import annotations
 
@@ -14,13 +14,25 @@ TopicOption = Annotated[
 ]
 
 
+def hold_doc(hold: Any) -> dict[str, Any]:
+    from orchestration.decide import describe_hold
+
+    return {"topic": hold.topic, "partition": hold.partition, "from_offset": hold.start, "batch_id": hold.batch_id,
+            "attempts": hold.attempts, "exhausted": hold.exhausted, "reason": hold.reason,
+            "retry_at": hold.retry_at.isoformat() if hold.retry_at else None, "text": describe_hold(hold)}
+
+
 def decision_doc(decision: Any) -> dict[str, Any]:
-    """The JSON shape of one topic's decision: what would happen, and the plan when there is one."""
+    """The JSON shape of one topic's decision: what would happen, the plan when there is one, what waits."""
     doc: dict[str, Any] = {
         "topic": decision.topic,
-        "action": decision.kind,
+        "action": decision.action.value,
         "reason": decision.reason,
-        "launch": [b.batch_id for b in decision.launch],
+        "launch": [{"batch_id": x.batch.batch_id, "why": x.why.value, "attempt": x.attempt, "run_key": x.run_key}
+                   for x in decision.launch],
+        "stuck": [{"batch_id": b.batch_id, "why": why} for b, why in decision.stuck],
+        "held": [hold_doc(h) for h in decision.holds],
+        "waiting": list(decision.waiting),
         "throttled": {str(p): round(t, 3) for p, t in decision.throttled.items()},
     }
     plan = decision.plan
@@ -53,42 +65,52 @@ def _print(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
+    name = f"[bold]{doc['topic']}[/bold]"
+    for x in doc["launch"]:
+        console.print(f"{name}: run {x['batch_id']} ({x['why']}, attempt {x['attempt']})")
+    for s in doc["stuck"]:
+        console.print(f"{name}: {s['batch_id']} is stuck: {s['why']}")
     plan = doc.get("plan")
-    if plan is None:
-        what = f"launch {', '.join(doc['launch'])} (planned, no run yet)" if doc["launch"] else doc["reason"]
-        console.print(f"[bold]{doc['topic']}[/bold]: {what}")
-        return
-    by_p = ", ".join(f"p{p}={n}" for p, n in plan["records_by_priority"].items())
-    console.print(f"[bold]{doc['topic']}[/bold]: next batch {plan['records']} records ({by_p}), mode {plan['mode']}")
-    table = Table("priority", "range", "records", "est. bytes")
-    for r in plan["ranges"]:
-        table.add_row(str(r["priority"]), f"{r['topic']}[{r['partition']}]@[{r['start']},{r['end']})",
-                      str(r["records"]), str(r["est_bytes"]))
-    console.print(table)
-    if plan["burst"]:
-        console.print(f"burst: {plan['burst']['reason']}")
+    if plan is not None:
+        by_p = ", ".join(f"p{p}={n}" for p, n in plan["records_by_priority"].items())
+        console.print(f"{name}: next batch {plan['records']} records ({by_p}), mode {plan['mode']}")
+        table = Table("priority", "range", "records", "est. bytes")
+        for r in plan["ranges"]:
+            table.add_row(str(r["priority"]), f"{r['topic']}[{r['partition']}]@[{r['start']},{r['end']})",
+                          str(r["records"]), str(r["est_bytes"]))
+        console.print(table)
+        if plan["burst"]:
+            console.print(f"burst: {plan['burst']['reason']}")
+    elif not doc["launch"]:
+        console.print(f"{name}: {doc['reason']}")
+    for text in doc["waiting"]:
+        console.print(f"{name}: waiting: {text}")
+    for h in doc["held"]:
+        console.print(f"{name}: held: {h['text']}")
 
 
 @clean_errors
 def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: TopicOption = None) -> None:
-    """Show the batch the sensor would launch now (nothing is recorded or launched).
+    """Show what the sensor would do now: runs to request, the next batch, held partitions (nothing is done).
 
     Example: kprio plan --topic orders --json
     """
     from kprio_core.kafka import KafkaEdge
-    from kprio_core.ledger import Ledger
+    from kprio_core.ledger import BatchState, Ledger
+    from orchestration.decide import decide
     from orchestration.instance import open_instance
-    from orchestration.planning import decide
+    from orchestration.leases import owner_dead_in
     from orchestration.sensors import existing_runs
 
     settings = config_from(config)
     topics = [settings.topic(topic)] if topic else list(settings.topics)
     now_s = time.time()
-    with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger, open_instance() as instance:
-        decisions = [
-            decide(settings, t, edge=edge, ledger=ledger, now_s=now_s, runs=existing_runs(instance, ledger, t.name))
-            for t in topics
-        ]
+    with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger, open_instance(settings) as instance:
+        decisions = []
+        for t in topics:
+            watched = [*ledger.in_flight(t.name), *ledger.batches(t.name, states=[BatchState.FAILED])]
+            decisions.append(decide(settings, t, edge=edge, ledger=ledger, now_s=now_s,
+                                    runs=existing_runs(instance, watched), owner_dead=owner_dead_in(instance)))
     for decision in decisions:
         if decision.error is not None:
             # The sensor skips with this as its reason; an operator asking for a plan gets an error.

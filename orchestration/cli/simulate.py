@@ -40,33 +40,25 @@ def results_json(results: Results, single: bool) -> dict[str, object]:
 
 def markdown_report(results: Results, traces: Mapping[str, Trace]) -> str:
     """One markdown table per trace: utilization, cap violations, p50/p95/max wait and starved per priority."""
-    lines: list[str] = []
+    from tabulate import tabulate
+
+    parts: list[str] = []
     for name, policies in results.items():
-        trace = traces[name]
-        order = list(next(iter(policies.values())).wait)
-        header = (
-            ["policy", "utilization", "cap violations"]
-            + [f"wait p{p} (p50/p95/max)" for p in order]
-            + [f"starved ({'/'.join(f'p{p}' for p in order)})"]
-        )
-        lines += [
-            f"**{name}** (budget {trace.budget}, {trace.ticks} ticks, {trace.n_partitions} "
-            f"partition{'s' if trace.n_partitions > 1 else ''} per priority): {trace.about}",
-            "",
-            "| " + " | ".join(header) + " |",
-            "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
-        ]
-        for pol, r in policies.items():
-            cells = [f"`{pol}`", f"{r.utilization:.3f}", str(r.cap_violations)]
-            cells += [_waits(r, p) for p in order] + [_starved(r)]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    lines.append(
+        trace, order = traces[name], list(next(iter(policies.values())).wait)
+        header = ["policy", "utilization", "cap violations", *(f"wait p{p} (p50/p95/max)" for p in order),
+                  f"starved ({'/'.join(f'p{p}' for p in order)})"]
+        rows = [[f"`{pol}`", f"{r.utilization:.3f}", r.cap_violations, *(_waits(r, p) for p in order), _starved(r)]
+                for pol, r in policies.items()]
+        # "pipe", not "github": tabulate's github tables have no alignment colons.
+        table = tabulate(rows, header, "pipe", colalign=["left"] + ["right"] * (len(header) - 1), disable_numparse=True)
+        parts.append(f"**{name}** (budget {trace.budget}, {trace.ticks} ticks, {trace.n_partitions} partition"
+                     f"{'s' if trace.n_partitions > 1 else ''} per priority): {trace.about}\n\n{table}\n")
+    parts.append(
         "Waits in ticks (drained in the tick of arrival = 0; records left at the end count their wait so far); "
         "utilization = drained / sum of min(budget, backlog) per tick; starved = longest run of ticks with "
         "backlog and nothing drained."
     )
-    return "\n".join(lines)
+    return "\n".join(parts)
 
 
 def _print_tables(results: Results, traces: Mapping[str, Trace]) -> None:

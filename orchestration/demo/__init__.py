@@ -5,3 +5,11 @@ Modules: layout (data dir and the demo's kprio.yaml), producer (waves into Kafka
 offsets each wave got), report (waits, checks, conservation, the table), plot (backlog per
 priority over batches), progress (rich bars while it works).
 """
+
+from kprio_core.errors import KprioError
+
+
+class DemoFailed(KprioError):
+    """The demo could not run as designed (another producer on its topics, a drain that stopped early)."""
+
+    code = "demo_failed"

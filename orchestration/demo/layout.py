@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from kprio_core.config import KafkaSettings, KprioConfig
-from kprio_core.workload import ORDER_SCHEMA, PRIORITIES, REQUIRED_FIELDS
+from orchestration.demo.workload import ORDER_SCHEMA, PRIORITIES, REQUIRED_FIELDS
 
 DEFAULT_DATA_DIR = Path("kprio-data") / "demo"
 LOGICAL_TOPIC = "orders"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kprio_core.priority import Priority, most_urgent_first
-from kprio_core.workload import TIERS
+from orchestration.demo.workload import TIERS
 
 if TYPE_CHECKING:
     from kprio_core.ledger import Batch

@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass
 
 from kprio_core.config import KprioConfig, TopicSettings
-from kprio_core.errors import DemoFailed
+from orchestration.demo import DemoFailed
 from kprio_core.kafka import KafkaEdge, produce
 from kprio_core.offsets import OffsetRange
 from kprio_core.priority import Priority
-from kprio_core.workload import Wave, order_records
+from orchestration.demo.workload import Wave, order_records
 
 TopicPartition = tuple[str, int]
 

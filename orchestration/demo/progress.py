@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kprio_core.priority import Priority, most_urgent_first
-from kprio_core.workload import TIERS
+from orchestration.demo.workload import TIERS
 from orchestration.demo.producer import Arrival
 from orchestration.runner import BatchRun
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kprio_core.config import ENV_BOOTSTRAP, KafkaSettings, load_config, parse_config
-from kprio_core.errors import DemoFailed
-from kprio_core.workload import Workload, demo_record_budget, demo_workload
+from orchestration.demo import DemoFailed
+from orchestration.demo.workload import Workload, demo_record_budget, demo_workload
 from orchestration.demo.layout import LOGICAL_TOPIC, PARTITIONS, DemoLayout, demo_config, write_config
 from orchestration.demo.producer import Arrival, WaveProducer, high_watermarks
 from orchestration.demo.report import Conservation, PriorityRow, check_conservation, drains_of, priority_rows
@@ -154,7 +154,7 @@ def output_offsets(output_root: Path, logical_topic: str) -> list[tuple[str, int
 
 def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> DemoResult:
     """Run the whole demo (see the module docstring); raises kprio's typed errors on failure."""
-    from kprio_core.broker import EmbeddedBroker
+    from orchestration.services.broker import EmbeddedBroker
 
     listener = listener or _Silent()
     started = time.monotonic()

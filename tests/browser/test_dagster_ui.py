@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from kprio_core.broker import free_port, wait_for
 from orchestration.demo.run import DemoOptions, DemoResult, run_demo
+from orchestration.services.process import free_port, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster]
 

@@ -8,11 +8,15 @@ from pathlib import Path
 import pytest
 
 from kprio_core.config import (
+    JAVA_SECRETS,
+    SECRET_SETTINGS,
+    KafkaSettings,
     KprioConfig,
     config_path,
     is_secret_setting,
     load_config,
     parse_config,
+    setting_variable,
 )
 from kprio_core.errors import ConfigError
 
@@ -145,13 +149,63 @@ def test_environment_alone_configures_kafka(in_tmp: Path):
         ("sasl.oauthbearer.client.secret", True),
         ("ssl.key.pem", True),
         ("sasl.jaas.config", True),
+        ("SASL.PASSWORD", True),
         ("security.protocol", False),
         ("sasl.username", False),
         ("ssl.ca.location", False),
+        ("ssl.key.location", False),
+        ("sasl.oauthbearer.token.endpoint.url", False),
+        ("sasl.oauthbearer.client.id", False),
     ],
 )
 def test_which_settings_are_secrets(setting: str, secret: bool):
     assert is_secret_setting(setting) is secret
+
+
+@pytest.mark.parametrize("setting", SECRET_SETTINGS)
+def test_every_secret_comes_from_its_variable_into_kafka_secrets(setting: str):
+    kafka = parse_config({}, "kprio.yaml", env={setting_variable(setting): SECRET}).kafka
+    assert set(kafka.secrets) == {setting} and kafka.client == {}
+    assert kafka.java_client_config()[setting] == SECRET
+    # librdkafka refuses the Java client's own settings: only the native reader gets them.
+    assert kafka.client_config().get(setting) == (None if setting in JAVA_SECRETS else SECRET)
+
+
+@pytest.mark.parametrize("setting", SECRET_SETTINGS)
+def test_every_secret_in_the_file_is_refused_naming_its_variable(setting: str):
+    with pytest.raises(ConfigError) as err:
+        parse_config({"kafka": {"client": {setting: SECRET}}}, "kprio.yaml", env={})
+    assert str(err.value) == (
+        f"kprio.yaml: kafka.client: Value error, '{setting}' is a secret: remove it from the file and set it "
+        f"in the environment as {setting_variable(setting)}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "setting"),
+    [
+        ("KPRIO_KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL", "sasl.oauthbearer.token.endpoint.url"),
+        ("KPRIO_KAFKA_SASL_USERNAME", "sasl.username"),
+        ("KPRIO_KAFKA_SSL_KEY_LOCATION", "ssl.key.location"),
+        ("KPRIO_KAFKA_ENABLE_SSL_CERTIFICATE_VERIFICATION", "enable.ssl.certificate.verification"),
+    ],
+)
+def test_a_setting_that_is_no_secret_works_from_the_environment_and_the_file(variable: str, setting: str):
+    assert parse_config({}, env={variable: "x"}).kafka.client == {setting: "x"}
+    assert parse_config({"kafka": {"client": {setting: "y"}}}, env={}).kafka.client == {setting: "y"}
+    assert parse_config({"kafka": {"client": {setting: "y"}}}, env={variable: "x"}).kafka.client == {setting: "x"}
+
+
+def test_empty_variables_are_ignored():
+    cfg = parse_config({"kafka": {"bootstrap_servers": "file:9092"}}, env={
+        "KPRIO_BOOTSTRAP_SERVERS": "", "KPRIO_KAFKA_TIMEOUT_S": "", "KPRIO_KAFKA_SASL_PASSWORD": "",
+    })
+    assert cfg.kafka == KafkaSettings(bootstrap_servers="file:9092")
+
+
+def test_only_listed_secrets_are_held_as_secrets():
+    with pytest.raises(ValueError, match=r"\['security.protocol'\] are not secret settings: put them in kafka.client"):
+        KafkaSettings(secrets={"security.protocol": "SSL"})
 
 
 # --------------------------------------------------------------------------------- secrets never shown

@@ -7,7 +7,6 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from kprio_core.broker import free_port
 from kprio_core.config import KafkaSettings, TopicSettings
 from kprio_core.errors import (
     AuthorizationFailed,
@@ -19,6 +18,7 @@ from kprio_core.errors import (
 from kprio_core.kafka import KafkaEdge
 from kprio_core.kafka.client import client_config, kafka_failure
 from kprio_core.offsets import OffsetRange as R
+from orchestration.services.process import free_port
 
 
 @pytest.mark.parametrize("call", ["snapshot", "committed", "commit", "offsets_for_times", "ensure_topics"])

@@ -1,112 +1,94 @@
-"""The ledger on a real PostgreSQL server: the SELECT ... FOR UPDATE topic lock under two racing processes.
+"""The ledger on a real PostgreSQL server: the same rules, the dialect's SQL, and the FOR UPDATE topic lock
+under two racing processes.
 
-A throwaway cluster is created with the server binaries of the machine (initdb + pg_ctl, as the
-``postgres`` user when run as root) and stopped in ``finally``; the module is skipped, saying why,
-where no PostgreSQL server binaries are installed.
+The throwaway server comes from ``tests.fixtures.postgres`` (initdb + pg_ctl, stopped in ``finally``);
+each test gets a database of its own. The module is skipped, saying why, where no server can run.
 """
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from kprio_core.errors import RangeConflict
+from kprio_core.errors import BatchBusy, LedgerSchemaOutdated, RangeConflict
 from kprio_core.ledger import BatchState, Ledger
-from kprio_core.offsets import OffsetRange
-from tests.kprio_core.test_ledger_race import assert_disjoint, plan_of, race
+from kprio_core.results import CheckOutcome, CheckReport
+from tests.fixtures.postgres import PostgresServer, postgres_server  # noqa: F401 (fixture)
+from tests.kprio_core.test_ledger import (
+    V1_SCHEMA,
+    Clock,
+    R,
+    commit_report,
+    drain_check_commit,
+    make_plan,
+    result_for,
+)
+from tests.kprio_core.test_ledger_race import assert_disjoint, assert_never_taken_twice, race
 
 pytestmark = pytest.mark.slow
-
-
-def _server_bin() -> Path | None:
-    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)), None)
-    return Path(found).parent if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    pytest.importorskip("psycopg", reason="the psycopg driver is not installed")
-    bin_dir = _server_bin()
-    if bin_dir is None:
-        pytest.skip("no PostgreSQL server binaries (initdb) on this machine")
-    as_user: list[str] = []
-    root = Path(tempfile.mkdtemp(prefix="kprio-pg-"))
-    if os.geteuid() == 0:  # the server refuses to run as root
-        as_user = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(root, "postgres", "postgres")
-    data, port = root / "data", _free_port()
-
-    def run(*cmd: str) -> None:
-        subprocess.run([*as_user, *cmd], check=True, capture_output=True, timeout=120)
-
-    started = False
-    try:
-        run(str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
-        run(
-            str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60",
-            "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start",
-        )  # fmt: skip
-        started = True
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        if started:
-            run(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "60", "stop")
-        shutil.rmtree(root, ignore_errors=True)
+S = BatchState
 
 
 @pytest.fixture
-def pg_ledger(pg_url: str) -> Iterator[Ledger]:
-    with Ledger(pg_url) as ledger:
-        with ledger._engine.begin() as conn:  # each test starts from empty tables
-            conn.exec_driver_sql(
-                "TRUNCATE kprio_events, kprio_drained_topics, kprio_ranges, kprio_batches, "
-                "kprio_topic_locks, kprio_topic_state RESTART IDENTITY"
-            )
-        yield ledger
+def pg_url(postgres_server: PostgresServer) -> str:  # noqa: F811 (the imported fixture)
+    return postgres_server.url(postgres_server.new_database("ledger"))
 
 
-def test_lifecycle_conflicts_state_and_averages_on_postgres(pg_ledger: Ledger):
-    batch = pg_ledger.record_plan(plan_of(OffsetRange("orders-2", 0, 0, 10)))
-    assert batch.batch_id == "b-000001"
-    with pytest.raises(RangeConflict, match="held by batch b-000001"):
-        pg_ledger.record_plan(plan_of(OffsetRange("orders-2", 0, 9, 12)))
-    with pytest.raises(RangeConflict, match="max_in_flight=1"):
-        pg_ledger.record_plan(plan_of(OffsetRange("orders-2", 0, 10, 12)), max_in_flight=1)
-    pg_ledger.mark_drained(batch.batch_id, {"ranges": [{"topic": "orders-2", "records": 10, "bytes": 2500}]})
-    pg_ledger.mark_checked(batch.batch_id, {})
-    pg_ledger.mark_committed(batch.batch_id, {})
-    replayed = pg_ledger.replay(batch.batch_id)
-    assert (replayed.state, replayed.attempts, replayed.replay_of_committed) == (BatchState.PLANNED, 2, True)
-    assert pg_ledger.avg_record_bytes("orders") == {"orders-2": 250.0}
-    pg_ledger.save_state("orders", "rate", {"samples": [1, 2]})
-    pg_ledger.save_state("orders", "rate", {"samples": [3]})
-    assert pg_ledger.load_state("orders", "rate") == {"samples": [3]}
+def test_lifecycle_holds_leases_split_and_derived_state_on_postgres(pg_url: str):
+    clock = Clock()
+    with Ledger(pg_url, clock=clock) as ledger:
+        assert ledger.is_fresh()
+        ledger.number_batches_after(500)
+        batch = ledger.record_plan(make_plan(R("orders-2", 0, 0, 10), R("orders-2", 1, 0, 10)), max_in_flight=1)
+        assert batch.batch_id == "b-000501" and not ledger.is_fresh()
+        with pytest.raises(RangeConflict, match="held by batch b-000501"):
+            ledger.record_plan(make_plan(R("orders-2", 0, 9, 12)))
+        with pytest.raises(RangeConflict, match="priority 2 already has 1 batch"):
+            ledger.record_plan(make_plan(R("orders-2", 2, 0, 10)), max_in_flight=1)
+        ledger.claim(batch.batch_id, "run-a@h:1", 30)
+        with pytest.raises(BatchBusy, match="held by run-a@h:1"):
+            ledger.claim(batch.batch_id, "run-b@h:2", 30)
+
+        ledger.mark_drained(batch.batch_id, result_for(batch, 250, seconds=2.0))
+        child = ledger.split(batch.batch_id, [R("orders-2", 1, 0, 10)], "values_match_schema failed", retry_at=None)
+        assert (child.batch_id, child.parent, child.state) == ("b-000502", batch.batch_id, S.FAILED)
+        assert [(h.batch_id, h.partition, h.start) for h in ledger.holds("orders")] == [(child.batch_id, 1, 0)]
+        with pytest.raises(RangeConflict, match="held from offset 0 by failed batch b-000502"):
+            ledger.record_plan(make_plan(R("orders-2", 1, 10, 20)))
+        report = CheckReport((CheckOutcome("values_match_schema", False, {"invalid": 3}, (R("orders-2", 1, 0, 10),)),))
+        ledger.mark_checked(batch.batch_id, report)
+        assert [b.batch_id for b in ledger.ready_to_commit("orders")] == [batch.batch_id]
+        clock.tick()
+        done = ledger.mark_committed(batch.batch_id, commit_report(ledger.get(batch.batch_id)))
+        assert done.committed_at == clock.now and done.lease is None
+
+        drain_check_commit(ledger, ledger.retry(child.batch_id, reason="automatic retry"), seconds=2.0)
+        replayed = ledger.replay(batch.batch_id)
+        assert (replayed.state, replayed.attempts, replayed.replay_of_committed) == (S.PLANNED, 2, True)
+        assert ledger.avg_record_bytes("orders") == {"orders-2": 175.0}, "(10 * 250 + 10 * 100) / 20"
+        assert ledger.poll_history("orders", 3).counts(2) == [10], "the split-off batch was part of its parent's poll"
+        assert ledger.throughput("orders") == 5.0, "20 records in 4 s"
+        assert [s.records for s in ledger.drained_since("orders", clock.now)] == [10, 10]
+        ledger_id = ledger.ledger_id
+    with Ledger(pg_url) as again:
+        assert again.ledger_id == ledger_id and again.get("b-000502").state is S.COMMITTED
 
 
-def test_two_processes_racing_on_postgres_never_hold_the_same_offsets(pg_ledger: Ledger, pg_url: str):
+def test_a_ledger_of_the_previous_kprio_on_postgres_is_refused(postgres_server: PostgresServer):  # noqa: F811
+    import psycopg
+
+    name = postgres_server.new_database("v1")
+    with psycopg.connect(postgres_server.url(name, driver="postgresql")) as conn:
+        for statement in V1_SCHEMA.replace("AUTOINCREMENT", "").split(";"):
+            if statement.strip():
+                conn.execute(statement.replace("INTEGER PRIMARY KEY", "SERIAL PRIMARY KEY"))
+    with pytest.raises(LedgerSchemaOutdated, match=r"written by an earlier kprio \(tables kprio_batches, .*"
+                                                  r"rename its kprio_\* tables, or point ledger.url at an empty"):
+        Ledger(postgres_server.url(name))
+
+
+def test_two_processes_racing_on_postgres_never_hold_the_same_offsets(pg_url: str):
+    Ledger(pg_url).close()
     race(pg_url, seeds=(3, 4))
-    assert_disjoint(pg_ledger.reserved_ranges("orders"), "at the end")
-    # Event keys come from a sequence, so they are insert order, not commit order; a release can
-    # only appear earlier than it committed, never later, so any overlap seen here is real.
-    plans = {b.batch_id: b.plan.offset_ranges() for b in pg_ledger.batches()}
-    flying: set[str] = set()
-    for event in pg_ledger.events(logical_topic="orders"):
-        if event.to_state.in_flight:
-            flying.add(event.batch_id)
-            assert_disjoint([r for b in flying for r in plans[b]], f"after event {event.seq}")
-        else:
-            flying.discard(event.batch_id)
+    with Ledger(pg_url) as ledger:
+        assert_disjoint(ledger.reserved_ranges("orders"), "at the end")
+        assert_never_taken_twice(ledger, commit_order=False)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from kprio_core.rate import RateQuotaTracker, SampledRate, throttle_time
 
@@ -76,12 +75,13 @@ def test_tracker_throttles_on_the_binding_quota() -> None:
     assert t.throttle_time(2, now=2.0) == 0.0
 
 
-def test_tracker_round_trips_through_json() -> None:
+def test_tracker_state_round_trips_through_json() -> None:
     t = RateQuotaTracker(records_per_s={2: 100.0, 0: 10.0}, samples=3, window_s=2.0)
     for i in range(5):
         t.record_batch(2, records=150, bytes=1, now=i * 0.7)
         t.record_batch(0, records=30, bytes=1, now=i * 0.7 + 0.1)
-    again = RateQuotaTracker.from_dict(json.loads(json.dumps(t.to_dict())))
+    stored = TypeAdapter(RateQuotaTracker)
+    again = stored.validate_json(stored.dump_json(t))
     # 750 records over 3.0 s elapsed + 1 missing window of 2 s = 150/s against 100/s: 0.5 * 5 s
     assert t.throttle_time(2, 3.0) == pytest.approx(2.5)
     for now in (3.0, 4.5, 9.0):  # time only moves forward, as a sensor's clock does
@@ -96,6 +96,8 @@ def test_invalid_settings() -> None:
         SampledRate(2, 0.0)
     with pytest.raises(ValueError, match="priority 1 must be > 0 records/s"):
         RateQuotaTracker(records_per_s={1: 0})
+    with pytest.raises(ValueError, match="at least 1 sample"):
+        TypeAdapter(SampledRate).validate_python({"samples": 0})
 
 
 @given(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 
 import pytest
 
@@ -41,7 +42,7 @@ def one_priority(arrivals: Sequence[int], budget: int) -> Trace:
 def test_record_drained_in_its_arrival_tick_waits_zero() -> None:
     r = simulate(one_priority([3], budget=5), "strict")
     assert r.waits[0] == {0: 3}
-    assert r.wait[0].to_dict() == {"p50": 0, "p95": 0, "max": 0}
+    assert asdict(r.wait[0]) == {"p50": 0, "p95": 0, "max": 0}
 
 
 def test_fifo_inside_a_priority() -> None:
@@ -56,7 +57,7 @@ def test_records_left_at_the_end_count_their_wait_so_far() -> None:
     # waiting after tick 1 and counts 2 - 0 = 2.
     r = simulate(one_priority([3, 0], budget=1), "strict")
     assert r.waits[0] == {0: 1, 1: 1, 2: 1}
-    assert r.wait[0].to_dict() == {"p50": 1, "p95": 2, "max": 2}
+    assert asdict(r.wait[0]) == {"p50": 1, "p95": 2, "max": 2}
     assert r.backlog_by_tick == ((2,), (1,))
 
 
@@ -103,7 +104,7 @@ def test_waits_are_exact_for_huge_counts_because_queues_hold_runs() -> None:
     r = simulate(one_priority([10**9, 0, 0], budget=10**8), "strict")
     assert sum(r.waits[0].values()) == 10**9
     assert r.waits[0] == {0: 10**8, 1: 10**8, 2: 10**8, 3: 7 * 10**8}
-    assert r.wait[0].to_dict() == {"p50": 3, "p95": 3, "max": 3}
+    assert asdict(r.wait[0]) == {"p50": 3, "p95": 3, "max": 3}
 
 
 def test_partitions_are_fifo_each_and_waits_are_reported_per_priority() -> None:

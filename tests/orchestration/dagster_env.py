@@ -21,7 +21,7 @@ from kprio_core.ledger import Ledger
 from orchestration.definitions import build_definitions
 from tests.fixtures.spark import TEST_SPARK
 
-__all__ = ["KprioEnv", "dagster_instance", "kprio_env", "read_all_output"]
+__all__ = ["KprioEnv", "dagster_instance", "kprio_env", "read_all_dead_letters", "read_all_output"]
 
 
 @dataclass
@@ -61,8 +61,11 @@ def kprio_env(tmp_path: Path, kafka_settings: KafkaSettings, spark) -> Iterator[
             "topics": [t.model_dump(mode="json", by_alias=True) for t in topics],
             "spark": {"master": TEST_SPARK.master, "conf": dict(TEST_SPARK.conf)},
             "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}"},
-            "drain": {"output_path": str(tmp_path / "output"), "replay_path": str(tmp_path / "replay")},
-            "sensor": {"interval_s": 5},
+            "drain": {"output_path": str(tmp_path / "output"), "dead_letter_path": str(tmp_path / "dead-letters"),
+                      "replay_path": str(tmp_path / "replay")},
+            "sensor": {"interval_s": 1},
+            # Retries back off for a fraction of a second, so tests wait on conditions, not on time.
+            "recovery": {"lease_s": 15, "backoff_s": 0.2, "backoff_max_s": 1},
         }
         for key, value in sections.items():
             raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
@@ -83,3 +86,11 @@ def read_all_output(spark, root: str, topic: TopicSettings) -> list[tuple[str, i
 
     rows = read_output(spark, root, topic.name, schema=dict(topic.schema_)).select("topic", "partition", "offset")
     return sorted((r["topic"], r["partition"], r["offset"]) for r in rows.collect())
+
+
+def read_all_dead_letters(spark, root: str, topic: TopicSettings) -> list[tuple[str, int, int, str]]:
+    """(topic, partition, offset, error) of every dead letter of ``topic`` under ``root``, sorted."""
+    from spark_jobs.output import read_dead_letters
+
+    rows = read_dead_letters(spark, root, topic.name).select("topic", "partition", "offset", "error")
+    return sorted((r["topic"], r["partition"], r["offset"], r["error"]) for r in rows.collect())

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestration import runner
+from orchestration import drain_loop
+from tests.orchestration.conservation import conservation
 from tests.orchestration.dagster_env import read_all_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
@@ -20,13 +21,14 @@ def test_redrain_of_a_committed_batch_leaves_one_copy_and_commits_nothing_new(
 ):
     topic = make_topic(priorities=2, partitions=2, records={1: 8, 0: 6})
     env = kprio_env(topic)
-    assert runner.drain(env.defs, dagster_instance).ok
+    assert drain_loop.drain(env.defs, dagster_instance).ok
     before = env.edge.committed(topic)
     output = read_all_output(spark, env.config.drain.output_path, topic)
     assert len(output) == 14
-    history = env.ledger.load_history(topic.name)
+    history = env.ledger.poll_history(topic.name, 2, 6, 4)
 
-    # What each run of a backfill over the partition b-000001 executes.
+    # What each run of a backfill over the partition b-000001 executes, whichever asset the user picked:
+    # the two assets are one op, so the job page and the asset page run the same single drain.
     result = env.defs.resolve_job_def("drain_job").execute_in_process(
         instance=dagster_instance, partition_key="b-000001", tags={"dagster/backfill": "test-backfill"}
     )
@@ -34,13 +36,18 @@ def test_redrain_of_a_committed_batch_leaves_one_copy_and_commits_nothing_new(
     assert result.success
     batch = env.ledger.get("b-000001")
     assert (batch.state.value, batch.attempts, batch.replay_of_committed) == ("committed", 2, True)
-    assert batch.commit_report["moved"] == []  # every range was committed already
+    assert batch.commit.moved == ()  # every range was committed already
     assert read_all_output(spark, env.config.drain.output_path, topic) == output  # replaced, not added
     assert env.edge.committed(topic) == before
-    assert env.ledger.load_history(topic.name) == history  # a replay is not a new poll
-    [commit] = result.asset_materializations_for_node("committed_offsets")
-    assert commit.metadata["replay"].value == 1
-    assert commit.metadata["partitions_moved"].value == 0
+    assert env.ledger.poll_history(topic.name, 2, 6, 4) == history  # a re-drain is not a new poll
+    assert conservation(env.config, topic, env.edge).ok
+    commit = {m.asset_key.to_user_string(): m for m in result.asset_materializations_for_node("drain_batch")}
+    assert commit["committed_offsets"].metadata["replay"].value == 1
+    assert commit["committed_offsets"].metadata["partitions_moved"].value == 0
+    # Dagster ran the six checks on the re-drained output, and they passed.
+    assert {e.check_name: e.passed for e in result.get_asset_check_evaluations()} == dict.fromkeys(
+        ["row_count_matches_plan", "offsets_are_unique", "offsets_within_plan", "offsets_are_contiguous",
+         "required_fields_present", "values_match_schema"], True)
 
 
 def test_replayed_window_holds_exactly_the_records_of_its_hour(make_topic, kprio_env, dagster_instance, spark):
@@ -59,6 +66,7 @@ def test_replayed_window_holds_exactly_the_records_of_its_hour(make_topic, kprio
     [materialization] = result.asset_materializations_for_node("replayed_window")
     assert materialization.metadata["records_p1"].value == 10
     assert materialization.metadata["records_p0"].value == 0
+    assert materialization.metadata["partial_hour"].value is False
     # The live groups never moved, and the live output was never written.
     assert set(env.edge.committed(topic).values()) == {None}
     assert not Path(env.config.drain.output_path).exists()

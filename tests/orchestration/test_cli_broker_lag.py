@@ -9,10 +9,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kprio_core.broker import free_port, pid_alive
 from kprio_core.kafka import KafkaEdge
 from kprio_core.offsets import OffsetRange as R
 from orchestration.cli.main import app
+from orchestration.services.process import free_port, pid_alive
 from tests.fixtures.kafka import BASE_TS_MS
 
 runner = CliRunner()

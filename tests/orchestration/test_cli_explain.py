@@ -22,7 +22,7 @@ def run(*args: str):  # noqa: ANN201
     ("args", "expected"),
     [
         (["-n", "3", "-r", "50"], {"2": 29, "1": 14, "0": 7}),
-        (["--max-priority", "3", "--max-records", "10"], {"2": 7, "1": 2, "0": 1}),
+        (["--priorities", "3", "--max-records", "10"], {"2": 7, "1": 2, "0": 1}),
         (["-n", "3", "-r", "50", "--mode", "linear"], {"2": 26, "1": 16, "0": 8}),
         (["-n", "1", "-r", "5"], {"0": 5}),
     ],
@@ -58,7 +58,7 @@ BURST_CASES = [
 @pytest.mark.parametrize(("case", "history", "caps", "burster", "extra", "why"), BURST_CASES,
                          ids=[f"case-{c[0]}" for c in BURST_CASES])
 def test_burst_json_flipkart_cases(case, history, caps, burster, extra, why) -> None:
-    result = run("burst", "--max-priority", "3", "--max-records", "50", "--history", history, "--json")
+    result = run("burst", "--priorities", "3", "--max-records", "50", "--history", history, "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["quotas"] == {"2": 29, "1": 14, "0": 7}
@@ -115,3 +115,12 @@ def test_help_has_an_example(command: str) -> None:
     result = run(command, "--help")
     assert result.exit_code == 0
     assert f"kprio {command} " in result.stdout and "Example" in result.stdout
+    assert "--priorities" in result.stdout and "--max-priority" not in result.stdout, "the old name is hidden"
+
+
+@pytest.mark.parametrize("old", [["--max-priority", "3"], ["--max-priority=3"]])
+def test_the_deprecated_max_priority_still_works_and_says_so(old: list[str]) -> None:
+    result = run("burst", *old, "-r", "50", "--history", CASE3, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["capacities"] == {"2": 33, "1": 14, "0": 7}
+    assert "--max-priority is deprecated" in result.stderr and "--priorities" in result.stderr

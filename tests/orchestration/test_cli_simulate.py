@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -111,3 +112,17 @@ def test_markdown_has_one_table_per_built_in_trace() -> None:
         assert f"**{name}**" in result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith("| `")]
     assert len(rows) == len(BUILT_IN) * len(POLICIES)
+
+
+def test_markdown_table_keeps_the_readme_columns_and_alignment() -> None:
+    result = run("--markdown", "--trace", "steady", "--ticks", "20", "--policy", "strict")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("|")]
+    assert cells[0] == ["policy", "utilization", "cap violations", "wait p2 (p50/p95/max)",
+                        "wait p1 (p50/p95/max)", "wait p0 (p50/p95/max)", "starved (p2/p1/p0)"]
+    assert [c.startswith(":") or c.endswith(":") for c in cells[1]] == [True] * 7
+    assert all(c.endswith(":") for c in cells[1][1:]), "numbers right-aligned"
+    assert cells[2][:3] == ["`strict`", "1.000", "0"]
+    assert all(re.fullmatch(r"\d+/\d+/\d+", c) for c in cells[2][3:]), cells[2]
+    assert lines[0].startswith("**steady** (budget 100, 20 ticks, 1 partition per priority): ") and lines[1] == ""

@@ -1,7 +1,12 @@
-"""The code location: what it defines, that it loads, and that secrets stay out of its config."""
+"""The code location: what it defines, that it loads, and that secrets stay out of its config.
+
+The secret and settings tests build the resources alone (``resources_from_config``), so they
+need neither the assets nor the sensor.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,19 +15,21 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kprio_core.config import load_config, parse_config
+from kprio_core.config import JAVA_SECRETS, SECRET_SETTINGS, parse_config, setting_variable
 from kprio_core.errors import ConfigError
-from orchestration.definitions import build_definitions
-from orchestration.quality import CHECK_NAMES
-from orchestration.resources import resources_from_config
+from orchestration.resources import KafkaResource, KprioSettings, resources_from_config, secret_field
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = parse_config({"topics": [{"name": "orders", "priorities": 3}], "sensor": {"interval_s": 12}}, env={})
+VALUE = "s3cret-value-0451"
 
 pytestmark = pytest.mark.dagster
 
 
 def test_definitions_are_loadable_and_complete():
+    from orchestration.definitions import build_definitions
+    from orchestration.quality import CHECK_NAMES
+
     defs = build_definitions(CONFIG)
     dg.Definitions.validate_loadable(defs)
 
@@ -47,45 +54,100 @@ def test_definitions_are_loadable_and_complete():
     assert defs.resolve_job_def("drain_job").partitions_def.name == "kprio_batches"
 
 
-def test_kafka_secret_is_an_env_var_resolved_at_run_time(monkeypatch):
-    monkeypatch.setenv("KPRIO_KAFKA_SASL_PASSWORD", "hunter2")
-    monkeypatch.setenv("KPRIO_KAFKA_SASL_USERNAME", "kprio")
-    config = load_config(env={"KPRIO_KAFKA_SASL_PASSWORD": "hunter2", "KPRIO_KAFKA_SASL_USERNAME": "kprio"})
-    resources = resources_from_config(config)
-
-    assert isinstance(resources["kafka"].sasl_password, dg.EnvVar)
-    assert "hunter2" not in resources["kprio"].config_yaml
-    assert "hunter2" not in repr(resources["kafka"])
-    with dg.build_resources({"kafka": resources["kafka"]}) as built:
-        settings = built.kafka.settings()
-    assert settings.client_config()["sasl.password"] == "hunter2"
-    assert settings.client_config()["sasl.username"] == "kprio"
-    assert settings.redacted()["sasl.password"] == "***"
+# --------------------------------------------------------------------------------- secrets
 
 
-@pytest.mark.parametrize("variable, setting", [
-    ("KPRIO_KAFKA_SASL_OAUTHBEARER_CONFIG", "sasl.oauthbearer.config"),
-    ("KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD", "ssl.keystore.password"),
-    ("KPRIO_KAFKA_SSL_KEY_PASSWORD", "ssl.key.password"),
-])
-def test_every_secret_setting_reaches_the_resource_only_as_an_env_var(monkeypatch, variable, setting):
-    monkeypatch.setenv(variable, "s3cret-value")
-    config = load_config(env={variable: "s3cret-value"})
-    resources = resources_from_config(config)
-    assert "s3cret-value" not in repr(resources["kafka"]) + resources["kprio"].config_yaml
-    with dg.build_resources({"kafka": resources["kafka"]}) as built:
-        assert built.kafka.settings().client_config()[setting] == "s3cret-value"
+@pytest.mark.parametrize("setting", SECRET_SETTINGS)
+def test_every_secret_from_the_environment_reaches_the_client_only_as_an_env_var(monkeypatch, setting):
+    variable = setting_variable(setting)
+    monkeypatch.setenv(variable, VALUE)
+    config = parse_config({}, env={variable: VALUE})
+    resources = resources_from_config(config, env={variable: VALUE})
+
+    field = getattr(resources["kafka"], secret_field(setting))
+    assert isinstance(field, dg.EnvVar) and field.env_var_name == variable
+    shown = repr(resources["kafka"]) + repr(resources["kprio"]) + repr(resources["kprio"].config())
+    assert VALUE not in shown
+    with dg.build_resources(resources) as built:
+        kafka = built.kafka.settings()
+        assert built.kprio.config(built.kafka).kafka == kafka
+        assert built.kprio.config().kafka.secrets == {}, "no secrets unless the Kafka resource is given"
+    assert kafka.java_client_config()[setting] == VALUE
+    # librdkafka refuses the Java client's own settings: they reach the native reader only.
+    assert (setting in kafka.client_config()) is (setting not in JAVA_SECRETS)
+    assert kafka.redacted()[setting] == "***"
 
 
-def test_a_secret_the_resource_cannot_carry_is_refused_by_name():
-    config = load_config(env={"KPRIO_KAFKA_SASL_JAAS_CONFIG": "x"})
-    with pytest.raises(ConfigError, match=r"sasl\.jaas\.config"):
-        resources_from_config(config)
+@pytest.mark.parametrize("setting", SECRET_SETTINGS)
+def test_every_secret_written_in_the_resource_is_refused_naming_its_variable(setting):
+    # The file refuses them (tests/kprio_core/test_config.py); a resource edited in the
+    # launchpad goes through the same validation.
+    kafka = KafkaResource(client={setting: VALUE})
+    with pytest.raises(ConfigError) as err:
+        kafka.settings()
+    assert setting_variable(setting) in str(err.value) and VALUE not in str(err.value)
+    assert str(err.value).startswith("resource 'kafka': client: ")
 
 
-def test_config_round_trips_through_the_settings_resource():
-    resource = resources_from_config(CONFIG)["kprio"]
-    assert resource.config() == CONFIG
+@pytest.mark.parametrize(
+    "setting",
+    ["sasl.oauthbearer.token.endpoint.url", "sasl.username", "sasl.oauthbearer.client.id", "ssl.ca.location"],
+)
+def test_a_setting_that_is_no_secret_loads_from_the_environment_and_the_file(setting):
+    variable = setting_variable(setting)
+    from_env = parse_config({}, env={variable: "v-env"})
+    from_file = parse_config({"kafka": {"client": {setting: "v-file"}}}, "kprio.yaml", env={})
+    for config, value in ((from_env, "v-env"), (from_file, "v-file")):
+        resources = resources_from_config(config, env={})
+        dg.Definitions.validate_loadable(dg.Definitions(resources=resources))
+        assert resources["kafka"].client == {setting: value}, "a plain, visible field"
+        with dg.build_resources({"kafka": resources["kafka"]}) as built:
+            assert built.kafka.settings().client_config()[setting] == value
+
+
+def test_secrets_stay_out_of_run_config_and_logs(monkeypatch):
+    env = {setting_variable(s): f"{VALUE}-{i}" for i, s in enumerate(SECRET_SETTINGS)}
+    for variable, value in env.items():
+        monkeypatch.setenv(variable, value)
+    config = parse_config({}, env=env)
+    seen = {}
+
+    @dg.asset
+    def probe(context, kafka: KafkaResource, kprio: KprioSettings) -> dg.MaterializeResult:  # noqa: ANN001
+        seen.update(kprio.config(kafka).kafka.java_client_config())
+        context.log.info(f"kafka settings: {kafka.settings().redacted()}")
+        return dg.MaterializeResult(metadata={"kafka": kafka.settings().redacted()})
+
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([probe], resources=resources_from_config(config, env=env), instance=instance)
+        assert result.success
+        stored = json.dumps(instance.get_run_by_id(result.run_id).run_config, default=str)
+        logged = " ".join(str(event) for event in instance.all_logs(result.run_id))
+    assert all(seen[s] == env[setting_variable(s)] for s in SECRET_SETTINGS), "every secret reached the run"
+    assert not [value for value in env.values() if value in stored + logged]
+    assert "***" in logged
+
+
+# --------------------------------------------------------------------------------- settings
+
+
+def test_config_round_trips_through_the_resources():
+    resources = resources_from_config(CONFIG, env={})
+    assert resources["kprio"].config() == CONFIG
+    assert resources["kprio"].config(resources["kafka"]) == CONFIG
+    with dg.build_resources(resources) as built:
+        assert built.kprio.config() == CONFIG
+        assert built.spark.settings() == CONFIG.spark and built.ledger.settings() == CONFIG.ledger
+
+
+def test_a_bad_value_in_a_resource_names_the_resource_and_key():
+    # A launchpad edit reaches the pydantic model too, and fails as a bad file does.
+    resources = resources_from_config(CONFIG, env={})
+    sections = CONFIG.model_dump(by_alias=True, exclude={"kafka", "spark", "ledger"})
+    sections["topics"] = [{"name": "orders", "topic_template": "{topic}"}]
+    bad = KprioSettings(kafka=resources["kafka"], spark=resources["spark"], ledger=resources["ledger"], **sections)
+    with pytest.raises(ConfigError, match=r"^resource 'kprio': topics\.0\.topic_template: .*must contain"):
+        bad.config()
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kprio_core.config import load_config
-from kprio_core.workload import demo_workload
+from orchestration.demo.workload import demo_workload
 from orchestration.cli.demo import print_result
 from orchestration.demo.run import DemoOptions, run_demo
 

@@ -13,7 +13,7 @@ import pytest
 
 from kprio_core.errors import ConfigError
 from kprio_core.offsets import OffsetRange as R
-from kprio_core.workload import demo_workload, order_records
+from orchestration.demo.workload import demo_workload, order_records
 from orchestration.demo import layout, plot, report
 from orchestration.demo.layout import DemoLayout, demo_config, write_config
 from orchestration.demo.producer import Arrival

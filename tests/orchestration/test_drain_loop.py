@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration import runner
+from orchestration import drain_loop
+from tests.orchestration.conservation import conservation
 from tests.orchestration.dagster_env import read_all_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
@@ -14,11 +15,11 @@ def test_drain_to_empty_conserves_every_offset(make_topic, kprio_env, dagster_in
     topic = make_topic(priorities=3, partitions=2, records={2: 30, 1: 12, 0: 25})
     env = kprio_env(topic, planner={"record_budget": 40})
 
-    report = runner.drain(env.defs, dagster_instance)
+    report = drain_loop.drain(env.defs, dagster_instance)
 
     assert report.ok, report.stopped
     assert report.stopped == "no backlog left"
-    assert [b.state for b in report.batches] == ["committed"] * len(report.batches)
+    assert [b.state.value for b in report.batches] == ["committed"] * len(report.batches)
     assert report.records() == {2: 30, 1: 12, 0: 25}
     snapshot = env.edge.snapshot(topic, now_ms=0)
     # Every produced offset is in the output exactly once ...
@@ -35,7 +36,8 @@ def test_drain_to_empty_conserves_every_offset(make_topic, kprio_env, dagster_in
     batches = env.ledger.batches(topic.name)
     assert all(b.plan.records <= 40 for b in batches)
     assert sum(b.plan.records for b in batches) == 67
-    # The burst windows advanced once per committed batch, with what each batch drained.
-    history = env.ledger.load_poll_history(topic.name)
+    assert conservation(env.config, topic, env.edge).ok
+    # The burst windows hold one entry per committed batch, with what each batch drained.
+    history = env.ledger.poll_history(topic.name, 3, 6, 4)
     for p in range(3):
-        assert history.counts(p) == [b.drain_stats["records_by_priority"].get(str(p), 0) for b in reversed(batches)]
+        assert history.counts(p) == [b.drain.written_by_priority().get(p, 0) for b in reversed(batches)][-6:]

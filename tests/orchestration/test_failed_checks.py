@@ -1,4 +1,5 @@
-"""A batch that fails a blocking check is not committed; after the cause is fixed, re-materializing it drains it."""
+"""With ``quality.invalid: block``, a batch that fails a blocking check is not committed and holds its partition;
+after the cause is fixed, re-materializing it (the UI's path) drains it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 
 import pytest
 
-from orchestration import runner
+from orchestration.drain_loop import execute
+from orchestration.sensors import tick
+from tests.orchestration.conservation import conservation
 from tests.fixtures.kafka import BASE_TS_MS
 from tests.orchestration.dagster_env import read_all_output
 
@@ -21,25 +24,29 @@ def test_failed_check_blocks_the_commit_and_a_retry_after_the_fix_commits(
                for i in range(6)]
     topic = make_topic(priorities=2, partitions=1, records={1: records},
                        schema={"i": "long", "amount": "long"}, required_fields=("i",))
-    env = kprio_env(topic)
+    env = kprio_env(topic, quality={"invalid": "block"}, recovery={"max_attempts": 1})
 
-    [request] = runner.tick(env.defs, dagster_instance).run_requests
-    first = runner.execute(env.defs, dagster_instance, request)
+    turn = tick(dagster_instance, env.edge, env.ledger, env.config)
+    [request] = turn.requests
+    dagster_instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
+
+    first = execute(env.defs, dagster_instance, request)
 
     assert not first.success
     verdicts = {e.check_name: e for e in first.get_asset_check_evaluations()}
     assert {name for name, e in verdicts.items() if not e.passed} == {"values_match_schema"}
     assert verdicts["values_match_schema"].metadata["invalid_records"].value == 2
-    # Dagster stopped the commit step; the ledger says why the batch failed.
-    assert first.asset_materializations_for_node("committed_offsets") == []
+    # Nothing was published or committed; the ledger says why the batch failed.
+    assert [m.asset_key.to_user_string() for m in first.asset_materializations_for_node("drain_batch")] == []
     failed = env.ledger.get(request.partition_key)
     assert (failed.batch_id, failed.state.value) == ("b-000001", "failed")
-    assert failed.reason.startswith("values_match_schema failed (")
+    assert failed.reason.startswith(f"values_match_schema failed on {topic.priority_topic(1)}[0]@[0,6) (")
     assert "invalid_records=2" in failed.reason
     # Nothing committed, the group has not moved, and the sensor says why it waits.
     assert env.edge.committed(topic) == {(topic.priority_topic(0), 0): None, (topic.priority_topic(1), 0): None}
-    reason = runner.tick(env.defs, dagster_instance).skip_reason.skip_message
-    assert reason.startswith("batch b-000001 failed (values_match_schema failed")
+    reason = tick(dagster_instance, env.edge, env.ledger, env.config).skip_reason
+    assert f"held: {topic.priority_topic(1)}[0] from 0 by b-000001 (failed once: values_match_schema failed" in reason
+    assert not conservation(env.config, topic, env.edge).beyond  # the failed attempt published nothing
 
     # The cause: the schema. Fixed, the same partition is materialized again (what the UI does).
     fixed = env.rebuild(topics=[{**topic.model_dump(mode="json", by_alias=True),
@@ -50,7 +57,9 @@ def test_failed_check_blocks_the_commit_and_a_retry_after_the_fix_commits(
     assert retry.success
     batch = env.ledger.get("b-000001")
     assert (batch.state.value, batch.attempts) == ("committed", 2)
-    assert batch.check_results["values_match_schema"] == {"passed": True, "rows_checked": 6, "invalid_records": 0}
+    schema_check = batch.checks.outcome("values_match_schema")
+    assert schema_check.passed and schema_check.metadata["invalid_records"] == 0
+    assert schema_check.metadata["rows_checked"] == 6
     assert env.edge.committed(topic)[(topic.priority_topic(1), 0)] == 6
     assert read_all_output(spark, env.config.drain.output_path, topic) == [
         (topic.priority_topic(1), 0, o) for o in range(6)

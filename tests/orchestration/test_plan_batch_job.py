@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from orchestration import runner
+from orchestration import drain_loop
 
 pytestmark = [pytest.mark.broker, pytest.mark.dagster]
 
@@ -34,8 +34,8 @@ def test_manual_plan_is_drained_through_the_same_assets(make_topic, kprio_env, d
     assert dagster_instance.get_dynamic_partitions("kprio_batches") == [batch_id]
 
     # The sensor launches it (run key = batch id), and drain_job drains, checks and commits it.
-    report = runner.drain(env.defs, dagster_instance, max_batches=1)
-    assert [(b.batch_id, b.state) for b in report.batches] == [(batch_id, "committed")]
+    report = drain_loop.drain(env.defs, dagster_instance, max_batches=1)
+    assert [(b.batch_id, b.state.value) for b in report.batches] == [(batch_id, "committed")]
     assert report.records() == {p: n for p, n in batch.plan.records_by_priority().items() if n}
     [run] = dagster_instance.get_run_records(dg.RunsFilter(tags={"dagster/run_key": batch_id}))
     assert run.dagster_run.tags["dagster/partition"] == batch_id

@@ -1,9 +1,10 @@
-"""priority_lag_sensor on the real broker and a real Dagster instance: plans, run requests, skip reasons."""
+"""priority_lag_sensor's tick on the real broker and a real Dagster instance: plans, runs, holds, skip reasons."""
 
 from __future__ import annotations
 
 import re
-import time
+import socket
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -11,12 +12,26 @@ import pytest
 from kprio_core.burst import PollHistory
 from kprio_core.offsets import OffsetRange
 from kprio_core.planner import Budget, plan_batch
-from kprio_core.rate import RateQuotaTracker
-from orchestration import runner
-from orchestration.planning import RATE_STATE
+from kprio_core.recovery import lease_owner
+from orchestration import drain_loop
+from orchestration.sensors import tick
 from tests.fixtures.kafka import fill
+from tests.orchestration.ledger_states import commit_as_drained
 
 pytestmark = [pytest.mark.broker, pytest.mark.dagster]
+
+
+def run_tick(env, instance):
+    turn = tick(instance, env.edge, env.ledger, env.config)
+    if turn.partitions:
+        instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
+    return turn
+
+
+def skip(env, instance) -> str:
+    turn = run_tick(env, instance)
+    assert not turn.requests, turn.requests
+    return turn.skip_reason
 
 
 def test_tick_records_the_planners_plan_and_requests_its_run(make_topic, kprio_env, dagster_instance):
@@ -27,35 +42,38 @@ def test_tick_records_the_planners_plan_and_requests_its_run(make_topic, kprio_e
         history=PollHistory(3), reserved=(),
     )
 
-    result = runner.tick(env.defs, dagster_instance)
+    turn = run_tick(env, dagster_instance)
 
-    assert result.skip_reason is None
-    [request] = result.run_requests
+    [request] = turn.requests
     [batch] = env.ledger.batches(topic.name)
     assert (request.run_key, request.partition_key) == (batch.batch_id, batch.batch_id) == ("b-000001",) * 2
+    assert request.tags == {"kprio/logical_topic": topic.name, "kprio/attempt": "1", "kprio/why": "new",
+                            "kprio/slot-p0": topic.name, "kprio/slot-p1": topic.name, "kprio/slot-p2": topic.name}
     assert batch.state.value == "planned"
     assert batch.plan.offset_ranges() == expected.offset_ranges()
     assert batch.plan.records_by_priority() == expected.records_by_priority() == {2: 10, 1: 5, 0: 5}
     assert dagster_instance.get_dynamic_partitions("kprio_batches") == ["b-000001"]
 
-    # No run was launched for it: the next tick asks again with the same run key, and plans nothing new.
-    again = runner.tick(env.defs, dagster_instance)
-    assert [r.run_key for r in again.run_requests] == ["b-000001"]
+    # No run was launched for it: the next tick asks again with the same run key, and plans nothing new
+    # (each priority's one slot is taken by the planned batch).
+    again = run_tick(env, dagster_instance)
+    assert [r.run_key for r in again.requests] == ["b-000001"]
     assert len(env.ledger.batches(topic.name)) == 1
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_a_burst_in_priority_2_goes_first_while_priority_0_keeps_its_share(
     make_topic, kprio_env, dagster_instance, kafka_settings, spark
 ):
     topic = make_topic(priorities=3, partitions=1, records={0: 60})
-    env = kprio_env(topic, planner={"record_budget": 20})
-    first = runner.drain(env.defs, dagster_instance, max_batches=1)
-    assert [(b.state, b.records) for b in first.batches] == [("committed", {0: 20})]
+    env = kprio_env(topic, planner={"record_budget": 20, "target_batch_s": None})
+    first = drain_loop.drain(env.defs, dagster_instance, max_batches=1)
+    assert [(b.state.value, b.records) for b in first.batches] == [("committed", {0: 20})]
 
     fill(kafka_settings, topic.priority_topic(2), 40, partitions=1)
-    result = runner.tick(env.defs, dagster_instance)
+    [request] = run_tick(env, dagster_instance).requests
 
-    [request] = result.run_requests
     plan = env.ledger.get(request.partition_key).plan
     by_p = plan.records_by_priority()
     assert by_p[2] > by_p[0] >= 1  # the burst first, and no starvation of the old backlog
@@ -65,41 +83,67 @@ def test_a_burst_in_priority_2_goes_first_while_priority_0_keeps_its_share(
     assert [r.range.start for r in plan.ranges if r.priority == 2] == [0]
 
 
-def skip(env, instance) -> str:
-    result = runner.tick(env.defs, instance)
-    assert not result.run_requests
-    return result.skip_reason.skip_message
-
-
 def test_skip_reason_no_backlog(make_topic, kprio_env, dagster_instance):
     env = kprio_env(make_topic(priorities=2, partitions=1))
     assert skip(env, dagster_instance) == "no backlog"
 
 
-def test_skip_reason_batch_in_flight(make_topic, kprio_env, dagster_instance):
-    topic = make_topic(priorities=2, partitions=1, records={1: 5})
+def test_an_urgent_priority_is_planned_while_a_bulk_batch_holds_its_slot(make_topic, kprio_env, dagster_instance,
+                                                                         kafka_settings):
+    topic = make_topic(priorities=3, partitions=1, records={0: 50})
     env = kprio_env(topic)
-    [request] = runner.tick(env.defs, dagster_instance).run_requests
-    env.ledger.mark_drained(request.partition_key, {"ranges": []})
-    assert skip(env, dagster_instance) == "batch b-000001 still in flight (drained)"
+    [bulk] = run_tick(env, dagster_instance).requests  # a p0 batch, in flight from now on
+    env.ledger.claim(bulk.partition_key, lease_owner("r1", host="elsewhere", pid=1), 60)
+    fill(kafka_settings, topic.priority_topic(2), 5, partitions=1)
+
+    [urgent] = run_tick(env, dagster_instance).requests
+
+    assert env.ledger.get(urgent.partition_key).plan.records_by_priority() == {2: 5, 1: 0, 0: 0}
+    assert urgent.tags["kprio/slot-p2"] == topic.name and "kprio/slot-p0" not in urgent.tags
+    fill(kafka_settings, topic.priority_topic(0), 5, partitions=1)
+    assert skip(env, dagster_instance).startswith("priority 0 waits for its slot (b-000001 in flight)")
 
 
-def test_skip_reason_failed_batch_waits_for_an_operator(make_topic, kprio_env, dagster_instance):
+def test_a_failed_batch_holds_only_its_partitions(make_topic, kprio_env, dagster_instance):
+    topic = make_topic(priorities=2, partitions=2, records={1: 10, 0: 10})
+    env = kprio_env(topic, planner={"record_budget": 4}, recovery={"max_attempts": 1})
+    [request] = run_tick(env, dagster_instance).requests
+    failed = env.ledger.get(request.partition_key)
+    held = {r.range.topic_partition for r in failed.plan.ranges}
+    env.ledger.mark_failed(failed.batch_id, "values_match_schema failed (invalid_records=5)", retry_at=None)
+
+    [request] = run_tick(env, dagster_instance).requests  # the other partitions keep draining
+
+    again = env.ledger.get(request.partition_key)
+    assert again.batch_id != failed.batch_id
+    assert not {r.range.topic_partition for r in again.plan.ranges} & held
+    reason = run_tick(env, dagster_instance).skip_reason
+    assert f"held: {topic.priority_topic(1)}[" in reason and f"by {failed.batch_id} (failed once: " in reason
+    assert f"fix the cause, then kprio retry {failed.batch_id}" in reason
+
+
+def test_a_failed_batch_with_attempts_left_is_retried_after_its_backoff(make_topic, kprio_env, dagster_instance):
     topic = make_topic(priorities=2, partitions=1, records={1: 5})
-    env = kprio_env(topic)
-    [request] = runner.tick(env.defs, dagster_instance).run_requests
-    env.ledger.mark_failed(request.partition_key, "values_match_schema failed (invalid_records=5)")
-    assert skip(env, dagster_instance).startswith(
-        "batch b-000001 failed (values_match_schema failed (invalid_records=5)); fix the cause and re-materialize"
-    )
+    env = kprio_env(topic, recovery={"max_attempts": 3})
+    [request] = run_tick(env, dagster_instance).requests
+    soon = datetime.now(UTC) + timedelta(seconds=30)
+    env.ledger.mark_failed(request.partition_key, "drain failed: broker restarted", retry_at=soon)
+    assert "retried by itself at" in skip(env, dagster_instance)
+
+    # Once the backoff is over the retry is due.
+    turn = tick(dagster_instance, env.edge, env.ledger, env.config, now_s=soon.timestamp() + 1)
+    [retry] = turn.requests
+    assert (retry.run_key, retry.tags["kprio/attempt"], retry.tags["kprio/why"]) == (
+        f"{request.partition_key}.attempt-2", "2", "retry")
 
 
-def test_skip_reason_throttled(make_topic, kprio_env, dagster_instance):
+def test_skip_reason_throttled(make_topic, kprio_env, dagster_instance, kafka_settings):
     topic = make_topic(priorities=3, partitions=1, records={2: 5})
-    env = kprio_env(topic, rate={"samples": 2, "window_s": 1.0, "quotas": {2: {"records_per_s": 10}}})
-    tracker = RateQuotaTracker(records_per_s={2: 10}, samples=2, window_s=1.0)
-    tracker.record_batch(2, records=1000, bytes=0, now=time.time())  # 1000 records in the last second
-    env.ledger.save_state(topic.name, RATE_STATE, tracker.to_dict())
+    env = kprio_env(topic, rate={"samples": 2, "window_s": 1.0, "quotas": {2: {"records_per_s": 1}}})
+    # The 5 records committed just now: over 1 record/s (the ledger says what was drained, and when).
+    [request] = run_tick(env, dagster_instance).requests
+    commit_as_drained(env.ledger, request.partition_key)
+    fill(kafka_settings, topic.priority_topic(2), 5, partitions=1)
     assert re.fullmatch(r"throttled for \d+\.\d s on priority 2", skip(env, dagster_instance))
 
 
@@ -118,35 +162,68 @@ def test_skip_reason_broker_unreachable(make_topic, kprio_env, dagster_instance)
     assert skip(env, dagster_instance).startswith("broker unreachable: no Kafka broker answered at 127.0.0.1:1")
 
 
-def test_skip_reason_offsets_lost_to_retention(make_topic, kprio_env, dagster_instance):
-    topic = make_topic(priorities=2, partitions=1, records={1: 6})
+@pytest.mark.parametrize("committed", [True, False], ids=["committed", "never-committed"])
+def test_offsets_lost_to_retention_hold_their_partition_whether_or_not_it_was_committed(
+    make_topic, kprio_env, dagster_instance, committed
+):
+    topic = make_topic(priorities=2, partitions=2, records={1: 12})
     env = kprio_env(topic)
     name = topic.priority_topic(1)
-    env.edge.commit(topic, [OffsetRange(name, 0, 0, 1)])
+    if committed:
+        env.edge.commit(topic, [OffsetRange(name, 0, 0, 1)])
     env.edge.delete_records({(name, 0): 3})
-    assert skip(env, dagster_instance).startswith(
-        f"offsets lost to retention before they were drained: {name}[0]@[1,3); set drain.allow_data_loss"
-    )
+
+    turn = run_tick(env, dagster_instance)
+
+    [request] = turn.requests  # partition 1 drains; partition 0 waits
+    assert {r.range.topic_partition for r in env.ledger.get(request.partition_key).plan.ranges} == {(name, 1)}
+    lost = f"{name}[0] from {1 if committed else 0} (offsets [{1 if committed else 0},3) lost to retention"
+    assert lost in turn.decisions[0].describe()
+    assert "set drain.allow_data_loss" in turn.decisions[0].describe()
 
 
-def test_skip_reason_batch_whose_run_died(make_topic, kprio_env, dagster_instance):
+def test_a_batch_whose_run_died_is_resumed_and_its_run_marked_failed(make_topic, kprio_env, dagster_instance):
     topic = make_topic(priorities=2, partitions=1, records={1: 5})
     env = kprio_env(topic)
-    [request] = runner.tick(env.defs, dagster_instance).run_requests
-    env.ledger.mark_drained(request.partition_key, {"ranges": []})
+    [request] = run_tick(env, dagster_instance).requests
 
-    # A drain run of that partition that ended without moving the batch (its process died).
+    # A run of that partition took the batch's lease, then its process died (kill -9): it stays STARTED.
     @dg.op
-    def crash() -> None:
-        raise RuntimeError("worker lost")
+    def noop() -> None:
+        pass
 
     @dg.job(name="drain_job")
     def drain_job() -> None:
-        crash()
+        noop()
 
-    drain_job.execute_in_process(
-        instance=dagster_instance, tags={"dagster/partition": request.partition_key}, raise_on_error=False
-    )
-    assert skip(env, dagster_instance) == (
-        "batch b-000001 is drained but its last run ended FAILURE; re-materialize its partition b-000001 to finish it"
-    )
+    run = dagster_instance.create_run_for_job(drain_job, status=dg.DagsterRunStatus.STARTED,
+                                              tags={"dagster/partition": request.partition_key})
+    dead = lease_owner(run.run_id, host=socket.gethostname(), pid=2 ** 22 + 17)  # no such process
+    env.ledger.claim(request.partition_key, dead, 600)
+
+    turn = run_tick(env, dagster_instance)
+
+    [resume] = turn.requests
+    assert (resume.tags["kprio/why"], resume.tags["kprio/attempt"]) == ("resume", "2")
+    assert dagster_instance.get_run_by_id(run.run_id).status is dg.DagsterRunStatus.FAILURE
+    [(batch, why)] = turn.decisions[0].stuck
+    assert batch.batch_id == request.partition_key and "is gone" in why
+
+
+def test_a_run_launched_from_the_ui_is_the_batchs_run(make_topic, kprio_env, dagster_instance):
+    topic = make_topic(priorities=2, partitions=1, records={1: 5})
+    env = kprio_env(topic)
+    [request] = run_tick(env, dagster_instance).requests
+
+    # The asset page's materialization runs as __ASSET_JOB with the partition tag only.
+    @dg.op
+    def noop() -> None:
+        pass
+
+    @dg.job(name="__ASSET_JOB")
+    def asset_job() -> None:
+        noop()
+
+    dagster_instance.create_run_for_job(asset_job, status=dg.DagsterRunStatus.STARTED,
+                                        tags={"dagster/partition": request.partition_key})
+    assert skip(env, dagster_instance).startswith("priority 1 waits for its slot")

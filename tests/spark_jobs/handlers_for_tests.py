@@ -1,4 +1,4 @@
-"""Handlers used by the drain tests (imported by the executors through PYTHONPATH)."""
+"""Handlers used by the drain tests (imported by the executors through PYTHONPATH; never by production code)."""
 
 from __future__ import annotations
 
@@ -68,3 +68,17 @@ def decode_json_pandas_only(frames: Iterator[Any], context: LaneContext) -> Iter
     from spark_jobs.handlers import decode_json
 
     yield from decode_json(frames, context)
+
+
+def drops_a_row_on_partition_zero(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Decodes like the default handler, but breaks the contract on partition 0 only."""
+    from spark_jobs.handlers import decode_json
+
+    for frame in decode_json(frames, context):
+        yield frame.iloc[1:] if context.partition == 0 else frame
+
+
+def fails_every_record(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """A handler that cannot decode anything: every record gets an error (a broken release)."""
+    for frame in frames:
+        yield frame.assign(error="cannot decode: handler bug")

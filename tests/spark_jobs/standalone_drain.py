@@ -1,9 +1,10 @@
 """Run one drain on a standalone Spark cluster, in its own process (used by test_standalone.py).
 
 Usage: ``python standalone_drain.py '<json args>'`` with ``master``, ``bootstrap``, ``topic``
-(TopicSettings JSON), ``plan`` (DrainPlan JSON), ``output`` and ``batch_id``. Prints one JSON
-line: the DrainResult, the driver's pids and, for every handler pid seen in the output,
-whether an executor backend process is among its ancestors.
+(TopicSettings JSON), ``plan`` (DrainPlan JSON), ``output``, ``dead_letters`` and ``batch_id``.
+Drains, publishes, and prints one JSON line: the DrainResult (JSON), the published paths, the
+driver's pids and, for every handler pid seen in the output, whether an executor backend
+process is among its ancestors.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import psutil
 from kprio_core.config import KprioConfig, SparkSettings, TopicSettings
 from kprio_core.drain_plan import DrainPlan
 from spark_jobs.drain import drain_batch
-from spark_jobs.output import read_output
+from spark_jobs.output import publish, read_table
 from spark_jobs.session import build_session
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,12 +46,12 @@ def main(args: dict) -> dict:
     topic = TopicSettings.model_validate_json(args["topic"])
     spark = build_session(settings, app_name="kprio-standalone-test")
     try:
-        result = drain_batch(spark, config, topic, args["batch_id"], DrainPlan.from_json(args["plan"]),
-                             output_root=args["output"])
-        pids = sorted({r.pid for r in read_output(spark, args["output"], topic.name, args["batch_id"],
-                                                  topic.schema_).select("pid").collect()})
+        result = drain_batch(spark, config, topic, args["batch_id"], 1, DrainPlan.from_json(args["plan"]),
+                             output_root=args["output"], dead_letter_root=args["dead_letters"])
+        published = publish(result, output_root=args["output"], dead_letter_root=args["dead_letters"])
+        pids = sorted(set(read_table(args["output"], topic.name, columns=["pid"]).column("pid").to_pylist()))
         driver_jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-        return {"result": result.to_dict(), "driver_pids": [os.getpid(), driver_jvm],
+        return {"result": result.to_json(), "published": published, "driver_pids": [os.getpid(), driver_jvm],
                 "handler_pids": {str(pid): _under_executor(pid) for pid in pids}}
     finally:
         spark.stop()

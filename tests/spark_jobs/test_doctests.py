@@ -18,3 +18,4 @@ def test_docstring_examples(name):
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+    assert result.attempted > 0, f"{name} has no worked example in its docstrings"

@@ -1,4 +1,4 @@
-"""The handler contract, the default JSON handler and the lane runner, without Spark."""
+"""The handler contract, the default JSON handler, the lane pump and the shuffled drain task, without Spark."""
 
 from __future__ import annotations
 
@@ -8,12 +8,17 @@ import json
 import pyarrow as pa
 import pytest
 
+from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import HandlerError, LaneOrderBroken
+from kprio_core.lanes import Ordering
+from kprio_core.offsets import OffsetRange
 from spark_jobs.columns import drain_struct, input_struct
+from spark_jobs.drain_task import DrainSpec, drain_sorted
 from spark_jobs.handler_contract import LaneContext, resolve_handler
 from spark_jobs.handlers import decode_json, decode_value
 from spark_jobs.kafka_schema import arrow_schema_of
-from spark_jobs.lane_runner import lane_runner
+from spark_jobs.validity import Validity
+from tests.spark_jobs.on_disk import staged_rows
 
 SCHEMA = {"i": "long", "amount": "double", "name": "string", "ok": "boolean", "at": "timestamp"}
 
@@ -63,62 +68,95 @@ def _batch(rows: list[tuple[str, int, int, int, bytes | None]]) -> pa.RecordBatc
     return pa.RecordBatch.from_arrays([pa.array(cols[f.name], type=f.type) for f in schema], schema=schema)
 
 
-def _run(spec: str, batches: list[pa.RecordBatch], schema=None) -> list[dict]:
-    schema = SCHEMA if schema is None else schema
-    run = lane_runner(spec, "t", schema, drain_struct(schema))
-    return [row for out in run(iter(batches)) for row in out.to_pylist()]
+@pytest.fixture
+def run(tmp_path):
+    """Feed sorted batches to one shuffled drain task; every row it wrote (both roots) and the failures."""
+
+    def run_task(handler: str, batches: list[pa.RecordBatch], schema=None) -> tuple[list[dict], list[str]]:
+        schema = SCHEMA if schema is None else schema
+        partitions = sorted({(t, p) for b in batches for t, p in zip(b.column("topic").to_pylist(),
+                                                                       b.column("partition").to_pylist())})
+        ranges = tuple(PlannedRange(1, OffsetRange(t, p, 0, 100)) for t, p in partitions)
+        spec = DrainSpec("b", 1, "t", handler, tuple(schema.items()), Validity(), Ordering.KEY, 2, ranges,
+                         str(tmp_path / "out" / "_staging" / "b.1"), str(tmp_path / "dead" / "_staging" / "b.1"), 100)
+        stats = [row for out in drain_sorted(spec)(iter(batches)) for row in out.to_pylist()]
+        from spark_jobs.range_counts import merge_counts
+
+        result_rows = merge_counts(stats, ranges, allow_data_loss=True, every_range_reported=False)
+        from kprio_core.results import DrainResult
+
+        result = DrainResult("b", 1, "t", result_rows, staging="")
+        on_disk = staged_rows(result, {"output": str(tmp_path / "out"), "dead-letters": str(tmp_path / "dead")},
+                              failed=True)
+        rows = sorted(on_disk["output"] + on_disk["dead-letters"], key=lambda r: (r["topic"], r["partition"], r["lane"],
+                                                                                 r["offset"]))
+        return rows, [s.failure for s in result_rows if s.failure]
+
+    return run_task
 
 
-def test_default_handler_keeps_every_record_and_types_fields():
+def _run_ok(run, spec, batches, schema=None) -> list[dict]:
+    rows, failures = run(spec, batches, schema)
+    assert failures == []
+    return rows
+
+
+def test_default_handler_keeps_every_record_and_types_fields(run):
     good = json.dumps({"i": 7, "amount": 1.25}).encode()
-    rows = _run("spark_jobs.handlers:decode_json", [_batch([("t-1", 0, 0, 0, good), ("t-1", 0, 0, 1, b"{bad"),
+    rows = _run_ok(run, "spark_jobs.handlers:decode_json", [_batch([("t-1", 0, 0, 0, good), ("t-1", 0, 0, 1, b"{bad"),
                                                            ("t-1", 0, 0, 2, None)])])
-    assert [(r["offset"], r["i"], r["amount"]) for r in rows] == [(0, 7, 1.25), (1, None, None), (2, None, None)]
-    assert rows[0]["error"] is None and rows[2]["error"] is None
+    # The bad record went to the dead letters: raw columns and error, no decoded fields.
+    assert [(r["offset"], r.get("i"), r.get("amount")) for r in rows] == [(0, 7, 1.25), (1, None, None), (2, None, None)]
+    assert rows[0]["error"] is None and rows[2]["error"] is None and "i" not in rows[1]
     assert rows[1]["error"].startswith("value is not JSON") and rows[1]["value"] == b"{bad"
 
 
-def test_lanes_are_cut_at_topic_partition_and_lane_changes_and_get_one_call_each():
+def test_lanes_are_cut_at_topic_partition_and_lane_changes_and_get_one_call_each(run):
     rows = [("t-1", 0, 0, o, None) for o in (0, 1)] + [("t-1", 0, 1, 2, None), ("t-1", 1, 1, 0, None)]
-    out = _run("tests.spark_jobs.handlers_for_tests:record_order", [_batch(rows[:3]), _batch(rows[3:])],
+    out = _run_ok(run, "tests.spark_jobs.handlers_for_tests:record_order", [_batch(rows[:3]), _batch(rows[3:])],
                schema={"seen": "long"})
     assert [(r["partition"], r["lane"], r["offset"], r["seen"]) for r in out] == [
         (0, 0, 0, 0), (0, 0, 1, 1), (0, 1, 2, 0), (1, 1, 0, 0)]
 
 
-def test_a_lane_continuing_across_batches_is_one_call():
-    out = _run("tests.spark_jobs.handlers_for_tests:record_order",
+def test_a_lane_continuing_across_batches_is_one_call(run):
+    out = _run_ok(run, "tests.spark_jobs.handlers_for_tests:record_order",
                [_batch([("t-1", 0, 0, 0, None)]), _batch([("t-1", 0, 0, 1, None)])], schema={"seen": "long"})
     assert [r["seen"] for r in out] == [0, 1]
 
 
-def test_a_failing_handler_keeps_the_rest_of_the_lane_with_its_error():
+def test_a_failing_handler_keeps_the_rest_of_the_lane_with_its_error(run):
     batches = [_batch([("t-1", 0, 0, o, None)]) for o in range(8)]
-    out = _run("tests.spark_jobs.handlers_for_tests:fail_on_offset_five", batches, schema={})
+    out = _run_ok(run, "tests.spark_jobs.handlers_for_tests:fail_on_offset_five", batches, schema={})
     assert [r["offset"] for r in out] == list(range(8))
     assert [r["error"] for r in out[:5]] == [None] * 5
     assert all(r["error"] == "handler failed: ValueError: cannot handle offset 5 of t-1" for r in out[5:])
 
 
-def test_a_handler_that_stops_early_loses_nothing():
+def test_a_handler_that_stops_early_loses_nothing(run):
     batches = [_batch([("t-1", 0, 0, o, None)]) for o in range(3)]
-    out = _run("tests.spark_jobs.handlers_for_tests:stops_early", batches, schema={})
+    out = _run_ok(run, "tests.spark_jobs.handlers_for_tests:stops_early", batches, schema={})
     assert [(r["offset"], r["error"]) for r in out] == [
         (0, None), (1, "the handler returned no row for this record"), (2, "the handler returned no row for this record")]
 
 
-def test_a_handler_returning_fewer_rows_breaks_the_contract():
-    with pytest.raises(HandlerError, match="answered a frame of 2 records with 1 rows"):
-        _run("tests.spark_jobs.handlers_for_tests:drops_a_row", [_batch([("t-1", 0, 0, 0, None), ("t-1", 0, 0, 1, None)])],
-             schema={})
+def test_a_handler_returning_fewer_rows_breaks_the_contract_and_fails_its_range(run):
+    _, failures = run("tests.spark_jobs.handlers_for_tests:drops_a_row",
+                      [_batch([("t-1", 0, 0, 0, None), ("t-1", 0, 0, 1, None)])], schema={})
+    assert failures == ["t-1[0]@[0,100): handler 'tests.spark_jobs.handlers_for_tests:drops_a_row' answered a frame "
+                        "of 2 records with 1 rows (t-1[0]/lane0 of batch b): it must return one row per record, in order"]
 
 
-def test_rows_out_of_offset_order_are_refused():
-    with pytest.raises(LaneOrderBroken, match="not strictly increasing"):
-        _run("spark_jobs.handlers:decode_json", [_batch([("t-1", 0, 0, 3, None), ("t-1", 0, 0, 2, None)])])
-    with pytest.raises(LaneOrderBroken, match="came back after another lane"):
-        _run("spark_jobs.handlers:decode_json", [_batch([("t-1", 0, 0, 0, None), ("t-1", 0, 1, 1, None),
-                                                         ("t-1", 0, 0, 2, None)])])
+def test_rows_out_of_offset_order_fail_their_range(run):
+    _, failures = run("spark_jobs.handlers:decode_json", [_batch([("t-1", 0, 0, 3, None), ("t-1", 0, 0, 2, None)])])
+    assert failures == ["t-1[0]@[0,100): t-1[0]/lane0 of batch b: offsets not strictly increasing after -1"]
+    _, failures = run("spark_jobs.handlers:decode_json", [_batch([("t-1", 0, 0, 0, None), ("t-1", 0, 1, 1, None),
+                                                                  ("t-1", 0, 0, 2, None)]), _batch([("t-2", 0, 0, 0, None)])])
+    assert failures == ["t-1[0]@[0,100): lane t-1[0]/lane0 came back after another lane",
+                        "t-2[0]@[0,100): not drained, the task failed before it: "
+                        "t-1[0]@[0,100): lane t-1[0]/lane0 came back after another lane"]
+    with pytest.raises(LaneOrderBroken, match="not strictly increasing"):  # the pump itself refuses
+        _pump_rows("spark_jobs.handlers:decode_json", [(0, [3]), (0, [2])])
 
 
 def test_lane_context_names_the_lane():
@@ -160,12 +198,12 @@ ARROW_CASES = [
 
 @pytest.mark.parametrize("values", ARROW_CASES)
 @pytest.mark.parametrize("with_timestamp", [False, True])
-def test_arrow_form_of_the_default_handler_gives_the_pandas_forms_rows(values, with_timestamp):
+def test_arrow_form_of_the_default_handler_gives_the_pandas_forms_rows(run, values, with_timestamp):
     schema = SCHEMA if with_timestamp else {k: v for k, v in SCHEMA.items() if k != "at"}
     batch = _batch([("t-1", 0, 0, o, v) for o, v in enumerate(values)])
     assert resolve_handler("spark_jobs.handlers:decode_json").arrow is not None
-    arrow = _run("spark_jobs.handlers:decode_json", [batch], schema=schema)
-    pandas = _run("tests.spark_jobs.handlers_for_tests:decode_json_pandas_only", [batch], schema=schema)
+    arrow = _run_ok(run, "spark_jobs.handlers:decode_json", [batch], schema=schema)
+    pandas = _run_ok(run, "tests.spark_jobs.handlers_for_tests:decode_json_pandas_only", [batch], schema=schema)
     assert arrow == pandas
     assert [r["error"] is None for r in arrow] == [decode_value(v, schema)[1] is None for v in values]
 

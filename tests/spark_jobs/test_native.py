@@ -58,3 +58,22 @@ def test_native_read_matches_the_plan(spark, kafka_settings, make_topic):
 def test_the_classpath_probe_tells_present_from_absent_classes(spark):
     assert class_available(spark, "org.apache.spark.sql.SparkSession")
     assert not class_available(spark, "org.apache.spark.sql.kafka010.NoSuchProvider")
+
+
+@pytest.mark.broker
+@pytest.mark.spark
+def test_the_native_reader_drives_the_drain(spark, kafka_settings, make_topic, tmp_path):
+    from spark_jobs.drain import drain_batch
+    from tests.spark_jobs.plans import whole_plan
+
+    topic = make_topic(priorities=1, partitions=2, records={0: 20})
+    config = KprioConfig(kafka=kafka_settings, spark={"reader": "native"},
+                         drain={"output_path": str(tmp_path / "out"), "dead_letter_path": str(tmp_path / "dead")})
+    plan = whole_plan(kafka_settings, topic)
+    if not connector_available(spark):
+        # The drain took Spark's kafka source (the shuffle path), which this classpath lacks.
+        with pytest.raises(Exception, match="kafka"):
+            drain_batch(spark, config, topic, "native", 1, plan)
+        return
+    result = drain_batch(spark, config, topic, "native", 1, plan)
+    assert result.reader == "native" and result.records == 20 and all(s.complete for s in result.ranges)

@@ -8,41 +8,26 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
-import pyspark
 import pytest
 
-from kprio_core.broker import free_port, wait_for
+from kprio_core.results import DrainResult
+from orchestration.services.process import free_port, wait_for
 from tests.spark_jobs.plans import whole_plan
+from tests.spark_jobs.spark_processes import SPARK_HOME, start, stop
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
 
-SPARK_HOME = Path(pyspark.__file__).parent
 SCRIPT = Path(__file__).with_name("standalone_drain.py")
 REPO_ROOT = SCRIPT.parents[2]
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable}
-    with log.open("wb") as out:
-        # spark-class execs java: the Popen pid is the JVM; its own session so we stop exactly it.
-        return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], stdout=out,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    return start([str(SPARK_HOME / "bin" / "spark-class"), *args], log, {**os.environ, "PYSPARK_PYTHON": sys.executable})
 
 
 def _alive_workers(ui_port: int) -> int:
@@ -69,17 +54,19 @@ def test_drain_on_a_standalone_cluster_runs_in_executor_processes(kafka_settings
             (tmp_path / "master.log").read_text()[-2000:] + (tmp_path / "worker.log").read_text()[-2000:])
         args = {"master": f"spark://127.0.0.1:{port}", "bootstrap": kafka_settings.bootstrap_servers,
                 "topic": topic.model_dump_json(by_alias=True), "plan": plan.to_json(),
-                "output": str(tmp_path / "out"), "batch_id": "standalone"}
+                "output": str(tmp_path / "out"), "dead_letters": str(tmp_path / "dead"), "batch_id": "standalone"}
         run = subprocess.run([sys.executable, str(SCRIPT), json.dumps(args)], capture_output=True, text=True,
                              timeout=600, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
         assert run.returncode == 0, run.stderr[-4000:]
         report = json.loads(run.stdout.strip().splitlines()[-1])
     finally:
         if worker is not None:
-            _stop(worker)
-        _stop(master)
-    assert report["result"]["records"] == 100 and report["result"]["errors"] == 0
-    assert report["result"]["records_by_priority"] == {"1": 60, "0": 40}
+            stop(worker)
+        stop(master)
+    result = DrainResult.from_json(report["result"])
+    assert (result.records, result.dead) == (100, 0) and all(s.complete for s in result.ranges)
+    assert result.by_priority() == {1: (60, 0), 0: (40, 0)}
+    assert len(report["published"]) == len(plan.ranges)
     handler_pids = report["handler_pids"]
     assert handler_pids and all(handler_pids.values()), handler_pids  # every handler ran under an executor
     assert not set(map(int, handler_pids)) & set(report["driver_pids"])

@@ -14,16 +14,9 @@ import sys
 
 import pytest
 
-from kprio_core.broker import (
-    NOIDA_CONTROL_FILE,
-    STATE_FILE,
-    EmbeddedBroker,
-    answers_metadata,
-    noida_binary,
-    pid_alive,
-    wait_for,
-)
 from kprio_core.errors import BrokerProcessError
+from orchestration.services.broker import NOIDA_CONTROL_FILE, EmbeddedBroker, answers_metadata, noida_binary
+from orchestration.services.process import pid_alive, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -46,7 +39,9 @@ def test_start_status_stop(broker):
     pid = status.pid
     assert broker.stop() is True
     assert not pid_alive(pid), "stop left the broker process behind"
-    assert not (broker.data_dir / STATE_FILE).exists()
+    assert not (broker.data_dir / NOIDA_CONTROL_FILE).exists()
+    assert sorted(p.name for p in broker.data_dir.iterdir() if p.suffix == ".json") == ["kafka.json"], (
+        "kprio keeps no state file of its own beside noida-db's")
     assert not broker.status().running
     assert broker.stop() is False  # stopping a stopped broker is a no-op
 
@@ -68,8 +63,8 @@ def test_a_killed_broker_does_not_block_the_next_start(broker):
     broker.start()
     pid = broker.status().pid
     os.kill(pid, signal.SIGKILL)  # our own broker, killed as a crash would
-    assert wait_for(lambda: broker._gone(pid), 10)
-    assert (broker.data_dir / STATE_FILE).exists() and (broker.data_dir / NOIDA_CONTROL_FILE).exists()
+    assert wait_for(lambda: not pid_alive(pid), 10)
+    assert (broker.data_dir / NOIDA_CONTROL_FILE).exists(), "a killed noida-db leaves its control file"
     assert not broker.status().running
     broker.start()
     assert broker.status().running and broker.status().pid != pid
@@ -80,11 +75,13 @@ def test_a_stale_state_file_with_a_dead_pid_is_cleaned_up(broker):
     broker.data_dir.mkdir(parents=True)
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(finished.stdout)
-    for name in (STATE_FILE, NOIDA_CONTROL_FILE):
-        (broker.data_dir / name).write_text(json.dumps({"pid": dead, "port": 1}))
+    (broker.data_dir / NOIDA_CONTROL_FILE).write_text(json.dumps({"pid": dead, "port": 1, "token": "x"}))
     assert not broker.status().running
+    assert broker.stop() is False
+    assert not (broker.data_dir / NOIDA_CONTROL_FILE).exists(), "stop left the stale control file"
+    (broker.data_dir / NOIDA_CONTROL_FILE).write_text(json.dumps({"pid": dead, "port": 1, "token": "x"}))
     broker.start()
-    assert broker.status().running
+    assert broker.status().running and broker.status().pid != dead
 
 
 def test_a_busy_port_fails_fast_with_the_broker_reason(tmp_path):
@@ -112,5 +109,5 @@ def test_noida_down_stops_a_broker_we_started(broker):
     done = subprocess.run([str(noida_binary()), "down", "--data-dir", str(broker.data_dir)],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
-    assert wait_for(lambda: broker._gone(pid), 10), "noida-db down left the process running"
+    assert wait_for(lambda: not pid_alive(pid), 10), "noida-db down left the process running"
     assert not broker.status().running

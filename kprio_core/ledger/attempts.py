@@ -1,0 +1,137 @@
+"""New attempts of a batch: retry (a failed or stuck one), replay (an operator's re-drain), split.
+
+A retry or replay keeps the batch's id and ranges and adds one to ``attempts``; a split moves
+failing ranges to a new failed batch, so the rest of the batch can publish and commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from datetime import datetime
+
+from sqlalchemy import Connection, Row, insert, update
+
+from kprio_core.errors import InvalidTransition
+from kprio_core.ledger.base import LedgerBase, need_reason
+from kprio_core.ledger.codec import CLEARED_ATTEMPT, maybe_us, offset_range
+from kprio_core.ledger.leases import check_free
+from kprio_core.ledger.meta import Numbering
+from kprio_core.ledger.records import Batch
+from kprio_core.ledger.rules import room_for
+from kprio_core.ledger.schema import batches, ranges
+from kprio_core.ledger.states import REPLAYABLE, BatchState, check_transition
+from kprio_core.offsets import OffsetRange
+
+S = BatchState
+
+
+class AttemptMethods(LedgerBase):
+    """retry / replay / split."""
+
+    def retry(self, batch_id: str, *, reason: str, max_in_flight: int | None = None,
+              take_over: Collection[str] = ()) -> Batch:
+        """Try a failed or stuck batch again with the same ranges; ``attempts`` grows by one.
+
+        A failed batch becomes planned: its priorities need a free slot, and its ranges must not
+        overlap another batch's in flight or failed (a hold of another failed batch does not stop
+        it: it commits after that one, see :meth:`blocking_predecessors`). A batch in flight keeps
+        its state and drops its lease, when the lease expired, none was taken, or its owner is in
+        ``take_over`` (else :class:`BatchBusy`).
+        """
+        need_reason("retry", batch_id, reason)
+        now = self._now_us()
+        with self._tx() as (conn, numbering):
+            first = self._row(conn, numbering, batch_id)  # unlocked: which way, and the topic to lock first
+            if first.state == S.FAILED.value:
+                return self._back_to_planned(conn, numbering, first, {S.FAILED}, max_in_flight, now, reason)
+            row = self._row(conn, numbering, batch_id, for_update=True)
+            state = S(row.state)
+            if not state.in_flight:
+                raise InvalidTransition(
+                    f"batch {batch_id} is {state.value} and cannot be retried (only a failed batch or a stuck one "
+                    "in flight can; replay re-drains a committed batch)"
+                )
+            check_free(batch_id, row, now, take_over)
+            conn.execute(update(batches).where(batches.c.id == row.id).values(
+                attempts=row.attempts + 1, lease_owner=None, lease_until_us=None, updated_us=now))
+            self._log(conn, row.id, state, state, row.attempts + 1, now, reason)
+            return self._batch(conn, numbering, row.id)
+
+    def replay(self, batch_id: str, *, max_in_flight: int | None = None) -> Batch:
+        """Re-drain a committed (operator) or failed batch: back to planned with the same ranges, attempts + 1.
+
+        A committed batch keeps ``replay_of_committed=True`` for good: its re-drain rewrites the
+        same output, its commit has nothing new to commit, and its failure holds nothing.
+        """
+        now = self._now_us()
+        with self._tx() as (conn, numbering):
+            row = self._row(conn, numbering, batch_id)
+            return self._back_to_planned(conn, numbering, row, REPLAYABLE, max_in_flight, now, None)
+
+    def _back_to_planned(self, conn: Connection, numbering: Numbering, first: Row, allowed: Collection[BatchState],
+                         max_in_flight: int | None, now: int, reason: str | None) -> Batch:
+        # Topic row first, batch row second: the same order as record_plan, so no deadlock.
+        self._lock_topic(conn, first.logical_topic)
+        batch_id = numbering.batch_id(first.id)
+        row = self._row(conn, numbering, batch_id, for_update=True)
+        current = S(row.state)
+        verb = "retried" if reason else "replayed"
+        if current not in allowed:
+            raise InvalidTransition(
+                f"batch {batch_id} is {current.value} and cannot be {verb} (only "
+                f"{' or '.join(s.value for s in sorted(allowed))} batches can; a batch in flight is retried when "
+                "stuck, or fail it first)"
+            )
+        check_transition(batch_id, current, S.PLANNED)
+        mine = self._range_rows(conn, [row.id])[row.id]
+        others = [t for t in self._taken(conn, numbering, row.logical_topic) if t.batch_id != batch_id]
+        room_for(f"{'retry' if reason else 'replay'} of {batch_id}", [offset_range(r) for r in mine],
+                 {r.priority for r in mine}, others, max_in_flight, new=False)
+        attempt = row.attempts + 1
+        conn.execute(update(batches).where(batches.c.id == row.id).values(
+            **CLEARED_ATTEMPT, state=S.PLANNED.value, attempts=attempt, updated_us=now,
+            replay_of_committed=bool(row.replay_of_committed) or current is S.COMMITTED,
+        ))
+        self._log(conn, row.id, current, S.PLANNED, attempt, now, reason or f"replay of a {current.value} batch")
+        return self._batch(conn, numbering, row.id)
+
+    def split(self, batch_id: str, failing: Iterable[OffsetRange], reason: str, *,
+              retry_at: datetime | None) -> Batch:
+        """Move the ``failing`` ranges of a batch in flight to a new failed batch (``parent`` = this one); return it.
+
+        The range rows move (never copied) with their drain outcome; the new batch copies the
+        plan's decisions, the attempt count and, for a re-drain, when its offsets were committed.
+        The original keeps its other ranges and state.
+        """
+        need_reason("split", batch_id, reason)
+        failing = set(failing)
+        if not failing:
+            raise ValueError(f"split of {batch_id}: no failing range given")
+        now = self._now_us()
+        with self._tx(lock_numbering=True) as (conn, numbering):
+            row = self._row(conn, numbering, batch_id, for_update=True)
+            state = S(row.state)
+            if not state.in_flight:
+                raise InvalidTransition(f"batch {batch_id} is {state.value} and cannot be split (only a batch in "
+                                        "flight can)")
+            rows = self._range_rows(conn, [row.id])[row.id]
+            unknown = failing - {offset_range(r) for r in rows}
+            if unknown:
+                raise ValueError(f"split of {batch_id}: {', '.join(map(str, sorted(unknown)))} is not a range of "
+                                 "the batch")
+            moving = [r for r in rows if offset_range(r) in failing]
+            if len(moving) == len(rows):
+                raise ValueError(f"split of {batch_id}: every range fails; fail the batch instead")
+            child = conn.execute(insert(batches).values(
+                logical_topic=row.logical_topic, state=S.FAILED.value, plan_json=row.plan_json,
+                attempts=row.attempts, replay_of_committed=row.replay_of_committed, parent_id=row.id, reason=reason,
+                retry_at_us=maybe_us(retry_at), created_us=now, updated_us=now, drained_us=row.drained_us,
+                drain_seconds=row.drain_seconds, drain_json=row.drain_json, committed_us=row.committed_us,
+            )).inserted_primary_key[0]
+            conn.execute(update(ranges).where(ranges.c.id.in_([r.id for r in moving])).values(batch_id=child))
+            conn.execute(update(batches).where(batches.c.id == row.id).values(updated_us=now))
+            moved = ", ".join(str(offset_range(r)) for r in moving)
+            self._log(conn, child, None, S.FAILED, row.attempts, now, f"split from {batch_id}: {reason}")
+            self._log(conn, row.id, state, state, row.attempts, now,
+                      f"split: {moved} moved to {numbering.batch_id(child)}: {reason}")
+            return self._batch(conn, numbering, child)

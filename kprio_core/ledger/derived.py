@@ -1,0 +1,147 @@
+"""State derived from the ledger on read: burst windows, rate samples, record sizes, throughput.
+
+Nothing here is stored apart from the batches, so a crash between a commit and any bookkeeping
+cannot leave these a batch behind. A batch counts at its first commit (when its offsets were
+committed; a later re-drain of them consumes nothing new) with its last drain's numbers. A
+*poll* is such a batch that was planned as one: not split off another batch (its parent was
+the poll). Records count output rows plus dead letters: both were consumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, func, select
+
+from kprio_core.burst import DEFAULT_MAXED_OUT_THRESHOLD, DEFAULT_WINDOW_SIZE, PollHistory
+from kprio_core.ledger.base import LedgerBase
+from kprio_core.ledger.codec import from_us, quotas_of, to_us
+from kprio_core.ledger.records import DrainedSample
+from kprio_core.ledger.schema import batches, ranges
+from kprio_core.priority import Priority
+from kprio_core.rate import DEFAULT_SAMPLES, DEFAULT_WINDOW_S, RateQuotaTracker
+
+_RECORDS = func.coalesce(ranges.c.output, 0) + func.coalesce(ranges.c.dead, 0)
+_BYTES = func.coalesce(ranges.c.bytes, 0)
+_COMMITTED = batches.c.committed_us.is_not(None)
+
+
+class DerivedReads(LedgerBase):
+    """poll_history / drained_since / rate_tracker / avg_record_bytes / throughput."""
+
+    def poll_history(self, logical_topic: str, n_priorities: int, window_size: int = DEFAULT_WINDOW_SIZE,
+                     maxed_out_threshold: int = DEFAULT_MAXED_OUT_THRESHOLD) -> PollHistory:
+        """The burst windows of the last ``window_size`` polls of the topic, in commit order.
+
+        Each poll adds (records drained, base quota) per priority of its plan. Polls planned for
+        another number of priorities end the window (it starts afresh after such a change).
+        """
+        history = PollHistory(n_priorities, window_size, maxed_out_threshold)
+        query = (select(batches.c.id, batches.c.plan_json)
+                 .where(batches.c.logical_topic == logical_topic, _COMMITTED, batches.c.parent_id.is_(None))
+                 .order_by(batches.c.committed_us.desc(), batches.c.id.desc())
+                 .limit(window_size))
+        with self._tx() as (conn, _):
+            polls = conn.execute(query).all()
+            written = _written(conn, [key for key, _ in polls])
+        window = []
+        for key, plan_text in polls:  # newest first
+            quotas = quotas_of(plan_text)
+            if set(quotas) != set(range(n_priorities)):
+                break
+            window.append((key, quotas))
+        for key, quotas in reversed(window):
+            history.record({p: records for p, (records, _) in written.get(key, {}).items()}, quotas)
+        return history
+
+    def drained_since(self, logical_topic: str, since: datetime) -> list[DrainedSample]:
+        """What the topic's batches committed since ``since`` drained per priority, in commit order."""
+        query = (
+            select(batches.c.committed_us, ranges.c.priority, func.sum(_RECORDS), func.sum(_BYTES))
+            .join(batches, batches.c.id == ranges.c.batch_id)
+            .where(batches.c.logical_topic == logical_topic, _COMMITTED, batches.c.committed_us >= to_us(since))
+            .group_by(batches.c.id, batches.c.committed_us, ranges.c.priority)
+            .order_by(batches.c.committed_us, batches.c.id, ranges.c.priority.desc())
+        )
+        with self._tx() as (conn, _):
+            rows = conn.execute(query).all()
+        return [DrainedSample(from_us(at), p, int(records), int(size)) for at, p, records, size in rows]
+
+    def rate_tracker(
+        self,
+        logical_topic: str,
+        *,
+        records_per_s: Mapping[Priority, float] | None = None,
+        bytes_per_s: Mapping[Priority, float] | None = None,
+        samples: int = DEFAULT_SAMPLES,
+        window_s: float = DEFAULT_WINDOW_S,
+    ) -> RateQuotaTracker:
+        """A rate-quota tracker fed with the batches committed within its window (``samples * window_s``).
+
+        Its time is epoch seconds: ask it ``throttle_time(p, now.timestamp())``.
+        """
+        tracker = RateQuotaTracker(records_per_s, bytes_per_s, samples, window_s)
+        since = self._clock() - timedelta(seconds=samples * window_s)
+        for s in self.drained_since(logical_topic, since):
+            tracker.record_batch(s.priority, s.records, s.bytes, s.at.timestamp())
+        return tracker
+
+    def avg_record_bytes(self, logical_topic: str, last_batches: int = 20) -> dict[str, float]:
+        """Bytes per record of each priority topic over the last ``last_batches`` batches that drained it.
+
+        A topic drained 29 records in 5800 B then 1 record in 400 B -> 6200 / 30 = 206.67 B.
+        Topics never drained (or drained with 0 records) are absent.
+        """
+        if last_batches < 1:
+            raise ValueError(f"avg_record_bytes({logical_topic!r}): last_batches must be >= 1, got {last_batches}")
+        per_batch = (
+            select(ranges.c.topic, ranges.c.batch_id, batches.c.drained_us,
+                   func.sum(_RECORDS).label("records"), func.sum(ranges.c.bytes).label("bytes"))
+            .join(batches, batches.c.id == ranges.c.batch_id)
+            .where(batches.c.logical_topic == logical_topic, ranges.c.output.is_not(None))
+            .group_by(ranges.c.topic, ranges.c.batch_id, batches.c.drained_us)
+            .subquery()
+        )
+        order = (per_batch.c.drained_us.desc(), per_batch.c.batch_id.desc())
+        ranked = select(
+            per_batch.c.topic, per_batch.c.records, per_batch.c.bytes,
+            func.row_number().over(partition_by=per_batch.c.topic, order_by=order).label("rank"),
+        ).subquery()
+        query = (select(ranked.c.topic, func.sum(ranked.c.records), func.sum(ranked.c.bytes))
+                 .where(ranked.c.rank <= last_batches).group_by(ranked.c.topic).order_by(ranked.c.topic))
+        with self._tx() as (conn, _):
+            rows = conn.execute(query).all()
+        return {topic: int(size) / int(records) for topic, records, size in rows if records}
+
+    def throughput(self, logical_topic: str, last_batches: int = 10) -> float | None:
+        """Records per second of drain time over the topic's last committed batches; None without any.
+
+        Two batches of 3000 records in 2 s and 1000 in 2 s -> 4000 / 4 = 1000.0 records/s.
+        """
+        if last_batches < 1:
+            raise ValueError(f"throughput({logical_topic!r}): last_batches must be >= 1, got {last_batches}")
+        query = (select(batches.c.id, batches.c.drain_seconds)
+                 .where(batches.c.logical_topic == logical_topic, _COMMITTED, batches.c.drain_seconds > 0)
+                 .order_by(batches.c.committed_us.desc(), batches.c.id.desc())
+                 .limit(last_batches))
+        with self._tx() as (conn, _):
+            recent = conn.execute(query).all()
+            written = _written(conn, [key for key, _ in recent])
+        seconds = sum(s for _, s in recent)
+        if not seconds:
+            return None
+        return sum(n for by_p in written.values() for n, _ in by_p.values()) / seconds
+
+
+def _written(conn: Connection, keys: Iterable[int]) -> dict[int, dict[Priority, tuple[int, int]]]:
+    """(records, bytes) per priority of each batch."""
+    keys = list(keys)
+    if not keys:
+        return {}
+    query = (select(ranges.c.batch_id, ranges.c.priority, func.sum(_RECORDS), func.sum(_BYTES))
+             .where(ranges.c.batch_id.in_(keys)).group_by(ranges.c.batch_id, ranges.c.priority))
+    out: dict[int, dict[Priority, tuple[int, int]]] = {}
+    for key, p, records, size in conn.execute(query):
+        out.setdefault(key, {})[p] = (int(records), int(size))
+    return out

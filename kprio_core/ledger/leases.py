@@ -1,0 +1,103 @@
+"""Leases on batches in flight: a run claims its batch, renews the lease while it works, releases it.
+
+A lease that was not renewed in time means its run died: :meth:`LeaseMethods.expired` lists
+those batches and :meth:`Ledger.retry` retries them with the same ranges. A live lease of another
+owner makes :meth:`LeaseMethods.claim` raise :class:`BatchBusy`, unless the caller knows that
+owner is dead (its Dagster run ended, its pid is gone) and names it in ``take_over``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import timedelta
+
+from sqlalchemy import Row, select, update
+
+from kprio_core.errors import BatchBusy, InvalidTransition, LeaseLost
+from kprio_core.ledger.base import LedgerBase
+from kprio_core.ledger.codec import from_us
+from kprio_core.ledger.records import Batch
+from kprio_core.ledger.schema import batches
+from kprio_core.ledger.states import IN_FLIGHT_VALUES, BatchState
+from kprio_core.recovery import Lease
+
+_US = 1_000_000
+
+
+class LeaseMethods(LedgerBase):
+    """claim / renew / release / expired."""
+
+    def claim(self, batch_id: str, owner: str, lease_s: float, *, take_over: Collection[str] = ()) -> Batch:
+        """Hold the lease of a batch in flight until now + ``lease_s``; :class:`BatchBusy` if another owner does.
+
+        Claiming a batch one already holds renews the lease. Taking over an expired lease, or one
+        of an owner in ``take_over``, is logged as an event naming both owners.
+        """
+        _check_lease(owner, lease_s)
+        now = self._now_us()
+        with self._tx() as (conn, numbering):
+            row = self._row(conn, numbering, batch_id, for_update=True)
+            state = BatchState(row.state)
+            if not state.in_flight:
+                raise InvalidTransition(f"batch {batch_id} is {state.value} and cannot be claimed "
+                                        "(only a batch in flight can; retry or replay it first)")
+            if row.lease_owner not in (None, owner):
+                check_free(batch_id, row, now, take_over)
+                why = "expired" if row.lease_until_us <= now else "declared dead"
+                self._log(conn, row.id, state, state, row.attempts, now,
+                          f"lease of {row.lease_owner} ({why}, until {from_us(row.lease_until_us):%Y-%m-%d %H:%M:%S} "
+                          f"UTC) taken over by {owner}")
+            conn.execute(update(batches).where(batches.c.id == row.id).values(
+                lease_owner=owner, lease_until_us=now + round(lease_s * _US)))
+            return self._batch(conn, numbering, row.id)
+
+    def renew(self, batch_id: str, owner: str, lease_s: float) -> Lease:
+        """Extend ``owner``'s lease to now + ``lease_s``; :class:`LeaseLost` when it is no longer theirs."""
+        _check_lease(owner, lease_s)
+        now = self._now_us()
+        with self._tx() as (conn, numbering):
+            row = self._row(conn, numbering, batch_id, for_update=True)
+            if row.lease_owner != owner or not BatchState(row.state).in_flight:
+                holder = f"{row.lease_owner}'s" if row.lease_owner else "nobody's"
+                raise LeaseLost(f"batch {batch_id} ({row.state}, attempt {row.attempts}): the lease is no longer "
+                                f"{owner}'s but {holder}; stop working on it")
+            until = now + round(lease_s * _US)
+            conn.execute(update(batches).where(batches.c.id == row.id).values(lease_until_us=until))
+            return Lease(owner, from_us(until))
+
+    def release(self, batch_id: str, owner: str) -> bool:
+        """Give up ``owner``'s lease; False (and nothing changed) when it was not theirs any more."""
+        with self._tx() as (conn, numbering):
+            key = numbering.key(batch_id)
+            self._row(conn, numbering, batch_id)  # BatchNotFound for an unknown id
+            done = conn.execute(update(batches).where(batches.c.id == key, batches.c.lease_owner == owner)
+                                .values(lease_owner=None, lease_until_us=None))
+            return bool(done.rowcount)
+
+    def expired(self, logical_topic: str | None = None) -> list[Batch]:
+        """Batches in flight whose lease ran out (their run died): retry them. Oldest first."""
+        now = self._now_us()
+        query = (select(batches)
+                 .where(batches.c.state.in_(IN_FLIGHT_VALUES), batches.c.lease_until_us <= now)
+                 .order_by(batches.c.id))
+        if logical_topic is not None:
+            query = query.where(batches.c.logical_topic == logical_topic)
+        with self._tx() as (conn, numbering):
+            return self._load(conn, numbering, query)
+
+
+def _check_lease(owner: str, lease_s: float) -> None:
+    if not owner:
+        raise ValueError("a lease needs an owner (kprio_core.recovery.lease_owner)")
+    if lease_s <= 0:
+        raise ValueError(f"a lease must last > 0 s, got {lease_s}")
+
+
+def check_free(batch_id: str, row: Row, now_us: int, take_over: Collection[str]) -> None:
+    """Raise :class:`BatchBusy` while another owner's lease is live and not declared dead."""
+    if row.lease_owner is None or row.lease_until_us <= now_us or row.lease_owner in take_over:
+        return
+    left = timedelta(microseconds=row.lease_until_us - now_us).total_seconds()
+    raise BatchBusy(f"batch {batch_id} is held by {row.lease_owner} until "
+                    f"{from_us(row.lease_until_us):%Y-%m-%d %H:%M:%S} UTC ({left:g} s left); wait for the lease "
+                    "to expire, or name that owner as dead")

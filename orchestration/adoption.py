@@ -1,0 +1,70 @@
+"""The start-up check of a fresh ledger: adopt what an earlier life left (a lost or replaced ledger).
+
+An ephemeral container restarts, the ledger file and the Dagster home are gone, the broker and
+the output kept their data. Before the first plan of a fresh ledger:
+
+- batch ids continue after the highest id the Dagster instance or the output files know, so a
+  new batch never reuses an id (a Dagster partition, a run key, a ``batch_id`` in the output);
+- committed offsets the ledger does not know are adopted as they are: the new ledger plans from
+  them, and output files are named by the offsets they hold, so no new batch can overwrite
+  output of committed offsets;
+- output files of offsets that were never committed (published by a run the earlier life never
+  committed) are removed: those offsets will be drained again, and a reader must not see them
+  twice.
+
+Everything it did is recorded (``Ledger.mark_adopted``) and logged; an adopted ledger is not
+fresh any more, so this runs once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import dagster as dg
+
+from kprio_core.config import KprioConfig
+from kprio_core.errors import KprioError
+from kprio_core.ledger import Ledger, parse_batch_id
+from orchestration.partitions import BATCH_PARTITIONS_NAME
+
+LOGGER = logging.getLogger("kprio.adoption")
+
+
+def known_batch_number(instance: dg.DagsterInstance | None, files) -> int:
+    """The highest batch number the Dagster instance's partitions or the output files name (0: none)."""
+    ids = list(instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME)) if instance is not None else []
+    ids += [f.batch_id for f in files if f.batch_id]
+    return max((n for n in map(parse_batch_id, ids) if n is not None), default=0)
+
+
+def ensure_adopted(instance: dg.DagsterInstance | None, ledger: Ledger, edge, config: KprioConfig,
+                   *, log=None) -> str | None:
+    """Adopt an earlier life's ids, committed offsets and output into a fresh ledger; what was done, or None."""
+    if not ledger.is_fresh():
+        return None
+    from spark_jobs.output import live_files, remove_file
+
+    log = log or LOGGER
+    roots = (config.drain.output_path, config.drain.dead_letter_path)
+    files = [f for topic in config.topics for root in roots for f in live_files(root, topic.name)]
+    try:
+        committed = {tp: offset for topic in config.topics for tp, offset in edge.committed(topic).items()}
+    except KprioError as err:
+        log.warning(f"the ledger is new; adopting the committed offsets waits for the broker: {err}")
+        return None
+    removed = []
+    for f in files:
+        start = committed.get((f.topic, f.partition))
+        if start is None or f.start >= start:
+            remove_file(f)
+            removed.append(f"{f.topic}[{f.partition}]@[{f.start},{f.end})")
+    number = known_batch_number(instance, files)
+    if number:
+        ledger.number_batches_after(number)
+    adopted = sorted(f"{t}[{p}]={o}" for (t, p), o in committed.items() if o is not None)
+    note = (f"fresh ledger: batch ids continue after b-{number:06d}; adopted committed offsets "
+            f"{', '.join(adopted) or 'none'}; removed uncommitted output {', '.join(removed) or 'none'}")
+    ledger.mark_adopted(note)
+    if number or adopted or removed:
+        log.warning(f"the ledger {ledger!r} is new but an earlier one drained here: {note}")
+    return note

@@ -1,0 +1,41 @@
+"""``kprio retry``: an operator re-drains one batch now, in this process (a failed one whatever its attempts).
+
+This is the one command a person runs once the cause of a failure is fixed (the skip reasons and
+``kprio plan`` name it): the batch's exact ranges are drained again, checked and committed, and
+its partitions drain again. The run goes to the configured Dagster instance like ``kprio drain``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from orchestration.cli.common import ConfigOption, JsonOption, clean_errors, config_from, fail, print_json
+
+BatchArgument = Annotated[str, typer.Argument(help="The batch id, e.g. b-000042 (kprio plan names held ones).")]
+
+
+@clean_errors
+def retry(batch_id: BatchArgument, config: ConfigOption = None, json_out: JsonOption = False) -> None:
+    """Re-drain one batch now: its exact ranges, the checks, the commit (a committed one commits nothing new).
+
+    Example: kprio retry b-000042 --config kprio.yaml
+    """
+    from kprio_core.ledger import Ledger
+    from orchestration.definitions import build_definitions
+    from orchestration.drain_loop import redrain
+    from orchestration.instance import open_instance
+
+    settings = config_from(config)
+    with Ledger(settings.ledger.url) as ledger:
+        ledger.get(batch_id)  # BatchNotFound (one line) before any Spark starts
+    defs = build_definitions(settings)
+    with open_instance(settings) as instance:
+        outcome = redrain(defs, instance, batch_id)
+    if json_out:
+        print_json(outcome.to_dict())
+    else:
+        typer.echo(outcome.line())
+    if not outcome.success:
+        raise typer.Exit(1) if json_out else fail(f"{batch_id}: {outcome.reason}")

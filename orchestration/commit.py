@@ -1,0 +1,53 @@
+"""Commit a checked batch: each range's end to its priority's group, proven on the broker, then the ledger.
+
+Offsets never move backwards and only a contiguous prefix is committed (``KafkaEdge.commit``),
+so a re-drain of an old batch commits nothing new. One lag snapshot after the commit both
+proves what the broker holds and gives the lag after, for the metadata Dagster plots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kprio_core.config import TopicSettings
+from kprio_core.errors import KafkaOperationFailed
+from kprio_core.ledger import Batch, Ledger
+from kprio_core.results import CommitReport
+from orchestration.faults import crash_point
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What a commit did, and the numbers for ``committed_offsets``' metadata."""
+
+    report: CommitReport
+    metadata: Mapping[str, int | str]
+
+
+def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, *, now_s: float) -> CommitOutcome:
+    """Commit ``batch``'s ranges, check the broker holds them, and mark the batch committed."""
+    ranges = [r for r in batch.plan.offset_ranges() if r.count]
+    report = edge.commit(topic, ranges)
+    snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000))
+    committed = {(p.topic, p.partition): p.committed for p in snapshot.partitions}
+    short = [r for r in ranges if (committed.get(r.topic_partition) or 0) < r.end]
+    if short:
+        # Checked but not committed: the batch keeps its ranges; committing later is safe.
+        raise KafkaOperationFailed(
+            f"batch {batch.batch_id}: offsets not committed for {', '.join(map(str, short))} ({report})"
+        )
+    crash_point("after-kafka-commit")
+    ledger.mark_committed(batch.batch_id, report)
+    after = snapshot.backlog_by_priority()
+    drained = batch.drain.written_by_priority() if batch.drain is not None else {}
+    meta: dict[str, int | str] = {f"records_p{p}": int(drained.get(p, 0)) for p in sorted(after, reverse=True)}
+    meta.update({f"lag_after_p{p}": int(n) for p, n in sorted(after.items(), reverse=True)})
+    meta.update(
+        lag_after=sum(after.values()),
+        partitions_moved=len(report.moved),
+        partitions_already_committed=len(report.skipped),
+        replay=int(batch.replay_of_committed),
+        logical_topic=topic.name,
+    )
+    return CommitOutcome(report, meta)

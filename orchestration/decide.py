@@ -1,0 +1,492 @@
+"""What to do for one logical topic right now: which batches need a run, what to plan next, and what waits.
+
+One small rule per question, combined in :func:`decide` in this order (why: batches already
+recorded come first, so a crash or a failure is healed before new work is added; the cheap
+ledger reads come before the one broker call; the plan is the last step, and it only sees
+what no earlier rule holds):
+
+1. :func:`resume_stuck` — a batch in flight whose run died (lease expired, owner gone, run
+   ended without moving it) gets a new attempt with the same ranges;
+2. :func:`launch_unlaunched` — a planned batch no run was ever requested for gets its run;
+3. :func:`launch_commits` — a checked batch whose earlier batches committed gets a commit run;
+4. :func:`retry_failed` — a failed batch with attempts left gets a retry once its backoff is
+   over and its priorities have a free slot;
+5. :func:`held_partitions` — every failed batch holds its partitions from its failed range's
+   start (only those partitions wait: every other partition and priority keeps draining);
+6. the lag snapshot (an unreachable broker or a missing topic is a reason, not a crash);
+7. :func:`lost_partitions` — offsets deleted by retention before they were drained hold their
+   partition (or are drained past and recorded when ``drain.allow_data_loss``);
+8. :func:`free_priorities` — a priority whose ``planner.max_in_flight`` slots are taken sits
+   this plan out, so urgent work never waits for a bulk batch of another priority;
+9. :func:`throttled_priorities` — a priority over its rate quota sits this plan out;
+10. :func:`batch_budget` — the record budget, sized to ``planner.target_batch_s`` from the
+    throughput the ledger measured;
+11. the planner's plan of what is left.
+
+Nothing here writes: the sensor records the plan and requests the runs, ``kprio plan`` shows the
+decision, ``plan_batch_job`` records a narrowed plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import dagster as dg
+
+from kprio_core.config import KprioConfig, TopicSettings
+from kprio_core.drain_plan import DrainPlan
+from kprio_core.errors import BrokerUnreachable, KprioError
+from kprio_core.ledger import Batch, BatchState, Hold, Ledger
+from kprio_core.offsets import OffsetRange
+from kprio_core.planner import Budget, held_range, plan_batch
+from kprio_core.priority import Priority
+from kprio_core.rate import RateQuotaTracker
+from kprio_core.recovery import may_retry
+from kprio_core.snapshot import LagSnapshot
+
+ACTIVE_RUN_STATUSES = frozenset({
+    dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.MANAGED, dg.DagsterRunStatus.CANCELING,
+})
+"""Run statuses of a run that may still move its batch."""
+WILL_RETRY_TAG = "dagster/will_retry"
+"""Dagster's run-retry daemon sets it to "true" on a failed run it is about to retry."""
+MIN_TARGET_RECORDS = 100
+"""Smallest batch the target duration may size: below it a batch is all fixed cost."""
+
+
+class Action(str, enum.Enum):
+    """The outcome of a decision for one logical topic."""
+
+    LAUNCH = "launch"
+    """Recorded batches need runs (new, retried, resumed or to commit); a plan may come too."""
+    PLAN = "plan"
+    """A new batch."""
+    THROTTLED = "throttled"
+    """Every priority with backlog is over its rate quota: wait ``retry_in_s``."""
+    BUSY = "busy"
+    """Every priority with backlog has its slots taken by batches in flight."""
+    HELD = "held"
+    """The only backlog left is on partitions held by failed batches or lost offsets."""
+    BLOCKED = "blocked"
+    """Nothing can be planned: the broker is unreachable or a topic is missing."""
+    IDLE = "idle"
+    """No backlog."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Why(str, enum.Enum):
+    """Why a recorded batch needs a run."""
+
+    NEW = "new"
+    """Planned, and no run was ever requested for it."""
+    RETRY = "retry"
+    """It failed; attempts are left and its backoff is over."""
+    RESUME = "resume"
+    """It is in flight but its run died: the same attempt's work is taken over by a new attempt."""
+    COMMIT = "commit"
+    """Checked, and the batches before it on its partitions committed: only the commit is left."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A run to request for a recorded batch: which attempt it is for, and why."""
+
+    batch: Batch
+    why: Why
+    attempt: int
+
+    @property
+    def run_key(self) -> str:
+        """Deterministic, so Dagster launches a run key once: ``b-000042``, ``b-000042.attempt-2``, ...
+
+        >>> from types import SimpleNamespace as B
+        >>> [Launch(B(batch_id="b-000042"), w, a).run_key for w, a in ((Why.NEW, 1), (Why.RETRY, 2), (Why.COMMIT, 2))]
+        ['b-000042', 'b-000042.attempt-2', 'b-000042.commit-2']
+        """
+        if self.why is Why.COMMIT:
+            return f"{self.batch.batch_id}.commit-{self.attempt}"
+        return self.batch.batch_id if self.attempt == 1 else f"{self.batch.batch_id}.attempt-{self.attempt}"
+
+    def describe(self) -> str:
+        return f"{self.batch.batch_id} ({self.why}, attempt {self.attempt})"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What the sensor needs of one Dagster run of a batch."""
+
+    run_id: str
+    status: dg.DagsterRunStatus
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_RUN_STATUSES
+
+
+@dataclass(frozen=True)
+class BatchRuns:
+    """The Dagster runs of some batches, whatever their job name (newest first), and the run keys used.
+
+    >>> from types import SimpleNamespace as B
+    >>> runs = BatchRuns({"b-000007": (RunSummary("r2", dg.DagsterRunStatus.STARTED),)}, frozenset({"b-000007"}))
+    >>> runs.active("b-000007").run_id, runs.active("b-000008")
+    ('r2', None)
+    """
+
+    runs: Mapping[str, tuple[RunSummary, ...]] = field(default_factory=dict)
+    run_keys: frozenset[str] = frozenset()
+
+    def of(self, batch_id: str) -> tuple[RunSummary, ...]:
+        return tuple(self.runs.get(batch_id, ()))
+
+    def active(self, batch_id: str) -> RunSummary | None:
+        return next((r for r in self.of(batch_id) if r.active), None)
+
+    def latest(self, batch_id: str) -> RunSummary | None:
+        runs = self.of(batch_id)
+        return runs[0] if runs else None
+
+    def dagster_will_retry(self, batch_id: str) -> bool:
+        """The latest run failed and Dagster's run-retry daemon will launch its retry."""
+        latest = self.latest(batch_id)
+        return (latest is not None and latest.status is dg.DagsterRunStatus.FAILURE
+                and latest.tags.get(WILL_RETRY_TAG) == "true")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome for one topic: runs to request, a new plan, what waits and why."""
+
+    topic: str
+    action: Action
+    launch: tuple[Launch, ...] = ()
+    plan: DrainPlan | None = None
+    holds: tuple[Hold, ...] = ()
+    waiting: tuple[str, ...] = ()
+    """Why some work waits (retries waiting for a backoff or a slot, full priorities, throttles)."""
+    stuck: tuple[tuple[Batch, str], ...] = ()
+    """Batches whose run died, with why (the sensor marks their runs failed)."""
+    reason: str | None = None
+    snapshot: LagSnapshot | None = None
+    throttled: Mapping[Priority, float] = field(default_factory=dict)
+    retry_in_s: float | None = None
+    error: KprioError | None = None
+    """The typed error behind a blocked decision, for callers that raise it (``kprio plan``)."""
+
+    def describe(self) -> str:
+        """One line: the topic, what happens for it, and what waits."""
+        return f"{self.topic}: {self.summary()}"
+
+    def summary(self) -> str:
+        """What happens, and what waits (without the topic's name)."""
+        parts = []
+        if self.launch:
+            parts.append("launch " + ", ".join(x.describe() for x in self.launch))
+        if self.plan is not None:
+            by_p = ", ".join(f"p{p}={n}" for p, n in self.plan.records_by_priority().items() if n)
+            parts.append(f"plan {self.plan.records} records ({by_p})")
+        if not parts and self.reason:
+            parts.append(self.reason)
+        if self.holds:
+            parts.append(describe_holds(self.holds))
+        return "; ".join(parts)
+
+
+def describe_holds(holds: Sequence[Hold]) -> str:
+    """Which partitions wait, since which offset, for which batch, and what a person does about it.
+
+    >>> from types import SimpleNamespace as H
+    >>> describe_holds([H(topic="o-0", partition=1, start=1200, batch_id="b-000007", attempts=3,
+    ...                   reason="values_match_schema failed", exhausted=True, retry_at=None)])
+    'held: o-0[1] from 1200 by b-000007 (failed 3 times: values_match_schema failed; fix the cause, then kprio retry b-000007)'
+    """
+    return "held: " + "; ".join(describe_hold(h) for h in holds)
+
+
+def describe_hold(hold: Hold) -> str:
+    if hold.batch_id is None:  # offsets lost to retention
+        return f"{hold.topic}[{hold.partition}] from {hold.start} ({hold.reason})"
+    if hold.exhausted:
+        remedy = f"fix the cause, then kprio retry {hold.batch_id}"
+    elif hold.retry_at is not None:
+        remedy = f"retried by itself at {hold.retry_at:%H:%M:%S} UTC"
+    else:
+        remedy = "retried by itself"
+    times = "once" if hold.attempts == 1 else f"{hold.attempts} times"
+    return (f"{hold.topic}[{hold.partition}] from {hold.start} by {hold.batch_id} "
+            f"(failed {times}: {hold.reason}; {remedy})")
+
+
+# --- rules about recorded batches -------------------------------------------------------------
+
+
+def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
+                 owner_dead: Callable[[str], bool]) -> list[tuple[Batch, str]]:
+    """Batches in flight whose run died: lease expired or owner gone, or no live run can move them.
+
+    A batch waiting for its first run (planned, never launched) is not stuck; nor is one with a
+    queued or running run and a live lease.
+    """
+    stuck = []
+    for batch in in_flight:
+        lease = batch.lease
+        if lease is not None:
+            if lease.expired(now):
+                stuck.append((batch, f"its lease (held by {lease.owner}) expired at {lease.until:%H:%M:%S} UTC"))
+            elif owner_dead(lease.owner):
+                stuck.append((batch, f"the process holding its lease ({lease.owner}) is gone"))
+            continue
+        latest = runs.latest(batch.batch_id)
+        if runs.active(batch.batch_id) is not None or latest is None or runs.dagster_will_retry(batch.batch_id):
+            continue
+        if batch.state is BatchState.PLANNED and run_key_of(batch, Why.NEW) not in runs.run_keys:
+            continue  # the run of this attempt was never requested: launch_unlaunched's case
+        if batch.state is BatchState.CHECKED:
+            continue  # waits for earlier batches to commit: launch_commits' case
+        stuck.append((batch, f"its last run {latest.run_id[:8]} ended {latest.status.value} without finishing it"))
+    return stuck
+
+
+def launch_unlaunched(in_flight: Iterable[Batch], runs: BatchRuns) -> list[Launch]:
+    """Planned batches whose current attempt never got a run requested."""
+    return [
+        Launch(b, Why.NEW, b.attempts)
+        for b in in_flight
+        if b.state is BatchState.PLANNED and b.lease is None and runs.active(b.batch_id) is None
+        and run_key_of(b, Why.NEW) not in runs.run_keys
+    ]
+
+
+def launch_commits(ready: Iterable[Batch], runs: BatchRuns) -> list[Launch]:
+    """Checked batches whose earlier batches committed, with no run of their own under way."""
+    return [
+        Launch(b, Why.COMMIT, b.attempts)
+        for b in ready
+        if b.lease is None and runs.active(b.batch_id) is None and run_key_of(b, Why.COMMIT) not in runs.run_keys
+    ]
+
+
+def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max_attempts: int,
+                 full: Mapping[Priority, Sequence[str]]) -> tuple[list[Launch], list[str]]:
+    """Failed batches to retry now, and why the others that may be retried still wait."""
+    launches, waiting = [], []
+    for b in failed:
+        if not b.holds or not may_retry(attempts=b.attempts, max_attempts=max_attempts):
+            continue
+        if runs.active(b.batch_id) is not None or runs.dagster_will_retry(b.batch_id):
+            continue  # a run (or Dagster's own retry) is on it
+        if b.retry_at is not None and b.retry_at > now:
+            waiting.append(f"{b.batch_id} retries at {b.retry_at:%H:%M:%S} UTC")
+            continue
+        busy = sorted(p for p in b.priorities if p in full)
+        if busy:
+            waiting.append(f"{b.batch_id} waits for a slot of priority {', '.join(map(str, busy))}")
+            continue
+        launches.append(Launch(b, Why.RETRY, b.attempts + 1))
+    return launches, waiting
+
+
+def held_partitions(holds: Iterable[Hold]) -> tuple[OffsetRange, ...]:
+    """The planner's reservations for partitions held by failed batches: from the failed range's start on."""
+    return tuple(held_range(h.topic, h.partition, h.start) for h in holds)
+
+
+# --- rules about the snapshot -----------------------------------------------------------------
+
+
+def lost_partitions(snapshot: LagSnapshot, allow_data_loss: bool) -> tuple[Hold, ...]:
+    """Partitions whose undrained offsets retention deleted, held unless ``drain.allow_data_loss``.
+
+    Reported alike whether or not the partition was ever committed.
+    """
+    if allow_data_loss:
+        return ()
+    return tuple(
+        Hold(topic=r.topic, partition=r.partition, start=r.start, batch_id=None, state=None,
+             reason=f"offsets [{r.start},{r.end}) lost to retention before they were drained; set "
+                    "drain.allow_data_loss to drain past them (the gap is recorded)",
+             attempts=0, retry_at=None, exhausted=True)
+        for r in snapshot.lost_to_retention()
+    )
+
+
+def free_priorities(wanted: Collection[Priority], full: Mapping[Priority, Sequence[str]]) -> set[Priority]:
+    """Priorities with a free slot (``planner.max_in_flight`` per priority).
+
+    >>> sorted(free_priorities({0, 1, 2}, {0: ["b-000003"]}))
+    [1, 2]
+    """
+    return {p for p in wanted if p not in full}
+
+
+def throttled_priorities(tracker: RateQuotaTracker, backlog: Mapping[Priority, int], wanted: Collection[Priority],
+                         now_s: float) -> dict[Priority, float]:
+    """Priorities with backlog that are over their rate quota, with the seconds they must wait."""
+    return {p: t for p in wanted if backlog.get(p) and (t := tracker.throttle_time(p, now_s)) > 0}
+
+
+def batch_budget(config: KprioConfig, throughput: float | None, record_budget: int | None = None) -> Budget:
+    """The plan's budget: the record budget, cut to ``planner.target_batch_s`` of measured throughput.
+
+    A batch of a throughput measured as 20,000 records/s aims at 2 s: 40,000 records.
+
+    >>> cfg = KprioConfig.model_validate({"planner": {"record_budget": 50000, "target_batch_s": 2}})
+    >>> batch_budget(cfg, 20_000.0).records, batch_budget(cfg, None).records, batch_budget(cfg, 10.0).records
+    (40000, 50000, 100)
+    """
+    planner = config.planner
+    records = record_budget or planner.record_budget
+    if planner.target_batch_s is not None and throughput:
+        records = min(records, max(MIN_TARGET_RECORDS, math.ceil(throughput * planner.target_batch_s)))
+    return Budget(records=records, bytes=planner.byte_budget, min_share=planner.min_share)
+
+
+def rate_tracker(config: KprioConfig, ledger: Ledger, topic: str) -> RateQuotaTracker:
+    """The topic's rate tracker under the quotas configured now, fed by what the ledger says was drained."""
+    quotas = config.rate.quotas
+    return ledger.rate_tracker(
+        topic,
+        records_per_s={p: q.records_per_s for p, q in quotas.items() if q.records_per_s},
+        bytes_per_s={p: q.bytes_per_s for p, q in quotas.items() if q.bytes_per_s},
+        samples=config.rate.samples, window_s=config.rate.window_s,
+    )
+
+
+def run_key_of(batch: Batch, why: Why) -> str:
+    return Launch(batch, why, batch.attempts).run_key
+
+
+# --- the rules combined -----------------------------------------------------------------------
+
+
+def decide(
+    config: KprioConfig,
+    topic: TopicSettings,
+    *,
+    edge,
+    ledger: Ledger,
+    now_s: float,
+    runs: BatchRuns | None = None,
+    owner_dead: Callable[[str], bool] = lambda owner: False,
+    priorities: Collection[Priority] | None = None,
+    record_budget: int | None = None,
+) -> Decision:
+    """Apply the rules of the module docstring to ``topic`` at ``now_s`` (epoch seconds).
+
+    ``runs``: the Dagster runs of the topic's batches in flight or failed. ``owner_dead`` tells
+    whether a lease owner is gone (its run ended, or its process on this host). ``priorities`` /
+    ``record_budget`` narrow the plan (the manual plan job); by default every priority and the
+    configured budget.
+    """
+    name = topic.name
+    runs = runs or BatchRuns()
+    now = datetime.fromtimestamp(now_s, UTC)
+    recovery = config.recovery
+
+    in_flight = ledger.in_flight(name)
+    stuck = resume_stuck(in_flight, runs, now=now, owner_dead=owner_dead)
+    launch = [Launch(b, Why.RESUME, b.attempts + 1) for b, _ in stuck]
+    stuck_ids = {b.batch_id for b, _ in stuck}
+    launch += launch_unlaunched([b for b in in_flight if b.batch_id not in stuck_ids], runs)
+    launch += launch_commits([b for b in ledger.ready_to_commit(name) if b.batch_id not in stuck_ids], runs)
+    full = ledger.full_priorities(name, config.planner.max_in_flight)
+    retries, waiting = retry_failed(ledger.batches(name, states=[BatchState.FAILED]), runs, now=now,
+                                    max_attempts=recovery.max_attempts, full=full)
+    launch += retries
+    holds = tuple(ledger.holds(name, max_attempts=recovery.max_attempts))
+
+    base = {"topic": name, "launch": tuple(launch), "stuck": tuple(stuck), "holds": holds}
+    try:
+        snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000), avg_record_bytes=ledger.avg_record_bytes(name))
+    except BrokerUnreachable as err:
+        return _without_plan(base, Action.BLOCKED, f"broker unreachable: {err}", tuple(waiting), error=err)
+    except KprioError as err:
+        return _without_plan(base, Action.BLOCKED, f"cannot take the lag snapshot: {err} [{err.code}]",
+                             tuple(waiting), error=err)
+
+    holds += lost_partitions(snapshot, config.drain.allow_data_loss)
+    base["holds"] = holds
+    reserved = [*ledger.reserved_ranges(name), *held_partitions(holds)]
+    open_backlog = _open_backlog(snapshot, reserved)
+    wanted = set(range(topic.priorities)) if priorities is None else set(priorities)
+    with_backlog = {p for p in wanted if open_backlog.get(p)}
+    if not with_backlog:
+        action = Action.HELD if holds and any(snapshot.backlog_by_priority().values()) else Action.IDLE
+        reason = "no backlog outside held partitions" if action is Action.HELD else "no backlog"
+        if any(b.in_flight for b in in_flight) and action is Action.IDLE:
+            reason = "no backlog outside the batches in flight"
+        return _without_plan(base, action, reason, tuple(waiting), snapshot=snapshot)
+
+    free = free_priorities(with_backlog, full)
+    waiting += [f"priority {p} waits for its slot ({', '.join(full[p])} in flight)"
+                for p in sorted(with_backlog - free, reverse=True)]
+    tracker = rate_tracker(config, ledger, name)
+    throttled = throttled_priorities(tracker, open_backlog, free, now_s)
+    usable = free - set(throttled)
+    if not usable:
+        if throttled:
+            p, wait = min(throttled.items(), key=lambda item: item[1])
+            return _without_plan(base, Action.THROTTLED, f"throttled for {wait:.1f} s on priority {p}",
+                                 tuple(waiting), snapshot=snapshot, throttled=throttled, retry_in_s=wait)
+        return _without_plan(base, Action.BUSY, "; ".join(waiting), tuple(waiting), snapshot=snapshot)
+
+    budget = batch_budget(config, ledger.throughput(name), record_budget)
+    plan = plan_batch(
+        only(snapshot, usable),
+        budget,
+        mode=config.planner.mode,
+        distribution=config.planner.distribution,
+        history=ledger.poll_history(name, topic.priorities, config.planner.window_size,
+                                    config.planner.maxed_out_threshold),
+        reserved=reserved,
+    )
+    # The plan saw excluded priorities as idle; its record of the backlog must not.
+    plan = dataclasses.replace(plan, backlog_before=snapshot.backlog_by_priority(),
+                               lost=() if not config.drain.allow_data_loss else plan.lost)
+    if plan.is_empty:
+        # Only the byte budget can keep an open backlog out of the plan (the planner never exceeds it).
+        reason = (f"planner.byte_budget ({budget.bytes} bytes) is smaller than one record of every partition "
+                  "with backlog: raise it")
+        return _without_plan(base, Action.BUSY, reason, tuple(waiting), snapshot=snapshot, throttled=throttled)
+    return Decision(action=Action.LAUNCH if launch else Action.PLAN, plan=plan, waiting=tuple(waiting),
+                    snapshot=snapshot, throttled=throttled, **base)
+
+
+def _without_plan(base: dict, action: Action, reason: str, waiting: tuple[str, ...], **more) -> Decision:
+    """A decision that plans nothing: LAUNCH when recorded batches need runs, else ``action``."""
+    if base["launch"] and action is not Action.BLOCKED:
+        action = Action.LAUNCH
+    return Decision(action=action, reason=reason, waiting=waiting, **base, **more)
+
+
+def _open_backlog(snapshot: LagSnapshot, reserved: Sequence[OffsetRange]) -> dict[Priority, int]:
+    """Backlog per priority outside every reservation (what a plan could take)."""
+    from kprio_core.planner import fair_shares
+
+    shares = fair_shares(snapshot, reserved)
+    return {p: share.capacity for p, share in shares.items()}
+
+
+def only(snapshot: LagSnapshot, priorities: Collection[Priority]) -> LagSnapshot:
+    """The snapshot with the backlog of every other priority set to zero (its offsets untouched).
+
+    The planner still sees every priority, so base quotas keep their meaning; an excluded
+    priority just has nothing to drain and its quota flows to the others.
+    """
+    parts = tuple(
+        p if p.priority in priorities else dataclasses.replace(p, high_watermark=p.next_offset)
+        for p in snapshot.partitions
+    )
+    return dataclasses.replace(snapshot, partitions=parts)

@@ -1,0 +1,98 @@
+"""Leases of the batches a run works on: who owns one, whether the owner is gone, and the heartbeat.
+
+A run claims its batch's lease in the ledger (``owner = "<run id>@<host>:<pid>"``) and a
+:class:`Heartbeat` thread renews it every ``lease_s / 3``. When the process dies (kill -9, OOM,
+a lost machine) the renewals stop and the lease expires; :func:`owner_dead` tells sooner when
+it can: the owner's Dagster run has ended, or its process is gone from this host.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+
+import dagster as dg
+import psutil
+
+from kprio_core.errors import LeaseLost
+from kprio_core.ledger import Ledger
+from kprio_core.recovery import lease_owner, parse_owner
+
+LOGGER = logging.getLogger("kprio.lease")
+
+
+def this_owner(run_id: str) -> str:
+    """The lease owner string of this process working for Dagster run ``run_id``."""
+    return lease_owner(run_id, host=socket.gethostname(), pid=os.getpid())
+
+
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` runs on this host (a zombie waiting to be reaped counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def owner_dead(owner: str, instance: dg.DagsterInstance | None = None) -> bool:
+    """True when the lease ``owner`` certainly no longer works on its batch.
+
+    Its Dagster run has ended, or it ran on this host and its process is gone. Anything else
+    (another host, an owner kprio did not write) is left to the lease's expiry.
+    """
+    parsed = parse_owner(owner)
+    if parsed is None:
+        return False
+    if instance is not None and parsed.run_id:
+        run = instance.get_run_by_id(parsed.run_id)
+        if run is not None and run.is_finished:
+            return True
+    return parsed.host == socket.gethostname() and not process_alive(parsed.pid)
+
+
+def owner_dead_in(instance: dg.DagsterInstance | None) -> Callable[[str], bool]:
+    return lambda owner: owner_dead(owner, instance)
+
+
+class Heartbeat:
+    """Renews ``owner``'s lease of ``batch_id`` every ``lease_s / 3`` until stopped.
+
+    Uses its own ledger connection. When the lease turns out to be someone else's (it expired
+    and another run took the batch over) ``lost`` is set: the run must stop before it
+    publishes or commits anything.
+    """
+
+    def __init__(self, ledger_url: str, batch_id: str, owner: str, lease_s: float) -> None:
+        self.batch_id, self.owner, self.lease_s = batch_id, owner, lease_s
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._ledger_url = ledger_url
+        self._thread = threading.Thread(target=self._run, name=f"kprio-lease-{batch_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.lease_s)
+
+    def check(self) -> None:
+        """Raise LeaseLost when another run took the batch over."""
+        if self.lost.is_set():
+            raise LeaseLost(f"batch {self.batch_id}: the lease of {self.owner} was taken over by another run; "
+                            "this run stops without publishing or committing")
+
+    def _run(self) -> None:
+        with Ledger(self._ledger_url) as ledger:
+            while not self._stop.wait(self.lease_s / 3):
+                try:
+                    ledger.renew(self.batch_id, self.owner, self.lease_s)
+                except LeaseLost:
+                    self.lost.set()
+                    return
+                except Exception:  # noqa: BLE001 - a renewal that fails now may work next time; expiry decides
+                    LOGGER.warning("batch %s: lease renewal failed", self.batch_id, exc_info=True)

@@ -1,0 +1,162 @@
+"""Local server processes kprio supervises: start one detached, wait on a condition, stop and reap.
+
+Waits are tenacity retries of a condition until a deadline; stopping is psutil's terminate,
+``wait_procs`` and kill, which also reaps a child we started (no zombie left behind).
+
+>>> wait_for(lambda: True, timeout_s=1)
+True
+>>> wait_for(lambda: False, timeout_s=0.2, interval_s=0.05)
+False
+>>> pid_alive(2**22 + 1)  # above Linux's pid_max
+False
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import psutil
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Evaluate ``condition`` every ``interval_s`` until it holds or ``timeout_s`` passes; True when it held.
+
+    An exception raised by ``condition`` is not retried: it propagates.
+    """
+    retrying = Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(interval_s),
+        retry=retry_if_result(lambda held: not held),
+        retry_error_callback=lambda state: False,
+    )
+    return bool(retrying(condition))
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, ValueError):
+        return False
+
+
+def live_process(pid: int | None, *, command_has: str | None = None,
+                 created_at: float | None = None) -> psutil.Process | None:
+    """The running process ``pid`` when it is still the one we mean, else None (gone or pid reused).
+
+    ``command_has``: a word its command line must contain; ``created_at``: its psutil create time.
+    """
+    if pid is None or not pid_alive(pid):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if created_at is not None and abs(proc.create_time() - created_at) > 1.0:
+            return None
+        if command_has is not None and not any(command_has in part for part in proc.cmdline()):
+            return None
+        return proc
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def spawn_detached(cmd: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None,
+                   cwd: Path | None = None) -> tuple[psutil.Popen, int]:
+    """Start ``cmd`` in its own session and process group, output appended to ``log_path``.
+
+    Returns the process and the log offset its output starts at. Its own session: the server
+    outlives the command that started it and ignores that terminal's Ctrl-C.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        offset = log.tell()
+        proc = psutil.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            start_new_session=True, cwd=cwd, env=dict(env) if env is not None else None)
+    return proc, offset
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    return members
+
+
+def stop_process(proc: psutil.Process, timeout_s: float, *, whole_group: bool = False) -> None:
+    """Terminate ``proc`` (and its children, or every process of its group), kill what outlives
+    ``timeout_s``, and reap them. Raises ``TimeoutError`` naming the pids that survived SIGKILL.
+
+    ``whole_group`` is for a server started with :func:`spawn_detached`: a JVM's Python workers
+    are in its group even when they were re-parented.
+    """
+    try:
+        members = [proc, *proc.children(recursive=True)]
+        pgid = os.getpgid(proc.pid) if whole_group else None
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return
+    if pgid is not None:
+        members = list({p.pid: p for p in [*members, *_group_members(pgid)]}.values())
+        _killpg(pgid, signal.SIGTERM)
+    else:
+        for member in members:
+            _quietly(member.terminate)
+    _, alive = psutil.wait_procs(members, timeout=timeout_s)
+    if alive:
+        if pgid is not None:
+            _killpg(pgid, signal.SIGKILL)
+        for member in alive:
+            _quietly(member.kill)
+        _, alive = psutil.wait_procs(alive, timeout=timeout_s)
+    if alive:
+        raise TimeoutError(f"pids {sorted(p.pid for p in alive)} survived SIGKILL for {timeout_s:g} s")
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _quietly(action: Callable[[], None]) -> None:
+    try:
+        action()
+    except psutil.NoSuchProcess:
+        pass
+
+
+def log_tail(path: Path, start: int = 0, lines: int = 5, skip: Callable[[str], bool] | None = None) -> str:
+    """The last ``lines`` lines written to ``path`` from byte ``start`` on, joined with `` | ``."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(start)
+            text = log.read().decode(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    useful = [line.strip() for line in text if line.strip() and not (skip and skip(line))]
+    return " | ".join(useful[-lines:]) or "(empty log)"

@@ -1,0 +1,210 @@
+"""Per-range counts of the rows a drain wrote, and their merge into RangeStats: the conservation proof.
+
+This is the one place that says whether a planned range was drained exactly once.
+
+- **On the executors**, a :class:`RangeCount` counts, for one planned range, exactly the rows its
+  task handed to the Parquet writers: output rows, dead letters, key + value bytes, rows outside
+  the range, invalid rows left in the output, null required fields in the output, and a bitmap of
+  the offsets written (either file). It becomes one small stats row (:func:`stats_struct`).
+- **On the driver**, :func:`merge_counts` gathers the rows of every planned range (one per task
+  that held some of it: several on the shuffle path) into one
+  :class:`~kprio_core.results.RangeStats`: counts are summed, bitmaps OR-ed, so ``distinct``,
+  ``first`` and ``last`` come from the union of what was written and an offset written twice (in
+  two tasks or two files) shows as ``written > distinct``. Offsets of the range absent from the
+  union are gaps: with ``drain.allow_data_loss`` they are recorded as ``lost``, otherwise the
+  range fails with :class:`~kprio_core.errors.RangeIncomplete`'s text naming them.
+
+The bitmap costs a byte per planned offset in the task and travels as one bit per offset,
+zlib-compressed (a complete range is all ones and shrinks to a few bytes).
+
+>>> import pyarrow as pa
+>>> from kprio_core.offsets import OffsetRange
+>>> from kprio_core.drain_plan import PlannedRange
+>>> planned = PlannedRange(2, OffsetRange("o-2", 0, 10, 20))
+>>> a, b = RangeCount(planned.range), RangeCount(planned.range, part=1)
+>>> a.count(pa.record_batch({"key": [b"k"] * 4, "value": [b"vv"] * 4, "offset": [10, 11, 12, 14]}), dead=False)
+>>> b.count(pa.record_batch({"key": [None], "value": [b"bad"], "offset": [15]}), dead=True)
+>>> stats_batch([a.row(), b.row()]).num_rows
+2
+>>> [s] = merge_counts([a.row(), b.row()], [planned], allow_data_loss=True)
+>>> (s.output, s.dead, s.distinct, s.first, s.last, s.bytes), [str(g) for g in s.lost]
+((4, 1, 5, 10, 15, 15), ['o-2[0]@[13,14)', 'o-2[0]@[16,20)'])
+>>> merge_counts([a.row()], [planned], allow_data_loss=False)[0].failure
+'range o-2[0]@[10,20) is incomplete: 6 of 10 offsets missing: [13,14) [15,20) (missing from the drained output)'
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kprio_core.drain_plan import PlannedRange
+from kprio_core.errors import DrainOutputInvalid
+from kprio_core.offsets import OffsetRange
+from kprio_core.results import RangeStats
+from spark_jobs.completeness import incomplete_error, missing_offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+
+def stats_struct() -> StructType:
+    """The shape of a stats row: what the drain's Spark job returns, one row per task and planned range."""
+    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
+                                   StructType)
+
+    longs = ("start", "end")
+    counts = ("output", "dead", "bytes", "outside", "invalid_in_output")
+    null_count = StructType([StructField("field", StringType()), StructField("count", LongType())])
+    return StructType(
+        [StructField("topic", StringType()), StructField("partition", IntegerType())]
+        + [StructField(name, LongType()) for name in longs]
+        + [StructField("part", IntegerType())]
+        + [StructField(name, LongType()) for name in counts]
+        + [StructField("nulls", ArrayType(null_count)), StructField("offsets", BinaryType()),
+           StructField("failure", StringType()), StructField("files", ArrayType(StringType()))]
+    )
+
+
+def stats_batch(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """Stats rows as one Arrow record batch of :func:`stats_struct` (what a drain task yields)."""
+    import pyarrow as pa
+
+    from spark_jobs.kafka_schema import arrow_schema_of
+
+    return pa.RecordBatch.from_pylist(list(rows), schema=arrow_schema_of(stats_struct()))
+
+
+class RangeCount:
+    """What one task wrote of one planned range (executor side)."""
+
+    def __init__(self, rng: OffsetRange, part: int | None = None) -> None:
+        import numpy as np
+
+        self.range = rng
+        self.part = part
+        self.output = 0
+        self.dead = 0
+        self.bytes = 0
+        self.outside = 0
+        self.invalid_in_output = 0
+        self.nulls: dict[str, int] = {}
+        self.present = np.zeros(rng.count, dtype=bool)
+        self.failure: str | None = None
+        self.files: list[str] = []
+
+    @property
+    def written(self) -> int:
+        return self.output + self.dead
+
+    def count(self, batch: Any, *, dead: bool, invalid: int = 0,
+              nulls: Iterable[tuple[str, int]] = ()) -> None:
+        """Count rows about to be written (``key``, ``value``, ``offset`` columns), to the dead letters or not.
+
+        ``invalid`` and ``nulls`` are the output rows' invalid count and null required fields
+        (:class:`~spark_jobs.validity.Validity`), measured on the same rows.
+        """
+        import pyarrow.compute as pc
+
+        n = batch.num_rows
+        if dead:
+            self.dead += n
+        else:
+            self.output += n
+            self.invalid_in_output += invalid
+            for name, k in nulls:
+                self.nulls[name] = self.nulls.get(name, 0) + k
+        size = 0
+        for name in ("key", "value"):
+            column = batch.column(name)
+            if column.null_count < n:
+                size += pc.sum(pc.binary_length(column)).as_py() or 0
+        self.bytes += size
+        offsets = batch.column("offset").to_numpy(zero_copy_only=False) - self.range.start
+        inside = (offsets >= 0) & (offsets < self.range.count)
+        if not inside.all():
+            self.outside += int((~inside).sum())
+            offsets = offsets[inside]
+        self.present[offsets] = True
+
+    def row(self) -> dict[str, Any]:
+        """The stats row (:func:`stats_struct`) of this count."""
+        import numpy as np
+
+        packed = np.packbits(self.present, bitorder="little").tobytes()
+        return {
+            "topic": self.range.topic, "partition": self.range.partition, "start": self.range.start,
+            "end": self.range.end, "part": self.part, "output": self.output, "dead": self.dead,
+            "bytes": self.bytes, "outside": self.outside, "invalid_in_output": self.invalid_in_output,
+            "nulls": [{"field": k, "count": v} for k, v in sorted(self.nulls.items())],
+            "offsets": zlib.compress(packed, 1), "failure": self.failure, "files": list(self.files),
+        }
+
+
+def failed_row(rng: OffsetRange, failure: str) -> dict[str, Any]:
+    """The stats row of a range that failed before anything of it was written."""
+    count = RangeCount(rng)
+    count.failure = failure
+    return count.row()
+
+
+def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRange], *,
+                 allow_data_loss: bool, every_range_reported: bool = True) -> tuple[RangeStats, ...]:
+    """One RangeStats per planned range from the tasks' stats rows (driver side).
+
+    ``every_range_reported``: each planned range has a task that reports it even with no row
+    (the fused path), so a range nobody reported failed unseen; on the shuffle path only the
+    tasks that got rows of a range report it (a range lost whole to retention has none).
+    A row naming a range the plan does not hold is a drain bug: DrainOutputInvalid.
+    """
+    import numpy as np
+
+    by_range: dict[OffsetRange, list[Mapping[str, Any]]] = {p.range: [] for p in ranges}
+    for row in rows:
+        rng = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
+        if rng not in by_range:
+            raise DrainOutputInvalid(f"a drain task reported {rng}, which is not a planned range")
+        by_range[rng].append(row)
+    stats = []
+    for planned in ranges:
+        rng = planned.range
+        parts = sorted(by_range[rng], key=lambda r: -1 if r["part"] is None else r["part"])
+        present = np.zeros(rng.count, dtype=bool)
+        for r in parts:
+            present |= np.unpackbits(np.frombuffer(zlib.decompress(r["offsets"]), dtype=np.uint8),
+                                     count=rng.count, bitorder="little").astype(bool)
+        found = np.flatnonzero(present)
+        gaps = missing_offsets(rng, _runs(found + rng.start)) if len(found) < rng.count else ()
+        failure = next((r["failure"] for r in parts if r["failure"]), None)
+        if failure is None and not parts and rng.count and every_range_reported:
+            failure = f"{rng}: no drain task reported this range"
+        if failure is None and gaps and not allow_data_loss:
+            failure = str(incomplete_error(rng, gaps, "missing from the drained output"))
+        nulls: dict[str, int] = {}
+        for r in parts:
+            for item in r["nulls"] or ():
+                nulls[item["field"]] = nulls.get(item["field"], 0) + item["count"]
+        stats.append(RangeStats(
+            planned.priority, rng,
+            output=sum(r["output"] for r in parts), dead=sum(r["dead"] for r in parts), distinct=len(found),
+            first=int(found[0]) + rng.start if len(found) else None,
+            last=int(found[-1]) + rng.start if len(found) else None,
+            bytes=sum(r["bytes"] for r in parts), outside=sum(r["outside"] for r in parts),
+            invalid_in_output=sum(r["invalid_in_output"] for r in parts), nulls=tuple(sorted(nulls.items())),
+            lost=gaps if allow_data_loss else (), failure=failure,
+            files=tuple(f for r in parts for f in r["files"] or ()),
+        ))
+    return tuple(stats)
+
+
+def _runs(offsets: Any) -> list[tuple[int, int]]:
+    """Inclusive ``(first, last)`` runs of consecutive values in a sorted array."""
+    import numpy as np
+
+    if len(offsets) == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(offsets) != 1) + 1
+    firsts = np.concatenate(([0], cuts))
+    lasts = np.concatenate((cuts - 1, [len(offsets) - 1]))
+    return list(zip(offsets[firsts].tolist(), offsets[lasts].tolist(), strict=True))

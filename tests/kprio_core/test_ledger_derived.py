@@ -1,0 +1,179 @@
+"""State the ledger derives on read: burst windows, rate samples, average record sizes, throughput."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from kprio_core.burst import PollHistory
+from kprio_core.ledger import Batch, DrainedSample, Ledger
+from kprio_core.offsets import OffsetRange
+from kprio_core.rate import RateQuotaTracker
+from kprio_core.results import RangeStats
+from tests.kprio_core.test_ledger import (  # noqa: F401 (fixtures)
+    CHECKS_PASSED,
+    Clock,
+    R,
+    clock,
+    commit_report,
+    drain_and_check,
+    drain_check_commit,
+    ledger,
+    make_plan,
+    result_for,
+    url,
+)
+
+QUOTAS = {2: 29, 1: 14, 0: 7}
+
+
+def commit(ledger: Ledger, clock: Clock, batch: Batch, history: PollHistory | None = None, **kw) -> Batch:
+    """Drain, check and commit; like the commit step of the previous kprio, record the batch into ``history``."""
+    clock.tick()
+    done = drain_check_commit(ledger, batch, **kw)
+    if history is not None:
+        history.record(done.drain.written_by_priority(), done.plan.quotas)
+    return done
+
+
+def test_poll_history_is_what_recording_each_committed_poll_gives(ledger: Ledger, clock: Clock):
+    recorded = PollHistory(3, window_size=3, maxed_out_threshold=2)
+    plan = lambda *spans: make_plan(*spans, quotas=QUOTAS)  # noqa: E731
+    b1 = commit(ledger, clock, ledger.record_plan(plan(R("orders-2", 0, 0, 29), R("orders-0", 0, 0, 7))), recorded,
+                dead=1)
+    failed = ledger.record_plan(plan(R("orders-2", 0, 29, 58)))
+    ledger.mark_failed(failed.batch_id, "drain failed", retry_at=None)  # never committed: no poll
+    commit(ledger, clock, ledger.replay(b1.batch_id))  # a re-drain of committed offsets: no poll
+    early = ledger.record_plan(plan(R("orders-1", 0, 0, 14)))
+    late = ledger.record_plan(plan(R("orders-1", 1, 0, 3), R("orders-0", 1, 0, 7)))
+    child = ledger.split(late.batch_id, [R("orders-0", 1, 0, 7)], "checks failed", retry_at=None)
+    commit(ledger, clock, ledger.get(late.batch_id), recorded)  # commit order, not record order
+    commit(ledger, clock, early, recorded)
+    commit(ledger, clock, ledger.retry(child.batch_id, reason="retry"))  # split off a poll: part of its parent's
+    commit(ledger, clock, ledger.retry(failed.batch_id, reason="retry"), recorded)
+
+    derived = ledger.poll_history("orders", 3, window_size=3, maxed_out_threshold=2)
+    assert derived == recorded
+    assert derived.counts(2) == [0, 0, 29] and derived.counts(1) == [3, 14, 0] and derived.counts(0) == [0, 0, 0]
+    assert ledger.poll_history("orders", 3, window_size=6, maxed_out_threshold=2).counts(2) == [29, 0, 0, 29]
+    assert ledger.poll_history("payments", 3) == PollHistory(3)
+
+
+def test_poll_history_starts_afresh_after_the_number_of_priorities_changed(ledger: Ledger, clock: Clock):
+    commit(ledger, clock, ledger.record_plan(make_plan(R("orders-2", 0, 0, 10), quotas=QUOTAS)))
+    commit(ledger, clock, ledger.record_plan(make_plan(R("orders-1", 0, 0, 10), quotas={1: 33, 0: 17})))
+    commit(ledger, clock, ledger.record_plan(make_plan(R("orders-2", 0, 10, 15), quotas=QUOTAS)))
+    assert ledger.poll_history("orders", 3).counts(2) == [5], "the 2-priority batch ends the window"
+    assert ledger.poll_history("orders", 2).counts(1) == [], "the newest poll had 3 priorities"
+
+
+def test_drained_since_gives_the_rate_samples_of_committed_batches(ledger: Ledger, clock: Clock):
+    start = clock.now
+    b1 = commit(ledger, clock, ledger.record_plan(make_plan(R("orders-2", 0, 0, 30), R("orders-0", 0, 0, 7))),
+                dead=2)
+    b1_at = clock.now
+    commit(ledger, clock, ledger.replay(b1.batch_id))  # re-drained offsets were consumed before: no sample
+    drain_and_check(ledger, ledger.record_plan(make_plan(R("orders-2", 0, 30, 40))))  # not committed: no sample
+    clock.tick(2)
+    commit(ledger, clock, ledger.record_plan(make_plan(R("orders-1", 0, 0, 14))), bytes_per_record=50)
+    samples = ledger.drained_since("orders", start)
+    assert samples == [
+        DrainedSample(b1_at, 2, 30, 3000),
+        DrainedSample(b1_at, 0, 7, 700),
+        DrainedSample(clock.now, 1, 14, 700),
+    ], "records are output plus dead letters, in commit order, most urgent first"
+    assert ledger.drained_since("orders", clock.now) == samples[2:]
+    assert ledger.drained_since("payments", start) == []
+
+
+def test_rate_tracker_is_the_one_the_commits_would_have_fed(ledger: Ledger, clock: Clock):
+    quotas = {"records_per_s": {2: 10.0, 0: 5.0}, "bytes_per_s": {2: 800.0}}
+    fed = RateQuotaTracker(**quotas, samples=3, window_s=2.0)
+    old = commit(ledger, clock, ledger.record_plan(make_plan(R("orders-2", 0, 0, 50))))  # leaves the window
+    clock.tick(10)
+    for spans in ([R("orders-2", 0, 50, 110), R("orders-0", 0, 0, 9)], [R("orders-2", 0, 110, 115)]):
+        done = commit(ledger, clock, ledger.record_plan(make_plan(*spans)))
+        for p, records in done.drain.written_by_priority().items():
+            fed.record_batch(p, records, 100 * records, clock.now.timestamp())
+    clock.tick(0.5)
+    derived = ledger.rate_tracker("orders", **quotas, samples=3, window_s=2.0)
+    now = clock.now.timestamp()
+    for p in (2, 1, 0):
+        assert derived.rates(p, now) == fed.rates(p, now)
+        assert derived.throttle_time(p, now) == fed.throttle_time(p, now)
+    assert derived.throttle_time(2, now) > 0, f"65 records in 4.5 s are over 10/s ({old.batch_id} is not)"
+
+
+def drained(ledger: Ledger, clock: Clock, spans: list[tuple[OffsetRange, int]]) -> Batch:
+    """Record, drain (spans are (range, bytes drained from it)) and commit one batch."""
+    batch = ledger.record_plan(make_plan(*(r for r, _ in spans), topic=spans[0][0].topic.rsplit("-", 1)[0]))
+    result = result_for(batch)
+    sized = tuple(replace(s, bytes=size) for s, (_, size) in zip(result.ranges, spans))
+    clock.tick()
+    batch = ledger.mark_drained(batch.batch_id, replace(result, ranges=sized))
+    batch = ledger.mark_checked(batch.batch_id, CHECKS_PASSED)
+    return ledger.mark_committed(batch.batch_id, commit_report(batch))
+
+
+def test_avg_record_bytes_is_sum_bytes_over_sum_records(ledger: Ledger, clock: Clock):
+    drained(ledger, clock, [(R("orders-2", 0, 0, 29), 5800), (R("orders-0", 0, 0, 4), 4000)])
+    drained(ledger, clock, [(R("orders-2", 1, 0, 1), 400), (R("orders-1", 0, 0, 0), 0)])
+    drained(ledger, clock, [(R("payments-2", 0, 0, 10), 1_000_000)])  # other logical topic
+    avg = ledger.avg_record_bytes("orders")
+    assert avg == {"orders-0": 1000.0, "orders-2": pytest.approx(6200 / 30)}, "orders-1 drained 0 records: absent"
+
+
+def test_avg_record_bytes_counts_the_last_k_batches_of_each_topic(ledger: Ledger, clock: Clock):
+    drained(ledger, clock, [(R("orders-2", 0, 0, 10), 1000), (R("orders-0", 0, 0, 10), 5000)])
+    drained(ledger, clock, [(R("orders-2", 0, 10, 20), 2000)])
+    drained(ledger, clock, [(R("orders-2", 0, 20, 25), 1000), (R("orders-2", 1, 0, 5), 2000)])
+    assert ledger.avg_record_bytes("orders", last_batches=2) == {"orders-2": 250.0, "orders-0": 500.0}
+    assert ledger.avg_record_bytes("orders", last_batches=1) == {"orders-2": 300.0, "orders-0": 500.0}
+    assert ledger.avg_record_bytes("orders", last_batches=3)["orders-2"] == 200.0
+    with pytest.raises(ValueError, match="last_batches must be >= 1"):
+        ledger.avg_record_bytes("orders", last_batches=0)
+
+
+def test_avg_record_bytes_counts_any_drain_and_a_rerun_replaces_its_numbers(ledger: Ledger):
+    batch = ledger.record_plan(make_plan((0, 10)))
+    ledger.mark_drained(batch.batch_id, result_for(batch, 100))
+    assert ledger.avg_record_bytes("orders") == {"orders-2": 100.0}, "drained is enough: sizes are known"
+    ledger.mark_drained(batch.batch_id, result_for(batch, 300))
+    assert ledger.avg_record_bytes("orders") == {"orders-2": 300.0}
+    ledger.mark_failed(batch.batch_id, "checks failed", retry_at=None)
+    assert ledger.avg_record_bytes("orders") == {"orders-2": 300.0}
+    assert ledger.retry(batch.batch_id, reason="retry").drain is None, "a new attempt has not drained yet"
+    assert ledger.avg_record_bytes("orders") == {"orders-2": 300.0}, "but the sizes measured stay known"
+
+
+def test_throughput_is_records_per_second_of_drain_time(ledger: Ledger, clock: Clock):
+    assert ledger.throughput("orders") is None, "no history"
+    commit(ledger, clock, ledger.record_plan(make_plan(R("orders-2", 0, 0, 3000))), seconds=2.0)
+    commit(ledger, clock, ledger.record_plan(make_plan(R("orders-0", 0, 0, 1000))), seconds=2.0, dead=10)
+    drain_and_check(ledger, ledger.record_plan(make_plan(R("orders-2", 0, 3000, 3100))), seconds=0.01)
+    commit(ledger, clock, ledger.record_plan(make_plan(R("orders-2", 1, 0, 5))), seconds=0.0)  # no time: skipped
+    assert ledger.throughput("orders") == 1000.0, "(3000 + 1000) / (2 + 2); uncommitted and timeless left out"
+    assert ledger.throughput("orders", last_batches=1) == 500.0
+    assert ledger.throughput("payments") is None
+    with pytest.raises(ValueError, match="last_batches must be >= 1"):
+        ledger.throughput("orders", last_batches=0)
+
+
+def test_derived_state_survives_a_restart(url: str, clock: Clock):
+    with Ledger(url, clock=clock) as first:
+        commit(first, clock, first.record_plan(make_plan(R("orders-2", 0, 0, 29), quotas=QUOTAS)), seconds=1.0)
+    with Ledger(url, clock=clock) as again:
+        assert again.poll_history("orders", 3).counts(2) == [29]
+        assert again.throughput("orders") == 29.0
+        assert again.avg_record_bytes("orders") == {"orders-2": 100.0}
+        assert [s.records for s in again.drained_since("orders", clock.now - timedelta(seconds=5))] == [29]
+
+
+def test_range_stats_round_trip_through_the_range_rows(ledger: Ledger):
+    batch = ledger.record_plan(make_plan(R("orders-2", 0, 0, 30)))
+    stats = RangeStats(2, R("orders-2", 0, 0, 30), output=27, dead=2, distinct=29, first=0, last=29, bytes=5800,
+                       nulls=(("id", 1),), lost=(R("orders-2", 0, 3, 4),), files=("orders/priority=2/a.parquet",))
+    result = replace(result_for(batch), ranges=(stats,), reader="python", ordering="key", lanes=4, seconds=2.5)
+    assert ledger.mark_drained(batch.batch_id, result).drain == result

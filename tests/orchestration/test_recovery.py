@@ -1,0 +1,133 @@
+"""Crash recovery with no operator: ``kprio drain`` killed at random moments and at the worst ones, SIGTERM.
+
+Each case runs ``kprio drain`` as a child process (its own Spark, the session's broker, a ledger
+and a Dagster home in tmp_path), kills it, and then runs a plain ``kprio drain --until-empty``:
+it must finish with zero lag, conservation over output and dead letters, no batch in flight and
+no staging directory left, with no operator step in between.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kprio_core.ledger import Ledger
+from orchestration.services.broker import wait_for
+from tests.orchestration.conservation import conservation, lag
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+CHILD_TIMEOUT_S = 240
+
+
+def child_config(env, tmp_path: Path) -> Path:
+    """The test's kprio.yaml for child processes: one local core each, so children stay light."""
+    raw = env.config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})
+    raw["spark"]["master"] = "local[1]"
+    raw["spark"]["conf"].pop("spark.executorEnv.PYTHONPATH", None)
+    path = tmp_path / "kprio.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def start(config: Path, tmp_path: Path, *args: str, **env: str) -> subprocess.Popen:
+    """``kprio drain <args>`` in its own process group (so a kill takes its JVM and workers too)."""
+    log = open(tmp_path / f"drain-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115 (closed with the process)
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestration.cli", "drain", "--config", str(config), *args],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO), **env},
+    )
+
+
+def output_of(proc: subprocess.Popen) -> str:
+    proc.stdout and proc.stdout.close()
+    logs = sorted(Path(proc.args[proc.args.index("--config") + 1]).parent.glob("drain-*.log"))
+    return logs[-1].read_text(errors="replace") if logs else ""
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=60)
+
+
+def finish(config: Path, tmp_path: Path) -> str:
+    """A plain ``kprio drain --until-empty`` must finish by itself (exit 0)."""
+    proc = start(config, tmp_path, "--until-empty")
+    code = proc.wait(timeout=CHILD_TIMEOUT_S)
+    text = output_of(proc)
+    assert code == 0, text[-3000:]
+    return text
+
+
+def assert_healed(env, topic, config: Path) -> None:
+    assert lag(topic, env.edge) == dict.fromkeys(range(topic.priorities), 0)
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok, check
+    with Ledger(env.config.ledger.url) as ledger:
+        assert ledger.in_flight(topic.name) == []
+    for root in (env.config.drain.output_path, env.config.drain.dead_letter_path):
+        staging = Path(root) / "_staging"
+        assert not staging.exists() or not any(staging.iterdir()), list(staging.rglob("*"))[:5]
+
+
+@pytest.fixture
+def backlog(make_topic, kprio_env, tmp_path):
+    topic = make_topic(priorities=3, partitions=2, records={2: 600, 1: 1500, 0: 3000},
+                       schema={"i": "long", "amount": "double"})
+    env = kprio_env(topic, planner={"record_budget": 700, "target_batch_s": None},
+                    recovery={"lease_s": 6, "backoff_s": 0.2, "backoff_max_s": 1, "max_attempts": 5})
+    (tmp_path / "home").mkdir()
+    return env, topic, child_config(env, tmp_path)
+
+
+def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_path):
+    env, topic, config = backlog
+    rng = random.Random(20261122)
+    for _ in range(3):
+        proc = start(config, tmp_path, "--until-empty")
+        time.sleep(rng.uniform(4.0, 18.0))
+        kill_group(proc)
+    finish(config, tmp_path)
+    assert_healed(env, topic, config)
+
+
+@pytest.mark.parametrize("point", ["after-publish", "after-kafka-commit"])
+def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path, point):
+    env, topic, config = backlog
+    proc = start(config, tmp_path, "--until-empty", KPRIO_CRASH_AT=point)
+    assert proc.wait(timeout=CHILD_TIMEOUT_S) == -signal.SIGKILL, output_of(proc)[-2000:]
+    kill_group(proc)  # the killed process's JVM and workers
+    with Ledger(env.config.ledger.url) as ledger:
+        [batch] = ledger.in_flight(topic.name)
+        assert batch.state.value == "checked"  # published (and, after the Kafka commit, committed there)
+    finish(config, tmp_path)
+    assert_healed(env, topic, config)
+
+
+def test_sigterm_finishes_the_batch_in_flight_and_exits_0(backlog, tmp_path):
+    env, topic, config = backlog
+    proc = start(config, tmp_path, "--follow")
+    with Ledger(env.config.ledger.url) as ledger:
+        assert wait_for(lambda: any(b.lease for b in ledger.in_flight(topic.name)), 120, interval_s=0.2), \
+            output_of(proc)[-2000:]
+        [working] = [b.batch_id for b in ledger.in_flight(topic.name) if b.lease]
+        proc.send_signal(signal.SIGTERM)  # to kprio drain itself, as `kill <pid>` does
+        assert proc.wait(timeout=120) == 0
+        text = output_of(proc)
+        assert f"stopped on request after finishing {working} (committed)" in text, text[-2000:]
+        assert ledger.get(working).state.value == "committed"
+    finish(config, tmp_path)
+    assert_healed(env, topic, config)

@@ -1,0 +1,148 @@
+"""``kprio spark start|stop|status``: a real Spark Connect server, one per test module, stopped in finally."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kprio_core.config import SparkSettings
+from orchestration.cli.main import app
+from orchestration.services.process import free_port, pid_alive
+from orchestration.services.spark_connect import STATE_FILE, SparkConnectServer
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+runner = CliRunner()
+
+
+def run(*args: str):  # noqa: ANN201
+    return runner.invoke(app, list(args))
+
+
+def write_config(path: Path, connect_dir: Path, port: int, **spark: object) -> Path:
+    doc = {"spark": {"master": "local[1]", "connect_dir": str(connect_dir), "connect_port": port, **spark}}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """The module's server, started with `kprio spark start`; (config path, start JSON)."""
+    root = tmp_path_factory.mktemp("connect")
+    config = write_config(root / "kprio.yaml", root / "connect", free_port(),
+                          conf={"spark.sql.shuffle.partitions": "3"})
+    try:
+        started = run("spark", "start", "--config", str(config), "--json")
+        assert started.exit_code == 0, started.output
+        yield config, json.loads(started.stdout)
+    finally:
+        run("spark", "stop", "--config", str(config))
+        SparkConnectServer(SparkSettings(**yaml.safe_load(config.read_text())["spark"])).stop()
+
+
+def test_status_says_running_with_pid_port_url_and_uptime(server):
+    config, started = server
+    assert started["started"] is True and started["running"] and started["answering"]
+    status = json.loads(run("spark", "status", "--config", str(config), "--json").stdout)
+    assert status["pid"] == started["pid"] and pid_alive(status["pid"])
+    assert status["url"] == f"sc://localhost:{status['port']}" and status["uptime_s"] >= 0
+    text = run("spark", "status", "--config", str(config)).stdout
+    assert f"running at sc://localhost:{status['port']} (pid {status['pid']}" in text
+
+
+def test_a_second_start_says_it_already_runs(server):
+    config, started = server
+    again = run("spark", "start", "--config", str(config))
+    assert again.exit_code == 0, again.output
+    assert again.stdout.startswith("already running:") and f"pid {started['pid']}" in again.stdout
+
+
+def test_another_port_for_the_running_server_is_refused(server):
+    config, started = server
+    other = run("spark", "start", "--config", str(config), "--port", str(started["port"] + 1))
+    assert other.exit_code == 1
+    assert f"already runs from {Path(started['connect_dir'])} on port {started['port']}" in other.stderr
+
+
+def test_a_connect_session_runs_kprio_python_with_kprio_defaults(server):
+    from pyspark.sql import SparkSession
+    from pyspark.sql.functions import udf
+
+    _, started = server
+    spark = SparkSession.builder.remote(started["url"]).getOrCreate()
+    try:
+        @udf("string")
+        def where_kprio_is(x):  # noqa: ANN001, ANN202
+            import kprio_core  # the workers import kprio: PYSPARK_PYTHON is this interpreter
+
+            return os.path.dirname(kprio_core.__file__)
+
+        import kprio_core
+
+        rows = spark.range(2).select(where_kprio_is("id").alias("kprio")).collect()
+        assert {r.kprio for r in rows} == {os.path.dirname(kprio_core.__file__)}
+        assert spark.conf.get("spark.sql.session.timeZone") == "UTC", "kprio's session defaults reach the server"
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "3", "spark.conf reaches the server"
+    finally:
+        spark.stop()
+
+
+def test_stop_leaves_no_process_of_the_server(server):
+    config, started = server
+    leader = psutil.Process(started["pid"])
+    group = [p for p in psutil.process_iter() if _pgid(p) == os.getpgid(leader.pid)]
+    stopped = run("spark", "stop", "--config", str(config))
+    assert stopped.exit_code == 0 and f"stopped (was pid {started['pid']}" in stopped.stdout
+    assert not [p.pid for p in group if pid_alive(p.pid)], "stop left a process of the server's group"
+    assert not (Path(started["connect_dir"]) / STATE_FILE).exists()
+    assert "stopped" in run("spark", "status", "--config", str(config)).stdout
+    assert "no Spark Connect server running" in run("spark", "stop", "--config", str(config)).stdout
+
+
+def _pgid(proc: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def test_a_busy_port_fails_fast_with_one_line(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = write_config(tmp_path / "kprio.yaml", tmp_path / "connect", port)
+        result = run("spark", "start", "--config", str(config))
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"kprio: error: port {port} is already in use by another process: choose another with --port "
+        "(or spark.connect_port), or stop what listens there [spark_connect_server]"
+    ]
+
+
+def test_a_server_that_cannot_start_reports_the_log(tmp_path):
+    config = write_config(tmp_path / "kprio.yaml", tmp_path / "connect", free_port(), master="nonsense://x")
+    result = run("spark", "start", "--config", str(config), "--timeout", "120")
+    assert result.exit_code == 1
+    line = result.stderr.strip()
+    assert line.startswith("kprio: error: Spark Connect server exited with code 1 while starting")
+    assert "Master must either be yarn or start with spark, k8s, or local" in line and "server.log" in line, line
+    assert not (tmp_path / "connect" / STATE_FILE).exists()
+
+
+def test_a_stale_state_file_is_cleaned(tmp_path):
+    connect_dir = tmp_path / "connect"
+    connect_dir.mkdir()
+    gone = psutil.Popen(["true"])
+    gone.wait()
+    (connect_dir / STATE_FILE).write_text(json.dumps({"pid": gone.pid, "port": 1, "created_at": 0}))
+    server = SparkConnectServer(SparkSettings(connect_dir=str(connect_dir), connect_port=free_port()))
+    assert not server.status().running
+    assert server.stop() is None and not (connect_dir / STATE_FILE).exists()
