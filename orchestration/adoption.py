@@ -28,10 +28,17 @@ from kprio_core.ledger import Ledger, parse_batch_id
 from orchestration.partitions import BATCH_PARTITIONS_NAME
 
 LOGGER = logging.getLogger("kprio.adoption")
+_WAITING: set[str] = set()
+"""Ledgers whose adoption already said it waits for the broker."""
 
 
 def known_batch_number(instance: dg.DagsterInstance | None, files) -> int:
-    """The highest batch number the Dagster instance's partitions or the output files name (0: none)."""
+    """The highest batch number the Dagster instance's partitions or the output files name (0: none).
+
+    >>> from types import SimpleNamespace as F
+    >>> known_batch_number(None, [F(batch_id="b-000007"), F(batch_id="b-000012"), F(batch_id=None)])
+    12
+    """
     ids = list(instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME)) if instance is not None else []
     ids += [f.batch_id for f in files if f.batch_id]
     return max((n for n in map(parse_batch_id, ids) if n is not None), default=0)
@@ -50,7 +57,9 @@ def ensure_adopted(instance: dg.DagsterInstance | None, ledger: Ledger, edge, co
     try:
         committed = {tp: offset for topic in config.topics for tp, offset in edge.committed(topic).items()}
     except KprioError as err:
-        log.warning(f"the ledger is new; adopting the committed offsets waits for the broker: {err}")
+        if ledger.ledger_id not in _WAITING:  # once per ledger: every tick would repeat it
+            _WAITING.add(ledger.ledger_id)
+            log.warning(f"the ledger is new; adopting the committed offsets waits for the broker: {err}")
         return None
     removed = []
     for f in files:

@@ -203,9 +203,12 @@ class BatchWork:
     # -- 2-5. drain, isolate, check, publish ---------------------------------------------------
 
     def drain_and_check(self, batch: Batch, topic: TopicSettings, heartbeat: Heartbeat) -> Iterator:
-        from spark_jobs.drain import discard, drain_batch, publish
+        from spark_jobs.drain import discard, drain_batch, publish, sweep_staging
 
         config = self.config
+        # Earlier attempts of this batch that died left their staging: this attempt replaces it.
+        sweep_staging((config.drain.output_path, config.drain.dead_letter_path),
+                      keep=lambda batch_id, attempt: batch_id != self.batch_id or attempt == batch.attempts)
         started = time.monotonic()
         result = drain_batch(self.spark.session, config, topic, self.batch_id, batch.attempts, batch.plan)
         self.timings.time("drain", started)
@@ -332,27 +335,32 @@ class BatchWork:
             return
         topic = self.config.topic(batch.logical_topic)
         with Heartbeat(self.ledger_url, self.batch_id, self.owner, self.config.recovery.lease_s) as heartbeat:
-            try:
-                if batch.state in (BatchState.PLANNED, BatchState.DRAINED):
-                    yield from self.drain_and_check(batch, topic, heartbeat)
-                if self.ledger.get(self.batch_id).state is BatchState.CHECKED:
-                    yield from self.commit(topic, heartbeat)
-            except _BatchFailed as failed:
-                self._fail(failed.reason)
-                raise dg.Failure(description=f"{self.batch_id} failed: {failed.reason}") from None
-            except (KprioError, OSError) as err:
-                reason = f"{err} [{err.code}]" if isinstance(err, KprioError) else f"{type(err).__name__}: {err}"
-                self._fail(reason)
-                raise dg.Failure(description=f"{self.batch_id} failed: {reason}") from err
-            except dg.Failure:
-                raise
-            except Exception as err:
-                self._fail(f"{type(err).__name__}: {err}")
-                raise
-            except BaseException:
-                # Interrupted (SIGTERM, a terminated run): leave the batch where it is for the next run.
-                self._release()
-                raise
+            yield from self._work(batch, topic, heartbeat)
+        self._release()  # a batch left in flight (waiting to commit) is free for whoever moves it next
+
+    def _work(self, batch: Batch, topic: TopicSettings, heartbeat: Heartbeat) -> Iterator:
+        """Drain, check, publish and commit as far as the batch's state asks; any failure fails the batch."""
+        try:
+            if batch.state in (BatchState.PLANNED, BatchState.DRAINED):
+                yield from self.drain_and_check(batch, topic, heartbeat)
+            if self.ledger.get(self.batch_id).state is BatchState.CHECKED:
+                yield from self.commit(topic, heartbeat)
+        except _BatchFailed as failed:
+            self._fail(failed.reason)
+            raise dg.Failure(description=f"{self.batch_id} failed: {failed.reason}") from None
+        except (KprioError, OSError) as err:
+            reason = f"{err} [{err.code}]" if isinstance(err, KprioError) else f"{type(err).__name__}: {err}"
+            self._fail(reason)
+            raise dg.Failure(description=f"{self.batch_id} failed: {reason}") from err
+        except dg.Failure:
+            raise
+        except Exception as err:
+            self._fail(f"{type(err).__name__}: {err}")
+            raise
+        except BaseException:
+            # Interrupted (SIGTERM, a terminated run): leave the batch where it is for the next run.
+            self._release()
+            raise
 
     def _fail(self, reason: str) -> None:
         """Mark the batch failed (it holds its partitions; retried after a backoff) unless it moved on."""

@@ -39,15 +39,20 @@ def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, *, no
         )
     crash_point("after-kafka-commit")
     ledger.mark_committed(batch.batch_id, report)
-    after = snapshot.backlog_by_priority()
     drained = batch.drain.written_by_priority() if batch.drain is not None else {}
-    meta: dict[str, int | str] = {f"records_p{p}": int(drained.get(p, 0)) for p in sorted(after, reverse=True)}
-    meta.update({f"lag_after_p{p}": int(n) for p, n in sorted(after.items(), reverse=True)})
-    meta.update(
-        lag_after=sum(after.values()),
-        partitions_moved=len(report.moved),
-        partitions_already_committed=len(report.skipped),
-        replay=int(batch.replay_of_committed),
-        logical_topic=topic.name,
-    )
-    return CommitOutcome(report, meta)
+    meta = commit_metadata(report, snapshot.backlog_by_priority(), drained, replay=batch.replay_of_committed)
+    return CommitOutcome(report, {**meta, "logical_topic": topic.name})
+
+
+def commit_metadata(report: CommitReport, lag_after: Mapping[int, int], drained: Mapping[int, int], *,
+                    replay: bool) -> dict[str, int]:
+    """Numbers per priority (records, lag after) and in total, so Dagster plots them across batches.
+
+    >>> commit_metadata(CommitReport.of({("o-2", 0): (None, 7)}, {}), {2: 0, 1: 5, 0: 40}, {2: 7}, replay=False)
+    {'records_p2': 7, 'records_p1': 0, 'records_p0': 0, 'lag_after_p2': 0, 'lag_after_p1': 5, 'lag_after_p0': 40, 'lag_after': 45, 'partitions_moved': 1, 'partitions_already_committed': 0, 'replay': 0}
+    """
+    meta = {f"records_p{p}": int(drained.get(p, 0)) for p in sorted(lag_after, reverse=True)}
+    meta.update({f"lag_after_p{p}": int(n) for p, n in sorted(lag_after.items(), reverse=True)})
+    meta.update(lag_after=sum(lag_after.values()), partitions_moved=len(report.moved),
+                partitions_already_committed=len(report.skipped), replay=int(replay))
+    return meta

@@ -132,6 +132,30 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunR
     )
 
 
+def in_worker_thread(work: Callable[[], dg.ExecuteInProcessResult]) -> dg.ExecuteInProcessResult:
+    """Run ``work`` in a thread of its own and wait for it, waking twice a second.
+
+    Dagster replaces the SIGINT / SIGTERM handlers while a run executes in the main thread (an
+    interrupt then kills the batch mid-way); in another thread it leaves them alone, so a stop
+    request reaches the caller's handlers and the batch in flight finishes.
+    """
+    outcome: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = work()
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=target, name="kprio-run", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.5)
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome["result"]  # type: ignore[return-value]
+
+
 def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
             log_level: str = "WARNING") -> BatchOutcome:
     """An operator's re-drain of one batch, here: a failed one is retried whatever its attempts, a
@@ -182,11 +206,13 @@ class DrainLoop:
         self.config = defs.resources["kprio"].config(kafka)
         self.report = DrainReport()
         self._blocked_since: float | None = None
+        self._turns = 0
 
     def run(self) -> DrainReport:
         self.sweep_staging()
         while not self._done():
             turn = tick(self.instance, self.edge, self.ledger, self.config)
+            self._turns += 1
             if turn.partitions:
                 self.instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
             if turn.requests:
@@ -228,7 +254,7 @@ class DrainLoop:
         if self.on_start is not None:
             self.on_start(request.partition_key)
         started = time.monotonic()
-        result = execute(self.defs, self.instance, request, self.log_level)
+        result = in_worker_thread(lambda: execute(self.defs, self.instance, request, self.log_level))
         outcome = outcome_of(self.ledger, request.partition_key, request.tags[TOPIC_TAG], result,
                              time.monotonic() - started)
         self.report.batches.append(outcome)
@@ -242,6 +268,8 @@ class DrainLoop:
             return interval
         actions = {d.action for d in decisions}
         if Action.BLOCKED in actions:
+            if not self.report.batches and self._blocked_since is None and self._turns == 1:
+                return self._give_up(why)  # blocked from the start: say so now, there is nothing to finish
             self._blocked_since = self._blocked_since or time.monotonic()
             if time.monotonic() - self._blocked_since > BLOCKED_GIVE_UP_S:
                 return self._give_up(f"{why} (for more than {BLOCKED_GIVE_UP_S:.0f} s)")
@@ -300,8 +328,8 @@ def drain(
 ) -> DrainReport:
     """Run the loop on ``instance`` until ``until`` says stop, ``max_batches`` ran, or ``stop`` is set.
 
-    ``guard`` is entered once Spark runs (the CLI's signal handling: a JVM started inside it would
-    inherit blocked signals); ``on_start`` / ``on_batch`` are called before and after each run.
+    ``guard`` is entered around the loop (the CLI's stop-on-signal handlers); ``on_start`` /
+    ``on_batch`` are called before and after each run.
     """
     with Ledger(defs.resources["ledger"].url) as ledger, spark_for_the_loop(defs), (guard or nullcontext)():
         loop = DrainLoop(defs, instance, ledger, until=until, max_batches=max_batches,

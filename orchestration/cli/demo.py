@@ -1,9 +1,9 @@
 """``kprio demo``: the whole of kprio in one command, on an embedded broker (or a real cluster).
 
-Prints a per-priority table (records, batches, median and max wait in batches, batches whose
-checks passed), the conservation line and how to open the Dagster UI on the same instance;
-``--json`` prints the same as one JSON document. Exits 1 when the drain stopped early or
-conservation failed.
+Prints a per-priority table (records, dead letters, batches, median and max wait in batches,
+batches whose checks passed), the conservation line (output and dead letters), where the dead
+letters are and how to open the Dagster UI on the same instance; ``--json`` prints the same as
+one JSON document. Exits 1 when the drain stopped early or conservation failed.
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ DataDirOption = Annotated[
 KeepBrokerOption = Annotated[
     bool, typer.Option("--keep-broker", help="Leave the embedded broker running afterwards (for `dagster dev`).")
 ]
+PoisonOption = Annotated[
+    int,
+    typer.Option("--poison", min=0, help="Also produce this many malformed records (not JSON, not UTF-8, a JSON "
+                 "list, a wrong type, a missing required field, in turn) among the low-priority backlog: they are "
+                 "quarantined to the dead letters and the drain goes on."),
+]
 DemoConfigOption = Annotated[
     Path | None,
     typer.Option("--config", "-c", show_default=False,
@@ -43,24 +49,27 @@ def demo(
     data_dir: DataDirOption = Path("kprio-data") / "demo",
     keep_broker: KeepBrokerOption = False,
     config: DemoConfigOption = None,
+    poison: PoisonOption = 0,
     as_json: JsonOption = False,
 ) -> None:
     """Run the one-command demo: broker, 3 priority topics, a realistic workload, the Dagster drain, a report.
 
-    A large low-priority backlog and a steady middle priority are drained through the same priority_lag_sensor and drain_job the Dagster daemon runs; a burst of high priority arrives after the second batch and jumps the queue. Every batch is checked before its offsets are committed.
+    A large low-priority backlog and a steady middle priority are drained through priority_lag_sensor's logic and the drain_job the Dagster daemon runs (in process, on the demo's own Dagster instance); a burst of high priority arrives after the second batch and jumps the queue. Every batch is checked before its offsets are committed.
 
-    At the end: the per-priority table, the conservation check, a backlog plot (<data-dir>/backlog.png) and the command that opens the Dagster UI on the same instance. Dagster's and Spark's logs go to <data-dir>/demo.log.
+    With --poison N, N malformed records go into the low-priority backlog: they are quarantined to the dead letters (<data-dir>/dead-letters) with their raw bytes and the error, and everything else still drains.
 
-    Example: kprio demo --records 5000 --keep-broker
+    At the end: the per-priority table, the conservation check (every produced offset once in the output or once in the dead letters), a backlog plot (<data-dir>/backlog.png) and the command that opens the Dagster UI on the same instance. Dagster's and Spark's logs go to <data-dir>/demo.log.
+
+    Example: kprio demo --records 12000 --poison 4 --keep-broker
     """
-    from orchestration.demo.workload import PRIORITIES
     from orchestration.demo.layout import DemoLayout
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to
     from orchestration.demo.run import DemoOptions, cluster_settings, run_demo
+    from orchestration.demo.workload import PRIORITIES
 
     cluster_settings(config)  # a bad --config fails here, before anything starts
-    options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config)
+    options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config, poison=poison)
     log = DemoLayout(data_dir.resolve()).log
     # Dagster's event log and Spark's warnings would bury the progress bars: they go to the log.
     with logs_to(log) as terminal, DemoProgress(PRIORITIES, enabled=not as_json, file=terminal) as progress:
@@ -73,7 +82,7 @@ def demo(
 
 
 def print_result(result, *, as_json: bool) -> None:  # noqa: ANN001 - DemoResult, imported lazily
-    """The table, the conservation line and the next steps; or the JSON document."""
+    """The table, the conservation line, the dead letters and the next steps; or the JSON document."""
     if as_json:
         print_json(result.to_dict())
         return
@@ -84,9 +93,11 @@ def print_result(result, *, as_json: bool) -> None:  # noqa: ANN001 - DemoResult
     console = Console()
     total = sum(r.records for r in result.rows)
     console.print(render_table(result.rows, title=f"{result.logical_topic}: {total:,} records drained in "
-                               f"{len(result.batches)} batches ({result.seconds:.0f} s)"))
+                               f"{result.batch_count} batches ({result.seconds:.0f} s)"))
     console.print(result.conservation.line(), style="green" if result.conservation.ok else "red", highlight=False,
                   soft_wrap=True)
+    for line in result.dead_letter_lines():
+        console.print(line, highlight=False, soft_wrap=True)
     console.print(f"backlog plot: {result.layout.plot}   log: {result.layout.log}", highlight=False, soft_wrap=True)
     for step in result.next_steps():
         console.print(step, highlight=False, soft_wrap=True)

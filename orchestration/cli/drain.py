@@ -3,12 +3,12 @@
 The runs go to the configured Dagster instance (``$DAGSTER_HOME``, else ``./kprio-data/dagster_home``),
 so ``dagster dev`` on the same home shows them. ``--follow`` runs kprio as a service without the
 Dagster daemon. SIGTERM (or Ctrl-C) finishes the batch in flight and exits 0 with one line
-saying so; a second one abandons the batch in flight (the next start resumes it).
+saying so; a second one abandons the batch in flight and exits 0 (the next start resumes it).
 """
 
 from __future__ import annotations
 
-import _thread
+import os
 import signal
 import sys
 import threading
@@ -38,39 +38,38 @@ MaxBatchesOption = Annotated[
     int | None, typer.Option("--max-batches", min=1, help="Stop after this many runs.", show_default=False)
 ]
 
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @contextmanager
 def stop_on_signals(stop: threading.Event, current: dict[str, str | None]) -> Iterator[None]:
-    """SIGTERM / SIGINT set ``stop`` (the batch in flight finishes); a second one interrupts it.
+    """SIGTERM / SIGINT set ``stop`` (the batch in flight finishes); a second one abandons it.
 
-    The signals are blocked in this thread (and the threads it starts) and taken by a watcher
-    thread with ``sigwait``, so no handler (Dagster's included) can cut the batch short on the
-    first one. The Spark JVM must be started before: a child inherits the blocked mask.
+    The loop runs each batch in a worker thread, where Dagster leaves signal handlers alone, so
+    these handlers (in the main thread) always see the signal first. Abandoning exits at once
+    with status 0: the batch stays where it was, and since this process is gone the next start
+    takes it over without waiting for its lease to expire.
     """
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
-    def watch() -> None:
-        received = 0
-        while True:
-            signum = signal.sigwait(STOP_SIGNALS)
-            received += 1
+    def on_signal(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        batch = current.get("batch")
+        if not stop.is_set():
             stop.set()
-            name = signal.Signals(signum).name
-            batch = current.get("batch")
-            if received == 1:
-                doing = f"finishing {batch}, then exiting" if batch else "exiting"
-                print(f"kprio drain: {name}: {doing} (send it again to abandon the batch)", file=sys.stderr)
-            else:
-                print(f"kprio drain: {name} again: abandoning {batch or 'nothing'}", file=sys.stderr)
-                _thread.interrupt_main(signal.SIGINT)  # Dagster's handler interrupts the op
+            doing = f"finishing {batch}, then exiting" if batch else "exiting"
+            print(f"kprio drain: {name}: {doing} (send it again to abandon the batch)", file=sys.stderr, flush=True)
+            return
+        print(f"kprio drain: {name} again: abandoned {batch or 'nothing'}; the next start resumes it",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(0)
 
-    threading.Thread(target=watch, name="kprio-signals", daemon=True).start()
+    previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 @clean_errors
@@ -94,6 +93,9 @@ def drain(
     settings = config_from(config)
     if topic is not None:
         settings = settings.model_copy(update={"topics": (settings.topic(topic),)})
+    with KafkaEdge(settings.kafka) as edge:  # an unreachable broker is one line, before Spark starts
+        for logical in settings.topics:
+            edge.partitions(logical)
     defs = build_definitions(settings)
     until = Until.FOLLOW if follow else (Until.EMPTY if until_empty else Until.ONCE)
     stop = threading.Event()

@@ -27,6 +27,8 @@ def _root() -> None:
 # Command registrations: one line per command module (keep alphabetical).
 from orchestration.cli import broker  # noqa: E402
 app.add_typer(broker.app, name="broker")
+from orchestration.cli import dead_letters  # noqa: E402
+app.command("dead-letters")(dead_letters.dead_letters)
 from orchestration.cli import demo  # noqa: E402
 app.command("demo")(demo.demo)
 from orchestration.cli import drain  # noqa: E402

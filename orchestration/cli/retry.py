@@ -22,14 +22,19 @@ def retry(batch_id: BatchArgument, config: ConfigOption = None, json_out: JsonOp
 
     Example: kprio retry b-000042 --config kprio.yaml
     """
+    from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
     from orchestration.definitions import build_definitions
     from orchestration.drain_loop import redrain
     from orchestration.instance import open_instance
 
     settings = config_from(config)
+    # Both answer in one line before any Spark starts: an unreachable broker, an unknown batch.
+    with KafkaEdge(settings.kafka) as edge:
+        for topic in settings.topics:
+            edge.partitions(topic)
     with Ledger(settings.ledger.url) as ledger:
-        ledger.get(batch_id)  # BatchNotFound (one line) before any Spark starts
+        ledger.get(batch_id)
     defs = build_definitions(settings)
     with open_instance(settings) as instance:
         outcome = redrain(defs, instance, batch_id)

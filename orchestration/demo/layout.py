@@ -6,8 +6,10 @@
 >>> cfg = demo_config(d, "127.0.0.1:19092", record_budget=125)
 >>> cfg.topics[0].name, cfg.topics[0].priorities, cfg.topics[0].partitions, cfg.planner.record_budget
 ('orders', 3, 4, 125)
->>> cfg.ledger.url
-'sqlite:////tmp/kd/ledger.db'
+>>> cfg.ledger.url, cfg.drain.output_path, cfg.drain.dead_letter_path
+('sqlite:////tmp/kd/ledger.db', '/tmp/kd/output', '/tmp/kd/dead-letters')
+>>> cfg.planner.target_batch_s is None  # batches sized by the budget alone: the demo's numbers repeat
+True
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ class DemoLayout:
         return self.root / "output"
 
     @property
+    def dead_letters(self) -> Path:
+        """Where quarantined (invalid) records go: the dead-letter output, same layout as the output."""
+        return self.root / "dead-letters"
+
+    @property
     def replay(self) -> Path:
         return self.root / "replay"
 
@@ -81,8 +88,8 @@ class DemoLayout:
 
     def owned(self) -> tuple[Path, ...]:
         """What a demo run creates; only these are removed when the next run starts afresh."""
-        return (self.broker, self.dagster_home, self.output, self.replay, self.ledger, self.config_file,
-                self.plot, self.report)
+        return (self.broker, self.dagster_home, self.output, self.dead_letters, self.replay, self.ledger,
+                self.config_file, self.plot, self.report)
 
     def clear(self) -> None:
         """Remove what an earlier demo run left (never anything else in the data dir)."""
@@ -110,8 +117,10 @@ def demo_config(layout: DemoLayout, bootstrap: str, *, record_budget: int, kafka
             "schema": dict(ORDER_SCHEMA),
             "required_fields": list(REQUIRED_FIELDS),
         }],
-        "planner": {"record_budget": record_budget},
-        "drain": {"output_path": str(layout.output), "replay_path": str(layout.replay), "replay_start": day},
+        # Batches sized by the record budget alone (not by measured throughput): the same run gives the same table.
+        "planner": {"record_budget": record_budget, "target_batch_s": None},
+        "drain": {"output_path": str(layout.output), "dead_letter_path": str(layout.dead_letters),
+                  "replay_path": str(layout.replay), "replay_start": day},
         "spark": {"master": "local[2]", "conf": dict(DEMO_SPARK_CONF)},
         "ledger": {"url": f"sqlite:///{layout.ledger}"},
         "sensor": {"interval_s": SENSOR_INTERVAL_S},
@@ -123,6 +132,7 @@ def write_config(config: KprioConfig, path: Path) -> Path:
     data = config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})
     header = ("# Written by `kprio demo`. Use it with:\n"
               f"#   KPRIO_CONFIG={path} DAGSTER_HOME={path.parent / 'dagster_home'} dagster dev -m orchestration.definitions\n"
-              f"#   kprio lag --config {path}\n")
+              f"#   kprio lag --config {path}\n"
+              f"#   kprio dead-letters --config {path}\n")
     path.write_text(header + yaml.safe_dump(data, sort_keys=False))
     return path

@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass
 
 from kprio_core.config import KprioConfig, TopicSettings
-from orchestration.demo import DemoFailed
 from kprio_core.kafka import KafkaEdge, produce
 from kprio_core.offsets import OffsetRange
 from kprio_core.priority import Priority
-from orchestration.demo.workload import Wave, order_records
+from orchestration.demo import DemoFailed
+from orchestration.demo.workload import Wave, wave_records
 
 TopicPartition = tuple[str, int]
 
@@ -27,9 +27,12 @@ class Arrival:
     priority: Priority
     first_batch: int
     ranges: tuple[OffsetRange, ...]
+    poison: int = 0
+    """How many of the wave's records are malformed (they belong in the dead letters)."""
 
     @property
     def records(self) -> int:
+        """Offsets the wave occupies (poison included)."""
         return sum(r.count for r in self.ranges)
 
 
@@ -55,7 +58,8 @@ class WaveProducer:
     def produce(self, wave: Wave, batches_done: int) -> Arrival:
         """Produce one wave now; its records are first visible to batch ``batches_done + 1``."""
         name = self.topic.priority_topic(wave.priority)
-        records = order_records(wave, base_ts_ms=int(time.time() * 1000), seed=self.seed)
+        records = wave_records(wave, base_ts_ms=int(time.time() * 1000), partitions=len(self._partitions(name)),
+                               seed=self.seed)
         sent = produce(self.config.kafka, name, records)
         after = high_watermarks(self.edge, self.topic)
         ranges = tuple(
@@ -69,6 +73,9 @@ class WaveProducer:
             raise DemoFailed(f"{name}: {sent} records produced but the high watermarks moved by {got}; "
                                "another producer writes to the demo topics")
         self._last.update(after)
-        arrival = Arrival(wave.priority, batches_done + 1, ranges)
+        arrival = Arrival(wave.priority, batches_done + 1, ranges, wave.poison)
         self.arrivals.append(arrival)
         return arrival
+
+    def _partitions(self, name: str) -> list[int]:
+        return sorted(q for t, q in self.start if t == name)

@@ -1,13 +1,18 @@
-"""Rich progress bars while the demo works: one bar per priority (drained of produced), plus a status line."""
+"""Rich progress bars while the demo works: one bar per priority (drained of produced), plus a status line.
+
+A record counts as drained once its batch committed, whether it went to the output or the dead letters.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kprio_core.priority import Priority, most_urgent_first
-from orchestration.demo.workload import TIERS
 from orchestration.demo.producer import Arrival
-from orchestration.runner import BatchRun
+from orchestration.demo.workload import TIERS
+
+if TYPE_CHECKING:
+    from orchestration.drain_loop import BatchOutcome
 
 
 class DemoProgress:
@@ -53,9 +58,13 @@ class DemoProgress:
             total = self._progress.tasks[task].total or 0
             self._progress.update(task, total=total + arrival.records)
 
-    def drained(self, run: BatchRun) -> None:
+    def drained(self, run: BatchOutcome) -> None:
+        """One run ended: a committed batch advances its priorities' bars (output and dead letters)."""
+        from kprio_core.ledger import BatchState
+
         self.batches += 1
         if self._progress is not None:
-            for p, n in run.records.items():
-                self._progress.advance(self._tasks[p], n)
-            self.stage(f"batch {self.batches}: {run.line()}")
+            if run.state is BatchState.COMMITTED:
+                for p, n in run.records.items():
+                    self._progress.advance(self._tasks[p], n)
+            self.stage(f"run {self.batches}: {run.line()}")

@@ -1,11 +1,12 @@
 """``run_demo``: broker, topics, workload, the Dagster drain until empty, then the report, plot and conservation check.
 
 Steps, in order: clear what an earlier demo left in the data dir; start the embedded broker
-(unless a cluster is given); write the demo's kprio.yaml and Dagster home; create the three
-priority topics; produce the up-front waves; drain with :func:`orchestration.runner.drain`
-(the same sensor and drain_job the daemon runs), producing the later waves from its per-batch
-callback; read the ledger, the output and the committed offsets; write the plot and report.
-The broker it started is stopped in ``finally`` unless ``keep_broker``.
+(unless a cluster is given); write the demo's kprio.yaml; create the three priority topics;
+produce the up-front waves (with ``poison`` malformed records in the low-priority backlog);
+drain with :func:`orchestration.drain_loop.drain` (the sensor's tick and the drain_job runs it
+requests, on the Dagster instance in the data dir), producing the later waves from its per-run
+callback; read the ledger, the published output and dead letters, and the committed offsets;
+write the plot and report. The broker it started is stopped in ``finally`` unless ``keep_broker``.
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kprio_core.config import ENV_BOOTSTRAP, KafkaSettings, load_config, parse_config
 from orchestration.demo import DemoFailed
-from orchestration.demo.workload import Workload, demo_record_budget, demo_workload
 from orchestration.demo.layout import LOGICAL_TOPIC, PARTITIONS, DemoLayout, demo_config, write_config
 from orchestration.demo.producer import Arrival, WaveProducer, high_watermarks
 from orchestration.demo.report import Conservation, PriorityRow, check_conservation, drains_of, priority_rows
+from orchestration.demo.workload import Workload, demo_record_budget, demo_workload
+
+if TYPE_CHECKING:
+    from orchestration.drain_loop import BatchOutcome
 
 DEFAULT_RECORDS = 20_000
 
@@ -37,7 +41,7 @@ class DemoListener(Protocol):
 
     def produced(self, arrival: Arrival) -> None: ...
 
-    def drained(self, run: Any) -> None: ...
+    def drained(self, run: BatchOutcome) -> None: ...
 
 
 class _Silent:
@@ -47,7 +51,7 @@ class _Silent:
     def produced(self, arrival: Arrival) -> None:
         pass
 
-    def drained(self, run: Any) -> None:
+    def drained(self, run: BatchOutcome) -> None:
         pass
 
 
@@ -67,6 +71,8 @@ class DemoOptions:
     """An explicit record budget instead of the target (tests use it to get hand-checked numbers)."""
     steady_waves: int = 4
     burst_after: int = 2
+    poison: int = 0
+    """Malformed records produced among the low-priority backlog: quarantined to the dead letters."""
 
     @property
     def budget(self) -> int:
@@ -84,11 +90,31 @@ class DemoResult:
     broker_kept: bool
     rows: list[PriorityRow]
     conservation: Conservation
-    batches: list[Any]
+    batches: list[BatchOutcome]
+    """Every run the drain executed, in order (one per batch when nothing failed)."""
     drain_stopped: str
     drain_ok: bool
     seconds: float
     arrivals: list[Arrival] = field(default_factory=list)
+
+    @property
+    def batch_count(self) -> int:
+        """Batches the drain ran (a batch retried after a failure counts once)."""
+        return len({b.batch_id for b in self.batches})
+
+    @property
+    def dead_letters(self) -> int:
+        """Records quarantined to the dead letters (committed batches)."""
+        return sum(r.dead_letters for r in self.rows)
+
+    def dead_letter_lines(self) -> list[str]:
+        """Where the dead letters are and how to show them (nothing when there is none)."""
+        if not self.dead_letters:
+            return []
+        n = self.dead_letters
+        return [f"dead letters: {n:,} record{'s' if n != 1 else ''} quarantined in "
+                f"{self.layout.dead_letters / self.logical_topic}",
+                f"show them: kprio dead-letters --config {self.layout.config_file}"]
 
     @property
     def ok(self) -> bool:
@@ -117,13 +143,16 @@ class DemoResult:
             "embedded_broker": self.embedded,
             "broker_kept": self.broker_kept,
             "records": sum(r.records for r in self.rows),
-            "batches": len(self.batches),
+            "dead_letters": self.dead_letters,
+            "batches": self.batch_count,
+            "runs": [b.to_dict() for b in self.batches],
             "priorities": {str(r.priority): r.to_dict() for r in self.rows},
             "conservation": self.conservation.to_dict(),
             "drain": {"ok": self.drain_ok, "stopped": self.drain_stopped},
             "seconds": round(self.seconds, 1),
             "files": {"config": str(self.layout.config_file), "dagster_home": str(self.layout.dagster_home),
                       "plot": str(self.layout.plot), "output": str(self.layout.output),
+                      "dead_letters": str(self.layout.dead_letters),
                       "ledger": str(self.layout.ledger), "report": str(self.layout.report)},
             "next_steps": self.next_steps(),
         }
@@ -139,16 +168,20 @@ def cluster_settings(config: Path | None, env: Mapping[str, str] | None = None) 
     return None
 
 
-def output_offsets(output_root: Path, logical_topic: str) -> list[tuple[str, int, int]]:
-    """(topic, partition, offset) of every record in the topic's Parquet output (staging left out)."""
+def published_offsets(root: Path, logical_topic: str) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every published row of the topic under ``root`` (output or dead letters).
+
+    Read with pyarrow straight from ``<root>/<logical>/priority=<p>/*.parquet``; directories starting
+    with ``_`` or ``.`` (staging) are left out: readers never see unchecked rows, nor does this.
+    """
     import pyarrow.dataset as ds
 
-    root = output_root / logical_topic
-    if not root.exists():
+    base = root / logical_topic
+    files = sorted(str(f) for f in base.glob("priority=*/*.parquet")
+                   if not any(part.startswith(("_", ".")) for part in f.relative_to(base).parts))
+    if not files:
         return []
-    table = ds.dataset(str(root), format="parquet", partitioning="hive").to_table(
-        columns=["topic", "partition", "offset"])
-    cols = table.to_pydict()
+    cols = ds.dataset(files, format="parquet").to_table(columns=["topic", "partition", "offset"]).to_pydict()
     return list(zip(cols["topic"], cols["partition"], cols["offset"], strict=True))
 
 
@@ -159,7 +192,8 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
     listener = listener or _Silent()
     started = time.monotonic()
     layout = DemoLayout(Path(options.data_dir).resolve())
-    workload = demo_workload(options.records, steady_waves=options.steady_waves, burst_after=options.burst_after)
+    workload = demo_workload(options.records, steady_waves=options.steady_waves, burst_after=options.burst_after,
+                             poison=options.poison)
     cluster = cluster_settings(options.config)
     broker = EmbeddedBroker(layout.broker, port=None, start_timeout_s=60) if cluster is None else None
     if broker is not None:
@@ -190,17 +224,16 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
             broker.stop()
 
 
-def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOptions,
+def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOptions,  # noqa: ANN001
                 listener: DemoListener) -> dict[str, Any]:
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
     from orchestration.definitions import build_definitions
     from orchestration.demo.plot import backlog_series, plot_backlog
-    from orchestration.instance import ensure_home, open_instance
-    from orchestration.runner import drain
+    from orchestration.drain_loop import Until, drain
+    from orchestration.instance import open_instance
 
     topic = config.topics[0]
-    ensure_home(layout.dagster_home)
     with KafkaEdge(config.kafka) as edge:
         listener.stage(f"creating {', '.join(topic.priority_topics().values())}")
         # retention.ms -1: the demo's records must not expire while the user looks at them.
@@ -208,26 +241,27 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
         producer = WaveProducer(config, topic, edge, seed=options.seed)
         produced = set()
 
-        def produce_due(batches_done: int, waves) -> None:
+        def produce_due(batches_done: int, waves) -> None:  # noqa: ANN001
             for wave in waves:
                 listener.produced(producer.produce(wave, batches_done))
                 produced.add(wave)
 
         listener.stage("producing the backlog")
         produce_due(0, workload.due(0))
-        runs: list[Any] = []
+        runs: list[BatchOutcome] = []
 
-        def on_batch(run: Any) -> None:
+        def on_batch(run: BatchOutcome) -> None:
             runs.append(run)
             listener.drained(run)
             produce_due(len(runs), workload.due(len(runs)))
 
         defs = build_definitions(config)
         stopped, ok = "", True
-        with open_instance({"DAGSTER_HOME": str(layout.dagster_home)}) as instance:
+        # The demo's own Dagster home, with the dagster.yaml of its configuration (`dagster dev` uses it too).
+        with open_instance(config, env={"DAGSTER_HOME": str(layout.dagster_home)}) as instance:
             while True:
-                listener.stage("draining through priority_lag_sensor and drain_job")
-                report = drain(defs, instance, on_batch=on_batch)
+                listener.stage("draining through priority_lag_sensor's tick and drain_job")
+                report = drain(defs, instance, until=Until.EMPTY, log_level="INFO", on_batch=on_batch)
                 stopped, ok = report.stopped, report.ok
                 left = [w for w in workload.waves if w not in produced]
                 if not ok or not left:
@@ -238,20 +272,21 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
         listener.stage("checking conservation")
         with Ledger(config.ledger.url) as ledger:
             batches = ledger.batches(topic.name)
-        drains = drains_of(batches)
-        rows = priority_rows(producer.arrivals, drains, topic.priorities)
+        rows = priority_rows(producer.arrivals, drains_of(batches), topic.priorities)
         high = high_watermarks(edge, topic)
-        conservation = check_conservation(producer.start, high, edge.committed(topic),
-                                          output_offsets(Path(config.drain.output_path), topic.name))
+        conservation = check_conservation(
+            producer.start, high, edge.committed(topic),
+            published_offsets(Path(config.drain.output_path), topic.name),
+            published_offsets(Path(config.drain.dead_letter_path), topic.name))
         after = edge.snapshot(topic, now_ms=int(time.time() * 1000)).backlog_by_priority()
-        arrivals_at = {}
+        arrivals_at: dict[int, set[int]] = {}
         for a in producer.arrivals:
             if a.first_batch > 1:
                 arrivals_at.setdefault(a.first_batch, set()).add(a.priority)
         labels = {b: "+ " + ", ".join(f"p{p}" for p in sorted(ps, reverse=True)) for b, ps in arrivals_at.items()}
         plot_backlog(backlog_series(batches, after, topic.priorities), layout.plot,
                      title=f"{topic.name}: backlog per priority ({sum(r.records for r in rows):,} records, "
-                           f"{len(runs)} batches)", arrivals=labels)
+                           f"{len({r.batch_id for r in runs})} batches)", arrivals=labels)
     if not runs:
         raise DemoFailed(f"{topic.name}: the drain ran no batch ({stopped})")
     return {"rows": rows, "conservation": conservation, "batches": runs, "drain_stopped": stopped,

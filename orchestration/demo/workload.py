@@ -1,4 +1,4 @@
-"""The demo's workload: keyed JSON orders in waves over three priorities.
+"""The demo's workload: keyed JSON orders in waves over three priorities, optionally with poison records.
 
 A large low-priority backlog is there before draining starts, a steady middle priority
 arrives in equal waves during the first batches, and a late burst of high priority arrives
@@ -20,6 +20,19 @@ orders land on one partition and keep their order:
 >>> key, value, ts = order_records(w.waves[-1], base_ts_ms=1_700_000_000_000)[0]
 >>> key, json.loads(value)["order_id"], json.loads(value)["tier"], ts
 ('c-0088', 'o-0000850', 'express', 1700000000000)
+
+``poison`` malformed records (one of each kind in turn: not JSON, not UTF-8, a JSON list, a
+wrong type, a missing required field) go into the low-priority backlog among the good orders,
+evenly spaced and spread over the partitions, so no range holds more than a few of them:
+
+>>> w = demo_workload(1000, poison=5)
+>>> w.waves[0].records, w.waves[0].poison, w.waves[0].size, w.total, w.poison
+(600, 5, 605, 1005, 5)
+>>> recs = wave_records(w.waves[0], base_ts_ms=0, partitions=4)
+>>> [(i, r.key, r.partition) for i, r in enumerate(recs) if r.partition is not None]
+[(100, 'poison-0', 0), (201, 'poison-1', 1), (302, 'poison-2', 2), (403, 'poison-3', 3), (504, 'poison-4', 0)]
+>>> [poison_value(k, 600)[:12] for k in range(5)]
+[b'not json: or', b'\\xff\\xfe order #60', b'["o-0000600"', b'{"order_id":', b'{"order_id":']
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from kprio_core.kafka.produce import Record
 from kprio_core.priority import Priority
 
 PRIORITIES = 3
@@ -52,6 +66,9 @@ REQUIRED_FIELDS = ("order_id", "customer", "amount")
 
 CUSTOMERS = 400
 SKUS = 60
+POISON_PRIORITY: Priority = 0
+"""Poison records go to the least urgent priority: they must never delay the most urgent one."""
+POISON_KINDS = ("not JSON", "not UTF-8", "a JSON list", "a wrong type", "a missing required field")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +80,13 @@ class Wave:
     after_batch: int
     first_index: int
     """Number of the wave's first order across the whole workload (order ids never repeat)."""
+    poison: int = 0
+    """Malformed records produced among the wave's orders (they go to the dead letters)."""
+
+    @property
+    def size(self) -> int:
+        """Records the wave produces: its orders and its poison."""
+        return self.records + self.poison
 
 
 @dataclass(frozen=True)
@@ -73,7 +97,12 @@ class Workload:
 
     @property
     def total(self) -> int:
-        return sum(w.records for w in self.waves)
+        """Records produced in all, poison included."""
+        return sum(w.size for w in self.waves)
+
+    @property
+    def poison(self) -> int:
+        return sum(w.poison for w in self.waves)
 
     @property
     def last_after_batch(self) -> int:
@@ -81,10 +110,10 @@ class Workload:
         return max((w.after_batch for w in self.waves), default=0)
 
     def records_by_priority(self) -> dict[Priority, int]:
-        """Records per priority, most urgent first."""
+        """Records produced per priority (poison included), most urgent first."""
         out = dict.fromkeys(range(PRIORITIES - 1, -1, -1), 0)
         for w in self.waves:
-            out[w.priority] += w.records
+            out[w.priority] += w.size
         return out
 
     def due(self, batches_done: int) -> tuple[Wave, ...]:
@@ -98,10 +127,12 @@ def _split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def demo_workload(records: int, *, steady_waves: int = 4, burst_after: int = 2) -> Workload:
-    """The demo's waves for ``records`` orders (at least one per wave)."""
+def demo_workload(records: int, *, steady_waves: int = 4, burst_after: int = 2, poison: int = 0) -> Workload:
+    """The demo's waves for ``records`` orders (at least one per wave), ``poison`` bad records in the backlog."""
     if steady_waves < 1 or burst_after < 1:
         raise ValueError(f"need steady_waves >= 1 and burst_after >= 1, got {steady_waves} and {burst_after}")
+    if poison < 0:
+        raise ValueError(f"poison records cannot be negative, got {poison}")
     if records < steady_waves + 2:
         raise ValueError(f"the demo needs at least {steady_waves + 2} records, got {records}")
     high = max(1, round(records * SHARES[2]))
@@ -112,7 +143,8 @@ def demo_workload(records: int, *, steady_waves: int = 4, burst_after: int = 2) 
     planned.append((2, high, burst_after))
     waves, index = [], 0
     for priority, n, after in planned:
-        waves.append(Wave(priority, n, after, index))
+        bad = poison if (priority, after) == (POISON_PRIORITY, 0) else 0
+        waves.append(Wave(priority, n, after, index, bad))
         index += n
     return Workload(tuple(waves))
 
@@ -145,4 +177,44 @@ def order_records(wave: Wave, *, base_ts_ms: int, seed: int = 7) -> list[tuple[s
             "created_ms": ts,
         }
         out.append((customer, json.dumps(value, separators=(",", ":")), ts))
+    return out
+
+
+def poison_value(kind: int, n: int) -> bytes:
+    """A malformed order value of kind ``kind % 5`` (see POISON_KINDS); ``n`` makes it unique.
+
+    Each breaks the demo's schema in its own way, so the dead letters show every error the
+    default JSON handler and the required-field rule give.
+    """
+    order = f"o-{n:07d}"
+    return [
+        f"not json: order #{n}".encode(),
+        b"\xff\xfe order #" + str(n).encode(),
+        json.dumps([order, "c-0000", 1]).encode(),
+        json.dumps({"order_id": order, "customer": "c-0000", "amount": "twelve"}, separators=(",", ":")).encode(),
+        json.dumps({"order_id": order, "customer": "c-0000"}, separators=(",", ":")).encode(),
+    ][kind % len(POISON_KINDS)]
+
+
+def wave_records(wave: Wave, *, base_ts_ms: int, partitions: int, seed: int = 7) -> list[Record]:
+    """What a wave produces: its orders (partitioned by key) with its poison evenly spaced among them.
+
+    Poison record ``k`` goes to partition ``k % partitions`` (not by key) so the bad records are
+    spread over the partitions; its key is ``poison-<k>``.
+    """
+    good = [Record(*r) for r in order_records(wave, base_ts_ms=base_ts_ms, seed=seed)]
+    if not wave.poison:
+        return good
+    step = wave.records // (wave.poison + 1) or 1
+    out: list[Record] = []
+    k = 0
+    for i, record in enumerate(good):
+        if k < wave.poison and i == step * (k + 1):
+            out.append(Record(f"poison-{k}", poison_value(k, wave.first_index + i), base_ts_ms + i, k % partitions))
+            k += 1
+        out.append(record)
+    while k < wave.poison:  # fewer orders than poison: the rest at the end
+        out.append(Record(f"poison-{k}", poison_value(k, wave.first_index + wave.records + k),
+                          base_ts_ms + wave.records + k, k % partitions))
+        k += 1
     return out

@@ -40,7 +40,7 @@ class KprioEnv:
         for key, value in sections.items():
             raw[key] = value
         config = parse_config(raw, "test", env={})
-        return KprioEnv(config, build_definitions(config), self.ledger, self.edge)
+        return KprioEnv(config, build_definitions(config), self.ledger, KafkaEdge(config.kafka))
 
 
 @pytest.fixture

@@ -18,8 +18,14 @@ def drained_as_planned(ledger: Ledger, batch_id: str, *, seconds: float = 1.0) -
     return DrainResult(batch_id, batch.attempts, batch.logical_topic, stats, staging="(none)", seconds=seconds)
 
 
-def commit_as_drained(ledger: Ledger, batch_id: str) -> None:
-    """Drained, checked and committed, as a run that found every record would leave it."""
+def commit_as_drained(ledger: Ledger, batch_id: str, edge=None, topic=None) -> None:
+    """Drained, checked and committed, as a run that found every record would leave it.
+
+    With ``edge`` and ``topic`` the offsets are committed to Kafka too (the planner plans from there).
+    """
     ledger.mark_drained(batch_id, drained_as_planned(ledger, batch_id))
     ledger.mark_checked(batch_id, CheckReport(()))
-    ledger.mark_committed(batch_id, CommitReport())
+    report = CommitReport()
+    if edge is not None:
+        report = edge.commit(topic, [r for r in ledger.get(batch_id).plan.offset_ranges() if r.count])
+    ledger.mark_committed(batch_id, report)

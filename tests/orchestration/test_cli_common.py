@@ -2,22 +2,28 @@
 
 - ``--help`` exits 0 and shows an example;
 - a command that talks to Kafka takes ``--config``;
-- a bad config file makes it exit 1 with one line on stderr naming the bad key;
-- with a secret in the environment and an unreachable broker, no output shows the secret.
+- a bad config file makes every command that takes ``--config`` exit 1 with one line on stderr
+  naming the bad key;
+- a command that talks to Kafka exits 1 against an unreachable broker, its one error line
+  (the last line on stderr) naming the broker;
+- with a secret in the environment and an unreachable broker, no output and no file shows the secret.
 
-New commands are picked up by walking the group: a command with required options must have
-them listed in REQUIRED_ARGS, and a command that does not talk to Kafka must say why in
-NO_KAFKA, or these tests fail and say so.
+New commands are picked up by walking the group: a command with required options or arguments
+must have them listed in REQUIRED_ARGS, a command that does not talk to Kafka must say why in
+NO_KAFKA, and a command that cannot be run here must say why in NOT_RUN_WITH_SECRET, or these
+tests fail and say so. Every entry of these tables has its reason.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 import typer.main
 from typer.testing import CliRunner
@@ -33,18 +39,32 @@ NO_KAFKA: dict[tuple[str, ...], str] = {
     ("broker", "start"): "starts the local embedded broker process; reads no kprio.yaml",
     ("broker", "stop"): "stops the local embedded broker process; reads no kprio.yaml",
     ("broker", "status"): "reads the embedded broker's state file; reads no kprio.yaml",
+    ("instance", "init"): "writes dagster.yaml and creates the Dagster storage; from kprio.yaml it reads only the "
+                          "run limits (topics' priorities, planner, recovery, sensor)",
+    ("instance", "show"): "prints the dagster.yaml of kprio.yaml's run limits; no cluster involved",
+    ("spark", "start"): "starts a Spark Connect server from kprio.yaml's spark section",
+    ("spark", "stop"): "stops the Spark Connect server in spark.connect_dir",
+    ("spark", "status"): "reads the Spark Connect server's state in spark.connect_dir",
+    ("dead-letters",): "reads the published dead-letter files under drain.dead_letter_path with pyarrow",
 }
-"""Commands that do not talk to a Kafka cluster through kprio.yaml, with why."""
+"""Commands that do not talk to a Kafka cluster through kprio.yaml, with why (they may still take --config)."""
 
-REQUIRED_ARGS: dict[tuple[str, ...], list[str]] = {
-    ("quota",): ["--max-priority", "3", "--max-records", "50"],
-    ("burst",): ["--max-priority", "3", "--max-records", "50", "--history", '{"2": [29, 29, 29, 29]}'],
+REQUIRED_ARGS: dict[tuple[str, ...], tuple[list[str], str]] = {
+    ("quota",): (["--priorities", "3", "--max-records", "50"], "the split needs a number of levels and a budget"),
+    ("burst",): (["--priorities", "3", "--max-records", "50", "--history", '{"2": [29, 29, 29, 29]}'],
+                 "the window rule needs levels, a budget and a poll history"),
+    ("retry",): (["b-000001"], "the batch to re-drain (positional); re-draining needs the broker, so against an "
+                 "unreachable one the command must name it whether or not the ledger knows the batch"),
 }
-"""Arguments that make a command with required options runnable."""
+"""Arguments (positional ones first) that make a command with required options or arguments runnable, with why."""
 
 NOT_RUN_WITH_SECRET: dict[tuple[str, ...], str] = {
     ("broker", "start"): "would start a real broker process; it never sees Kafka client settings",
+    ("spark", "start"): "would start a Spark Connect server (a detached JVM taking minutes of the 2 shared cores); "
+                        "it reads only the spark section, never Kafka client settings (its bad-config exit is "
+                        "still checked: the config fails to load before anything starts)",
 }
+"""Commands never run as a process by the unreachable-broker and secret tests, with why."""
 
 
 def walk(command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], object]]:
@@ -64,11 +84,19 @@ def name(path: tuple[str, ...]) -> str:
     return " ".join(path) or "kprio"
 
 
+TALKS_TO_KAFKA = [(path, cmd) for path, cmd in WITH_CONFIG if path not in NO_KAFKA]
+"""Commands that reach a Kafka cluster named by kprio.yaml: they must name an unreachable broker."""
+
+
 def runnable_args(path: tuple[str, ...], command, tmp_path: Path) -> list[str]:
     """``path`` plus its required arguments, a private data dir where it has one."""
-    args = [*path, *REQUIRED_ARGS.get(path, [])]
-    missing = [p.opts[0] for p in command.params if p.required and p.opts[0] not in args]
+    given = REQUIRED_ARGS.get(path, ([], ""))[0]
+    positional = len(list(itertools.takewhile(lambda a: not a.startswith("-"), given)))
+    missing = [p.opts[0] for p in command.params
+               if p.required and isinstance(p, click.Option) and not set(p.opts) & set(given)]
+    missing += [p.name for p in command.params if p.required and isinstance(p, click.Argument)][positional:]
     assert not missing, f"`kprio {name(path)}` requires {missing}: add them to REQUIRED_ARGS in this test"
+    args = [*path, *given]
     if any("--data-dir" in p.opts for p in command.params):
         args += ["--data-dir", str(tmp_path / "data")]
     return args
@@ -76,7 +104,20 @@ def runnable_args(path: tuple[str, ...], command, tmp_path: Path) -> list[str]:
 
 def test_the_walk_sees_the_known_commands() -> None:
     paths = {path for path, _ in LEAVES}
-    assert {("lag",), ("quota",), ("burst",), ("simulate",), ("demo",), ("broker", "start")} <= paths
+    assert {("lag",), ("quota",), ("burst",), ("simulate",), ("demo",), ("broker", "start"), ("retry",),
+            ("dead-letters",), ("spark", "start"), ("topics", "create"), ("instance", "init")} <= paths
+    assert {("drain",), ("lag",), ("plan",), ("retry",), ("demo",), ("topics", "create"),
+            ("topics", "verify")} <= {path for path, _ in TALKS_TO_KAFKA}
+
+
+@pytest.mark.parametrize("table", ["NO_KAFKA", "REQUIRED_ARGS", "NOT_RUN_WITH_SECRET"])
+def test_every_table_entry_is_a_registered_command_with_a_reason(table: str) -> None:
+    entries = globals()[table]
+    paths = {path for path, _ in LEAVES}
+    assert set(entries) <= paths, f"{table} names commands that are not registered: {set(entries) - paths}"
+    for path, value in entries.items():
+        reason = value[1] if isinstance(value, tuple) else value
+        assert isinstance(reason, str) and len(reason) > 10, f"{table}[{path}] gives no reason"
 
 
 @pytest.mark.parametrize("path", [path for path, _ in EVERY], ids=name)
@@ -123,9 +164,11 @@ def unreachable_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
     """Every command run once as a real process with a SASL password in the environment and no broker."""
     tmp_path = tmp_path_factory.mktemp("unreachable")
     config = tmp_path / "kprio.yaml"
+    # A complete configuration (partitions set, so `topics create` gets as far as the broker).
     config.write_text(
         "kafka:\n  bootstrap_servers: 127.0.0.1:1\n  timeout_s: 2\n"
         "  client:\n    security.protocol: SASL_PLAINTEXT\n    sasl.mechanism: PLAIN\n    sasl.username: kprio\n"
+        "topics:\n  - name: orders\n    priorities: 3\n    partitions: 2\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("KPRIO_")}
     env.update(KPRIO_KAFKA_SASL_PASSWORD=SECRET, KPRIO_CONFIG=str(config), DAGSTER_HOME=str(tmp_path / "home"))
@@ -147,7 +190,7 @@ def unreachable_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
 @pytest.mark.slow
 def test_no_output_shows_a_secret_from_the_environment(unreachable_runs) -> None:
     tmp_path, runs = unreachable_runs
-    assert {("lag",), ("demo",)} <= set(runs)
+    assert set(runs) == {path for path, _ in LEAVES} - set(NOT_RUN_WITH_SECRET)
     for path, proc in runs.items():
         output = proc.stdout + proc.stderr
         assert SECRET not in output, f"`kprio {name(path)}` printed the secret:\n{output}"
@@ -157,17 +200,19 @@ def test_no_output_shows_a_secret_from_the_environment(unreachable_runs) -> None
 
 
 EXITS_0_WHEN_UNREACHABLE: dict[tuple[str, ...], str] = {}
-"""Known deviations from 'exit 1 with one line on stderr', reported to the command's owner."""
+"""Known deviations from 'exit 1 with one line on stderr', reported to the command's owner (a last resort)."""
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", [
     pytest.param(path, marks=pytest.mark.xfail(reason=EXITS_0_WHEN_UNREACHABLE[path], strict=True))
     if path in EXITS_0_WHEN_UNREACHABLE else path
-    for path, _ in WITH_CONFIG
+    for path, _ in TALKS_TO_KAFKA if path not in NOT_RUN_WITH_SECRET
 ], ids=name)
 def test_an_unreachable_broker_exits_1_with_one_line_naming_it(path: tuple[str, ...], unreachable_runs) -> None:
     proc = unreachable_runs[1][path]
+    # Spark's JVM and the demo's progress bars may write to stderr too; kprio's own error is one line, the last.
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("kprio: error: ")]
     assert proc.returncode == 1, f"`kprio {name(path)}` exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
-    assert lines and lines[-1].startswith("kprio: error: ") and "127.0.0.1:1" in lines[-1], proc.stderr
+    assert lines and errors == lines[-1:] and "127.0.0.1:1" in lines[-1], proc.stderr

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.dagster
 
 
 def test_definitions_are_loadable_and_complete():
+    from orchestration.checks import CHECK_NAMES
     from orchestration.definitions import build_definitions
-    from orchestration.quality import CHECK_NAMES
 
     defs = build_definitions(CONFIG)
     dg.Definitions.validate_loadable(defs)
@@ -45,6 +45,13 @@ def test_definitions_are_loadable_and_complete():
     assert specs["committed_offsets"].kinds == {"kafka"}
     assert all(s.owners == ["team:kprio"] and s.description for s in specs.values())
     assert [d.asset_key for d in specs["committed_offsets"].deps] == [dg.AssetKey("drained_batch")]
+    # One op drains, checks, publishes and commits: no UI selection can run one without the other.
+    batch_op = defs.resolve_assets_def("drained_batch")
+    assert batch_op is defs.resolve_assets_def("committed_offsets")
+    assert not batch_op.can_subset
+    assert batch_op.op.pool == "kprio_drain"
+    replays = defs.resolve_assets_def("replayed_window").partitions_def
+    assert replays.end_offset == 1 and replays.start.strftime("%Y-%m-%d") == "2026-01-01"
 
     sensor = defs.resolve_sensor_def("priority_lag_sensor")
     assert sensor.minimum_interval_seconds == 12

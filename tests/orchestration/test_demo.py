@@ -1,10 +1,13 @@
 """The demo end to end at a hand-checkable scale: real broker, real Spark, a real Dagster instance.
 
-100 orders, budget 70, two steady waves, the burst after batch 1 (demo_workload(100, 2, 1)):
-before batch 1: p0 60, p1 13. Exponential quotas of 70 are {2: 40, 1: 20, 0: 10}; p2 is idle,
-so lag-aware water-filling gives p1 its 13 and p0 the other 57. Then p1's second wave (12)
-and the burst (15 of p2) arrive; batch 2 drains p2 15, p1 12 and p0's last 3, which waited
-one batch. Nothing is left: two batches.
+100 orders and 5 poison records (one of each kind), budget 70, two steady waves, the burst
+after batch 1 (demo_workload(100, steady_waves=2, burst_after=1, poison=5)): before batch 1:
+p0 65 (60 orders, the 5 poison records among them), p1 13. Exponential quotas of 70 are
+{2: 40, 1: 20, 0: 10}; p2 is idle, so lag-aware water-filling gives p1 its 13 and p0 the other
+57. Then p1's second wave (12) and the burst (15 of p2) arrive; batch 2 drains p2 15, p1 12
+and p0's last 8, which waited one batch. Nothing is left: two batches. The 5 poison records
+(spread over p0's partitions, at most 2 per partition, far below the 5 % ratio of a range's
+100-record floor) are quarantined to the dead letters; both batches commit.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from typer.testing import CliRunner
+
 from kprio_core.config import load_config
-from orchestration.demo.workload import demo_workload
 from orchestration.cli.demo import print_result
+from orchestration.cli.main import app
 from orchestration.demo.run import DemoOptions, run_demo
+from orchestration.demo.workload import demo_workload
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -41,36 +47,43 @@ class Recorder:
 
 
 def test_the_workload_of_this_test_is_the_one_the_docstring_computes() -> None:
-    w = demo_workload(100, steady_waves=2, burst_after=1)
-    assert [(x.priority, x.records, x.after_batch) for x in w.waves] == [(0, 60, 0), (1, 13, 0), (1, 12, 1), (2, 15, 1)]
+    w = demo_workload(100, steady_waves=2, burst_after=1, poison=5)
+    assert [(x.priority, x.records, x.poison, x.after_batch) for x in w.waves] == [
+        (0, 60, 5, 0), (1, 13, 0, 0), (1, 12, 0, 1), (2, 15, 0, 1)]
 
 
-def test_demo_drains_everything_with_the_burst_first(kafka_bootstrap: str, spark, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_demo_drains_everything_with_the_burst_first_and_the_poison_quarantined(
+        kafka_bootstrap: str, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setenv("KPRIO_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "elsewhere"))  # restored after the demo points it at its own
     recorder = Recorder()
-    options = DemoOptions(records=100, data_dir=tmp_path / "demo", record_budget=70, steady_waves=2, burst_after=1)
+    options = DemoOptions(records=100, data_dir=tmp_path / "demo", record_budget=70, steady_waves=2, burst_after=1,
+                          poison=5)
 
     result = run_demo(options, recorder)
 
-    # The table: records, batches, median / max wait in batches, batches whose checks passed.
-    table = [(r.priority, r.records, r.batches, r.median_wait, r.max_wait, r.checks) for r in result.rows]
+    # The table: records (output and dead letters), dead letters, batches, median / max wait, checks passed.
+    table = [(r.priority, r.records, r.dead_letters, r.batches, r.median_wait, r.max_wait, r.checks)
+             for r in result.rows]
     assert table == [
-        (2, 15, 1, 0, 0, "1/1"),
-        (1, 25, 2, 0, 0, "2/2"),
-        (0, 60, 2, 0, 1, "2/2"),
+        (2, 15, 0, 1, 0, 0, "1/1"),
+        (1, 25, 0, 2, 0, 0, "2/2"),
+        (0, 65, 5, 2, 0, 1, "2/2"),
     ]
-    assert [sum(run.records.values()) for run in recorder.runs] == [70, 30]
-    assert [run.records for run in recorder.runs] == [{1: 13, 0: 57}, {2: 15, 1: 12, 0: 3}]
-    assert [(a.priority, a.first_batch, a.records) for a in recorder.arrivals] == [
-        (0, 1, 60), (1, 1, 13), (1, 2, 12), (2, 2, 15)]
+    assert [sum(run.records.values()) for run in recorder.runs] == [70, 35]
+    assert [run.records for run in recorder.runs] == [{1: 13, 0: 57}, {2: 15, 1: 12, 0: 8}]
+    assert [run.state.value for run in recorder.runs] == ["committed", "committed"]
+    assert sum(run.dead_letters for run in recorder.runs) == 5
+    assert [(a.priority, a.first_batch, a.records, a.poison) for a in recorder.arrivals] == [
+        (0, 1, 65, 5), (1, 1, 13, 0), (1, 2, 12, 0), (2, 2, 15, 0)]
     assert result.drain_ok and result.drain_stopped == "no backlog left"
 
-    # Conservation: all 100 produced offsets in the output exactly once, committed == high watermark.
+    # Conservation: each of the 105 produced offsets exactly once in the output (100) or the dead letters (5).
     assert result.conservation.ok
-    assert result.conservation.line() == ("conservation: OK: 100 of 100 produced offsets in the output exactly "
-                                          "once; committed == high watermark on 12 of 12 partitions")
+    assert (result.conservation.in_output, result.conservation.in_dead_letters) == (100, 5)
+    assert result.conservation.line() == (
+        "conservation: OK: 105 of 105 produced offsets exactly once in the output (100) or the dead letters (5), "
+        "never both; committed == high watermark on 12 of 12 partitions")
 
     # The files the user is told about.
     layout = result.layout
@@ -79,19 +92,32 @@ def test_demo_drains_everything_with_the_burst_first(kafka_bootstrap: str, spark
     assert demo_config.topics[0].name == result.logical_topic
     assert demo_config.kafka.bootstrap_servers == kafka_bootstrap
     assert demo_config.ledger.url == f"sqlite:///{layout.ledger}"
+    assert demo_config.drain.dead_letter_path == str(layout.dead_letters)
     assert (layout.dagster_home / "dagster.yaml").is_file()
+    assert not list(layout.output.glob("_staging/*")) and not list(layout.dead_letters.glob("_staging/*"))
     saved = json.loads(layout.report.read_text())
-    assert saved["conservation"]["ok"] and saved["batches"] == 2
-    assert saved["priorities"]["0"] == {"priority": 0, "produced": 60, "records": 60, "batches": 2,
-                                        "median_wait_batches": 0, "max_wait_batches": 1, "checks_passed": 2}
+    assert saved["conservation"]["ok"] and saved["batches"] == 2 and saved["dead_letters"] == 5
+    assert saved["priorities"]["0"] == {"priority": 0, "produced": 65, "records": 65, "dead_letters": 5,
+                                        "batches": 2, "median_wait_batches": 0, "max_wait_batches": 1,
+                                        "checks_passed": 2}
 
-    # What `kprio demo` prints from it: the table and the conservation line; --json the same numbers.
+    # What `kprio demo` prints from it: the table, the conservation line, where the dead letters are.
     print_result(result, as_json=False)
     out = capsys.readouterr().out
     assert result.conservation.line() in out
     assert f"DAGSTER_HOME={layout.dagster_home} dagster dev" in out
+    assert f"dead letters: 5 records quarantined in {layout.dead_letters / result.logical_topic}" in out
+    assert f"show them: kprio dead-letters --config {layout.config_file}" in out
     row_p0 = next(line for line in out.splitlines() if line.replace("│", " ").split()[:1] == ["0"])
-    assert row_p0.replace("│", " ").split() == ["0", "60", "2", "0", "1", "2/2"]
+    assert row_p0.replace("│", " ").split() == ["0", "65", "5", "2", "0", "1", "2/2"]
     print_result(result, as_json=True)
     doc = json.loads(capsys.readouterr().out)
-    assert doc["ok"] and doc["records"] == 100 and doc["priorities"]["2"]["max_wait_batches"] == 0
+    assert doc["ok"] and doc["records"] == 105 and doc["dead_letters"] == 5
+    assert doc["priorities"]["2"]["max_wait_batches"] == 0 and len(doc["runs"]) == 2
+
+    # The command the demo prints shows the five dead letters, one of each kind, with their errors.
+    shown = CliRunner().invoke(app, ["dead-letters", "--config", str(layout.config_file), "--json"])
+    assert shown.exit_code == 0, shown.output
+    letters = json.loads(shown.stdout)["dead_letters"]
+    assert len(letters) == 5 and {d["priority"] for d in letters} == {0}
+    assert sorted(d["key"] for d in letters) == [f"poison-{k}" for k in range(5)]

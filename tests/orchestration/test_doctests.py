@@ -8,13 +8,16 @@ import importlib
 import pytest
 
 MODULES = [
-    "orchestration.assets",
+    "orchestration.adoption",
+    "orchestration.batch_asset",
     "orchestration.checks",
+    "orchestration.commit",
+    "orchestration.decide",
+    "orchestration.drain_loop",
     "orchestration.instance",
     "orchestration.partitions",
-    "orchestration.planning",
-    "orchestration.quality",
-    "orchestration.runner",
+    "orchestration.replay_asset",
+    "orchestration.tags",
 ]
 
 

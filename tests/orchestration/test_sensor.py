@@ -100,6 +100,7 @@ def test_an_urgent_priority_is_planned_while_a_bulk_batch_holds_its_slot(make_to
 
     assert env.ledger.get(urgent.partition_key).plan.records_by_priority() == {2: 5, 1: 0, 0: 0}
     assert urgent.tags["kprio/slot-p2"] == topic.name and "kprio/slot-p0" not in urgent.tags
+    env.ledger.claim(urgent.partition_key, lease_owner("r2", host="elsewhere", pid=2), 60)  # its run took it
     fill(kafka_settings, topic.priority_topic(0), 5, partitions=1)
     assert skip(env, dagster_instance).startswith("priority 0 waits for its slot (b-000001 in flight)")
 
@@ -112,13 +113,19 @@ def test_a_failed_batch_holds_only_its_partitions(make_topic, kprio_env, dagster
     held = {r.range.topic_partition for r in failed.plan.ranges}
     env.ledger.mark_failed(failed.batch_id, "values_match_schema failed (invalid_records=5)", retry_at=None)
 
-    [request] = run_tick(env, dagster_instance).requests  # the other partitions keep draining
-
-    again = env.ledger.get(request.partition_key)
-    assert again.batch_id != failed.batch_id
-    assert not {r.range.topic_partition for r in again.plan.ranges} & held
-    reason = run_tick(env, dagster_instance).skip_reason
-    assert f"held: {topic.priority_topic(1)}[" in reason and f"by {failed.batch_id} (failed once: " in reason
+    # The other partitions keep draining, batch after batch, until only the held ones are left.
+    while (turn := run_tick(env, dagster_instance)).requests:
+        for request in turn.requests:
+            again = env.ledger.get(request.partition_key)
+            assert again.batch_id != failed.batch_id
+            assert not {r.range.topic_partition for r in again.plan.ranges} & held
+            commit_as_drained(env.ledger, again.batch_id, env.edge, topic)  # as its run would
+    backlog = {(p.topic, p.partition) for p in env.edge.snapshot(topic, now_ms=0).partitions if p.backlog}
+    assert backlog == held
+    reason = turn.skip_reason
+    assert reason.startswith("no backlog outside held partitions; held: ")
+    for name, partition in held:
+        assert f"{name}[{partition}] from 0 by {failed.batch_id} (failed once: values_match_schema" in reason
     assert f"fix the cause, then kprio retry {failed.batch_id}" in reason
 
 
@@ -210,7 +217,7 @@ def test_a_batch_whose_run_died_is_resumed_and_its_run_marked_failed(make_topic,
     assert batch.batch_id == request.partition_key and "is gone" in why
 
 
-def test_a_run_launched_from_the_ui_is_the_batchs_run(make_topic, kprio_env, dagster_instance):
+def test_a_run_launched_from_the_ui_is_the_batchs_run(make_topic, kprio_env, dagster_instance, kafka_settings):
     topic = make_topic(priorities=2, partitions=1, records={1: 5})
     env = kprio_env(topic)
     [request] = run_tick(env, dagster_instance).requests
@@ -226,4 +233,5 @@ def test_a_run_launched_from_the_ui_is_the_batchs_run(make_topic, kprio_env, dag
 
     dagster_instance.create_run_for_job(asset_job, status=dg.DagsterRunStatus.STARTED,
                                         tags={"dagster/partition": request.partition_key})
-    assert skip(env, dagster_instance).startswith("priority 1 waits for its slot")
+    fill(kafka_settings, topic.priority_topic(1), 5, partitions=1)
+    assert skip(env, dagster_instance) == "priority 1 waits for its slot (b-000001 in flight)"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -16,6 +18,8 @@ from kprio_core.config import SparkSettings
 from orchestration.cli.main import app
 from orchestration.services.process import free_port, pid_alive
 from orchestration.services.spark_connect import STATE_FILE, SparkConnectServer
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -71,27 +75,39 @@ def test_another_port_for_the_running_server_is_refused(server):
     assert f"already runs from {Path(started['connect_dir'])} on port {started['port']}" in other.stderr
 
 
+CLIENT = """
+import json, os, sys
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import udf
+
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+try:
+    @udf("string")
+    def where_kprio_is(x):
+        import kprio_core  # the workers import kprio: PYSPARK_PYTHON is this interpreter
+        return os.path.dirname(kprio_core.__file__)
+
+    rows = spark.range(2).select(where_kprio_is("id").alias("kprio")).collect()
+    print(json.dumps({"kprio": sorted({r.kprio for r in rows}),
+                      "tz": spark.conf.get("spark.sql.session.timeZone"),
+                      "shuffle": spark.conf.get("spark.sql.shuffle.partitions")}))
+finally:
+    spark.stop()
+"""
+
+
 def test_a_connect_session_runs_kprio_python_with_kprio_defaults(server):
-    from pyspark.sql import SparkSession
-    from pyspark.sql.functions import udf
+    import kprio_core
 
     _, started = server
-    spark = SparkSession.builder.remote(started["url"]).getOrCreate()
-    try:
-        @udf("string")
-        def where_kprio_is(x):  # noqa: ANN001, ANN202
-            import kprio_core  # the workers import kprio: PYSPARK_PYTHON is this interpreter
-
-            return os.path.dirname(kprio_core.__file__)
-
-        import kprio_core
-
-        rows = spark.range(2).select(where_kprio_is("id").alias("kprio")).collect()
-        assert {r.kprio for r in rows} == {os.path.dirname(kprio_core.__file__)}
-        assert spark.conf.get("spark.sql.session.timeZone") == "UTC", "kprio's session defaults reach the server"
-        assert spark.conf.get("spark.sql.shuffle.partitions") == "3", "spark.conf reaches the server"
-    finally:
-        spark.stop()
+    # Its own process: a remote session cannot start beside the test session's local one.
+    client = subprocess.run([sys.executable, "-c", CLIENT, started["url"]], capture_output=True, text=True,
+                            timeout=300, cwd=REPO)
+    assert client.returncode == 0, client.stderr[-3000:]
+    seen = json.loads(client.stdout.strip().splitlines()[-1])
+    assert seen["kprio"] == [os.path.dirname(kprio_core.__file__)]
+    assert seen["tz"] == "UTC", "kprio's session defaults reach the server"
+    assert seen["shuffle"] == "3", "spark.conf reaches the server"
 
 
 def test_stop_leaves_no_process_of_the_server(server):
