@@ -37,7 +37,7 @@ from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import BatchBusy, KprioError, RangeConflict
 from kprio_core.ledger import Batch, BatchState, Ledger
 from kprio_core.offsets import OffsetRange
-from kprio_core.recovery import may_retry, retry_delay_s
+from kprio_core.recovery import may_retry, retry_delay_s, transient_cause
 from kprio_core.results import CheckReport, DrainResult
 from orchestration.checks import check_batch, check_results, check_specs, warm_up
 from orchestration.commit import commit_batch
@@ -158,7 +158,7 @@ class BatchWork:
         if not batch.holds:
             raise NothingToDo(f"{self.batch_id}: its failed re-drain holds nothing (its offsets were committed); "
                               "re-materialize it to re-drain it again")
-        if not may_retry(attempts=batch.attempts, max_attempts=recovery.max_attempts):
+        if not batch.transient and not may_retry(attempts=batch.attempts, max_attempts=recovery.max_attempts):
             raise dg.Failure(description=f"{self.batch_id} failed {batch.attempts} times "
                                          f"(recovery.max_attempts={recovery.max_attempts}): {batch.reason}; its "
                                          f"partitions wait for an operator: kprio retry {self.batch_id}")
@@ -245,7 +245,8 @@ class BatchWork:
 
     def _split(self, failing: list[OffsetRange], reason: str) -> str:
         retry_at = self._retry_at(self.ledger.get(self.batch_id).attempts)
-        child = self.ledger.split(self.batch_id, failing, reason, retry_at=retry_at)
+        child = self.ledger.split(self.batch_id, failing, reason, retry_at=retry_at,
+                                  transient=transient_cause(reason))
         self.context.instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, [child.batch_id])
         self.log.warning(f"{self.batch_id}: {', '.join(map(str, failing))} split off into {child.batch_id}, which "
                          f"holds only those partitions: {reason}")
@@ -346,28 +347,29 @@ class BatchWork:
             if self.ledger.get(self.batch_id).state is BatchState.CHECKED:
                 yield from self.commit(topic, heartbeat)
         except _BatchFailed as failed:
-            self._fail(failed.reason)
+            self._fail(failed.reason, transient=transient_cause(failed.reason) and failed.report is None)
             raise dg.Failure(description=f"{self.batch_id} failed: {failed.reason}") from None
         except (KprioError, OSError) as err:
-            reason = f"{err} [{err.code}]" if isinstance(err, KprioError) else f"{type(err).__name__}: {err}"
-            self._fail(reason)
+            reason = one_line(f"{err} [{err.code}]" if isinstance(err, KprioError) else f"{type(err).__name__}: {err}")
+            self._fail(reason, transient=transient_error(err, reason))
             raise dg.Failure(description=f"{self.batch_id} failed: {reason}") from err
         except dg.Failure:
             raise
         except Exception as err:
-            self._fail(f"{type(err).__name__}: {err}")
+            reason = one_line(f"{type(err).__name__}: {err}")
+            self._fail(reason, transient=transient_error(err, reason))
             raise
         except BaseException:
             # Interrupted (SIGTERM, a terminated run): leave the batch where it is for the next run.
             self._release()
             raise
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str, *, transient: bool) -> None:
         """Mark the batch failed (it holds its partitions; retried after a backoff) unless it moved on."""
         batch = self.ledger.get(self.batch_id)
         if not batch.in_flight or (batch.lease is not None and batch.lease.owner != self.owner):
             return
-        self.ledger.mark_failed(self.batch_id, reason, retry_at=self._retry_at(batch.attempts))
+        self.ledger.mark_failed(self.batch_id, reason, retry_at=self._retry_at(batch.attempts), transient=transient)
         from spark_jobs.drain import discard
 
         if batch.drain is not None:
@@ -379,6 +381,21 @@ class BatchWork:
             self.ledger.release(self.batch_id, self.owner)
         except KprioError:
             pass
+
+
+def one_line(text: str, limit: int = 500) -> str:
+    """A failure's message as one line (Spark and gRPC errors span pages), cut at ``limit`` characters."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), text)
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def transient_error(err: BaseException, reason: str) -> bool:
+    """Whether an exception's cause passes by itself: the output's storage, the broker, Spark itself."""
+    from kprio_core.errors import BrokerUnreachable, LeaseLost, OutputUnavailable
+
+    if isinstance(err, BrokerUnreachable | OutputUnavailable | LeaseLost | OSError):
+        return True
+    return transient_cause(f"{reason} {err!r}")
 
 
 class _BatchFailed(Exception):

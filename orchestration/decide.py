@@ -283,7 +283,7 @@ def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max
     """Failed batches to retry now, and why the others that may be retried still wait."""
     launches, waiting = [], []
     for b in failed:
-        if not b.holds or not may_retry(attempts=b.attempts, max_attempts=max_attempts):
+        if not b.holds or (not b.transient and not may_retry(attempts=b.attempts, max_attempts=max_attempts)):
             continue
         if runs.active(b.batch_id) is not None or runs.dagster_will_retry(b.batch_id):
             continue  # a run (or Dagster's own retry) is on it

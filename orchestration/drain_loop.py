@@ -207,6 +207,8 @@ class DrainLoop:
         self.report = DrainReport()
         self._blocked_since: float | None = None
         self._turns = 0
+        self._progress = time.monotonic()
+        """When a run last committed a batch (a loop without progress for long stops)."""
 
     def run(self) -> DrainReport:
         self.sweep_staging()
@@ -258,6 +260,8 @@ class DrainLoop:
         outcome = outcome_of(self.ledger, request.partition_key, request.tags[TOPIC_TAG], result,
                              time.monotonic() - started)
         self.report.batches.append(outcome)
+        if outcome.state is BatchState.COMMITTED:
+            self._progress = time.monotonic()
         if self.on_batch is not None:
             self.on_batch(outcome)
 
@@ -276,9 +280,14 @@ class DrainLoop:
             return min(interval * 2, MAX_WAIT_S)
         self._blocked_since = None
         waits = self._waits(decisions)
+        held = [h for d in decisions for h in d.holds]
+        stalled = time.monotonic() - self._progress > BLOCKED_GIVE_UP_S
+        if waits and held and stalled and not self._others_working():
+            # Retries of a cause that does not pass (a disk that stays full): say what waits and stop.
+            self.report.held = [describe_holds([h]) for h in held]
+            return self._give_up(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s; still held: {describe_holds(held)}")
         if waits:
             return min(max(min(waits), 0.2), MAX_WAIT_S)
-        held = [h for d in decisions for h in d.holds]
         if held:
             self.report.held = [describe_holds([h]) for h in held]
             return self._give_up(f"only held partitions are left, they need a person: {describe_holds(held)}")
@@ -293,12 +302,18 @@ class DrainLoop:
             for h in d.holds:
                 if h.batch_id is not None and not h.exhausted:
                     waits.append((h.retry_at - now).total_seconds() if h.retry_at else 0.0)
-        leased = [b for t in self.config.topics for b in self.ledger.in_flight(t.name)
-                  if b.lease is not None and not b.lease.expired(now)]
+        leased = self._leased(now)
         if leased:  # another process works on them: their end (or their lease's expiry) is the next news
             waits.append(min(float(self.config.sensor.interval_s),
                              min((b.lease.until - now).total_seconds() for b in leased)))
         return waits
+
+    def _leased(self, now: datetime) -> list:
+        return [b for t in self.config.topics for b in self.ledger.in_flight(t.name)
+                if b.lease is not None and not b.lease.expired(now)]
+
+    def _others_working(self) -> bool:
+        return bool(self._leased(datetime.now(UTC)))
 
     def _give_up(self, why: str) -> None:
         self._stop(why, ok=False)

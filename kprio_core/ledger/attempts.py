@@ -96,7 +96,7 @@ class AttemptMethods(LedgerBase):
         return self._batch(conn, numbering, row.id)
 
     def split(self, batch_id: str, failing: Iterable[OffsetRange], reason: str, *,
-              retry_at: datetime | None) -> Batch:
+              retry_at: datetime | None, transient: bool = False) -> Batch:
         """Move the ``failing`` ranges of a batch in flight to a new failed batch (``parent`` = this one); return it.
 
         The range rows move (never copied) with their drain outcome; the new batch copies the
@@ -125,7 +125,7 @@ class AttemptMethods(LedgerBase):
             child = conn.execute(insert(batches).values(
                 logical_topic=row.logical_topic, state=S.FAILED.value, plan_json=row.plan_json,
                 attempts=row.attempts, replay_of_committed=row.replay_of_committed, parent_id=row.id, reason=reason,
-                retry_at_us=maybe_us(retry_at), created_us=now, updated_us=now, drained_us=row.drained_us,
+                transient=transient, retry_at_us=maybe_us(retry_at), created_us=now, updated_us=now, drained_us=row.drained_us,
                 drain_seconds=row.drain_seconds, drain_json=row.drain_json, committed_us=row.committed_us,
             )).inserted_primary_key[0]
             conn.execute(update(ranges).where(ranges.c.id.in_([r.id for r in moving])).values(batch_id=child))

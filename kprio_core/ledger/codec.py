@@ -48,7 +48,7 @@ CLEARED_OUTCOME: dict[str, Any] = {"output": None, "dead": None, "bytes": None, 
 """A range row its drain left out (an empty range)."""
 CLEARED_ATTEMPT: dict[str, Any] = {
     "drain_json": None, "checks_json": None, "commit_json": None,
-    "reason": None, "retry_at_us": None, "lease_owner": None, "lease_until_us": None,
+    "reason": None, "transient": False, "retry_at_us": None, "lease_owner": None, "lease_until_us": None,
 }
 """A batch row at the start of a new attempt (retry or replay). The last drain's numbers (range
 outcomes, ``drained_us``, ``drain_seconds``) stay until the next drain replaces them, so what
@@ -125,6 +125,7 @@ def to_batch(row: Row, range_rows: Sequence[Row], numbering: Numbering) -> Batch
         created_at=from_us(row.created_us),
         updated_at=from_us(row.updated_us),
         reason=row.reason,
+        transient=bool(row.transient),
         replay_of_committed=bool(row.replay_of_committed),
         parent=None if row.parent_id is None else numbering.batch_id(row.parent_id),
         retry_at=None if row.retry_at_us is None else from_us(row.retry_at_us),

@@ -227,14 +227,16 @@ class Ledger(AttemptMethods, LeaseMethods, DerivedReads):
             "commit_json": report.to_json(), "committed_us": row.committed_us or now,
             "lease_owner": None, "lease_until_us": None})
 
-    def mark_failed(self, batch_id: str, reason: str, *, retry_at: datetime | None) -> Batch:
+    def mark_failed(self, batch_id: str, reason: str, *, retry_at: datetime | None, transient: bool = False) -> Batch:
         """The batch failed (``reason`` says why); it holds its partitions (unless a re-drain of committed offsets).
 
         ``retry_at``: not retried automatically before then (None: at once, or only by an operator).
+        ``transient``: the cause passes by itself (see :attr:`Batch.transient`): never exhausted.
         """
         need_reason("mark_failed", batch_id, reason)
         return self._move(batch_id, S.FAILED, lambda conn, row, now: {
-            "reason": reason, "retry_at_us": maybe_us(retry_at), "lease_owner": None, "lease_until_us": None,
+            "reason": reason, "transient": transient, "retry_at_us": maybe_us(retry_at), "lease_owner": None,
+            "lease_until_us": None,
         }, reason=reason)
 
     def _move(self, batch_id: str, asked: BatchState, apply: Callable[[Connection, Row, int], dict[str, Any]], *,
@@ -309,7 +311,8 @@ class Ledger(AttemptMethods, LeaseMethods, DerivedReads):
     def holds(self, logical_topic: str, max_attempts: int | None = None) -> list[Hold]:
         """Partitions held by the topic's failed batches, one per batch and partition, from its first range there.
 
-        ``max_attempts`` marks holds whose batch may no longer be retried automatically.
+        ``max_attempts`` marks holds whose batch may no longer be retried automatically (a transient
+        failure always may).
         """
         query = (
             select(ranges.c.topic, ranges.c.kafka_partition, ranges.c.start_offset, batches)
@@ -327,7 +330,8 @@ class Ledger(AttemptMethods, LeaseMethods, DerivedReads):
         found = [
             Hold(r.topic, r.kafka_partition, r.start_offset, numbering.batch_id(r.id), S.FAILED, r.reason,
                  r.attempts, None if r.retry_at_us is None else from_us(r.retry_at_us),
-                 max_attempts is not None and not may_retry(attempts=r.attempts, max_attempts=max_attempts))
+                 max_attempts is not None and not r.transient
+                 and not may_retry(attempts=r.attempts, max_attempts=max_attempts))
             for r in first.values()
         ]
         return sorted(found, key=lambda h: (h.topic, h.partition, h.start))

@@ -62,6 +62,9 @@ class Batch:
     created_at: datetime
     updated_at: datetime
     reason: str | None = None
+    transient: bool = False
+    """The last failure had a passing cause (an unreachable broker, a full disk, Spark down): such a
+    batch is retried until the cause is gone, however many attempts it took."""
     replay_of_committed: bool = False
     parent: str | None = None
     retry_at: datetime | None = None

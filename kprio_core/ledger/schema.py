@@ -55,6 +55,8 @@ batches = Table(
     Column("replay_of_committed", Boolean, nullable=False),
     Column("parent_id", Integer, ForeignKey("kprio_batches.id")),  # the batch this one was split from
     Column("reason", Text),
+    # The last failure had a passing cause (broker, disk, Spark): retried for good, never exhausted.
+    Column("transient", Boolean, nullable=False, default=False),
     Column("retry_at_us", BigInteger),
     Column("lease_owner", String(255)),
     Column("lease_until_us", BigInteger),

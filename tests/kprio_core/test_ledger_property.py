@@ -118,7 +118,7 @@ class LedgerRules(RuleBasedStateMachine):
         ranges = [OffsetRange(t, p, self.committed.get((t, p), 0) + d, self.committed.get((t, p), 0) + d + n)
                   for t, p, d, n in raw]
         self_overlap = any(a.count and b.count and a.overlaps(b) for i, a in enumerate(ranges) for b in ranges[i + 1:])
-        refused = (self_overlap or slots_full({int(r.topic[-1]) for r in ranges}, self.model, limit)
+        refused = (self_overlap or slots_full({int(r.topic[-1]) for r in ranges if r.count}, self.model, limit)
                    or overlapping(ranges, self.model, None, new=True))
         try:
             batch = self.ledger.record_plan(plan_of(ranges), max_in_flight=limit)

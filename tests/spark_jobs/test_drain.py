@@ -24,7 +24,7 @@ from spark_jobs.drain import drain_batch, handler_in_read
 from spark_jobs.output import live_files, publish, read_dead_letters, read_output, read_table
 from tests.spark_jobs.on_disk import assert_conserved, file_metadata, staged_rows
 from tests.spark_jobs.plans import plan_of, whole_plan
-from tests.spark_jobs.small_disks import read_only_dir, tiny_disk
+from tests.fixtures.small_disks import read_only_dir, tiny_disk
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 

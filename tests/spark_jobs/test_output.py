@@ -14,7 +14,7 @@ from spark_jobs.layout import RangeFile, filesystem, relative_path, staging_dir
 from spark_jobs.output import (discard, live_files, prepare_staging, publish, read_table, remove_file, staging_dirs,
                                sweep_staging)
 from spark_jobs.staged_writer import StagedWriter
-from tests.spark_jobs.small_disks import read_only_dir
+from tests.fixtures.small_disks import read_only_dir
 
 TOPIC = "orders"
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("batch_id", pa.string())])

@@ -1,0 +1,50 @@
+"""Causes that pass by themselves (a full disk, a read-only output): one line naming the path, then healing alone.
+
+The output directory is a real tmpfs mount (read-only, or a few KiB): the attempt fails with one
+line naming the path and the cause; once the mount is gone the batch is retried by itself and
+the topic drains to zero lag, conservation holding. Needs root with permission to mount (CI);
+skipped elsewhere, saying why.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kprio_core.ledger import BatchState
+from orchestration import drain_loop
+from orchestration.sensors import tick
+from tests.fixtures.small_disks import read_only_dir, tiny_disk
+from tests.orchestration.conservation import conservation, lag
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
+
+
+def four_kib_disk(path):
+    return tiny_disk(path, size="4k")
+
+
+@pytest.mark.parametrize(("broken", "cause"), [(four_kib_disk, "No space left on device"),
+                                               (read_only_dir, "Read-only file system")],
+                         ids=["full-disk", "read-only"])
+def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_itself(
+    make_topic, kprio_env, dagster_instance, tmp_path, broken, cause
+):
+    topic = make_topic(priorities=2, partitions=2, records={1: 1500, 0: 1500}, schema={"i": "long", "amount": "double"})
+    out = tmp_path / "out"
+    env = kprio_env(topic, drain={"output_path": str(out)}, recovery={"max_attempts": 1, "backoff_s": 0.1,
+                                                                      "backoff_max_s": 0.2, "lease_s": 15})
+    with broken(out):
+        first = drain_loop.drain(env.defs, dagster_instance, max_batches=2)
+        [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+        assert f"{cause}: {out}" in failed.reason and "\n" not in failed.reason, failed.reason
+        assert failed.transient
+        assert not first.batches[0].success
+        # One attempt was all max_attempts allowed, yet it is retried by itself: the cause passes.
+        assert "retried by itself" in tick(dagster_instance, env.edge, env.ledger, env.config).skip_reason
+
+    report = drain_loop.drain(env.defs, dagster_instance)
+    assert report.ok, report.stopped
+    assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok, check
