@@ -131,7 +131,10 @@ class BatchWork:
         if self.intent.kind is Launcher.OPERATOR:
             return self._redrain(batch)
         if batch.state is BatchState.COMMITTED:
-            raise NothingToDo(f"{self.batch_id} is already committed (attempt {batch.attempts}): nothing to do")
+            by = f" by {self._waited_on}" if self._waited_on else ""
+            raise NothingToDo(f"{self.batch_id} is already committed{by} (attempt {batch.attempts}): nothing to do")
+        if batch.state is BatchState.FAILED and self._waited_on is not None:
+            raise NothingToDo(f"{self.batch_id} failed in the run this one waited for ({self._waited_on})")
         if batch.state is BatchState.FAILED:
             return self._retry(batch)
         return self._resume(batch)
@@ -172,13 +175,16 @@ class BatchWork:
         if lease is not None and lease.owner == self.owner:
             return batch
         if self._live_elsewhere(batch):
-            raise NothingToDo(f"{self.batch_id} is being worked on by {lease.owner}: nothing to do")
+            # Another run works on it: wait for its outcome (take() polls), then report it.
+            self._waited_on = lease.owner
+            raise BatchBusy(f"batch {self.batch_id} is being worked on by {lease.owner}")
         if lease is None and (self.intent.kind is Launcher.DAGSTER_RETRY or wanted == batch.attempts):
             return batch  # nobody took it yet: this run goes on from where it stands
         if self.intent.kind is Launcher.SENSOR and wanted is not None and wanted < batch.attempts:
             raise NothingToDo(f"{self.batch_id} is at attempt {batch.attempts}, after the attempt {wanted} this run "
                               "was for: nothing to do")
-        return self.ledger.retry(self.batch_id, max_in_flight=self.config.planner.max_in_flight,
+        dead = (lease.owner,) if lease is not None and self._dead(lease.owner) else ()
+        return self.ledger.retry(self.batch_id, max_in_flight=self.config.planner.max_in_flight, take_over=dead,
                                  reason=f"resumed by run {self._run()}: the run before it died")
 
     def _live_elsewhere(self, batch: Batch) -> bool:
@@ -213,7 +219,7 @@ class BatchWork:
         result = drain_batch(self.spark.session, config, topic, self.batch_id, batch.attempts, batch.plan)
         self.timings.time("drain", started)
         batch = self.ledger.mark_drained(self.batch_id, result)
-        crash_point("after-drain")
+        crash_point("after-drain", batch.logical_topic)
         kept = [s for s in result.ranges if s.failure is None]
         if not kept and result.ranges:
             raise _BatchFailed(failure_reason(result))
@@ -240,7 +246,7 @@ class BatchWork:
                 ranges=[s.range for s in kept])
         self.timings.time("publish", started)
         self.ledger.mark_checked(self.batch_id, report)
-        crash_point("after-publish")
+        crash_point("after-publish", batch.logical_topic)
         yield dg.MaterializeResult(asset_key=DRAINED, metadata=self._drained_metadata(batch, result, kept, split))
 
     def _split(self, failing: list[OffsetRange], reason: str) -> str:
@@ -333,6 +339,7 @@ class BatchWork:
             batch = self.take()
         except NothingToDo as done:
             self.log.info(str(done))
+            yield from self._checks_of(self.ledger.get(self.batch_id))
             return
         topic = self.config.topic(batch.logical_topic)
         with Heartbeat(self.ledger_url, self.batch_id, self.owner, self.config.recovery.lease_s) as heartbeat:
@@ -344,6 +351,8 @@ class BatchWork:
         try:
             if batch.state in (BatchState.PLANNED, BatchState.DRAINED):
                 yield from self.drain_and_check(batch, topic, heartbeat)
+            else:
+                yield from self._checks_of(batch)  # only the commit is left: its output passed these
             if self.ledger.get(self.batch_id).state is BatchState.CHECKED:
                 yield from self.commit(topic, heartbeat)
         except _BatchFailed as failed:
@@ -363,6 +372,15 @@ class BatchWork:
             # Interrupted (SIGTERM, a terminated run): leave the batch where it is for the next run.
             self._release()
             raise
+
+    def _checks_of(self, batch: Batch) -> Iterator:
+        """The check results of the batch's published output (a run that drains nothing reports these)."""
+        if batch.checks is not None:
+            yield from check_results(batch.checks, DRAINED)
+        elif batch.state is BatchState.FAILED:
+            raise dg.Failure(description=f"{self.batch_id} failed: {batch.reason}")
+        else:
+            raise dg.Failure(description=f"{self.batch_id} is {batch.state.value} with no check results to report")
 
     def _fail(self, reason: str, *, transient: bool) -> None:
         """Mark the batch failed (it holds its partitions; retried after a backoff) unless it moved on."""

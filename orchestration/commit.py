@@ -37,7 +37,7 @@ def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, *, no
         raise KafkaOperationFailed(
             f"batch {batch.batch_id}: offsets not committed for {', '.join(map(str, short))} ({report})"
         )
-    crash_point("after-kafka-commit")
+    crash_point("after-kafka-commit", topic.name)
     ledger.mark_committed(batch.batch_id, report)
     drained = batch.drain.written_by_priority() if batch.drain is not None else {}
     meta = commit_metadata(report, snapshot.backlog_by_priority(), drained, replay=batch.replay_of_committed)

@@ -46,7 +46,7 @@ from kprio_core.offsets import OffsetRange
 from kprio_core.planner import Budget, held_range, plan_batch
 from kprio_core.priority import Priority
 from kprio_core.rate import RateQuotaTracker
-from kprio_core.recovery import may_retry
+from kprio_core.recovery import may_retry, parse_owner
 from kprio_core.snapshot import LagSnapshot
 
 ACTIVE_RUN_STATUSES = frozenset({
@@ -237,11 +237,15 @@ def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
     """Batches in flight whose run died: lease expired or owner gone, or no live run can move them.
 
     A batch waiting for its first run (planned, never launched) is not stuck; nor is one with a
-    queued or running run and a live lease.
+    live lease, or one another run (Dagster's own retry, say) is about to take over.
     """
     stuck = []
     for batch in in_flight:
         lease = batch.lease
+        owner_run = parse_owner(lease.owner).run_id if lease is not None and parse_owner(lease.owner) else None
+        others = [r for r in runs.of(batch.batch_id) if r.active and r.run_id != owner_run]
+        if others or runs.dagster_will_retry(batch.batch_id):
+            continue  # another run is on its way to take it over
         if lease is not None:
             if lease.expired(now):
                 stuck.append((batch, f"its lease (held by {lease.owner}) expired at {lease.until:%H:%M:%S} UTC"))
@@ -249,7 +253,7 @@ def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
                 stuck.append((batch, f"the process holding its lease ({lease.owner}) is gone"))
             continue
         latest = runs.latest(batch.batch_id)
-        if runs.active(batch.batch_id) is not None or latest is None or runs.dagster_will_retry(batch.batch_id):
+        if latest is None or latest.active:
             continue
         if batch.state is BatchState.PLANNED and run_key_of(batch, Why.NEW) not in runs.run_keys:
             continue  # the run of this attempt was never requested: launch_unlaunched's case

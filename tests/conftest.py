@@ -3,14 +3,16 @@
 - ``tests.fixtures.kafka``: one Kafka-protocol broker per test session (embedded noida-db on a
   free port, or the cluster in ``KPRIO_BOOTSTRAP_SERVERS``);
 - ``tests.fixtures.spark``: one local SparkSession per test session;
-- ``tests.fixtures.postgres``: a throwaway PostgreSQL server (installed with apt-get when missing).
+- ``tests.fixtures.postgres``: a throwaway PostgreSQL server (installed with apt-get when missing);
+- ``tests.fixtures.daemon``: one kprio deployment under the real Dagster daemon (``dagster dev``,
+  the shipped dagster.yaml, a Spark Connect server), shared by the tests that need it.
 """
 
 import gc
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres"]
+pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.daemon"]
 
 
 @pytest.fixture(autouse=True)
