@@ -1,9 +1,12 @@
 """One batch, drained, checked and committed: the ``drained_batch`` and ``committed_offsets`` assets.
 
-Both assets are materialized by one op (a multi-asset that cannot be subset), so every way a
-user re-drains a batch — the asset page, the asset graph, the job page, a backfill, the sensor,
-a retry — is the same single drain of the ledger's ranges, followed by the checks and the
-commit. The op, in order:
+Both assets are materialized by one op, so every way a user re-drains a batch — the asset page,
+the asset graph, the job page, a backfill of either asset or both, the sensor, a retry — is the
+same single drain of the ledger's ranges, followed by the checks and the commit. The op may be
+selected for one asset alone (Dagster's UI and backfills select what the user clicked): it still
+does all of the work, reports the selected assets and checks as its outputs, and records the
+materialization of the other asset as an event, so the catalog tells what happened. The op, in
+order:
 
 1. **take the batch**: from its run's tags, decide what this run is for (the sensor's attempt,
    Dagster's retry of a failed run, or an operator's re-drain); a run whose work is already done
@@ -445,7 +448,7 @@ def _now() -> datetime:
     ],
     check_specs=check_specs(DRAINED),
     partitions_def=batch_partitions,
-    can_subset=False,
+    can_subset=True,  # a selection of either asset runs all of it once (see selected_only)
     pool=DRAIN_POOL,
     description="Drain, check, publish and commit one batch (the partition is its ledger id). Materializing either "
     "asset runs all of it once: a re-drain of a committed batch replaces its output and commits nothing new.",
@@ -458,4 +461,25 @@ def drain_batch_assets(
     kprio: KprioSettings,
 ) -> Iterator:
     work = BatchWork(context, spark, kafka, ledger.ledger, ledger.url, kprio.config(kafka))
-    yield from work.run()
+    yield from selected_only(context, work.run())
+
+
+def selected_only(context: dg.AssetExecutionContext, events: Iterator) -> Iterator:
+    """The run's events, its outputs narrowed to what the run selected; the rest still recorded.
+
+    A materialization of an asset the run did not select (the commit of a backfill that selected
+    ``drained_batch`` only) is logged as an event of that asset's partition; check results of an
+    unselected asset were still what gated the commit, and are logged as text.
+    """
+    assets, checks = context.selected_asset_keys, context.selected_asset_check_keys
+    for event in events:
+        if isinstance(event, dg.MaterializeResult) and event.asset_key not in assets:
+            context.log_event(dg.AssetMaterialization(
+                asset_key=event.asset_key, partition=context.partition_key, metadata=event.metadata,
+                description="done by this run's drain (the run selected only the other asset of the batch)"))
+        elif isinstance(event, dg.AssetCheckResult) and dg.AssetCheckKey(event.asset_key,
+                                                                          event.check_name) not in checks:
+            context.log.info(f"{event.check_name}: {'passed' if event.passed else 'failed'} "
+                             f"({event.description})")
+        else:
+            yield event

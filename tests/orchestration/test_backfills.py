@@ -50,6 +50,36 @@ def test_redrain_of_a_committed_batch_leaves_one_copy_and_commits_nothing_new(
          "required_fields_present", "values_match_schema"], True)
 
 
+@pytest.mark.parametrize("selected", ["drained_batch", "committed_offsets"])
+def test_a_backfill_that_selects_one_asset_of_the_batch_still_runs_the_one_whole_drain(
+    selected, make_topic, kprio_env, dagster_instance, spark
+):
+    import dagster as dg
+
+    topic = make_topic(priorities=2, partitions=1, records={1: 5, 0: 4})
+    env = kprio_env(topic)
+    assert drain_loop.drain(env.defs, dagster_instance).ok
+    before, output = env.edge.committed(topic), read_all_output(spark, env.config.drain.output_path, topic)
+
+    # The asset page's "Materialize" of one asset: Dagster runs the op for that asset alone.
+    result = env.defs.resolve_job_def("drain_job").execute_in_process(
+        instance=dagster_instance, partition_key="b-000001", tags={"dagster/backfill": "test-backfill"},
+        asset_selection=[dg.AssetKey(selected)],
+    )
+
+    assert result.success
+    batch = env.ledger.get("b-000001")
+    assert (batch.state.value, batch.attempts, batch.replay_of_committed) == ("committed", 2, True)
+    assert read_all_output(spark, env.config.drain.output_path, topic) == output
+    assert env.edge.committed(topic) == before and conservation(env.config, topic, env.edge).ok
+    # Both assets' materializations are recorded, whichever was selected; checks only with their asset.
+    assert {m.asset_key.to_user_string() for m in result.asset_materializations_for_node("drain_batch")} == {
+        "drained_batch", "committed_offsets"}
+    evaluations = result.get_asset_check_evaluations()
+    assert (len(evaluations) == 6 and all(e.passed for e in evaluations)) if selected == "drained_batch" \
+        else evaluations == []
+
+
 def test_replayed_window_holds_exactly_the_records_of_its_hour(make_topic, kprio_env, dagster_instance, spark):
     # Records 1 s apart from 22:59:50: p1 offsets 0-9 fall in hour 22, 10-19 in hour 23; p0 only in hour 22.
     topic = make_topic(priorities=2, partitions=1, records={1: 20, 0: 5}, base_ts_ms=HOUR_22 + 3_590_000)
