@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 
 from kprio_core.config import KprioConfig, TopicSettings
-from kprio_core.errors import BatchBusy, KprioError, RangeConflict
+from kprio_core.errors import BatchBusy, BatchNotFound, KprioError, RangeConflict
 from kprio_core.ledger import Batch, BatchState, Ledger
 from kprio_core.offsets import OffsetRange
 from kprio_core.recovery import may_retry, retry_delay_s, transient_cause
@@ -340,6 +340,11 @@ class BatchWork:
         warm_up()  # Great Expectations' import overlaps the drain
         try:
             batch = self.take()
+        except BatchNotFound:
+            raise dg.Failure(description=(
+                f"{self.batch_id} is not a batch of {self.ledger!r}: the partitions of drained_batch are the "
+                "batches the sensor (or kprio drain) recorded, and a partition added by hand in the UI names no "
+                "offsets to drain. Pick an existing partition of drained_batch.")) from None
         except NothingToDo as done:
             self.log.info(str(done))
             yield from self._checks_of(self.ledger.get(self.batch_id))

@@ -12,7 +12,7 @@ import gc
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.daemon"]
+pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser"]
 
 
 @pytest.fixture(autouse=True)

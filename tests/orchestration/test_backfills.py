@@ -100,3 +100,20 @@ def test_replayed_window_holds_exactly_the_records_of_its_hour(make_topic, kprio
     # The live groups never moved, and the live output was never written.
     assert set(env.edge.committed(topic).values()) == {None}
     assert not Path(env.config.drain.output_path).exists()
+
+
+def test_a_partition_added_by_hand_in_the_ui_fails_saying_it_is_no_batch(make_topic, kprio_env, dagster_instance):
+    from orchestration.partitions import BATCH_PARTITIONS_NAME
+
+    topic = make_topic(priorities=1, partitions=1, records={0: 2})
+    env = kprio_env(topic)
+    dagster_instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, ["b-999999"])  # the dialog's "Add a partition"
+
+    result = env.defs.resolve_job_def("drain_job").execute_in_process(
+        instance=dagster_instance, partition_key="b-999999", raise_on_error=False)
+
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
+    assert "b-999999 is not a batch of Ledger(" in failure.message
+    assert "Pick an existing partition of drained_batch" in failure.message
+    assert env.ledger.batches(topic.name) == [] and not any(env.edge.committed(topic).values())

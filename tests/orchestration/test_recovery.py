@@ -26,7 +26,7 @@ from tests.orchestration.conservation import conservation, lag
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-CHILD_TIMEOUT_S = 240
+CHILD_TIMEOUT_S = 420  # a loaded 2-core CI machine: Spark start, several batches
 
 
 def child_config(env, tmp_path: Path) -> Path:

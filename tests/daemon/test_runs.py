@@ -13,31 +13,13 @@ from datetime import UTC, datetime
 import pyarrow.dataset as ds
 import pytest
 
-from kprio_core.config import load_config
-from kprio_core.kafka import KafkaEdge
 from kprio_core.kafka.produce import Record, produce
 from kprio_core.ledger import BatchState, Ledger
+from tests.daemon.conftest import DRAIN_TIMEOUT_S
 from tests.fixtures.dagster_dev import wait_until
 from tests.fixtures.kafka import fill
-from tests.orchestration.conservation import conservation, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.dagster, pytest.mark.slow]
-
-DRAIN_TIMEOUT_S = 300
-
-
-def drained(daemon, topic) -> None:
-    """Wait until the daemon's runs drained ``topic`` to zero lag."""
-    with KafkaEdge(daemon.kafka) as edge:
-        wait_until(lambda: not any(lag(topic, edge).values()), DRAIN_TIMEOUT_S, interval_s=1,
-                   what=f"zero lag on {topic.name}\n{daemon.deployment.log_tail()}")
-
-
-def assert_conserved(daemon, topic) -> None:
-    config = load_config(daemon.deployment.config_file, env={})
-    with KafkaEdge(daemon.kafka) as edge:
-        check = conservation(config, topic, edge)
-    assert check.ok, check
 
 
 def test_the_daemon_drains_every_priority_with_spark_connect(kprio_daemon):
@@ -46,10 +28,10 @@ def test_the_daemon_drains_every_priority_with_spark_connect(kprio_daemon):
     fill(kprio_daemon.kafka, topic.priority_topic(1), 400, partitions=2)
     fill(kprio_daemon.kafka, topic.priority_topic(2), 40, partitions=2)
 
-    drained(kprio_daemon, topic)
+    kprio_daemon.drained(topic)
 
-    assert_conserved(kprio_daemon, topic)
-    with Ledger(load_config(kprio_daemon.deployment.config_file, env={}).ledger.url) as ledger:
+    assert kprio_daemon.conservation(topic).ok, kprio_daemon.conservation(topic)
+    with Ledger(kprio_daemon.config.ledger.url) as ledger:
         batches = ledger.batches(topic.name)
     assert batches and all(b.state is BatchState.COMMITTED for b in batches)
     runs = [r for b in batches for r in kprio_daemon.deployment.runs(b.batch_id)]
@@ -61,11 +43,11 @@ def test_a_killed_run_is_failed_by_dagster_and_its_batch_retried_by_itself(kprio
     topic = kprio_daemon.topics["crash"]
     fill(kprio_daemon.kafka, topic.priority_topic(1), 300, partitions=2)
 
-    drained(kprio_daemon, topic)
+    kprio_daemon.drained(topic)
 
     assert kprio_daemon.crash_marker.exists()  # one run really was killed after publishing
-    assert_conserved(kprio_daemon, topic)
-    with Ledger(load_config(kprio_daemon.deployment.config_file, env={}).ledger.url) as ledger:
+    assert kprio_daemon.conservation(topic).ok, kprio_daemon.conservation(topic)
+    with Ledger(kprio_daemon.config.ledger.url) as ledger:
         first = ledger.get(min(b.batch_id for b in ledger.batches(topic.name)))
     assert first.state is BatchState.COMMITTED and first.attempts >= 2
     deployment = kprio_daemon.deployment
@@ -102,56 +84,28 @@ def test_the_hour_running_now_replays_from_graphql(kprio_daemon):
                     "fromFailure": False}},
     )["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    backfill = launched["backfillId"]
-    status = wait_until(lambda: (s := backfill_status(deployment, backfill)) in ("COMPLETED_SUCCESS", "FAILED",
-                                                                                   "COMPLETED_FAILED") and s,
-                        DRAIN_TIMEOUT_S, interval_s=1, what=f"backfill {backfill}\n{deployment.log_tail()}")
-    assert status == "COMPLETED_SUCCESS"
-    replay = load_config(deployment.config_file, env={}).drain.replay_path
+    assert deployment.backfill_done(launched["backfillId"], DRAIN_TIMEOUT_S) == "COMPLETED_SUCCESS"
+    replay = kprio_daemon.config.drain.replay_path
     files = [str(p) for p in (deployment.root / "replay" / topic.name).rglob("*.parquet") if "_" not in p.parent.name]
     assert replay and files
     offsets = ds.dataset(files, format="parquet").to_table(columns=["offset"]).num_rows
     assert offsets >= sent
 
 
-def backfill_status(deployment, backfill_id: str) -> str:
-    return deployment.graphql('{ partitionBackfillOrError(backfillId: "' + backfill_id + '") '
-                              "{ ... on PartitionBackfill { status } } }")["partitionBackfillOrError"]["status"]
-
-
-def test_a_backfill_of_committed_batches_from_the_asset_is_one_drain_each_and_tells_the_truth(kprio_daemon):
+def test_a_graphql_backfill_of_one_asset_of_committed_batches_is_one_drain_each(kprio_daemon):
     topic = kprio_daemon.topics["ui"]
     fill(kprio_daemon.kafka, topic.priority_topic(0), 600, partitions=2)
-    drained(kprio_daemon, topic)
-    deployment = kprio_daemon.deployment
-    config = load_config(deployment.config_file, env={})
-    with Ledger(config.ledger.url) as ledger:
-        ids = sorted(b.batch_id for b in ledger.batches(topic.name))[:2]
-    with KafkaEdge(kprio_daemon.kafka) as edge:
-        committed = edge.committed(topic)
-    rows_before = conservation(config, topic, KafkaEdge(kprio_daemon.kafka)).output
-    runs_before = {b: len(deployment.runs(b)) for b in ids}
+    kprio_daemon.drained(topic)
+    ids = kprio_daemon.batch_ids(topic)[:2]
+    before = kprio_daemon.before_redrain(topic, ids)
 
     # What the asset page's "Materialize... -> partitions -> Launch backfill" sends: drained_batch only.
-    launched = deployment.graphql(
+    launched = kprio_daemon.deployment.graphql(
         """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
             __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
         {"params": {"partitionNames": ids, "assetSelection": [{"path": ["drained_batch"]}], "fromFailure": False}},
     )["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    status = wait_until(lambda: (s := backfill_status(deployment, launched["backfillId"])) in (
-        "COMPLETED_SUCCESS", "FAILED", "COMPLETED_FAILED") and s, DRAIN_TIMEOUT_S, interval_s=1,
-        what=f"backfill\n{deployment.log_tail()}")
 
-    assert status == "COMPLETED_SUCCESS"
-    time.sleep(0)  # the sensor ticks meanwhile: it must not have launched anything for these batches
-    for batch_id in ids:
-        runs = deployment.runs(batch_id)
-        assert len(runs) == runs_before[batch_id] + 1, runs  # exactly one drain each
-        assert runs[0]["status"] == "SUCCESS" and "dagster/backfill" in runs[0]["tags"]
-    with Ledger(config.ledger.url) as ledger:
-        assert all(ledger.get(b).state is BatchState.COMMITTED and ledger.get(b).replay_of_committed for b in ids)
-    with KafkaEdge(kprio_daemon.kafka) as edge:
-        assert edge.committed(topic) == committed
-        check = conservation(config, topic, edge)
-    assert check.ok and check.output == rows_before, check
+    assert kprio_daemon.deployment.backfill_done(launched["backfillId"], DRAIN_TIMEOUT_S) == "COMPLETED_SUCCESS"
+    kprio_daemon.assert_redrained_once(topic, ids, before, launched["backfillId"])
