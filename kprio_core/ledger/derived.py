@@ -114,15 +114,19 @@ class DerivedReads(LedgerBase):
             rows = conn.execute(query).all()
         return {topic: int(size) / int(records) for topic, records, size in rows if records}
 
-    def throughput(self, logical_topic: str, last_batches: int = 10) -> float | None:
+    def throughput(self, logical_topic: str, last_batches: int = 10, min_seconds: float = 0.0) -> float | None:
         """Records per second of drain time over the topic's last committed batches; None without any.
 
-        Two batches of 3000 records in 2 s and 1000 in 2 s -> 4000 / 4 = 1000.0 records/s.
+        Two batches of 3000 records in 2 s and 1000 in 2 s -> 4000 / 4 = 1000.0 records/s. Only
+        batches that drained for at least ``min_seconds`` count: a drain has a fixed cost (a Spark
+        job), so small batches (urgent trickles) would measure it, not the rate, and a budget
+        sized from them would shrink every later batch.
         """
         if last_batches < 1:
             raise ValueError(f"throughput({logical_topic!r}): last_batches must be >= 1, got {last_batches}")
         query = (select(batches.c.id, batches.c.drain_seconds)
-                 .where(batches.c.logical_topic == logical_topic, _COMMITTED, batches.c.drain_seconds > 0)
+                 .where(batches.c.logical_topic == logical_topic, _COMMITTED, batches.c.drain_seconds > 0,
+                        batches.c.drain_seconds >= min_seconds)
                  .order_by(batches.c.committed_us.desc(), batches.c.id.desc())
                  .limit(last_batches))
         with self._tx() as (conn, _):

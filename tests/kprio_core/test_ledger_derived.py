@@ -157,6 +157,12 @@ def test_throughput_is_records_per_second_of_drain_time(ledger: Ledger, clock: C
     assert ledger.throughput("orders") == 1000.0, "(3000 + 1000) / (2 + 2); uncommitted and timeless left out"
     assert ledger.throughput("orders", last_batches=1) == 500.0
     assert ledger.throughput("payments") is None
+    # Small batches measure the fixed cost of a drain, not its rate: left out when asked.
+    for offset in range(10):
+        commit(ledger, clock, ledger.record_plan(make_plan(R("orders-2", 1, 5 + offset * 6, 11 + offset * 6))),
+               seconds=0.4)
+    assert ledger.throughput("orders") < 100, "ten trickles of 6 records in 0.4 s each: 15 records/s"
+    assert ledger.throughput("orders", min_seconds=1.0) == 1000.0
     with pytest.raises(ValueError, match="last_batches must be >= 1"):
         ledger.throughput("orders", last_batches=0)
 
