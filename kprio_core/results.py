@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
+from kprio_core.lanes import Ordering
 from kprio_core.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.priority import Priority
 
@@ -109,7 +110,7 @@ class DrainResult:
     seconds: float = 0.0
     """Wall time of the drain (read, handler, write), the ledger's throughput measure."""
     reader: str = "python"
-    ordering: str = "partition"
+    ordering: Ordering = Ordering.PARTITION
     lanes: int = 1
 
     @property

@@ -98,7 +98,7 @@ def drain_batch(
         rows = _shuffled(spark, config, plan, spec)
     stats = merge_counts(rows, plan.ranges, allow_data_loss=config.drain.allow_data_loss, every_range_reported=fused)
     return DrainResult(batch_id, attempt, topic.name, stats, staging=staging[0], seconds=time.monotonic() - started,
-                       reader=config.spark.reader, ordering=ordering.value, lanes=lanes)
+                       reader=config.spark.reader, ordering=ordering, lanes=lanes)
 
 
 def plan_splits(config: KprioConfig, plan: DrainPlan) -> list[PlannedRange]:

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from kprio_core.burst import PollHistory
+from kprio_core.lanes import Ordering
 from kprio_core.ledger import Batch, DrainedSample, Ledger
 from kprio_core.offsets import OffsetRange
 from kprio_core.rate import RateQuotaTracker
@@ -181,5 +182,5 @@ def test_range_stats_round_trip_through_the_range_rows(ledger: Ledger):
     batch = ledger.record_plan(make_plan(R("orders-2", 0, 0, 30)))
     stats = RangeStats(2, R("orders-2", 0, 0, 30), output=27, dead=2, distinct=29, first=0, last=29, bytes=5800,
                        nulls=(("id", 1),), lost=(R("orders-2", 0, 3, 4),), files=("orders/priority=2/a.parquet",))
-    result = replace(result_for(batch), ranges=(stats,), reader="python", ordering="key", lanes=4, seconds=2.5)
+    result = replace(result_for(batch), ranges=(stats,), reader="python", ordering=Ordering.KEY, lanes=4, seconds=2.5)
     assert ledger.mark_drained(batch.batch_id, result).drain == result

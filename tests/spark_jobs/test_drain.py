@@ -16,7 +16,7 @@ from kprio_core.config import KprioConfig
 from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import HandlerError, OutputUnavailable, RangeConflict
 from kprio_core.kafka.produce import Record, produce
-from kprio_core.lanes import lane_of
+from kprio_core.lanes import Ordering, lane_of
 from kprio_core.offsets import OffsetRange
 from kprio_core.results import DrainResult
 from kprio_core.splits import split_ranges
@@ -148,7 +148,7 @@ def test_each_lane_sees_its_records_in_offset_order(spark, kafka_settings, make_
                      splits={"max_records": max_records})
     result, staged = _drain(spark, config, topic, "lanes", whole_plan(kafka_settings, topic))
     rows = staged["output"]
-    assert result.records == len(rows) == 420 and result.lanes == 4 and result.ordering == "key"
+    assert result.records == len(rows) == 420 and result.lanes == 4 and result.ordering is Ordering.KEY
     _assert_lane_order(rows, lanes=4)
 
 
