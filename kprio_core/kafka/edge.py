@@ -25,7 +25,7 @@ from kprio_core.snapshot import LagSnapshot
 
 
 class KafkaEdge:
-    """Lag snapshots, monotonic commits, offsets-for-times and priority topics of one cluster."""
+    """Lag snapshots, monotonic commits, time windows as offset ranges and priority topics of one cluster."""
 
     def __init__(self, kafka: KafkaSettings) -> None:
         self.kafka = kafka
@@ -109,14 +109,6 @@ class KafkaEdge:
         return CommitReport.of(moved, skipped)
 
     # -- time ---------------------------------------------------------------------------------
-
-    def offsets_for_times(self, topic: TopicSettings, timestamp_ms: int) -> dict[TopicPartitionKey, int]:
-        """First offset with timestamp >= ``timestamp_ms`` per partition; the high watermark when none."""
-        deadline = self.deadline()
-        every = [tp for parts in self._verified(topic, deadline).values() for tp in parts]
-        found = offsets_for_time(self.admin, every, timestamp_ms, deadline)
-        highs = high_watermarks(self.admin, every, deadline)
-        return {tp: highs[tp] if found[tp] is None else found[tp] for tp in every}
 
     def window_ranges(self, topic: TopicSettings, start_ms: int, end_ms: int) -> dict[Priority, list[OffsetRange]]:
         """Offsets of records with timestamps in ``[start_ms, end_ms)`` per priority (empty list: none)."""

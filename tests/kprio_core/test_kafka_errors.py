@@ -21,7 +21,7 @@ from kprio_core.offsets import OffsetRange as R
 from orchestration.services.process import free_port
 
 
-@pytest.mark.parametrize("call", ["snapshot", "committed", "commit", "offsets_for_times", "ensure_topics"])
+@pytest.mark.parametrize("call", ["snapshot", "committed", "commit", "window_ranges", "ensure_topics"])
 def test_unreachable_broker_fails_within_the_timeout_naming_bootstrap(call):
     bootstrap = f"127.0.0.1:{free_port()}"
     kafka = KafkaSettings(bootstrap_servers=bootstrap, timeout_s=1.5)
@@ -30,7 +30,7 @@ def test_unreachable_broker_fails_within_the_timeout_naming_bootstrap(call):
         "snapshot": lambda e: e.snapshot(topic, now_ms=0),
         "committed": lambda e: e.committed(topic),
         "commit": lambda e: e.commit(topic, [R("orders-1", 0, 0, 1)]),
-        "offsets_for_times": lambda e: e.offsets_for_times(topic, 0),
+        "window_ranges": lambda e: e.window_ranges(topic, 0, 1),
         "ensure_topics": lambda e: e.ensure_topics(topic),
     }
     started = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kprio_core.kafka import KafkaEdge
+from kprio_core.offsets import OffsetRange
 from tests.fixtures.kafka import BASE_TS_MS
 
 pytestmark = pytest.mark.broker
@@ -28,8 +29,9 @@ def test_make_topic_creates_priority_topics_and_produces_exact_counts(make_topic
 def test_generated_records_carry_their_timestamps(make_topic, kafka_settings):
     topic = make_topic(priorities=1, partitions=1, records={0: 4})
     with KafkaEdge(kafka_settings) as edge:
-        # Record i is stamped BASE_TS_MS + i s, so the first record at or after +2 s is offset 2.
-        assert edge.offsets_for_times(topic, BASE_TS_MS + 2_000) == {(topic.priority_topic(0), 0): 2}
+        # Record i is stamped BASE_TS_MS + i s, so the window [+2 s, +3 s) is offset 2 alone.
+        assert edge.window_ranges(topic, BASE_TS_MS + 2_000, BASE_TS_MS + 3_000) == {
+            0: [OffsetRange(topic.priority_topic(0), 0, 2, 3)]}
 
 
 def test_second_topic_of_a_test_gets_its_own_name(make_topic):

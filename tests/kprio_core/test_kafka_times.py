@@ -1,4 +1,4 @@
-"""Offsets-for-times and time windows mapped to offset ranges, on a real broker."""
+"""Time windows mapped to offset ranges through offsets-for-times, on a real broker."""
 
 from __future__ import annotations
 
@@ -22,23 +22,9 @@ def timed_topic(make_topic):
     return make_topic(priorities=2, partitions=2, records={1: records([10, 11, 12, 13, 14], 0) + records([20, 30], 1)})
 
 
-def test_offsets_for_times_first_offset_at_or_after(timed_topic, kafka_settings):
-    t1, t0 = timed_topic.priority_topic(1), timed_topic.priority_topic(0)
-    with KafkaEdge(kafka_settings) as edge:
-        found = edge.offsets_for_times(timed_topic, 12 * S + 1)
-    # Partition 0: 13 s is offset 3. Partition 1: 20 s is offset 0. Empty partitions: high watermark 0.
-    assert found == {(t1, 0): 3, (t1, 1): 0, (t0, 0): 0, (t0, 1): 0}
-
-
-def test_offsets_for_times_past_the_last_record_is_the_high_watermark(timed_topic, kafka_settings):
-    t1 = timed_topic.priority_topic(1)
-    with KafkaEdge(kafka_settings) as edge:
-        found = edge.offsets_for_times(timed_topic, 31 * S)
-    assert (found[(t1, 0)], found[(t1, 1)]) == (5, 2)
-
-
 @pytest.mark.parametrize(("start_s", "end_s", "expected", "why"), [
     (11, 13, [(0, 1, 3)], "[11 s, 13 s) holds offsets 1, 2 of partition 0 (end is exclusive)"),
+    (12.5, 100, [(0, 3, 5), (1, 0, 2)], "a start between two records begins at the first record after it"),
     (0, 100, [(0, 0, 5), (1, 0, 2)], "a window around everything is every record"),
     (14, 25, [(0, 4, 5), (1, 0, 1)], "spans both partitions"),
     (25, 31, [(1, 1, 2)], "past partition 0's last record: nothing from it"),
@@ -48,7 +34,7 @@ def test_offsets_for_times_past_the_last_record_is_the_high_watermark(timed_topi
 def test_window_ranges(timed_topic, kafka_settings, start_s, end_s, expected, why):
     t1 = timed_topic.priority_topic(1)
     with KafkaEdge(kafka_settings) as edge:
-        ranges = edge.window_ranges(timed_topic, start_s * S, end_s * S)
+        ranges = edge.window_ranges(timed_topic, int(start_s * S), end_s * S)
     assert ranges == {1: [R(t1, p, a, b) for p, a, b in expected], 0: []}, why
 
 
