@@ -108,12 +108,6 @@ class HandlerError(KprioError):
     code = "handler_invalid"
 
 
-class BrokerProcessError(KprioError):
-    """The embedded broker could not be started, reached or stopped."""
-
-    code = "embedded_broker"
-
-
 class TraceInvalid(KprioError, ValueError):
     """A simulator trace (built-in name or JSON trace file) is unknown or malformed."""
 

@@ -26,13 +26,19 @@ from pathlib import Path
 
 import psutil
 
-from kprio_core.errors import BrokerProcessError
+from kprio_core.errors import KprioError
 from orchestration.services.process import free_port, live_process, log_tail, spawn_detached, stop_process, wait_for
 
 DEFAULT_DATA_DIR = Path("kprio-data/broker")
 DEFAULT_PORT = 9092
 LOG_FILE = "broker.log"
 NOIDA_CONTROL_FILE = "noida.control.json"
+
+
+class BrokerProcessError(KprioError):
+    """The embedded broker could not be started, reached or stopped."""
+
+    code = "embedded_broker"
 
 
 def noida_binary() -> Path:

@@ -14,8 +14,13 @@ import sys
 
 import pytest
 
-from kprio_core.errors import BrokerProcessError
-from orchestration.services.broker import NOIDA_CONTROL_FILE, EmbeddedBroker, answers_metadata, noida_binary
+from orchestration.services.broker import (
+    NOIDA_CONTROL_FILE,
+    BrokerProcessError,
+    EmbeddedBroker,
+    answers_metadata,
+    noida_binary,
+)
 from orchestration.services.process import pid_alive, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
