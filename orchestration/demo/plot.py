@@ -2,7 +2,14 @@
 
 The points come from the ledger (each plan keeps the backlog it was planned from), so the
 plot needs no extra broker call. Batch 3 of a demo run planned from ``{2: 150, 1: 125, 0: 350}``
-gives the points (2, 150), (2, 125) and (2, 350) of the three lines at x = 2 (0-based).
+gives the points at x = 2 (0-based) of the three lines, and the backlog left after the last
+batch is the last point:
+
+>>> from types import SimpleNamespace as Fake
+>>> before = [{2: 300, 1: 200, 0: 400}, {2: 220, 1: 160, 0: 380}, {2: 150, 1: 125, 0: 350}]
+>>> batches = [Fake(batch_id=f"b-00000{i}", plan=Fake(backlog_before=b)) for i, b in enumerate(before, 1)]
+>>> backlog_series(reversed(batches), after={0: 90}, priorities=3)
+{2: [300, 220, 150, 0], 1: [200, 160, 125, 0], 0: [400, 380, 350, 90]}
 """
 
 from __future__ import annotations
