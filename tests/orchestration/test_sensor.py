@@ -21,17 +21,31 @@ from tests.orchestration.ledger_states import commit_as_drained
 pytestmark = [pytest.mark.broker, pytest.mark.dagster]
 
 
-def run_tick(env, instance):
-    turn = tick(instance, env.edge, env.ledger, env.config)
+def run_tick(env, instance, now_s: float | None = None):
+    turn = tick(instance, env.edge, env.ledger, env.config, now_s=now_s)
     if turn.partitions:
         instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
     return turn
 
 
-def skip(env, instance) -> str:
-    turn = run_tick(env, instance)
+def skip(env, instance, now_s: float | None = None) -> str:
+    turn = run_tick(env, instance, now_s)
     assert not turn.requests, turn.requests
     return turn.skip_reason
+
+
+def stand_in_run(instance, job_name: str, batch_id: str) -> dg.DagsterRun:
+    """A STARTED run of ``job_name`` for the batch's partition (its process is never started)."""
+
+    @dg.op
+    def noop() -> None:
+        pass
+
+    @dg.job(name=job_name)
+    def job() -> None:
+        noop()
+
+    return instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED, tags={"dagster/partition": batch_id})
 
 
 def test_tick_records_the_planners_plan_and_requests_its_run(make_topic, kprio_env, dagster_instance):
@@ -132,10 +146,11 @@ def test_a_failed_batch_holds_only_its_partitions(make_topic, kprio_env, dagster
 def test_a_failed_batch_with_attempts_left_is_retried_after_its_backoff(make_topic, kprio_env, dagster_instance):
     topic = make_topic(priorities=2, partitions=1, records={1: 5})
     env = kprio_env(topic, recovery={"max_attempts": 3})
-    [request] = run_tick(env, dagster_instance).requests
-    soon = datetime.now(UTC) + timedelta(seconds=30)
+    now = datetime(2026, 3, 1, 12, tzinfo=UTC)  # the sensor's clock: the retry is due 30 s later
+    [request] = run_tick(env, dagster_instance, now.timestamp()).requests
+    soon = now + timedelta(seconds=30)
     env.ledger.mark_failed(request.partition_key, "drain failed: broker restarted", retry_at=soon)
-    assert "retried by itself at" in skip(env, dagster_instance)
+    assert "retried by itself at" in skip(env, dagster_instance, now.timestamp())
 
     # Once the backoff is over the retry is due.
     turn = tick(dagster_instance, env.edge, env.ledger, env.config, now_s=soon.timestamp() + 1)
@@ -195,16 +210,7 @@ def test_a_batch_whose_run_died_is_resumed_and_its_run_marked_failed(make_topic,
     [request] = run_tick(env, dagster_instance).requests
 
     # A run of that partition took the batch's lease, then its process died (kill -9): it stays STARTED.
-    @dg.op
-    def noop() -> None:
-        pass
-
-    @dg.job(name="drain_job")
-    def drain_job() -> None:
-        noop()
-
-    run = dagster_instance.create_run_for_job(drain_job, status=dg.DagsterRunStatus.STARTED,
-                                              tags={"dagster/partition": request.partition_key})
+    run = stand_in_run(dagster_instance, "drain_job", request.partition_key)
     dead = lease_owner(run.run_id, host=socket.gethostname(), pid=2 ** 22 + 17)  # no such process
     env.ledger.claim(request.partition_key, dead, 600)
 
@@ -223,15 +229,6 @@ def test_a_run_launched_from_the_ui_is_the_batchs_run(make_topic, kprio_env, dag
     [request] = run_tick(env, dagster_instance).requests
 
     # The asset page's materialization runs as __ASSET_JOB with the partition tag only.
-    @dg.op
-    def noop() -> None:
-        pass
-
-    @dg.job(name="__ASSET_JOB")
-    def asset_job() -> None:
-        noop()
-
-    dagster_instance.create_run_for_job(asset_job, status=dg.DagsterRunStatus.STARTED,
-                                        tags={"dagster/partition": request.partition_key})
+    stand_in_run(dagster_instance, "__ASSET_JOB", request.partition_key)
     fill(kafka_settings, topic.priority_topic(1), 5, partitions=1)
     assert skip(env, dagster_instance) == "priority 1 waits for its slot (b-000001 in flight)"
