@@ -13,9 +13,8 @@ from confluent_kafka.admin import ConfigResource, OffsetSpec, ResourceType
 
 from kprio_core.config import KafkaSettings, TopicSettings
 from kprio_core.kafka import KafkaEdge
-from kprio_core.kafka.client import new_admin, new_consumer, new_producer
+from kprio_core.kafka.client import Deadline, new_admin, new_consumer, new_producer
 from kprio_core.kafka.fetch import peek
-from kprio_core.kafka.client import Deadline
 from orchestration.services.broker import EmbeddedBroker
 from orchestration.services.process import wait_for
 from tests.fixtures.kafka import external_bootstrap
