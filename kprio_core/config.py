@@ -443,7 +443,12 @@ def format_validation_error(err: ValidationError, source: str) -> str:
 
 
 def _environment_overrides(raw: dict, env: Mapping[str, str]) -> dict:
-    """``raw`` with the ``KPRIO_*`` variables of ``env`` merged into its kafka section (empty ones ignored)."""
+    """``raw`` with the ``KPRIO_*`` variables of ``env`` merged into its kafka section (empty ones ignored).
+
+    Not pydantic-settings: its environment source maps a variable to a field by name, while here
+    any ``KPRIO_KAFKA_<SETTING>`` becomes a dotted key of ``client`` or ``secrets``, chosen by
+    :data:`SECRET_SETTINGS`; a custom source for that would be longer than this loop.
+    """
     kafka = dict(raw.get("kafka") or {})
     client, secrets = dict(kafka.get("client") or {}), {}
     for name, value in env.items():
