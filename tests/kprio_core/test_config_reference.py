@@ -6,11 +6,12 @@ field of each quota). For each leaf, :data:`CHANGES` gives another valid value, 
 
 1. the resources built from a config with that change carry it (``KprioSettings.config``: no
    resource copies a section by hand, so none loses a field);
-2. either a named probe in :data:`PROBES` builds a consumer's input from the changed config and
-   shows the effect (the Kafka client config, the edge's deadline, the topic and group names,
-   the Spark session conf), or :data:`ACTS_IN` names the function that reads the setting and
-   why it is not probed here; that function must exist and read the field (checked on its
-   source, without importing modules that other work may be rewriting).
+2. either a named probe in :data:`PROBES` calls the code that acts on the setting with the
+   changed config and shows the effect (the Kafka client config, the edge's deadline, the topic
+   and group names, the Spark session conf and read options, the batch budget, the read splits,
+   the rate quotas, the check limits, the sensor interval and replay start), or :data:`ACTS_IN`
+   names the function that reads the setting and why it cannot be probed without a broker, a
+   Spark drain or a run; that function must exist and read the field (checked on its source).
 
 A new field without a change value, and a probe or an entry, fails :func:`test_every_leaf_is_covered`.
 """
@@ -30,6 +31,9 @@ import pytest
 from pydantic import BaseModel
 
 from kprio_core.config import KprioConfig, parse_config, setting_variable
+from kprio_core.drain_plan import DrainPlan, PlannedRange
+from kprio_core.offsets import OffsetRange
+from kprio_core.results import RangeStats
 from orchestration.resources import resources_from_config
 from spark_jobs.session import session_conf
 
@@ -191,6 +195,58 @@ def spark_session_conf(config: KprioConfig) -> dict[str, str]:
     return session_conf(resources_from_config(config, env={})["spark"].settings())
 
 
+def read_options(config: KprioConfig) -> dict[str, str]:
+    """The options the python data source reads a batch's splits with (the executors' fetch limits)."""
+    from spark_jobs.source import source_options
+
+    return source_options(config, [])
+
+
+def batch_budget(config: KprioConfig) -> object:
+    """The budget the sensor plans a batch with, at a measured 1,000 records/s."""
+    from orchestration.decide import batch_budget
+
+    return batch_budget(config, 1000.0)
+
+
+def read_splits(config: KprioConfig) -> list[PlannedRange]:
+    """The read splits of a 200,000-record range of 100-byte records."""
+    from spark_jobs.drain import plan_splits
+
+    planned = PlannedRange(2, OffsetRange("orders-2", 0, 0, 200_000), est_bytes=200_000 * 100)
+    return plan_splits(config, DrainPlan("orders", "lag-aware", 200_000, None, {2: 200_000}, {2: 200_000}, (planned,)))
+
+
+def rate_quotas(config: KprioConfig) -> tuple[object, ...]:
+    """The quotas and windows of the rate tracker the sensor builds for a topic."""
+    from kprio_core.ledger import Ledger
+    from orchestration.decide import rate_tracker
+
+    ledger = Ledger(config.ledger.url)
+    try:
+        tracker = rate_tracker(config, ledger, "orders")
+    finally:
+        ledger.close()
+    return tracker.records_per_s, tracker.bytes_per_s, tracker.samples, tracker.window_s
+
+
+def check_limits(config: KprioConfig) -> list[dict[str, object]]:
+    """The summary the checks judge for a range of 30 records with 2 dead letters."""
+    from orchestration.checks import summary_frame
+
+    stats = RangeStats(2, OffsetRange("orders-2", 0, 0, 30), output=28, dead=2, distinct=30, first=0, last=29)
+    return summary_frame([stats], quality=config.quality, required_fields=()).to_dict("records")
+
+
+def definitions(config: KprioConfig) -> tuple[object, ...]:
+    """The sensor's interval and the replay partitions' first hour of the code location."""
+    from orchestration.definitions import build_definitions
+
+    defs = build_definitions(config)
+    replays = defs.resolve_assets_def("replayed_window").partitions_def
+    return defs.resolve_sensor_def("priority_lag_sensor").minimum_interval_seconds, replays.start
+
+
 PROBES: dict[str, Callable[[KprioConfig], object]] = {
     "kafka.bootstrap_servers": kafka_client,
     "kafka.client": kafka_client,
@@ -201,17 +257,36 @@ PROBES: dict[str, Callable[[KprioConfig], object]] = {
     "topics[].group": topic_names,
     "topics[].topic_template": topic_names,
     "topics[].group_template": topic_names,
+    "planner.record_budget": batch_budget,
+    "planner.byte_budget": batch_budget,
+    "planner.min_share": batch_budget,
+    "planner.target_batch_s": batch_budget,
+    "quality.invalid": check_limits,
+    "quality.max_invalid_ratio": check_limits,
+    "quality.ratio_floor_records": check_limits,
+    "splits.max_records": read_splits,
+    "splits.max_bytes": read_splits,
+    "rate.samples": rate_quotas,
+    "rate.window_s": rate_quotas,
+    "rate.quotas": rate_quotas,
+    "rate.quotas.<priority>.records_per_s": rate_quotas,
+    "rate.quotas.<priority>.bytes_per_s": rate_quotas,
+    "drain.replay_start": definitions,
     "spark.conf": spark_session_conf,
     "spark.arrow_batch_records": spark_session_conf,
+    "spark.fetch_max_bytes": read_options,
+    "spark.max_partition_fetch_bytes": read_options,
+    "spark.queued_max_messages_kbytes": read_options,
+    "sensor.interval_s": definitions,
 }
 
 
 # --- the rest: where each acts -----------------------------------------------------------------
 
 NEEDS_BROKER = "needs a broker"
-NEEDS_SPARK = "needs a Spark session and a drained batch"
-REWRITTEN = "its module is being rewritten this round (orchestration core); probe it once it settles"
-SPARK_JOBS = "a pure function of spark_jobs, which is being rewritten this round; probe it once it settles"
+NEEDS_SNAPSHOT = "decide() acts on a lag snapshot, which needs a broker (the sensor tests cover it)"
+NEEDS_SPARK = "needs a Spark session and a drained batch (tests/spark_jobs cover it)"
+NEEDS_RUN = "acts inside a batch's Dagster run (tests/orchestration/test_recovery.py covers it)"
 
 ACTS_IN: dict[str, tuple[str, str, str]] = {
     "topics[].partitions": ("kprio_core.kafka.topics", "topic_mismatches", NEEDS_BROKER),
@@ -219,49 +294,30 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "topics[].topic_config": ("kprio_core.kafka.edge", "KafkaEdge.create_topics", NEEDS_BROKER),
     "topics[].schema": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "topics[].required_fields": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
-    "planner.record_budget": ("orchestration.decide", "batch_budget", REWRITTEN),
-    "planner.byte_budget": ("orchestration.decide", "batch_budget", REWRITTEN),
-    "planner.min_share": ("orchestration.decide", "batch_budget", REWRITTEN),
-    "planner.target_batch_s": ("orchestration.decide", "batch_budget", REWRITTEN),
-    "planner.mode": ("orchestration.decide", "decide", REWRITTEN),
-    "planner.distribution": ("orchestration.decide", "decide", REWRITTEN),
-    "planner.window_size": ("orchestration.decide", "decide", REWRITTEN),
-    "planner.maxed_out_threshold": ("orchestration.decide", "decide", REWRITTEN),
-    "planner.max_in_flight": ("orchestration.decide", "decide", REWRITTEN),
-    "quality.invalid": ("orchestration.checks", "summary_frame", NEEDS_SPARK),
-    "quality.max_invalid_ratio": ("orchestration.checks", "summary_frame", NEEDS_SPARK),
-    "quality.ratio_floor_records": ("orchestration.checks", "summary_frame", NEEDS_SPARK),
+    "planner.mode": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
+    "planner.distribution": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
+    "planner.window_size": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
+    "planner.maxed_out_threshold": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
+    "planner.max_in_flight": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
     "quality.tombstones": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "quality.null_keys": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
-    "recovery.lease_s": ("orchestration.leases", "Heartbeat.__init__", REWRITTEN),
-    "recovery.max_attempts": ("orchestration.decide", "decide", REWRITTEN),
-    "recovery.backoff_s": ("orchestration.batch_asset", "BatchWork._retry_at", REWRITTEN),
-    "recovery.backoff_max_s": ("orchestration.batch_asset", "BatchWork._retry_at", REWRITTEN),
-    "splits.max_records": ("spark_jobs.drain", "plan_splits", SPARK_JOBS),
-    "splits.max_bytes": ("spark_jobs.drain", "plan_splits", SPARK_JOBS),
-    "rate.samples": ("orchestration.decide", "rate_tracker", REWRITTEN),
-    "rate.window_s": ("orchestration.decide", "rate_tracker", REWRITTEN),
-    "rate.quotas": ("orchestration.decide", "rate_tracker", REWRITTEN),
-    "rate.quotas.<priority>.records_per_s": ("orchestration.decide", "rate_tracker", REWRITTEN),
-    "rate.quotas.<priority>.bytes_per_s": ("orchestration.decide", "rate_tracker", REWRITTEN),
+    "recovery.lease_s": ("orchestration.leases", "Heartbeat.__init__", NEEDS_RUN),
+    "recovery.max_attempts": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
+    "recovery.backoff_s": ("orchestration.batch_asset", "BatchWork._retry_at", NEEDS_RUN),
+    "recovery.backoff_max_s": ("orchestration.batch_asset", "BatchWork._retry_at", NEEDS_RUN),
     "ordering.mode": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "ordering.lanes": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.handler": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.allow_data_loss": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.output_path": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.dead_letter_path": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
-    "drain.replay_path": ("orchestration.replay_asset", "build_replayed_window", REWRITTEN),
-    "drain.replay_start": ("orchestration.definitions", "build_definitions", REWRITTEN),
+    "drain.replay_path": ("orchestration.replay_asset", "build_replayed_window", "needs a replay run: a broker and Spark"),
     "spark.master": ("spark_jobs.session", "build_session", "starts a Spark session"),
     "spark.remote": ("spark_jobs.session", "build_session", "needs a Spark Connect server"),
     "spark.reader": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
-    "spark.fetch_max_bytes": ("spark_jobs.source", "source_options", SPARK_JOBS),
-    "spark.max_partition_fetch_bytes": ("spark_jobs.source", "source_options", SPARK_JOBS),
-    "spark.queued_max_messages_kbytes": ("spark_jobs.source", "source_options", SPARK_JOBS),
     "spark.connect_port": ("orchestration.services.spark_connect", "SparkConnectServer.__init__", "starts a server"),
     "spark.connect_dir": ("orchestration.services.spark_connect", "SparkConnectServer.__init__", "starts a server"),
-    "ledger.url": ("kprio_core.ledger.ledger", "Ledger.from_settings", "the ledger is being rewritten this round"),
-    "sensor.interval_s": ("orchestration.definitions", "build_definitions", REWRITTEN),
+    "ledger.url": ("kprio_core.ledger.ledger", "Ledger.from_settings", "the changed URL names a Postgres server"),
 }
 """Leaf -> (module, function reading it, why no probe here)."""
 
