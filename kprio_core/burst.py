@@ -27,10 +27,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Any
-
-from pydantic import TypeAdapter
 
 from kprio_core.drain_plan import BurstDecision
 from kprio_core.priority import Priority, most_urgent_first
@@ -153,30 +149,6 @@ class PollHistory:
             raise ValueError(f"poll history names priorities {sorted(unknown)} outside 0..{n - 1}")
         windows = {p: [(int(c), int(quotas[p])) for c in counts.get(p, ())] for p in range(n)}
         return cls(n, window_size, maxed_out_threshold, windows)  # type: ignore[arg-type]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (priority keys as strings, entries as ``[drained, quota]``).
-
-        >>> PollHistory.from_counts({1: [3]}, {1: 4, 0: 1}, window_size=2, maxed_out_threshold=1).to_dict()
-        {'n_priorities': 2, 'window_size': 2, 'maxed_out_threshold': 1, 'windows': {'0': [], '1': [[3, 4]]}}
-        """
-        return _json().dump_python(self, mode="json")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PollHistory:
-        """Inverse of :meth:`to_dict` (a ``pydantic.ValidationError`` says what is wrong).
-
-        >>> h = PollHistory.from_counts({2: [29, 20]}, {2: 29, 1: 14, 0: 7})
-        >>> PollHistory.from_dict(h.to_dict()) == h
-        True
-        """
-        return _json().validate_python(d)
-
-
-@cache
-def _json() -> TypeAdapter[PollHistory]:
-    # Built on first use: a pydantic schema costs milliseconds the planner's import need not pay.
-    return TypeAdapter(PollHistory)
 
 
 # --- the decision -----------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from hypothesis import given
@@ -136,13 +135,6 @@ def test_record_keeps_the_quota_of_each_batch() -> None:
     h.record({1: 10}, {1: 20, 0: 5})  # budget raised: 10 no longer maxes out; 0 drained nothing
     assert maxed_out_count(h.windows[1]) == 1
     assert h.counts(0) == [1, 0]
-
-
-def test_round_trip_through_json() -> None:
-    h = PollHistory.from_counts({2: [29, 20], 1: [14], 0: []}, Q50, window_size=5, maxed_out_threshold=3)
-    again = PollHistory.from_dict(json.loads(json.dumps(h.to_dict())))
-    assert again == h
-    assert again.windows[2].maxlen == 5
 
 
 @pytest.mark.parametrize(
