@@ -357,12 +357,6 @@ def batch_budget(config: KprioConfig, throughput: float | None, record_budget: i
     return Budget(records=records, bytes=planner.byte_budget, min_share=planner.min_share)
 
 
-def measured_throughput(config: KprioConfig, ledger: Ledger, topic: str) -> float | None:
-    """Drain records/s of the topic's recent batches long enough to measure it (half the target, or more)."""
-    target = config.planner.target_batch_s
-    return None if target is None else ledger.throughput(topic, min_seconds=target / 2)
-
-
 def rate_tracker(config: KprioConfig, ledger: Ledger, topic: str) -> RateQuotaTracker:
     """The topic's rate tracker under the quotas configured now, fed by what the ledger says was drained."""
     quotas = config.rate.quotas
@@ -452,7 +446,7 @@ def decide(
                                  tuple(waiting), snapshot=snapshot, throttled=throttled, retry_in_s=wait)
         return _without_plan(base, Action.BUSY, "; ".join(waiting), tuple(waiting), snapshot=snapshot)
 
-    budget = batch_budget(config, measured_throughput(config, ledger, name), record_budget)
+    budget = batch_budget(config, ledger.throughput(name), record_budget)
     plan = plan_batch(
         only(snapshot, usable),
         budget,

@@ -149,21 +149,21 @@ def test_avg_record_bytes_counts_any_drain_and_a_rerun_replaces_its_numbers(ledg
     assert ledger.avg_record_bytes("orders") == {"orders-2": 300.0}, "but the sizes measured stay known"
 
 
-def test_throughput_is_records_per_second_of_drain_time(ledger: Ledger, clock: Clock):
+def test_throughput_is_the_best_drain_rate_of_the_recent_batches(ledger: Ledger, clock: Clock):
     assert ledger.throughput("orders") is None, "no history"
     commit(ledger, clock, ledger.record_plan(make_plan(R("orders-2", 0, 0, 3000))), seconds=2.0)
     commit(ledger, clock, ledger.record_plan(make_plan(R("orders-0", 0, 0, 1000))), seconds=2.0, dead=10)
     drain_and_check(ledger, ledger.record_plan(make_plan(R("orders-2", 0, 3000, 3100))), seconds=0.01)
     commit(ledger, clock, ledger.record_plan(make_plan(R("orders-2", 1, 0, 5))), seconds=0.0)  # no time: skipped
-    assert ledger.throughput("orders") == 1000.0, "(3000 + 1000) / (2 + 2); uncommitted and timeless left out"
+    assert ledger.throughput("orders") == 1500.0, "max(3000 / 2, 1000 / 2); uncommitted and timeless left out"
     assert ledger.throughput("orders", last_batches=1) == 500.0
     assert ledger.throughput("payments") is None
-    # Small batches measure the fixed cost of a drain, not its rate: left out when asked.
-    for offset in range(10):
+    # Trickles measure a drain's fixed cost, not its rate: they do not pull the estimate down.
+    for offset in range(8):
         commit(ledger, clock, ledger.record_plan(make_plan(R("orders-2", 1, 5 + offset * 6, 11 + offset * 6))),
                seconds=0.4)
-    assert ledger.throughput("orders") < 100, "ten trickles of 6 records in 0.4 s each: 15 records/s"
-    assert ledger.throughput("orders", min_seconds=1.0) == 1000.0
+    assert ledger.throughput("orders") == 1500.0, "eight trickles of 6 records in 0.4 s each, then the best"
+    assert ledger.throughput("orders", last_batches=8) == 15.0, "only trickles: their own rate"
     with pytest.raises(ValueError, match="last_batches must be >= 1"):
         ledger.throughput("orders", last_batches=0)
 
