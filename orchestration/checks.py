@@ -15,8 +15,8 @@ check they belong to (``meta={"check": name}``):
 
 GX reports the summary rows that broke an expectation; each such row is a planned range, so a
 failed check names the ranges it failed on (``CheckOutcome.failed_ranges``) and the batch can
-split them off. Rows outside every range (found by the audit path, :func:`frame_stats`) get a
-row of their own, which names no range. Two planned ranges of 200 records, one with 4 dead
+split them off. Rows outside every range (counted by the drain, :mod:`spark_jobs.range_counts`) get
+a row of their own, which names no range. Two planned ranges of 200 records, one with 4 dead
 letters (2 %, quarantined), one with 20 (10 %, over the 5 % limit):
 
 >>> from kprio_core.config import QualitySettings
@@ -38,22 +38,18 @@ imports it in a background thread so a run can overlap that with its Spark drain
 
 from __future__ import annotations
 
-import dataclasses
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from kprio_core.config import QualitySettings
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.offsets import OffsetRange
-from kprio_core.priority import Priority
 from kprio_core.results import CheckOutcome, CheckReport, RangeStats
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame
 
 ROW_COUNT = "row_count_matches_plan"
 UNIQUE = "offsets_are_unique"
@@ -253,7 +249,7 @@ def check_batch(
     fails.
 
     Why this proves what the row-level suite proved, given counts measured on the rows written
-    (with rows at offsets recorded as lost counted as ``outside``, as :func:`frame_stats` does):
+    (with rows at offsets recorded as lost counted as ``outside``, as the drain counts them):
     ranges of a plan are disjoint, so a repeated (topic, partition, offset) repeats inside one
     range and shows as rows inside > distinct offsets (output and dead letters counted together,
     so an offset in both is a repeat too). A range whose distinct offsets equal its expected count
@@ -364,203 +360,3 @@ def check_results(report: CheckReport, asset_key: dg.AssetKey | str | Sequence[s
             severity=dg.AssetCheckSeverity.ERROR,
         ))
     return results
-
-
-# -- the audit path: any Spark DataFrame of drained rows ---------------------------------------------------
-
-
-def validate_batch(
-    df: DataFrame,
-    ranges: Sequence[OffsetRange | PlannedRange],
-    *,
-    lost: Sequence[OffsetRange] = (),
-    required_fields: Sequence[str] = (),
-    error_column: str | None = "error",
-    quality: QualitySettings | None = None,
-    dead_letters: DataFrame | None = None,
-) -> list[CheckOutcome]:
-    """The six checks of rows read back (columns topic, partition, offset, ...) against the planned ranges.
-
-    :func:`check_batch` of :func:`frame_stats`. A required field or the error column missing from
-    ``df`` fails its check (metadata ``missing_column_<name>``: 1) instead of raising.
-    """
-    quality = quality or QualitySettings()
-    stats = frame_stats(df, ranges, lost=lost, required_fields=required_fields, error_column=error_column,
-                        dead_letters=dead_letters, quality=quality)
-    outcomes = check_batch(stats, quality=quality, required_fields=required_fields).outcomes
-    columns = set(df.columns)
-    absent = {
-        REQUIRED: [name for name in required_fields if name not in columns],
-        SCHEMA: [error_column] if error_column is not None and error_column not in columns else [],
-    }
-    return [_missing_columns(o, absent.get(o.name, [])) for o in outcomes]
-
-
-def _missing_columns(outcome: CheckOutcome, missing: list[str]) -> CheckOutcome:
-    if not missing:
-        return outcome
-    metadata = {**outcome.metadata, **{f"missing_column_{name}": 1 for name in missing}}
-    return dataclasses.replace(outcome, passed=False, metadata=metadata)
-
-
-def frame_stats(
-    df: DataFrame,
-    ranges: Sequence[OffsetRange | PlannedRange],
-    *,
-    lost: Sequence[OffsetRange] = (),
-    required_fields: Sequence[str] = (),
-    error_column: str | None = "error",
-    dead_letters: DataFrame | None = None,
-    quality: QualitySettings | None = None,
-) -> tuple[RangeStats, ...]:
-    """Per-range stats of drained rows (and their dead letters), in ONE aggregation over ONE range join.
-
-    One :class:`RangeStats` per range of ``ranges`` (in order; a :class:`PlannedRange` gives its
-    priority, else the rows' ``priority`` column does), plus one for :data:`OUTSIDE_PLAN` when rows
-    lie outside every range. The planned ranges (cut at the ``lost`` gaps, which each range's stats
-    record) are a broadcast frame left-joined to the rows. Rows in a lost gap count as ``outside``
-    their range. Output rows only count for ``invalid_in_output`` (non-null ``error_column``) and
-    ``nulls`` (a null required field; tombstones, a null ``value``, excepted while
-    ``quality.tombstones`` is record). A column that is missing counts every output row as failing
-    it: nothing proves otherwise. Planned ranges are disjoint, as a plan's are.
-    """
-    from pyspark.sql import functions as F
-
-    quality = quality or QualitySettings()
-    planned = [(r.priority, r.range) if isinstance(r, PlannedRange) else (None, r) for r in ranges]
-    gaps = [_gaps_in(r, lost) for _, r in planned]
-    plan_rows = [
-        (r.topic, r.partition, start, end, i, expected)
-        for i, (_, r) in enumerate(planned)
-        for start, end, expected in _pieces(r, gaps[i])
-    ]
-    plan = df.sparkSession.createDataFrame(
-        plan_rows, "p_topic string, p_partition int, p_start long, p_end long, p_range int, p_expected boolean"
-    )
-    nulls = [f"_kprio_null_{i}" for i in range(len(required_fields))]
-    rows = _measured(df, required_fields, nulls, error_column, quality, dead=False)
-    if dead_letters is not None:
-        rows = rows.unionByName(_measured(dead_letters, required_fields, nulls, None, quality, dead=True))
-    inside = (
-        (F.col("topic") == F.col("p_topic"))
-        & (F.col("partition") == F.col("p_partition"))
-        & (F.col("offset") >= F.col("p_start"))
-        & (F.col("offset") < F.col("p_end"))
-    )
-    expected_offset = F.when(F.col("p_expected"), F.col("offset"))  # null outside the plan and in lost gaps
-    totals = (
-        rows.join(F.broadcast(plan), inside, "left")
-        .groupBy("p_range")
-        .agg(
-            F.sum(F.lit(1) - F.col("_kprio_dead")).alias("output"),
-            F.sum("_kprio_dead").alias("dead"),
-            F.count_distinct(expected_offset).alias("distinct"),
-            F.min(expected_offset).alias("first"),
-            F.max(expected_offset).alias("last"),
-            F.sum("_kprio_bytes").alias("bytes"),
-            F.sum(F.when(F.col("p_expected"), 0).otherwise(1)).alias("outside"),
-            F.sum("_kprio_invalid").alias("invalid_in_output"),
-            F.max("_kprio_priority").alias("priority"),
-            *[F.sum(name).alias(name) for name in nulls],
-        )
-        .collect()
-    )
-    measured = {row["p_range"]: row for row in totals}
-
-    def stats_of(priority: Priority | None, r: OffsetRange, row, lost_in_range=()) -> RangeStats:
-        if row is None:
-            return RangeStats(priority or 0, r, output=0, dead=0, distinct=0, first=None, last=None,
-                              nulls=tuple((name, 0) for name in required_fields), lost=tuple(lost_in_range))
-        return RangeStats(
-            priority if priority is not None else int(row["priority"] or 0),
-            r,
-            output=int(row["output"]),
-            dead=int(row["dead"]),
-            distinct=int(row["distinct"]),
-            first=row["first"],
-            last=row["last"],
-            bytes=int(row["bytes"]),
-            outside=int(row["outside"]),
-            invalid_in_output=int(row["invalid_in_output"]),
-            nulls=tuple((name, int(row[col])) for name, col in zip(required_fields, nulls)),
-            lost=tuple(lost_in_range),
-        )
-
-    result = [stats_of(p, r, measured.get(i), gaps[i]) for i, (p, r) in enumerate(planned)]
-    if None in measured:
-        result.append(stats_of(None, OUTSIDE_PLAN, measured[None]))
-    return tuple(result)
-
-
-def _measured(df: DataFrame, required_fields: Sequence[str], nulls: Sequence[str], error_column: str | None,
-              quality: QualitySettings, *, dead: bool) -> DataFrame:
-    """The key columns of ``df`` and, per row, 0/1 flags of what the stats count."""
-    from pyspark.sql import functions as F
-
-    columns = set(df.columns)
-    absent = [c for c in ("topic", "partition", "offset") if c not in columns]
-    if absent:
-        kind = "dead letters" if dead else "rows"
-        raise ValueError(f"the {kind} to check have no column {absent} (columns: {sorted(columns)})")
-
-    def flag(condition) -> Any:
-        return F.when(condition, 1).otherwise(0)
-
-    def length(name: str) -> Any:
-        return F.coalesce(F.length(name), F.lit(0)) if name in columns else F.lit(0)
-
-    if dead or error_column is None:
-        invalid = F.lit(0)
-    else:
-        invalid = flag(F.col(error_column).isNotNull()) if error_column in columns else F.lit(1)
-    # A tombstone has every field null: that is a record, not a missing field, unless configured.
-    tombstone = F.col("value").isNull() if quality.tombstones == "record" and "value" in columns else F.lit(False)
-    null_flags = [
-        F.lit(0) if dead else flag(~tombstone & F.col(name).isNull()) if name in columns else F.lit(1)
-        for name in required_fields
-    ]
-    return df.select(
-        F.col("topic").cast("string").alias("topic"),
-        F.col("partition").cast("int").alias("partition"),
-        F.col("offset").cast("long").alias("offset"),
-        F.lit(1 if dead else 0).alias("_kprio_dead"),
-        invalid.alias("_kprio_invalid"),
-        (length("key") + length("value")).cast("long").alias("_kprio_bytes"),
-        (F.col("priority").cast("int") if "priority" in columns else F.lit(None).cast("int")).alias("_kprio_priority"),
-        *[f.alias(name) for f, name in zip(null_flags, nulls)],
-    )
-
-
-def _gaps_in(r: OffsetRange, lost: Iterable[OffsetRange]) -> list[OffsetRange]:
-    """The recorded losses inside ``r``: clipped to it, merged, sorted.
-
-    >>> lost = [OffsetRange("t-2", 0, 3, 4), OffsetRange("t-2", 0, 0, 2), OffsetRange("t-2", 0, 1, 3),
-    ...         OffsetRange("t-2", 0, 8, 20), OffsetRange("t-2", 1, 0, 9)]
-    >>> [str(g) for g in _gaps_in(OffsetRange("t-2", 0, 0, 10), lost)]
-    ['t-2[0]@[0,4)', 't-2[0]@[8,10)']
-    """
-    merged: list[OffsetRange] = []
-    for gap in sorted(g for g in lost if g.overlaps(r)):
-        start, end = max(gap.start, r.start), min(gap.end, r.end)
-        if merged and start <= merged[-1].end:
-            last = merged.pop()
-            start, end = last.start, max(last.end, end)
-        merged.append(OffsetRange(r.topic, r.partition, start, end))
-    return merged
-
-
-def _pieces(r: OffsetRange, gaps: Sequence[OffsetRange]) -> list[tuple[int, int, bool]]:
-    """``r`` cut into ``(start, end, expected)`` pieces: expected offsets, and the lost gaps between them.
-
-    >>> _pieces(OffsetRange("t-2", 0, 0, 10), [OffsetRange("t-2", 0, 2, 4)])
-    [(0, 2, True), (2, 4, False), (4, 10, True)]
-    """
-    pieces, cursor = [], r.start
-    for gap in gaps:
-        if gap.start > cursor:
-            pieces.append((cursor, gap.start, True))
-        pieces.append((gap.start, gap.end, False))
-        cursor = gap.end
-    if cursor < r.end:
-        pieces.append((cursor, r.end, True))
-    return pieces
