@@ -8,7 +8,6 @@ package's last test, so its daemon does not tick through the rest of the suite:
 - ``bulk``: backlogs of every priority, drained by the sensor's runs;
 - ``crash``: the first run that publishes a batch of it dies there (SIGKILL, once): what a
   killed run worker looks like to Dagster and to kprio;
-- ``ui``: drained, then re-drained through GraphQL backfills;
 - ``browser``: drained, then re-drained from the UI's pages in Chromium;
 - ``live``: records of the hour running now, for replays of the current hour.
 """
@@ -33,7 +32,7 @@ from tests.fixtures.dagster_dev import (
 )
 from tests.orchestration.conservation import Conservation, conservation, lag
 
-TOPICS = ("bulk", "crash", "ui", "browser", "live")
+TOPICS = ("bulk", "crash", "browser", "live")
 SCHEMA = {"i": "long", "amount": "double"}
 DRAIN_TIMEOUT_S = 300
 ENDED = ("SUCCESS", "FAILURE", "CANCELED")
