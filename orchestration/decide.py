@@ -242,7 +242,8 @@ def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
     stuck = []
     for batch in in_flight:
         lease = batch.lease
-        owner_run = parse_owner(lease.owner).run_id if lease is not None and parse_owner(lease.owner) else None
+        owner = parse_owner(lease.owner) if lease is not None else None
+        owner_run = owner.run_id if owner is not None else None
         others = [r for r in runs.of(batch.batch_id) if r.active and r.run_id != owner_run]
         if others or runs.dagster_will_retry(batch.batch_id):
             continue  # another run is on its way to take it over

@@ -8,6 +8,7 @@ import pytest
 
 from orchestration import drain_loop
 from tests.orchestration.conservation import conservation
+from tests.fixtures.kafka import fill
 from tests.orchestration.dagster_env import read_all_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
@@ -117,3 +118,39 @@ def test_a_partition_added_by_hand_in_the_ui_fails_saying_it_is_no_batch(make_to
     assert "b-999999 is not a batch of Ledger(" in failure.message
     assert "Pick an existing partition of drained_batch" in failure.message
     assert env.ledger.batches(topic.name) == [] and not any(env.edge.committed(topic).values())
+
+
+def test_a_sensor_run_whose_work_is_done_or_moved_on_says_so_and_succeeds(
+    make_topic, kprio_env, dagster_instance, spark
+):
+    from orchestration.sensors import tick
+
+    topic = make_topic(priorities=2, partitions=1, records={1: 3, 0: 3})
+    env = kprio_env(topic)
+    assert drain_loop.drain(env.defs, dagster_instance).ok
+    job = env.defs.resolve_job_def("drain_job")
+
+    # A late run of attempt 1 of a committed batch (a duplicate launch): it reports the stored checks.
+    late = job.execute_in_process(instance=dagster_instance, partition_key="b-000001",
+                                  tags={"kprio/attempt": "1", "kprio/why": "new"})
+    assert late.success and env.ledger.get("b-000001").attempts == 1
+    assert [e.passed for e in late.get_asset_check_evaluations()] == [True] * 6
+    assert late.asset_materializations_for_node("drain_batch") == []  # nothing drained, nothing committed
+
+    # A run of attempt 1 of a batch already at attempt 2 (retried meanwhile): nothing to report, success.
+    fill(env.config.kafka, topic.priority_topic(1), 4, partitions=1)
+    turn = tick(dagster_instance, env.edge, env.ledger, env.config)
+    dagster_instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
+    [batch_id] = turn.partitions
+    env.ledger.mark_failed(batch_id, "test: failed once", retry_at=None)
+    env.ledger.retry(batch_id, reason="test: the sensor's retry")
+    stale = job.execute_in_process(instance=dagster_instance, partition_key=batch_id,
+                                   tags={"kprio/attempt": "1", "kprio/why": "new"})
+    assert stale.success and stale.get_asset_check_evaluations() == []
+    batch = env.ledger.get(batch_id)
+    assert (batch.state.value, batch.attempts, batch.lease) == ("planned", 2, None)
+    # The run of attempt 2 drains and commits it.
+    assert job.execute_in_process(instance=dagster_instance, partition_key=batch_id,
+                                  tags={"kprio/attempt": "2", "kprio/why": "retry"}).success
+    assert env.ledger.get(batch_id).state.value == "committed"
+    assert conservation(env.config, topic, env.edge).ok
