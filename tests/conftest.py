@@ -4,8 +4,10 @@
   free port, or the cluster in ``KPRIO_BOOTSTRAP_SERVERS``);
 - ``tests.fixtures.spark``: one local SparkSession per test session;
 - ``tests.fixtures.postgres``: a throwaway PostgreSQL server (installed with apt-get when missing);
-- ``tests.fixtures.daemon``: one kprio deployment under the real Dagster daemon (``dagster dev``,
-  the shipped dagster.yaml, a Spark Connect server), shared by the tests that need it.
+- ``tests.fixtures.browser``: headless Chromium from Debian (installed with apt-get when missing).
+
+``tests/daemon/conftest.py`` starts one kprio deployment under the real Dagster daemon
+(``dagster dev``, the shipped dagster.yaml, a Spark Connect server) for the tests of that package.
 """
 
 import gc
