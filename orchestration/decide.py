@@ -48,6 +48,7 @@ from kprio_core.priority import Priority
 from kprio_core.rate import RateQuotaTracker
 from kprio_core.recovery import may_retry, parse_owner
 from kprio_core.snapshot import LagSnapshot
+from orchestration.tags import RUNNER_TAG
 
 ACTIVE_RUN_STATUSES = frozenset({
     dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
@@ -129,10 +130,12 @@ class RunSummary:
     run_id: str
     status: dg.DagsterRunStatus
     tags: Mapping[str, str] = field(default_factory=dict)
+    orphaned: bool = False
+    """Unfinished, but the kprio process that executed it in process is gone (it never ends by itself)."""
 
     @property
     def active(self) -> bool:
-        return self.status in ACTIVE_RUN_STATUSES
+        return self.status in ACTIVE_RUN_STATUSES and not self.orphaned
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,9 @@ class BatchRuns:
     def latest(self, batch_id: str) -> RunSummary | None:
         runs = self.of(batch_id)
         return runs[0] if runs else None
+
+    def orphaned(self, batch_id: str) -> tuple[RunSummary, ...]:
+        return tuple(r for r in self.of(batch_id) if r.orphaned)
 
     def dagster_will_retry(self, batch_id: str) -> bool:
         """The latest run failed and Dagster's run-retry daemon will launch its retry."""
@@ -260,7 +266,12 @@ def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
             continue  # the run of this attempt was never requested: launch_unlaunched's case
         if batch.state is BatchState.CHECKED:
             continue  # waits for earlier batches to commit: launch_commits' case
-        stuck.append((batch, f"its last run {latest.run_id[:8]} ended {latest.status.value} without finishing it"))
+        if latest.orphaned:
+            why = (f"its run {latest.run_id[:8]} is {latest.status.value} but the process running it "
+                   f"({latest.tags.get(RUNNER_TAG)}) is gone")
+        else:
+            why = f"its last run {latest.run_id[:8]} ended {latest.status.value} without finishing it"
+        stuck.append((batch, why))
     return stuck
 
 

@@ -32,9 +32,10 @@ import dagster as dg
 
 from kprio_core.ledger import BatchState, Ledger
 from orchestration.decide import Action, Decision, describe_holds
+from orchestration.leases import this_owner
 from orchestration.resources import session_running
 from orchestration.sensors import SENSOR_NAME, tick
-from orchestration.tags import RUN_KEY_TAG, SENSOR_NAME_TAG, TOPIC_TAG
+from orchestration.tags import RUN_KEY_TAG, RUNNER_TAG, SENSOR_NAME_TAG, TOPIC_TAG
 
 MAX_WAIT_S = 60.0
 """Longest single wait between two ticks (a throttle, a backoff, another process's batch)."""
@@ -125,7 +126,7 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunR
             log_level: str = "DEBUG") -> dg.ExecuteInProcessResult:
     """Execute one requested run of ``drain_job`` in this process, tagged as the daemon would tag it."""
     job = defs.resolve_job_def("drain_job")
-    tags = {**request.tags, RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: SENSOR_NAME}
+    tags = {**request.tags, RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: SENSOR_NAME, RUNNER_TAG: this_owner("")}
     return job.execute_in_process(
         run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
         instance=instance, partition_key=request.partition_key, tags=tags, raise_on_error=False,
@@ -166,7 +167,8 @@ def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
         started = time.monotonic()
         result = job.execute_in_process(
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-            instance=instance, partition_key=batch_id, tags={TOPIC_TAG: topic}, raise_on_error=False,
+            instance=instance, partition_key=batch_id, tags={TOPIC_TAG: topic, RUNNER_TAG: this_owner("")},
+            raise_on_error=False,
         )
         return outcome_of(ledger, batch_id, topic, result, time.monotonic() - started)
 

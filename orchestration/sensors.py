@@ -34,10 +34,10 @@ from kprio_core.ledger import Batch, BatchState, Ledger
 from kprio_core.recovery import parse_owner
 from orchestration.adoption import ensure_adopted
 from orchestration.decide import Action, BatchRuns, Decision, Launch, RunSummary, Why, decide
-from orchestration.leases import owner_dead_in
+from orchestration.leases import owner_dead, owner_dead_in
 from orchestration.partitions import batch_partitions
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
-from orchestration.tags import ATTEMPT_TAG, PARTITION_TAG, RUN_KEY_TAG, TOPIC_TAG, WHY_TAG, slot_tags
+from orchestration.tags import ATTEMPT_TAG, PARTITION_TAG, RUN_KEY_TAG, RUNNER_TAG, TOPIC_TAG, WHY_TAG, slot_tags
 
 SENSOR_NAME = "priority_lag_sensor"
 RUNS_PER_BATCH = 10
@@ -50,8 +50,7 @@ def existing_runs(instance: dg.DagsterInstance, batches: Iterable[Batch]) -> Bat
     for batch in batches:
         records = instance.get_run_records(filters=dg.RunsFilter(tags={PARTITION_TAG: batch.batch_id}),
                                            limit=RUNS_PER_BATCH)
-        runs[batch.batch_id] = tuple(RunSummary(r.dagster_run.run_id, r.dagster_run.status, dict(r.dagster_run.tags))
-                                     for r in records)
+        runs[batch.batch_id] = tuple(summary(r.dagster_run) for r in records)
     keys = frozenset(r.tags[RUN_KEY_TAG] for rs in runs.values() for r in rs if RUN_KEY_TAG in r.tags)
     return BatchRuns(runs, keys)
 
@@ -66,16 +65,31 @@ def run_request(launch: Launch) -> dg.RunRequest:
     )
 
 
-def fail_dead_runs(instance: dg.DagsterInstance, batch: Batch, why: str) -> list[str]:
-    """Mark failed the unfinished Dagster run that held ``batch``'s lease (its process is gone); its ids."""
+def summary(run: dg.DagsterRun) -> RunSummary:
+    """A run as the rules see it; one a killed kprio process executed in process is ``orphaned``."""
+    tags = dict(run.tags)
+    runner = tags.get(RUNNER_TAG)
+    orphaned = not run.is_finished and runner is not None and owner_dead(runner)
+    return RunSummary(run.run_id, run.status, tags, orphaned=orphaned)
+
+
+def fail_dead_runs(instance: dg.DagsterInstance, batch: Batch, why: str,
+                   orphaned: Iterable[RunSummary] = ()) -> list[str]:
+    """Mark failed the unfinished Dagster runs of ``batch`` whose process is gone: the one that held its
+    lease, and ``orphaned`` ones (executed in process by a kprio that was killed); their ids."""
     owner = parse_owner(batch.lease.owner) if batch.lease else None
-    run = instance.get_run_by_id(owner.run_id) if owner and owner.run_id else None
-    if run is None or run.is_finished:
-        return []
-    instance.report_engine_event(f"kprio: the run of batch {batch.batch_id} died: {why}; a new attempt takes over "
-                                 "with the same ranges", run)
-    instance.report_run_failed(run)
-    return [run.run_id]
+    ids = [owner.run_id] if owner and owner.run_id else []
+    ids += [r.run_id for r in orphaned if r.run_id not in ids]
+    failed = []
+    for run_id in ids:
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            continue
+        instance.report_engine_event(f"kprio: the run of batch {batch.batch_id} died: {why}; a new attempt takes "
+                                     "over with the same ranges", run)
+        instance.report_run_failed(run)
+        failed.append(run_id)
+    return failed
 
 
 @dataclass(frozen=True)
@@ -100,10 +114,11 @@ def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig
     decisions, requests, partitions, reasons = [], [], [], []
     for topic in config.topics:
         watched = [*ledger.in_flight(topic.name), *ledger.batches(topic.name, states=[BatchState.FAILED])]
-        decision = decide(config, topic, edge=edge, ledger=ledger, now_s=now_s,
-                          runs=existing_runs(instance, watched), owner_dead=owner_dead_in(instance))
+        runs = existing_runs(instance, watched)
+        decision = decide(config, topic, edge=edge, ledger=ledger, now_s=now_s, runs=runs,
+                          owner_dead=owner_dead_in(instance))
         for batch, why in decision.stuck:
-            for run_id in fail_dead_runs(instance, batch, why):
+            for run_id in fail_dead_runs(instance, batch, why, runs.orphaned(batch.batch_id)):
                 _info(log, f"{topic.name}: run {run_id[:8]} of {batch.batch_id} marked failed: {why}")
         launches = list(decision.launch)
         if decision.plan is not None:

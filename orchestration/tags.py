@@ -30,6 +30,10 @@ TOPIC_TAG = "kprio/logical_topic"
 ATTEMPT_TAG = "kprio/attempt"
 WHY_TAG = "kprio/why"
 SLOT_TAG_PREFIX = "kprio/slot-p"
+RUNNER_TAG = "kprio/runner"
+"""On runs a kprio process executes itself (``kprio drain``, ``kprio retry``): that process, as a
+lease owner string, so a run left STARTED by a killed process is known dead (no run monitoring
+watches an in-process run)."""
 
 
 def slot_tags(logical_topic: str, priorities: Iterable[int]) -> dict[str, str]:

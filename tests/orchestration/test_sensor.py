@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import os
 import socket
 from datetime import UTC, datetime, timedelta
 
@@ -34,7 +35,7 @@ def skip(env, instance, now_s: float | None = None) -> str:
     return turn.skip_reason
 
 
-def stand_in_run(instance, job_name: str, batch_id: str) -> dg.DagsterRun:
+def stand_in_run(instance, job_name: str, batch_id: str, **tags: str) -> dg.DagsterRun:
     """A STARTED run of ``job_name`` for the batch's partition (its process is never started)."""
 
     @dg.op
@@ -45,7 +46,8 @@ def stand_in_run(instance, job_name: str, batch_id: str) -> dg.DagsterRun:
     def job() -> None:
         noop()
 
-    return instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED, tags={"dagster/partition": batch_id})
+    return instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED,
+                                       tags={"dagster/partition": batch_id, **tags})
 
 
 def test_tick_records_the_planners_plan_and_requests_its_run(make_topic, kprio_env, dagster_instance):
@@ -221,6 +223,34 @@ def test_a_batch_whose_run_died_is_resumed_and_its_run_marked_failed(make_topic,
     assert dagster_instance.get_run_by_id(run.run_id).status is dg.DagsterRunStatus.FAILURE
     [(batch, why)] = turn.decisions[0].stuck
     assert batch.batch_id == request.partition_key and "is gone" in why
+
+
+@pytest.mark.parametrize("alive", [False, True], ids=["runner-killed", "runner-alive"])
+def test_a_run_a_killed_kprio_drain_left_started_before_taking_the_lease_is_resumed(
+    make_topic, kprio_env, dagster_instance, alive
+):
+    topic = make_topic(priorities=2, partitions=1, records={1: 5})
+    env = kprio_env(topic)
+    [request] = run_tick(env, dagster_instance).requests
+
+    # `kprio drain` created the run in process (tagged with itself) and was killed before the run took the
+    # lease: no run monitoring watches an in-process run, so it would stay STARTED for ever.
+    runner = lease_owner("", host=socket.gethostname(), pid=os.getpid() if alive else 2 ** 22 + 17)
+    run = stand_in_run(dagster_instance, "drain_job", request.partition_key, **{
+        "kprio/runner": runner, "dagster/run_key": request.run_key})
+
+    turn = run_tick(env, dagster_instance)
+
+    if alive:  # its runner works on it: nothing to do but wait
+        assert turn.requests == () and turn.decisions[0].stuck == ()
+        assert dagster_instance.get_run_by_id(run.run_id).status is dg.DagsterRunStatus.STARTED
+        return
+    [resume] = turn.requests
+    assert (resume.partition_key, resume.tags["kprio/why"], resume.tags["kprio/attempt"]) == (
+        request.partition_key, "resume", "2")
+    assert dagster_instance.get_run_by_id(run.run_id).status is dg.DagsterRunStatus.FAILURE
+    [(_, why)] = turn.decisions[0].stuck
+    assert f"the process running it ({runner}) is gone" in why
 
 
 def test_a_run_launched_from_the_ui_is_the_batchs_run(make_topic, kprio_env, dagster_instance, kafka_settings):
