@@ -13,18 +13,15 @@ from kprio_core.ledger import Batch, DrainedSample, Ledger
 from kprio_core.offsets import OffsetRange
 from kprio_core.rate import RateQuotaTracker
 from kprio_core.results import RangeStats
-from tests.kprio_core.test_ledger import (  # noqa: F401 (fixtures)
+from tests.kprio_core.ledger_support import (
     CHECKS_PASSED,
     Clock,
     R,
-    clock,
     commit_report,
     drain_and_check,
     drain_check_commit,
-    ledger,
     make_plan,
     result_for,
-    url,
 )
 
 QUOTAS = {2: 29, 1: 14, 0: 7}

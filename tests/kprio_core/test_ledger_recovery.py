@@ -9,17 +9,14 @@ import pytest
 from kprio_core.errors import BatchBusy, InvalidTransition, LeaseLost, RangeConflict
 from kprio_core.ledger import BatchState, Ledger
 from kprio_core.results import CheckOutcome, CheckReport
-from tests.kprio_core.test_ledger import (  # noqa: F401 (fixtures)
+from tests.kprio_core.ledger_support import (
     Clock,
     R,
-    clock,
     commit_report,
     drain_and_check,
     drain_check_commit,
-    ledger,
     make_plan,
     result_for,
-    url,
 )
 
 S = BatchState
