@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for kprio: Java 17 for Spark, then one editable install of everything.
+# Sets up a fresh machine for kprio: Java 17 and Maven, one editable install of everything, then the
+# Java artifacts resolved once into ~/.cache/kprio (Apache Kafka for the embedded broker, Spark's
+# Kafka connector for the native reader); later runs use the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -7,5 +9,10 @@ if ! command -v java >/dev/null 2>&1; then
     echo "kprio setup: java not found, installing Debian's openjdk-17-jre-headless" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless
 fi
+if ! command -v mvn >/dev/null 2>&1; then
+    echo "kprio setup: mvn not found, installing Debian's maven" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven
+fi
 
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[browser,test]'
+python3 -m orchestration.services.jars
