@@ -26,6 +26,7 @@ import os
 import re
 import string
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -110,6 +111,19 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class IsolationLevel(StrEnum):
+    """Which records of transactional producers kprio reads (Kafka's ``isolation.level``).
+
+    ``read_committed`` (the default): records of committed transactions and plain records only;
+    a reader stops at the partition's last stable offset (LSO) while a transaction is open there,
+    so lag and plans end at the LSO. ``read_uncommitted``: aborted records too, read up to the
+    high watermark (the offsets of transaction markers are still skipped).
+    """
+
+    READ_COMMITTED = "read_committed"
+    READ_UNCOMMITTED = "read_uncommitted"
+
+
 class KafkaSettings(_Model):
     """How to reach the cluster."""
 
@@ -126,11 +140,19 @@ class KafkaSettings(_Model):
         "KPRIO_KAFKA_<SETTING> environment variables.",
     )
     timeout_s: float = Field(10.0, gt=0, description="Timeout of every admin and client call.")
+    isolation_level: IsolationLevel = Field(
+        IsolationLevel.READ_COMMITTED,
+        description="read_committed: drain committed transactions and plain records, plans end at the last stable "
+        "offset; read_uncommitted: aborted transactions are drained too, plans end at the high watermark.",
+    )
 
     @field_validator("client")
     @classmethod
     def _no_secrets_in_file(cls, value: dict[str, object]) -> dict[str, object]:
         for name in value:
+            if name.lower() == "isolation.level":
+                raise ValueError("set the isolation level as kafka.isolation_level, not kafka.client: it decides "
+                                 "where lag and plans end as well as what readers see")
             if is_secret_setting(name):
                 raise ValueError(
                     f"'{name}' is a secret: remove it from the file and set it in the environment as "
@@ -149,6 +171,10 @@ class KafkaSettings(_Model):
     def client_config(self) -> dict[str, str | int | float | bool]:
         """The librdkafka settings to build a client with, secrets revealed (never log this)."""
         return {k: v for k, v in self.java_client_config().items() if k not in JAVA_SECRETS}
+
+    def consumer_config(self) -> dict[str, str | int | float | bool]:
+        """:meth:`client_config` plus what every kprio reader needs: the isolation level."""
+        return {**self.client_config(), "isolation.level": self.isolation_level.value}
 
     def java_client_config(self) -> dict[str, str | int | float | bool]:
         """The settings for Kafka's Java client (Spark's native reader): also its own secrets."""

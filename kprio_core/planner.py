@@ -456,7 +456,11 @@ def water_fill_decision(
 
 
 def fair_shares(snapshot: LagSnapshot, reserved: Iterable[OffsetRange] = ()) -> dict[Priority, FairShare]:
-    """Per priority, its partitions from their plan start (:func:`plan_start`) to the high watermark."""
+    """Per priority, its partitions from their plan start (:func:`plan_start`) to their readable end.
+
+    The readable end is the last stable offset under read_committed isolation: records behind an
+    open transaction are not planned until it ends (:attr:`PartitionLag.readable_end`).
+    """
     ends = reserved_ends(reserved)
     slots: dict[Priority, list[_Slot]] = {p: [] for p in range(snapshot.n_priorities)}
     for part in snapshot.partitions:
@@ -465,7 +469,7 @@ def fair_shares(snapshot: LagSnapshot, reserved: Iterable[OffsetRange] = ()) -> 
                 f"{part.topic}[{part.partition}] has priority {part.priority}, outside 0..{snapshot.n_priorities - 1}"
             )
         start = plan_start(part, ends.get((part.topic, part.partition)))
-        slots[part.priority].append(_Slot(part, start, max(0, part.high_watermark - start)))
+        slots[part.priority].append(_Slot(part, start, max(0, part.readable_end - start)))
     return {p: FairShare(s) for p, s in slots.items()}
 
 

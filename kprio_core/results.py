@@ -32,9 +32,10 @@ from kprio_core.priority import Priority
 class RangeStats:
     """What one planned range produced, counted on the very rows written (output and dead letters).
 
-    A correct drain writes every offset of ``range`` exactly once, to the output or to the dead
-    letters: ``written == distinct == expected``, ``first == range.start``, ``last == range.end - 1``
-    (less what retention deleted, recorded in ``lost`` when ``drain.allow_data_loss``).
+    A correct drain writes every record the read found in ``range`` exactly once, to the output or
+    to the dead letters: ``written == distinct == expected``, where ``expected`` is the range less
+    the offsets that held no record (``no_record``: transaction markers, aborted and compacted
+    records) and less what the log no longer held (``lost``, recorded when ``drain.allow_data_loss``).
     ``outside`` and ``invalid_in_output`` are 0 from a correct drain; audits of other frames fill them.
     """
 
@@ -59,7 +60,11 @@ class RangeStats:
     nulls: tuple[tuple[str, int], ...] = ()
     """Output rows with a null required field, per field (tombstones excepted unless configured)."""
     lost: tuple[OffsetRange, ...] = ()
-    """Offsets retention deleted before they were read, recorded because ``drain.allow_data_loss``."""
+    """Offsets the log no longer held when read (below its log start: retention, delete-records; beyond its
+    end: truncation), recorded because ``drain.allow_data_loss``."""
+    no_record: int = 0
+    """Offsets of the range that held no record for the read: transaction markers, aborted records under
+    read_committed, offsets removed by compaction. Normal, never lost."""
     failure: str | None = None
     """Why the drain of this range failed (its task raised): the range is not proven."""
     files: tuple[str, ...] = ()
@@ -72,8 +77,8 @@ class RangeStats:
 
     @property
     def expected(self) -> int:
-        """Rows a complete drain writes: the range less what was recorded as lost."""
-        return self.range.count - sum(g.count for g in self.lost)
+        """Rows a complete drain writes: the records the read found (the range less lost and no-record offsets)."""
+        return self.range.count - sum(g.count for g in self.lost) - self.no_record
 
     @property
     def missing(self) -> int:
@@ -130,6 +135,11 @@ class DrainResult:
     @property
     def lost_offsets(self) -> int:
         return sum(g.count for r in self.ranges for g in r.lost)
+
+    @property
+    def no_record_offsets(self) -> int:
+        """Offsets that held no record (markers, aborted and compacted records), over every range."""
+        return sum(r.no_record for r in self.ranges)
 
     @property
     def failed_ranges(self) -> tuple[RangeStats, ...]:

@@ -15,6 +15,14 @@ OffsetRange(topic='orders-2', partition=0, start=4, end=10)
 7
 >>> PartitionLag("orders-0", 2, priority=0, log_start=3, high_watermark=7, committed=None).lost_to_retention
 OffsetRange(topic='orders-0', partition=2, start=0, end=3)
+
+A transaction open at offset 40 (the last stable offset) holds back what a ``read_committed``
+reader may read: the backlog ends there, and the 10 records behind it wait for the transaction
+to end (commit or abort), without holding anything else back:
+
+>>> t = PartitionLag("orders-2", 0, priority=2, log_start=0, high_watermark=50, committed=4, stable_offset=40)
+>>> t.readable_end, t.backlog, t.behind_open_transaction
+(40, 36, 10)
 """
 
 from __future__ import annotations
@@ -39,6 +47,23 @@ class PartitionLag:
     avg_record_bytes: float = 0.0
     oldest_pending_ms: int | None = None
     """Timestamp of the record at ``next_offset``, when known: the planner's fairness tie-break."""
+    stable_offset: int | None = None
+    """The last stable offset (``read_committed`` isolation): the first offset of the oldest open
+    transaction, the high watermark when none is open. None: reads go to the high watermark."""
+    open_transaction_ms: int | None = None
+    """Timestamp of the first record of the transaction open at :attr:`stable_offset`, when read."""
+
+    @property
+    def readable_end(self) -> int:
+        """Where a read of this partition ends today: the last stable offset, else the high watermark."""
+        if self.stable_offset is None:
+            return self.high_watermark
+        return min(self.stable_offset, self.high_watermark)
+
+    @property
+    def behind_open_transaction(self) -> int:
+        """Offsets past the backlog that wait for an open transaction to end (0 when none is open)."""
+        return max(0, self.high_watermark - max(self.readable_end, self.next_offset))
 
     @property
     def next_offset(self) -> int:
@@ -49,8 +74,8 @@ class PartitionLag:
 
     @property
     def backlog(self) -> int:
-        """Records waiting to be drained (never negative)."""
-        return max(0, self.high_watermark - self.next_offset)
+        """Offsets ready to be drained, up to :attr:`readable_end` (never negative)."""
+        return max(0, self.readable_end - self.next_offset)
 
     @property
     def pending(self) -> OffsetRange:

@@ -75,11 +75,25 @@ def per_priority(prefix: str, values: Mapping[int, int]) -> dict[str, int]:
 
 
 def failure_reason(result: DrainResult) -> str:
-    """One line for the ranges whose drain failed: where and why (the first few named)."""
+    """One line for the ranges whose drain failed: where and why (the first few named, each range once).
+
+    >>> from kprio_core.offsets import OffsetRange
+    >>> from kprio_core.results import RangeStats
+    >>> r = OffsetRange("tx-0", 0, 0, 224)
+    >>> s = RangeStats(0, r, 0, 0, 0, None, None, failure=f"{r}: range {r} is incomplete: 1 of 224 offsets missing")
+    >>> failure_reason(DrainResult("b-1", 1, "tx", (s,), staging=""))
+    'drain failed: range tx-0[0]@[0,224) is incomplete: 1 of 224 offsets missing'
+    """
     failed = result.failed_ranges
-    head = "; ".join(f"{s.range}: {s.failure}" for s in failed[:3])
+    head = "; ".join(_range_failure(s.range, s.failure or "") for s in failed[:3])
     more = f" (and {len(failed) - 3} more ranges)" if len(failed) > 3 else ""
     return f"drain failed: {head}{more}"
+
+
+def _range_failure(rng: OffsetRange, failure: str) -> str:
+    """``<range>: <cause>``, naming the range once even when the cause names it already."""
+    cause = failure.removeprefix(f"{rng}: ")
+    return cause if str(rng) in cause else f"{rng}: {cause}"
 
 
 @dataclass
@@ -278,6 +292,7 @@ class BatchWork:
         meta.update(
             records=sum(out.values()), dead_letters=sum(dead.values()),
             bytes=sum(s.bytes for s in kept), data_lost=sum(g.count for s in kept for g in s.lost),
+            offsets_without_record=sum(s.no_record for s in kept),
             planned_records=sum(s.range.count for s in kept), ranges=len(kept), attempt=batch.attempts,
             logical_topic=topic.name, mode=batch.plan.mode,
             output=dg.MetadataValue.path(f"{self.config.drain.output_path}/{topic.name}"),

@@ -6,10 +6,12 @@ output rows, dead letters, distinct offsets, first and last offset, nulls, error
 validates that small frame with ONE GX suite, whose expectations are tagged with the name of the
 check they belong to (``meta={"check": name}``):
 
-- ``row_count_matches_plan``: per range, output + dead letters == planned records less recorded losses;
+- ``row_count_matches_plan``: per range, output + dead letters == the records the read found (the
+  planned offsets less recorded losses and less offsets that held no record: transaction markers,
+  aborted and compacted records);
 - ``offsets_are_unique``: per range, no offset written twice (rows inside == distinct offsets);
 - ``offsets_within_plan``: no row outside the ranges (and first >= start, last < end);
-- ``offsets_are_contiguous``: per range, no offset missing and none repeated;
+- ``offsets_are_contiguous``: per range, no offset that held a record missing and none repeated;
 - ``required_fields_present``: per range and required field, no null in the output;
 - ``values_match_schema``: no row with an error in the output, dead letters within the ratio.
 
@@ -60,13 +62,15 @@ SCHEMA = "values_match_schema"
 
 CHECK_NAMES: tuple[str, ...] = (ROW_COUNT, UNIQUE, WITHIN_PLAN, CONTIGUOUS, REQUIRED, SCHEMA)
 CHECK_DESCRIPTIONS: dict[str, str] = {
-    ROW_COUNT: "Each planned range wrote exactly its planned records (less offsets recorded as lost) to the output "
-    "and the dead letters together.",
+    ROW_COUNT: "Each planned range wrote exactly the records its read found (its offsets less those recorded as "
+    "lost and those that held no record: transaction markers, aborted and compacted records) to the output and "
+    "the dead letters together.",
     UNIQUE: "No offset is written twice: not twice in the output, not twice in the dead letters, not in both.",
     WITHIN_PLAN: "Every record of the output and the dead letters lies inside one of the batch's planned ranges "
     "(and outside the offsets recorded as lost).",
-    CONTIGUOUS: "Output and dead letters together hold every offset of each planned range, from start to end - 1 in "
-    "steps of one (no hole, no short tail, no repeat), less the offsets recorded as lost.",
+    CONTIGUOUS: "Output and dead letters together hold every offset of each planned range that held a record, from "
+    "start to end - 1 (no hole, no short tail, no repeat); offsets that held no record (markers, aborted and "
+    "compacted records) and offsets recorded as lost are counted, not expected.",
     REQUIRED: "The topic's required fields are non-null in every output record (invalid records belong in the dead "
     "letters).",
     SCHEMA: "No output record carries an error, and each range's dead letters stay within quality.max_invalid_ratio "
@@ -90,7 +94,8 @@ def summary_frame(
     """One row per range of ``stats`` (row ``i`` is ``stats[i]``) with every number the checks judge.
 
     Columns: ``range`` (its text; :data:`OUTSIDE_LABEL` for :data:`OUTSIDE_PLAN`), ``priority``,
-    ``start``, ``end`` (empty outside the plan), ``expected`` (range less recorded losses), ``written``
+    ``start``, ``end`` (empty outside the plan), ``expected`` (records the read found), ``no_record``
+    (offsets that held no record), ``written``
     (output + dead), ``output``, ``dead``, ``distinct``, ``duplicates``, ``missing``, ``outside``,
     ``first``, ``last`` (empty when nothing was written), ``invalid_in_output``, ``null_<field>`` per
     required field (a field the stats do not list counts 0), ``invalid_ratio`` (dead / max(written,
@@ -107,6 +112,7 @@ def summary_frame(
         "start": pd.array([s.range.start if p else None for s, p in zip(stats, planned)], dtype="Int64"),
         "end": pd.array([s.range.end if p else None for s, p in zip(stats, planned)], dtype="Int64"),
         "expected": pd.Series([s.expected for s in stats], dtype="int64"),
+        "no_record": pd.Series([s.no_record for s in stats], dtype="int64"),
         "written": pd.Series([s.written for s in stats], dtype="int64"),
         "output": pd.Series([s.output for s in stats], dtype="int64"),
         "dead": pd.Series([s.dead for s in stats], dtype="int64"),
@@ -294,7 +300,8 @@ def _metadata(name: str, frame: pd.DataFrame, required_fields: Sequence[str]) ->
         return int(frame[column].sum())
 
     if name == ROW_COUNT:
-        return {"expected_rows": total("expected"), "observed_rows": total("written")}
+        return {"expected_rows": total("expected"), "observed_rows": total("written"),
+                "offsets_without_record": total("no_record")}
     if name == UNIQUE:
         return {"duplicate_rows": total("duplicates")}
     if name == WITHIN_PLAN:

@@ -213,17 +213,33 @@ class Decision:
 def describe_holds(holds: Sequence[Hold]) -> str:
     """Which partitions wait, since which offset, for which batch, and what a person does about it.
 
+    The partitions one failure holds share one clause: its reason is said once, not once per partition.
+
     >>> from types import SimpleNamespace as H
     >>> describe_holds([H(topic="o-0", partition=1, start=1200, batch_id="b-000007", attempts=3,
     ...                   reason="values_match_schema failed", exhausted=True, retry_at=None)])
     'held: o-0[1] from 1200 by b-000007 (failed 3 times: values_match_schema failed; fix the cause, then kprio retry b-000007)'
+    >>> describe_holds([H(topic="o-0", partition=p, start=10 * p, batch_id="b-000009", attempts=1,
+    ...                   reason="drain failed: disk full", exhausted=False, retry_at=None) for p in (0, 1)])
+    'held: o-0[0] from 0, o-0[1] from 10 by b-000009 (failed once: drain failed: disk full; retried by itself)'
     """
-    return "held: " + "; ".join(describe_hold(h) for h in holds)
+    clauses: dict[str, list[Hold]] = {}
+    for h in holds:
+        clauses.setdefault(_hold_cause(h), []).append(h)
+    return "held: " + "; ".join(
+        ", ".join(f"{h.topic}[{h.partition}] from {h.start}" for h in same) + " " + cause
+        for cause, same in clauses.items())
 
 
 def describe_hold(hold: Hold) -> str:
+    """One held partition: where, since which offset, and why (:func:`describe_holds` for several)."""
+    return f"{hold.topic}[{hold.partition}] from {hold.start} {_hold_cause(hold)}"
+
+
+def _hold_cause(hold: Hold) -> str:
+    """What holds a partition and what happens next, without naming the partition."""
     if hold.batch_id is None:  # offsets lost to retention
-        return f"{hold.topic}[{hold.partition}] from {hold.start} ({hold.reason})"
+        return f"({hold.reason})"
     if hold.exhausted:
         remedy = f"fix the cause, then kprio retry {hold.batch_id}"
     elif hold.retry_at is not None:
@@ -231,8 +247,7 @@ def describe_hold(hold: Hold) -> str:
     else:
         remedy = "retried by itself"
     times = "once" if hold.attempts == 1 else f"{hold.attempts} times"
-    return (f"{hold.topic}[{hold.partition}] from {hold.start} by {hold.batch_id} "
-            f"(failed {times}: {hold.reason}; {remedy})")
+    return f"by {hold.batch_id} (failed {times}: {hold.reason}; {remedy})"
 
 
 # --- rules about recorded batches -------------------------------------------------------------
@@ -502,7 +517,7 @@ def only(snapshot: LagSnapshot, priorities: Collection[Priority]) -> LagSnapshot
     priority just has nothing to drain and its quota flows to the others.
     """
     parts = tuple(
-        p if p.priority in priorities else dataclasses.replace(p, high_watermark=p.next_offset)
+        p if p.priority in priorities else dataclasses.replace(p, high_watermark=p.next_offset, stable_offset=None)
         for p in snapshot.partitions
     )
     return dataclasses.replace(snapshot, partitions=parts)

@@ -1,18 +1,31 @@
-"""Is an offset range complete? Track what a read saw and name exactly what is missing.
+"""Is an offset range complete? Track what a read found, what it lost, and where it stopped.
 
-A read of ``[start, end)`` must return every offset once. Compacted topics and transaction
-markers legitimately skip offsets and retention deletes them; all of these show up as gaps.
-Without ``allow_data_loss`` a gap fails the read; with it, the gap is recorded.
+A read of ``[start, end)`` is complete when the reader has **passed its end**: its position
+reached ``end`` (a record at or beyond it, or the end of the partition at or beyond it). Offsets
+it skipped on the way hold no record: transaction markers, aborted records under
+``read_committed``, offsets removed by compaction. They are normal, never a gap.
+
+Offsets are **lost** only when the log no longer holds them: below the log start (retention,
+delete-records: the reader is sent past them) or beyond the end of the log (truncation, a
+recreated topic: the partition ends below the range). Without ``allow_data_loss`` a loss fails
+the read; with it, the loss is recorded. A read that stalls (no progress for the stall
+timeout) is neither: it fails, whatever ``allow_data_loss`` says.
+
+Markers at 13 and 17, retention moved the log start to 12 while reading, then the end passed:
 
 >>> from kprio_core.offsets import OffsetRange
 >>> t = RangeTracker(OffsetRange("orders-2", 0, 10, 20))
->>> t.observe([10, 11, 12]); t.observe([15, 16])
->>> [str(g) for g in t.missing()]
-['orders-2[0]@[13,15)', 'orders-2[0]@[17,20)']
+>>> t.observe([10, 11]); t.skip_to(12); t.observe([12, 14, 15, 16]); t.observe([18, 19]); t.reach(20)
+>>> t.records, t.passed_end, [str(g) for g in t.lost()]
+(8, True, [])
+>>> t = RangeTracker(OffsetRange("orders-2", 0, 10, 20))
+>>> t.skip_to(13); t.observe([13, 15])
+>>> [str(g) for g in t.lost()]
+['orders-2[0]@[10,13)', 'orders-2[0]@[16,20)']
 >>> [str(g) for g in missing_offsets(OffsetRange("orders-2", 0, 10, 20), [(8, 12), (15, 16)])]
 ['orders-2[0]@[13,15)', 'orders-2[0]@[17,20)']
->>> str(incomplete_error(OffsetRange("orders-2", 0, 10, 20), t.missing(), "end of partition at 17"))
-'range orders-2[0]@[10,20) is incomplete: 5 of 10 offsets missing: [13,15) [17,20) (end of partition at 17)'
+>>> str(incomplete_error(OffsetRange("orders-2", 0, 10, 20), t.lost(), "end of partition at 16"))
+'range orders-2[0]@[10,20) is incomplete: 7 of 10 offsets missing: [10,13) [16,20) (end of partition at 16)'
 """
 
 from __future__ import annotations
@@ -27,53 +40,64 @@ MAX_GAPS_NAMED = 8
 
 
 class RangeTracker:
-    """Offsets seen so far of one range, read in increasing order; gaps found as they appear."""
+    """One read of one range: records found, offsets lost, and the reader's position (see the module)."""
 
     def __init__(self, rng: OffsetRange) -> None:
         self.range = rng
         self.records = 0
-        self.last: int | None = None
-        self._gaps: list[OffsetRange] = []
+        self.position = rng.start
+        """The next offset the reader would return: every offset below it was read, skipped or lost."""
+        self._lost: list[OffsetRange] = []
+
+    @property
+    def last(self) -> int | None:
+        """The offset below the reader's position (None before it moved)."""
+        return None if self.position == self.range.start else self.position - 1
 
     def observe(self, offsets: Sequence[int]) -> None:
-        """Record a chunk of offsets, each inside the range and above every offset seen before."""
+        """Record a chunk of offsets found, each inside the range and above every offset seen before.
+
+        Offsets skipped between them held no record (markers, aborted or compacted records).
+        """
         import numpy as np
 
         if not len(offsets):
             return
-        expected = self.range.start if self.last is None else self.last + 1
         seen = np.asarray(offsets, dtype=np.int64)
-        steps = np.diff(seen, prepend=expected - 1)
+        steps = np.diff(seen, prepend=self.position - 1)
         if (steps <= 0).any():
             at = int(np.flatnonzero(steps <= 0)[0])
-            raise ValueError(f"{self.range}: offset {seen[at]} seen after {expected - 1 if at == 0 else seen[at - 1]}")
-        for at in np.flatnonzero(steps > 1).tolist():  # gaps: rare, one entry each
-            before = expected if at == 0 else int(seen[at - 1]) + 1
-            self._gaps.append(OffsetRange(self.range.topic, self.range.partition, before, int(seen[at])))
+            raise ValueError(f"{self.range}: offset {seen[at]} seen after "
+                             f"{self.position - 1 if at == 0 else seen[at - 1]}")
+        if seen[-1] >= self.range.end:
+            raise ValueError(f"{self.range}: offset {seen[-1]} is beyond the range")
         self.records += len(seen)
-        self.last = int(seen[-1])
+        self.position = int(seen[-1]) + 1
+
+    def reach(self, offset: int) -> None:
+        """The reader's position moved to ``offset`` with no record between (markers, the end passed)."""
+        self.position = max(self.position, min(offset, self.range.end))
 
     def skip_to(self, offset: int) -> None:
-        """The log starts at ``offset`` now (retention): everything before it is a gap."""
-        expected = self.range.start if self.last is None else self.last + 1
-        if offset > expected:
-            end = min(offset, self.range.end)
-            self._gaps.append(OffsetRange(self.range.topic, self.range.partition, expected, end))
-            self.last = end - 1
+        """The log starts at ``offset`` now (retention): what the reader had not read below it is lost."""
+        end = min(offset, self.range.end)
+        if end > self.position:
+            self._lost.append(OffsetRange(self.range.topic, self.range.partition, self.position, end))
+            self.position = end
 
-    def missing(self) -> tuple[OffsetRange, ...]:
-        """Gaps so far plus the tail not (yet) read."""
-        tail_start = self.range.start if self.last is None else self.last + 1
-        tail = (
-            (OffsetRange(self.range.topic, self.range.partition, tail_start, self.range.end),)
-            if tail_start < self.range.end
-            else ()
-        )
-        return tuple(self._gaps) + tail
+    @property
+    def passed_end(self) -> bool:
+        return self.position >= self.range.end
+
+    def lost(self) -> tuple[OffsetRange, ...]:
+        """Offsets lost so far plus the tail the reader did not pass (yet)."""
+        tail = ((OffsetRange(self.range.topic, self.range.partition, self.position, self.range.end),)
+                if not self.passed_end else ())
+        return tuple(self._lost) + tail
 
     @property
     def complete(self) -> bool:
-        return not self.missing()
+        return not self.lost()
 
 
 def missing_offsets(rng: OffsetRange, runs: Iterable[tuple[int, int]]) -> tuple[OffsetRange, ...]:

@@ -96,9 +96,22 @@ def drain_batch(
         rows = _collect(drain_stats(spark, config, splits, spec, tasks=cores))
     else:
         rows = _shuffled(spark, config, plan, spec)
-    stats = merge_counts(rows, plan.ranges, allow_data_loss=config.drain.allow_data_loss, every_range_reported=fused)
+    # The shuffle path reads in another stage, whose losses (allowed) do not reach the stats rows:
+    # what nobody found below the log start is what retention took.
+    starts = _log_starts(config, plan) if splits and not fused and config.drain.allow_data_loss else None
+    stats = merge_counts(rows, plan.ranges, allow_data_loss=config.drain.allow_data_loss, every_range_reported=fused,
+                         log_starts=starts)
     return DrainResult(batch_id, attempt, topic.name, stats, staging=staging[0], seconds=time.monotonic() - started,
                        reader=config.spark.reader, ordering=ordering, lanes=lanes)
+
+
+def _log_starts(config: KprioConfig, plan: DrainPlan) -> dict[tuple[str, int], int]:
+    """The log start of every partition of the plan, read once after the drain (one ListOffsets)."""
+    from kprio_core.kafka.client import Deadline, new_admin
+    from kprio_core.kafka.reads import log_starts
+
+    deadline = Deadline(config.kafka.timeout_s, config.kafka.bootstrap_servers)
+    return log_starts(new_admin(config.kafka), sorted({r.range.topic_partition for r in plan.ranges}), deadline)
 
 
 def plan_splits(config: KprioConfig, plan: DrainPlan) -> list[PlannedRange]:

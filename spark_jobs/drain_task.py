@@ -165,9 +165,11 @@ class DrainTask:
         for lane, seg in lane_segments(batch, lanes, regroup=not self.sorted_lanes):
             if self.sorted_lanes:
                 self._switch_to(lane)
-            writes, idx = self._attribute(lane.topic, lane.partition, seg.column("offset"))
+            offsets = seg.column("offset")
+            writes, idx = self._attribute(lane.topic, lane.partition, offsets)
             for i, k in zip(*_counts(idx), strict=True):
                 writes[i].pushed += k
+                writes[i].count.found(offsets.to_numpy(zero_copy_only=False)[idx == i])
             n = seg.num_rows
             priority = self.priority[lane.topic]
             seg = pa.RecordBatch.from_arrays(
@@ -178,9 +180,14 @@ class DrainTask:
             )
             self._write_all(self.pump.push(self._context(lane, priority), seg))
 
-    def read_done(self, rng: OffsetRange) -> None:
-        """Every record of this split was fed: its planned range is read once its last split is."""
+    def read_done(self, rng: OffsetRange, lost: tuple[OffsetRange, ...] = ()) -> None:
+        """Every record of this split was fed: its planned range is read once its last split is.
+
+        ``lost``: offsets of the split the log no longer held (read with ``allow_data_loss``).
+        """
         for w in self._writes(rng.topic_partition):
+            if lost and w.range.overlaps(rng):
+                w.count.lose(lost)
             if w.range.start <= rng.start < w.range.end and rng.end >= w.range.end:
                 w.read_done = True
                 self._close_if_done(w)
@@ -378,6 +385,7 @@ def drain_partition(reads: PartitionReads, client: Mapping[str, Any], settings: 
     """
     import contextlib
 
+    from spark_jobs.completeness import RangeTracker
     from spark_jobs.kafka_schema import arrow_schema_of, kafka_struct
     from spark_jobs.range_reader import read_range
 
@@ -394,10 +402,11 @@ def drain_partition(reads: PartitionReads, client: Mapping[str, Any], settings: 
         task.expect(reads.topic, reads.partition)
         for start, end in reads.splits:
             rng = OffsetRange(reads.topic, reads.partition, start, end)
-            with contextlib.closing(read_range(rng, client, settings, kafka_schema)) as batches:
+            tracker = RangeTracker(rng)
+            with contextlib.closing(read_range(rng, client, settings, kafka_schema, tracker=tracker)) as batches:
                 if not _read_into(task, rng, batches):
                     break
-            task.read_done(rng)
+            task.read_done(rng, tracker.lost())
         task.finish()
     except Exception as err:  # noqa: BLE001 - the failure goes to the ranges' stats, not to Spark
         task.fail(err)

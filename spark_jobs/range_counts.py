@@ -5,7 +5,9 @@ This is the one place that says whether a planned range was drained exactly once
 - **On the executors**, a :class:`RangeCount` counts, for one planned range, exactly the rows its
   task handed to the Parquet writers: output rows, dead letters, key + value bytes, rows outside
   the range, invalid rows left in the output, null required fields in the output, and a bitmap of
-  the offsets written (either file). It becomes one small stats row (:func:`stats_struct`).
+  the offsets written (either file). Beside it, a bitmap of the offsets the task was given (the
+  records the read found) and the offsets the read lost (below the log start, beyond the log's
+  end). It becomes one small stats row (:func:`stats_struct`).
 - **On the driver**, :func:`merge_counts` gathers the rows of every planned range (one per task
   that held some of it: several on the shuffle path) into one
   :class:`~kprio_core.results.RangeStats`: counts are summed, bitmaps OR-ed, so ``distinct``,
@@ -17,20 +19,28 @@ This is the one place that says whether a planned range was drained exactly once
 The bitmap costs a byte per planned offset in the task and travels as one bit per offset,
 zlib-compressed (a complete range is all ones and shrinks to a few bytes).
 
+Offsets 10..15 found but 13 (a transaction marker), written by two tasks (one of them the dead
+letter of 15); the read lost [18,20) to a truncated log, and 16, 17 held no record:
+
 >>> import pyarrow as pa
 >>> from kprio_core.offsets import OffsetRange
 >>> from kprio_core.drain_plan import PlannedRange
 >>> planned = PlannedRange(2, OffsetRange("o-2", 0, 10, 20))
 >>> a, b = RangeCount(planned.range), RangeCount(planned.range, part=1)
+>>> a.found([10, 11, 12, 14]); b.found([15]); b.lose([OffsetRange("o-2", 0, 18, 20)])
 >>> a.count(pa.record_batch({"key": [b"k"] * 4, "value": [b"vv"] * 4, "offset": [10, 11, 12, 14]}), dead=False)
 >>> b.count(pa.record_batch({"key": [None], "value": [b"bad"], "offset": [15]}), dead=True)
 >>> stats_batch([a.row(), b.row()]).num_rows
 2
 >>> [s] = merge_counts([a.row(), b.row()], [planned], allow_data_loss=True)
->>> (s.output, s.dead, s.distinct, s.first, s.last, s.bytes), [str(g) for g in s.lost]
-((4, 1, 5, 10, 15, 15), ['o-2[0]@[13,14)', 'o-2[0]@[16,20)'])
->>> merge_counts([a.row()], [planned], allow_data_loss=False)[0].failure
-'range o-2[0]@[10,20) is incomplete: 6 of 10 offsets missing: [13,14) [15,20) (missing from the drained output)'
+>>> (s.output, s.dead, s.distinct, s.first, s.last, s.bytes, s.no_record), [str(g) for g in s.lost]
+((4, 1, 5, 10, 15, 15, 3), ['o-2[0]@[18,20)'])
+>>> s.complete
+True
+>>> merge_counts([a.row()], [planned], allow_data_loss=False)[0].complete
+True
+>>> a.found([16]); merge_counts([a.row()], [planned], allow_data_loss=False)[0].failure
+'range o-2[0]@[10,20) is incomplete: 1 of 10 offsets missing: [16,17) (found by the read, missing from the drained output)'
 """
 
 from __future__ import annotations
@@ -39,11 +49,13 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import DrainOutputInvalid
 from kprio_core.offsets import OffsetRange
 from kprio_core.results import RangeStats
-from spark_jobs.completeness import incomplete_error, missing_offsets
+from spark_jobs.completeness import incomplete_error
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -57,12 +69,14 @@ def stats_struct() -> StructType:
     longs = ("start", "end")
     counts = ("output", "dead", "bytes", "outside", "invalid_in_output")
     null_count = StructType([StructField("field", StringType()), StructField("count", LongType())])
+    gap = StructType([StructField("start", LongType()), StructField("end", LongType())])
     return StructType(
         [StructField("topic", StringType()), StructField("partition", IntegerType())]
         + [StructField(name, LongType()) for name in longs]
         + [StructField("part", IntegerType())]
         + [StructField(name, LongType()) for name in counts]
         + [StructField("nulls", ArrayType(null_count)), StructField("offsets", BinaryType()),
+           StructField("found", BinaryType()), StructField("lost", ArrayType(gap)),
            StructField("failure", StringType()), StructField("files", ArrayType(StringType()))]
     )
 
@@ -80,8 +94,6 @@ class RangeCount:
     """What one task wrote of one planned range (executor side)."""
 
     def __init__(self, rng: OffsetRange, part: int | None = None) -> None:
-        import numpy as np
-
         self.range = rng
         self.part = part
         self.output = 0
@@ -91,12 +103,26 @@ class RangeCount:
         self.invalid_in_output = 0
         self.nulls: dict[str, int] = {}
         self.present = np.zeros(rng.count, dtype=bool)
+        self.seen = np.zeros(rng.count, dtype=bool)
+        self.lost: list[OffsetRange] = []
         self.failure: str | None = None
         self.files: list[str] = []
 
     @property
     def written(self) -> int:
         return self.output + self.dead
+
+    def found(self, offsets: Any) -> None:
+        """Offsets of records the read found and handed to the task (before the handler)."""
+        at = np.asarray(offsets, dtype=np.int64) - self.range.start
+        self.seen[at[(at >= 0) & (at < self.range.count)]] = True
+
+    def lose(self, gaps: Iterable[OffsetRange]) -> None:
+        """Offsets the read lost (below the log start, beyond its end), recorded with allow_data_loss."""
+        for gap in gaps:
+            start, end = max(gap.start, self.range.start), min(gap.end, self.range.end)
+            if start < end:
+                self.lost.append(OffsetRange(self.range.topic, self.range.partition, start, end))
 
     def count(self, batch: Any, *, dead: bool, invalid: int = 0,
               nulls: Iterable[tuple[str, int]] = ()) -> None:
@@ -130,15 +156,16 @@ class RangeCount:
 
     def row(self) -> dict[str, Any]:
         """The stats row (:func:`stats_struct`) of this count."""
-        import numpy as np
-
         packed = np.packbits(self.present, bitorder="little").tobytes()
+        found = np.packbits(self.seen, bitorder="little").tobytes()
         return {
             "topic": self.range.topic, "partition": self.range.partition, "start": self.range.start,
             "end": self.range.end, "part": self.part, "output": self.output, "dead": self.dead,
             "bytes": self.bytes, "outside": self.outside, "invalid_in_output": self.invalid_in_output,
             "nulls": [{"field": k, "count": v} for k, v in sorted(self.nulls.items())],
-            "offsets": zlib.compress(packed, 1), "failure": self.failure, "files": list(self.files),
+            "offsets": zlib.compress(packed, 1), "found": zlib.compress(found, 1),
+            "lost": [{"start": g.start, "end": g.end} for g in self.lost],
+            "failure": self.failure, "files": list(self.files),
         }
 
 
@@ -150,16 +177,18 @@ def failed_row(rng: OffsetRange, failure: str) -> dict[str, Any]:
 
 
 def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRange], *,
-                 allow_data_loss: bool, every_range_reported: bool = True) -> tuple[RangeStats, ...]:
+                 allow_data_loss: bool, every_range_reported: bool = True,
+                 log_starts: Mapping[tuple[str, int], int] | None = None) -> tuple[RangeStats, ...]:
     """One RangeStats per planned range from the tasks' stats rows (driver side).
 
     ``every_range_reported``: each planned range has a task that reports it even with no row
     (the fused path), so a range nobody reported failed unseen; on the shuffle path only the
     tasks that got rows of a range report it (a range lost whole to retention has none).
+    ``log_starts``: where the read's own losses did not reach the drain (the shuffle path reads in
+    another stage), offsets nobody found below a partition's log start are the ones lost to
+    retention (with ``allow_data_loss``; without it the read failed).
     A row naming a range the plan does not hold is a drain bug: DrainOutputInvalid.
     """
-    import numpy as np
-
     by_range: dict[OffsetRange, list[Mapping[str, Any]]] = {p.range: [] for p in ranges}
     for row in rows:
         rng = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
@@ -170,38 +199,67 @@ def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRang
     for planned in ranges:
         rng = planned.range
         parts = sorted(by_range[rng], key=lambda r: -1 if r["part"] is None else r["part"])
-        present = np.zeros(rng.count, dtype=bool)
-        for r in parts:
-            present |= np.unpackbits(np.frombuffer(zlib.decompress(r["offsets"]), dtype=np.uint8),
-                                     count=rng.count, bitorder="little").astype(bool)
-        found = np.flatnonzero(present)
-        gaps = missing_offsets(rng, _runs(found + rng.start)) if len(found) < rng.count else ()
+        present, found = _bits(parts, "offsets", rng.count), _bits(parts, "found", rng.count)
+        lost = _lost_bits(rng, parts, (log_starts or {}).get(rng.topic_partition), found | present)
+        written = np.flatnonzero(present)
+        missing = _gaps(rng, found & ~present)
         failure = next((r["failure"] for r in parts if r["failure"]), None)
         if failure is None and not parts and rng.count and every_range_reported:
             failure = f"{rng}: no drain task reported this range"
-        if failure is None and gaps and not allow_data_loss:
-            failure = str(incomplete_error(rng, gaps, "missing from the drained output"))
+        if failure is None and missing:
+            failure = str(incomplete_error(rng, missing, "found by the read, missing from the drained output"))
+        if failure is None and lost.any() and not allow_data_loss:
+            gaps = _gaps(rng, lost)
+            failure = str(incomplete_error(rng, gaps, "lost before the read"))
         nulls: dict[str, int] = {}
         for r in parts:
             for item in r["nulls"] or ():
                 nulls[item["field"]] = nulls.get(item["field"], 0) + item["count"]
         stats.append(RangeStats(
             planned.priority, rng,
-            output=sum(r["output"] for r in parts), dead=sum(r["dead"] for r in parts), distinct=len(found),
-            first=int(found[0]) + rng.start if len(found) else None,
-            last=int(found[-1]) + rng.start if len(found) else None,
+            output=sum(r["output"] for r in parts), dead=sum(r["dead"] for r in parts), distinct=len(written),
+            first=int(written[0]) + rng.start if len(written) else None,
+            last=int(written[-1]) + rng.start if len(written) else None,
             bytes=sum(r["bytes"] for r in parts), outside=sum(r["outside"] for r in parts),
             invalid_in_output=sum(r["invalid_in_output"] for r in parts), nulls=tuple(sorted(nulls.items())),
-            lost=gaps if allow_data_loss else (), failure=failure,
+            lost=_gaps(rng, lost) if allow_data_loss else (),
+            no_record=int((~(found | present | lost)).sum()), failure=failure,
             files=tuple(f for r in parts for f in r["files"] or ()),
         ))
     return tuple(stats)
 
 
+def _bits(parts: Sequence[Mapping[str, Any]], column: str, count: int) -> Any:
+    """The union of the tasks' bitmaps in ``column`` (one bool per offset of the range)."""
+    bits = np.zeros(count, dtype=bool)
+    for r in parts:
+        if r.get(column) is not None:
+            bits |= np.unpackbits(np.frombuffer(zlib.decompress(r[column]), dtype=np.uint8),
+                                  count=count, bitorder="little").astype(bool)
+    return bits
+
+
+def _lost_bits(rng: OffsetRange, parts: Sequence[Mapping[str, Any]], log_start: int | None, seen: Any) -> Any:
+    """Offsets of ``rng`` lost: those the reads reported, and those nobody saw below ``log_start``."""
+    lost = np.zeros(rng.count, dtype=bool)
+    for r in parts:
+        for gap in r.get("lost") or ():
+            lost[max(gap["start"], rng.start) - rng.start:max(0, min(gap["end"], rng.end) - rng.start)] = True
+    if log_start is not None and log_start > rng.start:
+        below = np.zeros(rng.count, dtype=bool)
+        below[:min(log_start, rng.end) - rng.start] = True
+        lost |= below & ~seen
+    return lost & ~seen
+
+
+def _gaps(rng: OffsetRange, bits: Any) -> tuple[OffsetRange, ...]:
+    """The offsets of ``rng`` whose bit is set, as ranges."""
+    at = np.flatnonzero(bits) + rng.start
+    return tuple(OffsetRange(rng.topic, rng.partition, first, last + 1) for first, last in _runs(at))
+
+
 def _runs(offsets: Any) -> list[tuple[int, int]]:
     """Inclusive ``(first, last)`` runs of consecutive values in a sorted array."""
-    import numpy as np
-
     if len(offsets) == 0:
         return []
     cuts = np.flatnonzero(np.diff(offsets) != 1) + 1

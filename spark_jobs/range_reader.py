@@ -5,12 +5,14 @@ This runs on a Spark executor (it is also usable alone). Memory is bounded by th
 ``batch_records``, never by the length of the range: records are consumed in chunks and a
 batch is handed on every ``batch_records`` records.
 
-The read stops at ``end`` (records at or beyond it are never returned) and is bounded in time:
-it gives up when no record arrived for ``stall_timeout_s`` (a deadline renewed on progress).
-What it could not read is a gap; without ``allow_data_loss`` a gap raises
-:class:`~kprio_core.errors.RangeIncomplete` naming topic, partition and missing offsets. With it,
-the read goes on past the gap (logged); the drain records the gap from what it wrote
-(:mod:`spark_jobs.range_counts`).
+The read stops at ``end`` (records at or beyond it are never returned) and is complete once the
+reader has passed ``end`` (:mod:`spark_jobs.completeness`): offsets it skipped on the way hold no
+record (transaction markers, aborted records under ``read_committed``, compacted offsets). It is
+bounded in time: it gives up when the position did not move for ``stall_timeout_s`` (a deadline
+renewed on progress), a failure whatever ``allow_data_loss`` says. Offsets the log no longer
+holds (below its log start, or beyond its end) are lost; without ``allow_data_loss`` a loss
+raises :class:`~kprio_core.errors.RangeIncomplete` naming topic, partition and offsets. With it,
+the read goes on past the loss (logged) and the caller's tracker carries it to the drain's stats.
 
 >>> fetch_settings_conf(FetchSettings(16 << 20, 4 << 20, 16384))["max.partition.fetch.bytes"]
 4194304
@@ -159,18 +161,26 @@ def read_range(
     schema: Any,
     *,
     clock: Callable[[], float] = time.monotonic,
+    tracker: RangeTracker | None = None,
 ) -> Iterator[Any]:
-    """Yield ``pyarrow.RecordBatch``es (``schema``) of every record of ``rng``, in offset order."""
+    """Yield ``pyarrow.RecordBatch``es (``schema``) of every record of ``rng``, in offset order.
+
+    ``tracker`` (made here when not given) holds, once the read ended, the records found and the
+    offsets lost (:meth:`RangeTracker.lost`).
+    """
     import confluent_kafka as ck
 
-    tracker = RangeTracker(rng)
+    tracker = tracker if tracker is not None else RangeTracker(rng)
     if rng.count == 0:
         return
     consumer = ck.Consumer(consumer_conf(client, settings.fetch))
+    committed_only = str(client.get("isolation.level", "read_committed")) == "read_committed"
+    end_name = "last stable offset" if committed_only else "high watermark"
     tp = ck.TopicPartition(rng.topic, rng.partition, rng.start)
     position = rng.start
     reason = ""  # why the read stopped before ``end``
-    notes: list[str] = []  # why offsets were skipped while reading on
+    stalled = False
+    notes: list[str] = []  # why offsets were lost while reading on
     try:
         _check_partition(consumer, rng, client, settings.stall_timeout_s)
         consumer.assign([tp])
@@ -180,7 +190,8 @@ def read_range(
         while position < rng.end:
             now = clock()
             if now >= deadline:
-                reason = f"no record for {settings.stall_timeout_s:g} s at offset {position}"
+                reason = f"no progress for {settings.stall_timeout_s:g} s at offset {position}"
+                stalled = True
                 break
             want = min(settings.batch_records - len(columns), rng.end - position)
             seen: list[int] = []
@@ -194,7 +205,7 @@ def read_range(
             for msg in messages:
                 err = msg.error()
                 if err is not None:
-                    stop, position, note = _on_event(consumer, ck, rng, tracker, err, msg, position, seen)
+                    stop, position, note = _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name)
                     if stop:
                         reason = note or "done"
                         break
@@ -214,6 +225,8 @@ def read_range(
                 columns.take(taken)
             if seen:
                 tracker.observe(seen)
+            if position > tracker.position or seen:
+                tracker.reach(position)
                 deadline = clock() + settings.stall_timeout_s
             if len(columns) >= settings.batch_records:
                 yield columns.to_batch(rng, schema)
@@ -225,12 +238,12 @@ def read_range(
             yield columns.to_batch(rng, schema)
     finally:
         consumer.close()
-    gaps = tracker.missing()
-    if gaps:
-        why = "; ".join([*notes, reason] if reason else notes) or "offsets skipped by the log"
-        if not settings.allow_data_loss:
-            raise incomplete_error(rng, gaps, why)
-        LOGGER.warning("%s: %d offsets lost (%s)", rng, sum(g.count for g in gaps), why)
+    lost = tracker.lost()
+    if lost:
+        why = "; ".join([*notes, reason] if reason else notes)
+        if stalled or not settings.allow_data_loss:
+            raise incomplete_error(rng, lost, why)
+        LOGGER.warning("%s: %d offsets lost (%s)", rng, sum(g.count for g in lost), why)
 
 
 def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any], timeout_s: float) -> None:
@@ -273,14 +286,20 @@ def _plain(messages: list[Any], position: int, end: int) -> bool:
         messages[0].offset() >= position and messages[-1].offset() < end)
 
 
-def _on_event(consumer, ck, rng, tracker, err, msg, position, seen):
-    """Handle an error event: (stop reading?, new position, what happened)."""
+def _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name="high watermark"):
+    """Handle an error event: (stop reading?, new position, what happened).
+
+    ``end_name``: what the end of a partition is to this reader (its isolation level's end).
+    """
     code = err.code()
     if code == ck.KafkaError._PARTITION_EOF:
-        high = msg.offset()
+        high = msg.offset()  # the high watermark; the last stable offset under read_committed
         if high >= rng.end:
-            return True, rng.end, ""  # markers or compaction ate the tail: left to the tracker
-        return True, position, f"end of partition at high watermark {high}"
+            return True, rng.end, ""  # passed the end: offsets skipped before it held no record
+        tracker.observe(seen)
+        seen.clear()
+        tracker.reach(max(position, high))
+        return True, max(position, high), f"end of partition at {end_name} {high}"
     if code == ck.KafkaError._AUTO_OFFSET_RESET:
         tracker.observe(seen)
         seen.clear()

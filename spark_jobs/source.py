@@ -112,7 +112,7 @@ def source_options(config: KprioConfig, splits: Sequence[PlannedRange], *, drain
         opts["drain"] = drain.to_json()
     if tasks is not None:
         opts["drainTasks"] = str(tasks)
-    opts.update({f"kafka.{k}": _text(v) for k, v in config.kafka.client_config().items()})
+    opts.update({f"kafka.{k}": _text(v) for k, v in config.kafka.consumer_config().items()})
     return opts
 
 

@@ -84,6 +84,7 @@ def new_consumer(kafka: KafkaSettings, group_id: str, **overrides: Any) -> Any:
     from confluent_kafka import Consumer
 
     conf = client_config(kafka, **overrides)
+    conf.setdefault("isolation.level", kafka.isolation_level.value)
     conf.update({"group.id": group_id, "enable.auto.commit": False, "enable.auto.offset.store": False})
     return _build(Consumer, conf)
 

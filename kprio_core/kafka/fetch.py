@@ -35,16 +35,21 @@ def expected_counts(starts: Mapping[TopicPartitionKey, int], ends: Mapping[Topic
 
 
 def peek(kafka: KafkaSettings, starts: Mapping[TopicPartitionKey, int], ends: Mapping[TopicPartitionKey, int],
-         per_partition: int, deadline: Deadline, what: str) -> dict[TopicPartitionKey, list[Peeked]]:
-    """Up to ``per_partition`` records of each partition from its start offset (never past its end)."""
+         per_partition: int, deadline: Deadline, what: str, *,
+         uncommitted: bool = False) -> dict[TopicPartitionKey, list[Peeked]]:
+    """Up to ``per_partition`` records of each partition from its start offset (never past its end).
+
+    ``uncommitted``: read records of open transactions too (read_uncommitted), whatever the settings say.
+    """
     from confluent_kafka import KafkaError, TopicPartition
 
     need = expected_counts(starts, ends, per_partition)
     got: dict[TopicPartitionKey, list[Peeked]] = {tp: [] for tp in need}
     if not need:
         return got
+    isolation = {"isolation_level": "read_uncommitted"} if uncommitted else {}
     consumer = new_consumer(kafka, PEEK_GROUP, auto_offset_reset="earliest", fetch_wait_max_ms=100,
-                            enable_partition_eof=True)
+                            enable_partition_eof=True, **isolation)
     try:
         consumer.assign([TopicPartition(t, p, starts[(t, p)]) for t, p in need])
         while any(len(got[tp]) < n for tp, n in need.items()):

@@ -1,8 +1,10 @@
 """Lag snapshots from the cluster: offsets, committed positions, record sizes and oldest pending age.
 
 Calls per snapshot, whatever the number of partitions: one metadata, one ListOffsets earliest,
-one ListOffsets latest, one OffsetFetch per priority group; plus one bounded peek consumer when
-record sizes must be sampled or ages were asked for.
+one ListOffsets latest (and one more with read_committed isolation, for the last stable offsets,
+unless kprio reads uncommitted), one OffsetFetch per priority group; plus one bounded peek
+consumer when record sizes must be sampled or ages were asked for (and one more, reading
+uncommitted, for the age of transactions still open).
 
 >>> from kprio_core.snapshot import PartitionLag, LagSnapshot
 >>> snap = LagSnapshot("orders", 2, (
@@ -23,11 +25,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from kprio_core.config import KafkaSettings, TopicSettings
+from kprio_core.config import IsolationLevel, KafkaSettings, TopicSettings
 from kprio_core.errors import DataLostToRetention
 from kprio_core.kafka.client import Deadline
 from kprio_core.kafka.fetch import peek
-from kprio_core.kafka.reads import group_offsets, high_watermarks, log_starts
+from kprio_core.kafka.reads import group_offsets, high_watermarks, log_starts, stable_offsets
 from kprio_core.kafka.topics import verify_topics
 from kprio_core.priority import Priority
 from kprio_core.snapshot import LagSnapshot, PartitionLag
@@ -44,6 +46,8 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
     every = [tp for parts in parts_of.values() for tp in parts]
     starts = log_starts(admin, every, deadline)
     highs = high_watermarks(admin, every, deadline)
+    stables = (stable_offsets(admin, every, deadline) if kafka.isolation_level is IsolationLevel.READ_COMMITTED
+               else {})
     committed: dict[tuple[str, int], int | None] = {}
     for priority, parts in parts_of.items():
         committed.update(group_offsets(admin, topic.priority_group(priority), parts, deadline))
@@ -52,7 +56,8 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
     sizes.update(sample_record_bytes(kafka, unknown, starts, highs, deadline))
     lags = [
         PartitionLag(t, q, priority=p, log_start=starts[(t, q)], high_watermark=highs[(t, q)],
-                     committed=committed.get((t, q)), avg_record_bytes=float(sizes.get(t, 0.0)))
+                     committed=committed.get((t, q)), avg_record_bytes=float(sizes.get(t, 0.0)),
+                     stable_offset=stables.get((t, q)))
         for p, parts in parts_of.items() for t, q in parts
     ]
     oldest: dict[Priority, int | None] = {}
@@ -93,7 +98,19 @@ def _with_oldest_pending(kafka: KafkaSettings, lags: list[PartitionLag], n_prior
             current = oldest[lag.priority]
             oldest[lag.priority] = ts if current is None else min(current, ts)
         filled.append(dataclasses.replace(lag, oldest_pending_ms=ts))
-    return filled, oldest
+    return _with_open_transactions(kafka, filled, deadline), oldest
+
+
+def _with_open_transactions(kafka: KafkaSettings, lags: list[PartitionLag], deadline: Deadline) -> list[PartitionLag]:
+    """Fill when the transaction open at each stalled partition's last stable offset began (its first record)."""
+    stalled = {(lag.topic, lag.partition): lag.readable_end for lag in lags if lag.behind_open_transaction}
+    highs = {(lag.topic, lag.partition): lag.high_watermark for lag in lags}
+    heads = peek(kafka, stalled, highs, 1, deadline, "read the first record of open transactions", uncommitted=True)
+    out = []
+    for lag in lags:
+        first = heads.get((lag.topic, lag.partition)) or []
+        out.append(dataclasses.replace(lag, open_transaction_ms=first[0].timestamp_ms) if first else lag)
+    return out
 
 
 def oldest_pending_age_ms(snapshot: LagSnapshot, now_ms: int) -> dict[Priority, int | None]:

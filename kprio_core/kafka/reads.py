@@ -1,5 +1,10 @@
 """Batched admin reads: ListOffsets for many partitions in one call, OffsetFetch for one group.
 
+The end of a partition depends on the isolation level: a ``read_uncommitted`` reader reads to
+the high watermark, a ``read_committed`` one to the last stable offset (LSO), the first offset of
+the oldest transaction still open there (the high watermark when none is). ListOffsets latest
+with read_committed isolation answers the LSO.
+
 Partitions are ``(topic, partition)`` pairs throughout. A group that never committed a
 partition reports offset -1001 (OFFSET_INVALID): that is :data:`None` here, never a number.
 
@@ -12,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from kprio_core.config import IsolationLevel
 from kprio_core.kafka.client import Deadline, check_error
 from kprio_core.offsets import TopicPartitionKey
 
@@ -23,14 +29,18 @@ def committed_or_none(offset: int) -> int | None:
 
 
 def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey], spec: Any, deadline: Deadline,
-                 what: str) -> dict[TopicPartitionKey, int]:
-    """One ListOffsets call for every partition with the same OffsetSpec; offset per partition."""
-    from confluent_kafka import TopicPartition
+                 what: str, *, committed_only: bool = False) -> dict[TopicPartitionKey, int]:
+    """One ListOffsets call for every partition with the same OffsetSpec; offset per partition.
+
+    ``committed_only``: read_committed isolation (latest then answers the last stable offset).
+    """
+    from confluent_kafka import IsolationLevel, TopicPartition
 
     request = {TopicPartition(t, p): spec for t, p in partitions}
     if not request:
         return {}
-    futures = admin.list_offsets(request, request_timeout=deadline.left(what))
+    isolation = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=deadline.left(what))
     out: dict[TopicPartitionKey, int] = {}
     for tp, future in futures.items():
         info = deadline.result(future, f"{what} ({tp.topic}[{tp.partition}])")
@@ -48,6 +58,15 @@ def high_watermarks(admin: Any, partitions: Iterable[TopicPartitionKey], deadlin
     from confluent_kafka.admin import OffsetSpec
 
     return list_offsets(admin, partitions, OffsetSpec.latest(), deadline, "list latest offsets")
+
+
+def stable_offsets(admin: Any, partitions: Iterable[TopicPartitionKey],
+                   deadline: Deadline) -> dict[TopicPartitionKey, int]:
+    """The last stable offset of each partition: where a read_committed reader stops today."""
+    from confluent_kafka.admin import OffsetSpec
+
+    return list_offsets(admin, partitions, OffsetSpec.latest(), deadline, "list last stable offsets",
+                        committed_only=True)
 
 
 def group_offsets(admin: Any, group: str, partitions: Iterable[TopicPartitionKey],
@@ -69,3 +88,11 @@ def group_offsets(admin: Any, group: str, partitions: Iterable[TopicPartitionKey
                     timeout_s=deadline.timeout_s, topic=tp.topic)
         out[(tp.topic, tp.partition)] = committed_or_none(tp.offset)
     return out
+
+
+def readable_ends(admin: Any, partitions: Iterable[TopicPartitionKey], deadline: Deadline,
+                  isolation: IsolationLevel) -> dict[TopicPartitionKey, int]:
+    """Where a reader of ``isolation`` stops in each partition: the LSO (read_committed) or the high watermark."""
+    if isolation is IsolationLevel.READ_COMMITTED:
+        return stable_offsets(admin, partitions, deadline)
+    return high_watermarks(admin, partitions, deadline)

@@ -27,6 +27,7 @@ def lag_doc(snapshot: Any, now_ms: int) -> dict[str, Any]:
         parts = snapshot.of_priority(p)
         priorities[str(p)] = {
             "backlog": sum(part.backlog for part in parts),
+            "behind_open_transactions": sum(part.behind_open_transaction for part in parts),
             "oldest_age_s": None if ages[p] is None else ages[p] / 1000,
             "partitions": [
                 {
@@ -34,8 +35,12 @@ def lag_doc(snapshot: Any, now_ms: int) -> dict[str, Any]:
                     "topic": part.topic,
                     "log_start": part.log_start,
                     "high_watermark": part.high_watermark,
+                    "last_stable_offset": part.stable_offset,
                     "committed": part.committed,
                     "backlog": part.backlog,
+                    "behind_open_transaction": part.behind_open_transaction,
+                    "open_transaction_age_s": None if part.open_transaction_ms is None
+                    else max(0, now_ms - part.open_transaction_ms) / 1000,
                     "oldest_age_s": None if part.oldest_pending_ms is None
                     else max(0, now_ms - part.oldest_pending_ms) / 1000,
                     "lost_to_retention": (lost.count if (lost := part.lost_to_retention) else 0),
@@ -60,22 +65,42 @@ def _table(doc: dict[str, Any]) -> Any:
     from rich.table import Table
 
     table = Table(title=f"lag of {doc['topic']}")
-    for name in ("prio", "part", "log start", "high wm", "committed", "backlog", "oldest", "lost"):
+    for name in ("prio", "part", "log start", "high wm", "committed", "backlog", "oldest", "in open txn", "lost"):
         table.add_column(name, justify="right")
     for p, prio in doc["priorities"].items():
         for part in prio["partitions"]:
             committed = "none" if part["committed"] is None else str(part["committed"])
             table.add_row(p, str(part["partition"]), str(part["log_start"]), str(part["high_watermark"]), committed,
-                          str(part["backlog"]), _age(part["oldest_age_s"]), str(part["lost_to_retention"] or ""))
+                          str(part["backlog"]), _age(part["oldest_age_s"]), _open_transaction(part),
+                          str(part["lost_to_retention"] or ""))
+        waiting = prio["behind_open_transactions"]
         table.add_row(p, "all", "", "", "", f"[bold]{prio['backlog']}[/bold]", f"[bold]{_age(prio['oldest_age_s'])}",
-                      "", end_section=True)
+                      f"[bold]{waiting}[/bold]" if waiting else "", "", end_section=True)
     return table
+
+
+def _open_transaction(part: dict[str, Any]) -> str:
+    """Offsets waiting behind a transaction still open at the last stable offset, and for how long.
+
+    >>> _open_transaction({"behind_open_transaction": 40, "last_stable_offset": 960, "open_transaction_age_s": 75.0})
+    '40 from 960, open 75.0 s'
+    >>> _open_transaction({"behind_open_transaction": 0})
+    ''
+    """
+    if not part["behind_open_transaction"]:
+        return ""
+    since = part.get("open_transaction_age_s")
+    age = "" if since is None else f", open {_age(since)}"
+    return f"{part['behind_open_transaction']} from {part['last_stable_offset']}{age}"
 
 
 @clean_errors
 def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOption = False,
         age: AgeOption = True) -> None:
     """Show the backlog of every priority and partition: records, oldest pending age, committed offset.
+
+    The backlog ends at the last stable offset (read_committed, the default): records of a
+    transaction still open wait apart, in "in open txn" (how many, from which offset, open since).
 
     With --json: {"topic": ..., "priorities": {"2": {"backlog": n, "oldest_age_s": x, "partitions": [...]}}}
     for one topic, a list of those for several.

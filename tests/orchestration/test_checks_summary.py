@@ -35,13 +35,14 @@ QUARANTINE = QualitySettings()  # ratio 0.05, floor 100
 BLOCK = QualitySettings(invalid="block")
 
 
-def stats(r: OffsetRange, *, dead: int = 0, lost: tuple[OffsetRange, ...] = (), **changes) -> RangeStats:
-    """A correct drain of ``r`` (less ``lost``), with ``changes`` applied."""
-    expected = r.count - sum(g.count for g in lost)
+def stats(r: OffsetRange, *, dead: int = 0, lost: tuple[OffsetRange, ...] = (), no_record: int = 0,
+          **changes) -> RangeStats:
+    """A correct drain of ``r`` (less ``lost``, less ``no_record`` offsets inside it), with ``changes`` applied."""
+    expected = r.count - sum(g.count for g in lost) - no_record
     first = next((o for o in range(r.start, r.end) if not any(g.start <= o < g.end for g in lost)), None)
     last = next((o for o in reversed(range(r.start, r.end)) if not any(g.start <= o < g.end for g in lost)), None)
     base = dict(priority=0 if r.topic == "o-0" else 2, range=r, output=expected - dead, dead=dead, distinct=expected,
-                first=first, last=last, nulls=(("amount", 0),), lost=lost)
+                first=first, last=last, nulls=(("amount", 0),), lost=lost, no_record=no_record)
     return RangeStats(**{**base, **changes})
 
 
@@ -101,6 +102,14 @@ CASES = [
      [], QUARANTINE, {}),
     (24, "an empty planned range with no rows is complete",
      [stats(EMPTY)], BLOCK, {}),
+    (25, "offsets that held no record (16 transaction markers) are counted, not expected: complete",
+     [stats(R, no_record=16), stats(U)], QUARANTINE, {}),
+    (26, "a range whose every offset held no record (only markers) is complete with no rows",
+     [stats(SHORT, no_record=10, first=None, last=None), stats(U)], QUARANTINE, {}),
+    (27, "offsets without a record do not excuse a record found and not written",
+     [stats(R, no_record=16, output=183, distinct=183), stats(U)], QUARANTINE, {ROW: (R,), CONTIGUOUS: (R,)}),
+    (28, "markers and a recorded loss together: the rest is complete",
+     [stats(R, no_record=3, lost=(OffsetRange("o-0", 1, 100, 110),)), stats(U)], QUARANTINE, {}),
 ]
 
 
@@ -117,7 +126,7 @@ def test_metadata_numbers():
     batch = [stats(R, dead=11, output=190, distinct=199), stats(U, nulls=(("amount", 2),), invalid_in_output=1)]
     report = check_batch(batch, quality=QUARANTINE, required_fields=FIELDS)
     meta = {o.name: dict(o.metadata) for o in report.outcomes}
-    assert meta[ROW] == {"expected_rows": 250, "observed_rows": 251}
+    assert meta[ROW] == {"expected_rows": 250, "observed_rows": 251, "offsets_without_record": 0}
     assert meta[UNIQUE] == {"duplicate_rows": 2}
     assert meta[WITHIN] == {"rows_outside_plan": 0}
     assert meta[CONTIGUOUS] == {"missing_records": 1, "repeated_offsets": 2, "ranges_with_holes": 1,
@@ -136,13 +145,13 @@ def test_summary_frame_has_one_row_per_range_and_every_number_the_checks_judge()
                                  first=101, nulls=(("amount", 4),), invalid_in_output=2), stats(EMPTY), outside],
                           quality=BLOCK, required_fields=("amount", "sku"))
     assert list(frame.columns) == [
-        "range", "priority", "start", "end", "expected", "written", "output", "dead", "distinct", "duplicates",
-        "missing", "outside", "first", "last", "invalid_in_output", "null_amount", "null_sku", "invalid_ratio",
+        "range", "priority", "start", "end", "expected", "no_record", "written", "output", "dead", "distinct",
+        "duplicates", "missing", "outside", "first", "last", "invalid_in_output", "null_amount", "null_sku", "invalid_ratio",
         "max_invalid_ratio",
     ]
     first, empty, out = (frame.iloc[i].to_dict() for i in range(3))
     assert first == {"range": "o-0[1]@[100,300)", "priority": 0, "start": 100, "end": 300, "expected": 199,
-                     "written": 199, "output": 196, "dead": 3, "distinct": 199, "duplicates": 0, "missing": 0,
+                     "no_record": 0, "written": 199, "output": 196, "dead": 3, "distinct": 199, "duplicates": 0, "missing": 0,
                      "outside": 0, "first": 101, "last": 299, "invalid_in_output": 2, "null_amount": 4,
                      "null_sku": 0, "invalid_ratio": 3 / 199, "max_invalid_ratio": 0.0}
     assert (empty["expected"], empty["written"]) == (0, 0)

@@ -12,32 +12,40 @@ R = OffsetRange("t-1", 3, 10, 20)
 
 
 @pytest.mark.parametrize(
-    ("chunks", "skip_to", "missing"),
+    ("steps", "lost", "records"),
     [
-        ([[*range(10, 20)]], None, []),  # every offset: complete
-        ([[10, 11], [12, 13, 14], range(15, 20)], None, []),  # chunks join without gaps
-        ([[10, 11, 12]], None, [(13, 20)]),  # short: the tail is missing
-        ([[11, 12], [13, 19]], None, [(10, 11), (14, 19)]),  # head gap and inner gap
-        ([], None, [(10, 20)]),  # nothing read at all
-        ([[10]], 15, [(11, 15), (15, 20)]),  # retention moved the log start to 15, then nothing
-        ([[10]], 25, [(11, 20)]),  # log start beyond the range: the rest of the range is lost
+        # steps: ("seen", offsets) records found; ("reach", n) the position moved with no record (markers,
+        # the end passed); ("skip", n) the log starts at n now (retention).
+        ([("seen", range(10, 20))], [], 10),  # every offset held a record: complete
+        ([("seen", [10, 11]), ("seen", [12, 13, 14]), ("seen", range(15, 20))], [], 10),  # chunks join
+        ([("seen", [10, 11, 12])], [(13, 20)], 3),  # stopped short: the tail was not passed
+        ([("seen", [11, 12]), ("seen", [13, 19])], [], 4),  # offsets 10 and 14..18 held no record: not lost
+        ([("seen", [10, 12]), ("reach", 20)], [], 2),  # a range ending on markers: the end passed, complete
+        ([("reach", 20)], [], 0),  # a range holding only markers: complete with no record
+        ([("reach", 25)], [], 0),  # a position beyond the end counts as the end
+        ([], [(10, 20)], 0),  # nothing read, end not passed: all of it unread
+        ([("seen", [10]), ("skip", 15)], [(11, 15), (15, 20)], 1),  # retention moved the log start to 15, then nothing
+        ([("seen", [10]), ("skip", 25)], [(11, 20)], 1),  # log start beyond the range: the rest is lost
+        ([("seen", [10]), ("skip", 15), ("seen", [15]), ("reach", 20)], [(11, 15)], 2),  # lost head, read on to the end
+        ([("seen", [12]), ("skip", 11)], [(13, 20)], 1),  # a log start below the position loses nothing read
     ],
 )
-def test_tracker_names_missing_offsets(chunks, skip_to, missing):
+def test_tracker_tells_lost_from_offsets_without_record(steps, lost, records):
     t = RangeTracker(R)
-    for chunk in chunks:
-        t.observe(list(chunk))
-    if skip_to is not None:
-        t.skip_to(skip_to)
-    assert [(g.start, g.end) for g in t.missing()] == missing
-    assert t.complete == (not missing)
+    for kind, arg in steps:
+        {"seen": lambda a: t.observe(list(a)), "reach": t.reach, "skip": t.skip_to}[kind](arg)
+    assert [(g.start, g.end) for g in t.lost()] == lost
+    assert t.records == records
+    assert t.complete == (not lost)
 
 
-def test_tracker_refuses_offsets_going_back():
+def test_tracker_refuses_offsets_going_back_or_beyond_the_range():
     t = RangeTracker(R)
     t.observe([10, 11])
     with pytest.raises(ValueError, match="offset 11 seen after 11"):
         t.observe([11])
+    with pytest.raises(ValueError, match="offset 20 is beyond the range"):
+        t.observe([20])
 
 
 @pytest.mark.parametrize(

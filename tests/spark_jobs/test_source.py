@@ -87,7 +87,7 @@ def test_a_range_beyond_the_high_watermark_fails_naming_the_missing_offsets(spar
     err = kprio_error_in(caught.value)
     assert type(err).__name__ == "RangeIncomplete"
     assert str(err) == (f"range {topic.priority_topic(0)}[0]@[4,15) is incomplete: 5 of 11 offsets missing: "
-                        "[10,15) (end of partition at high watermark 10)")
+                        "[10,15) (end of partition at last stable offset 10)")
 
 
 def test_records_beyond_the_range_end_are_never_returned(spark, kafka_settings, make_topic):
