@@ -103,10 +103,8 @@ RETENTION_WAIT_MAX_S = 900
 
 
 def retention_wait_s(admin) -> float:
-    """How long to wait for the brokers to apply retention.ms: noida-db does it within seconds; a Kafka
-    cluster at its next check (its ``log.retention.check.interval.ms``, as the brokers report it)."""
-    if not external_bootstrap():
-        return 120
+    """How long to wait for the brokers to apply retention.ms: until their next check (their
+    ``log.retention.check.interval.ms`` as they report it, one second on the embedded broker), plus slack."""
     broker = str(next(iter(admin.list_topics(timeout=TIMEOUT).brokers)))
     [future] = admin.describe_configs([ConfigResource(ResourceType.BROKER, broker)], request_timeout=TIMEOUT).values()
     entry = future.result(TIMEOUT).get("log.retention.check.interval.ms")
