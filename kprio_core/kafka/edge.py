@@ -15,7 +15,7 @@ from kprio_core.config import KafkaSettings, TopicSettings
 from kprio_core.kafka.client import Deadline, check_error, new_admin
 from kprio_core.kafka.commit import CommitReport, decide_commits, group_of, write_commits
 from kprio_core.kafka.lag import raise_if_lost, take_snapshot
-from kprio_core.kafka.reads import group_offsets, high_watermarks, log_starts
+from kprio_core.kafka.reads import group_offsets, log_starts, readable_ends
 from kprio_core.kafka.times import offsets_for_time, window_range
 from kprio_core.kafka.topics import TopicMismatch, create_missing, ensure_topics, find_mismatches, verify_topics
 from kprio_core.offsets import OffsetRange, TopicPartitionKey
@@ -119,7 +119,8 @@ class KafkaEdge:
         every = [tp for parts in parts_of.values() for tp in parts]
         starts = offsets_for_time(self.admin, every, start_ms, deadline)
         ends = offsets_for_time(self.admin, every, end_ms, deadline)
-        highs = high_watermarks(self.admin, every, deadline)
+        # Replays read what the drain reads: up to the last stable offset under read_committed.
+        highs = readable_ends(self.admin, every, deadline, self.kafka.isolation_level)
         out: dict[Priority, list[OffsetRange]] = {}
         for p, parts in parts_of.items():
             found = (window_range(t, q, start=starts[(t, q)], end=ends[(t, q)], high_watermark=highs[(t, q)])

@@ -53,7 +53,9 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
         committed.update(group_offsets(admin, topic.priority_group(priority), parts, deadline))
     sizes = dict(avg_record_bytes or {})
     unknown = [name for name in topic.priority_topics().values() if name not in sizes]
-    sizes.update(sample_record_bytes(kafka, unknown, starts, highs, deadline))
+    # A read_committed reader sees nothing past the last stable offset: sample below it.
+    ends = {tp: min(stables.get(tp, high), high) for tp, high in highs.items()}
+    sizes.update(sample_record_bytes(kafka, unknown, starts, ends, deadline))
     lags = [
         PartitionLag(t, q, priority=p, log_start=starts[(t, q)], high_watermark=highs[(t, q)],
                      committed=committed.get((t, q)), avg_record_bytes=float(sizes.get(t, 0.0)),
@@ -68,7 +70,10 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
 
 def sample_record_bytes(kafka: KafkaSettings, topics: list[str], starts: Mapping[tuple[str, int], int],
                         highs: Mapping[tuple[str, int], int], deadline: Deadline) -> dict[str, float]:
-    """Average key+value bytes of the last few records of each topic's fullest partition (0.0 when empty)."""
+    """Average key+value bytes of the last few records of each topic's fullest partition (0.0 when empty).
+
+    ``highs``: where each partition's readable records end (the last stable offset under read_committed).
+    """
     chosen: dict[tuple[str, int], int] = {}
     for name in topics:
         parts = [tp for tp in highs if tp[0] == name]
@@ -87,8 +92,8 @@ def _with_oldest_pending(kafka: KafkaSettings, lags: list[PartitionLag], n_prior
                          deadline: Deadline) -> tuple[list[PartitionLag], dict[Priority, int | None]]:
     """Fill each partition's oldest pending timestamp (the record at its next offset) and the per-priority minimum."""
     pending = {(lag.topic, lag.partition): lag.next_offset for lag in lags if lag.backlog > 0}
-    highs = {(lag.topic, lag.partition): lag.high_watermark for lag in lags}
-    heads = peek(kafka, pending, highs, 1, deadline, "read oldest pending records")
+    ends = {(lag.topic, lag.partition): lag.readable_end for lag in lags}
+    heads = peek(kafka, pending, ends, 1, deadline, "read oldest pending records")
     oldest: dict[Priority, int | None] = {p: None for p in range(n_priorities)}
     filled = []
     for lag in lags:

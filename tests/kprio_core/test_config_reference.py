@@ -23,6 +23,7 @@ import copy
 import importlib.util
 import re
 from collections.abc import Callable, Iterator
+from enum import Enum
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -54,7 +55,9 @@ def leaves(model: type[BaseModel] = KprioConfig, prefix: str = "") -> Iterator[t
     """
     for name, info in model.model_fields.items():
         key = prefix + (info.alias or name)
-        default = "(required)" if info.is_required() else repr(info.get_default(call_default_factory=True))
+        value = None if info.is_required() else info.get_default(call_default_factory=True)
+        value = value.value if isinstance(value, Enum) else value  # an enum setting is written as its value
+        default = "(required)" if info.is_required() else repr(value)
         origin, args = get_origin(info.annotation), get_args(info.annotation)
         if sub := _model_of(info.annotation):
             yield from leaves(sub, key + ".")
@@ -84,6 +87,7 @@ CHANGES: dict[str, Any] = {
     "kafka.client": {"client.id": "probe"},
     "kafka.secrets": {"sasl.password": "probe-secret"},  # from the environment only
     "kafka.timeout_s": 2.5,
+    "kafka.isolation_level": "read_uncommitted",
     "topics[].name": "payments",
     "topics[].priorities": 5,
     "topics[].partitions": 6,
@@ -252,6 +256,7 @@ PROBES: dict[str, Callable[[KprioConfig], object]] = {
     "kafka.client": kafka_client,
     "kafka.secrets": kafka_client,
     "kafka.timeout_s": kafka_deadline,
+    "kafka.isolation_level": read_options,
     "topics[].name": topic_names,
     "topics[].priorities": topic_names,
     "topics[].group": topic_names,

@@ -48,8 +48,9 @@ def test_snapshot_uses_batched_calls_whatever_the_partition_count(make_topic, ka
         counting = CountingAdmin(edge.admin)
         edge._admin = counting
         edge.snapshot(topic, now_ms=0, avg_record_bytes={name: 10.0 for name in topic.priority_topics().values()})
-    # 12 partitions: still one metadata call, one ListOffsets per spec, one OffsetFetch per priority group.
-    assert counting.calls == Counter({"list_topics": 1, "list_offsets": 2, "list_consumer_group_offsets": 3})
+    # 12 partitions: still one metadata call, one ListOffsets per spec (earliest, latest, and latest under
+    # read_committed: the last stable offsets), one OffsetFetch per priority group.
+    assert counting.calls == Counter({"list_topics": 1, "list_offsets": 3, "list_consumer_group_offsets": 3})
 
 
 def test_given_record_sizes_are_used_and_missing_ones_sampled(make_topic, kafka_settings):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 
 import pyarrow.parquet as pq
 
@@ -44,12 +44,28 @@ def assert_stats_match(stats: RangeStats, output: list[dict], dead: list[dict]) 
     assert stats.invalid_in_output == 0 and stats.outside == 0, stats
 
 
-def assert_conserved(result: DrainResult, rows: Mapping[str, list[dict]]) -> None:
-    """Every planned offset of every successful range exactly once in the output or the dead letters, never both."""
+def assert_conserved(result: DrainResult, rows: Mapping[str, list[dict]],
+                     records: Set[tuple[str, int, int]] | None = None) -> None:
+    """Every record of every successful range exactly once in the output or the dead letters, never both.
+
+    ``records``: the (topic, partition, offset) that hold a record, as an independent consumer sees
+    them (transaction markers, aborted and compacted offsets hold none). None: every offset holds
+    one, so no range may count an offset without a record.
+    """
     seen = Counter((r["topic"], r["partition"], r["offset"]) for kind in ROOT_KINDS for r in rows[kind])
     assert all(n == 1 for n in seen.values()), [k for k, n in seen.items() if n > 1][:5]
     want = {(s.range.topic, s.range.partition, o) for s in result.ranges if s.failure is None
             for o in range(s.range.start, s.range.end) if not any(g.start <= o < g.end for g in s.lost)}
+    if records is None:
+        assert [s.no_record for s in result.ranges] == [0] * len(result.ranges), "offsets without a record"
+    else:
+        want &= set(records)
+        for s in result.ranges:
+            if s.failure is None:
+                holding = sum(1 for o in range(s.range.start, s.range.end)
+                              if (s.range.topic, s.range.partition, o) in records
+                              and not any(g.start <= o < g.end for g in s.lost))
+                assert s.no_record == s.range.count - holding - sum(g.count for g in s.lost), s
     assert set(seen) == want
     assert all(r["error"] is None for r in rows["output"])
     assert all(r["error"] for r in rows["dead-letters"])
