@@ -1,11 +1,21 @@
-"""Drive Spark's own ``kafka`` source with the same plan (where its connector jar is available).
+"""Drive Spark's own ``kafka`` source (the ``native`` reader) with the same plan.
 
 The plan's ranges (adjacent splits of a partition merged back, see
-:func:`kprio_core.splits.spark_offsets_json`) become ``startingOffsets`` / ``endingOffsets``;
-``maxRecordsPerPartition`` cuts them into input splits as kprio's split settings would.
-``kafka.*`` options pass the client settings through unchanged: Spark's connector uses the Java
-client, so only settings both clients share (``security.protocol``, ``sasl.mechanism``, ...)
-mean the same thing there.
+:func:`kprio_core.splits.spark_offsets_json`) become ``assign`` / ``startingOffsets`` /
+``endingOffsets``; ``maxRecordsPerPartition`` cuts them into input splits as kprio's split
+settings would. Option names are those of Spark's ``KafkaSourceProvider`` (Spark 4.2; it reads
+them case-insensitively).
+
+Client settings pass as ``kafka.*``: :meth:`~kprio_core.config.KafkaSettings.java_client_config`,
+secrets included (Spark's connector uses the Java client, so only settings both clients share,
+``security.protocol``, ``sasl.mechanism``, ..., mean the same thing there; the Java client's
+own credentials such as ``sasl.jaas.config`` come from ``KPRIO_KAFKA_*``). Settings Spark manages
+itself and refuses (``enable.auto.commit``, ``auto.offset.reset``, deserializers, interceptors)
+are left out. ``kafka.isolation.level`` is kprio's isolation level, ``read_committed`` unless
+configured: Spark's source would otherwise read aborted transactions (the Java client's
+default is ``read_uncommitted``). A consumer call waits at most ``kafka.timeout_s``
+(``kafkaConsumer.pollTimeoutMs``; Spark's default is two minutes). The session redacts the
+secret options (:data:`spark_jobs.session.DEFAULT_CONF`).
 
 >>> from kprio_core.config import KprioConfig
 >>> from kprio_core.offsets import OffsetRange
@@ -13,16 +23,21 @@ mean the same thing there.
 >>> opts = native_options(KprioConfig(), [PlannedRange(2, OffsetRange("demo-2", 0, 5, 9))])
 >>> opts["assign"], opts["startingOffsets"], opts["endingOffsets"], opts["failOnDataLoss"]
 ('{"demo-2":[0]}', '{"demo-2":{"0":5}}', '{"demo-2":{"0":9}}', 'true')
+>>> opts["kafka.isolation.level"], opts["kafkaConsumer.pollTimeoutMs"]
+('read_committed', '10000')
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kprio_core.config import KprioConfig
 from kprio_core.drain_plan import PlannedRange
+from kprio_core.errors import KprioError, RangeIncomplete
+from kprio_core.offsets import OffsetRange
 from kprio_core.splits import spark_offsets_json
 from spark_jobs.kafka_schema import KAFKA_COLUMNS
 
@@ -30,6 +45,16 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+SPARK_MANAGED = frozenset({"enable.auto.commit", "auto.offset.reset", "key.deserializer", "value.deserializer",
+                           "interceptor.classes"})
+"""Client settings Spark's Kafka source sets itself: passing one as ``kafka.*`` fails the read."""
+
+
+class NativeReaderUnavailable(KprioError):
+    """Spark's Kafka source is not on the session's classpath (the ``native`` reader cannot run)."""
+
+    code = "native_reader_unavailable"
 
 
 def native_options(
@@ -49,10 +74,20 @@ def native_options(
         "maxRecordsPerPartition": str(config.splits.max_records),
         "failOnDataLoss": str(not loss).lower(),
         "includeHeaders": "true",
+        "kafkaConsumer.pollTimeoutMs": str(int(config.kafka.timeout_s * 1000)),
+        "groupIdPrefix": "kprio-native",
     }
-    for key, value in config.kafka.client_config().items():
-        opts[f"kafka.{key}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    for key, value in config.kafka.java_client_config().items():
+        if key.lower() not in SPARK_MANAGED:
+            opts[f"kafka.{key}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    opts["kafka.isolation.level"] = isolation_level(config)
     return opts
+
+
+def isolation_level(config: KprioConfig) -> str:
+    """kprio's ``kafka.isolation_level`` as Kafka spells it; ``read_committed`` when the config has none."""
+    level = getattr(config.kafka, "isolation_level", None)
+    return str(getattr(level, "value", level) or "read_committed")
 
 
 def connector_available(spark: SparkSession) -> bool:
@@ -72,9 +107,63 @@ def class_available(spark: SparkSession, name: str) -> bool:
     return True
 
 
+def connector_missing_message(spark_version: str) -> str:
+    """What to tell when Spark cannot find its ``kafka`` source.
+
+    >>> connector_missing_message("4.2.0")  # doctest: +ELLIPSIS
+    "spark.reader 'native' needs Spark's Kafka connector, which this Spark session does not have: ...
+    """
+    return (f"spark.reader 'native' needs Spark's Kafka connector, which this Spark session does not have: "
+            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version} with kafka-clients, commons-pool2 and "
+            f"spark-token-provider-kafka-0-10_2.13:{spark_version} are not on its classpath. Run "
+            f"`bash scripts/setup.sh` (it resolves them into ~/.cache/kprio/jars/spark-sql-kafka-{spark_version}) "
+            f"and start a new session (or restart the Spark Connect server), or set spark.reader: python")
+
+
 def read_native(
     spark: SparkSession, config: KprioConfig, ranges: Sequence[PlannedRange], *, allow_data_loss: bool | None = None
 ) -> DataFrame:
-    """The records of ``ranges`` through Spark's Kafka source, in the same columns as kprio-kafka."""
+    """The records of ``ranges`` through Spark's Kafka source, in the same columns as kprio-kafka.
+
+    NativeReaderUnavailable when the session cannot load that source.
+    """
     opts = native_options(config, ranges, allow_data_loss=allow_data_loss)
-    return spark.read.format("kafka").options(**opts).load().select(*KAFKA_COLUMNS)
+    try:
+        frame = spark.read.format("kafka").options(**opts).load().select(*KAFKA_COLUMNS)
+        frame.schema  # noqa: B018 - a Spark Connect client resolves the source only when asked
+    except Exception as err:
+        if "DATA_SOURCE_NOT_FOUND" not in str(err) and "Failed to find the data source: kafka" not in str(err):
+            raise
+        import pyspark
+
+        raise NativeReaderUnavailable(connector_missing_message(pyspark.__version__)) from None
+    return frame
+
+
+_COULD_NOT_READ = re.compile(r"Could not read records in offset \[(\d+), (\d+)\) for topic partition (\S+)-(\d+)\s")
+"""Spark's Kafka source failing a read with ``failOnDataLoss`` (``KafkaExceptions.couldNotReadOffsetRange``)."""
+
+
+def read_failure_in(exc: BaseException) -> RangeIncomplete | None:
+    r"""Spark's "could not read records" error (the log no longer holds offsets it was asked for) as kprio's error.
+
+    The message names the range in kprio's form, so the drain can fail the planned ranges it
+    overlaps and drain the others; None for any other error.
+
+    >>> text = ("org.apache.spark.sql.kafka010.KafkaIllegalStateException: Some data may have been lost ...\n"
+    ...         "Reason: Could not read records in offset [4, 30) for topic partition orders-2-0\n"
+    ...         "with consumer group kprio-native-0b6f-executor.")
+    >>> str(read_failure_in(RuntimeError(text)))  # doctest: +NORMALIZE_WHITESPACE
+    "range orders-2[0]@[4,30) is incomplete: Spark's Kafka source could not read it: the log no longer holds
+     some of its offsets (deleted by retention, or the partition ends below them) and drain.allow_data_loss is false"
+    >>> read_failure_in(RuntimeError("boom")) is None
+    True
+    """
+    found = _COULD_NOT_READ.search(str(exc))
+    if found is None:
+        return None
+    start, end, topic, partition = found.groups()
+    rng = OffsetRange(topic, int(partition), int(start), int(end))
+    return RangeIncomplete(f"range {rng} is incomplete: Spark's Kafka source could not read it: the log no longer "
+                           "holds some of its offsets (deleted by retention, or the partition ends below them) and "
+                           "drain.allow_data_loss is false")

@@ -13,6 +13,17 @@ Where each :class:`~kprio_core.config.SparkSettings` field acts:
 - ``connect_port``, ``connect_dir``: the Spark Connect server kprio starts (``kprio spark start``),
   not a session.
 
+A local or classic session also gets Spark's Kafka connector (the ``native`` reader) in
+``spark.jars``, after any jars the configuration names: the connector's jars that pyspark does not
+ship, from the jar cache ``scripts/setup.sh`` fills (:func:`connector_jars`). Without them the
+session still builds; only the native reader then fails, saying what is missing. A Spark Connect
+session uses the server's classpath (kprio's server gets the same jars).
+
+Spark redacts the values of settings and source options whose names match
+``spark.redaction.regex`` in its UI, event logs and plans; kprio's default adds every Kafka client
+secret (:data:`~kprio_core.config.SECRET_SETTINGS`) that Spark's own pattern misses, such as
+``sasl.jaas.config`` and ``ssl.keystore.key``, since the native reader passes them as ``kafka.*`` options.
+
 Over Spark Connect every kprio process joins ONE shared server-side session (a session id
 derived from the remote URL, unless the URL names one): a run process then finds the data source
 registered and the server's Python workers warm, instead of paying several seconds for a new
@@ -32,6 +43,15 @@ workers, need kprio installed (or on their ``PYTHONPATH``) too.
 '123'
 >>> session_conf(SparkSettings())["spark.sql.session.timeZone"]
 'UTC'
+>>> import re
+>>> [name for name in ("kafka.sasl.jaas.config", "kafka.ssl.keystore.key", "kafka.ssl.key.pem", "kafka.sasl.password",
+...                    "kafka.bootstrap.servers", "kafka.ssl.keystore.location")
+...  if re.search(session_conf(SparkSettings())["spark.redaction.regex"], name)]
+['kafka.sasl.jaas.config', 'kafka.ssl.keystore.key', 'kafka.ssl.key.pem', 'kafka.sasl.password']
+>>> with_jars({"spark.jars": "/opt/udf.jar"}, ["/cache/kafka-clients-3.9.2.jar"])["spark.jars"]
+'/opt/udf.jar,/cache/kafka-clients-3.9.2.jar'
+>>> with_jars({}, []) == {}
+True
 >>> shared_remote("sc://spark:15002")
 'sc://spark:15002/;session_id=...'
 >>> shared_remote("sc://spark:15002/;session_id=mine")
@@ -41,20 +61,35 @@ workers, need kprio installed (or on their ``PYTHONPATH``) too.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from kprio_core.config import SparkSettings
+from kprio_core.config import SECRET_SETTINGS, SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+SPARK_REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key"
+"""Spark's own default of ``spark.redaction.regex``."""
+
+
+def _redaction_regex() -> str:
+    """Spark's pattern plus every Kafka secret setting it does not match (names with ``.`` as ``[.]``)."""
+    missed = [name for name in SECRET_SETTINGS if not re.search(SPARK_REDACTION_REGEX, name)]
+    return "|".join([SPARK_REDACTION_REGEX, *(name.replace(".", "[.]") for name in missed)])
+
 
 DEFAULT_CONF = {
     # Kafka timestamps are UTC instants; a UTC session shows them unshifted.
     "spark.sql.session.timeZone": "UTC",
     # A drain job has a handful of lanes, not 200: keep shuffles small unless configured.
     "spark.sql.shuffle.partitions": "8",
+    # The native reader's kafka.* options carry the client's secrets: keep them out of the UI,
+    # the event log and explain output.
+    "spark.redaction.regex": _redaction_regex(),
 }
 
 
@@ -64,6 +99,31 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
     conf["spark.sql.execution.arrow.maxRecordsPerBatch"] = str(settings.arrow_batch_records)
     conf.update(settings.conf)
     return conf
+
+
+def connector_jars() -> list[str]:
+    """The jars of Spark's Kafka connector to add to ``spark.jars``; empty when they are not in the jar cache."""
+    # The one import of orchestration in spark_jobs, against the one-way rule: the jar cache
+    # lives in orchestration.services (with the broker's jars and the Maven resolution of setup),
+    # and every session, whoever builds it, must find the connector there. Reading it is a file
+    # lookup (no Maven, no network).
+    from orchestration.services.jars import spark_connector_jars
+
+    return [str(path) for path in spark_connector_jars() or ()]
+
+
+def with_jars(conf: Mapping[str, str], jars: Sequence[str]) -> dict[str, str]:
+    """``conf`` with ``jars`` appended to its ``spark.jars`` (jars it already names come first)."""
+    out = dict(conf)
+    if jars:
+        named = [j for j in out.get("spark.jars", "").split(",") if j.strip()]
+        out["spark.jars"] = ",".join([*named, *(j for j in jars if j not in named)])
+    return out
+
+
+def classic_conf(settings: SparkSettings) -> dict[str, str]:
+    """Settings of a local or classic session: :func:`session_conf` with the connector's jars (when cached)."""
+    return with_jars(session_conf(settings), connector_jars())
 
 
 SHARED_SESSION_TRIES = 8
@@ -91,7 +151,7 @@ def build_session(settings: SparkSettings, app_name: str = "kprio") -> SparkSess
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(settings.master)
     builder = builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-    for key, value in session_conf(settings).items():
+    for key, value in classic_conf(settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     register(spark)

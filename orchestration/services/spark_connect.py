@@ -4,7 +4,8 @@
 ``pyspark/jars``) with ``spark-submit`` from the pyspark package as ``SPARK_HOME``, detached in
 its own process group, output appended to ``<connect_dir>/server.log``. It gets
 ``--master spark.master``, kprio's session defaults plus every ``spark.conf`` entry, and
-``spark.connect.grpc.binding.port = spark.connect_port``; its Python workers run this
+``spark.connect.grpc.binding.port = spark.connect_port``, and Spark's Kafka connector in
+``spark.jars`` (the ``native`` reader) when setup put it in the jar cache; its Python workers run this
 interpreter (``PYSPARK_PYTHON``), so they import kprio and the handler. Drains reach it with
 ``spark.remote: sc://localhost:<port>``.
 
@@ -55,13 +56,19 @@ def spark_home() -> Path:
 
 
 def server_conf(settings: SparkSettings, port: int) -> list[str]:
-    """The ``--conf`` arguments of the server: port and bind address, kprio's session defaults, spark.conf."""
-    from spark_jobs.session import session_conf
+    """The ``--conf`` arguments of the server: port and bind address, kprio's session defaults, spark.conf.
+
+    ``spark.jars`` also gets Spark's Kafka connector from the jar cache when it is there (the
+    ``native`` reader runs on the server's classpath; see :func:`~orchestration.services.jars.spark_connector_jars`).
+    """
+    from orchestration.services.jars import spark_connector_jars
+    from spark_jobs.session import session_conf, with_jars
 
     conf = {"spark.connect.grpc.binding.port": str(port), "spark.connect.grpc.binding.address": BIND_ADDRESS,
             "spark.pyspark.python": sys.executable}
     conf.update(session_conf(settings))  # kprio's defaults, then the user's spark.conf
     conf["spark.connect.grpc.binding.port"] = str(port)  # --port / connect_port always wins
+    conf = with_jars(conf, [str(jar) for jar in spark_connector_jars() or ()])
     return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
 

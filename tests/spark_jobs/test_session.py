@@ -45,3 +45,34 @@ def test_the_session_runs_this_interpreter_in_utc_with_the_source_registered(spa
     # Registered: an unknown option error comes from our source, not "data source not found".
     with pytest.raises(Exception, match="option 'splits' is required"):
         spark.read.format("kprio-kafka").option("kafka.bootstrap.servers", "127.0.0.1:1").load().count()
+
+
+def test_a_classic_session_gets_the_connector_jars_only_when_they_are_cached(tmp_path, monkeypatch):
+    from orchestration.services.jars import ENV_CACHE, artifact_of, cached, pyspark_jars_dir, spark_kafka_connector
+
+    from spark_jobs.session import classic_conf, connector_jars
+
+    jars = connector_jars()
+    assert jars, "Spark's Kafka connector is not in the jar cache: run `bash scripts/setup.sh`"
+    resolved = {artifact_of(j.name) for j in cached(spark_kafka_connector())}
+    shipped = {artifact_of(j.name) for j in pyspark_jars_dir().glob("*.jar")}
+    # Only what pyspark lacks: the resolved set's scala-library, lz4, snappy, slf4j ... stay out.
+    assert {artifact_of(j.rsplit("/", 1)[-1]) for j in jars} == resolved - shipped
+    assert {"scala-library", "slf4j-api"} <= resolved & shipped and "kafka-clients" in resolved - shipped
+    mine = SparkSettings(conf={"spark.jars": "/opt/udf.jar"})
+    assert classic_conf(mine)["spark.jars"].split(",") == ["/opt/udf.jar", *jars]
+    # An empty cache: the session builds without the connector (only the native reader then fails).
+    monkeypatch.setenv(ENV_CACHE, str(tmp_path))
+    assert connector_jars() == [] and "spark.jars" not in classic_conf(SparkSettings())
+    assert classic_conf(mine)["spark.jars"] == "/opt/udf.jar"
+
+
+def test_kprios_spark_connect_server_gets_the_connector_jars():
+    from orchestration.services.spark_connect import server_conf
+
+    from spark_jobs.session import connector_jars
+
+    args = server_conf(SparkSettings(), 15002)
+    confs = dict(a.split("=", 1) for a in args[1::2])
+    assert confs["spark.jars"].split(",") == connector_jars()
+    assert confs["spark.redaction.regex"] == session_conf(SparkSettings())["spark.redaction.regex"]
