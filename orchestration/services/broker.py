@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from kprio_core.errors import KprioError
 from orchestration.services.process import free_port, live_process, log_tail, spawn_detached, stop_process, wait_for
@@ -82,6 +82,8 @@ while clients still measured as fast against it (1M records of 100 B produced an
 OFFSETS_PARTITIONS = 10
 """Partitions of ``__consumer_offsets`` (Kafka's default is 50: the first group call creates them all)."""
 ENV_JVM_OPTIONS = "KPRIO_BROKER_JVM_OPTS"
+PORT_WAIT_S = 2.0
+"""How long a port asked for may stay busy before a start says it is in use."""
 """Extra JVM options for the embedded nodes, after kprio's own (a later ``-Xmx`` wins)."""
 
 LOG4J2 = """\
@@ -301,15 +303,23 @@ class KafkaRuntime:
         return cls(java, classpath, set_dir(KAFKA_BROKER) / "class-data" / f"kafka-{key}.jsa")
 
 
-def port_free(host: str, port: int) -> bool:
-    """True when a server could bind ``host:port`` now (as Java binds: with SO_REUSEADDR)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-            return True
-        except OSError:
-            return False
+def port_free(host: str, port: int, wait_s: float = 0.0) -> bool:
+    """True when a server could bind ``host:port`` (as Java binds: with SO_REUSEADDR), now or within ``wait_s``.
+
+    A process just killed holds its ports for a moment after its pid is gone (its sockets close
+    after it exits): a restart right after a kill waits that moment out.
+    """
+
+    def bindable() -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+                return True
+            except OSError:
+                return False
+
+    return bindable() or (wait_s > 0 and wait_for(bindable, wait_s, interval_s=0.02))
 
 
 @dataclass(frozen=True)
@@ -463,7 +473,12 @@ class EmbeddedBroker:
     def _locked(self) -> Iterator[None]:
         """One start or stop at a time per data dir, across processes."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.data_dir / LOCK_FILE), timeout=self.start_timeout_s + self.stop_timeout_s)
+        wait_s = self.start_timeout_s + self.stop_timeout_s
+        try:
+            lock = FileLock(str(self.data_dir / LOCK_FILE), timeout=wait_s).acquire()
+        except Timeout:
+            raise BrokerProcessError(f"another process has been starting or stopping the embedded broker in "
+                                     f"{self.data_dir} for over {wait_s:g} s (lock {LOCK_FILE})") from None
         with lock:
             yield
 
@@ -534,7 +549,8 @@ class EmbeddedBroker:
         taken: set[int] = set()
 
         def pick(wanted: int | None) -> int:
-            port = wanted if wanted is not None and wanted not in taken and port_free(self.host, wanted) else None
+            free = wanted is not None and wanted not in taken and port_free(self.host, wanted, wait_s=PORT_WAIT_S)
+            port = wanted if free else None
             while port is None or port in taken:
                 port = free_port(self.host)
             taken.add(port)
@@ -545,7 +561,7 @@ class EmbeddedBroker:
         for i in self.node_ids:
             if self.port is not None:
                 asked = self.port + i - 1
-                if not port_free(self.host, asked):
+                if not port_free(self.host, asked, wait_s=PORT_WAIT_S):
                     raise self._error(f"port {asked} is already in use on {self.host}", asked)
                 taken.add(asked)
                 kafka = asked
@@ -574,7 +590,7 @@ class EmbeddedBroker:
 
     def _require_free(self, node: NodePorts, ports: Sequence[NodePorts]) -> None:
         for port, what in ((node.port, "Kafka"), (node.controller_port, "controller")):
-            if not port_free(self.host, port):
+            if not port_free(self.host, port, wait_s=PORT_WAIT_S):
                 raise self._error(
                     f"port {port} is already in use on {self.host} ({what} port of node {node.node_id}, which the "
                     f"running nodes know; stop the cluster to start it on new ports)", ports[0].port)

@@ -96,7 +96,8 @@ def test_a_restart_keeps_topics_records_and_committed_offsets(broker):
     assert again.bootstrap == f"127.0.0.1:{port}", "a restart takes the last port again when it is free"
     consumer = new_consumer(kafka, "kept-group")
     try:
-        assert [consumer.get_watermark_offsets(TopicPartition("kept", p), timeout=20) for p in (0, 1)] == [(0, 3), (0, 3)]
+        marks = [consumer.get_watermark_offsets(TopicPartition("kept", p), timeout=20) for p in (0, 1)]
+        assert marks == [(0, 3), (0, 3)], "the records did not survive the restart"
         [committed] = consumer.committed([TopicPartition("kept", 0)], timeout=20)
         assert committed.offset == 2
     finally:
