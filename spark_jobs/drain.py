@@ -48,6 +48,7 @@ from spark_jobs.columns import drain_struct
 from spark_jobs.drain_task import DrainSpec
 from spark_jobs.handler_contract import resolve_handler
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT, absolute
+from spark_jobs.native import read_failure_in
 from spark_jobs.output import discard, prepare_staging, publish, sweep_staging
 from spark_jobs.range_counts import failed_row, merge_counts
 from spark_jobs.remote_errors import kprio_error_in
@@ -97,21 +98,25 @@ def drain_batch(
     else:
         rows = _shuffled(spark, config, plan, spec)
     # The shuffle path reads in another stage, whose losses (allowed) do not reach the stats rows:
-    # what nobody found below the log start is what retention took.
-    starts = _log_starts(config, plan) if splits and not fused and config.drain.allow_data_loss else None
+    # what nobody found below the log start or past the log's end is what the log no longer holds.
+    bounds = _log_bounds(config, plan) if splits and not fused and config.drain.allow_data_loss else None
     stats = merge_counts(rows, plan.ranges, allow_data_loss=config.drain.allow_data_loss, every_range_reported=fused,
-                         log_starts=starts)
+                         log_bounds=bounds)
     return DrainResult(batch_id, attempt, topic.name, stats, staging=staging[0], seconds=time.monotonic() - started,
                        reader=config.spark.reader, ordering=ordering, lanes=lanes)
 
 
-def _log_starts(config: KprioConfig, plan: DrainPlan) -> dict[tuple[str, int], int]:
-    """The log start of every partition of the plan, read once after the drain (one ListOffsets)."""
+def _log_bounds(config: KprioConfig, plan: DrainPlan) -> dict[tuple[str, int], tuple[int, int]]:
+    """(log start, readable end) of every partition of the plan, read once after the drain (two ListOffsets)."""
     from kprio_core.kafka.client import Deadline, new_admin
-    from kprio_core.kafka.reads import log_starts
+    from kprio_core.kafka.reads import log_starts, readable_ends
 
     deadline = Deadline(config.kafka.timeout_s, config.kafka.bootstrap_servers)
-    return log_starts(new_admin(config.kafka), sorted({r.range.topic_partition for r in plan.ranges}), deadline)
+    admin = new_admin(config.kafka)
+    parts = sorted({r.range.topic_partition for r in plan.ranges})
+    starts = log_starts(admin, parts, deadline)
+    ends = readable_ends(admin, parts, deadline, config.kafka.isolation_level)
+    return {tp: (starts[tp], ends[tp]) for tp in parts}
 
 
 def plan_splits(config: KprioConfig, plan: DrainPlan) -> list[PlannedRange]:
@@ -186,7 +191,7 @@ def _shuffled(spark: SparkSession, config: KprioConfig, plan: DrainPlan, spec: D
         try:
             return failed + _collect(_shuffle_frame(spark, config, todo, spec))
         except Exception as exc:
-            cause = kprio_error_in(exc)
+            cause = kprio_error_in(exc) or read_failure_in(exc)
             if cause is None:
                 raise  # Spark's own failure
             named = _ranges_named(str(cause), todo)

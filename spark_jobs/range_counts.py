@@ -178,15 +178,16 @@ def failed_row(rng: OffsetRange, failure: str) -> dict[str, Any]:
 
 def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRange], *,
                  allow_data_loss: bool, every_range_reported: bool = True,
-                 log_starts: Mapping[tuple[str, int], int] | None = None) -> tuple[RangeStats, ...]:
+                 log_bounds: Mapping[tuple[str, int], tuple[int, int]] | None = None) -> tuple[RangeStats, ...]:
     """One RangeStats per planned range from the tasks' stats rows (driver side).
 
     ``every_range_reported``: each planned range has a task that reports it even with no row
     (the fused path), so a range nobody reported failed unseen; on the shuffle path only the
     tasks that got rows of a range report it (a range lost whole to retention has none).
-    ``log_starts``: where the read's own losses did not reach the drain (the shuffle path reads in
-    another stage), offsets nobody found below a partition's log start are the ones lost to
-    retention (with ``allow_data_loss``; without it the read failed).
+    ``log_bounds``: where the read's own losses did not reach the drain (the shuffle path reads in
+    another stage), offsets nobody found below a partition's log start (retention) or at or past
+    its readable end (a truncated log) are the ones lost, given as ``(log start, end)`` per
+    partition (with ``allow_data_loss``; without it the read failed).
     A row naming a range the plan does not hold is a drain bug: DrainOutputInvalid.
     """
     by_range: dict[OffsetRange, list[Mapping[str, Any]]] = {p.range: [] for p in ranges}
@@ -200,7 +201,7 @@ def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRang
         rng = planned.range
         parts = sorted(by_range[rng], key=lambda r: -1 if r["part"] is None else r["part"])
         present, found = _bits(parts, "offsets", rng.count), _bits(parts, "found", rng.count)
-        lost = _lost_bits(rng, parts, (log_starts or {}).get(rng.topic_partition), found | present)
+        lost = _lost_bits(rng, parts, (log_bounds or {}).get(rng.topic_partition), found | present)
         written = np.flatnonzero(present)
         missing = _gaps(rng, found & ~present)
         failure = next((r["failure"] for r in parts if r["failure"]), None)
@@ -239,16 +240,18 @@ def _bits(parts: Sequence[Mapping[str, Any]], column: str, count: int) -> Any:
     return bits
 
 
-def _lost_bits(rng: OffsetRange, parts: Sequence[Mapping[str, Any]], log_start: int | None, seen: Any) -> Any:
-    """Offsets of ``rng`` lost: those the reads reported, and those nobody saw below ``log_start``."""
+def _lost_bits(rng: OffsetRange, parts: Sequence[Mapping[str, Any]], bounds: tuple[int, int] | None,
+               seen: Any) -> Any:
+    """Offsets of ``rng`` lost: those the reads reported, and those nobody saw outside the log's ``bounds``."""
     lost = np.zeros(rng.count, dtype=bool)
     for r in parts:
         for gap in r.get("lost") or ():
             lost[max(gap["start"], rng.start) - rng.start:max(0, min(gap["end"], rng.end) - rng.start)] = True
-    if log_start is not None and log_start > rng.start:
-        below = np.zeros(rng.count, dtype=bool)
-        below[:min(log_start, rng.end) - rng.start] = True
-        lost |= below & ~seen
+    if bounds is not None:
+        log_start, log_end = bounds
+        outside = np.ones(rng.count, dtype=bool)
+        outside[max(0, log_start - rng.start):max(0, log_end - rng.start)] = False
+        lost |= outside
     return lost & ~seen
 
 

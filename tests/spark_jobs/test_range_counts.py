@@ -29,9 +29,9 @@ def _count(offsets, *, rng=R, part=None, dead=(), failure=None, nulls=(), found=
     return c.row()
 
 
-def _merge(rows, *, allow_data_loss=False, every_range_reported=False, log_starts=None):
+def _merge(rows, *, allow_data_loss=False, every_range_reported=False, log_bounds=None):
     return merge_counts(rows, PLAN[:1], allow_data_loss=allow_data_loss, every_range_reported=every_range_reported,
-                        log_starts=log_starts)[0]
+                        log_bounds=log_bounds)[0]
 
 
 @pytest.mark.parametrize(
@@ -52,10 +52,12 @@ def _merge(rows, *, allow_data_loss=False, every_range_reported=False, log_start
         ([_count([12, 14], part=0), _count([13], part=1)], {},
          (3, 0, 3, 12, 14, 9, 0, [], 7, True)),  # a head and a tail of markers (or compacted offsets)
         ([], {}, (0, 0, 0, None, None, 0, 0, [], 10, True)),  # a range of markers only, on the shuffle path
-        ([_count([15, 16])], {"allow_data_loss": True, "log_starts": {("o-2", 0): 13}},
+        ([_count([15, 16])], {"allow_data_loss": True, "log_bounds": {("o-2", 0): (13, 30)}},
          (2, 0, 2, 15, 16, 6, 0, [(10, 13)], 5, True)),  # shuffle path: unseen below the log start is lost
-        ([_count([12, 16])], {"allow_data_loss": True, "log_starts": {("o-2", 0): 14}},
+        ([_count([12, 16])], {"allow_data_loss": True, "log_bounds": {("o-2", 0): (14, 30)}},
          (2, 0, 2, 12, 16, 6, 0, [(10, 12), (13, 14)], 5, True)),  # what was read below it is not
+        ([_count([12, 16])], {"allow_data_loss": True, "log_bounds": {("o-2", 0): (0, 18)}},
+         (2, 0, 2, 12, 16, 6, 0, [(18, 20)], 6, True)),  # unseen past the log's end (truncated) is lost
     ],
 )
 def test_merge(rows, kw, want):
