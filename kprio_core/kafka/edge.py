@@ -79,7 +79,7 @@ class KafkaEdge:
         deadline = self.deadline()
         out: dict[TopicPartitionKey, int | None] = {}
         for p, parts in self._verified(topic, deadline).items():
-            out.update(group_offsets(self.admin, topic.priority_group(p), parts, deadline))
+            out.update(group_offsets(self.kafka, topic.priority_group(p), parts, deadline))
         return out
 
     # -- committing ---------------------------------------------------------------------------
@@ -98,7 +98,7 @@ class KafkaEdge:
             parts_of[groups[r.topic]].add(r.topic_partition)
         current: dict[TopicPartitionKey, int | None] = {}
         for group, parts in sorted(parts_of.items()):
-            current.update(group_offsets(self.admin, group, sorted(parts), deadline))
+            current.update(group_offsets(self.kafka, group, sorted(parts), deadline))
         starts = log_starts(self.admin, sorted(current), deadline)
         moved, skipped = decide_commits(current, starts, ranges)
         to_write: dict[str, dict[TopicPartitionKey, int]] = defaultdict(dict)

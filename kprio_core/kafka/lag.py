@@ -50,7 +50,7 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
                else {})
     committed: dict[tuple[str, int], int | None] = {}
     for priority, parts in parts_of.items():
-        committed.update(group_offsets(admin, topic.priority_group(priority), parts, deadline))
+        committed.update(group_offsets(kafka, topic.priority_group(priority), parts, deadline))
     sizes = dict(avg_record_bytes or {})
     unknown = [name for name in topic.priority_topics().values() if name not in sizes]
     # A read_committed reader sees nothing past the last stable offset: sample below it.

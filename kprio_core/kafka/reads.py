@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from kprio_core.config import IsolationLevel
+from kprio_core.config import IsolationLevel, KafkaSettings
 from kprio_core.kafka.client import Deadline, check_error
 from kprio_core.offsets import TopicPartitionKey
 
@@ -28,23 +28,48 @@ def committed_or_none(offset: int) -> int | None:
     return offset if offset >= 0 else None
 
 
+LEADER_MOVING = frozenset({"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH",
+                           "UNKNOWN_LEADER_EPOCH", "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS",
+                           "COORDINATOR_NOT_AVAILABLE", "REQUEST_TIMED_OUT", "_TRANSPORT"})
+"""Errors of a partition whose leader is being elected (a node died, a topic was just created):
+asked again until the deadline, never a failure of their own."""
+
+RETRY_PAUSE_S = 0.1
+
+
 def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey], spec: Any, deadline: Deadline,
                  what: str, *, committed_only: bool = False) -> dict[TopicPartitionKey, int]:
     """One ListOffsets call for every partition with the same OffsetSpec; offset per partition.
 
     ``committed_only``: read_committed isolation (latest then answers the last stable offset).
+    Partitions whose leader is moving (:data:`LEADER_MOVING`) are asked again until ``deadline``.
     """
-    from confluent_kafka import IsolationLevel, TopicPartition
+    import concurrent.futures
+    import time
 
-    request = {TopicPartition(t, p): spec for t, p in partitions}
-    if not request:
-        return {}
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+
+    from kprio_core.kafka.client import error_name
+
+    todo = {TopicPartition(t, p): spec for t, p in partitions}
     isolation = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
-    futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=deadline.left(what))
     out: dict[TopicPartitionKey, int] = {}
-    for tp, future in futures.items():
-        info = deadline.result(future, f"{what} ({tp.topic}[{tp.partition}])")
-        out[(tp.topic, tp.partition)] = info.offset
+    while todo:
+        futures = admin.list_offsets(todo, isolation_level=isolation, request_timeout=deadline.left(what))
+        again: dict[Any, Any] = {}
+        for tp, future in futures.items():
+            name = f"{what} ({tp.topic}[{tp.partition}])"
+            try:
+                out[(tp.topic, tp.partition)] = future.result(timeout=deadline.left(name)).offset
+            except KafkaException as exc:
+                if error_name(exc) not in LEADER_MOVING or deadline.remaining() <= RETRY_PAUSE_S:
+                    deadline.result(future, name)  # raises kprio's error for it
+                again[TopicPartition(tp.topic, tp.partition)] = spec
+            except concurrent.futures.TimeoutError:
+                deadline.result(future, name)  # BrokerUnreachable naming the call
+        todo = again
+        if todo:
+            time.sleep(RETRY_PAUSE_S)
     return out
 
 
@@ -69,21 +94,32 @@ def stable_offsets(admin: Any, partitions: Iterable[TopicPartitionKey],
                         committed_only=True)
 
 
-def group_offsets(admin: Any, group: str, partitions: Iterable[TopicPartitionKey],
+def group_offsets(kafka: KafkaSettings, group: str, partitions: Iterable[TopicPartitionKey],
                   deadline: Deadline) -> dict[TopicPartitionKey, int | None]:
-    """One OffsetFetch of ``group`` for ``partitions``: committed offset or None per partition."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    """One OffsetFetch of ``group`` for ``partitions``: committed offset or None per partition.
+
+    Asked by a consumer of the group that never joins it (``committed()``), not by the admin
+    client: librdkafka's admin ListConsumerGroupOffsets dereferences a null group handle when the
+    coordinator answers NOT_COORDINATOR (librdkafka issue 5040: the whole process dies while a
+    coordinator moves, as in a broker failover), where a consumer looks the coordinator up again.
+    """
+    from confluent_kafka import KafkaException, TopicPartition
+
+    from kprio_core.kafka.client import kafka_failure, new_consumer
 
     wanted = [TopicPartition(t, p) for t, p in partitions]
     if not wanted:
         return {}
     what = f"fetch committed offsets of group {group}"
-    futures = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, wanted)], request_timeout=deadline.left(what)
-    )
-    result = deadline.result(futures[group], what)
+    consumer = new_consumer(kafka, group)
+    try:
+        result = consumer.committed(wanted, timeout=deadline.left(what))
+    except KafkaException as exc:
+        raise kafka_failure(exc, what=what, bootstrap=deadline.bootstrap, timeout_s=deadline.timeout_s) from None
+    finally:
+        consumer.close()
     out: dict[TopicPartitionKey, int | None] = {}
-    for tp in result.topic_partitions:
+    for tp in result:
         check_error(tp.error, what=f"{what} ({tp.topic}[{tp.partition}])", bootstrap=deadline.bootstrap,
                     timeout_s=deadline.timeout_s, topic=tp.topic)
         out[(tp.topic, tp.partition)] = committed_or_none(tp.offset)

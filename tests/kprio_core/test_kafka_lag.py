@@ -42,15 +42,33 @@ def test_snapshot_reports_exact_offsets_of_every_partition(make_topic, kafka_set
     assert snap.oldest_pending_ms == {}  # age is opt-in
 
 
-def test_snapshot_uses_batched_calls_whatever_the_partition_count(make_topic, kafka_settings):
+def test_snapshot_uses_batched_calls_whatever_the_partition_count(make_topic, kafka_settings, monkeypatch):
+    import kprio_core.kafka.client as client
+
     topic = make_topic(priorities=3, partitions=4, records={2: 8, 0: 8})
+    fetched: list[tuple[str, int]] = []
+    real = client.new_consumer
+
+    class Counted:
+        def __init__(self, consumer):
+            self._consumer = consumer
+
+        def committed(self, partitions, timeout):
+            fetched.append((self._consumer.memberid() or "", len(partitions)))
+            return self._consumer.committed(partitions, timeout=timeout)
+
+        def __getattr__(self, name):
+            return getattr(self._consumer, name)
+
+    monkeypatch.setattr(client, "new_consumer", lambda *a, **kw: Counted(real(*a, **kw)))
     with KafkaEdge(kafka_settings) as edge:
         counting = CountingAdmin(edge.admin)
         edge._admin = counting
         edge.snapshot(topic, now_ms=0, avg_record_bytes={name: 10.0 for name in topic.priority_topics().values()})
     # 12 partitions: still one metadata call, one ListOffsets per spec (earliest, latest, and latest under
-    # read_committed: the last stable offsets), one OffsetFetch per priority group.
-    assert counting.calls == Counter({"list_topics": 1, "list_offsets": 3, "list_consumer_group_offsets": 3})
+    # read_committed: the last stable offsets), one OffsetFetch per priority group (by a consumer of the group).
+    assert counting.calls == Counter({"list_topics": 1, "list_offsets": 3})
+    assert [n for _, n in fetched] == [4, 4, 4]
 
 
 def test_given_record_sizes_are_used_and_missing_ones_sampled(make_topic, kafka_settings):
