@@ -109,3 +109,51 @@ def test_acknowledged_records_survive_the_partition_leader_being_killed(kafka_cl
     assert not after.failed and after.acked[0].offset == acked[-1].offset + 1
     read = read_partition(kafka, name, 0)
     assert [(r.offset, r.key, r.value) for r in read] == [*expected, (after.acked[0].offset, b"k600", b"v600")]
+
+
+@pytest.mark.spark
+@pytest.mark.dagster
+def test_kprio_drains_on_through_a_leader_killed_mid_drain(kafka_cluster, cluster_settings, topic_name, kprio_env,
+                                                          dagster_instance):
+    """The leader of a priority partition is SIGKILLed while a batch drains: the loop goes on with the new
+    leader (a failed attempt is retried by itself), nothing is lost or doubled, and the node rejoins."""
+    import threading
+
+    from kprio_core.config import TopicSettings
+    from orchestration import drain_loop
+    from tests.orchestration.conservation import conservation
+
+    kafka = cluster_settings
+    topic = TopicSettings(name=topic_name, priorities=2, partitions=2)
+    for p in range(2):
+        name = topic.priority_topic(p)
+        create_topic(kafka, name, 2, replication_factor=3, config={"min.insync.replicas": "2"})
+        for q in range(2):
+            wait_for_isr(kafka, name, q, {1, 2, 3})
+        done = produce_acked(kafka, name, [Record(f"k{i}", f'{{"i": {i}}}', None, i % 2) for i in range(1500)])
+        assert not done.failed, done.failed[:3]
+    env = kprio_env(topic, kafka={"bootstrap_servers": kafka.bootstrap_servers, "timeout_s": 30.0},
+                    planner={"record_budget": 400})
+    victim = partition_leader(kafka, topic.priority_topic(0), 0)
+    runs: list[str] = []
+    killed: list[int] = []
+
+    def kill_during_the_second_run(batch: str) -> None:
+        runs.append(batch)
+        if len(runs) == 2:
+            threading.Timer(0.5, lambda: killed.append(kafka_cluster.kill_node(victim))).start()
+
+    report = drain_loop.drain(env.defs, dagster_instance, on_start=kill_during_the_second_run)
+
+    assert killed, "the leader was never killed"
+    assert report.ok and report.stopped == "no backlog left", report.stopped
+    assert report.records() == {1: 1500, 0: 1500}
+    snapshot = env.edge.snapshot(topic, now_ms=0)
+    assert [(p.committed, p.backlog) for p in snapshot.partitions] == [(750, 0)] * 4
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok and check.expected == 3000, str(check)
+
+    kafka_cluster.restart_node(victim)
+    for p in range(2):
+        for q in range(2):
+            assert wait_for_isr(kafka, topic.priority_topic(p), q, victim) == {1, 2, 3}
