@@ -1,12 +1,14 @@
 """Shared fixtures. Each kind of real part has its own plugin module under tests/fixtures/:
 
-- ``tests.fixtures.kafka``: one Kafka-protocol broker per test session (embedded noida-db on a
-  free port, or the cluster in ``KPRIO_BOOTSTRAP_SERVERS``);
+- ``tests.fixtures.kafka``: one Kafka broker per test session (embedded Apache Kafka in KRaft mode
+  on a free port, or the cluster in ``KPRIO_BOOTSTRAP_SERVERS``), and a module's three-node cluster
+  for the failover tests;
 - ``tests.fixtures.spark``: one local SparkSession per test session;
 - ``tests.fixtures.postgres``: a throwaway PostgreSQL server (installed with apt-get when missing);
 - ``tests.fixtures.browser``: headless Chromium from Debian (installed with apt-get when missing).
 
-``tests/daemon/conftest.py`` starts one kprio deployment under the real Dagster daemon
+``tests.fixtures.transactions`` (plain helpers, no fixtures) writes with transactional producers and
+reads what a read_committed consumer sees. ``tests/daemon/conftest.py`` starts one kprio deployment under the real Dagster daemon
 (``dagster dev``, the shipped dagster.yaml, a Spark Connect server) for the tests of that package.
 """
 
