@@ -102,12 +102,11 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
 
 
 def connector_jars() -> list[str]:
-    """The jars of Spark's Kafka connector to add to ``spark.jars``; empty when they are not in the jar cache."""
-    # The one import of orchestration in spark_jobs, against the one-way rule: the jar cache
-    # lives in orchestration.services (with the broker's jars and the Maven resolution of setup),
-    # and every session, whoever builds it, must find the connector there. Reading it is a file
-    # lookup (no Maven, no network).
-    from orchestration.services.jars import spark_connector_jars
+    """The jars of Spark's Kafka connector to add to ``spark.jars``; empty when they are not in the jar cache.
+
+    A file lookup in the jar cache (no Maven, no network).
+    """
+    from spark_jobs.connector import spark_connector_jars
 
     return [str(path) for path in spark_connector_jars() or ()]
 

@@ -284,7 +284,8 @@ class KafkaRuntime:
     @classmethod
     def find(cls) -> KafkaRuntime:
         """Java and Kafka's jars from kprio's jar cache (Maven resolves them on first use)."""
-        from orchestration.services.jars import KAFKA_BROKER, JarsUnavailable, resolve, set_dir
+        from kprio_core.jar_cache import set_dir
+        from orchestration.services.jars import KAFKA_BROKER, JarsUnavailable, resolve
 
         java = java_binary()
         try:

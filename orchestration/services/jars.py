@@ -20,18 +20,13 @@ so a resolution cut short is resolved again.
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 from kprio_core.errors import KprioError
-
-ENV_CACHE = "KPRIO_CACHE_DIR"
-"""Overrides where resolved jars are kept (default ``~/.cache/kprio``)."""
+from kprio_core.jar_cache import CLASSPATH_FILE, JarSet, cached, set_dir
+from spark_jobs.connector import spark_kafka_connector
 
 KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"  # the version kafka_2.13 4.1.1 depends on
@@ -43,100 +38,12 @@ class JarsUnavailable(KprioError):
     code = "jars_unavailable"
 
 
-@dataclass(frozen=True)
-class JarSet:
-    """A named set of Maven coordinates (``group:artifact:version``) resolved together."""
-
-    name: str
-    version: str
-    artifacts: tuple[str, ...]
-
-    @property
-    def key(self) -> str:
-        return f"{self.name}-{self.version}"
-
-
 KAFKA_BROKER = JarSet(
     "kafka-broker", KAFKA_VERSION,
     (f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
      # Kafka logs through slf4j 1.7; this binding sends it to log4j2 (the distribution ships the same).
      f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}"),
 )
-
-
-def spark_kafka_connector(spark_version: str | None = None) -> JarSet:
-    """Spark's Kafka source at PySpark's own version (the connector must match Spark exactly)."""
-    if spark_version is None:
-        import pyspark
-
-        spark_version = pyspark.__version__
-    return JarSet("spark-sql-kafka", spark_version,
-                  (f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}",))
-
-
-def spark_connector_jars(spark_version: str | None = None) -> list[Path] | None:
-    """The connector's jars to put on Spark's classpath (``spark.jars``); None when the set is not cached.
-
-    Only the jars whose artifact pyspark does not already ship (:func:`not_shipped`): the set
-    also holds Scala, Hadoop's client, slf4j, lz4, snappy ... at the versions the connector's pom
-    names, and a second copy of those beside Spark's own risks version conflicts. Never calls Maven.
-    """
-    found = cached(spark_kafka_connector(spark_version))
-    return None if found is None else not_shipped(found, pyspark_jars_dir())
-
-
-def pyspark_jars_dir() -> Path:
-    """The jars Spark runs with: ``pyspark/jars`` of the installed pyspark."""
-    import pyspark
-
-    return Path(pyspark.__file__).parent / "jars"
-
-
-def not_shipped(jars: list[Path], shipped_dir: Path) -> list[Path]:
-    """``jars`` less those whose artifact (:func:`artifact_of`) has a jar in ``shipped_dir``, at any version."""
-    shipped = {artifact_of(j.name) for j in shipped_dir.glob("*.jar")}
-    return [j for j in jars if artifact_of(j.name) not in shipped]
-
-
-def artifact_of(jar_name: str) -> str:
-    """The artifact id in a jar's file name as Maven lays it out (``artifact-version[-classifier].jar``).
-
-    The version starts at the last ``-`` followed by digits and a dot, so digits inside an
-    artifact id (``-0-10_2.13``, ``-1.2-api``) and classifiers (``-jre``, ``-7``) stay where they belong.
-
-    >>> artifact_of("spark-sql-kafka-0-10_2.13-4.2.0.jar"), artifact_of("kafka-clients-3.9.2.jar")
-    ('spark-sql-kafka-0-10_2.13', 'kafka-clients')
-    >>> artifact_of("commons-pool2-2.13.1.jar"), artifact_of("commons-pool-1.5.4.jar")
-    ('commons-pool2', 'commons-pool')
-    >>> artifact_of("log4j-1.2-api-2.24.3.jar"), artifact_of("zstd-jni-1.5.7-7.jar"), artifact_of("guava-33.4.0-jre.jar")
-    ('log4j-1.2-api', 'zstd-jni', 'guava')
-    >>> artifact_of("netty-tcnative-boringssl-static-2.0.76.Final-linux-x86_64.jar"), artifact_of("unversioned.jar")
-    ('netty-tcnative-boringssl-static', 'unversioned')
-    """
-    stem = jar_name.removesuffix(".jar")
-    found = _VERSIONED.match(stem)
-    return found.group(1) if found else stem
-
-
-_VERSIONED = re.compile(r"(.+)-\d+\.")  # greedy: the last "-<digits>." starts the version
-
-
-def cache_dir() -> Path:
-    """Where resolved jar sets live: ``$KPRIO_CACHE_DIR`` or ``~/.cache/kprio``."""
-    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "kprio").expanduser()
-
-
-def set_dir(jars: JarSet) -> Path:
-    return cache_dir() / "jars" / jars.key
-
-
-def cached(jars: JarSet) -> list[Path] | None:
-    """The jars of a completely resolved set, or None when it is not (wholly) in the cache."""
-    listing = set_dir(jars) / "classpath.txt"
-    if not listing.is_file():
-        return None
-    paths = [Path(line) for line in listing.read_text().splitlines() if line.strip()]
-    return paths if paths and all(p.is_file() for p in paths) else None
 
 
 def pom_xml(jars: JarSet) -> str:
@@ -181,9 +88,9 @@ def resolve(jars: JarSet, *, timeout_s: float = 900.0) -> list[Path]:
     paths = sorted(lib.glob("*.jar"))
     if not paths:
         raise JarsUnavailable(f"Maven resolved no jar for {', '.join(jars.artifacts)} into {lib}")
-    tmp = where / "classpath.txt.tmp"
+    tmp = where / f"{CLASSPATH_FILE}.tmp"
     tmp.write_text("".join(f"{p}\n" for p in paths))
-    tmp.replace(where / "classpath.txt")
+    tmp.replace(where / CLASSPATH_FILE)
     return paths
 
 

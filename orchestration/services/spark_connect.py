@@ -61,7 +61,7 @@ def server_conf(settings: SparkSettings, port: int) -> list[str]:
     ``spark.jars`` also gets Spark's Kafka connector from the jar cache when it is there (the
     ``native`` reader runs on the server's classpath; see :func:`~orchestration.services.jars.spark_connector_jars`).
     """
-    from orchestration.services.jars import spark_connector_jars
+    from spark_jobs.connector import spark_connector_jars
     from spark_jobs.session import session_conf, with_jars
 
     conf = {"spark.connect.grpc.binding.port": str(port), "spark.connect.grpc.binding.address": BIND_ADDRESS,

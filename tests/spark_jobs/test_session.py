@@ -48,7 +48,8 @@ def test_the_session_runs_this_interpreter_in_utc_with_the_source_registered(spa
 
 
 def test_a_classic_session_gets_the_connector_jars_only_when_they_are_cached(tmp_path, monkeypatch):
-    from orchestration.services.jars import ENV_CACHE, artifact_of, cached, pyspark_jars_dir, spark_kafka_connector
+    from kprio_core.jar_cache import ENV_CACHE, cached
+    from spark_jobs.connector import artifact_of, pyspark_jars_dir, spark_kafka_connector
 
     from spark_jobs.session import classic_conf, connector_jars
 
