@@ -80,14 +80,8 @@ def native_options(
     for key, value in config.kafka.java_client_config().items():
         if key.lower() not in SPARK_MANAGED:
             opts[f"kafka.{key}"] = str(value).lower() if isinstance(value, bool) else str(value)
-    opts["kafka.isolation.level"] = isolation_level(config)
+    opts["kafka.isolation.level"] = config.kafka.isolation_level.value
     return opts
-
-
-def isolation_level(config: KprioConfig) -> str:
-    """kprio's ``kafka.isolation_level`` as Kafka spells it; ``read_committed`` when the config has none."""
-    level = getattr(config.kafka, "isolation_level", None)
-    return str(getattr(level, "value", level) or "read_committed")
 
 
 def connector_available(spark: SparkSession) -> bool:
