@@ -9,7 +9,7 @@ partitioner choose by key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from kprio_core.config import KafkaSettings
@@ -33,8 +33,6 @@ def produce(kafka: KafkaSettings, topic: str, records: Iterable[Record | tuple],
 
     Returns the number delivered; raises when any delivery failed or the flush ran out of time.
     """
-    from confluent_kafka import KafkaException
-
     deadline = Deadline(kafka.timeout_s, kafka.bootstrap_servers)
     producer = new_producer(
         kafka,
@@ -42,12 +40,30 @@ def produce(kafka: KafkaSettings, topic: str, records: Iterable[Record | tuple],
         message_timeout_ms=int(kafka.timeout_s * 1000),
     )
     failures: list[Any] = []
-    sent = 0
 
     def on_delivery(err: Any, _msg: Any) -> None:
         if err is not None:
             failures.append(err)
 
+    sent = send(producer, topic, records, on_delivery, deadline)
+    remaining = producer.flush(deadline.left(f"flush to {topic}"))
+    if remaining:
+        raise BrokerUnreachable(kafka.bootstrap_servers, kafka.timeout_s,
+                                f"{remaining} of {sent} records to {topic} were not acknowledged")
+    if failures:
+        raise KafkaOperationFailed(
+            f"produce to {topic} on {kafka.bootstrap_servers}: {len(failures)} of {sent} records failed, "
+            f"first: {failures[0].name()}: {failures[0].str()}"
+        )
+    return sent
+
+
+def send(producer: Any, topic: str, records: Iterable[Record | tuple], on_delivery: Callable[[Any, Any], None],
+         deadline: Deadline) -> int:
+    """Hand ``records`` to ``producer`` (no flush), waiting for room when its queue is full; how many were sent."""
+    from confluent_kafka import KafkaException
+
+    sent = 0
     for item in records:
         rec = Record(*item)
         extra: dict[str, Any] = {}
@@ -64,16 +80,7 @@ def produce(kafka: KafkaSettings, topic: str, records: Iterable[Record | tuple],
                 # Local queue full: serve delivery reports to make room, within the deadline.
                 producer.poll(min(0.5, deadline.left(f"produce to {topic}")))
             except KafkaException as exc:
-                raise KafkaOperationFailed(f"produce to {topic} on {kafka.bootstrap_servers} failed: "
+                raise KafkaOperationFailed(f"produce to {topic} on {deadline.bootstrap} failed: "
                                            f"{error_name(exc)}") from None
         sent += 1
-    remaining = producer.flush(deadline.left(f"flush to {topic}"))
-    if remaining:
-        raise BrokerUnreachable(kafka.bootstrap_servers, kafka.timeout_s,
-                                f"{remaining} of {sent} records to {topic} were not acknowledged")
-    if failures:
-        raise KafkaOperationFailed(
-            f"produce to {topic} on {kafka.bootstrap_servers}: {len(failures)} of {sent} records failed, "
-            f"first: {failures[0].name()}: {failures[0].str()}"
-        )
     return sent
