@@ -15,7 +15,7 @@ from kprio_core.config import KafkaSettings, TopicSettings
 from kprio_core.kafka.client import Deadline, check_error, new_admin
 from kprio_core.kafka.commit import CommitReport, decide_commits, group_of, write_commits
 from kprio_core.kafka.lag import raise_if_lost, take_snapshot
-from kprio_core.kafka.reads import group_offsets, log_starts, readable_ends
+from kprio_core.kafka.reads import GroupOffsets, log_starts, readable_ends, shared_group_offsets
 from kprio_core.kafka.times import offsets_for_time, window_range
 from kprio_core.kafka.topics import TopicMismatch, create_missing, ensure_topics, find_mismatches, verify_topics
 from kprio_core.offsets import OffsetRange, TopicPartitionKey
@@ -40,6 +40,11 @@ class KafkaEdge:
         if self._admin is None:
             self._admin = new_admin(self.kafka)
         return self._admin
+
+    @property
+    def groups(self) -> GroupOffsets:
+        """The consumers that read the priority groups' committed offsets, kept by the process for every edge."""
+        return shared_group_offsets(self.kafka)
 
     def deadline(self) -> Deadline:
         return Deadline(self.kafka.timeout_s, self.kafka.bootstrap_servers)
@@ -69,7 +74,7 @@ class KafkaEdge:
         each backlog's start to fill ``oldest_pending_ms``.
         """
         snap = take_snapshot(self.admin, self.kafka, topic, self.deadline(), now_ms=now_ms,
-                             avg_record_bytes=avg_record_bytes, with_age=with_age)
+                             avg_record_bytes=avg_record_bytes, with_age=with_age, groups=self.groups)
         if strict:
             raise_if_lost(snap)
         return snap
@@ -79,7 +84,7 @@ class KafkaEdge:
         deadline = self.deadline()
         out: dict[TopicPartitionKey, int | None] = {}
         for p, parts in self._verified(topic, deadline).items():
-            out.update(group_offsets(self.kafka, topic.priority_group(p), parts, deadline))
+            out.update(self.groups.fetch(topic.priority_group(p), parts, deadline))
         return out
 
     # -- committing ---------------------------------------------------------------------------
@@ -98,7 +103,7 @@ class KafkaEdge:
             parts_of[groups[r.topic]].add(r.topic_partition)
         current: dict[TopicPartitionKey, int | None] = {}
         for group, parts in sorted(parts_of.items()):
-            current.update(group_offsets(self.kafka, group, sorted(parts), deadline))
+            current.update(self.groups.fetch(group, sorted(parts), deadline))
         starts = log_starts(self.admin, sorted(current), deadline)
         moved, skipped = decide_commits(current, starts, ranges)
         to_write: dict[str, dict[TopicPartitionKey, int]] = defaultdict(dict)

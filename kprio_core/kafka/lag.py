@@ -29,7 +29,7 @@ from kprio_core.config import IsolationLevel, KafkaSettings, TopicSettings
 from kprio_core.errors import DataLostToRetention
 from kprio_core.kafka.client import Deadline
 from kprio_core.kafka.fetch import peek
-from kprio_core.kafka.reads import group_offsets, high_watermarks, log_starts, stable_offsets
+from kprio_core.kafka.reads import GroupOffsets, high_watermarks, log_starts, stable_offsets
 from kprio_core.kafka.topics import verify_topics
 from kprio_core.priority import Priority
 from kprio_core.snapshot import LagSnapshot, PartitionLag
@@ -39,8 +39,12 @@ SAMPLE_RECORDS = 5
 
 
 def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadline: Deadline, *, now_ms: int,
-                  avg_record_bytes: Mapping[str, float] | None = None, with_age: bool = False) -> LagSnapshot:
-    """Where every partition of every priority topic of ``topic`` stands (see the module docstring)."""
+                  avg_record_bytes: Mapping[str, float] | None = None, with_age: bool = False,
+                  groups: GroupOffsets | None = None) -> LagSnapshot:
+    """Where every partition of every priority topic of ``topic`` stands (see the module docstring).
+
+    ``groups``: the consumers that read committed offsets, kept by the caller (made here when None).
+    """
     counts = verify_topics(admin, topic, deadline)
     parts_of = {p: [(topic.priority_topic(p), q) for q in range(n)] for p, n in counts.items()}
     every = [tp for parts in parts_of.values() for tp in parts]
@@ -49,8 +53,14 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
     stables = (stable_offsets(admin, every, deadline) if kafka.isolation_level is IsolationLevel.READ_COMMITTED
                else {})
     committed: dict[tuple[str, int], int | None] = {}
-    for priority, parts in parts_of.items():
-        committed.update(group_offsets(kafka, topic.priority_group(priority), parts, deadline))
+    own = groups is None
+    groups = GroupOffsets(kafka) if groups is None else groups
+    try:
+        for priority, parts in parts_of.items():
+            committed.update(groups.fetch(topic.priority_group(priority), parts, deadline))
+    finally:
+        if own:
+            groups.close()
     sizes = dict(avg_record_bytes or {})
     unknown = [name for name in topic.priority_topics().values() if name not in sizes]
     # A read_committed reader sees nothing past the last stable offset: sample below it.

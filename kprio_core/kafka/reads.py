@@ -1,4 +1,4 @@
-"""Batched admin reads: ListOffsets for many partitions in one call, OffsetFetch for one group.
+"""Batched reads: ListOffsets for many partitions in one admin call, OffsetFetch for one group by its consumer.
 
 The end of a partition depends on the isolation level: a ``read_uncommitted`` reader reads to
 the high watermark, a ``read_committed`` one to the last stable offset (LSO), the first offset of
@@ -14,6 +14,9 @@ partition reports offset -1001 (OFFSET_INVALID): that is :data:`None` here, neve
 
 from __future__ import annotations
 
+import atexit
+import json
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -94,36 +97,79 @@ def stable_offsets(admin: Any, partitions: Iterable[TopicPartitionKey],
                         committed_only=True)
 
 
-def group_offsets(kafka: KafkaSettings, group: str, partitions: Iterable[TopicPartitionKey],
-                  deadline: Deadline) -> dict[TopicPartitionKey, int | None]:
-    """One OffsetFetch of ``group`` for ``partitions``: committed offset or None per partition.
+class GroupOffsets:
+    """Committed offsets of consumer groups, each asked by a consumer of the group kept open for reuse.
 
-    Asked by a consumer of the group that never joins it (``committed()``), not by the admin
-    client: librdkafka's admin ListConsumerGroupOffsets dereferences a null group handle when the
+    A consumer of the group that never joins it (``committed()``), not the admin client:
+    librdkafka's admin ListConsumerGroupOffsets dereferences a null group handle when the
     coordinator answers NOT_COORDINATOR (librdkafka issue 5040: the whole process dies while a
     coordinator moves, as in a broker failover), where a consumer looks the coordinator up again.
+    A new consumer costs a connection and a coordinator lookup (tens of ms); a kept one answers
+    in one OffsetFetch, so a lag snapshot costs a round trip per group, as the admin call did.
+    :func:`shared_group_offsets` keeps one per cluster for the whole process (a sensor builds its
+    resources anew every tick).
     """
-    from confluent_kafka import KafkaException, TopicPartition
 
-    from kprio_core.kafka.client import kafka_failure, new_consumer
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.kafka = kafka
+        self._consumers: dict[str, Any] = {}
+        self._lock = threading.Lock()
 
-    wanted = [TopicPartition(t, p) for t, p in partitions]
-    if not wanted:
-        return {}
-    what = f"fetch committed offsets of group {group}"
-    consumer = new_consumer(kafka, group)
-    try:
-        result = consumer.committed(wanted, timeout=deadline.left(what))
-    except KafkaException as exc:
-        raise kafka_failure(exc, what=what, bootstrap=deadline.bootstrap, timeout_s=deadline.timeout_s) from None
-    finally:
-        consumer.close()
-    out: dict[TopicPartitionKey, int | None] = {}
-    for tp in result:
-        check_error(tp.error, what=f"{what} ({tp.topic}[{tp.partition}])", bootstrap=deadline.bootstrap,
-                    timeout_s=deadline.timeout_s, topic=tp.topic)
-        out[(tp.topic, tp.partition)] = committed_or_none(tp.offset)
-    return out
+    def fetch(self, group: str, partitions: Iterable[TopicPartitionKey],
+              deadline: Deadline) -> dict[TopicPartitionKey, int | None]:
+        """One OffsetFetch of ``group`` for ``partitions``: committed offset or None per partition."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        from kprio_core.kafka.client import kafka_failure, new_consumer
+
+        wanted = [TopicPartition(t, p) for t, p in partitions]
+        if not wanted:
+            return {}
+        what = f"fetch committed offsets of group {group}"
+        with self._lock:
+            consumer = self._consumers.get(group)
+            if consumer is None:
+                consumer = self._consumers[group] = new_consumer(self.kafka, group)
+        try:
+            result = consumer.committed(wanted, timeout=deadline.left(what))
+        except KafkaException as exc:
+            raise kafka_failure(exc, what=what, bootstrap=deadline.bootstrap, timeout_s=deadline.timeout_s) from None
+        out: dict[TopicPartitionKey, int | None] = {}
+        for tp in result:
+            check_error(tp.error, what=f"{what} ({tp.topic}[{tp.partition}])", bootstrap=deadline.bootstrap,
+                        timeout_s=deadline.timeout_s, topic=tp.topic)
+            out[(tp.topic, tp.partition)] = committed_or_none(tp.offset)
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            consumers, self._consumers = self._consumers, {}
+        for consumer in consumers.values():
+            consumer.close()
+
+
+_SHARED: dict[str, GroupOffsets] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_group_offsets(kafka: KafkaSettings) -> GroupOffsets:
+    """The process's :class:`GroupOffsets` for the cluster and client settings of ``kafka`` (closed at exit)."""
+    key = json.dumps(kafka.consumer_config(), sort_keys=True, default=str)
+    with _SHARED_LOCK:
+        found = _SHARED.get(key)
+        if found is None:
+            if not _SHARED:
+                atexit.register(_close_shared)
+            found = _SHARED[key] = GroupOffsets(kafka)
+        return found
+
+
+def _close_shared() -> None:
+    with _SHARED_LOCK:
+        shared = list(_SHARED.values())
+        _SHARED.clear()
+    for groups in shared:
+        groups.close()
 
 
 def readable_ends(admin: Any, partitions: Iterable[TopicPartitionKey], deadline: Deadline,
