@@ -159,12 +159,13 @@ def shared_group_offsets(kafka: KafkaSettings) -> GroupOffsets:
         found = _SHARED.get(key)
         if found is None:
             if not _SHARED:
-                atexit.register(_close_shared)
+                atexit.register(close_shared_group_offsets)
             found = _SHARED[key] = GroupOffsets(kafka)
         return found
 
 
-def _close_shared() -> None:
+def close_shared_group_offsets() -> None:
+    """Close every consumer :func:`shared_group_offsets` keeps (at exit, or before a cluster goes away)."""
     with _SHARED_LOCK:
         shared = list(_SHARED.values())
         _SHARED.clear()
