@@ -770,8 +770,13 @@ class EmbeddedBroker:
     def stop(self) -> bool:
         """Stop every node (SIGTERM to all at once, SIGKILL after the deadline); True when one was running.
 
-        The data stays in the data dir for the next start.
+        The data stays in the data dir for the next start. The clients this process keeps open
+        (the consumers that read group offsets) are closed first: they would retry the stopped
+        broker, and log it, until the process exits.
         """
+        from kprio_core.kafka.reads import close_shared_group_offsets
+
+        close_shared_group_offsets()
         with self._locked():
             stopped = self._stop(self._read_state())
             self.state_path.unlink(missing_ok=True)
