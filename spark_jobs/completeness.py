@@ -49,11 +49,6 @@ class RangeTracker:
         """The next offset the reader would return: every offset below it was read, skipped or lost."""
         self._lost: list[OffsetRange] = []
 
-    @property
-    def last(self) -> int | None:
-        """The offset below the reader's position (None before it moved)."""
-        return None if self.position == self.range.start else self.position - 1
-
     def observe(self, offsets: Sequence[int]) -> None:
         """Record a chunk of offsets found, each inside the range and above every offset seen before.
 
