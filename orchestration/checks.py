@@ -35,14 +35,21 @@ values_match_schema failed on orders-0[1]@[0,200) (invalid_records=24, quarantin
 rows_checked=400, max_invalid_ratio=0.05, highest_invalid_ratio=0.1)
 
 GX (``import great_expectations`` takes seconds) is imported on first use; :func:`warm_up`
-imports it in a background thread so a run can overlap that with its Spark drain.
+imports it in a background thread so a run can overlap that with its Spark drain. What GX and the
+run both import (pandas, pyarrow's modules) is imported first, on the calling thread: two threads
+importing pyarrow's compiled modules at once can fail (``KeyError: 'pyarrow'`` from importlib, seen
+in a daemon run whose staging sweep imported ``pyarrow.fs`` while the warm-up imported pandas).
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+SHARED_MODULES = ("pyarrow", "pyarrow.compute", "pyarrow.dataset", "pyarrow.fs", "pyarrow.parquet", "pandas")
+"""Modules GX imports that the run imports too (staging, publish, reads): imported before the warm-up thread."""
 
 import dagster as dg
 
@@ -232,6 +239,8 @@ def warm_up() -> threading.Thread:
         except Exception:  # noqa: BLE001 (check_batch raises it again, in the run that needs it)
             pass
 
+    for module in SHARED_MODULES:  # on this thread, before GX's import starts on the other one
+        importlib.import_module(module)
     thread = threading.Thread(target=run, name="kprio-gx-warm-up", daemon=True)
     thread.start()
     return thread

@@ -6,6 +6,9 @@ it must name (``failed_ranges``); every other check must pass.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 
 import dagster as dg
@@ -19,6 +22,7 @@ from orchestration.checks import (
     CHECK_NAMES,
     OUTSIDE_LABEL,
     OUTSIDE_PLAN,
+    SHARED_MODULES,
     check_batch,
     check_results,
     check_specs,
@@ -180,6 +184,25 @@ def test_check_results_carry_numbers_and_the_failed_ranges():
     assert "failed on o-0[1]@[100,300)" in schema.description
     row = results[ROW]
     assert row.passed and row.description == CHECK_DESCRIPTIONS[ROW] and "failed_ranges" not in row.metadata
+
+
+def test_warm_up_imports_what_the_run_imports_too_before_its_thread_starts():
+    # A fresh interpreter: which shared modules are loaded at the moment the warm-up thread starts.
+    code = (
+        "import json, sys, threading\n"
+        "from orchestration import checks\n"
+        "seen = []\n"
+        "start = threading.Thread.start\n"
+        "def spy(self):\n"
+        "    seen.append([m for m in checks.SHARED_MODULES if m in sys.modules])\n"
+        "    start(self)\n"
+        "threading.Thread.start = spy\n"
+        "checks.warm_up().join(120)\n"
+        "print(json.dumps(seen))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=True)
+    [loaded, *_] = json.loads(done.stdout.splitlines()[-1])
+    assert loaded == list(SHARED_MODULES) and "great_expectations" not in loaded
 
 
 def test_warm_up_imports_gx_in_a_daemon_thread():

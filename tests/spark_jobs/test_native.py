@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from pydantic import SecretStr
 
-from kprio_core.config import KprioConfig
+from kprio_core.config import KafkaSettings, KprioConfig
 from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import RangeConflict
 from kprio_core.offsets import OffsetRange
@@ -197,13 +197,20 @@ def test_records_deleted_by_retention_fail_the_range_unless_data_loss_is_allowed
     assert stats.complete and result.lost_offsets == 8
 
 
+def beyond_the_end(kafka_settings: KafkaSettings) -> KafkaSettings:
+    """Settings for a read past the log's end: Spark's source polls for the missing offsets until
+    ``kafka.timeout_s`` (its ``kafkaConsumer.pollTimeoutMs``) before it gives up; 4 s, not the suite's 20."""
+    return kafka_settings.model_copy(update={"timeout_s": 4.0})
+
+
 @pytest.mark.broker
 @pytest.mark.spark
 def test_a_range_beyond_the_end_of_the_log_fails(spark, kafka_settings, make_topic, tmp_path):
     topic = make_topic(priorities=1, partitions=1, records={0: 10})
     name = topic.priority_topic(0)
     plan = plan_of(topic, {0: [OffsetRange(name, 0, 0, 12)]})
-    failure = _failure(spark, _config(kafka_settings, tmp_path, reader="native"), topic, "short", plan)
+    config = _config(beyond_the_end(kafka_settings), tmp_path, reader="native")
+    failure = _failure(spark, config, topic, "short", plan)
     assert re.search(rf"range {re.escape(name)}\[0\]@\[\d+,12\) is incomplete: Spark's Kafka source could not read it",
                      failure), failure[:2000]
 
@@ -214,7 +221,7 @@ def test_with_data_loss_allowed_offsets_beyond_the_end_of_the_log_are_recorded_l
                                                                                     tmp_path):
     topic = make_topic(priorities=1, partitions=1, records={0: 10})
     plan = plan_of(topic, {0: [OffsetRange(topic.priority_topic(0), 0, 0, 12)]})
-    config = _config(kafka_settings, tmp_path, reader="native", allow_data_loss=True)
+    config = _config(beyond_the_end(kafka_settings), tmp_path, reader="native", allow_data_loss=True)
     result = drain_batch(spark, config, topic, "beyond", 1, plan)
     assert_conserved(result, staged_rows(result, _roots(config)))
     [stats] = result.ranges
