@@ -36,9 +36,8 @@ rows_checked=400, max_invalid_ratio=0.05, highest_invalid_ratio=0.1)
 
 GX (``import great_expectations`` takes seconds) is imported on first use; :func:`warm_up`
 imports it in a background thread so a run can overlap that with its Spark drain. What GX and the
-run both import (pandas, pyarrow's modules) is imported first, on the calling thread: two threads
-importing pyarrow's compiled modules at once can fail (``KeyError: 'pyarrow'`` from importlib, seen
-in a daemon run whose staging sweep imported ``pyarrow.fs`` while the warm-up imported pandas).
+run both import (:data:`SHARED_MODULES`: pandas, pyarrow, pyspark.sql) is imported first, on the
+calling thread (about a second; GX itself takes five).
 """
 
 from __future__ import annotations
@@ -48,8 +47,16 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-SHARED_MODULES = ("pyarrow", "pyarrow.compute", "pyarrow.dataset", "pyarrow.fs", "pyarrow.parquet", "pandas")
-"""Modules GX imports that the run imports too (staging, publish, reads): imported before the warm-up thread."""
+SHARED_MODULES = (
+    "pyarrow", "pyarrow.compute", "pyarrow.dataset", "pyarrow.fs", "pyarrow.parquet", "pandas",
+    # What great_expectations/compatibility/pyspark.py imports (pyspark.sql has import cycles).
+    "pyspark.errors", "pyspark.sql", "pyspark.sql.functions", "pyspark.sql.types", "pyspark.sql.readwriter",
+    "pyspark.sql.connect.dataframe", "pyspark.sql.connect.session", "pyspark.ml.feature",
+)
+"""Modules GX imports that the run imports too (reads, staging, publish, Spark): imported before the
+warm-up thread starts. Packages with import cycles (pyspark.sql, pyarrow) fail when two threads import
+them at once: ``KeyError: 'pyarrow'`` and "cannot import name 'SQLContext' from partially initialized
+module 'pyspark.sql'" failed daemon runs whose drain imported them while the warm-up imported GX."""
 
 import dagster as dg
 

@@ -26,6 +26,9 @@ def build_definitions(config: KprioConfig) -> dg.Definitions:
         jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job],
         sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s)],
         resources=resources_from_config(config),
+        # A batch is one step (the drain_batch multi-asset): the multiprocess default would only add a
+        # child process, with its imports, to every run the UI launches (backfills, Materialize).
+        executor=dg.in_process_executor,
     )
 
 

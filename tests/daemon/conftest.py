@@ -112,7 +112,10 @@ def kprio_daemon(kafka_settings: KafkaSettings, tmp_path_factory: pytest.TempPat
             edge.ensure_topics(topic, 2, config={"retention.ms": "-1"})
     config = deployment_config(root, kafka_settings.bootstrap_servers,
                                topics=[t.model_dump(mode="json", by_alias=True) for t in topics.values()],
-                               planner={"record_budget": 400})
+                               # Full batches of 400 (a cold first run would size the next ones down to
+                               # 100 records: target_batch_s), two at a time per priority: each run is a
+                               # new process, and the package's drains are most of its minutes.
+                               planner={"record_budget": 400, "target_batch_s": None, "max_in_flight": 2})
     env = {"KPRIO_CRASH_AT": f"after-publish:{topics['crash'].name}", "KPRIO_CRASH_ONCE": str(root / "crashed-once")}
     with running_deployment(root, config, env) as deployment:
         yield Daemon(deployment, topics, kafka_settings)

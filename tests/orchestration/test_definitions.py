@@ -60,6 +60,9 @@ def test_definitions_are_loadable_and_complete():
     assert sensor.job_name == "drain_job"
     assert {j.name for j in defs.resolve_all_job_defs()} >= {"drain_job", "plan_batch_job", "replay_window_job"}
     assert defs.resolve_job_def("drain_job").partitions_def.name == "kprio_batches"
+    # What the UI launches (a backfill, Materialize) runs its one step in the run's own process.
+    assert defs.resolve_implicit_global_asset_job_def().executor_def is dg.in_process_executor
+    assert all(j.executor_def is dg.in_process_executor for j in defs.resolve_all_job_defs())
 
 
 # --------------------------------------------------------------------------------- secrets
