@@ -10,7 +10,15 @@ and ledger (the Ledger itself: recording, transitions, commit order, reading).
 
 from kprio_core.ledger.ledger import Ledger, utc_now
 from kprio_core.ledger.meta import Identity
-from kprio_core.ledger.records import Batch, BatchEvent, DrainedSample, Hold, format_batch_id, parse_batch_id
+from kprio_core.ledger.records import (
+    Batch,
+    BatchEvent,
+    DrainedSample,
+    Hold,
+    LogEvent,
+    format_batch_id,
+    parse_batch_id,
+)
 from kprio_core.ledger.schema import SCHEMA_VERSION
 from kprio_core.ledger.states import IN_FLIGHT, TRANSITIONS, BatchState
 
@@ -25,6 +33,7 @@ __all__ = [
     "Hold",
     "Identity",
     "Ledger",
+    "LogEvent",
     "format_batch_id",
     "parse_batch_id",
     "utc_now",
