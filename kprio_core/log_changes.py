@@ -34,12 +34,12 @@ kprio reset orders-2[0] --to earliest|latest|<offset>
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kprio_core.config import OnOffsetOutOfRange
-from kprio_core.offsets import OffsetRange
-from kprio_core.snapshot import PartitionLag
+from kprio_core.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.snapshot import LagSnapshot, PartitionLag
 
 
 class LogState(str, enum.Enum):
@@ -74,6 +74,8 @@ class Outcome(str, enum.Enum):
     """The offsets someone skipped are recorded as skipped by the operator; drain on from there."""
     RESET_EARLIEST = "reset to earliest"
     RESET_LATEST = "reset to latest"
+    RESET_TO_OFFSET = "reset to an offset"
+    """Only a person's ``kprio reset --to <offset>``."""
 
     def __str__(self) -> str:
         return self.value
@@ -353,6 +355,25 @@ def parse_partition(text: str) -> tuple[str, int]:
     if not bracket or not name or not rest.endswith("]") or not rest[:-1].isdigit():
         raise ValueError(f"name one partition as topic[partition], e.g. orders-2[0], not {text!r}")
     return name, int(rest[:-1])
+
+
+def observe(snapshot: LagSnapshot, beliefs: Mapping[TopicPartitionKey, Belief]) -> tuple[Change, ...]:
+    """Every partition of the snapshot, and every believed partition of a deleted topic, classified.
+
+    >>> from kprio_core.snapshot import LagSnapshot
+    >>> snap = LagSnapshot("o", 1, (PartitionLag("o-0", 0, 0, 0, 10, 4), PartitionLag("o-0", 1, 0, 0, 5, None)),
+    ...                    topic_ids={"o-0": "A"}, deleted=("o-9",))
+    >>> beliefs = {("o-0", 0): Belief("o-0", 0, "A", 1, 4), ("o-9", 0): Belief("o-9", 0, "Z", 1, 8)}
+    >>> [(c.where, c.state.value) for c in observe(snap, beliefs)]
+    [('o-0[0]', 'ok'), ('o-0[1]', 'partition added'), ('o-9[0]', 'topic deleted')]
+    """
+    known = {b.topic for b in beliefs.values()}
+    out = [classify(beliefs.get((p.topic, p.partition)), p, topic_id=snapshot.topic_ids.get(p.topic),
+                    topic_known=p.topic in known)
+           for p in snapshot.partitions]
+    gone = set(snapshot.deleted)
+    out += [classify(b, None, topic_id=None, topic_known=True) for b in beliefs.values() if b.topic in gone]
+    return tuple(sorted(out, key=lambda c: (c.topic, c.partition)))
 
 
 NEEDS_RECORD: frozenset[LogState] = frozenset(LogState) - {LogState.OK, LogState.LOST_TO_RETENTION}

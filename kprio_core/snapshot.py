@@ -118,6 +118,10 @@ class LagSnapshot:
     taken_at_ms: int = 0
     oldest_pending_ms: Mapping[Priority, int | None] = field(default_factory=dict)
     """Timestamp of the oldest pending record per priority (None: nothing pending or unknown)."""
+    topic_ids: Mapping[str, str | None] = field(default_factory=dict)
+    """The Kafka topic id of each priority topic (None: the cluster reports none)."""
+    deleted: tuple[str, ...] = ()
+    """Priority topics kprio drained before that the cluster no longer has (they have no partitions here)."""
 
     @classmethod
     def of(

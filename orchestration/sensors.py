@@ -29,11 +29,12 @@ from dataclasses import dataclass
 import dagster as dg
 
 from kprio_core.config import KprioConfig
-from kprio_core.errors import RangeConflict
+from kprio_core.errors import KprioError, RangeConflict
 from kprio_core.ledger import Batch, BatchState, Ledger
 from kprio_core.recovery import parse_owner
 from orchestration.adoption import ensure_adopted
 from orchestration.decide import Action, BatchRuns, Decision, Launch, RunSummary, Why, decide
+from orchestration.log_changes import carry_out
 from orchestration.leases import owner_dead, owner_dead_in
 from orchestration.partitions import batch_partitions
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
@@ -120,6 +121,13 @@ def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig
         for batch, why in decision.stuck:
             for run_id in fail_dead_runs(instance, batch, why, runs.orphaned(batch.batch_id)):
                 _info(log, f"{topic.name}: run {run_id[:8]} of {batch.batch_id} marked failed: {why}")
+        try:
+            carry_out(edge, ledger, topic, decision, log=log)
+        except KprioError as err:  # nothing planned on a decision that could not be carried out
+            reasons.append(f"{topic.name}: could not carry out {', '.join(d.describe() for d in decision.decided)}: "
+                           f"{err}")
+            decisions.append(decision)
+            continue
         launches = list(decision.launch)
         if decision.plan is not None:
             try:
