@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from kprio_core.config import KprioConfig, TopicSettings
+from kprio_core.config import KprioConfig, OnOffsetOutOfRange, TopicSettings
 from kprio_core.drain_plan import DrainPlan
 from kprio_core.errors import BrokerUnreachable, KprioError
 from kprio_core.ledger import Batch, BatchState, Hold, Ledger
@@ -396,7 +396,8 @@ NEW_LOG = (LogState.AHEAD_OF_LOG, LogState.TOPIC_RECREATED)
 """States where the log below the old committed offset is another log: a reset starts a new incarnation."""
 
 
-def decide_log_changes(changes: Iterable[Change], config: KprioConfig, *, drained: Callable[[str, int], list[Batch]],
+def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, allow_data_loss: bool, *,
+                       drained: Callable[[str, int], list[Batch]],
                        redraining: Collection[tuple[str, int]]) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
     """What to do about every change that is not ok, and the partitions it holds.
 
@@ -405,14 +406,13 @@ def decide_log_changes(changes: Iterable[Change], config: KprioConfig, *, draine
     is in flight (held until it is done, without deciding again). Retention gaps are left to
     :func:`lost_partitions`.
     """
-    policy = config.drain.on_offset_out_of_range
     decided: list[Decided] = []
     holds: list[Hold] = []
     for c in changes:
         if c.state in (LogState.OK, LogState.LOST_TO_RETENTION):
             continue
         tp = (c.topic, c.partition)
-        outcome = outcome_of(c, policy, allow_data_loss=config.drain.allow_data_loss)
+        outcome = outcome_of(c, policy, allow_data_loss=allow_data_loss)
         by = "policy" if outcome in RESETS else "rule"
         if outcome is Outcome.REDRAIN and tp in redraining:
             holds.append(_change_hold(c, c.committed or 0, f"re-draining after: {c.describe()}", person=False))
@@ -591,7 +591,7 @@ def decide(
     changes = observe(snapshot, beliefs)
     redraining = {r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges()}
     decided, change_holds = decide_log_changes(
-        changes, config, drained=lambda t, q: committed_batches(ledger, name, t, q, beliefs), redraining=redraining)
+        changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss, drained=lambda t, q: committed_batches(ledger, name, t, q, beliefs), redraining=redraining)
     snapshot = after_decisions(snapshot, decided)
     holds += change_holds
     holds += lost_partitions(snapshot, config.drain.allow_data_loss)

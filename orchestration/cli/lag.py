@@ -71,7 +71,7 @@ def log_states(config: Any, topic: Any, snapshot: Any, ledger: Any) -> dict[tupl
     in_flight = ledger.in_flight(topic.name)
     redraining = {r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges()}
     decided, holds = decide_log_changes(
-        changes, config, redraining=redraining,
+        changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss, redraining=redraining,
         drained=lambda t, q: committed_batches(ledger, topic.name, t, q, beliefs))
     by_tp = {(d.change.topic, d.change.partition): d for d in decided}
     held = {(h.topic, h.partition): h for h in holds}
