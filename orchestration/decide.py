@@ -458,11 +458,11 @@ def after_decisions(snapshot: LagSnapshot, decided: Iterable[Decided]) -> LagSna
 
 
 def incarnations(beliefs: Mapping[tuple[str, int], Belief], decided: Iterable[Decided]) -> dict[str, int]:
-    """Incarnation per priority topic above 1, after this tick's decisions (the plan's output identity)."""
-    out = {b.topic: b.incarnation for b in beliefs.values() if b.incarnation > 1}
+    """Incarnation per partition (``topic[partition]``) above 1, after this tick's decisions (the output identity)."""
+    out = {f"{b.topic}[{b.partition}]": b.incarnation for b in beliefs.values() if b.incarnation > 1}
     for d in decided:
         if d.incarnation > 1:
-            out[d.change.topic] = max(out.get(d.change.topic, 1), d.incarnation)
+            out[d.change.where] = d.incarnation
     return out
 
 
@@ -530,7 +530,7 @@ def committed_batches(ledger: Ledger, logical_topic: str, topic: str, partition:
     belief = beliefs.get((topic, partition))
     incarnation = belief.incarnation if belief is not None else 1
     return [b for b in ledger.batches(logical_topic, states=[BatchState.COMMITTED])[::-1]
-            if b.plan.incarnation_of(topic) == incarnation
+            if b.plan.incarnation_of(topic, partition) == incarnation
             and any(r.topic_partition == (topic, partition) for r in b.plan.offset_ranges())]
 
 

@@ -80,7 +80,7 @@ def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
     """Move the staged files of ``ranges`` (default: every range without failure) into place.
 
     Then, per partition, remove live files (both roots) of the same incarnation (``incarnations``:
-    per priority topic, 1 when absent) overlapping a published range under another name, and the
+    per ``topic[partition]``, 1 when absent) overlapping a published range under another name, and the
     attempt's staging directories. Returns the published paths. A file of another incarnation
     is never removed: its offsets are another log's.
     OutputPublishFailed names the batch and the cause.
@@ -141,7 +141,7 @@ def _remove_overlapping(fs: Any, base: str, logical_topic: str, stats: Sequence[
             name = RangeFile.parse(info.base_name)
             if name is None or f"{rel_dir}/{info.base_name}" in keep or not name.range.overlaps(s.range):
                 continue
-            if name.incarnation != incarnations.get(s.range.topic, 1):
+            if name.incarnation != incarnations.get(f"{s.range.topic}[{s.range.partition}]", 1):
                 continue
             fs.delete_file(info.path)
 

@@ -24,7 +24,7 @@ from tests.fixtures.transactions import visible_offsets
 def published_offsets(root: str, logical_topic: str, incarnations: Mapping[str, int] | None = None) -> Counter:
     """(topic, partition, offset) of every published row under ``<root>/<logical topic>`` (staging excluded).
 
-    Only files of each topic's ``incarnations`` (1 when absent) count: offsets of a recreated topic's
+    Only files of each partition's ``incarnations`` (``topic[partition]``, 1 when absent) count: offsets of a recreated topic's
     earlier incarnation are another log's (``+i<n>`` in the file name, see spark_jobs.layout).
     """
     import pyarrow.dataset as ds
@@ -33,7 +33,7 @@ def published_offsets(root: str, logical_topic: str, incarnations: Mapping[str, 
 
     def current(p: Path) -> bool:
         name = RangeFile.parse(p.name)
-        return name is None or name.incarnation == (incarnations or {}).get(name.topic, 1)
+        return name is None or name.incarnation == (incarnations or {}).get(f"{name.topic}[{name.partition}]", 1)
 
     base = Path(root) / logical_topic
     files = [p for p in base.rglob("*.parquet")
@@ -73,7 +73,7 @@ class Conservation:
 def conservation(config: KprioConfig, topic: TopicSettings, edge: KafkaEdge,
                  incarnations: Mapping[str, int] | None = None) -> Conservation:
     """Check the invariant for ``topic`` on the output and dead-letter roots of ``config``, for the
-    current incarnation of each priority topic (``incarnations``, 1 when absent)."""
+    current incarnation of each partition (``incarnations`` by ``topic[partition]``, 1 when absent)."""
     out = published_offsets(config.drain.output_path, topic.name, incarnations)
     dead = published_offsets(config.drain.dead_letter_path, topic.name, incarnations)
     snapshot = edge.snapshot(topic, now_ms=0)
