@@ -117,7 +117,9 @@ def reset_partition(edge, ledger: Ledger, config: KprioConfig, topic_name: str, 
     keep = not new_log and believed is not None and offset < believed
     ledger.remember(topic.name, [Belief(topic_name, partition, change.topic_id if new_log or belief is None
                                         else belief.topic_id, incarnation, believed if keep else offset)])
-    note = (f"kprio reset {topic_name}[{partition}] --to {to}: committed {change.committed} -> {offset}"
+    was = "none" if change.committed is None else change.committed
+    mine = "" if believed is None else f" (kprio committed {believed})"
+    note = (f"kprio reset {topic_name}[{partition}] --to {to}: committed {was} -> {offset}{mine}"
             + (f", incarnation {incarnation}" if new_log else "")
             + (f" (was {change.state})" if change.state is not LogState.OK else ""))
     ledger.record_change(topic.name, Change(topic_name, partition, change.state, believed, change.committed,
