@@ -300,6 +300,8 @@ class BatchWork:
         )
         if split:
             meta["split_off"] = ", ".join(split)
+        if batch.plan.log_changes:  # changes of the log kprio did not make, and what was decided
+            meta["log_changes"] = dg.MetadataValue.md("\n".join(f"- {c}" for c in batch.plan.log_changes))
         return meta
 
     # -- 6. commit -----------------------------------------------------------------------------

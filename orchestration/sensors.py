@@ -131,7 +131,8 @@ def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig
         launches = list(decision.launch)
         if decision.plan is not None:
             try:
-                batch = ledger.record_plan(decision.plan, max_in_flight=config.planner.max_in_flight)
+                batch = ledger.record_plan(with_log_changes(ledger, decision.plan),
+                                           max_in_flight=config.planner.max_in_flight)
                 launches.append(Launch(batch, Why.NEW, batch.attempts))
                 partitions.append(batch.batch_id)
             except RangeConflict as err:  # another planner (the manual job) got there first
@@ -143,6 +144,16 @@ def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig
             reasons.append(decision.describe() if len(config.topics) > 1 else decision.summary())
         decisions.append(decision)
     return Tick(tuple(decisions), tuple(requests), tuple(partitions), tuple(reasons))
+
+
+def with_log_changes(ledger: Ledger, plan):
+    """The plan with every log change recorded since the topic's newest batch (its metadata shows them)."""
+    import dataclasses
+
+    newest = ledger.batches(plan.logical_topic, limit=1)
+    since = newest[0].created_at if newest else None
+    recent = tuple(e.line() for e in ledger.log_events(plan.logical_topic) if since is None or e.at > since)
+    return dataclasses.replace(plan, log_changes=recent) if recent else plan
 
 
 def _info(log, message: str) -> None:
