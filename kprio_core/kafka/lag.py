@@ -2,7 +2,8 @@
 
 Calls per snapshot, whatever the number of partitions: one metadata, one ListOffsets earliest,
 one ListOffsets latest (and one more with read_committed isolation, for the last stable offsets,
-unless kprio reads uncommitted), one OffsetFetch per priority group; plus one bounded peek
+unless kprio reads uncommitted), one DescribeTopics (the topic ids: a recreated topic has a new
+one), one OffsetFetch per priority group; plus one bounded peek
 consumer when record sizes must be sampled or ages were asked for (and one more, reading
 uncommitted, for the age of transactions still open).
 
