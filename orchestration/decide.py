@@ -398,16 +398,28 @@ NEW_LOG = (LogState.AHEAD_OF_LOG, LogState.TOPIC_RECREATED)
 
 def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, allow_data_loss: bool, *,
                        drained: Callable[[str, int], list[Batch]],
-                       redraining: Collection[tuple[str, int]]) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
+                       redraining: Collection[tuple[str, int]],
+                       slots: Mapping[Priority, Sequence[str]] | None = None,
+                       max_in_flight: int | None = None) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
     """What to do about every change that is not ok, and the partitions it holds.
 
     ``drained(topic, partition)``: the committed batches of that partition's current incarnation
     (a moved-back offset re-drains their exact ranges); ``redraining``: partitions whose re-drain
     is in flight (held until it is done, without deciding again). Retention gaps are left to
     :func:`lost_partitions`.
+
+    A moved-back partition re-drains one committed batch at a time, oldest first: the one covering
+    the offset the group stands at. Its commit moves the group to that batch's end, so the next
+    tick sees the partition still moved back and re-drains the next one. Why: the re-drains of one
+    partition then commit in offset order (two at once could commit the later first and fail with
+    a gap under the Dagster daemon), and each takes a ``planner.max_in_flight`` slot of its
+    priorities like any batch (``slots``: the batches in flight per priority); a re-drain whose
+    priority has no free slot waits, held, for the next tick.
     """
     decided: list[Decided] = []
     holds: list[Hold] = []
+    in_use = {p: list(ids) for p, ids in (slots or {}).items()}
+    picked: set[str] = set()
     for c in changes:
         if c.state in (LogState.OK, LogState.LOST_TO_RETENTION):
             continue
@@ -427,9 +439,22 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
                                           "ranges covering it to re-drain exactly)"))
                 decided.append(Decided(c, outcome, incarnation=c.incarnation))
                 continue
-            picked = tuple(dict.fromkeys(by_range[r].batch_id for r in chosen))
-            again = tuple(b for b in batches if b.batch_id in picked)
-            holds.append(_change_hold(c, c.committed or 0, f"re-draining {', '.join(picked)} after: "
+            first = by_range[chosen[0]]
+            busy = [] if first.batch_id in picked else sorted(
+                p for p in first.priorities if max_in_flight is not None and len(in_use.get(p, ())) >= max_in_flight)
+            if busy:
+                taken = ", ".join(in_use[busy[0]])
+                holds.append(_change_hold(c, c.committed or 0, f"re-drain of {first.batch_id} waits for a slot of "
+                                          f"priority {', '.join(map(str, busy))} ({taken} in flight) after: "
+                                          f"{c.describe()}", person=False))
+                decided.append(Decided(c, outcome, incarnation=c.incarnation))
+                continue
+            again = () if first.batch_id in picked else (first,)
+            picked.add(first.batch_id)
+            for p in first.priorities:
+                in_use.setdefault(p, []).append(first.batch_id)
+            rest = f" (then {len(chosen) - 1} more range(s), one batch at a time)" if len(chosen) > 1 else ""
+            holds.append(_change_hold(c, c.committed or 0, f"re-draining {first.batch_id}{rest} after: "
                                       f"{c.describe()}", person=False))
             decided.append(Decided(c, outcome, incarnation=c.incarnation, redrain=again))
             continue
@@ -571,7 +596,8 @@ def decide(
     stuck_ids = {b.batch_id for b, _ in stuck}
     launch += launch_unlaunched([b for b in in_flight if b.batch_id not in stuck_ids], runs)
     launch += launch_commits([b for b in ledger.ready_to_commit(name) if b.batch_id not in stuck_ids], runs)
-    full = ledger.full_priorities(name, config.planner.max_in_flight)
+    max_in_flight = config.planner.max_in_flight
+    full = ledger.full_priorities(name, max_in_flight)
     retries, waiting = retry_failed(ledger.batches(name, states=[BatchState.FAILED]), runs, now=now,
                                     max_attempts=recovery.max_attempts, full=full)
     launch += retries
@@ -590,8 +616,17 @@ def decide(
 
     changes = observe(snapshot, beliefs)
     redraining = {r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges()}
+    slots = ledger.full_priorities(name, 1)  # every priority with a batch in flight: the slots in use
     decided, change_holds = decide_log_changes(
-        changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss, drained=lambda t, q: committed_batches(ledger, name, t, q, beliefs), redraining=redraining)
+        changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss,
+        drained=lambda t, q: committed_batches(ledger, name, t, q, beliefs), redraining=redraining,
+        slots=slots, max_in_flight=max_in_flight)
+    redrains = [b for d in decided for b in d.redrain]
+    if redrains:  # a re-drain takes its priorities' slots like any batch: the plan below sees them taken
+        for b in redrains:
+            for p in b.priorities:
+                slots.setdefault(p, []).append(b.batch_id)
+        full = {p: ids for p, ids in slots.items() if len(ids) >= max_in_flight}
     snapshot = after_decisions(snapshot, decided)
     holds += change_holds
     holds += lost_partitions(snapshot, config.drain.allow_data_loss)

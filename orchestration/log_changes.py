@@ -35,8 +35,13 @@ from orchestration.decide import NEW_LOG, Decision
 LOGGER = logging.getLogger("kprio.log_changes")
 
 
-def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: Decision, *, log=None) -> None:
-    """Commit, replay and record what ``decision`` decided about the log (see the module docstring)."""
+def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: Decision, *, log=None,
+              max_in_flight: int | None = None) -> None:
+    """Commit, replay and record what ``decision`` decided about the log (see the module docstring).
+
+    A re-drain is put back to planned under the same ``planner.max_in_flight`` rule as any batch
+    (the ledger refuses it with RangeConflict when another planner took the slot meanwhile).
+    """
     log = log or LOGGER
     name = topic.name
     decided = {(d.change.topic, d.change.partition): d for d in decision.decided}
@@ -68,7 +73,7 @@ def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: Decision, *,
         elif c.state is LogState.PARTITION_ADDED:
             fresh.append(Belief(c.topic, c.partition, c.topic_id, 1, None))
         for b in d.redrain:
-            ledger.replay(b.batch_id)
+            ledger.replay(b.batch_id, max_in_flight=max_in_flight)
         if c.state in NEEDS_RECORD:
             ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, committed_after=d.target, note=note)
             log.warning(f"{name}: {note}")

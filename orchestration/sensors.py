@@ -122,7 +122,7 @@ def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig
             for run_id in fail_dead_runs(instance, batch, why, runs.orphaned(batch.batch_id)):
                 _info(log, f"{topic.name}: run {run_id[:8]} of {batch.batch_id} marked failed: {why}")
         try:
-            carry_out(edge, ledger, topic, decision, log=log)
+            carry_out(edge, ledger, topic, decision, log=log, max_in_flight=config.planner.max_in_flight)
         except KprioError as err:  # nothing planned on a decision that could not be carried out
             reasons.append(f"{topic.name}: could not carry out {', '.join(d.describe() for d in decision.decided)}: "
                            f"{err}")

@@ -8,6 +8,7 @@ attempts (retry, replay, split), derived (burst windows, rate samples, record si
 and ledger (the Ledger itself: recording, transitions, commit order, reading).
 """
 
+from kprio_core.ledger.engine import ledger_exists
 from kprio_core.ledger.ledger import Ledger, utc_now
 from kprio_core.ledger.meta import Identity
 from kprio_core.ledger.records import (
@@ -35,6 +36,7 @@ __all__ = [
     "Ledger",
     "LogEvent",
     "format_batch_id",
+    "ledger_exists",
     "parse_batch_id",
     "utc_now",
 ]

@@ -61,18 +61,25 @@ def lag_doc(snapshot: Any, now_ms: int, states: dict[tuple[str, int], dict[str, 
     return {"topic": snapshot.logical_topic, "priorities": priorities, "deleted": deleted}
 
 
-def log_states(config: Any, topic: Any, snapshot: Any, ledger: Any) -> dict[tuple[str, int], dict[str, str | None]]:
-    """Each partition's log state and what ``kprio plan`` / the sensor do about it (the same rules)."""
+def log_states(config: Any, topic: Any, snapshot: Any, ledger: Any | None
+               ) -> dict[tuple[str, int], dict[str, str | None]]:
+    """Each partition's log state and what ``kprio plan`` / the sensor do about it (the same rules).
+
+    ``ledger`` None (no ledger yet): kprio believes nothing, so the states are what Kafka alone tells
+    (ok, lost to retention, ahead of the log).
+    """
     from kprio_core.log_changes import LogState, observe
     from orchestration.decide import committed_batches, decide_log_changes
 
-    beliefs = ledger.beliefs(topic.name)
+    beliefs = ledger.beliefs(topic.name) if ledger is not None else {}
     changes = observe(snapshot, beliefs)
-    in_flight = ledger.in_flight(topic.name)
+    in_flight = ledger.in_flight(topic.name) if ledger is not None else []
     redraining = {r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges()}
     decided, holds = decide_log_changes(
         changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss, redraining=redraining,
-        drained=lambda t, q: committed_batches(ledger, topic.name, t, q, beliefs))
+        drained=lambda t, q: committed_batches(ledger, topic.name, t, q, beliefs) if ledger is not None else [],
+        slots=ledger.full_priorities(topic.name, 1) if ledger is not None else {},
+        max_in_flight=config.planner.max_in_flight)
     by_tp = {(d.change.topic, d.change.partition): d for d in decided}
     held = {(h.topic, h.partition): h for h in holds}
     out = {}
@@ -160,16 +167,20 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
 
     Example: kprio lag --topic orders --json
     """
+    from contextlib import nullcontext
+
     from kprio_core.kafka import KafkaEdge
-    from kprio_core.ledger import Ledger
+    from kprio_core.ledger import Ledger, ledger_exists
 
     cfg = config_from(config)
     topics = [cfg.topic(topic)] if topic else list(cfg.topics)
     now_ms = int(time.time() * 1000)
     docs = []
-    with KafkaEdge(cfg.kafka) as edge, Ledger(cfg.ledger.url) as ledger:
+    # A read command never creates a ledger: without one, kprio believes nothing and Kafka alone tells the states.
+    opened = Ledger(cfg.ledger.url) if ledger_exists(cfg.ledger.url) else nullcontext()
+    with KafkaEdge(cfg.kafka) as edge, opened as ledger:
         for t in topics:
-            known = {b.topic for b in ledger.beliefs(t.name).values()}
+            known = {b.topic for b in ledger.beliefs(t.name).values()} if ledger is not None else set()
             snap = edge.snapshot(t, now_ms=now_ms, avg_record_bytes={}, with_age=age, deleted_ok=known)
             docs.append(lag_doc(snap, now_ms, log_states(cfg, t, snap, ledger)))
     if as_json:
