@@ -299,8 +299,13 @@ def hold_reason(change: Change) -> str:
 
 
 def remedy(change: Change) -> str:
-    """The one command a person runs for a held partition."""
-    return f"kprio reset {change.where} --to earliest|latest|<offset>"
+    """The one command a person runs for a held partition (a deleted topic is created again first).
+
+    >>> remedy(Change("o-1", 0, LogState.TOPIC_DELETED, 8, None, None, None))
+    'kprio topics create (the topic again), then kprio reset o-1[0] --to earliest|latest|<offset>'
+    """
+    reset = f"kprio reset {change.where} --to earliest|latest|<offset>"
+    return f"kprio topics create (the topic again), then {reset}" if change.state is LogState.TOPIC_DELETED else reset
 
 
 def parse_target(text: str) -> str | int:

@@ -615,6 +615,15 @@ def decide(
                              tuple(waiting), error=err)
 
     changes = observe(snapshot, beliefs)
+    if snapshot.deleted:
+        # A batch with ranges only on a deleted priority topic cannot run (its retries would fail alike until
+        # the loop gives up): no run for it, and its partitions wait under the topic-deleted hold, for a person.
+        gone = set(snapshot.deleted)
+        only_gone = {b.batch_id for b in [*in_flight, *ledger.batches(name, states=[BatchState.FAILED])]
+                     if (on := {r.topic for r in b.plan.offset_ranges() if r.count}) and on <= gone}
+        launch = [x for x in launch if x.batch.batch_id not in only_gone]
+        holds = tuple(h for h in holds if h.topic not in gone)
+        base.update(launch=tuple(launch), holds=holds)
     redraining = {r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges()}
     slots = ledger.full_priorities(name, 1)  # every priority with a batch in flight: the slots in use
     decided, change_holds = decide_log_changes(

@@ -4,17 +4,23 @@ no earlier output lost or overwritten, the other partitions and priorities drain
 from __future__ import annotations
 
 import time
+import json
 from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from kprio_core.kafka.client import Deadline, new_admin
 from kprio_core.kafka.topics import ensure_topics
 from orchestration import drain_loop
+from orchestration.cli.main import app
+from orchestration.instance import open_instance
 from orchestration.log_changes import reset_partition
-from tests.fixtures.kafka import fill, wait_until_served
-from tests.orchestration.conservation import conservation, lag
+from orchestration.sensors import tick
+from tests.fixtures.kafka import fill, generated_records, produce_acked, wait_until_served
+from tests.orchestration.conservation import conservation, lag, published_offsets
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -118,3 +124,97 @@ def test_offsets_moved_expired_and_beyond_the_log_are_named_and_never_doubled(ma
     assert missing == {(hi, 1, o) for o in range(30, 36)} | {(hi, 2, o) for o in range(30, 40)}, check
     assert not (check.doubled or check.in_both or check.beyond), check
     assert lag(topic, env.edge) == {1: 0, 0: 0}
+
+
+def add_partitions(kafka, name: str, total: int) -> None:
+    """Grow ``name`` to ``total`` partitions (admin CreatePartitions), waiting until the cluster serves them."""
+    from confluent_kafka.admin import NewPartitions
+
+    admin = new_admin(kafka)
+    for f in admin.create_partitions([NewPartitions(name, total)], operation_timeout=30).values():
+        f.result(timeout=30)
+    wait_until_served(kafka, [name])
+
+
+def test_partitions_added_between_ticks_are_drained_from_their_start_within_one_tick(make_topic, kprio_env,
+                                                                                    kafka_settings):
+    topic = make_topic(priorities=2, partitions=1, records={1: 10, 0: 10})
+    env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
+    hi, lo = topic.priority_topic(1), topic.priority_topic(0)
+    with dg.instance_for_test() as instance:
+        assert drain_loop.drain(env.defs, instance).ok
+        first = files(env.config.drain.output_path, topic.name)
+        add_partitions(kafka_settings, hi, 3)
+        produce_acked(kafka_settings, hi, [r._replace(partition=1 + i % 2)
+                                           for i, r in enumerate(generated_records(8, start=100))])
+        fill(kafka_settings, lo, 5, partitions=1)
+
+        turn = tick(instance, env.edge, env.ledger, env.config)  # one tick picks the new partitions up
+        instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
+        [batch] = [env.ledger.get(b) for b in turn.partitions]
+        ranges = {(r.topic, r.partition): (r.start, r.end) for r in batch.plan.offset_ranges() if r.count}
+        assert ranges == {(hi, 1): (0, 4), (hi, 2): (0, 4), (lo, 0): (10, 15)}, ranges
+        added = [(e.topic, e.partition, e.state, e.outcome) for e in env.ledger.log_events(topic.name)]
+        assert added == [(hi, 1, "partition added", "drain"), (hi, 2, "partition added", "drain")]
+        report = drain_loop.drain(env.defs, instance)
+        assert report.ok and report.stopped == "no backlog left", report.stopped
+
+    after = files(env.config.drain.output_path, topic.name)
+    assert {n: t for n, t in after.items() if n in first} == first, "nothing else disturbed"
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok and check.output == 10 + 10 + 8 + 5, check
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+
+
+def cli_config(env, tmp_path, monkeypatch) -> str:
+    """kprio.yaml of ``env`` in tmp_path, and DAGSTER_HOME there (as tests/orchestration/test_cli_drain.py)."""
+    path = tmp_path / "kprio.yaml"
+    path.write_text(yaml.safe_dump(env.config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    (tmp_path / "dagster_home").mkdir(exist_ok=True)
+    return str(path)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def test_a_priority_topic_deleted_while_draining_is_held_and_the_others_drain_on(make_topic, kprio_env,
+                                                                                 kafka_settings, tmp_path,
+                                                                                 monkeypatch):
+    topic = make_topic(priorities=3, partitions=1, records={2: 6, 1: 6, 0: 6})
+    env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
+    path = cli_config(env, tmp_path, monkeypatch)
+    gone = topic.priority_topic(1)
+    assert invoke("drain", "--until-empty", "--config", path).exit_code == 0
+    for p in range(3):
+        fill(kafka_settings, topic.priority_topic(p), 4, partitions=1)
+    with open_instance(env.config) as instance:  # a batch of every priority just planned ...
+        turn = tick(instance, env.edge, env.ledger, env.config)
+        instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
+    assert len(turn.partitions) == 1
+    admin = new_admin(kafka_settings)  # ... then priority 1's topic is deleted
+    for f in admin.delete_topics([gone], operation_timeout=30).values():
+        f.result(timeout=30)
+
+    started = time.monotonic()
+    result = invoke("drain", "--until-empty", "--config", path)
+    # Not "no backlog left": exit 1, the held line names the partition, what changed and the remedy.
+    assert result.exit_code == 1, result.output
+    assert "no backlog left" not in result.output
+    assert "only held partitions are left, they need a person" in result.output
+    assert time.monotonic() - started < 60, "held at once, not retried until the loop gives up"
+    assert f"{gone}[0] topic deleted: the topic no longer exists on the cluster" in result.output
+    assert f"kprio topics create (the topic again), then kprio reset {gone}[0] --to" in result.output
+    events = [(e.topic, e.state, e.outcome) for e in env.ledger.log_events(topic.name)]
+    assert events == [(gone, "topic deleted", "hold")], "held, recorded once"
+    # Every other priority drained to zero lag, each record once.
+    snap = env.edge.snapshot(topic, now_ms=0, deleted_ok={gone})
+    assert snap.deleted == (gone,) and snap.backlog_by_priority() == {2: 0, 1: 0, 0: 0}
+    out = published_offsets(env.config.drain.output_path, topic.name)
+    for p in (2, 0):
+        mine = {k: n for k, n in out.items() if k[0] == topic.priority_topic(p)}
+        assert sorted(o for _, _, o in mine) == list(range(10)) and set(mine.values()) == {1}, mine
+
+    doc = json.loads(invoke("lag", "--json", "--config", path).output)
+    assert [(d["topic"], d["state"], d["decision"]) for d in doc["deleted"]] == [(gone, "topic deleted", "hold")]
