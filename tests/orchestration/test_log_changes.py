@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from kprio_core.kafka.client import Deadline, new_admin
 from kprio_core.kafka.topics import ensure_topics
+from kprio_core.ledger import Ledger
 from orchestration import drain_loop
 from orchestration.cli.main import app
 from orchestration.instance import open_instance
@@ -218,3 +219,117 @@ def test_a_priority_topic_deleted_while_draining_is_held_and_the_others_drain_on
 
     doc = json.loads(invoke("lag", "--json", "--config", path).output)
     assert [(d["topic"], d["state"], d["decision"]) for d in doc["deleted"]] == [(gone, "topic deleted", "hold")]
+
+
+def test_the_policy_resets_a_recreated_topic_to_earliest_and_a_log_overtaken_to_latest(make_topic, kprio_env,
+                                                                                        kafka_settings, tmp_path,
+                                                                                        monkeypatch):
+    topic = make_topic(priorities=2, partitions=1, records={1: 20, 0: 10})
+    env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None},
+                    drain={"on_offset_out_of_range": "earliest"})
+    path = cli_config(env, tmp_path, monkeypatch)
+    hi, lo = topic.priority_topic(1), topic.priority_topic(0)
+    with dg.instance_for_test() as instance:
+        assert drain_loop.drain(env.defs, instance).ok
+        first = files(env.config.drain.output_path, topic.name)
+        recreate(kafka_settings, topic, 1, 1)
+        fill(kafka_settings, hi, 6, partitions=1)  # below the old committed offset 20
+
+        # Before the tick: kprio lag shows the state and what the policy will do.
+        [row] = json.loads(invoke("lag", "--json", "--config", path).output)["priorities"]["1"]["partitions"]
+        assert (row["state"], row["decision"]) == ("topic recreated", "reset to earliest")
+        assert drain_loop.drain(env.defs, instance).ok  # reset by the policy, drained: no person needed
+        [event] = env.ledger.log_events(topic.name)
+        assert (event.topic, event.state, event.outcome, event.decided_by, event.committed_after) == (
+            hi, "topic recreated", "reset to earliest", "policy", 0)
+        [newest] = env.ledger.batches(topic.name, limit=1)
+        assert any(c.startswith(f"{hi}[0] ") and " topic recreated " in c
+                   and "-> reset to earliest 0, incarnation 2 (policy)" in c
+                   for c in newest.plan.log_changes), newest.plan.log_changes
+
+        # latest: a committed offset beyond the log's end skips the log's records, recorded.
+        latest = env.rebuild(drain={**env.config.drain.model_dump(mode="json"), "on_offset_out_of_range": "latest"})
+        fill(kafka_settings, lo, 5, partitions=1)  # [10,15): skipped by the reset below
+        set_committed(kafka_settings, topic.priority_group(0), {(lo, 0): 500})
+        assert drain_loop.drain(latest.defs, instance).ok
+        event = env.ledger.log_events(topic.name)[-1]
+        assert (event.topic, event.state, event.outcome, event.decided_by, event.committed, event.committed_after) == (
+            lo, "ahead of the log", "reset to latest", "policy", 500, 15)
+
+    after = files(env.config.drain.output_path, topic.name)
+    assert {n: t for n, t in after.items() if n in first} == first, "incarnation 1's files are untouched"
+    assert [n for n in after if "+i2" in n] == [n for n in after if n.startswith(f"{hi}+0+0000000000+0000000006+i2")]
+    # hi: the new log drained exactly once (incarnation 2); lo: [10,15) skipped by the policy, nothing else missing.
+    check = conservation(env.config, topic, env.edge, incarnations={f"{hi}[0]": 2})
+    assert check.missing == [(lo, 0, o) for o in range(10, 15)], check
+    assert not (check.doubled or check.in_both or check.beyond) and check.output == 6 + 10, check
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+
+
+def test_kprio_reset_through_the_cli_names_bad_targets_and_releases_the_hold(make_topic, kprio_env, kafka_settings,
+                                                                             tmp_path, monkeypatch):
+    topic = make_topic(priorities=1, partitions=1, records={0: 10})
+    env = kprio_env(topic)
+    path = cli_config(env, tmp_path, monkeypatch)
+    name = topic.priority_topic(0)
+    set_committed(kafka_settings, topic.priority_group(0), {(name, 0): 500})
+    ledger_file = Path(env.config.ledger.url.removeprefix("sqlite:///"))
+    env.ledger.close()
+    ledger_file.unlink()
+
+    # kprio lag is a read command: no ledger yet, none created; what Kafka alone tells is shown.
+    shown = invoke("lag", "--json", "--config", path)
+    assert shown.exit_code == 0, shown.output
+    [row] = json.loads(shown.output)["priorities"]["0"]["partitions"]
+    assert (row["state"], row["decision"], row["committed"]) == ("ahead of the log", "hold", 500)
+    assert not ledger_file.exists(), "kprio lag created a ledger"
+
+    def refused(target: str, to: str) -> str:
+        result = invoke("reset", target, "--to", to, "--config", path)
+        assert result.exit_code == 1, result.output
+        return result.output
+
+    assert "'nope-0' is not a priority topic of this configuration" in refused("nope-0[0]", "earliest")
+    assert f"{name}[3] does not exist on {kafka_settings.bootstrap_servers}" in refused(f"{name}[3]", "earliest")
+    assert "--to must be earliest, latest or an offset >= 0, not 'soon'" in refused(f"{name}[0]", "soon")
+    assert f"{name}[0]: offset 11 is outside the log [0,10]" in refused(f"{name}[0]", "11")
+    assert "name one partition as topic[partition]" in refused(name, "earliest")
+    plan = json.loads(invoke("plan", "--json", "--config", path).output)[0]
+    assert plan["action"] == "held", plan
+
+    done = invoke("reset", f"{name}[0]", "--to", "earliest", "--config", path)
+    assert done.exit_code == 0, done.output
+    assert done.output.strip() == (f"kprio reset {name}[0] --to earliest: committed 500 -> 0, incarnation 2 "
+                                   "(was ahead of the log)")
+    plan = json.loads(invoke("plan", "--json", "--config", path).output)[0]
+    assert plan["action"] == "plan" and plan["plan"]["records"] == 10, plan  # the hold is released
+    with Ledger(env.config.ledger.url) as ledger:
+        [event] = ledger.log_events(topic.name)
+        assert (event.decided_by, event.outcome, event.committed_after) == ("person", "reset to earliest", 0)
+
+
+def test_a_moved_back_offset_re_drains_one_batch_at_a_time_in_a_free_slot(make_topic, kprio_env, kafka_settings):
+    topic = make_topic(priorities=1, partitions=1, records={0: 30})
+    env = kprio_env(topic, planner={"record_budget": 15, "target_batch_s": None, "max_in_flight": 1})
+    name = topic.priority_topic(0)
+    with dg.instance_for_test() as instance:
+        assert drain_loop.drain(env.defs, instance).ok
+        first = files(env.config.drain.output_path, topic.name)
+        assert len(first) == 2
+        set_committed(kafka_settings, topic.priority_group(0), {(name, 0): 5})
+        turn = tick(instance, env.edge, env.ledger, env.config)
+        # Only the batch covering offset 5 is re-drained now: one slot, and the later one commits after it.
+        assert [r.run_key for r in turn.requests] == ["b-000001.attempt-2"]
+        assert [b.batch_id for b in env.ledger.in_flight(topic.name)] == ["b-000001"]
+        assert "re-draining b-000001 (then 1 more range(s), one batch at a time)" in turn.skip_reason or any(
+            "re-draining b-000001" in h.reason for d in turn.decisions for h in d.holds)
+        drain_loop.execute(env.defs, instance, turn.requests[0], "WARNING")
+        report = drain_loop.drain(env.defs, instance)
+        assert report.ok, report.stopped
+        assert [b.batch_id for b in report.batches] == ["b-000002"], "then the next one, alone"
+    assert {b.batch_id: b.attempts for b in env.ledger.batches(topic.name)} == {"b-000002": 2, "b-000001": 2}
+    assert set(files(env.config.drain.output_path, topic.name)) == set(first), "re-drained under the same names"
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok and check.output == 30, check
+    moves = [(e.committed, e.outcome) for e in env.ledger.log_events(topic.name)]
+    assert moves == [(5, "redrain"), (15, "redrain")], moves
