@@ -17,7 +17,8 @@ what no earlier rule holds):
 7. :func:`decide_log_changes` — changes of the log kprio did not make (``kprio_core.log_changes``):
    a held partition waits for ``kprio reset``; a restore, a policy reset or an accepted move is
    decided here and carried out by the tick (which records it) before the plan; a moved-back
-   offset re-drains its committed batches' exact ranges;
+   offset re-drains its committed batches' exact ranges, one batch at a time in a free slot; a
+   batch with ranges only on a deleted priority topic gets no run (the topic-deleted hold says why);
    :func:`lost_partitions` — offsets deleted by retention before they were drained hold their
    partition (or are drained past and recorded when ``drain.allow_data_loss``);
 8. :func:`free_priorities` — a priority whose ``planner.max_in_flight`` slots are taken sits
