@@ -372,11 +372,27 @@ class OrderingSettings(_Model):
         return self
 
 
+class OnOffsetOutOfRange(StrEnum):
+    """What kprio does when a committed offset no longer points into the partition's log (see ``kprio_core.log_changes``).
+
+    ``hold`` (the default) holds the partition until a person runs ``kprio reset``; ``earliest`` /
+    ``latest`` reset the group to the log start / end by themselves (the decision is recorded).
+    """
+
+    HOLD = "hold"
+    EARLIEST = "earliest"
+    LATEST = "latest"
+
+
 class DrainSettings(_Model):
     """What the drain does with records."""
 
     handler: str = Field("spark_jobs.handlers:decode_json", description="module:function applied per lane.")
     allow_data_loss: bool = Field(False, description="Record gaps lost to retention instead of failing.")
+    on_offset_out_of_range: OnOffsetOutOfRange = Field(
+        OnOffsetOutOfRange.HOLD, description="A committed offset beyond the log's end, or a recreated topic: 'hold' "
+        "the partition for kprio reset, or reset it to the log's 'earliest' / 'latest' offset by itself (recorded)."
+    )
     output_path: str = Field("./kprio-data/output", description="Root of the Parquet output (local, s3://, gs://, hdfs://).")
     dead_letter_path: str = Field(
         "./kprio-data/dead-letters", description="Root of the dead-letter output: invalid records with their raw "

@@ -64,6 +64,16 @@ class DrainPlan:
     """Offsets deleted by retention before they were drained (committed < log start)."""
     backlog_before: Mapping[Priority, int] = field(default_factory=dict)
     snapshot_taken_at_ms: int = 0
+    incarnations: Mapping[str, int] = field(default_factory=dict)
+    """Incarnation of each partition (``topic[partition]``) this plan drains, when above 1 (a recreated
+    topic reset by a person or the policy): part of the output's identity, so its files never
+    collide with an earlier incarnation's."""
+    log_changes: tuple[str, ...] = ()
+    """Changes of the log kprio did not make, seen and decided since the previous batch (shown in its metadata)."""
+
+    def incarnation_of(self, topic: str, partition: int) -> int:
+        """The incarnation of ``topic[partition]`` this plan drains (1 unless recorded otherwise)."""
+        return self.incarnations.get(f"{topic}[{partition}]", 1)
 
     @property
     def records(self) -> int:

@@ -16,6 +16,14 @@ OffsetRange(topic='orders-2', partition=0, start=4, end=10)
 >>> PartitionLag("orders-0", 2, priority=0, log_start=3, high_watermark=7, committed=None).lost_to_retention
 OffsetRange(topic='orders-0', partition=2, start=0, end=3)
 
+A committed offset beyond the high watermark (the log was truncated, or the topic recreated) is
+never clamped down to it: that would skip every record below the old offset without a word. The
+backlog is 0 and the partition says so (``kprio_core.log_changes`` holds it with a reason):
+
+>>> a = PartitionLag("orders-2", 1, priority=2, log_start=0, high_watermark=30, committed=500)
+>>> a.next_offset, a.backlog, a.ahead_of_log
+(500, 0, True)
+
 A transaction open at offset 40 (the last stable offset) holds back what a ``read_committed``
 reader may read: the backlog ends there, and the 10 records behind it wait for the transaction
 to end (commit or abort), without holding anything else back:
@@ -67,10 +75,19 @@ class PartitionLag:
 
     @property
     def next_offset(self) -> int:
-        """The first offset a drain reads: the committed offset, or the log start if none or lost."""
+        """The first offset a drain reads: the committed offset, or the log start if none or lost.
+
+        Never clamped to the high watermark: a committed offset beyond it stays where it is (see
+        :attr:`ahead_of_log`), so nothing below it is drained as if it were new.
+        """
         if self.committed is None:
             return self.log_start
-        return min(max(self.committed, self.log_start), max(self.high_watermark, self.log_start))
+        return max(self.committed, self.log_start)
+
+    @property
+    def ahead_of_log(self) -> bool:
+        """The committed offset is beyond the high watermark (truncation, a recreated topic)."""
+        return self.committed is not None and self.committed > self.high_watermark
 
     @property
     def backlog(self) -> int:
@@ -101,6 +118,10 @@ class LagSnapshot:
     taken_at_ms: int = 0
     oldest_pending_ms: Mapping[Priority, int | None] = field(default_factory=dict)
     """Timestamp of the oldest pending record per priority (None: nothing pending or unknown)."""
+    topic_ids: Mapping[str, str | None] = field(default_factory=dict)
+    """The Kafka topic id of each priority topic (None: the cluster reports none)."""
+    deleted: tuple[str, ...] = ()
+    """Priority topics kprio drained before that the cluster no longer has (they have no partitions here)."""
 
     @classmethod
     def of(

@@ -64,6 +64,8 @@ def ensure_adopted(instance: dg.DagsterInstance | None, ledger: Ledger, edge, co
     removed = []
     for f in files:
         start = committed.get((f.topic, f.partition))
+        if f.incarnation != 1:
+            continue  # an earlier life's later incarnation: its offsets are not the group's (kept, never removed)
         if start is None or f.start >= start:
             remove_file(f)
             removed.append(f"{f.topic}[{f.partition}]@[{f.start},{f.end})")

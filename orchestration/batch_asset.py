@@ -260,7 +260,7 @@ class BatchWork:
         heartbeat.check()
         started = time.monotonic()
         publish(result, output_root=config.drain.output_path, dead_letter_root=config.drain.dead_letter_path,
-                ranges=[s.range for s in kept])
+                ranges=[s.range for s in kept], incarnations=batch.plan.incarnations)
         self.timings.time("publish", started)
         self.ledger.mark_checked(self.batch_id, report)
         crash_point("after-publish", batch.logical_topic)
@@ -300,6 +300,8 @@ class BatchWork:
         )
         if split:
             meta["split_off"] = ", ".join(split)
+        if batch.plan.log_changes:  # changes of the log kprio did not make, and what was decided
+            meta["log_changes"] = dg.MetadataValue.md("\n".join(f"- {c}" for c in batch.plan.log_changes))
         return meta
 
     # -- 6. commit -----------------------------------------------------------------------------

@@ -29,7 +29,11 @@ def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, *, no
     """Commit ``batch``'s ranges, check the broker holds them, and mark the batch committed."""
     ranges = [r for r in batch.plan.offset_ranges() if r.count]
     report = edge.commit(topic, ranges)
-    snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000))
+    # A priority topic this batch commits nothing to may be gone (deleted while draining): its
+    # partitions are held by the tick; the batch's own partitions commit on.
+    mine = {r.topic for r in ranges}
+    snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000),
+                             deleted_ok={n for n in topic.priority_topics().values() if n not in mine})
     committed = {(p.topic, p.partition): p.committed for p in snapshot.partitions}
     short = [r for r in ranges if (committed.get(r.topic_partition) or 0) < r.end]
     if short:

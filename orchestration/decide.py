@@ -14,7 +14,12 @@ what no earlier rule holds):
 5. :func:`held_partitions` — every failed batch holds its partitions from its failed range's
    start (only those partitions wait: every other partition and priority keeps draining);
 6. the lag snapshot (an unreachable broker or a missing topic is a reason, not a crash);
-7. :func:`lost_partitions` — offsets deleted by retention before they were drained hold their
+7. :func:`decide_log_changes` — changes of the log kprio did not make (``kprio_core.log_changes``):
+   a held partition waits for ``kprio reset``; a restore, a policy reset or an accepted move is
+   decided here and carried out by the tick (which records it) before the plan; a moved-back
+   offset re-drains its committed batches' exact ranges, one batch at a time in a free slot; a
+   batch with ranges only on a deleted priority topic gets no run (the topic-deleted hold says why);
+   :func:`lost_partitions` — offsets deleted by retention before they were drained hold their
    partition (or are drained past and recorded when ``drain.allow_data_loss``);
 8. :func:`free_priorities` — a priority whose ``planner.max_in_flight`` slots are taken sits
    this plan out, so urgent work never waits for a bulk batch of another priority;
@@ -38,10 +43,21 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from kprio_core.config import KprioConfig, TopicSettings
+from kprio_core.config import KprioConfig, OnOffsetOutOfRange, TopicSettings
 from kprio_core.drain_plan import DrainPlan
 from kprio_core.errors import BrokerUnreachable, KprioError
 from kprio_core.ledger import Batch, BatchState, Hold, Ledger
+from kprio_core.log_changes import (
+    Belief,
+    Change,
+    LogState,
+    Outcome,
+    hold_reason,
+    observe,
+    outcome_of,
+    redrain_ranges,
+    reset_target,
+)
 from kprio_core.offsets import OffsetRange
 from kprio_core.planner import Budget, held_range, plan_batch
 from kprio_core.priority import Priority
@@ -94,6 +110,9 @@ class Why(str, enum.Enum):
     """It is in flight but its run died: the same attempt's work is taken over by a new attempt."""
     COMMIT = "commit"
     """Checked, and the batches before it on its partitions committed: only the commit is left."""
+    REDRAIN = "redrain"
+    """Committed, and its group's offset moved back over it outside kprio: its exact ranges are drained again
+    (the run key is a new attempt's, so a later tick's launch of the same attempt is the same run)."""
 
     def __str__(self) -> str:
         return self.value
@@ -172,6 +191,38 @@ class BatchRuns:
 
 
 @dataclass(frozen=True)
+class Decided:
+    """One change of the log and what this tick does about it (carried out by the tick, shown by ``kprio plan``)."""
+
+    change: Change
+    outcome: Outcome
+    decided_by: str = "rule"
+    """``rule`` or ``policy`` (``drain.on_offset_out_of_range``)."""
+    target: int | None = None
+    """The offset a restore or a reset commits."""
+    incarnation: int = 1
+    """The incarnation drained after this decision (+1 after a reset of a recreated or truncated log)."""
+    redrain: tuple[Batch, ...] = ()
+    """Committed batches re-drained (their exact ranges) after the committed offset moved back."""
+
+    def describe(self) -> str:
+        """What was seen and what is done.
+
+        >>> c = Change("o-2", 0, LogState.COMMITTED_GONE, 70, None, 0, 90)
+        >>> Decided(c, Outcome.RESTORE, target=70).describe()
+        'o-2[0] committed offsets gone: the group has no committed offset, kprio committed 70 (expired after offsets.retention.minutes without a commit); log [0,90) -> restore 70 (rule)'
+        """
+        what = str(self.outcome)
+        if self.target is not None:
+            what += f" {self.target}"
+        if self.redrain:
+            what += " " + ", ".join(f"{b.batch_id}" for b in self.redrain)
+        if self.incarnation > self.change.incarnation:
+            what += f", incarnation {self.incarnation}"
+        return f"{self.change.describe()} -> {what} ({self.decided_by})"
+
+
+@dataclass(frozen=True)
 class Decision:
     """The outcome for one topic: runs to request, a new plan, what waits and why."""
 
@@ -190,6 +241,10 @@ class Decision:
     retry_in_s: float | None = None
     error: KprioError | None = None
     """The typed error behind a blocked decision, for callers that raise it (``kprio plan``)."""
+    changes: tuple[Change, ...] = ()
+    """Every partition's log state this tick (``kprio lag`` shows them; ok ones included)."""
+    decided: tuple[Decided, ...] = ()
+    """What this tick does about changes of the log kprio did not make (the tick carries them out first)."""
 
     def describe(self) -> str:
         """One line: the topic, what happens for it, and what waits."""
@@ -337,6 +392,106 @@ def held_partitions(holds: Iterable[Hold]) -> tuple[OffsetRange, ...]:
 # --- rules about the snapshot -----------------------------------------------------------------
 
 
+RESETS = (Outcome.RESET_EARLIEST, Outcome.RESET_LATEST)
+NEW_LOG = (LogState.AHEAD_OF_LOG, LogState.TOPIC_RECREATED)
+"""States where the log below the old committed offset is another log: a reset starts a new incarnation."""
+
+
+def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, allow_data_loss: bool, *,
+                       drained: Callable[[str, int], list[Batch]],
+                       redraining: Collection[tuple[str, int]],
+                       slots: Mapping[Priority, Sequence[str]] | None = None,
+                       max_in_flight: int | None = None) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
+    """What to do about every change that is not ok, and the partitions it holds.
+
+    ``drained(topic, partition)``: the committed batches of that partition's current incarnation
+    (a moved-back offset re-drains their exact ranges); ``redraining``: partitions whose re-drain
+    is in flight (held until it is done, without deciding again). Retention gaps are left to
+    :func:`lost_partitions`.
+
+    A moved-back partition re-drains one committed batch at a time, oldest first: the one covering
+    the offset the group stands at. Its commit moves the group to that batch's end, so the next
+    tick sees the partition still moved back and re-drains the next one. Why: the re-drains of one
+    partition then commit in offset order (two at once could commit the later first and fail with
+    a gap under the Dagster daemon), and each takes a ``planner.max_in_flight`` slot of its
+    priorities like any batch (``slots``: the batches in flight per priority); a re-drain whose
+    priority has no free slot waits, held, for the next tick.
+    """
+    decided: list[Decided] = []
+    holds: list[Hold] = []
+    in_use = {p: list(ids) for p, ids in (slots or {}).items()}
+    picked: set[str] = set()
+    for c in changes:
+        if c.state in (LogState.OK, LogState.LOST_TO_RETENTION):
+            continue
+        tp = (c.topic, c.partition)
+        outcome = outcome_of(c, policy, allow_data_loss=allow_data_loss)
+        by = "policy" if outcome in RESETS else "rule"
+        if outcome is Outcome.REDRAIN and tp in redraining:
+            holds.append(_change_hold(c, c.committed or 0, f"re-draining after: {c.describe()}", person=False))
+            continue
+        if outcome is Outcome.REDRAIN:
+            batches = drained(c.topic, c.partition)
+            by_range = {r: b for b in batches for r in b.plan.offset_ranges() if r.topic_partition == tp}
+            chosen = redrain_ranges(c.committed or 0, c.believed or 0, by_range)
+            if chosen is None:
+                outcome = Outcome.HOLD
+                holds.append(_change_hold(c, c.committed or 0, hold_reason(c) + " (the ledger has no drained "
+                                          "ranges covering it to re-drain exactly)"))
+                decided.append(Decided(c, outcome, incarnation=c.incarnation))
+                continue
+            first = by_range[chosen[0]]
+            busy = [] if first.batch_id in picked else sorted(
+                p for p in first.priorities if max_in_flight is not None and len(in_use.get(p, ())) >= max_in_flight)
+            if busy:
+                taken = ", ".join(in_use[busy[0]])
+                holds.append(_change_hold(c, c.committed or 0, f"re-drain of {first.batch_id} waits for a slot of "
+                                          f"priority {', '.join(map(str, busy))} ({taken} in flight) after: "
+                                          f"{c.describe()}", person=False))
+                decided.append(Decided(c, outcome, incarnation=c.incarnation))
+                continue
+            again = () if first.batch_id in picked else (first,)
+            picked.add(first.batch_id)
+            for p in first.priorities:
+                in_use.setdefault(p, []).append(first.batch_id)
+            rest = f" (then {len(chosen) - 1} more range(s), one batch at a time)" if len(chosen) > 1 else ""
+            holds.append(_change_hold(c, c.committed or 0, f"re-draining {first.batch_id}{rest} after: "
+                                      f"{c.describe()}", person=False))
+            decided.append(Decided(c, outcome, incarnation=c.incarnation, redrain=again))
+            continue
+        if outcome is Outcome.HOLD:
+            start = c.committed if c.committed is not None else (c.believed or 0)
+            holds.append(_change_hold(c, start, hold_reason(c)))
+        incarnation = c.incarnation + 1 if outcome in RESETS and c.state in NEW_LOG else c.incarnation
+        decided.append(Decided(c, outcome, by, reset_target(c, outcome), incarnation))
+    return tuple(decided), tuple(holds)
+
+
+def _change_hold(c: Change, start: int, reason: str, *, person: bool = True) -> Hold:
+    """A hold of a change of the log: from ``start``, ``exhausted`` when only a person ends it."""
+    return Hold(topic=c.topic, partition=c.partition, start=start, batch_id=None, state=None, reason=reason,
+                attempts=0, retry_at=None, exhausted=person)
+
+
+def after_decisions(snapshot: LagSnapshot, decided: Iterable[Decided]) -> LagSnapshot:
+    """The snapshot as it stands once the tick has committed the restores and resets it decided."""
+    targets = {(d.change.topic, d.change.partition): d.target for d in decided if d.target is not None}
+    if not targets:
+        return snapshot
+    parts = tuple(dataclasses.replace(p, committed=targets[(p.topic, p.partition)])
+                  if (p.topic, p.partition) in targets else p for p in snapshot.partitions)
+    return dataclasses.replace(snapshot, partitions=parts)
+
+
+def incarnations(beliefs: Mapping[tuple[str, int], Belief], decided: Iterable[Decided]) -> dict[str, int]:
+    """Incarnation per partition (``topic[partition]``) above 1, after this tick's decisions (the output identity)."""
+    out = {f"{b.topic}[{b.partition}]": b.incarnation for b in beliefs.values() if b.incarnation > 1}
+    for d in decided:
+        if d.incarnation > 1:
+            out[d.change.where] = d.incarnation
+    return out
+
+
 def lost_partitions(snapshot: LagSnapshot, allow_data_loss: bool) -> tuple[Hold, ...]:
     """Partitions whose undrained offsets retention deleted, held unless ``drain.allow_data_loss``.
 
@@ -395,6 +550,16 @@ def rate_tracker(config: KprioConfig, ledger: Ledger, topic: str) -> RateQuotaTr
     )
 
 
+def committed_batches(ledger: Ledger, logical_topic: str, topic: str, partition: int,
+                      beliefs: Mapping[tuple[str, int], Belief]) -> list[Batch]:
+    """Committed batches with a range on ``topic[partition]`` of its current incarnation, oldest first."""
+    belief = beliefs.get((topic, partition))
+    incarnation = belief.incarnation if belief is not None else 1
+    return [b for b in ledger.batches(logical_topic, states=[BatchState.COMMITTED])[::-1]
+            if b.plan.incarnation_of(topic, partition) == incarnation
+            and any(r.topic_partition == (topic, partition) for r in b.plan.offset_ranges())]
+
+
 def run_key_of(batch: Batch, why: Why) -> str:
     return Launch(batch, why, batch.attempts).run_key
 
@@ -432,29 +597,60 @@ def decide(
     stuck_ids = {b.batch_id for b, _ in stuck}
     launch += launch_unlaunched([b for b in in_flight if b.batch_id not in stuck_ids], runs)
     launch += launch_commits([b for b in ledger.ready_to_commit(name) if b.batch_id not in stuck_ids], runs)
-    full = ledger.full_priorities(name, config.planner.max_in_flight)
+    max_in_flight = config.planner.max_in_flight
+    full = ledger.full_priorities(name, max_in_flight)
     retries, waiting = retry_failed(ledger.batches(name, states=[BatchState.FAILED]), runs, now=now,
                                     max_attempts=recovery.max_attempts, full=full)
     launch += retries
     holds = tuple(ledger.holds(name, max_attempts=recovery.max_attempts))
 
     base = {"topic": name, "launch": tuple(launch), "stuck": tuple(stuck), "holds": holds}
+    beliefs = ledger.beliefs(name)
     try:
-        snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000), avg_record_bytes=ledger.avg_record_bytes(name))
+        snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000), avg_record_bytes=ledger.avg_record_bytes(name),
+                                 deleted_ok={b.topic for b in beliefs.values()})
     except BrokerUnreachable as err:
         return _without_plan(base, Action.BLOCKED, f"broker unreachable: {err}", tuple(waiting), error=err)
     except KprioError as err:
         return _without_plan(base, Action.BLOCKED, f"cannot take the lag snapshot: {err} [{err.code}]",
                              tuple(waiting), error=err)
 
+    changes = observe(snapshot, beliefs)
+    if snapshot.deleted:
+        # A batch with ranges only on a deleted priority topic cannot run (its retries would fail alike until
+        # the loop gives up): no run for it, and its partitions wait under the topic-deleted hold, for a person.
+        gone = set(snapshot.deleted)
+        only_gone = {b.batch_id for b in [*in_flight, *ledger.batches(name, states=[BatchState.FAILED])]
+                     if (on := {r.topic for r in b.plan.offset_ranges() if r.count}) and on <= gone}
+        launch = [x for x in launch if x.batch.batch_id not in only_gone]
+        holds = tuple(h for h in holds if h.topic not in gone)
+        base.update(launch=tuple(launch), holds=holds)
+    redraining = {r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges()}
+    slots = ledger.full_priorities(name, 1)  # every priority with a batch in flight: the slots in use
+    decided, change_holds = decide_log_changes(
+        changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss,
+        drained=lambda t, q: committed_batches(ledger, name, t, q, beliefs), redraining=redraining,
+        slots=slots, max_in_flight=max_in_flight)
+    redrains = [b for d in decided for b in d.redrain]
+    if redrains:  # a re-drain takes its priorities' slots like any batch: the plan below sees them taken
+        for b in redrains:
+            for p in b.priorities:
+                slots.setdefault(p, []).append(b.batch_id)
+        full = {p: ids for p, ids in slots.items() if len(ids) >= max_in_flight}
+    snapshot = after_decisions(snapshot, decided)
+    holds += change_holds
     holds += lost_partitions(snapshot, config.drain.allow_data_loss)
-    base["holds"] = holds
+    base.update(holds=holds, changes=changes, decided=decided)
+    launch += [Launch(b, Why.REDRAIN, b.attempts + 1) for d in decided for b in d.redrain]
+    base["launch"] = tuple(launch)
     reserved = [*ledger.reserved_ranges(name), *held_partitions(holds)]
     open_backlog = _open_backlog(snapshot, reserved)
     wanted = set(range(topic.priorities)) if priorities is None else set(priorities)
     with_backlog = {p for p in wanted if open_backlog.get(p)}
     if not with_backlog:
-        action = Action.HELD if holds and any(snapshot.backlog_by_priority().values()) else Action.IDLE
+        out_of_log = any(h.batch_id is None and h.exhausted for h in change_holds)
+        action = (Action.HELD if holds and (any(snapshot.backlog_by_priority().values()) or out_of_log)
+                  else Action.IDLE)
         reason = "no backlog outside held partitions" if action is Action.HELD else "no backlog"
         if any(b.in_flight for b in in_flight) and action is Action.IDLE:
             reason = "no backlog outside the batches in flight"
@@ -485,7 +681,9 @@ def decide(
     )
     # The plan saw excluded priorities as idle; its record of the backlog must not.
     plan = dataclasses.replace(plan, backlog_before=snapshot.backlog_by_priority(),
-                               lost=() if not config.drain.allow_data_loss else plan.lost)
+                               lost=() if not config.drain.allow_data_loss else plan.lost,
+                               incarnations=incarnations(beliefs, decided),
+                               log_changes=tuple(d.describe() for d in decided if d.outcome is not Outcome.HOLD))
     if plan.is_empty:
         # Only the byte budget can keep an open backlog out of the plan (the planner never exceeds it).
         reason = (f"planner.byte_budget ({budget.bytes} bytes) is smaller than one record of every partition "

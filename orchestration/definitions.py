@@ -10,7 +10,7 @@ import dagster as dg
 
 from kprio_core.config import KprioConfig, load_config
 from orchestration.batch_asset import drain_batch_assets
-from orchestration.jobs import build_drain_job, build_replay_window_job, plan_batch_job
+from orchestration.jobs import build_drain_job, build_replay_window_job, plan_batch_job, reset_partition_job
 from orchestration.partitions import replay_partitions
 from orchestration.replay_asset import build_replayed_window
 from orchestration.resources import resources_from_config
@@ -23,7 +23,7 @@ def build_definitions(config: KprioConfig) -> dg.Definitions:
     drain_job = build_drain_job()
     return dg.Definitions(
         assets=[drain_batch_assets, replayed_window],
-        jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job],
+        jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job, reset_partition_job],
         sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s)],
         resources=resources_from_config(config),
         # A batch is one step (the drain_batch multi-asset): the multiprocess default would only add a

@@ -97,6 +97,37 @@ def plan_batch_op(
     return batch.batch_id
 
 
+class ResetPartitionConfig(dg.Config):
+    """A person's decision for a partition held because the log changed under kprio (as ``kprio reset``)."""
+
+    partition: str = Field(description="The partition as topic[partition], e.g. orders-2[0].")
+    to: str = Field(description="earliest, latest, or an offset inside the log.")
+
+
+@dg.op(description="Commit a held partition's offset (earliest, latest or an offset) and record the decision in "
+       "the ledger, as kprio reset does; the sensor's next tick releases the hold.")
+def reset_partition_op(context: dg.OpExecutionContext, config: ResetPartitionConfig, kafka: KafkaResource,
+                       ledger: LedgerResource, kprio: KprioSettings) -> str:
+    from kprio_core.log_changes import parse_partition
+    from orchestration.log_changes import reset_partition
+
+    try:
+        name, number = parse_partition(config.partition)
+        line = reset_partition(kafka.edge, ledger.ledger, kprio.config(), name, number, config.to,
+                               now_ms=int(time.time() * 1000))
+    except ValueError as err:
+        raise dg.Failure(description=f"{config.partition}: {err}") from None
+    context.log.info(line)
+    context.add_output_metadata({"decision": line})
+    return line
+
+
+@dg.job(name="reset_partition_job", description="Decide for a held partition (topic recreated, committed offset "
+        "beyond the log): the Launchpad's partition and --to, as kprio reset.")
+def reset_partition_job() -> None:
+    reset_partition_op()
+
+
 @dg.job(
     name="plan_batch_job",
     description="Manual drain: plan one batch with the Launchpad's config (topic, priorities, budget); the sensor "

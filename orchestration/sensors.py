@@ -29,11 +29,12 @@ from dataclasses import dataclass
 import dagster as dg
 
 from kprio_core.config import KprioConfig
-from kprio_core.errors import RangeConflict
+from kprio_core.errors import KprioError, RangeConflict
 from kprio_core.ledger import Batch, BatchState, Ledger
 from kprio_core.recovery import parse_owner
 from orchestration.adoption import ensure_adopted
 from orchestration.decide import Action, BatchRuns, Decision, Launch, RunSummary, Why, decide
+from orchestration.log_changes import carry_out
 from orchestration.leases import owner_dead, owner_dead_in
 from orchestration.partitions import batch_partitions
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
@@ -120,10 +121,18 @@ def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig
         for batch, why in decision.stuck:
             for run_id in fail_dead_runs(instance, batch, why, runs.orphaned(batch.batch_id)):
                 _info(log, f"{topic.name}: run {run_id[:8]} of {batch.batch_id} marked failed: {why}")
+        try:
+            carry_out(edge, ledger, topic, decision, log=log, max_in_flight=config.planner.max_in_flight)
+        except KprioError as err:  # nothing planned on a decision that could not be carried out
+            reasons.append(f"{topic.name}: could not carry out {', '.join(d.describe() for d in decision.decided)}: "
+                           f"{err}")
+            decisions.append(decision)
+            continue
         launches = list(decision.launch)
         if decision.plan is not None:
             try:
-                batch = ledger.record_plan(decision.plan, max_in_flight=config.planner.max_in_flight)
+                batch = ledger.record_plan(with_log_changes(ledger, decision.plan),
+                                           max_in_flight=config.planner.max_in_flight)
                 launches.append(Launch(batch, Why.NEW, batch.attempts))
                 partitions.append(batch.batch_id)
             except RangeConflict as err:  # another planner (the manual job) got there first
@@ -135,6 +144,16 @@ def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig
             reasons.append(decision.describe() if len(config.topics) > 1 else decision.summary())
         decisions.append(decision)
     return Tick(tuple(decisions), tuple(requests), tuple(partitions), tuple(reasons))
+
+
+def with_log_changes(ledger: Ledger, plan):
+    """The plan with every log change recorded since the topic's newest batch (its metadata shows them)."""
+    import dataclasses
+
+    newest = ledger.batches(plan.logical_topic, limit=1)
+    since = newest[0].created_at if newest else None
+    recent = tuple(e.line() for e in ledger.log_events(plan.logical_topic) if since is None or e.at > since)
+    return dataclasses.replace(plan, log_changes=recent) if recent else plan
 
 
 def _info(log, message: str) -> None:

@@ -86,6 +86,7 @@ def drain_batch(
         batch_id, attempt, topic.name, config.drain.handler, tuple(topic.schema_.items()),
         Validity(tuple(topic.required_fields), config.quality.tombstones, config.quality.null_keys),
         ordering, lanes, plan.ranges, staging[0], staging[1], config.spark.arrow_batch_records,
+        tuple(sorted(plan.incarnations.items())),
     )
     cores = _parallelism(spark)
     fused = config.spark.reader == "python" and handler_in_read(lanes, splits, cores or 1)

@@ -76,6 +76,8 @@ class DrainSpec:
     output_staging: str
     dead_letter_staging: str
     row_group_records: int
+    incarnations: tuple[tuple[str, int], ...] = ()
+    """Incarnation of each partition (``topic[partition]``) above 1 (part of the file names, see spark_jobs.layout)."""
 
     def __repr__(self) -> str:
         # No paths: an object-store URI may carry credentials.
@@ -273,7 +275,8 @@ class DrainTask:
             fs, base = self.roots[kind]
             r = w.range
             rel = relative_path(self.spec.logical_topic, w.planned.priority,
-                                RangeFile(r.topic, r.partition, r.start, r.end, self.part))
+                                RangeFile(r.topic, r.partition, r.start, r.end, self.part,
+                                          dict(self.spec.incarnations).get(f"{r.topic}[{r.partition}]", 1)))
             writer = w.writers[kind] = StagedWriter(
                 fs, f"{base}/{rel}", rel, self.out_schema if kind == OUTPUT else self.dead_schema,
                 row_group_records=self.spec.row_group_records,

@@ -12,6 +12,12 @@ another life. When several tasks hold one range (key order on the shuffle path) 
 its own part: ``...+<end:010d>.part-<k>.parquet``. Kafka topic names use only ``[a-zA-Z0-9._-]``,
 so ``+`` never occurs inside a topic name.
 
+The incarnation of the topic is part of a file's identity: a topic deleted and recreated (or a
+log truncated) starts its offsets again, and kprio drains it, after a recorded reset, as
+incarnation 2, 3, ...: ``...+<end:010d>+i2.parquet``. Incarnation 1 keeps the names above, so every
+file written before incarnations existed stays valid, and files of two incarnations never
+overlap (a publish replaces and removes files of its own incarnation only).
+
 Every filesystem operation goes through ``pyarrow.fs`` (:func:`filesystem`): local paths,
 ``file://``, ``s3://``, ``gs://``, ``hdfs://``.
 
@@ -19,9 +25,13 @@ Every filesystem operation goes through ``pyarrow.fs`` (:func:`filesystem`): loc
 >>> name.file_name
 'orders-2+0+0000000000+0000001500.parquet'
 >>> RangeFile.parse("orders-2+0+0000000000+0000001500.part-3.parquet")
-RangeFile(topic='orders-2', partition=0, start=0, end=1500, part=3)
+RangeFile(topic='orders-2', partition=0, start=0, end=1500, part=3, incarnation=1)
 >>> RangeFile.parse("part-00000.parquet") is None
 True
+>>> RangeFile("orders-2", 0, 0, 40, incarnation=2).file_name
+'orders-2+0+0000000000+0000000040+i2.parquet'
+>>> RangeFile.parse("orders-2+0+0000000000+0000000040+i2.part-1.parquet")
+RangeFile(topic='orders-2', partition=0, start=0, end=40, part=1, incarnation=2)
 >>> relative_path("orders", 2, name)
 'orders/priority=2/orders-2+0+0000000000+0000001500.parquet'
 >>> staging_dir("/data/out", "b-000042", 3), parse_staging_name("b-000042.3")
@@ -42,7 +52,7 @@ OUTPUT, DEAD_LETTERS = "output", "dead-letters"
 STAGING = "_staging"
 PRIORITY_DIR = re.compile(r"^priority=(\d+)$")
 _FILE = re.compile(r"^(?P<topic>.+)\+(?P<partition>\d+)\+(?P<start>\d+)\+(?P<end>\d+)"
-                   r"(?:\.part-(?P<part>\d+))?\.parquet$")
+                   r"(?:\+i(?P<incarnation>\d+))?(?:\.part-(?P<part>\d+))?\.parquet$")
 
 BATCH_KEY = "kprio.batch_id"
 ATTEMPT_KEY = "kprio.attempt"
@@ -59,6 +69,7 @@ class RangeFile:
     start: int
     end: int
     part: int | None = None
+    incarnation: int = 1
 
     @property
     def range(self) -> OffsetRange:
@@ -67,7 +78,8 @@ class RangeFile:
     @property
     def file_name(self) -> str:
         part = "" if self.part is None else f".part-{self.part}"
-        return f"{self.topic}+{self.partition}+{self.start:010d}+{self.end:010d}{part}.parquet"
+        incarnation = "" if self.incarnation == 1 else f"+i{self.incarnation}"
+        return f"{self.topic}+{self.partition}+{self.start:010d}+{self.end:010d}{incarnation}{part}.parquet"
 
     @classmethod
     def parse(cls, name: str) -> RangeFile | None:
@@ -75,9 +87,9 @@ class RangeFile:
         m = _FILE.match(name)
         if m is None:
             return None
-        part = m.group("part")
+        part, incarnation = m.group("part"), m.group("incarnation")
         return cls(m.group("topic"), int(m.group("partition")), int(m.group("start")), int(m.group("end")),
-                   None if part is None else int(part))
+                   None if part is None else int(part), 1 if incarnation is None else int(incarnation))
 
 
 def relative_path(logical_topic: str, priority: int, name: RangeFile) -> str:

@@ -75,11 +75,14 @@ def prepare_staging(roots: Mapping[str, str], batch_id: str, attempt: int) -> tu
 
 
 def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
-            ranges: Iterable[OffsetRange] | None = None) -> tuple[str, ...]:
+            ranges: Iterable[OffsetRange] | None = None, incarnations: Mapping[str, int] | None = None
+            ) -> tuple[str, ...]:
     """Move the staged files of ``ranges`` (default: every range without failure) into place.
 
-    Then, per partition, remove live files (both roots) overlapping a published range under
-    another name, and the attempt's staging directories. Returns the published paths.
+    Then, per partition, remove live files (both roots) of the same incarnation (``incarnations``:
+    per ``topic[partition]``, 1 when absent) overlapping a published range under another name, and the
+    attempt's staging directories. Returns the published paths. A file of another incarnation
+    is never removed: its offsets are another log's.
     OutputPublishFailed names the batch and the cause.
     """
     chosen = set(ranges) if ranges is not None else {s.range for s in result.ranges if s.failure is None}
@@ -96,7 +99,7 @@ def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
                     _replace(fs, f"{stage}/{rel}", f"{base}/{rel}")
                     published.append(f"{base}/{rel}")
                     names.add(rel)
-            _remove_overlapping(fs, base, result.logical_topic, stats, names)
+            _remove_overlapping(fs, base, result.logical_topic, stats, names, incarnations or {})
         discard(result, output_root=output_root, dead_letter_root=dead_letter_root)
     except OSError as err:
         raise OutputPublishFailed(f"publishing batch {result.batch_id!r} attempt {result.attempt} of "
@@ -123,8 +126,10 @@ def _replace(fs: Any, source: str, target: str) -> None:
         fs.move(source, target)
 
 
-def _remove_overlapping(fs: Any, base: str, logical_topic: str, stats: Sequence[Any], keep: set[str]) -> None:
-    """Delete live files of the published ranges' partitions whose range overlaps one, unless just published."""
+def _remove_overlapping(fs: Any, base: str, logical_topic: str, stats: Sequence[Any], keep: set[str],
+                        incarnations: Mapping[str, int]) -> None:
+    """Delete live files of the published ranges' partitions and incarnation whose range overlaps one,
+    unless just published."""
     import pyarrow.fs as pafs
 
     listed: dict[int, list[Any]] = {}
@@ -135,6 +140,8 @@ def _remove_overlapping(fs: Any, base: str, logical_topic: str, stats: Sequence[
         for info in listed[s.priority]:
             name = RangeFile.parse(info.base_name)
             if name is None or f"{rel_dir}/{info.base_name}" in keep or not name.range.overlaps(s.range):
+                continue
+            if name.incarnation != incarnations.get(f"{s.range.topic}[{s.range.partition}]", 1):
                 continue
             fs.delete_file(info.path)
 
@@ -199,6 +206,7 @@ class LiveFile:
     part: int | None
     batch_id: str | None
     attempt: int | None
+    incarnation: int = 1
 
     @property
     def range(self) -> OffsetRange:
@@ -225,7 +233,7 @@ def live_files(root: str, logical_topic: str) -> tuple[LiveFile, ...]:
             batch_id, attempt = meta.get(BATCH_KEY.encode()), meta.get(ATTEMPT_KEY.encode())
             out.append(LiveFile(root, info.path, int(m.group(1)), name.topic, name.partition, name.start, name.end,
                                 name.part, batch_id.decode() if batch_id is not None else None,
-                                int(attempt) if attempt is not None else None))
+                                int(attempt) if attempt is not None else None, name.incarnation))
     return tuple(sorted(out, key=lambda f: (f.topic, f.partition, f.start, f.end, f.part or 0, f.path)))
 
 

@@ -8,7 +8,7 @@ deadline of ``KafkaSettings.timeout_s``: an operation either answers or raises a
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from kprio_core.config import KafkaSettings, TopicSettings
@@ -66,15 +66,17 @@ class KafkaEdge:
         return self._verified(topic, self.deadline())
 
     def snapshot(self, topic: TopicSettings, *, now_ms: int, avg_record_bytes: Mapping[str, float] | None = None,
-                 with_age: bool = False, strict: bool = False) -> LagSnapshot:
+                 with_age: bool = False, strict: bool = False, deleted_ok: Collection[str] = ()) -> LagSnapshot:
         """Lag of every partition of every priority topic; ``strict`` raises DataLostToRetention on gaps.
 
         ``avg_record_bytes`` maps priority topic names to the average record size earlier batches
         saw; topics missing from it are sampled at their tail. ``with_age`` reads the record at
-        each backlog's start to fill ``oldest_pending_ms``.
+        each backlog's start to fill ``oldest_pending_ms``. ``deleted_ok``: priority topics kprio
+        drained before, listed in ``deleted`` when the cluster no longer has them (not an error).
         """
         snap = take_snapshot(self.admin, self.kafka, topic, self.deadline(), now_ms=now_ms,
-                             avg_record_bytes=avg_record_bytes, with_age=with_age, groups=self.groups)
+                             avg_record_bytes=avg_record_bytes, with_age=with_age, groups=self.groups,
+                             deleted_ok=deleted_ok)
         if strict:
             raise_if_lost(snap)
         return snap
@@ -112,6 +114,19 @@ class KafkaEdge:
         for group, offsets in sorted(to_write.items()):
             write_commits(self.admin, self.kafka, group, offsets, deadline)
         return CommitReport.of(moved, skipped)
+
+    def set_committed(self, topic: TopicSettings, offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Write these committed offsets as they are, backwards too: a recorded decision (a reset, a restore).
+
+        The same write as :meth:`commit` (AlterConsumerGroupOffsets to each priority's group); only
+        the monotonic rule is left out, because the decision is the point.
+        """
+        deadline = self.deadline()
+        by_group: dict[str, dict[TopicPartitionKey, int]] = defaultdict(dict)
+        for tp, offset in offsets.items():
+            by_group[group_of(topic, tp[0])][tp] = offset
+        for group, chosen in sorted(by_group.items()):
+            write_commits(self.admin, self.kafka, group, chosen, deadline)
 
     # -- time ---------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 Calls per snapshot, whatever the number of partitions: one metadata, one ListOffsets earliest,
 one ListOffsets latest (and one more with read_committed isolation, for the last stable offsets,
-unless kprio reads uncommitted), one OffsetFetch per priority group; plus one bounded peek
+unless kprio reads uncommitted), one DescribeTopics (the topic ids: a recreated topic has a new
+one), one OffsetFetch per priority group; plus one bounded peek
 consumer when record sizes must be sampled or ages were asked for (and one more, reading
 uncommitted, for the age of transactions still open).
 
@@ -22,7 +23,7 @@ kprio_core.errors.DataLostToRetention: offsets lost to retention before kprio dr
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from kprio_core.config import IsolationLevel, KafkaSettings, TopicSettings
@@ -30,7 +31,8 @@ from kprio_core.errors import DataLostToRetention
 from kprio_core.kafka.client import Deadline
 from kprio_core.kafka.fetch import peek
 from kprio_core.kafka.reads import GroupOffsets, high_watermarks, log_starts, stable_offsets
-from kprio_core.kafka.topics import verify_topics
+from kprio_core.kafka.client import cluster_metadata
+from kprio_core.kafka.topics import snapshot_counts, topic_ids, topic_sizes
 from kprio_core.priority import Priority
 from kprio_core.snapshot import LagSnapshot, PartitionLag
 
@@ -40,12 +42,15 @@ SAMPLE_RECORDS = 5
 
 def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadline: Deadline, *, now_ms: int,
                   avg_record_bytes: Mapping[str, float] | None = None, with_age: bool = False,
-                  groups: GroupOffsets | None = None) -> LagSnapshot:
+                  groups: GroupOffsets | None = None, deleted_ok: Collection[str] = ()) -> LagSnapshot:
     """Where every partition of every priority topic of ``topic`` stands (see the module docstring).
 
     ``groups``: the consumers that read committed offsets, kept by the caller (made here when None).
+    ``deleted_ok``: priority topics kprio drained before; one the cluster no longer has is listed
+    in ``deleted`` instead of failing the snapshot (its partitions are held, the others drain on).
     """
-    counts = verify_topics(admin, topic, deadline)
+    counts, deleted = snapshot_counts(topic, topic_sizes(cluster_metadata(admin, deadline)),
+                                      bootstrap=deadline.bootstrap, deleted_ok=deleted_ok)
     parts_of = {p: [(topic.priority_topic(p), q) for q in range(n)] for p, n in counts.items()}
     every = [tp for parts in parts_of.values() for tp in parts]
     starts = log_starts(admin, every, deadline)
@@ -75,7 +80,9 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
     oldest: dict[Priority, int | None] = {}
     if with_age:
         lags, oldest = _with_oldest_pending(kafka, lags, topic.priorities, deadline)
-    return LagSnapshot(topic.name, topic.priorities, tuple(lags), taken_at_ms=now_ms, oldest_pending_ms=oldest)
+    ids = topic_ids(admin, [topic.priority_topic(p) for p in counts], deadline)
+    return LagSnapshot(topic.name, topic.priorities, tuple(lags), taken_at_ms=now_ms, oldest_pending_ms=oldest,
+                       topic_ids=ids, deleted=deleted)
 
 
 def sample_record_bytes(kafka: KafkaSettings, topics: list[str], starts: Mapping[tuple[str, int], int],

@@ -114,6 +114,56 @@ def verify_topics(admin: Any, topic: TopicSettings, deadline: Deadline) -> dict[
     return partition_counts(topic, topic_sizes(cluster_metadata(admin, deadline)), bootstrap=deadline.bootstrap)
 
 
+def snapshot_counts(topic: TopicSettings, sizes: Mapping[str, int], *, bootstrap: str,
+                    deleted_ok: Iterable[str] = ()) -> tuple[dict[Priority, int], tuple[str, ...]]:
+    """Partitions per present priority, and the priority topics missing that kprio drained before.
+
+    Unlike :func:`partition_counts`, a lag snapshot goes on when partitions were added (they are
+    picked up) and when a topic kprio drained was deleted (``deleted_ok``: its partitions are held,
+    the other priorities drain on). A topic kprio never saw missing, or fewer partitions than
+    configured, is still the error that says so.
+
+    >>> t = TopicSettings(name="orders", priorities=2, partitions=2)
+    >>> snapshot_counts(t, {"orders-0": 3}, bootstrap="b:9092", deleted_ok={"orders-1"})
+    ({0: 3}, ('orders-1',))
+    """
+    deleted_ok = set(deleted_ok)
+    gone = []
+    for m in topic_mismatches(topic, sizes):
+        if m.kind == "missing" and m.topic in deleted_ok:
+            gone.append(m.topic)
+        elif m.kind == "missing":
+            raise TopicMissing(m.topic, bootstrap)
+        elif m.kind == "partitions" and (m.actual or 0) < (m.expected or 0):
+            raise PartitionCountMismatch(m.topic, m.expected or 0, m.actual or 0)
+    counts = {p: sizes[name] for p, name in topic.priority_topics().items() if name in sizes}
+    return counts, tuple(gone)
+
+
+def topic_ids(admin: Any, names: Iterable[str], deadline: Deadline) -> dict[str, str | None]:
+    """The Kafka topic id of each topic (one DescribeTopics call); None where the cluster reports none."""
+    from confluent_kafka import KafkaException, TopicCollection
+
+    names = sorted(set(names))
+    if not names:
+        return {}
+    what = "describe topics"
+    try:
+        futures = admin.describe_topics(TopicCollection(names), request_timeout=deadline.left(what))
+    except (KafkaException, NotImplementedError, AttributeError):
+        return {name: None for name in names}  # a client or cluster without DescribeTopics: no ids
+    ids: dict[str, str | None] = {}
+    for name, future in futures.items():
+        try:
+            found = getattr(future.result(timeout=deadline.left(what)), "topic_id", None)
+        except KafkaException:
+            found = None  # deleted between the metadata call and this one: the next tick sees it
+        text = None if found is None else str(found)
+        # Kafka's zero UUID ("AAAAAAAAAAAAAAAAAAAAAA") means the cluster has no topic ids.
+        ids[name] = None if text is None or text.strip("A=") == "" else text
+    return ids
+
+
 def find_mismatches(admin: Any, topics: Iterable[TopicSettings], deadline: Deadline) -> list[TopicMismatch]:
     """Every mismatch of every logical topic against the cluster (one metadata call)."""
     shapes = topic_shapes(cluster_metadata(admin, deadline))

@@ -8,9 +8,18 @@ attempts (retry, replay, split), derived (burst windows, rate samples, record si
 and ledger (the Ledger itself: recording, transitions, commit order, reading).
 """
 
+from kprio_core.ledger.engine import ledger_exists
 from kprio_core.ledger.ledger import Ledger, utc_now
 from kprio_core.ledger.meta import Identity
-from kprio_core.ledger.records import Batch, BatchEvent, DrainedSample, Hold, format_batch_id, parse_batch_id
+from kprio_core.ledger.records import (
+    Batch,
+    BatchEvent,
+    DrainedSample,
+    Hold,
+    LogEvent,
+    format_batch_id,
+    parse_batch_id,
+)
 from kprio_core.ledger.schema import SCHEMA_VERSION
 from kprio_core.ledger.states import IN_FLIGHT, TRANSITIONS, BatchState
 
@@ -25,7 +34,9 @@ __all__ = [
     "Hold",
     "Identity",
     "Ledger",
+    "LogEvent",
     "format_batch_id",
+    "ledger_exists",
     "parse_batch_id",
     "utc_now",
 ]

@@ -42,6 +42,27 @@ def make_engine(url: str | URL, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) 
     raise ConfigError(f"ledger.url {shown}: the batch ledger runs on SQLite or PostgreSQL, not {backend}")
 
 
+def ledger_exists(url: str | URL) -> bool:
+    """False for a SQLite ledger whose file is not there yet (opening it would create it); True otherwise.
+
+    A read command (``kprio lag``) asks first, so that looking never creates a ledger.
+
+    >>> ledger_exists("sqlite:////nonexistent/kprio/ledger.db"), ledger_exists("sqlite://")
+    (False, False)
+    >>> ledger_exists("postgresql://kprio@db/kprio")
+    True
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return True  # a server's database: its tables are there or created by the first writer
+    database = parsed.database
+    if not database or database == ":memory:":
+        return False
+    if database.startswith("file:"):
+        database = database[len("file:"):].split("?", 1)[0]
+    return Path(database).expanduser().exists()
+
+
 def insert_for(conn: Connection, table: Table) -> sqlite.Insert | postgresql.Insert:
     """The INSERT of the connection's dialect, with ``on_conflict_do_nothing`` / ``_do_update``."""
     return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)

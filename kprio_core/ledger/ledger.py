@@ -43,6 +43,7 @@ from kprio_core.drain_plan import DrainPlan
 from kprio_core.errors import DrainStatsInvalid, InvalidTransition, LeaseLost, RangeConflict
 from kprio_core.ledger.attempts import AttemptMethods
 from kprio_core.ledger.base import need_reason
+from kprio_core.ledger.beliefs import BeliefMethods, note_commits
 from kprio_core.ledger.codec import (
     CLEARED_OUTCOME,
     drain_values,
@@ -77,7 +78,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class Ledger(AttemptMethods, LeaseMethods, DerivedReads):
+class Ledger(AttemptMethods, LeaseMethods, DerivedReads, BeliefMethods):
     """Batches of drain plans in SQLite (a file by default) or PostgreSQL. Every method is one transaction."""
 
     def __init__(self, url: str, *, clock: Callable[[], datetime] = utc_now,
@@ -222,10 +223,14 @@ class Ledger(AttemptMethods, LeaseMethods, DerivedReads):
         """The offsets were committed (check :meth:`ready_to_commit` first); the batch releases its lease.
 
         ``committed_at`` stays the first commit's time: a re-drain's commit commits nothing new.
+        What the commit moved raises the partitions' believed committed offsets (:meth:`beliefs`).
         """
-        return self._move(batch_id, S.COMMITTED, lambda conn, row, now: {
-            "commit_json": report.to_json(), "committed_us": row.committed_us or now,
-            "lease_owner": None, "lease_until_us": None})
+        def apply(conn: Connection, row: Row, now: int) -> dict[str, Any]:
+            note_commits(conn, row.logical_topic, report.moves(), now)
+            return {"commit_json": report.to_json(), "committed_us": row.committed_us or now,
+                    "lease_owner": None, "lease_until_us": None}
+
+        return self._move(batch_id, S.COMMITTED, apply)
 
     def mark_failed(self, batch_id: str, reason: str, *, retry_at: datetime | None, transient: bool = False) -> Batch:
         """The batch failed (``reason`` says why); it holds its partitions (unless a re-drain of committed offsets).

@@ -33,7 +33,7 @@ from sqlalchemy.engine import make_url
 from kprio_core.errors import BatchNotFound, LedgerNotFresh, LedgerSchemaOutdated
 from kprio_core.ledger.codec import from_us
 from kprio_core.ledger.records import format_batch_id, parse_batch_id
-from kprio_core.ledger.schema import METADATA, SCHEMA_VERSION, batches, meta
+from kprio_core.ledger.schema import ADDED_IN_V2, METADATA, SCHEMA_VERSION, batches, meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +70,18 @@ class Identity:
 
 
 def open_schema(conn: Connection, url: str, now_us: int) -> None:
-    """Create the schema v2 tables and identity in an empty database; refuse any other kprio schema."""
+    """Create the schema v2 tables and identity in an empty database; refuse any other kprio schema.
+
+    A v2 ledger made before :data:`ADDED_IN_V2` existed gets those tables created: they are
+    additive (no existing table changes), so no version bump and no upgrade step is needed.
+    """
     names = set(inspect(conn).get_table_names())
     if meta.name in names:
         version = conn.execute(select(meta.c.schema_version)).scalar()
         if version == SCHEMA_VERSION:
+            missing = [t for t in ADDED_IN_V2 if t.name not in names]
+            if missing:
+                METADATA.create_all(conn, tables=missing)
             return
         if version is None:
             raise LedgerSchemaOutdated(outdated_message(url, "has an empty kprio_meta table (no ledger identity)"))

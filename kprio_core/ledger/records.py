@@ -159,3 +159,38 @@ class DrainedSample(NamedTuple):
     records: int
     """Output rows plus dead letters: both were consumed."""
     bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """A change of the log kprio did not make, or a decision about one, as the ledger recorded it."""
+
+    seq: int
+    logical_topic: str
+    topic: str
+    partition: int
+    incarnation: int
+    state: str
+    """A :class:`kprio_core.log_changes.LogState` value."""
+    outcome: str
+    """A :class:`kprio_core.log_changes.Outcome` value."""
+    decided_by: str
+    """``rule`` (kprio's stated rule), ``policy`` (drain.on_offset_out_of_range) or ``person`` (kprio reset)."""
+    believed: int | None
+    committed: int | None
+    committed_after: int | None
+    log_start: int | None
+    high_watermark: int | None
+    at: datetime
+    note: str | None
+
+    def line(self) -> str:
+        """One line for a person.
+
+        >>> from datetime import UTC
+        >>> LogEvent(3, "o", "o-2", 0, 1, "reset forward outside kprio", "accept", "rule", 40, 90, None, 0, 120,
+        ...          datetime(2026, 3, 1, 12, 0, tzinfo=UTC), "offsets [40,90) skipped by the operator").line()
+        'o-2[0] 2026-03-01 12:00:00 UTC reset forward outside kprio -> accept (rule): offsets [40,90) skipped by the operator'
+        """
+        return (f"{self.topic}[{self.partition}] {self.at:%Y-%m-%d %H:%M:%S} UTC {self.state} -> {self.outcome} "
+                f"({self.decided_by}): {self.note or ''}").rstrip(": ")

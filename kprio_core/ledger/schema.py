@@ -5,8 +5,13 @@ decisions, not the ranges); a range's drain outcome lives only on its range row;
 rate samples, average record sizes and throughput are derived from these rows on read.
 Times are integer microseconds since the epoch (UTC), so every database stores them alike.
 
+``kprio_partitions`` (what kprio believes about each partition) and ``kprio_log_events`` (every
+change of the log kprio did not make, and every decision about one) were added to v2 without a
+bump: they are new tables only, which an earlier v2 kprio never reads, so a v2 ledger opened by
+this kprio gets them created (:data:`ADDED_IN_V2`) and every earlier one keeps working on it.
+
 >>> sorted(t.name for t in METADATA.sorted_tables)
-['kprio_batches', 'kprio_events', 'kprio_meta', 'kprio_ranges', 'kprio_topic_locks']
+['kprio_batches', 'kprio_events', 'kprio_log_events', 'kprio_meta', 'kprio_partitions', 'kprio_ranges', 'kprio_topic_locks']
 """
 
 from __future__ import annotations
@@ -113,3 +118,43 @@ topic_locks = Table(
     # One row per logical topic; Postgres reservations take it with SELECT ... FOR UPDATE.
     Column("logical_topic", String(255), primary_key=True),
 )
+
+partitions = Table(
+    "kprio_partitions",
+    METADATA,
+    # What kprio believes about one priority partition: the topic's identity, the incarnation it
+    # drains, and the committed offset kprio itself last wrote (NULL: never committed).
+    Column("topic", String(255), primary_key=True),
+    Column("kafka_partition", Integer, primary_key=True, autoincrement=False),
+    Column("logical_topic", String(255), nullable=False, index=True),
+    Column("topic_id", String(64)),
+    Column("incarnation", Integer, nullable=False, default=1),
+    Column("committed", BigInteger),
+    Column("updated_us", BigInteger, nullable=False),
+)
+
+log_events = Table(
+    "kprio_log_events",
+    METADATA,
+    # A change of the log kprio did not make (topic recreated, offsets moved or gone, ...), and
+    # what was decided about it: by a rule, by the configured policy, or by a person (kprio reset).
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("logical_topic", String(255), nullable=False, index=True),
+    Column("topic", String(255), nullable=False),
+    Column("kafka_partition", Integer, nullable=False),
+    Column("incarnation", Integer, nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("outcome", String(32), nullable=False),
+    Column("decided_by", String(16), nullable=False),
+    Column("believed", BigInteger),
+    Column("committed", BigInteger),  # the group's offset when the change was seen
+    Column("committed_after", BigInteger),  # what kprio committed about it (a restore, a reset)
+    Column("log_start", BigInteger),
+    Column("high_watermark", BigInteger),
+    Column("at_us", BigInteger, nullable=False),
+    Column("note", Text),
+    sqlite_autoincrement=True,
+)
+
+ADDED_IN_V2 = (partitions, log_events)
+"""Tables added to schema v2 after its first release: created when a v2 ledger lacks them."""

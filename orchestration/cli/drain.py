@@ -85,6 +85,7 @@ def drain(
 
     Example: kprio drain --until-empty --max-batches 20 --json --config kprio.yaml
     """
+    from kprio_core.errors import PartitionCountMismatch, TopicMissing
     from kprio_core.kafka import KafkaEdge
     from orchestration.definitions import build_definitions
     from orchestration.drain_loop import Until, drain as run_drain
@@ -95,7 +96,10 @@ def drain(
         settings = settings.model_copy(update={"topics": (settings.topic(topic),)})
     with KafkaEdge(settings.kafka) as edge:  # an unreachable broker is one line, before Spark starts
         for logical in settings.topics:
-            edge.partitions(logical)
+            try:
+                edge.partitions(logical)
+            except (TopicMissing, PartitionCountMismatch):
+                pass  # a priority topic deleted or grown under kprio: the tick holds or picks it up, and says so
     defs = build_definitions(settings)
     until = Until.FOLLOW if follow else (Until.EMPTY if until_empty else Until.ONCE)
     stop = threading.Event()
@@ -114,8 +118,10 @@ def drain(
     committed: dict[str, dict[str, int | None]] = {}
     with KafkaEdge(settings.kafka) as edge:
         for logical in settings.topics:
-            for (name, partition), offset in sorted(edge.committed(logical).items()):
-                committed.setdefault(name, {})[str(partition)] = offset
+            # The lag snapshot's view: partitions added are listed, a deleted priority topic is left out.
+            snap = edge.snapshot(logical, now_ms=0, deleted_ok=set(logical.priority_topics().values()))
+            for p in sorted(snap.partitions, key=lambda p: (p.topic, p.partition)):
+                committed.setdefault(p.topic, {})[str(p.partition)] = p.committed
     summary = {
         "batches": [b.to_dict() for b in report.batches],
         "records": {str(p): n for p, n in report.records().items()},

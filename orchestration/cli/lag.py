@@ -17,9 +17,16 @@ AgeOption = Annotated[
 ]
 
 
-def lag_doc(snapshot: Any, now_ms: int) -> dict[str, Any]:
-    """The JSON shape of one logical topic's lag, most urgent priority first."""
+def lag_doc(snapshot: Any, now_ms: int, states: dict[tuple[str, int], dict[str, str | None]] | None = None
+            ) -> dict[str, Any]:
+    """The JSON shape of one logical topic's lag, most urgent priority first.
+
+    ``states``: per partition, its log state and what kprio does about it (:func:`log_states`);
+    a partition of a deleted topic is listed under ``deleted``.
+    """
     from kprio_core.kafka import oldest_pending_age_ms
+
+    states = states or {}
 
     ages = oldest_pending_age_ms(snapshot, now_ms)
     priorities: dict[str, Any] = {}
@@ -44,11 +51,47 @@ def lag_doc(snapshot: Any, now_ms: int) -> dict[str, Any]:
                     "oldest_age_s": None if part.oldest_pending_ms is None
                     else max(0, now_ms - part.oldest_pending_ms) / 1000,
                     "lost_to_retention": (lost.count if (lost := part.lost_to_retention) else 0),
+                    **states.get((part.topic, part.partition), {"state": "ok", "decision": None, "text": None}),
                 }
                 for part in sorted(parts, key=lambda x: x.partition)
             ],
         }
-    return {"topic": snapshot.logical_topic, "priorities": priorities}
+    seen = {(p.topic, p.partition) for p in snapshot.partitions}
+    deleted = [{"topic": t, "partition": q, **doc} for (t, q), doc in sorted(states.items()) if (t, q) not in seen]
+    return {"topic": snapshot.logical_topic, "priorities": priorities, "deleted": deleted}
+
+
+def log_states(config: Any, topic: Any, snapshot: Any, ledger: Any | None
+               ) -> dict[tuple[str, int], dict[str, str | None]]:
+    """Each partition's log state and what ``kprio plan`` / the sensor do about it (the same rules).
+
+    ``ledger`` None (no ledger yet): kprio believes nothing, so the states are what Kafka alone tells
+    (ok, lost to retention, ahead of the log).
+    """
+    from kprio_core.log_changes import LogState, observe
+    from orchestration.decide import committed_batches, decide_log_changes
+
+    beliefs = ledger.beliefs(topic.name) if ledger is not None else {}
+    changes = observe(snapshot, beliefs)
+    in_flight = ledger.in_flight(topic.name) if ledger is not None else []
+    redraining = {r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges()}
+    decided, holds = decide_log_changes(
+        changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss, redraining=redraining,
+        drained=lambda t, q: committed_batches(ledger, topic.name, t, q, beliefs) if ledger is not None else [],
+        slots=ledger.full_priorities(topic.name, 1) if ledger is not None else {},
+        max_in_flight=config.planner.max_in_flight)
+    by_tp = {(d.change.topic, d.change.partition): d for d in decided}
+    held = {(h.topic, h.partition): h for h in holds}
+    out = {}
+    for c in changes:
+        tp = (c.topic, c.partition)
+        d = by_tp.get(tp)
+        decision = "re-draining" if tp in redraining else (d.outcome.value if d is not None else None)
+        if c.state is LogState.LOST_TO_RETENTION:
+            decision = "drain past (allow_data_loss)" if config.drain.allow_data_loss else "hold"
+        text = held[tp].reason if tp in held else (d.describe() if d is not None else None)
+        out[tp] = {"state": c.state.value, "decision": decision, "text": text}
+    return out
 
 
 def _age(seconds: float | None) -> str:
@@ -67,16 +110,29 @@ def _table(doc: dict[str, Any]) -> Any:
     table = Table(title=f"lag of {doc['topic']}")
     for name in ("prio", "part", "log start", "high wm", "committed", "backlog", "oldest", "in open txn", "lost"):
         table.add_column(name, justify="right")
+    table.add_column("state", justify="left")
     for p, prio in doc["priorities"].items():
         for part in prio["partitions"]:
             committed = "none" if part["committed"] is None else str(part["committed"])
             table.add_row(p, str(part["partition"]), str(part["log_start"]), str(part["high_watermark"]), committed,
                           str(part["backlog"]), _age(part["oldest_age_s"]), _open_transaction(part),
-                          str(part["lost_to_retention"] or ""))
+                          str(part["lost_to_retention"] or ""), _state(part))
         waiting = prio["behind_open_transactions"]
         table.add_row(p, "all", "", "", "", f"[bold]{prio['backlog']}[/bold]", f"[bold]{_age(prio['oldest_age_s'])}",
-                      f"[bold]{waiting}[/bold]" if waiting else "", "", end_section=True)
+                      f"[bold]{waiting}[/bold]" if waiting else "", "", "", end_section=True)
+    for part in doc.get("deleted", []):
+        table.add_row("", str(part["partition"]), "-", "-", "-", "-", "-", "", "", f"{part['topic']}: {_state(part)}")
     return table
+
+
+def _state(part: dict[str, Any]) -> str:
+    """The partition's log state, and what kprio does about it when that is not just draining.
+
+    >>> _state({"state": "ok", "decision": None}), _state({"state": "ahead of the log", "decision": "hold"})
+    ('ok', 'ahead of the log: hold')
+    """
+    decision = part.get("decision")
+    return part["state"] if not decision or decision == "drain" else f"{part['state']}: {decision}"
 
 
 def _open_transaction(part: dict[str, Any]) -> str:
@@ -97,7 +153,11 @@ def _open_transaction(part: dict[str, Any]) -> str:
 @clean_errors
 def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOption = False,
         age: AgeOption = True) -> None:
-    """Show the backlog of every priority and partition: records, oldest pending age, committed offset.
+    """Show the backlog of every priority and partition: records, oldest pending age, committed offset, state.
+
+    The state says what changed under kprio and what ``kprio plan`` does about it: ok, lost to
+    retention, ahead of the log, topic recreated, reset back / forward outside kprio, committed
+    offsets gone, partition added, topic deleted (``kprio reset`` decides a held one).
 
     The backlog ends at the last stable offset (read_committed, the default): records of a
     transaction still open wait apart, in "in open txn" (how many, from which offset, open since).
@@ -107,13 +167,22 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
 
     Example: kprio lag --topic orders --json
     """
+    from contextlib import nullcontext
+
     from kprio_core.kafka import KafkaEdge
+    from kprio_core.ledger import Ledger, ledger_exists
 
     cfg = config_from(config)
     topics = [cfg.topic(topic)] if topic else list(cfg.topics)
     now_ms = int(time.time() * 1000)
-    with KafkaEdge(cfg.kafka) as edge:
-        docs = [lag_doc(edge.snapshot(t, now_ms=now_ms, avg_record_bytes={}, with_age=age), now_ms) for t in topics]
+    docs = []
+    # A read command never creates a ledger: without one, kprio believes nothing and Kafka alone tells the states.
+    opened = Ledger(cfg.ledger.url) if ledger_exists(cfg.ledger.url) else nullcontext()
+    with KafkaEdge(cfg.kafka) as edge, opened as ledger:
+        for t in topics:
+            known = {b.topic for b in ledger.beliefs(t.name).values()} if ledger is not None else set()
+            snap = edge.snapshot(t, now_ms=now_ms, avg_record_bytes={}, with_age=age, deleted_ok=known)
+            docs.append(lag_doc(snap, now_ms, log_states(cfg, t, snap, ledger)))
     if as_json:
         print_json(docs[0] if len(docs) == 1 else docs)
         return

@@ -42,6 +42,8 @@ from orchestration.cli import lag  # noqa: E402
 app.command("lag")(lag.lag)
 from orchestration.cli import plan  # noqa: E402
 app.command("plan")(plan.plan)
+from orchestration.cli import reset  # noqa: E402
+app.command("reset")(reset.reset)
 from orchestration.cli import retry  # noqa: E402
 app.command("retry")(retry.retry)
 from orchestration.cli import simulate  # noqa: E402

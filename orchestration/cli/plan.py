@@ -34,6 +34,9 @@ def decision_doc(decision: Any) -> dict[str, Any]:
         "held": [hold_doc(h) for h in decision.holds],
         "waiting": list(decision.waiting),
         "throttled": {str(p): round(t, 3) for p, t in decision.throttled.items()},
+        "log_changes": [{"topic": d.change.topic, "partition": d.change.partition, "state": d.change.state.value,
+                         "outcome": d.outcome.value, "decided_by": d.decided_by, "text": d.describe()}
+                        for d in decision.decided],
     }
     plan = decision.plan
     if plan is not None:
@@ -83,6 +86,9 @@ def _print(doc: dict[str, Any]) -> None:
             console.print(f"burst: {plan['burst']['reason']}")
     elif not doc["launch"]:
         console.print(f"{name}: {doc['reason']}")
+    for c in doc.get("log_changes", []):
+        if c["outcome"] != "hold":
+            console.print(f"{name}: log change: {c['text']}")
     for text in doc["waiting"]:
         console.print(f"{name}: waiting: {text}")
     for h in doc["held"]:

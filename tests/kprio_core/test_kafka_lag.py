@@ -66,8 +66,9 @@ def test_snapshot_uses_batched_calls_whatever_the_partition_count(make_topic, ka
         edge._admin = counting
         edge.snapshot(topic, now_ms=0, avg_record_bytes={name: 10.0 for name in topic.priority_topics().values()})
     # 12 partitions: still one metadata call, one ListOffsets per spec (earliest, latest, and latest under
-    # read_committed: the last stable offsets), one OffsetFetch per priority group (by a consumer of the group).
-    assert counting.calls == Counter({"list_topics": 1, "list_offsets": 3})
+    # read_committed: the last stable offsets), one DescribeTopics (the topic ids kprio checks for a recreated
+    # topic), one OffsetFetch per priority group (by a consumer of the group).
+    assert counting.calls == Counter({"list_topics": 1, "list_offsets": 3, "describe_topics": 1})
     assert [n for _, n in fetched] == [4, 4, 4]
 
 

@@ -439,7 +439,8 @@ def test_ranges_are_stored_once(ledger: Ledger):
     assert '"ranges"' not in plan_json and "orders-2" not in plan_json, "ranges live in kprio_ranges only"
     assert not {"records", "est_bytes"} & columns
     assert {t for t in tables if t.startswith("kprio_")} == {
-        "kprio_meta", "kprio_batches", "kprio_ranges", "kprio_events", "kprio_topic_locks"}
+        "kprio_meta", "kprio_batches", "kprio_ranges", "kprio_events", "kprio_topic_locks", "kprio_partitions",
+        "kprio_log_events"}
 
 
 def test_from_settings_creates_the_parent_directory(tmp_path: Path):

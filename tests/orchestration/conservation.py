@@ -12,6 +12,7 @@ record, or a loss): a topic without transactions or compaction costs no read.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,12 +21,23 @@ from kprio_core.kafka import KafkaEdge
 from tests.fixtures.transactions import visible_offsets
 
 
-def published_offsets(root: str, logical_topic: str) -> Counter:
-    """(topic, partition, offset) of every published row under ``<root>/<logical topic>`` (staging excluded)."""
+def published_offsets(root: str, logical_topic: str, incarnations: Mapping[str, int] | None = None) -> Counter:
+    """(topic, partition, offset) of every published row under ``<root>/<logical topic>`` (staging excluded).
+
+    Only files of each partition's ``incarnations`` (``topic[partition]``, 1 when absent) count: offsets of a recreated topic's
+    earlier incarnation are another log's (``+i<n>`` in the file name, see spark_jobs.layout).
+    """
     import pyarrow.dataset as ds
 
+    from spark_jobs.layout import RangeFile
+
+    def current(p: Path) -> bool:
+        name = RangeFile.parse(p.name)
+        return name is None or name.incarnation == (incarnations or {}).get(f"{name.topic}[{name.partition}]", 1)
+
     base = Path(root) / logical_topic
-    files = [p for p in base.rglob("*.parquet") if not any(part.startswith(("_", ".")) for part in p.parts)]
+    files = [p for p in base.rglob("*.parquet")
+             if not any(part.startswith(("_", ".")) for part in p.parts) and current(p)]
     if not files:
         return Counter()
     table = ds.dataset([str(f) for f in files], format="parquet").to_table(columns=["topic", "partition", "offset"])
@@ -58,10 +70,12 @@ class Conservation:
                 f"not a record {self.not_records[:5]} ({len(self.not_records)})")
 
 
-def conservation(config: KprioConfig, topic: TopicSettings, edge: KafkaEdge) -> Conservation:
-    """Check the invariant for ``topic`` on the output and dead-letter roots of ``config``."""
-    out = published_offsets(config.drain.output_path, topic.name)
-    dead = published_offsets(config.drain.dead_letter_path, topic.name)
+def conservation(config: KprioConfig, topic: TopicSettings, edge: KafkaEdge,
+                 incarnations: Mapping[str, int] | None = None) -> Conservation:
+    """Check the invariant for ``topic`` on the output and dead-letter roots of ``config``, for the
+    current incarnation of each partition (``incarnations`` by ``topic[partition]``, 1 when absent)."""
+    out = published_offsets(config.drain.output_path, topic.name, incarnations)
+    dead = published_offsets(config.drain.dead_letter_path, topic.name, incarnations)
     snapshot = edge.snapshot(topic, now_ms=0)
     result = Conservation(output=sum(out.values()), dead_letters=sum(dead.values()))
     committed = {(p.topic, p.partition): (p.log_start, p.committed or 0) for p in snapshot.partitions}

@@ -80,11 +80,13 @@ def test_lag_json_per_priority_and_partition(make_topic, kafka_settings, tmp_pat
     rows = [{k: v for k, v in part.items() if k != "oldest_age_s"} for part in p1["partitions"]]
     assert rows == [
         {"partition": 0, "topic": t1, "log_start": 0, "high_watermark": 3, "last_stable_offset": 3, "committed": 1,
-         "backlog": 2, "behind_open_transaction": 0, "open_transaction_age_s": None, "lost_to_retention": 0},
+         "backlog": 2, "behind_open_transaction": 0, "open_transaction_age_s": None, "lost_to_retention": 0,
+         "state": "ok", "decision": None, "text": None},
         {"partition": 1, "topic": t1, "log_start": 0, "high_watermark": 2, "last_stable_offset": 2,
          "committed": None, "backlog": 2, "behind_open_transaction": 0, "open_transaction_age_s": None,
-         "lost_to_retention": 0},
+         "lost_to_retention": 0, "state": "ok", "decision": None, "text": None},
     ]
+    assert doc["deleted"] == []
     assert p1["behind_open_transactions"] == 0
     assert doc["priorities"]["0"]["backlog"] == 0 and doc["priorities"]["0"]["oldest_age_s"] is None
 

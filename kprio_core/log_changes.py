@@ -1,0 +1,390 @@
+"""When the log changes under kprio: what kprio believes about a partition against what the cluster says now.
+
+kprio believes, per priority partition: the topic's identity (the Kafka topic id when the cluster
+reports one), the incarnation it drains (1, then +1 each time a recreated topic is reset), and
+the committed offset it last wrote itself. Each tick the fresh lag snapshot is compared with
+that belief, one small rule per question, in this order (why: an identity change makes every
+offset comparison meaningless; a committed offset that is gone has no position to compare; an
+offset beyond the log's end is not a position whoever wrote it; only then does it matter who
+moved it; retention is the oldest rule and sees what is left):
+
+1. :func:`topic_deleted` — the topic kprio drained is gone: hold until it is back (or reset);
+2. :func:`topic_recreated` — the topic id changed: hold, or reset by ``drain.on_offset_out_of_range``;
+3. :func:`committed_gone` — kprio committed, the group has nothing (Kafka expired the offsets
+   ``offsets.retention.minutes`` after kprio's last commit): restore what kprio committed;
+4. :func:`ahead_of_log` — the committed offset is beyond the high watermark (truncation,
+   recreation without topic ids): hold, or reset by policy;
+5. :func:`moved_by_someone` — the committed offset is not the one kprio wrote: backwards, re-drain
+   the committed batches' exact ranges; forwards, recorded as skipped by the operator;
+6. retention (``PartitionLag.lost_to_retention``) — held unless ``drain.allow_data_loss``;
+7. :func:`partition_added` — a partition kprio never saw on a topic it knows: drained from its start.
+
+>>> from kprio_core.snapshot import PartitionLag
+>>> b = Belief("orders-2", 0, topic_id="A", incarnation=1, committed=100)
+>>> lag = PartitionLag("orders-2", 0, priority=2, log_start=0, high_watermark=30, committed=100)
+>>> c = classify(b, lag, topic_id="B", topic_known=True)
+>>> c.state, outcome_of(c, OnOffsetOutOfRange.HOLD)
+(<LogState.TOPIC_RECREATED: 'topic recreated'>, <Outcome.HOLD: 'hold'>)
+>>> print(c.describe())
+orders-2[0] topic recreated: its topic id changed from A to B; committed 100; log [0,30)
+>>> print(remedy(c))
+kprio reset orders-2[0] --to earliest|latest|<offset>
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kprio_core.config import OnOffsetOutOfRange
+from kprio_core.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.snapshot import LagSnapshot, PartitionLag
+
+
+class LogState(str, enum.Enum):
+    """What the comparison of belief and snapshot found for one partition."""
+
+    OK = "ok"
+    LOST_TO_RETENTION = "lost to retention"
+    AHEAD_OF_LOG = "ahead of the log"
+    TOPIC_RECREATED = "topic recreated"
+    MOVED_BACK = "reset back outside kprio"
+    MOVED_FORWARD = "reset forward outside kprio"
+    COMMITTED_GONE = "committed offsets gone"
+    PARTITION_ADDED = "partition added"
+    TOPIC_DELETED = "topic deleted"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Outcome(str, enum.Enum):
+    """What kprio does about a state (see :func:`outcome_of`)."""
+
+    DRAIN = "drain"
+    """Nothing to decide: drain on from the committed offset (or the log start)."""
+    HOLD = "hold"
+    """The partition waits for a person: ``kprio reset``."""
+    RESTORE = "restore"
+    """Re-commit the offset kprio last committed (the group's offsets expired)."""
+    REDRAIN = "redrain"
+    """Re-drain the committed batches' exact ranges from the moved-back offset, then go on."""
+    ACCEPT = "accept"
+    """The offsets someone skipped are recorded as skipped by the operator; drain on from there."""
+    RESET_EARLIEST = "reset to earliest"
+    RESET_LATEST = "reset to latest"
+    RESET_TO_OFFSET = "reset to an offset"
+    """Only a person's ``kprio reset --to <offset>``."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Belief:
+    """What kprio believes about one partition: topic identity, incarnation, the offset it last committed."""
+
+    topic: str
+    partition: int
+    topic_id: str | None = None
+    """The Kafka topic id kprio saw (None: the cluster reports none, or kprio never looked)."""
+    incarnation: int = 1
+    committed: int | None = None
+    """The offset kprio last committed itself (None: kprio never committed this partition)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One partition's state, with what was believed and what was seen (the facts a message names)."""
+
+    topic: str
+    partition: int
+    state: LogState
+    believed: int | None
+    """The committed offset kprio last wrote."""
+    committed: int | None
+    """The group's committed offset now (None: none)."""
+    log_start: int | None
+    high_watermark: int | None
+    incarnation: int = 1
+    old_topic_id: str | None = None
+    topic_id: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+    @property
+    def log(self) -> str:
+        """The log's range, ``[0,30)``, or ``gone`` for a deleted topic."""
+        return "gone" if self.log_start is None else f"[{self.log_start},{self.high_watermark})"
+
+    def describe(self) -> str:
+        """One line: where, what changed, the committed offset and the log's range.
+
+        >>> Change("o-1", 2, LogState.MOVED_FORWARD, 40, 90, 0, 120).describe()
+        'o-1[2] reset forward outside kprio: the group stands at 90, kprio committed 40 (offsets [40,90) skipped by the operator); log [0,120)'
+        """
+        what = {
+            LogState.OK: "ok",
+            LogState.LOST_TO_RETENTION: "offsets deleted by retention before they were drained",
+            LogState.AHEAD_OF_LOG: f"committed {self.committed} is beyond the log's end {self.high_watermark} "
+                                   "(log truncated or topic recreated)",
+            LogState.TOPIC_RECREATED: f"its topic id changed from {self.old_topic_id} to {self.topic_id}",
+            LogState.MOVED_BACK: f"the group stands at {self.committed}, kprio committed {self.believed}",
+            LogState.MOVED_FORWARD: f"the group stands at {self.committed}, kprio committed {self.believed} "
+                                    f"(offsets [{self.believed},{self.committed}) skipped by the operator)",
+            LogState.COMMITTED_GONE: f"the group has no committed offset, kprio committed {self.believed} "
+                                     "(expired after offsets.retention.minutes without a commit)",
+            LogState.PARTITION_ADDED: "a partition kprio had not seen",
+            LogState.TOPIC_DELETED: "the topic no longer exists on the cluster",
+        }[self.state]
+        says_committed = (LogState.MOVED_BACK, LogState.MOVED_FORWARD, LogState.AHEAD_OF_LOG, LogState.COMMITTED_GONE)
+        committed = "" if self.state in says_committed else f"committed {_offset(self.committed)}; "
+        return f"{self.where} {self.state}: {what}; {committed}log {self.log}"
+
+
+def _offset(offset: int | None) -> str:
+    return "none" if offset is None else str(offset)
+
+
+# --- one rule per question ---------------------------------------------------------------------
+
+
+def topic_deleted(belief: Belief | None, lag: PartitionLag | None) -> bool:
+    """kprio drained the partition, and the cluster no longer has it."""
+    return belief is not None and lag is None
+
+
+def topic_recreated(belief: Belief | None, topic_id: str | None) -> bool:
+    """Both ids known, and they differ (a cluster without topic ids shows a recreation as :func:`ahead_of_log`).
+
+    >>> topic_recreated(Belief("t", 0, topic_id="A"), "B"), topic_recreated(Belief("t", 0), "B")
+    (True, False)
+    """
+    return belief is not None and belief.topic_id is not None and topic_id is not None and belief.topic_id != topic_id
+
+
+def committed_gone(belief: Belief | None, lag: PartitionLag) -> bool:
+    """kprio committed this partition, the group now has no offset for it."""
+    return belief is not None and belief.committed is not None and lag.committed is None
+
+
+def ahead_of_log(lag: PartitionLag) -> bool:
+    """The committed offset is beyond the high watermark: no record there, nor below it, is drained by itself."""
+    return lag.committed is not None and lag.committed > lag.high_watermark
+
+
+def moved_by_someone(belief: Belief | None, lag: PartitionLag) -> int:
+    """-1 moved back, +1 moved forward, 0 where kprio left it (or kprio never committed it)."""
+    if belief is None or belief.committed is None or lag.committed is None or lag.committed == belief.committed:
+        return 0
+    return -1 if lag.committed < belief.committed else 1
+
+
+def partition_added(belief: Belief | None, topic_known: bool) -> bool:
+    """A partition of a topic kprio already drains, that kprio has not seen before."""
+    return belief is None and topic_known
+
+
+# --- the rules combined ------------------------------------------------------------------------
+
+
+def classify(belief: Belief | None, lag: PartitionLag | None, *, topic_id: str | None, topic_known: bool) -> Change:
+    """The state of one partition, by the rules of the module docstring in their order.
+
+    ``topic_known``: kprio holds beliefs about other partitions of the same topic (so a partition
+    it has no belief about was added, rather than the topic being new to kprio).
+    """
+    if lag is None:
+        assert belief is not None, "a partition neither believed nor seen"
+        return Change(belief.topic, belief.partition, LogState.TOPIC_DELETED, belief.committed, None, None, None,
+                      belief.incarnation, belief.topic_id, None)
+    incarnation = belief.incarnation if belief is not None else 1
+    old_id = belief.topic_id if belief is not None else None
+    believed = belief.committed if belief is not None else None
+
+    def change(state: LogState) -> Change:
+        return Change(lag.topic, lag.partition, state, believed, lag.committed, lag.log_start, lag.high_watermark,
+                      incarnation, old_id, topic_id)
+
+    if topic_recreated(belief, topic_id):
+        return change(LogState.TOPIC_RECREATED)
+    if committed_gone(belief, lag):
+        return change(LogState.COMMITTED_GONE)
+    if ahead_of_log(lag):
+        return change(LogState.AHEAD_OF_LOG)
+    moved = moved_by_someone(belief, lag)
+    if moved:
+        return change(LogState.MOVED_BACK if moved < 0 else LogState.MOVED_FORWARD)
+    if lag.lost_to_retention is not None:
+        return change(LogState.LOST_TO_RETENTION)
+    if partition_added(belief, topic_known):
+        return change(LogState.PARTITION_ADDED)
+    return change(LogState.OK)
+
+
+def outcome_of(change: Change, policy: OnOffsetOutOfRange, *, allow_data_loss: bool = False) -> Outcome:
+    """What kprio does about ``change`` under ``drain.on_offset_out_of_range`` and ``drain.allow_data_loss``.
+
+    >>> c = Change("o-0", 0, LogState.AHEAD_OF_LOG, 90, 90, 0, 20)
+    >>> [outcome_of(c, p).value for p in OnOffsetOutOfRange]
+    ['hold', 'reset to earliest', 'reset to latest']
+    """
+    state = change.state
+    if state in (LogState.AHEAD_OF_LOG, LogState.TOPIC_RECREATED):
+        return {OnOffsetOutOfRange.HOLD: Outcome.HOLD, OnOffsetOutOfRange.EARLIEST: Outcome.RESET_EARLIEST,
+                OnOffsetOutOfRange.LATEST: Outcome.RESET_LATEST}[policy]
+    if state is LogState.TOPIC_DELETED:
+        return Outcome.HOLD
+    if state is LogState.COMMITTED_GONE:
+        return Outcome.RESTORE
+    if state is LogState.MOVED_BACK:
+        return Outcome.REDRAIN
+    if state is LogState.MOVED_FORWARD:
+        return Outcome.ACCEPT
+    if state is LogState.LOST_TO_RETENTION and not allow_data_loss:
+        return Outcome.HOLD
+    return Outcome.DRAIN
+
+
+def reset_target(change: Change, outcome: Outcome) -> int | None:
+    """The offset a reset or a restore commits (None for outcomes that commit nothing).
+
+    >>> c = Change("o-0", 0, LogState.COMMITTED_GONE, 70, None, 10, 90)
+    >>> reset_target(c, Outcome.RESTORE), reset_target(c, Outcome.RESET_EARLIEST), reset_target(c, Outcome.RESET_LATEST)
+    (70, 10, 90)
+    """
+    if outcome is Outcome.RESTORE:
+        return change.believed
+    if outcome is Outcome.RESET_EARLIEST:
+        return change.log_start
+    if outcome is Outcome.RESET_LATEST:
+        return change.high_watermark
+    return None
+
+
+def redrain_ranges(start: int, until: int, drained: Iterable[OffsetRange]) -> tuple[OffsetRange, ...] | None:
+    """The drained ranges that cover ``[start, until)`` without a hole, in order; None when they do not.
+
+    A re-drain must rewrite whole ranges already drained (their files are replaced, a partly
+    overlapping new range would delete a whole old file), so it re-drains these exact ranges.
+
+    >>> R = lambda s, e: OffsetRange("o-0", 0, s, e)
+    >>> redrain_ranges(45, 100, [R(0, 30), R(30, 60), R(60, 100)])
+    (OffsetRange(topic='o-0', partition=0, start=30, end=60), OffsetRange(topic='o-0', partition=0, start=60, end=100))
+    >>> redrain_ranges(10, 100, [R(30, 60), R(60, 100)]) is None
+    True
+    """
+    chosen: list[OffsetRange] = []
+    at = start
+    for r in sorted(drained, key=lambda r: (r.start, r.end)):
+        if r.end <= at or at >= until:
+            continue
+        if r.start > at:
+            return None
+        chosen.append(r)
+        at = r.end
+    return tuple(chosen) if at >= until else None
+
+
+def hold_reason(change: Change) -> str:
+    """Why a partition is held, and the one command that decides (without naming the held offset).
+
+    >>> print(hold_reason(Change("o-2", 0, LogState.AHEAD_OF_LOG, 500, 500, 0, 40)))
+    o-2[0] ahead of the log: committed 500 is beyond the log's end 40 (log truncated or topic recreated); log [0,40); decide: kprio reset o-2[0] --to earliest|latest|<offset>
+    """
+    return f"{change.describe()}; decide: {remedy(change)}"
+
+
+def remedy(change: Change) -> str:
+    """The one command a person runs for a held partition (a deleted topic is created again first).
+
+    >>> remedy(Change("o-1", 0, LogState.TOPIC_DELETED, 8, None, None, None))
+    'kprio topics create (the topic again), then kprio reset o-1[0] --to earliest|latest|<offset>'
+    """
+    reset = f"kprio reset {change.where} --to earliest|latest|<offset>"
+    return f"kprio topics create (the topic again), then {reset}" if change.state is LogState.TOPIC_DELETED else reset
+
+
+def parse_target(text: str) -> str | int:
+    """``earliest``, ``latest`` or an offset (>= 0) from the command line.
+
+    >>> parse_target("earliest"), parse_target("120")
+    ('earliest', 120)
+    >>> parse_target("-3")
+    Traceback (most recent call last):
+    ...
+    ValueError: --to must be earliest, latest or an offset >= 0, not '-3'
+    """
+    if text in ("earliest", "latest"):
+        return text
+    if text.isdigit():
+        return int(text)
+    raise ValueError(f"--to must be earliest, latest or an offset >= 0, not {text!r}")
+
+
+def resolve_target(target: str | int, log_start: int, high_watermark: int) -> int:
+    """The offset ``target`` names in the log ``[log_start, high_watermark)``; an offset outside it is refused.
+
+    >>> resolve_target("earliest", 5, 40), resolve_target("latest", 5, 40), resolve_target(12, 5, 40)
+    (5, 40, 12)
+    >>> resolve_target(41, 5, 40)
+    Traceback (most recent call last):
+    ...
+    ValueError: offset 41 is outside the log [5,40]: choose an offset in it, earliest or latest
+    """
+    if target == "earliest":
+        return log_start
+    if target == "latest":
+        return high_watermark
+    assert isinstance(target, int)
+    if not log_start <= target <= high_watermark:
+        raise ValueError(f"offset {target} is outside the log [{log_start},{high_watermark}]: choose an offset in "
+                         "it, earliest or latest")
+    return target
+
+
+def parse_partition(text: str) -> tuple[str, int]:
+    """``orders-2[0]`` -> ``("orders-2", 0)``.
+
+    >>> parse_partition("orders-2[3]")
+    ('orders-2', 3)
+    >>> parse_partition("orders-2")
+    Traceback (most recent call last):
+    ...
+    ValueError: name one partition as topic[partition], e.g. orders-2[0], not 'orders-2'
+    """
+    name, bracket, rest = text.partition("[")
+    if not bracket or not name or not rest.endswith("]") or not rest[:-1].isdigit():
+        raise ValueError(f"name one partition as topic[partition], e.g. orders-2[0], not {text!r}")
+    return name, int(rest[:-1])
+
+
+def observe(snapshot: LagSnapshot, beliefs: Mapping[TopicPartitionKey, Belief]) -> tuple[Change, ...]:
+    """Every partition of the snapshot, and every believed partition of a deleted topic, classified.
+
+    >>> from kprio_core.snapshot import LagSnapshot
+    >>> snap = LagSnapshot("o", 1, (PartitionLag("o-0", 0, 0, 0, 10, 4), PartitionLag("o-0", 1, 0, 0, 5, None)),
+    ...                    topic_ids={"o-0": "A"}, deleted=("o-9",))
+    >>> beliefs = {("o-0", 0): Belief("o-0", 0, "A", 1, 4), ("o-9", 0): Belief("o-9", 0, "Z", 1, 8)}
+    >>> [(c.where, c.state.value) for c in observe(snap, beliefs)]
+    [('o-0[0]', 'ok'), ('o-0[1]', 'partition added'), ('o-9[0]', 'topic deleted')]
+    """
+    known = {b.topic for b in beliefs.values()}
+    out = [classify(beliefs.get((p.topic, p.partition)), p, topic_id=snapshot.topic_ids.get(p.topic),
+                    topic_known=p.topic in known)
+           for p in snapshot.partitions]
+    gone = set(snapshot.deleted)
+    out += [classify(b, None, topic_id=None, topic_known=True) for b in beliefs.values() if b.topic in gone]
+    return tuple(sorted(out, key=lambda c: (c.topic, c.partition)))
+
+
+NEEDS_RECORD: frozenset[LogState] = frozenset(LogState) - {LogState.OK, LogState.LOST_TO_RETENTION}
+"""States recorded in the ledger as events (retention gaps have their own record: the plan's ``lost``)."""
+
+
+def changes_of(changes: Sequence[Change]) -> tuple[Change, ...]:
+    """The changes worth saying (every state but ok), in partition order."""
+    return tuple(sorted((c for c in changes if c.state is not LogState.OK), key=lambda c: (c.topic, c.partition)))

@@ -1,0 +1,48 @@
+"""``kprio reset <topic>[<partition>] --to earliest|latest|<offset>``: a person decides for a held partition.
+
+The one command the holds of ``kprio plan`` / ``kprio drain`` name when the log changed under kprio
+(a recreated topic, a committed offset beyond the log's end): it commits the offset to the
+priority's group through the edge's commit path, records the decision in the ledger (a new
+incarnation for a recreated or truncated log, so its output never collides with the earlier one's)
+and so releases the hold on the next tick.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from orchestration.cli.common import ConfigOption, JsonOption, clean_errors, config_from, fail, print_json
+
+PartitionArgument = Annotated[str, typer.Argument(help="The partition, as topic[partition]: e.g. orders-2[0].")]
+ToOption = Annotated[str, typer.Option("--to", help="earliest, latest, or an offset inside the log.")]
+
+
+@clean_errors
+def reset(partition: PartitionArgument, to: ToOption, config: ConfigOption = None, json_out: JsonOption = False) -> None:
+    """Commit a held partition's offset (earliest, latest or an offset) and record the decision in the ledger.
+
+    Example: kprio reset 'orders-2[0]' --to earliest --config kprio.yaml
+    """
+    from kprio_core.kafka import KafkaEdge
+    from kprio_core.ledger import Ledger
+    from kprio_core.log_changes import parse_partition, parse_target
+    from orchestration.log_changes import reset_partition
+
+    try:
+        name, number = parse_partition(partition)
+        parse_target(to)
+    except ValueError as err:
+        raise fail(str(err)) from None
+    settings = config_from(config)
+    with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger:
+        try:
+            line = reset_partition(edge, ledger, settings, name, number, to, now_ms=int(time.time() * 1000))
+        except ValueError as err:
+            raise fail(f"{partition}: {err}") from None
+    if json_out:
+        print_json({"partition": partition, "to": to, "text": line})
+    else:
+        typer.echo(line)

@@ -1,0 +1,134 @@
+"""Carry out what a tick decided about changes of the log kprio did not make, and record it in the ledger.
+
+``decide`` only decides (``kprio plan`` shows it); the tick calls :func:`carry_out` before it records
+the plan, so the plan's offsets stand on what was committed here:
+
+- restore (the group's offsets expired) and a policy reset commit through the edge's commit path,
+  then the belief and the event are recorded;
+- an accepted forward move records the skipped offsets and the new belief;
+- a moved-back offset puts the committed batches it covers back to planned (their exact ranges);
+- a hold records the change once (the event is not repeated while the hold stands);
+- what kprio sees for the first time (a topic id, a partition added) becomes a belief.
+
+``kprio reset`` (:func:`reset_partition`) is the person's decision, recorded the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kprio_core.config import KprioConfig, TopicSettings
+from kprio_core.errors import ConfigError, KafkaOperationFailed
+from kprio_core.ledger import Ledger
+from kprio_core.log_changes import (
+    NEEDS_RECORD,
+    Belief,
+    Change,
+    LogState,
+    Outcome,
+    classify,
+    parse_target,
+    resolve_target,
+)
+from orchestration.decide import NEW_LOG, Decision
+
+LOGGER = logging.getLogger("kprio.log_changes")
+
+
+def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: Decision, *, log=None,
+              max_in_flight: int | None = None) -> None:
+    """Commit, replay and record what ``decision`` decided about the log (see the module docstring).
+
+    A re-drain is put back to planned under the same ``planner.max_in_flight`` rule as any batch
+    (the ledger refuses it with RangeConflict when another planner took the slot meanwhile).
+    """
+    log = log or LOGGER
+    name = topic.name
+    decided = {(d.change.topic, d.change.partition): d for d in decision.decided}
+    commits = {tp: d.target for tp, d in decided.items() if d.target is not None}
+    if commits:
+        edge.set_committed(topic, commits)
+    beliefs = ledger.beliefs(name)
+    fresh: list[Belief] = []
+    for c in decision.changes:
+        tp = (c.topic, c.partition)
+        d = decided.get(tp)
+        old = beliefs.get(tp)
+        if d is None:
+            # ok, or retention (its own rule): remember what kprio sees for the first time.
+            if c.state is LogState.OK and (old is None or (old.topic_id is None and c.topic_id is not None)):
+                fresh.append(Belief(c.topic, c.partition, c.topic_id, c.incarnation,
+                                    old.committed if old is not None else c.committed))
+            continue
+        note = d.describe()
+        if d.outcome is Outcome.HOLD or c.state is LogState.TOPIC_DELETED:
+            if ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, note=note) is not None:
+                log.warning(f"{name}: {note}")
+            continue
+        if d.target is not None:
+            topic_id = c.topic_id if d.incarnation > c.incarnation or old is None else old.topic_id
+            fresh.append(Belief(c.topic, c.partition, topic_id or c.topic_id, d.incarnation, d.target))
+        elif d.outcome is Outcome.ACCEPT:
+            fresh.append(Belief(c.topic, c.partition, old.topic_id if old else c.topic_id, c.incarnation, c.committed))
+        elif c.state is LogState.PARTITION_ADDED:
+            fresh.append(Belief(c.topic, c.partition, c.topic_id, 1, None))
+        for b in d.redrain:
+            ledger.replay(b.batch_id, max_in_flight=max_in_flight)
+        if c.state in NEEDS_RECORD:
+            ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, committed_after=d.target, note=note)
+            log.warning(f"{name}: {note}")
+    if fresh:
+        ledger.remember(name, fresh)
+
+
+def owner_of(config: KprioConfig, priority_topic: str) -> TopicSettings:
+    """The logical topic whose priority topic is ``priority_topic``; ConfigError naming them all otherwise."""
+    for t in config.topics:
+        if priority_topic in t.priority_topics().values():
+            return t
+    names = sorted(n for t in config.topics for n in t.priority_topics().values())
+    raise ConfigError(f"{priority_topic!r} is not a priority topic of this configuration ({', '.join(names)})")
+
+
+def reset_partition(edge, ledger: Ledger, config: KprioConfig, topic_name: str, partition: int, to: str, *,
+                    now_ms: int) -> str:
+    """A person's decision for one partition: commit ``to`` (earliest, latest or an offset), record it; one line.
+
+    A reset of a recreated topic or of a log that no longer reaches the committed offset starts a
+    new incarnation (its output never collides with the earlier one's); any other reset keeps it:
+    forwards, the offsets skipped are recorded as the person's; backwards, the next tick re-drains
+    the committed batches it covers, exactly.
+    """
+    target = parse_target(to)
+    topic = owner_of(config, topic_name)
+    beliefs = ledger.beliefs(topic.name)
+    snapshot = edge.snapshot(topic, now_ms=now_ms, deleted_ok={b.topic for b in beliefs.values()})
+    lag = next((p for p in snapshot.partitions if (p.topic, p.partition) == (topic_name, partition)), None)
+    if lag is None:
+        raise KafkaOperationFailed(
+            f"{topic_name}[{partition}] does not exist on {edge.bootstrap} (topic deleted, or no such partition): "
+            "nothing to reset; create the topic again, then reset it")
+    belief = beliefs.get((topic_name, partition))
+    change = classify(belief, lag, topic_id=snapshot.topic_ids.get(topic_name),
+                      topic_known=any(b.topic == topic_name for b in beliefs.values()))
+    offset = resolve_target(target, lag.log_start, lag.high_watermark)
+    new_log = change.state in NEW_LOG
+    incarnation = change.incarnation + 1 if new_log else change.incarnation
+    outcome = {"earliest": Outcome.RESET_EARLIEST, "latest": Outcome.RESET_LATEST}.get(str(target),
+                                                                                     Outcome.RESET_TO_OFFSET)
+    edge.set_committed(topic, {(topic_name, partition): offset})
+    believed = belief.committed if belief is not None else None
+    # Backwards on the same log: the belief stays, so the next tick re-drains what is moved back over, exactly.
+    keep = not new_log and believed is not None and offset < believed
+    ledger.remember(topic.name, [Belief(topic_name, partition, change.topic_id if new_log or belief is None
+                                        else belief.topic_id, incarnation, believed if keep else offset)])
+    was = "none" if change.committed is None else change.committed
+    mine = "" if believed is None else f" (kprio committed {believed})"
+    note = (f"kprio reset {topic_name}[{partition}] --to {to}: committed {was} -> {offset}{mine}"
+            + (f", incarnation {incarnation}" if new_log else "")
+            + (f" (was {change.state})" if change.state is not LogState.OK else ""))
+    ledger.record_change(topic.name, Change(topic_name, partition, change.state, believed, change.committed,
+                                            lag.log_start, lag.high_watermark, change.incarnation,
+                                            change.old_topic_id, change.topic_id),
+                         outcome, decided_by="person", committed_after=offset, note=note)
+    return note

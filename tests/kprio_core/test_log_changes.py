@@ -1,0 +1,140 @@
+"""The rules of kprio_core.log_changes: one case per row, with why; and the ledger's beliefs and log events."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from kprio_core.config import OnOffsetOutOfRange as P
+from kprio_core.ledger import Ledger
+from kprio_core.log_changes import (
+    Belief,
+    Change,
+    LogState as S,
+    Outcome as O,
+    classify,
+    hold_reason,
+    outcome_of,
+    redrain_ranges,
+    reset_target,
+)
+from kprio_core.offsets import OffsetRange as R
+from kprio_core.snapshot import PartitionLag
+
+
+def lag(committed, log_start=0, high=100, topic="o-2", partition=0):
+    return PartitionLag(topic, partition, priority=2, log_start=log_start, high_watermark=high, committed=committed)
+
+
+def belief(committed=None, topic_id="A", incarnation=1):
+    return Belief("o-2", 0, topic_id, incarnation, committed)
+
+
+CASES = [
+    # (belief, lag, topic id now, topic known, state, outcome under hold, why)
+    (belief(60), lag(60), "A", True, S.OK, O.DRAIN, "the group stands where kprio left it"),
+    (None, lag(None), "A", False, S.OK, O.DRAIN, "a topic new to kprio: drained from its start, nothing to say"),
+    (None, lag(None), "A", True, S.PARTITION_ADDED, O.DRAIN, "a new partition of a known topic: picked up, recorded"),
+    (belief(60), None, None, True, S.TOPIC_DELETED, O.HOLD, "the topic kprio drained is gone"),
+    (belief(60), lag(60, high=10), "B", True, S.TOPIC_RECREATED, O.HOLD, "a new topic id beats every offset rule"),
+    (belief(60, topic_id=None), lag(60, high=10), "B", True, S.AHEAD_OF_LOG, O.HOLD,
+     "no id believed (a cluster without ids): the recreation shows as an offset beyond the log"),
+    (belief(60), lag(None), "A", True, S.COMMITTED_GONE, O.RESTORE, "the group's offsets expired: restore them"),
+    (belief(60), lag(None, high=10), "B", True, S.TOPIC_RECREATED, O.HOLD, "recreated and gone: identity first"),
+    (belief(60), lag(500), "A", True, S.AHEAD_OF_LOG, O.HOLD, "someone set it beyond the high watermark"),
+    (None, lag(500), "A", False, S.AHEAD_OF_LOG, O.HOLD, "beyond the log even without a belief (a fresh ledger)"),
+    (belief(60), lag(20), "A", True, S.MOVED_BACK, O.REDRAIN, "moved back by a reset tool: re-drain exactly"),
+    (belief(60), lag(90), "A", True, S.MOVED_FORWARD, O.ACCEPT, "moved forward: skipped by the operator, recorded"),
+    (belief(60), lag(60, log_start=80), "A", True, S.LOST_TO_RETENTION, O.HOLD, "retention deleted [60,80)"),
+    (belief(None), lag(None, log_start=5), "A", True, S.LOST_TO_RETENTION, O.HOLD, "never committed, log starts at 5"),
+    (belief(60), lag(100), "A", True, S.MOVED_FORWARD, O.ACCEPT, "forward to the high watermark exactly is no overflow"),
+]
+
+
+@pytest.mark.parametrize(("b", "observed", "topic_id", "known", "state", "outcome", "why"), CASES,
+                         ids=[c[-1] for c in CASES])
+def test_each_case_has_one_state_and_one_outcome(b, observed, topic_id, known, state, outcome, why):
+    change = classify(b, observed, topic_id=topic_id, topic_known=known)
+    assert change.state is state, why
+    assert outcome_of(change, P.HOLD) is outcome, why
+
+
+@pytest.mark.parametrize(("policy", "outcome", "target"), [
+    (P.HOLD, O.HOLD, None),
+    (P.EARLIEST, O.RESET_EARLIEST, 3),
+    (P.LATEST, O.RESET_LATEST, 10),
+], ids=["hold waits for a person", "earliest drains the new log whole", "latest skips it (recorded)"])
+@pytest.mark.parametrize("state", [S.AHEAD_OF_LOG, S.TOPIC_RECREATED])
+def test_the_policy_decides_out_of_range_offsets_only(policy, outcome, target, state):
+    change = Change("o-2", 0, state, 60, 60, 3, 10)
+    assert outcome_of(change, policy) is outcome
+    assert reset_target(change, outcome) == target
+    # Every other state keeps its rule whatever the policy.
+    for other, rule in [(S.MOVED_BACK, O.REDRAIN), (S.MOVED_FORWARD, O.ACCEPT), (S.COMMITTED_GONE, O.RESTORE),
+                        (S.TOPIC_DELETED, O.HOLD), (S.OK, O.DRAIN), (S.PARTITION_ADDED, O.DRAIN)]:
+        assert outcome_of(Change("o-2", 0, other, 60, 60, 3, 10), policy) is rule
+
+
+def test_allow_data_loss_drains_past_retention_only():
+    lost = Change("o-2", 0, S.LOST_TO_RETENTION, 60, 60, 80, 100)
+    assert outcome_of(lost, P.HOLD, allow_data_loss=True) is O.DRAIN
+    ahead = Change("o-2", 0, S.AHEAD_OF_LOG, 60, 600, 0, 100)
+    assert outcome_of(ahead, P.HOLD, allow_data_loss=True) is O.HOLD, "data loss is not an offset beyond the log"
+
+
+def test_a_committed_offset_beyond_the_log_is_not_clamped():
+    p = lag(500, high=30)
+    assert (p.next_offset, p.backlog, p.pending.count, p.ahead_of_log) == (500, 0, 0, True)
+    # The log growing past nothing it knows: records [30,520) are still not treated as new from 500.
+    assert lag(500, high=520).backlog == 20 and lag(500, high=520).ahead_of_log is False
+
+
+@pytest.mark.parametrize(("start", "until", "drained", "expected", "why"), [
+    (40, 100, [(0, 40), (40, 70), (70, 100)], [(40, 70), (70, 100)], "aligned: the two later batches"),
+    (45, 100, [(0, 40), (40, 70), (70, 100)], [(40, 70), (70, 100)], "inside a batch: that whole batch again"),
+    (0, 40, [(0, 40), (40, 70)], [(0, 40)], "only what was moved back over"),
+    (10, 100, [(30, 60), (60, 100)], None, "below what this ledger drained: no exact ranges, hold"),
+    (40, 100, [(40, 70), (80, 100)], None, "a hole between batches: hold"),
+])
+def test_redrain_ranges_rewrite_whole_drained_ranges(start, until, drained, expected, why):
+    got = redrain_ranges(start, until, [R("o-2", 0, s, e) for s, e in drained])
+    assert (None if got is None else [(r.start, r.end) for r in got]) == expected, why
+
+
+def test_a_hold_names_the_partition_the_offsets_the_log_and_the_command():
+    text = hold_reason(Change("o-2", 3, S.TOPIC_RECREATED, 120, 120, 0, 7, 1, "A", "B"))
+    assert text == ("o-2[3] topic recreated: its topic id changed from A to B; committed 120; log [0,7); "
+                    "decide: kprio reset o-2[3] --to earliest|latest|<offset>")
+
+
+def test_beliefs_follow_kprio_commits_and_recorded_decisions(tmp_path):
+    from kprio_core.results import CheckReport, CommitReport
+    from tests.kprio_core.ledger_support import make_plan, result_for
+
+    with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        b = ledger.record_plan(make_plan((0, 10)))
+        ledger.mark_drained(b.batch_id, result_for(b))
+        ledger.mark_checked(b.batch_id, CheckReport(()))
+        [r] = b.plan.offset_ranges()
+        ledger.mark_committed(b.batch_id, CommitReport.of({r.topic_partition: (None, 10)}, {}))
+        assert ledger.beliefs("orders")[r.topic_partition].committed == 10
+        # A commit never lowers the belief (a replay's commit from a moved-back offset).
+        ledger.remember("orders", [Belief(r.topic, r.partition, "ID", 1, 10)])
+        change = Change(r.topic, r.partition, S.MOVED_FORWARD, 10, 30, 0, 40)
+        first = ledger.record_change("orders", change, O.ACCEPT, decided_by="rule", note="skipped [10,30)")
+        assert first is not None and ledger.record_change("orders", change, O.ACCEPT, decided_by="rule") is None
+        assert [e.outcome for e in ledger.log_events("orders")] == ["accept"]
+        assert ledger.beliefs("orders")[r.topic_partition].topic_id == "ID"
+
+
+def test_a_v2_ledger_without_the_new_tables_gets_them(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    Ledger(url).close()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE kprio_log_events")
+        conn.exec_driver_sql("DROP TABLE kprio_partitions")
+    with Ledger(url) as ledger:
+        assert ledger.beliefs("orders") == {} and ledger.log_events() == []
+    assert {"kprio_partitions", "kprio_log_events"} <= set(inspect(engine).get_table_names())
+    engine.dispose()

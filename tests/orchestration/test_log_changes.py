@@ -1,0 +1,335 @@
+"""When the log changes under kprio (issue 17), on the real broker: nothing silently skipped, nothing twice,
+no earlier output lost or overwritten, the other partitions and priorities drained, and the line a person sees."""
+
+from __future__ import annotations
+
+import time
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kprio_core.kafka.client import Deadline, new_admin
+from kprio_core.kafka.topics import ensure_topics
+from kprio_core.ledger import Ledger
+from orchestration import drain_loop
+from orchestration.cli.main import app
+from orchestration.instance import open_instance
+from orchestration.log_changes import reset_partition
+from orchestration.sensors import tick
+from tests.fixtures.kafka import fill, generated_records, produce_acked, wait_until_served
+from tests.orchestration.conservation import conservation, lag, published_offsets
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
+
+
+def files(root: str, logical: str) -> dict[str, float]:
+    """Published file name -> modification time (staging excluded)."""
+    return {p.name: p.stat().st_mtime_ns for p in (Path(root) / logical).rglob("*.parquet") if "_staging" not in p.parts}
+
+
+def set_committed(kafka, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    admin = new_admin(kafka)
+    tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result(timeout=30)
+
+
+def recreate(kafka, topic, priority: int, partitions: int) -> None:
+    """Delete one priority topic and create it again, waiting until the cluster serves the new one."""
+    admin = new_admin(kafka)
+    name = topic.priority_topic(priority)
+    for f in admin.delete_topics([name], operation_timeout=30).values():
+        f.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while name in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ensure_topics(admin, topic, partitions, Deadline(30, kafka.bootstrap_servers), {"retention.ms": "-1"})
+    wait_until_served(kafka, [name])
+
+
+def test_a_recreated_topic_is_held_then_reset_into_a_new_incarnation(make_topic, kprio_env, kafka_settings):
+    topic = make_topic(priorities=2, partitions=1, records={1: 30, 0: 30})
+    env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
+    recreated = topic.priority_topic(1)
+    with dg.instance_for_test() as instance:
+        assert drain_loop.drain(env.defs, instance).ok
+        first = files(env.config.drain.output_path, topic.name)
+        recreate(kafka_settings, topic, 1, 1)
+        fill(kafka_settings, recreated, 12, partitions=1)  # new records below the old committed offset 30
+        fill(kafka_settings, topic.priority_topic(0), 7, partitions=1)
+
+        report = drain_loop.drain(env.defs, instance)
+        # Held, not "no backlog left": the partition, what changed, and the one command.
+        assert not report.ok
+        assert f"{recreated}[0] topic recreated" in report.stopped
+        assert f"kprio reset {recreated}[0] --to earliest|latest|<offset>" in report.stopped
+        assert lag(topic, env.edge)[0] == 0, "the other priority drained on"
+        assert [e.state for e in env.ledger.log_events(topic.name)] == ["topic recreated"]
+
+        line = reset_partition(env.edge, env.ledger, env.config, recreated, 0, "earliest", now_ms=0)
+        # Deleting a topic deletes its group offsets too: the group had none, kprio had committed 30.
+        assert line == (f"kprio reset {recreated}[0] --to earliest: committed none -> 0 (kprio committed 30), "
+                        "incarnation 2 (was topic recreated)")
+        report = drain_loop.drain(env.defs, instance)
+        assert report.ok, report.stopped
+    after = files(env.config.drain.output_path, topic.name)
+    assert {n: t for n, t in after.items() if n in first} == first, "incarnation 1's files are untouched"
+    assert any(n.startswith(f"{recreated}+0+0000000000+0000000012+i2") for n in after)
+    check = conservation(env.config, topic, env.edge, incarnations={f"{recreated}[0]": 2})
+    assert check.ok and check.output == 12 + 37, check
+    assert [e.decided_by for e in env.ledger.log_events(topic.name)] == ["rule", "person"]
+
+
+def test_offsets_moved_expired_and_beyond_the_log_are_named_and_never_doubled(make_topic, kprio_env, kafka_settings):
+    topic = make_topic(priorities=2, partitions=3, records={1: 90, 0: 60})
+    env = kprio_env(topic, planner={"record_budget": 40, "target_batch_s": None})
+    hi, lo = topic.priority_topic(1), topic.priority_topic(0)
+    with dg.instance_for_test() as instance:
+        assert drain_loop.drain(env.defs, instance).ok
+        first = files(env.config.drain.output_path, topic.name)
+        fill(kafka_settings, hi, 30, partitions=3)  # 40 per partition now
+        fill(kafka_settings, lo, 30, partitions=3)
+        set_committed(kafka_settings, topic.priority_group(1), {(hi, 0): 5, (hi, 1): 36, (hi, 2): 10_000})
+        admin = new_admin(kafka_settings)  # kept alive until its future resolves
+        admin.delete_consumer_groups([topic.priority_group(0)])[topic.priority_group(0)].result(timeout=30)
+
+        report = drain_loop.drain(env.defs, instance)
+        assert not report.ok
+        assert f"{hi}[2] ahead of the log: committed 10000 is beyond the log's end 40" in report.stopped
+        assert f"kprio reset {hi}[2]" in report.stopped and f"{hi}[0]" not in report.stopped
+        states = {(e.topic, e.partition): (e.state, e.outcome) for e in env.ledger.log_events(topic.name)}
+        assert states[(hi, 0)] == ("reset back outside kprio", "redrain")
+        assert states[(hi, 1)] == ("reset forward outside kprio", "accept")
+        assert states[(hi, 2)] == ("ahead of the log", "hold")
+        assert {states[(lo, q)] for q in range(3)} == {("committed offsets gone", "restore")}
+        skipped = next(e for e in env.ledger.log_events(topic.name) if e.state == "reset forward outside kprio")
+        assert skipped.note and f"[30,36) skipped by the operator" in skipped.note
+        assert any(c.startswith(f"{hi}[1] ") and "reset forward outside kprio -> accept" in c
+                   for b in env.ledger.batches(topic.name) for c in b.plan.log_changes), "shown in the next batch"
+        reset_partition(env.edge, env.ledger, env.config, hi, 2, "latest", now_ms=0)
+        assert drain_loop.drain(env.defs, instance).ok
+
+    after = files(env.config.drain.output_path, topic.name)
+    assert set(first) <= set(after), "no earlier file lost (re-drained ones replaced under the same name)"
+    # Priority 0 was restored, never re-drained from its log start; priority 1 [30,36) of partition 1 was skipped
+    # by the operator, and partition 2 [30,40) after the reset to latest: each recorded, nothing else missing.
+    # hi[2] was reset to latest (40): incarnation 2 starts there and holds nothing yet, incarnation 1's [0,30) stays.
+    assert not any("+i2" in n for n in after)
+    check = conservation(env.config, topic, env.edge)
+    missing = {(t, q, o) for t, q, o in check.missing}
+    assert missing == {(hi, 1, o) for o in range(30, 36)} | {(hi, 2, o) for o in range(30, 40)}, check
+    assert not (check.doubled or check.in_both or check.beyond), check
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+
+
+def add_partitions(kafka, name: str, total: int) -> None:
+    """Grow ``name`` to ``total`` partitions (admin CreatePartitions), waiting until the cluster serves them."""
+    from confluent_kafka.admin import NewPartitions
+
+    admin = new_admin(kafka)
+    for f in admin.create_partitions([NewPartitions(name, total)], operation_timeout=30).values():
+        f.result(timeout=30)
+    wait_until_served(kafka, [name])
+
+
+def test_partitions_added_between_ticks_are_drained_from_their_start_within_one_tick(make_topic, kprio_env,
+                                                                                    kafka_settings):
+    topic = make_topic(priorities=2, partitions=1, records={1: 10, 0: 10})
+    env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
+    hi, lo = topic.priority_topic(1), topic.priority_topic(0)
+    with dg.instance_for_test() as instance:
+        assert drain_loop.drain(env.defs, instance).ok
+        first = files(env.config.drain.output_path, topic.name)
+        add_partitions(kafka_settings, hi, 3)
+        produce_acked(kafka_settings, hi, [r._replace(partition=1 + i % 2)
+                                           for i, r in enumerate(generated_records(8, start=100))])
+        fill(kafka_settings, lo, 5, partitions=1)
+
+        turn = tick(instance, env.edge, env.ledger, env.config)  # one tick picks the new partitions up
+        instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
+        [batch] = [env.ledger.get(b) for b in turn.partitions]
+        ranges = {(r.topic, r.partition): (r.start, r.end) for r in batch.plan.offset_ranges() if r.count}
+        assert ranges == {(hi, 1): (0, 4), (hi, 2): (0, 4), (lo, 0): (10, 15)}, ranges
+        added = [(e.topic, e.partition, e.state, e.outcome) for e in env.ledger.log_events(topic.name)]
+        assert added == [(hi, 1, "partition added", "drain"), (hi, 2, "partition added", "drain")]
+        report = drain_loop.drain(env.defs, instance)
+        assert report.ok and report.stopped == "no backlog left", report.stopped
+
+    after = files(env.config.drain.output_path, topic.name)
+    assert {n: t for n, t in after.items() if n in first} == first, "nothing else disturbed"
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok and check.output == 10 + 10 + 8 + 5, check
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+
+
+def cli_config(env, tmp_path, monkeypatch) -> str:
+    """kprio.yaml of ``env`` in tmp_path, and DAGSTER_HOME there (as tests/orchestration/test_cli_drain.py)."""
+    path = tmp_path / "kprio.yaml"
+    path.write_text(yaml.safe_dump(env.config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    (tmp_path / "dagster_home").mkdir(exist_ok=True)
+    return str(path)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def test_a_priority_topic_deleted_while_draining_is_held_and_the_others_drain_on(make_topic, kprio_env,
+                                                                                 kafka_settings, tmp_path,
+                                                                                 monkeypatch):
+    topic = make_topic(priorities=3, partitions=1, records={2: 6, 1: 6, 0: 6})
+    env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
+    path = cli_config(env, tmp_path, monkeypatch)
+    gone = topic.priority_topic(1)
+    assert invoke("drain", "--until-empty", "--config", path).exit_code == 0
+    for p in range(3):
+        fill(kafka_settings, topic.priority_topic(p), 4, partitions=1)
+    with open_instance(env.config) as instance:  # a batch of every priority just planned ...
+        turn = tick(instance, env.edge, env.ledger, env.config)
+        instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
+    assert len(turn.partitions) == 1
+    admin = new_admin(kafka_settings)  # ... then priority 1's topic is deleted
+    for f in admin.delete_topics([gone], operation_timeout=30).values():
+        f.result(timeout=30)
+
+    started = time.monotonic()
+    result = invoke("drain", "--until-empty", "--config", path)
+    # Not "no backlog left": exit 1, the held line names the partition, what changed and the remedy.
+    assert result.exit_code == 1, result.output
+    assert "no backlog left" not in result.output
+    assert "only held partitions are left, they need a person" in result.output
+    assert time.monotonic() - started < 60, "held at once, not retried until the loop gives up"
+    assert f"{gone}[0] topic deleted: the topic no longer exists on the cluster" in result.output
+    assert f"kprio topics create (the topic again), then kprio reset {gone}[0] --to" in result.output
+    events = [(e.topic, e.state, e.outcome) for e in env.ledger.log_events(topic.name)]
+    assert events == [(gone, "topic deleted", "hold")], "held, recorded once"
+    # Every other priority drained to zero lag, each record once.
+    snap = env.edge.snapshot(topic, now_ms=0, deleted_ok={gone})
+    assert snap.deleted == (gone,) and snap.backlog_by_priority() == {2: 0, 1: 0, 0: 0}
+    out = published_offsets(env.config.drain.output_path, topic.name)
+    for p in (2, 0):
+        mine = {k: n for k, n in out.items() if k[0] == topic.priority_topic(p)}
+        assert sorted(o for _, _, o in mine) == list(range(10)) and set(mine.values()) == {1}, mine
+
+    doc = json.loads(invoke("lag", "--json", "--config", path).output)
+    assert [(d["topic"], d["state"], d["decision"]) for d in doc["deleted"]] == [(gone, "topic deleted", "hold")]
+
+
+def test_the_policy_resets_a_recreated_topic_to_earliest_and_a_log_overtaken_to_latest(make_topic, kprio_env,
+                                                                                        kafka_settings, tmp_path,
+                                                                                        monkeypatch):
+    topic = make_topic(priorities=2, partitions=1, records={1: 20, 0: 10})
+    env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None},
+                    drain={"on_offset_out_of_range": "earliest"})
+    path = cli_config(env, tmp_path, monkeypatch)
+    hi, lo = topic.priority_topic(1), topic.priority_topic(0)
+    with dg.instance_for_test() as instance:
+        assert drain_loop.drain(env.defs, instance).ok
+        first = files(env.config.drain.output_path, topic.name)
+        recreate(kafka_settings, topic, 1, 1)
+        fill(kafka_settings, hi, 6, partitions=1)  # below the old committed offset 20
+
+        # Before the tick: kprio lag shows the state and what the policy will do.
+        [row] = json.loads(invoke("lag", "--json", "--config", path).output)["priorities"]["1"]["partitions"]
+        assert (row["state"], row["decision"]) == ("topic recreated", "reset to earliest")
+        assert drain_loop.drain(env.defs, instance).ok  # reset by the policy, drained: no person needed
+        [event] = env.ledger.log_events(topic.name)
+        assert (event.topic, event.state, event.outcome, event.decided_by, event.committed_after) == (
+            hi, "topic recreated", "reset to earliest", "policy", 0)
+        [newest] = env.ledger.batches(topic.name, limit=1)
+        assert any(c.startswith(f"{hi}[0] ") and " topic recreated " in c
+                   and "-> reset to earliest 0, incarnation 2 (policy)" in c
+                   for c in newest.plan.log_changes), newest.plan.log_changes
+
+        # latest: a committed offset beyond the log's end skips the log's records, recorded.
+        latest = env.rebuild(drain={**env.config.drain.model_dump(mode="json"), "on_offset_out_of_range": "latest"})
+        fill(kafka_settings, lo, 5, partitions=1)  # [10,15): skipped by the reset below
+        set_committed(kafka_settings, topic.priority_group(0), {(lo, 0): 500})
+        assert drain_loop.drain(latest.defs, instance).ok
+        event = env.ledger.log_events(topic.name)[-1]
+        assert (event.topic, event.state, event.outcome, event.decided_by, event.committed, event.committed_after) == (
+            lo, "ahead of the log", "reset to latest", "policy", 500, 15)
+
+    after = files(env.config.drain.output_path, topic.name)
+    assert {n: t for n, t in after.items() if n in first} == first, "incarnation 1's files are untouched"
+    assert [n for n in after if "+i2" in n] == [n for n in after if n.startswith(f"{hi}+0+0000000000+0000000006+i2")]
+    # hi: the new log drained exactly once (incarnation 2); lo: [10,15) skipped by the policy, nothing else missing.
+    check = conservation(env.config, topic, env.edge, incarnations={f"{hi}[0]": 2})
+    assert check.missing == [(lo, 0, o) for o in range(10, 15)], check
+    assert not (check.doubled or check.in_both or check.beyond) and check.output == 6 + 10, check
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+
+
+def test_kprio_reset_through_the_cli_names_bad_targets_and_releases_the_hold(make_topic, kprio_env, kafka_settings,
+                                                                             tmp_path, monkeypatch):
+    topic = make_topic(priorities=1, partitions=1, records={0: 10})
+    env = kprio_env(topic)
+    path = cli_config(env, tmp_path, monkeypatch)
+    name = topic.priority_topic(0)
+    set_committed(kafka_settings, topic.priority_group(0), {(name, 0): 500})
+    ledger_file = Path(env.config.ledger.url.removeprefix("sqlite:///"))
+    env.ledger.close()
+    ledger_file.unlink()
+
+    # kprio lag is a read command: no ledger yet, none created; what Kafka alone tells is shown.
+    shown = invoke("lag", "--json", "--config", path)
+    assert shown.exit_code == 0, shown.output
+    [row] = json.loads(shown.output)["priorities"]["0"]["partitions"]
+    assert (row["state"], row["decision"], row["committed"]) == ("ahead of the log", "hold", 500)
+    assert not ledger_file.exists(), "kprio lag created a ledger"
+
+    def refused(target: str, to: str) -> str:
+        result = invoke("reset", target, "--to", to, "--config", path)
+        assert result.exit_code == 1, result.output
+        return result.output
+
+    assert "'nope-0' is not a priority topic of this configuration" in refused("nope-0[0]", "earliest")
+    assert f"{name}[3] does not exist on {kafka_settings.bootstrap_servers}" in refused(f"{name}[3]", "earliest")
+    assert "--to must be earliest, latest or an offset >= 0, not 'soon'" in refused(f"{name}[0]", "soon")
+    assert f"{name}[0]: offset 11 is outside the log [0,10]" in refused(f"{name}[0]", "11")
+    assert "name one partition as topic[partition]" in refused(name, "earliest")
+    plan = json.loads(invoke("plan", "--json", "--config", path).output)[0]
+    assert plan["action"] == "held", plan
+
+    done = invoke("reset", f"{name}[0]", "--to", "earliest", "--config", path)
+    assert done.exit_code == 0, done.output
+    assert done.output.strip() == (f"kprio reset {name}[0] --to earliest: committed 500 -> 0, incarnation 2 "
+                                   "(was ahead of the log)")
+    plan = json.loads(invoke("plan", "--json", "--config", path).output)[0]
+    assert plan["action"] == "plan" and plan["plan"]["records"] == 10, plan  # the hold is released
+    with Ledger(env.config.ledger.url) as ledger:
+        [event] = ledger.log_events(topic.name)
+        assert (event.decided_by, event.outcome, event.committed_after) == ("person", "reset to earliest", 0)
+
+
+def test_a_moved_back_offset_re_drains_one_batch_at_a_time_in_a_free_slot(make_topic, kprio_env, kafka_settings):
+    topic = make_topic(priorities=1, partitions=1, records={0: 30})
+    env = kprio_env(topic, planner={"record_budget": 15, "target_batch_s": None, "max_in_flight": 1})
+    name = topic.priority_topic(0)
+    with dg.instance_for_test() as instance:
+        assert drain_loop.drain(env.defs, instance).ok
+        first = files(env.config.drain.output_path, topic.name)
+        assert len(first) == 2
+        set_committed(kafka_settings, topic.priority_group(0), {(name, 0): 5})
+        turn = tick(instance, env.edge, env.ledger, env.config)
+        # Only the batch covering offset 5 is re-drained now: one slot, and the later one commits after it.
+        assert [r.run_key for r in turn.requests] == ["b-000001.attempt-2"]
+        assert [b.batch_id for b in env.ledger.in_flight(topic.name)] == ["b-000001"]
+        assert "re-draining b-000001 (then 1 more range(s), one batch at a time)" in turn.skip_reason or any(
+            "re-draining b-000001" in h.reason for d in turn.decisions for h in d.holds)
+        drain_loop.execute(env.defs, instance, turn.requests[0], "WARNING")
+        report = drain_loop.drain(env.defs, instance)
+        assert report.ok, report.stopped
+        assert [b.batch_id for b in report.batches] == ["b-000002"], "then the next one, alone"
+    assert {b.batch_id: b.attempts for b in env.ledger.batches(topic.name)} == {"b-000002": 2, "b-000001": 2}
+    assert set(files(env.config.drain.output_path, topic.name)) == set(first), "re-drained under the same names"
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok and check.output == 30, check
+    moves = [(e.committed, e.outcome) for e in env.ledger.log_events(topic.name)]
+    assert moves == [(5, "redrain"), (15, "redrain")], moves
