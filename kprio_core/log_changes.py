@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kprio_core.config import OnOffsetOutOfRange
 from kprio_core.offsets import OffsetRange, TopicPartitionKey
@@ -92,6 +92,9 @@ class Belief:
     incarnation: int = 1
     committed: int | None = None
     """The offset kprio last committed itself (None: kprio never committed this partition)."""
+    committing: frozenset[int] = frozenset()
+    """Offsets kprio may have committed without its ledger knowing yet: the ends of the ranges of its
+    checked batches (Kafka is told first, then the ledger; a crash or a tick may fall in between)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +180,15 @@ def ahead_of_log(lag: PartitionLag) -> bool:
 
 
 def moved_by_someone(belief: Belief | None, lag: PartitionLag) -> int:
-    """-1 moved back, +1 moved forward, 0 where kprio left it (or kprio never committed it)."""
+    """-1 moved back, +1 moved forward, 0 where kprio left it, where a commit of kprio's own under way put
+    it, or when kprio never committed it.
+
+    >>> moved_by_someone(Belief("t", 0, committed=60, committing=frozenset({90})), PartitionLag("t", 0, 0, 0, 99, 90))
+    0
+    """
     if belief is None or belief.committed is None or lag.committed is None or lag.committed == belief.committed:
+        return 0
+    if lag.committed in belief.committing:
         return 0
     return -1 if lag.committed < belief.committed else 1
 
@@ -186,6 +196,24 @@ def moved_by_someone(belief: Belief | None, lag: PartitionLag) -> int:
 def partition_added(belief: Belief | None, topic_known: bool) -> bool:
     """A partition of a topic kprio already drains, that kprio has not seen before."""
     return belief is None and topic_known
+
+
+def with_commits_under_way(beliefs: Mapping[TopicPartitionKey, Belief],
+                           checked: Iterable[OffsetRange]) -> dict[TopicPartitionKey, Belief]:
+    """``beliefs`` with, per partition, the ends of the ranges of kprio's checked batches (:attr:`Belief.committing`).
+
+    A checked batch commits its ranges to Kafka, then tells the ledger; the group standing at one
+    of their ends is kprio's own commit, not someone else's move.
+
+    >>> b = with_commits_under_way({("t", 0): Belief("t", 0, committed=60)}, [OffsetRange("t", 0, 60, 90)])
+    >>> sorted(b[("t", 0)].committing)
+    [90]
+    """
+    ends: dict[TopicPartitionKey, set[int]] = {}
+    for r in checked:
+        ends.setdefault(r.topic_partition, set()).add(r.end)
+    return {tp: (b if tp not in ends else replace(b, committing=b.committing | frozenset(ends[tp])))
+            for tp, b in beliefs.items()}
 
 
 # --- the rules combined ------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from kprio_core.log_changes import (
     outcome_of,
     redrain_ranges,
     reset_target,
+    with_commits_under_way,
 )
 from kprio_core.offsets import OffsetRange
 from kprio_core.planner import Budget, held_range, plan_batch
@@ -550,6 +551,13 @@ def rate_tracker(config: KprioConfig, ledger: Ledger, topic: str) -> RateQuotaTr
     )
 
 
+def beliefs_of(ledger: Ledger, logical_topic: str) -> dict[tuple[str, int], Belief]:
+    """What kprio believes about the topic's partitions, with the commits of its checked batches under way
+    (Kafka is told before the ledger: the group standing at a checked range's end is kprio's own commit)."""
+    checked = ledger.batches(logical_topic, states=[BatchState.CHECKED])
+    return with_commits_under_way(ledger.beliefs(logical_topic), [r for b in checked for r in b.plan.offset_ranges()])
+
+
 def committed_batches(ledger: Ledger, logical_topic: str, topic: str, partition: int,
                       beliefs: Mapping[tuple[str, int], Belief]) -> list[Batch]:
     """Committed batches with a range on ``topic[partition]`` of its current incarnation, oldest first."""
@@ -605,7 +613,7 @@ def decide(
     holds = tuple(ledger.holds(name, max_attempts=recovery.max_attempts))
 
     base = {"topic": name, "launch": tuple(launch), "stuck": tuple(stuck), "holds": holds}
-    beliefs = ledger.beliefs(name)
+    beliefs = beliefs_of(ledger, name)
     try:
         snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000), avg_record_bytes=ledger.avg_record_bytes(name),
                                  deleted_ok={b.topic for b in beliefs.values()})

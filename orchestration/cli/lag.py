@@ -69,9 +69,9 @@ def log_states(config: Any, topic: Any, snapshot: Any, ledger: Any | None
     (ok, lost to retention, ahead of the log).
     """
     from kprio_core.log_changes import LogState, observe
-    from orchestration.decide import committed_batches, decide_log_changes
+    from orchestration.decide import beliefs_of, committed_batches, decide_log_changes
 
-    beliefs = ledger.beliefs(topic.name) if ledger is not None else {}
+    beliefs = beliefs_of(ledger, topic.name) if ledger is not None else {}
     changes = observe(snapshot, beliefs)
     in_flight = ledger.in_flight(topic.name) if ledger is not None else []
     redraining = {r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges()}

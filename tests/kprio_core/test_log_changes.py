@@ -17,6 +17,7 @@ from kprio_core.log_changes import (
     outcome_of,
     redrain_ranges,
     reset_target,
+    with_commits_under_way,
 )
 from kprio_core.offsets import OffsetRange as R
 from kprio_core.snapshot import PartitionLag
@@ -28,6 +29,11 @@ def lag(committed, log_start=0, high=100, topic="o-2", partition=0):
 
 def belief(committed=None, topic_id="A", incarnation=1):
     return Belief("o-2", 0, topic_id, incarnation, committed)
+
+
+def committing(committed, *ends):
+    """A belief with checked batches whose ranges end at ``ends`` (their commits may be under way)."""
+    return with_commits_under_way({("o-2", 0): belief(committed)}, [R("o-2", 0, committed, e) for e in ends])[("o-2", 0)]
 
 
 CASES = [
@@ -48,6 +54,10 @@ CASES = [
     (belief(60), lag(60, log_start=80), "A", True, S.LOST_TO_RETENTION, O.HOLD, "retention deleted [60,80)"),
     (belief(None), lag(None, log_start=5), "A", True, S.LOST_TO_RETENTION, O.HOLD, "never committed, log starts at 5"),
     (belief(60), lag(100), "A", True, S.MOVED_FORWARD, O.ACCEPT, "forward to the high watermark exactly is no overflow"),
+    (committing(60, 90), lag(90), "A", True, S.OK, O.DRAIN,
+     "at a checked batch's end: kprio's own commit, Kafka told before the ledger (a crash or a tick in between)"),
+    (committing(60, 90), lag(95), "A", True, S.MOVED_FORWARD, O.ACCEPT, "past every end kprio may have committed"),
+    (committing(60, 90), lag(20), "A", True, S.MOVED_BACK, O.REDRAIN, "a commit under way never moves it back"),
 ]
 
 

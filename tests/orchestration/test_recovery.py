@@ -122,6 +122,9 @@ def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path,
         assert batch.state.value == "checked"  # published (and, after the Kafka commit, committed there)
     finish(config, tmp_path)
     assert_healed(env, topic, config)
+    with Ledger(env.config.ledger.url) as ledger:
+        # The group moved by kprio's own commit before its ledger knew: no change of the log to report.
+        assert ledger.log_events(topic.name) == []
 
 
 def test_sigterm_finishes_the_batch_in_flight_and_exits_0(backlog, tmp_path):
