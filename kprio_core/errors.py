@@ -96,6 +96,12 @@ class InvalidTransition(KprioError):
     code = "invalid_transition"
 
 
+class BatchSuperseded(KprioError):
+    """A batch was planned on an earlier incarnation of one of its partitions: it never runs again."""
+
+    code = "batch_superseded"
+
+
 class DrainStatsInvalid(KprioError, ValueError):
     """The per-range stats handed to the ledger for a drained batch are malformed."""
 

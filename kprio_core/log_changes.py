@@ -409,6 +409,90 @@ def observe(snapshot: LagSnapshot, beliefs: Mapping[TopicPartitionKey, Belief]) 
     return tuple(sorted(out, key=lambda c: (c.topic, c.partition)))
 
 
+# --- batches planned on an earlier incarnation ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Superseded:
+    """A batch planned on an earlier incarnation of one of its partitions than the one kprio drains now."""
+
+    batch_id: str
+    topic: str
+    partition: int
+    planned: int
+    """The incarnation the batch's plan drains on this partition."""
+    current: int
+    """The incarnation kprio believes the partition is at (after a reset of a recreated or truncated log)."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+    def describe(self) -> str:
+        """One line: the batch, the partition, both incarnations and why it never runs again.
+
+        >>> print(Superseded("b-000007", "orders-2", 0, 1, 2).describe())
+        b-000007 is superseded on orders-2[0]: planned on incarnation 1, the partition is at incarnation 2 (its log was replaced and reset); it never runs again and holds no partition (the rest of its offsets are planned anew)
+        """
+        return (f"{self.batch_id} is superseded on {self.where}: planned on incarnation {self.planned}, the "
+                f"partition is at incarnation {self.current} (its log was replaced and reset); it never runs "
+                "again and holds no partition (the rest of its offsets are planned anew)")
+
+
+def is_superseded(planned: int, current: int) -> bool:
+    """A batch's range is superseded when its plan's incarnation of the partition is older than the current one.
+
+    >>> is_superseded(1, 2), is_superseded(2, 2), is_superseded(1, 1)
+    (True, False, False)
+    """
+    return planned < current
+
+
+def superseded(batch_id: str, planned: Mapping[TopicPartitionKey, int],
+               current: Mapping[TopicPartitionKey, int]) -> tuple[Superseded, ...]:
+    """The partitions on which ``batch_id`` is superseded (empty: it is not), in partition order.
+
+    ``planned``: every partition of the batch with its plan's incarnation there; ``current``: the
+    incarnation kprio believes each partition is at (1 when absent).
+
+    A batch superseded on any partition is superseded whole: it never runs again (no retry,
+    resume, launch or replay: its ranges there would read another log's offsets and publish them
+    under the earlier incarnation's file names) and holds none of its partitions. Its ranges on
+    its other partitions are not lost: it never committed them (a batch in flight stops a reset,
+    so only a failed or committed batch can be superseded, and a committed one is done), so they
+    lie at or after those partitions' committed offsets and are planned anew from there; a new
+    batch's publish replaces the uncommitted files of its partition and incarnation its ranges
+    overlap, so nothing is in the output twice. (Narrowing the failed batch would need a new move
+    in the ledger; keeping it held there would leave a hold no command ends.)
+
+    >>> sup = superseded("b-000007", {("o-2", 0): 1, ("o-1", 0): 1}, {("o-2", 0): 2})
+    >>> [(s.where, s.planned, s.current) for s in sup]
+    [('o-2[0]', 1, 2)]
+    >>> superseded("b-000009", {("o-2", 0): 2}, {("o-2", 0): 2})
+    ()
+    """
+    return tuple(Superseded(batch_id, t, p, inc, current.get((t, p), 1))
+                 for (t, p), inc in sorted(planned.items()) if is_superseded(inc, current.get((t, p), 1)))
+
+
+def in_flight_blocks_reset(change: Change, new_incarnation: bool, in_flight: Sequence[str]) -> str | None:
+    """Why a reset of ``change``'s partition must wait, or None: a new incarnation never starts under a batch in flight.
+
+    The batch in flight (planned, drained or checked) on the partition fails or finishes on its
+    own; only then can the partition's next offsets be another log's.
+
+    >>> c = Change("o-2", 0, LogState.TOPIC_RECREATED, 30, None, 0, 12, 1, "A", "B")
+    >>> print(in_flight_blocks_reset(c, True, ["b-000004"]))
+    a reset to a new incarnation waits for b-000004 in flight on o-2[0] to fail or finish
+    >>> in_flight_blocks_reset(c, True, []), in_flight_blocks_reset(c, False, ["b-000004"])
+    (None, None)
+    """
+    if not new_incarnation or not in_flight:
+        return None
+    return (f"a reset to a new incarnation waits for {', '.join(in_flight)} in flight on {change.where} to fail "
+            "or finish")
+
+
 NEEDS_RECORD: frozenset[LogState] = frozenset(LogState) - {LogState.OK, LogState.LOST_TO_RETENTION}
 """States recorded in the ledger as events (retention gaps have their own record: the plan's ``lost``)."""
 

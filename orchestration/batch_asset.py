@@ -145,6 +145,10 @@ class BatchWork:
 
     def _move(self, batch: Batch) -> Batch:
         """Retry, resume or re-drain the batch as this run's launcher asks (see :class:`Intent`)."""
+        if batch.state in (BatchState.FAILED, BatchState.COMMITTED) and (
+                gone := self.ledger.superseded_batch(self.batch_id)):
+            # Its ranges would read another log's offsets under the earlier incarnation's file names.
+            raise dg.Failure(description=gone[0].describe())
         if self.intent.kind is Launcher.OPERATOR:
             return self._redrain(batch)
         if batch.state is BatchState.COMMITTED:

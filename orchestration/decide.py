@@ -13,10 +13,14 @@ what no earlier rule holds):
    over and its priorities have a free slot;
 5. :func:`held_partitions` — every failed batch holds its partitions from its failed range's
    start (only those partitions wait: every other partition and priority keeps draining);
+   a batch *superseded* on a partition (planned on an earlier incarnation of it than the one
+   kprio drains now, :func:`kprio_core.log_changes.superseded`) never runs again (no retry,
+   resume or launch) and holds nothing, so the new incarnation drains on;
 6. the lag snapshot (an unreachable broker or a missing topic is a reason, not a crash);
 7. :func:`decide_log_changes` — changes of the log kprio did not make (``kprio_core.log_changes``):
-   a held partition waits for ``kprio reset``; a restore, a policy reset or an accepted move is
-   decided here and carried out by the tick (which records it) before the plan; a moved-back
+   a held partition waits for ``kprio reset``; a policy reset that would start a new incarnation
+   under a batch in flight on the partition waits (held) until that batch fails or finishes; a
+   restore, a policy reset or an accepted move is decided here and carried out by the tick (which records it) before the plan; a moved-back
    offset re-drains its committed batches' exact ranges, one batch at a time in a free slot; a
    batch with ranges only on a deleted priority topic gets no run (the topic-deleted hold says why);
    :func:`lost_partitions` — offsets deleted by retention before they were drained hold their
@@ -52,7 +56,9 @@ from kprio_core.log_changes import (
     Change,
     LogState,
     Outcome,
+    Superseded,
     hold_reason,
+    in_flight_blocks_reset,
     observe,
     outcome_of,
     redrain_ranges,
@@ -246,6 +252,8 @@ class Decision:
     """Every partition's log state this tick (``kprio lag`` shows them; ok ones included)."""
     decided: tuple[Decided, ...] = ()
     """What this tick does about changes of the log kprio did not make (the tick carries them out first)."""
+    superseded: tuple[Superseded, ...] = ()
+    """Failed batches planned on an earlier incarnation of a partition: never run again, hold nothing."""
 
     def describe(self) -> str:
         """One line: the topic, what happens for it, and what waits."""
@@ -402,7 +410,9 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
                        drained: Callable[[str, int], list[Batch]],
                        redraining: Collection[tuple[str, int]],
                        slots: Mapping[Priority, Sequence[str]] | None = None,
-                       max_in_flight: int | None = None) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
+                       max_in_flight: int | None = None,
+                       in_flight_on: Mapping[tuple[str, int], Sequence[str]] | None = None,
+                       ) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
     """What to do about every change that is not ok, and the partitions it holds.
 
     ``drained(topic, partition)``: the committed batches of that partition's current incarnation
@@ -417,6 +427,10 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
     a gap under the Dagster daemon), and each takes a ``planner.max_in_flight`` slot of its
     priorities like any batch (``slots``: the batches in flight per priority); a re-drain whose
     priority has no free slot waits, held, for the next tick.
+
+    ``in_flight_on``: the batches in flight per partition. A policy reset that would start a new
+    incarnation waits, held, while one is (it fails or finishes on its own; a new incarnation
+    never starts under a batch that may still publish or commit the earlier one's offsets).
     """
     decided: list[Decided] = []
     holds: list[Hold] = []
@@ -459,6 +473,12 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
             holds.append(_change_hold(c, c.committed or 0, f"re-draining {first.batch_id}{rest} after: "
                                       f"{c.describe()}", person=False))
             decided.append(Decided(c, outcome, incarnation=c.incarnation, redrain=again))
+            continue
+        if outcome in RESETS and (wait := in_flight_blocks_reset(c, c.state in NEW_LOG,
+                                                                  (in_flight_on or {}).get(tp, ()))):
+            start = c.committed if c.committed is not None else (c.believed or 0)
+            holds.append(_change_hold(c, start, f"{wait}; after: {c.describe()}", person=False))
+            decided.append(Decided(c, Outcome.HOLD, by, incarnation=c.incarnation))
             continue
         if outcome is Outcome.HOLD:
             start = c.committed if c.committed is not None else (c.believed or 0)
@@ -607,12 +627,15 @@ def decide(
     launch += launch_commits([b for b in ledger.ready_to_commit(name) if b.batch_id not in stuck_ids], runs)
     max_in_flight = config.planner.max_in_flight
     full = ledger.full_priorities(name, max_in_flight)
-    retries, waiting = retry_failed(ledger.batches(name, states=[BatchState.FAILED]), runs, now=now,
+    superseded = tuple(ledger.superseded(name))  # failed on an earlier incarnation: no run, no hold (the ledger's)
+    gone = {s.batch_id for s in superseded}
+    retries, waiting = retry_failed([b for b in ledger.batches(name, states=[BatchState.FAILED])
+                                     if b.batch_id not in gone], runs, now=now,
                                     max_attempts=recovery.max_attempts, full=full)
     launch += retries
     holds = tuple(ledger.holds(name, max_attempts=recovery.max_attempts))
 
-    base = {"topic": name, "launch": tuple(launch), "stuck": tuple(stuck), "holds": holds}
+    base = {"topic": name, "launch": tuple(launch), "stuck": tuple(stuck), "holds": holds, "superseded": superseded}
     beliefs = beliefs_of(ledger, name)
     try:
         snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000), avg_record_bytes=ledger.avg_record_bytes(name),
@@ -635,10 +658,14 @@ def decide(
         base.update(launch=tuple(launch), holds=holds)
     redraining = {r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges()}
     slots = ledger.full_priorities(name, 1)  # every priority with a batch in flight: the slots in use
+    in_flight_on: dict[tuple[str, int], list[str]] = {}
+    for b in in_flight:
+        for tp in sorted({r.topic_partition for r in b.plan.offset_ranges() if r.count}):
+            in_flight_on.setdefault(tp, []).append(b.batch_id)
     decided, change_holds = decide_log_changes(
         changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss,
         drained=lambda t, q: committed_batches(ledger, name, t, q, beliefs), redraining=redraining,
-        slots=slots, max_in_flight=max_in_flight)
+        slots=slots, max_in_flight=max_in_flight, in_flight_on=in_flight_on)
     redrains = [b for d in decided for b in d.redrain]
     if redrains:  # a re-drain takes its priorities' slots like any batch: the plan below sees them taken
         for b in redrains:

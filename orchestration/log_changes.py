@@ -8,7 +8,8 @@ the plan, so the plan's offsets stand on what was committed here:
 - an accepted forward move records the skipped offsets and the new belief;
 - a moved-back offset puts the committed batches it covers back to planned (their exact ranges);
 - a hold records the change once (the event is not repeated while the hold stands);
-- what kprio sees for the first time (a topic id, a partition added) becomes a belief.
+- what kprio sees for the first time (a topic id, a partition added) becomes a belief;
+- a failed batch superseded by a new incarnation is said once (logged in its events and warned).
 
 ``kprio reset`` (:func:`reset_partition`) is the person's decision, recorded the same way.
 """
@@ -27,6 +28,7 @@ from kprio_core.log_changes import (
     LogState,
     Outcome,
     classify,
+    in_flight_blocks_reset,
     parse_target,
     resolve_target,
 )
@@ -79,6 +81,9 @@ def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: Decision, *,
             log.warning(f"{name}: {note}")
     if fresh:
         ledger.remember(name, fresh)
+    for s in decision.superseded:
+        if ledger.note_superseded(s):
+            log.warning(f"{name}: {s.describe()}")
 
 
 def owner_of(config: KprioConfig, priority_topic: str) -> TopicSettings:
@@ -95,7 +100,10 @@ def reset_partition(edge, ledger: Ledger, config: KprioConfig, topic_name: str, 
     """A person's decision for one partition: commit ``to`` (earliest, latest or an offset), record it; one line.
 
     A reset of a recreated topic or of a log that no longer reaches the committed offset starts a
-    new incarnation (its output never collides with the earlier one's); any other reset keeps it:
+    new incarnation (its output never collides with the earlier one's), refused with ValueError
+    while a batch is in flight on the partition (it fails or finishes on its own first); a failed
+    batch of the earlier incarnation is then superseded (it never runs again, holds nothing).
+    Any other reset keeps the incarnation:
     forwards, the offsets skipped are recorded as the person's; backwards, the next tick re-drains
     the committed batches it covers, exactly.
     """
@@ -113,6 +121,11 @@ def reset_partition(edge, ledger: Ledger, config: KprioConfig, topic_name: str, 
                       topic_known=any(b.topic == topic_name for b in beliefs.values()))
     offset = resolve_target(target, lag.log_start, lag.high_watermark)
     new_log = change.state in NEW_LOG
+    busy = [b.batch_id for b in ledger.in_flight(topic.name)
+            if any(r.topic_partition == (topic_name, partition) and r.count for r in b.plan.offset_ranges())]
+    wait = in_flight_blocks_reset(change, new_log, busy)
+    if wait is not None:
+        raise ValueError(f"{wait}; nothing reset (run kprio reset again once it has ended)")
     incarnation = change.incarnation + 1 if new_log else change.incarnation
     outcome = {"earliest": Outcome.RESET_EARLIEST, "latest": Outcome.RESET_LATEST}.get(str(target),
                                                                                      Outcome.RESET_TO_OFFSET)

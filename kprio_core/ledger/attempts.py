@@ -11,7 +11,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Row, insert, update
 
-from kprio_core.errors import InvalidTransition
+from kprio_core.errors import BatchSuperseded, InvalidTransition
 from kprio_core.ledger.base import LedgerBase, need_reason
 from kprio_core.ledger.codec import CLEARED_ATTEMPT, maybe_us, offset_range
 from kprio_core.ledger.leases import check_free
@@ -60,6 +60,8 @@ class AttemptMethods(LedgerBase):
     def replay(self, batch_id: str, *, max_in_flight: int | None = None) -> Batch:
         """Re-drain a committed (operator) or failed batch: back to planned with the same ranges, attempts + 1.
 
+        A superseded batch (:meth:`superseded_batch`) is refused with :class:`BatchSuperseded`, as by :meth:`retry`.
+
         A committed batch keeps ``replay_of_committed=True`` for good: its re-drain rewrites the
         same output, its commit has nothing new to commit, and its failure holds nothing.
         """
@@ -83,6 +85,9 @@ class AttemptMethods(LedgerBase):
                 "stuck, or fail it first)"
             )
         check_transition(batch_id, current, S.PLANNED)
+        gone = self._superseded(conn, numbering, row)
+        if gone:
+            raise BatchSuperseded(gone[0].describe())
         mine = self._range_rows(conn, [row.id])[row.id]
         others = [t for t in self._taken(conn, numbering, row.logical_topic) if t.batch_id != batch_id]
         room_for(f"{'retry' if reason else 'replay'} of {batch_id}", [offset_range(r) for r in mine],

@@ -6,7 +6,8 @@ SQLite), so a process that dies between two calls leaves the last committed trut
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -18,8 +19,10 @@ from kprio_core.ledger.engine import insert_for
 from kprio_core.ledger.meta import Numbering, read_numbering
 from kprio_core.ledger.records import Batch
 from kprio_core.ledger.rules import Taken
-from kprio_core.ledger.schema import batches, events, ranges, topic_locks
+from kprio_core.ledger.schema import batches, events, partitions, ranges, topic_locks
 from kprio_core.ledger.states import IN_FLIGHT_VALUES, BatchState
+from kprio_core.log_changes import Superseded, superseded
+from kprio_core.offsets import TopicPartitionKey
 
 _CHUNK = 500
 """Batch keys per IN (...) list when loading range rows."""
@@ -92,17 +95,45 @@ class LedgerBase:
     def _taken(conn: Connection, numbering: Numbering, logical_topic: str) -> list[Taken]:
         """Every range of the topic's batches in flight or failed."""
         query = (
-            select(ranges, batches.c.state, batches.c.replay_of_committed)
+            select(ranges, batches.c.state, batches.c.replay_of_committed, batches.c.plan_json)
             .join(batches, batches.c.id == ranges.c.batch_id)
             .where(batches.c.logical_topic == logical_topic,
                    batches.c.state.in_([*IN_FLIGHT_VALUES, BatchState.FAILED.value]))
             .order_by(ranges.c.batch_id, ranges.c.id)
         )
+        rows = conn.execute(query).all()
+        failed: dict[int, list[Row]] = {}
+        for r in rows:
+            if r.state == BatchState.FAILED.value:
+                failed.setdefault(r.batch_id, []).append(r)
+        current = current_incarnations(conn, logical_topic) if failed else {}
+        gone = {key for key, mine in failed.items()
+                if superseded(numbering.batch_id(key), planned_incarnations(mine[0].plan_json, mine), current)}
         return [
             Taken(offset_range(r), r.priority, numbering.batch_id(r.batch_id), BatchState(r.state),
-                  bool(r.replay_of_committed))
-            for r in conn.execute(query)
+                  bool(r.replay_of_committed), r.batch_id in gone)
+            for r in rows
         ]
+
+    def _superseded(self, conn: Connection, numbering: Numbering, row: Row) -> tuple[Superseded, ...]:
+        """Where the batch of ``row`` is superseded (empty: nowhere)."""
+        mine = self._range_rows(conn, [row.id])[row.id]
+        return superseded(numbering.batch_id(row.id), planned_incarnations(row.plan_json, mine),
+                          current_incarnations(conn, row.logical_topic))
+
+
+def current_incarnations(conn: Connection, logical_topic: str) -> dict[TopicPartitionKey, int]:
+    """The incarnation kprio believes each partition of the topic is at (only rows above 1)."""
+    query = select(partitions.c.topic, partitions.c.kafka_partition, partitions.c.incarnation).where(
+        partitions.c.logical_topic == logical_topic, partitions.c.incarnation > 1)
+    return {(t, p): int(i) for t, p, i in conn.execute(query)}
+
+
+def planned_incarnations(plan_text: str, range_rows: Iterable[Row]) -> dict[TopicPartitionKey, int]:
+    """Every partition of a batch's ranges with the incarnation its plan drains there (1 when not recorded)."""
+    recorded = json.loads(plan_text).get("incarnations") or {}
+    return {(r.topic, r.kafka_partition): int(recorded.get(f"{r.topic}[{r.kafka_partition}]", 1))
+            for r in range_rows if r.end_offset > r.start_offset}
 
 
 def need_reason(what: str, batch_id: str, reason: object) -> None:

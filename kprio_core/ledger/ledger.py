@@ -42,7 +42,7 @@ from sqlalchemy.exc import DBAPIError
 from kprio_core.drain_plan import DrainPlan
 from kprio_core.errors import DrainStatsInvalid, InvalidTransition, LeaseLost, RangeConflict
 from kprio_core.ledger.attempts import AttemptMethods
-from kprio_core.ledger.base import need_reason
+from kprio_core.ledger.base import current_incarnations, need_reason, planned_incarnations
 from kprio_core.ledger.beliefs import BeliefMethods, note_commits
 from kprio_core.ledger.codec import (
     CLEARED_OUTCOME,
@@ -57,11 +57,12 @@ from kprio_core.ledger.codec import (
 from kprio_core.ledger.derived import DerivedReads
 from kprio_core.ledger.engine import DEFAULT_BUSY_TIMEOUT_S, make_engine
 from kprio_core.ledger.leases import LeaseMethods
-from kprio_core.ledger.meta import Identity, has_batches, number_after, open_schema, read_identity
+from kprio_core.ledger.meta import Identity, Numbering, has_batches, number_after, open_schema, read_identity
 from kprio_core.ledger.records import Batch, BatchEvent, Hold
 from kprio_core.ledger.rules import full, predecessors, room_for, self_overlap, slots_in_use
 from kprio_core.ledger.schema import batches, events, meta, ranges
 from kprio_core.ledger.states import IN_FLIGHT, BatchState, check_transition
+from kprio_core.log_changes import Superseded, superseded
 from kprio_core.offsets import OffsetRange
 from kprio_core.priority import Priority
 from kprio_core.recovery import may_retry
@@ -316,6 +317,8 @@ class Ledger(AttemptMethods, LeaseMethods, DerivedReads, BeliefMethods):
     def holds(self, logical_topic: str, max_attempts: int | None = None) -> list[Hold]:
         """Partitions held by the topic's failed batches, one per batch and partition, from its first range there.
 
+        A superseded batch (:meth:`superseded`) holds nothing.
+
         ``max_attempts`` marks holds whose batch may no longer be retried automatically (a transient
         failure always may).
         """
@@ -327,6 +330,8 @@ class Ledger(AttemptMethods, LeaseMethods, DerivedReads, BeliefMethods):
         )
         with self._tx() as (conn, numbering):
             rows = conn.execute(query).all()
+            gone = {s.batch_id for s in self._all_superseded(conn, numbering, logical_topic, [S.FAILED])}
+        rows = [r for r in rows if numbering.batch_id(r.id) not in gone]
         first: dict[tuple[str, int, int], Row] = {}
         for r in rows:
             key = (r.topic, r.kafka_partition, r.id)
@@ -340,6 +345,43 @@ class Ledger(AttemptMethods, LeaseMethods, DerivedReads, BeliefMethods):
             for r in first.values()
         ]
         return sorted(found, key=lambda h: (h.topic, h.partition, h.start))
+
+    def superseded(self, logical_topic: str, states: Iterable[BatchState] = (S.FAILED,)) -> list[Superseded]:
+        """Where the topic's batches in ``states`` are superseded: planned on an earlier incarnation of a partition.
+
+        One entry per batch and partition, oldest batch first (see :func:`kprio_core.log_changes.superseded`
+        for the rule: such a batch never runs again and holds nothing).
+        """
+        with self._tx() as (conn, numbering):
+            return self._all_superseded(conn, numbering, logical_topic, states)
+
+    def superseded_batch(self, batch_id: str) -> tuple[Superseded, ...]:
+        """Where one batch is superseded (empty: nowhere); :class:`BatchNotFound` for an unknown id."""
+        with self._tx() as (conn, numbering):
+            return self._superseded(conn, numbering, self._row(conn, numbering, batch_id))
+
+    def note_superseded(self, found: Superseded) -> bool:
+        """Log in the batch's events that it is superseded there, once; True when this call logged it."""
+        line = found.describe()
+        with self._tx() as (conn, numbering):
+            row = self._row(conn, numbering, found.batch_id)
+            seen = conn.execute(select(events.c.id).where(events.c.batch_id == row.id, events.c.reason == line)).first()
+            if seen is not None:
+                return False
+            self._log(conn, row.id, S(row.state), S(row.state), row.attempts, self._now_us(), line)
+            return True
+
+    def _all_superseded(self, conn: Connection, numbering: Numbering, logical_topic: str,
+                        states: Iterable[BatchState]) -> list[Superseded]:
+        current = current_incarnations(conn, logical_topic)
+        if not current:
+            return []
+        query = (select(batches).where(batches.c.logical_topic == logical_topic,
+                                       batches.c.state.in_([S(s).value for s in states])).order_by(batches.c.id))
+        rows = conn.execute(query).all()
+        by_key = self._range_rows(conn, [r.id for r in rows])
+        return [s for r in rows
+                for s in superseded(numbering.batch_id(r.id), planned_incarnations(r.plan_json, by_key[r.id]), current)]
 
     def full_priorities(self, logical_topic: str, max_in_flight: int) -> dict[Priority, list[str]]:
         """Priorities whose ``max_in_flight`` slots are all taken, with the batches taking them (oldest first)."""

@@ -39,6 +39,9 @@ class Taken:
     batch_id: str
     state: BatchState
     replay_of_committed: bool = False
+    superseded: bool = False
+    """Its batch was planned on an earlier incarnation of one of its partitions
+    (:func:`kprio_core.log_changes.superseded`): it never runs again and holds nothing."""
 
     @property
     def in_flight(self) -> bool:
@@ -46,8 +49,10 @@ class Taken:
 
     @property
     def holding(self) -> bool:
-        """A failed batch holds its partition from the range's start on, unless it re-drained committed offsets."""
-        return self.state is BatchState.FAILED and not self.replay_of_committed and bool(self.range.count)
+        """A failed batch holds its partition from the range's start on, unless it re-drained committed offsets
+        or is superseded."""
+        return (self.state is BatchState.FAILED and not self.replay_of_committed and not self.superseded
+                and bool(self.range.count))
 
     @property
     def blocks(self) -> bool:

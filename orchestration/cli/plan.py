@@ -34,6 +34,9 @@ def decision_doc(decision: Any) -> dict[str, Any]:
         "held": [hold_doc(h) for h in decision.holds],
         "waiting": list(decision.waiting),
         "throttled": {str(p): round(t, 3) for p, t in decision.throttled.items()},
+        "superseded": [{"batch_id": s.batch_id, "topic": s.topic, "partition": s.partition,
+                        "planned_incarnation": s.planned, "incarnation": s.current, "text": s.describe()}
+                       for s in decision.superseded],
         "log_changes": [{"topic": d.change.topic, "partition": d.change.partition, "state": d.change.state.value,
                          "outcome": d.outcome.value, "decided_by": d.decided_by, "text": d.describe()}
                         for d in decision.decided],
@@ -89,6 +92,8 @@ def _print(doc: dict[str, Any]) -> None:
     for c in doc.get("log_changes", []):
         if c["outcome"] != "hold":
             console.print(f"{name}: log change: {c['text']}")
+    for s in doc.get("superseded", []):
+        console.print(f"{name}: {s['text']}")
     for text in doc["waiting"]:
         console.print(f"{name}: waiting: {text}")
     for h in doc["held"]:

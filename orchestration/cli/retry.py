@@ -2,7 +2,8 @@
 
 This is the one command a person runs once the cause of a failure is fixed (the skip reasons and
 ``kprio plan`` name it): the batch's exact ranges are drained again, checked and committed, and
-its partitions drain again. The run goes to the configured Dagster instance like ``kprio drain``'s.
+its partitions drain again. A batch superseded by a new incarnation of one of its partitions is
+refused in one line (it never runs again). The run goes to the configured Dagster instance like ``kprio drain``'s.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def retry(batch_id: BatchArgument, config: ConfigOption = None, json_out: JsonOp
             edge.partitions(topic)
     with Ledger(settings.ledger.url) as ledger:
         ledger.get(batch_id)
+        gone = ledger.superseded_batch(batch_id)  # planned on an earlier incarnation: it never runs again
+    if gone:
+        raise fail(gone[0].describe())
     defs = build_definitions(settings)
     with open_instance(settings) as instance:
         outcome = redrain(defs, instance, batch_id)

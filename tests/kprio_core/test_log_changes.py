@@ -14,9 +14,12 @@ from kprio_core.log_changes import (
     Outcome as O,
     classify,
     hold_reason,
+    in_flight_blocks_reset,
+    is_superseded,
     outcome_of,
     redrain_ranges,
     reset_target,
+    superseded,
     with_commits_under_way,
 )
 from kprio_core.offsets import OffsetRange as R
@@ -148,3 +151,70 @@ def test_a_v2_ledger_without_the_new_tables_gets_them(tmp_path):
         assert ledger.beliefs("orders") == {} and ledger.log_events() == []
     assert {"kprio_partitions", "kprio_log_events"} <= set(inspect(engine).get_table_names())
     engine.dispose()
+
+
+# --- batches planned on an earlier incarnation ------------------------------------------------
+
+
+@pytest.mark.parametrize("planned, current, expected, why", [
+    (1, 1, False, "same incarnation: the batch runs and holds as before"),
+    (1, 2, True, "planned before the reset that started incarnation 2: another log's offsets now"),
+    (2, 3, True, "every older incarnation is superseded, not only the first"),
+    (2, 2, False, "planned on the new incarnation after the reset"),
+    (3, 2, False, "a plan newer than the belief (never recorded so) is not older"),
+])
+def test_is_superseded(planned, current, expected, why):
+    assert is_superseded(planned, current) is expected, why
+
+
+@pytest.mark.parametrize("planned, current, expected, why", [
+    ({("o-2", 0): 1, ("o-1", 0): 1}, {("o-2", 0): 2}, ["o-2[0]"], "one partition reset: superseded there only"),
+    ({("o-2", 0): 1, ("o-2", 1): 1}, {("o-2", 0): 2, ("o-2", 1): 2}, ["o-2[0]", "o-2[1]"], "each partition named"),
+    ({("o-2", 0): 2}, {("o-2", 0): 2}, [], "planned on the current incarnation"),
+    ({("o-2", 0): 1}, {}, [], "no belief above 1: incarnation 1"),
+    ({("o-1", 0): 1}, {("o-2", 0): 2}, [], "another partition's reset does not touch it"),
+])
+def test_superseded_names_each_partition_with_both_incarnations(planned, current, expected, why):
+    found = superseded("b-000003", planned, current)
+    assert [s.where for s in found] == expected, why
+    for s in found:
+        assert (s.planned, s.current) == (planned[(s.topic, s.partition)], current[(s.topic, s.partition)])
+        assert s.describe().startswith(f"b-000003 is superseded on {s.where}: planned on incarnation {s.planned}")
+
+
+@pytest.mark.parametrize("new_incarnation, in_flight, waits, why", [
+    (True, ["b-000004"], True, "a new incarnation never starts under a batch in flight"),
+    (True, [], False, "nothing in flight: the reset goes ahead"),
+    (False, ["b-000004"], False, "a reset on the same log keeps the incarnation: no batch is superseded"),
+])
+def test_a_reset_to_a_new_incarnation_waits_for_a_batch_in_flight(new_incarnation, in_flight, waits, why):
+    c = Change("o-2", 0, S.TOPIC_RECREATED, 30, None, 0, 12, 1, "A", "B")
+    assert (in_flight_blocks_reset(c, new_incarnation, in_flight) is not None) is waits, why
+
+
+def test_a_superseded_failed_batch_holds_nothing_and_is_never_retried_by_the_ledger():
+    from kprio_core.drain_plan import DrainPlan, PlannedRange
+    from kprio_core.errors import BatchSuperseded
+
+    def plan(*ranges, incarnations=None):
+        return DrainPlan("o", "lag-aware", 50, None, {2: 50}, {2: 50},
+                         tuple(PlannedRange(2, r, est_bytes=10) for r in ranges), incarnations=incarnations or {})
+
+    with Ledger("sqlite://") as ledger:
+        failed = ledger.record_plan(plan(R("o-2", 0, 10, 20), R("o-2", 1, 0, 5)))
+        ledger.mark_failed(failed.batch_id, "check failed", retry_at=None)
+        assert {h.partition for h in ledger.holds("o")} == {0, 1}
+        ledger.remember("o", [Belief("o-2", 0, "B", 2, 0)])  # a reset of o-2[0] started incarnation 2
+        assert [(s.batch_id, s.where, s.planned, s.current) for s in ledger.superseded("o")] == \
+            [(failed.batch_id, "o-2[0]", 1, 2)]
+        assert ledger.holds("o") == [], "superseded whole: it holds neither partition"
+        with pytest.raises(BatchSuperseded, match=r"b-000001 is superseded on o-2\[0\]: planned on incarnation 1"):
+            ledger.retry(failed.batch_id, reason="automatic retry")
+        with pytest.raises(BatchSuperseded):
+            ledger.replay(failed.batch_id)
+        assert ledger.get(failed.batch_id).attempts == 1
+        # The new incarnation and the other partition are planned anew over the failed batch's offsets.
+        fresh = ledger.record_plan(plan(R("o-2", 0, 0, 12), R("o-2", 1, 0, 5), incarnations={"o-2[0]": 2}))
+        assert ledger.superseded_batch(fresh.batch_id) == ()
+        assert ledger.note_superseded(ledger.superseded("o")[0]) is True
+        assert ledger.note_superseded(ledger.superseded("o")[0]) is False, "said once"

@@ -333,3 +333,55 @@ def test_a_moved_back_offset_re_drains_one_batch_at_a_time_in_a_free_slot(make_t
     assert check.ok and check.output == 30, check
     moves = [(e.committed, e.outcome) for e in env.ledger.log_events(topic.name)]
     assert moves == [(5, "redrain"), (15, "redrain")], moves
+
+
+def test_a_failed_batch_of_an_earlier_incarnation_is_superseded_never_run_again_and_holds_nothing(
+        make_topic, kprio_env, kafka_settings, tmp_path, monkeypatch):
+    topic = make_topic(priorities=2, partitions=1, records={1: 30, 0: 30})
+    env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
+    path = cli_config(env, tmp_path, monkeypatch)
+    hi = topic.priority_topic(1)
+    with dg.instance_for_test() as instance:
+        assert drain_loop.drain(env.defs, instance).ok
+        fill(kafka_settings, hi, 10, partitions=1)  # incarnation 1 grows to 40: a batch takes [30,40) ...
+        turn = tick(instance, env.edge, env.ledger, env.config)
+        (old,) = turn.partitions
+        first = files(env.config.drain.output_path, topic.name)
+        first_bytes = {n: (Path(env.config.drain.output_path) / topic.name).rglob(n).__next__().read_bytes()
+                       for n in first}
+        recreate(kafka_settings, topic, 1, 1)  # ... then the topic is recreated under it, with new records
+        fill(kafka_settings, hi, 12, partitions=1)
+        fill(kafka_settings, topic.priority_topic(0), 7, partitions=1)
+
+        # A reset to a new incarnation waits while the batch is in flight (it fails or finishes on its own).
+        refused = invoke("reset", f"{hi}[0]", "--to", "earliest", "--config", path)
+        assert refused.exit_code == 1 and f"waits for {old} in flight on {hi}[0]" in refused.output, refused.output
+        env.ledger.mark_failed(old, "values_match_schema failed (injected)", retry_at=None)
+        assert any(h.batch_id == old for h in env.ledger.holds(topic.name)), "held by the failed batch until reset"
+
+        done = invoke("reset", f"{hi}[0]", "--to", "earliest", "--config", path)
+        assert done.exit_code == 0 and "incarnation 2" in done.output, done.output
+        attempts = env.ledger.get(old).attempts
+        report = drain_loop.drain(env.defs, instance)
+        assert report.ok, report.stopped  # not held from 30 by the failed batch: the new incarnation drains on
+        assert [b.batch_id for b in report.batches if b.batch_id == old] == [], "the failed batch never ran again"
+
+    batch = env.ledger.get(old)
+    assert (batch.state.value, batch.attempts) == ("failed", attempts)
+    assert env.ledger.holds(topic.name) == []
+    said = [e.reason for e in env.ledger.events(old) if e.reason and "superseded" in e.reason]
+    assert said == [f"{old} is superseded on {hi}[0]: planned on incarnation 1, the partition is at incarnation 2 "
+                    "(its log was replaced and reset); it never runs again and holds no partition (the rest of its "
+                    "offsets are planned anew)"], "said once"
+    retried = invoke("retry", old, "--config", path)
+    assert retried.exit_code == 1, retried.output
+    assert f"{old} is superseded on {hi}[0]: planned on incarnation 1, the partition is at incarnation 2" in \
+        retried.output
+    assert env.ledger.get(old).attempts == attempts
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+    after = files(env.config.drain.output_path, topic.name)
+    assert {n: t for n, t in after.items() if n in first} == first, "incarnation 1's files untouched"
+    assert {n: (Path(env.config.drain.output_path) / topic.name).rglob(n).__next__().read_bytes()
+            for n in first} == first_bytes
+    check = conservation(env.config, topic, env.edge, incarnations={f"{hi}[0]": 2})
+    assert check.ok and check.output == 12 + 37, check
