@@ -15,13 +15,16 @@ from typer.testing import CliRunner
 from kprio_core.kafka.client import Deadline, new_admin
 from kprio_core.kafka.topics import ensure_topics
 from kprio_core.ledger import Ledger
+from kprio_core.results import CheckReport
 from orchestration import drain_loop
 from orchestration.cli.main import app
+from orchestration.decide import decide
 from orchestration.instance import open_instance
 from orchestration.log_changes import reset_partition
 from orchestration.sensors import tick
 from tests.fixtures.kafka import fill, generated_records, produce_acked, wait_until_served
 from tests.orchestration.conservation import conservation, lag, published_offsets
+from tests.orchestration.ledger_states import commit_as_drained, drained_as_planned
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -385,3 +388,27 @@ def test_a_failed_batch_of_an_earlier_incarnation_is_superseded_never_run_again_
             for n in first} == first_bytes
     check = conservation(env.config, topic, env.edge, incarnations={f"{hi}[0]": 2})
     assert check.ok and check.output == 12 + 37, check
+
+
+def test_a_commit_of_kprio_that_reached_kafka_before_its_ledger_is_no_move_by_someone_else(make_topic, kprio_env):
+    # Kafka is told first, the ledger second: a tick (or a crash) in between sees the group past what the
+    # ledger believes. At a checked batch's range end that is kprio's own commit, never "skipped by the operator".
+    topic = make_topic(priorities=1, partitions=1, records={0: 30})
+    env = kprio_env(topic, planner={"record_budget": 10, "target_batch_s": None})
+
+    def plan_next():
+        decision = decide(env.config, topic, edge=env.edge, ledger=env.ledger, now_s=time.time())
+        assert decision.plan is not None, decision.describe()
+        return env.ledger.record_plan(decision.plan).batch_id
+
+    commit_as_drained(env.ledger, plan_next(), env.edge, topic)  # [0,10): Kafka and the ledger agree
+    second = plan_next()  # [10,20)
+    env.ledger.mark_drained(second, drained_as_planned(env.ledger, second))
+    env.ledger.mark_checked(second, CheckReport(()))
+    env.edge.commit(topic, env.ledger.get(second).plan.offset_ranges())  # Kafka told; the ledger not yet
+
+    decision = decide(env.config, topic, edge=env.edge, ledger=env.ledger, now_s=time.time())
+    [change] = decision.changes
+    assert (change.committed, change.believed, str(change.state)) == (20, 10, "ok"), change
+    assert not decision.decided and not decision.holds, decision.describe()
+    assert [(x.batch.batch_id, str(x.why)) for x in decision.launch] == [(second, "commit")]  # it finishes itself
