@@ -56,6 +56,9 @@ REQUIRED_ARGS: dict[tuple[str, ...], tuple[list[str], str]] = {
                  "the window rule needs levels, a budget and a poll history"),
     ("retry",): (["b-000001"], "the batch to re-drain (positional); re-draining needs the broker, so against an "
                  "unreachable one the command must name it whether or not the ledger knows the batch"),
+    ("reset",): (["orders-2[0]", "--to", "earliest"], "the partition to decide for (positional) and where to "
+                 "commit it; resetting reads the partition's log range, so against an unreachable broker the "
+                 "command must name it"),
 }
 """Arguments (positional ones first) that make a command with required options or arguments runnable, with why."""
 
