@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dagster as dg
 
@@ -147,13 +147,15 @@ def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig
 
 
 def with_log_changes(ledger: Ledger, plan):
-    """The plan with every log change recorded since the topic's newest batch (its metadata shows them)."""
-    import dataclasses
+    """The plan with every log change recorded since the topic's newest batch (its metadata shows them).
 
+    ``decide`` fills the plan's changes with this tick's decisions (what ``kprio plan`` previews); the
+    batch records what the ledger holds, which also covers changes of ticks that planned nothing.
+    """
     newest = ledger.batches(plan.logical_topic, limit=1)
     since = newest[0].created_at if newest else None
     recent = tuple(e.line() for e in ledger.log_events(plan.logical_topic) if since is None or e.at > since)
-    return dataclasses.replace(plan, log_changes=recent) if recent else plan
+    return replace(plan, log_changes=recent) if recent else plan
 
 
 def _info(log, message: str) -> None:
