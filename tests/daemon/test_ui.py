@@ -1,14 +1,14 @@
 """The Dagster UI of a running kprio deployment, in headless Chromium: what a user sees and clicks.
 
 The package's deployment (``dagster dev`` with the daemon, the shipped dagster.yaml, Spark
-Connect) drains a logical topic of its own; then the pages the README shows are opened and
+Connect) drains a logical topic of its own; then the pages docs/operations.md shows are opened and
 asserted on, and a backfill is launched the way a user does it: from the asset page
 (Materialize... -> Custom partitions -> Launch backfill) and from the job page (Materialize
 all...). Each must be exactly one drain per chosen batch, end Succeeded, and leave the committed
 offsets and the output as they were.
 
 Screenshots go to the test's temporary directory; with ``KPRIO_REFRESH_SCREENSHOTS=1`` they
-replace the README's (docs/screenshots/).
+replace those docs/operations.md shows (docs/screenshots/).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Every setting of kprio.yaml reaches the code that acts on it.
 
-The walk visits every leaf of :class:`KprioConfig`, as the README's "Configuration reference"
-table lists them (``topics[].name`` for a field of each topic, ``rate.quotas.<priority>.x`` for a
-field of each quota). For each leaf, :data:`CHANGES` gives another valid value, and:
+The walk visits every leaf of :class:`KprioConfig`, as the "Configuration reference" table of
+docs/configuration.md lists them (``topics[].name`` for a field of each topic,
+``rate.quotas.<priority>.x`` for a field of each quota). For each leaf, :data:`CHANGES` gives
+another valid value, and:
 
 1. the resources built from a config with that change carry it (``KprioSettings.config``: no
    resource copies a section by hand, so none loses a field);
@@ -38,7 +39,7 @@ from kprio_core.results import RangeStats
 from orchestration.resources import resources_from_config
 from spark_jobs.session import session_conf
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 # --- the walk ------------------------------------------------------------------------------------
@@ -49,7 +50,7 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 
 def leaves(model: type[BaseModel] = KprioConfig, prefix: str = "") -> Iterator[tuple[str, str, str]]:
-    """``(key, field name, default)`` of every leaf, keys in the README's spelling.
+    """``(key, field name, default)`` of every leaf, keys as the reference spells them.
 
     ``topics[].name`` is a field of each topic, ``rate.quotas.<priority>.x`` a field of each quota.
     """
@@ -361,15 +362,16 @@ def test_every_leaf_is_covered() -> None:
     assert not (set(PROBES) | set(ACTS_IN)) - set(LEAVES), "probes or entries of settings that do not exist"
 
 
-def test_the_readme_reference_lists_every_leaf_with_its_default() -> None:
-    text = README.read_text().split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
+def test_the_configuration_reference_lists_every_leaf_with_its_default() -> None:
+    text = REFERENCE.read_text().split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
     listed = dict(re.findall(r"^\| `([^`]+)` \| `([^`]*)` \|", text, flags=re.MULTILINE))
     expected = {key: default for key, _, default in leaves()}
     missing = [f"| `{key}` | `{expected[key]}` | ... |" for key in expected if key not in listed]
-    assert not missing, "README's configuration reference misses:\n" + "\n".join(missing)
-    assert not set(listed) - set(expected), f"README lists settings that do not exist: {set(listed) - set(expected)}"
+    assert not missing, "docs/configuration.md's reference misses:\n" + "\n".join(missing)
+    unknown = set(listed) - set(expected)
+    assert not unknown, f"docs/configuration.md lists settings that do not exist: {unknown}"
     wrong = {key: (listed[key], default) for key, default in expected.items() if listed[key] != default}
-    assert not wrong, f"README shows other defaults (README, code): {wrong}"
+    assert not wrong, f"docs/configuration.md shows other defaults (docs, code): {wrong}"
 
 
 @pytest.mark.parametrize("key", list(LEAVES))
