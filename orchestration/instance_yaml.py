@@ -39,16 +39,6 @@ PG_SCHEME = "postgresql+psycopg2"
 """dagster-postgres binds NOTIFY parameters client-side, which only psycopg2 does; SQLAlchemy 2.1's
 plain ``postgresql://`` means psycopg 3 (server-side binding: ``syntax error at or near "$1"``)."""
 
-POLL_INTERVAL_S = 5
-"""Run monitoring tick: a run whose process died is failed within a few of these."""
-START_TIMEOUT_S = 180
-"""A run not started after this long is failed (code server load + run worker + imports)."""
-CANCEL_TIMEOUT_S = 60
-MAX_RUNTIME_S = 3600
-"""Generous bound on one run: kprio sizes batches to seconds (planner.target_batch_s)."""
-FREE_SLOTS_AFTER_S = 10
-DEQUEUE_INTERVAL_S = 1
-
 
 def total_slots(config: KprioConfig) -> int:
     """Priority slots of every logical topic: sum of priorities x ``planner.max_in_flight``."""
@@ -68,12 +58,12 @@ class Enabled(_Block):
 
 class RunMonitoring(_Block):
     enabled: bool = True
-    poll_interval_seconds: int = POLL_INTERVAL_S
-    start_timeout_seconds: int = START_TIMEOUT_S
-    cancel_timeout_seconds: int = CANCEL_TIMEOUT_S
-    max_runtime_seconds: int = MAX_RUNTIME_S
+    poll_interval_seconds: int = 5  # a run whose process died is failed within a few of these
+    start_timeout_seconds: int = 180  # code server load + run worker + imports
+    cancel_timeout_seconds: int = 60
+    max_runtime_seconds: int = 3600  # generous: kprio sizes batches to seconds (planner.target_batch_s)
     max_resume_run_attempts: int = 0
-    free_slots_after_run_end_seconds: int = FREE_SLOTS_AFTER_S
+    free_slots_after_run_end_seconds: int = 10
 
 
 class RunRetries(_Block):
@@ -83,7 +73,7 @@ class RunRetries(_Block):
 
 
 class RunQueue(_Block):
-    dequeue_interval_seconds: int = DEQUEUE_INTERVAL_S
+    dequeue_interval_seconds: int = 1
     dequeue_use_threads: bool = True
     dequeue_num_workers: int = 4
     max_user_code_failure_retries: int = 3
@@ -272,7 +262,7 @@ def instance_settings(config: KprioConfig, storage: Postgres | None = None) -> I
 
 HEADER = """\
 # Dagster instance settings of a kprio deployment, written by `kprio instance init`
-# (orchestration/instance.py). Edit freely: kprio never overwrites an existing file
+# (orchestration/instance_yaml.py). Edit freely: kprio never overwrites an existing file
 # unless asked with `kprio instance init --force`.
 """
 

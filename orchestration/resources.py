@@ -25,7 +25,7 @@ a resource that is also a dependency open nothing) and closed in ``teardown_afte
 # KprioSettings as types when the class is created.
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import dagster as dg
@@ -84,7 +84,8 @@ def _validated(model: type[Model], values: Mapping[str, Any], source: str) -> Mo
         raise ConfigError(format_validation_error(err, f"resource {source!r}")) from None
 
 
-def _values(resource: dg.ConfigurableResource, names: Any) -> dict[str, Any]:
+def _values(resource: dg.ConfigurableResource, names: Iterable[str]) -> dict[str, Any]:
+    """The resource's fields ``names``, as Dagster resolved them."""
     return {name: getattr(resource, name) for name in names}
 
 
