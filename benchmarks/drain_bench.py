@@ -42,7 +42,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kprio_core.config import ENV_BOOTSTRAP, KafkaSettings, KprioConfig, SparkSettings, TopicSettings  # noqa: E402
+from kprio_core.config import (  # noqa: E402
+    ENV_BOOTSTRAP, KafkaSettings, KprioConfig, SparkReader, SparkSettings, TopicSettings)
 from kprio_core.offsets import OffsetRange  # noqa: E402
 from kprio_core.drain_plan import DrainPlan, PlannedRange  # noqa: E402
 from orchestration.services.broker import EmbeddedBroker  # noqa: E402
@@ -367,7 +368,7 @@ def drain_reader(spark, reader, args, kafka, topic, plan, settings, tmp, procs, 
     publish, commit, end to end, and a small batch; all in the session already running."""
     n = args.records
     roots = {"output_root": str(tmp / reader / "out"), "dead_letter_root": str(tmp / reader / "dead")}
-    config = KprioConfig(kafka=kafka, topics=(topic,), spark=settings.model_copy(update={"reader": reader}),
+    config = KprioConfig(kafka=kafka, topics=(topic,), spark=settings.model_copy(update={"reader": SparkReader(reader)}),
                          drain={"output_path": roots["output_root"], "dead_letter_path": roots["dead_letter_root"]})
     first = plan.ranges[0]
     warm = DrainPlan(topic.name, "lag-aware", 100, None, {}, {}, (PlannedRange(

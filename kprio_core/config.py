@@ -16,8 +16,8 @@ else the built-in defaults (one demo topic on the embedded broker). Environment 
 >>> t = cfg.topic("orders")
 >>> t.priority_topic(2), t.priority_group(2)
 ('orders-2', 'kprio-orders-2')
->>> cfg.planner.record_budget, cfg.planner.mode
-(50000, 'lag-aware')
+>>> cfg.planner.record_budget, cfg.planner.mode, cfg.planner.mode == "lag-aware"
+(50000, <PlanMode.LAG_AWARE: 'lag-aware'>, True)
 """
 
 from __future__ import annotations
@@ -42,8 +42,11 @@ from pydantic import (
     model_validator,
 )
 
+from kprio_core.drain_plan import PlanMode
 from kprio_core.errors import ConfigError
+from kprio_core.lanes import Ordering
 from kprio_core.priority import Priority
+from kprio_core.quota import Distribution
 
 ENV_CONFIG_PATH = "KPRIO_CONFIG"
 ENV_BOOTSTRAP = "KPRIO_BOOTSTRAP_SERVERS"
@@ -284,8 +287,8 @@ class PlannerSettings(_Model):
 
     record_budget: int = Field(50_000, ge=1, description="Most records one batch may plan.")
     byte_budget: int | None = Field(256 * 1024 * 1024, ge=1, description="Most estimated bytes one batch may plan.")
-    mode: Literal["lag-aware", "flipkart"] = Field("lag-aware", description="Burst mode.")
-    distribution: Literal["exp", "linear"] = Field("exp", description="Split of the budget into base quotas.")
+    mode: PlanMode = Field(PlanMode.LAG_AWARE, description="Burst mode.")
+    distribution: Distribution = Field(Distribution.EXP, description="Split of the budget into base quotas.")
     min_share: float = Field(
         0.05, ge=0, le=1, description="Guaranteed fraction of the budget for every priority with backlog."
     )
@@ -362,12 +365,12 @@ class RateSettings(_Model):
 class OrderingSettings(_Model):
     """How records of a partition are handed to the handler."""
 
-    mode: Literal["partition", "key"] = Field("partition", description="partition: one lane; key: lanes by key hash.")
+    mode: Ordering = Field(Ordering.PARTITION, description="partition: one lane; key: lanes by key hash.")
     lanes: int = Field(1, ge=1, le=1024, description="Lanes per partition in key mode.")
 
     @model_validator(mode="after")
     def _lanes_match_mode(self) -> OrderingSettings:
-        if self.mode == "partition" and self.lanes != 1:
+        if self.mode is Ordering.PARTITION and self.lanes != 1:
             raise ValueError("ordering.lanes > 1 needs ordering.mode 'key'")
         return self
 
@@ -406,12 +409,21 @@ class DrainSettings(_Model):
     )
 
 
+class SparkReader(StrEnum):
+    """How the drain reads the plan's offset ranges (``spark.reader``)."""
+
+    PYTHON = "python"
+    """kprio's PySpark data source (confluent-kafka on the executors, :mod:`spark_jobs.source`)."""
+    NATIVE = "native"
+    """Spark's own ``kafka`` source (its connector jar, :mod:`spark_jobs.native`)."""
+
+
 class SparkSettings(_Model):
     """Where Spark runs and how it reads Kafka."""
 
     master: str = Field("local[*]", description="spark.master URL.")
     remote: str | None = Field(None, description="Spark Connect URL (sc://host:port); wins over master.")
-    reader: Literal["python", "native"] = Field("python", description="python data source or Spark's kafka source.")
+    reader: SparkReader = Field(SparkReader.PYTHON, description="python data source or Spark's kafka source.")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings.")
     fetch_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="fetch.max.bytes of the executors' consumers.")
     max_partition_fetch_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="max.partition.fetch.bytes of the executors' consumers.")

@@ -4,7 +4,7 @@ Plans travel to the ledger, to Dagster metadata and to Spark, so they round-trip
 
 >>> from kprio_core.offsets import OffsetRange
 >>> plan = DrainPlan(
-...     logical_topic="orders", mode="lag-aware", record_budget=50, byte_budget=None,
+...     logical_topic="orders", mode=PlanMode.LAG_AWARE, record_budget=50, byte_budget=None,
 ...     quotas={2: 29, 1: 14, 0: 7}, grants={2: 29, 1: 14, 0: 7},
 ...     ranges=(PlannedRange(2, OffsetRange("orders-2", 0, 0, 29), est_bytes=5800),),
 ... )
@@ -18,14 +18,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from enum import StrEnum
 
 from pydantic import TypeAdapter
 
 from kprio_core.offsets import OffsetRange
 from kprio_core.priority import Priority
 
-PlanMode = Literal["lag-aware", "flipkart"]
+
+
+class PlanMode(StrEnum):
+    """How the planner grants records over the base quotas (``planner.mode``; see :mod:`kprio_core.planner`)."""
+
+    LAG_AWARE = "lag-aware"
+    """The default: unused quota flows at once to the others, most urgent first, after minimum shares."""
+    FLIPKART = "flipkart"
+    """flipkart's window rule: base quota + burst from the poll history (:mod:`kprio_core.burst`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +78,10 @@ class DrainPlan:
     collide with an earlier incarnation's."""
     log_changes: tuple[str, ...] = ()
     """Changes of the log kprio did not make, seen and decided since the previous batch (shown in its metadata)."""
+
+    def __post_init__(self) -> None:
+        # A plan written by hand (a replay, a test, a benchmark) may name its mode by value: hold the member.
+        object.__setattr__(self, "mode", PlanMode(self.mode))
 
     def incarnation_of(self, topic: str, partition: int) -> int:
         """The incarnation of ``topic[partition]`` this plan drains (1 unless recorded otherwise)."""

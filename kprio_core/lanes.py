@@ -18,9 +18,9 @@ A record with a null key has no order to keep, so it is spread by offset (``offs
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 _MASK = 0xFFFFFFFF
@@ -28,11 +28,13 @@ _M = 0x5BD1E995
 _SEED = 0x9747B28C
 
 
-class Ordering(enum.Enum):
-    """What order a drain keeps: the whole partition's, or only each key's (more parallelism)."""
+class Ordering(StrEnum):
+    """What order a drain keeps (``ordering.mode``): the whole partition's, or only each key's (more parallelism)."""
 
     PARTITION = "partition"
+    """One lane per partition: the handler sees the partition in offset order."""
     KEY = "key"
+    """``ordering.lanes`` lanes per partition by key hash: each key in offset order."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

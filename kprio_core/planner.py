@@ -23,7 +23,7 @@ records go to priority 2.
 ({2: 29, 1: 14, 0: 7}, {2: 39, 1: 4, 0: 7})
 >>> [str(r.range) for r in plan.ranges]
 ['orders-2[0]@[0,39)', 'orders-1[0]@[0,4)', 'orders-0[0]@[0,7)']
->>> plan_batch(snap, Budget(records=50), mode="flipkart").grants
+>>> plan_batch(snap, Budget(records=50), mode=PlanMode.FLIPKART).grants
 {2: 29, 1: 14, 0: 7}
 
 Byte estimates: a range of ``count`` records on a partition whose average record size is ``avg``
@@ -46,8 +46,6 @@ from kprio_core.drain_plan import BurstDecision, DrainPlan, PlanMode, PlannedRan
 from kprio_core.priority import Priority, most_urgent_first
 from kprio_core.quota import Distribution, base_quotas
 from kprio_core.snapshot import LagSnapshot, PartitionLag
-
-PLAN_MODES: tuple[PlanMode, ...] = ("lag-aware", "flipkart")
 
 
 @dataclass(frozen=True)
@@ -359,8 +357,8 @@ def plan_batch(
     snapshot: LagSnapshot,
     budget: Budget,
     *,
-    mode: PlanMode = "lag-aware",
-    distribution: Distribution = "exp",
+    mode: PlanMode | str = PlanMode.LAG_AWARE,
+    distribution: Distribution | str = Distribution.EXP,
     history: PollHistory | None = None,
     reserved: Iterable[OffsetRange] = (),
 ) -> DrainPlan:
@@ -373,9 +371,11 @@ def plan_batch(
     caller records each drained batch into it (``history.record(drained, plan.quotas)``).
     """
     n = snapshot.n_priorities
-    if mode not in PLAN_MODES:
-        raise QuotaError(f"unknown plan mode {mode!r}: use one of {', '.join(PLAN_MODES)}")
-    if mode == "lag-aware" and budget.min_share * n > 1.0:
+    try:
+        mode = PlanMode(mode)
+    except ValueError:
+        raise QuotaError(f"unknown plan mode {mode!r}: use one of {', '.join(PlanMode)}") from None
+    if mode is PlanMode.LAG_AWARE and budget.min_share * n > 1.0:
         raise QuotaError(
             f"min_share {budget.min_share} x {n} priorities exceeds the whole budget: use at most {1 / n:.4f}"
         )
@@ -384,7 +384,7 @@ def plan_batch(
     available = {p: shares[p].capacity for p in most_urgent_first(n)}
 
     burst: BurstDecision | None
-    if mode == "flipkart":
+    if mode is PlanMode.FLIPKART:
         history = history if history is not None else PollHistory(n)
         if history.n_priorities != n:
             raise QuotaError(

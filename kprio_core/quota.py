@@ -20,12 +20,20 @@ kprio_core.errors.QuotaError: 2 records cannot be split exponentially over 3 pri
 
 from __future__ import annotations
 
-from typing import Literal
+from enum import StrEnum
 
 from kprio_core.errors import QuotaError
 from kprio_core.priority import Priority, most_urgent_first, top_priority
 
-Distribution = Literal["exp", "linear"]
+
+
+class Distribution(StrEnum):
+    """How a batch's record budget is split over priorities into base quotas (``planner.distribution``)."""
+
+    EXP = "exp"
+    """Each level twice the level below (flipkart's ``ExpMaxPollRecordsDistributor``, the default)."""
+    LINEAR = "linear"
+    """Level ``p`` weighs ``p + 1``."""
 
 
 def _check_priorities(n_priorities: int) -> None:
@@ -77,14 +85,17 @@ def linear_quotas(n_priorities: int, records: int) -> dict[Priority, int]:
     return _split(n_priorities, records, {p: p + 1 for p in range(n_priorities)})
 
 
-def base_quotas(n_priorities: int, records: int, distribution: Distribution) -> dict[Priority, int]:
-    """The base quota per priority for the named distribution (``"exp"`` or ``"linear"``).
+def base_quotas(n_priorities: int, records: int, distribution: Distribution | str) -> dict[Priority, int]:
+    """The base quota per priority under ``distribution`` (a member, or its value as written in kprio.yaml).
 
-    >>> base_quotas(3, 50, "exp"), base_quotas(3, 50, "linear")
+    >>> base_quotas(3, 50, Distribution.EXP), base_quotas(3, 50, "linear")
     ({2: 29, 1: 14, 0: 7}, {2: 26, 1: 16, 0: 8})
     """
-    if distribution == "exp":
-        return exponential_quotas(n_priorities, records)
-    if distribution == "linear":
-        return linear_quotas(n_priorities, records)
-    raise QuotaError(f"unknown quota distribution {distribution!r}: use 'exp' or 'linear'")
+    try:
+        distribution = Distribution(distribution)
+    except ValueError:
+        raise QuotaError(
+            f"unknown quota distribution {distribution!r}: use one of {', '.join(Distribution)}"
+        ) from None
+    split = exponential_quotas if distribution is Distribution.EXP else linear_quotas
+    return split(n_priorities, records)

@@ -39,6 +39,7 @@ from typing import Protocol
 from pydantic import TypeAdapter
 
 from kprio_core.burst import PollHistory, burst_capacities
+from kprio_core.drain_plan import PlanMode
 from kprio_core.errors import PolicyBroke, QuotaError
 from kprio_core.planner import Budget, plan_batch
 from kprio_core.priority import Priority, most_urgent_first
@@ -183,7 +184,7 @@ class KprioPolicy:
     [3, 14, 33]
     """
 
-    def __init__(self, distribution: Distribution = "exp", min_share: float = 0.05) -> None:
+    def __init__(self, distribution: Distribution = Distribution.EXP, min_share: float = 0.05) -> None:
         self.distribution = distribution
         self.min_share = min_share
 
@@ -208,7 +209,7 @@ class KprioPolicy:
         plan = plan_batch(
             self.snapshot(view),
             Budget(records=view.budget, min_share=self.min_share),
-            mode="lag-aware",
+            mode=PlanMode.LAG_AWARE,
             distribution=self.distribution,
         )
         taken = [[0] * len(row) for row in view.backlog]

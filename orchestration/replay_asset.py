@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from kprio_core.drain_plan import DrainPlan, PlannedRange
+from kprio_core.drain_plan import DrainPlan, PlanMode, PlannedRange
 from kprio_core.offsets import OffsetRange
 from orchestration.batch_asset import GROUP, OWNERS, per_priority
 from orchestration.partitions import window_batch_id, window_bounds_ms
@@ -34,7 +34,7 @@ def replay_plan(logical_topic: str, ranges_by_priority: Mapping[int, list[Offset
         PlannedRange(p, r) for p in sorted(ranges_by_priority, reverse=True) for r in ranges_by_priority[p] if r.count
     )
     counts = {p: sum(r.count for r in ranges_by_priority.get(p, [])) for p in range(n_priorities - 1, -1, -1)}
-    return DrainPlan(logical_topic=logical_topic, mode="lag-aware", record_budget=max(1, sum(counts.values())),
+    return DrainPlan(logical_topic=logical_topic, mode=PlanMode.LAG_AWARE, record_budget=max(1, sum(counts.values())),
                      byte_budget=None, quotas=counts, grants=counts, ranges=planned)
 
 

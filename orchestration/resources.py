@@ -1,40 +1,35 @@
 """Dagster resources of kprio: the Kafka edge, Spark, the batch ledger and the drain settings.
 
-A resource's fields are the fields of a section of :class:`~kprio_core.config.KprioConfig`,
-derived from the pydantic model (same names, descriptions and defaults, in Dagster config types:
-a sub-model becomes a ``dg.Config`` class, a tuple a list), so a setting is defined once, in
-``kprio_core/config.py``, and no resource copies a field by hand:
+Each resource carries sections of :class:`~kprio_core.config.KprioConfig`, one field per field of
+the section, named as in kprio.yaml, so the UI shows every setting where it acts:
 
-- ``kafka`` (:class:`KafkaResource`): ``KafkaSettings`` without its secrets, plus one field per
-  :data:`~kprio_core.config.SECRET_SETTINGS` entry that only a ``dg.EnvVar`` of its
+- ``kafka`` (:class:`KafkaResource`): the ``kafka`` section without its secrets, plus one field
+  per :data:`~kprio_core.config.SECRET_SETTINGS` entry that only a ``dg.EnvVar`` of its
   ``KPRIO_KAFKA_*`` variable may set, read by Dagster at run time;
-- ``spark`` (:class:`SparkResource`): ``SparkSettings``, plus the application name;
-- ``ledger`` (:class:`LedgerResource`): ``LedgerSettings``;
-- ``kprio`` (:class:`KprioSettings`): every other section, and the three resources above as
-  dependencies, so :meth:`KprioSettings.config` is the whole configuration with each section
-  taken from the one resource that holds it.
+- ``spark`` (:class:`SparkResource`): the ``spark`` section, plus the application name;
+- ``ledger`` (:class:`LedgerResource`): the ``ledger`` section;
+- ``kprio`` (:class:`KprioSettings`): every other section as a whole (``planner``, ``topics``, ...),
+  and the three resources above as dependencies, so :meth:`KprioSettings.config` is the whole
+  configuration with each section taken from the one resource that holds it.
 
-Each resource turns its fields back into its pydantic model (``settings()``), so the model's
-validators judge a launchpad edit as they judge kprio.yaml. Clients are lazy private attributes
-(created on first use, so the copies Dagster makes of a resource that is also a dependency open
-nothing) and closed in ``teardown_after_execution``.
-
-Why derived fields and not one ``config_yaml`` string or hand-written fields: the UI shows every
-setting typed and described on its resource, a new field of config.py appears there without an
-edit here, and ``tests/kprio_core/test_config_reference.py`` proves every field comes back out.
+A field holds the value as kprio.yaml writes it (an enum by its value, a section as a mapping);
+its description and default are the config field's (:func:`carries`), so a setting is described
+once, in ``kprio_core/config.py``. Each resource turns its fields back into the pydantic model
+(``settings()``, ``config()``), so the model's validators judge a launchpad edit as they judge
+kprio.yaml. ``tests/orchestration/test_definitions.py`` proves every config field has its resource
+field. Clients are lazy private attributes (created on first use, so the copies Dagster makes of
+a resource that is also a dependency open nothing) and closed in ``teardown_after_execution``.
 """
 
 # No `from __future__ import annotations`: Dagster reads the ResourceDependency annotations of
 # KprioSettings as types when the class is created.
 import os
 import threading
-import types
-from collections.abc import Collection, Mapping
-from functools import cache
-from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar, Union, get_args, get_origin
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import dagster as dg
-from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationError, create_model
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationError
 from pydantic_core import to_jsonable_python
 
 from kprio_core.config import (
@@ -56,87 +51,18 @@ if TYPE_CHECKING:
 
 Model = TypeVar("Model", bound=BaseModel)
 
-RESOURCE_SECTIONS = ("kafka", "spark", "ledger")
-"""Sections of KprioConfig held by their own resource; KprioSettings holds the others."""
+Section = dict[str, Optional[Any]]  # noqa: UP007 (Dagster refuses `Any | None`)
+"""A section of kprio.yaml as Dagster config: a mapping whose values may be null (``planner.byte_budget``)."""
 
 
-# --- Dagster fields from the pydantic models -----------------------------------------------------
+def carries(model: type[BaseModel], name: str) -> Any:
+    """The ``Field`` of a resource field holding ``model``'s field ``name``: its description and default.
 
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    """The pydantic models a field type holds (``tuple[TopicSettings, ...]`` -> ``[TopicSettings]``)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [model for arg in get_args(annotation) for model in _models_in(arg)]
-
-
-def _dagster_type(annotation: Any, inside: bool = False) -> Any:
-    """The Dagster config type of a pydantic field type.
-
-    Dagster has no tuples, no unions of scalars and (inside a list or dict) no Literal: those
-    become lists, Any and str, checked when the resource validates the section.
+    >>> carries(SparkSettings, "reader").default, carries(SparkSettings, "reader").description
+    ('python', "python data source or Spark's kafka source.")
     """
-    origin, args = get_origin(annotation), get_args(annotation)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return config_class(annotation)
-    if origin in (tuple, list):
-        return list[_dagster_type(args[0], inside=True)]
-    if origin is dict:
-        return dict[_dagster_type(args[0], inside=True), _dagster_type(args[1], inside=True)]
-    if origin in (Union, types.UnionType):
-        present = [arg for arg in args if arg is not type(None)]
-        inner = _dagster_type(present[0], inside) if len(present) == 1 else Any
-        return Optional[inner] if len(present) < len(args) else inner  # noqa: UP007 (Any | None fails)
-    if origin is Literal and inside:
-        return str
-    return annotation
-
-
-def _fields(model: type[BaseModel], exclude: Collection[str] = ()) -> dict[str, Any]:
-    """``create_model`` field definitions mirroring ``model``'s fields."""
-    fields: dict[str, Any] = {}
-    for name, info in model.model_fields.items():
-        if name in exclude:
-            continue
-        models = _models_in(info.annotation)
-        # A section is described by its model's docstring (KprioConfig's fields have no description).
-        about = info.description or (models and (models[0].__doc__ or "").strip().partition("\n")[0]) or None
-        extra: dict[str, Any] = {"description": about, "alias": info.alias}
-        # A section (a sub-model) has no Dagster default: resources_from_config always gives it.
-        if not info.is_required() and not models:
-            default = info.get_default(call_default_factory=True)
-            extra["default"] = list(default) if isinstance(default, tuple) else default
-        fields[name] = (_dagster_type(info.annotation), Field(**extra))
-    return fields
-
-
-@cache
-def config_class(model: type[BaseModel]) -> type[dg.Config]:
-    """The ``dg.Config`` class with the fields of ``model`` (one class per model)."""
-    return create_model(f"{model.__name__}Config", __base__=dg.Config, __module__=__name__, **_fields(model))
-
-
-def _resource_fields(model: type[BaseModel], exclude: Collection[str] = (), **extra: Any) -> type[Any]:
-    """A ``dg.ConfigurableResource`` base class whose fields are ``model``'s (less ``exclude``) and ``extra``."""
-    return create_model(
-        f"{model.__name__}Fields",
-        __base__=dg.ConfigurableResource,
-        __module__=__name__,
-        **_fields(model, exclude),
-        **extra,
-    )
-
-
-def _section(resource: Any, model: type[Model], names: Collection[str], source: str, **values: Any) -> Model:
-    """``model`` validated from the resource's fields ``names`` (plus ``values``): the one parse of a section."""
-    data = {name: to_jsonable_python(getattr(resource, name), by_alias=True) for name in names}
-    try:
-        return model.model_validate({**data, **values})
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(err, f"resource {source!r}")) from None
-
-
-# --- the resources ------------------------------------------------------------------------------
+    info = model.model_fields[name]
+    return Field(to_jsonable_python(info.get_default(call_default_factory=True)), description=info.description)
 
 
 def secret_field(setting: str) -> str:
@@ -144,23 +70,50 @@ def secret_field(setting: str) -> str:
     return setting.replace(".", "_")
 
 
-KAFKA_FIELDS = tuple(n for n in KafkaSettings.model_fields if n != "secrets")
-
-_SECRET_FIELDS = {
-    secret_field(setting): (
-        Optional[str],  # noqa: UP007
-        Field(
-            default=None,
-            description=f"{setting} (a secret): set only as dg.EnvVar('{setting_variable(setting)}'), which "
-            "Dagster reads at run time, never in run config.",
-        ),
-    )
-    for setting in SECRET_SETTINGS
-}
+def secret(setting: str) -> Any:
+    """The ``Field`` of the KafkaResource field that holds the secret ``setting``, only as a ``dg.EnvVar``."""
+    return Field(None, description=f"{setting} (a secret): set only as dg.EnvVar('{setting_variable(setting)}'), "
+                 "which Dagster reads at run time, never in run config.")
 
 
-class KafkaResource(_resource_fields(KafkaSettings, exclude={"secrets"}, **_SECRET_FIELDS)):  # type: ignore[misc]
+def _validated(model: type[Model], values: Mapping[str, Any], source: str) -> Model:
+    """``model`` validated from a resource's values: the one parse of a section, errors naming the resource."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, f"resource {source!r}")) from None
+
+
+def _values(resource: dg.ConfigurableResource, names: Iterable[str]) -> dict[str, Any]:
+    """The resource's fields ``names``, as Dagster resolved them."""
+    return {name: getattr(resource, name) for name in names}
+
+
+# --- the resources ------------------------------------------------------------------------------
+
+
+class KafkaResource(dg.ConfigurableResource):
     """The Kafka cluster: lag snapshots, offsets-for-times and monotonic commits (a KafkaEdge)."""
+
+    bootstrap_servers: str = carries(KafkaSettings, "bootstrap_servers")
+    client: dict[str, Any] = carries(KafkaSettings, "client")
+    timeout_s: float = carries(KafkaSettings, "timeout_s")
+    isolation_level: str = carries(KafkaSettings, "isolation_level")
+
+    sasl_password: Optional[str] = secret("sasl.password")
+    sasl_oauthbearer_client_secret: Optional[str] = secret("sasl.oauthbearer.client.secret")
+    sasl_oauthbearer_client_credentials_client_secret: Optional[str] = secret(
+        "sasl.oauthbearer.client.credentials.client.secret")
+    sasl_oauthbearer_config: Optional[str] = secret("sasl.oauthbearer.config")
+    sasl_oauthbearer_assertion_private_key_pem: Optional[str] = secret("sasl.oauthbearer.assertion.private.key.pem")
+    sasl_oauthbearer_assertion_private_key_passphrase: Optional[str] = secret(
+        "sasl.oauthbearer.assertion.private.key.passphrase")
+    ssl_key_password: Optional[str] = secret("ssl.key.password")
+    ssl_key_pem: Optional[str] = secret("ssl.key.pem")
+    ssl_keystore_password: Optional[str] = secret("ssl.keystore.password")
+    sasl_jaas_config: Optional[str] = secret("sasl.jaas.config")
+    ssl_truststore_password: Optional[str] = secret("ssl.truststore.password")
+    ssl_keystore_key: Optional[str] = secret("ssl.keystore.key")
 
     _settings: Optional[KafkaSettings] = PrivateAttr(default=None)
     _edge: Optional["KafkaEdge"] = PrivateAttr(default=None)
@@ -175,7 +128,8 @@ class KafkaResource(_resource_fields(KafkaSettings, exclude={"secrets"}, **_SECR
                 value = value.get_value() if isinstance(value, dg.EnvVar) else value
                 if value:
                     secrets[setting] = SecretStr(value)
-            self._settings = _section(self, KafkaSettings, KAFKA_FIELDS, "kafka", secrets=secrets)
+            values = _values(self, KAFKA_FIELDS)
+            self._settings = _validated(KafkaSettings, {**values, "secrets": secrets}, "kafka")
         return self._settings
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
@@ -193,16 +147,30 @@ class KafkaResource(_resource_fields(KafkaSettings, exclude={"secrets"}, **_SECR
         return self._edge
 
 
-class SparkResource(_resource_fields(SparkSettings)):  # type: ignore[misc]
+KAFKA_FIELDS = tuple(name for name in KafkaSettings.model_fields if name != "secrets")
+"""The fields of the ``kafka`` section KafkaResource holds as they are (the secrets: one EnvVar field each)."""
+
+
+class SparkResource(dg.ConfigurableResource):
     """The SparkSession of a run: local[*], a master URL or a Spark Connect remote."""
 
-    app_name: str = Field(default="kprio", description="Spark application name.")
+    master: str = carries(SparkSettings, "master")
+    remote: Optional[str] = carries(SparkSettings, "remote")
+    reader: str = carries(SparkSettings, "reader")
+    conf: dict[str, str] = carries(SparkSettings, "conf")
+    fetch_max_bytes: int = carries(SparkSettings, "fetch_max_bytes")
+    max_partition_fetch_bytes: int = carries(SparkSettings, "max_partition_fetch_bytes")
+    queued_max_messages_kbytes: int = carries(SparkSettings, "queued_max_messages_kbytes")
+    arrow_batch_records: int = carries(SparkSettings, "arrow_batch_records")
+    connect_port: int = carries(SparkSettings, "connect_port")
+    connect_dir: str = carries(SparkSettings, "connect_dir")
+    app_name: str = Field("kprio", description="Spark application name.")
 
     _session: Optional["SparkSession"] = PrivateAttr(default=None)
     _created: bool = PrivateAttr(default=False)
 
     def settings(self) -> SparkSettings:
-        return _section(self, SparkSettings, SparkSettings.model_fields, "spark")
+        return _validated(SparkSettings, _values(self, SparkSettings.model_fields), "spark")
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         # Stop only a session this resource started: a session that was already active (the
@@ -223,14 +191,16 @@ class SparkResource(_resource_fields(SparkSettings)):  # type: ignore[misc]
         return self._session
 
 
-class LedgerResource(_resource_fields(LedgerSettings)):  # type: ignore[misc]
+class LedgerResource(dg.ConfigurableResource):
     """The batch ledger: every plan, its reserved ranges and its state (SQLAlchemy URL)."""
+
+    url: str = carries(LedgerSettings, "url")
 
     _ledger: Optional["Ledger"] = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def settings(self) -> LedgerSettings:
-        return _section(self, LedgerSettings, LedgerSettings.model_fields, "ledger")
+        return _validated(LedgerSettings, _values(self, LedgerSettings.model_fields), "ledger")
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._ledger is not None:
@@ -248,16 +218,23 @@ class LedgerResource(_resource_fields(LedgerSettings)):  # type: ignore[misc]
             return self._ledger
 
 
-KPRIO_FIELDS = tuple(n for n in KprioConfig.model_fields if n not in RESOURCE_SECTIONS)
-
-
-class KprioSettings(_resource_fields(KprioConfig, exclude=RESOURCE_SECTIONS)):  # type: ignore[misc]
+class KprioSettings(dg.ConfigurableResource):
     """The drain settings (topics, planner, quality, recovery, splits, rate, ordering, drain, sensor)
     and, through the resources it depends on, the kafka, spark and ledger sections."""
 
     kafka: dg.ResourceDependency[KafkaResource]
     spark: dg.ResourceDependency[SparkResource]
     ledger: dg.ResourceDependency[LedgerResource]
+
+    topics: list[Section] = Field(description="The logical topics: priorities, naming, groups, record schema.")
+    planner: Section = Field(description="Budgets and the burst rule.")
+    quality: Section = Field(description="Which records are invalid, where they go, how many a batch may have.")
+    recovery: Section = Field(description="How crashed and failed batches are detected and retried.")
+    splits: Section = Field(description="Bounds of one Spark input split.")
+    rate: Section = Field(description="Rate quotas per priority, measured over sampled windows.")
+    ordering: Section = Field(description="How records of a partition are handed to the handler.")
+    drain: Section = Field(description="What the drain does with records, and where it writes them.")
+    sensor: Section = Field(description="How often the sensor looks at the lag.")
 
     _config: Optional[KprioConfig] = PrivateAttr(default=None)
 
@@ -269,10 +246,16 @@ class KprioSettings(_resource_fields(KprioConfig, exclude=RESOURCE_SECTIONS)):  
                 "spark": self.spark.settings(),
                 "ledger": self.ledger.settings(),
             }
-            self._config = _section(self, KprioConfig, KPRIO_FIELDS, "kprio", **sections)
+            self._config = _validated(KprioConfig, {**_values(self, KPRIO_FIELDS), **sections}, "kprio")
         if kafka is None:
             return self._config
         return self._config.model_copy(update={"kafka": kafka.settings()})
+
+
+RESOURCE_SECTIONS = {"kafka": KafkaResource, "spark": SparkResource, "ledger": LedgerResource}
+"""Sections of KprioConfig held by their own resource, field by field; KprioSettings holds the others whole."""
+
+KPRIO_FIELDS = tuple(name for name in KprioConfig.model_fields if name not in RESOURCE_SECTIONS)
 
 
 def session_running() -> bool:
@@ -300,10 +283,11 @@ def resources_from_config(config: KprioConfig, env: Mapping[str, str] | None = N
         for setting in SECRET_SETTINGS
         if setting in config.kafka.secrets or env.get(setting_variable(setting))
     }
-    kafka = KafkaResource(**config.kafka.model_dump(include=set(KAFKA_FIELDS)), **secrets)
-    spark = SparkResource(**config.spark.model_dump())
-    ledger = LedgerResource(**config.ledger.model_dump())
-    sections = config.model_dump(by_alias=True, include=set(KPRIO_FIELDS))
+    # As kprio.yaml writes them: enums by value, tuples as lists, the topics' `schema` by its name.
+    kafka = KafkaResource(**config.kafka.model_dump(mode="json", include=set(KAFKA_FIELDS)), **secrets)
+    spark = SparkResource(**config.spark.model_dump(mode="json"))
+    ledger = LedgerResource(**config.ledger.model_dump(mode="json"))
+    sections = config.model_dump(mode="json", by_alias=True, include=set(KPRIO_FIELDS))
     return {
         "kafka": kafka,
         "spark": spark,

@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kprio_core.config import KprioConfig, TopicSettings
+from kprio_core.config import KprioConfig, SparkReader, TopicSettings
 from kprio_core.drain_plan import DrainPlan, PlannedRange
 from kprio_core.errors import RangeConflict
 from kprio_core.lanes import Ordering
@@ -77,7 +77,7 @@ def drain_batch(
     resolve_handler(config.drain.handler)  # wrong name or signature: fail before Spark runs
     drain_struct(topic.schema_)  # a field named like a drain column: the same
     splits = plan_splits(config, plan)
-    ordering = Ordering(config.ordering.mode)
+    ordering = config.ordering.mode
     lanes = config.ordering.lanes if ordering is Ordering.KEY else 1
     roots = {OUTPUT: absolute(output_root or config.drain.output_path),
              DEAD_LETTERS: absolute(dead_letter_root or config.drain.dead_letter_path)}
@@ -89,7 +89,7 @@ def drain_batch(
         tuple(sorted(plan.incarnations.items())),
     )
     cores = _parallelism(spark)
-    fused = config.spark.reader == "python" and handler_in_read(lanes, splits, cores or 1)
+    fused = config.spark.reader is SparkReader.PYTHON and handler_in_read(lanes, splits, cores or 1)
     if not splits:
         rows: list[dict[str, Any]] = []
     elif fused:
@@ -211,7 +211,7 @@ def _shuffle_frame(spark: SparkSession, config: KprioConfig, ranges: Sequence[Pl
     from spark_jobs.lane_batches import assign_lanes
     from spark_jobs.range_counts import stats_struct
 
-    if config.spark.reader == "native":
+    if config.spark.reader is SparkReader.NATIVE:
         from spark_jobs.native import read_native
 
         records = read_native(spark, config, ranges)

@@ -6,7 +6,6 @@ for a budget and, for ``burst``, a poll history typed on the command line.
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -23,15 +22,8 @@ from kprio_core.burst import (
     unused_capacity,
 )
 from kprio_core.priority import Priority
-from kprio_core.quota import base_quotas
+from kprio_core.quota import Distribution, base_quotas
 from orchestration.cli.common import JsonOption, clean_errors, print_json
-
-
-class Split(str, enum.Enum):
-    """How the record budget is split over priorities."""
-
-    exp = "exp"
-    linear = "linear"
 
 
 Priorities = Annotated[
@@ -52,7 +44,7 @@ CONTEXT = {"token_normalize_func": _old_option_names}
 """``context_settings`` of ``kprio quota`` and ``kprio burst``."""
 
 MaxRecords = Annotated[int, typer.Option("--max-records", "-r", help="Record budget of one batch (max.poll.records).")]
-ModeOption = Annotated[Split, typer.Option("--mode", "-m", help="Quota split: exp (flipkart's default) or linear.")]
+ModeOption = Annotated[Distribution, typer.Option("--mode", "-m", help="Quota split: exp (flipkart's default) or linear.")]
 
 
 def _keyed(mapping: Mapping[Priority, Any]) -> dict[str, Any]:
@@ -64,7 +56,7 @@ def _keyed(mapping: Mapping[Priority, Any]) -> dict[str, Any]:
 def quota(
     priorities: Priorities,
     max_records: MaxRecords,
-    mode: ModeOption = Split.exp,
+    mode: ModeOption = Distribution.EXP,
     as_json: JsonOption = False,
 ) -> None:
     """Show how a batch's record budget is split over priority levels.
@@ -148,7 +140,7 @@ def burst(
     threshold: Annotated[
         int, typer.Option("--threshold", help="Maxed-out batches in the window that make a priority eligible.")
     ] = DEFAULT_MAXED_OUT_THRESHOLD,
-    mode: ModeOption = Split.exp,
+    mode: ModeOption = Distribution.EXP,
     as_json: JsonOption = False,
 ) -> None:
     """Show the capacities flipkart's window rule gives the next batch, who bursts, by how much and why.

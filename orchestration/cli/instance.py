@@ -49,7 +49,7 @@ ForceOption = Annotated[
 
 
 def _yaml(config, postgres_url, postgres_url_env, password_env) -> str:  # noqa: ANN001
-    from orchestration.instance import dagster_yaml
+    from orchestration.instance_yaml import dagster_yaml
 
     if postgres_url and postgres_url_env:
         raise fail("give --postgres-url or --postgres-url-env, not both")

@@ -15,9 +15,26 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kprio_core.config import JAVA_SECRETS, SECRET_SETTINGS, parse_config, setting_variable
+from kprio_core.config import (
+    JAVA_SECRETS,
+    SECRET_SETTINGS,
+    KafkaSettings,
+    KprioConfig,
+    LedgerSettings,
+    SparkSettings,
+    parse_config,
+    setting_variable,
+)
 from kprio_core.errors import ConfigError
-from orchestration.resources import KafkaResource, KprioSettings, resources_from_config, secret_field
+from orchestration.resources import (
+    RESOURCE_SECTIONS,
+    KafkaResource,
+    KprioSettings,
+    LedgerResource,
+    SparkResource,
+    resources_from_config,
+    secret_field,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = parse_config({"topics": [{"name": "orders", "priorities": 3}], "sensor": {"interval_s": 12}}, env={})
@@ -140,6 +157,24 @@ def test_secrets_stay_out_of_run_config_and_logs(monkeypatch):
 
 
 # --------------------------------------------------------------------------------- settings
+
+
+def test_every_config_field_has_its_resource_field():
+    # A setting is defined once, in config.py: each field of a section is one field of the resource
+    # holding that section (the Kafka secrets one EnvVar field each), each other section one field of
+    # KprioSettings, and no resource field carries anything else.
+    assert set(RESOURCE_SECTIONS) == {"kafka", "spark", "ledger"} <= set(KprioConfig.model_fields)
+    secrets = {secret_field(setting) for setting in SECRET_SETTINGS}
+    assert set(KafkaResource.model_fields) == set(KafkaSettings.model_fields) - {"secrets"} | secrets
+    assert set(SparkResource.model_fields) == set(SparkSettings.model_fields) | {"app_name"}
+    assert set(LedgerResource.model_fields) == set(LedgerSettings.model_fields)
+    # The three dependencies are named as the sections they hold.
+    assert set(KprioSettings.model_fields) == set(KprioConfig.model_fields)
+    for resource, model in ((KafkaResource, KafkaSettings), (SparkResource, SparkSettings),
+                            (LedgerResource, LedgerSettings)):
+        for name, field in resource.model_fields.items():
+            if name in model.model_fields:
+                assert field.description == model.model_fields[name].description, f"{resource.__name__}.{name}"
 
 
 def test_config_round_trips_through_the_resources():

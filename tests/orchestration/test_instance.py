@@ -15,15 +15,8 @@ from typer.testing import CliRunner
 
 from kprio_core.config import KprioConfig
 from orchestration.cli.main import app
-from orchestration.instance import (
-    DAGSTER_YAML,
-    DEFAULT_PG_PASSWORD_ENV,
-    LOCK_FILE,
-    dagster_yaml,
-    ensure_home,
-    open_instance,
-    total_slots,
-)
+from orchestration.instance import DAGSTER_YAML, LOCK_FILE, ensure_home, open_instance
+from orchestration.instance_yaml import DEFAULT_PG_PASSWORD_ENV, dagster_yaml, total_slots
 
 pytestmark = pytest.mark.dagster
 
@@ -101,6 +94,40 @@ def test_every_setting_line_is_explained_by_a_comment():
     for i, line in enumerate(lines):
         if line in blocks:
             assert lines[i - 1].startswith("#"), f"{line} has no comment above it"
+
+
+YAML_CASES = {
+    # why: the defaults a new user gets (one demo topic of 3 priorities, 3 attempts): SQLite storage
+    "defaults": ({}, {}),
+    # why: one attempt only: run retries off
+    "no retries": ({"recovery": {"max_attempts": 1}}, {}),
+    # why: priorities differ per topic, two slots each, more attempts, another sensor interval
+    "two topics": ({"topics": [{"name": "orders", "priorities": 3}, {"name": "audit", "priorities": 5}],
+                    "planner": {"max_in_flight": 2}, "recovery": {"max_attempts": 4}, "sensor": {"interval_s": 30}},
+                   {}),
+    # why: many slots: max_concurrent_runs follows the slots above 10
+    "many slots": ({"topics": [{"name": "orders", "priorities": 6}], "planner": {"max_in_flight": 3}}, {}),
+    # why: a Postgres URL with a password, another driver and query parameters
+    "postgres url": ({}, {"postgres_url": "postgresql+psycopg://kprio:s3cret@db.internal:6432/dagster"
+                                          "?sslmode=require&options=a&options=b"}),
+    # why: a Postgres URL without password nor port
+    "postgres url, no password": ({}, {"postgres_url": "postgresql://kprio@db.internal/dagster"}),
+    # why: the password from a named variable
+    "postgres url, password variable": ({}, {"postgres_url": "postgresql://kprio@db.internal/dagster",
+                                             "postgres_password_env": "MY_PG_PASSWORD"}),
+    # why: the whole URL from a variable
+    "postgres url variable": ({}, {"postgres_url_env": "DAGSTER_PG_URL"}),
+}
+"""Every branch of ``dagster_yaml``: (the kprio.yaml document, its keyword arguments)."""
+
+
+@pytest.mark.parametrize("name", list(YAML_CASES))
+def test_the_typed_yaml_holds_what_the_joined_strings_held(name):
+    before = yaml.safe_load((Path(__file__).parent / "dagster_yaml_before.yaml").read_text())
+    document, options = YAML_CASES[name]
+    text = dagster_yaml(KprioConfig.model_validate(document), **options)
+    assert yaml.safe_load(text) == {**before["defaults"], **before[name]}
+    assert "s3cret" not in text, "a password is never written"
 
 
 def test_ensure_home_writes_a_missing_file_and_never_replaces_one(tmp_path):

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from kprio_core.config import KprioConfig, SparkSettings, TopicSettings
+from kprio_core.config import KprioConfig, OrderingSettings, SparkSettings, TopicSettings
 from kprio_core.drain_plan import DrainPlan
 from kprio_core.results import DrainResult
 from spark_jobs.drain import drain_batch
@@ -33,7 +33,7 @@ def main(args: dict) -> dict:
         published = publish(fused, **roots)
         rows = read_output(spark, args["output"], topic.name, "over-connect", topic.schema_).collect()
         dead = read_dead_letters(spark, args["dead_letters"], topic.name, "over-connect").collect()
-        keyed = config.model_copy(update={"ordering": config.ordering.model_copy(update={"mode": "key", "lanes": 3}),
+        keyed = config.model_copy(update={"ordering": OrderingSettings(mode="key", lanes=3),
                                           "splits": config.splits.model_copy(update={"max_records": 7})})
         shuffled = drain_batch(spark, keyed, topic, "over-connect-keyed", 1, plan, **roots)
         assert all(".part-" in f for s in DrainResult.from_json(shuffled.to_json()).ranges for f in s.files)
