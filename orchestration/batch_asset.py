@@ -298,7 +298,7 @@ class BatchWork:
             bytes=sum(s.bytes for s in kept), data_lost=sum(g.count for s in kept for g in s.lost),
             offsets_without_record=sum(s.no_record for s in kept),
             planned_records=sum(s.range.count for s in kept), ranges=len(kept), attempt=batch.attempts,
-            logical_topic=topic.name, mode=batch.plan.mode,
+            logical_topic=topic.name, mode=batch.plan.mode.value,
             output=dg.MetadataValue.path(f"{self.config.drain.output_path}/{topic.name}"),
             **self.timings.metadata(),
         )
