@@ -362,8 +362,10 @@ def live_elsewhere(lease: Lease | None, owner: str, now: datetime, dead: Collect
     >>> from datetime import UTC, datetime
     >>> lease = Lease("r2@h:7", datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC))
     >>> now = datetime(2026, 1, 1, tzinfo=UTC)
-    >>> live_elsewhere(lease, "r1@h:6", now), live_elsewhere(lease, "r2@h:7", now), live_elsewhere(lease, "r1@h:6", now, {"r2@h:7"})
-    (True, False, False)
+    >>> live_elsewhere(lease, "r1@h:6", now), live_elsewhere(lease, "r2@h:7", now)
+    (True, False)
+    >>> live_elsewhere(lease, "r1@h:6", now, dead={"r2@h:7"})
+    False
     """
     return lease is not None and lease.owner != owner and not lease.expired(now) and lease.owner not in dead
 
@@ -442,8 +444,10 @@ def commits_for_another(later: BatchView, now: datetime) -> bool:
 def marks_failed(batch: BatchView, owner: str) -> bool:
     """A run's failure fails the batch only while it is in flight and not another run's (it moved on otherwise).
 
-    >>> marks_failed(BatchView("b-1", BatchState.DRAINED, 1), "me"), marks_failed(BatchView("b-1", BatchState.COMMITTED, 1), "me")
-    (True, False)
+    >>> marks_failed(BatchView("b-1", BatchState.DRAINED, 1), "me")
+    True
+    >>> marks_failed(BatchView("b-1", BatchState.COMMITTED, 1), "me")
+    False
     """
     return batch.in_flight and (batch.lease is None or batch.lease.owner == owner)
 
@@ -462,8 +466,10 @@ def retry_at(attempt: int, recovery: RecoverySettings, now: datetime) -> datetim
 def transient_failure(causes: Iterable[bool | None]) -> bool:
     """A failure passes by itself only when every cause does (a check's verdict or an unknown cause never does).
 
-    >>> transient_failure([True, True]), transient_failure([True, False]), transient_failure([True, None]), transient_failure([])
-    (True, False, False, False)
+    >>> transient_failure([True, True]), transient_failure([True, False]), transient_failure([True, None])
+    (True, False, False)
+    >>> transient_failure([])
+    False
     """
     flags = list(causes)
     return bool(flags) and all(f is True for f in flags)

@@ -30,6 +30,7 @@ MODULES = [
     "orchestration.instance",
     "orchestration.partitions",
     "orchestration.replay_asset",
+    "orchestration.runtime.batch_metadata",
     "orchestration.services.broker",
     "orchestration.services.jars",
     "orchestration.services.process",
