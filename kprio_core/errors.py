@@ -1,19 +1,49 @@
 """Typed errors with a stable ``code`` tests can match and a message that says what and where.
 
+Whether a failure's cause passes by itself (the broker restarts, the disk is freed, Spark comes
+back) is a property of its type, ``transient``, never read from its message: a batch that failed
+that way is retried until the cause is gone, never exhausted (:func:`is_transient`).
+
 >>> e = TopicMissing("orders-2", bootstrap="127.0.0.1:9092")
->>> e.code
-'topic_missing'
+>>> e.code, e.transient
+('topic_missing', False)
 >>> str(e)
 "topic 'orders-2' does not exist on 127.0.0.1:9092"
+>>> import errno, os
+>>> is_transient(BrokerUnreachable("b:9092", 5)), is_transient(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+(True, True)
+>>> is_transient(HandlerError("handler 'h' answered 1 row for 2")), is_transient(ValueError("bad"))
+(False, False)
 """
 
 from __future__ import annotations
 
+import errno
+
+TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EMFILE})
+"""OSError numbers of an output that cannot be written for now (full, read-only, over quota, failing,
+not permitted, out of file handles): an operator or the platform fixes the storage, kprio retries."""
+
 
 class KprioError(Exception):
-    """Base of every error kprio raises on purpose. ``code`` is stable across releases."""
+    """Base of every error kprio raises on purpose. ``code`` is stable across releases.
+
+    ``transient``: the cause passes by itself (see the module docstring).
+    """
 
     code = "kprio_error"
+    transient = False
+
+
+def is_transient(err: BaseException) -> bool:
+    """Whether a failure's cause passes by itself, by its type (and an OSError's number)."""
+    if isinstance(err, KprioError):
+        return err.transient
+    if isinstance(err, ConnectionError | TimeoutError):
+        return True
+    if isinstance(err, OSError):
+        return err.errno in TRANSIENT_ERRNOS
+    return False
 
 
 class ConfigError(KprioError):
@@ -32,6 +62,7 @@ class BrokerUnreachable(KprioError):
     """No broker answered within the timeout."""
 
     code = "broker_unreachable"
+    transient = True
 
     def __init__(self, bootstrap: str, timeout_s: float, detail: str = "") -> None:
         self.bootstrap = bootstrap
@@ -76,6 +107,12 @@ class RangeIncomplete(KprioError):
     """A planned offset range came back short or with gaps."""
 
     code = "range_incomplete"
+
+
+class ReadStalled(RangeIncomplete):
+    """A range read made no progress for the stall timeout (the partition's leader or the cluster away)."""
+
+    transient = True
 
 
 class RangeConflict(KprioError):
@@ -160,6 +197,7 @@ class LeaseLost(KprioError):
     """A run's lease on a batch is gone (expired and taken over, retried, or the batch left flight)."""
 
     code = "lease_lost"
+    transient = True
 
 
 class LedgerSchemaOutdated(KprioError):
@@ -178,3 +216,17 @@ class OutputUnavailable(KprioError):
     """An output or dead-letter root cannot be written (read-only, full, missing permission): path and cause."""
 
     code = "output_unavailable"
+    transient = True
+
+
+class SparkUnavailable(KprioError):
+    """Spark itself went away under a drain: a Spark Connect server gone or restarted, a stopped context."""
+
+    code = "spark_unavailable"
+    transient = True
+
+
+class TaskFailed(KprioError):
+    """A drain task raised an exception that is not kprio's (a handler's own error, a library's): type and message."""
+
+    code = "task_failed"

@@ -23,11 +23,8 @@ A failure whose cause passes by itself (the broker restarts, the disk fills up, 
 is *transient*: its batch is retried with the same backoff until the cause is gone, never
 exhausted, since no operator step is needed once the world is back. A failure of the data or
 of the code (a check, a handler's contract, lost offsets) is retried ``max_attempts`` times.
-
->>> transient_cause("orders-0[1]@[0,500): No space left on device: /data/out/_staging/b-000012.1/x.parquet")
-True
->>> transient_cause("values_match_schema failed on orders-0[1]@[0,500) (invalid_records=300)")
-False
+Which is which is the failure's type (:func:`kprio_core.errors.is_transient`), decided where it
+happened and carried from the executors in a typed record (:class:`kprio_core.results.ErrorRecord`).
 """
 
 from __future__ import annotations
@@ -84,21 +81,3 @@ def retry_delay_s(attempt: int, *, base_s: float, max_s: float) -> float:
 def may_retry(*, attempts: int, max_attempts: int) -> bool:
     """True while a batch that failed ``attempts`` times may be retried without an operator."""
     return attempts < max_attempts
-
-
-TRANSIENT_MARKERS = (
-    # the output's storage
-    "No space left on device", "Read-only file system", "Disk quota exceeded", "Input/output error",
-    "Permission denied", "Too many open files", "[output_unavailable]",
-    # the Kafka cluster (kprio's BrokerUnreachable, librdkafka's transport errors, a read that stalled)
-    "no Kafka broker answered", "[broker_unreachable]", "_TRANSPORT", "_ALL_BROKERS_DOWN", "Broker transport failure",
-    "_TIMED_OUT", "REQUEST_TIMED_OUT", "NOT_LEADER", "LEADER_NOT_AVAILABLE", "no record for",
-    # Spark (a Spark Connect server or a cluster that went away)
-    "SESSION_CLOSED", "Connection refused", "StatusCode.UNAVAILABLE", "Py4JNetworkError", "SparkContext was shut down",
-)
-"""Words of the failure messages whose cause passes by itself (see the module docstring)."""
-
-
-def transient_cause(reason: str) -> bool:
-    """True when a failure's message names a cause that passes by itself (:data:`TRANSIENT_MARKERS`)."""
-    return any(marker in reason for marker in TRANSIENT_MARKERS)

@@ -14,6 +14,18 @@ records to the output and 2 to the dead letters:
 (28, 2, {2: (28, 2)})
 >>> DrainResult.from_json(r.to_json()) == r
 True
+
+A range whose drain failed carries its cause as an :class:`ErrorRecord` the executor wrote, from
+which the driver rebuilds the typed error (no message is parsed):
+
+>>> from kprio_core.errors import OutputUnavailable
+>>> rec = ErrorRecord.of(OutputUnavailable("No space left on device: /out/_staging/b-7.1/x.parquet"),
+...                      where=OffsetRange("orders-2", 0, 0, 30))
+>>> rec.kind, rec.transient, str(rec.where)
+('OutputUnavailable', True, 'orders-2[0]@[0,30)')
+>>> err = rec.error()
+>>> type(err).__name__, err.code, str(err)
+('OutputUnavailable', 'output_unavailable', 'No space left on device: /out/_staging/b-7.1/x.parquet')
 """
 
 from __future__ import annotations
@@ -23,9 +35,51 @@ from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
+from kprio_core import errors
 from kprio_core.lanes import Ordering
 from kprio_core.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.priority import Priority
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRecord:
+    """Why a range's drain failed, as the task that saw it wrote it: the error's type, its message, where, transient.
+
+    ``kind`` names a class of :mod:`kprio_core.errors` (an exception of another type is recorded as
+    ``TaskFailed`` with its type in the message); ``transient`` is that type's verdict
+    (:func:`kprio_core.errors.is_transient`) taken where the error happened.
+    """
+
+    kind: str
+    message: str
+    transient: bool = False
+    where: OffsetRange | None = None
+    """The range (a split, or the planned range) being read or written when it failed."""
+
+    @classmethod
+    def of(cls, err: BaseException, where: OffsetRange | None = None) -> ErrorRecord:
+        """The record of ``err``: a kprio error as it is; any other exception as TaskFailed naming its type.
+
+        >>> ErrorRecord.of(ValueError("offset 9 seen after 12"))
+        ErrorRecord(kind='TaskFailed', message='ValueError: offset 9 seen after 12', transient=False, where=None)
+        """
+        if isinstance(err, errors.KprioError):
+            kind, message = type(err).__name__, str(err)
+        else:
+            kind, message = "TaskFailed", f"{type(err).__name__}: {err}"
+        if not isinstance(getattr(errors, kind, None), type):
+            kind = "TaskFailed"  # a KprioError defined outside kprio_core.errors: the driver knows its base only
+            message = f"{type(err).__name__}: {message}"
+        return cls(kind, " ".join(message.split()), errors.is_transient(err), where)
+
+    def error(self) -> errors.KprioError:
+        """The typed error again (its message as recorded; a kind this version does not know becomes TaskFailed)."""
+        cls = getattr(errors, self.kind, None)
+        if not (isinstance(cls, type) and issubclass(cls, errors.KprioError)):
+            cls = errors.TaskFailed
+        rebuilt = cls.__new__(cls)
+        Exception.__init__(rebuilt, self.message)  # bypass custom __init__s: the message is final
+        return rebuilt
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +120,9 @@ class RangeStats:
     """Offsets of the range that held no record for the read: transaction markers, aborted records under
     read_committed, offsets removed by compaction. Normal, never lost."""
     failure: str | None = None
-    """Why the drain of this range failed (its task raised): the range is not proven."""
+    """Why the drain of this range failed (its task raised), one line naming the range: the range is not proven."""
+    error: ErrorRecord | None = None
+    """The failure's cause as the task recorded it (typed; None for a range that did not fail)."""
     files: tuple[str, ...] = ()
     """Staged files holding this range's rows (output and dead letters), relative to the staging root."""
 

@@ -1,4 +1,4 @@
-"""Run tags kprio reads and writes, and who launched a run of a batch.
+"""Run tags kprio reads and writes, and who launched a run of a batch (as :mod:`kprio_core.lifecycle.run` names it).
 
 Every run of a batch partition carries ``dagster/partition=<batch id>`` whatever launched it
 (the sensor, a backfill, the asset page, a retry). The sensor adds which attempt the run is for
@@ -8,16 +8,16 @@ limits to ``planner.max_in_flight`` runs per value.
 >>> slot_tags("orders", {2, 0})
 {'kprio/slot-p0': 'orders', 'kprio/slot-p2': 'orders'}
 >>> intent_of({"kprio/attempt": "2", "kprio/why": "retry"})
-Intent(kind=<Launcher.SENSOR: 'sensor'>, attempt=2, why='retry')
+Intent(kind=<Launcher.SENSOR: 'sensor'>, attempt=2, why=<LaunchReason.RETRY: 'retry'>)
 >>> intent_of({"kprio/attempt": "2", "dagster/retry_number": "1"}).kind, intent_of({}).kind
 (<Launcher.DAGSTER_RETRY: 'dagster-retry'>, <Launcher.OPERATOR: 'operator'>)
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+
+from kprio_core.lifecycle.run import Intent, LaunchReason, Launcher
 
 PARTITION_TAG = "dagster/partition"
 RUN_KEY_TAG = "dagster/run_key"
@@ -41,31 +41,12 @@ def slot_tags(logical_topic: str, priorities: Iterable[int]) -> dict[str, str]:
     return {f"{SLOT_TAG_PREFIX}{p}": logical_topic for p in sorted(priorities)}
 
 
-class Launcher(str, enum.Enum):
-    """Who asked for a run of a batch."""
-
-    SENSOR = "sensor"
-    """priority_lag_sensor (or ``kprio drain``): for a given attempt."""
-    DAGSTER_RETRY = "dagster-retry"
-    """Dagster's run-retry daemon, after a failed run."""
-    OPERATOR = "operator"
-    """A person: the asset page, the asset graph, the job page, a backfill, ``kprio retry``."""
-
-
-@dataclass(frozen=True)
-class Intent:
-    """Who launched a run, and for which attempt and why when the sensor did."""
-
-    kind: Launcher
-    attempt: int | None = None
-    why: str | None = None
-
-
 def intent_of(tags: Mapping[str, str]) -> Intent:
     """The launcher of a run from its tags (a Dagster retry keeps its parent's kprio tags)."""
     attempt = int(tags[ATTEMPT_TAG]) if tags.get(ATTEMPT_TAG, "").isdigit() else None
+    why = LaunchReason.parse(tags.get(WHY_TAG))
     if RETRY_NUMBER_TAG in tags:
-        return Intent(Launcher.DAGSTER_RETRY, attempt, tags.get(WHY_TAG))
+        return Intent(Launcher.DAGSTER_RETRY, attempt, why)
     if attempt is not None:
-        return Intent(Launcher.SENSOR, attempt, tags.get(WHY_TAG))
+        return Intent(Launcher.SENSOR, attempt, why)
     return Intent(Launcher.OPERATOR)

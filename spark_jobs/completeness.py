@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from kprio_core.errors import RangeIncomplete
+from kprio_core.errors import RangeIncomplete, ReadStalled
 from kprio_core.offsets import OffsetRange
 
 MAX_GAPS_NAMED = 8
@@ -118,9 +118,14 @@ def describe_gaps(gaps: Sequence[OffsetRange]) -> str:
     return named + (f" and {more} more gaps" if more > 0 else "")
 
 
-def incomplete_error(rng: OffsetRange, gaps: Sequence[OffsetRange], reason: str) -> RangeIncomplete:
-    """The error a short or gapped range fails with: topic, partition and the missing offsets."""
+def incomplete_error(rng: OffsetRange, gaps: Sequence[OffsetRange], reason: str, *,
+                     stalled: bool = False) -> RangeIncomplete:
+    """The error a short or gapped range fails with: topic, partition and the missing offsets.
+
+    ``stalled``: the read made no progress for its stall timeout, so the offsets may well be there
+    once the partition's leader is back: :class:`~kprio_core.errors.ReadStalled`, which passes by itself.
+    """
     lost = sum(g.count for g in gaps)
-    return RangeIncomplete(
+    return (ReadStalled if stalled else RangeIncomplete)(
         f"range {rng} is incomplete: {lost} of {rng.count} offsets missing: {describe_gaps(gaps)} ({reason})"
     )

@@ -23,10 +23,11 @@ classic session and over Spark Connect):
    (:func:`spark_jobs.range_counts.merge_counts`), measured on the rows written.
 
 A range whose drain raised (Kafka, handler contract, lane order, a full disk) carries its
-``failure``; its staged files stay until :func:`~spark_jobs.output.discard`. Only failures of
-Spark itself raise from ``drain_batch`` (the staging directories then stay for
-:func:`~spark_jobs.output.sweep_staging`). Nothing is published: the orchestration calls
-:func:`spark_jobs.output.publish` once the checks passed.
+``failure`` (one line) and its ``error`` (the typed record its task wrote); its staged files stay
+until :func:`~spark_jobs.output.discard`. Only failures of Spark itself raise from ``drain_batch``
+(Spark gone as :class:`~kprio_core.errors.SparkUnavailable`, see :mod:`spark_jobs.remote_errors`;
+the staging directories then stay for :func:`~spark_jobs.output.sweep_staging`). Nothing is
+published: the orchestration calls :func:`spark_jobs.output.publish` once the checks passed.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from kprio_core.drain_plan import DrainPlan, PlannedRange
 from kprio_core.errors import RangeConflict
 from kprio_core.lanes import Ordering
 from kprio_core.offsets import OffsetRange
-from kprio_core.results import DrainResult
+from kprio_core.results import DrainResult, ErrorRecord
 from kprio_core.splits import split_ranges
 from spark_jobs.columns import drain_struct
 from spark_jobs.drain_task import DrainSpec
@@ -51,7 +52,7 @@ from spark_jobs.layout import DEAD_LETTERS, OUTPUT, absolute
 from spark_jobs.native import read_failure_in
 from spark_jobs.output import discard, prepare_staging, publish, sweep_staging
 from spark_jobs.range_counts import failed_row, merge_counts
-from spark_jobs.remote_errors import kprio_error_in
+from spark_jobs.remote_errors import kprio_error_in, spark_boundary
 from spark_jobs.validity import Validity
 
 if TYPE_CHECKING:
@@ -88,16 +89,17 @@ def drain_batch(
         ordering, lanes, plan.ranges, staging[0], staging[1], config.spark.arrow_batch_records,
         tuple(sorted(plan.incarnations.items())),
     )
-    cores = _parallelism(spark)
-    fused = config.spark.reader is SparkReader.PYTHON and handler_in_read(lanes, splits, cores or 1)
-    if not splits:
-        rows: list[dict[str, Any]] = []
-    elif fused:
-        from spark_jobs.source import drain_stats
+    with spark_boundary():  # Spark gone (a Connect server stopped, a lost gateway): SparkUnavailable
+        cores = _parallelism(spark)
+        fused = config.spark.reader is SparkReader.PYTHON and handler_in_read(lanes, splits, cores or 1)
+        if not splits:
+            rows: list[dict[str, Any]] = []
+        elif fused:
+            from spark_jobs.source import drain_stats
 
-        rows = _collect(drain_stats(spark, config, splits, spec, tasks=cores))
-    else:
-        rows = _shuffled(spark, config, plan, spec)
+            rows = _collect(drain_stats(spark, config, splits, spec, tasks=cores))
+        else:
+            rows = _shuffled(spark, config, plan, spec)
     # The shuffle path reads in another stage, whose losses (allowed) do not reach the stats rows:
     # what nobody found below the log start or past the log's end is what the log no longer holds.
     bounds = _log_bounds(config, plan) if splits and not fused and config.drain.allow_data_loss else None
@@ -197,7 +199,8 @@ def _shuffled(spark: SparkSession, config: KprioConfig, plan: DrainPlan, spec: D
                 raise  # Spark's own failure
             named = _ranges_named(str(cause), todo)
             hit = named or todo  # a kprio error naming no range: every range it may have come from
-            failed += [failed_row(r.range, f"{r.range}: {' '.join(str(cause).split())}") for r in hit]
+            failed += [failed_row(r.range, f"{r.range}: {' '.join(str(cause).split())}",
+                                  ErrorRecord.of(cause, where=r.range)) for r in hit]
             todo = [r for r in todo if r not in hit]
     return failed
 

@@ -27,7 +27,9 @@ Two ways in, one task:
 A failure does not fail the Spark job: a read that raises (a Kafka error, a range that comes
 back short), a handler contract breach, a lane out of order, an ``OSError`` of the writer...
 becomes the ``failure`` of every planned range of the task not completely written yet, one line
-naming the range and the cause. Their staged files stay behind for discard. Memory holds the
+naming the range and the cause, and its ``error``: a typed record (the error's class in
+:mod:`kprio_core.errors`, its message, where, and whether it passes by itself) that the driver
+turns back into the error without reading any text. Their staged files stay behind for discard. Memory holds the
 fetch buffers, what the handlers hold, one row group per open file and a byte per planned
 offset (the count's bitmap), never a range's records.
 
@@ -47,9 +49,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter
 
 from kprio_core.drain_plan import PlannedRange
-from kprio_core.errors import DrainOutputInvalid, KprioError, LaneOrderBroken
+from kprio_core.errors import DrainOutputInvalid, KprioError, LaneOrderBroken, TaskFailed
 from kprio_core.lanes import Lane, Ordering
 from kprio_core.offsets import OffsetRange
+from kprio_core.results import ErrorRecord
 from spark_jobs.lane_batches import batch_lanes, lane_segments
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT
 from spark_jobs.validity import Validity
@@ -196,11 +199,11 @@ class DrainTask:
 
     def read_failed(self, rng: OffsetRange, err: BaseException) -> None:
         """Reading this split raised: its planned range and every later one of the partition fail."""
-        cause = failure_text(err)
+        cause, error = failure_text(err), ErrorRecord.of(err, where=rng)
         for w in self._writes(rng.topic_partition):
             if w.range.end > rng.start and w.count.failure is None:
-                w.count.failure = (f"{w.range}: {cause}" if w.range.start <= rng.start
-                                   else f"{w.range}: not read, an earlier range of the partition failed: {cause}")
+                w.count.fail(f"{w.range}: {cause}" if w.range.start <= rng.start
+                             else f"{w.range}: not read, an earlier range of the partition failed: {cause}", error)
 
     def finish(self) -> None:
         """Let every handler finish, write what it answered, close every file."""
@@ -217,18 +220,21 @@ class DrainTask:
         for writes in self.writes.values():
             for w in writes:
                 if not w.closed and w.count.failure is None:
-                    w.count.failure = f"{w.range}: {cause}"
+                    w.count.fail(f"{w.range}: {cause}", ErrorRecord.of(err, where=w.range))
                 if not w.closed:
                     for writer in w.writers.values():
                         writer.abort()
 
     def refuse(self, batch: Any) -> None:
         """After a failure: the ranges of records still to come fail too (none may pass as unread)."""
-        cause = next((w.count.failure for ws in self.writes.values() for w in ws if w.count.failure), "")
+        first = next((w.count for ws in self.writes.values() for w in ws if w.count.failure), None)
+        cause = first.failure if first is not None else ""
+        error = first.error if first is not None and first.error is not None else ErrorRecord.of(
+            TaskFailed("the task failed before these records"))
         for tp in set(zip(batch.column("topic").to_pylist(), batch.column("partition").to_pylist(), strict=True)):
             for w in self._writes(tp):
                 if w.count.failure is None:
-                    w.count.failure = f"{w.range}: not drained, the task failed before it: {cause}"
+                    w.count.fail(f"{w.range}: not drained, the task failed before it: {cause}", error)
 
     def rows(self) -> list[dict[str, Any]]:
         """One stats row per planned range this task touched."""
@@ -399,7 +405,7 @@ def drain_partition(reads: PartitionReads, client: Mapping[str, Any], settings: 
         from spark_jobs.range_counts import failed_row
 
         cause = failure_text(err)
-        return [failed_row(r.range, f"{r.range}: {cause}") for r in spec.ranges
+        return [failed_row(r.range, f"{r.range}: {cause}", ErrorRecord.of(err, where=r.range)) for r in spec.ranges
                 if r.range.topic_partition == (reads.topic, reads.partition)]
     try:
         task.expect(reads.topic, reads.partition)

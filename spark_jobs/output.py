@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kprio_core.errors import OutputPublishFailed, OutputUnavailable
+from kprio_core.errors import TRANSIENT_ERRNOS, OutputPublishFailed, OutputUnavailable
 from kprio_core.offsets import OffsetRange
 from kprio_core.results import DrainResult
 from spark_jobs.layout import (ATTEMPT_KEY, BATCH_KEY, DEAD_LETTERS, OUTPUT, PRIORITY_DIR, STAGING, RangeFile,
@@ -83,7 +83,7 @@ def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
     per ``topic[partition]``, 1 when absent) overlapping a published range under another name, and the
     attempt's staging directories. Returns the published paths. A file of another incarnation
     is never removed: its offsets are another log's.
-    OutputPublishFailed names the batch and the cause.
+    OutputPublishFailed names the batch and the cause (OutputUnavailable when the output cannot be written for now).
     """
     chosen = set(ranges) if ranges is not None else {s.range for s in result.ranges if s.failure is None}
     stats = [s for s in result.ranges if s.range in chosen]
@@ -102,8 +102,13 @@ def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
             _remove_overlapping(fs, base, result.logical_topic, stats, names, incarnations or {})
         discard(result, output_root=output_root, dead_letter_root=dead_letter_root)
     except OSError as err:
-        raise OutputPublishFailed(f"publishing batch {result.batch_id!r} attempt {result.attempt} of "
-                                  f"{result.logical_topic!r}: {err}") from err
+        from spark_jobs.staged_writer import errno_in
+
+        # An output that cannot be written for now (full, read-only, ...) is typed so here: it passes by itself.
+        unavailable = (err.errno or errno_in(str(err))) in TRANSIENT_ERRNOS
+        raise (OutputUnavailable if unavailable else OutputPublishFailed)(
+            f"publishing batch {result.batch_id!r} attempt {result.attempt} of {result.logical_topic!r}: {err}"
+        ) from err
     return tuple(published)
 
 

@@ -54,7 +54,7 @@ import numpy as np
 from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import DrainOutputInvalid
 from kprio_core.offsets import OffsetRange
-from kprio_core.results import RangeStats
+from kprio_core.results import ErrorRecord, RangeStats
 from spark_jobs.completeness import incomplete_error
 
 if TYPE_CHECKING:
@@ -63,13 +63,17 @@ if TYPE_CHECKING:
 
 def stats_struct() -> StructType:
     """The shape of a stats row: what the drain's Spark job returns, one row per task and planned range."""
-    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
-                                   StructType)
+    from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, IntegerType, LongType, StringType,
+                                   StructField, StructType)
 
     longs = ("start", "end")
     counts = ("output", "dead", "bytes", "outside", "invalid_in_output")
     null_count = StructType([StructField("field", StringType()), StructField("count", LongType())])
     gap = StructType([StructField("start", LongType()), StructField("end", LongType())])
+    error = StructType([StructField("kind", StringType()), StructField("message", StringType()),
+                        StructField("transient", BooleanType()), StructField("topic", StringType()),
+                        StructField("partition", IntegerType()), StructField("start", LongType()),
+                        StructField("end", LongType())])
     return StructType(
         [StructField("topic", StringType()), StructField("partition", IntegerType())]
         + [StructField(name, LongType()) for name in longs]
@@ -77,7 +81,8 @@ def stats_struct() -> StructType:
         + [StructField(name, LongType()) for name in counts]
         + [StructField("nulls", ArrayType(null_count)), StructField("offsets", BinaryType()),
            StructField("found", BinaryType()), StructField("lost", ArrayType(gap)),
-           StructField("failure", StringType()), StructField("files", ArrayType(StringType()))]
+           StructField("failure", StringType()), StructField("error", error),
+           StructField("files", ArrayType(StringType()))]
     )
 
 
@@ -106,6 +111,8 @@ class RangeCount:
         self.seen = np.zeros(rng.count, dtype=bool)
         self.lost: list[OffsetRange] = []
         self.failure: str | None = None
+        self.error: ErrorRecord | None = None
+        """The failure's cause, typed (:class:`~kprio_core.results.ErrorRecord`): what the driver acts on."""
         self.files: list[str] = []
 
     @property
@@ -165,15 +172,43 @@ class RangeCount:
             "nulls": [{"field": k, "count": v} for k, v in sorted(self.nulls.items())],
             "offsets": zlib.compress(packed, 1), "found": zlib.compress(found, 1),
             "lost": [{"start": g.start, "end": g.end} for g in self.lost],
-            "failure": self.failure, "files": list(self.files),
+            "failure": self.failure, "error": error_row(self.error), "files": list(self.files),
         }
 
+    def fail(self, failure: str, error: ErrorRecord) -> None:
+        """This range failed: ``failure`` is its one line for people, ``error`` the typed cause."""
+        self.failure, self.error = failure, error
 
-def failed_row(rng: OffsetRange, failure: str) -> dict[str, Any]:
+
+def failed_row(rng: OffsetRange, failure: str, error: ErrorRecord) -> dict[str, Any]:
     """The stats row of a range that failed before anything of it was written."""
     count = RangeCount(rng)
-    count.failure = failure
+    count.fail(failure, error)
     return count.row()
+
+
+def error_row(error: ErrorRecord | None) -> dict[str, Any] | None:
+    """An error record as the stats row's ``error`` struct (and back: :func:`error_of`).
+
+    >>> from kprio_core.errors import BrokerUnreachable
+    >>> rec = ErrorRecord.of(BrokerUnreachable("b:9092", 5), where=OffsetRange("o-2", 0, 5, 9))
+    >>> error_of(error_row(rec)) == rec
+    True
+    """
+    if error is None:
+        return None
+    where = error.where
+    return {"kind": error.kind, "message": error.message, "transient": error.transient,
+            "topic": where.topic if where else None, "partition": where.partition if where else None,
+            "start": where.start if where else None, "end": where.end if where else None}
+
+
+def error_of(row: Mapping[str, Any] | None) -> ErrorRecord | None:
+    if row is None:
+        return None
+    where = (OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
+             if row.get("topic") is not None else None)
+    return ErrorRecord(row["kind"], row["message"], bool(row["transient"]), where)
 
 
 def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRange], *,
@@ -204,14 +239,17 @@ def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRang
         lost = _lost_bits(rng, parts, (log_bounds or {}).get(rng.topic_partition), found | present)
         written = np.flatnonzero(present)
         missing = _gaps(rng, found & ~present)
-        failure = next((r["failure"] for r in parts if r["failure"]), None)
+        failed = next((r for r in parts if r["failure"]), None)
+        failure, error = (failed["failure"], error_of(failed.get("error"))) if failed else (None, None)
         if failure is None and not parts and rng.count and every_range_reported:
             failure = f"{rng}: no drain task reported this range"
+            error = ErrorRecord.of(DrainOutputInvalid(failure), where=rng)
         if failure is None and missing:
-            failure = str(incomplete_error(rng, missing, "found by the read, missing from the drained output"))
+            gap = incomplete_error(rng, missing, "found by the read, missing from the drained output")
+            failure, error = str(gap), ErrorRecord.of(gap, where=rng)
         if failure is None and lost.any() and not allow_data_loss:
-            gaps = _gaps(rng, lost)
-            failure = str(incomplete_error(rng, gaps, "lost before the read"))
+            gap = incomplete_error(rng, _gaps(rng, lost), "lost before the read")
+            failure, error = str(gap), ErrorRecord.of(gap, where=rng)
         nulls: dict[str, int] = {}
         for r in parts:
             for item in r["nulls"] or ():
@@ -224,7 +262,7 @@ def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRang
             bytes=sum(r["bytes"] for r in parts), outside=sum(r["outside"] for r in parts),
             invalid_in_output=sum(r["invalid_in_output"] for r in parts), nulls=tuple(sorted(nulls.items())),
             lost=_gaps(rng, lost) if allow_data_loss else (),
-            no_record=int((~(found | present | lost)).sum()), failure=failure,
+            no_record=int((~(found | present | lost)).sum()), failure=failure, error=error,
             files=tuple(f for r in parts for f in r["files"] or ()),
         ))
     return tuple(stats)

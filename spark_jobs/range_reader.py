@@ -205,7 +205,9 @@ def read_range(
             for msg in messages:
                 err = msg.error()
                 if err is not None:
-                    stop, position, note = _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name)
+                    stop, position, note = _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name,
+                                                     where=(str(client.get("bootstrap.servers", "?")),
+                                                            settings.stall_timeout_s))
                     if stop:
                         reason = note or "done"
                         break
@@ -242,15 +244,22 @@ def read_range(
     if lost:
         why = "; ".join([*notes, reason] if reason else notes)
         if stalled or not settings.allow_data_loss:
-            raise incomplete_error(rng, lost, why)
+            raise incomplete_error(rng, lost, why, stalled=stalled)
         LOGGER.warning("%s: %d offsets lost (%s)", rng, sum(g.count for g in lost), why)
 
 
 def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any], timeout_s: float) -> None:
     """A missing topic or partition fails at once, by name (a consumer assigned to it would only wait)."""
-    from kprio_core.errors import KafkaOperationFailed, TopicMissing
+    from confluent_kafka import KafkaException
 
-    topic = consumer.list_topics(rng.topic, timeout=timeout_s).topics.get(rng.topic)
+    from kprio_core.errors import KafkaOperationFailed, TopicMissing
+    from kprio_core.kafka.client import kafka_failure
+
+    try:
+        topic = consumer.list_topics(rng.topic, timeout=timeout_s).topics.get(rng.topic)
+    except KafkaException as exc:  # typed here (BrokerUnreachable, ...), where the client's error code is known
+        raise kafka_failure(exc, what=f"reading {rng}", bootstrap=str(client.get("bootstrap.servers", "?")),
+                            timeout_s=timeout_s, topic=rng.topic) from None
     if topic is None or topic.error is not None and not topic.partitions:
         raise TopicMissing(rng.topic, str(client.get("bootstrap.servers", "?")))
     if rng.partition not in topic.partitions:
@@ -286,10 +295,12 @@ def _plain(messages: list[Any], position: int, end: int) -> bool:
         messages[0].offset() >= position and messages[-1].offset() < end)
 
 
-def _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name="high watermark"):
+def _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name="high watermark", *,
+              where=("?", 0.0)):
     """Handle an error event: (stop reading?, new position, what happened).
 
-    ``end_name``: what the end of a partition is to this reader (its isolation level's end).
+    ``end_name``: what the end of a partition is to this reader (its isolation level's end);
+    ``where``: the bootstrap servers and the stall timeout, for a typed error's message.
     """
     code = err.code()
     if code == ck.KafkaError._PARTITION_EOF:
@@ -319,5 +330,8 @@ def _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name="hi
         LOGGER.info("%s: client event while reading: %s", rng, err.str())
         return False, position, ""
     from kprio_core.errors import KafkaOperationFailed
+    from kprio_core.kafka.client import kafka_failure
 
-    raise KafkaOperationFailed(f"reading {rng}: {err.str()}")
+    # Typed by the client's error code here: an unreachable or leaderless cluster passes by itself.
+    typed = kafka_failure(err, what=f"reading {rng}", bootstrap=where[0], timeout_s=where[1], topic=rng.topic)
+    raise typed if not isinstance(typed, KafkaOperationFailed) else KafkaOperationFailed(f"reading {rng}: {err.str()}")

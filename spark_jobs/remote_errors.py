@@ -1,27 +1,49 @@
-"""Turn a kprio error raised on an executor back into its type on the driver.
+"""Exceptions Spark itself raises around a drain, outside kprio's drain task, typed once where they are caught.
 
-Spark wraps an executor's Python exception into its own (``PythonException``), keeping the
-original traceback text. The last ``kprio_core.errors.<Name>: <message>`` line of that text
-becomes the typed error again, with the Spark exception as its cause.
+A drain task never raises to Spark: what fails in it comes back in its stats rows as a typed
+record (:class:`kprio_core.results.ErrorRecord`). Two kinds of failure still arrive as Spark's own
+exceptions, and are turned into kprio's types here, at the one boundary that catches them:
+
+- **a failed read stage of the key-order shuffle** (:func:`kprio_error_in`): there the records
+  are read by the ``kprio-kafka`` source's records mode (or Spark's own ``kafka`` source) in a
+  stage before the drain task; a kprio error raised by the reader fails Spark's stage, and Spark
+  wraps it into its own exception keeping only the traceback's text. The last
+  ``kprio_core.errors.<Name>: <message>`` line of that text is the error again;
+- **Spark gone** (:func:`spark_unavailable`): a Spark Connect server stopped or restarted, a
+  session it closed, a stopped context or a lost JVM gateway. These come from py4j and gRPC:
+  their type says so where it can (``Py4JNetworkError``, a gRPC status ``UNAVAILABLE``, a
+  ``SESSION_CLOSED`` error condition, a refused connection); a context shut down under a running
+  job is only said in the text of Spark's ``SparkException``, so that one is matched by its words.
 
 >>> err = kprio_error_in(RuntimeError("...\\nkprio_core.errors.RangeIncomplete: range t[0]@[0,5) is incomplete\\n SQLSTATE: 38000"))
 >>> type(err).__name__, str(err)
 ('RangeIncomplete', 'range t[0]@[0,5) is incomplete')
 >>> kprio_error_in(RuntimeError("boom")) is None
 True
+>>> type(spark_unavailable(ConnectionRefusedError(111, "Connection refused"))).__name__
+'SparkUnavailable'
+>>> spark_unavailable(ValueError("a plan bug")) is None
+True
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 
 from kprio_core import errors
+from kprio_core.results import ErrorRecord
 
 _LINE = re.compile(r"kprio_core\.errors\.(\w+): (.+)")
 
+_GONE_CONDITIONS = ("INVALID_HANDLE.SESSION_CLOSED", "INVALID_HANDLE.SESSION_NOT_FOUND")
+_GONE_WORDS = ("SparkContext was shut down", "SparkContext has been shutdown")
+"""How a classic context stopped under a running job is said: Spark gives it no type of its own."""
+
 
 def kprio_error_in(exc: BaseException) -> errors.KprioError | None:
-    """The kprio error named in ``exc``'s text, rebuilt with the same type and message, or None."""
+    """The kprio error named in a failed Spark read stage's text, rebuilt with the same type and message, or None."""
     found = _LINE.findall(str(exc))
     if not found:
         return None
@@ -29,6 +51,42 @@ def kprio_error_in(exc: BaseException) -> errors.KprioError | None:
     cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, errors.KprioError)):
         return None
-    rebuilt = cls.__new__(cls)
-    Exception.__init__(rebuilt, message.strip())  # bypass custom __init__s: the text is final
-    return rebuilt
+    return ErrorRecord(name, message.strip()).error()
+
+
+def spark_unavailable(exc: BaseException) -> errors.SparkUnavailable | None:
+    """SparkUnavailable when ``exc`` says Spark itself went away (see the module docstring), else None."""
+    if isinstance(exc, errors.KprioError):
+        return None
+    if isinstance(exc, ConnectionError) or _gone(exc):
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        return errors.SparkUnavailable(f"Spark is not available: {type(exc).__name__}: {first}")
+    return None
+
+
+def _gone(exc: BaseException) -> bool:
+    try:
+        from py4j.protocol import Py4JNetworkError
+    except ImportError:  # a Spark Connect client has no py4j
+        Py4JNetworkError = ()  # noqa: N806
+    if Py4JNetworkError and isinstance(exc, Py4JNetworkError):
+        return True
+    status = getattr(exc, "getGrpcStatusCode", None)
+    if status is not None and getattr(status(), "name", "") == "UNAVAILABLE":
+        return True
+    condition = getattr(exc, "getCondition", None)
+    if condition is not None and (condition() or "") in _GONE_CONDITIONS:
+        return True
+    return any(words in str(exc) for words in _GONE_WORDS)
+
+
+@contextlib.contextmanager
+def spark_boundary() -> Iterator[None]:
+    """Run Spark calls: Spark gone becomes :class:`~kprio_core.errors.SparkUnavailable`, anything else passes as is."""
+    try:
+        yield
+    except Exception as exc:
+        typed = spark_unavailable(exc)
+        if typed is None:
+            raise
+        raise typed from exc

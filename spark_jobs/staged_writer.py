@@ -13,7 +13,10 @@ executor) never interleaves with the first and a staged name only ever holds a w
 stores make an object visible only once it is fully uploaded: the file is written in place.
 
 An ``OSError`` comes back as ``OSError(errno, "<cause>", <path>)``, e.g. ``No space left on
-device`` with the file's path, whatever layer raised it.
+device`` with the file's path, whatever layer raised it; one whose number says the output cannot
+be written for now (:data:`~kprio_core.errors.TRANSIENT_ERRNOS`: full, read-only, ...) is typed
+right here as :class:`~kprio_core.errors.OutputUnavailable` with the same text, so its batch is
+retried until the storage is back.
 
 >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile
 >>> from spark_jobs.layout import filesystem
@@ -124,18 +127,35 @@ class StagedWriter:
 
 @contextlib.contextmanager
 def _with_path(path: str) -> Iterator[None]:
-    """Re-raise any OSError as ``OSError(errno, strerror, path)``: the cause and where, nothing else."""
+    """Re-raise any OSError as ``OSError(errno, strerror, path)`` (the cause and where), or as OutputUnavailable.
+
+    >>> import errno
+    >>> with _with_path("/out/f.parquet"):
+    ...     raise OSError("[errno 28] error writing bytes to file")
+    Traceback (most recent call last):
+    ...
+    kprio_core.errors.OutputUnavailable: No space left on device: /out/f.parquet
+    """
+    from kprio_core.errors import TRANSIENT_ERRNOS, OutputUnavailable
+
     try:
         yield
     except OSError as err:
-        if err.filename == path:
+        code = err.errno or errno_in(str(err))
+        if err.filename == path and code == err.errno:
+            named = err
+        else:
+            cause = os.strerror(code) if code else (err.strerror or str(err))
+            named = OSError(code, cause, path)
+        if code in TRANSIENT_ERRNOS:
+            raise OutputUnavailable(os_error_text(named)) from err
+        if named is err:
             raise
-        code = err.errno or _errno_in(str(err))
-        cause = os.strerror(code) if code else (err.strerror or str(err))
-        raise OSError(code, cause, path) from err
+        raise named from err
 
 
-def _errno_in(text: str) -> int | None:
+def errno_in(text: str) -> int | None:
+    """The errno pyarrow's filesystem layer writes into its OSError's text (``[errno 28] ...``), its only trace."""
     m = _ERRNO.search(text)
     return int(m.group(1)) if m else None
 

@@ -32,6 +32,7 @@ MODULES = [
     "orchestration.partitions",
     "orchestration.replay_asset",
     "orchestration.resources",
+    "orchestration.runtime.batch_metadata",
     "orchestration.services.broker",
     "orchestration.services.jars",
     "orchestration.services.process",

@@ -1,0 +1,475 @@
+"""What one run of a batch must do, as pure rules: from the ledger's batch and the run's facts to one typed step.
+
+A run of a batch partition is launched by the sensor (or ``kprio drain``) for an attempt, by
+Dagster's run-retry daemon after a failed run, or by an operator (the UI, a backfill, ``kprio
+retry``). Whoever launched it, the run first decides, from the batch as the ledger has it, what
+it is for (:func:`decide_run`), in this order (each rule is one function below):
+
+1. a failed or committed batch planned on an earlier incarnation of its log never runs again
+   (its ranges would read another log's offsets): **fail**;
+2. an operator's run re-drains a committed or failed batch (**drain**, re-drain) and otherwise
+   takes the batch as it stands, unless another live run owns it (**wait**);
+3. a committed batch has **nothing to do**; so has a failed one whose run this run waited for;
+4. a failed batch is **retried** as the next attempt, unless a later attempt exists, its failure
+   holds nothing, or its attempts are exhausted (**fail**), after its backoff (**wait** until T);
+5. a batch in flight goes on: this run's own lease, or nobody took this attempt yet (**drain** as
+   is); another live run owns it (**wait**); a later attempt exists (**nothing to do**); else its
+   run died and this run **takes it over** as the next attempt.
+
+The order matters: supersession is checked before anything may re-drain, and an operator's wish
+comes before the sensor's attempt bookkeeping (a person's re-drain is never "nothing to do"
+because an attempt number moved on).
+
+The clock is passed in; nothing here reads the ledger, the wall clock or Dagster: the runtime
+(``orchestration.runtime.batch``) carries the step out and asks again after a wait.
+
+A sensor's run for attempt 1 of a planned batch nobody holds drains it as it stands:
+
+>>> from datetime import UTC, datetime, timedelta
+>>> from kprio_core.config import RecoverySettings
+>>> now = datetime(2026, 1, 1, tzinfo=UTC)
+>>> me = "6f1c2d3e-aaaa@host:42"
+>>> planned = BatchView("b-000007", BatchState.PLANNED, attempts=1)
+>>> decide_run(planned, Intent(Launcher.SENSOR, 1, LaunchReason.NEW), owner=me, recovery=RecoverySettings(), now=now)
+Drain(how=<DrainFrom.AS_IS: 'as-is'>, take_over=(), reason='', note='')
+
+A failed batch, attempt 2 of 3, whose backoff ends in 10 s: wait until then, then retry:
+
+>>> failed = BatchView("b-000007", BatchState.FAILED, attempts=2, holds=True, reason="boom",
+...                    retry_at=now + timedelta(seconds=10))
+>>> step = decide_run(failed, Intent(Launcher.SENSOR, 3, LaunchReason.RETRY), owner=me,
+...                   recovery=RecoverySettings(), now=now)
+>>> step.why, step.message
+(<WaitWhy.BACKOFF: 'backoff'>, 'b-000007: backing off 10.0 s before its retry')
+>>> decide_run(failed, Intent(Launcher.SENSOR, 3), owner=me, recovery=RecoverySettings(),
+...            now=now + timedelta(seconds=10)).reason
+'retry by run 6f1c2d3e'
+
+Attempt 3 of 3 failed: its partitions wait for an operator, who may still re-drain it:
+
+>>> spent = BatchView("b-000007", BatchState.FAILED, attempts=3, holds=True, reason="boom")
+>>> decide_run(spent, Intent(Launcher.DAGSTER_RETRY, 3), owner=me, recovery=RecoverySettings(), now=now).message
+'b-000007 failed 3 times (recovery.max_attempts=3): boom; its partitions wait for an operator: kprio retry b-000007'
+>>> decide_run(spent, Intent(Launcher.OPERATOR), owner=me, recovery=RecoverySettings(), now=now).how
+<DrainFrom.REDRAIN: 'redrain'>
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from kprio_core.ledger.states import BatchState
+from kprio_core.recovery import Lease, may_retry, parse_owner, retry_delay_s
+
+if TYPE_CHECKING:
+    from kprio_core.config import RecoverySettings
+    from kprio_core.ledger import Batch
+
+SLOT_WAIT_S = 900.0
+"""Longest a run waits for a priority slot, for another run of its batch, or for the batches before it to commit."""
+
+S = BatchState
+
+
+# -- who launched the run --------------------------------------------------------------------------
+
+
+class Launcher(str, enum.Enum):
+    """Who asked for a run of a batch."""
+
+    SENSOR = "sensor"
+    """priority_lag_sensor (or ``kprio drain``): for a given attempt."""
+    DAGSTER_RETRY = "dagster-retry"
+    """Dagster's run-retry daemon, after a failed run."""
+    OPERATOR = "operator"
+    """A person: the asset page, the asset graph, the job page, a backfill, ``kprio retry``."""
+
+
+class LaunchReason(str, enum.Enum):
+    """Why the sensor (or ``kprio drain``) launched a run: the ``kprio/why`` tag's values."""
+
+    NEW = "new"
+    """Planned, and no run was ever requested for it."""
+    RETRY = "retry"
+    """It failed; attempts are left and its backoff is over."""
+    RESUME = "resume"
+    """It is in flight but its run died: a new attempt takes its work over."""
+    COMMIT = "commit"
+    """Checked, and the batches before it committed: only the commit is left."""
+    REDRAIN = "redrain"
+    """Committed, and its group's offset moved back over it outside kprio: its ranges are drained again."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, text: str | None) -> LaunchReason | None:
+        """The reason a tag value names; None when absent or unknown (a tag written by another version).
+
+        >>> LaunchReason.parse("retry"), LaunchReason.parse("later"), LaunchReason.parse(None)
+        (<LaunchReason.RETRY: 'retry'>, None, None)
+        """
+        try:
+            return cls(text)
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True)
+class Intent:
+    """Who launched a run, and for which attempt and why when the sensor did."""
+
+    kind: Launcher
+    attempt: int | None = None
+    why: LaunchReason | None = None
+
+
+# -- the inputs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchView:
+    """The batch as the ledger has it, as far as a run's decision needs it."""
+
+    batch_id: str
+    state: BatchState
+    attempts: int
+    lease: Lease | None = None
+    holds: bool = False
+    """Failed, and it holds its partitions (a failed re-drain of committed offsets holds nothing)."""
+    transient: bool = False
+    """Its last failure's cause passes by itself: retried however many attempts it took."""
+    retry_at: datetime | None = None
+    reason: str | None = None
+    superseded: str | None = None
+    """Why it never runs again (planned on an earlier incarnation of its log), None while it is current."""
+
+    @classmethod
+    def of(cls, batch: Batch, superseded: str | None = None) -> BatchView:
+        return cls(batch.batch_id, batch.state, batch.attempts, batch.lease, batch.holds, batch.transient,
+                   batch.retry_at, batch.reason, superseded)
+
+    @property
+    def in_flight(self) -> bool:
+        return self.state.in_flight
+
+
+# -- the steps -------------------------------------------------------------------------------------
+
+
+class DrainFrom(str, enum.Enum):
+    """How a run that drains gets the attempt it works on."""
+
+    AS_IS = "as-is"
+    """The batch stands where this run goes on from (its own lease, or nobody took this attempt yet)."""
+    RETRY = "retry"
+    """A failed batch: the next attempt, with the same ranges (the ledger's retry)."""
+    TAKE_OVER = "take-over"
+    """In flight, but its run died: the next attempt, its lease taken over (the ledger's retry)."""
+    REDRAIN = "redrain"
+    """An operator's re-drain of a committed or failed batch (the ledger's replay)."""
+
+
+class WaitWhy(str, enum.Enum):
+    """Why a run waits before it decides again."""
+
+    LEASE_HELD = "lease-held"
+    """Another live run owns the batch: its outcome decides what this run does."""
+    SLOT_TAKEN = "slot-taken"
+    """A priority slot (``planner.max_in_flight``) or the batch's ranges are taken by another batch."""
+    BACKOFF = "backoff"
+    """A failed batch waits for its retry time."""
+    PREDECESSOR = "predecessor"
+    """A batch before it on its partitions is being finished by its own run: its commit comes first."""
+
+
+class DoneWhy(str, enum.Enum):
+    """Why a run has nothing (more) to do."""
+
+    COMMITTED = "committed"
+    FINISHED_ELSEWHERE = "finished-elsewhere"
+    """Another run, which this one waited for, committed or failed it."""
+    LATER_ATTEMPT = "later-attempt"
+    """The ledger is past the attempt this run was launched for."""
+    HOLDS_NOTHING = "holds-nothing"
+    """A failed re-drain of committed offsets: nothing waits for it."""
+    COMMITS_LATER = "commits-later"
+    """Checked and published; it commits once the batches before it commit (their runs commit it)."""
+
+
+class FailWhy(str, enum.Enum):
+    """Why a run fails without trying."""
+
+    SUPERSEDED = "superseded"
+    EXHAUSTED = "exhausted"
+    NOT_COMMITTED = "not-committed"
+    """An operator's run whose batch cannot commit yet (a backfill is Succeeded only when committed)."""
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Take the batch (as ``how`` says), claim its lease, and carry out the work left (:func:`work_left`)."""
+
+    how: DrainFrom
+    take_over: tuple[str, ...] = ()
+    """Owners known dead whose lease this run may take."""
+    reason: str = ""
+    """The ledger's reason for a new attempt (retry, take-over)."""
+    note: str = ""
+    """What the run says about it (a re-drain)."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Wait, then decide again (up to :data:`SLOT_WAIT_S`, a backoff excepted)."""
+
+    why: WaitWhy
+    message: str
+    owner: str | None = None
+    """LEASE_HELD: the run this one waits for."""
+    until: datetime | None = None
+    """BACKOFF: when the retry is due."""
+
+
+@dataclass(frozen=True)
+class NothingToDo:
+    """The run's work is done, or not this run's: it says so and succeeds."""
+
+    why: DoneWhy
+    message: str
+
+
+@dataclass(frozen=True)
+class Fail:
+    """The run fails with ``message``, the batch left as it is."""
+
+    why: FailWhy
+    message: str
+
+
+class Commit:
+    """Commit the batch's offsets now."""
+
+    def __repr__(self) -> str:
+        return "Commit()"
+
+
+Step = Drain | Wait | NothingToDo | Fail
+CommitStep = Commit | Wait | NothingToDo | Fail
+
+
+class Work(str, enum.Enum):
+    """What is left of a claimed batch's work."""
+
+    DRAIN = "drain"
+    """Drain, isolate, check, publish, then commit."""
+    COMMIT = "commit"
+    """Checked and published by an earlier run of this attempt: only the commit is left."""
+
+
+# -- the run's decision ----------------------------------------------------------------------------
+
+
+def decide_run(batch: BatchView, intent: Intent, *, owner: str, recovery: RecoverySettings, now: datetime,
+               dead: Collection[str] = (), waited_on: str | None = None) -> Step:
+    """What this run (lease owner ``owner``) does with ``batch`` now (see the module docstring for the order).
+
+    ``dead``: lease owners known gone (their Dagster run ended, their process is gone);
+    ``waited_on``: the owner of the run this one already waited for, if any.
+    """
+    if batch.state in (S.FAILED, S.COMMITTED) and batch.superseded:
+        return Fail(FailWhy.SUPERSEDED, batch.superseded)
+    if intent.kind is Launcher.OPERATOR:
+        return _redrain(batch, owner, now, dead, waited_on)
+    if batch.state is S.COMMITTED:
+        by = f" by {waited_on}" if waited_on else ""
+        return NothingToDo(DoneWhy.COMMITTED,
+                           f"{batch.batch_id} is already committed{by} (attempt {batch.attempts}): nothing to do")
+    if batch.state is S.FAILED and waited_on is not None:
+        return NothingToDo(DoneWhy.FINISHED_ELSEWHERE,
+                           f"{batch.batch_id} failed in the run this one waited for ({waited_on})")
+    if batch.state is S.FAILED:
+        return _retry(batch, intent, owner, recovery, now)
+    return _resume(batch, intent, owner, now, dead)
+
+
+def _redrain(batch: BatchView, owner: str, now: datetime, dead: Collection[str], waited_on: str | None) -> Step:
+    """An operator's run: re-drain a committed or failed batch, take over one whose run died."""
+    if batch.state in (S.COMMITTED, S.FAILED):
+        if waited_on is not None and batch.state is S.COMMITTED:
+            return NothingToDo(DoneWhy.FINISHED_ELSEWHERE, f"{batch.batch_id} was drained and committed by "
+                               f"{waited_on} while this run waited: nothing to do")
+        return Drain(DrainFrom.REDRAIN, note=f"{batch.batch_id} is {batch.state.value}: re-draining its exact ranges")
+    if live_elsewhere(batch.lease, owner, now, dead):
+        return _held(batch)
+    return Drain(DrainFrom.AS_IS, take_over=_dead_owner(batch, owner, dead))
+
+
+def _retry(batch: BatchView, intent: Intent, owner: str, recovery: RecoverySettings, now: datetime) -> Step:
+    """A failed batch: the next attempt, after its backoff, while attempts are left."""
+    wanted = intent.attempt
+    if intent.kind is Launcher.SENSOR and wanted is not None and wanted <= batch.attempts:
+        return NothingToDo(DoneWhy.LATER_ATTEMPT, f"{batch.batch_id} failed in attempt {batch.attempts}, after the "
+                           f"attempt {wanted} this run was for: nothing to do")
+    if not batch.holds:
+        return NothingToDo(DoneWhy.HOLDS_NOTHING, f"{batch.batch_id}: its failed re-drain holds nothing (its offsets "
+                           "were committed); re-materialize it to re-drain it again")
+    if not batch.transient and not may_retry(attempts=batch.attempts, max_attempts=recovery.max_attempts):
+        return Fail(FailWhy.EXHAUSTED, f"{batch.batch_id} failed {batch.attempts} times "
+                    f"(recovery.max_attempts={recovery.max_attempts}): {batch.reason}; its partitions wait for an "
+                    f"operator: kprio retry {batch.batch_id}")
+    if batch.retry_at is not None and batch.retry_at > now:
+        wait = (batch.retry_at - now).total_seconds()
+        return Wait(WaitWhy.BACKOFF, f"{batch.batch_id}: backing off {wait:.1f} s before its retry",
+                    until=batch.retry_at)
+    return Drain(DrainFrom.RETRY, reason=f"retry by run {run_label(owner)}")
+
+
+def _resume(batch: BatchView, intent: Intent, owner: str, now: datetime, dead: Collection[str]) -> Step:
+    """A batch in flight: this attempt's own run goes on; a run after a dead one takes over."""
+    lease, wanted = batch.lease, intent.attempt
+    if lease is not None and lease.owner == owner:
+        return Drain(DrainFrom.AS_IS)
+    if live_elsewhere(lease, owner, now, dead):
+        return _held(batch)  # its outcome decides: wait for it, then decide again
+    if lease is None and (intent.kind is Launcher.DAGSTER_RETRY or wanted == batch.attempts):
+        return Drain(DrainFrom.AS_IS)  # nobody took it yet: this run goes on from where it stands
+    if intent.kind is Launcher.SENSOR and wanted is not None and wanted < batch.attempts:
+        return NothingToDo(DoneWhy.LATER_ATTEMPT, f"{batch.batch_id} is at attempt {batch.attempts}, after the "
+                           f"attempt {wanted} this run was for: nothing to do")
+    return Drain(DrainFrom.TAKE_OVER, take_over=_dead_owner(batch, owner, dead),
+                 reason=f"resumed by run {run_label(owner)}: the run before it died")
+
+
+def _held(batch: BatchView) -> Wait:
+    assert batch.lease is not None
+    return Wait(WaitWhy.LEASE_HELD, f"batch {batch.batch_id} is being worked on by {batch.lease.owner}",
+                owner=batch.lease.owner)
+
+
+def _dead_owner(batch: BatchView, owner: str, dead: Collection[str]) -> tuple[str, ...]:
+    lease = batch.lease
+    return (lease.owner,) if lease is not None and lease.owner != owner and lease.owner in dead else ()
+
+
+def live_elsewhere(lease: Lease | None, owner: str, now: datetime, dead: Collection[str] = ()) -> bool:
+    """Another run holds the lease, it has not expired, and its owner is not known dead.
+
+    >>> from datetime import UTC, datetime
+    >>> lease = Lease("r2@h:7", datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC))
+    >>> now = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> live_elsewhere(lease, "r1@h:6", now), live_elsewhere(lease, "r2@h:7", now)
+    (True, False)
+    >>> live_elsewhere(lease, "r1@h:6", now, dead={"r2@h:7"})
+    False
+    """
+    return lease is not None and lease.owner != owner and not lease.expired(now) and lease.owner not in dead
+
+
+def run_label(owner: str) -> str:
+    """The short run id a lease owner names (what the ledger's reasons say), else the owner itself.
+
+    >>> run_label("6f1c2d3e-1234-5678@host:42"), run_label("someone")
+    ('6f1c2d3e', 'someone')
+    """
+    parsed = parse_owner(owner)
+    return parsed.run_id[:8] if parsed is not None and parsed.run_id else owner
+
+
+def refused(kind: WaitWhy, message: str) -> Wait:
+    """The ledger refused this run's move (a slot or the ranges taken, a live lease): wait and decide again."""
+    return Wait(kind, message)
+
+
+def waited_too_long(waited_s: float, step: Wait) -> bool:
+    """Whether a run gives up waiting: a backoff is waited out whole; the rest at most :data:`SLOT_WAIT_S`.
+
+    >>> waited_too_long(901.0, Wait(WaitWhy.SLOT_TAKEN, "")), waited_too_long(901.0, Wait(WaitWhy.BACKOFF, ""))
+    (True, False)
+    """
+    return step.why is not WaitWhy.BACKOFF and waited_s > SLOT_WAIT_S
+
+
+# -- after the take --------------------------------------------------------------------------------
+
+
+def work_left(state: BatchState) -> Work:
+    """What a claimed batch still needs: a checked one only its commit (its output passed the checks).
+
+    >>> work_left(BatchState.DRAINED), work_left(BatchState.CHECKED)
+    (<Work.DRAIN: 'drain'>, <Work.COMMIT: 'commit'>)
+    """
+    return Work.COMMIT if state is S.CHECKED else Work.DRAIN
+
+
+def before_commit(batch_id: str, blocking: Sequence[BatchView], intent: Intent, *, now: datetime,
+                  waited_out: bool = False) -> CommitStep:
+    """Commit now, wait for the runs finishing the batches before it, or leave the commit to them.
+
+    ``blocking``: the batches before this one on its partitions that did not commit yet.
+    ``waited_out``: this run waited :data:`SLOT_WAIT_S` already.
+
+    >>> from datetime import UTC, datetime
+    >>> now = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> before_commit("b-2", [], Intent(Launcher.SENSOR, 1), now=now)
+    Commit()
+    >>> failed = BatchView("b-1", BatchState.FAILED, 3, holds=True)
+    >>> before_commit("b-2", [failed], Intent(Launcher.SENSOR, 1), now=now).message
+    'b-2 is checked and published; it commits once b-1 (failed) commit (the batches before it on the same partitions)'
+    >>> before_commit("b-2", [failed], Intent(Launcher.OPERATOR), now=now).why
+    <FailWhy.NOT_COMMITTED: 'not-committed'>
+    """
+    if not blocking:
+        return Commit()
+    running = [b for b in blocking if b.in_flight and b.lease is not None and not b.lease.expired(now)]
+    if running and not waited_out:
+        return Wait(WaitWhy.PREDECESSOR, f"{batch_id} waits for {', '.join(b.batch_id for b in running)} to commit")
+    ids = ", ".join(f"{b.batch_id} ({b.state.value})" for b in blocking)
+    message = (f"{batch_id} is checked and published; it commits once {ids} commit "
+               "(the batches before it on the same partitions)")
+    if intent.kind is Launcher.OPERATOR:
+        return Fail(FailWhy.NOT_COMMITTED, message)  # a backfill is Succeeded only when committed
+    return NothingToDo(DoneWhy.COMMITS_LATER, message)
+
+
+def commits_for_another(later: BatchView, now: datetime) -> bool:
+    """A later batch ready to commit is committed by this run unless its own run holds a live lease on it."""
+    return later.lease is None or later.lease.expired(now)
+
+
+def marks_failed(batch: BatchView, owner: str) -> bool:
+    """A run's failure fails the batch only while it is in flight and not another run's (it moved on otherwise).
+
+    >>> marks_failed(BatchView("b-1", BatchState.DRAINED, 1), "me")
+    True
+    >>> marks_failed(BatchView("b-1", BatchState.COMMITTED, 1), "me")
+    False
+    """
+    return batch.in_flight and (batch.lease is None or batch.lease.owner == owner)
+
+
+def retry_at(attempt: int, recovery: RecoverySettings, now: datetime) -> datetime:
+    """When the attempt after failed attempt ``attempt`` may start (``recovery.backoff_s`` doubling, capped).
+
+    >>> from datetime import UTC, datetime
+    >>> from kprio_core.config import RecoverySettings
+    >>> retry_at(3, RecoverySettings(backoff_s=5, backoff_max_s=60), datetime(2026, 1, 1, tzinfo=UTC)).second
+    20
+    """
+    return now + timedelta(seconds=retry_delay_s(attempt, base_s=recovery.backoff_s, max_s=recovery.backoff_max_s))
+
+
+def transient_failure(causes: Iterable[bool | None]) -> bool:
+    """A failure passes by itself only when every cause does (a check's verdict or an unknown cause never does).
+
+    >>> transient_failure([True, True]), transient_failure([True, False]), transient_failure([True, None])
+    (True, False, False)
+    >>> transient_failure([])
+    False
+    """
+    flags = list(causes)
+    return bool(flags) and all(f is True for f in flags)

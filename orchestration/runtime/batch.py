@@ -1,0 +1,361 @@
+"""One run of one batch, free of any orchestrator: take, drain, isolate, check, publish, commit.
+
+:class:`BatchRun` carries out what :mod:`kprio_core.lifecycle.run` decides, with ledger calls,
+Spark, Great Expectations and Kafka, and reports what happened as typed events (:class:`Checked`,
+:class:`Drained`, :class:`Committed`) that a driver turns into its own (the Dagster adapter:
+``orchestration.batch_asset``). In order:
+
+1. **take the batch**: ask :func:`~kprio_core.lifecycle.run.decide_run` what this run is for and
+   do it (retry, take over, re-drain, go on as is), waiting as it says (another live run owns the
+   batch, a priority slot is taken, a backoff) and asking again after each wait; then claim the
+   batch's lease and keep it renewed (:class:`~orchestration.leases.Heartbeat`). A run with nothing
+   to do says why and succeeds; a run that must not try fails with the rule's one line;
+2. **drain** the ranges to staged files (output and dead letters), nothing visible yet;
+3. **isolate**: ranges whose drain failed, then ranges that failed a check, are split off into a
+   new failed batch that holds only their partitions; the rest goes on;
+4. **check** the rest with the Great Expectations suite;
+5. **publish** the checked files (readers see them only now): the batch is drained;
+6. **commit** each range's end to its priority's group, never backwards, once the batches before
+   it on the same partitions committed (:func:`~kprio_core.lifecycle.run.before_commit`); then
+   commit later batches that were waiting for this one.
+
+Any failure marks the batch failed (unless it moved on: :func:`~kprio_core.lifecycle.run.marks_failed`)
+with one line naming the topic, partitions and offsets, and the cause, then raises
+:class:`RunFailed`; whether it passes by itself is its type's verdict (the executors' typed records,
+:func:`kprio_core.errors.is_transient`). An interrupted run (SIGTERM, a terminated run) releases the
+lease and leaves the batch where it was, for the next run to resume.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kprio_core.config import KprioConfig, TopicSettings
+from kprio_core.errors import BatchBusy, KprioError, RangeConflict, is_transient
+from kprio_core.ledger import Batch, BatchState, Ledger
+from kprio_core.lifecycle.run import (
+    SLOT_WAIT_S,
+    BatchView,
+    Drain,
+    DrainFrom,
+    Fail,
+    Intent,
+    NothingToDo,
+    Wait,
+    WaitWhy,
+    Work,
+    before_commit,
+    commits_for_another,
+    decide_run,
+    marks_failed,
+    refused,
+    retry_at,
+    run_label,
+    transient_failure,
+    waited_too_long,
+    work_left,
+)
+from kprio_core.results import CheckReport
+from orchestration.checks import check_batch, warm_up
+from orchestration.commit import commit_batch
+from orchestration.faults import crash_point
+from orchestration.leases import Heartbeat, this_owner
+from orchestration.runtime.batch_metadata import Timings, drained_metadata, failure_reason, one_line
+from spark_jobs.remote_errors import spark_boundary
+
+POLL_S = 1.0
+
+
+class Log(Protocol):
+    def info(self, msg: str) -> None: ...
+    def warning(self, msg: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The blocking checks' verdicts on the batch's output (this run's, or the published one's)."""
+
+    report: CheckReport
+
+
+@dataclass(frozen=True)
+class Drained:
+    """The batch's output is published: its numbers (:func:`~.batch_metadata.drained_metadata`)."""
+
+    metadata: dict[str, object]
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A batch's offsets are committed: this run's batch, or a later one that only waited for it (``note`` says)."""
+
+    batch_id: str
+    metadata: dict[str, object]
+    note: str | None = None
+
+
+Event = Checked | Drained | Committed
+
+
+class RunFailed(Exception):
+    """The run fails with this one line (the batch marked failed, or left as the rules say); its cause chained."""
+
+
+class _BatchFailed(Exception):
+    def __init__(self, reason: str, *, transient: bool = False, cause: BaseException | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.transient, self.cause = reason, transient, cause
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class BatchRun:
+    """Everything one run does to one batch (see the module docstring for the order)."""
+
+    def __init__(self, *, batch_id: str, intent: Intent, run_id: str, ledger: Ledger, ledger_url: str,
+                 config: KprioConfig, spark: Callable[[], Any], edge: Callable[[], Any],
+                 owner_dead: Callable[[str], bool], add_batch: Callable[[str], None], log: Log) -> None:
+        """``spark`` and ``edge`` give the Spark session and the Kafka edge when first needed; ``owner_dead``
+        tells a lease owner known gone; ``add_batch`` makes a batch split off known to the driver."""
+        self.batch_id, self.intent, self.run_id = batch_id, intent, run_id
+        self.ledger, self.ledger_url, self.config = ledger, ledger_url, config
+        self.spark, self.edge, self.owner_dead, self.add_batch, self.log = spark, edge, owner_dead, add_batch, log
+        self.owner = this_owner(run_id)
+        self.timings = Timings()
+
+    # -- the whole run ---------------------------------------------------------------------------
+
+    def events(self) -> Iterator[Event]:
+        """Carry the run out; RunFailed (or the unexpected error itself) when it fails."""
+        warm_up()  # Great Expectations' import overlaps the drain
+        taken = self.take()
+        if isinstance(taken, NothingToDo):
+            self.log.info(taken.message)
+            yield from self._checks_of(self.ledger.get(self.batch_id))
+            return
+        topic = self.config.topic(taken.logical_topic)
+        with Heartbeat(self.ledger_url, self.batch_id, self.owner, self.config.recovery.lease_s) as heartbeat:
+            yield from self._work(taken, topic, heartbeat)
+        self._release()  # a batch left in flight (waiting to commit) is free for whoever moves it next
+
+    # -- 1. take the batch -----------------------------------------------------------------------
+
+    def take(self) -> Batch | NothingToDo:
+        """The batch, moved to the attempt this run works on and leased to it, or why there is nothing to do."""
+        started = time.monotonic()
+        said: set[str] = set()
+        waited_on: str | None = None
+        while True:
+            batch = self.ledger.get(self.batch_id)
+            step = decide_run(self._view(batch), self.intent, owner=self.owner, recovery=self.config.recovery,
+                              now=_now(), dead=self._dead(batch), waited_on=waited_on)
+            refusal: KprioError | None = None
+            if isinstance(step, NothingToDo):
+                return step
+            if isinstance(step, Fail):
+                raise RunFailed(step.message)
+            if isinstance(step, Drain):
+                if step.note and step.note not in said:
+                    self.log.info(step.note)
+                    said.add(step.note)
+                try:
+                    return self._take(step, batch)
+                except (RangeConflict, BatchBusy) as err:
+                    refusal = err
+                    step = refused(WaitWhy.SLOT_TAKEN if isinstance(err, RangeConflict) else WaitWhy.LEASE_HELD,
+                                   str(err))
+            if step.owner is not None:
+                waited_on = step.owner  # its outcome is reported, once it is known
+            if waited_too_long(time.monotonic() - started, step):
+                raise refusal or BatchBusy(step.message)
+            self._wait(step, said)
+
+    def _take(self, step: Drain, batch: Batch) -> Batch:
+        """Move the batch to the attempt the step names (ledger refusals raise), then claim its lease."""
+        max_in_flight = self.config.planner.max_in_flight
+        if step.how is DrainFrom.REDRAIN:
+            batch = self.ledger.replay(self.batch_id, max_in_flight=max_in_flight)
+        elif step.how in (DrainFrom.RETRY, DrainFrom.TAKE_OVER):
+            batch = self.ledger.retry(self.batch_id, max_in_flight=max_in_flight, take_over=step.take_over,
+                                      reason=step.reason)
+        return self.ledger.claim(self.batch_id, self.owner, self.config.recovery.lease_s,
+                                 take_over=tuple(self._dead(batch)))
+
+    def _wait(self, step: Wait, said: set[str]) -> None:
+        """Say why once, then sleep: until the backoff's end, or one poll."""
+        if step.why is WaitWhy.BACKOFF:
+            self.log.info(step.message)
+            time.sleep(max(0.0, (step.until - _now()).total_seconds()) if step.until else POLL_S)
+            return
+        if step.message not in said:
+            self.log.info(f"{self.batch_id} waits: {step.message}")
+            said.add(step.message)
+        time.sleep(POLL_S)
+
+    def _view(self, batch: Batch) -> BatchView:
+        gone = None
+        if batch.state in (BatchState.FAILED, BatchState.COMMITTED):
+            found = self.ledger.superseded_batch(batch.batch_id)
+            gone = found[0].describe() if found else None
+        return BatchView.of(batch, superseded=gone)
+
+    def _dead(self, batch: Batch) -> frozenset[str]:
+        """The batch's lease owner when it is another run known gone (the only owner a rule asks about)."""
+        lease = batch.lease
+        if lease is None or lease.owner == self.owner or not self.owner_dead(lease.owner):
+            return frozenset()
+        return frozenset({lease.owner})
+
+    # -- 2-5. drain, isolate, check, publish -----------------------------------------------------
+
+    def _work(self, batch: Batch, topic: TopicSettings, heartbeat: Heartbeat) -> Iterator[Event]:
+        """Drain, check, publish and commit as far as the batch's state asks; any failure fails the batch."""
+        try:
+            if work_left(batch.state) is Work.DRAIN:
+                yield from self._drain_and_check(batch, topic, heartbeat)
+            else:
+                yield from self._checks_of(batch)  # only the commit is left: its output passed these
+            if self.ledger.get(self.batch_id).state is BatchState.CHECKED:
+                yield from self._commit(topic, heartbeat)
+        except _BatchFailed as failed:
+            self._fail(failed.reason, transient=failed.transient)
+            raise RunFailed(f"{self.batch_id} failed: {failed.reason}") from failed.cause
+        except RunFailed:
+            raise
+        except (KprioError, OSError) as err:
+            reason = one_line(f"{err} [{err.code}]" if isinstance(err, KprioError) else f"{type(err).__name__}: {err}")
+            self._fail(reason, transient=is_transient(err))
+            raise RunFailed(f"{self.batch_id} failed: {reason}") from err
+        except Exception as err:
+            self._fail(one_line(f"{type(err).__name__}: {err}"), transient=is_transient(err))
+            raise
+        except BaseException:
+            # Interrupted (SIGTERM, a terminated run): leave the batch where it is for the next run.
+            self._release()
+            raise
+
+    def _drain_and_check(self, batch: Batch, topic: TopicSettings, heartbeat: Heartbeat) -> Iterator[Event]:
+        from spark_jobs.drain import discard, drain_batch, publish, sweep_staging
+
+        config, roots = self.config, {"output_root": self.config.drain.output_path,
+                                      "dead_letter_root": self.config.drain.dead_letter_path}
+        # Earlier attempts of this batch that died left their staging: this attempt replaces it.
+        sweep_staging((config.drain.output_path, config.drain.dead_letter_path),
+                      keep=lambda batch_id, attempt: batch_id != self.batch_id or attempt == batch.attempts)
+        started = time.monotonic()
+        with spark_boundary():  # a Spark Connect server gone before the drain: SparkUnavailable
+            session = self.spark()
+        result = drain_batch(session, config, topic, self.batch_id, batch.attempts, batch.plan)
+        self.timings.time("drain", started)
+        batch = self.ledger.mark_drained(self.batch_id, result)
+        crash_point("after-drain", batch.logical_topic)
+        kept = [s for s in result.ranges if s.failure is None]
+        failed = result.failed_ranges
+        transient = transient_failure(s.error.transient if s.error else None for s in failed)
+        if not kept and result.ranges:
+            first = next((s.error for s in failed if s.error is not None), None)
+            raise _BatchFailed(failure_reason(result), transient=transient,
+                               cause=first.error() if first is not None else None)
+        split = []
+        if failed:
+            split.append(self._split([s.range for s in failed], failure_reason(result), transient=transient))
+
+        started = time.monotonic()
+        report = check_batch(kept, quality=config.quality, required_fields=topic.required_fields)
+        bad = set(report.failed_ranges())
+        if not report.passed and bad and len(bad) < len(kept):
+            split.append(self._split(sorted(bad), report.reason(), transient=False))  # a check's verdict stays
+            kept = [s for s in kept if s.range not in bad]
+            report = check_batch(kept, quality=config.quality, required_fields=topic.required_fields)
+        self.timings.time("check", started)
+        yield Checked(report)
+        if not report.passed:
+            discard(result, **roots)
+            raise _BatchFailed(report.reason())
+
+        heartbeat.check()
+        started = time.monotonic()
+        publish(result, **roots, ranges=[s.range for s in kept], incarnations=batch.plan.incarnations)
+        self.timings.time("publish", started)
+        self.ledger.mark_checked(self.batch_id, report)
+        crash_point("after-publish", batch.logical_topic)
+        yield Drained(drained_metadata(config, batch, result, kept, split, self.timings))
+
+    def _split(self, failing: list, reason: str, *, transient: bool) -> str:
+        attempts = self.ledger.get(self.batch_id).attempts
+        child = self.ledger.split(self.batch_id, failing, reason, transient=transient,
+                                  retry_at=retry_at(attempts, self.config.recovery, _now()))
+        self.add_batch(child.batch_id)
+        self.log.warning(f"{self.batch_id}: {', '.join(map(str, failing))} split off into {child.batch_id}, which "
+                         f"holds only those partitions: {reason}")
+        return child.batch_id
+
+    def _checks_of(self, batch: Batch) -> Iterator[Event]:
+        """The check results of the batch's published output, when it has some (a run that drains nothing
+        reports these); none yet (another run is on it, or it failed) leaves the optional check outputs out."""
+        if batch.checks is not None:
+            yield Checked(batch.checks)
+
+    # -- 6. commit -------------------------------------------------------------------------------
+
+    def _commit(self, topic: TopicSettings, heartbeat: Heartbeat) -> Iterator[Event]:
+        started = time.monotonic()
+        while True:
+            blocking = [BatchView.of(b) for b in self.ledger.blocking_predecessors(self.batch_id)]
+            step = before_commit(self.batch_id, blocking, self.intent, now=_now(),
+                                 waited_out=time.monotonic() - started > SLOT_WAIT_S)
+            if not isinstance(step, Wait):
+                break
+            time.sleep(POLL_S)
+        if isinstance(step, Fail):
+            raise RunFailed(step.message)
+        if isinstance(step, NothingToDo):
+            self.log.info(step.message)
+            return
+        heartbeat.check()
+        started = time.monotonic()
+        outcome = commit_batch(self.edge(), self.ledger, topic, self.ledger.get(self.batch_id), now_s=time.time())
+        self.timings.time("commit", started)
+        yield Committed(self.batch_id, {**outcome.metadata, **self.timings.metadata()})
+        yield from self._commit_successors(topic)
+
+    def _commit_successors(self, topic: TopicSettings) -> Iterator[Event]:
+        """Commit later batches that only waited for this one (``planner.max_in_flight`` > 1)."""
+        for later in self.ledger.ready_to_commit(topic.name):
+            if not commits_for_another(BatchView.of(later), _now()):
+                continue  # its own run is on it
+            try:
+                self.ledger.claim(later.batch_id, self.owner, self.config.recovery.lease_s)
+            except BatchBusy:
+                continue
+            outcome = commit_batch(self.edge(), self.ledger, topic, later, now_s=time.time())
+            yield Committed(later.batch_id, dict(outcome.metadata),
+                            note=f"committed by run {run_label(self.owner)} once {self.batch_id}, before it, committed")
+            self.log.info(f"{later.batch_id} committed after {self.batch_id}")
+
+    # -- failure and release ---------------------------------------------------------------------
+
+    def _fail(self, reason: str, *, transient: bool) -> None:
+        """Mark the batch failed (it holds its partitions; retried after a backoff) unless it moved on."""
+        batch = self.ledger.get(self.batch_id)
+        if not marks_failed(BatchView.of(batch), self.owner):
+            return
+        self.ledger.mark_failed(self.batch_id, reason, retry_at=retry_at(batch.attempts, self.config.recovery, _now()),
+                                transient=transient)
+        from spark_jobs.drain import discard
+
+        if batch.drain is not None:
+            discard(batch.drain, output_root=self.config.drain.output_path,
+                    dead_letter_root=self.config.drain.dead_letter_path)
+
+    def _release(self) -> None:
+        try:
+            self.ledger.release(self.batch_id, self.owner)
+        except KprioError:
+            pass

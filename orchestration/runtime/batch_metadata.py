@@ -1,0 +1,106 @@
+"""What a run of a batch reports: one-line failure reasons, step timings and the drained batch's numbers.
+
+Plain values any driver shows as it likes; the two that are more than text say so by type
+(:class:`PathText`, :class:`Markdown`, both ``str``), so the Dagster adapter renders them as a
+path and as Markdown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kprio_core.config import KprioConfig
+from kprio_core.ledger import Batch
+from kprio_core.offsets import OffsetRange
+from kprio_core.results import DrainResult, RangeStats
+
+
+class PathText(str):
+    """A metadata value that is a path (of the output)."""
+
+
+class Markdown(str):
+    """A metadata value written in Markdown."""
+
+
+def per_priority(prefix: str, values: Mapping[int, int]) -> dict[str, int]:
+    """``{2: 5, 0: 1}`` -> ``{"<prefix>_p2": 5, "<prefix>_p0": 1}`` (most urgent first).
+
+    >>> per_priority("records", {0: 1, 2: 5})
+    {'records_p2': 5, 'records_p0': 1}
+    """
+    return {f"{prefix}_p{p}": int(values[p]) for p in sorted(values, reverse=True)}
+
+
+def failure_reason(result: DrainResult) -> str:
+    """One line for the ranges whose drain failed: where and why (the first few named, each range once).
+
+    >>> from kprio_core.results import RangeStats
+    >>> r = OffsetRange("tx-0", 0, 0, 224)
+    >>> s = RangeStats(0, r, 0, 0, 0, None, None, failure=f"{r}: range {r} is incomplete: 1 of 224 offsets missing")
+    >>> failure_reason(DrainResult("b-1", 1, "tx", (s,), staging=""))
+    'drain failed: range tx-0[0]@[0,224) is incomplete: 1 of 224 offsets missing'
+    """
+    failed = result.failed_ranges
+    head = "; ".join(_range_failure(s.range, s.failure or "") for s in failed[:3])
+    more = f" (and {len(failed) - 3} more ranges)" if len(failed) > 3 else ""
+    return f"drain failed: {head}{more}"
+
+
+def _range_failure(rng: OffsetRange, failure: str) -> str:
+    """``<range>: <cause>``, naming the range once even when the cause names it already."""
+    cause = failure.removeprefix(f"{rng}: ")
+    return cause if str(rng) in cause else f"{rng}: {cause}"
+
+
+def one_line(text: str, limit: int = 500) -> str:
+    """A failure's message as one line (Spark and gRPC errors span pages), cut at ``limit`` characters.
+
+    >>> one_line("\\n  Py4JJavaError: An error occurred\\n  at org.apache...", limit=20)
+    'Py4JJavaError: An...'
+    """
+    first = next((line.strip() for line in text.splitlines() if line.strip()), text)
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+@dataclass
+class Timings:
+    """Seconds per step of one run, for the metadata (latency is what users feel)."""
+
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def time(self, step: str, started: float) -> None:
+        self.steps[step] = round(self.steps.get(step, 0.0) + time.monotonic() - started, 3)
+
+    def metadata(self) -> dict[str, float]:
+        return {f"{step}_s": s for step, s in self.steps.items()}
+
+
+def drained_metadata(config: KprioConfig, batch: Batch, result: DrainResult, kept: Sequence[RangeStats],
+                     split: Sequence[str], timings: Timings) -> dict[str, object]:
+    """The drained batch's numbers: records, dead letters and lag per priority, sizes, losses, steps' seconds."""
+    topic = config.topic(batch.logical_topic)
+    out = {p: 0 for p in range(topic.priorities)}
+    dead = dict(out)
+    for s in kept:
+        out[s.priority] += s.output
+        dead[s.priority] += s.dead
+    meta: dict[str, object] = per_priority("records", out)
+    meta.update(per_priority("dead_letters", dead))
+    meta.update(per_priority("lag_before", batch.plan.backlog_before))
+    meta.update(
+        records=sum(out.values()), dead_letters=sum(dead.values()),
+        bytes=sum(s.bytes for s in kept), data_lost=sum(g.count for s in kept for g in s.lost),
+        offsets_without_record=sum(s.no_record for s in kept),
+        planned_records=sum(s.range.count for s in kept), ranges=len(kept), attempt=batch.attempts,
+        logical_topic=topic.name, mode=batch.plan.mode.value,
+        output=PathText(f"{config.drain.output_path}/{topic.name}"),
+        **timings.metadata(),
+    )
+    if split:
+        meta["split_off"] = ", ".join(split)
+    if batch.plan.log_changes:  # changes of the log kprio did not make, and what was decided
+        meta["log_changes"] = Markdown("\n".join(f"- {c}" for c in batch.plan.log_changes))
+    return meta
