@@ -31,8 +31,10 @@ def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_it
 ):
     topic = make_topic(priorities=2, partitions=2, records={1: 1500, 0: 1500}, schema={"i": "long", "amount": "double"})
     out = tmp_path / "out"
-    env = kprio_env(topic, drain={"output_path": str(out)}, recovery={"max_attempts": 1, "backoff_s": 0.1,
-                                                                      "backoff_max_s": 0.2, "lease_s": 15})
+    # Backoffs of seconds, not tenths: the tick right after the failed attempts must find the retry still
+    # waiting (on a loaded machine a tenth has passed before the tick runs, and the tick launches it).
+    env = kprio_env(topic, drain={"output_path": str(out)}, recovery={"max_attempts": 1, "backoff_s": 2,
+                                                                      "backoff_max_s": 4, "lease_s": 15})
     with broken(out):
         first = drain_loop.drain(env.defs, dagster_instance, max_batches=2)
         [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
