@@ -59,7 +59,9 @@ def test_asset_graph_shows_drained_batch_and_committed_offsets(kprio_daemon, dra
     from playwright.sync_api import expect
 
     page.goto(f"{kprio_daemon.deployment.url}/locations/{LOCATION}/asset-groups/kprio", wait_until="domcontentloaded")
-    for name in ("drained_batch", "committed_offsets", "replayed_window"):
+    # The package's first page: a cold browser lays out the whole graph (seconds on a loaded 2-core machine).
+    expect(page.get_by_text("drained_batch", exact=True).first).to_be_visible(timeout=30_000)
+    for name in ("committed_offsets", "replayed_window"):
         expect(page.get_by_text(name, exact=True).first).to_be_visible()
     # The drained_batch node sums up its blocking checks on the graph itself.
     expect(page.get_by_text("6 / 6 Passed").first).to_be_visible()
