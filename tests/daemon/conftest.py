@@ -9,20 +9,29 @@ package's last test, so its daemon does not tick through the rest of the suite:
 - ``crash``: the first run that publishes a batch of it dies there (SIGKILL, once): what a
   killed run worker looks like to Dagster and to kprio;
 - ``browser``: drained, then re-drained from the UI's pages in Chromium;
-- ``live``: records of the hour running now, for replays of the current hour.
+- ``live``: records of the hour running now, replayed by a backfill of the current hour.
+
+The replay of the hour is launched as soon as the deployment runs, and waited for by its test:
+a backfill waits for the backfill daemon's fixed 30-second loop, which the drains of the tests
+before it overlap. (The backlogs are produced by the tests, one topic at a time: every run is a
+new process, and the drains of four topics side by side overload a 2-core machine.)
 """
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from kprio_core.config import KafkaSettings, KprioConfig, TopicSettings, load_config
 from kprio_core.kafka import KafkaEdge
+from kprio_core.kafka.produce import Record, produce
 from kprio_core.ledger import BatchState, Ledger
 from tests.fixtures.dagster_dev import (
     KprioDeployment,
@@ -33,6 +42,7 @@ from tests.fixtures.dagster_dev import (
 from tests.orchestration.conservation import Conservation, conservation, lag
 
 TOPICS = ("bulk", "crash", "browser", "live")
+LIVE_RECORDS = 20
 SCHEMA = {"i": "long", "amount": "double"}
 DRAIN_TIMEOUT_S = 300
 ENDED = ("SUCCESS", "FAILURE", "CANCELED")
@@ -45,6 +55,8 @@ class Daemon:
     deployment: KprioDeployment
     topics: dict[str, TopicSettings]
     kafka: KafkaSettings
+    replay: LiveReplay | None = None
+    """The backfill of the hour running now, launched at start over the ``live`` topic's records."""
 
     @property
     def crash_marker(self) -> Path:
@@ -93,6 +105,32 @@ class Daemon:
 
 
 @dataclass(frozen=True)
+class LiveReplay:
+    """A backfill of ``replayed_window`` for ``hour``, launched after ``sent`` records were produced in it."""
+
+    hour: str
+    sent: int
+    launched: dict
+    """What ``launchPartitionBackfill`` answered (``LaunchBackfillSuccess`` with its ``backfillId``)."""
+
+
+def launch_live_replay(deployment: KprioDeployment, kafka: KafkaSettings, topic: TopicSettings) -> LiveReplay:
+    """Produce records of the hour running now and launch its replay through GraphQL, as a user's script would."""
+    now_ms = int(time.time() * 1000)
+    sent = produce(kafka, topic.priority_topic(2),
+                   [Record(f"k{i}", json.dumps({"i": i, "amount": 1.0}), now_ms) for i in range(LIVE_RECORDS)])
+    hour = datetime.fromtimestamp(now_ms / 1000, UTC).strftime("%Y-%m-%d-%H:00")
+    launched = deployment.graphql(
+        """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
+            __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message }
+            ... on InvalidStepError { invalidStepKey } ... on PartitionSetNotFoundError { message } } }""",
+        {"params": {"partitionNames": [hour], "assetSelection": [{"path": ["replayed_window"]}],
+                    "fromFailure": False}},
+    )["launchPartitionBackfill"]
+    return LiveReplay(hour, sent, launched)
+
+
+@dataclass(frozen=True)
 class Before:
     """What a re-drain must leave as it was: committed offsets, output rows, runs per batch."""
 
@@ -118,4 +156,5 @@ def kprio_daemon(kafka_settings: KafkaSettings, tmp_path_factory: pytest.TempPat
                                planner={"record_budget": 400, "target_batch_s": None, "max_in_flight": 2})
     env = {"KPRIO_CRASH_AT": f"after-publish:{topics['crash'].name}", "KPRIO_CRASH_ONCE": str(root / "crashed-once")}
     with running_deployment(root, config, env) as deployment:
-        yield Daemon(deployment, topics, kafka_settings)
+        replay = launch_live_replay(deployment, kafka_settings, topics["live"])
+        yield Daemon(deployment, topics, kafka_settings, replay)

@@ -1,19 +1,15 @@
 """Under the real Dagster daemon (``dagster dev``, the shipped dagster.yaml, Spark Connect): drains, heals, replays.
 
 Every run is a new process launched by the daemon (the sensor's, Dagster's retries, backfills),
-draining through the one Spark Connect server; the tests only produce records and watch.
+draining through the one Spark Connect server; the tests only produce records and watch (the
+replay of the hour was launched when the deployment started: see conftest).
 """
 
 from __future__ import annotations
 
-import json
-import time
-from datetime import UTC, datetime
-
 import pyarrow.dataset as ds
 import pytest
 
-from kprio_core.kafka.produce import Record, produce
 from kprio_core.ledger import BatchState, Ledger
 from tests.daemon.conftest import DRAIN_TIMEOUT_S
 from tests.fixtures.dagster_dev import wait_until
@@ -65,28 +61,14 @@ def test_a_killed_run_is_failed_by_dagster_and_its_batch_retried_by_itself(kprio
                for e in messages), messages[-5:]
 
 
-def current_hour() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%d-%H:00")
-
-
 def test_the_hour_running_now_replays_from_graphql(kprio_daemon):
-    topic = kprio_daemon.topics["live"]
-    now_ms = int(time.time() * 1000)
-    sent = produce(kprio_daemon.kafka, topic.priority_topic(2),
-                   [Record(f"k{i}", json.dumps({"i": i, "amount": 1.0}), now_ms) for i in range(20)])
-    hour = current_hour()
-    deployment = kprio_daemon.deployment
-    launched = deployment.graphql(
-        """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
-            __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message }
-            ... on InvalidStepError { invalidStepKey } ... on PartitionSetNotFoundError { message } } }""",
-        {"params": {"partitionNames": [hour], "assetSelection": [{"path": ["replayed_window"]}],
-                    "fromFailure": False}},
-    )["launchPartitionBackfill"]
+    topic, replay = kprio_daemon.topics["live"], kprio_daemon.replay  # produced and launched at start
+    launched, deployment = replay.launched, kprio_daemon.deployment
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
     assert deployment.backfill_done(launched["backfillId"], DRAIN_TIMEOUT_S) == "COMPLETED_SUCCESS"
-    replay = kprio_daemon.config.drain.replay_path
+    assert deployment.backfill(launched["backfillId"])["partitionNames"] == [replay.hour]
+    replay_path = kprio_daemon.config.drain.replay_path
     files = [str(p) for p in (deployment.root / "replay" / topic.name).rglob("*.parquet") if "_" not in p.parent.name]
-    assert replay and files
+    assert replay_path and files
     offsets = ds.dataset(files, format="parquet").to_table(columns=["offset"]).num_rows
-    assert offsets >= sent
+    assert offsets >= replay.sent
