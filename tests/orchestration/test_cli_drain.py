@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
+import dagster as dg
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -68,3 +72,54 @@ def test_drain_until_empty_prints_a_json_summary(cli_config, spark):
     assert "0 runs, 0 records committed; no backlog left" in again.output
     plan = json.loads(invoke("plan", "--json", "--config", str(path)).output)
     assert [(d["action"], d["reason"], d["launch"], d["held"]) for d in plan] == [("idle", "no backlog", [], [])]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_two_drains_started_together_drain_every_batch_once_and_report_only_their_own(make_topic, kprio_env,
+                                                                                        tmp_path):
+    # As a user would: two `kprio drain --until-empty` on one config, one ledger, one Dagster home, at once.
+    from kprio_core.ledger import BatchState, Ledger
+    from tests.orchestration.conservation import conservation
+    from tests.orchestration.test_recovery import REPO, child_config
+
+    topic = make_topic(priorities=3, partitions=2, records={2: 90, 1: 120, 0: 150})
+    env = kprio_env(topic, planner={"record_budget": 60, "target_batch_s": None})
+    config = child_config(env, tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    procs = []
+    for i in range(2):
+        log = open(tmp_path / f"drain-{i}.err", "wb")  # noqa: SIM115 (closed with the process)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "orchestration.cli", "drain", "--until-empty", "--json", "--config", str(config)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=log,
+            env={**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(REPO)}))
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    errors = [(tmp_path / f"drain-{i}.err").read_text(errors="replace")[-3000:] for i in range(2)]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    summaries = [json.loads(out) for out in outputs]
+    assert all(s["ok"] and s["stopped"] == "no backlog left" for s in summaries), summaries
+
+    # Every batch was drained once, by one run of its partition.
+    with Ledger(env.config.ledger.url) as ledger:
+        batches = ledger.batches(topic.name)
+        assert batches and {b.state for b in batches} == {BatchState.COMMITTED}
+        for b in batches:
+            drained = [e for e in ledger.events(b.batch_id) if e.to_state is BatchState.DRAINED]
+            assert (b.attempts, len(drained)) == (1, 1), (b.batch_id, ledger.events(b.batch_id))
+    instance = dg.DagsterInstance.from_ref(dg.InstanceRef.from_dir(str(home)))
+    try:
+        runs = {b.batch_id: instance.get_run_records(dg.RunsFilter(tags={"dagster/partition": b.batch_id}))
+                for b in batches}
+    finally:
+        instance.dispose()
+    assert {batch_id: len(found) for batch_id, found in runs.items()} == {b.batch_id: 1 for b in batches}
+
+    # Each process reports only its own batches; together they are every batch, and every record once.
+    mine = [{b["batch_id"] for b in s["batches"] if b["own"]} for s in summaries]
+    assert not mine[0] & mine[1] and mine[0] | mine[1] == {b.batch_id for b in batches}, mine
+    produced = 90 + 120 + 150
+    totals = [sum(s["records"].values()) for s in summaries]
+    assert sum(totals) == produced, (totals, summaries)
+    assert conservation(env.config, topic, env.edge).ok
