@@ -128,9 +128,10 @@ def gather(instance: dg.DagsterInstance | None, edge, ledger: Ledger, config: Kp
     try:
         lag = edge.snapshot(topic, now_ms=int(now.timestamp() * 1000), avg_record_bytes=dict(view.avg_record_bytes),
                             deleted_ok={b.topic for b in view.beliefs.values()})
-        view = with_committed(view, ledger, needs_committed(lag, view, config))
     except KprioError as err:  # an unreachable broker or a missing topic is a reason, not a crash
         lag = err
+    else:
+        view = with_committed(view, ledger, needs_committed(lag, view, config))
     runs = existing_runs(instance, view.watched()) if instance is not None else BatchRuns()
     return TickInputs(view, lag, runs, dead_owners(instance, view), now, driver or this_owner(""))
 
