@@ -23,7 +23,7 @@ import logging
 import dagster as dg
 
 from kprio_core.config import KprioConfig
-from kprio_core.errors import KprioError
+from kprio_core.errors import KprioError, LedgerNotFresh
 from kprio_core.ledger import Ledger, parse_batch_id
 from orchestration.partitions import BATCH_PARTITIONS_NAME
 
@@ -70,8 +70,12 @@ def ensure_adopted(instance: dg.DagsterInstance | None, ledger: Ledger, edge, co
             remove_file(f)
             removed.append(f"{f.topic}[{f.partition}]@[{f.start},{f.end})")
     number = known_batch_number(instance, files)
-    if number:
-        ledger.number_batches_after(number)
+    try:
+        if number:
+            ledger.number_batches_after(number)
+    except LedgerNotFresh:
+        return None  # another kprio on this ledger (a second kprio drain) recorded its first batch meanwhile
+
     adopted = sorted(f"{t}[{p}]={o}" for (t, p), o in committed.items() if o is not None)
     note = (f"fresh ledger: batch ids continue after b-{number:06d}; adopted committed offsets "
             f"{', '.join(adopted) or 'none'}; removed uncommitted output {', '.join(removed) or 'none'}")

@@ -1,9 +1,12 @@
 """The in-process drain loop behind ``kprio drain``: the sensor's tick and the runs it requests, in one process.
 
-Each turn evaluates :func:`orchestration.sensors.tick` (the sensor's own logic: heal, retry,
-plan) and executes the requested runs of ``drain_job`` here with ``execute_in_process``, tagged
-as a daemon-launched run is (so neither the sensor nor the daemon launches them again), on one
-warm Spark session. Three ways to run it:
+Each turn evaluates :func:`orchestration.runtime.tick.tick` (the same gather, core rules and
+applier as the sensor: heal, retry, plan; no rule of its own here) and executes the requested
+runs of ``drain_job`` here with ``execute_in_process``, tagged as a daemon-launched run is (so
+neither the sensor nor the daemon launches them again), on one warm Spark session. A request
+whose launch claim another driver took meanwhile (a second ``kprio drain`` on the same config),
+or whose run key already has a run, is not executed. Each line and total reports only what this
+process's runs drained and committed. Three ways to run it:
 
 - ``Until.EMPTY`` (``--until-empty``): until no backlog is left outside held partitions;
   retries after their backoff, throttles and batches another process finishes are waited for;
@@ -30,12 +33,19 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
+from kprio_core.config import KprioConfig
+from kprio_core.kafka import KafkaEdge
 from kprio_core.ledger import BatchState, Ledger
-from orchestration.decide import Action, Decision, describe_holds
+from kprio_core.lifecycle import Decision, Verdict, describe_holds
 from orchestration.leases import this_owner
+from orchestration.partitions import BATCH_PARTITIONS_NAME
 from orchestration.resources import session_running
-from orchestration.sensors import SENSOR_NAME, tick
+from orchestration.runtime.tick import missing_partitions, still_launchable, tick
+from orchestration.sensors import SENSOR_NAME
 from orchestration.tags import RUN_KEY_TAG, RUNNER_TAG, SENSOR_NAME_TAG, TOPIC_TAG
+
+DRAINED_ASSET = "drained_batch"
+COMMITTED_ASSET = "committed_offsets"
 
 MAX_WAIT_S = 60.0
 """Longest single wait between two ticks (a throttle, a backoff, another process's batch)."""
@@ -53,7 +63,12 @@ class Until(enum.Enum):
 
 @dataclass(frozen=True)
 class BatchOutcome:
-    """One executed run: its batch, what it drained per priority, and where the ledger left the batch."""
+    """One executed run: its batch, what it drained per priority, and where the ledger left the batch.
+
+    ``own`` is False when the run found its batch's work done or taken by another run and did
+    nothing; ``committed_here`` counts the records this run committed (its batch's, and those of
+    later batches it committed once they only waited for it), per priority.
+    """
 
     batch_id: str
     logical_topic: str
@@ -64,23 +79,38 @@ class BatchOutcome:
     dead_letters: int = 0
     reason: str | None = None
     seconds: float = 0.0
+    own: bool = True
+    committed_here: dict[int, int] | None = None
 
     def line(self) -> str:
         """One line per run for the operator.
 
         >>> BatchOutcome("b-000003", "orders", "run-1", True, BatchState.COMMITTED, {0: 7, 2: 29}, 2, None, 1.25).line()
         'b-000003 orders: 36 records [p2=29 p0=7] + 2 dead letters -> committed (1.2 s)'
+        >>> BatchOutcome("b-000004", "orders", "run-2", True, BatchState.COMMITTED, {}, seconds=0.3, own=False).line()
+        'b-000004 orders: nothing done here: committed by another run (0.3 s)'
         """
+        if not self.own:
+            return (f"{self.batch_id} {self.logical_topic}: nothing done here: {self.state.value} by another run "
+                    f"({self.seconds:.1f} s)")
         by_p = " ".join(f"p{p}={n}" for p, n in sorted(self.records.items(), reverse=True))
         dead = f" + {self.dead_letters} dead letters" if self.dead_letters else ""
         tail = f": {self.reason}" if self.reason and self.state is not BatchState.COMMITTED else ""
         return (f"{self.batch_id} {self.logical_topic}: {sum(self.records.values())} records [{by_p}]{dead} "
                 f"-> {self.state.value} ({self.seconds:.1f} s){tail}")
 
+    @property
+    def committed(self) -> dict[int, int]:
+        """Records this run committed per priority (by default: the batch's, when it ended committed)."""
+        if self.committed_here is not None:
+            return self.committed_here
+        return dict(self.records) if self.own and self.state is BatchState.COMMITTED else {}
+
     def to_dict(self) -> dict:
         return {"batch_id": self.batch_id, "logical_topic": self.logical_topic, "run_id": self.run_id,
-                "success": self.success, "state": self.state.value,
+                "success": self.success, "state": self.state.value, "own": self.own,
                 "records": {str(p): n for p, n in sorted(self.records.items(), reverse=True)},
+                "committed_here": {str(p): n for p, n in sorted(self.committed.items(), reverse=True)},
                 "dead_letters": self.dead_letters, "reason": self.reason, "seconds": round(self.seconds, 3)}
 
 
@@ -94,12 +124,11 @@ class DrainReport:
     held: list[str] = field(default_factory=list)
 
     def records(self) -> dict[int, int]:
-        """Records committed per priority (output and dead letters: both were drained)."""
+        """Records this process committed per priority (output and dead letters: both were drained)."""
         totals: dict[int, int] = {}
         for b in self.batches:
-            if b.state is BatchState.COMMITTED:
-                for p, n in b.records.items():
-                    totals[p] = totals.get(p, 0) + n
+            for p, n in b.committed.items():
+                totals[p] = totals.get(p, 0) + n
         return dict(sorted(totals.items(), reverse=True))
 
 
@@ -158,10 +187,11 @@ def in_worker_thread(work: Callable[[], dg.ExecuteInProcessResult]) -> dg.Execut
 
 
 def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
-            log_level: str = "WARNING") -> BatchOutcome:
+            log_level: str = "WARNING", config: KprioConfig | None = None) -> BatchOutcome:
     """An operator's re-drain of one batch, here: a failed one is retried whatever its attempts, a
     committed one re-drained (its output replaced, nothing new committed)."""
-    with Ledger(defs.resources["ledger"].url) as ledger, spark_for_the_loop(defs):
+    config = config or config_of(defs)
+    with Ledger(config.ledger.url) as ledger, spark_for_the_loop(defs):
         topic = ledger.get(batch_id).logical_topic
         job = defs.resolve_job_def("drain_job")
         started = time.monotonic()
@@ -173,16 +203,34 @@ def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
         return outcome_of(ledger, batch_id, topic, result, time.monotonic() - started)
 
 
+def materialized(result: dg.ExecuteInProcessResult, asset: str) -> set[str]:
+    """The batch partitions of ``asset`` this run materialized (outputs and logged events alike)."""
+    return {e.partition for e in result.get_asset_materialization_events()
+            if e.asset_key.to_user_string() == asset and e.partition}
+
+
 def outcome_of(ledger: Ledger, batch_id: str, topic: str, result: dg.ExecuteInProcessResult,
                seconds: float) -> BatchOutcome:
-    """Where a run left its batch, with what the batch drained per priority."""
+    """Where a run left its batch, what the batch drained per priority, and what this run itself did.
+
+    A run that succeeded without draining or committing anything found its batch's work done or
+    taken by another run (``own`` False): its numbers are that other run's, not this process's.
+    """
     batch = ledger.get(batch_id)
-    drain = batch.drain
+    drained, committed = materialized(result, DRAINED_ASSET), materialized(result, COMMITTED_ASSET)
+    own = not result.success or batch_id in drained | committed
+    drain = batch.drain if own else None
+    here: dict[int, int] = {}
+    for b in sorted(committed):
+        done = ledger.get(b).drain if b != batch_id else batch.drain
+        for p, n in (done.written_by_priority() if done is not None else {}).items():
+            here[p] = here.get(p, 0) + n
     return BatchOutcome(
         batch_id=batch.batch_id, logical_topic=topic, run_id=result.run_id, success=result.success,
         state=batch.state, records=drain.written_by_priority() if drain is not None else {},
         dead_letters=drain.dead if drain is not None else 0,
         reason=batch.reason or (None if result.success else first_failure(result)), seconds=seconds,
+        own=own, committed_here=dict(sorted(here.items(), reverse=True)),
     )
 
 
@@ -196,16 +244,15 @@ def first_failure(result: dg.ExecuteInProcessResult) -> str:
 class DrainLoop:
     """The loop (see the module docstring); :func:`drain` runs one."""
 
-    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, ledger: Ledger, *, until: Until,
-                 max_batches: int | None, stop: threading.Event, log_level: str,
+    def __init__(self, config: KprioConfig, defs: dg.Definitions, instance: dg.DagsterInstance, ledger: Ledger,
+                 edge, *, until: Until, max_batches: int | None, stop: threading.Event, log_level: str,
                  on_batch: Callable[[BatchOutcome], None] | None,
                  on_start: Callable[[str], None] | None = None) -> None:
-        self.defs, self.instance, self.ledger = defs, instance, ledger
+        self.config, self.defs, self.instance, self.ledger, self.edge = config, defs, instance, ledger, edge
         self.until, self.max_batches, self.stop = until, max_batches, stop
         self.log_level, self.on_batch, self.on_start = log_level, on_batch, on_start
-        kafka = defs.resources["kafka"]
-        self.edge = kafka.edge
-        self.config = defs.resources["kprio"].config(kafka)
+        self.driver = this_owner("")
+        """This process as a launch claimant (and as the runner of the runs it executes)."""
         self.report = DrainReport()
         self._blocked_since: float | None = None
         self._turns = 0
@@ -215,10 +262,9 @@ class DrainLoop:
     def run(self) -> DrainReport:
         self.sweep_staging()
         while not self._done():
-            turn = tick(self.instance, self.edge, self.ledger, self.config)
+            turn = tick(self.instance, self.edge, self.ledger, self.config, driver=self.driver)
             self._turns += 1
-            if turn.partitions:
-                self.instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
+            self._add_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
             if turn.requests:
                 self._blocked_since = None
                 for request in turn.requests:
@@ -229,8 +275,8 @@ class DrainLoop:
                     return self._stop(f"one tick: {len(self.report.batches)} runs")
                 continue
             if self.until is Until.ONCE:
-                return self._stop(turn.skip_reason, ok=not any(d.action is Action.BLOCKED for d in turn.decisions))
-            wait = self._idle(turn.decisions, turn.skip_reason)
+                return self._stop(turn.skip_reason, ok=not any(d.verdict is Verdict.BLOCKED for d in turn.decisions))
+            wait = self._idle(turn.decisions, turn.skip_reason, contended=turn.contended)
             if wait is None:
                 return self.report
             self.stop.wait(wait)
@@ -254,7 +300,21 @@ class DrainLoop:
         self.report.stopped, self.report.ok = why, ok and self.report.ok
         return self.report
 
+    def _add_partitions(self, keys: list[str]) -> None:
+        """Add the batch partitions the tick's runs need (another driver may add the same ones at once)."""
+        for attempt in (1, 2):
+            missing = missing_partitions(self.instance, keys)
+            if not missing:
+                return
+            try:
+                self.instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, missing)
+            except Exception:  # noqa: BLE001 - a concurrent add of the same key; the re-check decides
+                if attempt == 2:
+                    raise
+
     def _execute(self, request: dg.RunRequest) -> None:
+        if not still_launchable(self.instance, self.ledger, self.config, request, self.driver):
+            return  # another driver launched it meanwhile: its run, its report
         if self.on_start is not None:
             self.on_start(request.partition_key)
         started = time.monotonic()
@@ -267,13 +327,13 @@ class DrainLoop:
         if self.on_batch is not None:
             self.on_batch(outcome)
 
-    def _idle(self, decisions: tuple[Decision, ...], why: str) -> float | None:
+    def _idle(self, decisions: tuple[Decision, ...], why: str, *, contended: bool = False) -> float | None:
         """Seconds to wait before the next tick, or None when the loop stops here."""
         interval = float(self.config.sensor.interval_s)
         if self.until is Until.FOLLOW:
             return interval
-        actions = {d.action for d in decisions}
-        if Action.BLOCKED in actions:
+        verdicts = {d.verdict for d in decisions}
+        if Verdict.BLOCKED in verdicts:
             if not self.report.batches and self._blocked_since is None and self._turns == 1:
                 return self._give_up(why)  # blocked from the start: say so now, there is nothing to finish
             self._blocked_since = self._blocked_since or time.monotonic()
@@ -282,6 +342,8 @@ class DrainLoop:
             return min(interval * 2, MAX_WAIT_S)
         self._blocked_since = None
         waits = self._waits(decisions)
+        if contended:  # another driver planned or launched first: its batch is news on the next tick
+            waits.append(interval)
         held = [h for d in decisions for h in d.holds]
         stalled = time.monotonic() - self._progress > BLOCKED_GIVE_UP_S
         if waits and held and stalled and not self._others_working():
@@ -299,7 +361,7 @@ class DrainLoop:
     def _waits(self, decisions: tuple[Decision, ...]) -> list[float]:
         """Seconds until something this loop waits for can go on (retries, throttles, other processes)."""
         now = datetime.now(UTC)
-        waits = [d.retry_in_s for d in decisions if d.action is Action.THROTTLED and d.retry_in_s]
+        waits = [d.retry_in_s for d in decisions if d.verdict is Verdict.THROTTLED and d.retry_in_s]
         for d in decisions:
             for h in d.holds:
                 if h.batch_id is not None and not h.exhausted:
@@ -308,14 +370,26 @@ class DrainLoop:
         if leased:  # another process works on them: their end (or their lease's expiry) is the next news
             waits.append(min(float(self.config.sensor.interval_s),
                              min((b.lease.until - now).total_seconds() for b in leased)))
+        if self._claimed_elsewhere(now):  # another driver is about to launch them
+            waits.append(float(self.config.sensor.interval_s))
         return waits
 
     def _leased(self, now: datetime) -> list:
         return [b for t in self.config.topics for b in self.ledger.in_flight(t.name)
                 if b.lease is not None and not b.lease.expired(now)]
 
+    def _claimed_elsewhere(self, now: datetime) -> bool:
+        """Another driver's launch claim of a batch in flight holds (its run is about to start)."""
+        for t in self.config.topics:
+            in_flight = {b.batch_id for b in self.ledger.in_flight(t.name)}
+            if any(c.batch_id in in_flight and c.owner != self.driver and c.live(now)
+                   for c in self.ledger.launch_claims(t.name).values()):
+                return True
+        return False
+
     def _others_working(self) -> bool:
-        return bool(self._leased(datetime.now(UTC)))
+        now = datetime.now(UTC)
+        return bool(self._leased(now)) or self._claimed_elsewhere(now)
 
     def _give_up(self, why: str) -> None:
         self._stop(why, ok=False)
@@ -331,10 +405,18 @@ class DrainLoop:
                              keep=lambda batch_id, attempt: (batch_id, attempt) in live)
 
 
+def config_of(defs: dg.Definitions) -> KprioConfig:
+    """The settings inside built definitions, for callers that hold only those (tests, the demo);
+    ``kprio drain`` hands its loaded config to :func:`drain` instead."""
+    kafka = defs.resources["kafka"]
+    return defs.resources["kprio"].config(kafka)
+
+
 def drain(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
     *,
+    config: KprioConfig | None = None,
     until: Until = Until.EMPTY,
     max_batches: int | None = None,
     stop: threading.Event | None = None,
@@ -345,11 +427,14 @@ def drain(
 ) -> DrainReport:
     """Run the loop on ``instance`` until ``until`` says stop, ``max_batches`` ran, or ``stop`` is set.
 
-    ``guard`` is entered around the loop (the CLI's stop-on-signal handlers); ``on_start`` /
-    ``on_batch`` are called before and after each run.
+    ``config``: the settings ``defs`` were built from (the CLI loads them once; by default read back
+    from ``defs``). ``guard`` is entered around the loop (the CLI's stop-on-signal handlers);
+    ``on_start`` / ``on_batch`` are called before and after each run.
     """
-    with Ledger(defs.resources["ledger"].url) as ledger, spark_for_the_loop(defs), (guard or nullcontext)():
-        loop = DrainLoop(defs, instance, ledger, until=until, max_batches=max_batches,
+    config = config or config_of(defs)
+    with (Ledger(config.ledger.url) as ledger, KafkaEdge(config.kafka) as edge, spark_for_the_loop(defs),
+          (guard or nullcontext)()):
+        loop = DrainLoop(config, defs, instance, ledger, edge, until=until, max_batches=max_batches,
                          stop=stop or threading.Event(), log_level=log_level, on_batch=on_batch,
                          on_start=on_start)
         return loop.run()

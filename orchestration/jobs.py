@@ -16,13 +16,10 @@ import time
 import dagster as dg
 from pydantic import Field
 
-from kprio_core.ledger import BatchState
 from orchestration.batch_asset import COMMITTED, DRAINED
-from orchestration.decide import decide
-from orchestration.leases import owner_dead_in
 from orchestration.partitions import BATCH_PARTITIONS_NAME
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
-from orchestration.sensors import existing_runs
+from orchestration.runtime.tick import decide
 
 
 def build_drain_job():
@@ -76,12 +73,9 @@ def plan_batch_op(
     if bad:
         raise dg.Failure(description=f"{topic.name} has priorities 0..{topic.priorities - 1}, not {bad}")
     book = ledger.ledger
-    watched = [*book.in_flight(topic.name), *book.batches(topic.name, states=[BatchState.FAILED])]
-    decision = decide(
-        settings, topic, edge=kafka.edge, ledger=book, now_s=time.time(),
-        runs=existing_runs(context.instance, watched), owner_dead=owner_dead_in(context.instance),
-        priorities=config.priorities, record_budget=config.record_budget,
-    )
+    # The tick's rules, narrowed to the Launchpad's priorities and budget; only the plan is recorded here.
+    decision = decide(context.instance, kafka.edge, book, settings, topic, now_s=time.time(),
+                      priorities=config.priorities, record_budget=config.record_budget)
     if decision.plan is None:
         raise dg.Failure(description=f"{topic.name}: nothing planned: {decision.summary()}")
     batch = book.record_plan(decision.plan, max_in_flight=settings.planner.max_in_flight)

@@ -12,7 +12,6 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
 
 import dagster as dg
 import psutil
@@ -51,10 +50,6 @@ def owner_dead(owner: str, instance: dg.DagsterInstance | None = None) -> bool:
         if run is not None and run.is_finished:
             return True
     return parsed.host == socket.gethostname() and not process_alive(parsed.pid)
-
-
-def owner_dead_in(instance: dg.DagsterInstance | None) -> Callable[[str], bool]:
-    return lambda owner: owner_dead(owner, instance)
 
 
 class Heartbeat:

@@ -1,7 +1,8 @@
 """Carry out what a tick decided about changes of the log kprio did not make, and record it in the ledger.
 
-``decide`` only decides (``kprio plan`` shows it); the tick calls :func:`carry_out` before it records
-the plan, so the plan's offsets stand on what was committed here:
+The core rules only decide (``kprio_core.lifecycle.log_rules``; ``kprio plan`` shows it); the tick's
+applier calls :func:`carry_out` with their :class:`~kprio_core.lifecycle.CarryOutLogChanges` before it
+records the plan, so the plan's offsets stand on what was committed here:
 
 - restore (the group's offsets expired) and a policy reset commit through the edge's commit path,
   then the belief and the event are recorded;
@@ -21,6 +22,8 @@ import logging
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import ConfigError, KafkaOperationFailed
 from kprio_core.ledger import Ledger
+from kprio_core.lifecycle import CarryOutLogChanges
+from kprio_core.lifecycle.log_rules import NEW_LOG
 from kprio_core.log_changes import (
     NEEDS_RECORD,
     Belief,
@@ -32,14 +35,13 @@ from kprio_core.log_changes import (
     parse_target,
     resolve_target,
 )
-from orchestration.decide import NEW_LOG, Decision
 
 LOGGER = logging.getLogger("kprio.log_changes")
 
 
-def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: Decision, *, log=None,
+def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: CarryOutLogChanges, *, log=None,
               max_in_flight: int | None = None) -> None:
-    """Commit, replay and record what ``decision`` decided about the log (see the module docstring).
+    """Commit, replay and record what the tick decided about the log (see the module docstring).
 
     A re-drain is put back to planned under the same ``planner.max_in_flight`` rule as any batch
     (the ledger refuses it with RangeConflict when another planner took the slot meanwhile).

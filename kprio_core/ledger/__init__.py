@@ -4,11 +4,12 @@
 schema (tables), engine (SQLite BEGIN IMMEDIATE, dialect INSERT), meta (identity, numbering,
 refusing other schemas), states (transitions), records (Batch and the other values), codec
 (rows <-> values), rules (slots, overlap, holds, commit order), base (transactions), leases,
-attempts (retry, replay, split), derived (burst windows, rate samples, record sizes, throughput)
+launches (one driver launches a run key), attempts (retry, replay, split), derived (burst windows, rate samples, record sizes, throughput)
 and ledger (the Ledger itself: recording, transitions, commit order, reading).
 """
 
 from kprio_core.ledger.engine import ledger_exists
+from kprio_core.ledger.launches import LaunchClaim
 from kprio_core.ledger.ledger import Ledger, utc_now
 from kprio_core.ledger.meta import Identity
 from kprio_core.ledger.records import (
@@ -33,6 +34,7 @@ __all__ = [
     "DrainedSample",
     "Hold",
     "Identity",
+    "LaunchClaim",
     "Ledger",
     "LogEvent",
     "format_batch_id",

@@ -55,6 +55,7 @@ from kprio_core.ledger.codec import (
     range_values,
 )
 from kprio_core.ledger.derived import DerivedReads
+from kprio_core.ledger.launches import LaunchMethods
 from kprio_core.ledger.engine import DEFAULT_BUSY_TIMEOUT_S, make_engine
 from kprio_core.ledger.leases import LeaseMethods
 from kprio_core.ledger.meta import Identity, Numbering, has_batches, number_after, open_schema, read_identity
@@ -79,7 +80,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class Ledger(AttemptMethods, LeaseMethods, DerivedReads, BeliefMethods):
+class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMethods):
     """Batches of drain plans in SQLite (a file by default) or PostgreSQL. Every method is one transaction."""
 
     def __init__(self, url: str, *, clock: Callable[[], datetime] = utc_now,

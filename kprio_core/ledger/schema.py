@@ -9,9 +9,11 @@ Times are integer microseconds since the epoch (UTC), so every database stores t
 change of the log kprio did not make, and every decision about one) were added to v2 without a
 bump: they are new tables only, which an earlier v2 kprio never reads, so a v2 ledger opened by
 this kprio gets them created (:data:`ADDED_IN_V2`) and every earlier one keeps working on it.
+``kprio_launches`` (who claimed the launch of a run key, so two drivers never launch one run)
+was added the same way.
 
 >>> sorted(t.name for t in METADATA.sorted_tables)
-['kprio_batches', 'kprio_events', 'kprio_log_events', 'kprio_meta', 'kprio_partitions', 'kprio_ranges', 'kprio_topic_locks']
+['kprio_batches', 'kprio_events', 'kprio_launches', 'kprio_log_events', 'kprio_meta', 'kprio_partitions', 'kprio_ranges', 'kprio_topic_locks']
 """
 
 from __future__ import annotations
@@ -156,5 +158,18 @@ log_events = Table(
     sqlite_autoincrement=True,
 )
 
-ADDED_IN_V2 = (partitions, log_events)
+launches = Table(
+    "kprio_launches",
+    METADATA,
+    # One row per run key a driver (the sensor, a kprio drain) decided to launch: the first to
+    # insert it launches the run; another driver deciding the same launch sees the claim and does
+    # not. A claim ends at until_us (or when its owner is known dead); expired rows are deleted.
+    Column("run_key", String(255), primary_key=True),
+    Column("batch_id", Integer, ForeignKey("kprio_batches.id"), nullable=False, index=True),
+    Column("owner", String(255), nullable=False),
+    Column("claimed_us", BigInteger, nullable=False),
+    Column("until_us", BigInteger, nullable=False),
+)
+
+ADDED_IN_V2 = (partitions, log_events, launches)
 """Tables added to schema v2 after its first release: created when a v2 ledger lacks them."""

@@ -1,1 +1,96 @@
-"""The life of a batch as pure rules: what a tick launches, what a run of a batch does."""
+"""The life of a batch, as pure rules: what a tick decides, what a run of a batch does, and who may move it.
+
+Two modules decide, one per moment of a batch's life: :mod:`kprio_core.lifecycle.tick`, what a
+tick (the Dagster sensor, ``kprio drain``) does for one logical topic (heal, launch, plan, wait),
+and :mod:`kprio_core.lifecycle.run`, what one run of a batch does given the ledger and its lease
+(drain, re-drain, take over, commit only, wait, nothing, fail).
+
+A batch's states are :class:`kprio_core.ledger.BatchState` and the one table of allowed moves is
+:data:`kprio_core.ledger.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
+failed and committed go back to planned only through retry and replay). Who may move each:
+
+- **recorded (-> planned)**: the tick (:mod:`kprio_core.lifecycle.tick` decides a
+  :class:`RecordPlan`; the driver's applier records it), or the manual ``plan_batch_job``;
+- **planned -> drained -> checked -> committed, -> failed**: only the run of the batch that holds
+  its lease (the run's decision; the batch runtime carries it out), after the tick launched it;
+- **failed -> planned (retry)**: the run launched by the tick's :class:`Launch` (why ``retry``), or
+  a person's ``kprio retry``;
+- **in flight -> planned, next attempt (resume)**: the run launched after the tick found the run
+  before it dead (:class:`FailDeadRun`, then a :class:`Launch` why ``resume``);
+- **committed -> planned (re-drain)**: a run the tick launched after the group moved back
+  (why ``redrain``), or a person's re-drain (a backfill, ``kprio retry``).
+
+Nothing in this package reads the ledger, the broker, an orchestrator or the clock: drivers gather
+the inputs once (:class:`TickInputs`) and carry out the decision's actions (``orchestration.runtime``).
+"""
+
+from kprio_core.lifecycle.decision import (
+    CarryOutLogChanges,
+    Decision,
+    FailDeadRun,
+    RecordPlan,
+    Skip,
+    TickAction,
+    Verdict,
+)
+from kprio_core.lifecycle.holds import describe_hold, describe_holds, held_partitions, lost_partitions
+from kprio_core.lifecycle.log_rules import Decided, LogDecisions, log_decisions, needs_committed
+from kprio_core.lifecycle.run import (
+    BatchView,
+    Drain,
+    DrainFrom,
+    Fail,
+    Intent,
+    Launcher,
+    NothingToDo,
+    Step,
+    Wait,
+    WaitWhy,
+    decide_run,
+)
+from kprio_core.lifecycle.runs import BatchRuns, Launch, LaunchReason, RunState, RunSummary, Why, run_key_of
+from kprio_core.lifecycle.tick import batch_budget, decide_tick, rate_tracker, rate_window
+from kprio_core.lifecycle.view import Lag, LedgerView, TickInputs
+
+__all__ = [
+    "BatchRuns",
+    "BatchView",
+    "Drain",
+    "DrainFrom",
+    "Fail",
+    "Intent",
+    "Launcher",
+    "NothingToDo",
+    "Step",
+    "Wait",
+    "WaitWhy",
+    "decide_run",
+    "CarryOutLogChanges",
+    "Decided",
+    "Decision",
+    "FailDeadRun",
+    "Lag",
+    "Launch",
+    "LaunchReason",
+    "LedgerView",
+    "LogDecisions",
+    "RecordPlan",
+    "RunState",
+    "RunSummary",
+    "Skip",
+    "TickAction",
+    "TickInputs",
+    "Verdict",
+    "Why",
+    "batch_budget",
+    "decide_tick",
+    "describe_hold",
+    "describe_holds",
+    "held_partitions",
+    "log_decisions",
+    "lost_partitions",
+    "needs_committed",
+    "rate_tracker",
+    "rate_window",
+    "run_key_of",
+]

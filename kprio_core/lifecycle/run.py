@@ -63,6 +63,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from kprio_core.ledger.states import BatchState
+from kprio_core.lifecycle.runs import LaunchReason
 from kprio_core.recovery import Lease, may_retry, parse_owner, retry_delay_s
 
 if TYPE_CHECKING:
@@ -89,34 +90,6 @@ class Launcher(str, enum.Enum):
     """A person: the asset page, the asset graph, the job page, a backfill, ``kprio retry``."""
 
 
-class LaunchReason(str, enum.Enum):
-    """Why the sensor (or ``kprio drain``) launched a run: the ``kprio/why`` tag's values."""
-
-    NEW = "new"
-    """Planned, and no run was ever requested for it."""
-    RETRY = "retry"
-    """It failed; attempts are left and its backoff is over."""
-    RESUME = "resume"
-    """It is in flight but its run died: a new attempt takes its work over."""
-    COMMIT = "commit"
-    """Checked, and the batches before it committed: only the commit is left."""
-    REDRAIN = "redrain"
-    """Committed, and its group's offset moved back over it outside kprio: its ranges are drained again."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def parse(cls, text: str | None) -> LaunchReason | None:
-        """The reason a tag value names; None when absent or unknown (a tag written by another version).
-
-        >>> LaunchReason.parse("retry"), LaunchReason.parse("later"), LaunchReason.parse(None)
-        (<LaunchReason.RETRY: 'retry'>, None, None)
-        """
-        try:
-            return cls(text)
-        except ValueError:
-            return None
 
 
 @dataclass(frozen=True)

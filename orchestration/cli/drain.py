@@ -1,5 +1,9 @@
 """``kprio drain``: the sensor's logic and the runs it requests, in this process, on one warm Spark session.
 
+The config is loaded once here and handed to the loop (the Dagster definitions get the same one).
+Two ``kprio drain`` on one config share the work: each launches only what it claimed, and its
+lines and totals are what its own runs drained and committed.
+
 The runs go to the configured Dagster instance (``$DAGSTER_HOME``, else ``./kprio-data/dagster_home``),
 so ``dagster dev`` on the same home shows them. ``--follow`` runs kprio as a service without the
 Dagster daemon. SIGTERM (or Ctrl-C) finishes the batch in flight and exits 0 with one line
@@ -112,7 +116,8 @@ def drain(
 
     with open_instance(settings) as instance:
         # One line per batch is the progress report; Dagster's own event log stays in the instance.
-        report = run_drain(defs, instance, until=until, max_batches=max_batches, stop=stop, log_level="WARNING",
+        report = run_drain(defs, instance, config=settings, until=until, max_batches=max_batches, stop=stop,
+                           log_level="WARNING",
                            on_batch=show, guard=lambda: stop_on_signals(stop, current),
                            on_start=lambda batch_id: current.update(batch=batch_id))
     committed: dict[str, dict[str, int | None]] = {}

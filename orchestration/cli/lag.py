@@ -68,18 +68,18 @@ def log_states(config: Any, topic: Any, snapshot: Any, ledger: Any | None
     ``ledger`` None (no ledger yet): kprio believes nothing, so the states are what Kafka alone tells
     (ok, lost to retention, ahead of the log).
     """
-    from kprio_core.log_changes import LogState, observe
-    from orchestration.decide import beliefs_of, committed_batches, decide_log_changes
+    from datetime import UTC, datetime
 
-    beliefs = beliefs_of(ledger, topic.name) if ledger is not None else {}
-    changes = observe(snapshot, beliefs)
-    in_flight = ledger.in_flight(topic.name) if ledger is not None else []
-    redraining = {r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges()}
-    decided, holds = decide_log_changes(
-        changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss, redraining=redraining,
-        drained=lambda t, q: committed_batches(ledger, topic.name, t, q, beliefs) if ledger is not None else [],
-        slots=ledger.full_priorities(topic.name, 1) if ledger is not None else {},
-        max_in_flight=config.planner.max_in_flight)
+    from kprio_core.lifecycle import LedgerView, log_decisions, needs_committed
+    from kprio_core.log_changes import LogState
+    from orchestration.runtime.tick import read_view, with_committed
+
+    view = LedgerView(topic.name)
+    if ledger is not None:  # the tick's own view and rule 7: lag shows what the tick would decide
+        view = read_view(ledger, config, topic, datetime.now(UTC))
+        view = with_committed(view, ledger, needs_committed(snapshot, view, config))
+    found = log_decisions(config, view, snapshot)
+    changes, decided, holds, redraining = found.changes, found.decided, found.holds, found.redraining
     by_tp = {(d.change.topic, d.change.partition): d for d in decided}
     held = {(h.topic, h.partition): h for h in holds}
     out = {}

@@ -15,7 +15,7 @@ TopicOption = Annotated[
 
 
 def hold_doc(hold: Any) -> dict[str, Any]:
-    from orchestration.decide import describe_hold
+    from kprio_core.lifecycle import describe_hold
 
     return {"topic": hold.topic, "partition": hold.partition, "from_offset": hold.start, "batch_id": hold.batch_id,
             "attempts": hold.attempts, "exhausted": hold.exhausted, "reason": hold.reason,
@@ -26,7 +26,7 @@ def decision_doc(decision: Any) -> dict[str, Any]:
     """The JSON shape of one topic's decision: what would happen, the plan when there is one, what waits."""
     doc: dict[str, Any] = {
         "topic": decision.topic,
-        "action": decision.action.value,
+        "action": decision.verdict.value,
         "reason": decision.reason,
         "launch": [{"batch_id": x.batch.batch_id, "why": x.why.value, "attempt": x.attempt, "run_key": x.run_key}
                    for x in decision.launch],
@@ -107,21 +107,15 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     Example: kprio plan --topic orders --json
     """
     from kprio_core.kafka import KafkaEdge
-    from kprio_core.ledger import BatchState, Ledger
-    from orchestration.decide import decide
+    from kprio_core.ledger import Ledger
     from orchestration.instance import open_instance
-    from orchestration.leases import owner_dead_in
-    from orchestration.sensors import existing_runs
+    from orchestration.runtime.tick import decide
 
     settings = config_from(config)
     topics = [settings.topic(topic)] if topic else list(settings.topics)
     now_s = time.time()
     with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger, open_instance(settings) as instance:
-        decisions = []
-        for t in topics:
-            watched = [*ledger.in_flight(t.name), *ledger.batches(t.name, states=[BatchState.FAILED])]
-            decisions.append(decide(settings, t, edge=edge, ledger=ledger, now_s=now_s,
-                                    runs=existing_runs(instance, watched), owner_dead=owner_dead_in(instance)))
+        decisions = [decide(instance, edge, ledger, settings, t, now_s=now_s) for t in topics]
     for decision in decisions:
         if decision.error is not None:
             # The sensor skips with this as its reason; an operator asking for a plan gets an error.

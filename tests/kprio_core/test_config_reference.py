@@ -210,7 +210,7 @@ def read_options(config: KprioConfig) -> dict[str, str]:
 
 def batch_budget(config: KprioConfig) -> object:
     """The budget the sensor plans a batch with, at a measured 1,000 records/s."""
-    from orchestration.decide import batch_budget
+    from kprio_core.lifecycle import batch_budget
 
     return batch_budget(config, 1000.0)
 
@@ -225,14 +225,9 @@ def read_splits(config: KprioConfig) -> list[PlannedRange]:
 
 def rate_quotas(config: KprioConfig) -> tuple[object, ...]:
     """The quotas and windows of the rate tracker the sensor builds for a topic."""
-    from kprio_core.ledger import Ledger
-    from orchestration.decide import rate_tracker
+    from kprio_core.lifecycle import rate_tracker
 
-    ledger = Ledger(config.ledger.url)
-    try:
-        tracker = rate_tracker(config, ledger, "orders")
-    finally:
-        ledger.close()
+    tracker = rate_tracker(config, ())
     return tracker.records_per_s, tracker.bytes_per_s, tracker.samples, tracker.window_s
 
 
@@ -291,7 +286,7 @@ PROBES: dict[str, Callable[[KprioConfig], object]] = {
 # --- the rest: where each acts -----------------------------------------------------------------
 
 NEEDS_BROKER = "needs a broker"
-NEEDS_SNAPSHOT = "decide() acts on a lag snapshot, which needs a broker (the sensor tests cover it)"
+NEEDS_SNAPSHOT = "the tick acts on a lag snapshot (tests/kprio_core/test_lifecycle_tick.py and the sensor tests cover it)"
 NEEDS_SPARK = "needs a Spark session and a drained batch (tests/spark_jobs cover it)"
 NEEDS_RUN = "acts inside a batch's Dagster run (tests/orchestration/test_recovery.py covers it)"
 
@@ -301,22 +296,22 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "topics[].topic_config": ("kprio_core.kafka.edge", "KafkaEdge.create_topics", NEEDS_BROKER),
     "topics[].schema": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "topics[].required_fields": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
-    "planner.mode": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
-    "planner.distribution": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
-    "planner.window_size": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
-    "planner.maxed_out_threshold": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
-    "planner.max_in_flight": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
+    "planner.mode": ("kprio_core.lifecycle.tick", "decide_tick", NEEDS_SNAPSHOT),
+    "planner.distribution": ("kprio_core.lifecycle.tick", "decide_tick", NEEDS_SNAPSHOT),
+    "planner.window_size": ("orchestration.runtime.tick", "read_view", NEEDS_SNAPSHOT),
+    "planner.maxed_out_threshold": ("orchestration.runtime.tick", "read_view", NEEDS_SNAPSHOT),
+    "planner.max_in_flight": ("kprio_core.lifecycle.tick", "decide_tick", NEEDS_SNAPSHOT),
     "quality.tombstones": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "quality.null_keys": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "recovery.lease_s": ("orchestration.leases", "Heartbeat.__init__", NEEDS_RUN),
-    "recovery.max_attempts": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
+    "recovery.max_attempts": ("kprio_core.lifecycle.tick", "decide_tick", NEEDS_SNAPSHOT),
     "recovery.backoff_s": ("kprio_core.lifecycle.run", "retry_at", NEEDS_RUN),
     "recovery.backoff_max_s": ("kprio_core.lifecycle.run", "retry_at", NEEDS_RUN),
     "ordering.mode": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "ordering.lanes": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.handler": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.allow_data_loss": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
-    "drain.on_offset_out_of_range": ("orchestration.decide", "decide", NEEDS_SNAPSHOT),
+    "drain.on_offset_out_of_range": ("kprio_core.lifecycle.log_rules", "log_decisions", NEEDS_SNAPSHOT),
     "drain.output_path": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.dead_letter_path": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.replay_path": ("orchestration.replay_asset", "build_replayed_window", "needs a replay run: a broker and Spark"),

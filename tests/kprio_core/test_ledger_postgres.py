@@ -85,3 +85,9 @@ def test_two_processes_racing_on_postgres_never_hold_the_same_offsets(pg_url: st
     with Ledger(pg_url) as ledger:
         assert_disjoint(ledger.reserved_ranges("orders"), "at the end")
         assert_never_taken_twice(ledger, commit_order=False)
+
+
+def test_of_drivers_claiming_one_run_key_at_once_exactly_one_wins_on_postgres(pg_url: str):
+    from tests.kprio_core.test_ledger_launches import assert_one_winner
+
+    assert_one_winner(pg_url)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
+import dagster as dg
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -68,3 +72,56 @@ def test_drain_until_empty_prints_a_json_summary(cli_config, spark):
     assert "0 runs, 0 records committed; no backlog left" in again.output
     plan = json.loads(invoke("plan", "--json", "--config", str(path)).output)
     assert [(d["action"], d["reason"], d["launch"], d["held"]) for d in plan] == [("idle", "no backlog", [], [])]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_two_drains_started_together_drain_every_batch_once_and_report_only_their_own(make_topic, kprio_env,
+                                                                                        tmp_path, monkeypatch):
+    # As a user would: two `kprio drain --until-empty` on one config, one ledger, one Dagster home, at once. Two
+    # logical topics, so one tick requests two runs and a process executes the second while the first drains:
+    # the other process sees that batch planned and not yet launched (the window of a double launch).
+    from kprio_core.ledger import BatchState, Ledger
+    from orchestration.instance import open_instance
+    from tests.orchestration.conservation import conservation
+    from tests.orchestration.test_recovery import REPO, child_config
+
+    produced = {2: 60, 1: 80, 0: 100}
+    topics = [make_topic(priorities=3, partitions=2, records=produced) for _ in range(2)]
+    env = kprio_env(*topics, planner={"record_budget": 60, "target_batch_s": None})
+    config = child_config(env, tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    procs = []
+    for i in range(2):
+        log = open(tmp_path / f"drain-{i}.err", "wb")  # noqa: SIM115 (closed with the process)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "orchestration.cli", "drain", "--until-empty", "--json", "--config", str(config)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=log,
+            env={**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(REPO)}))
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    errors = [(tmp_path / f"drain-{i}.err").read_text(errors="replace")[-3000:] for i in range(2)]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    summaries = [json.loads(out) for out in outputs]
+    assert all(s["ok"] and s["stopped"] == "no backlog left" for s in summaries), summaries
+
+    # Every batch was drained once, by one run of its partition.
+    with Ledger(env.config.ledger.url) as ledger:
+        batches = ledger.batches()
+        assert batches and {b.state for b in batches} == {BatchState.COMMITTED}
+        for b in batches:
+            drained = [e for e in ledger.events(b.batch_id) if e.to_state is BatchState.DRAINED]
+            assert (b.attempts, len(drained)) == (1, 1), (b.batch_id, ledger.events(b.batch_id))
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with open_instance(env.config) as instance:
+        runs = {b.batch_id: len(instance.get_run_records(dg.RunsFilter(tags={"dagster/partition": b.batch_id})))
+                for b in batches}
+    assert runs == {b.batch_id: 1 for b in batches}, runs
+
+    # The two summaries together: every batch once, every record committed once (== produced).
+    lines = [[b for b in s["batches"] if b["state"] == "committed"] for s in summaries]
+    assert sorted(b["batch_id"] for ls in lines for b in ls) == sorted(b.batch_id for b in batches), lines
+    totals = [sum(s["records"].values()) for s in summaries]
+    assert sum(totals) == 2 * sum(produced.values()), (totals, summaries)
+    for topic in topics:
+        assert conservation(env.config, topic, env.edge).ok

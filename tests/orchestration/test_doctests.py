@@ -21,7 +21,6 @@ MODULES = [
     "orchestration.cli.dead_letters",
     "orchestration.cli.lag",
     "orchestration.commit",
-    "orchestration.decide",
     "orchestration.demo.layout",
     "orchestration.demo.plot",
     "orchestration.demo.report",

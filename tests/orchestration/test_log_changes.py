@@ -18,10 +18,9 @@ from kprio_core.ledger import Ledger
 from kprio_core.results import CheckReport
 from orchestration import drain_loop
 from orchestration.cli.main import app
-from orchestration.decide import decide
 from orchestration.instance import open_instance
 from orchestration.log_changes import reset_partition
-from orchestration.sensors import tick
+from orchestration.runtime.tick import decide, tick
 from tests.fixtures.kafka import fill, generated_records, produce_acked, wait_until_served
 from tests.orchestration.conservation import conservation, lag, published_offsets
 from tests.orchestration.ledger_states import commit_as_drained, drained_as_planned
@@ -397,7 +396,7 @@ def test_a_commit_of_kprio_that_reached_kafka_before_its_ledger_is_no_move_by_so
     env = kprio_env(topic, planner={"record_budget": 10, "target_batch_s": None})
 
     def plan_next():
-        decision = decide(env.config, topic, edge=env.edge, ledger=env.ledger, now_s=time.time())
+        decision = decide(None, env.edge, env.ledger, env.config, topic, now_s=time.time())
         assert decision.plan is not None, decision.describe()
         return env.ledger.record_plan(decision.plan).batch_id
 
@@ -407,7 +406,7 @@ def test_a_commit_of_kprio_that_reached_kafka_before_its_ledger_is_no_move_by_so
     env.ledger.mark_checked(second, CheckReport(()))
     env.edge.commit(topic, env.ledger.get(second).plan.offset_ranges())  # Kafka told; the ledger not yet
 
-    decision = decide(env.config, topic, edge=env.edge, ledger=env.ledger, now_s=time.time())
+    decision = decide(None, env.edge, env.ledger, env.config, topic, now_s=time.time())
     [change] = decision.changes
     assert (change.committed, change.believed, str(change.state)) == (20, 10, "ok"), change
     assert not decision.decided and not decision.holds, decision.describe()

@@ -1,0 +1,101 @@
+"""Launch claims: the driver that decided to launch a run key first launches it; any other one does not.
+
+Two drivers (the Dagster sensor, a ``kprio drain``, two ``kprio drain`` on one config) may tick at
+the same moment and decide the same launch: the same batch, attempt and why, so the same run key.
+Before it requests or executes the run, a driver claims the run key here. The claim is one
+``INSERT ... ON CONFLICT DO NOTHING`` on the run key (SQLite: under BEGIN IMMEDIATE; Postgres: the
+second insert waits for the first to commit), so exactly one driver wins; the others see whose
+it is and skip the launch. A claim lasts ``claim_s`` (renewed by its owner until its run exists,
+which then dedupes the run key by itself) and ends early when its owner is known dead.
+
+>>> from datetime import UTC, datetime, timedelta
+>>> from kprio_core.ledger import Ledger
+>>> from kprio_core.drain_plan import DrainPlan, PlannedRange
+>>> from kprio_core.offsets import OffsetRange
+>>> r = PlannedRange(2, OffsetRange("orders-2", 0, 0, 29), est_bytes=5800)
+>>> t = [datetime(2026, 1, 1, tzinfo=UTC)]
+>>> ledger = Ledger("sqlite://", clock=lambda: t[0])
+>>> b = ledger.record_plan(DrainPlan("orders", "lag-aware", 50, None, {2: 29}, {2: 29}, (r,)))
+>>> ledger.claim_launch(b.batch_id, "b-000001", "@host-a:11", 30).owner
+'@host-a:11'
+>>> ledger.claim_launch(b.batch_id, "b-000001", "@host-b:22", 30).owner   # b loses: a launches it
+'@host-a:11'
+>>> ledger.claim_launch(b.batch_id, "b-000001", "@host-b:22", 30, take_over={"@host-a:11"}).owner
+'@host-b:22'
+>>> t[0] += timedelta(seconds=31)   # b's claim expired: a may claim again
+>>> ledger.claim_launch(b.batch_id, "b-000001", "@host-a:11", 30).owner
+'@host-a:11'
+>>> sorted(ledger.launch_claims("orders"))
+['b-000001']
+>>> ledger.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, select, update
+
+from kprio_core.ledger.base import LedgerBase
+from kprio_core.ledger.codec import from_us
+from kprio_core.ledger.engine import insert_for
+from kprio_core.ledger.schema import batches, launches
+
+_US = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchClaim:
+    """Who claimed the launch of a run key, for which batch, and until when the claim holds."""
+
+    run_key: str
+    batch_id: str
+    owner: str
+    claimed_at: datetime
+    until: datetime
+
+    def live(self, now: datetime, dead: Collection[str] = ()) -> bool:
+        """True while the claim holds: not expired, and its owner not known dead."""
+        return self.until > now and self.owner not in dead
+
+
+class LaunchMethods(LedgerBase):
+    """claim_launch / launch_claims."""
+
+    def claim_launch(self, batch_id: str, run_key: str, owner: str, claim_s: float, *,
+                     take_over: Collection[str] = ()) -> LaunchClaim:
+        """Claim the launch of ``run_key`` (a run of ``batch_id``) for ``owner`` until now + ``claim_s``.
+
+        Returns the claim as it stands after the call: ``owner``'s when it was free, expired, already
+        ``owner``'s (renewed), or held by an owner named in ``take_over`` (known dead); otherwise the
+        other owner's live claim, unchanged (that driver launches the run, this one does not).
+        """
+        if not owner or claim_s <= 0:
+            raise ValueError(f"a launch claim needs an owner and claim_s > 0, got {owner!r}, {claim_s}")
+        now = self._now_us()
+        until = now + round(claim_s * _US)
+        with self._tx() as (conn, numbering):
+            key = self._row(conn, numbering, batch_id).id
+            conn.execute(delete(launches).where(launches.c.until_us <= now, launches.c.run_key != run_key))
+            conn.execute(insert_for(conn, launches).values(
+                run_key=run_key, batch_id=key, owner=owner, claimed_us=now, until_us=until).on_conflict_do_nothing())
+            row = conn.execute(select(launches).where(launches.c.run_key == run_key).with_for_update()).one()
+            if row.owner != owner and (row.until_us <= now or row.owner in take_over):
+                conn.execute(update(launches).where(launches.c.run_key == run_key).values(
+                    batch_id=key, owner=owner, claimed_us=now, until_us=until))
+            elif row.owner == owner:
+                conn.execute(update(launches).where(launches.c.run_key == run_key).values(until_us=until))
+            row = conn.execute(select(launches).where(launches.c.run_key == run_key)).one()
+            return LaunchClaim(row.run_key, numbering.batch_id(row.batch_id), row.owner, from_us(row.claimed_us),
+                               from_us(row.until_us))
+
+    def launch_claims(self, logical_topic: str) -> dict[str, LaunchClaim]:
+        """The unexpired launch claims of the topic's batches, by run key."""
+        now = self._now_us()
+        query = (select(launches).join(batches, batches.c.id == launches.c.batch_id)
+                 .where(batches.c.logical_topic == logical_topic, launches.c.until_us > now))
+        with self._tx() as (conn, numbering):
+            return {r.run_key: LaunchClaim(r.run_key, numbering.batch_id(r.batch_id), r.owner, from_us(r.claimed_us),
+                                           from_us(r.until_us)) for r in conn.execute(query)}

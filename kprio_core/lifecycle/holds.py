@@ -1,0 +1,80 @@
+"""Held partitions: what the planner skips, and the words that tell a person why and what to do.
+
+A partition is held from an offset on by a failed batch (retried by itself, or after a person's
+``kprio retry``), by offsets lost to retention, or by a change of the log only a person decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from kprio_core.ledger import Hold
+from kprio_core.offsets import OffsetRange
+from kprio_core.planner import held_range
+from kprio_core.snapshot import LagSnapshot
+
+
+def describe_holds(holds: Sequence[Hold]) -> str:
+    """Which partitions wait, since which offset, for which batch, and what a person does about it.
+
+    The partitions one failure holds share one clause: its reason is said once, not once per partition.
+
+    >>> from types import SimpleNamespace as H
+    >>> describe_holds([H(topic="o-0", partition=1, start=1200, batch_id="b-000007", attempts=3,
+    ...                   reason="values_match_schema failed", exhausted=True, retry_at=None)])
+    'held: o-0[1] from 1200 by b-000007 (failed 3 times: values_match_schema failed; fix the cause, then kprio retry b-000007)'
+    >>> describe_holds([H(topic="o-0", partition=p, start=10 * p, batch_id="b-000009", attempts=1,
+    ...                   reason="drain failed: disk full", exhausted=False, retry_at=None) for p in (0, 1)])
+    'held: o-0[0] from 0, o-0[1] from 10 by b-000009 (failed once: drain failed: disk full; retried by itself)'
+    """
+    clauses: dict[str, list[Hold]] = {}
+    for h in holds:
+        clauses.setdefault(hold_cause(h), []).append(h)
+    return "held: " + "; ".join(
+        ", ".join(f"{h.topic}[{h.partition}] from {h.start}" for h in same) + " " + cause
+        for cause, same in clauses.items())
+
+
+def describe_hold(hold: Hold) -> str:
+    """One held partition: where, since which offset, and why (:func:`describe_holds` for several)."""
+    return f"{hold.topic}[{hold.partition}] from {hold.start} {hold_cause(hold)}"
+
+
+def hold_cause(hold: Hold) -> str:
+    """What holds a partition and what happens next, without naming the partition."""
+    if hold.batch_id is None:  # offsets lost to retention, a change of the log
+        return f"({hold.reason})"
+    if hold.exhausted:
+        remedy = f"fix the cause, then kprio retry {hold.batch_id}"
+    elif hold.retry_at is not None:
+        remedy = f"retried by itself at {hold.retry_at:%H:%M:%S} UTC"
+    else:
+        remedy = "retried by itself"
+    times = "once" if hold.attempts == 1 else f"{hold.attempts} times"
+    return f"by {hold.batch_id} (failed {times}: {hold.reason}; {remedy})"
+
+
+def held_partitions(holds: Iterable[Hold]) -> tuple[OffsetRange, ...]:
+    """The planner's reservations for held partitions: from the hold's start on.
+
+    >>> from types import SimpleNamespace as H
+    >>> [(r.topic, r.partition, r.start) for r in held_partitions([H(topic="o-0", partition=1, start=1200)])]
+    [('o-0', 1, 1200)]
+    """
+    return tuple(held_range(h.topic, h.partition, h.start) for h in holds)
+
+
+def lost_partitions(snapshot: LagSnapshot, allow_data_loss: bool) -> tuple[Hold, ...]:
+    """Partitions whose undrained offsets retention deleted, held unless ``drain.allow_data_loss``.
+
+    Reported alike whether or not the partition was ever committed.
+    """
+    if allow_data_loss:
+        return ()
+    return tuple(
+        Hold(topic=r.topic, partition=r.partition, start=r.start, batch_id=None, state=None,
+             reason=f"offsets [{r.start},{r.end}) lost to retention before they were drained; set "
+                    "drain.allow_data_loss to drain past them (the gap is recorded)",
+             attempts=0, retry_at=None, exhausted=True)
+        for r in snapshot.lost_to_retention()
+    )

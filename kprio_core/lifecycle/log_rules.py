@@ -1,0 +1,242 @@
+"""Rule 7 of the tick: what to do about changes of the log kprio did not make (``kprio_core.log_changes``).
+
+A held partition waits for ``kprio reset``; a policy reset that would start a new incarnation under
+a batch in flight on the partition waits (held) until that batch fails or finishes; a restore, a
+policy reset or an accepted move is decided here and carried out by the driver (which records it)
+before the plan; a moved-back offset re-drains its committed batches' exact ranges, one batch at a
+time in a free slot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kprio_core.config import KprioConfig, OnOffsetOutOfRange
+from kprio_core.ledger import Batch, Hold
+from kprio_core.lifecycle.view import LedgerView
+from kprio_core.log_changes import (
+    Belief,
+    Change,
+    LogState,
+    Outcome,
+    hold_reason,
+    in_flight_blocks_reset,
+    observe,
+    outcome_of,
+    redrain_ranges,
+    reset_target,
+)
+from kprio_core.offsets import TopicPartitionKey
+from kprio_core.priority import Priority
+from kprio_core.snapshot import LagSnapshot
+
+RESETS = (Outcome.RESET_EARLIEST, Outcome.RESET_LATEST)
+NEW_LOG = (LogState.AHEAD_OF_LOG, LogState.TOPIC_RECREATED)
+"""States where the log below the old committed offset is another log: a reset starts a new incarnation."""
+
+
+@dataclass(frozen=True)
+class Decided:
+    """One change of the log and what this tick does about it (carried out by the driver, shown by ``kprio plan``)."""
+
+    change: Change
+    outcome: Outcome
+    decided_by: str = "rule"
+    """``rule`` or ``policy`` (``drain.on_offset_out_of_range``)."""
+    target: int | None = None
+    """The offset a restore or a reset commits."""
+    incarnation: int = 1
+    """The incarnation drained after this decision (+1 after a reset of a recreated or truncated log)."""
+    redrain: tuple[Batch, ...] = ()
+    """Committed batches re-drained (their exact ranges) after the committed offset moved back."""
+
+    def describe(self) -> str:
+        """What was seen and what is done.
+
+        >>> c = Change("o-2", 0, LogState.COMMITTED_GONE, 70, None, 0, 90)
+        >>> Decided(c, Outcome.RESTORE, target=70).describe()
+        'o-2[0] committed offsets gone: the group has no committed offset, kprio committed 70 (expired after offsets.retention.minutes without a commit); log [0,90) -> restore 70 (rule)'
+        """
+        what = str(self.outcome)
+        if self.target is not None:
+            what += f" {self.target}"
+        if self.redrain:
+            what += " " + ", ".join(f"{b.batch_id}" for b in self.redrain)
+        if self.incarnation > self.change.incarnation:
+            what += f", incarnation {self.incarnation}"
+        return f"{self.change.describe()} -> {what} ({self.decided_by})"
+
+
+@dataclass(frozen=True)
+class LogDecisions:
+    """Every partition's log state this tick, what is done about the changes, and the partitions they hold."""
+
+    changes: tuple[Change, ...] = ()
+    decided: tuple[Decided, ...] = ()
+    holds: tuple[Hold, ...] = ()
+    redraining: frozenset[TopicPartitionKey] = frozenset()
+
+
+def redraining_partitions(in_flight: Iterable[Batch]) -> frozenset[TopicPartitionKey]:
+    """Partitions a re-drain of committed offsets is in flight on."""
+    return frozenset(r.topic_partition for b in in_flight if b.replay_of_committed for r in b.plan.offset_ranges())
+
+
+def needs_committed(snapshot: LagSnapshot, view: LedgerView, config: KprioConfig) -> frozenset[TopicPartitionKey]:
+    """Partitions whose committed batches rule 7 reads (their group moved back and no re-drain is under way).
+
+    The driver reads only those from the ledger (:attr:`LedgerView.committed`), after the snapshot.
+    """
+    redraining = redraining_partitions(view.in_flight)
+    drain = config.drain
+    return frozenset((c.topic, c.partition) for c in observe(snapshot, view.believed())
+                     if c.state not in (LogState.OK, LogState.LOST_TO_RETENTION)
+                     and outcome_of(c, drain.on_offset_out_of_range, allow_data_loss=drain.allow_data_loss)
+                     is Outcome.REDRAIN and (c.topic, c.partition) not in redraining)
+
+
+def committed_on(view: LedgerView, beliefs: Mapping[TopicPartitionKey, Belief], topic: str,
+                 partition: int) -> list[Batch]:
+    """Committed batches with a range on ``topic[partition]`` of its current incarnation, oldest first."""
+    belief = beliefs.get((topic, partition))
+    incarnation = belief.incarnation if belief is not None else 1
+    return [b for b in view.committed.get((topic, partition), ())
+            if b.plan.incarnation_of(topic, partition) == incarnation
+            and any(r.topic_partition == (topic, partition) for r in b.plan.offset_ranges())]
+
+
+def log_decisions(config: KprioConfig, view: LedgerView, snapshot: LagSnapshot, *,
+                  max_in_flight: int | None = None) -> LogDecisions:
+    """Rule 7 over the topic's snapshot: observe every partition, decide about every change."""
+    beliefs = view.believed()
+    changes = observe(snapshot, beliefs)
+    redraining = redraining_partitions(view.in_flight)
+    in_flight_on: dict[TopicPartitionKey, list[str]] = {}
+    for b in view.in_flight:
+        for tp in sorted({r.topic_partition for r in b.plan.offset_ranges() if r.count}):
+            in_flight_on.setdefault(tp, []).append(b.batch_id)
+    decided, holds = decide_log_changes(
+        changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss,
+        drained=lambda t, q: committed_on(view, beliefs, t, q), redraining=redraining, slots=view.slots(),
+        max_in_flight=config.planner.max_in_flight if max_in_flight is None else max_in_flight,
+        in_flight_on=in_flight_on)
+    return LogDecisions(changes, decided, holds, redraining)
+
+
+def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, allow_data_loss: bool, *,
+                       drained: Callable[[str, int], list[Batch]],
+                       redraining: Collection[tuple[str, int]],
+                       slots: Mapping[Priority, Sequence[str]] | None = None,
+                       max_in_flight: int | None = None,
+                       in_flight_on: Mapping[tuple[str, int], Sequence[str]] | None = None,
+                       ) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
+    """What to do about every change that is not ok, and the partitions it holds.
+
+    ``drained(topic, partition)``: the committed batches of that partition's current incarnation
+    (a moved-back offset re-drains their exact ranges); ``redraining``: partitions whose re-drain
+    is in flight (held until it is done, without deciding again). Retention gaps are left to
+    :func:`kprio_core.lifecycle.holds.lost_partitions`.
+
+    A moved-back partition re-drains one committed batch at a time, oldest first: the one covering
+    the offset the group stands at. Its commit moves the group to that batch's end, so the next
+    tick sees the partition still moved back and re-drains the next one. Why: the re-drains of one
+    partition then commit in offset order (two at once could commit the later first and fail with
+    a gap under the Dagster daemon), and each takes a ``planner.max_in_flight`` slot of its
+    priorities like any batch (``slots``: the batches in flight per priority); a re-drain whose
+    priority has no free slot waits, held, for the next tick.
+
+    ``in_flight_on``: the batches in flight per partition. A policy reset that would start a new
+    incarnation waits, held, while one is (it fails or finishes on its own; a new incarnation
+    never starts under a batch that may still publish or commit the earlier one's offsets).
+
+    >>> c = Change("o-2", 0, LogState.COMMITTED_GONE, 70, None, 0, 90)
+    >>> decided, holds = decide_log_changes([c], OnOffsetOutOfRange.HOLD, False, drained=lambda t, q: [],
+    ...                                     redraining=())
+    >>> [(str(d.outcome), d.target) for d in decided], holds
+    ([('restore', 70)], ())
+    """
+    decided: list[Decided] = []
+    holds: list[Hold] = []
+    in_use = {p: list(ids) for p, ids in (slots or {}).items()}
+    picked: set[str] = set()
+    for c in changes:
+        if c.state in (LogState.OK, LogState.LOST_TO_RETENTION):
+            continue
+        tp = (c.topic, c.partition)
+        outcome = outcome_of(c, policy, allow_data_loss=allow_data_loss)
+        by = "policy" if outcome in RESETS else "rule"
+        if outcome is Outcome.REDRAIN and tp in redraining:
+            holds.append(change_hold(c, c.committed or 0, f"re-draining after: {c.describe()}", person=False))
+            continue
+        if outcome is Outcome.REDRAIN:
+            batches = drained(c.topic, c.partition)
+            by_range = {r: b for b in batches for r in b.plan.offset_ranges() if r.topic_partition == tp}
+            chosen = redrain_ranges(c.committed or 0, c.believed or 0, by_range)
+            if chosen is None:
+                outcome = Outcome.HOLD
+                holds.append(change_hold(c, c.committed or 0, hold_reason(c) + " (the ledger has no drained "
+                                         "ranges covering it to re-drain exactly)"))
+                decided.append(Decided(c, outcome, incarnation=c.incarnation))
+                continue
+            first = by_range[chosen[0]]
+            busy = [] if first.batch_id in picked else sorted(
+                p for p in first.priorities if max_in_flight is not None and len(in_use.get(p, ())) >= max_in_flight)
+            if busy:
+                taken = ", ".join(in_use[busy[0]])
+                holds.append(change_hold(c, c.committed or 0, f"re-drain of {first.batch_id} waits for a slot of "
+                                         f"priority {', '.join(map(str, busy))} ({taken} in flight) after: "
+                                         f"{c.describe()}", person=False))
+                decided.append(Decided(c, outcome, incarnation=c.incarnation))
+                continue
+            again = () if first.batch_id in picked else (first,)
+            picked.add(first.batch_id)
+            for p in first.priorities:
+                in_use.setdefault(p, []).append(first.batch_id)
+            rest = f" (then {len(chosen) - 1} more range(s), one batch at a time)" if len(chosen) > 1 else ""
+            holds.append(change_hold(c, c.committed or 0, f"re-draining {first.batch_id}{rest} after: "
+                                     f"{c.describe()}", person=False))
+            decided.append(Decided(c, outcome, incarnation=c.incarnation, redrain=again))
+            continue
+        if outcome in RESETS and (wait := in_flight_blocks_reset(c, c.state in NEW_LOG,
+                                                                  (in_flight_on or {}).get(tp, ()))):
+            start = c.committed if c.committed is not None else (c.believed or 0)
+            holds.append(change_hold(c, start, f"{wait}; after: {c.describe()}", person=False))
+            decided.append(Decided(c, Outcome.HOLD, by, incarnation=c.incarnation))
+            continue
+        if outcome is Outcome.HOLD:
+            start = c.committed if c.committed is not None else (c.believed or 0)
+            holds.append(change_hold(c, start, hold_reason(c)))
+        incarnation = c.incarnation + 1 if outcome in RESETS and c.state in NEW_LOG else c.incarnation
+        decided.append(Decided(c, outcome, by, reset_target(c, outcome), incarnation))
+    return tuple(decided), tuple(holds)
+
+
+def change_hold(c: Change, start: int, reason: str, *, person: bool = True) -> Hold:
+    """A hold of a change of the log: from ``start``, ``exhausted`` when only a person ends it."""
+    return Hold(topic=c.topic, partition=c.partition, start=start, batch_id=None, state=None, reason=reason,
+                attempts=0, retry_at=None, exhausted=person)
+
+
+def after_decisions(snapshot: LagSnapshot, decided: Iterable[Decided]) -> LagSnapshot:
+    """The snapshot as it stands once the driver has committed the restores and resets decided."""
+    targets = {(d.change.topic, d.change.partition): d.target for d in decided if d.target is not None}
+    if not targets:
+        return snapshot
+    parts = tuple(dataclasses.replace(p, committed=targets[(p.topic, p.partition)])
+                  if (p.topic, p.partition) in targets else p for p in snapshot.partitions)
+    return dataclasses.replace(snapshot, partitions=parts)
+
+
+def incarnations(beliefs: Mapping[tuple[str, int], Belief], decided: Iterable[Decided]) -> dict[str, int]:
+    """Incarnation per partition (``topic[partition]``) above 1, after this tick's decisions (the output identity).
+
+    >>> incarnations({("o-2", 0): Belief("o-2", 0, incarnation=2), ("o-1", 0): Belief("o-1", 0)}, [])
+    {'o-2[0]': 2}
+    """
+    out = {f"{b.topic}[{b.partition}]": b.incarnation for b in beliefs.values() if b.incarnation > 1}
+    for d in decided:
+        if d.incarnation > 1:
+            out[d.change.where] = d.incarnation
+    return out

@@ -1,0 +1,89 @@
+"""The inputs of one tick, gathered once by the driver: the ledger's view of a topic, the lag, the runs, the clock.
+
+Nothing in :mod:`kprio_core.lifecycle.tick` reads the ledger, the broker, an orchestrator or the
+clock: a driver (``orchestration.runtime.tick``) reads them here, once per tick and topic, and
+the rules decide from these values alone. A test builds them by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kprio_core.burst import PollHistory
+from kprio_core.errors import KprioError
+from kprio_core.ledger import Batch, BatchState, DrainedSample, Hold, LaunchClaim
+from kprio_core.ledger.records import batch_number
+from kprio_core.log_changes import Belief, Superseded, with_commits_under_way
+from kprio_core.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.priority import Priority
+from kprio_core.snapshot import LagSnapshot
+from kprio_core.lifecycle.runs import BatchRuns
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """Everything the tick's rules read from the ledger about one logical topic, read at one moment."""
+
+    logical_topic: str
+    in_flight: tuple[Batch, ...] = ()
+    """Planned, drained or checked batches, oldest first."""
+    failed: tuple[Batch, ...] = ()
+    """Failed batches, newest first."""
+    ready_to_commit: tuple[Batch, ...] = ()
+    """Checked batches with no blocking predecessor, oldest first."""
+    holds: tuple[Hold, ...] = ()
+    """Partitions the failed batches hold (``recovery.max_attempts`` decides ``exhausted``)."""
+    superseded: tuple[Superseded, ...] = ()
+    """Failed batches planned on an earlier incarnation of a partition."""
+    beliefs: Mapping[TopicPartitionKey, Belief] = field(default_factory=dict)
+    """What kprio believes about each partition (as the ledger stores it)."""
+    committed: Mapping[TopicPartitionKey, tuple[Batch, ...]] = field(default_factory=dict)
+    """Committed batches with a range on the partitions whose group moved back (newest first): only those
+    partitions' (:func:`kprio_core.lifecycle.log_rules.needs_committed` says which), read after the snapshot."""
+    reserved: tuple[OffsetRange, ...] = ()
+    """Non-empty ranges of the batches in flight."""
+    throughput: float | None = None
+    poll_history: PollHistory | None = None
+    avg_record_bytes: Mapping[str, float] = field(default_factory=dict)
+    rate_samples: tuple[DrainedSample, ...] = ()
+    """What the batches committed within the rate window drained, in commit order."""
+    claims: Mapping[str, LaunchClaim] = field(default_factory=dict)
+    """Unexpired launch claims of the topic's batches, by run key."""
+
+    def believed(self) -> dict[TopicPartitionKey, Belief]:
+        """The beliefs with the commits of checked batches under way (Kafka is told before the ledger:
+        a group standing at a checked range's end is kprio's own commit)."""
+        checked = [r for b in self.in_flight if b.state is BatchState.CHECKED for r in b.plan.offset_ranges()]
+        return with_commits_under_way(self.beliefs, checked)
+
+    def slots(self) -> dict[Priority, list[str]]:
+        """Per priority, the batches in flight with a range of it (each takes one slot), oldest first."""
+        slots: dict[Priority, list[str]] = {}
+        for b in sorted(self.in_flight, key=lambda b: batch_number(b.batch_id)):
+            for p in b.priorities:
+                slots.setdefault(p, []).append(b.batch_id)
+        return dict(sorted(slots.items(), reverse=True))
+
+    def watched(self) -> tuple[Batch, ...]:
+        """The batches whose runs the tick looks at: in flight and failed."""
+        return (*self.in_flight, *self.failed)
+
+
+Lag = LagSnapshot | KprioError
+"""The lag snapshot, or the typed error that prevented it (an unreachable broker, a missing topic)."""
+
+
+@dataclass(frozen=True)
+class TickInputs:
+    """One topic's inputs of a tick: the ledger view, the lag, the runs seen, the owners known dead, the clock."""
+
+    view: LedgerView
+    lag: Lag
+    runs: BatchRuns = field(default_factory=BatchRuns)
+    dead: frozenset[str] = frozenset()
+    """Lease and claim owners known gone (their run ended, their process left this host)."""
+    now: datetime = datetime(1970, 1, 1)
+    driver: str = ""
+    """This driver's launch claim owner: its own claims do not stop it."""

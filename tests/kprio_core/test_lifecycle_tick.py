@@ -1,0 +1,228 @@
+"""The tick's rules as a numbered case table: inputs built by hand, no broker, no ledger, no Dagster.
+
+Each case is one ``TickInputs`` (a ledger view, a lag snapshot or its error, the runs seen, the
+owners known dead, the clock) and the final answer the rules must give: the verdict, the run keys
+launched (in order), which priorities the plan takes, and a phrase of what waits. A second table
+checks rule 12 (launched elsewhere) on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from kprio_core.config import KprioConfig
+from kprio_core.errors import BrokerUnreachable, TopicMissing
+from kprio_core.ledger import BatchState, DrainedSample, Hold
+from kprio_core.lifecycle import (
+    BatchRuns,
+    CarryOutLogChanges,
+    FailDeadRun,
+    Launch,
+    LedgerView,
+    RecordPlan,
+    RunState,
+    RunSummary,
+    Skip,
+    TickInputs,
+    Verdict,
+    Why,
+    decide_tick,
+)
+from kprio_core.lifecycle.examples import T0, batch, claim, snapshot
+from kprio_core.lifecycle.tick import launched_elsewhere, resume_stuck, retry_failed
+from kprio_core.log_changes import Superseded
+from kprio_core.snapshot import PartitionLag
+
+NOW = T0 + timedelta(seconds=10)
+ME, OTHER, GONE = "@host-a:100", "@host-b:200", "@host-a:999"
+CONFIG = KprioConfig.model_validate({
+    "topics": [{"name": "orders", "priorities": 3}],
+    "planner": {"record_budget": 50, "target_batch_s": None},
+    "rate": {"quotas": {2: {"records_per_s": 10}}, "samples": 2, "window_s": 1},
+})
+TOPIC = CONFIG.topics[0]
+
+PLANNED = batch("b-000001")
+LEASED = batch("b-000001", state=BatchState.DRAINED, owner="r1@host-a:100")  # live until T0+30
+EXPIRED = batch("b-000001", state=BatchState.DRAINED, owner="r1@host-b:200", until=T0)
+DEAD_OWNER = batch("b-000001", state=BatchState.DRAINED, owner=f"r1{GONE}")
+DRAINED = batch("b-000001", state=BatchState.DRAINED)
+CHECKED = batch("b-000001", state=BatchState.CHECKED)
+FAILED = batch("b-000001", state=BatchState.FAILED, retry_at=T0)
+BACKING_OFF = batch("b-000001", state=BatchState.FAILED, retry_at=NOW + timedelta(seconds=5))
+EXHAUSTED = batch("b-000001", state=BatchState.FAILED, attempts=3)
+TRANSIENT = batch("b-000001", state=BatchState.FAILED, attempts=3, transient=True)
+OWN_RANGE = tuple(PLANNED.plan.offset_ranges())  # orders-2[0]@[0,10)
+
+
+def hold_of(b, exhausted: bool = False) -> Hold:
+    return Hold("orders-2", 0, 0, b.batch_id, BatchState.FAILED, b.reason, b.attempts, b.retry_at, exhausted)
+
+
+def runs(*summaries: RunSummary, of: str = "b-000001") -> BatchRuns:
+    return BatchRuns({of: summaries})
+
+
+def inputs(view: LedgerView | None = None, lag=None, **more) -> TickInputs:
+    lag = snapshot(backlog={2: 10}) if lag is None else lag
+    return TickInputs(view or LedgerView("orders"), lag, now=NOW, driver=ME, **more)
+
+
+def flying(b, **more) -> LedgerView:
+    return LedgerView("orders", in_flight=(b,), reserved=OWN_RANGE, **more)
+
+
+def failing(b, **more) -> LedgerView:
+    return LedgerView("orders", failed=(b,), **more)
+
+
+RETENTION = dataclasses.replace(snapshot(backlog={2: 10}), partitions=(
+    PartitionLag("orders-2", 0, 2, log_start=5, high_watermark=10, committed=0, avg_record_bytes=100.0),
+    *snapshot(backlog={}).partitions[1:]))
+
+# (number, why, inputs, verdict, launched run keys, plan priorities or None, a phrase of what waits or None)
+CASES = [
+    (1, "nothing recorded, nothing produced: idle", inputs(lag=snapshot()), Verdict.IDLE, [], None, None),
+    (2, "a backlog on every priority and nothing in flight: one plan takes all three", inputs(
+        lag=snapshot(backlog={2: 30, 1: 20, 0: 10})), Verdict.PLAN, [], {2, 1, 0}, None),
+    (3, "a planned batch no run was requested for gets its first run (run key = batch id)",
+     inputs(flying(PLANNED)), Verdict.LAUNCH, ["b-000001"], None, None),
+    (4, "a run of that run key exists: it is not launched twice", inputs(
+        flying(PLANNED), runs=runs(RunSummary("r1", RunState.STARTED, run_key="b-000001"))), Verdict.IDLE, [], None,
+     None),
+    (5, "a live lease: its run works, nothing to do", inputs(flying(LEASED)), Verdict.IDLE, [], None, None),
+    (6, "an expired lease: resumed by a new attempt", inputs(flying(EXPIRED)), Verdict.LAUNCH,
+     ["b-000001.attempt-2"], None, None),
+    (7, "the lease owner's process is gone: resumed at once, before the lease expires",
+     inputs(flying(DEAD_OWNER), dead=frozenset({f"r1{GONE}"})), Verdict.LAUNCH, ["b-000001.attempt-2"], None, None),
+    (8, "its last run ended without finishing it and nobody holds it: resumed",
+     inputs(flying(DRAINED), runs=runs(RunSummary("r1", RunState.FAILURE, run_key="b-000001"))),
+     Verdict.LAUNCH, ["b-000001.attempt-2"], None, None),
+    (9, "its last run failed but the orchestrator retries it: no second run",
+     inputs(flying(DRAINED), runs=runs(RunSummary("r1", RunState.FAILURE, run_key="b-000001", will_retry=True))),
+     Verdict.IDLE, [], None, None),
+    (10, "a checked batch whose predecessors committed gets a commit run",
+     inputs(flying(CHECKED, ready_to_commit=(CHECKED,))), Verdict.LAUNCH, ["b-000001.commit-1"], None, None),
+    (11, "a failed batch with attempts left, backoff over: retried as attempt 2",
+     inputs(failing(FAILED, holds=(hold_of(FAILED),))), Verdict.LAUNCH, ["b-000001.attempt-2"], None, None),
+    (12, "a failed batch still backing off waits and says until when",
+     inputs(failing(BACKING_OFF, holds=(hold_of(BACKING_OFF),))), Verdict.HELD, [], None, "retries at 00:00:15"),
+    (13, "retries exhausted: no run, its partition waits for a person",
+     inputs(failing(EXHAUSTED, holds=(hold_of(EXHAUSTED, exhausted=True),))), Verdict.HELD, [], None, None),
+    (14, "a transient cause is retried whatever the attempts",
+     inputs(failing(TRANSIENT, holds=(hold_of(TRANSIENT),))), Verdict.LAUNCH, ["b-000001.attempt-4"], None, None),
+    (15, "a failed batch superseded by a new incarnation never runs again",
+     inputs(failing(FAILED, superseded=(Superseded("b-000001", "orders-2", 0, 1, 2),))), Verdict.PLAN, [], {2},
+     None),
+    (16, "the broker is down: blocked, but recorded batches still get their runs",
+     inputs(flying(PLANNED), lag=BrokerUnreachable("localhost:9092", 5.0)), Verdict.BLOCKED, ["b-000001"], None,
+     None),
+    (24, "a priority topic is missing: blocked, and the reason names the error's code",
+     inputs(lag=TopicMissing("orders-2", "localhost:9092")), Verdict.BLOCKED, [], None, None),
+    (17, "another driver claimed the launch: it is not launched here, and says by whom",
+     inputs(flying(PLANNED, claims={"b-000001": claim("b-000001", OTHER, NOW)})), Verdict.IDLE, [], None,
+     f"is launched by {OTHER}"),
+    (18, "this driver's own claim does not stop it (its earlier request was lost)",
+     inputs(flying(PLANNED, claims={"b-000001": claim("b-000001", ME, NOW)})), Verdict.LAUNCH, ["b-000001"], None,
+     None),
+    (19, "a claim of a dead driver is taken over",
+     inputs(flying(PLANNED, claims={"b-000001": claim("b-000001", GONE, NOW)}), dead=frozenset({GONE})),
+     Verdict.LAUNCH, ["b-000001"], None, None),
+    (20, "an expired claim stops nobody", inputs(flying(PLANNED, claims={
+        "b-000001": claim("b-000001", OTHER, T0, seconds=5)})), Verdict.LAUNCH, ["b-000001"], None, None),
+    (21, "priority 2's slot is taken: the plan takes the other priorities, priority 2 waits",
+     inputs(flying(LEASED), lag=snapshot(backlog={2: 30, 1: 20, 0: 10})), Verdict.PLAN, [], {1, 0},
+     "priority 2 waits for its slot (b-000001 in flight)"),
+    (22, "priority 2 drained 40 records in the last second against a quota of 10/s: throttled",
+     inputs(LedgerView("orders", rate_samples=(DrainedSample(NOW, 2, 40, 0),)), lag=snapshot(backlog={2: 10})),
+     Verdict.THROTTLED, [], None, None),
+    (23, "offsets lost to retention before they were drained hold their partition",
+     inputs(lag=RETENTION), Verdict.HELD, [], None, None),
+]
+
+
+@pytest.mark.parametrize("number, why, given, verdict, launched, plan_priorities, waits",
+                         CASES, ids=[f"{c[0]:02d}" for c in CASES])
+def test_the_tick_decides(number, why, given, verdict, launched, plan_priorities, waits):
+    d = decide_tick(CONFIG, TOPIC, given)
+    assert d.verdict is verdict, (why, d.describe())
+    assert [x.run_key for x in d.launch] == launched, why
+    planned = None if d.plan is None else {p for p, n in d.plan.records_by_priority().items() if n}
+    assert planned == plan_priorities, (why, d.describe())
+    if waits is not None:
+        assert any(waits in w for w in d.waiting), (why, d.waiting)
+    # Every decision is typed actions in the applier's order: dead runs, log changes, launches, a plan, or a skip.
+    kinds = [type(a).__name__ for a in d.actions]
+    order = ["FailDeadRun", "CarryOutLogChanges", "Launch", "RecordPlan", "Skip"]
+    assert kinds == sorted(kinds, key=order.index), kinds
+    assert (Skip in map(type, d.actions)) == (not d.launch and d.plan is None), why
+
+
+def test_a_resumed_batch_names_the_run_to_mark_failed():
+    """Case 7 in detail: the dead owner's run is the one the applier marks failed, then attempt 2 takes over."""
+    d = decide_tick(CONFIG, TOPIC, inputs(flying(DEAD_OWNER), dead=frozenset({f"r1{GONE}"})))
+    [dead] = [a for a in d.actions if isinstance(a, FailDeadRun)]
+    assert dead.run_ids == ("r1",) and "is gone" in dead.why
+    assert d.stuck == ((DEAD_OWNER, dead.why),)
+
+
+def test_the_plan_is_an_action_after_the_launches():
+    d = decide_tick(CONFIG, TOPIC, inputs(flying(PLANNED), lag=snapshot(backlog={2: 10, 1: 20})))
+    # The log changes carry out what is seen for the first time (the partitions' beliefs), before anything runs.
+    assert [type(a) for a in d.actions] == [CarryOutLogChanges, Launch, RecordPlan]
+    assert d.verdict is Verdict.LAUNCH and d.plan.records_by_priority()[1] == 20
+
+
+def test_the_manual_plan_narrows_priorities_and_budget():
+    d = decide_tick(CONFIG, TOPIC, inputs(lag=snapshot(backlog={2: 30, 1: 20, 0: 10})), priorities={1},
+                    record_budget=10)
+    assert d.plan.records_by_priority() == {2: 0, 1: 10, 0: 0}
+    assert d.plan.backlog_before == {2: 30, 1: 20, 0: 10}, "the plan records the whole backlog it saw"
+
+
+# --- the individual rules ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("b, dead, seen, stuck, why", [
+    (PLANNED, (), BatchRuns(), False, "planned, never launched: launch_unlaunched's case, not stuck"),
+    (LEASED, (), BatchRuns(), False, "a live lease of a live owner"),
+    (EXPIRED, (), BatchRuns(), True, "the lease expired"),
+    (DEAD_OWNER, {f"r1{GONE}"}, BatchRuns(), True, "the owner is known dead"),
+    (EXPIRED, (), runs(RunSummary("r9", RunState.QUEUED)), False, "another run is on its way to take it over"),
+    (DRAINED, (), runs(RunSummary("r1", RunState.STARTED, runner=GONE, orphaned=True)), True,
+     "its run is STARTED but the kprio process that ran it is gone"),
+    (CHECKED, (), runs(RunSummary("r1", RunState.SUCCESS)), False, "checked: waits for its commit, not stuck"),
+])
+def test_resume_stuck(b, dead, seen, stuck, why):
+    assert bool(resume_stuck([b], seen, now=NOW, dead=dead)) is stuck, why
+
+
+@pytest.mark.parametrize("b, full, launched, waits, why", [
+    (FAILED, {}, ["b-000001.attempt-2"], [], "backoff over, slot free"),
+    (FAILED, {2: ["b-000002"]}, [], ["b-000001 waits for a slot of priority 2"], "its priority's slot is taken"),
+    (BACKING_OFF, {}, [], ["b-000001 retries at 00:00:15 UTC"], "still backing off"),
+    (EXHAUSTED, {}, [], [], "retries exhausted: only a person retries it"),
+])
+def test_retry_failed(b, full, launched, waits, why):
+    launches, waiting = retry_failed([b], BatchRuns(), now=NOW, max_attempts=3, full=full)
+    assert ([x.run_key for x in launches], waiting) == (launched, waits), why
+
+
+@pytest.mark.parametrize("b, claims, dead, elsewhere, why", [
+    (PLANNED, {}, (), None, "no claim, no lease: this driver launches it"),
+    (PLANNED, {"b-000001": claim("b-000001", OTHER, NOW)}, (), OTHER, "another live driver claimed the run key"),
+    (PLANNED, {"b-000001": claim("b-000001", ME, NOW)}, (), None, "this driver's own claim"),
+    (PLANNED, {"b-000001": claim("b-000001", OTHER, NOW)}, {OTHER}, None, "the claimant is dead"),
+    (PLANNED, {"b-000001.attempt-2": claim("b-000001.attempt-2", OTHER, NOW)}, (), None,
+     "a claim of another attempt's run key"),
+    (LEASED, {}, (), "r1@host-a:100", "another live run holds the batch's lease"),
+    (EXPIRED, {}, (), None, "an expired lease holds nothing"),
+])
+def test_launched_elsewhere(b, claims, dead, elsewhere, why):
+    found = launched_elsewhere(Launch(b, Why.NEW, 1), inputs(flying(b, claims=claims), dead=frozenset(dead)))
+    assert (found is None) == (elsewhere is None), (why, found)
+    if elsewhere is not None:
+        assert elsewhere in found, why
