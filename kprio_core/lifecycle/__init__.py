@@ -15,7 +15,7 @@ failed and committed go back to planned only through retry and replay). Who may 
   its lease (the run's decision; the batch runtime carries it out), after the tick launched it;
 - **failed -> planned (retry)**: the run launched by the tick's :class:`Launch` (why ``retry``), or
   a person's ``kprio retry``;
-- **in flight -> planned, next attempt (resume)**: the run launched after the tick found the run
+- **in flight, next attempt (resume; the state stays)**: the run launched after the tick found the run
   before it dead (:class:`FailDeadRun`, then a :class:`Launch` why ``resume``);
 - **committed -> planned (re-drain)**: a run the tick launched after the group moved back
   (why ``redrain``), or a person's re-drain (a backfill, ``kprio retry``).

@@ -1,8 +1,8 @@
 """``kprio simulate``: replay traces against the drain policies and compare waits, utilization, starvation.
 
 Output: a rich table per trace (default), ``--json`` (one trace: ``{"policies": ...}``; several:
-``{"traces": {TRACE: {"policies": ...}}}``), ``--markdown`` (README tables), and ``--plot out.png``
-(backlog per priority over time, one subplot per trace and policy).
+``{"traces": {TRACE: {"policies": ...}}}``), ``--markdown`` (the tables of docs/benchmarks.md), and
+``--plot out.png`` (backlog per priority over time, one subplot per trace and policy).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def simulate(
         list[str] | None, typer.Option("--policy", help=f"Policy to run, repeatable: {', '.join(POLICIES)} (default: all).")
     ] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of backlog per priority over time.")] = None,
-    markdown: Annotated[bool, typer.Option("--markdown", help="Print markdown tables (for the README).")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print markdown tables (for docs/benchmarks.md).")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Replay record arrivals against the strict, round_robin, flipkart and kprio drain policies.

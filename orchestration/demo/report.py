@@ -17,9 +17,9 @@ batches 1 and 2; 4 more arriving before batch 2, drained by batch 3 (one of them
 >>> row.records, row.dead_letters, row.batches, row.median_wait, row.max_wait, row.checks
 (14, 1, 3, 1, 1, '3/3')
 
-Conservation (DESIGN.md): every produced offset exactly once in the output or exactly once in
-the dead letters, never both; committed == high watermark. Offsets 0 and 2 in the output, 1 in
-the dead letters:
+Conservation (docs/architecture.md, Invariants): every produced offset exactly once in the output or
+exactly once in the dead letters, never both; committed == high watermark. Offsets 0 and 2 in the
+output, 1 in the dead letters:
 
 >>> tp = ("o-2", 0)
 >>> c = check_conservation({tp: 0}, {tp: 3}, {tp: 3}, [("o-2", 0, 0), ("o-2", 0, 2)], [("o-2", 0, 1)])

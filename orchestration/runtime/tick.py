@@ -15,12 +15,13 @@ it), the Dagster runs of its batches, the lease and claim owners known dead, and
 - records a new plan in the ledger (its ``kprio_batches`` partition is the driver's to add) and
   requests its run.
 
-Why a tick writes to the ledger and fails dead runs (STYLE.md wants sensors without side effects
-of their own): recording the plan *is* step 4 of DESIGN.md and must happen before the run exists
-so two batches never reserve the same offsets; failing a run whose process is gone only records
-what already happened; a claim makes a launch decided by two drivers one run. All are idempotent:
-a plan recorded on a tick whose result was lost is a planned batch without a run, launched on the
-next tick with the same run key (its claim is this driver's, or expired, or of a dead owner).
+Why a tick writes to the ledger and fails dead runs (Dagster sensors are best without side effects of
+their own): recording the plan *is* step 2 of docs/architecture.md's data flow and must happen
+before the run exists so two batches never reserve the same offsets; failing a run whose process is
+gone only records what already happened; a claim makes a launch decided by two drivers one run. All
+are idempotent: a plan recorded on a tick whose result was lost is a planned batch without a run,
+launched on the next tick with the same run key (its claim is this driver's, or expired, or of a
+dead owner).
 """
 
 from __future__ import annotations
