@@ -1129,7 +1129,7 @@ def probe_main(args: argparse.Namespace) -> None:
     from orchestration.definitions import build_definitions
     from orchestration.drain_loop import execute, spark_for_the_loop
     from orchestration.instance import open_instance
-    from orchestration.runtime.tick import tick
+    from orchestration.sensors import tick
 
     mark("import kprio, pyspark")
     config = load_config(args.probe)

@@ -3,7 +3,7 @@
 An ephemeral container restarts, the ledger file and the Dagster home are gone, the broker and
 the output kept their data. Before the first plan of a fresh ledger:
 
-- batch ids continue after the highest id the Dagster instance or the output files know, so a
+- batch ids continue after the highest id the orchestrator (Dagster's partitions) or the output files know, so a
   new batch never reuses an id (a Dagster partition, a run key, a ``batch_id`` in the output);
 - committed offsets the ledger does not know are adopted as they are: the new ledger plans from
   them, and output files are named by the offsets they hold, so no new batch can overwrite
@@ -19,32 +19,29 @@ fresh any more, so this runs once.
 from __future__ import annotations
 
 import logging
-
-import dagster as dg
+from collections.abc import Iterable
 
 from kprio_core.config import KprioConfig
 from kprio_core.errors import KprioError, LedgerNotFresh
 from kprio_core.ledger import Ledger, parse_batch_id
-from orchestration.partitions import BATCH_PARTITIONS_NAME
 
 LOGGER = logging.getLogger("kprio.adoption")
 _WAITING: set[str] = set()
 """Ledgers whose adoption already said it waits for the broker."""
 
 
-def known_batch_number(instance: dg.DagsterInstance | None, files) -> int:
-    """The highest batch number the Dagster instance's partitions or the output files name (0: none).
+def known_batch_number(known: Iterable[str], files) -> int:
+    """The highest batch number the orchestrator's batches (``known``) or the output files name (0: none).
 
     >>> from types import SimpleNamespace as F
-    >>> known_batch_number(None, [F(batch_id="b-000007"), F(batch_id="b-000012"), F(batch_id=None)])
+    >>> known_batch_number(["b-000003"], [F(batch_id="b-000007"), F(batch_id="b-000012"), F(batch_id=None)])
     12
     """
-    ids = list(instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME)) if instance is not None else []
-    ids += [f.batch_id for f in files if f.batch_id]
+    ids = [*known, *(f.batch_id for f in files if f.batch_id)]
     return max((n for n in map(parse_batch_id, ids) if n is not None), default=0)
 
 
-def ensure_adopted(instance: dg.DagsterInstance | None, ledger: Ledger, edge, config: KprioConfig,
+def ensure_adopted(known: Iterable[str], ledger: Ledger, edge, config: KprioConfig,
                    *, log=None) -> str | None:
     """Adopt an earlier life's ids, committed offsets and output into a fresh ledger; what was done, or None."""
     if not ledger.is_fresh():
@@ -69,7 +66,7 @@ def ensure_adopted(instance: dg.DagsterInstance | None, ledger: Ledger, edge, co
         if start is None or f.start >= start:
             remove_file(f)
             removed.append(f"{f.topic}[{f.partition}]@[{f.start},{f.end})")
-    number = known_batch_number(instance, files)
+    number = known_batch_number(known, files)
     try:
         if number:
             ledger.number_batches_after(number)

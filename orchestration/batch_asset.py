@@ -25,7 +25,7 @@ import dagster as dg
 
 from kprio_core.errors import BatchNotFound
 from orchestration.checks import check_results, check_specs
-from orchestration.leases import owner_dead
+from orchestration.dagster_runs import DagsterRuns
 from orchestration.partitions import BATCH_PARTITIONS_NAME, batch_partitions
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource, SparkResource
 from orchestration.runtime.batch import BatchRun, Checked, Committed, Drained, Event, RunFailed
@@ -76,7 +76,7 @@ def drain_batch_assets(
         batch_id=context.partition_key, intent=intent_of(context.run.tags), run_id=context.run.run_id,
         ledger=ledger.ledger, ledger_url=ledger.url, config=kprio.config(kafka),
         spark=lambda: spark.session, edge=lambda: kafka.edge,
-        owner_dead=lambda owner: owner_dead(owner, context.instance),
+        owner_dead=DagsterRuns(context.instance).owner_dead,
         add_batch=lambda batch_id: context.instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, [batch_id]),
         log=context.log,
     )

@@ -1,6 +1,7 @@
 """The in-process drain loop behind ``kprio drain``: the sensor's tick and the runs it requests, in one process.
 
-Each turn evaluates :func:`orchestration.runtime.tick.tick` (the same gather, core rules and
+Each turn evaluates :func:`orchestration.runtime.tick.tick` over the instance's runs
+(:class:`orchestration.dagster_runs.DagsterRuns`; the same gather, core rules and
 applier as the sensor: heal, retry, plan; no rule of its own here) and executes the requested
 runs of ``drain_job`` here with ``execute_in_process``, tagged as a daemon-launched run is (so
 neither the sensor nor the daemon launches them again), on one warm Spark session. A request
@@ -40,7 +41,9 @@ from kprio_core.lifecycle import Decision, Verdict, describe_holds
 from orchestration.leases import this_owner
 from orchestration.partitions import BATCH_PARTITIONS_NAME
 from orchestration.resources import session_running
-from orchestration.runtime.tick import missing_partitions, still_launchable, tick
+from orchestration.dagster_runs import DagsterRuns
+from orchestration.runtime.runs import RunOrder
+from orchestration.runtime.tick import still_launchable, tick
 from orchestration.sensors import SENSOR_NAME
 from orchestration.tags import RUN_KEY_TAG, RUNNER_TAG, SENSOR_NAME_TAG, TOPIC_TAG
 
@@ -151,7 +154,7 @@ def spark_for_the_loop(defs: dg.Definitions) -> Iterator[None]:
         resource.teardown_after_execution(dg.build_init_resource_context())
 
 
-def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunRequest,
+def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrder,
             log_level: str = "DEBUG") -> dg.ExecuteInProcessResult:
     """Execute one requested run of ``drain_job`` in this process, tagged as the daemon would tag it."""
     job = defs.resolve_job_def("drain_job")
@@ -249,6 +252,7 @@ class DrainLoop:
                  on_batch: Callable[[BatchOutcome], None] | None,
                  on_start: Callable[[str], None] | None = None) -> None:
         self.config, self.defs, self.instance, self.ledger, self.edge = config, defs, instance, ledger, edge
+        self.runs = DagsterRuns(instance)
         self.until, self.max_batches, self.stop = until, max_batches, stop
         self.log_level, self.on_batch, self.on_start = log_level, on_batch, on_start
         self.driver = this_owner("")
@@ -262,7 +266,7 @@ class DrainLoop:
     def run(self) -> DrainReport:
         self.sweep_staging()
         while not self._done():
-            turn = tick(self.instance, self.edge, self.ledger, self.config, driver=self.driver)
+            turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver)
             self._turns += 1
             self._add_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
             if turn.requests:
@@ -303,7 +307,7 @@ class DrainLoop:
     def _add_partitions(self, keys: list[str]) -> None:
         """Add the batch partitions the tick's runs need (another driver may add the same ones at once)."""
         for attempt in (1, 2):
-            missing = missing_partitions(self.instance, keys)
+            missing = self.runs.missing_partitions(keys)
             if not missing:
                 return
             try:
@@ -312,8 +316,8 @@ class DrainLoop:
                 if attempt == 2:
                     raise
 
-    def _execute(self, request: dg.RunRequest) -> None:
-        if not still_launchable(self.instance, self.ledger, self.config, request, self.driver):
+    def _execute(self, request: RunOrder) -> None:
+        if not still_launchable(self.runs, self.ledger, self.config, request, self.driver):
             return  # another driver launched it meanwhile: its run, its report
         if self.on_start is not None:
             self.on_start(request.partition_key)

@@ -17,6 +17,7 @@ import dagster as dg
 from pydantic import Field
 
 from orchestration.batch_asset import COMMITTED, DRAINED
+from orchestration.dagster_runs import DagsterRuns
 from orchestration.partitions import BATCH_PARTITIONS_NAME
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
 from orchestration.runtime.tick import decide
@@ -74,7 +75,7 @@ def plan_batch_op(
         raise dg.Failure(description=f"{topic.name} has priorities 0..{topic.priorities - 1}, not {bad}")
     book = ledger.ledger
     # The tick's rules, narrowed to the Launchpad's priorities and budget; only the plan is recorded here.
-    decision = decide(context.instance, kafka.edge, book, settings, topic, now_s=time.time(),
+    decision = decide(DagsterRuns(context.instance), kafka.edge, book, settings, topic, now_s=time.time(),
                       priorities=config.priorities, record_budget=config.record_budget)
     if decision.plan is None:
         raise dg.Failure(description=f"{topic.name}: nothing planned: {decision.summary()}")

@@ -12,8 +12,8 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 
-import dagster as dg
 import psutil
 
 from kprio_core.errors import LeaseLost
@@ -36,19 +36,18 @@ def process_alive(pid: int) -> bool:
         return False
 
 
-def owner_dead(owner: str, instance: dg.DagsterInstance | None = None) -> bool:
+def owner_dead(owner: str, run_ended: Callable[[str], bool] | None = None) -> bool:
     """True when the lease ``owner`` certainly no longer works on its batch.
 
-    Its Dagster run has ended, or it ran on this host and its process is gone. Anything else
-    (another host, an owner kprio did not write) is left to the lease's expiry.
+    Its orchestrator run has ended (``run_ended(run_id)``, asked of the driver's run store), or it
+    ran on this host and its process is gone. Anything else (another host, an owner kprio did not
+    write) is left to the lease's expiry.
     """
     parsed = parse_owner(owner)
     if parsed is None:
         return False
-    if instance is not None and parsed.run_id:
-        run = instance.get_run_by_id(parsed.run_id)
-        if run is not None and run.is_finished:
-            return True
+    if run_ended is not None and parsed.run_id and run_ended(parsed.run_id):
+        return True
     return parsed.host == socket.gethostname() and not process_alive(parsed.pid)
 
 

@@ -1,21 +1,30 @@
 """``priority_lag_sensor``: the Dagster driver of the tick, with no rule of its own.
 
-Every evaluation runs :func:`orchestration.runtime.tick.tick` (gather the inputs once, the core
-rules of ``kprio_core.lifecycle``, the one applier) and hands Dagster its result: the run
-requests (deterministic run keys, launched once by the daemon) and the ``kprio_batches``
-partitions they need, or a skip reason that says why nothing was launched and which partitions
-wait. ``kprio drain`` runs the same tick in process.
+Every evaluation runs :func:`tick`: :func:`orchestration.runtime.tick.tick` (gather the inputs
+once, the core rules of ``kprio_core.lifecycle``, the one applier) over the instance's runs
+(:class:`orchestration.dagster_runs.DagsterRuns`), and hands Dagster its result: the run requests
+(deterministic run keys, launched once by the daemon) and the ``kprio_batches`` partitions they
+need, or a skip reason that says why nothing was launched and which partitions wait. ``kprio
+drain`` runs the same tick in process.
 """
 
 from __future__ import annotations
 
 import dagster as dg
 
+from kprio_core.config import KprioConfig
+from kprio_core.ledger import Ledger
+from orchestration.dagster_runs import DagsterRuns, run_request
 from orchestration.partitions import batch_partitions
 from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
-from orchestration.runtime.tick import missing_partitions, tick
+from orchestration.runtime import tick as runtime
 
 SENSOR_NAME = "priority_lag_sensor"
+
+
+def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig, **kwargs) -> runtime.Tick:
+    """One tick over ``instance``'s runs (the sensor's evaluation; ``kprio drain`` and tests call it too)."""
+    return runtime.tick(DagsterRuns(instance), edge, ledger, config, **kwargs)
 
 
 def build_priority_lag_sensor(drain_job, interval_s: int) -> dg.SensorDefinition:
@@ -40,13 +49,14 @@ def build_priority_lag_sensor(drain_job, interval_s: int) -> dg.SensorDefinition
         if not result.requests:
             return dg.SensorResult(skip_reason=result.skip_reason)
         # The batches recorded now, and any another driver recorded a moment ago and has not added yet.
-        added = missing_partitions(context.instance, [*result.partitions, *(r.partition_key for r in result.requests)])
+        added = DagsterRuns(context.instance).missing_partitions(
+            [*result.partitions, *(r.partition_key for r in result.requests)])
         return dg.SensorResult(
-            run_requests=list(result.requests),
+            run_requests=[run_request(r) for r in result.requests],
             dynamic_partitions_requests=[batch_partitions.build_add_request(added)] if added else [],
         )
 
     return priority_lag_sensor
 
 
-__all__ = ["SENSOR_NAME", "build_priority_lag_sensor"]
+__all__ = ["SENSOR_NAME", "build_priority_lag_sensor", "tick"]

@@ -108,6 +108,7 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     """
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
+    from orchestration.dagster_runs import DagsterRuns
     from orchestration.instance import open_instance
     from orchestration.runtime.tick import decide
 
@@ -115,7 +116,7 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     topics = [settings.topic(topic)] if topic else list(settings.topics)
     now_s = time.time()
     with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger, open_instance(settings) as instance:
-        decisions = [decide(instance, edge, ledger, settings, t, now_s=now_s) for t in topics]
+        decisions = [decide(DagsterRuns(instance), edge, ledger, settings, t, now_s=now_s) for t in topics]
     for decision in decisions:
         if decision.error is not None:
             # The sensor skips with this as its reason; an operator asking for a plan gets an error.

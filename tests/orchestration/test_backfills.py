@@ -123,7 +123,7 @@ def test_a_partition_added_by_hand_in_the_ui_fails_saying_it_is_no_batch(make_to
 def test_a_sensor_run_whose_work_is_done_or_moved_on_says_so_and_succeeds(
     make_topic, kprio_env, dagster_instance, spark
 ):
-    from orchestration.runtime.tick import tick
+    from orchestration.sensors import tick
 
     topic = make_topic(priorities=2, partitions=1, records={1: 3, 0: 3})
     env = kprio_env(topic)

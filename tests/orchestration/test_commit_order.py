@@ -6,7 +6,7 @@ import pytest
 
 from kprio_core.ledger import BatchState
 from orchestration import drain_loop
-from orchestration.runtime.tick import tick
+from orchestration.sensors import tick
 from tests.orchestration.conservation import conservation, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]

@@ -32,6 +32,7 @@ MODULES = [
     "orchestration.replay_asset",
     "orchestration.resources",
     "orchestration.runtime.batch_metadata",
+    "orchestration.runtime.runs",
     "orchestration.services.broker",
     "orchestration.services.jars",
     "orchestration.services.process",

@@ -10,7 +10,7 @@ import pytest
 from kprio_core.ledger import Ledger, parse_batch_id
 from orchestration import drain_loop
 from orchestration.definitions import build_definitions
-from orchestration.runtime.tick import tick
+from orchestration.sensors import tick
 from spark_jobs.drain import drain_batch, publish
 from tests.fixtures.kafka import fill
 from tests.orchestration.conservation import conservation, lag

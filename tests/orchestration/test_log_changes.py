@@ -20,7 +20,8 @@ from orchestration import drain_loop
 from orchestration.cli.main import app
 from orchestration.instance import open_instance
 from orchestration.log_changes import reset_partition
-from orchestration.runtime.tick import decide, tick
+from orchestration.runtime.tick import decide
+from orchestration.sensors import tick
 from tests.fixtures.kafka import fill, generated_records, produce_acked, wait_until_served
 from tests.orchestration.conservation import conservation, lag, published_offsets
 from tests.orchestration.ledger_states import commit_as_drained, drained_as_planned

@@ -12,7 +12,7 @@ import pytest
 
 from kprio_core.ledger import BatchState
 from orchestration import drain_loop
-from orchestration.runtime.tick import tick
+from orchestration.sensors import tick
 from tests.fixtures.small_disks import read_only_dir, tiny_disk
 from tests.orchestration.conservation import conservation, lag
 
