@@ -23,7 +23,7 @@ SENSOR_NAME = "priority_lag_sensor"
 
 
 def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig, **kwargs) -> runtime.Tick:
-    """One tick over ``instance``'s runs (the sensor's evaluation; ``kprio drain`` and tests call it too)."""
+    """One tick over ``instance``'s runs: the sensor's evaluation (``kprio drain`` ticks over the same runs)."""
     return runtime.tick(DagsterRuns(instance), edge, ledger, config, **kwargs)
 
 
