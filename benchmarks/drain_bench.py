@@ -386,7 +386,7 @@ def drain_reader(spark, reader, args, kafka, topic, plan, settings, tmp, procs, 
     assert count == n, count
     out.append(stage)
     from kprio_core.kafka import KafkaEdge
-    from orchestration.checks import check_batch
+    from orchestration.runtime.checks import check_batch
 
     drains, checks, publishes, commits, whole = [], [], [], [], []
     with KafkaEdge(kafka) as edge:

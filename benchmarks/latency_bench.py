@@ -33,7 +33,7 @@ the Dagster instance (each run's events: queued, dequeued, process started, step
 The fixed cost of a 1,000-record batch, split by step, comes from a probe: a new Python process
 (this script with ``--probe``) that imports kprio, opens the instance, starts its Spark session
 (local, and over the daemon's warm Spark Connect server), then times, batch after batch, the
-sensor's tick (``orchestration.sensors.tick``: the plan) and the run (``drain_job`` in process, the
+sensor's tick (``orchestration.dagster.sensors.tick``: the plan) and the run (``drain_job`` in process, the
 loop's own ``execute``) with the steps from the run's materialization metadata. Its first batch is
 the cold cost of a process; the median of the others is the warm cost.
 
@@ -1126,10 +1126,10 @@ def probe_main(args: argparse.Namespace) -> None:
 
     from kprio_core.config import load_config
     from kprio_core.ledger import Ledger
-    from orchestration.definitions import build_definitions
-    from orchestration.drain_loop import execute, spark_for_the_loop
-    from orchestration.instance import open_instance
-    from orchestration.sensors import tick
+    from orchestration.dagster.definitions import build_definitions
+    from orchestration.dagster.drain_loop import execute, spark_for_the_loop
+    from orchestration.dagster.instance import open_instance
+    from orchestration.dagster.sensors import tick
 
     mark("import kprio, pyspark")
     config = load_config(args.probe)

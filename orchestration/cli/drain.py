@@ -91,9 +91,9 @@ def drain(
     """
     from kprio_core.errors import PartitionCountMismatch, TopicMissing
     from kprio_core.kafka import KafkaEdge
-    from orchestration.definitions import build_definitions
-    from orchestration.drain_loop import Until, drain as run_drain
-    from orchestration.instance import open_instance
+    from orchestration.dagster.definitions import build_definitions
+    from orchestration.dagster.drain_loop import Until, drain as run_drain
+    from orchestration.dagster.instance import open_instance
 
     settings = config_from(config)
     if topic is not None:

@@ -108,8 +108,8 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     """
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
-    from orchestration.dagster_runs import DagsterRuns
-    from orchestration.instance import open_instance
+    from orchestration.dagster.runs import DagsterRuns
+    from orchestration.dagster.instance import open_instance
     from orchestration.runtime.tick import decide
 
     settings = config_from(config)

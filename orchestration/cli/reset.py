@@ -29,7 +29,7 @@ def reset(partition: PartitionArgument, to: ToOption, config: ConfigOption = Non
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
     from kprio_core.log_changes import parse_partition, parse_target
-    from orchestration.log_changes import reset_partition
+    from orchestration.runtime.log_changes import reset_partition
 
     try:
         name, number = parse_partition(partition)

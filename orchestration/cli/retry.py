@@ -25,9 +25,9 @@ def retry(batch_id: BatchArgument, config: ConfigOption = None, json_out: JsonOp
     """
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
-    from orchestration.definitions import build_definitions
-    from orchestration.drain_loop import redrain
-    from orchestration.instance import open_instance
+    from orchestration.dagster.definitions import build_definitions
+    from orchestration.dagster.drain_loop import redrain
+    from orchestration.dagster.instance import open_instance
 
     settings = config_from(config)
     # Both answer in one line before any Spark starts: an unreachable broker, an unknown batch.

@@ -3,7 +3,7 @@
 Steps, in order: clear what an earlier demo left in the data dir; start the embedded broker
 (unless a cluster is given); write the demo's kprio.yaml; create the three priority topics;
 produce the up-front waves (with ``poison`` malformed records in the low-priority backlog);
-drain with :func:`orchestration.drain_loop.drain` (the sensor's tick and the drain_job runs it
+drain with :func:`orchestration.dagster.drain_loop.drain` (the sensor's tick and the drain_job runs it
 requests, on the Dagster instance in the data dir), producing the later waves from its per-run
 callback; read the ledger, the published output and dead letters, and the committed offsets;
 write the plot and report. The broker it started is stopped in ``finally`` unless ``keep_broker``.
@@ -29,7 +29,7 @@ from orchestration.demo.report import Conservation, PriorityRow, check_conservat
 from orchestration.demo.workload import Workload, demo_record_budget, demo_workload
 
 if TYPE_CHECKING:
-    from orchestration.drain_loop import BatchOutcome
+    from orchestration.dagster.drain_loop import BatchOutcome
 
 DEFAULT_RECORDS = 20_000
 
@@ -228,10 +228,10 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
                 listener: DemoListener) -> dict[str, Any]:
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
-    from orchestration.definitions import build_definitions
+    from orchestration.dagster.definitions import build_definitions
     from orchestration.demo.plot import backlog_series, plot_backlog
-    from orchestration.drain_loop import Until, drain
-    from orchestration.instance import open_instance
+    from orchestration.dagster.drain_loop import Until, drain
+    from orchestration.dagster.instance import open_instance
 
     topic = config.topics[0]
     with KafkaEdge(config.kafka) as edge:

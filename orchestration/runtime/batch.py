@@ -3,12 +3,12 @@
 :class:`BatchRun` carries out what :mod:`kprio_core.lifecycle.run` decides, with ledger calls,
 Spark, Great Expectations and Kafka, and reports what happened as typed events (:class:`Checked`,
 :class:`Drained`, :class:`Committed`) that a driver turns into its own (the Dagster adapter:
-``orchestration.batch_asset``). In order:
+``orchestration.dagster.batch_asset``). In order:
 
 1. **take the batch**: ask :func:`~kprio_core.lifecycle.run.decide_run` what this run is for and
    do it (retry, take over, re-drain, go on as is), waiting as it says (another live run owns the
    batch, a priority slot is taken, a backoff) and asking again after each wait; then claim the
-   batch's lease and keep it renewed (:class:`~orchestration.leases.Heartbeat`). A run with nothing
+   batch's lease and keep it renewed (:class:`~orchestration.runtime.leases.Heartbeat`). A run with nothing
    to do says why and succeeds; a run that must not try fails with the rule's one line;
 2. **drain** the ranges to staged files (output and dead letters), nothing visible yet;
 3. **isolate**: ranges whose drain failed, then ranges that failed a check, are split off into a
@@ -60,10 +60,10 @@ from kprio_core.lifecycle.run import (
     work_left,
 )
 from kprio_core.results import CheckReport
-from orchestration.checks import check_batch, warm_up
-from orchestration.commit import commit_batch
-from orchestration.faults import crash_point
-from orchestration.leases import Heartbeat, this_owner
+from orchestration.runtime.checks import check_batch, warm_up
+from orchestration.runtime.commit import commit_batch
+from orchestration.runtime.faults import crash_point
+from orchestration.runtime.leases import Heartbeat, this_owner
 from orchestration.runtime.batch_metadata import Timings, drained_metadata, failure_reason, one_line
 from spark_jobs.remote_errors import spark_boundary
 

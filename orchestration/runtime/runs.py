@@ -3,7 +3,7 @@
 The tick's rules read the runs of the batches they watch (:class:`~kprio_core.lifecycle.BatchRuns`)
 and the applier fails the runs that died and requests new ones. Those are the only places an
 orchestrator's run store is touched, so they are this port: Dagster implements it in
-``orchestration/dagster_runs.py`` (run records, run keys, ``kprio_batches`` partitions); a driver
+``orchestration/dagster/runs.py`` (run records, run keys, ``kprio_batches`` partitions); a driver
 without a run store (``kprio plan`` with no Dagster home) uses :class:`NoRuns`. A requested run
 leaves the runtime as a :class:`RunOrder`, which each driver turns into its own request.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from kprio_core.lifecycle import BatchRuns
-from orchestration.leases import owner_dead
+from orchestration.runtime.leases import owner_dead
 
 if TYPE_CHECKING:
     from kprio_core.ledger import Batch

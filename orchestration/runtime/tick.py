@@ -4,12 +4,12 @@
 decides from: the ledger's view of the topic, the lag snapshot (or the typed error that prevented
 it), the runs of its batches, the lease and claim owners known dead, and the clock. The runs come
 from the driver's run store through a small port (:class:`orchestration.runtime.runs.Runs`:
-Dagster's in ``orchestration/dagster_runs.py``), so nothing here speaks an orchestrator's API.
+Dagster's in ``orchestration/dagster/runs.py``), so nothing here speaks an orchestrator's API.
 :func:`apply` is the one applier, used by the sensor, ``kprio drain`` and the tests alike; in order:
 
 - marks failed the runs of batches whose run died (their lease expired or their process is
   gone), so the orchestrator's UI tells the truth;
-- carries out what was decided about changes of the log (``orchestration.log_changes``);
+- carries out what was decided about changes of the log (``orchestration.runtime.log_changes``);
 - claims each launch in the ledger (``Ledger.claim_launch``: one driver launches a run key, a second
   ``kprio drain`` or the sensor deciding the same launch does not) and turns it into a run request,
   (a :class:`~orchestration.runtime.runs.RunOrder`) with a deterministic run key per attempt, the
@@ -50,11 +50,11 @@ from kprio_core.lifecycle import (
     needs_committed,
     rate_window,
 )
-from orchestration.adoption import ensure_adopted
-from orchestration.leases import this_owner
-from orchestration.log_changes import carry_out
+from orchestration.runtime.adoption import ensure_adopted
+from orchestration.runtime.leases import this_owner
+from orchestration.runtime.log_changes import carry_out
 from orchestration.runtime.runs import NoRuns, RunOrder, Runs
-from orchestration.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG, slot_tags
+from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG, slot_tags
 
 
 # --- gathering the inputs ---------------------------------------------------------------------

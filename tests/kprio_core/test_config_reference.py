@@ -36,7 +36,7 @@ from kprio_core.config import KprioConfig, parse_config, setting_variable
 from kprio_core.drain_plan import DrainPlan, PlannedRange
 from kprio_core.offsets import OffsetRange
 from kprio_core.results import RangeStats
-from orchestration.resources import resources_from_config
+from orchestration.dagster.resources import resources_from_config
 from spark_jobs.session import session_conf
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -233,7 +233,7 @@ def rate_quotas(config: KprioConfig) -> tuple[object, ...]:
 
 def check_limits(config: KprioConfig) -> list[dict[str, object]]:
     """The summary the checks judge for a range of 30 records with 2 dead letters."""
-    from orchestration.checks import summary_frame
+    from orchestration.runtime.checks import summary_frame
 
     stats = RangeStats(2, OffsetRange("orders-2", 0, 0, 30), output=28, dead=2, distinct=30, first=0, last=29)
     return summary_frame([stats], quality=config.quality, required_fields=()).to_dict("records")
@@ -241,7 +241,7 @@ def check_limits(config: KprioConfig) -> list[dict[str, object]]:
 
 def definitions(config: KprioConfig) -> tuple[object, ...]:
     """The sensor's interval and the replay partitions' first hour of the code location."""
-    from orchestration.definitions import build_definitions
+    from orchestration.dagster.definitions import build_definitions
 
     defs = build_definitions(config)
     replays = defs.resolve_assets_def("replayed_window").partitions_def
@@ -303,7 +303,7 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "planner.max_in_flight": ("kprio_core.lifecycle.tick", "decide_tick", NEEDS_SNAPSHOT),
     "quality.tombstones": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "quality.null_keys": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
-    "recovery.lease_s": ("orchestration.leases", "Heartbeat.__init__", NEEDS_RUN),
+    "recovery.lease_s": ("orchestration.runtime.leases", "Heartbeat.__init__", NEEDS_RUN),
     "recovery.max_attempts": ("kprio_core.lifecycle.tick", "decide_tick", NEEDS_SNAPSHOT),
     "recovery.backoff_s": ("kprio_core.lifecycle.run", "retry_at", NEEDS_RUN),
     "recovery.backoff_max_s": ("kprio_core.lifecycle.run", "retry_at", NEEDS_RUN),
@@ -314,7 +314,7 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "drain.on_offset_out_of_range": ("kprio_core.lifecycle.log_rules", "log_decisions", NEEDS_SNAPSHOT),
     "drain.output_path": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.dead_letter_path": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
-    "drain.replay_path": ("orchestration.replay_asset", "build_replayed_window", "needs a replay run: a broker and Spark"),
+    "drain.replay_path": ("orchestration.dagster.replay_asset", "build_replayed_window", "needs a replay run: a broker and Spark"),
     "spark.master": ("spark_jobs.session", "build_session", "starts a Spark session"),
     "spark.remote": ("spark_jobs.session", "build_session", "needs a Spark Connect server"),
     "spark.reader": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),

@@ -18,7 +18,7 @@ import pytest
 from kprio_core.config import KafkaSettings, KprioConfig, TopicSettings, parse_config
 from kprio_core.kafka import KafkaEdge
 from kprio_core.ledger import Ledger
-from orchestration.definitions import build_definitions
+from orchestration.dagster.definitions import build_definitions
 from tests.fixtures.spark import TEST_SPARK
 
 __all__ = ["KprioEnv", "dagster_instance", "kprio_env", "read_all_dead_letters", "read_all_output"]

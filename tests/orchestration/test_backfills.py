@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestration import drain_loop
+from orchestration.dagster import drain_loop
 from tests.orchestration.conservation import conservation
 from tests.fixtures.kafka import fill
 from tests.orchestration.dagster_env import read_all_output
@@ -104,7 +104,7 @@ def test_replayed_window_holds_exactly_the_records_of_its_hour(make_topic, kprio
 
 
 def test_a_partition_added_by_hand_in_the_ui_fails_saying_it_is_no_batch(make_topic, kprio_env, dagster_instance):
-    from orchestration.partitions import BATCH_PARTITIONS_NAME
+    from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
 
     topic = make_topic(priorities=1, partitions=1, records={0: 2})
     env = kprio_env(topic)
@@ -123,7 +123,7 @@ def test_a_partition_added_by_hand_in_the_ui_fails_saying_it_is_no_batch(make_to
 def test_a_sensor_run_whose_work_is_done_or_moved_on_says_so_and_succeeds(
     make_topic, kprio_env, dagster_instance, spark
 ):
-    from orchestration.sensors import tick
+    from orchestration.dagster.sensors import tick
 
     topic = make_topic(priorities=2, partitions=1, records={1: 3, 0: 3})
     env = kprio_env(topic)

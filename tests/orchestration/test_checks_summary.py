@@ -17,15 +17,14 @@ import pytest
 from kprio_core.config import QualitySettings
 from kprio_core.offsets import OffsetRange
 from kprio_core.results import CheckReport, RangeStats
-from orchestration.checks import (
+from orchestration.dagster.checks import check_results, check_specs
+from orchestration.runtime.checks import (
     CHECK_DESCRIPTIONS,
     CHECK_NAMES,
     OUTSIDE_LABEL,
     OUTSIDE_PLAN,
     SHARED_MODULES,
     check_batch,
-    check_results,
-    check_specs,
     summary_frame,
     warm_up,
 )
@@ -190,7 +189,7 @@ def test_warm_up_imports_what_the_run_imports_too_before_its_thread_starts():
     # A fresh interpreter: which shared modules are loaded at the moment the warm-up thread starts.
     code = (
         "import json, sys, threading\n"
-        "from orchestration import checks\n"
+        "from orchestration.runtime import checks\n"
         "seen = []\n"
         "start = threading.Thread.start\n"
         "def spy(self):\n"

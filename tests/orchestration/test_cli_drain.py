@@ -82,7 +82,7 @@ def test_two_drains_started_together_drain_every_batch_once_and_report_only_thei
     # logical topics, so one tick requests two runs and a process executes the second while the first drains:
     # the other process sees that batch planned and not yet launched (the window of a double launch).
     from kprio_core.ledger import BatchState, Ledger
-    from orchestration.instance import open_instance
+    from orchestration.dagster.instance import open_instance
     from tests.orchestration.conservation import conservation
     from tests.orchestration.test_recovery import REPO, child_config
 

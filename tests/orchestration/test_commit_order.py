@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kprio_core.ledger import BatchState
-from orchestration import drain_loop
-from orchestration.sensors import tick
+from orchestration.dagster import drain_loop
+from orchestration.dagster.sensors import tick
 from tests.orchestration.conservation import conservation, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]

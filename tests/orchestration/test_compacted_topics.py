@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kprio_core.config import TopicSettings
-from orchestration import drain_loop
+from orchestration.dagster import drain_loop
 from tests.fixtures.kafka import BASE_TS_MS, ROLL_KEY, compacted_topic
 from tests.orchestration.conservation import conservation
 from tests.orchestration.dagster_env import read_all_dead_letters, read_all_output

@@ -26,7 +26,7 @@ from kprio_core.config import (
     setting_variable,
 )
 from kprio_core.errors import ConfigError
-from orchestration.resources import (
+from orchestration.dagster.resources import (
     RESOURCE_SECTIONS,
     KafkaResource,
     KprioSettings,
@@ -44,8 +44,8 @@ pytestmark = pytest.mark.dagster
 
 
 def test_definitions_are_loadable_and_complete():
-    from orchestration.checks import CHECK_NAMES
-    from orchestration.definitions import build_definitions
+    from orchestration.runtime.checks import CHECK_NAMES
+    from orchestration.dagster.definitions import build_definitions
 
     defs = build_definitions(CONFIG)
     dg.Definitions.validate_loadable(defs)

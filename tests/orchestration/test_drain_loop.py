@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration import drain_loop
+from orchestration.dagster import drain_loop
 from tests.orchestration.conservation import conservation
 from tests.orchestration.dagster_env import read_all_output
 

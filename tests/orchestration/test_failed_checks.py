@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from orchestration.drain_loop import execute
-from orchestration.sensors import tick
+from orchestration.dagster.drain_loop import execute
+from orchestration.dagster.sensors import tick
 from tests.orchestration.conservation import conservation
 from tests.fixtures.kafka import BASE_TS_MS
 from tests.orchestration.dagster_env import read_all_output

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from kprio_core.config import KprioConfig
 from orchestration.cli.main import app
-from orchestration.instance import DAGSTER_YAML, LOCK_FILE, ensure_home, open_instance
-from orchestration.instance_yaml import DEFAULT_PG_PASSWORD_ENV, dagster_yaml, total_slots
+from orchestration.dagster.instance import DAGSTER_YAML, LOCK_FILE, ensure_home, open_instance
+from orchestration.dagster.instance_yaml import DEFAULT_PG_PASSWORD_ENV, dagster_yaml, total_slots
 
 pytestmark = pytest.mark.dagster
 
@@ -158,7 +158,7 @@ while not go.exists():  # start together: poll for the go file, bounded by the d
     if time.monotonic() > deadline:
         sys.exit("no go signal within 120 s")
     time.sleep(0.005)
-from orchestration.instance import open_instance
+from orchestration.dagster.instance import open_instance
 with open_instance() as instance:
     print(instance.get_runs_count())
 """

@@ -7,8 +7,8 @@ import dagster as dg
 import pytest
 
 from kprio_core.config import KprioConfig
-from orchestration.instance import DAGSTER_YAML, open_instance
-from orchestration.instance_yaml import DEFAULT_PG_PASSWORD_ENV, dagster_yaml
+from orchestration.dagster.instance import DAGSTER_YAML, open_instance
+from orchestration.dagster.instance_yaml import DEFAULT_PG_PASSWORD_ENV, dagster_yaml
 from tests.fixtures.postgres import PostgresServer, postgres_server  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.dagster, pytest.mark.slow]

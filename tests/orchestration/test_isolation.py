@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from kprio_core.kafka.produce import Record, produce
 from kprio_core.ledger import BatchState
-from orchestration import drain_loop
+from orchestration.dagster import drain_loop
 from orchestration.cli.main import app
-from orchestration.sensors import tick
+from orchestration.dagster.sensors import tick
 from tests.fixtures.kafka import BASE_TS_MS, fill
 from tests.orchestration.conservation import conservation, lag
 from tests.orchestration.dagster_env import read_all_dead_letters

@@ -120,7 +120,7 @@ def test_kprio_drains_on_through_a_leader_killed_mid_drain(kafka_cluster, cluste
     import threading
 
     from kprio_core.config import TopicSettings
-    from orchestration import drain_loop
+    from orchestration.dagster import drain_loop
     from tests.orchestration.conservation import conservation
 
     kafka = cluster_settings

@@ -8,9 +8,9 @@ import dagster as dg
 import pytest
 
 from kprio_core.ledger import Ledger, parse_batch_id
-from orchestration import drain_loop
-from orchestration.definitions import build_definitions
-from orchestration.sensors import tick
+from orchestration.dagster import drain_loop
+from orchestration.dagster.definitions import build_definitions
+from orchestration.dagster.sensors import tick
 from spark_jobs.drain import drain_batch, publish
 from tests.fixtures.kafka import fill
 from tests.orchestration.conservation import conservation, lag

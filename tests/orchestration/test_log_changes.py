@@ -16,12 +16,12 @@ from kprio_core.kafka.client import Deadline, new_admin
 from kprio_core.kafka.topics import ensure_topics
 from kprio_core.ledger import Ledger
 from kprio_core.results import CheckReport
-from orchestration import drain_loop
+from orchestration.dagster import drain_loop
 from orchestration.cli.main import app
-from orchestration.instance import open_instance
-from orchestration.log_changes import reset_partition
+from orchestration.dagster.instance import open_instance
+from orchestration.runtime.log_changes import reset_partition
 from orchestration.runtime.tick import decide
-from orchestration.sensors import tick
+from orchestration.dagster.sensors import tick
 from tests.fixtures.kafka import fill, generated_records, produce_acked, wait_until_served
 from tests.orchestration.conservation import conservation, lag, published_offsets
 from tests.orchestration.ledger_states import commit_as_drained, drained_as_planned

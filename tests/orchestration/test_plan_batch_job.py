@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from orchestration import drain_loop
+from orchestration.dagster import drain_loop
 
 pytestmark = [pytest.mark.broker, pytest.mark.dagster]
 

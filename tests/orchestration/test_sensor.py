@@ -14,8 +14,8 @@ from kprio_core.burst import PollHistory
 from kprio_core.offsets import OffsetRange
 from kprio_core.planner import Budget, plan_batch
 from kprio_core.recovery import lease_owner
-from orchestration import drain_loop
-from orchestration.sensors import tick
+from orchestration.dagster import drain_loop
+from orchestration.dagster.sensors import tick
 from tests.fixtures.kafka import fill
 from tests.orchestration.ledger_states import commit_as_drained
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from orchestration import drain_loop
+from orchestration.dagster import drain_loop
 from orchestration.cli.main import app
 from tests.fixtures.transactions import TransactionalWriter
 from tests.orchestration.conservation import conservation, published_offsets

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from kprio_core.ledger import BatchState
-from orchestration import drain_loop
-from orchestration.sensors import tick
+from orchestration.dagster import drain_loop
+from orchestration.dagster.sensors import tick
 from tests.fixtures.small_disks import read_only_dir, tiny_disk
 from tests.orchestration.conservation import conservation, lag
 

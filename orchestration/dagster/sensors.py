@@ -2,7 +2,7 @@
 
 Every evaluation runs :func:`tick`: :func:`orchestration.runtime.tick.tick` (gather the inputs
 once, the core rules of ``kprio_core.lifecycle``, the one applier) over the instance's runs
-(:class:`orchestration.dagster_runs.DagsterRuns`), and hands Dagster its result: the run requests
+(:class:`orchestration.dagster.runs.DagsterRuns`), and hands Dagster its result: the run requests
 (deterministic run keys, launched once by the daemon) and the ``kprio_batches`` partitions they
 need, or a skip reason that says why nothing was launched and which partitions wait. ``kprio
 drain`` runs the same tick in process.
@@ -14,9 +14,9 @@ import dagster as dg
 
 from kprio_core.config import KprioConfig
 from kprio_core.ledger import Ledger
-from orchestration.dagster_runs import DagsterRuns, run_request
-from orchestration.partitions import batch_partitions
-from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
+from orchestration.dagster.runs import DagsterRuns, run_request
+from orchestration.dagster.partitions import batch_partitions
+from orchestration.dagster.resources import KafkaResource, KprioSettings, LedgerResource
 from orchestration.runtime import tick as runtime
 
 SENSOR_NAME = "priority_lag_sensor"

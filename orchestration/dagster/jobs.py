@@ -16,10 +16,10 @@ import time
 import dagster as dg
 from pydantic import Field
 
-from orchestration.batch_asset import COMMITTED, DRAINED
-from orchestration.dagster_runs import DagsterRuns
-from orchestration.partitions import BATCH_PARTITIONS_NAME
-from orchestration.resources import KafkaResource, KprioSettings, LedgerResource
+from orchestration.dagster.batch_asset import COMMITTED, DRAINED
+from orchestration.dagster.runs import DagsterRuns
+from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
+from orchestration.dagster.resources import KafkaResource, KprioSettings, LedgerResource
 from orchestration.runtime.tick import decide
 
 
@@ -104,7 +104,7 @@ class ResetPartitionConfig(dg.Config):
 def reset_partition_op(context: dg.OpExecutionContext, config: ResetPartitionConfig, kafka: KafkaResource,
                        ledger: LedgerResource, kprio: KprioSettings) -> str:
     from kprio_core.log_changes import parse_partition
-    from orchestration.log_changes import reset_partition
+    from orchestration.runtime.log_changes import reset_partition
 
     try:
         name, number = parse_partition(config.partition)

@@ -1,7 +1,7 @@
 """The Dagster instance kprio runs on, and the ``dagster.yaml`` a kprio deployment uses.
 
 The home is ``$DAGSTER_HOME``, else ``./kprio-data/dagster_home``; its ``dagster.yaml`` holds
-kprio's instance settings (:mod:`orchestration.instance_yaml`). A home without a ``dagster.yaml``
+kprio's instance settings (:mod:`orchestration.dagster.instance_yaml`). A home without a ``dagster.yaml``
 gets one (:func:`ensure_home`, never replacing a user's file); ``kprio instance init --force``
 rewrites it.
 
@@ -26,7 +26,7 @@ import dagster as dg
 
 from kprio_core.config import KprioConfig
 from kprio_core.errors import KprioError
-from orchestration.instance_yaml import dagster_yaml
+from orchestration.dagster.instance_yaml import dagster_yaml
 
 ENV_HOME = "DAGSTER_HOME"
 DEFAULT_HOME = Path("kprio-data") / "dagster_home"

@@ -32,7 +32,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from kprio_core.config import KprioConfig
-from orchestration.tags import PARTITION_TAG, SLOT_TAG_PREFIX
+from orchestration.dagster.tags import PARTITION_TAG
+from orchestration.runtime.tags import SLOT_TAG_PREFIX
 
 DEFAULT_PG_PASSWORD_ENV = "KPRIO_DAGSTER_PG_PASSWORD"
 PG_SCHEME = "postgresql+psycopg2"
@@ -262,7 +263,7 @@ def instance_settings(config: KprioConfig, storage: Postgres | None = None) -> I
 
 HEADER = """\
 # Dagster instance settings of a kprio deployment, written by `kprio instance init`
-# (orchestration/instance_yaml.py). Edit freely: kprio never overwrites an existing file
+# (orchestration/dagster/instance_yaml.py). Edit freely: kprio never overwrites an existing file
 # unless asked with `kprio instance init --force`.
 """
 

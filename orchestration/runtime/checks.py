@@ -58,8 +58,6 @@ warm-up thread starts. Packages with import cycles (pyspark.sql, pyarrow) fail w
 them at once: ``KeyError: 'pyarrow'`` and "cannot import name 'SQLContext' from partially initialized
 module 'pyspark.sql'" failed daemon runs whose drain imported them while the warm-up imported GX."""
 
-import dagster as dg
-
 from kprio_core.config import QualitySettings
 from kprio_core.offsets import OffsetRange
 from kprio_core.results import CheckOutcome, CheckReport, RangeStats
@@ -343,43 +341,3 @@ def _metadata(name: str, frame: pd.DataFrame, required_fields: Sequence[str]) ->
         "max_invalid_ratio": float(frame["max_invalid_ratio"].max()) if len(frame) else 0.0,
         "highest_invalid_ratio": round(float(frame["invalid_ratio"].max()), 6) if len(frame) else 0.0,
     }
-
-
-# -- Dagster -------------------------------------------------------------------------------------------
-
-
-def check_specs(asset_key: dg.AssetKey | str | Sequence[str]) -> list[dg.AssetCheckSpec]:
-    """The six checks as blocking specs of the batch asset (a failure stops its downstream commit).
-
-    >>> [(s.name, s.blocking) for s in check_specs("drained_batch")][:2]
-    [('row_count_matches_plan', True), ('offsets_are_unique', True)]
-    """
-    key = dg.AssetKey.from_coercible(asset_key)
-    return [dg.AssetCheckSpec(name, asset=key, blocking=True, description=CHECK_DESCRIPTIONS[name])
-            for name in CHECK_NAMES]
-
-
-def check_results(report: CheckReport, asset_key: dg.AssetKey | str | Sequence[str]) -> list[dg.AssetCheckResult]:
-    """One Dagster result per outcome: its numbers as metadata, and where it failed.
-
-    >>> bad = CheckOutcome(UNIQUE, False, {"duplicate_rows": 1}, (OffsetRange("o-2", 0, 0, 5),))
-    >>> result = check_results(CheckReport((bad,)), "drained_batch")[0]
-    >>> result.passed, result.metadata["failed_ranges"].value, result.description
-    (False, 'o-2[0]@[0,5)', 'offsets_are_unique failed on o-2[0]@[0,5) (duplicate_rows=1)')
-    """
-    key = dg.AssetKey.from_coercible(asset_key)
-    results = []
-    for outcome in report.outcomes:
-        metadata: dict[str, Any] = dict(outcome.metadata)
-        metadata["ranges_failed"] = len(outcome.failed_ranges)
-        if outcome.failed_ranges:
-            metadata["failed_ranges"] = dg.MetadataValue.text(", ".join(str(r) for r in outcome.failed_ranges))
-        results.append(dg.AssetCheckResult(
-            asset_key=key,
-            check_name=outcome.name,
-            passed=outcome.passed,
-            metadata=metadata,
-            description=CHECK_DESCRIPTIONS[outcome.name] if outcome.passed else outcome.failure(),
-            severity=dg.AssetCheckSeverity.ERROR,
-        ))
-    return results

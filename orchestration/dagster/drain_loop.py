@@ -1,7 +1,7 @@
 """The in-process drain loop behind ``kprio drain``: the sensor's tick and the runs it requests, in one process.
 
 Each turn evaluates :func:`orchestration.runtime.tick.tick` over the instance's runs
-(:class:`orchestration.dagster_runs.DagsterRuns`; the same gather, core rules and
+(:class:`orchestration.dagster.runs.DagsterRuns`; the same gather, core rules and
 applier as the sensor: heal, retry, plan; no rule of its own here) and executes the requested
 runs of ``drain_job`` here with ``execute_in_process``, tagged as a daemon-launched run is (so
 neither the sensor nor the daemon launches them again), on one warm Spark session. A request
@@ -38,14 +38,15 @@ from kprio_core.config import KprioConfig
 from kprio_core.kafka import KafkaEdge
 from kprio_core.ledger import BatchState, Ledger
 from kprio_core.lifecycle import Decision, Verdict, describe_holds
-from orchestration.leases import this_owner
-from orchestration.partitions import BATCH_PARTITIONS_NAME
-from orchestration.resources import session_running
-from orchestration.dagster_runs import DagsterRuns
+from orchestration.runtime.leases import this_owner
+from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
+from orchestration.dagster.resources import session_running
+from orchestration.dagster.runs import DagsterRuns
 from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tick import still_launchable, tick
-from orchestration.sensors import SENSOR_NAME
-from orchestration.tags import RUN_KEY_TAG, RUNNER_TAG, SENSOR_NAME_TAG, TOPIC_TAG
+from orchestration.dagster.sensors import SENSOR_NAME
+from orchestration.dagster.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+from orchestration.runtime.tags import RUNNER_TAG, TOPIC_TAG
 
 DRAINED_ASSET = "drained_batch"
 COMMITTED_ASSET = "committed_offsets"

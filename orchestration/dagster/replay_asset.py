@@ -15,9 +15,9 @@ import dagster as dg
 
 from kprio_core.drain_plan import DrainPlan, PlanMode, PlannedRange
 from kprio_core.offsets import OffsetRange
-from orchestration.batch_asset import GROUP, OWNERS, per_priority
-from orchestration.partitions import window_batch_id, window_bounds_ms
-from orchestration.resources import KafkaResource, KprioSettings, SparkResource
+from orchestration.dagster.batch_asset import GROUP, OWNERS, per_priority
+from orchestration.dagster.partitions import window_batch_id, window_bounds_ms
+from orchestration.dagster.resources import KafkaResource, KprioSettings, SparkResource
 
 REPLAY_DEAD_LETTERS = "_dead_letters"
 """Directory under ``drain.replay_path`` holding the invalid records of replays."""

@@ -14,10 +14,11 @@ import dagster as dg
 
 from kprio_core.ledger import Batch
 from kprio_core.lifecycle import BatchRuns, RunState, RunSummary
-from orchestration.leases import owner_dead
-from orchestration.partitions import BATCH_PARTITIONS_NAME
+from orchestration.runtime.leases import owner_dead
+from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
 from orchestration.runtime.runs import RunOrder
-from orchestration.tags import PARTITION_TAG, RUN_KEY_TAG, RUNNER_TAG
+from orchestration.dagster.tags import PARTITION_TAG, RUN_KEY_TAG
+from orchestration.runtime.tags import RUNNER_TAG
 
 RUNS_PER_BATCH = 10
 """Newest runs read per batch (enough to see the active one and the latest outcome)."""

@@ -14,7 +14,7 @@ from kprio_core.config import TopicSettings
 from kprio_core.errors import KafkaOperationFailed
 from kprio_core.ledger import Batch, Ledger
 from kprio_core.results import CommitReport
-from orchestration.faults import crash_point
+from orchestration.runtime.faults import crash_point
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,33 @@
+"""kprio's Dagster definitions: assets, checks, sensor, jobs and resources, built from one configuration.
+
+The code location (:mod:`orchestration.definitions`, loaded by ``workspace.yaml``) builds them from
+kprio.yaml; tests and ``kprio drain`` build them from the configuration they hold.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from kprio_core.config import KprioConfig
+from orchestration.dagster.batch_asset import drain_batch_assets
+from orchestration.dagster.jobs import build_drain_job, build_replay_window_job, plan_batch_job, reset_partition_job
+from orchestration.dagster.partitions import replay_partitions
+from orchestration.dagster.replay_asset import build_replayed_window
+from orchestration.dagster.resources import resources_from_config
+from orchestration.dagster.sensors import build_priority_lag_sensor
+
+
+def build_definitions(config: KprioConfig) -> dg.Definitions:
+    """Everything Dagster shows for ``config``."""
+    replayed_window = build_replayed_window(replay_partitions(config.drain.replay_start))
+    drain_job = build_drain_job()
+    return dg.Definitions(
+        assets=[drain_batch_assets, replayed_window],
+        jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job, reset_partition_job],
+        sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s)],
+        resources=resources_from_config(config),
+        # A batch is one step (the drain_batch multi-asset): the multiprocess default would only add a
+        # child process, with its imports, to every run the UI launches (backfills, Materialize).
+        executor=dg.in_process_executor,
+    )
+
