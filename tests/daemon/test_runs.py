@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.dagster, pytest.mark.slow]
 
 def test_the_daemon_drains_every_priority_with_spark_connect(kprio_daemon):
     topic = kprio_daemon.topics["bulk"]
-    fill(kprio_daemon.kafka, topic.priority_topic(0), 700, partitions=2)
+    fill(kprio_daemon.kafka, topic.priority_topic(0), 580, partitions=2)  # 800 records: two batches of 400
     fill(kprio_daemon.kafka, topic.priority_topic(1), 200, partitions=2)
     fill(kprio_daemon.kafka, topic.priority_topic(2), 20, partitions=2)
 

@@ -48,7 +48,7 @@ def shot(page, directory: Path, name: str) -> Path:
 def drained(kprio_daemon: Daemon):
     """The ``browser`` topic, with backlogs of every priority drained by the sensor's runs."""
     topic = kprio_daemon.topics["browser"]
-    fill(kprio_daemon.kafka, topic.priority_topic(0), 1500, partitions=2)  # 5+ batches of 400
+    fill(kprio_daemon.kafka, topic.priority_topic(0), 1200, partitions=2)  # 1440 records: 4 batches of 400 or less
     fill(kprio_daemon.kafka, topic.priority_topic(1), 200, partitions=2)
     fill(kprio_daemon.kafka, topic.priority_topic(2), 40, partitions=2)
     kprio_daemon.drained(topic)

@@ -88,7 +88,7 @@ def test_two_drains_started_together_drain_every_batch_once_and_report_only_thei
 
     produced = {2: 60, 1: 80, 0: 100}
     topics = [make_topic(priorities=3, partitions=2, records=produced) for _ in range(2)]
-    env = kprio_env(*topics, planner={"record_budget": 60, "target_batch_s": None})
+    env = kprio_env(*topics, planner={"record_budget": 120, "target_batch_s": None})
     config = child_config(env, tmp_path)
     home = tmp_path / "home"
     home.mkdir()

@@ -94,7 +94,7 @@ def assert_healed(env, topic, config: Path) -> None:
 def backlog(make_topic, kprio_env, tmp_path, spark):
     topic = make_topic(priorities=3, partitions=2, records={2: 600, 1: 1500, 0: 3000},
                        schema={"i": "long", "amount": "double"})
-    env = kprio_env(topic, planner={"record_budget": 700, "target_batch_s": None},
+    env = kprio_env(topic, planner={"record_budget": 1800, "target_batch_s": None},
                     recovery={"lease_s": 6, "backoff_s": 0.2, "backoff_max_s": 1, "max_attempts": 5})
     (tmp_path / "home").mkdir()
     return env, topic, child_config(env, tmp_path)
