@@ -43,9 +43,15 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kprio_core.config import (  # noqa: E402
-    ENV_BOOTSTRAP, KafkaSettings, KprioConfig, SparkReader, SparkSettings, TopicSettings)
-from kprio_core.offsets import OffsetRange  # noqa: E402
+    ENV_BOOTSTRAP,
+    KafkaSettings,
+    KprioConfig,
+    SparkReader,
+    SparkSettings,
+    TopicSettings,
+)
 from kprio_core.drain_plan import DrainPlan, PlannedRange  # noqa: E402
+from kprio_core.offsets import OffsetRange  # noqa: E402
 from orchestration.services.broker import EmbeddedBroker  # noqa: E402
 
 PRIORITIES, PARTITIONS, VALUE_BYTES = 3, 4, 200

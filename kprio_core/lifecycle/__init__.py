@@ -3,7 +3,8 @@
 Two modules decide, one per moment of a batch's life: :mod:`kprio_core.lifecycle.tick`, what a
 tick (the Dagster sensor, ``kprio drain``) does for one logical topic (heal, launch, plan, wait),
 and :mod:`kprio_core.lifecycle.run`, what one run of a batch does given the ledger and its lease
-(drain, re-drain, take over, commit only, wait, nothing, fail).
+(drain, re-drain, take over, commit only, wait, nothing, fail). :mod:`kprio_core.lifecycle.loop`
+decides what ``kprio drain``'s loop does after a tick (tick again, when, or stop and why).
 
 A batch's states are :class:`kprio_core.ledger.BatchState` and the one table of allowed moves is
 :data:`kprio_core.ledger.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
@@ -33,8 +34,18 @@ from kprio_core.lifecycle.decision import (
     TickAction,
     Verdict,
 )
-from kprio_core.lifecycle.holds import describe_hold, describe_holds, held_partitions, lost_partitions
-from kprio_core.lifecycle.log_rules import Decided, LogDecisions, log_decisions, needs_committed
+from kprio_core.lifecycle.holds import (
+    describe_hold,
+    describe_holds,
+    held_partitions,
+    lost_partitions,
+)
+from kprio_core.lifecycle.log_rules import (
+    Decided,
+    LogDecisions,
+    log_decisions,
+    needs_committed,
+)
 from kprio_core.lifecycle.run import (
     BatchView,
     Drain,
@@ -48,8 +59,21 @@ from kprio_core.lifecycle.run import (
     WaitWhy,
     decide_run,
 )
-from kprio_core.lifecycle.runs import BatchRuns, Launch, LaunchReason, RunState, RunSummary, Why, run_key_of
-from kprio_core.lifecycle.tick import batch_budget, decide_tick, rate_tracker, rate_window
+from kprio_core.lifecycle.runs import (
+    BatchRuns,
+    Launch,
+    LaunchReason,
+    RunState,
+    RunSummary,
+    Why,
+    run_key_of,
+)
+from kprio_core.lifecycle.tick import (
+    batch_budget,
+    decide_tick,
+    rate_tracker,
+    rate_window,
+)
 from kprio_core.lifecycle.view import Lag, LedgerView, TickInputs
 
 __all__ = [

@@ -15,11 +15,11 @@ from kprio_core.burst import PollHistory
 from kprio_core.errors import KprioError
 from kprio_core.ledger import Batch, BatchState, DrainedSample, Hold, LaunchClaim
 from kprio_core.ledger.records import batch_number
+from kprio_core.lifecycle.runs import BatchRuns
 from kprio_core.log_changes import Belief, Superseded, with_commits_under_way
 from kprio_core.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.priority import Priority
 from kprio_core.snapshot import LagSnapshot
-from kprio_core.lifecycle.runs import BatchRuns
 
 
 @dataclass(frozen=True)

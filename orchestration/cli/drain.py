@@ -22,7 +22,14 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestration.cli.common import ConfigOption, JsonOption, clean_errors, config_from, fail, print_json
+from orchestration.cli.common import (
+    ConfigOption,
+    JsonOption,
+    clean_errors,
+    config_from,
+    fail,
+    print_json,
+)
 
 TopicOption = Annotated[
     str | None, typer.Option("--topic", "-t", help="Drain only this logical topic (default: every configured topic).")
@@ -92,7 +99,8 @@ def drain(
     from kprio_core.errors import PartitionCountMismatch, TopicMissing
     from kprio_core.kafka import KafkaEdge
     from orchestration.dagster.definitions import build_definitions
-    from orchestration.dagster.drain_loop import Until, drain as run_drain
+    from orchestration.dagster.drain_loop import Until
+    from orchestration.dagster.drain_loop import drain as run_drain
     from orchestration.dagster.instance import open_instance
 
     settings = config_from(config)

@@ -25,7 +25,6 @@ from kprio_core.priority import Priority
 from kprio_core.quota import Distribution, base_quotas
 from orchestration.cli.common import JsonOption, clean_errors, print_json
 
-
 Priorities = Annotated[
     int, typer.Option("--priorities", "-n", help="Number of priority levels: 0 .. N-1 (flipkart's maxPriority).")
 ]

@@ -66,7 +66,13 @@ def init(home: HomeOption = None, config: ConfigOption = None, postgres_url: Pos
 
     Example: kprio instance init --home /srv/dagster --postgres-url postgresql://dagster@db:5432/dagster
     """
-    from orchestration.dagster.instance import DAGSTER_YAML, ENV_HOME, dagster_home, open_instance, write_dagster_yaml
+    from orchestration.dagster.instance import (
+        DAGSTER_YAML,
+        ENV_HOME,
+        dagster_home,
+        open_instance,
+        write_dagster_yaml,
+    )
 
     text = _yaml(config, postgres_url, postgres_url_env, postgres_password_env)
     home = (home or dagster_home()).absolute()

@@ -7,7 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestration.cli.common import ConfigOption, JsonOption, clean_errors, config_from, print_json
+from orchestration.cli.common import (
+    ConfigOption,
+    JsonOption,
+    clean_errors,
+    config_from,
+    print_json,
+)
 
 TopicOption = Annotated[
     str | None, typer.Option("--topic", "-t", help="Logical topic to show (default: every configured topic).")

@@ -7,7 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestration.cli.common import ConfigOption, JsonOption, clean_errors, config_from, print_json
+from orchestration.cli.common import (
+    ConfigOption,
+    JsonOption,
+    clean_errors,
+    config_from,
+    print_json,
+)
 
 TopicOption = Annotated[
     str | None, typer.Option("--topic", "-t", help="Plan only this logical topic (default: every configured topic).")
@@ -108,8 +114,8 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     """
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
-    from orchestration.dagster.runs import DagsterRuns
     from orchestration.dagster.instance import open_instance
+    from orchestration.dagster.runs import DagsterRuns
     from orchestration.runtime.tick import decide
 
     settings = config_from(config)

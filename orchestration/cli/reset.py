@@ -14,7 +14,14 @@ from typing import Annotated
 
 import typer
 
-from orchestration.cli.common import ConfigOption, JsonOption, clean_errors, config_from, fail, print_json
+from orchestration.cli.common import (
+    ConfigOption,
+    JsonOption,
+    clean_errors,
+    config_from,
+    fail,
+    print_json,
+)
 
 PartitionArgument = Annotated[str, typer.Argument(help="The partition, as topic[partition]: e.g. orders-2[0].")]
 ToOption = Annotated[str, typer.Option("--to", help="earliest, latest, or an offset inside the log.")]

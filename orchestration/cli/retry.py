@@ -12,7 +12,14 @@ from typing import Annotated
 
 import typer
 
-from orchestration.cli.common import ConfigOption, JsonOption, clean_errors, config_from, fail, print_json
+from orchestration.cli.common import (
+    ConfigOption,
+    JsonOption,
+    clean_errors,
+    config_from,
+    fail,
+    print_json,
+)
 
 BatchArgument = Annotated[str, typer.Argument(help="The batch id, e.g. b-000042 (kprio plan names held ones).")]
 

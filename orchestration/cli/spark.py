@@ -11,7 +11,13 @@ from typing import Annotated
 
 import typer
 
-from orchestration.cli.common import ConfigOption, JsonOption, clean_errors, config_from, print_json
+from orchestration.cli.common import (
+    ConfigOption,
+    JsonOption,
+    clean_errors,
+    config_from,
+    print_json,
+)
 
 app = typer.Typer(
     help="Run a local Spark Connect server that every drain reuses (set spark.remote: sc://localhost:15002).\n\n"

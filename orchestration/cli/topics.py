@@ -13,7 +13,14 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestration.cli.common import ConfigOption, JsonOption, clean_errors, config_from, fail, print_json
+from orchestration.cli.common import (
+    ConfigOption,
+    JsonOption,
+    clean_errors,
+    config_from,
+    fail,
+    print_json,
+)
 
 app = typer.Typer(
     help="Create and verify the priority topics of the configured logical topics.\n\n"

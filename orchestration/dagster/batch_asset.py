@@ -25,13 +25,27 @@ import dagster as dg
 
 from kprio_core.errors import BatchNotFound
 from orchestration.dagster.checks import check_results, check_specs
-from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME, batch_partitions
-from orchestration.dagster.resources import KafkaResource, KprioSettings, LedgerResource, SparkResource
-from orchestration.runtime.batch import BatchRun, Checked, Committed, Drained, Event, RunFailed
-from orchestration.runtime.batch_metadata import Markdown, PathText
-from orchestration.runtime.batch_metadata import per_priority as per_priority  # replay_asset's metadata uses it
+from orchestration.dagster.resources import (
+    KafkaResource,
+    KprioSettings,
+    LedgerResource,
+    SparkResource,
+)
+from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.tags import intent_of
+from orchestration.runtime.batch import (
+    BatchRun,
+    Checked,
+    Committed,
+    Drained,
+    Event,
+    RunFailed,
+)
+from orchestration.runtime.batch_metadata import Markdown, PathText
+from orchestration.runtime.batch_metadata import (
+    per_priority as per_priority,  # replay_asset's metadata uses it
+)
 
 OWNERS = ["team:kprio"]
 GROUP = "kprio"

@@ -7,7 +7,8 @@ runs of ``drain_job`` here with ``execute_in_process``, tagged as a daemon-launc
 neither the sensor nor the daemon launches them again), on one warm Spark session. A request
 whose launch claim another driver took meanwhile (a second ``kprio drain`` on the same config),
 or whose run key already has a run, is not executed. Each line and total reports only what this
-process's runs drained and committed. Three ways to run it:
+process's runs drained and committed. After each tick, :func:`kprio_core.lifecycle.loop.next_step`
+says whether to tick again (and when) or stop (and why); three ways to run it:
 
 - ``Until.EMPTY`` (``--until-empty``): until no backlog is left outside held partitions;
   retries after their backoff, throttles and batches another process finishes are waited for;
@@ -24,7 +25,6 @@ left by killed attempts is removed when the loop starts.
 
 from __future__ import annotations
 
-import enum
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,33 +37,26 @@ import dagster as dg
 from kprio_core.config import KprioConfig
 from kprio_core.kafka import KafkaEdge
 from kprio_core.ledger import BatchState, Ledger
-from kprio_core.lifecycle import Decision, Verdict, describe_holds
-from orchestration.runtime.leases import this_owner
+from kprio_core.lifecycle.loop import (
+    LoopInputs,
+    Others,
+    StopLoop,
+    Until,
+    blocked,
+    next_step,
+)
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
 from orchestration.dagster.resources import session_running
 from orchestration.dagster.runs import DagsterRuns
-from orchestration.runtime.runs import RunOrder
-from orchestration.runtime.tick import still_launchable, tick
 from orchestration.dagster.sensors import SENSOR_NAME
 from orchestration.dagster.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+from orchestration.runtime.leases import this_owner
+from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tags import RUNNER_TAG, TOPIC_TAG
+from orchestration.runtime.tick import Tick, still_launchable, tick
 
 DRAINED_ASSET = "drained_batch"
 COMMITTED_ASSET = "committed_offsets"
-
-MAX_WAIT_S = 60.0
-"""Longest single wait between two ticks (a throttle, a backoff, another process's batch)."""
-BLOCKED_GIVE_UP_S = 120.0
-"""``--until-empty`` stops, not ok, after the broker stayed unreachable this long."""
-
-
-class Until(enum.Enum):
-    """When the loop stops."""
-
-    EMPTY = "until-empty"
-    ONCE = "once"
-    FOLLOW = "follow"
-
 
 @dataclass(frozen=True)
 class BatchOutcome:
@@ -270,24 +263,33 @@ class DrainLoop:
             turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver)
             self._turns += 1
             self._add_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
-            if turn.requests:
-                self._blocked_since = None
-                for request in turn.requests:
-                    if self._done():
-                        break
-                    self._execute(request)
-                if self.until is Until.ONCE:
-                    return self._stop(f"one tick: {len(self.report.batches)} runs")
-                continue
-            if self.until is Until.ONCE:
-                return self._stop(turn.skip_reason, ok=not any(d.verdict is Verdict.BLOCKED for d in turn.decisions))
-            wait = self._idle(turn.decisions, turn.skip_reason, contended=turn.contended)
-            if wait is None:
-                return self.report
-            self.stop.wait(wait)
+            for request in turn.requests:
+                if self._done():
+                    break
+                self._execute(request)
+            step = next_step(turn.decisions, self._seen(turn))
+            if isinstance(step, StopLoop):
+                self.report.held = list(step.held) or self.report.held
+                return self._stop(step.why, ok=step.ok)
+            self.stop.wait(step.after_s)
         if self.stop.is_set():
             return self._stop(self._stopped_on_request())
         return self._stop(f"stopped after {len(self.report.batches)} runs (--max-batches)")
+
+    def _seen(self, turn: Tick) -> LoopInputs:
+        """What :func:`next_step` needs besides the tick's decisions: this loop's turn and clocks, other drivers."""
+        now, clock = datetime.now(UTC), time.monotonic()
+        if blocked(turn.decisions) and not turn.requests:
+            self._blocked_since = self._blocked_since or clock
+        else:
+            self._blocked_since = None
+        return LoopInputs(
+            self.until, float(self.config.sensor.interval_s), now, requested=len(turn.requests),
+            runs_so_far=len(self.report.batches), first_turn=self._turns == 1,
+            blocked_for_s=clock - self._blocked_since if self._blocked_since else 0.0,
+            since_progress_s=clock - self._progress, contended=turn.contended, others=self._others(now),
+            reason=turn.skip_reason,
+        )
 
     def _done(self) -> bool:
         return self.stop.is_set() or (self.max_batches is not None and len(self.report.batches) >= self.max_batches)
@@ -332,73 +334,17 @@ class DrainLoop:
         if self.on_batch is not None:
             self.on_batch(outcome)
 
-    def _idle(self, decisions: tuple[Decision, ...], why: str, *, contended: bool = False) -> float | None:
-        """Seconds to wait before the next tick, or None when the loop stops here."""
-        interval = float(self.config.sensor.interval_s)
-        if self.until is Until.FOLLOW:
-            return interval
-        verdicts = {d.verdict for d in decisions}
-        if Verdict.BLOCKED in verdicts:
-            if not self.report.batches and self._blocked_since is None and self._turns == 1:
-                return self._give_up(why)  # blocked from the start: say so now, there is nothing to finish
-            self._blocked_since = self._blocked_since or time.monotonic()
-            if time.monotonic() - self._blocked_since > BLOCKED_GIVE_UP_S:
-                return self._give_up(f"{why} (for more than {BLOCKED_GIVE_UP_S:.0f} s)")
-            return min(interval * 2, MAX_WAIT_S)
-        self._blocked_since = None
-        waits = self._waits(decisions)
-        if contended:  # another driver planned or launched first: its batch is news on the next tick
-            waits.append(interval)
-        held = [h for d in decisions for h in d.holds]
-        stalled = time.monotonic() - self._progress > BLOCKED_GIVE_UP_S
-        if waits and held and stalled and not self._others_working():
-            # Retries of a cause that does not pass (a disk that stays full): say what waits and stop.
-            self.report.held = [describe_holds([h]) for h in held]
-            return self._give_up(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s; still held: {describe_holds(held)}")
-        if waits:
-            return min(max(min(waits), 0.2), MAX_WAIT_S)
-        if held:
-            self.report.held = [describe_holds([h]) for h in held]
-            return self._give_up(f"only held partitions are left, they need a person: {describe_holds(held)}")
-        self._stop("no backlog left")
-        return None
-
-    def _waits(self, decisions: tuple[Decision, ...]) -> list[float]:
-        """Seconds until something this loop waits for can go on (retries, throttles, other processes)."""
-        now = datetime.now(UTC)
-        waits = [d.retry_in_s for d in decisions if d.verdict is Verdict.THROTTLED and d.retry_in_s]
-        for d in decisions:
-            for h in d.holds:
-                if h.batch_id is not None and not h.exhausted:
-                    waits.append((h.retry_at - now).total_seconds() if h.retry_at else 0.0)
-        leased = self._leased(now)
-        if leased:  # another process works on them: their end (or their lease's expiry) is the next news
-            waits.append(min(float(self.config.sensor.interval_s),
-                             min((b.lease.until - now).total_seconds() for b in leased)))
-        if self._claimed_elsewhere(now):  # another driver is about to launch them
-            waits.append(float(self.config.sensor.interval_s))
-        return waits
-
-    def _leased(self, now: datetime) -> list:
-        return [b for t in self.config.topics for b in self.ledger.in_flight(t.name)
-                if b.lease is not None and not b.lease.expired(now)]
-
-    def _claimed_elsewhere(self, now: datetime) -> bool:
-        """Another driver's launch claim of a batch in flight holds (its run is about to start)."""
+    def _others(self, now: datetime) -> Others:
+        """Live leases of batches in flight, and other drivers' live launch claims of them."""
+        ends, claimed = [], False
         for t in self.config.topics:
-            in_flight = {b.batch_id for b in self.ledger.in_flight(t.name)}
-            if any(c.batch_id in in_flight and c.owner != self.driver and c.live(now)
-                   for c in self.ledger.launch_claims(t.name).values()):
-                return True
-        return False
-
-    def _others_working(self) -> bool:
-        now = datetime.now(UTC)
-        return bool(self._leased(now)) or self._claimed_elsewhere(now)
-
-    def _give_up(self, why: str) -> None:
-        self._stop(why, ok=False)
-        return None
+            in_flight = self.ledger.in_flight(t.name)
+            ends += [(b.lease.until - now).total_seconds() for b in in_flight
+                     if b.lease is not None and not b.lease.expired(now)]
+            ids = {b.batch_id for b in in_flight}
+            claimed = claimed or any(c.batch_id in ids and c.owner != self.driver and c.live(now)
+                                     for c in self.ledger.launch_claims(t.name).values())
+        return Others(tuple(ends), claimed)
 
     def sweep_staging(self) -> list[str]:
         """Remove the staging of attempts that are no longer in flight (killed runs leave theirs)."""

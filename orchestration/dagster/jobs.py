@@ -17,9 +17,9 @@ import dagster as dg
 from pydantic import Field
 
 from orchestration.dagster.batch_asset import COMMITTED, DRAINED
-from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
 from orchestration.dagster.resources import KafkaResource, KprioSettings, LedgerResource
+from orchestration.dagster.runs import DagsterRuns
 from orchestration.runtime.tick import decide
 
 

@@ -14,10 +14,10 @@ import dagster as dg
 
 from kprio_core.ledger import Batch
 from kprio_core.lifecycle import BatchRuns, RunState, RunSummary
-from orchestration.runtime.leases import owner_dead
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
-from orchestration.runtime.runs import RunOrder
 from orchestration.dagster.tags import PARTITION_TAG, RUN_KEY_TAG
+from orchestration.runtime.leases import owner_dead
+from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tags import RUNNER_TAG
 
 RUNS_PER_BATCH = 10

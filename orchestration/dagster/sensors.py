@@ -14,9 +14,9 @@ import dagster as dg
 
 from kprio_core.config import KprioConfig
 from kprio_core.ledger import Ledger
-from orchestration.dagster.runs import DagsterRuns, run_request
 from orchestration.dagster.partitions import batch_partitions
 from orchestration.dagster.resources import KafkaResource, KprioSettings, LedgerResource
+from orchestration.dagster.runs import DagsterRuns, run_request
 from orchestration.runtime import tick as runtime
 
 SENSOR_NAME = "priority_lag_sensor"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kprio_core.lifecycle.run import Intent, LaunchReason, Launcher
+from kprio_core.lifecycle.run import Intent, Launcher, LaunchReason
 from orchestration.runtime.tags import ATTEMPT_TAG, WHY_TAG
 
 PARTITION_TAG = "dagster/partition"

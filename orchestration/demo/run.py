@@ -23,9 +23,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kprio_core.config import ENV_BOOTSTRAP, KafkaSettings, load_config, parse_config
 from orchestration.demo import DemoFailed
-from orchestration.demo.layout import LOGICAL_TOPIC, PARTITIONS, DemoLayout, demo_config, write_config
+from orchestration.demo.layout import (
+    LOGICAL_TOPIC,
+    PARTITIONS,
+    DemoLayout,
+    demo_config,
+    write_config,
+)
 from orchestration.demo.producer import Arrival, WaveProducer, high_watermarks
-from orchestration.demo.report import Conservation, PriorityRow, check_conservation, drains_of, priority_rows
+from orchestration.demo.report import (
+    Conservation,
+    PriorityRow,
+    check_conservation,
+    drains_of,
+    priority_rows,
+)
 from orchestration.demo.workload import Workload, demo_record_budget, demo_workload
 
 if TYPE_CHECKING:
@@ -229,9 +241,9 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
     from orchestration.dagster.definitions import build_definitions
-    from orchestration.demo.plot import backlog_series, plot_backlog
     from orchestration.dagster.drain_loop import Until, drain
     from orchestration.dagster.instance import open_instance
+    from orchestration.demo.plot import backlog_series, plot_backlog
 
     topic = config.topics[0]
     with KafkaEdge(config.kafka) as edge:

@@ -60,11 +60,16 @@ from kprio_core.lifecycle.run import (
     work_left,
 )
 from kprio_core.results import CheckReport
+from orchestration.runtime.batch_metadata import (
+    Timings,
+    drained_metadata,
+    failure_reason,
+    one_line,
+)
 from orchestration.runtime.checks import check_batch, warm_up
 from orchestration.runtime.commit import commit_batch
 from orchestration.runtime.faults import crash_point
 from orchestration.runtime.leases import Heartbeat, this_owner
-from orchestration.runtime.batch_metadata import Timings, drained_metadata, failure_reason, one_line
 from spark_jobs.remote_errors import spark_boundary
 
 POLL_S = 1.0

@@ -56,7 +56,6 @@ from orchestration.runtime.log_changes import carry_out
 from orchestration.runtime.runs import NoRuns, RunOrder, Runs
 from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG, slot_tags
 
-
 # --- gathering the inputs ---------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from kprio_core.errors import KprioError
 from kprio_core.jar_cache import CLASSPATH_FILE, JarSet, cached, set_dir

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from orchestration.dagster import drain_loop
-from tests.orchestration.conservation import conservation
 from tests.fixtures.kafka import fill
+from tests.orchestration.conservation import conservation
 from tests.orchestration.dagster_env import read_all_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]

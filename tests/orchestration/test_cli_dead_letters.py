@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kprio_core.ledger import BatchState
-from orchestration.dagster import drain_loop
 from orchestration.cli.main import app
+from orchestration.dagster import drain_loop
 from tests.fixtures.kafka import BASE_TS_MS
 from tests.orchestration.conservation import conservation
 

@@ -44,8 +44,8 @@ pytestmark = pytest.mark.dagster
 
 
 def test_definitions_are_loadable_and_complete():
-    from orchestration.runtime.checks import CHECK_NAMES
     from orchestration.dagster.definitions import build_definitions
+    from orchestration.runtime.checks import CHECK_NAMES
 
     defs = build_definitions(CONFIG)
     dg.Definitions.validate_loadable(defs)

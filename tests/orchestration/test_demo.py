@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from typer.testing import CliRunner
 
 from kprio_core.config import load_config

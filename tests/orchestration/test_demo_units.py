@@ -14,9 +14,21 @@ from kprio_core.errors import ConfigError
 from kprio_core.offsets import OffsetRange as R
 from orchestration.demo.layout import DemoLayout, demo_config, write_config
 from orchestration.demo.producer import Arrival
-from orchestration.demo.report import Drained, check_conservation, median_low, priority_rows, wait_counts
+from orchestration.demo.report import (
+    Drained,
+    check_conservation,
+    median_low,
+    priority_rows,
+    wait_counts,
+)
 from orchestration.demo.run import cluster_settings, published_offsets
-from orchestration.demo.workload import POISON_KINDS, demo_workload, order_records, poison_value, wave_records
+from orchestration.demo.workload import (
+    POISON_KINDS,
+    demo_workload,
+    order_records,
+    poison_value,
+    wave_records,
+)
 
 
 @pytest.mark.parametrize("records", [6, 7, 100, 1001, 20_000])

@@ -9,8 +9,8 @@ import pytest
 
 from orchestration.dagster.drain_loop import execute
 from orchestration.dagster.sensors import tick
-from tests.orchestration.conservation import conservation
 from tests.fixtures.kafka import BASE_TS_MS
+from tests.orchestration.conservation import conservation
 from tests.orchestration.dagster_env import read_all_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]

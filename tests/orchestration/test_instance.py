@@ -15,8 +15,17 @@ from typer.testing import CliRunner
 
 from kprio_core.config import KprioConfig
 from orchestration.cli.main import app
-from orchestration.dagster.instance import DAGSTER_YAML, LOCK_FILE, ensure_home, open_instance
-from orchestration.dagster.instance_yaml import DEFAULT_PG_PASSWORD_ENV, dagster_yaml, total_slots
+from orchestration.dagster.instance import (
+    DAGSTER_YAML,
+    LOCK_FILE,
+    ensure_home,
+    open_instance,
+)
+from orchestration.dagster.instance_yaml import (
+    DEFAULT_PG_PASSWORD_ENV,
+    dagster_yaml,
+    total_slots,
+)
 
 pytestmark = pytest.mark.dagster
 

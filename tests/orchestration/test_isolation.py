@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from kprio_core.kafka.produce import Record, produce
 from kprio_core.ledger import BatchState
-from orchestration.dagster import drain_loop
 from orchestration.cli.main import app
+from orchestration.dagster import drain_loop
 from orchestration.dagster.sensors import tick
 from tests.fixtures.kafka import BASE_TS_MS, fill
 from tests.orchestration.conservation import conservation, lag

@@ -3,8 +3,8 @@ no earlier output lost or overwritten, the other partitions and priorities drain
 
 from __future__ import annotations
 
-import time
 import json
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -16,13 +16,18 @@ from kprio_core.kafka.client import Deadline, new_admin
 from kprio_core.kafka.topics import ensure_topics
 from kprio_core.ledger import Ledger
 from kprio_core.results import CheckReport
-from orchestration.dagster import drain_loop
 from orchestration.cli.main import app
+from orchestration.dagster import drain_loop
 from orchestration.dagster.instance import open_instance
+from orchestration.dagster.sensors import tick
 from orchestration.runtime.log_changes import reset_partition
 from orchestration.runtime.tick import decide
-from orchestration.dagster.sensors import tick
-from tests.fixtures.kafka import fill, generated_records, produce_acked, wait_until_served
+from tests.fixtures.kafka import (
+    fill,
+    generated_records,
+    produce_acked,
+    wait_until_served,
+)
 from tests.orchestration.conservation import conservation, lag, published_offsets
 from tests.orchestration.ledger_states import commit_as_drained, drained_as_planned
 

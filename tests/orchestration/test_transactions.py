@@ -13,8 +13,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from orchestration.dagster import drain_loop
 from orchestration.cli.main import app
+from orchestration.dagster import drain_loop
 from tests.fixtures.transactions import TransactionalWriter
 from tests.orchestration.conservation import conservation, published_offsets
 

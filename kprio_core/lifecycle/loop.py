@@ -1,0 +1,176 @@
+"""What ``kprio drain``'s loop does after a tick: tick again (now, or after a wait), or stop, and why.
+
+The tick (:mod:`kprio_core.lifecycle.tick`) decides what happens to the batches; this module
+decides only what the loop around it does next, from the tick's decisions and what the loop saw
+(:class:`LoopInputs`: how it runs, its turn, how long the broker blocked it, how long since a
+run of it committed, what other drivers hold). Numbered rules, first match wins:
+
+1. the tick requested runs (and they were executed): ``--once`` stops after its one tick; the
+   others tick again at once;
+2. ``--follow`` ticks again after ``sensor.interval_s``, whatever the tick said;
+3. ``--once`` stops with the tick's reason (not ok when the broker blocked it);
+4. the broker or a topic blocks planning: stop at once, not ok, when that is so from the first
+   tick (there is nothing to finish); stop, not ok, after :data:`BLOCKED_GIVE_UP_S` of it;
+   else tick again after twice the interval (at most :data:`MAX_WAIT_S`);
+5. retries whose cause does not pass (a disk that stays full): stop, not ok, naming what is held,
+   when partitions are held, nothing committed for :data:`BLOCKED_GIVE_UP_S`, and no other
+   driver works on the topic;
+6. something this loop waits for goes on later (a throttle, a retry's backoff, another process's
+   lease or launch claim, another driver that planned first): tick again then (0.2 s at least,
+   :data:`MAX_WAIT_S` at most);
+7. only held partitions that need a person are left: stop, not ok, naming them;
+8. no backlog left: stop, ok.
+
+Nothing here reads the ledger, the broker or the clock: the loop passes ``now`` and its
+measured durations in.
+
+>>> from kprio_core.lifecycle.decision import Decision, Skip, Verdict
+>>> idle = (Decision("orders", Verdict.IDLE, (Skip("no backlog"),), reason="no backlog"),)
+>>> next_step(idle, LoopInputs(Until.EMPTY, interval_s=2, now=NOW))
+StopLoop(why='no backlog left', ok=True, held=())
+>>> next_step(idle, LoopInputs(Until.FOLLOW, interval_s=2, now=NOW))
+TickAgain(after_s=2.0)
+>>> next_step(idle, LoopInputs(Until.EMPTY, interval_s=2, now=NOW, others=Others(lease_ends_in_s=(7.5,))))
+TickAgain(after_s=2.0)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from kprio_core.ledger import Hold
+from kprio_core.lifecycle.decision import Decision, Verdict
+from kprio_core.lifecycle.holds import describe_holds
+
+MAX_WAIT_S = 60.0
+"""Longest single wait between two ticks (a throttle, a backoff, another process's batch)."""
+MIN_WAIT_S = 0.2
+"""Shortest wait between two ticks that found nothing to run (a backoff that just ended)."""
+BLOCKED_GIVE_UP_S = 120.0
+"""``--until-empty`` stops, not ok, after the broker stayed unreachable this long, or after this long
+without a commit while only retries of a cause that does not pass are left."""
+
+NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+"""The clock of the worked examples."""
+
+
+class Until(enum.Enum):
+    """When the loop stops."""
+
+    EMPTY = "until-empty"
+    """Until no backlog is left outside held partitions (``--until-empty``)."""
+    ONCE = "once"
+    """After one tick and the runs it requested (``--once``)."""
+    FOLLOW = "follow"
+    """Never: tick for ever, a stop request ends it (``--follow``)."""
+
+
+@dataclass(frozen=True)
+class Others:
+    """What other drivers hold on the loop's topics, read from the ledger."""
+
+    lease_ends_in_s: tuple[float, ...] = ()
+    """Seconds until each live lease of a batch in flight ends (another process works on it)."""
+    claimed_elsewhere: bool = False
+    """Another driver's live launch claim of a batch in flight (its run is about to start)."""
+
+    @property
+    def working(self) -> bool:
+        return bool(self.lease_ends_in_s) or self.claimed_elsewhere
+
+
+@dataclass(frozen=True)
+class LoopInputs:
+    """What the loop saw on this turn, besides the tick's decisions."""
+
+    until: Until
+    interval_s: float
+    """``sensor.interval_s``: the pace of ticks."""
+    now: datetime
+    requested: int = 0
+    """Runs the tick requested (and the loop executed) on this turn."""
+    runs_so_far: int = 0
+    """Runs the loop executed since it started, this turn's included."""
+    first_turn: bool = False
+    blocked_for_s: float = 0.0
+    """How long the ticks have been blocked, this one included (0 on the first blocked turn)."""
+    since_progress_s: float = 0.0
+    """Seconds since a run of this loop last committed a batch (or since the loop started)."""
+    contended: bool = False
+    """Another driver planned or launched first on this tick: its batch is news on the next."""
+    others: Others = field(default_factory=Others)
+    reason: str = "no backlog"
+    """Why the tick launched nothing, in its words (the Dagster sensor's skip reason)."""
+
+
+@dataclass(frozen=True)
+class TickAgain:
+    """Tick again after ``after_s`` seconds (0: at once)."""
+
+    after_s: float
+
+
+@dataclass(frozen=True)
+class StopLoop:
+    """Stop the loop: why, whether that is a success, and the holds a person must see."""
+
+    why: str
+    ok: bool = True
+    held: tuple[str, ...] = ()
+
+
+LoopStep = TickAgain | StopLoop
+
+
+def blocked(decisions: Sequence[Decision]) -> bool:
+    """Whether the broker or a missing topic blocked planning for some topic (rule 4)."""
+    return any(d.verdict is Verdict.BLOCKED for d in decisions)
+
+
+def next_step(decisions: Sequence[Decision], seen: LoopInputs) -> LoopStep:
+    """What the loop does after a tick that decided ``decisions`` (the rules of the module docstring)."""
+    interval, reason = float(seen.interval_s), seen.reason
+    if seen.requested:  # 1
+        if seen.until is Until.ONCE:
+            return StopLoop(f"one tick: {seen.runs_so_far} runs")
+        return TickAgain(0.0)
+    if seen.until is Until.FOLLOW:  # 2
+        return TickAgain(interval)
+    if seen.until is Until.ONCE:  # 3
+        return StopLoop(reason, ok=not blocked(decisions))
+    if blocked(decisions):  # 4
+        if seen.first_turn and not seen.runs_so_far:
+            return StopLoop(reason, ok=False)
+        if seen.blocked_for_s > BLOCKED_GIVE_UP_S:
+            return StopLoop(f"{reason} (for more than {BLOCKED_GIVE_UP_S:.0f} s)", ok=False)
+        return TickAgain(min(interval * 2, MAX_WAIT_S))
+    held = [h for d in decisions for h in d.holds]
+    waits = _waits(decisions, held, seen, interval)
+    if waits and held and seen.since_progress_s > BLOCKED_GIVE_UP_S and not seen.others.working:  # 5
+        return StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s; still held: {describe_holds(held)}", ok=False,
+                        held=_each(held))
+    if waits:  # 6
+        return TickAgain(min(max(min(waits), MIN_WAIT_S), MAX_WAIT_S))
+    if held:  # 7
+        return StopLoop(f"only held partitions are left, they need a person: {describe_holds(held)}", ok=False,
+                        held=_each(held))
+    return StopLoop("no backlog left")  # 8
+
+
+def _waits(decisions: Sequence[Decision], held: Sequence[Hold], seen: LoopInputs, interval: float) -> list[float]:
+    """Seconds until something the loop waits for can go on (rule 6)."""
+    waits = [d.retry_in_s for d in decisions if d.verdict is Verdict.THROTTLED and d.retry_in_s]
+    waits += [(h.retry_at - seen.now).total_seconds() if h.retry_at else 0.0
+              for h in held if h.batch_id is not None and not h.exhausted]
+    if seen.others.lease_ends_in_s:  # another process works on them: their end (or expiry) is the next news
+        waits.append(min(interval, min(seen.others.lease_ends_in_s)))
+    if seen.others.claimed_elsewhere or seen.contended:
+        waits.append(interval)
+    return waits
+
+
+def _each(held: Sequence[Hold]) -> tuple[str, ...]:
+    return tuple(describe_holds([h]) for h in held)
