@@ -10,7 +10,9 @@ earlier rule holds):
 2. :func:`launch_unlaunched` — a planned batch no run was ever requested for gets its run;
 3. :func:`launch_commits` — a checked batch whose earlier batches committed gets a commit run;
 4. :func:`retry_failed` — a failed batch with attempts left gets a retry once its backoff is
-   over and its priorities have a free slot;
+   over and its priorities have a free slot; the retry takes those slots at once, so the plan of
+   the same tick (rule 8) leaves them to it: the oldest work of a priority is served first, and no
+   retry run finds its slot taken by a batch planned after it;
 5. the ledger's holds — every failed batch holds its partitions from its failed range's
    start (only those partitions wait: every other partition and priority keeps draining);
    a batch *superseded* on a partition (planned on an earlier incarnation of it than the one
@@ -350,6 +352,10 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
     retries, waiting = retry_failed([b for b in view.failed if b.batch_id not in gone], runs, now=now,  # 4
                                     max_attempts=recovery.max_attempts, full=full)
     launch += retries
+    for b in (x.batch for x in retries):  # a retry is older work: it takes its priorities' slots before any plan
+        for p in b.priorities:
+            slots.setdefault(p, []).append(b.batch_id)
+    full = {p: ids for p, ids in slots.items() if len(ids) >= max_in_flight}
     draft = _Draft(view.logical_topic, inputs, [dead_runs(b, why, runs) for b, why in stuck], launch, waiting,
                    tuple(view.holds), tuple(view.superseded))  # 5
 

@@ -83,6 +83,11 @@ RETENTION = dataclasses.replace(snapshot(backlog={2: 10}), partitions=(
     PartitionLag("orders-2", 0, 2, log_start=5, high_watermark=10, committed=0, avg_record_bytes=100.0),
     *snapshot(backlog={}).partitions[1:]))
 
+SECOND_P2_PARTITION = dataclasses.replace(snapshot(backlog={2: 30, 1: 20, 0: 10}), partitions=(
+    *snapshot(backlog={2: 30, 1: 20, 0: 10}).partitions,
+    PartitionLag("orders-2", 1, 2, log_start=0, high_watermark=15, committed=0, avg_record_bytes=100.0)))
+"""Backlog on every priority, and on a second partition of priority 2 that no failed batch holds."""
+
 # (number, why, inputs, verdict, launched run keys, plan priorities or None, a phrase of what waits or None)
 CASES = [
     (1, "nothing recorded, nothing produced: idle", inputs(lag=snapshot()), Verdict.IDLE, [], None, None),
@@ -141,6 +146,9 @@ CASES = [
      Verdict.THROTTLED, [], None, None),
     (23, "offsets lost to retention before they were drained hold their partition",
      inputs(lag=RETENTION), Verdict.HELD, [], None, None),
+    (25, "a retry and new backlog of its priority in one tick: the retry takes the slot, the plan the others",
+     inputs(failing(FAILED, holds=(hold_of(FAILED),)), lag=SECOND_P2_PARTITION),
+     Verdict.LAUNCH, ["b-000001.attempt-2"], {1, 0}, "priority 2 waits for its slot (b-000001 in flight)"),
 ]
 
 
