@@ -23,6 +23,7 @@ else the built-in defaults (one demo topic on the embedded broker). Environment 
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import string
 from collections.abc import Mapping
@@ -396,7 +397,8 @@ class DrainSettings(_Model):
         OnOffsetOutOfRange.HOLD, description="A committed offset beyond the log's end, or a recreated topic: 'hold' "
         "the partition for kprio reset, or reset it to the log's 'earliest' / 'latest' offset by itself (recorded)."
     )
-    output_path: str = Field("./kprio-data/output", description="Root of the Parquet output (local, s3://, gs://, hdfs://).")
+    output_path: str = Field("./kprio-data/output", description="Root of the Parquet output (local, s3://, gs://, hdfs://); the output, dead-letter and "
+                             "replay roots may not be one directory or lie inside each other.")
     dead_letter_path: str = Field(
         "./kprio-data/dead-letters", description="Root of the dead-letter output: invalid records with their raw "
         "bytes and error, same layout as the output."
@@ -407,6 +409,50 @@ class DrainSettings(_Model):
         description="First hour of the hourly replay partitions (UTC, 'YYYY-MM-DD' or 'YYYY-MM-DD-HH:00'); fixed, so "
         "the definitions do not change from day to day.",
     )
+
+    @model_validator(mode="after")
+    def _roots_apart(self) -> DrainSettings:
+        """Output, dead letters and replays each have a root of their own (their staging names would collide)."""
+        roots = {"drain.output_path": self.output_path, "drain.dead_letter_path": self.dead_letter_path,
+                 "drain.replay_path": self.replay_path}
+        names = list(roots)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                why = roots_overlap(roots[a], roots[b])
+                if why:
+                    raise ValueError(f"{a} ({roots[a]!r}) and {b} ({roots[b]!r}) {why}: give each its own directory")
+        return self
+
+
+def roots_overlap(a: str, b: str) -> str | None:
+    """How two output roots overlap (the same directory, or one inside the other), or None.
+
+    Local paths are compared absolute (relative to the working directory), URLs by scheme and path.
+
+    >>> roots_overlap("./kprio-data/output", "kprio-data/output/")
+    'are the same directory'
+    >>> roots_overlap("s3://bucket/out", "s3://bucket/out/dead")
+    'overlap: the second is inside the first'
+    >>> roots_overlap("./kprio-data/output", "./kprio-data/output-dead") is None
+    True
+    >>> roots_overlap("s3://one/out", "s3://two/out") is None
+    True
+    """
+    x, y = _root_parts(a), _root_parts(b)
+    if x == y:
+        return "are the same directory"
+    if y[: len(x)] == x:
+        return "overlap: the second is inside the first"
+    if x[: len(y)] == y:
+        return "overlap: the first is inside the second"
+    return None
+
+
+def _root_parts(root: str) -> tuple[str, ...]:
+    scheme, sep, rest = root.partition("://")
+    if not sep:
+        return ("file", *Path(os.path.abspath(os.path.expanduser(root))).parts)
+    return (scheme.lower(), *[part for part in posixpath.normpath("/" + rest).split("/") if part])
 
 
 class SparkReader(StrEnum):

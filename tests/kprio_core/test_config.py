@@ -356,6 +356,29 @@ def test_a_bad_template_is_refused_at_load(field: str, template: str, message: s
     assert "more)" not in str(err.value), "one bad template is one problem"
 
 
+@pytest.mark.parametrize(("drain", "message"), [
+    ({"dead_letter_path": "./kprio-data/output/"},
+     "drain.output_path ('./kprio-data/output') and drain.dead_letter_path ('./kprio-data/output/') are the same "
+     "directory: give each its own directory"),
+    ({"output_path": "s3://lake/kprio", "dead_letter_path": "s3://lake/kprio/dead"},
+     "drain.output_path ('s3://lake/kprio') and drain.dead_letter_path ('s3://lake/kprio/dead') overlap: the second "
+     "is inside the first"),
+    ({"replay_path": "."}, "drain.output_path ('./kprio-data/output') and drain.replay_path ('.') overlap: the first "
+     "is inside the second"),
+])
+def test_overlapping_output_roots_are_refused_naming_both_settings(drain: dict, message: str):
+    with pytest.raises(ConfigError) as err:
+        parse_config({"topics": [{"name": "orders"}], "drain": drain}, "kprio.yaml", env={})
+    assert message in str(err.value)
+
+
+def test_sibling_output_roots_and_other_buckets_are_fine():
+    config = parse_config({"topics": [{"name": "orders"}], "drain": {
+        "output_path": "s3://lake/out", "dead_letter_path": "s3://lake/out-dead", "replay_path": "s3://replays/out"}},
+        env={})
+    assert config.drain.dead_letter_path == "s3://lake/out-dead"
+
+
 def test_more_problems_are_counted_not_listed():
     with pytest.raises(ConfigError) as err:
         bad = {"planner": {"record_budget": -5, "mode": "x"}, "topics": [{"name": "a", "required_fields": ["id"]}]}
