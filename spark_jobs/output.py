@@ -34,6 +34,7 @@ finishes.
 
 from __future__ import annotations
 
+import errno
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,9 +70,25 @@ def prepare_staging(roots: Mapping[str, str], batch_id: str, attempt: int) -> tu
             fs.delete_file(probe)
         except OSError as err:
             cause = os_error_text(err) if err.filename else f"{os_error_text(err)}: {stage}"
-            raise OutputUnavailable(f"the {kind} root {root} is not writable: {cause}") from err
+            raise OutputUnavailable(f"the {kind} root {root} {unwritable(err)}: {cause}") from err
         made.append(stage)
     return tuple(made)
+
+
+def unwritable(err: OSError) -> str:
+    """What is wrong with a root a write to it failed with ``err``: full, read-only, forbidden, or unwritable.
+
+    >>> import errno
+    >>> [unwritable(OSError(e, "")) for e in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EIO)]
+    ['is full', 'is read-only', 'is not writable (permission denied)', 'cannot be written']
+    """
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "is full"
+    if err.errno == errno.EROFS:
+        return "is read-only"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return "is not writable (permission denied)"
+    return "cannot be written"
 
 
 def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
