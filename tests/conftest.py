@@ -13,10 +13,27 @@ reads what a read_committed consumer sees. ``tests/daemon/conftest.py`` starts o
 """
 
 import gc
+import signal
 
 import pytest
 
 pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _signals_as_in_a_foreground_process():
+    """SIGINT and SIGTERM as a foreground process has them, however pytest was started.
+
+    A shell starts a background job (``pytest &``, ``nohup``) with SIGINT ignored, and Dagster, when
+    it runs a job in process on the main thread, afterwards sets SIGTERM to what SIGINT is: ignored.
+    Every process a test starts then inherits an ignored SIGTERM, and a ``terminate()`` of it
+    (Dagster's log tailers, ``dagster dev``) waits out its timeout instead of stopping it.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -5,10 +5,10 @@ tests of this package share one deployment, each on logical topics of its own (c
 the session's broker, before ``dagster dev`` loads the configuration); it stops after the
 package's last test, so its daemon does not tick through the rest of the suite:
 
-- ``bulk``: backlogs of every priority, drained by the sensor's runs;
+- ``bulk``: backlogs of every priority, drained by the sensor's runs (:func:`bulk_drained`), then
+  re-drained from the UI's pages in Chromium;
 - ``crash``: the first run that publishes a batch of it dies there (SIGKILL, once): what a
   killed run worker looks like to Dagster and to kprio;
-- ``browser``: drained, then re-drained from the UI's pages in Chromium;
 - ``live``: records of the hour running now, replayed by a backfill of the current hour.
 
 The replay of the hour is launched as soon as the deployment runs, and waited for by its test:
@@ -39,9 +39,10 @@ from tests.fixtures.dagster_dev import (
     running_deployment,
     wait_until,
 )
+from tests.fixtures.kafka import fill
 from tests.orchestration.conservation import Conservation, conservation, lag
 
-TOPICS = ("bulk", "crash", "browser", "live")
+TOPICS = ("bulk", "crash", "live")
 LIVE_RECORDS = 20
 SCHEMA = {"i": "long", "amount": "double"}
 DRAIN_TIMEOUT_S = 300
@@ -158,3 +159,15 @@ def kprio_daemon(kafka_settings: KafkaSettings, tmp_path_factory: pytest.TempPat
     with running_deployment(root, config, env) as deployment:
         replay = launch_live_replay(deployment, kafka_settings, topics["live"])
         yield Daemon(deployment, topics, kafka_settings, replay)
+
+
+@pytest.fixture(scope="package")
+def bulk_drained(kprio_daemon: Daemon) -> TopicSettings:
+    """The ``bulk`` topic with backlogs of every priority, drained by the sensor's runs: 1440 records, four
+    batches of 400 or less (the UI's two backfills re-drain two each)."""
+    topic = kprio_daemon.topics["bulk"]
+    fill(kprio_daemon.kafka, topic.priority_topic(0), 1200, partitions=2)
+    fill(kprio_daemon.kafka, topic.priority_topic(1), 200, partitions=2)
+    fill(kprio_daemon.kafka, topic.priority_topic(2), 40, partitions=2)
+    kprio_daemon.drained(topic)
+    return topic

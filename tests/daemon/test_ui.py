@@ -1,7 +1,7 @@
 """The Dagster UI of a running kprio deployment, in headless Chromium: what a user sees and clicks.
 
 The package's deployment (``dagster dev`` with the daemon, the shipped dagster.yaml, Spark
-Connect) drains a logical topic of its own; then the pages docs/operations.md shows are opened and
+Connect) drains the package's ``bulk`` topic; then the pages docs/operations.md shows are opened and
 asserted on, and a backfill is launched the way a user does it: from the asset page
 (Materialize... -> Custom partitions -> Launch backfill) and from the job page (Materialize
 all...). Each must be exactly one drain per chosen batch, end Succeeded, and leave the committed
@@ -22,7 +22,6 @@ import pytest
 
 from tests.daemon.conftest import DRAIN_TIMEOUT_S, Daemon
 from tests.fixtures.dagster_dev import LOCATION, REPO, wait_until
-from tests.fixtures.kafka import fill
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.broker, pytest.mark.dagster]
 
@@ -45,14 +44,9 @@ def shot(page, directory: Path, name: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def drained(kprio_daemon: Daemon):
-    """The ``browser`` topic, with backlogs of every priority drained by the sensor's runs."""
-    topic = kprio_daemon.topics["browser"]
-    fill(kprio_daemon.kafka, topic.priority_topic(0), 1200, partitions=2)  # 1440 records: 4 batches of 400 or less
-    fill(kprio_daemon.kafka, topic.priority_topic(1), 200, partitions=2)
-    fill(kprio_daemon.kafka, topic.priority_topic(2), 40, partitions=2)
-    kprio_daemon.drained(topic)
-    return topic
+def drained(bulk_drained):
+    """The ``bulk`` topic, with backlogs of every priority drained by the sensor's runs (four batches)."""
+    return bulk_drained
 
 
 def test_asset_graph_shows_drained_batch_and_committed_offsets(kprio_daemon, drained, page, screenshots) -> None:
