@@ -246,6 +246,18 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
             "lease_until_us": None,
         }, reason=reason)
 
+    def retry_now(self, batch_id: str) -> Batch:
+        """A failed batch's backoff ends now (a fresh driver retries a transient failure at once); no move.
+
+        Only a failed batch's ``retry_at`` changes: any other state is returned as it is.
+        """
+        now = self._now_us()
+        with self._tx() as (conn, numbering):
+            row = self._row(conn, numbering, batch_id, for_update=True)
+            if S(row.state) is S.FAILED and row.retry_at_us is not None and row.retry_at_us > now:
+                conn.execute(update(batches).where(batches.c.id == row.id).values(retry_at_us=now, updated_us=now))
+            return self._batch(conn, numbering, row.id)
+
     def _move(self, batch_id: str, asked: BatchState, apply: Callable[[Connection, Row, int], dict[str, Any]], *,
               reason: str | None = None) -> Batch:
         now = self._now_us()

@@ -137,6 +137,9 @@ class Launch:
     batch: Batch
     why: LaunchReason
     attempt: int
+    early: bool = False
+    """A retry before its backoff ended (a transient failure, on a driver's first tick): the driver ends the
+    backoff in the ledger first (``Ledger.retry_now``), so the run does not wait it out."""
 
     @property
     def run_key(self) -> str:

@@ -10,7 +10,8 @@ earlier rule holds):
 2. :func:`launch_unlaunched` — a planned batch no run was ever requested for gets its run;
 3. :func:`launch_commits` — a checked batch whose earlier batches committed gets a commit run;
 4. :func:`retry_failed` — a failed batch with attempts left gets a retry once its backoff is
-   over and its priorities have a free slot; the retry takes those slots at once, so the plan of
+   over (a transient failure at once on a driver's first tick: ``kprio drain`` restarted after the
+   disk or the broker was fixed) and its priorities have a free slot; the retry takes those slots at once, so the plan of
    the same tick (rule 8) leaves them to it: the oldest work of a priority is served first, and no
    retry run finds its slot taken by a batch planned after it;
 5. the ledger's holds — every failed batch holds its partitions from its failed range's
@@ -176,22 +177,26 @@ def launch_commits(ready: Iterable[Batch], runs: BatchRuns) -> list[Launch]:
 
 
 def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max_attempts: int,
-                 full: Mapping[Priority, Sequence[str]]) -> tuple[list[Launch], list[str]]:
-    """Failed batches to retry now, and why the others that may be retried still wait."""
+                 full: Mapping[Priority, Sequence[str]], fresh_start: bool = False) -> tuple[list[Launch], list[str]]:
+    """Failed batches to retry now, and why the others that may be retried still wait.
+
+    A transient failure's backoff is not waited out on a driver's ``fresh_start``.
+    """
     launches, waiting = [], []
     for b in failed:
         if not b.holds or (not b.transient and not may_retry(attempts=b.attempts, max_attempts=max_attempts)):
             continue
         if runs.active(b.batch_id) is not None or runs.will_retry(b.batch_id):
             continue  # a run (or the orchestrator's own retry) is on it
-        if b.retry_at is not None and b.retry_at > now:
+        early = b.retry_at is not None and b.retry_at > now
+        if early and not (b.transient and fresh_start):
             waiting.append(f"{b.batch_id} retries at {b.retry_at:%H:%M:%S} UTC")
             continue
         busy = sorted(p for p in b.priorities if p in full)
         if busy:
             waiting.append(f"{b.batch_id} waits for a slot of priority {', '.join(map(str, busy))}")
             continue
-        launches.append(Launch(b, Why.RETRY, b.attempts + 1))
+        launches.append(Launch(b, Why.RETRY, b.attempts + 1, early=early))
     return launches, waiting
 
 
@@ -350,7 +355,7 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
     full = {p: ids for p, ids in slots.items() if len(ids) >= max_in_flight}
     gone = {s.batch_id for s in view.superseded}  # failed on an earlier incarnation: no run, no hold (the ledger's)
     retries, waiting = retry_failed([b for b in view.failed if b.batch_id not in gone], runs, now=now,  # 4
-                                    max_attempts=recovery.max_attempts, full=full)
+                                    max_attempts=recovery.max_attempts, full=full, fresh_start=inputs.fresh_start)
     launch += retries
     for b in (x.batch for x in retries):  # a retry is older work: it takes its priorities' slots before any plan
         for p in b.priorities:

@@ -87,3 +87,6 @@ class TickInputs:
     now: datetime = datetime(1970, 1, 1)
     driver: str = ""
     """This driver's launch claim owner: its own claims do not stop it."""
+    fresh_start: bool = False
+    """The first tick of a driver that just started (``kprio drain``): a transient failure's backoff is not
+    waited out (whoever restarts kprio after fixing a disk or a broker wants it retried now)."""

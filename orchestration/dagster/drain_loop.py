@@ -20,7 +20,8 @@ says whether to tick again (and when) or stop (and why); three ways to run it:
 
 A restart after a crash needs nothing special: the tick sees batches whose lease owner is gone
 (this host) or expired, marks their runs failed, and resumes them with the same ranges. Staging
-left by killed attempts is removed when the loop starts.
+left by killed attempts is removed when the loop starts, and its first tick retries batches that
+failed for a transient cause (a full disk, a broker gone) at once, not after their backoff.
 """
 
 from __future__ import annotations
@@ -260,7 +261,8 @@ class DrainLoop:
     def run(self) -> DrainReport:
         self.sweep_staging()
         while not self._done():
-            turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver)
+            turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver,
+                        fresh_start=self._turns == 0)
             self._turns += 1
             self._add_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
             for request in turn.requests:

@@ -11,7 +11,8 @@ Dagster's in ``orchestration/dagster/runs.py``), so nothing here speaks an orche
   gone), so the orchestrator's UI tells the truth;
 - carries out what was decided about changes of the log (``orchestration.runtime.log_changes``);
 - claims each launch in the ledger (``Ledger.claim_launch``: one driver launches a run key, a second
-  ``kprio drain`` or the sensor deciding the same launch does not) and turns it into a run request,
+  ``kprio drain`` or the sensor deciding the same launch does not), ends the backoff of an early
+  retry (``Ledger.retry_now``: a transient failure on a driver's first tick) and turns it into a run request,
   (a :class:`~orchestration.runtime.runs.RunOrder`) with a deterministic run key per attempt, the
   attempt and why as tags, and one tag per priority slot the batch takes (the shipped
   ``dagster.yaml`` limits those to ``planner.max_in_flight``);
@@ -96,7 +97,7 @@ def dead_owners(runs: Runs, view: LedgerView) -> frozenset[str]:
 
 
 def gather(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: TopicSettings,
-           *, now: datetime, driver: str | None = None) -> TickInputs:
+           *, now: datetime, driver: str | None = None, fresh_start: bool = False) -> TickInputs:
     """The tick's inputs for ``topic``, each read once: ledger, lag snapshot, runs, dead owners, clock."""
     runs = runs or NoRuns()
     view = read_view(ledger, config, topic, now)
@@ -107,7 +108,8 @@ def gather(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: 
         lag = err
     else:
         view = with_committed(view, ledger, needs_committed(lag, view, config))
-    return TickInputs(view, lag, runs.of(view.watched()), dead_owners(runs, view), now, driver or this_owner(""))
+    return TickInputs(view, lag, runs.of(view.watched()), dead_owners(runs, view), now, driver or this_owner(""),
+                      fresh_start)
 
 
 def decide(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: TopicSettings,
@@ -186,6 +188,8 @@ def apply(runs: Runs, edge, ledger: Ledger, config: KprioConfig, topic: TopicSet
             reasons.append(f"{name}: {elsewhere}")
             contended = True
             continue
+        if launch.early:  # a fresh driver retries a transient failure now: its run must not wait the backoff out
+            ledger.retry_now(launch.batch.batch_id)
         _info(log, f"{name}: {launch.describe()} -> drain_job")
         requests.append(run_order(launch))
     if not requests:
@@ -236,13 +240,14 @@ class Tick:
 
 
 def tick(runs: Runs, edge, ledger: Ledger, config: KprioConfig, *, now_s: float | None = None,
-         log=None, driver: str | None = None) -> Tick:
-    """Evaluate every topic at ``now_s``: gather, decide, apply; the runs to request."""
+         log=None, driver: str | None = None, fresh_start: bool = False) -> Tick:
+    """Evaluate every topic at ``now_s``: gather, decide, apply; the runs to request (``fresh_start``: the
+    first tick of a driver that just started, see :class:`~kprio_core.lifecycle.view.TickInputs`)."""
     now = datetime.fromtimestamp(time.time() if now_s is None else now_s, UTC)
     ensure_adopted(runs.batch_ids(), ledger, edge, config, log=log)
     decisions, requests, partitions, reasons, contended = [], [], [], [], False
     for topic in config.topics:
-        inputs = gather(runs, edge, ledger, config, topic, now=now, driver=driver)
+        inputs = gather(runs, edge, ledger, config, topic, now=now, driver=driver, fresh_start=fresh_start)
         decision = decide_tick(config, topic, inputs)
         done = apply(runs, edge, ledger, config, topic, decision, inputs, log=log,
                      several_topics=len(config.topics) > 1)

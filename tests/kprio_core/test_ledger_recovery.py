@@ -117,6 +117,19 @@ def test_retry_of_a_failed_batch_reserves_its_ranges_again(ledger: Ledger, clock
                                                                            "automatic retry 2 of 3")
 
 
+def test_retry_now_ends_a_failed_batchs_backoff_and_touches_nothing_else(ledger: Ledger, clock: Clock):
+    batch = ledger.record_plan(make_plan((0, 10)))
+    assert ledger.retry_now(batch.batch_id) == ledger.get(batch.batch_id), "a planned batch is left as it is"
+    ledger.mark_drained(batch.batch_id, result_for(batch))
+    ledger.mark_failed(batch.batch_id, "the output root /out is full: No space left on device: /out",
+                       retry_at=clock.now + timedelta(seconds=60), transient=True)
+    before = ledger.events(batch.batch_id)
+    now = ledger.retry_now(batch.batch_id)
+    assert (now.state, now.attempts, now.transient, now.retry_at) == (S.FAILED, 1, True, clock.now)
+    assert ledger.events(batch.batch_id) == before, "no move, no event: only the backoff ended"
+    assert [h.retry_at for h in ledger.holds("orders")] == [clock.now]
+
+
 # (lease: (owner, seconds left) or None, take_over, outcome, why)
 STUCK_CASES = [
     ((A, 0), (), "retried", "1. the lease expired: its run died"),

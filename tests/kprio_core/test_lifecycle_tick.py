@@ -53,6 +53,7 @@ DRAINED = batch("b-000001", state=BatchState.DRAINED)
 CHECKED = batch("b-000001", state=BatchState.CHECKED)
 FAILED = batch("b-000001", state=BatchState.FAILED, retry_at=T0)
 BACKING_OFF = batch("b-000001", state=BatchState.FAILED, retry_at=NOW + timedelta(seconds=5))
+TRANSIENT_BACKING_OFF = batch("b-000001", state=BatchState.FAILED, retry_at=NOW + timedelta(seconds=50), transient=True)
 EXHAUSTED = batch("b-000001", state=BatchState.FAILED, attempts=3)
 TRANSIENT = batch("b-000001", state=BatchState.FAILED, attempts=3, transient=True)
 OWN_RANGE = tuple(PLANNED.plan.offset_ranges())  # orders-2[0]@[0,10)
@@ -146,6 +147,15 @@ CASES = [
      Verdict.THROTTLED, [], None, None),
     (23, "offsets lost to retention before they were drained hold their partition",
      inputs(lag=RETENTION), Verdict.HELD, [], None, None),
+    (26, "a driver's first tick retries a transient failure at once, not after its backoff",
+     inputs(failing(TRANSIENT_BACKING_OFF, holds=(hold_of(TRANSIENT_BACKING_OFF),)), fresh_start=True),
+     Verdict.LAUNCH, ["b-000001.attempt-2"], None, None),
+    (27, "later ticks wait out a transient failure's backoff",
+     inputs(failing(TRANSIENT_BACKING_OFF, holds=(hold_of(TRANSIENT_BACKING_OFF),))), Verdict.HELD, [], None,
+     "retries at 00:01:00"),
+    (28, "a failure that is not transient waits out its backoff even on a first tick",
+     inputs(failing(BACKING_OFF, holds=(hold_of(BACKING_OFF),)), fresh_start=True), Verdict.HELD, [], None,
+     "retries at 00:00:15"),
     (25, "a retry and new backlog of its priority in one tick: the retry takes the slot, the plan the others",
      inputs(failing(FAILED, holds=(hold_of(FAILED),)), lag=SECOND_P2_PARTITION),
      Verdict.LAUNCH, ["b-000001.attempt-2"], {1, 0}, "priority 2 waits for its slot (b-000001 in flight)"),
@@ -167,6 +177,14 @@ def test_the_tick_decides(number, why, given, verdict, launched, plan_priorities
     order = ["FailDeadRun", "CarryOutLogChanges", "Launch", "RecordPlan", "Skip"]
     assert kinds == sorted(kinds, key=order.index), kinds
     assert (Skip in map(type, d.actions)) == (not d.launch and d.plan is None), why
+
+
+def test_an_early_retry_says_so_and_an_ordinary_one_does_not():
+    """Case 26 in detail: the driver ends the backoff of an early retry in the ledger before its run starts."""
+    fresh = decide_tick(CONFIG, TOPIC, inputs(failing(TRANSIENT_BACKING_OFF, holds=(hold_of(TRANSIENT_BACKING_OFF),)),
+                                              fresh_start=True))
+    ordinary = decide_tick(CONFIG, TOPIC, inputs(failing(FAILED, holds=(hold_of(FAILED),)), fresh_start=True))
+    assert [x.early for x in fresh.launch] == [True] and [x.early for x in ordinary.launch] == [False]
 
 
 def test_a_resumed_batch_names_the_run_to_mark_failed():

@@ -8,6 +8,8 @@ skipped elsewhere, saying why.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from kprio_core.ledger import BatchState
@@ -31,12 +33,12 @@ def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_it
 ):
     topic = make_topic(priorities=2, partitions=2, records={1: 1500, 0: 1500}, schema={"i": "long", "amount": "double"})
     out = tmp_path / "out"
-    # Backoffs of seconds, not tenths: the tick right after the failed attempts must find the retry still
-    # waiting (on a loaded machine a tenth has passed before the tick runs, and the tick launches it).
-    env = kprio_env(topic, drain={"output_path": str(out)}, recovery={"max_attempts": 1, "backoff_s": 2,
-                                                                      "backoff_max_s": 4, "lease_s": 15})
+    # A backoff of a minute: the tick right after the failed attempts finds the retry still waiting, and
+    # a fresh drain that does not wait it out proves it retried at once.
+    env = kprio_env(topic, drain={"output_path": str(out)}, recovery={"max_attempts": 1, "backoff_s": 60,
+                                                                      "backoff_max_s": 60, "lease_s": 15})
     with broken(out):
-        first = drain_loop.drain(env.defs, dagster_instance, max_batches=2)
+        first = drain_loop.drain(env.defs, dagster_instance, max_batches=1)
         [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
         assert f"{cause}: {out}" in failed.reason and "\n" not in failed.reason, failed.reason
         assert failed.transient
@@ -44,8 +46,13 @@ def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_it
         # One attempt was all max_attempts allowed, yet it is retried by itself: the cause passes.
         assert "retried by itself" in tick(dagster_instance, env.edge, env.ledger, env.config).skip_reason
 
+    # The cause is gone; a fresh `kprio drain --until-empty` retries the batch on its first tick, its backoff
+    # of a minute not waited out.
+    waiting_until = env.ledger.get(failed.batch_id).retry_at
     report = drain_loop.drain(env.defs, dagster_instance)
     assert report.ok, report.stopped
+    assert report.batches[0].batch_id == failed.batch_id and report.batches[0].success, report.batches[0]
+    assert datetime.now(UTC) < waiting_until, waiting_until  # the whole drain ended before the backoff would have
     assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED
     assert lag(topic, env.edge) == {1: 0, 0: 0}
     check = conservation(env.config, topic, env.edge)
