@@ -11,9 +11,9 @@ earlier rule holds):
 3. :func:`launch_commits` — a checked batch whose earlier batches committed gets a commit run;
 4. :func:`retry_failed` — a failed batch with attempts left gets a retry once its backoff is
    over (a transient failure at once on a driver's first tick: ``kprio drain`` restarted after the
-   disk or the broker was fixed) and its priorities have a free slot; the retry takes those slots at once, so the plan of
-   the same tick (rule 8) leaves them to it: the oldest work of a priority is served first, and no
-   retry run finds its slot taken by a batch planned after it;
+   disk or the broker was fixed) and its priorities have a free slot; the retry takes those slots
+   at once, so the plan of the same tick (rule 8) leaves them to it: the oldest work of a priority
+   is served first, and no retry run finds its slot taken by a batch planned after it;
 5. the ledger's holds — every failed batch holds its partitions from its failed range's
    start (only those partitions wait: every other partition and priority keeps draining);
    a batch *superseded* on a partition (planned on an earlier incarnation of it than the one

@@ -59,6 +59,7 @@ from orchestration.runtime.tick import Tick, still_launchable, tick
 DRAINED_ASSET = "drained_batch"
 COMMITTED_ASSET = "committed_offsets"
 
+
 @dataclass(frozen=True)
 class BatchOutcome:
     """One executed run: its batch, what it drained per priority, and where the ledger left the batch.
