@@ -25,6 +25,7 @@ Nothing here reads the ledger, the broker or the clock: the loop passes ``now`` 
 measured durations in.
 
 >>> from kprio_core.lifecycle.decision import Decision, Skip, Verdict
+>>> from kprio_core.lifecycle.examples import T0 as NOW
 >>> idle = (Decision("orders", Verdict.IDLE, (Skip("no backlog"),), reason="no backlog"),)
 >>> next_step(idle, LoopInputs(Until.EMPTY, interval_s=2, now=NOW))
 StopLoop(why='no backlog left', ok=True, held=())
@@ -39,7 +40,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from kprio_core.ledger import Hold
 from kprio_core.lifecycle.decision import Decision, Verdict
@@ -52,9 +53,6 @@ MIN_WAIT_S = 0.2
 BLOCKED_GIVE_UP_S = 120.0
 """``--until-empty`` stops, not ok, after the broker stayed unreachable this long, or after this long
 without a commit while only retries of a cause that does not pass are left."""
-
-NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
-"""The clock of the worked examples."""
 
 
 class Until(enum.Enum):

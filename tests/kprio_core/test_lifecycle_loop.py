@@ -13,11 +13,11 @@ import pytest
 
 from kprio_core.ledger import BatchState, Hold
 from kprio_core.lifecycle.decision import Decision, Skip, Verdict
+from kprio_core.lifecycle.examples import T0 as NOW
 from kprio_core.lifecycle.loop import (
     BLOCKED_GIVE_UP_S,
     MAX_WAIT_S,
     MIN_WAIT_S,
-    NOW,
     LoopInputs,
     Others,
     StopLoop,
@@ -104,7 +104,7 @@ def test_loop_rules(case, decisions, seen, expected):
     if expected == "stop-held-no-progress":
         assert isinstance(step, StopLoop) and not step.ok, step
         assert step.why.startswith(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s; still held: held: orders-0[1] from 120")
-        assert step.held == ("held: orders-0[1] from 120 by b-000007 (failed once: disk full; retried by itself at 12:00:03 UTC)",)
+        assert step.held == ("held: orders-0[1] from 120 by b-000007 (failed once: disk full; retried by itself at 00:00:03 UTC)",)
     elif expected == "stop-held-person":
         assert isinstance(step, StopLoop) and not step.ok, step
         assert step.why.startswith("only held partitions are left, they need a person: held: orders-0[1] from 120")
