@@ -19,6 +19,16 @@ LeaseOwner(run_id='6f1c2d3e', host='worker-1', pid=4242)
 >>> may_retry(attempts=2, max_attempts=3), may_retry(attempts=3, max_attempts=3)
 (True, False)
 
+A run's writes are *fenced*: every ledger move, publish and Kafka commit of a batch carries the
+run's :class:`LeaseToken` (its owner and the attempt it claimed), and the ledger refuses it once
+another run took the batch over or a retry started a later attempt. A process paused past its
+lease (a GC pause, a stopped VM, a slow disk) therefore writes nothing when it wakes up:
+
+>>> LeaseToken(owner, attempt=2)
+LeaseToken(owner='6f1c2d3e@worker-1:4242', attempt=2)
+>>> print(LeaseToken(owner, attempt=2))
+6f1c2d3e@worker-1:4242 (attempt 2)
+
 A failure whose cause passes by itself (the broker restarts, the disk fills up, Spark restarts)
 is *transient*: its batch is retried with the same backoff until the cause is gone, never
 exhausted, since no operator step is needed once the world is back. A failure of the data or
@@ -54,6 +64,17 @@ class Lease:
 
     def expired(self, now: datetime) -> bool:
         return self.until <= now
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseToken:
+    """What a run proves it holds a batch with: its lease owner and the attempt it claimed (a fencing token)."""
+
+    owner: str
+    attempt: int
+
+    def __str__(self) -> str:
+        return f"{self.owner} (attempt {self.attempt})"
 
 
 def lease_owner(run_id: str, *, host: str, pid: int) -> str:

@@ -94,8 +94,9 @@ class KafkaEdge:
     def commit(self, topic: TopicSettings, ranges: Iterable[OffsetRange]) -> CommitReport:
         """Commit each range's end to its priority's group, never backwards, only contiguous prefixes.
 
-        kprio must be the only committer of its groups: the read of the current offsets and the
-        write are two calls.
+        The read of the current offsets and the write are two calls: kprio must be the only
+        committer of its groups, and its runtime makes the pair one step among kprio's processes by
+        holding the ledger's topic lock around it (``Ledger.fenced``, in ``commit_batch``).
         """
         deadline = self.deadline()
         ranges = list(ranges)

@@ -14,13 +14,14 @@ from sqlalchemy import Connection, Row, insert, update
 from kprio_core.errors import BatchSuperseded, InvalidTransition
 from kprio_core.ledger.base import LedgerBase, need_reason
 from kprio_core.ledger.codec import CLEARED_ATTEMPT, maybe_us, offset_range
-from kprio_core.ledger.leases import check_free
+from kprio_core.ledger.leases import check_free, check_token
 from kprio_core.ledger.meta import Numbering
 from kprio_core.ledger.records import Batch
 from kprio_core.ledger.rules import room_for
 from kprio_core.ledger.schema import batches, ranges
 from kprio_core.ledger.states import REPLAYABLE, BatchState, check_transition
 from kprio_core.offsets import OffsetRange
+from kprio_core.recovery import LeaseToken
 
 S = BatchState
 
@@ -39,8 +40,8 @@ class AttemptMethods(LedgerBase):
         ``take_over`` (else :class:`BatchBusy`).
         """
         need_reason("retry", batch_id, reason)
-        now = self._now_us()
         with self._tx() as (conn, numbering):
+            now = self._now_us()
             first = self._row(conn, numbering, batch_id)  # unlocked: which way, and the topic to lock first
             if first.state == S.FAILED.value:
                 return self._back_to_planned(conn, numbering, first, {S.FAILED}, max_in_flight, now, reason)
@@ -65,8 +66,8 @@ class AttemptMethods(LedgerBase):
         A committed batch keeps ``replay_of_committed=True`` for good: its re-drain rewrites the
         same output, its commit has nothing new to commit, and its failure holds nothing.
         """
-        now = self._now_us()
         with self._tx() as (conn, numbering):
+            now = self._now_us()
             row = self._row(conn, numbering, batch_id)
             return self._back_to_planned(conn, numbering, row, REPLAYABLE, max_in_flight, now, None)
 
@@ -101,20 +102,23 @@ class AttemptMethods(LedgerBase):
         return self._batch(conn, numbering, row.id)
 
     def split(self, batch_id: str, failing: Iterable[OffsetRange], reason: str, *,
-              retry_at: datetime | None, transient: bool = False) -> Batch:
+              retry_at: datetime | None, transient: bool = False, fence: LeaseToken | None = None) -> Batch:
         """Move the ``failing`` ranges of a batch in flight to a new failed batch (``parent`` = this one); return it.
 
         The range rows move (never copied) with their drain outcome; the new batch copies the
         plan's decisions, the attempt count and, for a re-drain, when its offsets were committed.
-        The original keeps its other ranges and state.
+        The original keeps its other ranges and state. ``fence``: the run's lease token, refused
+        when stale (:class:`~kprio_core.errors.LeaseLost`), as by every move.
         """
         need_reason("split", batch_id, reason)
         failing = set(failing)
         if not failing:
             raise ValueError(f"split of {batch_id}: no failing range given")
-        now = self._now_us()
         with self._tx(lock_numbering=True) as (conn, numbering):
+            now = self._now_us()
             row = self._row(conn, numbering, batch_id, for_update=True)
+            if fence is not None:
+                check_token(batch_id, row, fence, "the split")
             state = S(row.state)
             if not state.in_flight:
                 raise InvalidTransition(f"batch {batch_id} is {state.value} and cannot be split (only a batch in "

@@ -37,7 +37,11 @@ class LedgerBase:
 
     @contextmanager
     def _tx(self, *, lock_numbering: bool = False) -> Iterator[tuple[Connection, Numbering]]:
-        """One transaction and the ledger's numbering; ``lock_numbering`` when it creates batches."""
+        """One transaction and the ledger's numbering; ``lock_numbering`` when it creates batches.
+
+        A method that judges time (a lease, a backoff) reads its clock inside the transaction, once
+        the lock is held: a wait for another process's lock must not age its ``now``.
+        """
         with self._engine.begin() as conn:
             yield conn, read_numbering(conn, lock=lock_numbering)
 

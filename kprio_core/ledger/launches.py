@@ -74,9 +74,9 @@ class LaunchMethods(LedgerBase):
         """
         if not owner or claim_s <= 0:
             raise ValueError(f"a launch claim needs an owner and claim_s > 0, got {owner!r}, {claim_s}")
-        now = self._now_us()
-        until = now + round(claim_s * _US)
         with self._tx() as (conn, numbering):
+            now = self._now_us()
+            until = now + round(claim_s * _US)
             key = self._row(conn, numbering, batch_id).id
             conn.execute(delete(launches).where(launches.c.until_us <= now, launches.c.run_key != run_key))
             conn.execute(insert_for(conn, launches).values(

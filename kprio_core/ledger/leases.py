@@ -4,11 +4,17 @@ A lease that was not renewed in time means its run died: :meth:`LeaseMethods.exp
 those batches and :meth:`Ledger.retry` retries them with the same ranges. A live lease of another
 owner makes :meth:`LeaseMethods.claim` raise :class:`BatchBusy`, unless the caller knows that
 owner is dead (its Dagster run ended, its pid is gone) and names it in ``take_over``.
+
+Every write of a run is *fenced* by its :class:`~kprio_core.recovery.LeaseToken` (owner and
+attempt): the ledger's moves take it as ``fence=`` and refuse a stale one with :class:`LeaseLost`,
+and :meth:`LeaseMethods.fenced` holds the batch (and its topic) while a run publishes files or
+commits offsets outside the ledger, so no other run can take the batch over in between.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from sqlalchemy import Row, select, update
@@ -19,7 +25,7 @@ from kprio_core.ledger.codec import from_us
 from kprio_core.ledger.records import Batch
 from kprio_core.ledger.schema import batches
 from kprio_core.ledger.states import IN_FLIGHT_VALUES, BatchState
-from kprio_core.recovery import Lease
+from kprio_core.recovery import Lease, LeaseToken
 
 _US = 1_000_000
 
@@ -34,8 +40,8 @@ class LeaseMethods(LedgerBase):
         of an owner in ``take_over``, is logged as an event naming both owners.
         """
         _check_lease(owner, lease_s)
-        now = self._now_us()
         with self._tx() as (conn, numbering):
+            now = self._now_us()
             row = self._row(conn, numbering, batch_id, for_update=True)
             state = BatchState(row.state)
             if not state.in_flight:
@@ -51,16 +57,21 @@ class LeaseMethods(LedgerBase):
                 lease_owner=owner, lease_until_us=now + round(lease_s * _US)))
             return self._batch(conn, numbering, row.id)
 
-    def renew(self, batch_id: str, owner: str, lease_s: float) -> Lease:
-        """Extend ``owner``'s lease to now + ``lease_s``; :class:`LeaseLost` when it is no longer theirs."""
+    def renew(self, batch_id: str, owner: str, lease_s: float, *, attempt: int | None = None) -> Lease:
+        """Extend ``owner``'s lease to now + ``lease_s``; :class:`LeaseLost` when it is no longer theirs.
+
+        ``attempt``: the attempt the owner claimed; a later attempt (a retry) ends its lease too.
+        """
         _check_lease(owner, lease_s)
-        now = self._now_us()
         with self._tx() as (conn, numbering):
+            now = self._now_us()
             row = self._row(conn, numbering, batch_id, for_update=True)
-            if row.lease_owner != owner or not BatchState(row.state).in_flight:
+            moved_on = attempt is not None and row.attempts != attempt
+            if row.lease_owner != owner or moved_on or not BatchState(row.state).in_flight:
                 holder = f"{row.lease_owner}'s" if row.lease_owner else "nobody's"
                 raise LeaseLost(f"batch {batch_id} ({row.state}, attempt {row.attempts}): the lease is no longer "
-                                f"{owner}'s but {holder}; stop working on it")
+                                f"{owner}'s{f' (attempt {attempt})' if moved_on else ''} but {holder}; "
+                                "stop working on it")
             until = now + round(lease_s * _US)
             conn.execute(update(batches).where(batches.c.id == row.id).values(lease_until_us=until))
             return Lease(owner, from_us(until))
@@ -73,6 +84,22 @@ class LeaseMethods(LedgerBase):
             done = conn.execute(update(batches).where(batches.c.id == key, batches.c.lease_owner == owner)
                                 .values(lease_owner=None, lease_until_us=None))
             return bool(done.rowcount)
+
+    @contextmanager
+    def fenced(self, batch_id: str, token: LeaseToken, what: str) -> Iterator[Batch]:
+        """Hold ``batch_id`` for ``token`` while the caller does ``what`` outside the ledger (publish, Kafka commit).
+
+        :class:`LeaseLost` (nothing done) unless ``token`` is the batch's lease now. Until the block
+        ends, the batch row and its topic's lock stay locked: no claim, retry or move of the batch,
+        and no other fenced write of the topic (two Kafka commits of one topic never interleave
+        their read and write), can happen in between.
+        """
+        with self._tx() as (conn, numbering):
+            first = self._row(conn, numbering, batch_id)
+            self._lock_topic(conn, first.logical_topic)  # topic first, then the batch: record_plan's order
+            row = self._row(conn, numbering, batch_id, for_update=True)
+            check_token(batch_id, row, token, what)
+            yield self._batch(conn, numbering, row.id)
 
     def expired(self, logical_topic: str | None = None) -> list[Batch]:
         """Batches in flight whose lease ran out (their run died): retry them. Oldest first."""
@@ -91,6 +118,16 @@ def _check_lease(owner: str, lease_s: float) -> None:
         raise ValueError("a lease needs an owner (kprio_core.recovery.lease_owner)")
     if lease_s <= 0:
         raise ValueError(f"a lease must last > 0 s, got {lease_s}")
+
+
+def check_token(batch_id: str, row: Row, token: LeaseToken, what: str) -> None:
+    """Raise :class:`LeaseLost` unless ``token`` holds the batch now: its lease owner, at its attempt, in flight."""
+    if row.lease_owner == token.owner and row.attempts == token.attempt and BatchState(row.state).in_flight:
+        return
+    holder = f"held by {row.lease_owner}" if row.lease_owner else "held by nobody"
+    raise LeaseLost(f"{what} of batch {batch_id} refused: the batch is {row.state} at attempt {row.attempts}, {holder}; "
+                    f"the lease of {token} is stale (another run took the batch over, or a retry moved it on); "
+                    "nothing was written")
 
 
 def check_free(batch_id: str, row: Row, now_us: int, take_over: Collection[str]) -> None:

@@ -30,7 +30,6 @@ True
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -55,9 +54,9 @@ from kprio_core.ledger.codec import (
     range_values,
 )
 from kprio_core.ledger.derived import DerivedReads
-from kprio_core.ledger.launches import LaunchMethods
 from kprio_core.ledger.engine import DEFAULT_BUSY_TIMEOUT_S, make_engine
-from kprio_core.ledger.leases import LeaseMethods
+from kprio_core.ledger.launches import LaunchMethods
+from kprio_core.ledger.leases import LeaseMethods, check_token
 from kprio_core.ledger.meta import Identity, Numbering, has_batches, number_after, open_schema, read_identity
 from kprio_core.ledger.records import Batch, BatchEvent, Hold
 from kprio_core.ledger.rules import full, predecessors, room_for, self_overlap, slots_in_use
@@ -66,7 +65,7 @@ from kprio_core.ledger.states import IN_FLIGHT, BatchState, check_transition
 from kprio_core.log_changes import Superseded, superseded
 from kprio_core.offsets import OffsetRange
 from kprio_core.priority import Priority
-from kprio_core.recovery import may_retry
+from kprio_core.recovery import LeaseToken, may_retry
 from kprio_core.results import CheckReport, CommitReport, DrainResult
 
 if TYPE_CHECKING:
@@ -173,8 +172,8 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
         problem = self_overlap(plan.offset_ranges())
         if problem:
             raise RangeConflict(f"{what}: {problem}")
-        now = self._now_us()
         with self._tx(lock_numbering=True) as (conn, numbering):
+            now = self._now_us()
             self._lock_topic(conn, plan.logical_topic)
             taken = self._taken(conn, numbering, plan.logical_topic)
             room_for(what, plan.offset_ranges(), {r.priority for r in plan.ranges}, taken, max_in_flight)
@@ -189,10 +188,12 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
 
     # ----------------------------------------------------------------------------- transitions
 
-    def mark_drained(self, batch_id: str, result: DrainResult) -> Batch:
+    def mark_drained(self, batch_id: str, result: DrainResult, *, fence: LeaseToken | None = None) -> Batch:
         """The drain wrote (and staged) the batch's ranges; ``result`` replaces any earlier drain and voids checks.
 
         :class:`LeaseLost` when ``result`` is of an older attempt than the batch's (a newer one owns it).
+        ``fence``: the run's lease token; every move of a run passes it, and a stale one is refused
+        (:class:`LeaseLost`, nothing changed). Moves without one are an operator's.
         """
         def apply(conn: Connection, row: Row, now: int) -> dict[str, Any]:
             rows = self._range_rows(conn, [row.id])[row.id]
@@ -202,9 +203,9 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
                 conn.execute(update(ranges).where(ranges.c.id == r.id).values(**values))
             return {"drained_us": now, **drain_values(result), "checks_json": None}
 
-        return self._move(batch_id, S.DRAINED, apply)
+        return self._move(batch_id, S.DRAINED, apply, fence=fence)
 
-    def mark_checked(self, batch_id: str, report: CheckReport) -> Batch:
+    def mark_checked(self, batch_id: str, report: CheckReport, *, fence: LeaseToken | None = None) -> Batch:
         """The blocking checks passed on the drained output, and it was published.
 
         A failed check is allowed only on ranges already split off (it must name them).
@@ -219,9 +220,9 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
                                             "of this batch; split those ranges off or fail the batch")
             return {"checks_json": report.to_json()}
 
-        return self._move(batch_id, S.CHECKED, apply)
+        return self._move(batch_id, S.CHECKED, apply, fence=fence)
 
-    def mark_committed(self, batch_id: str, report: CommitReport) -> Batch:
+    def mark_committed(self, batch_id: str, report: CommitReport, *, fence: LeaseToken | None = None) -> Batch:
         """The offsets were committed (check :meth:`ready_to_commit` first); the batch releases its lease.
 
         ``committed_at`` stays the first commit's time: a re-drain's commit commits nothing new.
@@ -232,9 +233,10 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
             return {"commit_json": report.to_json(), "committed_us": row.committed_us or now,
                     "lease_owner": None, "lease_until_us": None}
 
-        return self._move(batch_id, S.COMMITTED, apply)
+        return self._move(batch_id, S.COMMITTED, apply, fence=fence)
 
-    def mark_failed(self, batch_id: str, reason: str, *, retry_at: datetime | None, transient: bool = False) -> Batch:
+    def mark_failed(self, batch_id: str, reason: str, *, retry_at: datetime | None, transient: bool = False,
+                    fence: LeaseToken | None = None) -> Batch:
         """The batch failed (``reason`` says why); it holds its partitions (unless a re-drain of committed offsets).
 
         ``retry_at``: not retried automatically before then (None: at once, or only by an operator).
@@ -244,25 +246,27 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
         return self._move(batch_id, S.FAILED, lambda conn, row, now: {
             "reason": reason, "transient": transient, "retry_at_us": maybe_us(retry_at), "lease_owner": None,
             "lease_until_us": None,
-        }, reason=reason)
+        }, reason=reason, fence=fence)
 
     def retry_now(self, batch_id: str) -> Batch:
         """A failed batch's backoff ends now (a fresh driver retries a transient failure at once); no move.
 
         Only a failed batch's ``retry_at`` changes: any other state is returned as it is.
         """
-        now = self._now_us()
         with self._tx() as (conn, numbering):
+            now = self._now_us()
             row = self._row(conn, numbering, batch_id, for_update=True)
             if S(row.state) is S.FAILED and row.retry_at_us is not None and row.retry_at_us > now:
                 conn.execute(update(batches).where(batches.c.id == row.id).values(retry_at_us=now, updated_us=now))
             return self._batch(conn, numbering, row.id)
 
     def _move(self, batch_id: str, asked: BatchState, apply: Callable[[Connection, Row, int], dict[str, Any]], *,
-              reason: str | None = None) -> Batch:
-        now = self._now_us()
+              reason: str | None = None, fence: LeaseToken | None = None) -> Batch:
         with self._tx() as (conn, numbering):
+            now = self._now_us()
             row = self._row(conn, numbering, batch_id, for_update=True)
+            if fence is not None:
+                check_token(batch_id, row, fence, f"the move to {asked.value}")
             current = S(row.state)
             check_transition(batch_id, current, asked)
             values = apply(conn, row, now)

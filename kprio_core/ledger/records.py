@@ -20,7 +20,7 @@ from kprio_core.ledger.states import BatchState
 from kprio_core.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.planner import held_range
 from kprio_core.priority import Priority
-from kprio_core.recovery import Lease
+from kprio_core.recovery import Lease, LeaseToken
 from kprio_core.results import CheckReport, CommitReport, DrainResult
 
 _BATCH_ID = re.compile(r"b-(\d+)")
@@ -78,6 +78,11 @@ class Batch:
     def in_flight(self) -> bool:
         """True while the batch reserves its ranges (planned, drained or checked)."""
         return self.state.in_flight
+
+    @property
+    def token(self) -> LeaseToken | None:
+        """The lease's fencing token (its owner at this attempt), None when nobody holds the batch."""
+        return LeaseToken(self.lease.owner, self.attempts) if self.lease is not None else None
 
     @property
     def holds(self) -> bool:

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from kprio_core.config import KprioConfig, TopicSettings
-from kprio_core.errors import BatchBusy, KprioError, RangeConflict, is_transient
+from kprio_core.errors import BatchBusy, KprioError, LeaseLost, RangeConflict, is_transient
 from kprio_core.ledger import Batch, BatchState, Ledger
 from kprio_core.lifecycle.run import (
     SLOT_WAIT_S,
@@ -59,13 +59,9 @@ from kprio_core.lifecycle.run import (
     waited_too_long,
     work_left,
 )
+from kprio_core.recovery import LeaseToken
 from kprio_core.results import CheckReport
-from orchestration.runtime.batch_metadata import (
-    Timings,
-    drained_metadata,
-    failure_reason,
-    one_line,
-)
+from orchestration.runtime.batch_metadata import Timings, drained_metadata, failure_reason, one_line
 from orchestration.runtime.checks import check_batch, warm_up
 from orchestration.runtime.commit import commit_batch
 from orchestration.runtime.faults import crash_point
@@ -132,6 +128,7 @@ class BatchRun:
         self.ledger, self.ledger_url, self.config = ledger, ledger_url, config
         self.spark, self.edge, self.owner_dead, self.add_batch, self.log = spark, edge, owner_dead, add_batch, log
         self.owner = this_owner(run_id)
+        self.token: LeaseToken | None = None  # this run's lease of the batch, once taken: fences its writes
         self.timings = Timings()
 
     # -- the whole run ---------------------------------------------------------------------------
@@ -145,7 +142,8 @@ class BatchRun:
             yield from self._checks_of(self.ledger.get(self.batch_id))
             return
         topic = self.config.topic(taken.logical_topic)
-        with Heartbeat(self.ledger_url, self.batch_id, self.owner, self.config.recovery.lease_s) as heartbeat:
+        self.token = taken.token
+        with Heartbeat(self.ledger_url, self.batch_id, self.token, self.config.recovery.lease_s) as heartbeat:
             yield from self._work(taken, topic, heartbeat)
         self._release()  # a batch left in flight (waiting to commit) is free for whoever moves it next
 
@@ -233,6 +231,10 @@ class BatchRun:
             raise RunFailed(f"{self.batch_id} failed: {failed.reason}") from failed.cause
         except RunFailed:
             raise
+        except LeaseLost as lost:
+            # Fenced: another run owns the batch now; this one wrote nothing more and leaves it alone.
+            self.log.warning(f"{self.batch_id}: {lost}")
+            raise RunFailed(f"{self.batch_id}: this run lost its lease and stopped: {one_line(str(lost))}") from lost
         except (KprioError, OSError) as err:
             reason = one_line(f"{err} [{err.code}]" if isinstance(err, KprioError) else f"{type(err).__name__}: {err}")
             self._fail(reason, transient=is_transient(err))
@@ -258,7 +260,7 @@ class BatchRun:
             session = self.spark()
         result = drain_batch(session, config, topic, self.batch_id, batch.attempts, batch.plan)
         self.timings.time("drain", started)
-        batch = self.ledger.mark_drained(self.batch_id, result)
+        batch = self.ledger.mark_drained(self.batch_id, result, fence=self.token)
         crash_point("after-drain", batch.logical_topic)
         kept = [s for s in result.ranges if s.failure is None]
         failed = result.failed_ranges
@@ -285,16 +287,18 @@ class BatchRun:
             raise _BatchFailed(report.reason())
 
         heartbeat.check()
+        crash_point("before-publish", batch.logical_topic)
         started = time.monotonic()
-        publish(result, **roots, ranges=[s.range for s in kept], incarnations=batch.plan.incarnations)
+        with self.ledger.fenced(self.batch_id, self.token, "the publish"):
+            publish(result, **roots, ranges=[s.range for s in kept], incarnations=batch.plan.incarnations)
         self.timings.time("publish", started)
-        self.ledger.mark_checked(self.batch_id, report)
+        self.ledger.mark_checked(self.batch_id, report, fence=self.token)
         crash_point("after-publish", batch.logical_topic)
         yield Drained(drained_metadata(config, batch, result, kept, split, self.timings))
 
     def _split(self, failing: list, reason: str, *, transient: bool) -> str:
         attempts = self.ledger.get(self.batch_id).attempts
-        child = self.ledger.split(self.batch_id, failing, reason, transient=transient,
+        child = self.ledger.split(self.batch_id, failing, reason, transient=transient, fence=self.token,
                                   retry_at=retry_at(attempts, self.config.recovery, _now()))
         self.add_batch(child.batch_id)
         self.log.warning(f"{self.batch_id}: {', '.join(map(str, failing))} split off into {child.batch_id}, which "
@@ -325,7 +329,8 @@ class BatchRun:
             return
         heartbeat.check()
         started = time.monotonic()
-        outcome = commit_batch(self.edge(), self.ledger, topic, self.ledger.get(self.batch_id), now_s=time.time())
+        outcome = commit_batch(self.edge(), self.ledger, topic, self.ledger.get(self.batch_id), self.token,
+                               now_s=time.time())
         self.timings.time("commit", started)
         yield Committed(self.batch_id, {**outcome.metadata, **self.timings.metadata()})
         yield from self._commit_successors(topic)
@@ -336,10 +341,10 @@ class BatchRun:
             if not commits_for_another(BatchView.of(later), _now()):
                 continue  # its own run is on it
             try:
-                self.ledger.claim(later.batch_id, self.owner, self.config.recovery.lease_s)
+                later = self.ledger.claim(later.batch_id, self.owner, self.config.recovery.lease_s)
             except BatchBusy:
                 continue
-            outcome = commit_batch(self.edge(), self.ledger, topic, later, now_s=time.time())
+            outcome = commit_batch(self.edge(), self.ledger, topic, later, later.token, now_s=time.time())
             yield Committed(later.batch_id, dict(outcome.metadata),
                             note=f"committed by run {run_label(self.owner)} once {self.batch_id}, before it, committed")
             self.log.info(f"{later.batch_id} committed after {self.batch_id}")
@@ -351,8 +356,12 @@ class BatchRun:
         batch = self.ledger.get(self.batch_id)
         if not marks_failed(BatchView.of(batch), self.owner):
             return
-        self.ledger.mark_failed(self.batch_id, reason, retry_at=retry_at(batch.attempts, self.config.recovery, _now()),
-                                transient=transient)
+        try:
+            self.ledger.mark_failed(self.batch_id, reason, transient=transient, fence=self.token,
+                                    retry_at=retry_at(batch.attempts, self.config.recovery, _now()))
+        except LeaseLost as lost:
+            self.log.warning(f"{self.batch_id}: {lost}")  # its staging is the new owner's to replace
+            return
         from spark_jobs.drain import discard
 
         if batch.drain is not None:

@@ -1,7 +1,8 @@
 """Commit a checked batch: each range's end to its priority's group, proven on the broker, then the ledger.
 
 Offsets never move backwards and only a contiguous prefix is committed (``KafkaEdge.commit``),
-so a re-drain of an old batch commits nothing new. One lag snapshot after the commit both
+so a re-drain of an old batch commits nothing new; the ledger's topic lock, held around that
+read and write, keeps two kprio processes from interleaving them. One lag snapshot after the commit both
 proves what the broker holds and gives the lag after, for the metadata Dagster plots.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from kprio_core.config import TopicSettings
 from kprio_core.errors import KafkaOperationFailed
 from kprio_core.ledger import Batch, Ledger
+from kprio_core.recovery import LeaseToken
 from kprio_core.results import CommitReport
 from orchestration.runtime.faults import crash_point
 
@@ -25,10 +27,18 @@ class CommitOutcome:
     metadata: Mapping[str, int | str]
 
 
-def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, *, now_s: float) -> CommitOutcome:
-    """Commit ``batch``'s ranges, check the broker holds them, and mark the batch committed."""
+def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, token: LeaseToken, *,
+                 now_s: float) -> CommitOutcome:
+    """Commit ``batch``'s ranges, check the broker holds them, and mark the batch committed.
+
+    Fenced by the run's lease ``token``: the Kafka commit runs while the ledger holds the batch
+    for it (refused, committing nothing, once the token is stale), and the topic's lock makes its
+    read of the committed offsets and its write one step among kprio's committers.
+    """
     ranges = [r for r in batch.plan.offset_ranges() if r.count]
-    report = edge.commit(topic, ranges)
+    crash_point("before-kafka-commit", topic.name)
+    with ledger.fenced(batch.batch_id, token, "the Kafka commit"):
+        report = edge.commit(topic, ranges)
     # A priority topic this batch commits nothing to may be gone (deleted while draining): its
     # partitions are held by the tick; the batch's own partitions commit on.
     mine = {r.topic for r in ranges}
@@ -42,7 +52,7 @@ def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, *, no
             f"batch {batch.batch_id}: offsets not committed for {', '.join(map(str, short))} ({report})"
         )
     crash_point("after-kafka-commit", topic.name)
-    ledger.mark_committed(batch.batch_id, report)
+    ledger.mark_committed(batch.batch_id, report, fence=token)
     drained = batch.drain.written_by_priority() if batch.drain is not None else {}
     meta = commit_metadata(report, snapshot.backlog_by_priority(), drained, replay=batch.replay_of_committed)
     return CommitOutcome(report, {**meta, "logical_topic": topic.name})

@@ -1,14 +1,20 @@
-"""Crash points for fault-injection runs: ``KPRIO_CRASH_AT=<point>`` kills the process there with SIGKILL.
+"""Fault points for fault-injection runs: ``KPRIO_CRASH_AT=<point>`` kills the process there, ``KPRIO_PAUSE_AT`` stops it.
 
 What a kill -9 at the worst moment does to a batch is part of kprio's contract (the next run
-resumes it, nothing is lost or doubled), so tests and operators must be able to cause one at an
-exact step. Unset (the default), a crash point costs one dictionary lookup. ``<point>:<logical
-topic>`` limits it to the batches of one logical topic. With ``KPRIO_CRASH_ONCE=<file>`` the
-process dies only if the file does not exist yet (it is created first), so a retried run gets
-through.
+resumes it, nothing is lost or doubled), and so is what a process paused past its lease does
+when it wakes up (a GC pause, a stopped VM, a slow disk: it writes nothing, its lease is another
+run's), so tests and operators must be able to cause either at an exact step. Unset (the
+default), a fault point costs one dictionary lookup. ``<point>:<logical topic>`` limits it to
+the batches of one logical topic. With ``KPRIO_CRASH_ONCE=<file>`` the process dies (or stops)
+only if the file does not exist yet (it is created first), so a retried run gets through.
 
-Points, in the order of a batch: ``after-drain`` (staged, nothing published), ``after-publish``
-(output visible, not committed), ``after-kafka-commit`` (offsets committed, the ledger not told).
+``KPRIO_CRASH_AT`` kills with SIGKILL; ``KPRIO_PAUSE_AT`` stops every thread of the process with
+SIGSTOP (the heartbeat too, as a stopped VM would), until someone sends it SIGCONT.
+
+Points, in the order of a batch: ``after-drain`` (staged, nothing published), ``before-publish``
+(checked, about to publish), ``after-publish`` (output visible, not committed),
+``before-kafka-commit`` (about to commit), ``after-kafka-commit`` (offsets committed, the ledger
+not told).
 """
 
 from __future__ import annotations
@@ -18,15 +24,21 @@ import signal
 from pathlib import Path
 
 ENV_AT = "KPRIO_CRASH_AT"
+ENV_PAUSE_AT = "KPRIO_PAUSE_AT"
 ENV_ONCE = "KPRIO_CRASH_ONCE"
-POINTS = ("after-drain", "after-publish", "after-kafka-commit")
+POINTS = ("after-drain", "before-publish", "after-publish", "before-kafka-commit", "after-kafka-commit")
 
 
 def crash_point(name: str, logical_topic: str) -> None:
-    """Die here with SIGKILL when ``KPRIO_CRASH_AT`` names this point (see the module docstring)."""
+    """Die (``KPRIO_CRASH_AT``) or stop (``KPRIO_PAUSE_AT``) here when one names this point (see the module docstring)."""
     if name not in POINTS:
-        raise ValueError(f"unknown crash point {name!r} (known: {', '.join(POINTS)})")
-    if os.environ.get(ENV_AT) not in (name, f"{name}:{logical_topic}"):
+        raise ValueError(f"unknown fault point {name!r} (known: {', '.join(POINTS)})")
+    here = (name, f"{name}:{logical_topic}")
+    if os.environ.get(ENV_AT) in here:
+        how = signal.SIGKILL
+    elif os.environ.get(ENV_PAUSE_AT) in here:
+        how = signal.SIGSTOP
+    else:
         return
     once = os.environ.get(ENV_ONCE)
     if once:
@@ -34,4 +46,4 @@ def crash_point(name: str, logical_topic: str) -> None:
             Path(once).touch(exist_ok=False)
         except FileExistsError:
             return
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), how)

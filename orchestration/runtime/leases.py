@@ -1,7 +1,8 @@
 """Leases of the batches a run works on: who owns one, whether the owner is gone, and the heartbeat.
 
-A run claims its batch's lease in the ledger (``owner = "<run id>@<host>:<pid>"``) and a
-:class:`Heartbeat` thread renews it every ``lease_s / 3``. When the process dies (kill -9, OOM,
+A run claims its batch's lease in the ledger (``owner = "<run id>@<host>:<pid>"``, at the batch's
+attempt: its :class:`~kprio_core.recovery.LeaseToken`) and a :class:`Heartbeat` thread renews it
+every ``lease_s / 3``. When the process dies (kill -9, OOM,
 a lost machine) the renewals stop and the lease expires; :func:`owner_dead` tells sooner when
 it can: the owner's Dagster run has ended, or its process is gone from this host.
 """
@@ -12,13 +13,14 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import psutil
 
 from kprio_core.errors import LeaseLost
 from kprio_core.ledger import Ledger
-from kprio_core.recovery import lease_owner, parse_owner
+from kprio_core.recovery import LeaseToken, lease_owner, parse_owner
 
 LOGGER = logging.getLogger("kprio.lease")
 
@@ -52,18 +54,22 @@ def owner_dead(owner: str, run_ended: Callable[[str], bool] | None = None) -> bo
 
 
 class Heartbeat:
-    """Renews ``owner``'s lease of ``batch_id`` every ``lease_s / 3`` until stopped.
+    """Renews a run's lease of ``batch_id`` (its ``token``: owner and attempt) every ``lease_s / 3`` until stopped.
 
-    Uses its own ledger connection. When the lease turns out to be someone else's (it expired
-    and another run took the batch over) ``lost`` is set: the run must stop before it
-    publishes or commits anything.
+    Uses its own ledger connection. ``lost`` is set when the lease turns out to be someone else's
+    (it expired and another run took the batch over, or a retry moved the batch to a later
+    attempt), or when renewals kept failing (the ledger unreachable) for longer than the lease:
+    by then another run may hold it. The run must stop before it publishes or commits anything;
+    should it not notice in time, the ledger refuses its stale token anyway (fencing).
     """
 
-    def __init__(self, ledger_url: str, batch_id: str, owner: str, lease_s: float) -> None:
-        self.batch_id, self.owner, self.lease_s = batch_id, owner, lease_s
+    def __init__(self, ledger_url: str, batch_id: str, token: LeaseToken, lease_s: float, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.batch_id, self.token, self.lease_s = batch_id, token, lease_s
         self.lost = threading.Event()
+        self.why: str | None = None
         self._stop = threading.Event()
-        self._ledger_url = ledger_url
+        self._ledger_url, self._clock = ledger_url, clock
         self._thread = threading.Thread(target=self._run, name=f"kprio-lease-{batch_id}", daemon=True)
 
     def __enter__(self) -> Heartbeat:
@@ -75,18 +81,30 @@ class Heartbeat:
         self._thread.join(timeout=self.lease_s)
 
     def check(self) -> None:
-        """Raise LeaseLost when another run took the batch over."""
+        """Raise LeaseLost when the lease is gone (see the class docstring)."""
         if self.lost.is_set():
-            raise LeaseLost(f"batch {self.batch_id}: the lease of {self.owner} was taken over by another run; "
+            raise LeaseLost(f"batch {self.batch_id}: the lease of {self.token} is lost ({self.why}); "
                             "this run stops without publishing or committing")
 
     def _run(self) -> None:
         with Ledger(self._ledger_url) as ledger:
+            renewed = self._clock()
             while not self._stop.wait(self.lease_s / 3):
                 try:
-                    ledger.renew(self.batch_id, self.owner, self.lease_s)
-                except LeaseLost:
-                    self.lost.set()
+                    ledger.renew(self.batch_id, self.token.owner, self.lease_s, attempt=self.token.attempt)
+                    renewed = self._clock()
+                except LeaseLost as err:
+                    self._lose(str(err))
                     return
-                except Exception:  # noqa: BLE001 - a renewal that fails now may work next time; expiry decides
-                    LOGGER.warning("batch %s: lease renewal failed", self.batch_id, exc_info=True)
+                except Exception as err:  # noqa: BLE001 - a renewal that fails now may work next time
+                    unrenewed = self._clock() - renewed
+                    LOGGER.warning("batch %s: lease renewal failed (%.0f s since the last one): %s",
+                                   self.batch_id, unrenewed, err)
+                    if unrenewed >= self.lease_s:
+                        self._lose(f"not renewed for {unrenewed:.0f} s, longer than its {self.lease_s:g} s: {err}")
+                        return
+
+    def _lose(self, why: str) -> None:
+        self.why = why
+        LOGGER.warning("batch %s: lease of %s lost: %s", self.batch_id, self.token, why)
+        self.lost.set()

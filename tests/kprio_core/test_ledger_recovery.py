@@ -8,8 +8,10 @@ import pytest
 
 from kprio_core.errors import BatchBusy, InvalidTransition, LeaseLost, RangeConflict
 from kprio_core.ledger import BatchState, Ledger
+from kprio_core.recovery import LeaseToken
 from kprio_core.results import CheckOutcome, CheckReport
 from tests.kprio_core.ledger_support import (
+    CHECKS_PASSED,
     Clock,
     R,
     commit_report,
@@ -78,6 +80,88 @@ def test_renew_release_and_a_lost_lease(ledger: Ledger, clock: Clock):
         ledger.renew(batch.batch_id, A, 30)
     with pytest.raises(ValueError, match="must last > 0 s"):
         ledger.claim(batch.batch_id, A, 0)
+
+
+# --------------------------------------------------------------------------------- fencing
+
+# What happened to the batch while its first owner A (attempt 1) was paused past its lease.
+FENCE_CASES = [
+    ("taken over", "1. B claimed the expired lease: A's token names the wrong owner"),
+    ("retried", "2. a retry moved the batch to attempt 2 (nobody claimed it yet)"),
+    ("retried and claimed by A", "3. A's own process claimed attempt 2: its attempt-1 token is stale all the same"),
+]
+
+
+def _writes(ledger: Ledger, batch_id: str, token: LeaseToken) -> dict:
+    """Every write a run makes, each with A's token."""
+    plan = ledger.get(batch_id)
+    return {
+        "drained": lambda: ledger.mark_drained(batch_id, result_for(plan), fence=token),
+        "checked": lambda: ledger.mark_checked(batch_id, CHECKS_PASSED, fence=token),
+        "committed": lambda: ledger.mark_committed(batch_id, commit_report(plan), fence=token),
+        "failed": lambda: ledger.mark_failed(batch_id, "boom", retry_at=None, fence=token),
+        "split": lambda: ledger.split(batch_id, [R("orders-2", 0, 0, 5)], "boom", retry_at=None, fence=token),
+        "publish": lambda: ledger.fenced(batch_id, token, "the publish").__enter__(),
+        "renew": lambda: ledger.renew(batch_id, token.owner, 30, attempt=token.attempt),
+    }
+
+
+@pytest.mark.parametrize(("meanwhile", "why"), FENCE_CASES, ids=[c[1] for c in FENCE_CASES])
+def test_a_stale_lease_token_writes_nothing(ledger: Ledger, clock: Clock, meanwhile, why):
+    batch = ledger.record_plan(make_plan((0, 5), (5, 10)))
+    token = ledger.claim(batch.batch_id, A, 30).token
+    assert token == LeaseToken(A, 1)
+    clock.tick(31)  # A pauses past its lease
+    if meanwhile == "taken over":
+        ledger.claim(batch.batch_id, B, 30)
+    else:
+        ledger.retry(batch.batch_id, reason="its lease expired")
+        if meanwhile == "retried and claimed by A":
+            ledger.claim(batch.batch_id, A, 30)
+    before = ledger.get(batch.batch_id), ledger.events(batch.batch_id), ledger.batches()
+    for what, write in _writes(ledger, batch.batch_id, token).items():
+        with pytest.raises(LeaseLost, match=r"refused: the batch is planned at attempt \d, held by|no longer") as err:
+            write()
+        assert err.value.code == "lease_lost", what
+        if what != "renew":
+            assert f"the lease of {A} (attempt 1) is stale" in str(err.value) and "nothing was written" in str(err.value)
+    assert (ledger.get(batch.batch_id), ledger.events(batch.batch_id), ledger.batches()) == before, "nothing changed"
+
+
+def test_the_current_token_writes_and_an_operator_needs_none(ledger: Ledger, clock: Clock):
+    batch = ledger.record_plan(make_plan((0, 5), (5, 10)))
+    token = ledger.claim(batch.batch_id, A, 30).token
+    clock.tick(31)  # expired, but nobody took it over: the owner's writes still land
+    with ledger.fenced(batch.batch_id, token, "the publish") as held:
+        assert held.batch_id == batch.batch_id and held.token == token
+    ledger.split(batch.batch_id, [R("orders-2", 0, 0, 5)], "boom", retry_at=None, fence=token)
+    ledger.mark_drained(batch.batch_id, result_for(ledger.get(batch.batch_id)), fence=token)
+    ledger.mark_checked(batch.batch_id, CHECKS_PASSED, fence=token)
+    done = ledger.mark_committed(batch.batch_id, commit_report(ledger.get(batch.batch_id)), fence=token)
+    assert done.state is S.COMMITTED and done.lease is None and done.token is None
+    other = ledger.record_plan(make_plan((0, 10), topic="payments"))
+    assert ledger.mark_failed(other.batch_id, "an operator's kprio fail", retry_at=None).state is S.FAILED
+
+
+def test_a_fenced_block_holds_the_batch_against_a_take_over(tmp_path):
+    """While A publishes (inside ``fenced``), B's claim waits for it; then A's next move is refused."""
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url) as a, Ledger(url, busy_timeout_s=30) as b:
+        batch = a.record_plan(make_plan((0, 10)))
+        token = a.claim(batch.batch_id, A, 0.2).token
+        order = []
+        with a.fenced(batch.batch_id, token, "the publish"):
+            taker = threading.Thread(target=lambda: order.append(b.claim(batch.batch_id, B, 30).lease.owner))
+            taker.start()
+            taker.join(timeout=1.0)
+            assert taker.is_alive(), "B's take-over waits while A's fenced write runs"
+            order.append("A published")
+        taker.join(timeout=30)
+        assert order == ["A published", B]
+        with pytest.raises(LeaseLost, match="the move to drained of batch b-000001 refused"):
+            a.mark_drained(batch.batch_id, result_for(batch), fence=token)
 
 
 def test_expired_lists_in_flight_batches_whose_run_stopped_renewing(ledger: Ledger, clock: Clock):

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -125,6 +126,35 @@ def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path,
     with Ledger(env.config.ledger.url) as ledger:
         # The group moved by kprio's own commit before its ledger knew: no change of the log to report.
         assert ledger.log_events(topic.name) == []
+
+
+@pytest.mark.parametrize(("point", "write"), [("before-publish", "the publish"),
+                                              ("before-kafka-commit", "the Kafka commit")])
+def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(backlog, tmp_path, point, write):
+    """A process stopped (a GC pause, a stopped VM) right before a write, while another run takes its batch over."""
+    env, topic, config = backlog
+    proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=point)
+    try:
+        assert wait_for(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED, CHILD_TIMEOUT_S,
+                        interval_s=0.2), output_of(proc)[-2000:]
+        with Ledger(env.config.ledger.url) as ledger:
+            [paused] = [b for b in ledger.in_flight(topic.name) if b.lease]
+        finish(config, tmp_path)  # takes the batch over once its lease expired, then drains everything
+        committed = env.edge.committed(topic)
+        with Ledger(env.config.ledger.url) as ledger:
+            events = ledger.events(paused.batch_id)
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.wait(timeout=120)
+        text = output_of(proc)
+    finally:
+        kill_group(proc)
+    assert f"{write} of batch {paused.batch_id} refused" in text, text[-3000:]
+    assert f"the lease of {paused.token} is stale" in text
+    assert env.edge.committed(topic) == committed, "the stale run moved no offset (least of all backwards)"
+    assert_healed(env, topic, config)
+    with Ledger(env.config.ledger.url) as ledger:
+        assert ledger.events(paused.batch_id) == events, "and the ledger heard nothing from it"
+        assert ledger.get(paused.batch_id).attempts > paused.attempts
 
 
 def test_sigterm_finishes_the_batch_in_flight_and_exits_0(backlog, tmp_path):

@@ -1,0 +1,70 @@
+"""The run's heartbeat: it renews its lease token, and says the lease is lost when it is.
+
+Lost means another run holds the batch (taken over, or a retry moved it to a later attempt),
+or renewals kept failing for longer than the lease: by then another run may hold it, and the run
+must stop before it publishes or commits (the ledger would refuse its stale token anyway).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from kprio_core.errors import LeaseLost
+from kprio_core.ledger import Ledger
+from orchestration.runtime.leases import Heartbeat
+from tests.kprio_core.ledger_support import make_plan
+
+A, B = "run-a@host:1", "run-b@host:2"
+LEASE_S = 0.6  # renewed every 0.2 s
+
+
+def wait_lost(heartbeat: Heartbeat, timeout_s: float = 10.0) -> bool:
+    return heartbeat.lost.wait(timeout_s)
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+def test_it_renews_the_lease_while_the_run_works(url: str):
+    with Ledger(url) as ledger:
+        batch = ledger.record_plan(make_plan((0, 10)))
+        token = ledger.claim(batch.batch_id, A, LEASE_S).token
+        with Heartbeat(url, batch.batch_id, token, LEASE_S) as heartbeat:
+            time.sleep(3 * LEASE_S)
+            assert not heartbeat.lost.is_set()
+            heartbeat.check()
+            assert ledger.get(batch.batch_id).lease.owner == A, "renewed: nobody could take it over"
+
+
+@pytest.mark.parametrize("meanwhile", ["taken over", "retried"])
+def test_a_lease_another_run_holds_is_lost(url: str, meanwhile: str):
+    with Ledger(url) as ledger:
+        batch = ledger.record_plan(make_plan((0, 10)))
+        token = ledger.claim(batch.batch_id, A, LEASE_S).token
+        with Heartbeat(url, batch.batch_id, token, LEASE_S) as heartbeat:
+            if meanwhile == "taken over":
+                ledger.claim(batch.batch_id, B, 30, take_over={A})
+            else:
+                ledger.retry(batch.batch_id, reason="an operator's retry", take_over={A})
+                ledger.claim(batch.batch_id, A, 30)  # the same owner, but attempt 2: attempt 1's lease is gone
+            assert wait_lost(heartbeat)
+            with pytest.raises(LeaseLost, match=rf"the lease of {A} \(attempt 1\) is lost .*stops without publishing"):
+                heartbeat.check()
+
+
+def test_renewals_failing_for_longer_than_the_lease_lose_it(url: str, tmp_path: Path):
+    with Ledger(url) as ledger:
+        batch = ledger.record_plan(make_plan((0, 10)))
+        token = ledger.claim(batch.batch_id, A, LEASE_S).token
+    moved = tmp_path / "elsewhere.db"
+    Path(url.removeprefix("sqlite:///")).rename(moved)  # its ledger is gone: each renewal fails
+    with Heartbeat(url, batch.batch_id, token, LEASE_S) as heartbeat:
+        started = time.monotonic()
+        assert wait_lost(heartbeat)
+        assert time.monotonic() - started >= LEASE_S, "one failed renewal alone does not lose it"
+        assert heartbeat.why.startswith("not renewed for ") and f"longer than its {LEASE_S:g} s" in heartbeat.why
