@@ -11,6 +11,10 @@ else the built-in defaults (one demo topic on the embedded broker). Environment 
   the environment: a secret in the file is an error naming the variable to use. They are held as
   ``SecretStr`` so no repr, log line, error or Dagster metadata ever shows them. Every other
   setting goes to ``kafka.client`` and may be written in the file as well.
+- ``KPRIO_LEDGER_PASSWORD`` is the password of a PostgreSQL ledger: ``ledger.url`` names the
+  user, never the password (one in the URL is an error naming the variable), so neither
+  ``kprio.yaml`` nor the ledger resource's config shown by Dagster holds it; the ledger's engine
+  adds it when it connects (:func:`kprio_core.ledger.engine.make_engine`).
 
 >>> cfg = KprioConfig.model_validate({"topics": [{"name": "orders", "priorities": 3}]})
 >>> t = cfg.topic("orders")
@@ -30,6 +34,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import (
@@ -53,6 +58,7 @@ ENV_CONFIG_PATH = "KPRIO_CONFIG"
 ENV_BOOTSTRAP = "KPRIO_BOOTSTRAP_SERVERS"
 ENV_KAFKA_PREFIX = "KPRIO_KAFKA_"
 ENV_KAFKA_TIMEOUT = "KPRIO_KAFKA_TIMEOUT_S"
+ENV_LEDGER_PASSWORD = "KPRIO_LEDGER_PASSWORD"
 """Sets ``kafka.timeout_s`` (kprio's own setting, not a librdkafka one)."""
 DEFAULT_CONFIG_FILE = "kprio.yaml"
 
@@ -487,7 +493,34 @@ class SparkSettings(_Model):
 class LedgerSettings(_Model):
     """Where the batch ledger lives."""
 
-    url: str = Field("sqlite:///./kprio-data/ledger.db", description="SQLAlchemy URL of the batch ledger.")
+    url: str = Field("sqlite:///./kprio-data/ledger.db",
+                     description="SQLAlchemy URL of the batch ledger, without a password: a PostgreSQL ledger's "
+                                 f"password is read from {ENV_LEDGER_PASSWORD} in the environment.")
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, value: str) -> str:
+        """A password in the URL would sit in kprio.yaml and in the resource config Dagster shows.
+
+        >>> LedgerSettings(url="postgresql+psycopg://kprio@db/kprio").url
+        'postgresql+psycopg://kprio@db/kprio'
+        >>> try:
+        ...     LedgerSettings(url="postgresql+psycopg://kprio:hunter2@db/kprio")
+        ... except ValidationError as err:
+        ...     print(format_validation_error(err, "kprio.yaml"))
+        kprio.yaml: url: Value error, ledger.url holds a password: remove it from the URL
+        (postgresql+psycopg://kprio@db/kprio) and set it in the environment as KPRIO_LEDGER_PASSWORD
+        """
+        try:
+            parts = urlsplit(value)
+            password = parts.password
+        except ValueError:
+            return value  # not a URL: the ledger's engine says what is wrong with it
+        if password is None:
+            return value
+        bare = urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{password}@", "@", 1)))
+        raise ValueError(f"ledger.url holds a password: remove it from the URL ({bare}) and set it in the "
+                         f"environment as {ENV_LEDGER_PASSWORD}")
 
 
 class SensorSettings(_Model):

@@ -7,6 +7,10 @@ the busy timeout makes a second process wait for the lock instead of failing wit
 topic row lock, its overlap query sees every reservation committed before it. The ledger runs
 on those two databases: :func:`insert_for` gives their INSERT, which knows ON CONFLICT.
 
+A PostgreSQL URL names no password (the configuration refuses one); the engine takes it from
+``KPRIO_LEDGER_PASSWORD`` when that is set, so it never sits in ``kprio.yaml`` or in a config
+Dagster shows.
+
 >>> engine = make_engine("sqlite://")
 >>> with engine.begin() as conn:
 ...     conn.exec_driver_sql("SELECT 1").scalar()
@@ -15,12 +19,14 @@ on those two databases: :func:`insert_for` gives their INSERT, which knows ON CO
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sqlalchemy import Connection, Table, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Engine, make_url
 
+from kprio_core.config import ENV_LEDGER_PASSWORD
 from kprio_core.errors import ConfigError
 
 DEFAULT_BUSY_TIMEOUT_S = 60.0
@@ -37,6 +43,9 @@ def make_engine(url: str | URL, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) 
         event.listen(engine, "begin", _begin_immediate)
         return engine
     if backend == "postgresql":
+        password = os.environ.get(ENV_LEDGER_PASSWORD)
+        if parsed.password is None and password:
+            parsed = parsed.set(password=password)
         return create_engine(parsed, pool_pre_ping=True, isolation_level="READ COMMITTED")
     shown = parsed.render_as_string(hide_password=True)
     raise ConfigError(f"ledger.url {shown}: the batch ledger runs on SQLite or PostgreSQL, not {backend}")

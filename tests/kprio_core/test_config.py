@@ -396,3 +396,20 @@ def test_timeout_from_the_environment_is_kprios_own_setting():
 def test_a_bad_timeout_from_the_environment_names_the_key():
     with pytest.raises(ConfigError, match=r"kafka\.timeout_s"):
         parse_config({}, "kprio.yaml", env={"KPRIO_KAFKA_TIMEOUT_S": "soon"})
+
+
+def test_the_ledger_password_comes_from_the_environment_never_from_the_file(tmp_path, monkeypatch):
+    from kprio_core.ledger.engine import make_engine
+
+    path = tmp_path / "kprio.yaml"
+    path.write_text('ledger: {url: "postgresql+psycopg://kprio:hunter2@db.internal/kprio"}\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "ledger.url holds a password" in str(err.value) and "KPRIO_LEDGER_PASSWORD" in str(err.value)
+    assert "hunter2" not in str(err.value)
+    path.write_text('ledger: {url: "postgresql+psycopg://kprio@db.internal/kprio"}\n')
+    config = load_config(path)
+    monkeypatch.setenv("KPRIO_LEDGER_PASSWORD", "hunter2")
+    engine = make_engine(config.ledger.url)  # connects lazily: the URL it will use
+    assert engine.url.password == "hunter2" and "hunter2" not in repr(engine)
+    assert "hunter2" not in config.model_dump_json()

@@ -18,6 +18,7 @@ from kprio_core.config import KafkaSettings, KprioConfig
 from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import RangeConflict
 from kprio_core.offsets import OffsetRange
+from orchestration.services.broker import wait_for
 from spark_jobs.connector import artifact_of
 from spark_jobs.drain import drain_batch
 from spark_jobs.native import (NativeReaderUnavailable, class_available, connector_available, native_options,
@@ -129,7 +130,7 @@ def test_the_classpath_probe_tells_present_from_absent_classes(spark):
 
 @pytest.mark.broker
 @pytest.mark.spark
-def test_native_read_matches_the_plan_and_shows_no_secret(spark, kafka_settings, make_topic):
+def test_native_read_matches_the_plan_and_shows_no_secret(spark, spark_files, kafka_settings, make_topic):
     assert connector_available(spark), SETUP
     topic = make_topic(priorities=1, partitions=2, records={0: 20})
     ranges = [PlannedRange(0, OffsetRange(topic.priority_topic(0), p, 2, 10)) for p in range(2)]
@@ -141,6 +142,12 @@ def test_native_read_matches_the_plan_and_shows_no_secret(spark, kafka_settings,
     plans = frame._jdf.queryExecution().toString()  # parsed, analyzed, optimized and physical plans
     assert "Kafka" in plans
     assert "jaas-hunter2" not in plans
+    # Spark's own record of the run: its event log (what the history server and the UI show) and
+    # its scratch files. The event log holds the read's plan, so the secret's absence means something.
+    assert wait_for(lambda: topic.priority_topic(0).encode() in b"".join(
+        f.read_bytes() for f in (spark_files / "events").rglob("*") if f.is_file()), 30), "the read is not logged"
+    holding = [f for f in spark_files.rglob("*") if f.is_file() and b"jaas-hunter2" in f.read_bytes()]
+    assert holding == [], f"Spark wrote the secret to {holding}"
 
 
 @pytest.mark.broker
