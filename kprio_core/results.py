@@ -30,7 +30,7 @@ which the driver rebuilds the typed error (no message is parsed):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
@@ -266,6 +266,34 @@ class CheckReport:
     def failed_ranges(self) -> tuple[OffsetRange, ...]:
         """Every range some check failed on, sorted (the batch keeps the others)."""
         return tuple(sorted({r for o in self.failed for r in o.failed_ranges}))
+
+    @classmethod
+    def merged(cls, reports: Sequence[CheckReport]) -> CheckReport:
+        """One report over several (a replay checks each logical topic's output): a check passes when it
+        passed everywhere; its numbers are summed, its failed ranges joined.
+
+        >>> a = CheckReport((CheckOutcome("offsets_are_unique", True, {"duplicate_rows": 0}),))
+        >>> b = CheckReport((CheckOutcome("offsets_are_unique", False, {"duplicate_rows": 2},
+        ...                               (OffsetRange("o-1", 0, 0, 5),)),))
+        >>> print(CheckReport.merged([a, b]).reason())
+        offsets_are_unique failed on o-1[0]@[0,5) (duplicate_rows=2)
+        """
+        names: dict[str, list[CheckOutcome]] = {}
+        for report in reports:
+            for o in report.outcomes:
+                names.setdefault(o.name, []).append(o)
+        merged = []
+        for name, outcomes in names.items():
+            numbers: dict[str, int | float | str] = {}
+            for o in outcomes:
+                for key, value in o.metadata.items():
+                    before = numbers.get(key)
+                    summable = isinstance(value, int | float) and isinstance(before, int | float)
+                    numbers[key] = before + value if summable else numbers.get(key, value)  # type: ignore[operator]
+            merged.append(CheckOutcome(name, all(o.passed for o in outcomes), numbers,
+                                       tuple(sorted({r for o in outcomes for r in o.failed_ranges})),
+                                       outcomes[0].description))
+        return cls(tuple(merged))
 
     def outcome(self, name: str) -> CheckOutcome:
         for o in self.outcomes:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
 
 from orchestration.dagster import drain_loop
+from orchestration.runtime.checks import CHECK_NAMES
 from tests.fixtures.kafka import fill
 from tests.orchestration.conservation import conservation
 from tests.orchestration.dagster_env import read_all_output
@@ -101,6 +104,35 @@ def test_replayed_window_holds_exactly_the_records_of_its_hour(make_topic, kprio
     # The live groups never moved, and the live output was never written.
     assert set(env.edge.committed(topic).values()) == {None}
     assert not Path(env.config.drain.output_path).exists()
+
+
+def test_a_replay_runs_the_batch_checks_and_publishes_nothing_when_one_fails(
+    make_topic, kprio_env, dagster_instance, spark
+):
+    # Amounts 1.5, 4.5 are not JSON integers: under the schema's "long" they do not decode.
+    records = [(f"k{i}", json.dumps({"i": i, "amount": i + (0.5 if i % 3 == 1 else 0)}), HOUR_22 + 3_600_000 + i, 0)
+               for i in range(6)]
+    topic = make_topic(priorities=1, partitions=1, records={0: records}, schema={"i": "long", "amount": "long"})
+    env = kprio_env(topic, quality={"invalid": "block"}, drain={"replay_start": "2023-11-14"})
+
+    result = env.defs.resolve_job_def("replay_window_job").execute_in_process(
+        instance=dagster_instance, partition_key="2023-11-14-23:00", raise_on_error=False)
+
+    assert not result.success
+    verdicts = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert set(verdicts) == set(CHECK_NAMES), "the six checks of a drained batch"
+    assert {name for name, e in verdicts.items() if not e.passed} == {"values_match_schema"}
+    failed = verdicts["values_match_schema"]
+    assert (failed.asset_key.to_user_string(), failed.metadata["invalid_records"].value) == ("replayed_window", 2)
+    [check_event] = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
+                     and e.event_specific_data.check_name == "values_match_schema"]
+    assert check_event.event_specific_data.partition == "2023-11-14-23:00", "recorded on the replay's partition"
+    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
+    assert f"replay of 2023-11-14-23:00 failed its checks; nothing of {topic.name} was published: " in failure.message
+    assert f"values_match_schema failed on {topic.priority_topic(0)}[0]@[0,6)" in failure.message
+    replayed = Path(env.config.drain.replay_path)
+    assert not replayed.exists() or not [f for f in replayed.rglob("*.parquet")], "nothing published, nothing staged"
+    assert set(env.edge.committed(topic).values()) == {None}
 
 
 def test_a_partition_added_by_hand_in_the_ui_fails_saying_it_is_no_batch(make_topic, kprio_env, dagster_instance):

@@ -54,9 +54,12 @@ def test_definitions_are_loadable_and_complete():
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
         "drained_batch", "committed_offsets", "replayed_window"
     }
-    checks = {k.name: graph.get_check_spec(k) for k in graph.asset_check_keys}
-    assert set(checks) == set(CHECK_NAMES)
-    assert all(spec.blocking and spec.asset_key == dg.AssetKey("drained_batch") for spec in checks.values())
+    checks = {(k.asset_key.to_user_string(), k.name): graph.get_check_spec(k) for k in graph.asset_check_keys}
+    # The same six blocking checks on every drain: the batch's, and a replay's (on its hour).
+    assert set(checks) == {(asset, name) for asset in ("drained_batch", "replayed_window") for name in CHECK_NAMES}
+    assert all(spec.blocking for spec in checks.values())
+    assert {k: s.partitions_def is not None for k, s in checks.items() if k[1] == CHECK_NAMES[0]} == {
+        ("drained_batch", CHECK_NAMES[0]): False, ("replayed_window", CHECK_NAMES[0]): True}
     specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
     assert specs["drained_batch"].kinds >= {"spark", "kafka"}
     assert specs["committed_offsets"].kinds == {"kafka"}
