@@ -1,7 +1,7 @@
 """The record handler contract: what a handler is given, what it must return, how it is loaded.
 
 A handler is named ``"module:function"`` (``config.drain.handler``) and called once per lane
-(one ``(topic, partition, lane)``) of a batch::
+(one ``(topic, partition, lane)``) of a batch (again for the rest of a lane after it raised)::
 
     def handler(frames: Iterator[pandas.DataFrame], context: LaneContext) -> Iterator[pandas.DataFrame]
 
@@ -13,9 +13,14 @@ A handler is named ``"module:function"`` (``config.drain.handler``) and called o
   (a string saying why the record could not be processed, else null). Other columns it returns
   are ignored: the drain's own columns always come from the input, so a handler cannot lose
   or invent records.
-- A record is never dropped: if the handler raises, every record of the lane it has not
-  returned yet is kept with the exception as its ``error``; a frame of another length than its
-  input is a contract breach and fails the batch with :class:`HandlerError`.
+- A record is never dropped, and one record's failure is that record's: if the handler raises,
+  kprio gives the frames it had taken to fresh calls of the handler, in halves down to single
+  records, so only the records it raises on are kept with the exception as their ``error``
+  (they go to the dead letters); the lane then goes on with a fresh call. So a handler may be
+  called more than once per lane after it raised: state it keeps across records starts again.
+  A handler that raises on every record of a lane (or before taking one) is broken, and its
+  range fails with :class:`HandlerError`. A frame of another length than its input is a
+  contract breach and fails the batch with :class:`HandlerError`.
 
 The handler is loaded on the driver first (:func:`resolve_handler`), so a wrong name or
 signature fails before any Spark job runs.

@@ -9,10 +9,16 @@ ahead before answering simply stays suspended with the frames it took; memory ho
 handlers hold, never a lane.
 
 Every answered frame is matched to the oldest frame the lane's handler took, and the output
-rows are built from that input (:func:`conform`). Records a handler never answered (it raised,
-or it stopped early) are kept with an ``error``; a frame answered with another number of rows
-fails the batch (:class:`~kprio_core.errors.HandlerError`), and so does a segment whose offsets
-do not strictly increase within its lane (:class:`~kprio_core.errors.LaneOrderBroken`).
+rows are built from that input (:func:`conform`). A handler that raises is a failure of some
+record, not of its lane: the frames it had taken are given again to fresh calls of the handler,
+in halves, down to single records (a bisection), so the records it fails on are kept with the
+exception as their ``error`` (they go to the dead letters) and every other record is answered;
+the lane then goes on with a fresh call. A handler that raises on every record of its lane (or
+before taking any) is broken, not the data: its range fails (:class:`~kprio_core.errors.HandlerError`).
+Records a handler never answered because it stopped early are kept with an ``error``; a frame
+answered with another number of rows fails the batch (:class:`~kprio_core.errors.HandlerError`),
+and so does a segment whose offsets do not strictly increase within its lane
+(:class:`~kprio_core.errors.LaneOrderBroken`).
 
 >>> import pyarrow as pa
 >>> from spark_jobs.handler_contract import LaneContext
@@ -93,7 +99,9 @@ class _Lane:
         self.waiting: deque[Any] = deque()  # pushed, not yet taken by the handler
         self.fed: deque[Any] = deque()  # taken by the handler, not yet answered
         self.last = -1  # last offset pushed
-        self.failure: str | None = None  # once set, the handler answers nothing more
+        self.failure: str | None = None  # once set (it stopped early), the handler answers nothing more
+        self.answered = 0  # records the handler answered, in the lane's call or a bisection's
+        self.raised: list[tuple[int, str]] = []  # (offset, error) of each record the handler raised on alone
         self.glet = greenlet(self._run)
 
     # -- inside the greenlet ------------------------------------------------------------
@@ -120,7 +128,13 @@ class _Lane:
 
     def end(self) -> list[Any]:
         outs = self._resume(_END) if self.failure is None else []
-        return outs + self._keep_unanswered(self.failure or NO_ROW)
+        outs += self._keep_unanswered(self.failure or NO_ROW)
+        if len(self.raised) > 1 and not self.answered:
+            offset, error = self.raised[0]
+            raise HandlerError(f"handler {self.pump._spec!r} raised on every record of {self.ctx} "
+                               f"({len(self.raised)} records; at offset {offset}: {error}): the handler fails, "
+                               "not the records")
+        return outs
 
     def _resume(self, value: object) -> list[Any]:
         outs = []
@@ -135,12 +149,50 @@ class _Lane:
                     return outs
                 if not self.fed:
                     raise HandlerError(f"handler {self.pump._spec!r} yielded a frame it was not given ({self.ctx})")
-                outs.append(self.pump.conform(self.fed.popleft(), answer, self.ctx))
+                seg = self.fed.popleft()
+                outs.append(self.pump.conform(seg, answer, self.ctx))
+                self.answered += seg.num_rows
         except KprioError:
             raise
-        except Exception as err:  # noqa: BLE001 - the handler's failure becomes the records' error
-            self.failure = f"handler failed: {type(err).__name__}: {err}"
-            return outs + self._keep_unanswered(self.failure)
+        except Exception as err:  # noqa: BLE001 - some record failed the handler: find which, go on
+            return outs + self._isolate(err)
+
+    def _isolate(self, err: Exception) -> list[Any]:
+        """The lane's call raised: answer the frames it had taken by bisection, then go on with a fresh call."""
+        from greenlet import greenlet
+
+        if not self.fed:  # it raised before taking a record: no record is to blame
+            raise HandlerError(f"handler {self.pump._spec!r} failed before reading a record of {self.ctx}: "
+                               f"{type(err).__name__}: {err}") from err
+        taken = list(self.fed)
+        self.fed.clear()
+        outs = [out for seg in taken for out in self._bisect(seg)]
+        self.glet = greenlet(self._run)
+        return outs + (self._resume(None) if self.waiting else [])
+
+    def _bisect(self, seg: Any) -> list[Any]:
+        """``seg`` answered by a fresh call, or split in halves until the records the handler raises on stand alone."""
+        try:
+            return [self._alone(seg)]
+        except KprioError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the handler's failure on this slice
+            if seg.num_rows > 1:
+                half = seg.num_rows // 2
+                return self._bisect(seg.slice(0, half)) + self._bisect(seg.slice(half))
+            error = f"handler failed: {type(err).__name__}: {err}"
+            self.raised.append((int(seg.column("offset")[0].as_py()), error))
+            return [self.pump.conform(seg, None, self.ctx, error)]
+
+    def _alone(self, seg: Any) -> Any:
+        """One fresh handler call over ``seg`` only: its one answer, conformed."""
+        frame = seg if self.pump._takes_arrow else seg.to_pandas()
+        answers = list(self.pump._handler(iter([frame]), self.ctx))
+        if len(answers) > 1:
+            raise HandlerError(f"handler {self.pump._spec!r} yielded a frame it was not given ({self.ctx})")
+        out = self.pump.conform(seg, answers[0] if answers else None, self.ctx, None if answers else NO_ROW)
+        self.answered += seg.num_rows if answers else 0
+        return out
 
     def _keep_unanswered(self, error: str) -> list[Any]:
         kept = [self.pump.conform(seg, None, self.ctx, error) for seg in (*self.fed, *self.waiting)]

@@ -47,7 +47,7 @@ from kprio_core.lifecycle.loop import (
     next_step,
 )
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
-from orchestration.dagster.resources import session_running
+from orchestration.dagster.resources import session_running, start_in_background
 from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.sensors import SENSOR_NAME
 from orchestration.dagster.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
@@ -135,18 +135,21 @@ class DrainReport:
 def spark_for_the_loop(defs: dg.Definitions) -> Iterator[None]:
     """One SparkSession for every run of the loop (the Spark resource reuses an active session).
 
-    Without it each run's resource would start and stop its own session. A session that was
-    already active (a test's) is left running.
+    Without it each run's resource would start and stop its own session. The session starts in
+    the background (:func:`~orchestration.dagster.resources.start_in_background`), so the JVM
+    starts while the first tick reads the ledger and the broker; the first run waits for it. A
+    session that was already active (a test's) is left running.
     """
     if session_running():
         yield
         return
     resource = defs.resources["spark"]
     resource.setup_for_execution(dg.build_init_resource_context())
+    starting = start_in_background(resource)
     try:
-        resource.session  # noqa: B018 (starts the session now)
         yield
     finally:
+        starting.join()
         resource.teardown_after_execution(dg.build_init_resource_context())
 
 

@@ -132,5 +132,6 @@ def test_backfills_launched_in_the_ui_are_one_drain_per_batch_and_change_nothing
         launched[name] = (backfill, ids, before)
 
     for name, (backfill, ids, before) in launched.items():
-        assert kprio_daemon.deployment.backfill_done(backfill["id"], DRAIN_TIMEOUT_S) == "COMPLETED_SUCCESS", name
+        statuses = kprio_daemon.deployment.backfill_runs_done(backfill["id"], ids, DRAIN_TIMEOUT_S)
+        assert statuses == dict.fromkeys(ids, "SUCCESS"), name
         kprio_daemon.assert_redrained_once(drained, ids, before, backfill["id"])

@@ -91,14 +91,24 @@ def assert_healed(env, topic, config: Path) -> None:
         assert not staging.exists() or not any(staging.iterdir()), list(staging.rglob("*"))[:5]
 
 
-@pytest.fixture
-def backlog(make_topic, kprio_env, tmp_path, spark):
-    topic = make_topic(priorities=3, partitions=2, records={2: 600, 1: 1500, 0: 3000},
-                       schema={"i": "long", "amount": "double"})
-    env = kprio_env(topic, planner={"record_budget": 1800, "target_batch_s": None},
+def make_backlog(make_topic, kprio_env, tmp_path, records: dict[int, int], record_budget: int):
+    topic = make_topic(priorities=3, partitions=2, records=records, schema={"i": "long", "amount": "double"})
+    env = kprio_env(topic, planner={"record_budget": record_budget, "target_batch_s": None},
                     recovery={"lease_s": 6, "backoff_s": 0.2, "backoff_max_s": 1, "max_attempts": 5})
     (tmp_path / "home").mkdir()
     return env, topic, child_config(env, tmp_path)
+
+
+@pytest.fixture
+def backlog(make_topic, kprio_env, tmp_path, spark):
+    """Several batches of every priority: kills at random moments find work in flight."""
+    return make_backlog(make_topic, kprio_env, tmp_path, {2: 600, 1: 1500, 0: 3000}, 1800)
+
+
+@pytest.fixture
+def two_batches(make_topic, kprio_env, tmp_path, spark):
+    """Two batches, each with every priority: the first one in flight, one more after it."""
+    return make_backlog(make_topic, kprio_env, tmp_path, {2: 200, 1: 500, 0: 1000}, 1000)
 
 
 def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_path):
@@ -130,9 +140,9 @@ def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path,
 
 @pytest.mark.parametrize(("point", "write"), [("before-publish", "the publish"),
                                               ("before-kafka-commit", "the Kafka commit")])
-def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(backlog, tmp_path, point, write):
+def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, tmp_path, point, write):
     """A process stopped (a GC pause, a stopped VM) right before a write, while another run takes its batch over."""
-    env, topic, config = backlog
+    env, topic, config = two_batches
     proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=point)
     try:
         assert wait_for(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED, CHILD_TIMEOUT_S,

@@ -24,6 +24,27 @@ def fail_on_offset_five(frames: Iterator[Any], context: LaneContext) -> Iterator
         yield frame.assign(error=None)
 
 
+def fail_on_odd_values(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Raises on any frame holding a record whose value is an odd digit."""
+    for frame in frames:
+        if frame["value"].map(lambda v: int(v) % 2 == 1).any():
+            raise ValueError("an odd value")
+        yield frame.assign(error=None)
+
+
+def fail_on_every_record(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Broken: raises whatever it is given."""
+    for _ in frames:
+        raise ValueError("no record suits me")
+    yield from ()
+
+
+def fail_at_start(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Broken before it reads a record (a setup step that fails)."""
+    raise RuntimeError("not configured")
+    yield from frames
+
+
 def drops_a_row(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
     """Breaks the contract: returns one row fewer than it was given."""
     for frame in frames:

@@ -353,14 +353,15 @@ def test_a_bad_handler_fails_before_spark_runs(spark, kafka_settings, make_topic
         drain_batch(spark, config, topic, "x", 1, plan_of(topic, {0: [OffsetRange(topic.priority_topic(0), 0, 0, 1)]}))
 
 
-def test_a_handler_that_raises_sends_the_rest_of_its_lane_to_the_dead_letters(spark, kafka_settings, make_topic,
-                                                                             tmp_path):
+def test_a_handler_that_raises_on_one_record_sends_only_that_record_to_the_dead_letters(spark, kafka_settings,
+                                                                                       make_topic, tmp_path):
     topic = make_topic(priorities=1, partitions=1, records={0: 12})
     config = _config(kafka_settings, tmp_path, handler="tests.spark_jobs.handlers_for_tests:fail_on_offset_five")
     result, rows = _drain(spark, config, topic, "raises", whole_plan(kafka_settings, topic))
-    assert result.records + result.dead == 12 and result.dead >= 7  # offset 5 and after, at least
-    assert {r["error"] for r in rows["dead-letters"]} == {
-        f"handler failed: ValueError: cannot handle offset 5 of {topic.priority_topic(0)}"}
+    assert (result.records, result.dead) == (11, 1)  # its lane went on after it
+    assert [(r["offset"], r["error"]) for r in rows["dead-letters"]] == [
+        (5, f"handler failed: ValueError: cannot handle offset 5 of {topic.priority_topic(0)}")]
+    assert sorted(r["offset"] for r in rows["output"]) == [o for o in range(12) if o != 5]
 
 
 def test_several_ranges_of_one_partition_are_one_task_and_one_handler_call(spark, kafka_settings, make_topic,

@@ -125,12 +125,31 @@ def test_a_lane_continuing_across_batches_is_one_call(run):
     assert [r["seen"] for r in out] == [0, 1]
 
 
-def test_a_failing_handler_keeps_the_rest_of_the_lane_with_its_error(run):
-    batches = [_batch([("t-1", 0, 0, o, None)]) for o in range(8)]
+@pytest.mark.parametrize("frames", [[[o] for o in range(8)], [[0, 1, 2], [3, 4, 5, 6, 7]], [list(range(8))]],
+                         ids=["a record per frame", "offset 5 inside a frame", "one frame"])
+def test_a_handler_raising_on_one_record_sends_only_that_record_to_the_dead_letters(run, frames):
+    batches = [_batch([("t-1", 0, 0, o, None) for o in frame]) for frame in frames]
     out = _run_ok(run, "tests.spark_jobs.handlers_for_tests:fail_on_offset_five", batches, schema={})
-    assert [r["offset"] for r in out] == list(range(8))
-    assert [r["error"] for r in out[:5]] == [None] * 5
-    assert all(r["error"] == "handler failed: ValueError: cannot handle offset 5 of t-1" for r in out[5:])
+    assert [(r["offset"], r["error"]) for r in out] == [
+        (o, "handler failed: ValueError: cannot handle offset 5 of t-1" if o == 5 else None) for o in range(8)]
+
+
+def test_a_handler_raising_on_several_records_isolates_each_and_keeps_the_lanes_order(run):
+    out = _run_ok(run, "tests.spark_jobs.handlers_for_tests:fail_on_odd_values",
+                  [_batch([("t-1", 0, 0, o, str(o % 5).encode()) for o in range(10)])], schema={})
+    assert [r["offset"] for r in out] == list(range(10))
+    assert {r["offset"] for r in out if r["error"]} == {o for o in range(10) if o % 5 % 2}
+
+
+@pytest.mark.parametrize(("handler", "said"), [
+    ("fail_on_every_record", "raised on every record of t-1[0]/lane0 of batch b (4 records; at offset 0: "
+                             "handler failed: ValueError: no record suits me): the handler fails, not the records"),
+    ("fail_at_start", "failed before reading a record of t-1[0]/lane0 of batch b: RuntimeError: not configured"),
+])
+def test_a_handler_failing_whatever_the_record_fails_its_range_instead_of_quarantining_it(run, handler, said):
+    _, failures = run(f"tests.spark_jobs.handlers_for_tests:{handler}",
+                      [_batch([("t-1", 0, 0, o, None) for o in range(4)])], schema={})
+    assert failures == [f"t-1[0]@[0,100): handler 'tests.spark_jobs.handlers_for_tests:{handler}' {said}"]
 
 
 def test_a_handler_that_stops_early_loses_nothing(run):
@@ -247,5 +266,4 @@ def test_a_failing_handler_in_one_lane_leaves_the_other_lanes_alone():
     rows = _pump_rows("tests.spark_jobs.handlers_for_tests:fail_on_offset_five",
                       [(0, [4]), (1, [5]), (0, [6]), (1, [7])], schema={})
     errors = {r["offset"]: r["error"] for r in rows}
-    assert errors == {4: None, 6: None, 5: "handler failed: ValueError: cannot handle offset 5 of t-1",
-                      7: "handler failed: ValueError: cannot handle offset 5 of t-1"}
+    assert errors == {4: None, 6: None, 5: "handler failed: ValueError: cannot handle offset 5 of t-1", 7: None}
