@@ -62,12 +62,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from kprio_core.errors import BrokerUnreachable, LeaseLost, OutputUnavailable, SparkUnavailable
 from kprio_core.ledger.states import BatchState
 from kprio_core.lifecycle.runs import LaunchReason
+from kprio_core.offsets import OffsetRange
 from kprio_core.recovery import Lease, may_retry, parse_owner, retry_delay_s
 
 if TYPE_CHECKING:
     from kprio_core.config import RecoverySettings
+    from kprio_core.drain_plan import PlannedRange
     from kprio_core.ledger import Batch
 
 SLOT_WAIT_S = 900.0
@@ -446,3 +449,59 @@ def transient_failure(causes: Iterable[bool | None]) -> bool:
     """
     flags = list(causes)
     return bool(flags) and all(f is True for f in flags)
+
+
+# -- a whole batch failed --------------------------------------------------------------------------
+
+
+ENVIRONMENT_FAILURES = (BrokerUnreachable, OutputUnavailable, SparkUnavailable, LeaseLost)
+"""Failures of the world around a batch, not of its records: splitting the batch would not find a cause."""
+
+
+def isolates(failure: BaseException, state: BatchState) -> bool:
+    """Whether a failure of a whole batch is isolated by splitting the batch (:func:`isolating_split`).
+
+    Only a failure of the drain itself (the batch still *planned*: nothing was drained) whose cause
+    may lie in the records: the Spark job died (a worker lost, a record too big for memory) or the
+    read failed. A broker, an output or a Spark server that is not there fails every part alike.
+
+    >>> from kprio_core.errors import BrokerUnreachable, KprioError
+    >>> isolates(RuntimeError("Python worker exited unexpectedly"), BatchState.PLANNED)
+    True
+    >>> isolates(BrokerUnreachable("broker:9092", 10), BatchState.PLANNED)
+    False
+    >>> isolates(KprioError("commit failed"), BatchState.CHECKED)   # it drained: the records were fine
+    False
+    """
+    return state is BatchState.PLANNED and not isinstance(failure, ENVIRONMENT_FAILURES)
+
+
+def isolating_split(ranges: Sequence[PlannedRange]) -> tuple[OffsetRange, ...]:
+    """The ranges to split off a batch whose drain failed as a whole, so each part is retried on its own.
+
+    A bisection, one step per failure: the part that keeps failing is split again, the parts that
+    do not fail publish and commit. Until a part cannot be split further no part is to blame, so
+    the runtime retries both as it retries a passing failure (``recovery.max_attempts`` unspent).
+
+    1. several priorities: every range below the highest priority (the most urgent records retry
+       alone, so a failure in the bulk holds them one attempt at most);
+    2. one priority over several partitions: the ranges of the later half of its partitions;
+    3. one partition: nothing (the batch is as small as a split makes it; it fails as it is).
+
+    >>> from kprio_core.drain_plan import PlannedRange
+    >>> r = lambda p, t, q: PlannedRange(p, OffsetRange(t, q, 0, 10))
+    >>> [str(x) for x in isolating_split([r(2, "o-2", 0), r(0, "o-0", 0), r(0, "o-0", 1)])]
+    ['o-0[0]@[0,10)', 'o-0[1]@[0,10)']
+    >>> [str(x) for x in isolating_split([r(0, "o-0", 0), r(0, "o-0", 1), r(0, "o-0", 2)])]
+    ['o-0[1]@[0,10)', 'o-0[2]@[0,10)']
+    >>> isolating_split([r(0, "o-0", 3)])
+    ()
+    """
+    priorities = sorted({p.priority for p in ranges}, reverse=True)
+    if len(priorities) > 1:
+        return tuple(p.range for p in ranges if p.priority != priorities[0])
+    partitions = sorted({p.range.topic_partition for p in ranges})
+    if len(partitions) > 1:
+        later = set(partitions[len(partitions) // 2:])
+        return tuple(p.range for p in ranges if p.range.topic_partition in later)
+    return ()

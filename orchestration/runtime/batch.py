@@ -51,6 +51,8 @@ from kprio_core.lifecycle.run import (
     before_commit,
     commits_for_another,
     decide_run,
+    isolates,
+    isolating_split,
     marks_failed,
     refused,
     retry_at,
@@ -237,10 +239,13 @@ class BatchRun:
             raise RunFailed(f"{self.batch_id}: this run lost its lease and stopped: {one_line(str(lost))}") from lost
         except (KprioError, OSError) as err:
             reason = one_line(f"{err} [{err.code}]" if isinstance(err, KprioError) else f"{type(err).__name__}: {err}")
-            self._fail(reason, transient=is_transient(err))
+            split = self._isolate(err, reason)
+            self._fail(reason, transient=is_transient(err) or split)
             raise RunFailed(f"{self.batch_id} failed: {reason}") from err
         except Exception as err:
-            self._fail(one_line(f"{type(err).__name__}: {err}"), transient=is_transient(err))
+            reason = one_line(f"{type(err).__name__}: {err}")
+            split = self._isolate(err, reason)
+            self._fail(reason, transient=is_transient(err) or split)
             raise
         except BaseException:
             # Interrupted (SIGTERM, a terminated run): leave the batch where it is for the next run.
@@ -350,6 +355,27 @@ class BatchRun:
             self.log.info(f"{later.batch_id} committed after {self.batch_id}")
 
     # -- failure and release ---------------------------------------------------------------------
+
+    def _isolate(self, err: BaseException, reason: str) -> bool:
+        """The drain failed as a whole: split the batch (:func:`~kprio_core.lifecycle.run.isolating_split`) so
+        each part is retried on its own and the parts whose records are fine commit. True when it split.
+
+        Neither part is to blame yet, so both are retried as a passing failure would be (without
+        using up ``recovery.max_attempts``); a part that cannot be split further fails as its cause says.
+        """
+        batch = self.ledger.get(self.batch_id)
+        if not marks_failed(BatchView.of(batch), self.owner) or not isolates(err, batch.state):
+            return False
+        apart = isolating_split(batch.plan.ranges)
+        if not apart:
+            return False
+        try:
+            self._split(list(apart), f"the whole batch failed ({reason}): retried apart to find the cause",
+                        transient=True)
+        except KprioError as refused:  # fenced, or moved on: the failure below says what is left
+            self.log.warning(f"{self.batch_id}: could not split the failed batch: {refused}")
+            return False
+        return True
 
     def _fail(self, reason: str, *, transient: bool) -> None:
         """Mark the batch failed (it holds its partitions; retried after a backoff) unless it moved on."""

@@ -125,3 +125,32 @@ def test_a_partition_above_the_invalid_ratio_waits_alone_while_every_other_parti
     assert lag(topic, env.edge) == {2: 0, 1: 0, 0: 0}
     check = conservation(env.config, topic, env.edge)
     assert check.ok and check.dead_letters == 40, check
+
+
+def test_a_spark_job_dying_on_priority_0_holds_priority_2_one_attempt_at_most(
+    make_topic, kprio_env, dagster_instance, kafka_settings, spark
+):
+    """The drain of a mixed batch dies as a whole (its Python worker killed on priority 0's records): the
+    failure splits the batch by priority, then by partition, so every part whose records are fine commits."""
+    topic = make_topic(priorities=3, partitions=2, records={2: 20, 1: 30, 0: 40}, schema=SCHEMA)
+    env = kprio_env(topic, planner={"record_budget": 500, "target_batch_s": None},
+                    drain={"handler": "tests.spark_jobs.handlers_for_tests:kills_its_worker_on_priority_0"},
+                    recovery={"max_attempts": 1, "backoff_s": 0.1, "backoff_max_s": 0.2, "lease_s": 15})
+
+    report = drain_loop.drain(env.defs, dagster_instance)
+
+    # Splitting spends no attempt: each part of priority 0 that cannot be split further fails once, and waits.
+    assert not report.ok and "kprio retry" in report.stopped
+    assert lag(topic, env.edge) == {2: 0, 1: 0, 0: 40}
+    batches = env.ledger.batches(topic.name)
+    [urgent] = [b for b in batches if {r.priority for r in b.plan.ranges} == {2}]
+    assert (urgent.batch_id, urgent.state, urgent.attempts) == ("b-000001", BatchState.COMMITTED, 2), urgent
+    assert {r.priority for b in batches if b.state is BatchState.COMMITTED for r in b.plan.ranges} == {2, 1}
+    held = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+    assert {r.range.topic_partition for b in held for r in b.plan.ranges} == {
+        (topic.priority_topic(0), 0), (topic.priority_topic(0), 1)}
+    assert all(len(b.plan.ranges) == 1 for b in held), "bisected down to one partition each"
+    splits = [e.reason for b in batches for e in env.ledger.events(b.batch_id) if e.reason and "retried apart" in e.reason]
+    assert splits, "the failure split the batch"
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok, check

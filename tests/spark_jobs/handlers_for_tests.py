@@ -45,6 +45,17 @@ def fail_at_start(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
     yield from frames
 
 
+def kills_its_worker_on_priority_0(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Decodes like the default handler, but its Python worker dies on a priority-0 record (as an OOM kill would)."""
+    import os
+
+    from spark_jobs.handlers import decode_json
+
+    if context.priority == 0:
+        os._exit(137)
+    yield from decode_json(frames, context)
+
+
 def drops_a_row(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
     """Breaks the contract: returns one row fewer than it was given."""
     for frame in frames:
