@@ -8,8 +8,11 @@ Spark, Great Expectations and Kafka, and reports what happened as typed events (
 1. **take the batch**: ask :func:`~kprio_core.lifecycle.run.decide_run` what this run is for and
    do it (retry, take over, re-drain, go on as is), waiting as it says (another live run owns the
    batch, a priority slot is taken, a backoff) and asking again after each wait; then claim the
-   batch's lease and keep it renewed (:class:`~orchestration.runtime.leases.Heartbeat`). A run with nothing
-   to do says why and succeeds; a run that must not try fails with the rule's one line;
+   batch's lease and keep it renewed (:class:`~orchestration.runtime.leases.Heartbeat`); the lease's
+   token (owner and attempt) fences every ledger move, the publish and the Kafka commit that
+   follow: once another run holds the batch they are refused, and this run stops having written
+   nothing more. A run with nothing to do says why and succeeds; a run that must not try fails
+   with the rule's one line;
 2. **drain** the ranges to staged files (output and dead letters), nothing visible yet;
 3. **isolate**: ranges whose drain failed, then ranges that failed a check, are split off into a
    new failed batch that holds only their partitions; the rest goes on;
@@ -22,7 +25,8 @@ Spark, Great Expectations and Kafka, and reports what happened as typed events (
 Any failure marks the batch failed (unless it moved on: :func:`~kprio_core.lifecycle.run.marks_failed`)
 with one line naming the topic, partitions and offsets, and the cause, then raises
 :class:`RunFailed`; whether it passes by itself is its type's verdict (the executors' typed records,
-:func:`kprio_core.errors.is_transient`). An interrupted run (SIGTERM, a terminated run) releases the
+:func:`kprio_core.errors.is_transient`). A drain that died as a whole is split first
+(:func:`~kprio_core.lifecycle.run.isolating_split`), so the cause is narrowed down attempt by attempt. An interrupted run (SIGTERM, a terminated run) releases the
 lease and leaves the batch where it was, for the next run to resume.
 """
 
