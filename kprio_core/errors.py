@@ -226,6 +226,13 @@ class SparkUnavailable(KprioError):
     transient = True
 
 
+class SparkJobFailed(KprioError):
+    """Spark aborted a drain's job (a task failed outside kprio's drain task: a Python worker that died,
+    an executor lost, memory exhausted): the cause as Spark said it."""
+
+    code = "spark_job_failed"
+
+
 class TaskFailed(KprioError):
     """A drain task raised an exception that is not kprio's (a handler's own error, a library's): type and message."""
 

@@ -13,7 +13,12 @@ exceptions, and are turned into kprio's types here, at the one boundary that cat
   session it closed, a stopped context or a lost JVM gateway. These come from py4j and gRPC:
   their type says so where it can (``Py4JNetworkError``, a gRPC status ``UNAVAILABLE``, a
   ``SESSION_CLOSED`` error condition, a refused connection); a context shut down under a running
-  job is only said in the text of Spark's ``SparkException``, so that one is matched by its words.
+  job is only said in the text of Spark's ``SparkException``, so that one is matched by its words;
+- **a job Spark aborted** (:func:`job_aborted`): a task that failed outside the drain task (its
+  Python worker died, an executor was lost, memory ran out). py4j gives it as a
+  ``Py4JJavaError`` whose first line says only which call failed; the cause is in Spark's
+  "Job aborted due to stage failure" line further down, which becomes a
+  :class:`~kprio_core.errors.SparkJobFailed`.
 
 >>> err = kprio_error_in(RuntimeError("...\\nkprio_core.errors.RangeIncomplete: range t[0]@[0,5) is incomplete\\n SQLSTATE: 38000"))
 >>> type(err).__name__, str(err)
@@ -24,6 +29,12 @@ True
 'SparkUnavailable'
 >>> spark_unavailable(ValueError("a plan bug")) is None
 True
+>>> text = ("An error occurred while calling o95.collectToPython.\\n: org.apache.spark.SparkException: Job aborted due "
+...         "to stage failure: Task 1 in stage 0.0 failed 1 times, most recent failure: Lost task 1.0 in stage 0.0 "
+...         "(TID 1) (host executor driver): org.apache.spark.SparkException: Python worker exited unexpectedly "
+...         "(crashed). Consider setting 'spark.python.worker.faulthandler.enabled'\\n\\tat org.apache...")
+>>> print(job_aborted(RuntimeError(text)))
+the Spark job of the drain was aborted: Task 1 in stage 0.0 failed 1 times, most recent failure: Lost task 1.0 in stage 0.0 (TID 1) (host executor driver): org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)
 """
 
 from __future__ import annotations
@@ -64,6 +75,20 @@ def spark_unavailable(exc: BaseException) -> errors.SparkUnavailable | None:
     return None
 
 
+_ABORTED = re.compile(r"Job aborted due to stage failure: (?P<cause>[^\n]+)")
+
+
+def job_aborted(exc: BaseException) -> errors.SparkJobFailed | None:
+    """SparkJobFailed with Spark's own cause when ``exc`` is a job Spark aborted (see the module docstring), else None."""
+    if isinstance(exc, errors.KprioError):
+        return None
+    found = _ABORTED.search(str(exc))
+    if found is None:
+        return None
+    cause = found["cause"].split(" Consider setting ", 1)[0].rstrip(". ")
+    return errors.SparkJobFailed(f"the Spark job of the drain was aborted: {cause}")
+
+
 def _gone(exc: BaseException) -> bool:
     try:
         from py4j.protocol import Py4JNetworkError
@@ -82,11 +107,12 @@ def _gone(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def spark_boundary() -> Iterator[None]:
-    """Run Spark calls: Spark gone becomes :class:`~kprio_core.errors.SparkUnavailable`, anything else passes as is."""
+    """Run Spark calls: Spark gone becomes :class:`~kprio_core.errors.SparkUnavailable`, a job Spark aborted
+    :class:`~kprio_core.errors.SparkJobFailed`; anything else passes as is."""
     try:
         yield
     except Exception as exc:
-        typed = spark_unavailable(exc)
+        typed = spark_unavailable(exc) or job_aborted(exc)
         if typed is None:
             raise
         raise typed from exc

@@ -150,6 +150,7 @@ def test_a_spark_job_dying_on_priority_0_holds_priority_2_one_attempt_at_most(
     assert {r.range.topic_partition for b in held for r in b.plan.ranges} == {
         (topic.priority_topic(0), 0), (topic.priority_topic(0), 1)}
     assert all(len(b.plan.ranges) == 1 for b in held), "bisected down to one partition each"
+    assert all("Python worker exited unexpectedly (crashed) [spark_job_failed]" in b.reason for b in held), held
     splits = [e.reason for b in batches for e in env.ledger.events(b.batch_id) if e.reason and "retried apart" in e.reason]
     assert splits, "the failure split the batch"
     check = conservation(env.config, topic, env.edge)
