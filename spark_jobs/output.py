@@ -91,6 +91,39 @@ def unwritable(err: OSError) -> str:
     return "cannot be written"
 
 
+PROBE_BYTES = 4096
+"""What :func:`probe` writes: a block, so a full disk refuses it (an empty file may still fit)."""
+
+
+def probe(roots: Iterable[str]) -> str | None:
+    """None when each root takes a small file now (written, then removed), else what is wrong with the first one.
+
+    A cheap check that a cause which failed a publish (a full disk, a read-only mount) is gone:
+    the drain loop retries such a failure at once when a probe that failed passes again.
+
+    >>> import tempfile
+    >>> probe([tempfile.mkdtemp()]) is None
+    True
+    >>> probe(["/proc/kprio-cannot-be-here"])
+    'the output root /proc/kprio-cannot-be-here cannot be written'
+    """
+    for root in roots:
+        fs, base = filesystem(root)
+        path = f"{base}/_kprio_probe_{uuid.uuid4().hex}"
+        try:
+            fs.create_dir(base, recursive=True)
+            with fs.open_output_stream(path) as out:
+                out.write(b"\0" * PROBE_BYTES)
+        except OSError as err:
+            return f"the output root {root} {unwritable(err)}"
+        finally:
+            try:
+                fs.delete_file(path)
+            except OSError:
+                pass
+    return None
+
+
 def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
             ranges: Iterable[OffsetRange] | None = None, incarnations: Mapping[str, int] | None = None
             ) -> tuple[str, ...]:

@@ -21,7 +21,12 @@ says whether to tick again (and when) or stop (and why); three ways to run it:
 A restart after a crash needs nothing special: the tick sees batches whose lease owner is gone
 (this host) or expired, marks their runs failed, and resumes them with the same ranges. Staging
 left by killed attempts is removed when the loop starts, and its first tick retries batches that
-failed for a transient cause (a full disk, a broker gone) at once, not after their backoff.
+failed for a transient cause (a full disk, a broker gone) at once, not after their backoff. While
+it runs (``--follow``), a cheap probe before each tick (a block written to and removed from the
+output and dead-letter roots, :func:`spark_jobs.output.probe`; the broker answering the tick's
+lag snapshot) retries them at once too, on the first tick after a probe that had failed passes
+again: a disk grown, a mount made writable, a broker back. A probe that never failed retries
+nothing early, so a cause the probe cannot see still waits out its backoff.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from kprio_core.config import KprioConfig
+from kprio_core.errors import BrokerUnreachable
 from kprio_core.kafka import KafkaEdge
 from kprio_core.ledger import BatchState, Ledger
 from kprio_core.lifecycle.loop import (
@@ -55,6 +61,7 @@ from orchestration.runtime.leases import this_owner
 from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tags import RUNNER_TAG, TOPIC_TAG
 from orchestration.runtime.tick import Tick, still_launchable, tick
+from spark_jobs.output import probe
 
 DRAINED_ASSET = "drained_batch"
 COMMITTED_ASSET = "committed_offsets"
@@ -261,13 +268,19 @@ class DrainLoop:
         self._turns = 0
         self._progress = time.monotonic()
         """When a run last committed a batch (a loop without progress for long stops)."""
+        self._cause_seen = False
+        """A probe failed since the last retry at once (the output unwritable, the broker unreachable)."""
 
     def run(self) -> DrainReport:
         self.sweep_staging()
         while not self._done():
+            problem = self._probe()
+            passed = self._cause_seen and problem is None
             turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver,
-                        fresh_start=self._turns == 0)
+                        fresh_start=self._turns == 0 or passed)
             self._turns += 1
+            self._cause_seen = (self._cause_seen and not passed) or problem is not None or any(
+                isinstance(d.error, BrokerUnreachable) for d in turn.decisions)
             self._add_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
             for request in turn.requests:
                 if self._done():
@@ -281,6 +294,12 @@ class DrainLoop:
         if self.stop.is_set():
             return self._stop(self._stopped_on_request())
         return self._stop(f"stopped after {len(self.report.batches)} runs (--max-batches)")
+
+    def _probe(self) -> str | None:
+        """What keeps the outputs from taking a file, while a failure that passes by itself waits (else None)."""
+        if not self._cause_seen and not any(b.transient for b in self.ledger.batches(states=[BatchState.FAILED])):
+            return None  # nothing waits for a cause to pass: no write to probe with
+        return probe((self.config.drain.output_path, self.config.drain.dead_letter_path))
 
     def _seen(self, turn: Tick) -> LoopInputs:
         """What :func:`next_step` needs besides the tick's decisions: this loop's turn and clocks, other drivers."""

@@ -8,13 +8,17 @@ skipped elsewhere, saying why.
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
 
 from kprio_core.ledger import BatchState
+from kprio_core.lifecycle.loop import Until
 from orchestration.dagster import drain_loop
 from orchestration.dagster.sensors import tick
+from orchestration.services.broker import wait_for
 from tests.fixtures.small_disks import read_only_dir, tiny_disk
 from tests.orchestration.conservation import conservation, lag
 
@@ -55,5 +59,35 @@ def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_it
     assert datetime.now(UTC) < waiting_until, waiting_until  # the whole drain ended before the backoff would have
     assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED
     assert lag(topic, env.edge) == {1: 0, 0: 0}
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok, check
+
+
+def test_a_follow_drain_retries_at_once_when_the_output_takes_files_again(
+    make_topic, kprio_env, dagster_instance, tmp_path
+):
+    topic = make_topic(priorities=2, partitions=2, records={1: 300, 0: 300}, schema={"i": "long", "amount": "double"})
+    out = tmp_path / "out"
+    env = kprio_env(topic, drain={"output_path": str(out)}, recovery={"max_attempts": 1, "backoff_s": 60,
+                                                                      "backoff_max_s": 60, "lease_s": 15})
+    stop, reports = threading.Event(), []
+    follow = threading.Thread(target=lambda: reports.append(
+        drain_loop.drain(env.defs, dagster_instance, until=Until.FOLLOW, stop=stop, log_level="WARNING")))
+    try:
+        with read_only_dir(out):
+            follow.start()
+            assert wait_for(lambda: env.ledger.batches(topic.name, states=[BatchState.FAILED]), 180, interval_s=0.5)
+            [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+            assert failed.transient and "read-only" in failed.reason, failed.reason
+            time.sleep(3)  # a few of the loop's turns find the output still read-only
+            assert env.ledger.get(failed.batch_id).state is BatchState.FAILED
+        # The mount is gone, the directory writable: the loop's next probe passes, and it retries at once.
+        assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0}, 50, interval_s=0.5)
+        assert datetime.now(UTC) < failed.retry_at, "retried before its backoff of a minute ended"
+        assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED
+    finally:
+        stop.set()
+        follow.join(timeout=120)
+    assert not follow.is_alive() and reports and reports[0].ok, reports
     check = conservation(env.config, topic, env.edge)
     assert check.ok, check
