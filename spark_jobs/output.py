@@ -35,6 +35,7 @@ finishes.
 from __future__ import annotations
 
 import errno
+import shutil
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -95,17 +96,22 @@ PROBE_BYTES = 4096
 """What :func:`probe` writes: a block, so a full disk refuses it (an empty file may still fit)."""
 
 
-def probe(roots: Iterable[str]) -> str | None:
-    """None when each root takes a small file now (written, then removed), else what is wrong with the first one.
+def probe(roots: Iterable[str], need_bytes: int = 0) -> str | None:
+    """None when each root takes a small file now (written, then removed) and, on a local disk, has
+    ``need_bytes`` free; else what is wrong with the first one that does not.
 
-    A cheap check that a cause which failed a publish (a full disk, a read-only mount) is gone:
-    the drain loop retries such a failure at once when a probe that failed passes again.
+    A cheap check that a cause which failed a drain (a full disk, a read-only mount) is gone: the
+    drain loop retries such a failure at once when a probe that failed passes again. A disk with a
+    few KiB free takes the probe's block yet is full for a batch: ``need_bytes`` (the waiting
+    batches' estimated size) is what tells them apart.
 
     >>> import tempfile
     >>> probe([tempfile.mkdtemp()]) is None
     True
     >>> probe(["/proc/kprio-cannot-be-here"])
     'the output root /proc/kprio-cannot-be-here cannot be written'
+    >>> probe([tempfile.mkdtemp()], need_bytes=2**62)
+    'the output root ... is full (... bytes free, the waiting batches need about 4611686018427387904)'
     """
     for root in roots:
         fs, base = filesystem(root)
@@ -121,6 +127,10 @@ def probe(roots: Iterable[str]) -> str | None:
                 fs.delete_file(path)
             except OSError:
                 pass
+        if need_bytes and fs.type_name == "local":
+            free = shutil.disk_usage(base).free
+            if free < need_bytes:
+                return f"the output root {root} is full ({free} bytes free, the waiting batches need about {need_bytes})"
     return None
 
 

@@ -23,8 +23,8 @@ A restart after a crash needs nothing special: the tick sees batches whose lease
 left by killed attempts is removed when the loop starts, and its first tick retries batches that
 failed for a transient cause (a full disk, a broker gone) at once, not after their backoff. While
 it runs (``--follow``), a cheap probe before each tick (a block written to and removed from the
-output and dead-letter roots, :func:`spark_jobs.output.probe`; the broker answering the tick's
-lag snapshot) retries them at once too, on the first tick after a probe that had failed passes
+output and dead-letter roots, and on a local disk room for the waiting batches' estimated size,
+:func:`spark_jobs.output.probe`; the broker answering the tick's lag snapshot) retries them at once too, on the first tick after a probe that had failed passes
 again: a disk grown, a mount made writable, a broker back. A probe that never failed retries
 nothing early, so a cause the probe cannot see still waits out its backoff.
 """
@@ -296,10 +296,12 @@ class DrainLoop:
         return self._stop(f"stopped after {len(self.report.batches)} runs (--max-batches)")
 
     def _probe(self) -> str | None:
-        """What keeps the outputs from taking a file, while a failure that passes by itself waits (else None)."""
-        if not self._cause_seen and not any(b.transient for b in self.ledger.batches(states=[BatchState.FAILED])):
+        """What keeps the outputs from taking the batches that wait for a passing cause (None: nothing does)."""
+        waiting = [b for b in self.ledger.batches(states=[BatchState.FAILED]) if b.transient]
+        if not self._cause_seen and not waiting:
             return None  # nothing waits for a cause to pass: no write to probe with
-        return probe((self.config.drain.output_path, self.config.drain.dead_letter_path))
+        need = max((sum(r.est_bytes for r in b.plan.ranges) for b in waiting), default=0)
+        return probe((self.config.drain.output_path, self.config.drain.dead_letter_path), need_bytes=need)
 
     def _seen(self, turn: Tick) -> LoopInputs:
         """What :func:`next_step` needs besides the tick's decisions: this loop's turn and clocks, other drivers."""
