@@ -9,7 +9,10 @@ the batches of one logical topic. With ``KPRIO_CRASH_ONCE=<file>`` the process d
 only if the file does not exist yet (it is created first), so a retried run gets through.
 
 ``KPRIO_CRASH_AT`` kills with SIGKILL; ``KPRIO_PAUSE_AT`` stops every thread of the process with
-SIGSTOP (the heartbeat too, as a stopped VM would), until someone sends it SIGCONT.
+SIGSTOP (the heartbeat too, as a stopped VM would), until someone sends it SIGCONT. It stops
+between the heartbeat's renewals (:data:`QUIET`): a process stopped inside a SQLite transaction
+would hold the ledger's write lock, and every other process would wait for it, which is not the
+case a pause point is for.
 
 Points, in the order of a batch: ``after-drain`` (staged, nothing published), ``before-publish``
 (checked, about to publish), ``after-publish`` (output visible, not committed),
@@ -21,11 +24,15 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 
 ENV_AT = "KPRIO_CRASH_AT"
 ENV_PAUSE_AT = "KPRIO_PAUSE_AT"
 ENV_ONCE = "KPRIO_CRASH_ONCE"
+QUIET = threading.Lock()
+"""Held by the lease heartbeat while it renews (a ledger transaction); a pause point takes it first."""
+
 POINTS = ("after-drain", "before-publish", "after-publish", "before-kafka-commit", "after-kafka-commit")
 
 
@@ -46,4 +53,8 @@ def crash_point(name: str, logical_topic: str) -> None:
             Path(once).touch(exist_ok=False)
         except FileExistsError:
             return
+    if how is signal.SIGSTOP:
+        with QUIET:
+            os.kill(os.getpid(), how)  # stopped here until SIGCONT
+        return
     os.kill(os.getpid(), how)

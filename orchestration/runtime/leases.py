@@ -21,6 +21,7 @@ import psutil
 from kprio_core.errors import LeaseLost
 from kprio_core.ledger import Ledger
 from kprio_core.recovery import LeaseToken, lease_owner, parse_owner
+from orchestration.runtime.faults import QUIET
 
 LOGGER = logging.getLogger("kprio.lease")
 
@@ -91,7 +92,8 @@ class Heartbeat:
             renewed = self._clock()
             while not self._stop.wait(self.lease_s / 3):
                 try:
-                    ledger.renew(self.batch_id, self.token.owner, self.lease_s, attempt=self.token.attempt)
+                    with QUIET:  # a pause point (faults.py) stops the process between renewals only
+                        ledger.renew(self.batch_id, self.token.owner, self.lease_s, attempt=self.token.attempt)
                     renewed = self._clock()
                 except LeaseLost as err:
                     self._lose(str(err))
