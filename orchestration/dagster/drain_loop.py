@@ -24,9 +24,10 @@ left by killed attempts is removed when the loop starts, and its first tick retr
 failed for a transient cause (a full disk, a broker gone) at once, not after their backoff. While
 it runs (``--follow``), a cheap probe before each tick (a block written to and removed from the
 output and dead-letter roots, and on a local disk room for the waiting batches' estimated size,
-:func:`spark_jobs.output.probe`; the broker answering the tick's lag snapshot) retries them at once too, on the first tick after a probe that had failed passes
-again: a disk grown, a mount made writable, a broker back. A probe that never failed retries
-nothing early, so a cause the probe cannot see still waits out its backoff.
+:func:`spark_jobs.output.probe`; the broker answering the tick's lag snapshot) retries them at
+once too, on the first tick after a probe that had failed passes again: a disk grown, a mount
+made writable, a broker back. A probe that never failed retries nothing early, so a cause the
+probe cannot see still waits out its backoff.
 """
 
 from __future__ import annotations
