@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -143,13 +144,15 @@ def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path,
 def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, tmp_path, point, write):
     """A process stopped (a GC pause, a stopped VM) right before a write, while another run takes its batch over."""
     env, topic, config = two_batches
-    proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=point)
+    proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=point, KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
     try:
         assert wait_for(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED, CHILD_TIMEOUT_S,
                         interval_s=0.2), output_of(proc)[-2000:]
         with Ledger(env.config.ledger.url) as ledger:
             [paused] = [b for b in ledger.in_flight(topic.name) if b.lease]
-        finish(config, tmp_path)  # takes the batch over once its lease expired, then drains everything
+            # Paused past its lease: nobody renews it any more.
+            assert wait_for(lambda: ledger.get(paused.batch_id).lease.expired(datetime.now(UTC)), 30, interval_s=0.2)
+        finish(config, tmp_path)  # takes the batch over (its lease expired), then drains everything
         committed = env.edge.committed(topic)
         with Ledger(env.config.ledger.url) as ledger:
             events = ledger.events(paused.batch_id)
