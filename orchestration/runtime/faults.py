@@ -10,7 +10,8 @@ only if the file does not exist yet (it is created first), so a retried run gets
 
 ``KPRIO_CRASH_AT`` kills with SIGKILL; ``KPRIO_PAUSE_AT`` stops every thread of the process with
 SIGSTOP (the heartbeat too, as a stopped VM would), until someone sends it SIGCONT. It stops
-between the heartbeat's renewals (:data:`QUIET`): a process stopped inside a SQLite transaction
+between the heartbeat's ledger transactions (:data:`QUIET`: its renewals, and opening its
+ledger, which checks the schema in a write transaction): a process stopped inside a SQLite transaction
 would hold the ledger's write lock, and every other process would wait for it, which is not the
 case a pause point is for.
 
@@ -31,7 +32,7 @@ ENV_AT = "KPRIO_CRASH_AT"
 ENV_PAUSE_AT = "KPRIO_PAUSE_AT"
 ENV_ONCE = "KPRIO_CRASH_ONCE"
 QUIET = threading.Lock()
-"""Held by the lease heartbeat while it renews (a ledger transaction); a pause point takes it first."""
+"""Held by the lease heartbeat while it is in a ledger transaction (opening, renewing); a pause point takes it first."""
 
 POINTS = ("after-drain", "before-publish", "after-publish", "before-kafka-commit", "after-kafka-commit")
 

@@ -88,7 +88,9 @@ class Heartbeat:
                             "this run stops without publishing or committing")
 
     def _run(self) -> None:
-        with Ledger(self._ledger_url) as ledger:
+        with QUIET:  # opening a ledger writes too (its schema check), so a pause point waits for it
+            ledger = Ledger(self._ledger_url)
+        with ledger:
             renewed = self._clock()
             while not self._stop.wait(self.lease_s / 3):
                 try:

@@ -14,7 +14,10 @@ import pytest
 
 from kprio_core.errors import LeaseLost
 from kprio_core.ledger import Ledger
+from kprio_core.recovery import LeaseToken
+from orchestration.runtime.faults import QUIET
 from orchestration.runtime.leases import Heartbeat
+from orchestration.services.process import wait_for
 from tests.kprio_core.ledger_support import make_plan
 
 A, B = "run-a@host:1", "run-b@host:2"
@@ -68,3 +71,14 @@ def test_renewals_failing_for_longer_than_the_lease_lose_it(url: str, tmp_path: 
         assert wait_lost(heartbeat)
         assert time.monotonic() - started >= LEASE_S, "one failed renewal alone does not lose it"
         assert heartbeat.why.startswith("not renewed for ") and f"longer than its {LEASE_S:g} s" in heartbeat.why
+
+
+def test_a_pause_point_never_stops_the_heartbeat_inside_a_ledger_transaction(tmp_path: Path):
+    """Opening its ledger is a write transaction too (the schema check): a process stopped there
+    would hold SQLite's write lock, and the run taking its batch over would wait for it."""
+    fresh = tmp_path / "opened-by-the-heartbeat.db"
+    with QUIET:  # as a pause point holds it while the process is stopped
+        with Heartbeat(f"sqlite:///{fresh}", "b-000001", LeaseToken(A, 1), LEASE_S):
+            time.sleep(0.5)
+            assert not fresh.exists(), "the heartbeat opened its ledger while the process was paused"
+    assert wait_for(fresh.exists, 10), "and it opens it once the pause is over"
