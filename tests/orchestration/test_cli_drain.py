@@ -76,32 +76,50 @@ def test_drain_until_empty_prints_a_json_summary(cli_config, spark):
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_two_drains_started_together_drain_every_batch_once_and_report_only_their_own(make_topic, kprio_env,
-                                                                                        tmp_path, monkeypatch):
+def test_two_drains_started_together_drain_every_batch_once_and_report_only_their_own(make_topic, kprio_env, spark,
+                                                                                        child_spark_conf, tmp_path,
+                                                                                        monkeypatch):
     # As a user would: two `kprio drain --until-empty` on one config, one ledger, one Dagster home, at once. Two
     # logical topics, so one tick requests two runs and a process executes the second while the first drains:
-    # the other process sees that batch planned and not yet launched (the window of a double launch).
-    from kprio_core.ledger import BatchState, Ledger
+    # the other process sees that batch planned and not yet launched (the window of a double launch). One drain
+    # is a real process; the other runs in this one (the same command, on the session's warm Spark), started
+    # as soon as the first has recorded a plan, so that both work on the same batches at the same time.
+    from kprio_core.ledger import BatchState, Ledger, ledger_exists
     from orchestration.dagster.instance import open_instance
+    from orchestration.services.broker import wait_for
     from tests.orchestration.conservation import conservation
     from tests.orchestration.test_recovery import REPO, child_config
 
     produced = {2: 60, 1: 80, 0: 100}
     topics = [make_topic(priorities=3, partitions=2, records=produced) for _ in range(2)]
     env = kprio_env(*topics, planner={"record_budget": 120, "target_batch_s": None})
-    config = child_config(env, tmp_path)
+    config = child_config(env, tmp_path, child_spark_conf)
     home = tmp_path / "home"
     home.mkdir()
-    procs = []
-    for i in range(2):
-        log = open(tmp_path / f"drain-{i}.err", "wb")  # noqa: SIM115 (closed with the process)
-        procs.append(subprocess.Popen(
+    err = tmp_path / "drain-child.err"
+    with open(err, "wb") as log:
+        child = subprocess.Popen(
             [sys.executable, "-m", "orchestration.cli", "drain", "--until-empty", "--json", "--config", str(config)],
             cwd=REPO, stdout=subprocess.PIPE, stderr=log,
-            env={**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(REPO)}))
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
-    errors = [(tmp_path / f"drain-{i}.err").read_text(errors="replace")[-3000:] for i in range(2)]
-    assert [p.returncode for p in procs] == [0, 0], errors
+            env={**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(REPO)})
+
+    def planned() -> bool:
+        if not ledger_exists(env.config.ledger.url):
+            return False
+        with Ledger(env.config.ledger.url) as ledger:
+            return bool(ledger.batches())
+
+    try:
+        assert wait_for(planned, 300, interval_s=0.1), err.read_text(errors="replace")[-3000:]
+        here = CliRunner().invoke(app, ["drain", "--until-empty", "--json", "--config", str(config)],
+                                  env={"DAGSTER_HOME": str(home)}, catch_exceptions=False)
+        output = child.communicate(timeout=600)[0]
+    finally:
+        child.kill()
+        child.wait()
+    errors = [err.read_text(errors="replace")[-3000:], here.output[-3000:]]
+    assert [child.returncode, here.exit_code] == [0, 0], errors
+    outputs = [output, here.stdout]
     summaries = [json.loads(out) for out in outputs]
     assert all(s["ok"] and s["stopped"] == "no backlog left" for s in summaries), summaries
 

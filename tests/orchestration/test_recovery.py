@@ -34,11 +34,13 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT_S = 420  # a loaded 2-core CI machine: Spark start, several batches
 
 
-def child_config(env, tmp_path: Path) -> Path:
-    """The test's kprio.yaml for child processes: one local core each, so children stay light."""
+def child_config(env, tmp_path: Path, spark_conf: dict[str, str]) -> Path:
+    """The test's kprio.yaml for child processes: one local core each and ``spark_conf`` (the
+    ``child_spark_conf`` fixture's quicker JVM start), so children stay light."""
     raw = env.config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})
     raw["spark"]["master"] = "local[1]"
     raw["spark"]["conf"].pop("spark.executorEnv.PYTHONPATH", None)
+    raw["spark"]["conf"].update(spark_conf)
     path = tmp_path / "kprio.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -92,24 +94,24 @@ def assert_healed(env, topic, config: Path) -> None:
         assert not staging.exists() or not any(staging.iterdir()), list(staging.rglob("*"))[:5]
 
 
-def make_backlog(make_topic, kprio_env, tmp_path, records: dict[int, int], record_budget: int):
+def make_backlog(make_topic, kprio_env, tmp_path, spark_conf, records: dict[int, int], record_budget: int):
     topic = make_topic(priorities=3, partitions=2, records=records, schema={"i": "long", "amount": "double"})
     env = kprio_env(topic, planner={"record_budget": record_budget, "target_batch_s": None},
                     recovery={"lease_s": 6, "backoff_s": 0.2, "backoff_max_s": 1, "max_attempts": 5})
     (tmp_path / "home").mkdir()
-    return env, topic, child_config(env, tmp_path)
+    return env, topic, child_config(env, tmp_path, spark_conf)
 
 
 @pytest.fixture
-def backlog(make_topic, kprio_env, tmp_path, spark):
+def backlog(make_topic, kprio_env, tmp_path, spark, child_spark_conf):
     """Several batches of every priority: kills at random moments find work in flight."""
-    return make_backlog(make_topic, kprio_env, tmp_path, {2: 600, 1: 1500, 0: 3000}, 1800)
+    return make_backlog(make_topic, kprio_env, tmp_path, child_spark_conf, {2: 600, 1: 1500, 0: 3000}, 1800)
 
 
 @pytest.fixture
-def two_batches(make_topic, kprio_env, tmp_path, spark):
+def two_batches(make_topic, kprio_env, tmp_path, spark, child_spark_conf):
     """Two batches, each with every priority: the first one in flight, one more after it."""
-    return make_backlog(make_topic, kprio_env, tmp_path, {2: 200, 1: 500, 0: 1000}, 1000)
+    return make_backlog(make_topic, kprio_env, tmp_path, child_spark_conf, {2: 200, 1: 500, 0: 1000}, 1000)
 
 
 def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_path):
