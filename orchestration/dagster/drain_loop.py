@@ -22,12 +22,9 @@ A restart after a crash needs nothing special: the tick sees batches whose lease
 (this host) or expired, marks their runs failed, and resumes them with the same ranges. Staging
 left by killed attempts is removed when the loop starts, and its first tick retries batches that
 failed for a transient cause (a full disk, a broker gone) at once, not after their backoff. While
-it runs (``--follow``), a cheap probe before each tick (a block written to and removed from the
-output and dead-letter roots, and on a local disk room for the waiting batches' estimated size,
-:func:`spark_jobs.output.probe`; the broker answering the tick's lag snapshot) retries them at
-once too, on the first tick after a probe that had failed passes again: a disk grown, a mount
-made writable, a broker back. A probe that never failed retries nothing early, so a cause the
-probe cannot see still waits out its backoff.
+it runs (``--follow``), the probe before each tick (:mod:`orchestration.runtime.healing`, which the
+sensor runs too) retries them at once as well, on the first tick after a probe that had failed
+passes again: a disk grown, a mount made writable, a broker back.
 """
 
 from __future__ import annotations
@@ -42,7 +39,6 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from kprio_core.config import KprioConfig
-from kprio_core.errors import BrokerUnreachable
 from kprio_core.kafka import KafkaEdge
 from kprio_core.ledger import BatchState, Ledger
 from kprio_core.lifecycle.loop import (
@@ -58,11 +54,11 @@ from orchestration.dagster.resources import session_running, start_in_background
 from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.sensors import SENSOR_NAME
 from orchestration.dagster.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+from orchestration.runtime.healing import cause_seen_after, probe_causes
 from orchestration.runtime.leases import this_owner
 from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tags import RUNNER_TAG, TOPIC_TAG
 from orchestration.runtime.tick import Tick, still_launchable, tick
-from spark_jobs.output import probe
 
 DRAINED_ASSET = "drained_batch"
 COMMITTED_ASSET = "committed_offsets"
@@ -275,13 +271,11 @@ class DrainLoop:
     def run(self) -> DrainReport:
         self.sweep_staging()
         while not self._done():
-            problem = self._probe()
-            passed = self._cause_seen and problem is None
+            probed = probe_causes(self.ledger, self.config, self._cause_seen)
             turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver,
-                        fresh_start=self._turns == 0 or passed)
+                        fresh_start=self._turns == 0 or probed.passed)
             self._turns += 1
-            self._cause_seen = (self._cause_seen and not passed) or problem is not None or any(
-                isinstance(d.error, BrokerUnreachable) for d in turn.decisions)
+            self._cause_seen = cause_seen_after(self._cause_seen, probed, turn)
             self._add_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
             for request in turn.requests:
                 if self._done():
@@ -295,14 +289,6 @@ class DrainLoop:
         if self.stop.is_set():
             return self._stop(self._stopped_on_request())
         return self._stop(f"stopped after {len(self.report.batches)} runs (--max-batches)")
-
-    def _probe(self) -> str | None:
-        """What keeps the outputs from taking the batches that wait for a passing cause (None: nothing does)."""
-        waiting = [b for b in self.ledger.batches(states=[BatchState.FAILED]) if b.transient]
-        if not self._cause_seen and not waiting:
-            return None  # nothing waits for a cause to pass: no write to probe with
-        need = max((sum(r.est_bytes for r in b.plan.ranges) for b in waiting), default=0)
-        return probe((self.config.drain.output_path, self.config.drain.dead_letter_path), need_bytes=need)
 
     def _seen(self, turn: Tick) -> LoopInputs:
         """What :func:`next_step` needs besides the tick's decisions: this loop's turn and clocks, other drivers."""

@@ -5,7 +5,9 @@ once, the core rules of ``kprio_core.lifecycle``, the one applier) over the inst
 (:class:`orchestration.dagster.runs.DagsterRuns`), and hands Dagster its result: the run requests
 (deterministic run keys, launched once by the daemon) and the ``kprio_batches`` partitions they
 need, or a skip reason that says why nothing was launched and which partitions wait. ``kprio
-drain`` runs the same tick in process.
+drain`` runs the same tick in process. Before it, the probe of :mod:`orchestration.runtime.healing`
+retries a transient failure at once when its cause has passed; the sensor's cursor remembers
+that a probe failed (:data:`~orchestration.runtime.healing.CAUSE_SEEN`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from orchestration.dagster.partitions import batch_partitions
 from orchestration.dagster.resources import KafkaResource, KprioSettings, LedgerResource
 from orchestration.dagster.runs import DagsterRuns, run_request
 from orchestration.runtime import tick as runtime
+from orchestration.runtime.healing import CAUSE_SEEN, cause_seen_after, probe_causes
 
 SENSOR_NAME = "priority_lag_sensor"
 
@@ -45,14 +48,21 @@ def build_priority_lag_sensor(drain_job, interval_s: int) -> dg.SensorDefinition
         ledger: LedgerResource,
         kprio: KprioSettings,
     ) -> dg.SensorResult:
-        result = tick(context.instance, kafka.edge, ledger.ledger, kprio.config(kafka), log=context.log)
+        config, seen = kprio.config(kafka), context.cursor == CAUSE_SEEN
+        probed = probe_causes(ledger.ledger, config, seen)
+        if probed.problem:
+            context.log.info(f"transient failures wait: {probed.problem}")
+        elif probed.passed:
+            context.log.info("the cause of the transient failures passed: retrying them now, not at their backoff")
+        result = tick(context.instance, kafka.edge, ledger.ledger, config, log=context.log, fresh_start=probed.passed)
+        cursor = CAUSE_SEEN if cause_seen_after(seen, probed, result) else ""
         if not result.requests:
-            return dg.SensorResult(skip_reason=result.skip_reason)
+            return dg.SensorResult(skip_reason=result.skip_reason, cursor=cursor)
         # The batches recorded now, and any another driver recorded a moment ago and has not added yet.
         added = DagsterRuns(context.instance).missing_partitions(
             [*result.partitions, *(r.partition_key for r in result.requests)])
         return dg.SensorResult(
-            run_requests=[run_request(r) for r in result.requests],
+            run_requests=[run_request(r) for r in result.requests], cursor=cursor,
             dynamic_partitions_requests=[batch_partitions.build_add_request(added)] if added else [],
         )
 

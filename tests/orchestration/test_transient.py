@@ -12,12 +12,14 @@ import threading
 import time
 from datetime import UTC, datetime
 
+import dagster as dg
 import pytest
 
 from kprio_core.ledger import BatchState
 from kprio_core.lifecycle.loop import Until
 from orchestration.dagster import drain_loop
-from orchestration.dagster.sensors import tick
+from orchestration.dagster.sensors import SENSOR_NAME, tick
+from orchestration.runtime.healing import CAUSE_SEEN
 from orchestration.services.broker import wait_for
 from tests.fixtures.small_disks import read_only_dir, tiny_disk
 from tests.orchestration.conservation import conservation, lag
@@ -93,3 +95,37 @@ def test_a_follow_drain_retries_at_once_when_the_output_takes_files_again(
     assert not follow.is_alive() and reports and reports[0].ok, reports
     check = conservation(env.config, topic, env.edge)
     assert check.ok, check
+
+
+def test_the_sensor_retries_at_once_when_a_probe_that_failed_passes_again(make_topic, kprio_env, dagster_instance,
+                                                                         tmp_path):
+    """The daemon's path: the sensor probes before its tick and keeps "a cause was seen" in its cursor."""
+    topic = make_topic(priorities=2, partitions=2, records={1: 200, 0: 200}, schema={"i": "long", "amount": "double"})
+    out = tmp_path / "out"
+    env = kprio_env(topic, drain={"output_path": str(out)}, recovery={"max_attempts": 1, "backoff_s": 60,
+                                                                      "backoff_max_s": 60, "lease_s": 15})
+    sensor = env.defs.resolve_sensor_def(SENSOR_NAME)
+
+    def evaluate(cursor: str | None) -> dg.SensorResult:
+        with dg.build_sensor_context(instance=dagster_instance, cursor=cursor, resources=env.defs.resources) as context:
+            result = sensor(context)
+        dagster_instance.add_dynamic_partitions("kprio_batches", [r.partition_key for r in result.run_requests or ()])
+        return result
+
+    with read_only_dir(out):
+        drain_loop.drain(env.defs, dagster_instance, max_batches=1)
+        [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+        assert failed.transient
+        still = evaluate(None)
+        assert not still.run_requests and still.cursor == CAUSE_SEEN, (still.skip_reason, still.cursor)
+    # Never seen failing, the probe retries nothing early: the backoff of a minute holds.
+    calm = evaluate(None)
+    assert failed.batch_id not in [r.partition_key for r in calm.run_requests or ()] and calm.cursor == ""
+    # Seen failing (the cursor), then passing: the retry is requested on this evaluation.
+    healed = evaluate(CAUSE_SEEN)
+    [retry] = [r for r in healed.run_requests if r.partition_key == failed.batch_id]
+    assert healed.cursor == "" and datetime.now(UTC) < failed.retry_at
+    result = env.defs.resolve_job_def("drain_job").execute_in_process(
+        instance=dagster_instance, partition_key=retry.partition_key, tags=retry.tags, raise_on_error=False)
+    assert result.success
+    assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED

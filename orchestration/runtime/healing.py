@@ -1,0 +1,64 @@
+"""A transient hold heals when its cause passes: the cheap probe every driver runs before a tick.
+
+A batch that failed for a transient cause (a full disk, a read-only mount, a broker that did not
+answer) waits for its backoff before it is retried. Before each tick a driver probes what such a
+batch needs (:func:`probe_causes`: the output and dead-letter roots take a small block and, on a
+local disk, have room for the waiting batches' estimated size; the broker's answer is the tick's
+own lag snapshot). On the first tick after a probe that had failed passes again, the tick
+retries those batches at once (``fresh_start``, as a newly started ``kprio drain`` does), never
+in a loop: a probe that never failed retries nothing early, so a cause the probe cannot see still
+waits out its backoff.
+
+Between ticks a driver keeps one bit, "a cause was seen" (:func:`cause_seen_after`): ``kprio
+drain`` in its loop, the Dagster sensor in its cursor (:data:`CAUSE_SEEN`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kprio_core.config import KprioConfig
+from kprio_core.errors import BrokerUnreachable
+from kprio_core.ledger import BatchState, Ledger
+from orchestration.runtime.tick import Tick
+
+CAUSE_SEEN = "cause-seen"
+"""The sensor's cursor while a probe failed since its last early retry."""
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What the probe before a tick found."""
+
+    problem: str | None
+    """What keeps the outputs from taking the waiting batches (None: nothing does, or nothing was probed)."""
+    passed: bool
+    """A cause seen before is gone: the tick retries transient failures at once."""
+
+
+def probe_causes(ledger: Ledger, config: KprioConfig, cause_seen: bool) -> Probed:
+    """Probe the output roots for the batches that wait for a passing cause (nothing waits, nothing seen: no write).
+
+    >>> Probed(problem=None, passed=True).passed
+    True
+    """
+    from spark_jobs.output import probe  # pyarrow's file systems: imported when there is something to probe
+
+    waiting = [b for b in ledger.batches(states=[BatchState.FAILED]) if b.transient]
+    if not cause_seen and not waiting:
+        return Probed(None, passed=False)
+    need = max((sum(r.est_bytes for r in b.plan.ranges) for b in waiting), default=0)
+    problem = probe((config.drain.output_path, config.drain.dead_letter_path), need_bytes=need)
+    return Probed(problem, passed=cause_seen and problem is None)
+
+
+def cause_seen_after(cause_seen: bool, probed: Probed, turn: Tick) -> bool:
+    """Whether a cause is still seen after ``turn``: it was and did not pass, the probe failed, or the broker did not answer.
+
+    >>> from orchestration.runtime.tick import Tick
+    >>> calm = Tick(decisions=(), requests=(), partitions=(), reasons=())
+    >>> cause_seen_after(True, Probed(None, passed=True), calm), cause_seen_after(False, Probed("full", False), calm)
+    (False, True)
+    """
+    return ((cause_seen and not probed.passed) or probed.problem is not None
+            or any(isinstance(d.error, BrokerUnreachable) for d in turn.decisions))
