@@ -36,8 +36,10 @@ from spark_jobs.completeness import RangeTracker, incomplete_error
 
 LOGGER = logging.getLogger("kprio.reader")
 
-POLL_SLICE_S = 0.5
-"""Longest single consume() wait, so the stall deadline is checked at least this often."""
+POLL_SLICE_S = 0.1
+"""Longest single consume() wait, so the stall deadline is checked at least this often. librdkafka's
+consume returns when it has the records asked for or at its timeout, even at the end of the
+partition: a range that ends on transaction markers or aborted records waits one slice for them."""
 
 
 @dataclass(frozen=True, slots=True)

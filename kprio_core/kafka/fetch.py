@@ -16,6 +16,11 @@ from kprio_core.config import KafkaSettings
 from kprio_core.kafka.client import Deadline, kafka_failure, new_consumer
 from kprio_core.offsets import TopicPartitionKey
 
+CONSUME_SLICE_S = 0.05
+"""Longest single consume() wait. librdkafka's consume returns when it has ``num_messages`` or at its
+timeout, even after the end of the partition: where records are fewer than offsets (transaction
+markers, aborted or compacted records) each call waits its whole timeout, so the slices are short."""
+
 PEEK_GROUP = "kprio-peek"
 """group.id of peek consumers: required by the client, never joined and never committed."""
 
@@ -54,7 +59,7 @@ def peek(kafka: KafkaSettings, starts: Mapping[TopicPartitionKey, int], ends: Ma
         consumer.assign([TopicPartition(t, p, starts[(t, p)]) for t, p in need])
         while any(len(got[tp]) < n for tp, n in need.items()):
             wanted = sum(n - len(got[tp]) for tp, n in need.items())
-            for msg in consumer.consume(num_messages=wanted, timeout=min(1.0, deadline.left(what))):
+            for msg in consumer.consume(num_messages=wanted, timeout=min(CONSUME_SLICE_S, deadline.left(what))):
                 if msg.error() is not None:
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         # Fewer records than offsets (compaction, transaction markers): take what is there.
