@@ -39,6 +39,9 @@ def main(args: dict) -> dict:
         "spark.cores.max": "2",
         "spark.sql.shuffle.partitions": "4",
         "spark.executorEnv.PYTHONPATH": REPO_ROOT,
+        # The test session's quicker JVM start (tests.fixtures.spark.child_spark_conf), executors too.
+        "spark.driver.extraJavaOptions": args["java_options"],
+        "spark.executor.extraJavaOptions": args["java_options"],
     })
     config = KprioConfig(kafka={"bootstrap_servers": args["bootstrap"]},
                          drain={"handler": "tests.spark_jobs.handlers_for_tests:record_process"},

@@ -44,7 +44,7 @@ def _listening(port: int) -> bool:
         return False
 
 
-def _start_server(port: int, log: Path) -> subprocess.Popen:
+def _start_server(port: int, log: Path, java_options: str) -> subprocess.Popen:
     env = {**os.environ, "SPARK_NO_DAEMONIZE": "1", "SPARK_CONNECT_MODE": "0", "PYSPARK_PYTHON": sys.executable,
            "PYTHONPATH": str(REPO_ROOT)}
     args = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", "local[1]",
@@ -52,16 +52,16 @@ def _start_server(port: int, log: Path) -> subprocess.Popen:
             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
             # More cores than the plan has partitions: key order with several splits takes the shuffle.
             "--conf", "spark.default.parallelism=8",
-            "--conf", f"spark.pyspark.python={sys.executable}"]
+            "--conf", f"spark.pyspark.python={sys.executable}", "--driver-java-options", java_options]
     return start(args, log, env)
 
 
-def test_drain_over_spark_connect(kafka_settings, make_topic, tmp_path):
+def test_drain_over_spark_connect(kafka_settings, make_topic, tmp_path, child_spark_conf):
     bad = [(f"bad-{i}", "{not json", None, i % 2) for i in range(3)]
     topic = make_topic(priorities=2, partitions=2, records={1: 60, 0: bad}, schema={"i": "long", "pid": "long"})
     plan = whole_plan(kafka_settings, topic)
     port, log = _free_port(), tmp_path / "connect-server.log"
-    server = _start_server(port, log)
+    server = _start_server(port, log, child_spark_conf["spark.driver.extraJavaOptions"])
     try:
         deadline = time.monotonic() + 180
         while not _listening(port):

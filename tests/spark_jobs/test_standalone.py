@@ -26,8 +26,9 @@ SCRIPT = Path(__file__).with_name("standalone_drain.py")
 REPO_ROOT = SCRIPT.parents[2]
 
 
-def _start(args: list[str], log: Path) -> subprocess.Popen:
-    return start([str(SPARK_HOME / "bin" / "spark-class"), *args], log, {**os.environ, "PYSPARK_PYTHON": sys.executable})
+def _start(args: list[str], log: Path, java_options: str) -> subprocess.Popen:
+    return start([str(SPARK_HOME / "bin" / "spark-class"), *args], log,
+                 {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_DAEMON_JAVA_OPTS": java_options})
 
 
 def _alive_workers(ui_port: int) -> int:
@@ -39,22 +40,25 @@ def _alive_workers(ui_port: int) -> int:
     return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
 
-def test_drain_on_a_standalone_cluster_runs_in_executor_processes(kafka_settings, make_topic, tmp_path, spark):
+def test_drain_on_a_standalone_cluster_runs_in_executor_processes(kafka_settings, make_topic, tmp_path, spark,
+                                                                  child_spark_conf):
+    java_options = child_spark_conf["spark.driver.extraJavaOptions"]  # every JVM of the cluster starts quicker
     topic = make_topic(priorities=2, partitions=2, records={1: 60, 0: 40}, schema={"i": "long", "pid": "long"})
     plan = whole_plan(kafka_settings, topic)
     port, ui, worker_ui = free_port(), free_port(), free_port()
     master = _start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                     "--webui-port", str(ui)], tmp_path / "master.log")
+                     "--webui-port", str(ui)], tmp_path / "master.log", java_options)
     worker = None
     try:
         worker = _start(["org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
                          "--cores", "2", "--memory", "1g", "--webui-port", str(worker_ui),
-                         "--work-dir", str(tmp_path / "work")], tmp_path / "worker.log")
+                         "--work-dir", str(tmp_path / "work")], tmp_path / "worker.log", java_options)
         assert wait_for(lambda: _alive_workers(ui) == 1, timeout_s=120, interval_s=0.5), (
             (tmp_path / "master.log").read_text()[-2000:] + (tmp_path / "worker.log").read_text()[-2000:])
         args = {"master": f"spark://127.0.0.1:{port}", "bootstrap": kafka_settings.bootstrap_servers,
                 "topic": topic.model_dump_json(by_alias=True), "plan": plan.to_json(),
-                "output": str(tmp_path / "out"), "dead_letters": str(tmp_path / "dead"), "batch_id": "standalone"}
+                "output": str(tmp_path / "out"), "dead_letters": str(tmp_path / "dead"), "batch_id": "standalone",
+                "java_options": java_options}
         run = subprocess.run([sys.executable, str(SCRIPT), json.dumps(args)], capture_output=True, text=True,
                              timeout=600, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
         assert run.returncode == 0, run.stderr[-4000:]
