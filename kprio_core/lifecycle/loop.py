@@ -12,12 +12,12 @@ run of it committed, what other drivers hold). Numbered rules, first match wins:
 4. the broker or a topic blocks planning: stop at once, not ok, when that is so from the first
    tick (there is nothing to finish); stop, not ok, after :data:`BLOCKED_GIVE_UP_S` of it;
    else tick again after twice the interval (at most :data:`MAX_WAIT_S`);
-5. retries whose cause does not pass (a disk that stays full): stop, not ok, naming what is held,
-   when partitions are held, nothing committed for :data:`BLOCKED_GIVE_UP_S`, and no other
-   driver works on the topic;
+5. retries whose cause does not pass (a disk that stays full), or slots held by batches nobody
+   moves: stop, not ok, naming what is held, when nothing committed for
+   :data:`BLOCKED_GIVE_UP_S` and no other driver works on the topic;
 6. something this loop waits for goes on later (a throttle, a retry's backoff, another process's
-   lease or launch claim, another driver that planned first): tick again then (0.2 s at least,
-   :data:`MAX_WAIT_S` at most);
+   lease or launch claim, another driver that planned first, backlog whose priority slots are
+   taken by batches in flight): tick again then (0.2 s at least, :data:`MAX_WAIT_S` at most);
 7. only held partitions that need a person are left: stop, not ok, naming them;
 8. no backlog left: stop, ok.
 
@@ -146,10 +146,15 @@ def next_step(decisions: Sequence[Decision], seen: LoopInputs) -> LoopStep:
             return StopLoop(f"{reason} (for more than {BLOCKED_GIVE_UP_S:.0f} s)", ok=False)
         return TickAgain(min(interval * 2, MAX_WAIT_S))
     held = [h for d in decisions for h in d.holds]
+    busy = [d.reason for d in decisions if d.verdict is Verdict.BUSY]
     waits = _waits(decisions, held, seen, interval)
-    if waits and held and seen.since_progress_s > BLOCKED_GIVE_UP_S and not seen.others.working:  # 5
-        return StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s; still held: {describe_holds(held)}", ok=False,
-                        held=_each(held))
+    if waits and seen.since_progress_s > BLOCKED_GIVE_UP_S and not seen.others.working:  # 5
+        if held:
+            return StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s; still held: {describe_holds(held)}",
+                            ok=False, held=_each(held))
+        if busy:
+            return StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s and no process works on the batches in "
+                            f"flight: {'; '.join(busy)}", ok=False)
     if waits:  # 6
         return TickAgain(min(max(min(waits), MIN_WAIT_S), MAX_WAIT_S))
     if held:  # 7
@@ -166,6 +171,10 @@ def _waits(decisions: Sequence[Decision], held: Sequence[Hold], seen: LoopInputs
     if seen.others.lease_ends_in_s:  # another process works on them: their end (or expiry) is the next news
         waits.append(min(interval, min(seen.others.lease_ends_in_s)))
     if seen.others.claimed_elsewhere or seen.contended:
+        waits.append(interval)
+    if any(d.verdict is Verdict.BUSY for d in decisions):
+        # Backlog behind batches in flight: never "no backlog left", even when the lease that kept
+        # their slots seemed live to the tick and had ended by the time the loop looked.
         waits.append(interval)
     return waits
 

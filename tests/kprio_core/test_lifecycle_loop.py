@@ -43,6 +43,7 @@ def hold(*, retry_in_s: float | None = 3.0, exhausted: bool = False, batch_id: s
 IDLE = decision(Verdict.IDLE)
 BLOCKED = decision(Verdict.BLOCKED)
 THROTTLED = decision(Verdict.THROTTLED, retry_in_s=4.5)
+BUSY = decision(Verdict.BUSY)
 RETRY_LATER = decision(Verdict.HELD, hold(retry_in_s=3.0))
 RETRY_NOW = decision(Verdict.HELD, hold(retry_in_s=-5.0))
 RETRY_FAR = decision(Verdict.HELD, hold(retry_in_s=600.0))
@@ -76,6 +77,10 @@ CASES = [
     ("5-no-progress-held", [RETRY_LATER], STALLED, "stop-held-no-progress"),
     ("6-no-progress-but-another-process-works", [RETRY_LATER], replace(STALLED, others=Others((9.0,))),
      TickAgain(INTERVAL)),
+    ("5-no-progress-slots-busy-nobody-works", [BUSY, IDLE], STALLED,
+     StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s and no process works on the batches in flight: busy",
+              ok=False)),
+    ("6-no-progress-slots-busy-another-works", [BUSY], replace(STALLED, others=Others((3.0,))), TickAgain(INTERVAL)),
     ("6-no-progress-but-a-claim-elsewhere", [RETRY_LATER], replace(STALLED, others=Others(claimed_elsewhere=True)),
      TickAgain(INTERVAL)),
     # 6: something goes on later.
@@ -88,6 +93,8 @@ CASES = [
     ("6-another-lease-long", [IDLE], replace(EMPTY, others=Others((40.0,))), TickAgain(INTERVAL)),
     ("6-claimed-elsewhere", [IDLE], replace(EMPTY, others=Others(claimed_elsewhere=True)), TickAgain(INTERVAL)),
     ("6-contended", [IDLE], replace(EMPTY, contended=True), TickAgain(INTERVAL)),
+    # Backlog behind slots taken by batches in flight whose lease ended between the tick and this look.
+    ("6-slots-busy-no-lease-seen", [BUSY, IDLE], EMPTY, TickAgain(INTERVAL)),
     ("6-held-but-work-elsewhere", [NEEDS_A_PERSON], replace(EMPTY, others=Others((5.0,))), TickAgain(INTERVAL)),
     # 7: only holds that need a person.
     ("7-exhausted", [NEEDS_A_PERSON, IDLE], EMPTY, "stop-held-person"),
