@@ -9,7 +9,8 @@ the batches of one logical topic. With ``KPRIO_CRASH_ONCE=<file>`` the process d
 only if the file does not exist yet (it is created first), so a retried run gets through.
 
 ``KPRIO_CRASH_AT`` kills with SIGKILL; ``KPRIO_PAUSE_AT`` stops every thread of the process with
-SIGSTOP (the heartbeat too, as a stopped VM would), until someone sends it SIGCONT. It stops
+SIGSTOP (the heartbeat too, as a stopped VM would), until someone sends it SIGCONT; the thread at
+the point waits there until the stop has come and gone, never running on into its next write. It stops
 between the heartbeat's ledger transactions (:data:`QUIET`: its renewals, and opening its
 ledger, which checks the schema in a write transaction): a process stopped inside a SQLite transaction
 would hold the ledger's write lock, and every other process would wait for it, which is not the
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 ENV_AT = "KPRIO_CRASH_AT"
@@ -56,6 +58,24 @@ def crash_point(name: str, logical_topic: str) -> None:
             return
     if how is signal.SIGSTOP:
         with QUIET:
-            os.kill(os.getpid(), how)  # stopped here until SIGCONT
+            os.kill(os.getpid(), how)
+            _until_stopped_and_resumed()
         return
     os.kill(os.getpid(), how)
+    time.sleep(60)  # never past this point: the kill lands within it
+
+
+def _until_stopped_and_resumed(at_most_s: float = 5.0) -> None:
+    """Return once this process has been stopped and resumed (a sleep that took far longer than asked).
+
+    ``kill(SIGSTOP)`` on its own process returns before every thread has stopped: the calling
+    thread can run on for a moment, long enough to begin its next ledger transaction and then
+    hold SQLite's write lock through the whole pause (seen in the paused tests). It sleeps here
+    instead, until the stop has come and gone (or ``at_most_s``, should it never come).
+    """
+    started = time.monotonic()
+    while time.monotonic() - started < at_most_s:
+        before = time.monotonic()
+        time.sleep(0.01)
+        if time.monotonic() - before > 0.25:
+            return

@@ -34,6 +34,7 @@ MODULES = [
     "orchestration.runtime.batch_metadata",
     "orchestration.runtime.checks",
     "orchestration.runtime.commit",
+    "orchestration.runtime.healing",
     "orchestration.runtime.runs",
     "orchestration.runtime.tags",
     "orchestration.services.broker",
