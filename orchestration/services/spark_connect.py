@@ -9,6 +9,13 @@ its own process group, output appended to ``<connect_dir>/server.log``. It gets
 interpreter (``PYSPARK_PYTHON``), so they import kprio and the handler. Drains reach it with
 ``spark.remote: sc://localhost:<port>``.
 
+A server that just started has a cold JVM and no Python worker yet: the first drain through it
+paid half a minute for that on a 2-core machine (three runs at once, each waiting on the others'
+class loading). So :meth:`SparkConnectServer.start` ends with :meth:`~SparkConnectServer.warm_up`,
+one small job on the session the drains share (a shuffle, a sort and a ``mapInArrow`` over a kprio
+function): the first drain finds the JVM and the workers warm, and a server whose Python workers
+cannot import kprio fails at ``kprio spark start``, naming the cause, instead of at the first drain.
+
 Spark records nothing about the server it runs, so kprio keeps ``<connect_dir>/server.json``
 (pid, port, the process's create time to tell a reused pid apart); a file whose process is gone
 is stale and is removed by the next start or stop.
@@ -203,7 +210,32 @@ class SparkConnectServer:
             message = self._not_answering(log_from)
             self._stop(process)
             raise SparkConnectServerError(message)
+        self.warm_up()
         return self.status(), True
+
+    def warm_up(self) -> None:
+        """Run one small job on the shared session (the drains' ``spark.remote``, else this server's URL).
+
+        A failure stops the server (a server that cannot run kprio's Python is of no use to a drain)
+        and raises :class:`SparkConnectServerError` with Spark's message.
+        """
+        from spark_jobs.session import build_session, warm_up_job
+
+        settings = self.settings if self.settings.remote else self.settings.model_copy(update={"remote": self.url})
+        try:
+            spark = build_session(settings, app_name="kprio-warm-up")
+            try:
+                warm_up_job(spark)
+            finally:
+                spark.stop()
+        except Exception as e:
+            proc, _ = self._process()
+            if proc is not None:
+                self._stop(proc)
+            raise SparkConnectServerError(
+                f"the Spark Connect server on port {self.port} started but could not run kprio's warm-up job "
+                f"(its Python workers import kprio from this interpreter): {_cause(e)} (log: {self.log_path})"
+            ) from e
 
     def stop(self) -> ConnectStatus | None:
         """Stop the server and every process of its group; the status it had, None when none ran."""
@@ -235,6 +267,21 @@ class SparkConnectServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _cause(error: BaseException) -> str:
+    """One line of what failed: a Python worker's own error output when Spark quotes it, else the first line.
+
+    >>> _cause(RuntimeError("Job aborted: Lost task 0.0: org.apache.spark.SparkException: \\nError from python "
+    ...                     "worker:\\n  no python here\\nPYTHONPATH was:\\n  /x\\n\\tat org.apache..."))
+    'RuntimeError: the Python worker said: no python here'
+    """
+    text = str(error)
+    if "Error from python worker:" in text:
+        said = text.split("Error from python worker:", 1)[1].split("PYTHONPATH was:", 1)[0]
+        return f"{type(error).__name__}: the Python worker said: {' '.join(said.split())}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first}"
 
 
 def _noise(line: str) -> bool:

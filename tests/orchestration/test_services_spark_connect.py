@@ -162,3 +162,22 @@ def test_a_stale_state_file_is_cleaned(tmp_path):
     server = SparkConnectServer(SparkSettings(connect_dir=str(connect_dir), connect_port=free_port()))
     assert not server.status().running
     assert server.stop() is None and not (connect_dir / STATE_FILE).exists()
+
+
+def test_a_server_whose_python_workers_cannot_start_fails_at_start_naming_the_cause(tmp_path):
+    """The warm-up job runs on the server's Python workers: a broken worker Python fails the start, not the first drain."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'no python here' >&2\nexit 3\n")
+    python.chmod(0o755)
+    config = write_config(tmp_path / "kprio.yaml", tmp_path / "connect", free_port())
+    result = runner.invoke(app, ["spark", "start", "--config", str(config), "--timeout", "120"],
+                           env={"PYSPARK_PYTHON": str(python)})
+    if result.exit_code == 0:
+        run("spark", "stop", "--config", str(config))
+    assert result.exit_code == 1, result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("kprio: error: the Spark Connect server on port") and "warm-up job" in line, line
+    assert "the Python worker said: no python here" in line, line
+    assert "server.log" in line and line.endswith("[spark_connect_server]"), line
+    assert not (tmp_path / "connect" / STATE_FILE).exists()  # stopped: no server is left running
+    assert "stopped" in run("spark", "status", "--config", str(config)).stdout
