@@ -64,8 +64,8 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from kprio_core.config import SECRET_SETTINGS, SparkSettings
 
@@ -157,22 +157,16 @@ def build_session(settings: SparkSettings, app_name: str = "kprio") -> SparkSess
     return spark
 
 
-def warm_up_job(spark: SparkSession) -> int:
-    """One small job of the kinds a drain runs: a shuffle, a sort, a ``mapInArrow`` over a kprio function.
+def session_running() -> bool:
+    """True when this process already has an active or default SparkSession (getOrCreate reuses it)."""
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.sql import SparkSession
 
-    Run on a new Spark (see :mod:`orchestration.services.spark_connect`), it loads the JVM's classes
-    and starts the Python workers a first drain would wait for; the number of rows it saw (2,000).
-    """
-    frame = spark.range(WARM_UP_ROWS, numPartitions=2).repartition(2, "id").sortWithinPartitions("id")
-    return frame.mapInArrow(pass_through, "id long").count()
-
-
-WARM_UP_ROWS = 2_000
-
-
-def pass_through(batches: Iterator[Any]) -> Iterator[Any]:
-    """A ``mapInArrow`` function that yields its Arrow batches unchanged (imported by the workers from kprio)."""
-    yield from batches
+    try:
+        SparkSession.active()
+    except PySparkRuntimeError:
+        return False
+    return True
 
 
 def _remote_session(settings: SparkSettings, app_name: str) -> SparkSession:

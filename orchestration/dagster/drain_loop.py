@@ -50,7 +50,7 @@ from kprio_core.lifecycle.loop import (
     next_step,
 )
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
-from orchestration.dagster.resources import session_running, start_in_background
+from orchestration.dagster.resources import start_in_background
 from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.sensors import SENSOR_NAME
 from orchestration.dagster.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
@@ -58,6 +58,7 @@ from orchestration.runtime.healing import cause_seen_after, probe_causes
 from orchestration.runtime.leases import this_owner
 from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tags import RUNNER_TAG, TOPIC_TAG
+from spark_jobs.session import session_running
 from orchestration.runtime.tick import Tick, still_launchable, tick
 
 DRAINED_ASSET = "drained_batch"

@@ -190,7 +190,7 @@ class SparkResource(dg.ConfigurableResource):
         is waited for, and then reused as an active one.
         """
         if self._session is None:
-            from spark_jobs.session import build_session
+            from spark_jobs.session import build_session, session_running
 
             _wait_for_background_start()
             existed = session_running()
@@ -295,18 +295,6 @@ def _wait_for_background_start() -> None:
         thread.join()
         if thread in _BACKGROUND:
             _BACKGROUND.remove(thread)
-
-
-def session_running() -> bool:
-    """True when this process already has an active or default SparkSession (getOrCreate reuses it)."""
-    from pyspark.errors import PySparkRuntimeError
-    from pyspark.sql import SparkSession
-
-    try:
-        SparkSession.active()
-    except PySparkRuntimeError:
-        return False
-    return True
 
 
 def resources_from_config(config: KprioConfig, env: Mapping[str, str] | None = None) -> dict[str, Any]:

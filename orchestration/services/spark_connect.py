@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,28 +215,29 @@ class SparkConnectServer:
         return self.status(), True
 
     def warm_up(self) -> None:
-        """Run one small job on the shared session (the drains' ``spark.remote``, else this server's URL).
+        """Run :mod:`spark_jobs.warm_up` on the shared session (the drains' ``spark.remote``, else this server's URL).
 
-        A failure stops the server (a server that cannot run kprio's Python is of no use to a drain)
-        and raises :class:`SparkConnectServerError` with Spark's message.
+        It runs in a child process: a Spark Connect client cannot start in a process that already
+        has a classic SparkSession (a test's, a ``kprio drain`` that starts the server). A failure
+        stops the server (one that cannot run kprio's Python is of no use to a drain) and raises
+        :class:`SparkConnectServerError` with the job's one line.
         """
-        from spark_jobs.session import build_session, warm_up_job
-
-        settings = self.settings if self.settings.remote else self.settings.model_copy(update={"remote": self.url})
+        remote = self.settings.remote or self.url
         try:
-            spark = build_session(settings, app_name="kprio-warm-up")
-            try:
-                warm_up_job(spark)
-            finally:
-                spark.stop()
-        except Exception as e:
-            proc, _ = self._process()
-            if proc is not None:
-                self._stop(proc)
-            raise SparkConnectServerError(
-                f"the Spark Connect server on port {self.port} started but could not run kprio's warm-up job "
-                f"(its Python workers import kprio from this interpreter): {_cause(e)} (log: {self.log_path})"
-            ) from e
+            done = subprocess.run([sys.executable, "-m", "spark_jobs.warm_up", remote], capture_output=True, text=True,
+                                  env=server_env(self.settings), timeout=self.start_timeout_s, check=False)
+            said = (done.stderr.strip().splitlines() or ["no output"])[-1] if done.returncode else None
+        except subprocess.TimeoutExpired:
+            said = f"it did not end within {self.start_timeout_s:.0f} s"
+        if said is None:
+            return
+        proc, _ = self._process()
+        if proc is not None:
+            self._stop(proc)
+        raise SparkConnectServerError(
+            f"the Spark Connect server on port {self.port} started but could not run kprio's warm-up job "
+            f"(its Python workers import kprio from this interpreter): {said} (log: {self.log_path})"
+        )
 
     def stop(self) -> ConnectStatus | None:
         """Stop the server and every process of its group; the status it had, None when none ran."""
@@ -267,21 +269,6 @@ class SparkConnectServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _cause(error: BaseException) -> str:
-    """One line of what failed: a Python worker's own error output when Spark quotes it, else the first line.
-
-    >>> _cause(RuntimeError("Job aborted: Lost task 0.0: org.apache.spark.SparkException: \\nError from python "
-    ...                     "worker:\\n  no python here\\nPYTHONPATH was:\\n  /x\\n\\tat org.apache..."))
-    'RuntimeError: the Python worker said: no python here'
-    """
-    text = str(error)
-    if "Error from python worker:" in text:
-        said = text.split("Error from python worker:", 1)[1].split("PYTHONPATH was:", 1)[0]
-        return f"{type(error).__name__}: the Python worker said: {' '.join(said.split())}"
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return f"{type(error).__name__}: {first}"
 
 
 def _noise(line: str) -> bool:
