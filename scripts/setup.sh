@@ -14,5 +14,5 @@ if ! command -v mvn >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven
 fi
 
-python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[browser,test]'
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[browser,test,airflow]'
 python3 -m orchestration.services.jars

@@ -5,7 +5,8 @@
   for the failover tests;
 - ``tests.fixtures.spark``: one local SparkSession per test session;
 - ``tests.fixtures.postgres``: a throwaway PostgreSQL server (installed with apt-get when missing);
-- ``tests.fixtures.browser``: headless Chromium from Debian (installed with apt-get when missing).
+- ``tests.fixtures.browser``: headless Chromium from Debian (installed with apt-get when missing);
+- ``tests.fixtures.airflow``: a throwaway Airflow 3 home for the session (set before Airflow is imported).
 
 ``tests.fixtures.transactions`` (plain helpers, no fixtures) writes with transactional producers and
 reads what a read_committed consumer sees. ``tests/daemon/conftest.py`` starts one kprio deployment under the real Dagster daemon
@@ -17,7 +18,8 @@ import signal
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser"]
+pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser",
+                  "tests.fixtures.airflow"]
 
 
 @pytest.fixture(scope="session", autouse=True)

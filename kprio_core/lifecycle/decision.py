@@ -113,6 +113,15 @@ class Decision:
         return self.verdict
 
     @property
+    def acts(self) -> bool:
+        """True when a driver has something to carry out for the topic (anything but a skip).
+
+        >>> Decision("orders", Verdict.IDLE, (Skip("no backlog"),)).acts
+        False
+        """
+        return any(not isinstance(a, Skip) for a in self.actions)
+
+    @property
     def launch(self) -> tuple[Launch, ...]:
         """Runs of recorded batches to request."""
         return tuple(a for a in self.actions if isinstance(a, Launch))

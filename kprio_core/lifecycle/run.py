@@ -48,7 +48,7 @@ A failed batch, attempt 2 of 3, whose backoff ends in 10 s: wait until then, the
 Attempt 3 of 3 failed: its partitions wait for an operator, who may still re-drain it:
 
 >>> spent = BatchView("b-000007", BatchState.FAILED, attempts=3, holds=True, reason="boom")
->>> decide_run(spent, Intent(Launcher.DAGSTER_RETRY, 3), owner=me, recovery=RecoverySettings(), now=now).message
+>>> decide_run(spent, Intent(Launcher.ORCHESTRATOR_RETRY, 3), owner=me, recovery=RecoverySettings(), now=now).message
 'b-000007 failed 3 times (recovery.max_attempts=3): boom; its partitions wait for an operator: kprio retry b-000007'
 >>> decide_run(spent, Intent(Launcher.OPERATOR), owner=me, recovery=RecoverySettings(), now=now).how
 <DrainFrom.REDRAIN: 'redrain'>
@@ -86,9 +86,9 @@ class Launcher(str, enum.Enum):
     """Who asked for a run of a batch."""
 
     SENSOR = "sensor"
-    """priority_lag_sensor (or ``kprio drain``): for a given attempt."""
-    DAGSTER_RETRY = "dagster-retry"
-    """Dagster's run-retry daemon, after a failed run."""
+    """The tick (priority_lag_sensor, ``kprio drain``, the Airflow DAG's plan task): for a given attempt."""
+    ORCHESTRATOR_RETRY = "orchestrator-retry"
+    """The orchestrator's own retry after a failed run: Dagster's run-retry daemon, an Airflow task's retry."""
     OPERATOR = "operator"
     """A person: the asset page, the asset graph, the job page, a backfill, ``kprio retry``."""
 
@@ -312,7 +312,7 @@ def _resume(batch: BatchView, intent: Intent, owner: str, now: datetime, dead: C
         return Drain(DrainFrom.AS_IS)
     if live_elsewhere(lease, owner, now, dead):
         return _held(batch)  # its outcome decides: wait for it, then decide again
-    if lease is None and (intent.kind is Launcher.DAGSTER_RETRY or wanted == batch.attempts):
+    if lease is None and (intent.kind is Launcher.ORCHESTRATOR_RETRY or wanted == batch.attempts):
         return Drain(DrainFrom.AS_IS)  # nobody took it yet: this run goes on from where it stands
     if intent.kind is Launcher.SENSOR and wanted is not None and wanted < batch.attempts:
         return NothingToDo(DoneWhy.LATER_ATTEMPT, f"{batch.batch_id} is at attempt {batch.attempts}, after the "
@@ -349,11 +349,16 @@ def live_elsewhere(lease: Lease | None, owner: str, now: datetime, dead: Collect
 def run_label(owner: str) -> str:
     """The short run id a lease owner names (what the ledger's reasons say), else the owner itself.
 
-    >>> run_label("6f1c2d3e-1234-5678@host:42"), run_label("someone")
-    ('6f1c2d3e', 'someone')
+    A run id may name its driver first (``airflow:<task instance id>``); the label keeps it.
+
+    >>> run_label("6f1c2d3e-1234-5678@host:42"), run_label("airflow:0193a2b4-77@host:42"), run_label("someone")
+    ('6f1c2d3e', 'airflow:0193a2b4', 'someone')
     """
     parsed = parse_owner(owner)
-    return parsed.run_id[:8] if parsed is not None and parsed.run_id else owner
+    if parsed is None or not parsed.run_id:
+        return owner
+    driver, _, run_id = parsed.run_id.rpartition(":")
+    return f"{driver}:{run_id[:8]}" if driver else run_id[:8]
 
 
 def refused(kind: WaitWhy, message: str) -> Wait:

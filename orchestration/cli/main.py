@@ -25,6 +25,9 @@ def _root() -> None:
 
 
 # Command registrations: one line per command module (keep alphabetical).
+from orchestration.cli import airflow  # noqa: E402
+
+app.add_typer(airflow.app, name="airflow")
 from orchestration.cli import broker  # noqa: E402
 
 app.add_typer(broker.app, name="broker")

@@ -7,7 +7,7 @@ Every run of a batch partition carries ``dagster/partition=<batch id>`` whatever
 >>> intent_of({"kprio/attempt": "2", "kprio/why": "retry"})
 Intent(kind=<Launcher.SENSOR: 'sensor'>, attempt=2, why=<LaunchReason.RETRY: 'retry'>)
 >>> intent_of({"kprio/attempt": "2", "dagster/retry_number": "1"}).kind, intent_of({}).kind
-(<Launcher.DAGSTER_RETRY: 'dagster-retry'>, <Launcher.OPERATOR: 'operator'>)
+(<Launcher.ORCHESTRATOR_RETRY: 'orchestrator-retry'>, <Launcher.OPERATOR: 'operator'>)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def intent_of(tags: Mapping[str, str]) -> Intent:
     attempt = int(tags[ATTEMPT_TAG]) if tags.get(ATTEMPT_TAG, "").isdigit() else None
     why = LaunchReason.parse(tags.get(WHY_TAG))
     if RETRY_NUMBER_TAG in tags:
-        return Intent(Launcher.DAGSTER_RETRY, attempt, why)
+        return Intent(Launcher.ORCHESTRATOR_RETRY, attempt, why)
     if attempt is not None:
         return Intent(Launcher.SENSOR, attempt, why)
     return Intent(Launcher.OPERATOR)

@@ -139,9 +139,15 @@ class BatchRun:
 
     # -- the whole run ---------------------------------------------------------------------------
 
-    def events(self) -> Iterator[Event]:
-        """Carry the run out; RunFailed (or the unexpected error itself) when it fails."""
-        warm_up()  # Great Expectations' import overlaps the drain
+    def events(self, *, commit: bool = True) -> Iterator[Event]:
+        """Carry the run out; RunFailed (or the unexpected error itself) when it fails.
+
+        ``commit=False`` stops once the batch is published (checked): a driver that runs the commit
+        as a step of its own (an Airflow task) starts another run of the batch for it, which finds
+        only the commit left (:func:`~kprio_core.lifecycle.run.work_left`).
+        """
+        if commit or work_left(self.ledger.get(self.batch_id).state) is Work.DRAIN:
+            warm_up()  # Great Expectations' import overlaps the drain
         taken = self.take()
         if isinstance(taken, NothingToDo):
             self.log.info(taken.message)
@@ -150,7 +156,7 @@ class BatchRun:
         topic = self.config.topic(taken.logical_topic)
         self.token = taken.token
         with Heartbeat(self.ledger_url, self.batch_id, self.token, self.config.recovery.lease_s) as heartbeat:
-            yield from self._work(taken, topic, heartbeat)
+            yield from self._work(taken, topic, heartbeat, commit=commit)
         self._release()  # a batch left in flight (waiting to commit) is free for whoever moves it next
 
     # -- 1. take the batch -----------------------------------------------------------------------
@@ -223,14 +229,14 @@ class BatchRun:
 
     # -- 2-5. drain, isolate, check, publish -----------------------------------------------------
 
-    def _work(self, batch: Batch, topic: TopicSettings, heartbeat: Heartbeat) -> Iterator[Event]:
+    def _work(self, batch: Batch, topic: TopicSettings, heartbeat: Heartbeat, *, commit: bool) -> Iterator[Event]:
         """Drain, check, publish and commit as far as the batch's state asks; any failure fails the batch."""
         try:
             if work_left(batch.state) is Work.DRAIN:
                 yield from self._drain_and_check(batch, topic, heartbeat)
             else:
                 yield from self._checks_of(batch)  # only the commit is left: its output passed these
-            if self.ledger.get(self.batch_id).state is BatchState.CHECKED:
+            if commit and self.ledger.get(self.batch_id).state is BatchState.CHECKED:
                 yield from self._commit(topic, heartbeat)
         except _BatchFailed as failed:
             self._fail(failed.reason, transient=failed.transient)

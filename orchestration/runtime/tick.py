@@ -190,7 +190,7 @@ def apply(runs: Runs, edge, ledger: Ledger, config: KprioConfig, topic: TopicSet
             continue
         if launch.early:  # a fresh driver retries a transient failure now: its run must not wait the backoff out
             ledger.retry_now(launch.batch.batch_id)
-        _info(log, f"{name}: {launch.describe()} -> drain_job")
+        _info(log, f"{name}: {launch.describe()}: run requested")
         requests.append(run_order(launch))
     if not requests:
         reasons.append(decision.describe() if several_topics else decision.summary())

@@ -42,7 +42,7 @@ S = BatchState
 SENSOR1 = Intent(Launcher.SENSOR, 1, LaunchReason.NEW)
 SENSOR2 = Intent(Launcher.SENSOR, 2, LaunchReason.RETRY)
 SENSOR3 = Intent(Launcher.SENSOR, 3, LaunchReason.RETRY)
-RETRY1 = Intent(Launcher.DAGSTER_RETRY, 1)
+RETRY1 = Intent(Launcher.ORCHESTRATOR_RETRY, 1)
 OPERATOR = Intent(Launcher.OPERATOR)
 
 

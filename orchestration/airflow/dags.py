@@ -1,0 +1,139 @@
+"""The Airflow DAGs of a kprio deployment, built from ``kprio.yaml``: drain, re-drain.
+
+A dags folder loads them with a two-line file (``kprio airflow init --dags-folder D`` writes it)::
+
+    from orchestration.airflow.dags import kprio_dags
+    globals().update(kprio_dags())  # --config, else $KPRIO_CONFIG, else ./kprio.yaml
+
+Building them reads the configuration only: no Spark, broker, ledger or Great Expectations work
+happens in the DAG processor. A configuration that does not load is one DAG import error, the
+configuration's own message (:class:`KprioDagsError`).
+
+``kprio_drain`` (``@continuous``, one run at a time): ``wait_for_batches`` defers to the
+triggerer until a tick has work (:mod:`orchestration.airflow.trigger`); ``plan`` runs the tick,
+which records the batches and claims their launches in the ledger; then one ``batch`` task
+group per batch, mapped over the plan's run orders (its map index shows the batch id): ``drain``
+(take, drain, isolate, check, publish; the checks in its log and XCom) then ``commit``. The
+drain and commit tasks run in the pool :data:`POOL` (``planner.max_in_flight`` x the largest
+number of priorities: ``kprio airflow init`` creates it; the ledger enforces the limit per
+priority exactly), and Airflow's retries (``recovery.max_attempts`` - 1, exponential from
+``recovery.backoff_s`` to ``backoff_max_s``) are kprio's retries of the batch.
+
+``kprio_redrain`` (triggered by a person, conf ``{"batch": "b-000042"}``): re-drains exactly that
+batch's ledger ranges once; a committed batch commits nothing new.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from airflow.exceptions import AirflowFailException
+from airflow.sdk import DAG, Param, get_current_context, task, task_group
+
+from kprio_core.config import KprioConfig, load_config
+from kprio_core.errors import KprioError
+from orchestration.airflow import tasks
+from orchestration.airflow.trigger import WaitForBatches
+
+DRAIN_DAG = "kprio_drain"
+REDRAIN_DAG = "kprio_redrain"
+POOL = "kprio_drain"
+TAGS = ["kprio"]
+
+
+class KprioDagsError(Exception):
+    """The configuration did not load: the DAG file's import error, in one line."""
+
+
+def kprio_dags(config: str | os.PathLike | None = None) -> dict[str, DAG]:
+    """The DAGs by id, for a DAG file's ``globals()``."""
+    path = tasks.config_file(config)
+    try:
+        loaded = load_config(path)
+    except KprioError as err:
+        raise KprioDagsError(f"kprio: cannot build the Airflow DAGs from {path or 'the built-in defaults'}: "
+                             f"{err}") from None
+    return {dag.dag_id: dag for dag in (drain_dag(loaded, path), redrain_dag(loaded, path))}
+
+
+def pool_slots(config: KprioConfig) -> int:
+    """The size of :data:`POOL`: every batch a priority may have in flight, for the topic with the most priorities."""
+    return config.planner.max_in_flight * max((t.priorities for t in config.topics), default=1)
+
+
+def _retries(config: KprioConfig) -> dict[str, Any]:
+    recovery = config.recovery
+    return {"retries": max(0, recovery.max_attempts - 1), "retry_delay": timedelta(seconds=recovery.backoff_s),
+            "retry_exponential_backoff": True, "max_retry_delay": timedelta(seconds=recovery.backoff_max_s)}
+
+
+def _me() -> tasks.TaskIdentity:
+    ti = get_current_context()["ti"]
+    return tasks.TaskIdentity(str(ti.id), int(ti.try_number or 1))
+
+
+def _carry_out(work, *args: Any) -> Any:
+    """Run a task body; its one-line failure as Airflow's (no retry when retrying cannot help)."""
+    try:
+        return work(*args, _me())
+    except tasks.TaskFailed as failed:
+        if not failed.retry:
+            raise AirflowFailException(str(failed)) from None
+        raise
+
+
+def drain_dag(config: KprioConfig, path: str | None) -> DAG:
+    """``kprio_drain``: wait (deferred) -> plan -> one ``batch`` group (drain -> commit) per batch."""
+    with DAG(
+        DRAIN_DAG, schedule="@continuous", max_active_runs=1, catchup=False, tags=TAGS,
+        default_args={"pool": POOL, **_retries(config)},
+        description="kprio: drain the priority topics in batches (plan, drain, check, publish, commit)",
+        doc_md=__doc__,
+    ) as dag:
+        wait = WaitForBatches(task_id="wait_for_batches", config_path=path, poll_s=config.sensor.interval_s,
+                              pool="default_pool", retries=0)
+
+        @task(task_id="plan", pool="default_pool", retries=0)
+        def plan() -> list[dict[str, Any]]:
+            return _carry_out(tasks.plan_batches, path)
+
+        @task(task_id="drain", map_index_template="{{ batch_id }}")
+        def drain(order: dict[str, Any]) -> dict[str, Any]:
+            get_current_context()["batch_id"] = order["batch_id"]
+            return _carry_out(tasks.drain_batch, path, order)
+
+        @task(task_id="commit", map_index_template="{{ batch_id }}")
+        def commit(order: dict[str, Any]) -> dict[str, Any]:
+            get_current_context()["batch_id"] = order["batch_id"]
+            return _carry_out(tasks.commit_batch, path, order)
+
+        @task_group(group_id="batch")
+        def batch(order: dict[str, Any]) -> None:
+            drain(order) >> commit(order)
+
+        orders = plan()
+        wait >> orders
+        batch.expand(order=orders)
+    return dag
+
+
+def redrain_dag(config: KprioConfig, path: str | None) -> DAG:
+    """``kprio_redrain``: one operator's re-drain of the batch the trigger's conf names."""
+    with DAG(
+        REDRAIN_DAG, schedule=None, catchup=False, tags=TAGS, max_active_runs=1,
+        params={"batch": Param(None, type=["null", "string"],
+                               description="The kprio batch to re-drain (its exact ledger ranges), e.g. b-000042")},
+        description="kprio: re-drain one batch's exact ledger ranges (a committed batch commits nothing new)",
+        doc_md=__doc__,
+    ) as dag:
+
+        @task(task_id="redrain", pool=POOL, retries=0)
+        def redrain() -> dict[str, Any]:
+            # The run's conf (the UI's trigger form writes its params there too): what this run was asked for.
+            conf = get_current_context()["dag_run"].conf or {}
+            return _carry_out(tasks.redrain_batch, path, conf.get("batch"))
+
+        redrain()
+    return dag

@@ -1,0 +1,244 @@
+"""What the Airflow tasks do, over the shared runtime: plan, drain, commit, re-drain. No rule of their own.
+
+Each function is the body of one task of :mod:`orchestration.airflow.dags` and runs in the task's
+process (a worker's, or the test's own under ``dag.test()``); it loads ``kprio.yaml`` once and
+hands the typed config to the runtime:
+
+- :func:`plan_batches` runs the tick (:func:`orchestration.runtime.tick.tick`, the one applier the
+  Dagster sensor and ``kprio drain`` use), again while it requests new runs and at most
+  ``planner.max_in_flight`` times per priority, so the batches of every free slot run side by side
+  in one DAG run; its result (the run orders, one per run key) maps the batch task group;
+- :func:`drain_batch` runs :class:`~orchestration.runtime.batch.BatchRun` up to the publish
+  (take, drain, isolate, check, publish); :func:`commit_batch` runs it again for the commit, which
+  is all the batch has left then (:func:`~kprio_core.lifecycle.run.work_left`);
+- :func:`redrain_batch` is an operator's run of one batch (re-drains its exact ledger ranges once).
+
+Airflow 3 tasks reach no metadata database, so the runtime's run store is kprio's own ledger here
+(:class:`~orchestration.runtime.runs.NoRuns`): leases and launch claims say who works on a batch,
+a lease owner is gone when its process is gone from this host or its lease expired. An Airflow
+retry of a task is the orchestrator's retry of the run
+(:attr:`~kprio_core.lifecycle.run.Launcher.ORCHESTRATOR_RETRY`), which waits the batch's backoff
+out and takes over a run that died (a zombie task) by the same lease rules as under Dagster.
+
+>>> order = RunOrder("b-000007.attempt-2", "b-000007", {"kprio/attempt": "2", "kprio/why": "retry"})
+>>> as_xcom(order)["batch_id"], intent_of(as_xcom(order), try_number=1)
+('b-000007', Intent(kind=<Launcher.SENSOR: 'sensor'>, attempt=2, why=<LaunchReason.RETRY: 'retry'>))
+>>> intent_of(as_xcom(order), try_number=2).kind
+<Launcher.ORCHESTRATOR_RETRY: 'orchestrator-retry'>
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kprio_core.config import KprioConfig, load_config
+from kprio_core.errors import BatchNotFound
+from kprio_core.lifecycle.run import Intent, Launcher, LaunchReason
+from kprio_core.results import CheckReport
+from orchestration.runtime.runs import RunOrder
+from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG
+
+LOG = logging.getLogger("kprio.airflow")
+
+DRIVER = "airflow"
+"""The prefix of every lease and launch-claim owner an Airflow task writes (``airflow:<task instance id>``)."""
+
+
+class TaskFailed(Exception):
+    """A task's one-line failure (the DAG's task wrapper raises it again as Airflow's ``AirflowFailException``
+    when retrying cannot help, else as is, so Airflow's retries apply)."""
+
+    def __init__(self, message: str, *, retry: bool = True) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """What kprio needs of the Airflow task instance running: its id (the lease owner's run id) and its try."""
+
+    ti_id: str
+    try_number: int = 1
+
+    @property
+    def run_id(self) -> str:
+        return f"{DRIVER}:{self.ti_id}"
+
+
+# -- plan ------------------------------------------------------------------------------------------
+
+
+def as_xcom(order: RunOrder) -> dict[str, Any]:
+    """A run order as the plan task returns it (JSON, one mapped batch task group each)."""
+    return {"batch_id": order.partition_key, "run_key": order.run_key, "topic": order.tags.get(TOPIC_TAG),
+            "attempt": int(order.tags.get(ATTEMPT_TAG, "0") or 0) or None, "why": order.tags.get(WHY_TAG)}
+
+
+def intent_of(order: Mapping[str, Any], try_number: int) -> Intent:
+    """Who launched this task's run of the batch: the tick's plan (first try) or Airflow's retry of it."""
+    kind = Launcher.SENSOR if try_number <= 1 else Launcher.ORCHESTRATOR_RETRY
+    return Intent(kind, order.get("attempt"), LaunchReason.parse(order.get("why")))
+
+
+def plan_batches(config_path: str | None, me: TaskIdentity) -> list[dict[str, Any]]:
+    """Tick until no run is requested (at most ``max_in_flight`` x priorities times); the run orders."""
+    from kprio_core.kafka import KafkaEdge
+    from kprio_core.ledger import Ledger
+    from orchestration.runtime.healing import probe_causes
+    from orchestration.runtime.leases import this_owner
+    from orchestration.runtime.runs import NoRuns
+    from orchestration.runtime.tick import tick
+
+    config = _config(config_path)
+    driver = this_owner(me.run_id)
+    turns = config.planner.max_in_flight * max((t.priorities for t in config.topics), default=1)
+    orders: dict[str, dict[str, Any]] = {}  # by run key: a later tick asks again for the runs it still sees launchable
+    with Ledger.from_settings(config.ledger) as ledger, contextlib.closing(KafkaEdge(config.kafka)) as edge:
+        probed = probe_causes(ledger, config, cause_seen=False)
+        if probed.problem:
+            LOG.info(f"transient failures wait: {probed.problem}")
+        for turn in range(turns):
+            done = tick(NoRuns(), edge, ledger, config, log=LOG, driver=driver, fresh_start=turn == 0)
+            new = {r.run_key: as_xcom(r) for r in done.requests if r.run_key not in orders}
+            if not new:
+                if not orders:
+                    LOG.info(f"nothing to launch: {done.skip_reason}")
+                break
+            orders.update(new)
+    LOG.info(f"{len(orders)} batch(es) to run: {', '.join(o['batch_id'] for o in orders.values()) or 'none'}")
+    return list(orders.values())
+
+
+# -- the batch's run -------------------------------------------------------------------------------
+
+
+def drain_batch(config_path: str | None, order: Mapping[str, Any], me: TaskIdentity) -> dict[str, Any]:
+    """Take, drain, isolate, check and publish the batch (no commit); its checks and numbers (XCom)."""
+    return _run(config_path, order["batch_id"], intent_of(order, me.try_number), me, commit=False)
+
+
+def commit_batch(config_path: str | None, order: Mapping[str, Any], me: TaskIdentity) -> dict[str, Any]:
+    """Commit the published batch's offsets (and later batches that waited for it); what was committed."""
+    return _run(config_path, order["batch_id"], intent_of(order, me.try_number), me, commit=True)
+
+
+def redrain_batch(config_path: str | None, batch_id: object, me: TaskIdentity) -> dict[str, Any]:
+    """An operator's run of ``batch_id``: re-drain its exact ranges once; a committed batch commits nothing new."""
+    if not isinstance(batch_id, str) or not batch_id.strip():
+        raise TaskFailed('kprio_redrain needs the batch to re-drain: trigger it with the conf {"batch": "b-000042"} '
+                         "(kprio's batch ids: kprio lag, the ledger, a drain task's XCom)", retry=False)
+    return _run(config_path, batch_id.strip(), Intent(Launcher.OPERATOR), me, commit=True)
+
+
+def _run(config_path: str | None, batch_id: str, intent: Intent, me: TaskIdentity, *, commit: bool) -> dict[str, Any]:
+    from kprio_core.kafka import KafkaEdge
+    from kprio_core.ledger import Ledger
+    from orchestration.runtime.batch import BatchRun, Checked, Committed, Drained, RunFailed
+    from orchestration.runtime.runs import NoRuns
+
+    config = _config(config_path)
+    result: dict[str, Any] = {"batch_id": batch_id}
+    with Ledger.from_settings(config.ledger) as ledger, _lazy(lambda: KafkaEdge(config.kafka)) as edge, \
+            _spark(config) as spark:
+        run = BatchRun(batch_id=batch_id, intent=intent, run_id=me.run_id, ledger=ledger,
+                       ledger_url=config.ledger.url, config=config, spark=spark, edge=edge,
+                       owner_dead=NoRuns().owner_dead, add_batch=lambda split: LOG.info(f"{split} split off"),
+                       log=LOG)
+        try:
+            for event in run.events(commit=commit):
+                if isinstance(event, Checked):
+                    result["checks"] = checks_xcom(event.report)
+                    for name, outcome in result["checks"].items():
+                        LOG.info(f"check {name}: {'passed' if outcome['passed'] else 'FAILED'} "
+                                 f"{outcome['description']}")
+                elif isinstance(event, Drained):
+                    result["drained"] = _plain(event.metadata)
+                elif isinstance(event, Committed):
+                    result.setdefault("committed", {})[event.batch_id] = _plain(event.metadata)
+                    LOG.info(f"{event.batch_id} committed" + (f" ({event.note})" if event.note else ""))
+        except RunFailed as failed:
+            raise TaskFailed(str(failed)) from failed.__cause__
+        except BatchNotFound:
+            raise TaskFailed(f"{batch_id} is not a batch of {ledger!r}: name one the drain DAG recorded "
+                             "(kprio lag, a plan task's XCom)", retry=False) from None
+    result["state"] = _state(config, batch_id)
+    return result
+
+
+def checks_xcom(report: CheckReport) -> dict[str, dict[str, Any]]:
+    """The blocking checks' verdicts by name: passed, numbers, where it failed (the task's XCom)."""
+    return {o.name: {"passed": o.passed, "metadata": _plain(o.metadata),
+                     "failed_ranges": [str(r) for r in o.failed_ranges],
+                     "description": "" if o.passed else o.failure()} for o in report.outcomes}
+
+
+# -- resources of a task ---------------------------------------------------------------------------
+
+
+def _config(config_path: str | None) -> KprioConfig:
+    return load_config(config_path, env=os.environ)
+
+
+def _state(config: KprioConfig, batch_id: str) -> str:
+    from kprio_core.ledger import Ledger
+
+    with Ledger.from_settings(config.ledger) as ledger:
+        return ledger.get(batch_id).state.value
+
+
+@contextlib.contextmanager
+def _lazy(make: Callable[[], Any]) -> Iterator[Callable[[], Any]]:
+    """A getter that makes the thing on first use, closed on exit when it was made."""
+    made: list[Any] = []
+
+    def get() -> Any:
+        if not made:
+            made.append(make())
+        return made[0]
+
+    try:
+        yield get
+    finally:
+        for thing in made:
+            thing.close()
+
+
+@contextlib.contextmanager
+def _spark(config: KprioConfig) -> Iterator[Callable[[], Any]]:
+    """The task's SparkSession on first use (an active one, as under ``dag.test()``, is reused and left running)."""
+    from spark_jobs.session import build_session, session_running
+
+    made: list[Any] = []
+
+    def get() -> Any:
+        if not made:
+            existed = session_running()
+            made.append((build_session(config.spark, app_name="kprio-airflow"), existed))
+        return made[0][0]
+
+    try:
+        yield get
+    finally:
+        for session, existed in made:
+            if not existed:
+                session.stop()
+
+
+def _plain(values: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON values only (an XCom): paths and Markdown as their text."""
+    return json.loads(json.dumps(dict(values), default=str))
+
+
+def config_file(path: str | os.PathLike | None) -> str | None:
+    """The absolute path a task process loads (its working directory is the worker's, not the DAG file's)."""
+    from kprio_core.config import config_path
+
+    chosen = config_path(path)
+    return str(Path(chosen).resolve()) if chosen is not None else None

@@ -1,0 +1,70 @@
+"""``kprio airflow init``: load kprio's DAGs into an Airflow 3 deployment (the ``airflow`` extra).
+
+Writes the two-line DAG file into the dags folder (never replacing another file unless
+``--force``) and creates or resizes Airflow's pool ``kprio_drain`` with ``airflow pools set``
+(``planner.max_in_flight`` x the largest number of priorities); without the ``airflow`` command
+it prints the command to run instead.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestration.cli.common import ConfigOption, clean_errors, config_from, fail
+
+app = typer.Typer(
+    help="Run kprio under Airflow 3: write the DAG file that loads kprio's DAGs from kprio.yaml.\n\n"
+    "Example: kprio airflow init --dags-folder $AIRFLOW_HOME/dags --config kprio.yaml",
+    no_args_is_help=True,
+)
+
+DAG_FILE = "kprio_dags.py"
+MARK = "# written by kprio airflow init"
+
+
+def dag_file_text(config: Path | None) -> str:
+    """The DAG file: it loads ``config`` (absolute), else whatever $KPRIO_CONFIG or ./kprio.yaml names at parse time."""
+    argument = repr(str(config.resolve())) if config is not None else ""
+    return (f'"""kprio\'s Airflow DAGs (kprio_drain, kprio_redrain), built from kprio.yaml."""  {MARK}\n'
+            "from orchestration.airflow.dags import kprio_dags\n\n"
+            f"globals().update(kprio_dags({argument}))\n")
+
+
+@app.command()
+@clean_errors
+def init(
+    dags_folder: Annotated[Path, typer.Option("--dags-folder", help="Airflow's dags folder ([core] dags_folder).")],
+    config: ConfigOption = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a kprio_dags.py kprio did not write.")] = False,
+    pool: Annotated[bool, typer.Option("--pool/--no-pool", help="Create or resize the pool kprio_drain.")] = True,
+) -> None:
+    """Write DAGS_FOLDER/kprio_dags.py and set up the pool kprio_drain.
+
+    Example: kprio airflow init --dags-folder ~/airflow/dags --config /srv/kprio/kprio.yaml
+    """
+    from orchestration.airflow.dags import POOL, pool_slots  # needs the airflow extra
+
+    loaded = config_from(config)  # a configuration that does not load fails here, not in the DAG processor
+    target = dags_folder / DAG_FILE
+    if target.exists() and MARK not in target.read_text(errors="replace") and not force:
+        raise fail(f"{target} exists and kprio did not write it: pass --force to replace it")
+    dags_folder.mkdir(parents=True, exist_ok=True)
+    target.write_text(dag_file_text(config))
+    typer.echo(f"wrote {target}: the DAGs kprio_drain and kprio_redrain")
+    slots = pool_slots(loaded)
+    command = ["airflow", "pools", "set", POOL, str(slots), "kprio: drain and commit tasks in flight"]
+    if not pool:
+        typer.echo(f"create the pool yourself: {' '.join(command[:5])} '{command[5]}'")
+        return
+    if shutil.which("airflow") is None:
+        raise fail(f"the airflow command is not on PATH: run {' '.join(command[:5])} '{command[5]}' where it is")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise fail(f"airflow pools set {POOL} failed (exit {done.returncode}): {said[-1] if said else 'no output'}")
+    typer.echo(f"pool {POOL}: {slots} slots (planner.max_in_flight x priorities)")
