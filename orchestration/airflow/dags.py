@@ -20,7 +20,11 @@ priority exactly), and Airflow's retries (``recovery.max_attempts`` - 1, exponen
 ``recovery.backoff_s`` to ``backoff_max_s``) are kprio's retries of the batch.
 
 ``kprio_redrain`` (triggered by a person, conf ``{"batch": "b-000042"}``): re-drains exactly that
-batch's ledger ranges once; a committed batch commits nothing new.
+batch's ledger ranges once; a committed batch commits nothing new. ``kprio_replay`` (conf
+``{"start": "2026-11-26T04:00:00Z"}``, ``end`` one hour later unless given): the window's records
+of every priority topic (offsets-for-times) drained again into ``drain.replay_path``, checked
+before they are published; no consumer group moves (Dagster's ``replayed_window`` does the same
+per hour).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from orchestration.airflow.trigger import WaitForBatches
 
 DRAIN_DAG = "kprio_drain"
 REDRAIN_DAG = "kprio_redrain"
+REPLAY_DAG = "kprio_replay"
 POOL = "kprio_drain"
 TAGS = ["kprio"]
 
@@ -48,14 +53,14 @@ class KprioDagsError(Exception):
 
 
 def kprio_dags(config: str | os.PathLike | None = None) -> dict[str, DAG]:
-    """The DAGs by id, for a DAG file's ``globals()``."""
+    """The DAGs by id (``kprio_drain``, ``kprio_redrain``, ``kprio_replay``), for a DAG file's ``globals()``."""
     path = tasks.config_file(config)
     try:
         loaded = load_config(path)
     except KprioError as err:
         raise KprioDagsError(f"kprio: cannot build the Airflow DAGs from {path or 'the built-in defaults'}: "
                              f"{err}") from None
-    return {dag.dag_id: dag for dag in (drain_dag(loaded, path), redrain_dag(loaded, path))}
+    return {dag.dag_id: dag for dag in (drain_dag(loaded, path), redrain_dag(loaded, path), replay_dag(path))}
 
 
 def pool_slots(config: KprioConfig) -> int:
@@ -136,4 +141,24 @@ def redrain_dag(config: KprioConfig, path: str | None) -> DAG:
             return _carry_out(tasks.redrain_batch, path, conf.get("batch"))
 
         redrain()
+    return dag
+
+
+def replay_dag(path: str | None) -> DAG:
+    """``kprio_replay``: the time window its conf names, of every topic, drained again into the replay output."""
+    with DAG(
+        REPLAY_DAG, schedule=None, catchup=False, tags=TAGS,
+        params={"start": Param(None, type=["null", "string"], description="Start of the window (ISO 8601, UTC "
+                               "unless it says otherwise), e.g. 2026-11-26T04:00:00Z"),
+                "end": Param(None, type=["null", "string"], description="End of the window (default: start + 1 h)")},
+        description="kprio: drain a time window of every priority topic again into drain.replay_path "
+        "(offsets-for-times; no consumer group offset moves)",
+        doc_md=__doc__,
+    ) as dag:
+
+        @task(task_id="replay", pool=POOL, retries=0)
+        def replay() -> dict[str, Any]:
+            return _carry_out(tasks.replay, path, get_current_context()["dag_run"].conf or {})
+
+        replay()
     return dag

@@ -11,7 +11,9 @@ hands the typed config to the runtime:
 - :func:`drain_batch` runs :class:`~orchestration.runtime.batch.BatchRun` up to the publish
   (take, drain, isolate, check, publish); :func:`commit_batch` runs it again for the commit, which
   is all the batch has left then (:func:`~kprio_core.lifecycle.run.work_left`);
-- :func:`redrain_batch` is an operator's run of one batch (re-drains its exact ledger ranges once).
+- :func:`redrain_batch` is an operator's run of one batch (re-drains its exact ledger ranges once);
+- :func:`replay` drains a time window of every topic again into the replay output
+  (:func:`orchestration.runtime.replay.replay_window`, what Dagster's ``replayed_window`` runs).
 
 Airflow 3 tasks reach no metadata database, so the runtime's run store is kprio's own ledger here
 (:class:`~orchestration.runtime.runs.NoRuns`): leases and launch claims say who works on a batch,
@@ -35,6 +37,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +138,61 @@ def redrain_batch(config_path: str | None, batch_id: object, me: TaskIdentity) -
         raise TaskFailed('kprio_redrain needs the batch to re-drain: trigger it with the conf {"batch": "b-000042"} '
                          "(kprio's batch ids: kprio lag, the ledger, a drain task's XCom)", retry=False)
     return _run(config_path, batch_id.strip(), Intent(Launcher.OPERATOR), me, commit=True)
+
+
+def replay(config_path: str | None, conf: Mapping[str, Any], me: TaskIdentity) -> dict[str, Any]:
+    """Drain the window ``conf`` names (``start``, ``end`` = start + 1 h) of every topic into the replay output."""
+    from kprio_core.kafka import KafkaEdge
+    from orchestration.runtime.replay import ReplayFailed, replay_window, window_id
+
+    start, end = replay_window_of(conf)
+    config = _config(config_path)
+    replay_id = window_id(start, end)
+    with _lazy(lambda: KafkaEdge(config.kafka)) as edge, _spark(config) as spark:
+        try:
+            done = replay_window(config, spark(), edge(), int(start.timestamp() * 1000), int(end.timestamp() * 1000),
+                                 replay_id)
+        except ReplayFailed as failed:
+            raise TaskFailed(f"replay of {replay_id} failed: {failed}") from None
+    checks = checks_xcom(done.report)
+    for name, outcome in checks.items():
+        LOG.info(f"check {name}: {'passed' if outcome['passed'] else 'FAILED'} {outcome['description']}")
+    if done.failures:
+        raise TaskFailed(f"replay of {replay_id} failed its checks; nothing of {', '.join(done.failures)} was "
+                         "published: " + "; ".join(f"{name}: {why}" for name, why in done.failures.items()),
+                         retry=False)
+    return {"window": replay_id, "start": start.isoformat(), "end": end.isoformat(), "checks": checks,
+            "records": {f"p{p}": n for p, n in sorted(done.records.items(), reverse=True)},
+            "records_by_topic": done.by_topic, "dead_letters": done.dead_letters,
+            "output": config.drain.replay_path}
+
+
+def replay_window_of(conf: Mapping[str, Any]) -> tuple[datetime, datetime]:
+    """The UTC window a replay's conf names; a conf without a valid one fails the task with one line.
+
+    >>> replay_window_of({"start": "2023-11-14T23:00:00Z"})[1].isoformat()
+    '2023-11-15T00:00:00+00:00'
+    >>> replay_window_of({"start": "2023-11-14T23:00", "end": "2023-11-14T22:00"})
+    Traceback (most recent call last):
+    ...
+    orchestration.airflow.tasks.TaskFailed: kprio_replay: the window's end 2023-11-14T22:00:00+00:00 is not after its start 2023-11-14T23:00:00+00:00
+    """
+    usage = ('kprio_replay needs the window to replay: trigger it with the conf {"start": "2026-11-26T04:00:00Z"} '
+             '(and "end", one hour later unless given; times in UTC unless they say otherwise)')
+    try:
+        start = _utc(conf["start"])
+        end = _utc(conf["end"]) if conf.get("end") else start + timedelta(hours=1)
+    except (KeyError, TypeError, ValueError) as err:
+        raise TaskFailed(f"{usage}: {err!r} in {dict(conf)}", retry=False) from None
+    if end <= start:
+        raise TaskFailed(f"kprio_replay: the window's end {end.isoformat()} is not after its start "
+                         f"{start.isoformat()}", retry=False)
+    return start, end
+
+
+def _utc(text: object) -> datetime:
+    moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _run(config_path: str | None, batch_id: str, intent: Intent, me: TaskIdentity, *, commit: bool) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def init(
         raise fail(f"{target} exists and kprio did not write it: pass --force to replace it")
     dags_folder.mkdir(parents=True, exist_ok=True)
     target.write_text(dag_file_text(config))
-    typer.echo(f"wrote {target}: the DAGs kprio_drain and kprio_redrain")
+    typer.echo(f"wrote {target}: the DAGs kprio_drain, kprio_redrain and kprio_replay")
     slots = pool_slots(loaded)
     command = ["airflow", "pools", "set", POOL, str(slots), "kprio: drain and commit tasks in flight"]
     if not pool:

@@ -136,3 +136,30 @@ def test_a_redrain_of_no_batch_or_an_unknown_one_fails_with_one_line_and_no_retr
         redrain_batch(str(path), batch, TaskIdentity("t-1"))
     assert str(failed.value).startswith(says) and "\n" not in str(failed.value)
     assert failed.value.retry is False
+
+
+def test_a_replay_triggered_with_a_window_holds_exactly_its_records_and_moves_no_group(
+    make_topic, airflow_config, kprio_dag, spark
+):
+    from tests.orchestration.test_backfills import HOUR_22
+
+    # Records 1 s apart from 22:59:50: p1 offsets 0-9 fall in hour 22, 10-19 in hour 23; p0 only in hour 22.
+    topic = make_topic(priorities=2, partitions=1, records={1: 20, 0: 5}, base_ts_ms=HOUR_22 + 3_590_000)
+    path, config = airflow_config(topic)
+    dag = kprio_dag(path, "kprio_replay")
+
+    for _ in range(2):  # a rerun replaces the window's output
+        run = dag.test(run_conf={"start": "2023-11-14T23:00:00Z"})
+        assert str(run.state) == "success", task_states(run)
+
+    [done] = xcom(run, "replay")
+    assert done["window"] == "w-20231114T2300" and done["records"] == {"p1": 10, "p0": 0}
+    assert all(c["passed"] for c in done["checks"].values())
+    assert read_all_output(spark, config.drain.replay_path, topic) == [(topic.priority_topic(1), 0, o)
+                                                                       for o in range(10, 20)]
+    from kprio_core.kafka import KafkaEdge
+
+    with KafkaEdge(config.kafka) as edge:
+        assert set(edge.committed(topic).values()) == {None}  # the live groups never moved
+    failed = dag.test(run_conf={})  # no window: one line, no retry
+    assert str(failed.state) == "failed" and task_states(failed) == {"replay": ["failed"]}
