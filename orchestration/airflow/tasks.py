@@ -191,7 +191,7 @@ def replay_window_of(conf: Mapping[str, Any]) -> tuple[datetime, datetime]:
 
 
 def _utc(text: object) -> datetime:
-    moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    moment = datetime.fromisoformat(str(text))
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 

@@ -163,3 +163,53 @@ def test_a_replay_triggered_with_a_window_holds_exactly_its_records_and_moves_no
         assert set(edge.committed(topic).values()) == {None}  # the live groups never moved
     failed = dag.test(run_conf={})  # no window: one line, no retry
     assert str(failed.state) == "failed" and task_states(failed) == {"replay": ["failed"]}
+
+
+def test_a_batch_another_driver_holds_waits_in_the_airflow_task_which_names_the_holder(
+    make_topic, airflow_config, spark
+):
+    """Two orchestrators on one ledger: a Dagster run (``kprio drain``'s, the daemon's) holds the batch's lease
+    and renews it; the Airflow task of the same batch drains nothing while it does, and says who holds it."""
+    import logging
+    import os
+    import socket
+    import threading
+    import time
+    import uuid
+
+    from kprio_core.recovery import lease_owner
+    from orchestration.airflow.tasks import drain_batch, plan_batches
+    from orchestration.runtime.leases import Heartbeat
+
+    topic = make_topic(priorities=3, partitions=2, records={0: 60, 2: 10}, schema=SCHEMA)
+    path, config = airflow_config(topic)
+    [order] = plan_batches(str(path), TaskIdentity("plan-1"))
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    airflow_log = logging.getLogger("kprio.airflow")
+    level = airflow_log.level
+    airflow_log.addHandler(handler)
+    airflow_log.setLevel(logging.INFO)  # as in an Airflow task
+    dagster_run = lease_owner(str(uuid.uuid4()), host=socket.gethostname(), pid=os.getpid())
+    try:
+        with Ledger(config.ledger.url) as ledger:
+            held = ledger.claim(order["batch_id"], dagster_run, config.recovery.lease_s)
+            with Heartbeat(config.ledger.url, order["batch_id"], held.token, config.recovery.lease_s):
+                result: dict = {}
+                task = threading.Thread(target=lambda: result.update(
+                    drain_batch(str(path), order, TaskIdentity("drain-1"))))
+                task.start()
+                waits = f"{order['batch_id']} waits: batch {order['batch_id']} is being worked on by {dagster_run}"
+                deadline = time.monotonic() + 60
+                while waits not in said and time.monotonic() < deadline:
+                    task.join(0.2)
+                assert waits in said, said
+                assert ledger.get(order["batch_id"]).state is BatchState.PLANNED  # the Airflow task drained nothing
+                ledger.release(order["batch_id"], dagster_run)  # the other run ends, leaving the batch to it
+            task.join(120)
+            assert result.get("state") == "checked", result  # then it drained it, once: attempt 1
+            assert ledger.get(order["batch_id"]).attempts == 1
+    finally:
+        airflow_log.removeHandler(handler)
+        airflow_log.setLevel(level)
