@@ -33,8 +33,8 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from airflow.exceptions import AirflowFailException
-from airflow.sdk import DAG, Param, get_current_context, task, task_group
+from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import DAG, Param, Variable, get_current_context, task, task_group
 
 from kprio_core.config import KprioConfig, load_config
 from kprio_core.errors import KprioError
@@ -45,6 +45,8 @@ DRAIN_DAG = "kprio_drain"
 REDRAIN_DAG = "kprio_redrain"
 REPLAY_DAG = "kprio_replay"
 POOL = "kprio_drain"
+CAUSE_SEEN_VARIABLE = "kprio_drain.cause_seen"
+"""The Airflow Variable that holds, between DAG runs, whether the probe before a tick saw a transient cause."""
 TAGS = ["kprio"]
 
 
@@ -102,7 +104,13 @@ def drain_dag(config: KprioConfig, path: str | None) -> DAG:
 
         @task(task_id="plan", pool="default_pool", retries=0)
         def plan() -> list[dict[str, Any]]:
-            return _carry_out(tasks.plan_batches, path)
+            # The one bit the tick keeps between DAG runs (the sensor keeps it in its cursor).
+            seen = Variable.get(CAUSE_SEEN_VARIABLE, default="") == "yes"
+            planned = _carry_out(tasks.plan_batches, path, seen)
+            if planned.cause_seen != seen:
+                Variable.set(CAUSE_SEEN_VARIABLE, "yes" if planned.cause_seen else "",
+                             description="kprio: a transient failure's cause was seen by the probe (healing.py)")
+            return planned.orders
 
         @task(task_id="drain", map_index_template="{{ batch_id }}")
         def drain(order: dict[str, Any]) -> dict[str, Any]:

@@ -4,10 +4,11 @@ Each function is the body of one task of :mod:`orchestration.airflow.dags` and r
 process (a worker's, or the test's own under ``dag.test()``); it loads ``kprio.yaml`` once and
 hands the typed config to the runtime:
 
-- :func:`plan_batches` runs the tick (:func:`orchestration.runtime.tick.tick`, the one applier the
-  Dagster sensor and ``kprio drain`` use), again while it requests new runs and at most
-  ``planner.max_in_flight`` times per priority, so the batches of every free slot run side by side
-  in one DAG run; its result (the run orders, one per run key) maps the batch task group;
+- :func:`plan_batches` probes the outputs (:mod:`orchestration.runtime.healing`) and runs the tick
+  (:func:`orchestration.runtime.tick.tick`, the one applier the Dagster sensor and ``kprio drain``
+  use), again while it requests new runs and at most ``planner.max_in_flight`` times per priority,
+  so the batches of every free slot run side by side in one DAG run; its run orders (one per run
+  key) map the batch task group;
 - :func:`drain_batch` runs :class:`~orchestration.runtime.batch.BatchRun` up to the publish
   (take, drain, isolate, check, publish); :func:`commit_batch` runs it again for the commit, which
   is all the batch has left then (:func:`~kprio_core.lifecycle.run.work_left`);
@@ -90,25 +91,43 @@ def intent_of(order: Mapping[str, Any], try_number: int) -> Intent:
     return Intent(kind, order.get("attempt"), LaunchReason.parse(order.get("why")))
 
 
-def plan_batches(config_path: str | None, me: TaskIdentity) -> list[dict[str, Any]]:
-    """Tick until no run is requested (at most ``max_in_flight`` x priorities times); the run orders."""
+@dataclass(frozen=True)
+class Planned:
+    """What the plan task returns to its DAG: the run orders, and whether a transient cause is seen (kept between
+    DAG runs, :mod:`orchestration.runtime.healing`)."""
+
+    orders: list[dict[str, Any]]
+    cause_seen: bool
+
+
+def plan_batches(config_path: str | None, cause_seen: bool, me: TaskIdentity) -> Planned:
+    """Probe, then tick until no new run is requested (at most ``max_in_flight`` x priorities times).
+
+    ``cause_seen``: a probe before an earlier DAG run's tick failed; once it passes, the first tick
+    retries the transient failures at once instead of at their backoff (as the sensor does).
+    """
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
-    from orchestration.runtime.healing import probe_causes
+    from orchestration.runtime.healing import cause_seen_after, probe_causes
     from orchestration.runtime.leases import this_owner
     from orchestration.runtime.runs import NoRuns
     from orchestration.runtime.tick import tick
 
-    config = _config(config_path)
+    config = task_config(config_path)
     driver = this_owner(me.run_id)
     turns = config.planner.max_in_flight * max((t.priorities for t in config.topics), default=1)
     orders: dict[str, dict[str, Any]] = {}  # by run key: a later tick asks again for the runs it still sees launchable
     with Ledger.from_settings(config.ledger) as ledger, contextlib.closing(KafkaEdge(config.kafka)) as edge:
-        probed = probe_causes(ledger, config, cause_seen=False)
+        probed = probe_causes(ledger, config, cause_seen)
         if probed.problem:
             LOG.info(f"transient failures wait: {probed.problem}")
+        elif probed.passed:
+            LOG.info("the cause of the transient failures passed: retrying them now, not at their backoff")
+        seen = cause_seen
         for turn in range(turns):
-            done = tick(NoRuns(), edge, ledger, config, log=LOG, driver=driver, fresh_start=turn == 0)
+            done = tick(NoRuns(), edge, ledger, config, log=LOG, driver=driver, fresh_start=turn == 0 and probed.passed)
+            if turn == 0:
+                seen = cause_seen_after(cause_seen, probed, done)
             new = {r.run_key: as_xcom(r) for r in done.requests if r.run_key not in orders}
             if not new:
                 if not orders:
@@ -116,7 +135,7 @@ def plan_batches(config_path: str | None, me: TaskIdentity) -> list[dict[str, An
                 break
             orders.update(new)
     LOG.info(f"{len(orders)} batch(es) to run: {', '.join(o['batch_id'] for o in orders.values()) or 'none'}")
-    return list(orders.values())
+    return Planned(list(orders.values()), seen)
 
 
 # -- the batch's run -------------------------------------------------------------------------------
@@ -146,7 +165,7 @@ def replay(config_path: str | None, conf: Mapping[str, Any], me: TaskIdentity) -
     from orchestration.runtime.replay import ReplayFailed, replay_window, window_id
 
     start, end = replay_window_of(conf)
-    config = _config(config_path)
+    config = task_config(config_path)
     replay_id = window_id(start, end)
     with _lazy(lambda: KafkaEdge(config.kafka)) as edge, _spark(config) as spark:
         try:
@@ -201,7 +220,7 @@ def _run(config_path: str | None, batch_id: str, intent: Intent, me: TaskIdentit
     from orchestration.runtime.batch import BatchRun, Checked, Committed, Drained, RunFailed
     from orchestration.runtime.runs import NoRuns
 
-    config = _config(config_path)
+    config = task_config(config_path)
     result: dict[str, Any] = {"batch_id": batch_id}
     with Ledger.from_settings(config.ledger) as ledger, _lazy(lambda: KafkaEdge(config.kafka)) as edge, \
             _spark(config) as spark:
@@ -226,7 +245,7 @@ def _run(config_path: str | None, batch_id: str, intent: Intent, me: TaskIdentit
         except BatchNotFound:
             raise TaskFailed(f"{batch_id} is not a batch of {ledger!r}: name one the drain DAG recorded "
                              "(kprio lag, a plan task's XCom)", retry=False) from None
-    result["state"] = _state(config, batch_id)
+        result["state"] = ledger.get(batch_id).state.value
     return result
 
 
@@ -240,15 +259,9 @@ def checks_xcom(report: CheckReport) -> dict[str, dict[str, Any]]:
 # -- resources of a task ---------------------------------------------------------------------------
 
 
-def _config(config_path: str | None) -> KprioConfig:
+def task_config(config_path: str | None) -> KprioConfig:
+    """The configuration a task (or the trigger) loads, once, from the DAG file's path and its environment."""
     return load_config(config_path, env=os.environ)
-
-
-def _state(config: KprioConfig, batch_id: str) -> str:
-    from kprio_core.ledger import Ledger
-
-    with Ledger.from_settings(config.ledger) as ledger:
-        return ledger.get(batch_id).state.value
 
 
 @contextlib.contextmanager

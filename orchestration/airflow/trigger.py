@@ -67,9 +67,9 @@ class Backlog:
         if self._open is None:
             from kprio_core.kafka import KafkaEdge
             from kprio_core.ledger import Ledger
-            from orchestration.airflow.tasks import _config
+            from orchestration.airflow.tasks import task_config
 
-            config = _config(self.config_path)
+            config = task_config(self.config_path)
             self._open = (config, Ledger.from_settings(config.ledger), KafkaEdge(config.kafka))
         return self._open
 

@@ -47,6 +47,7 @@ NO_KAFKA: dict[tuple[str, ...], str] = {
     ("spark", "stop"): "stops the Spark Connect server in spark.connect_dir",
     ("spark", "status"): "reads the Spark Connect server's state in spark.connect_dir",
     ("dead-letters",): "reads the published dead-letter files under drain.dead_letter_path with pyarrow",
+    ("airflow", "init"): "writes the DAG file and sets Airflow's pool; from kprio.yaml it reads only the run limits",
 }
 """Commands that do not talk to a Kafka cluster through kprio.yaml, with why (they may still take --config)."""
 
@@ -56,6 +57,8 @@ REQUIRED_ARGS: dict[tuple[str, ...], tuple[list[str], str]] = {
                  "the window rule needs levels, a budget and a poll history"),
     ("retry",): (["b-000001"], "the batch to re-drain (positional); re-draining needs the broker, so against an "
                  "unreachable one the command must name it whether or not the ledger knows the batch"),
+    ("airflow", "init"): (["--dags-folder", "kprio-test-dags"], "the dags folder to write the DAG file into (a bad "
+                          "config fails before anything is written)"),
     ("reset",): (["orders-2[0]", "--to", "earliest"], "the partition to decide for (positional) and where to "
                  "commit it; resetting reads the partition's log range, so against an unreachable broker the "
                  "command must name it"),
@@ -67,6 +70,8 @@ NOT_RUN_WITH_SECRET: dict[tuple[str, ...], str] = {
     ("spark", "start"): "would start a Spark Connect server (a detached JVM taking minutes of the 2 shared cores); "
                         "it reads only the spark section, never Kafka client settings (its bad-config exit is "
                         "still checked: the config fails to load before anything starts)",
+    ("airflow", "init"): "runs `airflow pools set` (an Airflow process on the session's Airflow home); it reads only "
+                         "the run limits, never Kafka client settings (its bad-config exit is still checked)",
 }
 """Commands never run as a process by the unreachable-broker and secret tests, with why."""
 

@@ -37,11 +37,12 @@ def write_config(path: Path, connect_dir: Path, port: int, **spark: object) -> P
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """The module's server, started with `kprio spark start`; (config path, start JSON)."""
+def server(tmp_path_factory: pytest.TempPathFactory, child_spark_conf):  # noqa: ANN201
+    """The module's server, started with `kprio spark start` (the session's class archive, C1: a quicker JVM start);
+    (config path, start JSON)."""
     root = tmp_path_factory.mktemp("connect")
     config = write_config(root / "kprio.yaml", root / "connect", free_port(),
-                          conf={"spark.sql.shuffle.partitions": "3"})
+                          conf={"spark.sql.shuffle.partitions": "3", **child_spark_conf})
     try:
         started = run("spark", "start", "--config", str(config), "--json")
         assert started.exit_code == 0, started.output
@@ -164,12 +165,12 @@ def test_a_stale_state_file_is_cleaned(tmp_path):
     assert server.stop() is None and not (connect_dir / STATE_FILE).exists()
 
 
-def test_a_server_whose_python_workers_cannot_start_fails_at_start_naming_the_cause(tmp_path):
+def test_a_server_whose_python_workers_cannot_start_fails_at_start_naming_the_cause(tmp_path, child_spark_conf):
     """The warm-up job runs on the server's Python workers: a broken worker Python fails the start, not the first drain."""
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\necho 'no python here' >&2\nexit 3\n")
     python.chmod(0o755)
-    config = write_config(tmp_path / "kprio.yaml", tmp_path / "connect", free_port())
+    config = write_config(tmp_path / "kprio.yaml", tmp_path / "connect", free_port(), conf=dict(child_spark_conf))
     result = runner.invoke(app, ["spark", "start", "--config", str(config), "--timeout", "120"],
                            env={"PYSPARK_PYTHON": str(python)})
     if result.exit_code == 0:

@@ -57,9 +57,9 @@ def test_the_drain_dag_drains_three_priorities_quarantines_poison_and_lets_urgen
     make_topic, airflow_config, kprio_dag, kafka_settings, spark
 ):
     topic = make_topic(priorities=3, partitions=2, records={1: 200}, schema=SCHEMA, required_fields=("i",))
-    poison = produce_with_poison(kafka_settings, topic.priority_topic(0), partitions=2, good_per_partition=400,
+    poison = produce_with_poison(kafka_settings, topic.priority_topic(0), partitions=2, good_per_partition=600,
                                  poison_at={0: [v for v, _ in POISON[:3]], 1: [v for v, _ in POISON[3:]]})
-    path, config = airflow_config(topic, planner={"record_budget": 300, "target_batch_s": None})
+    path, config = airflow_config(topic, planner={"record_budget": 600, "target_batch_s": None})
     dag = kprio_dag(path, "kprio_drain")
     with Ledger(config.ledger.url) as ledger:
         from kprio_core.kafka import KafkaEdge
@@ -183,7 +183,7 @@ def test_a_batch_another_driver_holds_waits_in_the_airflow_task_which_names_the_
 
     topic = make_topic(priorities=3, partitions=2, records={0: 60, 2: 10}, schema=SCHEMA)
     path, config = airflow_config(topic)
-    [order] = plan_batches(str(path), TaskIdentity("plan-1"))
+    [order] = plan_batches(str(path), False, TaskIdentity("plan-1")).orders
     said: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: said.append(record.getMessage())
@@ -213,3 +213,32 @@ def test_a_batch_another_driver_holds_waits_in_the_airflow_task_which_names_the_
     finally:
         airflow_log.removeHandler(handler)
         airflow_log.setLevel(level)
+
+
+def test_the_plan_task_retries_a_transient_failure_at_once_when_the_probe_that_failed_passes_again(
+    make_topic, airflow_config, tmp_path, spark
+):
+    """The healing probe under Airflow: the bit the plan task keeps between DAG runs (a Variable) is this
+    function's ``cause_seen``; a retry waiting a one-minute backoff is launched at once once the cause passes."""
+    from orchestration.airflow.tasks import commit_batch, drain_batch, plan_batches
+    from tests.fixtures.small_disks import read_only_dir
+
+    topic = make_topic(priorities=2, partitions=1, records={1: 40, 0: 40}, schema=SCHEMA)
+    out = tmp_path / "out"
+    path, config = airflow_config(topic, drain={"output_path": str(out)},
+                                  recovery={"max_attempts": 1, "backoff_s": 60, "backoff_max_s": 60})
+    with read_only_dir(out):
+        [order] = plan_batches(str(path), False, TaskIdentity("plan-1")).orders
+        with pytest.raises(TaskFailed, match="Read-only file system"):
+            drain_batch(str(path), order, TaskIdentity("drain-1"))
+        waiting = plan_batches(str(path), False, TaskIdentity("plan-2"))
+        assert waiting.orders == [] and waiting.cause_seen  # the probe sees the cause: nothing launched
+    with Ledger(config.ledger.url) as ledger:
+        assert ledger.get(order["batch_id"]).state is BatchState.FAILED
+
+        healed = plan_batches(str(path), waiting.cause_seen, TaskIdentity("plan-3"))
+
+        [retry] = healed.orders  # the backoff of a minute is not waited out
+        assert (retry["batch_id"], retry["why"], healed.cause_seen) == (order["batch_id"], "retry", False)
+        drain_batch(str(path), retry, TaskIdentity("drain-2"))
+        assert commit_batch(str(path), retry, TaskIdentity("commit-2"))["state"] == "committed"
