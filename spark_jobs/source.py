@@ -122,8 +122,19 @@ def _text(value: object) -> str:
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``kprio-kafka`` known to ``spark`` (cheap; classic and Spark Connect sessions alike)."""
-    spark.dataSource.register(KafkaSource)
+    """Make ``kprio-kafka`` known to ``spark`` (cheap; classic and Spark Connect sessions alike).
+
+    Runs that share one Spark Connect session register it side by side, and the server may refuse
+    one of two registrations made at the same moment (``DATA_SOURCE_ALREADY_EXISTS``): the other
+    client's, of the same kprio source, is in place then, so that refusal is not an error.
+    """
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.dataSource.register(KafkaSource)
+    except AnalysisException as err:
+        if err.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
 
 
 def read_records(spark: SparkSession, config: KprioConfig, splits: Sequence[PlannedRange], *,

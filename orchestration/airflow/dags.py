@@ -33,18 +33,18 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk import DAG, Param, Variable, get_current_context, task, task_group
+from airflow.sdk.exceptions import AirflowFailException
 
 from kprio_core.config import KprioConfig, load_config
 from kprio_core.errors import KprioError
 from orchestration.airflow import tasks
+from orchestration.airflow.pool import POOL
 from orchestration.airflow.trigger import WaitForBatches
 
 DRAIN_DAG = "kprio_drain"
 REDRAIN_DAG = "kprio_redrain"
 REPLAY_DAG = "kprio_replay"
-POOL = "kprio_drain"
 CAUSE_SEEN_VARIABLE = "kprio_drain.cause_seen"
 """The Airflow Variable that holds, between DAG runs, whether the probe before a tick saw a transient cause."""
 TAGS = ["kprio"]
@@ -63,11 +63,6 @@ def kprio_dags(config: str | os.PathLike | None = None) -> dict[str, DAG]:
         raise KprioDagsError(f"kprio: cannot build the Airflow DAGs from {path or 'the built-in defaults'}: "
                              f"{err}") from None
     return {dag.dag_id: dag for dag in (drain_dag(loaded, path), redrain_dag(loaded, path), replay_dag(path))}
-
-
-def pool_slots(config: KprioConfig) -> int:
-    """The size of :data:`POOL`: every batch a priority may have in flight, for the topic with the most priorities."""
-    return config.planner.max_in_flight * max((t.priorities for t in config.topics), default=1)
 
 
 def _retries(config: KprioConfig) -> dict[str, Any]:

@@ -47,7 +47,8 @@ def init(
 
     Example: kprio airflow init --dags-folder ~/airflow/dags --config /srv/kprio/kprio.yaml
     """
-    from orchestration.airflow.dags import POOL, pool_slots  # needs the airflow extra
+    # Not the DAGs' module: importing Airflow sets up its logging in this process.
+    from orchestration.airflow.pool import POOL, pool_slots
 
     loaded = config_from(config)  # a configuration that does not load fails here, not in the DAG processor
     target = dags_folder / DAG_FILE

@@ -18,6 +18,7 @@ import pytest
 import orchestration
 
 MODULES = [
+    "orchestration.airflow.pool",
     "orchestration.airflow.tasks",
     "orchestration.cli.dead_letters",
     "orchestration.cli.lag",

@@ -97,7 +97,8 @@ def test_init_creates_the_pool_with_a_slot_per_batch_in_flight(airflow_home: Air
 
 
 def test_the_drain_dag_is_continuous_and_maps_a_drain_and_a_commit_per_batch(tmp_path):
-    from orchestration.airflow.dags import POOL, kprio_dags
+    from orchestration.airflow.dags import kprio_dags
+    from orchestration.airflow.pool import POOL
 
     dags = kprio_dags(write_config(tmp_path / "kprio.yaml"))
     drain = dags["kprio_drain"]
