@@ -9,8 +9,9 @@
 - ``tests.fixtures.airflow``: a throwaway Airflow 3 home for the session (set before Airflow is imported).
 
 ``tests.fixtures.transactions`` (plain helpers, no fixtures) writes with transactional producers and
-reads what a read_committed consumer sees. ``tests/daemon/conftest.py`` starts one kprio deployment under the real Dagster daemon
-(``dagster dev``, the shipped dagster.yaml, a Spark Connect server) for the tests of that package.
+reads what a read_committed consumer sees. ``tests.fixtures.daemon`` starts one kprio deployment under the real
+Dagster daemon (``dagster dev``, the shipped dagster.yaml, a Spark Connect server) for the tests of ``tests/daemon``
+when the session starts, and drains its backlogs in a thread while the other tests run; those tests run last.
 """
 
 import gc
@@ -19,7 +20,7 @@ import signal
 import pytest
 
 pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser",
-                  "tests.fixtures.airflow"]
+                  "tests.fixtures.airflow", "tests.fixtures.daemon"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,7 +2,8 @@
 
 Every run is a new process launched by the daemon (the sensor's, Dagster's retries, backfills),
 draining through the one Spark Connect server; the tests only produce records and watch (the
-replay of the hour was launched when the deployment started: see conftest).
+backlogs were produced and drained, and the replay of the hour launched, by the
+deployment's thread while the rest of the suite ran: tests/fixtures/daemon.py).
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from kprio_core.ledger import BatchState, Ledger
-from tests.daemon.conftest import DRAIN_TIMEOUT_S
+from tests.fixtures.daemon import DRAIN_TIMEOUT_S
 from tests.fixtures.dagster_dev import wait_until
-from tests.fixtures.kafka import fill
 
 pytestmark = [pytest.mark.broker, pytest.mark.dagster, pytest.mark.slow]
 
@@ -32,11 +32,8 @@ def test_the_daemon_drains_every_priority_with_spark_connect(kprio_daemon, bulk_
                for b in batches)
 
 
-def test_a_killed_run_is_failed_by_dagster_and_its_batch_retried_by_itself(kprio_daemon):
-    topic = kprio_daemon.topics["crash"]
-    fill(kprio_daemon.kafka, topic.priority_topic(1), 300, partitions=2)
-
-    kprio_daemon.drained(topic)
+def test_a_killed_run_is_failed_by_dagster_and_its_batch_retried_by_itself(kprio_daemon, crash_drained):
+    topic = crash_drained  # drained to zero lag by the daemon's runs, all ended
 
     assert kprio_daemon.crash_marker.exists()  # one run really was killed after publishing
     assert kprio_daemon.conservation(topic).ok, kprio_daemon.conservation(topic)

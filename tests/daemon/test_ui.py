@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.conftest import DRAIN_TIMEOUT_S, Daemon
+from tests.fixtures.daemon import DRAIN_TIMEOUT_S, Daemon
 from tests.fixtures.dagster_dev import LOCATION, REPO, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.broker, pytest.mark.dagster]
