@@ -30,7 +30,7 @@ per hour).
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG, Param, Variable, get_current_context, task, task_group
@@ -86,10 +86,16 @@ def _carry_out(work, *args: Any) -> Any:
         raise
 
 
+START_DATE = datetime(2025, 1, 1, tzinfo=UTC)
+"""kprio_drain's start date, any date in the past. Without one, Airflow's continuous timetable gives
+the first run an empty data interval that starts where the second one would: the scheduler then
+finds the second run's logical date taken, creates no run, and the DAG stops after one run."""
+
+
 def drain_dag(config: KprioConfig, path: str | None) -> DAG:
     """``kprio_drain``: wait (deferred) -> plan -> one ``batch`` group (drain -> commit) per batch."""
     with DAG(
-        DRAIN_DAG, schedule="@continuous", max_active_runs=1, catchup=False, tags=TAGS,
+        DRAIN_DAG, schedule="@continuous", max_active_runs=1, catchup=False, tags=TAGS, start_date=START_DATE,
         default_args={"pool": POOL, **_retries(config)},
         description="kprio: drain the priority topics in batches (plan, drain, check, publish, commit)",
         doc_md=__doc__,

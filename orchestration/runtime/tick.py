@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import KprioError, RangeConflict
-from kprio_core.ledger import BatchState, Ledger
+from kprio_core.ledger import Batch, BatchState, LaunchClaim, Ledger
 from kprio_core.lifecycle import (
     CarryOutLogChanges,
     Decision,
@@ -89,17 +89,27 @@ def with_committed(view: LedgerView, ledger: Ledger, partitions: Iterable[tuple[
     return replace(view, committed={tp: tuple(b for b in committed if tp in b.partitions) for tp in wanted})
 
 
-def dead_owners(runs: Runs, view: LedgerView) -> frozenset[str]:
-    """The lease and launch-claim owners of the view that certainly no longer work (run ended, process gone)."""
-    owners = {b.lease.owner for b in view.in_flight if b.lease is not None}
-    owners |= {c.owner for c in view.claims.values()}
+def dead_owners(runs: Runs, batches: Iterable[Batch], claims: Iterable[LaunchClaim]) -> frozenset[str]:
+    """The lease owners of ``batches`` and the owners of ``claims`` that certainly no longer work (run ended,
+    process gone)."""
+    owners = {b.lease.owner for b in batches if b.lease is not None} | {c.owner for c in claims}
     return frozenset(o for o in owners if runs.owner_dead(o))
 
 
 def gather(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: TopicSettings,
            *, now: datetime, driver: str | None = None, fresh_start: bool = False) -> TickInputs:
-    """The tick's inputs for ``topic``, each read once: ledger, lag snapshot, runs, dead owners, clock."""
+    """The tick's inputs for ``topic``, each read once: runs and dead owners, then ledger, lag snapshot, clock.
+
+    The runs come first. A run writes to the ledger before it ends, so the ledger read after them
+    holds every write of each run seen ended; read the other way round, a run that committed its
+    batch and ended in between would look like a run that died with its batch in flight, and the
+    tick would launch a needless run to resume it. The batches whose runs are read (in flight,
+    failed) are listed just before; one recorded in between has no runs seen yet, as it would
+    have a moment earlier.
+    """
     runs = runs or NoRuns()
+    watched = (*ledger.in_flight(topic.name), *ledger.batches(topic.name, states=[BatchState.FAILED]))
+    seen, dead = runs.of(watched), dead_owners(runs, watched, ledger.launch_claims(topic.name).values())
     view = read_view(ledger, config, topic, now)
     try:
         lag = edge.snapshot(topic, now_ms=int(now.timestamp() * 1000), avg_record_bytes=dict(view.avg_record_bytes),
@@ -108,8 +118,7 @@ def gather(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: 
         lag = err
     else:
         view = with_committed(view, ledger, needs_committed(lag, view, config))
-    return TickInputs(view, lag, runs.of(view.watched()), dead_owners(runs, view), now, driver or this_owner(""),
-                      fresh_start)
+    return TickInputs(view, lag, seen, dead, now, driver or this_owner(""), fresh_start)
 
 
 def decide(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: TopicSettings,

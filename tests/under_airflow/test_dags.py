@@ -116,3 +116,17 @@ def test_the_drain_dag_is_continuous_and_maps_a_drain_and_a_commit_per_batch(tmp
     assert "batch" in redrain.params and redrain.task_dict["redrain"].retries == 0
     replay = dags["kprio_replay"]
     assert type(replay.timetable).__name__ == "NullTimetable" and {"start", "end"} <= set(replay.params)
+
+
+def test_each_run_of_the_continuous_drain_dag_gets_a_logical_date_of_its_own(tmp_path):
+    """Airflow's scheduler creates the next continuous run at the date the timetable gives after the last one;
+    a date already taken means no run is created, ever again (found under a real scheduler)."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from orchestration.airflow.dags import kprio_dags
+
+    dag = kprio_dags(write_config(tmp_path / "kprio.yaml"))["kprio_drain"]
+    drain = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the scheduler schedules from
+    first = drain.next_dagrun_info(last_automated_run_info=None)
+    second = drain.next_dagrun_info(last_automated_run_info=first)
+    assert first.logical_date < second.logical_date

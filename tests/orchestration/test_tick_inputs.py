@@ -1,0 +1,58 @@
+"""The tick's inputs are read in an order that cannot make a finished run look dead.
+
+Found under the Dagster daemon: a backfill's run re-drained a committed batch, committed it and
+ended while the sensor's tick read; the tick had read the ledger (the batch in flight, leased by
+that run) before the run store (the run ended), took the run for one that died with its batch in
+flight, and launched a needless run to resume it. The runs are now read first: a run writes to the
+ledger before it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from kprio_core.lifecycle import BatchRuns, FailDeadRun, Launch, RunState, RunSummary
+from kprio_core.recovery import lease_owner
+from orchestration.runtime.runs import NoRuns
+from orchestration.runtime.tick import decide, tick
+from tests.orchestration.ledger_states import commit_as_drained
+
+pytestmark = [pytest.mark.broker]
+
+RUN_ID = "0a1b2c3d-run-that-finishes"
+OWNER = lease_owner(RUN_ID, host="elsewhere", pid=1)
+
+
+class FinishesWhenAsked(NoRuns):
+    """A run store of one run, ``RUN_ID``: it finishes its batch and ends the moment the tick first asks about it."""
+
+    def __init__(self, finish) -> None:
+        self.finish, self.ended = finish, False
+
+    def _end(self) -> None:
+        if not self.ended:
+            self.finish()
+            self.ended = True
+
+    def of(self, batches: Iterable) -> BatchRuns:
+        self._end()
+        return BatchRuns({b.batch_id: (RunSummary(RUN_ID, RunState.SUCCESS),) for b in batches})
+
+    def owner_dead(self, owner: str) -> bool:
+        self._end()
+        return owner == OWNER
+
+
+def test_a_run_that_commits_its_batch_and_ends_while_the_tick_reads_is_not_taken_for_dead(make_topic, kprio_env):
+    topic = make_topic(priorities=2, partitions=1, records={0: 30})
+    env = kprio_env(topic)
+    [order] = tick(NoRuns(), env.edge, env.ledger, env.config).requests  # the batch, recorded
+    env.ledger.claim(order.partition_key, OWNER, 60)  # its run took it
+
+    runs = FinishesWhenAsked(lambda: commit_as_drained(env.ledger, order.partition_key, env.edge, topic))
+    decision = decide(runs, env.edge, env.ledger, env.config, topic)
+
+    assert runs.ended
+    assert not [a for a in decision.actions if isinstance(a, (FailDeadRun, Launch))], decision.actions
