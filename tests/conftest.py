@@ -20,7 +20,8 @@ import signal
 import pytest
 
 pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser",
-                  "tests.fixtures.airflow", "tests.fixtures.daemon"]
+                  "tests.fixtures.airflow", "tests.fixtures.deployments", "tests.fixtures.daemon",
+                  "tests.fixtures.airflow_deployment"]
 
 
 @pytest.fixture(scope="session", autouse=True)

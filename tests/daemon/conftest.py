@@ -1,6 +1,6 @@
 """The package's deployment under the Dagster daemon, started with the test session (``tests/fixtures/daemon.py``).
 
-These fixtures wait for the stage a test starts from; the package's tests run after every other.
+Its tests are marked ``deployment("dagster")``, so they run after every other test; these fixtures wait for the stage a test starts from.
 """
 
 from __future__ import annotations
@@ -8,24 +8,27 @@ from __future__ import annotations
 import pytest
 
 from kprio_core.config import TopicSettings
-from tests.fixtures.daemon import Daemon, DaemonInBackground
+from tests.fixtures.daemon import DRAIN_TIMEOUT_S, Daemon
+from tests.fixtures.deployments import Stages
+
+STAGE_TIMEOUT_S = 2 * DRAIN_TIMEOUT_S + 300  # a start, then two drains one after the other
 
 
 @pytest.fixture(scope="package")
-def kprio_daemon(daemon_in_background: DaemonInBackground) -> Daemon:
+def kprio_daemon(daemon_in_background: Stages) -> Daemon:
     """The running deployment (its live replay launched)."""
-    return daemon_in_background.wait("started")
+    return daemon_in_background.wait("started", STAGE_TIMEOUT_S)["daemon"]
 
 
 @pytest.fixture(scope="package")
-def bulk_drained(daemon_in_background: DaemonInBackground) -> TopicSettings:
+def bulk_drained(daemon_in_background: Stages) -> TopicSettings:
     """The ``bulk`` topic with backlogs of every priority, drained by the sensor's runs: 1440 records, four
     batches of 400 or less (the UI's two backfills re-drain two each)."""
-    return daemon_in_background.wait("bulk").topics["bulk"]
+    return daemon_in_background.wait("bulk", STAGE_TIMEOUT_S)["daemon"].topics["bulk"]
 
 
 @pytest.fixture(scope="package")
-def crash_drained(daemon_in_background: DaemonInBackground) -> TopicSettings:
+def crash_drained(daemon_in_background: Stages) -> TopicSettings:
     """The ``crash`` topic (300 records of priority 1), drained although the first run to publish a batch of it
     was killed there."""
-    return daemon_in_background.wait("crash").topics["crash"]
+    return daemon_in_background.wait("crash", STAGE_TIMEOUT_S)["daemon"].topics["crash"]

@@ -15,7 +15,7 @@ from kprio_core.ledger import BatchState, Ledger
 from tests.fixtures.daemon import DRAIN_TIMEOUT_S
 from tests.fixtures.dagster_dev import wait_until
 
-pytestmark = [pytest.mark.broker, pytest.mark.dagster, pytest.mark.slow]
+pytestmark = [pytest.mark.broker, pytest.mark.dagster, pytest.mark.slow, pytest.mark.deployment("dagster")]
 
 
 def test_the_daemon_drains_every_priority_with_spark_connect(kprio_daemon, bulk_drained):

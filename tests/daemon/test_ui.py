@@ -23,7 +23,7 @@ import pytest
 from tests.fixtures.daemon import DRAIN_TIMEOUT_S, Daemon
 from tests.fixtures.dagster_dev import LOCATION, REPO, wait_until
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.broker, pytest.mark.dagster]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.broker, pytest.mark.dagster, pytest.mark.deployment("dagster")]
 
 CHECKS = ("offsets_are_contiguous", "offsets_are_unique", "offsets_within_plan", "required_fields_present",
           "row_count_matches_plan", "values_match_schema")
