@@ -16,19 +16,22 @@ STAGE_TIMEOUT_S = 2 * DRAIN_TIMEOUT_S + 300  # a start, then two drains one afte
 
 @pytest.fixture(scope="package")
 def kprio_daemon(daemon_in_background: Stages) -> Daemon:
-    """The running deployment (its live replay launched)."""
-    return daemon_in_background.wait("started", STAGE_TIMEOUT_S)["daemon"]
+    """The running deployment, once its thread is done: the live replay launched, the ``bulk`` and ``crash``
+    backlogs drained by the sensor's runs. Its sensor runs again (the thread stops it until the package's tests)."""
+    daemon = daemon_in_background.wait("idle", STAGE_TIMEOUT_S)["daemon"]
+    daemon.deployment.sensor_running(True)
+    return daemon
 
 
 @pytest.fixture(scope="package")
-def bulk_drained(daemon_in_background: Stages) -> TopicSettings:
+def bulk_drained(kprio_daemon: Daemon) -> TopicSettings:
     """The ``bulk`` topic with backlogs of every priority, drained by the sensor's runs: 1440 records, four
     batches of 400 or less (the UI's two backfills re-drain two each)."""
-    return daemon_in_background.wait("bulk", STAGE_TIMEOUT_S)["daemon"].topics["bulk"]
+    return kprio_daemon.topics["bulk"]
 
 
 @pytest.fixture(scope="package")
-def crash_drained(daemon_in_background: Stages) -> TopicSettings:
+def crash_drained(kprio_daemon: Daemon) -> TopicSettings:
     """The ``crash`` topic (300 records of priority 1), drained although the first run to publish a batch of it
     was killed there."""
-    return daemon_in_background.wait("crash", STAGE_TIMEOUT_S)["daemon"].topics["crash"]
+    return kprio_daemon.topics["crash"]
