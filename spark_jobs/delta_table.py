@@ -1,0 +1,245 @@
+"""A batch published into a Delta Lake table (``deltalake``, delta-rs): one commit per batch and table.
+
+Each root holds one Delta table per logical topic, ``<root>/<logical>/``, partitioned by
+``priority`` (the ``priority=<p>`` directories of :mod:`spark_jobs.layout`). The executors stage
+Parquet files as for the Parquet format; :func:`publish` moves an attempt's staged files into the
+table's directory under names of their own (the range's name, then the batch and attempt: no two
+attempts share a file, so a file the log names never changes under a reader) and commits them in
+one transaction:
+
+- an ``add`` per file, with its partition value and row count;
+- a ``remove`` per live file of the table (one its log adds) of the same priority and incarnation
+  whose range overlaps a published range: an earlier copy of the same offsets (a re-drain, a
+  crashed attempt's publish, an earlier life's);
+- the batch id, the attempt and the ranges in the commit's metadata (``kprio.batch_id``, ...),
+  and whatever the caller adds (the check results);
+- the application transaction ``kprio:<batch id>`` at version ``attempt``: Delta's ``txn``
+  action, the ``txnAppId`` / ``txnVersion`` of Spark's streaming writers.
+
+Readers of the table (delta-rs, polars, DuckDB, Spark with the Delta jars) see the version before
+a commit or the one after: a batch whole or not at all, and an offset once. A file in the
+directory that no commit added (a publish that died before its commit) is invisible to them,
+and the retry's publish moves its own files and commits. A publish of an attempt whose
+transaction the table already holds (the process died after the commit, before the ledger heard
+of it) changes nothing and says so.
+
+>>> import tempfile
+>>> root = tempfile.mkdtemp()
+>>> read_table(root, "orders").num_rows, table_batches(root, "orders")
+(0, [])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kprio_core.offsets import OffsetRange
+from kprio_core.results import DrainResult
+from spark_jobs.layout import PRIORITY_DIR, RangeFile, filesystem, staging_dir
+
+APP_PREFIX = "kprio:"
+BATCH_KEY, ATTEMPT_KEY, RANGES_KEY = "kprio.batch_id", "kprio.attempt", "kprio.ranges"
+"""Keys of a publish's commit metadata: the batch, its attempt and the ranges it published (``topic[p]@[s,e)``)."""
+COMMIT_RETRIES = 20
+"""Commits of other batches may land in between (two drivers, several batches in flight): retried by delta-rs."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """What one publish did to one table: its version after the commit, the files added and removed."""
+
+    table: str
+    version: int
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    already: bool = False
+    """The table held this attempt's transaction already: nothing was written."""
+
+
+def table_uri(root: str, logical_topic: str) -> str:
+    """The Delta table of ``logical_topic`` under ``root``: an absolute local path or a URI."""
+    from spark_jobs.layout import absolute
+
+    return f"{absolute(root).rstrip('/')}/{logical_topic}"
+
+
+def app_id(batch_id: str) -> str:
+    """The Delta application transaction id of a batch's publishes (its version is the attempt).
+
+    >>> app_id("b-000042")
+    'kprio:b-000042'
+    """
+    return f"{APP_PREFIX}{batch_id}"
+
+
+def published_name(name: RangeFile, batch_id: str, attempt: int) -> str:
+    """The file's name in the table: its range name, then the batch and attempt that wrote it.
+
+    >>> published_name(RangeFile("orders-2", 0, 0, 1500), "b-000042", 3)
+    'orders-2+0+0000000000+0000001500.b-000042.3.parquet'
+    """
+    return f"{name.file_name.removesuffix('.parquet')}.{batch_id}.{attempt}.parquet"
+
+
+def parse_published(file_name: str) -> tuple[RangeFile, str, int] | None:
+    """``(range name, batch id, attempt)`` of a file :func:`published_name` named, else None.
+
+    >>> parse_published("orders-2+0+0000000000+0000001500.part-1.b-000042.3.parquet")
+    (RangeFile(topic='orders-2', partition=0, start=0, end=1500, part=1, incarnation=1), 'b-000042', 3)
+    >>> parse_published("orders-2+0+0000000000+0000001500.parquet") is None
+    True
+    """
+    stem, _, attempt = file_name.removesuffix(".parquet").rpartition(".")
+    stem, _, batch_id = stem.rpartition(".")
+    name = RangeFile.parse(f"{stem}.parquet")
+    if name is None or not attempt.isdigit() or not batch_id.startswith("b-"):
+        return None
+    return name, batch_id, int(attempt)
+
+
+def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[OffsetRange] | None = None,
+            incarnations: Mapping[str, int] | None = None, metadata: Mapping[str, Any] | None = None
+            ) -> Published | None:
+    """Publish the staged ``kind`` files (``output`` or ``dead-letters``) of ``ranges`` (default: every range
+    without failure) into the table of the batch's logical topic under ``root``, in one Delta commit.
+
+    None when the attempt staged no file of this kind and the table has nothing to replace.
+    """
+    from deltalake import DeltaTable
+    from deltalake.transaction import CommitProperties, Transaction, create_table_with_add_actions
+
+    chosen = set(ranges) if ranges is not None else {s.range for s in result.ranges if s.failure is None}
+    stats = [s for s in result.ranges if s.range in chosen]
+    uri = table_uri(root, result.logical_topic)
+    table = DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
+    if table is not None and (table.transaction_version(app_id(result.batch_id)) or 0) >= result.attempt:
+        return Published(uri, table.version(), (), (), already=True)
+    fs, base = filesystem(root)
+    stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
+    prefix = f"{kind}/{result.logical_topic}/"
+    moved: list[tuple[int, str, Any]] = []  # (priority, path in the table, file info)
+    for s in stats:
+        for rel in (f[len(prefix):] for f in s.files if f.startswith(prefix)):
+            priority_dir, _, file_name = rel.partition("/")
+            name = RangeFile.parse(file_name)
+            if name is None:
+                continue
+            target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt)}"
+            _move(fs, f"{stage}/{rel}", f"{base}/{result.logical_topic}/{target}")
+            moved.append((s.priority, target, fs.get_file_info(f"{base}/{result.logical_topic}/{target}")))
+    removes = _overlapping(table, stats, {t for _, t, _ in moved}, incarnations or {}) if table is not None else []
+    if not moved and not removes:
+        return None
+    adds = [_add_action(fs, f"{base}/{result.logical_topic}/{target}", target, priority, info)
+            for priority, target, info in moved]
+    properties = CommitProperties(
+        custom_metadata={BATCH_KEY: result.batch_id, ATTEMPT_KEY: result.attempt,
+                         RANGES_KEY: [str(s.range) for s in stats], **(metadata or {})},
+        max_commit_retries=COMMIT_RETRIES,
+        app_transactions=[Transaction(app_id(result.batch_id), result.attempt)],
+    )
+    if table is None:
+        schema = _schema_of(fs, f"{base}/{result.logical_topic}/{moved[0][1]}")
+        create_table_with_add_actions(uri, schema, adds, mode="append", partition_by=["priority"],
+                                      commit_properties=properties)
+        table = DeltaTable(uri)
+    else:
+        table.create_write_transaction([*adds, *removes], mode="append", schema=table.schema(),
+                                       partition_by=["priority"], commit_properties=properties)
+        table.update_incremental()
+    return Published(uri, table.version(), tuple(a.path for a in adds), tuple(r.path for r in removes))
+
+
+def _move(fs: Any, source: str, target: str) -> None:
+    """Move a staged file into the table's directory (again: a publish that died before its commit moved it)."""
+    import pyarrow.fs as pafs
+
+    if fs.get_file_info(source).type != pafs.FileType.File and fs.get_file_info(target).type == pafs.FileType.File:
+        return  # moved by this attempt's publish that died before its commit; no reader saw it
+    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    fs.move(source, target)
+
+
+def _add_action(fs: Any, path: str, rel: str, priority: int, info: Any) -> Any:
+    import pyarrow.parquet as pq
+    from deltalake.transaction import AddAction
+
+    with fs.open_input_file(path) as f:
+        rows = pq.read_metadata(f).num_rows
+    return AddAction(rel, info.size, {"priority": str(priority)}, int(info.mtime.timestamp() * 1000), True,
+                     json.dumps({"numRecords": rows}))
+
+
+def _schema_of(fs: Any, path: str) -> Any:
+    import pyarrow.parquet as pq
+    from deltalake import Schema
+
+    with fs.open_input_file(path) as f:
+        return Schema.from_arrow(pq.read_schema(f).remove_metadata())
+
+
+def _overlapping(table: Any, stats: Iterable[Any], keep: set[str], incarnations: Mapping[str, int]) -> list[Any]:
+    """Remove actions for the table's live files overlapping a published range (same priority, incarnation)."""
+    import time
+
+    from deltalake.transaction import RemoveAction
+
+    published = [(s.priority, s.range) for s in stats]
+    now_ms = int(time.time() * 1000)
+    removes = []
+    for path, size in _live(table):
+        if path in keep:
+            continue
+        priority_dir, _, file_name = path.partition("/")
+        parsed, match = parse_published(file_name), PRIORITY_DIR.match(priority_dir)
+        if parsed is None or match is None:
+            continue
+        name, priority = parsed[0], int(match.group(1))
+        if name.incarnation != incarnations.get(f"{name.topic}[{name.partition}]", 1):
+            continue  # another incarnation's offsets are another log's
+        if any(p == priority and name.range.overlaps(r) for p, r in published):
+            removes.append(RemoveAction(path=path, data_change=True, deletion_timestamp=now_ms, size=size,
+                                        partition_values={"priority": str(priority)}))
+    return removes
+
+
+def _live(table: Any) -> list[tuple[str, int]]:
+    """``(path, size)`` of every file the table's current version adds."""
+    actions = table.get_add_actions(flatten=True)
+    return list(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist(), strict=True))
+
+
+def table_batches(root: str, logical_topic: str) -> list[dict[str, Any]]:
+    """The publishes the table's log records, oldest first: batch id, attempt, ranges, table version.
+
+    What an adoption reads after a lost ledger: the committed state of the output is the table's.
+    """
+    from deltalake import DeltaTable
+
+    uri = table_uri(root, logical_topic)
+    if not DeltaTable.is_deltatable(uri):
+        return []
+    out = []
+    for entry in reversed(DeltaTable(uri).history()):
+        if BATCH_KEY in entry:
+            out.append({"batch_id": entry[BATCH_KEY], "attempt": int(entry[ATTEMPT_KEY]),
+                        "ranges": list(entry.get(RANGES_KEY) or []), "version": int(entry["version"])})
+    return out
+
+
+def read_table(root: str, logical_topic: str, *, batch_id: str | None = None,
+               columns: Iterable[str] | None = None, version: int | None = None) -> Any:
+    """The rows of the table's current version (or ``version``) as a ``pyarrow.Table`` (empty: no table)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    uri = table_uri(root, logical_topic)
+    if not DeltaTable.is_deltatable(uri):
+        return pa.table({})
+    dataset = DeltaTable(uri, version=version).to_pyarrow_dataset()
+    where = None if batch_id is None else ds.field("batch_id") == batch_id
+    return dataset.to_table(columns=list(columns) if columns else None, filter=where)

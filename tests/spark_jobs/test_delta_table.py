@@ -1,0 +1,171 @@
+"""Publishing into a Delta Lake table: one commit per batch, its transaction id, replace on a re-drain.
+
+The staged files are written here with pyarrow as the executors write them (the staging layout,
+``batch_id``/``priority``/``offset`` columns); the table is read back with delta-rs and, from the
+files its log names, with a plain pyarrow dataset as a second engine.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from kprio_core.offsets import OffsetRange
+from kprio_core.results import DrainResult, RangeStats
+from spark_jobs import delta_table
+from spark_jobs.layout import OUTPUT, RangeFile, relative_path, staging_dir
+
+pytest.importorskip("deltalake")
+
+LOGICAL = "orders"
+
+
+def staged(root, batch_id: str, attempt: int, ranges: dict[int, OffsetRange], incarnation: int = 1) -> DrainResult:
+    """An attempt's staged output of ``ranges`` (priority -> range), one row per offset."""
+    stats = []
+    for priority, r in ranges.items():
+        name = RangeFile(r.topic, r.partition, r.start, r.end, incarnation=incarnation)
+        rel = relative_path(LOGICAL, priority, name)
+        path = f"{staging_dir(str(root), batch_id, attempt)}/{rel}"
+        offsets = list(range(r.start, r.end))
+        table = pa.table({"batch_id": [batch_id] * len(offsets), "priority": pa.array([priority] * len(offsets),
+                                                                                      pa.int32()),
+                          "topic": [r.topic] * len(offsets), "partition": [r.partition] * len(offsets),
+                          "offset": offsets})
+        (root / path.removeprefix(f"{root}/")).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path)
+        stats.append(RangeStats(priority, r, output=r.count, dead=0, distinct=r.count, first=r.start, last=r.end - 1,
+                                files=(f"{OUTPUT}/{rel}",)))
+    return DrainResult(batch_id, attempt, LOGICAL, tuple(stats), staging="(test)", seconds=0.1)
+
+
+COLUMNS = ("topic", "partition", "offset")
+
+
+def rows_of(table) -> list[tuple[str, int, int]]:
+    if table.num_columns == 0:  # no table yet
+        return []
+    return sorted(zip(*(table.column(c).to_pylist() for c in COLUMNS), strict=True))
+
+
+def offsets(root, **kwargs) -> list[tuple[str, int, int]]:
+    return rows_of(delta_table.read_table(str(root), LOGICAL, columns=COLUMNS, **kwargs))
+
+
+def expected(*ranges: OffsetRange) -> list[tuple[str, int, int]]:
+    return sorted((r.topic, r.partition, o) for r in ranges for o in range(r.start, r.end))
+
+
+def test_each_publish_is_one_commit_with_its_batch_ranges_and_transaction(tmp_path):
+    first = staged(tmp_path, "b-000001", 1, {0: OffsetRange("orders-0", 0, 0, 50), 2: OffsetRange("orders-2", 0, 0, 5)})
+    second = staged(tmp_path, "b-000002", 1, {0: OffsetRange("orders-0", 0, 50, 80)})
+
+    one = delta_table.publish(first, root=str(tmp_path), kind=OUTPUT, metadata={"kprio.checks": "passed"})
+    two = delta_table.publish(second, root=str(tmp_path), kind=OUTPUT)
+
+    assert (one.version, len(one.added), one.removed, two.version) == (0, 2, (), 1)
+    assert offsets(tmp_path) == expected(OffsetRange("orders-0", 0, 0, 80), OffsetRange("orders-2", 0, 0, 5))
+    assert delta_table.table_batches(str(tmp_path), LOGICAL) == [
+        {"batch_id": "b-000001", "attempt": 1, "ranges": ["orders-0[0]@[0,50)", "orders-2[0]@[0,5)"], "version": 0},
+        {"batch_id": "b-000002", "attempt": 1, "ranges": ["orders-0[0]@[50,80)"], "version": 1},
+    ]
+    from deltalake import DeltaTable
+
+    table = DeltaTable(delta_table.table_uri(str(tmp_path), LOGICAL))
+    assert table.transaction_version("kprio:b-000001") == 1 and table.transaction_version("kprio:b-000002") == 1
+    assert table.history()[-1]["kprio.checks"] == "passed"
+    assert table.metadata().partition_columns == ["priority"]
+
+
+def test_publishing_the_same_attempt_again_changes_nothing(tmp_path):
+    result = staged(tmp_path, "b-000001", 1, {0: OffsetRange("orders-0", 0, 0, 50)})
+    delta_table.publish(result, root=str(tmp_path), kind=OUTPUT)
+
+    again = delta_table.publish(result, root=str(tmp_path), kind=OUTPUT)  # a process that died after its commit
+
+    assert again.already and again.version == 0 and again.added == ()
+    assert offsets(tmp_path) == expected(OffsetRange("orders-0", 0, 0, 50))
+
+
+def test_a_redrain_replaces_the_earlier_copy_in_the_same_commit(tmp_path):
+    r = OffsetRange("orders-0", 0, 0, 50)
+    delta_table.publish(staged(tmp_path, "b-000001", 1, {0: r}), root=str(tmp_path), kind=OUTPUT)
+    other = delta_table.publish(staged(tmp_path, "b-000002", 1, {0: OffsetRange("orders-0", 0, 50, 60)}),
+                                root=str(tmp_path), kind=OUTPUT)
+
+    redrained = delta_table.publish(staged(tmp_path, "b-000001", 2, {0: r}), root=str(tmp_path), kind=OUTPUT)
+
+    assert len(redrained.added) == 1 and len(redrained.removed) == 1 and redrained.version == other.version + 1
+    assert offsets(tmp_path) == expected(OffsetRange("orders-0", 0, 0, 60))  # once each: replaced, not added
+    assert offsets(tmp_path, version=other.version) == expected(OffsetRange("orders-0", 0, 0, 60))  # before: whole
+    # A second engine: a plain pyarrow dataset over the files the log names agrees row for row.
+    from deltalake import DeltaTable
+
+    table = DeltaTable(delta_table.table_uri(str(tmp_path), LOGICAL))
+    assert rows_of(ds.dataset(table.file_uris(), format="parquet").to_table(columns=list(COLUMNS))) == offsets(tmp_path)
+
+
+def test_another_incarnation_s_files_are_never_replaced(tmp_path):
+    r = OffsetRange("orders-0", 0, 0, 50)
+    delta_table.publish(staged(tmp_path, "b-000001", 1, {0: r}), root=str(tmp_path), kind=OUTPUT)
+
+    newer = delta_table.publish(staged(tmp_path, "b-000002", 1, {0: r}, incarnation=2), root=str(tmp_path),
+                                kind=OUTPUT, incarnations={"orders-0[0]": 2})
+
+    assert newer.removed == ()  # the recreated topic's offsets 0..49 are another log's
+    assert len(offsets(tmp_path)) == 100
+
+
+def test_a_reader_in_a_loop_never_sees_half_a_batch_or_an_offset_twice(tmp_path):
+    """Batches of two ranges each publish (and re-drain) while a reader reads the table's latest version."""
+    batches = [(f"b-{n:06d}", {0: OffsetRange("orders-0", 0, n * 40, n * 40 + 40),
+                               1: OffsetRange("orders-1", 0, n * 10, n * 10 + 10)}) for n in range(1, 9)]
+    sizes = {0}
+    seen: list[int] = []
+    errors: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            rows = offsets(tmp_path)
+            if len(rows) != len(set(rows)):
+                errors.append(f"an offset twice in {len(rows)} rows")
+            seen.append(len(rows))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for n, (batch_id, ranges) in enumerate(batches, start=1):
+            delta_table.publish(staged(tmp_path, batch_id, 1, ranges), root=str(tmp_path), kind=OUTPUT)
+            sizes.add(50 * n)
+            if n % 3 == 0:  # a re-drain of the batch before: replaced in one commit, the size stays
+                delta_table.publish(staged(tmp_path, batches[n - 2][0], 2, batches[n - 2][1]), root=str(tmp_path),
+                                    kind=OUTPUT)
+    finally:
+        done.set()
+        reader.join()
+    assert not errors, errors[:3]
+    assert set(seen) <= sizes, sorted(set(seen) - sizes)  # every read: whole batches only
+    assert len(seen) > 1
+
+
+def test_a_publish_that_died_between_its_moves_and_its_commit_is_finished_by_the_next_publish(tmp_path, monkeypatch):
+    result = staged(tmp_path, "b-000001", 1, {0: OffsetRange("orders-0", 0, 0, 30), 1: OffsetRange("orders-1", 0, 0, 8)})
+
+    def killed(*args, **kwargs):
+        raise OSError("killed before the commit")
+
+    with monkeypatch.context() as patch:  # the files are moved into the table's directory, the commit never comes
+        patch.setattr("deltalake.transaction.create_table_with_add_actions", killed)
+        with pytest.raises(OSError, match="killed before the commit"):
+            delta_table.publish(result, root=str(tmp_path), kind=OUTPUT)
+    assert offsets(tmp_path) == []  # the moved files are in no commit: no reader sees them
+
+    done = delta_table.publish(result, root=str(tmp_path), kind=OUTPUT)
+
+    assert done.version == 0 and len(done.added) == 2
+    assert offsets(tmp_path) == expected(OffsetRange("orders-0", 0, 0, 30), OffsetRange("orders-1", 0, 0, 8))
