@@ -18,6 +18,10 @@ same ranges, as one batch:
   (median of the warm runs): the ratio the target (>= 0.8 of the raw consume) is about; and a
   ``drain_batch`` of 1,000 records over every partition (median of 5): the fixed cost of a small
   urgent batch. Each reader's read alone (``count()`` of its source, nothing written) is timed too.
+  Per output format (``--formats``, default ``parquet,delta``: ``drain.format``) the runs, checks,
+  publish and end to end are measured again: a Delta publish is one commit of the batch's files,
+  each run a new attempt of one batch that replaces the one before (as a re-drain does); the last
+  lines compare each format's end to end with the first's.
 
 The first table has wall time, records/s and the ratio to the raw consume; the second the CPU
 seconds spent by the driver's Python, the JVM (driver and, in local mode, the executors), Python
@@ -278,6 +282,7 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
     parser.add_argument("--runs", type=int, default=3, help="drain_batch runs per reader in one session (default 3)")
     parser.add_argument("--readers", default="python,native", help="readers to drain with, in this order")
+    parser.add_argument("--formats", default="parquet,delta", help="output formats (drain.format) to publish in")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kprio-bench-") as tmp:
@@ -322,7 +327,6 @@ def run(args: argparse.Namespace, bootstrap: str, broker_pid: int | None, tmp: P
     stages: list[Stage] = []
 
     from spark_jobs.drain import drain_batch, plan_splits
-    from spark_jobs.output import publish
     from spark_jobs.session import build_session
     from spark_jobs.source import read_records
 
@@ -360,50 +364,59 @@ def run(args: argparse.Namespace, bootstrap: str, broker_pid: int | None, tmp: P
                 assert written == n, written
                 plains.append(stage)
             stages.append(min(plains, key=lambda s: s.wall_s))
+            formats = [f.strip() for f in args.formats.split(",") if f.strip()]
             for reader in readers:
-                stages += drain_reader(spark, reader, args, kafka, topic, plan, settings, tmp, procs,
-                                       drain_batch, plan_splits, publish, read_records)
+                for i, output_format in enumerate(formats):
+                    stages += drain_reader(spark, reader, output_format, args, kafka, topic, plan, settings, tmp,
+                                           procs, drain_batch, plan_splits, read_records, alone=i == 0)
         finally:
             spark.stop()
     report(stages, raw, args, raw_bytes, raw_rss, procs.peak_mib())
 
 
-def drain_reader(spark, reader, args, kafka, topic, plan, settings, tmp, procs, drain_batch, plan_splits, publish,
-                 read_records) -> list[Stage]:
-    """The stages of one reader: drain_batch runs (the first, the median of the others), checks,
-    publish, commit, end to end, and a small batch; all in the session already running."""
+def drain_reader(spark, reader, output_format, args, kafka, topic, plan, settings, tmp, procs, drain_batch,
+                 plan_splits, read_records, *, alone: bool) -> list[Stage]:
+    """The stages of one reader and output format: drain_batch runs (the first, the median of the others),
+    checks, publish, commit, end to end; with ``alone`` (its first format) also its source alone and a small
+    batch; all in the session already running."""
+    from spark_jobs.tables import publish
+
     n = args.records
-    roots = {"output_root": str(tmp / reader / "out"), "dead_letter_root": str(tmp / reader / "dead")}
+    base = tmp / reader / output_format
     config = KprioConfig(kafka=kafka, topics=(topic,), spark=settings.model_copy(update={"reader": SparkReader(reader)}),
-                         drain={"output_path": roots["output_root"], "dead_letter_path": roots["dead_letter_root"]})
+                         drain={"format": output_format, "output_path": str(base / "out"),
+                                "dead_letter_path": str(base / "dead")})
     first = plan.ranges[0]
     warm = DrainPlan(topic.name, "lag-aware", 100, None, {}, {}, (PlannedRange(
         first.priority, OffsetRange(first.range.topic, first.range.partition, 0, 100)),))
-    publish(drain_batch(spark, config, topic, f"warmup-{reader}", 1, warm), **roots)  # workers started once
+    publish(config.drain, drain_batch(spark, config, topic, "b-000000", 1, warm))  # workers started once
     out: list[Stage] = []
-    if reader == "python":
+    tag = f"[{reader}, {output_format}]"
+    if alone and reader == "python":
         count, stage = measure("[python] kprio-kafka source alone (records, count())", procs, n,
                                lambda: read_records(spark, config, plan_splits(config, plan)).count())
-    else:
+    elif alone:
         from spark_jobs.native import read_native
 
         count, stage = measure("[native] Spark's kafka source alone, kprio's options (count())", procs, n,
                                lambda: read_native(spark, config, plan.ranges).count())
-    assert count == n, count
-    out.append(stage)
+    if alone:
+        assert count == n, count
+        out.append(stage)
     from kprio_core.kafka import KafkaEdge
     from orchestration.runtime.checks import check_batch
 
     drains, checks, publishes, commits, whole = [], [], [], [], []
     with KafkaEdge(kafka) as edge:
         for i in range(args.runs):
-            result, drained = measure(f"[{reader}] drain_batch, run {i + 1}", procs, n,
-                                      lambda: drain_batch(spark, config, topic, f"bench-{reader}", i + 1, plan))
+            # One batch drained again and again (attempts 1, 2, ...): each publish replaces the one before.
+            result, drained = measure(f"{tag} drain_batch, run {i + 1}", procs, n,
+                                      lambda: drain_batch(spark, config, topic, "b-000001", i + 1, plan))
             assert result.records == n and result.dead == 0 and not result.failed_ranges, result
             report_, checked = measure("checks", procs, n, lambda: check_batch(
                 result.ranges, quality=config.quality, required_fields=topic.required_fields))
             assert report_.passed, report_.reason()
-            _, published = measure("publish", procs, n, lambda: publish(result, **roots))
+            _, published = measure("publish", procs, n, lambda: publish(config.drain, result, checks=report_))
             _, committed = measure("commit", procs, n, lambda: (
                 edge.commit(topic, [r.range for r in plan.ranges]),
                 edge.snapshot(topic, now_ms=int(time.time() * 1000))))
@@ -412,25 +425,27 @@ def drain_reader(spark, reader, args, kafka, topic, plan, settings, tmp, procs, 
                 series.append(step)
             whole.append(Stage(f"end to end, run {i + 1}", sum(x.wall_s for x in steps), n,
                                {k: sum(x.cpu[k] for x in steps) for k in drained.cpu}))
+    warm_runs = slice(1, None) if len(drains) > 1 else slice(None)
+    which = f"median of runs 2-{len(drains)}" if len(drains) > 1 else "one run"
+    end_to_end = _median(whole[warm_runs])
+    out += [_renamed(drains[0], f"{tag} drain_batch, first run"),
+            _renamed(_median(drains[warm_runs]), f"{tag} drain_batch ({which})"),
+            _renamed(_median(checks), f"{tag} checks: GX on the per-range stats (median)"),
+            _renamed(_median(publishes), f"{tag} publish (median)"),
+            _renamed(_median(commits), f"{tag} commit + lag snapshot (median)"),
+            _renamed(end_to_end, f"{tag} END TO END: drain + checks + publish + commit ({which})")]
+    if not alone:
+        return out
     small_plan = DrainPlan(topic.name, "lag-aware", 1000, None, {}, {}, tuple(
         PlannedRange(r.priority, OffsetRange(r.range.topic, r.range.partition, 0, 1000 // len(plan.ranges)))
         for r in plan.ranges))
     smalls = []
     for i in range(5):
         result, stage = measure("small", procs, small_plan.records,
-                                lambda: drain_batch(spark, config, topic, f"small-{reader}", i + 1, small_plan))
+                                lambda: drain_batch(spark, config, topic, "b-000002", i + 1, small_plan))
         assert result.records == small_plan.records and not result.failed_ranges, result
         smalls.append(stage)
-    warm_runs = slice(1, None) if len(drains) > 1 else slice(None)
-    which = f"median of runs 2-{len(drains)}" if len(drains) > 1 else "one run"
-    end_to_end = _median(whole[warm_runs])
-    return [*out, _renamed(drains[0], f"[{reader}] drain_batch, first run"),
-            _renamed(_median(drains[warm_runs]), f"[{reader}] drain_batch ({which})"),
-            _renamed(_median(checks), f"[{reader}] checks: GX on the per-range stats (median)"),
-            _renamed(_median(publishes), f"[{reader}] publish (median)"),
-            _renamed(_median(commits), f"[{reader}] commit + lag snapshot (median)"),
-            _renamed(end_to_end, f"[{reader}] END TO END: drain + checks + publish + commit ({which})"),
-            _renamed(_median(smalls), f"[{reader}] drain_batch of {small_plan.records:,} records (median of 5)")]
+    return [*out, _renamed(_median(smalls), f"{tag} drain_batch of {small_plan.records:,} records (median of 5)")]
 
 
 def _median(stages: list[Stage]) -> Stage:
@@ -463,6 +478,14 @@ def report(stages: list[Stage], raw: Stage, args: argparse.Namespace, raw_bytes:
     if len(ends) > 1:
         best = max(ends, key=lambda s: s.rate)
         print(f"faster end to end: {best.name.split(']')[0][1:]} ({best.rate:,.0f} records/s)")
+    by_reader: dict[str, list[Stage]] = {}
+    for s in ends:
+        by_reader.setdefault(s.name[1:].split(",")[0], []).append(s)
+    for reader, same in by_reader.items():
+        for s in same[1:]:  # each other format against the first (the goal: Delta within 10% of Parquet)
+            fmt, ref = s.name.split("]")[0].split(", ")[1], same[0].name.split("]")[0].split(", ")[1]
+            print(f"[{reader}] {fmt} end to end / {ref} end to end: {s.rate / same[0].rate:.2f} "
+                  f"({s.rate:,.0f} vs {same[0].rate:,.0f} records/s; goal >= 0.90)")
     print()
     print(tabulate([[kind, f"{mib:,.0f}"] for kind, mib in peak.items()], headers=["process kind", "peak RSS MiB"],
                    tablefmt="github", disable_numparse=True))

@@ -394,6 +394,17 @@ class OnOffsetOutOfRange(StrEnum):
     LATEST = "latest"
 
 
+class OutputFormat(StrEnum):
+    """How a batch's checked rows land under the output and dead-letter roots (see ``spark_jobs.tables``).
+
+    ``parquet`` (the default): Parquet files moved into place one by one, named by their ranges;
+    ``delta``: one Delta Lake table per logical topic and root, one commit per batch and table.
+    """
+
+    PARQUET = "parquet"
+    DELTA = "delta"
+
+
 class DrainSettings(_Model):
     """What the drain does with records."""
 
@@ -403,7 +414,11 @@ class DrainSettings(_Model):
         OnOffsetOutOfRange.HOLD, description="A committed offset beyond the log's end, or a recreated topic: 'hold' "
         "the partition for kprio reset, or reset it to the log's 'earliest' / 'latest' offset by itself (recorded)."
     )
-    output_path: str = Field("./kprio-data/output", description="Root of the Parquet output (local, s3://, gs://, hdfs://); the output, dead-letter and "
+    format: OutputFormat = Field(
+        OutputFormat.PARQUET, description="How batches land: 'parquet' files moved into place one by one, or one "
+        "'delta' Lake table per logical topic and root with one atomic commit per batch (docs/operations.md, Output formats)."
+    )
+    output_path: str = Field("./kprio-data/output", description="Root of the output (local, s3://, gs://, hdfs://); the output, dead-letter and "
                              "replay roots may not be one directory or lie inside each other.")
     dead_letter_path: str = Field(
         "./kprio-data/dead-letters", description="Root of the dead-letter output: invalid records with their raw "

@@ -130,8 +130,7 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
             target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt)}"
             _move(fs, f"{stage}/{rel}", f"{base}/{result.logical_topic}/{target}")
             moved.append((s.priority, target, fs.get_file_info(f"{base}/{result.logical_topic}/{target}")))
-    removes = _overlapping(table, stats, {t for _, t, _ in moved}, incarnations or {}) if table is not None else []
-    if not moved and not removes:
+    if table is None and not moved:
         return None
     adds = [_add_action(fs, f"{base}/{result.logical_topic}/{target}", target, priority, info)
             for priority, target, info in moved]
@@ -143,14 +142,45 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
     )
     if table is None:
         schema = _schema_of(fs, f"{base}/{result.logical_topic}/{moved[0][1]}")
-        create_table_with_add_actions(uri, schema, adds, mode="append", partition_by=["priority"],
-                                      commit_properties=properties)
+        try:
+            create_table_with_add_actions(uri, schema, adds, mode="error", partition_by=["priority"],
+                                          commit_properties=properties)
+            return Published(uri, DeltaTable(uri).version(), tuple(a.path for a in adds), ())
+        except Exception:
+            if not DeltaTable.is_deltatable(uri):
+                raise
+            # Another batch's publish created the table first (two batches in flight): commit to it.
+    return _commit(uri, result, adds, stats, incarnations or {}, properties)
+
+
+def _commit(uri: str, result: DrainResult, adds: list[Any], stats: list[Any], incarnations: Mapping[str, int],
+            properties: Any) -> Published | None:
+    """Commit ``adds`` and the removes of what they replace to the existing table at ``uri``.
+
+    delta-rs retries a commit that lost a race to an append of another batch by itself; a commit
+    that another batch's changed the table's metadata under (it created the table at the same
+    moment) is read again and retried here, its removes computed on the newer version.
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    for tries in range(COMMIT_RETRIES):
         table = DeltaTable(uri)
-    else:
-        table.create_write_transaction([*adds, *removes], mode="append", schema=table.schema(),
-                                       partition_by=["priority"], commit_properties=properties)
+        if (table.transaction_version(app_id(result.batch_id)) or 0) >= result.attempt:
+            return Published(uri, table.version(), (), (), already=True)
+        removes = _overlapping(table, stats, {a.path for a in adds}, incarnations)
+        if not adds and not removes:
+            return None
+        try:
+            table.create_write_transaction([*adds, *removes], mode="append", schema=table.schema(),
+                                           partition_by=["priority"], commit_properties=properties)
+        except CommitFailedError:
+            if tries == COMMIT_RETRIES - 1:
+                raise
+            continue
         table.update_incremental()
-    return Published(uri, table.version(), tuple(a.path for a in adds), tuple(r.path for r in removes))
+        return Published(uri, table.version(), tuple(a.path for a in adds), tuple(r.path for r in removes))
+    raise AssertionError("unreachable: the last try raises")
 
 
 def _move(fs: Any, source: str, target: str) -> None:
@@ -212,6 +242,54 @@ def _live(table: Any) -> list[tuple[str, int]]:
     return list(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist(), strict=True))
 
 
+def live_files(root: str, logical_topic: str) -> tuple[Any, ...]:
+    """Every file the table's current version holds, as :class:`~spark_jobs.output.LiveFile` (its ``path``
+    relative to the table): the ranges, batches and attempts come from the log's file names, no footer read."""
+    from deltalake import DeltaTable
+
+    from spark_jobs.output import LiveFile
+
+    uri = table_uri(root, logical_topic)
+    if not DeltaTable.is_deltatable(uri):
+        return ()
+    out = []
+    for path, _ in _live(DeltaTable(uri)):
+        priority_dir, _, file_name = path.partition("/")
+        parsed, match = parse_published(file_name), PRIORITY_DIR.match(priority_dir)
+        if parsed is None or match is None:
+            continue
+        name, batch_id, attempt = parsed
+        out.append(LiveFile(root, path, int(match.group(1)), name.topic, name.partition, name.start, name.end,
+                            name.part, batch_id, attempt, name.incarnation))
+    return tuple(sorted(out, key=lambda f: (f.topic, f.partition, f.start, f.end, f.part or 0, f.path)))
+
+
+def remove_files(root: str, logical_topic: str, files: Iterable[Any], metadata: Mapping[str, Any]) -> int | None:
+    """Remove ``files`` (of :func:`live_files`) from the table in one commit carrying ``metadata``; its version.
+
+    None when there is nothing to remove. The files stay on disk for readers of older versions
+    (``VACUUM`` deletes them once no reader needs them).
+    """
+    import time
+
+    from deltalake import DeltaTable
+    from deltalake.transaction import CommitProperties, RemoveAction
+
+    uri = table_uri(root, logical_topic)
+    table = DeltaTable(uri)
+    sizes = dict(_live(table))
+    now_ms = int(time.time() * 1000)
+    removes = [RemoveAction(path=f.path, data_change=True, deletion_timestamp=now_ms, size=sizes[f.path],
+                            partition_values={"priority": str(f.priority)}) for f in files if f.path in sizes]
+    if not removes:
+        return None
+    table.create_write_transaction(removes, mode="append", schema=table.schema(), partition_by=["priority"],
+                                   commit_properties=CommitProperties(custom_metadata=dict(metadata),
+                                                                      max_commit_retries=COMMIT_RETRIES))
+    table.update_incremental()
+    return table.version()
+
+
 def table_batches(root: str, logical_topic: str) -> list[dict[str, Any]]:
     """The publishes the table's log records, oldest first: batch id, attempt, ranges, table version.
 
@@ -232,7 +310,13 @@ def table_batches(root: str, logical_topic: str) -> list[dict[str, Any]]:
 
 def read_table(root: str, logical_topic: str, *, batch_id: str | None = None,
                columns: Iterable[str] | None = None, version: int | None = None) -> Any:
-    """The rows of the table's current version (or ``version``) as a ``pyarrow.Table`` (empty: no table)."""
+    """The rows of the table's current version (or ``version``) as a ``pyarrow.Table`` (empty: no table).
+
+    The files the version's log holds, read with pyarrow's own dataset on kprio's filesystem (every
+    file carries its ``priority`` column). Not ``DeltaTable.to_pyarrow_dataset``: its scans call back
+    into delta-rs from Arrow's threads, and a process that used it may abort as it exits
+    ("terminate called without an active exception", delta-rs issue 2184), seen here too.
+    """
     import pyarrow as pa
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
@@ -240,6 +324,10 @@ def read_table(root: str, logical_topic: str, *, batch_id: str | None = None,
     uri = table_uri(root, logical_topic)
     if not DeltaTable.is_deltatable(uri):
         return pa.table({})
-    dataset = DeltaTable(uri, version=version).to_pyarrow_dataset()
+    fs, base = filesystem(root)
+    files = [f"{base}/{logical_topic}/{path}" for path, _ in _live(DeltaTable(uri, version=version))]
+    if not files:
+        return pa.table({})
     where = None if batch_id is None else ds.field("batch_id") == batch_id
-    return dataset.to_table(columns=list(columns) if columns else None, filter=where)
+    return ds.dataset(files, filesystem=fs, format="parquet").to_table(columns=list(columns) if columns else None,
+                                                                       filter=where)

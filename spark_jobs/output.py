@@ -347,9 +347,11 @@ def read_table(root: str, logical_topic: str, *, batch_id: str | None = None,
     import pyarrow.fs as pafs
 
     fs, base = filesystem(root)
-    files = [i.path for i in fs.get_file_info(pafs.FileSelector(f"{base}/{logical_topic}", recursive=True,
-                                                                allow_not_found=True))
-             if i.type == pafs.FileType.File and RangeFile.parse(i.base_name) is not None]
+    topic_dir = f"{base}/{logical_topic}"
+    # Hidden directories (``_``, ``.``: Hadoop's convention for work in progress) are never read.
+    files = [i.path for i in fs.get_file_info(pafs.FileSelector(topic_dir, recursive=True, allow_not_found=True))
+             if i.type == pafs.FileType.File and RangeFile.parse(i.base_name) is not None
+             and not any(part.startswith(("_", ".")) for part in i.path[len(topic_dir) + 1:].split("/")[:-1])]
     if not files:
         return pa.table({})
     dataset = ds.dataset(files, filesystem=fs, format="parquet")

@@ -46,7 +46,8 @@ from typing import Any
 from spark_jobs.layout import renames_atomically
 
 NO_STATISTICS = frozenset({"value"})
-_ERRNO = re.compile(r"\[errno (\d+)\]", re.IGNORECASE)
+_ERRNO = re.compile(r"\[errno (\d+)\]|\(os error (\d+)\)", re.IGNORECASE)
+"""pyarrow's ``[errno 28]``; Rust's ``(os error 28)`` (delta-rs)."""
 
 
 class StagedWriter:
@@ -155,9 +156,14 @@ def _with_path(path: str) -> Iterator[None]:
 
 
 def errno_in(text: str) -> int | None:
-    """The errno pyarrow's filesystem layer writes into its OSError's text (``[errno 28] ...``), its only trace."""
+    """The errno a filesystem layer writes into its error's text, its only trace: pyarrow's ``[errno 28] ...``,
+    delta-rs's ``... (os error 28)``.
+
+    >>> errno_in("[Errno 30] Read-only file system"), errno_in("No space left on device (os error 28)")
+    (30, 28)
+    """
     m = _ERRNO.search(text)
-    return int(m.group(1)) if m else None
+    return int(m.group(1) or m.group(2)) if m else None
 
 
 def os_error_text(err: OSError) -> str:

@@ -1,7 +1,8 @@
 r"""``kprio dead-letters``: the records a drain quarantined, with where they came from and why.
 
-Reads the published dead-letter files (``drain.dead_letter_path``, the same layout as the output:
-``<root>/<logical>/priority=<p>/<topic>+<partition>+<start>+<end>.parquet``) with pyarrow; no
+Reads the published dead letters (``drain.dead_letter_path``, the same layout as the output:
+``<root>/<logical>/priority=<p>/<topic>+<partition>+<start>+<end>.parquet``, or with
+``drain.format: delta`` the Delta table ``<root>/<logical>``'s current version) with pyarrow; no
 Spark, no broker. A dead letter is shown as it was read from Kafka: raw key, value and headers,
 the batch that drained it, and the error. The table shows the first bytes of the value safely
 (invalid UTF-8 and control characters escaped); ``--json`` gives every field, raw bytes as
@@ -22,7 +23,7 @@ import binascii
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -34,6 +35,9 @@ from orchestration.cli.common import (
     fail,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from kprio_core.config import DrainSettings
 
 TopicOption = Annotated[
     str | None, typer.Option("--topic", "-t", help="Logical topic to show (default: every configured topic).")
@@ -105,15 +109,15 @@ def _sort_key(row: Mapping[str, Any]) -> tuple:
     return (-(row.get("priority") or 0), row.get("topic") or "", row.get("partition") or 0, row.get("offset") or 0)
 
 
-def read_letters(root: str, logical_topic: str, batch_id: str | None) -> list[dict[str, Any]]:
-    """The published dead letters of a topic (or of one batch) under ``root``, most urgent first."""
-    import pyarrow as pa
+def read_letters(drain: DrainSettings, logical_topic: str, batch_id: str | None) -> list[dict[str, Any]]:
+    """The published dead letters of a topic (or of one batch), most urgent first."""
+    from spark_jobs.layout import DEAD_LETTERS
+    from spark_jobs.tables import read_rows
 
-    from spark_jobs.output import read_table
-
+    root = drain.dead_letter_path
     try:
-        table = read_table(root, logical_topic, batch_id=batch_id)
-    except (OSError, pa.ArrowException) as err:
+        table = read_rows(drain, DEAD_LETTERS, logical_topic, batch_id=batch_id)
+    except Exception as err:  # noqa: BLE001 - pyarrow's and delta-rs's errors alike: one line naming the root
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise fail(f"cannot read the dead letters of {logical_topic} under {root}: {first}") from None
     rows = table.to_pylist() if table.num_columns else []
@@ -163,14 +167,14 @@ def dead_letters(
 ) -> None:
     """Show the quarantined records (dead letters) of a logical topic or one batch: where from, and why.
 
-    Reads the published files under drain.dead_letter_path with pyarrow (no Spark, no broker). The table shows the batch, the priority, where the record was (topic, partition, offset), its key, the error and the first bytes of its raw value; --json gives every field, with key, value and headers as base64 and as text when they decode.
+    Reads the published dead letters under drain.dead_letter_path (files, or the Delta table with drain.format delta) with pyarrow (no Spark, no broker). The table shows the batch, the priority, where the record was (topic, partition, offset), its key, the error and the first bytes of its raw value; --json gives every field, with key, value and headers as base64 and as text when they decode.
 
     Example: kprio dead-letters --config kprio-data/demo/kprio.yaml --topic orders --limit 20
     """
     settings = config_from(config)
     topics = [settings.topic(topic)] if topic else list(settings.topics)
     root = settings.drain.dead_letter_path
-    letters = [d for t in topics for d in read_letters(root, t.name, batch)]
+    letters = [d for t in topics for d in read_letters(settings.drain, t.name, batch)]
     shown = letters if limit == 0 else letters[:limit]
     where = _describe((t.name for t in topics), batch)
     absolute_root = str(Path(root).absolute()) if "://" not in root else root

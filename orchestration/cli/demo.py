@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from kprio_core.config import OutputFormat
 from orchestration.cli.common import JsonOption, clean_errors, fail, print_json
 
 RecordsOption = Annotated[
@@ -34,6 +35,11 @@ PoisonOption = Annotated[
                  "list, a wrong type, a missing required field, in turn) among the low-priority backlog: they are "
                  "quarantined to the dead letters and the drain goes on."),
 ]
+FormatOption = Annotated[
+    OutputFormat,
+    typer.Option("--format", help="drain.format of the demo's kprio.yaml: 'parquet' files, or 'delta' Lake tables "
+                 "(one commit per batch; the demo then prints the table's log and how to query it)."),
+]
 DemoConfigOption = Annotated[
     Path | None,
     typer.Option("--config", "-c", show_default=False,
@@ -50,6 +56,7 @@ def demo(
     keep_broker: KeepBrokerOption = False,
     config: DemoConfigOption = None,
     poison: PoisonOption = 0,
+    output_format: FormatOption = OutputFormat.PARQUET,
     as_json: JsonOption = False,
 ) -> None:
     """Run the one-command demo: broker, 3 priority topics, a realistic workload, the Dagster drain, a report.
@@ -60,6 +67,8 @@ def demo(
 
     At the end: the per-priority table, the conservation check (every produced offset once in the output or once in the dead letters), a backlog plot (<data-dir>/backlog.png) and the command that opens the Dagster UI on the same instance. Dagster's and Spark's logs go to <data-dir>/demo.log.
 
+    With --format delta, the output and the dead letters are Delta Lake tables: the demo prints the output table's log (one commit per batch, with its ranges) and how to query it with pandas, polars, deltalake or Spark.
+
     Example: kprio demo --records 12000 --poison 4 --keep-broker
     """
     from orchestration.demo.layout import DemoLayout
@@ -69,7 +78,8 @@ def demo(
     from orchestration.demo.workload import PRIORITIES
 
     cluster_settings(config)  # a bad --config fails here, before anything starts
-    options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config, poison=poison)
+    options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config, poison=poison,
+                          output_format=output_format)
     log = DemoLayout(data_dir.resolve()).log
     # Dagster's event log and Spark's warnings would bury the progress bars: they go to the log.
     with logs_to(log) as terminal, DemoProgress(PRIORITIES, enabled=not as_json, file=terminal) as progress:
@@ -96,7 +106,7 @@ def print_result(result, *, as_json: bool) -> None:  # noqa: ANN001 - DemoResult
                                f"{result.batch_count} batches ({result.seconds:.0f} s)"))
     console.print(result.conservation.line(), style="green" if result.conservation.ok else "red", highlight=False,
                   soft_wrap=True)
-    for line in result.dead_letter_lines():
+    for line in [*result.table_lines(), *result.dead_letter_lines()]:
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"backlog plot: {result.layout.plot}   log: {result.layout.log}", highlight=False, soft_wrap=True)
     for step in result.next_steps():

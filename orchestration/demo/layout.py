@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from kprio_core.config import KafkaSettings, KprioConfig
+from kprio_core.config import KafkaSettings, KprioConfig, OutputFormat
 from orchestration.demo.workload import ORDER_SCHEMA, PRIORITIES, REQUIRED_FIELDS
 
 DEFAULT_DATA_DIR = Path("kprio-data") / "demo"
@@ -101,7 +101,8 @@ class DemoLayout:
 
 
 def demo_config(layout: DemoLayout, bootstrap: str, *, record_budget: int, kafka: KafkaSettings | None = None,
-                logical_topic: str = LOGICAL_TOPIC, today: datetime | None = None) -> KprioConfig:
+                logical_topic: str = LOGICAL_TOPIC, today: datetime | None = None,
+                output_format: OutputFormat = OutputFormat.PARQUET) -> KprioConfig:
     """The demo's configuration: one logical topic of 3 priorities x 4 partitions on ``bootstrap``.
 
     ``kafka`` carries client settings (security, timeouts) of a real cluster; its bootstrap is replaced.
@@ -119,7 +120,7 @@ def demo_config(layout: DemoLayout, bootstrap: str, *, record_budget: int, kafka
         }],
         # Batches sized by the record budget alone (not by measured throughput): the same run gives the same table.
         "planner": {"record_budget": record_budget, "target_batch_s": None},
-        "drain": {"output_path": str(layout.output), "dead_letter_path": str(layout.dead_letters),
+        "drain": {"format": output_format, "output_path": str(layout.output), "dead_letter_path": str(layout.dead_letters),
                   "replay_path": str(layout.replay), "replay_start": day},
         "spark": {"master": "local[2]", "conf": dict(DEMO_SPARK_CONF)},
         "ledger": {"url": f"sqlite:///{layout.ledger}"},

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kprio_core.config import ENV_BOOTSTRAP, KafkaSettings, load_config, parse_config
+from kprio_core.config import ENV_BOOTSTRAP, DrainSettings, KafkaSettings, OutputFormat, load_config, parse_config
 from orchestration.demo import DemoFailed
 from orchestration.demo.layout import (
     LOGICAL_TOPIC,
@@ -85,6 +85,8 @@ class DemoOptions:
     burst_after: int = 2
     poison: int = 0
     """Malformed records produced among the low-priority backlog: quarantined to the dead letters."""
+    output_format: OutputFormat = OutputFormat.PARQUET
+    """``drain.format``: Parquet files, or Delta Lake tables (one commit per batch)."""
 
     @property
     def budget(self) -> int:
@@ -108,6 +110,9 @@ class DemoResult:
     drain_ok: bool
     seconds: float
     arrivals: list[Arrival] = field(default_factory=list)
+    output_format: OutputFormat = OutputFormat.PARQUET
+    table_log: list[dict[str, Any]] = field(default_factory=list)
+    """Delta: the output table's publishes, oldest first (batch, attempt, ranges, version: its log)."""
 
     @property
     def batch_count(self) -> int:
@@ -145,7 +150,32 @@ class DemoResult:
             steps.append(f"restart the demo broker: kprio broker start --data-dir {self.layout.broker} --port {port}")
         steps += [f"open the UI on this instance: {self.ui_command()}",
                   f"show the lag: kprio lag --config {self.layout.config_file}"]
-        return steps
+        return steps + self.query_lines()
+
+    def table_lines(self) -> list[str]:
+        """Delta: the output table and its log, one commit per batch with the ranges it published."""
+        if self.output_format is not OutputFormat.DELTA:
+            return []
+        table = self.layout.output / self.logical_topic
+        lines = [f"Delta table {table}: {len(self.table_log)} commits of batches, one per batch (its id, attempt "
+                 "and ranges in the commit's metadata)"]
+        for entry in self.table_log[:3]:
+            ranges = entry["ranges"]
+            shown = ", ".join(ranges[:2]) + (f" and {len(ranges) - 2} more" if len(ranges) > 2 else "")
+            lines.append(f"  version {entry['version']}: {entry['batch_id']} attempt {entry['attempt']}: {shown}")
+        if len(self.table_log) > 3:
+            lines.append(f"  ... {len(self.table_log) - 3} more (DeltaTable(path).history())")
+        return lines
+
+    def query_lines(self) -> list[str]:
+        """Delta: how to read the table with pandas, polars, deltalake, and Spark with the Delta jars."""
+        if self.output_format is not OutputFormat.DELTA:
+            return []
+        table = self.layout.output / self.logical_topic
+        return [f"query the table: python -c \"from deltalake import DeltaTable; "
+                f"print(DeltaTable('{table}').to_pandas().groupby('priority').size())\"",
+                f"  polars: pl.read_delta('{table}'); its log: DeltaTable('{table}').history()",
+                f"  Spark with the Delta jars (io.delta:delta-spark): spark.read.format('delta').load('{table}')"]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -162,6 +192,8 @@ class DemoResult:
             "conservation": self.conservation.to_dict(),
             "drain": {"ok": self.drain_ok, "stopped": self.drain_stopped},
             "seconds": round(self.seconds, 1),
+            "format": self.output_format.value,
+            "table_log": self.table_log,
             "files": {"config": str(self.layout.config_file), "dagster_home": str(self.layout.dagster_home),
                       "plot": str(self.layout.plot), "output": str(self.layout.output),
                       "dead_letters": str(self.layout.dead_letters),
@@ -180,20 +212,18 @@ def cluster_settings(config: Path | None, env: Mapping[str, str] | None = None) 
     return None
 
 
-def published_offsets(root: Path, logical_topic: str) -> list[tuple[str, int, int]]:
-    """(topic, partition, offset) of every published row of the topic under ``root`` (output or dead letters).
+def published_offsets(drain: DrainSettings, kind: str, logical_topic: str) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every published row of the topic (``kind``: output or dead letters).
 
-    Read with pyarrow straight from ``<root>/<logical>/priority=<p>/*.parquet``; directories starting
-    with ``_`` or ``.`` (staging) are left out: readers never see unchecked rows, nor does this.
+    What a reader sees, in the configured format (:func:`spark_jobs.tables.read_rows`): the Parquet
+    files under ``<root>/<logical>/`` (staging is never read), or the Delta table's current version.
     """
-    import pyarrow.dataset as ds
+    from spark_jobs.tables import read_rows
 
-    base = root / logical_topic
-    files = sorted(str(f) for f in base.glob("priority=*/*.parquet")
-                   if not any(part.startswith(("_", ".")) for part in f.relative_to(base).parts))
-    if not files:
+    table = read_rows(drain, kind, logical_topic, columns=("topic", "partition", "offset"))
+    if not table.num_columns:
         return []
-    cols = ds.dataset(files, format="parquet").to_table(columns=["topic", "partition", "offset"]).to_pydict()
+    cols = table.to_pydict()
     return list(zip(cols["topic"], cols["partition"], cols["offset"], strict=True))
 
 
@@ -222,12 +252,14 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
             bootstrap = cluster.bootstrap_servers
             # A real cluster keeps topics across runs: a fresh logical topic keeps each run's counts exact.
             topic_name = f"{LOGICAL_TOPIC}-{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid.uuid4().hex[:4]}"
-        config = demo_config(layout, bootstrap, record_budget=options.budget, kafka=cluster, logical_topic=topic_name)
+        config = demo_config(layout, bootstrap, record_budget=options.budget, kafka=cluster, logical_topic=topic_name,
+                             output_format=options.output_format)
         write_config(config, layout.config_file)
         result = _drain_demo(config, layout, workload, options, listener)
         kept = broker is not None and options.keep_broker
         result.update(embedded=broker is not None, broker_kept=kept, seconds=time.monotonic() - started)
-        demo = DemoResult(layout=layout, bootstrap=bootstrap, logical_topic=topic_name, **result)
+        demo = DemoResult(layout=layout, bootstrap=bootstrap, logical_topic=topic_name,
+                          output_format=options.output_format, **result)
         layout.report.write_text(json.dumps(demo.to_dict(), indent=2))
         return demo
     finally:
@@ -244,6 +276,8 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
     from orchestration.dagster.drain_loop import Until, drain
     from orchestration.dagster.instance import open_instance
     from orchestration.demo.plot import backlog_series, plot_backlog
+    from spark_jobs.delta_table import table_batches
+    from spark_jobs.layout import DEAD_LETTERS, OUTPUT
 
     topic = config.topics[0]
     with KafkaEdge(config.kafka) as edge:
@@ -288,8 +322,7 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
         high = high_watermarks(edge, topic)
         conservation = check_conservation(
             producer.start, high, edge.committed(topic),
-            published_offsets(Path(config.drain.output_path), topic.name),
-            published_offsets(Path(config.drain.dead_letter_path), topic.name))
+            published_offsets(config.drain, OUTPUT, topic.name), published_offsets(config.drain, DEAD_LETTERS, topic.name))
         after = edge.snapshot(topic, now_ms=int(time.time() * 1000)).backlog_by_priority()
         arrivals_at: dict[int, set[int]] = {}
         for a in producer.arrivals:
@@ -301,5 +334,6 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
                            f"{len({r.batch_id for r in runs})} batches)", arrivals=labels)
     if not runs:
         raise DemoFailed(f"{topic.name}: the drain ran no batch ({stopped})")
+    table_log = table_batches(config.drain.output_path, topic.name) if config.drain.format is OutputFormat.DELTA else []
     return {"rows": rows, "conservation": conservation, "batches": runs, "drain_stopped": stopped,
-            "drain_ok": ok, "arrivals": list(producer.arrivals)}
+            "drain_ok": ok, "arrivals": list(producer.arrivals), "table_log": table_log}

@@ -12,6 +12,10 @@ the output kept their data. Before the first plan of a fresh ledger:
   committed) are removed: those offsets will be drained again, and a reader must not see them
   twice.
 
+What the output holds is read in its format (:mod:`spark_jobs.tables`): the Parquet files'
+names and footers, or a Delta table's log (the files its current version holds, and every batch
+its commits name); uncommitted files leave a Delta table in one commit that says why.
+
 Everything it did is recorded (``Ledger.mark_adopted``) and logged; an adopted ledger is not
 fresh any more, so this runs once.
 """
@@ -30,15 +34,20 @@ _WAITING: set[str] = set()
 """Ledgers whose adoption already said it waits for the broker."""
 
 
-def known_batch_number(known: Iterable[str], files) -> int:
-    """The highest batch number the orchestrator's batches (``known``) or the output files name (0: none).
+def known_batch_number(known: Iterable[str], published: Iterable[str]) -> int:
+    """The highest batch number the orchestrator's batches (``known``) or the published output names (0: none).
 
-    >>> from types import SimpleNamespace as F
-    >>> known_batch_number(["b-000003"], [F(batch_id="b-000007"), F(batch_id="b-000012"), F(batch_id=None)])
+    >>> known_batch_number(["b-000003"], ["b-000007", "b-000012"])
     12
     """
-    ids = [*known, *(f.batch_id for f in files if f.batch_id)]
-    return max((n for n in map(parse_batch_id, ids) if n is not None), default=0)
+    return max((n for n in map(parse_batch_id, [*known, *published]) if n is not None), default=0)
+
+
+def _never_committed(file, committed) -> bool:  # noqa: ANN001 - a LiveFile; committed offsets by (topic, partition)
+    """A published file whose offsets its group never committed. An earlier life's later incarnation
+    is kept: its offsets are not the group's."""
+    start = committed.get((file.topic, file.partition))
+    return file.incarnation == 1 and (start is None or file.start >= start)
 
 
 def ensure_adopted(known: Iterable[str], ledger: Ledger, edge, config: KprioConfig,
@@ -46,11 +55,10 @@ def ensure_adopted(known: Iterable[str], ledger: Ledger, edge, config: KprioConf
     """Adopt an earlier life's ids, committed offsets and output into a fresh ledger; what was done, or None."""
     if not ledger.is_fresh():
         return None
-    from spark_jobs.output import live_files, remove_file
+    from spark_jobs import tables
 
     log = log or LOGGER
-    roots = (config.drain.output_path, config.drain.dead_letter_path)
-    files = [f for topic in config.topics for root in roots for f in live_files(root, topic.name)]
+    files = {topic.name: tables.live_files(config.drain, topic.name) for topic in config.topics}
     try:
         committed = {tp: offset for topic in config.topics for tp, offset in edge.committed(topic).items()}
     except KprioError as err:
@@ -59,14 +67,13 @@ def ensure_adopted(known: Iterable[str], ledger: Ledger, edge, config: KprioConf
             log.warning(f"the ledger is new; adopting the committed offsets waits for the broker: {err}")
         return None
     removed = []
-    for f in files:
-        start = committed.get((f.topic, f.partition))
-        if f.incarnation != 1:
-            continue  # an earlier life's later incarnation: its offsets are not the group's (kept, never removed)
-        if start is None or f.start >= start:
-            remove_file(f)
-            removed.append(f"{f.topic}[{f.partition}]@[{f.start},{f.end})")
-    number = known_batch_number(known, files)
+    for logical, live in files.items():
+        uncommitted = [f for f in live if _never_committed(f, committed)]
+        if uncommitted:
+            tables.remove_files(config.drain, logical, uncommitted, "a fresh ledger's adoption: offsets never committed")
+            removed += [f"{f.topic}[{f.partition}]@[{f.start},{f.end})" for f in uncommitted]
+    number = known_batch_number(known, (b for logical, live in files.items()
+                                        for b in tables.batch_ids(config.drain, logical, live)))
     try:
         if number:
             ledger.number_batches_after(number)

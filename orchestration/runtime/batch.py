@@ -263,7 +263,8 @@ class BatchRun:
             raise
 
     def _drain_and_check(self, batch: Batch, topic: TopicSettings, heartbeat: Heartbeat) -> Iterator[Event]:
-        from spark_jobs.drain import discard, drain_batch, publish, sweep_staging
+        from spark_jobs import tables
+        from spark_jobs.drain import discard, drain_batch, sweep_staging
 
         config, roots = self.config, {"output_root": self.config.drain.output_path,
                                       "dead_letter_root": self.config.drain.dead_letter_path}
@@ -305,11 +306,12 @@ class BatchRun:
         crash_point("before-publish", batch.logical_topic)
         started = time.monotonic()
         with self.ledger.fenced(self.batch_id, self.token, "the publish"):
-            publish(result, **roots, ranges=[s.range for s in kept], incarnations=batch.plan.incarnations)
+            published = tables.publish(config.drain, result, ranges=[s.range for s in kept],
+                                       incarnations=batch.plan.incarnations, checks=report)
         self.timings.time("publish", started)
         self.ledger.mark_checked(self.batch_id, report, fence=self.token)
         crash_point("after-publish", batch.logical_topic)
-        yield Drained(drained_metadata(config, batch, result, kept, split, self.timings))
+        yield Drained({**drained_metadata(config, batch, result, kept, split, self.timings), **published.metadata()})
 
     def _split(self, failing: list, reason: str, *, transient: bool) -> str:
         attempts = self.ledger.get(self.batch_id).attempts

@@ -1,10 +1,13 @@
-"""The conservation invariant, checked from the outside: output files, dead-letter files and the broker.
+"""The conservation invariant, checked from the outside: output files (or tables), dead letters and the broker.
 
 Every record of ``[log start, committed)`` of every priority partition that a read_committed
 consumer sees is exactly once in the output or exactly once in the dead letters, never both; no
 other offset (an aborted record, a transaction marker) is there, and nothing beyond the committed
 offset is visible. Read with pyarrow straight from the published files (never through kprio's own
-readers), and the records with a plain confluent-kafka consumer, so a bug there cannot hide a loss.
+readers), or, where the root holds a Delta table (``drain.format: delta``), the table's current version
+read with ``deltalake`` itself (files a commit removed stay on disk for older versions, and files no
+commit added are invisible: only the log says which count); the records with a plain
+confluent-kafka consumer, so a bug there cannot hide a loss.
 A partition is read only when some of its offsets are in neither output (offsets that held no
 record, or a loss): a topic without transactions or compaction costs no read.
 """
@@ -36,12 +39,28 @@ def published_offsets(root: str, logical_topic: str, incarnations: Mapping[str, 
         return name is None or name.incarnation == (incarnations or {}).get(f"{name.topic}[{name.partition}]", 1)
 
     base = Path(root) / logical_topic
+    if (base / "_delta_log").is_dir():
+        return _table_offsets(base, current)
     files = [p for p in base.rglob("*.parquet")
              if not any(part.startswith(("_", ".")) for part in p.parts) and current(p)]
     if not files:
         return Counter()
     table = ds.dataset([str(f) for f in files], format="parquet").to_table(columns=["topic", "partition", "offset"])
     cols = table.to_pydict()
+    return Counter(zip(cols["topic"], cols["partition"], cols["offset"], strict=True))
+
+
+def _table_offsets(base: Path, current) -> Counter:  # noqa: ANN001 - the file name filter above
+    """(topic, partition, offset) of the rows of a Delta table's current version, of current incarnations only."""
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    paths = DeltaTable(str(base)).get_add_actions(flatten=True).column("path").to_pylist()
+    # A table's file is named <range name>.<batch>.<attempt>.parquet: its range name says the incarnation.
+    files = [str(base / path) for path in paths if current(Path(path.rsplit(".b-", 1)[0] + ".parquet"))]
+    if not files:
+        return Counter()
+    cols = ds.dataset(files, format="parquet").to_table(columns=["topic", "partition", "offset"]).to_pydict()
     return Counter(zip(cols["topic"], cols["partition"], cols["offset"], strict=True))
 
 

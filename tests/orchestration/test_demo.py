@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kprio_core.config import load_config
+from kprio_core.config import OutputFormat, load_config
 from orchestration.cli.demo import print_result
 from orchestration.cli.main import app
 from orchestration.demo.run import DemoOptions, run_demo
@@ -51,13 +51,15 @@ def test_the_workload_of_this_test_is_the_one_the_docstring_computes() -> None:
         (0, 60, 5, 0), (1, 13, 0, 0), (1, 12, 0, 1), (2, 15, 0, 1)]
 
 
+@pytest.mark.parametrize("output_format", [OutputFormat.PARQUET, OutputFormat.DELTA])
 def test_demo_drains_everything_with_the_burst_first_and_the_poison_quarantined(
-        kafka_bootstrap: str, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+        kafka_bootstrap: str, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys,
+        output_format: OutputFormat) -> None:
     monkeypatch.setenv("KPRIO_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "elsewhere"))  # restored after the demo points it at its own
     recorder = Recorder()
     options = DemoOptions(records=100, data_dir=tmp_path / "demo", record_budget=70, steady_waves=2, burst_after=1,
-                          poison=5)
+                          poison=5, output_format=output_format)
 
     result = run_demo(options, recorder)
 
@@ -92,6 +94,7 @@ def test_demo_drains_everything_with_the_burst_first_and_the_poison_quarantined(
     assert demo_config.kafka.bootstrap_servers == kafka_bootstrap
     assert demo_config.ledger.url == f"sqlite:///{layout.ledger}"
     assert demo_config.drain.dead_letter_path == str(layout.dead_letters)
+    assert demo_config.drain.format is output_format
     assert (layout.dagster_home / "dagster.yaml").is_file()
     assert not list(layout.output.glob("_staging/*")) and not list(layout.dead_letters.glob("_staging/*"))
     saved = json.loads(layout.report.read_text())
@@ -107,6 +110,17 @@ def test_demo_drains_everything_with_the_burst_first_and_the_poison_quarantined(
     assert f"DAGSTER_HOME={layout.dagster_home} dagster dev" in out
     assert f"dead letters: 5 records quarantined in {layout.dead_letters / result.logical_topic}" in out
     assert f"show them: kprio dead-letters --config {layout.config_file}" in out
+    if output_format is OutputFormat.DELTA:
+        # The output table's log: one commit per batch, with its ranges; and how to query the table.
+        runs = {run.batch_id: run for run in recorder.runs}
+        assert [entry["batch_id"] for entry in result.table_log] == list(runs)
+        assert [entry["version"] for entry in result.table_log] == [0, 1]
+        assert all(entry["attempt"] == 1 and entry["ranges"] for entry in result.table_log)
+        assert f"Delta table {layout.output / result.logical_topic}: 2 commits of batches" in out
+        assert "version 0: b-000001 attempt 1: " in out
+        assert f"DeltaTable('{layout.output / result.logical_topic}').to_pandas()" in out
+    else:
+        assert "Delta table" not in out and result.table_log == []
     row_p0 = next(line for line in out.splitlines() if line.replace("│", " ").split()[:1] == ["0"])
     assert row_p0.replace("│", " ").split() == ["0", "65", "5", "2", "0", "1", "2/2"]
     print_result(result, as_json=True)

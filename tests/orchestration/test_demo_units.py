@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kprio_core.config import DrainSettings
 from kprio_core.errors import ConfigError
 from kprio_core.offsets import OffsetRange as R
 from orchestration.demo.layout import DemoLayout, demo_config, write_config
@@ -177,8 +178,10 @@ def test_published_offsets_read_every_priority_and_never_staging(tmp_path: Path)
     _parquet(tmp_path / "_staging/b-000003.1/orders/priority=0/t-0+0+0000000002+0000000004.parquet", [2, 3])
     _parquet(tmp_path / "orders/priority=0/_tmp/t-0+0+0000000002+0000000004.parquet", [2, 3])
     _parquet(tmp_path / "other/priority=0/t-0+0+0000000000+0000000002.parquet", [0, 1])
-    assert sorted(published_offsets(tmp_path, "orders")) == [("t-0", 0, 0), ("t-0", 0, 1), ("t-2", 0, 0)]
-    assert published_offsets(tmp_path, "missing") == []
+    drain = DrainSettings(output_path=str(tmp_path), dead_letter_path=f"{tmp_path}-dead",
+                          replay_path=f"{tmp_path}-replay")
+    assert sorted(published_offsets(drain, "output", "orders")) == [("t-0", 0, 0), ("t-0", 0, 1), ("t-2", 0, 0)]
+    assert published_offsets(drain, "output", "missing") == []
 
 
 def test_cluster_settings_choose_embedded_unless_a_cluster_is_named(tmp_path: Path) -> None:

@@ -94,18 +94,22 @@ def assert_healed(env, topic, config: Path) -> None:
         assert not staging.exists() or not any(staging.iterdir()), list(staging.rglob("*"))[:5]
 
 
-def make_backlog(make_topic, kprio_env, tmp_path, spark_conf, records: dict[int, int], record_budget: int):
+def make_backlog(make_topic, kprio_env, tmp_path, spark_conf, records: dict[int, int], record_budget: int,
+                 output_format: str = "parquet"):
     topic = make_topic(priorities=3, partitions=2, records=records, schema={"i": "long", "amount": "double"})
     env = kprio_env(topic, planner={"record_budget": record_budget, "target_batch_s": None},
-                    recovery={"lease_s": 6, "backoff_s": 0.2, "backoff_max_s": 1, "max_attempts": 5})
+                    recovery={"lease_s": 6, "backoff_s": 0.2, "backoff_max_s": 1, "max_attempts": 5},
+                    drain={"format": output_format})
     (tmp_path / "home").mkdir()
     return env, topic, child_config(env, tmp_path, spark_conf)
 
 
 @pytest.fixture
-def backlog(make_topic, kprio_env, tmp_path, spark, child_spark_conf):
-    """Several batches of every priority: kills at random moments find work in flight."""
-    return make_backlog(make_topic, kprio_env, tmp_path, child_spark_conf, {2: 600, 1: 1500, 0: 3000}, 1800)
+def backlog(request, make_topic, kprio_env, tmp_path, spark, child_spark_conf):
+    """Several batches of every priority: kills at random moments find work in flight. Parquet output, or
+    the format an indirect parameter names."""
+    return make_backlog(make_topic, kprio_env, tmp_path, child_spark_conf, {2: 600, 1: 1500, 0: 3000}, 1800,
+                        getattr(request, "param", "parquet"))
 
 
 @pytest.fixture
@@ -125,7 +129,9 @@ def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_pat
     assert_healed(env, topic, config)
 
 
-@pytest.mark.parametrize("point", ["after-publish", "after-kafka-commit"])
+@pytest.mark.parametrize(("point", "backlog"), [("after-publish", "parquet"), ("after-kafka-commit", "parquet"),
+                                               ("after-publish", "delta")],
+                         indirect=["backlog"], ids=["after-publish", "after-kafka-commit", "after-publish-delta"])
 def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path, point):
     env, topic, config = backlog
     proc = start(config, tmp_path, "--until-empty", KPRIO_CRASH_AT=point)
@@ -139,6 +145,12 @@ def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path,
     with Ledger(env.config.ledger.url) as ledger:
         # The group moved by kprio's own commit before its ledger knew: no change of the log to report.
         assert ledger.log_events(topic.name) == []
+        committed = sorted(b.batch_id for b in ledger.batches(topic.name))
+    if env.config.drain.format == "delta":  # the killed run's publish was its batch's only commit
+        from deltalake import DeltaTable
+
+        history = DeltaTable(f"{env.config.drain.output_path}/{topic.name}").history()
+        assert sorted(h["kprio.batch_id"] for h in history if "kprio.batch_id" in h) == committed
 
 
 @pytest.mark.parametrize(("point", "write"), [("before-publish", "the publish"),

@@ -31,18 +31,21 @@ def four_kib_disk(path):
     return tiny_disk(path, size="4k")
 
 
-@pytest.mark.parametrize(("broken", "cause"), [(four_kib_disk, "No space left on device"),
-                                               (read_only_dir, "Read-only file system")],
-                         ids=["full-disk", "read-only"])
+@pytest.mark.parametrize(("broken", "cause", "output_format"),
+                         [(four_kib_disk, "No space left on device", "parquet"),
+                          (read_only_dir, "Read-only file system", "parquet"),
+                          (four_kib_disk, "No space left on device", "delta"),
+                          (read_only_dir, "Read-only file system", "delta")],
+                         ids=["full-disk", "read-only", "full-disk-delta", "read-only-delta"])
 def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_itself(
-    make_topic, kprio_env, dagster_instance, tmp_path, broken, cause
+    make_topic, kprio_env, dagster_instance, tmp_path, broken, cause, output_format
 ):
     topic = make_topic(priorities=2, partitions=2, records={1: 1500, 0: 1500}, schema={"i": "long", "amount": "double"})
     out = tmp_path / "out"
     # A backoff of a minute: the tick right after the failed attempts finds the retry still waiting, and
     # a fresh drain that does not wait it out proves it retried at once.
-    env = kprio_env(topic, drain={"output_path": str(out)}, recovery={"max_attempts": 1, "backoff_s": 60,
-                                                                      "backoff_max_s": 60, "lease_s": 15})
+    env = kprio_env(topic, drain={"output_path": str(out), "format": output_format},
+                    recovery={"max_attempts": 1, "backoff_s": 60, "backoff_max_s": 60, "lease_s": 15})
     with broken(out):
         first = drain_loop.drain(env.defs, dagster_instance, max_batches=1)
         [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])

@@ -169,3 +169,27 @@ def test_a_publish_that_died_between_its_moves_and_its_commit_is_finished_by_the
 
     assert done.version == 0 and len(done.added) == 2
     assert offsets(tmp_path) == expected(OffsetRange("orders-0", 0, 0, 30), OffsetRange("orders-1", 0, 0, 8))
+
+
+def test_batches_publishing_at_once_into_a_table_not_there_yet_each_land_once(tmp_path):
+    """Several batches in flight publish their first rows together: one creates the table, the others
+    commit to it (their commits read the table again when the creation changed it under them)."""
+    ranges = [OffsetRange("orders-0", p, 0, 50) for p in range(4)]
+    results = [staged(tmp_path, f"b-{i + 1:06d}", 1, {0: r}) for i, r in enumerate(ranges)]
+    errors: list[BaseException] = []
+
+    def publish(result: DrainResult) -> None:
+        try:
+            delta_table.publish(result, root=str(tmp_path), kind=OUTPUT)
+        except BaseException as err:  # noqa: BLE001 - reported by the assertion below
+            errors.append(err)
+
+    threads = [threading.Thread(target=publish, args=(r,)) for r in results]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert offsets(tmp_path) == expected(*ranges)
+    assert sorted(b["batch_id"] for b in delta_table.table_batches(str(tmp_path), LOGICAL)) == [
+        f"b-{i:06d}" for i in range(1, 5)]

@@ -1,0 +1,191 @@
+"""Where a batch's checked rows land, by ``drain.format``: Parquet files, or Delta Lake tables.
+
+Every caller that publishes, reads back or lists the output goes through here, so the two
+formats differ in this module only. Both roots (output and dead letters) are in the chosen
+format; the executors stage Parquet files under ``<root>/_staging/`` either way, and the checks
+read those staged files before anything is published.
+
+=================  ======================================  ===========================================
+                   ``parquet`` (:mod:`spark_jobs.output`)  ``delta`` (:mod:`spark_jobs.delta_table`)
+=================  ======================================  ===========================================
+a publish          files moved into place one by one        one Delta commit per batch and root
+a reader sees      new files as they land (half a batch     the table version before the commit or
+                   for a moment, a leftover beside its      after it: whole batches, each offset once
+                   replacement)
+a publish again    same names: the files are replaced       the attempt's transaction is in the log: a
+                                                            no-op; a later attempt removes and adds in
+                                                            one commit
+who wrote a row    ``batch_id`` column, file metadata       ``batch_id`` column, the commit's metadata
+                                                            (batch, attempt, ranges, check results)
+after a lost       the files' names and footers             the table's log (its live files and the
+ledger                                                      batches its commits name)
+=================  ======================================  ===========================================
+
+>>> import tempfile
+>>> from kprio_core.config import DrainSettings
+>>> root = tempfile.mkdtemp()
+>>> drain = DrainSettings(format="delta", output_path=f"{root}/out", dead_letter_path=f"{root}/dead")
+>>> read_rows(drain, "output", "orders").num_rows, live_files(drain, "orders")
+(0, ())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kprio_core.config import DrainSettings, OutputFormat
+from kprio_core.errors import TRANSIENT_ERRNOS, OutputPublishFailed, OutputUnavailable
+from kprio_core.offsets import OffsetRange
+from kprio_core.results import CheckReport, DrainResult
+from spark_jobs.layout import DEAD_LETTERS, OUTPUT
+
+if TYPE_CHECKING:
+    from spark_jobs.output import LiveFile
+
+CHECKS_KEY = "kprio.checks"
+"""Commit metadata of a Delta publish: each check's verdict and numbers."""
+
+
+@dataclass(frozen=True)
+class Publication:
+    """What a publish made visible: the files (Parquet) or the table versions it committed (Delta)."""
+
+    format: OutputFormat
+    paths: tuple[str, ...] = ()
+    versions: Mapping[str, int] = field(default_factory=dict)
+    """Delta: the table version after the publish, per root kind (``output``, ``dead-letters``)."""
+    already: bool = False
+    """Delta: the tables held this attempt's publish already (the run died after it): nothing was written."""
+
+    def metadata(self) -> dict[str, object]:
+        """What a run reports of it: the table versions (Delta), nothing for Parquet.
+
+        >>> Publication(OutputFormat.DELTA, versions={"output": 7, "dead-letters": 2}).metadata()
+        {'table_version': 7, 'dead_letter_table_version': 2}
+        """
+        out: dict[str, object] = {}
+        if OUTPUT in self.versions:
+            out["table_version"] = self.versions[OUTPUT]
+        if DEAD_LETTERS in self.versions:
+            out["dead_letter_table_version"] = self.versions[DEAD_LETTERS]
+        return out
+
+
+def roots(drain: DrainSettings) -> dict[str, str]:
+    """The root of each kind: ``{"output": ..., "dead-letters": ...}``."""
+    return {OUTPUT: drain.output_path, DEAD_LETTERS: drain.dead_letter_path}
+
+
+def publish(drain: DrainSettings, result: DrainResult, *, ranges: Iterable[OffsetRange] | None = None,
+            incarnations: Mapping[str, int] | None = None, checks: CheckReport | None = None) -> Publication:
+    """Publish the staged files of ``ranges`` (default: every range without failure) in ``drain.format``,
+    then remove the attempt's staging.
+
+    Delta: the dead-letter table's commit, then the output table's; each carries the batch, the
+    attempt, the ranges and ``checks``. A crash between the two leaves the output table without the
+    batch; the batch is not drained in the ledger, so its next attempt publishes both again (the
+    dead-letter table's copy replaced in one commit). :class:`~kprio_core.errors.OutputUnavailable`
+    when the output cannot be written for now, else :class:`~kprio_core.errors.OutputPublishFailed`,
+    each naming the batch and the cause.
+    """
+    from spark_jobs import output
+
+    if drain.format is OutputFormat.PARQUET:
+        paths = output.publish(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path,
+                               ranges=ranges, incarnations=incarnations)
+        return Publication(OutputFormat.PARQUET, paths=paths)
+    from spark_jobs import delta_table
+
+    chosen = list(ranges) if ranges is not None else None
+    metadata = {CHECKS_KEY: check_metadata(checks)} if checks is not None else {}
+    versions: dict[str, int] = {}
+    added: list[str] = []
+    already = True
+    try:
+        for kind in (DEAD_LETTERS, OUTPUT):
+            done = delta_table.publish(result, root=roots(drain)[kind], kind=kind, ranges=chosen,
+                                       incarnations=incarnations, metadata=metadata)
+            if done is not None:
+                versions[kind] = done.version
+                added += [f"{done.table}/{path}" for path in done.added]
+                already = already and done.already
+    except Exception as err:  # delta-rs raises its own types: typed by their cause below
+        raise _publish_failed(result, err) from err
+    output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
+    return Publication(OutputFormat.DELTA, paths=tuple(added), versions=versions, already=already and bool(versions))
+
+
+def _publish_failed(result: DrainResult, err: BaseException) -> Exception:
+    """The publish's failure typed by its cause: OutputUnavailable when the storage refuses for now."""
+    from spark_jobs.staged_writer import errno_in
+
+    code = err.errno if isinstance(err, OSError) and err.errno else errno_in(str(err))
+    kind = OutputUnavailable if code in TRANSIENT_ERRNOS else OutputPublishFailed
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return kind(f"publishing batch {result.batch_id!r} attempt {result.attempt} of {result.logical_topic!r}: {first}")
+
+
+def check_metadata(report: CheckReport) -> dict[str, dict[str, Any]]:
+    """Each check's verdict and numbers, as a Delta commit's metadata carries them.
+
+    >>> from kprio_core.results import CheckOutcome
+    >>> check_metadata(CheckReport((CheckOutcome("offsets_are_unique", True, {"duplicate_rows": 0}),)))
+    {'offsets_are_unique': {'passed': True, 'duplicate_rows': 0}}
+    """
+    return {o.name: {"passed": o.passed, **o.metadata} for o in report.outcomes}
+
+
+def read_rows(drain: DrainSettings, kind: str, logical_topic: str, *, batch_id: str | None = None,
+              columns: Iterable[str] | None = None) -> Any:
+    """The published rows of one kind (``output`` or ``dead-letters``) of a topic as a ``pyarrow.Table``
+    (empty, with no columns, when nothing is published); Delta: the table's current version."""
+    root = roots(drain)[kind]
+    if drain.format is OutputFormat.DELTA:
+        from spark_jobs.delta_table import read_table as read_delta
+
+        return read_delta(root, logical_topic, batch_id=batch_id, columns=columns)
+    from spark_jobs.output import read_table
+
+    return read_table(root, logical_topic, batch_id=batch_id, columns=list(columns) if columns else None)
+
+
+def live_files(drain: DrainSettings, logical_topic: str) -> tuple[LiveFile, ...]:
+    """Every published file of a topic under both roots (Delta: those the tables' current versions hold)."""
+    if drain.format is OutputFormat.DELTA:
+        from spark_jobs.delta_table import live_files as live
+    else:
+        from spark_jobs.output import live_files as live
+    return tuple(f for root in roots(drain).values() for f in live(root, logical_topic))
+
+
+def remove_files(drain: DrainSettings, logical_topic: str, files: Iterable[LiveFile], why: str) -> None:
+    """Take published files away from readers (offsets an adoption found never committed).
+
+    Parquet: each file is deleted. Delta: one commit per table removes them, ``why`` in its metadata.
+    """
+    chosen = list(files)
+    if drain.format is OutputFormat.DELTA:
+        from spark_jobs.delta_table import remove_files as remove
+
+        for root in roots(drain).values():
+            mine = [f for f in chosen if f.root == root]
+            if mine:
+                remove(root, logical_topic, mine, {"kprio.removed": why})
+        return
+    from spark_jobs.output import remove_file
+
+    for f in chosen:
+        remove_file(f)
+
+
+def batch_ids(drain: DrainSettings, logical_topic: str, live: Iterable[LiveFile] | None = None) -> set[str]:
+    """Every batch id the published output of a topic names: its live files' writers (``live`` when read
+    already) and, for Delta, every batch a commit in the tables' logs names (a replaced batch too)."""
+    ids = {f.batch_id for f in (live_files(drain, logical_topic) if live is None else live) if f.batch_id}
+    if drain.format is OutputFormat.DELTA:
+        from spark_jobs.delta_table import table_batches
+
+        ids |= {b["batch_id"] for root in roots(drain).values() for b in table_batches(root, logical_topic)}
+    return ids
