@@ -157,9 +157,9 @@ def _commit(uri: str, result: DrainResult, adds: list[Any], stats: list[Any], in
             properties: Any) -> Published | None:
     """Commit ``adds`` and the removes of what they replace to the existing table at ``uri``.
 
-    delta-rs retries a commit that lost a race to an append of another batch by itself; a commit
-    that another batch's changed the table's metadata under (it created the table at the same
-    moment) is read again and retried here, its removes computed on the newer version.
+    delta-rs retries by itself a commit that lost a race to another batch's append; one that lost to
+    another batch creating the table at the same moment (a change of the table's metadata) is
+    retried here on the table read again, its removes computed on the newer version.
     """
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
