@@ -119,12 +119,27 @@ def two_batches(make_topic, kprio_env, tmp_path, spark, child_spark_conf):
 
 
 def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_path):
+    """Each kill lands a random moment (up to 2.5 s) after the child's run took a batch: while it drains,
+    checks, publishes or commits it, or after, whatever the machine's speed (a kill at a fixed time after
+    the start found the whole backlog drained on a fast machine, or Spark still starting on a slow one)."""
     env, topic, config = backlog
     rng = random.Random(20261122)
-    for _ in range(int(os.environ.get("KPRIO_TEST_KILLS", "3"))):  # 6 for the issue's figure; 3 keeps CI short
-        proc = start(config, tmp_path, "--until-empty")
-        time.sleep(rng.uniform(4.0, 18.0))
-        kill_group(proc)
+    killed_in_flight = 0
+    with Ledger(env.config.ledger.url) as ledger:
+        for _ in range(int(os.environ.get("KPRIO_TEST_KILLS", "3"))):  # 6 for the issue's figure; 3 keeps CI short
+            before = {b.batch_id: b.attempts for b in ledger.batches(topic.name)}
+            proc = start(config, tmp_path, "--until-empty")
+            # A batch of this child's: a lease on an attempt that was not there before it started.
+            taken = wait_for(lambda: proc.poll() is not None or any(
+                b.lease and before.get(b.batch_id) != b.attempts for b in ledger.in_flight(topic.name)),
+                CHILD_TIMEOUT_S, interval_s=0.1)
+            assert taken, output_of(proc)[-2000:]
+            if proc.poll() is not None:  # it drained everything by itself before a kill could land
+                break
+            time.sleep(rng.uniform(0.0, 2.5))
+            killed_in_flight += any(b.lease for b in ledger.in_flight(topic.name))
+            kill_group(proc)
+    assert killed_in_flight >= 1, "no kill landed while a batch was in flight"
     finish(config, tmp_path)
     assert_healed(env, topic, config)
 
