@@ -7,12 +7,14 @@ deadline of ``KafkaSettings.timeout_s``: an operation either answers or raises a
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from kprio_core.config import KafkaSettings, TopicSettings
-from kprio_core.kafka.client import Deadline, check_error, new_admin
+from kprio_core.kafka.client import Deadline, check_error, cluster_metadata, new_admin
 from kprio_core.kafka.commit import CommitReport, decide_commits, group_of, write_commits
 from kprio_core.kafka.lag import raise_if_lost, take_snapshot
 from kprio_core.kafka.reads import GroupOffsets, log_starts, readable_ends, shared_group_offsets
@@ -30,6 +32,8 @@ class KafkaEdge:
     def __init__(self, kafka: KafkaSettings) -> None:
         self.kafka = kafka
         self._admin: Any = None
+        self._view = threading.local()
+        """The cluster's metadata within :meth:`one_view` (per thread: a run's commit in another thread asks anew)."""
 
     @property
     def bootstrap(self) -> str:
@@ -48,6 +52,27 @@ class KafkaEdge:
 
     def deadline(self) -> Deadline:
         return Deadline(self.kafka.timeout_s, self.kafka.bootstrap_servers)
+
+    @contextmanager
+    def one_view(self) -> Iterator[None]:
+        """Within it, the lag snapshots of this thread read the cluster's metadata once (a tick over many
+        logical topics: one metadata request, not one per topic, each of which lists every topic of the
+        cluster, so a tick's cost grew with the square of its topics)."""
+        outer = getattr(self._view, "active", False)
+        self._view.active = True
+        try:
+            yield
+        finally:
+            if not outer:
+                self._view.active, self._view.metadata = False, None
+
+    def _metadata(self, deadline: Deadline) -> Any:
+        """The cluster's metadata: asked once within :meth:`one_view`, else every time."""
+        if not getattr(self._view, "active", False):
+            return cluster_metadata(self.admin, deadline)
+        if getattr(self._view, "metadata", None) is None:
+            self._view.metadata = cluster_metadata(self.admin, deadline)
+        return self._view.metadata
 
     def close(self) -> None:
         # AdminClient has no close(); dropping the last reference stops its threads.
@@ -74,9 +99,10 @@ class KafkaEdge:
         each backlog's start to fill ``oldest_pending_ms``. ``deleted_ok``: priority topics kprio
         drained before, listed in ``deleted`` when the cluster no longer has them (not an error).
         """
-        snap = take_snapshot(self.admin, self.kafka, topic, self.deadline(), now_ms=now_ms,
+        deadline = self.deadline()
+        snap = take_snapshot(self.admin, self.kafka, topic, deadline, now_ms=now_ms,
                              avg_record_bytes=avg_record_bytes, with_age=with_age, groups=self.groups,
-                             deleted_ok=deleted_ok)
+                             deleted_ok=deleted_ok, metadata=self._metadata(deadline))
         if strict:
             raise_if_lost(snap)
         return snap

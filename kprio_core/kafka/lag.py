@@ -42,14 +42,17 @@ SAMPLE_RECORDS = 5
 
 def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadline: Deadline, *, now_ms: int,
                   avg_record_bytes: Mapping[str, float] | None = None, with_age: bool = False,
-                  groups: GroupOffsets | None = None, deleted_ok: Collection[str] = ()) -> LagSnapshot:
+                  groups: GroupOffsets | None = None, deleted_ok: Collection[str] = (),
+                  metadata: Any = None) -> LagSnapshot:
     """Where every partition of every priority topic of ``topic`` stands (see the module docstring).
 
     ``groups``: the consumers that read committed offsets, kept by the caller (made here when None).
     ``deleted_ok``: priority topics kprio drained before; one the cluster no longer has is listed
     in ``deleted`` instead of failing the snapshot (its partitions are held, the others drain on).
+    ``metadata``: the cluster's metadata when the caller asked for it already (asked here when None).
     """
-    counts, deleted = snapshot_counts(topic, topic_sizes(cluster_metadata(admin, deadline)),
+    metadata = cluster_metadata(admin, deadline) if metadata is None else metadata
+    counts, deleted = snapshot_counts(topic, topic_sizes(metadata),
                                       bootstrap=deadline.bootstrap, deleted_ok=deleted_ok)
     parts_of = {p: [(topic.priority_topic(p), q) for q in range(n)] for p, n in counts.items()}
     every = [tp for parts in parts_of.values() for tp in parts]

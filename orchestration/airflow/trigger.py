@@ -52,7 +52,8 @@ class Backlog:
         from orchestration.runtime.tick import decide
 
         config, ledger, edge = self._resources()
-        decisions = [decide(NoRuns(), edge, ledger, config, topic) for topic in config.topics]
+        with edge.one_view():
+            decisions = [decide(NoRuns(), edge, ledger, config, topic) for topic in config.topics]
         return Found(any(d.acts for d in decisions), tuple(d.describe() for d in decisions))
 
     def close(self) -> None:

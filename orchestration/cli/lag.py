@@ -184,7 +184,7 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
     docs = []
     # A read command never creates a ledger: without one, kprio believes nothing and Kafka alone tells the states.
     opened = Ledger(cfg.ledger.url) if ledger_exists(cfg.ledger.url) else nullcontext()
-    with KafkaEdge(cfg.kafka) as edge, opened as ledger:
+    with KafkaEdge(cfg.kafka) as edge, opened as ledger, edge.one_view():
         for t in topics:
             known = {b.topic for b in ledger.beliefs(t.name).values()} if ledger is not None else set()
             snap = edge.snapshot(t, now_ms=now_ms, avg_record_bytes={}, with_age=age, deleted_ok=known)

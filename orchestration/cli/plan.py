@@ -121,7 +121,8 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     settings = config_from(config)
     topics = [settings.topic(topic)] if topic else list(settings.topics)
     now_s = time.time()
-    with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger, open_instance(settings) as instance:
+    with (KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger, open_instance(settings) as instance,
+          edge.one_view()):
         decisions = [decide(DagsterRuns(instance), edge, ledger, settings, t, now_s=now_s) for t in topics]
     for decision in decisions:
         if decision.error is not None:

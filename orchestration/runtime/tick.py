@@ -255,16 +255,17 @@ def tick(runs: Runs, edge, ledger: Ledger, config: KprioConfig, *, now_s: float 
     now = datetime.fromtimestamp(time.time() if now_s is None else now_s, UTC)
     ensure_adopted(runs.batch_ids(), ledger, edge, config, log=log)
     decisions, requests, partitions, reasons, contended = [], [], [], [], False
-    for topic in config.topics:
-        inputs = gather(runs, edge, ledger, config, topic, now=now, driver=driver, fresh_start=fresh_start)
-        decision = decide_tick(config, topic, inputs)
-        done = apply(runs, edge, ledger, config, topic, decision, inputs, log=log,
-                     several_topics=len(config.topics) > 1)
-        decisions.append(decision)
-        requests += done.requests
-        partitions += done.recorded
-        reasons += done.reasons
-        contended = contended or done.contended
+    with edge.one_view():  # the cluster's metadata once for every topic's lag snapshot
+        for topic in config.topics:
+            inputs = gather(runs, edge, ledger, config, topic, now=now, driver=driver, fresh_start=fresh_start)
+            decision = decide_tick(config, topic, inputs)
+            done = apply(runs, edge, ledger, config, topic, decision, inputs, log=log,
+                         several_topics=len(config.topics) > 1)
+            decisions.append(decision)
+            requests += done.requests
+            partitions += done.recorded
+            reasons += done.reasons
+            contended = contended or done.contended
     return Tick(tuple(decisions), tuple(requests), tuple(partitions), tuple(reasons), contended)
 
 

@@ -72,6 +72,28 @@ def test_snapshot_uses_batched_calls_whatever_the_partition_count(make_topic, ka
     assert [n for _, n in fetched] == [4, 4, 4]
 
 
+def test_snapshots_within_one_view_ask_the_cluster_s_metadata_once(make_topic, kafka_settings):
+    """A tick over many logical topics: one metadata request (each lists every topic of the cluster), not one per
+    topic; outside the view, and in another thread during it, each snapshot asks anew."""
+    import threading
+
+    first, second = make_topic(priorities=2, partitions=2, records={1: 3}), make_topic(priorities=2, partitions=2)
+    sizes = {name: 10.0 for t in (first, second) for name in t.priority_topics().values()}
+    with KafkaEdge(kafka_settings) as edge:
+        counting = CountingAdmin(edge.admin)
+        edge._admin = counting
+        with edge.one_view():
+            snaps = [edge.snapshot(t, now_ms=0, avg_record_bytes=sizes) for t in (first, second)]
+            elsewhere = threading.Thread(target=edge.snapshot, args=(first,), kwargs={"now_ms": 0,
+                                                                                      "avg_record_bytes": sizes})
+            elsewhere.start()
+            elsewhere.join()
+        assert counting.calls["list_topics"] == 2  # the view's one, and the other thread's own
+        edge.snapshot(second, now_ms=0, avg_record_bytes=sizes)
+        assert counting.calls["list_topics"] == 3
+    assert [s.backlog_by_priority() for s in snaps] == [{1: 3, 0: 0}, {1: 0, 0: 0}]
+
+
 def test_given_record_sizes_are_used_and_missing_ones_sampled(make_topic, kafka_settings):
     # key "k<i>" + JSON value: sizes differ per record, so compute what the tail sample must average.
     records = [("key1", "x" * 40, BASE_TS_MS, 0)] * 10 + [("key2", "y" * 96, BASE_TS_MS, 0)] * 5

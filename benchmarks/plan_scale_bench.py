@@ -1,0 +1,190 @@
+"""Benchmark: planning at scale, ``kprio plan`` and one tick's decisions over 192, 1,920 and 19,200 partitions.
+
+Starts the embedded broker (or uses the cluster in KPRIO_BOOTSTRAP_SERVERS), then for each size
+creates ``logical topics x 3 priorities x 64 partitions`` (``--sizes``: 1 and 10 logical topics by
+default; 100, the 19,200 partitions, needs a real cluster: the embedded single-node broker stopped
+answering while they were created), writes
+a few records into every partition (so every partition has a backlog and a record size to
+sample), and measures:
+
+- ``kprio plan --json`` as a new process (the process start, imports, config, Dagster instance,
+  ledger and broker included): the faster of two runs;
+- in one warm process, what one sensor tick decides for every logical topic
+  (:func:`orchestration.runtime.tick.decide` per topic within ``KafkaEdge.one_view``, as a tick
+  does: the ledger view, the lag snapshot and the rules; nothing recorded): the median of three,
+  with the broker requests it made (the lag snapshot's functions that send them, counted).
+
+The goal (the speed-of-the-loop issue): ``kprio plan`` and one tick over 1,920 partitions in
+<= 1 s including the process, and cost growing no worse than linearly in partitions (the broker
+requests batched: not one per partition or group). Not a test: it prints one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kprio_core.config import ENV_BOOTSTRAP, KafkaSettings, KprioConfig  # noqa: E402
+from orchestration.services.broker import EmbeddedBroker  # noqa: E402
+
+PRIORITIES, PARTITIONS, RECORDS_PER_PARTITION = 3, 64, 3
+SIZES = (1, 10)
+"""Logical topics per size: x 3 priorities x 64 partitions = 192 and 1,920 partitions (100: 19,200)."""
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_topics(kafka: KafkaSettings, prefix: str, logical: int) -> list[dict]:
+    """Create ``logical`` logical topics of 3 x 64 partitions with a few records in every partition."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    names = [f"{prefix}{i:03d}" for i in range(logical)]
+    new = [NewTopic(f"{n}-{p}", PARTITIONS, 1) for n in names for p in range(PRIORITIES)]
+    for chunk in range(0, len(new), 50):
+        for future in admin.create_topics(new[chunk:chunk + 50], request_timeout=120).values():
+            future.result(120)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20})
+    for topic in new:
+        for q in range(PARTITIONS):
+            for i in range(RECORDS_PER_PARTITION):
+                producer.produce(topic.topic, json.dumps({"i": i}).encode(), partition=q)
+        producer.poll(0)
+    producer.flush(120)
+    return [{"name": n, "priorities": PRIORITIES, "partitions": PARTITIONS} for n in names]
+
+
+def config_for(kafka: KafkaSettings, topics: list[dict], root: Path) -> Path:
+    config = KprioConfig.model_validate({
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "timeout_s": 60},
+        "topics": topics, "ledger": {"url": f"sqlite:///{root / 'ledger.db'}"},
+        "drain": {"output_path": str(root / "out"), "dead_letter_path": str(root / "dead"),
+                  "replay_path": str(root / "replay")},
+    })
+    path = root / "kprio.yaml"
+    path.write_text(json.dumps(config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})))
+    return path
+
+
+class Calls:
+    """Counts the broker requests a tick makes, by wrapping the functions of the lag snapshot that send them."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def wrap(self, owner: object, name: str) -> None:
+        original = getattr(owner, name)
+
+        def counted(*args, **kwargs):
+            self.counts[name] = self.counts.get(name, 0) + 1
+            return original(*args, **kwargs)
+
+        setattr(owner, name, counted)
+
+
+def in_process_tick(config_file: Path, home: Path) -> tuple[float, dict[str, int], int]:
+    """Median seconds of three warm ticks' decisions over every topic; the broker calls of one; partitions."""
+    import kprio_core.kafka.lag as lag
+    from kprio_core.config import load_config
+    from kprio_core.kafka import KafkaEdge
+    from kprio_core.ledger import Ledger
+    from orchestration.dagster.instance import open_instance
+    from orchestration.dagster.runs import DagsterRuns
+    from orchestration.runtime.tick import decide
+
+    os.environ["DAGSTER_HOME"] = str(home)
+    config = load_config(config_file, env={})
+    calls = Calls()
+    # Each of these sends one request (or, for the sampling, reads a few records of each topic).
+    import kprio_core.kafka.edge as edge_module
+
+    calls.wrap(edge_module, "cluster_metadata")  # a metadata request, counted where the edge or the snapshot asks
+    calls.wrap(lag, "cluster_metadata")
+    for name in ("log_starts", "high_watermarks", "stable_offsets", "topic_ids",
+                 "sample_record_bytes"):
+        calls.wrap(lag, name)
+    from kprio_core.kafka.reads import GroupOffsets
+
+    calls.wrap(GroupOffsets, "fetch")
+    times = []
+    with KafkaEdge(config.kafka) as edge, Ledger(config.ledger.url) as ledger, open_instance(config) as instance:
+        for i in range(4):
+            calls.counts.clear()
+            start = time.perf_counter()
+            with edge.one_view():  # as a tick does: the cluster's metadata once
+                decisions = [decide(DagsterRuns(instance), edge, ledger, config, t, now_s=time.time())
+                             for t in config.topics]
+            if i:  # the first one warms the connections and caches
+                times.append(time.perf_counter() - start)
+            assert all(d.plan is not None for d in decisions), [d.reason for d in decisions][:3]
+    return statistics.median(times), dict(calls.counts), sum(t.partitions * t.priorities for t in config.topics)
+
+
+def plan_process(config_file: Path, home: Path) -> float:
+    """The faster of two ``kprio plan --json`` processes, wall seconds."""
+    walls = []
+    for _ in range(2):
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "orchestration.cli", "plan", "--config", str(config_file),
+                               "--json"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(REPO)}, check=False)
+        walls.append(time.perf_counter() - start)
+        assert done.returncode == 0, done.stderr[-2000:]
+    return min(walls)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                        help="logical topics per size, each 3 x 64 partitions (default 1,10; 100 on a real cluster)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kprio-plan-bench-") as tmp:
+        root = Path(tmp)
+        broker = None
+        bootstrap = os.environ.get(ENV_BOOTSTRAP)
+        if not bootstrap:
+            broker = EmbeddedBroker(root / "broker", port=None, start_timeout_s=120).start()
+            bootstrap = broker.bootstrap
+        try:
+            run(KafkaSettings(bootstrap_servers=bootstrap), root, [int(s) for s in args.sizes.split(",")])
+        finally:
+            if broker is not None:
+                broker.stop()
+
+
+def run(kafka: KafkaSettings, root: Path, sizes: list[int]) -> None:
+    from tabulate import tabulate
+
+    rows = []
+    stamp = time.strftime("%H%M%S")
+    for logical in sizes:
+        where = root / f"size{logical}"
+        (where / "home").mkdir(parents=True)
+        started = time.perf_counter()
+        topics = make_topics(kafka, f"scale{stamp}-{logical}-", logical)
+        made = time.perf_counter() - started
+        config_file = config_for(kafka, topics, where)
+        tick_s, calls, partitions = in_process_tick(config_file, where / "home")
+        process_s = plan_process(config_file, where / "home")
+        print(f"{partitions:,} partitions: topics made in {made:.1f} s; tick {tick_s:.3f} s; kprio plan "
+              f"{process_s:.2f} s; broker calls {calls}", flush=True)
+        rows.append([f"{partitions:,}", logical, f"{process_s:.2f}", f"{tick_s:.3f}",
+                     f"{tick_s / partitions * 1e6:.0f}", ", ".join(f"{k} {v}" for k, v in sorted(calls.items()))])
+    print()
+    print(tabulate(rows, headers=["partitions", "logical topics", "kprio plan s (process)", "one tick s (warm)",
+                                  "tick us/partition", "broker calls of one tick"],
+                   tablefmt="github", disable_numparse=True))
+    print("\ngoal: kprio plan and one tick over 1,920 partitions <= 1 s including the process; no worse than linear")
+
+
+if __name__ == "__main__":
+    main()
