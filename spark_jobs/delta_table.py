@@ -16,6 +16,10 @@ one transaction:
 - the application transaction ``kprio:<batch id>`` at version ``attempt``: Delta's ``txn``
   action, the ``txnAppId`` / ``txnVersion`` of Spark's streaming writers.
 
+A batch whose files bring columns the table lacks (a handler that decodes a new field) first
+adds them to the table's schema, nullable, in a commit of their own (``kprio.columns_added``);
+a column whose type changed fails the publish, naming it (the table's readers would disagree).
+
 Readers of the table (delta-rs, polars, DuckDB, Spark with the Delta jars) see the version before
 a commit or the one after: a batch whole or not at all, and an offset once. A file in the
 directory that no commit added (a publish that died before its commit) is invisible to them,
@@ -43,6 +47,8 @@ from spark_jobs.layout import PRIORITY_DIR, RangeFile, filesystem, staging_dir
 APP_PREFIX = "kprio:"
 BATCH_KEY, ATTEMPT_KEY, RANGES_KEY = "kprio.batch_id", "kprio.attempt", "kprio.ranges"
 """Keys of a publish's commit metadata: the batch, its attempt and the ranges it published (``topic[p]@[s,e)``)."""
+COLUMNS_KEY = "kprio.columns_added"
+"""Commit metadata of a schema change: the batch whose files brought the new columns, and the columns."""
 COMMIT_RETRIES = 20
 """Commits of other batches may land in between (two drivers, several batches in flight): retried by delta-rs."""
 
@@ -140,8 +146,8 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
         max_commit_retries=COMMIT_RETRIES,
         app_transactions=[Transaction(app_id(result.batch_id), result.attempt)],
     )
+    schema = _files_schema(fs, [f"{base}/{result.logical_topic}/{target}" for _, target, _ in moved])
     if table is None:
-        schema = _schema_of(fs, f"{base}/{result.logical_topic}/{moved[0][1]}")
         try:
             create_table_with_add_actions(uri, schema, adds, mode="error", partition_by=["priority"],
                                           commit_properties=properties)
@@ -150,11 +156,11 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
             if not DeltaTable.is_deltatable(uri):
                 raise
             # Another batch's publish created the table first (two batches in flight): commit to it.
-    return _commit(uri, result, adds, stats, incarnations or {}, properties)
+    return _commit(uri, result, adds, stats, incarnations or {}, properties, schema)
 
 
 def _commit(uri: str, result: DrainResult, adds: list[Any], stats: list[Any], incarnations: Mapping[str, int],
-            properties: Any) -> Published | None:
+            properties: Any, schema: Any) -> Published | None:
     """Commit ``adds`` and the removes of what they replace to the existing table at ``uri``.
 
     delta-rs retries by itself a commit that lost a race to another batch's append; one that lost to
@@ -171,6 +177,8 @@ def _commit(uri: str, result: DrainResult, adds: list[Any], stats: list[Any], in
         removes = _overlapping(table, stats, {a.path for a in adds}, incarnations)
         if not adds and not removes:
             return None
+        if schema is not None and _evolve(table, schema, result):
+            continue  # the table's schema changed: commit on its new version
         try:
             table.create_write_transaction([*adds, *removes], mode="append", schema=table.schema(),
                                            partition_by=["priority"], commit_properties=properties)
@@ -203,12 +211,78 @@ def _add_action(fs: Any, path: str, rel: str, priority: int, info: Any) -> Any:
                      json.dumps({"numRecords": rows}))
 
 
-def _schema_of(fs: Any, path: str) -> Any:
+def _files_schema(fs: Any, paths: list[str]) -> Any:
+    """The Delta schema of the files a publish adds (their Parquet schemas unified); None for no file."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
     from deltalake import Schema
 
-    with fs.open_input_file(path) as f:
-        return Schema.from_arrow(pq.read_schema(f).remove_metadata())
+    schemas = []
+    for path in paths:
+        with fs.open_input_file(path) as f:
+            schemas.append(pq.read_schema(f).remove_metadata())
+    return Schema.from_arrow(pa.unify_schemas(schemas)) if schemas else None
+
+
+def _delta_type(field: Any) -> Any:
+    """A Delta field's type as JSON, nullability and metadata left out (they may differ between writers).
+
+    >>> import pyarrow as pa
+    >>> from deltalake import Field
+    >>> a = Field.from_arrow(pa.field("h", pa.list_(pa.struct([pa.field("k", pa.string(), nullable=False)]))))
+    >>> b = Field.from_arrow(pa.field("h", pa.large_list(pa.struct([("k", pa.large_string())]))))
+    >>> _delta_type(a) == _delta_type(b), _type_text(a)
+    (True, 'array<struct<k: string>>')
+    """
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k not in ("nullable", "containsNull",
+                                                                          "valueContainsNull", "metadata")}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    return strip(json.loads(field.to_json())["type"])
+
+
+def _type_text(field: Any) -> str:
+    """A Delta field's type in a line (``string``, ``array<struct<k: string>>``)."""
+    def text(node: Any) -> str:
+        if isinstance(node, str):
+            return node
+        kind = node.get("type")
+        if kind == "array":
+            return f"array<{text(node['elementType'])}>"
+        if kind == "map":
+            return f"map<{text(node['keyType'])}, {text(node['valueType'])}>"
+        if kind == "struct":
+            return "struct<" + ", ".join(f"{f['name']}: {text(f['type'])}" for f in node["fields"]) + ">"
+        return str(kind)
+
+    return text(_delta_type(field))
+
+
+def _evolve(table: Any, schema: Any, result: DrainResult) -> bool:
+    """Add to the table the columns of the batch's files it lacks (nullable: earlier rows read them as null),
+    in a commit of their own; True when it did. A column whose type changed fails the publish, naming it:
+    the table's readers would no longer agree on it (rewrite or rename the column first)."""
+    from deltalake import Field
+
+    current = {f.name: f for f in table.schema().fields}
+    incoming = list(schema.fields)
+    for field in incoming:
+        if field.name in current and _delta_type(current[field.name]) != _delta_type(field):
+            raise ValueError(f"the batch's column {field.name!r} is {_type_text(field)}, the Delta table "
+                             f"{table.table_uri} has it as {_type_text(current[field.name])}")
+    new = [Field(f.name, f.type, nullable=True) for f in incoming if f.name not in current]
+    if not new:
+        return False
+    from deltalake.transaction import CommitProperties
+
+    by = {COLUMNS_KEY: f"{result.batch_id} attempt {result.attempt}: {', '.join(f.name for f in new)}"}
+    table.alter.add_columns(new, commit_properties=CommitProperties(custom_metadata=by,
+                                                                    max_commit_retries=COMMIT_RETRIES))
+    return True
 
 
 def _overlapping(table: Any, stats: Iterable[Any], keep: set[str], incarnations: Mapping[str, int]) -> list[Any]:
@@ -325,9 +399,11 @@ def read_table(root: str, logical_topic: str, *, batch_id: str | None = None,
     if not DeltaTable.is_deltatable(uri):
         return pa.table({})
     fs, base = filesystem(root)
-    files = [f"{base}/{logical_topic}/{path}" for path, _ in _live(DeltaTable(uri, version=version))]
+    table = DeltaTable(uri, version=version)
+    files = [f"{base}/{logical_topic}/{path}" for path, _ in _live(table)]
     if not files:
         return pa.table({})
     where = None if batch_id is None else ds.field("batch_id") == batch_id
-    return ds.dataset(files, filesystem=fs, format="parquet").to_table(columns=list(columns) if columns else None,
-                                                                       filter=where)
+    # The table's schema: a column added by a later batch reads as null in the files written before it.
+    dataset = ds.dataset(files, schema=pa.schema(table.schema().to_arrow()), filesystem=fs, format="parquet")
+    return dataset.to_table(columns=list(columns) if columns else None, filter=where)

@@ -193,3 +193,35 @@ def test_batches_publishing_at_once_into_a_table_not_there_yet_each_land_once(tm
     assert offsets(tmp_path) == expected(*ranges)
     assert sorted(b["batch_id"] for b in delta_table.table_batches(str(tmp_path), LOGICAL)) == [
         f"b-{i:06d}" for i in range(1, 5)]
+
+
+def restage_with(result: DrainResult, root, column: str, values: pa.Array) -> None:
+    """Rewrite the attempt's staged files with one more column (a handler that decodes a new field)."""
+    for path in (root / "_staging").rglob("*.parquet"):
+        if f"/{result.batch_id}.{result.attempt}/" in str(path):
+            table = pq.read_table(path)
+            pq.write_table(table.append_column(column, values[: table.num_rows]), path)
+
+
+def test_a_batch_with_a_new_column_adds_it_to_the_table_and_a_changed_type_fails_naming_it(tmp_path):
+    from deltalake import DeltaTable
+
+    delta_table.publish(staged(tmp_path, "b-000001", 1, {0: OffsetRange("orders-0", 0, 0, 5)}), root=str(tmp_path),
+                        kind=OUTPUT)
+    newer = staged(tmp_path, "b-000002", 1, {0: OffsetRange("orders-0", 0, 5, 10)})
+    restage_with(newer, tmp_path, "coupon", pa.array(["c"] * 5))
+    delta_table.publish(newer, root=str(tmp_path), kind=OUTPUT)
+
+    table = DeltaTable(delta_table.table_uri(str(tmp_path), LOGICAL))
+    assert "coupon" in pa.schema(table.schema().to_arrow()).names
+    rows = delta_table.read_table(str(tmp_path), LOGICAL, columns=["offset", "coupon"]).to_pylist()
+    assert sorted((r["offset"], r["coupon"]) for r in rows) == [(o, None) for o in range(5)] + [(o, "c") for o in
+                                                                                                range(5, 10)]
+    assert [b["batch_id"] for b in delta_table.table_batches(str(tmp_path), LOGICAL)] == ["b-000001", "b-000002"]
+    assert any("coupon" in str(h.get("kprio.columns_added", "")) for h in table.history())
+
+    changed = staged(tmp_path, "b-000003", 1, {0: OffsetRange("orders-0", 0, 10, 15)})
+    restage_with(changed, tmp_path, "coupon", pa.array([1] * 5))
+    with pytest.raises(ValueError, match="column .coupon. is long, the Delta table .* has it as string"):
+        delta_table.publish(changed, root=str(tmp_path), kind=OUTPUT)
+    assert offsets(tmp_path) == expected(OffsetRange("orders-0", 0, 0, 10))  # nothing of it published
