@@ -85,7 +85,7 @@ def publish(drain: DrainSettings, result: DrainResult, *, ranges: Iterable[Offse
 
     Delta: the dead-letter table's commit, then the output table's; each carries the batch, the
     attempt, the ranges and ``checks``. A crash between the two leaves the output table without the
-    batch; the batch is not drained in the ledger, so its next attempt publishes both again (the
+    batch; the ledger has not marked it checked, so its next attempt publishes both again (the
     dead-letter table's copy replaced in one commit). :class:`~kprio_core.errors.OutputUnavailable`
     when the output cannot be written for now, else :class:`~kprio_core.errors.OutputPublishFailed`,
     each naming the batch and the cause.
