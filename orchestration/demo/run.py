@@ -157,8 +157,9 @@ class DemoResult:
         if self.output_format is not OutputFormat.DELTA:
             return []
         table = self.layout.output / self.logical_topic
-        lines = [f"Delta table {table}: {len(self.table_log)} commits of batches, one per batch (its id, attempt "
-                 "and ranges in the commit's metadata)"]
+        batches = len({entry["batch_id"] for entry in self.table_log})
+        lines = [f"Delta table {table}: {len(self.table_log)} commits for {batches} batches (each commit's "
+                 "metadata names its batch, attempt and ranges; a retried batch replaces its rows in a commit more)"]
         for entry in self.table_log[:3]:
             ranges = entry["ranges"]
             shown = ", ".join(ranges[:2]) + (f" and {len(ranges) - 2} more" if len(ranges) > 2 else "")

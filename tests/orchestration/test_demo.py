@@ -116,7 +116,7 @@ def test_demo_drains_everything_with_the_burst_first_and_the_poison_quarantined(
         assert [entry["batch_id"] for entry in result.table_log] == list(runs)
         assert [entry["version"] for entry in result.table_log] == [0, 1]
         assert all(entry["attempt"] == 1 and entry["ranges"] for entry in result.table_log)
-        assert f"Delta table {layout.output / result.logical_topic}: 2 commits of batches" in out
+        assert f"Delta table {layout.output / result.logical_topic}: 2 commits for 2 batches" in out
         assert "version 0: b-000001 attempt 1: " in out
         assert f"DeltaTable('{layout.output / result.logical_topic}').to_pandas()" in out
     else:
