@@ -112,18 +112,28 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
 
     Example: kprio plan --topic orders --json
     """
+    from contextlib import ExitStack
+
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
-    from orchestration.dagster.instance import open_instance
-    from orchestration.dagster.runs import DagsterRuns
+    from orchestration.runtime.runs import LazyRuns
     from orchestration.runtime.tick import decide
 
     settings = config_from(config)
     topics = [settings.topic(topic)] if topic else list(settings.topics)
     now_s = time.time()
-    with (KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger, open_instance(settings) as instance,
+
+    def dagster_runs(stack: ExitStack):  # noqa: ANN202 - DagsterRuns, imported here
+        from orchestration.dagster.instance import open_instance
+        from orchestration.dagster.runs import DagsterRuns
+
+        return DagsterRuns(stack.enter_context(open_instance(settings)))
+
+    with (ExitStack() as stack, KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger,
           edge.one_view()):
-        decisions = [decide(DagsterRuns(instance), edge, ledger, settings, t, now_s=now_s) for t in topics]
+        # The Dagster instance is opened only when a batch in flight or failed needs its runs read.
+        runs = LazyRuns(lambda: dagster_runs(stack))
+        decisions = [decide(runs, edge, ledger, settings, t, now_s=now_s) for t in topics]
     for decision in decisions:
         if decision.error is not None:
             # The sensor skips with this as its reason; an operator asking for a plan gets an error.

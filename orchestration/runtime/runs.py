@@ -17,7 +17,7 @@ leaves the runtime as a :class:`RunOrder`, which each driver turns into its own 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -73,3 +73,43 @@ class NoRuns:
 
     def batch_ids(self) -> Iterable[str]:
         return ()
+
+
+class LazyRuns:
+    """An orchestrator's runs, opened only once a rule asks about a batch (``open_runs`` makes them).
+
+    A read-only tick with nothing in flight or failed (``kprio plan`` on a topic that is idle or
+    only has backlog) never needs the run store: it skips opening it, and importing the
+    orchestrator (Dagster's import and instance are most of ``kprio plan``'s second).
+
+    >>> opened = []
+    >>> runs = LazyRuns(lambda: opened.append(1) or NoRuns())
+    >>> runs.of([]).runs, opened
+    ({}, [])
+    >>> runs.launched("b-000001"), opened
+    (False, [1])
+    """
+
+    def __init__(self, open_runs: Callable[[], Runs]) -> None:
+        self._open, self._runs = open_runs, None
+
+    def _inner(self) -> Runs:
+        if self._runs is None:
+            self._runs = self._open()
+        return self._runs
+
+    def of(self, batches: Iterable[Batch]) -> BatchRuns:
+        batches = list(batches)
+        return self._inner().of(batches) if batches else BatchRuns()
+
+    def owner_dead(self, owner: str) -> bool:
+        return self._inner().owner_dead(owner)
+
+    def fail(self, batch_id: str, run_ids: Sequence[str], why: str) -> list[str]:
+        return self._inner().fail(batch_id, run_ids, why)
+
+    def launched(self, run_key: str) -> bool:
+        return self._inner().launched(run_key)
+
+    def batch_ids(self) -> Iterable[str]:
+        return self._inner().batch_ids()
