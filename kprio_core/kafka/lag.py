@@ -64,8 +64,7 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
     own = groups is None
     groups = GroupOffsets(kafka) if groups is None else groups
     try:
-        for priority, parts in parts_of.items():
-            committed.update(groups.fetch(topic.priority_group(priority), parts, deadline))
+        committed.update(groups.fetch_all({topic.priority_group(p): parts for p, parts in parts_of.items()}, deadline))
     finally:
         if own:
             groups.close()

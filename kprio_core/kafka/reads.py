@@ -17,7 +17,7 @@ from __future__ import annotations
 import atexit
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kprio_core.config import IsolationLevel, KafkaSettings
@@ -139,6 +139,25 @@ class GroupOffsets:
             check_error(tp.error, what=f"{what} ({tp.topic}[{tp.partition}])", bootstrap=deadline.bootstrap,
                         timeout_s=deadline.timeout_s, topic=tp.topic)
             out[(tp.topic, tp.partition)] = committed_or_none(tp.offset)
+        return out
+
+    def fetch_all(self, partitions_of: Mapping[str, Iterable[TopicPartitionKey]],
+                  deadline: Deadline) -> dict[TopicPartitionKey, int | None]:
+        """:meth:`fetch` for each group of ``partitions_of``. Groups without a consumer yet are asked side by
+        side (each new consumer finds its group's coordinator first: a round trip or two of its own); once
+        every group has one, one after the other (a thread each would cost more than the round trip)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        out: dict[TopicPartitionKey, int | None] = {}
+        with self._lock:
+            cold = [group for group in partitions_of if group not in self._consumers]
+        if len(cold) < 2:
+            for group, parts in partitions_of.items():
+                out.update(self.fetch(group, parts, deadline))
+            return out
+        with ThreadPoolExecutor(max_workers=len(partitions_of), thread_name_prefix="kprio-offset-fetch") as pool:
+            for offsets in pool.map(lambda item: self.fetch(item[0], item[1], deadline), partitions_of.items()):
+                out.update(offsets)
         return out
 
     def close(self) -> None:

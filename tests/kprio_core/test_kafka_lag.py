@@ -94,6 +94,36 @@ def test_snapshots_within_one_view_ask_the_cluster_s_metadata_once(make_topic, k
     assert [s.backlog_by_priority() for s in snaps] == [{1: 3, 0: 0}, {1: 0, 0: 0}]
 
 
+def test_offset_fetches_of_new_groups_go_side_by_side_and_of_known_ones_one_after_the_other(make_topic,
+                                                                                           kafka_settings):
+    """A new process's first snapshot: each priority group's consumer finds its coordinator at the same time."""
+    import threading
+
+    from kprio_core.kafka.client import Deadline
+    from kprio_core.kafka.reads import GroupOffsets
+
+    topic = make_topic(priorities=3, partitions=2, records={2: 4})
+    with KafkaEdge(kafka_settings) as edge:
+        edge.commit(topic, [R(topic.priority_topic(2), 0, 0, 3)])
+    groups, threads = GroupOffsets(kafka_settings), []
+    real = groups.fetch
+
+    def fetch(group, parts, deadline):
+        threads.append(threading.current_thread().name)
+        return real(group, parts, deadline)
+
+    groups.fetch = fetch
+    wanted = {topic.priority_group(p): [(topic.priority_topic(p), q) for q in (0, 1)] for p in range(3)}
+    try:
+        cold = groups.fetch_all(wanted, Deadline(kafka_settings.timeout_s, kafka_settings.bootstrap_servers))
+        warm = groups.fetch_all(wanted, Deadline(kafka_settings.timeout_s, kafka_settings.bootstrap_servers))
+    finally:
+        groups.close()
+    assert cold == warm and cold[(topic.priority_topic(2), 0)] == 3 and cold[(topic.priority_topic(0), 1)] is None
+    assert all(name.startswith("kprio-offset-fetch") for name in threads[:3]), threads
+    assert threads[3:] == [threading.current_thread().name] * 3
+
+
 def test_given_record_sizes_are_used_and_missing_ones_sampled(make_topic, kafka_settings):
     # key "k<i>" + JSON value: sizes differ per record, so compute what the tail sample must average.
     records = [("key1", "x" * 40, BASE_TS_MS, 0)] * 10 + [("key2", "y" * 96, BASE_TS_MS, 0)] * 5
