@@ -50,10 +50,8 @@ CHECKS_KEY = "kprio.checks"
 
 @dataclass(frozen=True)
 class Publication:
-    """What a publish made visible: the files (Parquet) or the table versions it committed (Delta)."""
+    """What a publish committed: the table versions (Delta; none for Parquet's file moves)."""
 
-    format: OutputFormat
-    paths: tuple[str, ...] = ()
     versions: Mapping[str, int] = field(default_factory=dict)
     """Delta: the table version after the publish, per root kind (``output``, ``dead-letters``)."""
     already: bool = False
@@ -62,7 +60,7 @@ class Publication:
     def metadata(self) -> dict[str, object]:
         """What a run reports of it: the table versions (Delta), nothing for Parquet.
 
-        >>> Publication(OutputFormat.DELTA, versions={"output": 7, "dead-letters": 2}).metadata()
+        >>> Publication({"output": 7, "dead-letters": 2}).metadata()
         {'table_version': 7, 'dead_letter_table_version': 2}
         """
         out: dict[str, object] = {}
@@ -93,15 +91,14 @@ def publish(drain: DrainSettings, result: DrainResult, *, ranges: Iterable[Offse
     from spark_jobs import output
 
     if drain.format is OutputFormat.PARQUET:
-        paths = output.publish(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path,
-                               ranges=ranges, incarnations=incarnations)
-        return Publication(OutputFormat.PARQUET, paths=paths)
+        output.publish(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path,
+                       ranges=ranges, incarnations=incarnations)
+        return Publication()
     from spark_jobs import delta_table
 
     chosen = list(ranges) if ranges is not None else None
     metadata = {CHECKS_KEY: check_metadata(checks)} if checks is not None else {}
     versions: dict[str, int] = {}
-    added: list[str] = []
     already = True
     try:
         for kind in (DEAD_LETTERS, OUTPUT):
@@ -109,12 +106,11 @@ def publish(drain: DrainSettings, result: DrainResult, *, ranges: Iterable[Offse
                                        incarnations=incarnations, metadata=metadata)
             if done is not None:
                 versions[kind] = done.version
-                added += [f"{done.table}/{path}" for path in done.added]
                 already = already and done.already
     except Exception as err:  # delta-rs raises its own types: typed by their cause below
         raise _publish_failed(result, err) from err
     output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
-    return Publication(OutputFormat.DELTA, paths=tuple(added), versions=versions, already=already and bool(versions))
+    return Publication(versions, already=already and bool(versions))
 
 
 def _publish_failed(result: DrainResult, err: BaseException) -> Exception:

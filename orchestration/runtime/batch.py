@@ -309,6 +309,8 @@ class BatchRun:
             published = tables.publish(config.drain, result, ranges=[s.range for s in kept],
                                        incarnations=batch.plan.incarnations, checks=report)
         self.timings.time("publish", started)
+        if published.already:  # an earlier run of this attempt died after its commit, before the ledger heard
+            self.log.info(f"{self.batch_id}: the Delta tables held attempt {batch.attempts}'s publish already")
         self.ledger.mark_checked(self.batch_id, report, fence=self.token)
         crash_point("after-publish", batch.logical_topic)
         yield Drained({**drained_metadata(config, batch, result, kept, split, self.timings), **published.metadata()})

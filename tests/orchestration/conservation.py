@@ -55,9 +55,12 @@ def _table_offsets(base: Path, current) -> Counter:  # noqa: ANN001 - the file n
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
+    from spark_jobs.delta_table import parse_published
+
     paths = DeltaTable(str(base)).get_add_actions(flatten=True).column("path").to_pylist()
     # A table's file is named <range name>.<batch>.<attempt>.parquet: its range name says the incarnation.
-    files = [str(base / path) for path in paths if current(Path(path.rsplit(".b-", 1)[0] + ".parquet"))]
+    named = {path: parse_published(Path(path).name) for path in paths}
+    files = [str(base / path) for path, n in named.items() if current(Path(n[0].file_name if n else path))]
     if not files:
         return Counter()
     cols = ds.dataset(files, format="parquet").to_table(columns=["topic", "partition", "offset"]).to_pydict()
