@@ -21,7 +21,7 @@ else the built-in defaults (one demo topic on the embedded broker). Environment 
 >>> t.priority_topic(2), t.priority_group(2)
 ('orders-2', 'kprio-orders-2')
 >>> cfg.planner.record_budget, cfg.planner.mode, cfg.planner.mode == "lag-aware"
-(50000, <PlanMode.LAG_AWARE: 'lag-aware'>, True)
+(1000000, <PlanMode.LAG_AWARE: 'lag-aware'>, True)
 """
 
 from __future__ import annotations
@@ -117,6 +117,10 @@ def variable_setting(variable: str) -> str:
     return variable.removeprefix(ENV_KAFKA_PREFIX).lower().replace("_", ".")
 
 
+MAX_PRIORITIES = 16
+"""Most priority levels of a logical topic."""
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -208,7 +212,7 @@ class TopicSettings(_Model):
     """One logical topic: its priority topics, groups and record schema."""
 
     name: str = Field(min_length=1, description="Logical topic name, e.g. 'orders'.")
-    priorities: int = Field(3, ge=1, le=16, description="Number of priority levels (0 = least urgent).")
+    priorities: int = Field(3, ge=1, le=MAX_PRIORITIES, description="Number of priority levels (0 = least urgent).")
     partitions: int | None = Field(
         None, ge=1, description="Expected partitions per priority topic; checked when set, used to create topics."
     )
@@ -292,7 +296,7 @@ class RateQuota(_Model):
 class PlannerSettings(_Model):
     """Budgets and the burst rule."""
 
-    record_budget: int = Field(50_000, ge=1, description="Most records one batch may plan.")
+    record_budget: int = Field(1_000_000, ge=1, description="Most records one batch may plan.")
     byte_budget: int | None = Field(256 * 1024 * 1024, ge=1, description="Most estimated bytes one batch may plan.")
     mode: PlanMode = Field(PlanMode.LAG_AWARE, description="Burst mode.")
     distribution: Distribution = Field(Distribution.EXP, description="Split of the budget into base quotas.")
@@ -542,6 +546,11 @@ class SensorSettings(_Model):
     """How often the sensor looks at the lag."""
 
     interval_s: int = Field(2, ge=1, description="Minimum seconds between sensor ticks.")
+    watch_s: float | None = Field(
+        0.1, gt=0, description="kprio drain: between ticks, how often to read the priority partitions' ends (one "
+        "ListOffsets request) and tick at once when records arrived on a priority with a free slot; null: tick "
+        "every interval_s only."
+    )
 
 
 class KprioConfig(_Model):

@@ -32,6 +32,7 @@ published: the orchestration calls :func:`spark_jobs.output.publish` once the ch
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -53,6 +54,7 @@ from spark_jobs.native import read_failure_in
 from spark_jobs.output import discard, prepare_staging, publish, sweep_staging
 from spark_jobs.range_counts import failed_row, merge_counts
 from spark_jobs.remote_errors import kprio_error_in, spark_boundary
+from spark_jobs.session import priority_pool
 from spark_jobs.validity import Validity
 
 if TYPE_CHECKING:
@@ -89,7 +91,10 @@ def drain_batch(
         ordering, lanes, plan.ranges, staging[0], staging[1], config.spark.arrow_batch_records,
         tuple(sorted(plan.incarnations.items())),
     )
-    with spark_boundary():  # Spark gone (a Connect server stopped, a lost gateway): SparkUnavailable
+    top = max((r.priority for r in plan.ranges), default=0)
+    # Spark gone (a Connect server stopped, a lost gateway): SparkUnavailable. The batch's jobs share the
+    # cores with batches of other priorities draining at once in the scheduler pool of its highest one.
+    with spark_boundary(), priority_pool(spark, top):
         cores = _parallelism(spark)
         fused = config.spark.reader is SparkReader.PYTHON and handler_in_read(lanes, splits, cores or 1)
         if not splits:
@@ -97,7 +102,7 @@ def drain_batch(
         elif fused:
             from spark_jobs.source import drain_stats
 
-            rows = _collect(drain_stats(spark, config, splits, spec, tasks=cores))
+            rows = _collect(drain_stats(spark, config, splits, spec, tasks=drain_tasks(cores, splits)))
         else:
             rows = _shuffled(spark, config, plan, spec)
     # The shuffle path reads in another stage, whose losses (allowed) do not reach the stats rows:
@@ -149,6 +154,33 @@ def handler_in_read(lanes: int, splits: Sequence[PlannedRange], parallelism: int
     if lanes == 1 or len(splits) == len(partitions):
         return True
     return len(partitions) >= parallelism
+
+
+MAX_TASK_RECORDS = 100_000
+"""Most planned records of one fused drain task when the batch has more partitions than cores: about half a
+second of the python reader's work, so a batch of another priority draining at once waits at most about that
+long for a free core (Spark's scheduler never takes a core from a running task)."""
+
+
+def drain_tasks(cores: int | None, splits: Sequence[PlannedRange]) -> int | None:
+    """How many tasks the fused drain packs the plan's topic partitions into (None: one per partition).
+
+    The cores Spark has (a task costs about 0.1 s of fixed work, so a small batch over 12
+    partitions on 2 cores runs 2 tasks), or more when a task would hold a core for more than
+    :data:`MAX_TASK_RECORDS` records, up to one task per topic partition.
+
+    >>> twelve = [PlannedRange(0, OffsetRange("t", p, 0, n)) for p in range(12) for n in [5_000]]
+    >>> drain_tasks(2, twelve), drain_tasks(None, twelve)
+    (2, None)
+    >>> big = [PlannedRange(0, OffsetRange("t", p, 0, 125_000)) for p in range(8)]
+    >>> drain_tasks(2, big), drain_tasks(2, big[:2])
+    (8, 2)
+    """
+    if cores is None:
+        return None
+    partitions = len({s.range.topic_partition for s in splits})
+    records = sum(s.range.count for s in splits)
+    return max(1, min(partitions, max(cores, math.ceil(records / MAX_TASK_RECORDS))))
 
 
 def _parallelism(spark: SparkSession) -> int | None:

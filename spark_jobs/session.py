@@ -60,14 +60,18 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
+import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kprio_core.config import SECRET_SETTINGS, SparkSettings
+from kprio_core.config import MAX_PRIORITIES, SECRET_SETTINGS, SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,6 +91,10 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     # A drain job has a handful of lanes, not 200: keep shuffles small unless configured.
     "spark.sql.shuffle.partitions": "8",
+    # Batches of different priorities drain at once (kprio drain runs them in threads of one session):
+    # each in its own pool (:func:`priority_pool`), shared fairly, so an urgent batch's tasks take the
+    # next free core instead of queueing behind every task of a bulk job.
+    "spark.scheduler.mode": "FAIR",
     # The native reader's kafka.* options carry the client's secrets: keep them out of the UI,
     # the event log and explain output.
     "spark.redaction.regex": _redaction_regex(),
@@ -121,8 +129,37 @@ def with_jars(conf: Mapping[str, str], jars: Sequence[str]) -> dict[str, str]:
 
 
 def classic_conf(settings: SparkSettings) -> dict[str, str]:
-    """Settings of a local or classic session: :func:`session_conf` with the connector's jars (when cached)."""
-    return with_jars(session_conf(settings), connector_jars())
+    """Settings of a local or classic session: :func:`session_conf` with the connector's jars (when cached),
+    and kprio's scheduler pools (:func:`pools_file`) unless the settings name a file of their own."""
+    conf = with_jars(session_conf(settings), connector_jars())
+    conf.setdefault("spark.scheduler.allocation.file", str(pools_file()))
+    return conf
+
+
+def pools_xml() -> str:
+    """Spark's fair scheduler pools of kprio: ``kprio-p<n>`` for each priority, weight ``n + 1``.
+
+    When batches of several priorities have tasks waiting, a free core goes to the pool with the
+    fewest running tasks per weight: an urgent batch gets its share first, a bulk one keeps its own.
+
+    >>> print(pools_xml().splitlines()[2].strip())
+    <pool name="kprio-p0"><schedulingMode>FIFO</schedulingMode><weight>1</weight><minShare>0</minShare></pool>
+    """
+    pools = "\n".join(
+        f'  <pool name="kprio-p{p}"><schedulingMode>FIFO</schedulingMode><weight>{p + 1}</weight>'
+        f"<minShare>0</minShare></pool>" for p in range(MAX_PRIORITIES))
+    return f'<?xml version="1.0"?>\n<allocations>\n{pools}\n</allocations>\n'
+
+
+def pools_file() -> Path:
+    """:func:`pools_xml` in a file of the temporary directory (written when missing or different)."""
+    text = pools_xml()
+    path = Path(tempfile.gettempdir()) / f"kprio-spark-pools-{hashlib.sha256(text.encode()).hexdigest()[:12]}.xml"
+    if not path.exists():
+        scratch = path.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_text(text)
+        scratch.replace(path)  # atomic: a concurrent session reads a whole file
+    return path
 
 
 SHARED_SESSION_TRIES = 8
@@ -155,6 +192,28 @@ def build_session(settings: SparkSettings, app_name: str = "kprio") -> SparkSess
     spark = builder.getOrCreate()
     register(spark)
     return spark
+
+
+@contextmanager
+def priority_pool(spark: SparkSession, priority: int) -> Iterator[str | None]:
+    """Within it, this thread's Spark jobs go to the scheduler pool ``kprio-p<priority>`` (a classic
+    session; Spark Connect's server keeps its own scheduling, and nothing is set). Yields the pool's name.
+
+    Under ``spark.scheduler.mode=FAIR`` pools share the cores: the next free core goes to the pool
+    with the fewest running tasks, so a batch that holds an urgent priority starts as soon as one
+    task of a bulk batch ends.
+    """
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        yield None
+        return
+    context = spark.sparkContext
+    before = context.getLocalProperty("spark.scheduler.pool")
+    name = f"kprio-p{priority}"
+    context.setLocalProperty("spark.scheduler.pool", name)
+    try:
+        yield name
+    finally:
+        context.setLocalProperty("spark.scheduler.pool", before)  # type: ignore[arg-type]
 
 
 def session_running() -> bool:

@@ -25,7 +25,6 @@ from kprio_core.priority import Priority
 from kprio_core.snapshot import LagSnapshot
 
 
-
 class KafkaEdge:
     """Lag snapshots, monotonic commits, time windows as offset ranges and priority topics of one cluster."""
 
@@ -106,6 +105,10 @@ class KafkaEdge:
         if strict:
             raise_if_lost(snap)
         return snap
+
+    def ends(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """Where a reader stops in each partition now (``kafka.isolation_level``): one ListOffsets request."""
+        return readable_ends(self.admin, sorted(partitions), self.deadline(), self.kafka.isolation_level)
 
     def committed(self, topic: TopicSettings) -> dict[TopicPartitionKey, int | None]:
         """Committed offset of each priority group on its topic's partitions (None: nothing committed)."""

@@ -5,21 +5,26 @@ decides only what the loop around it does next, from the tick's decisions and wh
 (:class:`LoopInputs`: how it runs, its turn, how long the broker blocked it, how long since a
 run of it committed, what other drivers hold). Numbered rules, first match wins:
 
-1. the tick requested runs (and they were executed): ``--once`` stops after its one tick; the
-   others tick again at once;
-2. ``--follow`` ticks again after ``sensor.interval_s``, whatever the tick said;
-3. ``--once`` stops with the tick's reason (not ok when the broker blocked it);
-4. the broker or a topic blocks planning: stop at once, not ok, when that is so from the first
+1. the tick requested runs: ``--once`` stops after its one tick (the loop lets its runs finish);
+2. runs of this loop are still executing (each in a thread of its own, so an urgent batch runs
+   beside a bulk one): tick again when one of them ends, when the loop's watch sees records
+   arrive on a priority none of them holds (:func:`records_arrived`), or after
+   ``sensor.interval_s``; never stop while they run;
+3. the tick requested runs that already ended: tick again at once;
+4. ``--follow`` ticks again after ``sensor.interval_s`` (sooner when the watch sees records arrive),
+   whatever the tick said;
+5. ``--once`` stops with the tick's reason (not ok when the broker blocked it);
+6. the broker or a topic blocks planning: stop at once, not ok, when that is so from the first
    tick (there is nothing to finish); stop, not ok, after :data:`BLOCKED_GIVE_UP_S` of it;
    else tick again after twice the interval (at most :data:`MAX_WAIT_S`);
-5. retries whose cause does not pass (a disk that stays full), or slots held by batches nobody
+7. retries whose cause does not pass (a disk that stays full), or slots held by batches nobody
    moves: stop, not ok, naming what is held, when nothing committed for
    :data:`BLOCKED_GIVE_UP_S` and no other driver works on the topic;
-6. something this loop waits for goes on later (a throttle, a retry's backoff, another process's
+8. something this loop waits for goes on later (a throttle, a retry's backoff, another process's
    lease or launch claim, another driver that planned first, backlog whose priority slots are
    taken by batches in flight): tick again then (0.2 s at least, :data:`MAX_WAIT_S` at most);
-7. only held partitions that need a person are left: stop, not ok, naming them;
-8. no backlog left: stop, ok.
+9. only held partitions that need a person are left: stop, not ok, naming them;
+10. no backlog left: stop, ok.
 
 Nothing here reads the ledger, the broker or the clock: the loop passes ``now`` and its
 measured durations in.
@@ -33,18 +38,22 @@ StopLoop(why='no backlog left', ok=True, held=())
 TickAgain(after_s=2.0)
 >>> next_step(idle, LoopInputs(Until.EMPTY, interval_s=2, now=NOW, others=Others(lease_ends_in_s=(7.5,))))
 TickAgain(after_s=2.0)
+>>> next_step(idle, LoopInputs(Until.EMPTY, interval_s=2, now=NOW, running=1))
+TickAgain(after_s=2.0)
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from kprio_core.ledger import Hold
 from kprio_core.lifecycle.decision import Decision, Verdict
 from kprio_core.lifecycle.holds import describe_holds
+from kprio_core.offsets import TopicPartitionKey
+from kprio_core.priority import Priority
 
 MAX_WAIT_S = 60.0
 """Longest single wait between two ticks (a throttle, a backoff, another process's batch)."""
@@ -89,9 +98,11 @@ class LoopInputs:
     """``sensor.interval_s``: the pace of ticks."""
     now: datetime
     requested: int = 0
-    """Runs the tick requested (and the loop executed) on this turn."""
+    """Runs the tick requested (and the loop started) on this turn."""
     runs_so_far: int = 0
-    """Runs the loop executed since it started, this turn's included."""
+    """Runs the loop started since it began, this turn's included."""
+    running: int = 0
+    """Runs of this loop still executing after the tick (this turn's included)."""
     first_turn: bool = False
     blocked_for_s: float = 0.0
     """How long the ticks have been blocked, this one included (0 on the first blocked turn)."""
@@ -131,15 +142,17 @@ def blocked(decisions: Sequence[Decision]) -> bool:
 def next_step(decisions: Sequence[Decision], seen: LoopInputs) -> LoopStep:
     """What the loop does after a tick that decided ``decisions`` (the rules of the module docstring)."""
     interval, reason = float(seen.interval_s), seen.reason
-    if seen.requested:  # 1
-        if seen.until is Until.ONCE:
-            return StopLoop(f"one tick: {seen.runs_so_far} runs")
-        return TickAgain(0.0)
-    if seen.until is Until.FOLLOW:  # 2
+    if seen.requested and seen.until is Until.ONCE:  # 1
+        return StopLoop(f"one tick: {seen.runs_so_far} runs")
+    if seen.running:  # 2
         return TickAgain(interval)
-    if seen.until is Until.ONCE:  # 3
+    if seen.requested:  # 3
+        return TickAgain(0.0)
+    if seen.until is Until.FOLLOW:  # 4
+        return TickAgain(interval)
+    if seen.until is Until.ONCE:  # 5
         return StopLoop(reason, ok=not blocked(decisions))
-    if blocked(decisions):  # 4
+    if blocked(decisions):  # 6
         if seen.first_turn and not seen.runs_so_far:
             return StopLoop(reason, ok=False)
         if seen.blocked_for_s > BLOCKED_GIVE_UP_S:
@@ -148,19 +161,50 @@ def next_step(decisions: Sequence[Decision], seen: LoopInputs) -> LoopStep:
     held = [h for d in decisions for h in d.holds]
     busy = [d.reason for d in decisions if d.verdict is Verdict.BUSY]
     waits = _waits(decisions, held, seen, interval)
-    if waits and seen.since_progress_s > BLOCKED_GIVE_UP_S and not seen.others.working:  # 5
+    if waits and seen.since_progress_s > BLOCKED_GIVE_UP_S and not seen.others.working:  # 7
         if held:
             return StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s; still held: {describe_holds(held)}",
                             ok=False, held=_each(held))
         if busy:
             return StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s and no process works on the batches in "
                             f"flight: {'; '.join(busy)}", ok=False)
-    if waits:  # 6
+    if waits:  # 8
         return TickAgain(min(max(min(waits), MIN_WAIT_S), MAX_WAIT_S))
-    if held:  # 7
+    if held:  # 9
         return StopLoop(f"only held partitions are left, they need a person: {describe_holds(held)}", ok=False,
                         held=_each(held))
-    return StopLoop("no backlog left")  # 8
+    return StopLoop("no backlog left")  # 10
+
+
+Watched = Mapping[TopicPartitionKey, tuple[str, Priority, int]]
+"""Each priority partition the loop watches between ticks: its logical topic, priority and readable end at the tick."""
+
+
+def watched(decisions: Sequence[Decision]) -> dict[TopicPartitionKey, tuple[str, Priority, int]]:
+    """What the loop's watch compares against: every partition of the tick's lag snapshots, with its readable end."""
+    return {(p.topic, p.partition): (d.topic, p.priority, p.readable_end)
+            for d in decisions if d.snapshot is not None for p in d.snapshot.partitions}
+
+
+def records_arrived(at_tick: Watched, ends: Mapping[TopicPartitionKey, int],
+                    busy: Collection[tuple[str, Priority]]) -> bool:
+    """Whether records arrived since the tick on a priority that a new batch could take (rule 2, 4).
+
+    ``ends``: the readable ends read now; ``busy``: the (logical topic, priority) slots this loop's
+    running batches hold, and priorities the tick found throttled (a tick would plan nothing for them).
+    A partition the tick did not see, or whose end the broker did not give, wakes nothing.
+
+    >>> at_tick = {("orders.p2", 0): ("orders", 2, 10), ("orders.p0", 0): ("orders", 0, 500)}
+    >>> records_arrived(at_tick, {("orders.p2", 0): 10, ("orders.p0", 0): 900}, busy={("orders", 0)})
+    False
+    >>> records_arrived(at_tick, {("orders.p2", 0): 11, ("orders.p0", 0): 900}, busy={("orders", 0)})
+    True
+    """
+    for key, end in ends.items():
+        seen = at_tick.get(key)
+        if seen is not None and end > seen[2] and (seen[0], seen[1]) not in busy:
+            return True
+    return False
 
 
 def _waits(decisions: Sequence[Decision], held: Sequence[Hold], seen: LoopInputs, interval: float) -> list[float]:

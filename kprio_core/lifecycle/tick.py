@@ -30,7 +30,9 @@ earlier rule holds):
 9. :func:`throttled_priorities` — a priority over its rate quota sits this plan out;
 10. :func:`batch_budget` — the record budget, sized to ``planner.target_batch_s`` from the
     throughput the ledger measured;
-11. the planner's plan of what is left;
+11. the planner's plan of what is left, as one batch, or two when :func:`split_caught_up` takes the
+    priorities whose whole backlog it plans apart from a bulk rest (a trickle of urgent records then
+    never waits for a bulk batch to end);
 12. :func:`launched_elsewhere` — last, over every launch above: a batch whose lease another live
     run holds, or whose run key another driver claimed (a second ``kprio drain``, the sensor),
     is not launched here; it waits, and says for whom.
@@ -93,6 +95,8 @@ from kprio_core.snapshot import LagSnapshot
 
 MIN_TARGET_RECORDS = 100
 """Smallest batch the target duration may size: below it a batch is all fixed cost."""
+UNMEASURED_RECORDS = 50_000
+"""Most records of a batch sized to ``planner.target_batch_s`` before any throughput was measured."""
 Why = LaunchReason
 
 
@@ -236,17 +240,59 @@ def throttled_priorities(tracker: RateQuotaTracker, backlog: Mapping[Priority, i
 def batch_budget(config: KprioConfig, throughput: float | None, record_budget: int | None = None) -> Budget:
     """The plan's budget: the record budget, cut to ``planner.target_batch_s`` of measured throughput.
 
-    A batch of a throughput measured as 20,000 records/s aims at 2 s: 40,000 records.
+    A batch of a throughput measured as 20,000 records/s aims at 2 s: 40,000 records. A topic
+    with no measured throughput yet (its first batch) plans at most :data:`UNMEASURED_RECORDS`:
+    that batch measures the rate, the next ones grow to the target, and a new process's first
+    commit does not wait for a large batch on a cold Spark.
 
-    >>> cfg = KprioConfig.model_validate({"planner": {"record_budget": 50000, "target_batch_s": 2}})
+    >>> cfg = KprioConfig.model_validate({"planner": {"record_budget": 1_000_000, "target_batch_s": 2}})
     >>> batch_budget(cfg, 20_000.0).records, batch_budget(cfg, None).records, batch_budget(cfg, 10.0).records
     (40000, 50000, 100)
+    >>> batch_budget(cfg, 900_000.0).records
+    1000000
     """
     planner = config.planner
     records = record_budget or planner.record_budget
-    if planner.target_batch_s is not None and throughput:
-        records = min(records, max(MIN_TARGET_RECORDS, math.ceil(throughput * planner.target_batch_s)))
+    if planner.target_batch_s is not None:
+        target = UNMEASURED_RECORDS if not throughput else math.ceil(throughput * planner.target_batch_s)
+        records = min(records, max(MIN_TARGET_RECORDS, target))
     return Budget(records=records, bytes=planner.byte_budget, min_share=planner.min_share)
+
+
+SPLIT_MIN_S = 0.5
+"""A plan splits its caught-up priorities off only when the rest drains at least this long (about a
+batch's fixed cost): below it a second batch costs more than the wait it saves."""
+
+
+def split_caught_up(plan: DrainPlan, backlog: Mapping[Priority, int], throughput: float | None) -> list[DrainPlan]:
+    """The plan as one batch, or two: its caught-up priorities apart from the bulk ones.
+
+    A batch holds the slot of every priority it drains until it commits. A priority whose whole open
+    backlog the plan takes is caught up: more of its records arrive as a trickle, and they must not
+    wait for a bulk batch sized to ``planner.target_batch_s`` that happened to take its last few. So
+    when the rest of the plan (priorities with backlog left after it) drains for at least
+    :data:`SPLIT_MIN_S` at the measured throughput, the caught-up priorities' ranges become a batch of
+    their own, recorded first: same ranges, same quotas, the budget shared as the planner split it;
+    the two run side by side, and the next trickle has a free slot as soon as its own small batch ends.
+
+    >>> from kprio_core.drain_plan import PlannedRange
+    >>> from kprio_core.offsets import OffsetRange
+    >>> ranges = (PlannedRange(2, OffsetRange("o-2", 0, 0, 4)), PlannedRange(0, OffsetRange("o-0", 0, 0, 400_000)))
+    >>> plan = DrainPlan("o", "lag-aware", 404_004, None, {}, {}, ranges)
+    >>> [p.records_by_priority() for p in split_caught_up(plan, {2: 4, 0: 900_000}, throughput=400_000.0)]
+    [{2: 4}, {0: 400000}]
+    >>> [len(split_caught_up(plan, {2: 4, 0: 900_000}, t)) for t in (None, 1_000_000.0)]  # unmeasured; rest too short
+    [1, 1]
+    >>> len(split_caught_up(plan, {2: 9, 0: 900_000}, 400_000.0))  # priority 2 not caught up: one batch
+    1
+    """
+    planned = plan.records_by_priority()
+    caught_up = {p for p, n in planned.items() if n and n >= backlog.get(p, 0)}
+    rest = sum(n for p, n in planned.items() if p not in caught_up)
+    if not caught_up or not rest or not throughput or rest / throughput < SPLIT_MIN_S:
+        return [plan]
+    return [dataclasses.replace(plan, ranges=tuple(r for r in plan.ranges if (r.priority in caught_up) == first))
+            for first in (True, False)]
 
 
 def rate_window(config: KprioConfig) -> timedelta:
@@ -309,7 +355,7 @@ class _Draft:
     more: dict = field(default_factory=dict)
 
     def done(self, verdict: Verdict, reason: str | None = None, plan: DrainPlan | None = None,
-             **more) -> Decision:
+             more_plans: Sequence[DrainPlan] = (), **more) -> Decision:
         """The decision: a plan-less verdict becomes LAUNCH when runs are to be requested (not when blocked)."""
         launches = []
         for x in self.launches:
@@ -328,7 +374,7 @@ class _Draft:
             actions.append(CarryOutLogChanges(fields.get("changes", ()), fields.get("decided", ()), self.superseded))
         actions += launches
         if plan is not None:
-            actions.append(RecordPlan(plan))
+            actions += [RecordPlan(p) for p in (plan, *more_plans)]
         if not launches and plan is None:
             actions.append(Skip(reason or str(verdict)))
         return Decision(topic=self.topic, verdict=verdict, actions=tuple(actions), holds=self.holds,
@@ -428,4 +474,5 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
         reason = (f"planner.byte_budget ({budget.bytes} bytes) is smaller than one record of every partition "
                   "with backlog: raise it")
         return draft.done(Verdict.BUSY, reason, throttled=throttled)
-    return draft.done(Verdict.PLAN, plan=plan, throttled=throttled)  # 12 (in done)
+    plans = split_caught_up(plan, backlog, view.throughput)
+    return draft.done(Verdict.PLAN, plan=plans[0], more_plans=plans[1:], throttled=throttled)  # 12 (in done)

@@ -53,18 +53,19 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @contextmanager
-def stop_on_signals(stop: threading.Event, current: dict[str, str | None]) -> Iterator[None]:
-    """SIGTERM / SIGINT set ``stop`` (the batch in flight finishes); a second one abandons it.
+def stop_on_signals(stop: threading.Event, running: set[str]) -> Iterator[None]:
+    """SIGTERM / SIGINT set ``stop`` (the batches in flight finish); a second one abandons them.
 
     The loop runs each batch in a worker thread, where Dagster leaves signal handlers alone, so
     these handlers (in the main thread) always see the signal first. Abandoning exits at once
-    with status 0: the batch stays where it was, and since this process is gone the next start
-    takes it over without waiting for its lease to expire.
+    with status 0: the batches stay where they were, and since this process is gone the next start
+    takes them over without waiting for their leases to expire. ``running``: the batches whose runs
+    execute now.
     """
 
     def on_signal(signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name
-        batch = current.get("batch")
+        batch = " and ".join(sorted(running))
         if not stop.is_set():
             stop.set()
             doing = f"finishing {batch}, then exiting" if batch else "exiting"
@@ -115,10 +116,10 @@ def drain(
     defs = build_definitions(settings)
     until = Until.FOLLOW if follow else (Until.EMPTY if until_empty else Until.ONCE)
     stop = threading.Event()
-    current: dict[str, str | None] = {"batch": None}
+    running: set[str] = set()
 
     def show(batch: Any) -> None:
-        current["batch"] = None
+        running.discard(batch.batch_id)
         if not json_out:
             typer.echo(batch.line())
 
@@ -126,8 +127,7 @@ def drain(
         # One line per batch is the progress report; Dagster's own event log stays in the instance.
         report = run_drain(defs, instance, config=settings, until=until, max_batches=max_batches, stop=stop,
                            log_level="WARNING",
-                           on_batch=show, guard=lambda: stop_on_signals(stop, current),
-                           on_start=lambda batch_id: current.update(batch=batch_id))
+                           on_batch=show, guard=lambda: stop_on_signals(stop, running), on_start=running.add)
     committed: dict[str, dict[str, int | None]] = {}
     with KafkaEdge(settings.kafka) as edge:
         for logical in settings.topics:

@@ -4,7 +4,12 @@ Each turn evaluates :func:`orchestration.runtime.tick.tick` over the instance's 
 (:class:`orchestration.dagster.runs.DagsterRuns`; the same gather, core rules and
 applier as the sensor: heal, retry, plan; no rule of its own here) and executes the requested
 runs of ``drain_job`` here with ``execute_in_process``, tagged as a daemon-launched run is (so
-neither the sensor nor the daemon launches them again), on one warm Spark session. A request
+neither the sensor nor the daemon launches them again), on one warm Spark session. Each run
+executes in a thread of its own (:class:`RunThread`) and the loop ticks on while runs execute, so
+a batch of priorities no running batch holds (``planner.max_in_flight`` slots: an urgent batch while
+a bulk one drains) starts at once beside them, its Spark jobs in its priority's scheduler pool.
+Between ticks the loop watches the priority partitions' ends (``sensor.watch_s``) and ticks as soon
+as records arrive on a priority with a free slot, or a run ends. A request
 whose launch claim another driver took meanwhile (a second ``kprio drain`` on the same config),
 or whose run key already has a run, is not executed. Each line and total reports only what this
 process's runs drained and committed. After each tick, :func:`kprio_core.lifecycle.loop.next_step`
@@ -16,7 +21,7 @@ says whether to tick again (and when) or stop (and why); three ways to run it:
   stays unreachable;
 - ``Until.ONCE`` (``--once``): what one tick requests;
 - ``Until.FOLLOW`` (``--follow``): tick for ever, the way to run kprio as a service without the
-  Dagster daemon (systemd, a Kubernetes deployment); a stop request finishes the batch in flight.
+  Dagster daemon (systemd, a Kubernetes deployment); a stop request finishes the batches in flight.
 
 A restart after a crash needs nothing special: the tick sees batches whose lease owner is gone
 (this host) or expired, marks their runs failed, and resumes them with the same ranges. Staging
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,6 +44,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from kprio_core.config import KprioConfig
+from kprio_core.errors import KprioError
 from kprio_core.kafka import KafkaEdge
 from kprio_core.ledger import BatchState, Ledger
 from kprio_core.lifecycle.loop import (
@@ -48,6 +54,8 @@ from kprio_core.lifecycle.loop import (
     Until,
     blocked,
     next_step,
+    records_arrived,
+    watched,
 )
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
 from orchestration.dagster.resources import start_in_background
@@ -57,9 +65,9 @@ from orchestration.dagster.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from orchestration.runtime.healing import cause_seen_after, probe_causes
 from orchestration.runtime.leases import this_owner
 from orchestration.runtime.runs import RunOrder
-from orchestration.runtime.tags import RUNNER_TAG, TOPIC_TAG
-from spark_jobs.session import session_running
+from orchestration.runtime.tags import RUNNER_TAG, SLOT_TAG_PREFIX, TOPIC_TAG
 from orchestration.runtime.tick import Tick, still_launchable, tick
+from spark_jobs.session import session_running
 
 DRAINED_ASSET = "drained_batch"
 COMMITTED_ASSET = "committed_offsets"
@@ -169,28 +177,75 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrde
     )
 
 
-def in_worker_thread(work: Callable[[], dg.ExecuteInProcessResult]) -> dg.ExecuteInProcessResult:
-    """Run ``work`` in a thread of its own and wait for it, waking twice a second.
+class RunThread:
+    """One run executing in a daemon thread of its own; ``done`` is set when it ended, and ``on_end``
+    (when given) called from the thread.
 
-    Dagster replaces the SIGINT / SIGTERM handlers while a run executes in the main thread (an
-    interrupt then kills the batch mid-way); in another thread it leaves them alone, so a stop
-    request reaches the caller's handlers and the batch in flight finishes.
+    A thread for two reasons: runs of batches that hold different priority slots execute at once
+    (an urgent batch beside a bulk one, on the same Spark session, each in its own scheduler pool);
+    and Dagster replaces the SIGINT / SIGTERM handlers while a run executes in the main thread (an
+    interrupt then kills the batch mid-way), while in another thread it leaves them alone, so a stop
+    request reaches the caller's handlers and the batches in flight finish.
     """
-    outcome: dict[str, object] = {}
 
-    def target() -> None:
-        try:
-            outcome["result"] = work()
-        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
-            outcome["error"] = err
+    def __init__(self, work: Callable[[], dg.ExecuteInProcessResult],
+                 on_end: Callable[[], None] | None = None, name: str = "kprio-run") -> None:
+        self.done = threading.Event()
+        self._outcome: dict[str, object] = {}
 
-    worker = threading.Thread(target=target, name="kprio-run", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.5)
-    if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
-    return outcome["result"]  # type: ignore[return-value]
+        def target() -> None:
+            try:
+                self._outcome["result"] = work()
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread by result()
+                self._outcome["error"] = err
+            finally:
+                self.done.set()
+                if on_end is not None:
+                    on_end()
+
+        threading.Thread(target=target, name=name, daemon=True).start()
+
+    def result(self) -> dg.ExecuteInProcessResult:
+        if "error" in self._outcome:
+            raise self._outcome["error"]  # type: ignore[misc]
+        return self._outcome["result"]  # type: ignore[return-value]
+
+
+@contextmanager
+def for_runs_in_threads(instance: dg.DagsterInstance) -> Iterator[dg.DagsterInstance]:
+    """An instance on the same storage as ``instance`` whose runs can execute in several threads of this process.
+
+    Two things Dagster does per run are process-wide, and race when two runs start or end at once:
+
+    - each run captures its process's stdout and stderr into its compute log by redirecting file
+      descriptors 1 and 2 and restoring them at its end; two runs restore each other's copies, and the
+      process was left writing into a finished run's log file (``kprio drain --json`` printed its
+      summary there). The runs here capture nothing (``NoOpComputeLogManager``): their structured
+      event logs are kept as always, and a log capture of a whole process could not tell two runs apart;
+    - each run's log manager calls ``instance.get_handlers()``, which calls ``logging.config.dictConfig``;
+      it holds the logging module's lock while it flushes and closes every handler of the process, and a
+      run logging in another thread holds its handler's lock while it waits for the module's lock: two
+      runs deadlocked (py-spy showed both stacks). The handlers come from the instance's YAML, which
+      does not change while it is open, so the first call's handlers serve every run.
+    """
+    from dagster._serdes import ConfigurableClassData
+
+    ref = instance.get_ref()._replace(compute_logs_data=ConfigurableClassData(
+        "dagster._core.storage.noop_compute_log_manager", "NoOpComputeLogManager", "{}"))
+    threaded = dg.DagsterInstance.from_ref(ref)
+    build, built, lock = threaded.get_yaml_python_handlers, [], threading.Lock()
+
+    def once() -> list:
+        with lock:
+            if not built:
+                built.append(list(build()))
+            return built[0]
+
+    threaded.get_yaml_python_handlers = once  # type: ignore[method-assign]
+    try:
+        yield threaded
+    finally:
+        threaded.dispose()
 
 
 def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
@@ -262,8 +317,16 @@ class DrainLoop:
         self.driver = this_owner("")
         """This process as a launch claimant (and as the runner of the runs it executes)."""
         self.report = DrainReport()
+        self.running: dict[str, Running] = {}
+        """This loop's runs still executing, by batch."""
+        self._ended = threading.Event()
+        """Set by a run's thread when it ends (the loop's wait wakes on it)."""
+        self._watched: dict = {}
+        """The partitions of the last tick's lag snapshots and their readable ends (see :meth:`_wait`)."""
+        self._throttled: set[tuple[str, int]] = set()
         self._blocked_since: float | None = None
         self._turns = 0
+        self._started = 0
         self._progress = time.monotonic()
         """When a run last committed a batch (a loop without progress for long stops)."""
         self._cause_seen = False
@@ -271,27 +334,31 @@ class DrainLoop:
 
     def run(self) -> DrainReport:
         self.sweep_staging()
-        while not self._done():
-            probed = probe_causes(self.ledger, self.config, self._cause_seen)
-            turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver,
-                        fresh_start=self._turns == 0 or probed.passed)
-            self._turns += 1
-            self._cause_seen = cause_seen_after(self._cause_seen, probed, turn)
-            self._add_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
-            for request in turn.requests:
-                if self._done():
-                    break
-                self._execute(request)
-            step = next_step(turn.decisions, self._seen(turn))
-            if isinstance(step, StopLoop):
-                self.report.held = list(step.held) or self.report.held
-                return self._stop(step.why, ok=step.ok)
-            self.stop.wait(step.after_s)
+        try:
+            while not self._done():
+                self._reap()
+                probed = probe_causes(self.ledger, self.config, self._cause_seen)
+                turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver,
+                            fresh_start=self._turns == 0 or probed.passed)
+                self._turns += 1
+                self._cause_seen = cause_seen_after(self._cause_seen, probed, turn)
+                self._add_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
+                started = sum(self._start(request) for request in turn.requests if not self._done())
+                self._watched = watched(turn.decisions)
+                self._throttled = {(d.topic, p) for d in turn.decisions for p in d.throttled}
+                step = next_step(turn.decisions, self._seen(turn, started))
+                if isinstance(step, StopLoop):
+                    self._finish_running()
+                    self.report.held = list(step.held) or self.report.held
+                    return self._stop(step.why, ok=step.ok)
+                self._wait(step.after_s)
+        finally:
+            self._finish_running()
         if self.stop.is_set():
             return self._stop(self._stopped_on_request())
         return self._stop(f"stopped after {len(self.report.batches)} runs (--max-batches)")
 
-    def _seen(self, turn: Tick) -> LoopInputs:
+    def _seen(self, turn: Tick, started: int) -> LoopInputs:
         """What :func:`next_step` needs besides the tick's decisions: this loop's turn and clocks, other drivers."""
         now, clock = datetime.now(UTC), time.monotonic()
         if blocked(turn.decisions) and not turn.requests:
@@ -299,15 +366,37 @@ class DrainLoop:
         else:
             self._blocked_since = None
         return LoopInputs(
-            self.until, float(self.config.sensor.interval_s), now, requested=len(turn.requests),
-            runs_so_far=len(self.report.batches), first_turn=self._turns == 1,
+            self.until, float(self.config.sensor.interval_s), now, requested=started,
+            runs_so_far=self._started, running=len(self.running), first_turn=self._turns == 1,
             blocked_for_s=clock - self._blocked_since if self._blocked_since else 0.0,
             since_progress_s=clock - self._progress, contended=turn.contended, others=self._others(now),
             reason=turn.skip_reason,
         )
 
     def _done(self) -> bool:
-        return self.stop.is_set() or (self.max_batches is not None and len(self.report.batches) >= self.max_batches)
+        return self.stop.is_set() or (self.max_batches is not None and self._started >= self.max_batches)
+
+    def _wait(self, seconds: float) -> None:
+        """Wait ``seconds``, or less: until a run of this loop ends, a stop request, or (``sensor.watch_s``)
+        records arrive on a priority a new batch could take (:func:`records_arrived`)."""
+        watch = self.config.sensor.watch_s
+        deadline = time.monotonic() + seconds
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if self._ended.wait(min(left, watch or 0.5)):
+                return
+            if watch and self._watched and self._records_arrived():
+                return
+
+    def _records_arrived(self) -> bool:
+        busy = {(r.request.tags[TOPIC_TAG], p) for r in self.running.values() for p in r.priorities}
+        try:
+            ends = self.edge.ends(self._watched)
+        except KprioError:
+            return False  # the broker does not answer: the next tick says so
+        return records_arrived(self._watched, ends, busy | self._throttled)
 
     def _stopped_on_request(self) -> str:
         """Which batch the stop request let finish, or abandoned for the next start to resume."""
@@ -334,20 +423,42 @@ class DrainLoop:
                 if attempt == 2:
                     raise
 
-    def _execute(self, request: RunOrder) -> None:
+    def _start(self, request: RunOrder) -> bool:
+        """Start the run of ``request`` in a thread of its own, unless it runs here already or another
+        driver launched it meanwhile (its run, its report)."""
+        if request.partition_key in self.running:
+            return False
         if not still_launchable(self.runs, self.ledger, self.config, request, self.driver):
-            return  # another driver launched it meanwhile: its run, its report
+            return False
         if self.on_start is not None:
             self.on_start(request.partition_key)
-        started = time.monotonic()
-        result = in_worker_thread(lambda: execute(self.defs, self.instance, request, self.log_level))
-        outcome = outcome_of(self.ledger, request.partition_key, request.tags[TOPIC_TAG], result,
-                             time.monotonic() - started)
-        self.report.batches.append(outcome)
-        if outcome.state is BatchState.COMMITTED:
-            self._progress = time.monotonic()
-        if self.on_batch is not None:
-            self.on_batch(outcome)
+        self._started += 1
+        self.running[request.partition_key] = Running(
+            request, time.monotonic(), slot_priorities(request.tags),
+            RunThread(lambda: execute(self.defs, self.instance, request, self.log_level), on_end=self._ended.set,
+                      name=f"kprio-run-{request.partition_key}"))
+        return True
+
+    def _reap(self) -> None:
+        """Report every run of this loop that ended, in the order they started."""
+        self._ended.clear()
+        for key, run in list(self.running.items()):
+            if not run.thread.done.is_set():
+                continue
+            del self.running[key]
+            outcome = outcome_of(self.ledger, key, run.request.tags[TOPIC_TAG], run.thread.result(),
+                                 time.monotonic() - run.started)
+            self.report.batches.append(outcome)
+            if outcome.state is BatchState.COMMITTED:
+                self._progress = time.monotonic()
+            if self.on_batch is not None:
+                self.on_batch(outcome)
+
+    def _finish_running(self) -> None:
+        """Let the runs still executing end (a stop request finishes the batches in flight), and report them."""
+        while self.running:
+            self._ended.wait(0.5)
+            self._reap()
 
     def _others(self, now: datetime) -> Others:
         """Live leases of batches in flight, and other drivers' live launch claims of them."""
@@ -369,6 +480,25 @@ class DrainLoop:
         drain = self.config.drain
         return sweep_staging((drain.output_path, drain.dead_letter_path),
                              keep=lambda batch_id, attempt: (batch_id, attempt) in live)
+
+
+@dataclass(frozen=True)
+class Running:
+    """A run of the loop still executing: its request, when it started, the priority slots it holds, its thread."""
+
+    request: RunOrder
+    started: float
+    priorities: frozenset[int]
+    thread: RunThread
+
+
+def slot_priorities(tags: Mapping[str, str]) -> frozenset[int]:
+    """The priorities whose slots a run's batch takes, from its slot tags.
+
+    >>> sorted(slot_priorities({"kprio/slot-p0": "orders", "kprio/slot-p2": "orders", "kprio/why": "new"}))
+    [0, 2]
+    """
+    return frozenset(int(k[len(SLOT_TAG_PREFIX):]) for k in tags if k.startswith(SLOT_TAG_PREFIX))
 
 
 def config_of(defs: dg.Definitions) -> KprioConfig:
@@ -399,8 +529,8 @@ def drain(
     """
     config = config or config_of(defs)
     with (Ledger(config.ledger.url) as ledger, KafkaEdge(config.kafka) as edge, spark_for_the_loop(defs),
-          (guard or nullcontext)()):
-        loop = DrainLoop(config, defs, instance, ledger, edge, until=until, max_batches=max_batches,
+          for_runs_in_threads(instance) as threaded, (guard or nullcontext)()):
+        loop = DrainLoop(config, defs, threaded, ledger, edge, until=until, max_batches=max_batches,
                          stop=stop or threading.Event(), log_level=log_level, on_batch=on_batch,
                          on_start=on_start)
         return loop.run()

@@ -202,6 +202,18 @@ def test_the_plan_is_an_action_after_the_launches():
     assert d.verdict is Verdict.LAUNCH and d.plan.records_by_priority()[1] == 20
 
 
+def test_a_caught_up_priority_is_planned_apart_from_a_bulk_rest():
+    """A trickle on priority 2 beside a large priority-0 backlog: two batches, so the trickle's slot frees fast."""
+    config = KprioConfig.model_validate({"topics": [{"name": "orders", "priorities": 3}]})
+    lag = snapshot(backlog={2: 4, 0: 900_000})
+    d = decide_tick(config, config.topics[0], inputs(LedgerView("orders", throughput=200_000.0), lag=lag))
+    plans = [a.plan for a in d.actions if isinstance(a, RecordPlan)]
+    assert [{p: n for p, n in x.records_by_priority().items() if n} for x in plans] == [{2: 4}, {0: 399_996}]  # one budget, shared
+    # Unmeasured (a first batch): one batch, which measures the rate.
+    first = decide_tick(config, config.topics[0], inputs(LedgerView("orders"), lag=lag))
+    assert len([a for a in first.actions if isinstance(a, RecordPlan)]) == 1
+
+
 def test_the_manual_plan_narrows_priorities_and_budget():
     d = decide_tick(CONFIG, TOPIC, inputs(lag=snapshot(backlog={2: 30, 1: 20, 0: 10})), priorities={1},
                     record_budget=10)

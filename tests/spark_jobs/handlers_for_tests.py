@@ -114,3 +114,14 @@ def fails_every_record(frames: Iterator[Any], context: LaneContext) -> Iterator[
     """A handler that cannot decode anything: every record gets an error (a broken release)."""
     for frame in frames:
         yield frame.assign(error="cannot decode: handler bug")
+
+
+def slow_on_partition_0_of_priority_0(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Decodes like the default handler, but holds its core for 8 s first on partition 0 of priority 0 (a long bulk task)."""
+    import time
+
+    from spark_jobs.handlers import decode_json
+
+    if context.priority == 0 and context.partition == 0:
+        time.sleep(8)
+    yield from decode_json(frames, context)
