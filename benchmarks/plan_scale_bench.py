@@ -146,6 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
                         help="logical topics per size, each 3 x 64 partitions (default 1,10; 100 on a real cluster)")
+    parser.add_argument("--json-file", help="also write the figures to this file (a list, one entry per size)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kprio-plan-bench-") as tmp:
         root = Path(tmp)
@@ -155,16 +156,19 @@ def main() -> None:
             broker = EmbeddedBroker(root / "broker", port=None, start_timeout_s=120).start()
             bootstrap = broker.bootstrap
         try:
-            run(KafkaSettings(bootstrap_servers=bootstrap), root, [int(s) for s in args.sizes.split(",")])
+            figures = run(KafkaSettings(bootstrap_servers=bootstrap), root, [int(s) for s in args.sizes.split(",")])
+            if args.json_file:
+                Path(args.json_file).write_text(json.dumps(figures, indent=2))
         finally:
             if broker is not None:
                 broker.stop()
 
 
-def run(kafka: KafkaSettings, root: Path, sizes: list[int]) -> None:
+def run(kafka: KafkaSettings, root: Path, sizes: list[int]) -> list[dict]:
+    """Measure each size, print the table; the figures, one dict per size."""
     from tabulate import tabulate
 
-    rows = []
+    rows, figures = [], []
     stamp = time.strftime("%H%M%S")
     for logical in sizes:
         where = root / f"size{logical}"
@@ -177,6 +181,8 @@ def run(kafka: KafkaSettings, root: Path, sizes: list[int]) -> None:
         process_s = plan_process(config_file, where / "home")
         print(f"{partitions:,} partitions: topics made in {made:.1f} s; tick {tick_s:.3f} s; kprio plan "
               f"{process_s:.2f} s; broker calls {calls}", flush=True)
+        figures.append({"partitions": partitions, "logical_topics": logical, "plan_process_s": process_s,
+                        "tick_s": tick_s, "broker_calls": calls})
         rows.append([f"{partitions:,}", logical, f"{process_s:.2f}", f"{tick_s:.3f}",
                      f"{tick_s / partitions * 1e6:.0f}", ", ".join(f"{k} {v}" for k, v in sorted(calls.items()))])
     print()
@@ -184,6 +190,7 @@ def run(kafka: KafkaSettings, root: Path, sizes: list[int]) -> None:
                                   "tick us/partition", "broker calls of one tick"],
                    tablefmt="github", disable_numparse=True))
     print("\ngoal: kprio plan and one tick over 1,920 partitions <= 1 s including the process; no worse than linear")
+    return figures
 
 
 if __name__ == "__main__":

@@ -324,8 +324,8 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "spark.connect_port": ("orchestration.services.spark_connect", "SparkConnectServer.__init__", "starts a server"),
     "spark.connect_dir": ("orchestration.services.spark_connect", "SparkConnectServer.__init__", "starts a server"),
     "ledger.url": ("kprio_core.ledger.ledger", "Ledger.from_settings", "the changed URL names a Postgres server"),
-    "sensor.watch_s": ("orchestration.dagster.drain_loop", "DrainLoop._wait", "acts between the ticks of kprio drain's "
-                       "loop (tests/orchestration/test_drain_overlap.py covers it)"),
+    "sensor.watch_s": ("orchestration.dagster.drain_loop", "DrainLoop._wait",
+                       "acts between the ticks of kprio drain's loop (tests/orchestration/test_drain_overlap.py)"),
 }
 """Leaf -> (module, function reading it, why no probe here)."""
 

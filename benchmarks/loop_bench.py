@@ -1,0 +1,109 @@
+"""Benchmark: the speed of the loop, every figure of the speed-of-the-loop issue in one run and one table.
+
+One command (``python benchmarks/loop_bench.py``; add ``--daemon`` for the Dagster daemon's rows,
+which take about four minutes more) runs, one after the other, on the embedded broker (or the
+cluster in KPRIO_BOOTSTRAP_SERVERS) with the default configuration and ``local[2]``:
+
+1. ``benchmarks/latency_bench.py`` over the issue's workload: 900,000 priority-0 and 100,000
+   priority-1 records of ~200 B up front (3 priorities x 4 partitions), then ``kprio drain --follow``
+   while priority-2 records arrive at 5/s for 40 s. It measures, in the same run, the reference: the
+   same 1,000,000 records read by plain confluent-kafka consumers, one per partition, in parallel
+   processes (every record's key, value, timestamp and headers touched);
+2. ``benchmarks/plan_scale_bench.py``: ``kprio plan`` as a new process and one tick over 192 and
+   1,920 partitions (``--sizes 1,10,100`` adds 19,200, which needs a real cluster).
+
+and prints one table: figure, reference, kprio, ratio, goal, met. The sub-benchmarks' own tables
+(where an urgent record's time goes, the steps of a batch, every process's peak RSS) are in their
+logs, kept with ``--keep-logs DIR``. Figures, never a test: these machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RSS_BEFORE_MIB = {"local Spark JVM": 529, "local Spark python workers": 982}
+"""Peak RSS of the same follow run before the loop ran batches side by side (commit 9c4677b, 2026-11-26)."""
+
+
+def run(script: str, args: list[str], log: Path) -> None:
+    print(f"running {script} {' '.join(args)} (log: {log})", flush=True)
+    with log.open("w") as out:
+        done = subprocess.run([sys.executable, str(HERE / script), *args], stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        sys.exit(f"{script} failed with exit status {done.returncode}: see {log}")
+
+
+def rows(latency: dict, scale: list[dict]) -> list[list[str]]:
+    """The table's rows: figure, reference, kprio, ratio, goal, met."""
+    out: list[list[str]] = []
+    raw = latency["raw_consume"]
+    reference = f"{raw['rate']:,.0f} rec/s ({raw.get('consumers', '?')} consumers in parallel)"
+    for mode, goal in (("follow", 0.7), ("daemon", 0.5)):
+        m = latency["modes"].get(mode)
+        if not m:
+            continue
+        rate = m["bulk"]["warm_rate"]
+        ratio = rate / raw["rate"]
+        out.append([f"bulk throughput, first commit -> zero lag ({mode})", reference, f"{rate:,.0f} rec/s",
+                    f"{ratio:.2f}", f">= {goal}", _met(ratio >= goal)])
+    for mode, (p50_goal, p95_goal) in (("follow", (1.0, 2.0)), ("daemon", (5.0, 8.0))):
+        m = latency["modes"].get(mode)
+        if not m:
+            continue
+        lat = m["latency"]["p2 during bulk"]
+        out.append([f"urgent produce -> commit while the bulk drains, p50 / p95 ({mode}, {lat['n']} records)", "",
+                    f"{lat['p50']:.2f} / {lat['p95']:.2f} s", "", f"<= {p50_goal:g} / {p95_goal:g} s",
+                    _met(lat["p50"] <= p50_goal and lat["p95"] <= p95_goal)])
+    follow = latency["modes"]["follow"]
+    first = follow["first_commit"] - follow["started"]
+    out.append(["first commit after kprio drain starts (local Spark)", "", f"{first:.1f} s", "", "<= 10 s",
+                _met(first <= 10)])
+    for size in scale:
+        goal = size["partitions"] <= 1920
+        out.append([f"kprio plan, new process, {size['partitions']:,} partitions", "",
+                    f"{size['plan_process_s']:.2f} s (one tick {size['tick_s']:.3f} s)", "",
+                    "<= 1 s" if size["partitions"] == 1920 else "linear",
+                    _met(size["plan_process_s"] <= 1.0) if size["partitions"] == 1920 else ("" if goal else "")])
+    rss = {p["kind"]: p["peak_rss_mib"] for p in follow["processes"]}
+    for kind, before in RSS_BEFORE_MIB.items():
+        if kind in rss:
+            out.append([f"peak RSS, {kind} (follow)", f"{before:,} MiB (before)", f"{rss[kind]:,} MiB",
+                        f"{rss[kind] / before:.2f}", "no higher", _met(rss[kind] <= before)])
+    return out
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--daemon", action="store_true", help="also run the Dagster daemon's mode (~4 min more)")
+    parser.add_argument("--sizes", default="1,10", help="plan_scale_bench's sizes (logical topics; default 1,10)")
+    parser.add_argument("--keep-logs", help="directory for the sub-benchmarks' logs and JSON (default: a temp dir)")
+    args = parser.parse_args()
+    logs = Path(args.keep_logs or tempfile.mkdtemp(prefix="kprio-loop-bench-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    run("latency_bench.py", ["--mode", "both" if args.daemon else "follow", "--bulk-p0", "900000", "--bulk-p1",
+                             "100000", "--urgent-s", "40", "--probe-batches", "0", "--small-batches", "0",
+                             "--json-file", str(logs / "latency.json")], logs / "latency.log")
+    run("plan_scale_bench.py", ["--sizes", args.sizes, "--json-file", str(logs / "scale.json")], logs / "scale.log")
+    latency = json.loads((logs / "latency.json").read_text())
+    scale = json.loads((logs / "scale.json").read_text())
+    from tabulate import tabulate
+
+    print()
+    print(tabulate(rows(latency, scale), headers=["figure", "reference", "kprio", "ratio", "goal", "met"],
+                   tablefmt="github", disable_numparse=True))
+    machine = latency.get("machine", {})
+    print(f"\nmachine: {machine}; logs and JSON in {logs}")
+
+
+if __name__ == "__main__":
+    main()
