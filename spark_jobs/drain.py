@@ -156,8 +156,8 @@ def handler_in_read(lanes: int, splits: Sequence[PlannedRange], parallelism: int
     return len(partitions) >= parallelism
 
 
-MAX_TASK_RECORDS = 100_000
-"""Most planned records of one fused drain task when the batch has more partitions than cores: about half a
+MAX_TASK_RECORDS = 50_000
+"""Most planned records of one fused drain task when the batch has more partitions than cores: about a third of a
 second of the python reader's work, so a batch of another priority draining at once waits at most about that
 long for a free core (Spark's scheduler never takes a core from a running task)."""
 

@@ -28,7 +28,7 @@ _COMMITTED = batches.c.committed_us.is_not(None)
 
 
 class DerivedReads(LedgerBase):
-    """poll_history / drained_since / rate_tracker / avg_record_bytes / throughput."""
+    """poll_history / drained_since / rate_tracker / avg_record_bytes / throughput / drain_samples."""
 
     def poll_history(self, logical_topic: str, n_priorities: int, window_size: int = DEFAULT_WINDOW_SIZE,
                      maxed_out_threshold: int = DEFAULT_MAXED_OUT_THRESHOLD) -> PollHistory:
@@ -126,6 +126,11 @@ class DerivedReads(LedgerBase):
 
         Batches of 3000 records in 2 s and 1000 in 2 s -> max(1500, 500) = 1500.0 records/s.
         """
+        rates = [records / seconds for records, seconds in self.drain_samples(logical_topic, last_batches)]
+        return max(rates) if rates else None
+
+    def drain_samples(self, logical_topic: str, last_batches: int = 10) -> list[tuple[int, float]]:
+        """(records written, drain seconds) of the topic's last committed batches, newest first."""
         if last_batches < 1:
             raise ValueError(f"throughput({logical_topic!r}): last_batches must be >= 1, got {last_batches}")
         query = (select(batches.c.id, batches.c.drain_seconds)
@@ -135,8 +140,7 @@ class DerivedReads(LedgerBase):
         with self._tx() as (conn, _):
             recent = conn.execute(query).all()
             written = _written(conn, [key for key, _ in recent])
-        rates = [sum(n for n, _ in written.get(key, {}).values()) / seconds for key, seconds in recent]
-        return max(rates) if rates else None
+        return [(sum(n for n, _ in written.get(key, {}).values()), seconds) for key, seconds in recent]
 
 
 def _written(conn: Connection, keys: Iterable[int]) -> dict[int, dict[Priority, tuple[int, int]]]:

@@ -71,6 +71,7 @@ from kprio_core.lifecycle.runs import (
 from kprio_core.lifecycle.tick import (
     batch_budget,
     decide_tick,
+    drain_rate,
     rate_tracker,
     rate_window,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "Why",
     "batch_budget",
     "decide_tick",
+    "drain_rate",
     "describe_hold",
     "describe_holds",
     "held_partitions",

@@ -259,6 +259,31 @@ def batch_budget(config: KprioConfig, throughput: float | None, record_budget: i
     return Budget(records=records, bytes=planner.byte_budget, min_share=planner.min_share)
 
 
+def drain_rate(samples: Sequence[tuple[int, float]]) -> float | None:
+    """The rate a bulk batch drains at, from recent batches' (records, drain seconds); None without any.
+
+    A drain takes a fixed cost (a Spark job: planning the read, starting its tasks) plus its records
+    at a rate. The smallest recent batch measures the fixed cost; each larger one, the rate of its
+    records beyond it: ``(records - smallest's) / (seconds - smallest's)``. The best of those, or
+    of the plain rates (``records / seconds``, which count the fixed cost in) when no batch is at
+    least twice the smallest. A budget sized from the plain rate of a small batch undershoots by
+    its fixed cost, so the batches after a new process's first one grew slowly; the slope lets the
+    next batch reach ``planner.target_batch_s`` of drain at once.
+
+    >>> drain_rate([(4, 0.3), (100_000, 0.8)]), drain_rate([(3000, 2.0), (1000, 2.0)]), drain_rate([])
+    (199992.0, 1500.0, None)
+    >>> drain_rate([(6, 0.4), (3000, 2.0)])  # a trickle measures the fixed cost: 2,994 records in 1.6 s
+    1871.25
+    """
+    if not samples:
+        return None
+    plain = max(records / seconds for records, seconds in samples)
+    small_records, small_s = min(samples)
+    slopes = [(records - small_records) / (seconds - small_s) for records, seconds in samples
+              if records >= 2 * small_records and seconds > small_s]
+    return max([plain, *slopes])
+
+
 SPLIT_MIN_S = 0.5
 """A plan splits its caught-up priorities off only when the rest drains at least this long (about a
 batch's fixed cost): below it a second batch costs more than the wait it saves."""

@@ -45,6 +45,7 @@ class LedgerView:
     reserved: tuple[OffsetRange, ...] = ()
     """Non-empty ranges of the batches in flight."""
     throughput: float | None = None
+    """Records per second a bulk batch drains at, from recent batches (:func:`~kprio_core.lifecycle.tick.drain_rate`)."""
     poll_history: PollHistory | None = None
     avg_record_bytes: Mapping[str, float] = field(default_factory=dict)
     rate_samples: tuple[DrainedSample, ...] = ()

@@ -48,6 +48,7 @@ from kprio_core.lifecycle import (
     TickInputs,
     Why,
     decide_tick,
+    drain_rate,
     needs_committed,
     rate_window,
 )
@@ -72,7 +73,7 @@ def read_view(ledger: Ledger, config: KprioConfig, topic: TopicSettings, now: da
         superseded=tuple(ledger.superseded(name)),
         beliefs=ledger.beliefs(name),
         reserved=tuple(ledger.reserved_ranges(name)),
-        throughput=ledger.throughput(name),
+        throughput=drain_rate(ledger.drain_samples(name)),
         poll_history=ledger.poll_history(name, topic.priorities, planner.window_size, planner.maxed_out_threshold),
         avg_record_bytes=ledger.avg_record_bytes(name),
         rate_samples=tuple(ledger.drained_since(name, now - rate_window(config))),
