@@ -259,14 +259,20 @@ def batch_budget(config: KprioConfig, throughput: float | None, record_budget: i
     return Budget(records=records, bytes=planner.byte_budget, min_share=planner.min_share)
 
 
+MIN_SLOPE_S = 0.25
+"""How much longer than the smallest recent batch a batch must have drained for :func:`drain_rate` to read a rate
+from the difference."""
+
+
 def drain_rate(samples: Sequence[tuple[int, float]]) -> float | None:
     """The rate a bulk batch drains at, from recent batches' (records, drain seconds); None without any.
 
     A drain takes a fixed cost (a Spark job: planning the read, starting its tasks) plus its records
     at a rate. The smallest recent batch measures the fixed cost; each larger one, the rate of its
-    records beyond it: ``(records - smallest's) / (seconds - smallest's)``. The best of those, or
-    of the plain rates (``records / seconds``, which count the fixed cost in) when no batch is at
-    least twice the smallest. A budget sized from the plain rate of a small batch undershoots by
+    records beyond it: ``(records - smallest's) / (seconds - smallest's)``, for a batch at least
+    twice the smallest that drained at least :data:`MIN_SLOPE_S` longer (closer, the difference is
+    the noise of two fixed costs). The best of those, or of the plain rates (``records / seconds``,
+    which count the fixed cost in) when no batch qualifies. A budget sized from the plain rate of a small batch undershoots by
     its fixed cost, so the batches after a new process's first one grew slowly; the slope lets the
     next batch reach ``planner.target_batch_s`` of drain at once.
 
@@ -274,13 +280,15 @@ def drain_rate(samples: Sequence[tuple[int, float]]) -> float | None:
     (199992.0, 1500.0, None)
     >>> drain_rate([(6, 0.4), (3000, 2.0)])  # a trickle measures the fixed cost: 2,994 records in 1.6 s
     1871.25
+    >>> drain_rate([(1, 0.64), (18_000, 0.65)])  # 0.01 s apart: noise, not 1.8 million records/s
+    27692.30769230769
     """
     if not samples:
         return None
     plain = max(records / seconds for records, seconds in samples)
     small_records, small_s = min(samples)
     slopes = [(records - small_records) / (seconds - small_s) for records, seconds in samples
-              if records >= 2 * small_records and seconds > small_s]
+              if records >= 2 * small_records and seconds >= small_s + MIN_SLOPE_S]
     return max([plain, *slopes])
 
 
