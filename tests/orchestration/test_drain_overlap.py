@@ -1,8 +1,8 @@
 """kprio drain runs an urgent batch beside a bulk one: it does not wait for the bulk batch to end.
 
 The bulk batch's handler holds one Spark core for 8 s on one partition (a long bulk task); the
-urgent records are produced once that batch drains. The loop's watch sees them arrive on a
-priority whose slot no batch holds, the next tick plans them, and their run executes in a thread
+urgent records are produced once that batch drains. The loop ticks at most every 30 s, so only its
+watch can see them arrive on a priority whose slot no batch holds; the tick it wakes plans them, and their run executes in a thread
 of its own, its Spark job in its priority's pool on the core the bulk batch left free: the urgent
 batch commits while the bulk one still drains, and everything is conserved.
 """
@@ -28,7 +28,9 @@ SLOW = "tests.spark_jobs.handlers_for_tests:slow_on_partition_0_of_priority_0"
 def test_an_urgent_batch_drains_and_commits_while_a_bulk_batch_still_drains(make_topic, kprio_env, dagster_instance,
                                                                              kafka_settings, spark):
     topic = make_topic(priorities=3, partitions=2, records={0: 40})
-    env = kprio_env(topic, drain={"handler": SLOW}, sensor={"watch_s": 0.1})
+    # A tick every 30 s at most: only the watch (the partitions' ends every 0.1 s) can plan the urgent
+    # records while the bulk batch drains.
+    env = kprio_env(topic, drain={"handler": SLOW}, sensor={"interval_s": 30, "watch_s": 0.1})
     done: dict[str, drain_loop.DrainReport] = {}
     loop = threading.Thread(target=lambda: done.update(report=drain_loop.drain(env.defs, dagster_instance,
                                                                                until=Until.EMPTY)))
