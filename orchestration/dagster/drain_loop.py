@@ -9,7 +9,9 @@ executes in a thread of its own (:class:`RunThread`) and the loop ticks on while
 a batch of priorities no running batch holds (``planner.max_in_flight`` slots: an urgent batch while
 a bulk one drains) starts at once beside them, its Spark jobs in its priority's scheduler pool.
 Between ticks the loop watches the priority partitions' ends (``sensor.watch_s``) and ticks as soon
-as records arrive on a priority with a free slot, or a run ends. A request
+as records arrive on a priority with a free slot, or a run ends; after a tick the watch woke that
+launched nothing (the slot is another driver's, the partitions are held), the watch rests until the
+next tick the interval or a run's end brings. A request
 whose launch claim another driver took meanwhile (a second ``kprio drain`` on the same config),
 or whose run key already has a run, is not executed. Each line and total reports only what this
 process's runs drained and committed. After each tick, :func:`kprio_core.lifecycle.loop.next_step`
@@ -34,6 +36,7 @@ passes again: a disk grown, a mount made writable, a broker back.
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -324,6 +327,9 @@ class DrainLoop:
         self._watched: dict = {}
         """The partitions of the last tick's lag snapshots and their readable ends (see :meth:`_wait`)."""
         self._throttled: set[tuple[str, int]] = set()
+        self._watching = True
+        """False after a tick the watch woke launched nothing (the arrivals wait for a slot another driver
+        holds, or on held partitions): the watch rests until a run ends or the interval passes."""
         self._blocked_since: float | None = None
         self._turns = 0
         self._started = 0
@@ -334,6 +340,7 @@ class DrainLoop:
 
     def run(self) -> DrainReport:
         self.sweep_staging()
+        woke = Woke.TIME
         try:
             while not self._done():
                 self._reap()
@@ -346,12 +353,13 @@ class DrainLoop:
                 started = sum(self._start(request) for request in turn.requests if not self._done())
                 self._watched = watched(turn.decisions)
                 self._throttled = {(d.topic, p) for d in turn.decisions for p in d.throttled}
+                self._watching = started > 0 or woke != Woke.WATCH
                 step = next_step(turn.decisions, self._seen(turn, started))
                 if isinstance(step, StopLoop):
                     self._finish_running()
                     self.report.held = list(step.held) or self.report.held
                     return self._stop(step.why, ok=step.ok)
-                self._wait(step.after_s)
+                woke = self._wait(step.after_s)
         finally:
             self._finish_running()
         if self.stop.is_set():
@@ -376,19 +384,20 @@ class DrainLoop:
     def _done(self) -> bool:
         return self.stop.is_set() or (self.max_batches is not None and self._started >= self.max_batches)
 
-    def _wait(self, seconds: float) -> None:
+    def _wait(self, seconds: float) -> Woke:
         """Wait ``seconds``, or less: until a run of this loop ends, a stop request, or (``sensor.watch_s``)
-        records arrive on a priority a new batch could take (:func:`records_arrived`)."""
-        watch = self.config.sensor.watch_s
+        records arrive on a priority a new batch could take (:func:`records_arrived`); what ended the wait."""
+        watch = self.config.sensor.watch_s if self._watching else None
         deadline = time.monotonic() + seconds
         while not self.stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
-                return
+                return Woke.TIME
             if self._ended.wait(min(left, watch or 0.5)):
-                return
+                return Woke.RUN_ENDED
             if watch and self._watched and self._records_arrived():
-                return
+                return Woke.WATCH
+        return Woke.STOP
 
     def _records_arrived(self) -> bool:
         busy = {(r.request.tags[TOPIC_TAG], p) for r in self.running.values() for p in r.priorities}
@@ -480,6 +489,15 @@ class DrainLoop:
         drain = self.config.drain
         return sweep_staging((drain.output_path, drain.dead_letter_path),
                              keep=lambda batch_id, attempt: (batch_id, attempt) in live)
+
+
+class Woke(enum.Enum):
+    """What ended the loop's wait between two ticks."""
+
+    TIME = "time"
+    RUN_ENDED = "a run ended"
+    WATCH = "records arrived"
+    STOP = "a stop request"
 
 
 @dataclass(frozen=True)
