@@ -34,7 +34,8 @@ RSS_BEFORE_MIB = {"local Spark JVM": 529, "local Spark python workers": 982}
 def run(script: str, args: list[str], log: Path) -> None:
     print(f"running {script} {' '.join(args)} (log: {log})", flush=True)
     with log.open("w") as out:
-        done = subprocess.run([sys.executable, str(HERE / script), *args], stdout=out, stderr=subprocess.STDOUT)
+        done = subprocess.run([sys.executable, str(HERE / script), *args], stdout=out, stderr=subprocess.STDOUT,
+                              check=False)
     if done.returncode != 0:
         sys.exit(f"{script} failed with exit status {done.returncode}: see {log}")
 
@@ -65,11 +66,10 @@ def rows(latency: dict, scale: list[dict]) -> list[list[str]]:
     out.append(["first commit after kprio drain starts (local Spark)", "", f"{first:.1f} s", "", "<= 10 s",
                 _met(first <= 10)])
     for size in scale:
-        goal = size["partitions"] <= 1920
+        at_goal = size["partitions"] == 1920  # the goal's size; the others show how the cost grows
         out.append([f"kprio plan, new process, {size['partitions']:,} partitions", "",
                     f"{size['plan_process_s']:.2f} s (one tick {size['tick_s']:.3f} s)", "",
-                    "<= 1 s" if size["partitions"] == 1920 else "linear",
-                    _met(size["plan_process_s"] <= 1.0) if size["partitions"] == 1920 else ("" if goal else "")])
+                    "<= 1 s" if at_goal else "linear", _met(size["plan_process_s"] <= 1.0) if at_goal else ""])
     rss = {p["kind"]: p["peak_rss_mib"] for p in follow["processes"]}
     for kind, before in RSS_BEFORE_MIB.items():
         if kind in rss:

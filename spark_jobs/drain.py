@@ -169,7 +169,7 @@ def drain_tasks(cores: int | None, splits: Sequence[PlannedRange]) -> int | None
     partitions on 2 cores runs 2 tasks), or more when a task would hold a core for more than
     :data:`MAX_TASK_RECORDS` records, up to one task per topic partition.
 
-    >>> twelve = [PlannedRange(0, OffsetRange("t", p, 0, n)) for p in range(12) for n in [5_000]]
+    >>> twelve = [PlannedRange(0, OffsetRange("t", p, 0, 5_000)) for p in range(12)]
     >>> drain_tasks(2, twelve), drain_tasks(None, twelve)
     (2, None)
     >>> big = [PlannedRange(0, OffsetRange("t", p, 0, 125_000)) for p in range(8)]

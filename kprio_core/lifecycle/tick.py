@@ -272,9 +272,9 @@ def drain_rate(samples: Sequence[tuple[int, float]]) -> float | None:
     records beyond it: ``(records - smallest's) / (seconds - smallest's)``, for a batch at least
     twice the smallest that drained at least :data:`MIN_SLOPE_S` longer (closer, the difference is
     the noise of two fixed costs). The best of those, or of the plain rates (``records / seconds``,
-    which count the fixed cost in) when no batch qualifies. A budget sized from the plain rate of a small batch undershoots by
-    its fixed cost, so the batches after a new process's first one grew slowly; the slope lets the
-    next batch reach ``planner.target_batch_s`` of drain at once.
+    which count the fixed cost in) when no batch qualifies. A budget sized from the plain rate of a
+    small batch undershoots by its fixed cost, so the batches after a new process's first one grew
+    slowly; the slope lets the next batch reach ``planner.target_batch_s`` of drain sooner.
 
     >>> drain_rate([(4, 0.3), (100_000, 0.8)]), drain_rate([(3000, 2.0), (1000, 2.0)]), drain_rate([])
     (199992.0, 1500.0, None)
