@@ -133,8 +133,13 @@ class Decision:
 
     @property
     def plan(self) -> DrainPlan | None:
-        """The new batch to record, if any."""
-        return next((a.plan for a in self.actions if isinstance(a, RecordPlan)), None)
+        """The first new batch to record, if any (see :attr:`plans`)."""
+        return next(iter(self.plans), None)
+
+    @property
+    def plans(self) -> tuple[DrainPlan, ...]:
+        """Every new batch to record: one, or two when the tick planned caught-up priorities apart."""
+        return tuple(a.plan for a in self.actions if isinstance(a, RecordPlan))
 
     def describe(self) -> str:
         """One line: the topic, what happens for it, and what waits."""
@@ -149,9 +154,9 @@ class Decision:
         parts = []
         if self.launch:
             parts.append("launch " + ", ".join(x.describe() for x in self.launch))
-        if self.plan is not None:
-            by_p = ", ".join(f"p{p}={n}" for p, n in self.plan.records_by_priority().items() if n)
-            parts.append(f"plan {self.plan.records} records ({by_p})")
+        for plan in self.plans:
+            by_p = ", ".join(f"p{p}={n}" for p, n in plan.records_by_priority().items() if n)
+            parts.append(f"plan {plan.records} records ({by_p})")
         if not parts and self.reason:
             parts.append(self.reason)
         if self.holds:

@@ -419,7 +419,8 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
     """Apply the rules of the module docstring to ``topic`` with ``inputs`` (gathered once by the driver).
 
     ``priorities`` / ``record_budget`` narrow the plan (the manual plan job); by default every
-    priority and the configured budget.
+    priority and the configured budget. A narrowed plan is the one batch a person asked for: it is
+    never split (:func:`split_caught_up`).
     """
     view, runs, now = inputs.view, inputs.runs, inputs.now
     max_in_flight, recovery = config.planner.max_in_flight, config.recovery
@@ -507,5 +508,6 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
         reason = (f"planner.byte_budget ({budget.bytes} bytes) is smaller than one record of every partition "
                   "with backlog: raise it")
         return draft.done(Verdict.BUSY, reason, throttled=throttled)
-    plans = split_caught_up(plan, backlog, view.throughput)
+    manual = priorities is not None or record_budget is not None
+    plans = [plan] if manual else split_caught_up(plan, backlog, view.throughput)
     return draft.done(Verdict.PLAN, plan=plans[0], more_plans=plans[1:], throttled=throttled)  # 12 (in done)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,6 +14,9 @@ from orchestration.cli.common import (
     config_from,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from kprio_core.drain_plan import DrainPlan
 
 TopicOption = Annotated[
     str | None, typer.Option("--topic", "-t", help="Plan only this logical topic (default: every configured topic).")
@@ -29,7 +32,8 @@ def hold_doc(hold: Any) -> dict[str, Any]:
 
 
 def decision_doc(decision: Any) -> dict[str, Any]:
-    """The JSON shape of one topic's decision: what would happen, the plan when there is one, what waits."""
+    """The JSON shape of one topic's decision: what would happen, the plans when there are (``plan``: the
+    first; ``plans``: every one, two when caught-up priorities are planned apart), what waits."""
     doc: dict[str, Any] = {
         "topic": decision.topic,
         "action": decision.verdict.value,
@@ -47,29 +51,35 @@ def decision_doc(decision: Any) -> dict[str, Any]:
                          "outcome": d.outcome.value, "decided_by": d.decided_by, "text": d.describe()}
                         for d in decision.decided],
     }
-    plan = decision.plan
-    if plan is not None:
-        doc["plan"] = {
-            "mode": plan.mode,
-            "record_budget": plan.record_budget,
-            "byte_budget": plan.byte_budget,
-            "records": plan.records,
-            "est_bytes": plan.est_bytes,
-            "quotas": {str(p): n for p, n in plan.quotas.items()},
-            "grants": {str(p): n for p, n in plan.grants.items()},
-            "records_by_priority": {str(p): n for p, n in plan.records_by_priority().items()},
-            "backlog_before": {str(p): n for p, n in plan.backlog_before.items()},
-            "burst": None if plan.burst is None else {
-                "priority": plan.burst.priority, "extra": plan.burst.extra, "reason": plan.burst.reason,
-            },
-            "ranges": [
-                {"priority": r.priority, "topic": r.range.topic, "partition": r.range.partition,
-                 "start": r.range.start, "end": r.range.end, "records": r.range.count, "est_bytes": r.est_bytes}
-                for r in plan.ranges
-            ],
-            "lost": [str(r) for r in plan.lost],
-        }
+    plans = [_plan_doc(plan) for plan in decision.plans]
+    if plans:
+        doc["plan"] = plans[0]
+        doc["plans"] = plans
     return doc
+
+
+def _plan_doc(plan: DrainPlan) -> dict[str, Any]:
+    """One planned batch as ``kprio plan --json`` shows it."""
+    return {
+        "mode": plan.mode,
+        "record_budget": plan.record_budget,
+        "byte_budget": plan.byte_budget,
+        "records": plan.records,
+        "est_bytes": plan.est_bytes,
+        "quotas": {str(p): n for p, n in plan.quotas.items()},
+        "grants": {str(p): n for p, n in plan.grants.items()},
+        "records_by_priority": {str(p): n for p, n in plan.records_by_priority().items()},
+        "backlog_before": {str(p): n for p, n in plan.backlog_before.items()},
+        "burst": None if plan.burst is None else {
+            "priority": plan.burst.priority, "extra": plan.burst.extra, "reason": plan.burst.reason,
+        },
+        "ranges": [
+            {"priority": r.priority, "topic": r.range.topic, "partition": r.range.partition,
+             "start": r.range.start, "end": r.range.end, "records": r.range.count, "est_bytes": r.est_bytes}
+            for r in plan.ranges
+        ],
+        "lost": [str(r) for r in plan.lost],
+    }
 
 
 def _print(doc: dict[str, Any]) -> None:
@@ -82,8 +92,7 @@ def _print(doc: dict[str, Any]) -> None:
         console.print(f"{name}: run {x['batch_id']} ({x['why']}, attempt {x['attempt']})")
     for s in doc["stuck"]:
         console.print(f"{name}: {s['batch_id']} is stuck: {s['why']}")
-    plan = doc.get("plan")
-    if plan is not None:
+    for plan in doc.get("plans", []):
         by_p = ", ".join(f"p{p}={n}" for p, n in plan["records_by_priority"].items())
         console.print(f"{name}: next batch {plan['records']} records ({by_p}), mode {plan['mode']}")
         table = Table("priority", "range", "records", "est. bytes")
@@ -93,7 +102,7 @@ def _print(doc: dict[str, Any]) -> None:
         console.print(table)
         if plan["burst"]:
             console.print(f"burst: {plan['burst']['reason']}")
-    elif not doc["launch"]:
+    if not doc.get("plans") and not doc["launch"]:
         console.print(f"{name}: {doc['reason']}")
     for c in doc.get("log_changes", []):
         if c["outcome"] != "hold":

@@ -209,9 +209,15 @@ def test_a_caught_up_priority_is_planned_apart_from_a_bulk_rest():
     d = decide_tick(config, config.topics[0], inputs(LedgerView("orders", throughput=200_000.0), lag=lag))
     plans = [a.plan for a in d.actions if isinstance(a, RecordPlan)]
     assert [{p: n for p, n in x.records_by_priority().items() if n} for x in plans] == [{2: 4}, {0: 399_996}]  # one budget, shared
+    assert d.plans == tuple(plans) and d.plan == plans[0]
+    assert d.summary() == "plan 4 records (p2=4); plan 399996 records (p0=399996)"
     # Unmeasured (a first batch): one batch, which measures the rate.
     first = decide_tick(config, config.topics[0], inputs(LedgerView("orders"), lag=lag))
-    assert len([a for a in first.actions if isinstance(a, RecordPlan)]) == 1
+    assert len(first.plans) == 1
+    # A person's plan (the manual job narrows the budget or the priorities) is the one batch asked for.
+    manual = decide_tick(config, config.topics[0], inputs(LedgerView("orders", throughput=200_000.0), lag=lag),
+                         record_budget=500_000)
+    assert [x.records_by_priority()[2] for x in manual.plans] == [4]
 
 
 def test_the_manual_plan_narrows_priorities_and_budget():
