@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from kprio_core.config import KafkaSettings, TopicSettings
+from kprio_core.errors import KprioError
 from kprio_core.kafka.client import Deadline, check_error, cluster_metadata, new_admin
 from kprio_core.kafka.commit import CommitReport, decide_commits, group_of, write_commits
-from kprio_core.errors import KprioError
 from kprio_core.kafka.lag import SnapshotAsk, raise_if_lost, take_snapshot, take_snapshots
 from kprio_core.kafka.reads import GroupOffsets, log_starts, readable_ends, shared_group_offsets
 from kprio_core.kafka.times import offsets_for_time, window_range
