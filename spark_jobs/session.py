@@ -61,12 +61,14 @@ True
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import sys
 import tempfile
+import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -130,10 +132,14 @@ def with_jars(conf: Mapping[str, str], jars: Sequence[str]) -> dict[str, str]:
 
 def classic_conf(settings: SparkSettings) -> dict[str, str]:
     """Settings of a local or classic session: :func:`session_conf` with the connector's jars (when cached),
-    and kprio's scheduler pools (:func:`pools_file`) unless the settings name a file of their own."""
+    kprio's scheduler pools (:func:`pools_file`) unless the settings name a file of their own, and for a
+    local master the driver JVM's class-data archive when the setup built one
+    (:func:`spark_jobs.class_archive.with_class_archive`)."""
+    from spark_jobs.class_archive import with_class_archive
+
     conf = with_jars(session_conf(settings), connector_jars())
     conf.setdefault("spark.scheduler.allocation.file", str(pools_file()))
-    return conf
+    return with_class_archive(conf) if settings.master.startswith("local") else conf
 
 
 def pools_xml() -> str:
@@ -214,6 +220,53 @@ def priority_pool(spark: SparkSession, priority: int) -> Iterator[str | None]:
         yield name
     finally:
         context.setLocalProperty("spark.scheduler.pool", before)  # type: ignore[arg-type]
+
+
+_BACKGROUND: list[threading.Thread] = []
+"""Threads starting a session in the background (``kprio drain`` starts one as early as it can)."""
+
+
+def start_in_background(start: Callable[[], object]) -> threading.Thread:
+    """Call ``start`` (which starts a session) on a thread: the JVM starts while the caller does other work
+    (imports, the first tick). :func:`wait_for_background_start` waits for it; a run's Spark resource does.
+
+    A start that fails leaves no session: whoever needs one then starts it and reports the failure
+    where it belongs.
+    """
+    def run() -> None:
+        try:
+            start()
+        except Exception:  # whoever needs Spark meets the same error and reports it
+            logging.getLogger("kprio.spark").debug("the background start of the Spark session failed", exc_info=True)
+
+    thread = threading.Thread(target=run, name="kprio-spark-start", daemon=True)
+    _BACKGROUND.append(thread)
+    thread.start()
+    return thread
+
+
+def starting_in_background() -> bool:
+    """True while a background start (:func:`start_in_background`) is under way."""
+    return any(thread.is_alive() for thread in _BACKGROUND)
+
+
+def stop_session() -> None:
+    """Stop this process's session, once any background start ended (nothing when none is running)."""
+    from pyspark.sql import SparkSession
+
+    wait_for_background_start()
+    if session_running():
+        SparkSession.active().stop()
+
+
+def wait_for_background_start() -> None:
+    """Wait until every background start (:func:`start_in_background`) of another thread ended."""
+    for thread in list(_BACKGROUND):
+        if thread is threading.current_thread():
+            continue  # the background start itself
+        thread.join()
+        if thread in _BACKGROUND:
+            _BACKGROUND.remove(thread)
 
 
 def session_running() -> bool:

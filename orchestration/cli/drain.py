@@ -99,10 +99,7 @@ def drain(
     """
     from kprio_core.errors import PartitionCountMismatch, TopicMissing
     from kprio_core.kafka import KafkaEdge
-    from orchestration.dagster.definitions import build_definitions
-    from orchestration.dagster.drain_loop import Until
-    from orchestration.dagster.drain_loop import drain as run_drain
-    from orchestration.dagster.instance import open_instance
+    from spark_jobs.session import stop_session
 
     settings = config_from(config)
     if topic is not None:
@@ -113,6 +110,33 @@ def drain(
                 edge.partitions(logical)
             except (TopicMissing, PartitionCountMismatch):
                 pass  # a priority topic deleted or grown under kprio: the tick holds or picks it up, and says so
+    started = start_spark(settings)
+    try:
+        _drain(settings, json_out=json_out, until_empty=until_empty, follow=follow, max_batches=max_batches)
+    finally:
+        if started:
+            stop_session()
+
+
+def start_spark(settings: Any) -> bool:
+    """Start the loop's Spark session in the background now, before Dagster is imported (about a second
+    and a half), so its JVM starts while the first tick runs; whether it started one (a session that
+    is running already, a test's, is reused)."""
+    from spark_jobs.session import build_session, session_running, start_in_background
+
+    if session_running():
+        return False
+    start_in_background(lambda: build_session(settings.spark))
+    return True
+
+
+def _drain(settings: Any, *, json_out: bool, until_empty: bool, follow: bool, max_batches: int | None) -> None:
+    from kprio_core.kafka import KafkaEdge
+    from orchestration.dagster.definitions import build_definitions
+    from orchestration.dagster.drain_loop import Until
+    from orchestration.dagster.drain_loop import drain as run_drain
+    from orchestration.dagster.instance import open_instance
+
     defs = build_definitions(settings)
     until = Until.FOLLOW if follow else (Until.EMPTY if until_empty else Until.ONCE)
     stop = threading.Event()

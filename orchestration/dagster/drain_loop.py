@@ -70,7 +70,7 @@ from orchestration.runtime.leases import this_owner
 from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tags import RUNNER_TAG, SLOT_TAG_PREFIX, TOPIC_TAG
 from orchestration.runtime.tick import Tick, still_launchable, tick
-from spark_jobs.session import session_running
+from spark_jobs.session import session_running, starting_in_background
 
 DRAINED_ASSET = "drained_batch"
 COMMITTED_ASSET = "committed_offsets"
@@ -154,9 +154,10 @@ def spark_for_the_loop(defs: dg.Definitions) -> Iterator[None]:
     Without it each run's resource would start and stop its own session. The session starts in
     the background (:func:`~orchestration.dagster.resources.start_in_background`), so the JVM
     starts while the first tick reads the ledger and the broker; the first run waits for it. A
-    session that was already active (a test's) is left running.
+    session that was already active (a test's) or starting in the background (``kprio drain`` starts
+    it before it imports Dagster) is left to whoever started it.
     """
-    if session_running():
+    if session_running() or starting_in_background():
         yield
         return
     resource = defs.resources["spark"]

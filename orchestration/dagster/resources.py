@@ -23,7 +23,6 @@ a resource that is also a dependency open nothing) and closed in ``teardown_afte
 
 # No `from __future__ import annotations`: Dagster reads the ResourceDependency annotations of
 # KprioSettings as types when the class is created.
-import logging
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -43,8 +42,6 @@ from kprio_core.config import (
     setting_variable,
 )
 from kprio_core.errors import ConfigError
-
-LOGGER = logging.getLogger("kprio.spark")
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -190,9 +187,9 @@ class SparkResource(dg.ConfigurableResource):
         is waited for, and then reused as an active one.
         """
         if self._session is None:
-            from spark_jobs.session import build_session, session_running
+            from spark_jobs.session import build_session, session_running, wait_for_background_start
 
-            _wait_for_background_start()
+            wait_for_background_start()
             existed = session_running()
             self._session = build_session(self.settings(), app_name=self.app_name)
             self._created = not existed
@@ -266,35 +263,12 @@ RESOURCE_SECTIONS = {"kafka": KafkaResource, "spark": SparkResource, "ledger": L
 KPRIO_FIELDS = tuple(name for name in KprioConfig.model_fields if name not in RESOURCE_SECTIONS)
 
 
-_BACKGROUND: list[threading.Thread] = []
-"""The thread starting the drain loop's session while its first tick runs (at most one)."""
-
-
 def start_in_background(resource: SparkResource) -> threading.Thread:
-    """Start ``resource``'s session on a thread: the JVM starts while the caller does other work (a tick).
+    """Start ``resource``'s session on a thread (:func:`spark_jobs.session.start_in_background`): the JVM
+    starts while the caller does other work (a tick); a run's :attr:`SparkResource.session` waits for it."""
+    from spark_jobs.session import start_in_background as start
 
-    A run's :attr:`SparkResource.session` waits for it. A start that fails leaves no session: the
-    run that needs one then starts it itself and reports the failure where it belongs.
-    """
-    def start() -> None:
-        try:
-            resource.session  # noqa: B018 (starts the session)
-        except Exception:  # noqa: BLE001 - the run that needs Spark meets the same error and reports it
-            LOGGER.debug("the background start of the Spark session failed", exc_info=True)
-
-    thread = threading.Thread(target=start, name="kprio-spark-start", daemon=True)
-    _BACKGROUND.append(thread)
-    thread.start()
-    return thread
-
-
-def _wait_for_background_start() -> None:
-    for thread in list(_BACKGROUND):
-        if thread is threading.current_thread():
-            continue  # the background start itself
-        thread.join()
-        if thread in _BACKGROUND:
-            _BACKGROUND.remove(thread)
+    return start(lambda: resource.session)
 
 
 def resources_from_config(config: KprioConfig, env: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -77,3 +77,46 @@ def test_kprios_spark_connect_server_gets_the_connector_jars():
     confs = dict(a.split("=", 1) for a in args[1::2])
     assert confs["spark.jars"].split(",") == connector_jars()
     assert confs["spark.redaction.regex"] == session_conf(SparkSettings())["spark.redaction.regex"]
+
+
+@pytest.mark.spark
+def test_a_local_session_maps_the_class_data_archive_the_setup_built(spark):
+    """scripts/setup.sh builds the archive of this Java and Spark; kprio's local sessions (the test session is
+    built as kprio builds one) start their driver JVM mapping it: its file is in the JVM's memory map."""
+    from pathlib import Path
+
+    from spark_jobs.class_archive import archive_path
+
+    archive = archive_path()
+    assert archive is not None and archive.is_file(), f"no class-data archive at {archive}: run scripts/setup.sh"
+    assert f"-XX:SharedArchiveFile={archive}" in spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    jvm = spark.sparkContext._gateway.proc.pid
+    assert str(archive) in Path(f"/proc/{jvm}/maps").read_text()
+
+
+def test_the_class_data_archive_is_added_only_where_it_fits(tmp_path, monkeypatch):
+    """Mapped by a local session only, when it exists for this Java, and never over the user's own options."""
+    from spark_jobs.class_archive import archive_path, with_class_archive
+    from spark_jobs.session import classic_conf
+
+    archive = tmp_path / "spark.jsa"
+    archive.write_bytes(b"archive")
+    key = "spark.driver.extraJavaOptions"
+    assert with_class_archive({}, archive)[key] == f"-XX:SharedArchiveFile={archive}"
+    assert with_class_archive({key: "-Xmx1g"}, archive)[key] == f"-Xmx1g -XX:SharedArchiveFile={archive}"
+    for own in ("-XX:SharedArchiveFile=/mine.jsa", "-XX:ArchiveClassesAtExit=/x.jsa", "-Xshare:off"):
+        assert with_class_archive({key: own}, archive)[key] == own
+    assert key not in with_class_archive({}, tmp_path / "missing.jsa")
+
+    monkeypatch.setattr("spark_jobs.class_archive.archive_path", lambda: archive)
+    assert f"-XX:SharedArchiveFile={archive}" in classic_conf(SparkSettings(master="local[2]"))[key]
+    assert key not in classic_conf(SparkSettings(master="spark://elsewhere:7077"))  # its driver may be elsewhere
+    monkeypatch.undo()
+
+    # Another Java build has another archive (an archive maps only into the JVM build that wrote it).
+    other = tmp_path / "jdk" / "bin" / "java"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"not this java")
+    mine = archive_path()
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    assert archive_path() not in (None, mine)
