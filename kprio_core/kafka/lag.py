@@ -125,15 +125,25 @@ def take_snapshots(admin: Any, kafka: KafkaSettings, asks: Sequence[SnapshotAsk]
 def _batched(admin: Any, kafka: KafkaSettings, shaped: Sequence[Shaped], deadline: Deadline, *, now_ms: int,
              groups: GroupOffsets) -> dict[str, LagSnapshot]:
     """The snapshots of ``shaped``, every request made once for all of them (raises the first failure)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     every = [tp for _, parts_of, _ in shaped for parts in parts_of.values() for tp in parts]
     if not shaped:
         return {}
-    starts = log_starts(admin, every, deadline)
-    highs = high_watermarks(admin, every, deadline)
-    stables = (stable_offsets(admin, every, deadline) if kafka.isolation_level is IsolationLevel.READ_COMMITTED
-               else {})
-    committed = groups.fetch_all({ask.topic.priority_group(p): parts
-                                  for ask, parts_of, _ in shaped for p, parts in parts_of.items()}, deadline)
+    committed_only = kafka.isolation_level is IsolationLevel.READ_COMMITTED
+    by_group = {ask.topic.priority_group(p): parts for ask, parts_of, _ in shaped for p, parts in parts_of.items()}
+    # The requests are independent: sent at once, their round trips overlap (a new process's first tick
+    # also connects to the coordinator of every group meanwhile).
+    with ThreadPoolExecutor(max_workers=5, thread_name_prefix="kprio-snapshot") as pool:
+        asked_starts = pool.submit(log_starts, admin, every, deadline)
+        asked_highs = pool.submit(high_watermarks, admin, every, deadline)
+        asked_stables = pool.submit(stable_offsets, admin, every, deadline) if committed_only else None
+        asked_committed = pool.submit(groups.fetch_all, by_group, deadline)
+        asked_ids = pool.submit(topic_ids, admin, [ask.topic.priority_topic(p) for ask, parts_of, _ in shaped
+                                                   for p in parts_of], deadline)
+        starts, highs, committed = asked_starts.result(), asked_highs.result(), asked_committed.result()
+        stables = asked_stables.result() if asked_stables is not None else {}
+        ids = asked_ids.result()
     sizes: dict[str, float] = {}
     unknown = []
     for ask, _, _ in shaped:
@@ -142,7 +152,6 @@ def _batched(admin: Any, kafka: KafkaSettings, shaped: Sequence[Shaped], deadlin
     # A read_committed reader sees nothing past the last stable offset: sample below it.
     ends = {tp: min(stables.get(tp, high), high) for tp, high in highs.items()}
     sizes.update(sample_record_bytes(kafka, unknown, starts, ends, deadline))
-    ids = topic_ids(admin, [ask.topic.priority_topic(p) for ask, parts_of, _ in shaped for p in parts_of], deadline)
     out = {}
     for ask, parts_of, deleted in shaped:
         topic = ask.topic

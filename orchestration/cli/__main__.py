@@ -1,5 +1,5 @@
 """``python -m orchestration.cli``: the ``kprio`` command without its console script."""
 
-from orchestration.cli.main import app
+from orchestration.cli import run
 
-app(prog_name="kprio")
+run()

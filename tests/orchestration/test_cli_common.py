@@ -232,3 +232,20 @@ def test_an_unreachable_broker_exits_1_with_one_line_naming_it(path: tuple[str, 
     errors = [line for line in lines if line.startswith("kprio: error: ")]
     assert proc.returncode == 1, f"`kprio {name(path)}` exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
     assert lines and errors == lines[-1:] and "127.0.0.1:1" in lines[-1], proc.stderr
+
+
+def test_the_console_script_runs_every_command_with_the_collector_on_and_the_imports_frozen(monkeypatch):
+    """``kprio`` imports its commands with the garbage collector paused; a command (a long ``kprio drain
+    --follow``) always runs with it on, the import-time objects frozen out of its sight."""
+    import gc
+
+    from orchestration.cli import run
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr("orchestration.cli.main.app",
+                        lambda **_: seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count()))
+    try:
+        run()
+    finally:
+        gc.unfreeze()
+    assert seen["enabled"] is True and seen["frozen"] > 0
