@@ -6,7 +6,8 @@ unless kprio reads uncommitted), one DescribeTopics (the topic ids: a recreated 
 one), one OffsetFetch per priority group; plus one bounded peek
 consumer when record sizes must be sampled or ages were asked for (and one more, reading
 uncommitted, for the age of transactions still open). :func:`take_snapshots` makes these calls
-once for many logical topics (a tick over all of them), not once per topic.
+once for many logical topics (a tick over all of them), not once per topic, and sends them at
+once: their round trips overlap.
 
 >>> from kprio_core.snapshot import PartitionLag, LagSnapshot
 >>> snap = LagSnapshot("orders", 2, (
@@ -127,9 +128,9 @@ def _batched(admin: Any, kafka: KafkaSettings, shaped: Sequence[Shaped], deadlin
     """The snapshots of ``shaped``, every request made once for all of them (raises the first failure)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    every = [tp for _, parts_of, _ in shaped for parts in parts_of.values() for tp in parts]
     if not shaped:
         return {}
+    every = [tp for _, parts_of, _ in shaped for parts in parts_of.values() for tp in parts]
     committed_only = kafka.isolation_level is IsolationLevel.READ_COMMITTED
     by_group = {ask.topic.priority_group(p): parts for ask, parts_of, _ in shaped for p, parts in parts_of.items()}
     # The requests are independent: sent at once, their round trips overlap (a new process's first tick

@@ -39,10 +39,19 @@ asked again until the deadline, never a failure of their own."""
 
 RETRY_PAUSE_S = 0.1
 
+COLD_FETCH_THREADS = 32
+"""Groups whose consumers are made side by side: 300 new consumers took 0.82 s in 300 threads, 0.54 s in 32."""
+
+LIST_OFFSETS_CHUNK = 1000
+"""Partitions per ListOffsets request. librdkafka matches each partition of an answer against its
+request one by one: one request for 19,200 partitions took 1.6 s where 20 of 960 took 0.2 s. The
+chunks are all sent before any answer is awaited."""
+
 
 def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey], spec: Any, deadline: Deadline,
                  what: str, *, committed_only: bool = False) -> dict[TopicPartitionKey, int]:
-    """One ListOffsets call for every partition with the same OffsetSpec; offset per partition.
+    """One ListOffsets call for every partition with the same OffsetSpec (in chunks of
+    :data:`LIST_OFFSETS_CHUNK`, sent at once); offset per partition.
 
     ``committed_only``: read_committed isolation (latest then answers the last stable offset).
     Partitions whose leader is moving (:data:`LEADER_MOVING`) are asked again until ``deadline``.
@@ -58,7 +67,11 @@ def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey], spec: Any,
     isolation = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
     out: dict[TopicPartitionKey, int] = {}
     while todo:
-        futures = admin.list_offsets(todo, isolation_level=isolation, request_timeout=deadline.left(what))
+        asked = list(todo.items())
+        futures = {}
+        for start in range(0, len(asked), LIST_OFFSETS_CHUNK):
+            futures.update(admin.list_offsets(dict(asked[start:start + LIST_OFFSETS_CHUNK]), isolation_level=isolation,
+                                              request_timeout=deadline.left(what)))
         again: dict[Any, Any] = {}
         for tp, future in futures.items():
             name = f"{what} ({tp.topic}[{tp.partition}])"
@@ -144,8 +157,9 @@ class GroupOffsets:
     def fetch_all(self, partitions_of: Mapping[str, Iterable[TopicPartitionKey]],
                   deadline: Deadline) -> dict[TopicPartitionKey, int | None]:
         """:meth:`fetch` for each group of ``partitions_of``. Groups without a consumer yet are asked side by
-        side (each new consumer finds its group's coordinator first: a round trip or two of its own); once
-        every group has one, one after the other (a thread each would cost more than the round trip)."""
+        side, in up to :data:`COLD_FETCH_THREADS` threads (each new consumer finds its group's coordinator
+        first: a round trip or two of its own); once every group has one, one after the other (a thread
+        each would cost more than the round trip)."""
         from concurrent.futures import ThreadPoolExecutor
 
         out: dict[TopicPartitionKey, int | None] = {}
@@ -155,7 +169,8 @@ class GroupOffsets:
             for group, parts in partitions_of.items():
                 out.update(self.fetch(group, parts, deadline))
             return out
-        with ThreadPoolExecutor(max_workers=len(partitions_of), thread_name_prefix="kprio-offset-fetch") as pool:
+        workers = min(len(partitions_of), COLD_FETCH_THREADS)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kprio-offset-fetch") as pool:
             for offsets in pool.map(lambda item: self.fetch(item[0], item[1], deadline), partitions_of.items()):
                 out.update(offsets)
         return out

@@ -211,3 +211,37 @@ def test_a_failure_of_the_batched_requests_stays_with_the_topic_that_caused_it(m
     assert isinstance(found[doomed.name], KprioError), found[doomed.name]
     assert doomed.priority_topic(1) in str(found[doomed.name])
     assert found[kept.name].backlog_by_priority() == {1: 0, 0: 4}
+
+
+def test_offsets_of_many_partitions_are_asked_in_chunks_sent_at_once(make_topic, kafka_settings, monkeypatch):
+    """librdkafka matches an answer's partitions against its request one by one (quadratic): ListOffsets goes
+    out in chunks of LIST_OFFSETS_CHUNK partitions, every chunk sent before any answer is awaited."""
+    import kprio_core.kafka.reads as reads
+
+    topic = make_topic(priorities=2, partitions=4, records={1: 9, 0: 5})
+    with KafkaEdge(kafka_settings) as edge:
+        whole = edge.snapshot(topic, now_ms=0, avg_record_bytes={})
+        monkeypatch.setattr(reads, "LIST_OFFSETS_CHUNK", 3)
+        events: list[str] = []
+        real = edge.admin.list_offsets
+
+        class Awaited:
+            def __init__(self, future):
+                self._future = future
+
+            def result(self, timeout=None):
+                events.append("wait")
+                return self._future.result(timeout=timeout)
+
+        class Watching:
+            def list_offsets(self, request, **kwargs):
+                events.append(f"send {len(request)}")
+                return {tp: Awaited(f) for tp, f in real(request, **kwargs).items()}
+
+            def __getattr__(self, name):
+                return getattr(edge.admin, name)
+
+        chunked = reads.log_starts(Watching(), [(t, q) for t in topic.priority_topics().values() for q in range(4)],
+                                   edge.deadline())
+    assert chunked == {(p.topic, p.partition): p.log_start for p in whole.partitions}
+    assert events[:3] == ["send 3", "send 3", "send 2"] and set(events[3:]) == {"wait"}  # every chunk out first
