@@ -210,3 +210,24 @@ def test_warm_up_imports_gx_in_a_daemon_thread():
     thread.join(timeout=120)
     assert not thread.is_alive()
     assert check_batch([stats(R)], quality=QUARANTINE, required_fields=FIELDS).passed
+
+
+def test_warm_up_runs_once_per_process():
+    """``kprio drain`` starts a warm-up in every run: only the first one imports and validates (the others
+    return its thread), so an urgent batch pays no empty validation of its own."""
+    code = (
+        "import json, threading\n"
+        "from orchestration.runtime import checks\n"
+        "started = []\n"
+        "start = threading.Thread.start\n"
+        "def spy(self):\n"
+        "    started.append(self.name)\n"
+        "    start(self)\n"
+        "threading.Thread.start = spy\n"
+        "first = checks.warm_up()\n"
+        "first.join(120)\n"
+        "again = [checks.warm_up() for _ in range(3)]\n"
+        "print(json.dumps([started.count('kprio-gx-warm-up'), all(t is first for t in again)]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) == [1, True]
