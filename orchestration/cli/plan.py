@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from orchestration.cli import imports
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
@@ -123,10 +124,11 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     """
     from contextlib import ExitStack
 
-    from kprio_core.kafka import KafkaEdge
-    from kprio_core.ledger import Ledger
-    from orchestration.runtime.runs import LazyRuns
-    from orchestration.runtime.tick import decide_all
+    with imports():
+        from kprio_core.kafka import KafkaEdge
+        from kprio_core.ledger import Ledger
+        from orchestration.runtime.runs import LazyRuns
+        from orchestration.runtime.tick import decide_all
 
     settings = config_from(config)
     topics = [settings.topic(topic)] if topic else list(settings.topics)

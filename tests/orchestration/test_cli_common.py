@@ -236,16 +236,25 @@ def test_an_unreachable_broker_exits_1_with_one_line_naming_it(path: tuple[str, 
 
 def test_the_console_script_runs_every_command_with_the_collector_on_and_the_imports_frozen(monkeypatch):
     """``kprio`` imports its commands with the garbage collector paused; a command (a long ``kprio drain
-    --follow``) always runs with it on, the import-time objects frozen out of its sight."""
+    --follow``) always runs with it on, the import-time objects frozen out of its sight. Called in a
+    process of someone else's (this test's), a command's imports freeze nothing."""
     import gc
 
-    from orchestration.cli import run
+    from orchestration.cli import imports, run
 
     seen: dict[str, object] = {}
-    monkeypatch.setattr("orchestration.cli.main.app",
-                        lambda **_: seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count()))
+
+    def command(**_: object) -> None:
+        with imports():
+            seen.update(paused=not gc.isenabled())
+        seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count())
+
+    monkeypatch.setattr("orchestration.cli.main.app", command)
     try:
         run()
     finally:
         gc.unfreeze()
-    assert seen["enabled"] is True and seen["frozen"] > 0
+    assert seen == {"paused": True, "enabled": True, "frozen": seen["frozen"]} and seen["frozen"] > 0
+    with imports():
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
