@@ -2,7 +2,8 @@
 
 :func:`gather_all` reads, once per tick and logical topic, what :func:`kprio_core.lifecycle.decide_tick`
 decides from: the ledger's view of the topic, the lag snapshot (or the typed error that prevented
-it; the snapshots of all topics are asked in one set of broker requests), the runs of its batches, the lease and claim owners known dead, and the clock. The runs come
+it; the snapshots of all topics come from one set of broker requests), the runs of its batches,
+the lease and claim owners known dead, and the clock. The runs come
 from the driver's run store through a small port (:class:`orchestration.runtime.runs.Runs`:
 Dagster's in ``orchestration/dagster/runs.py``), so nothing here speaks an orchestrator's API.
 :func:`apply` is the one applier, used by the sensor, ``kprio drain`` and the tests alike; in order:
@@ -96,12 +97,6 @@ def dead_owners(runs: Runs, batches: Iterable[Batch], claims: Iterable[LaunchCla
     process gone)."""
     owners = {b.lease.owner for b in batches if b.lease is not None} | {c.owner for c in claims}
     return frozenset(o for o in owners if runs.owner_dead(o))
-
-
-def gather(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: TopicSettings,
-           *, now: datetime, driver: str | None = None, fresh_start: bool = False) -> TickInputs:
-    """The tick's inputs for ``topic``: :func:`gather_all` for one topic."""
-    return gather_all(runs, edge, ledger, config, [topic], now=now, driver=driver, fresh_start=fresh_start)[0]
 
 
 def gather_all(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topics: Sequence[TopicSettings],
