@@ -132,14 +132,19 @@ def with_jars(conf: Mapping[str, str], jars: Sequence[str]) -> dict[str, str]:
 
 def classic_conf(settings: SparkSettings) -> dict[str, str]:
     """Settings of a local or classic session: :func:`session_conf` with the connector's jars (when cached),
-    kprio's scheduler pools (:func:`pools_file`) unless the settings name a file of their own, and for a
+    kprio's scheduler pools (:func:`pools_file`) unless the settings name a file of their own; for a
     local master the driver JVM's class-data archive when the setup built one
-    (:func:`spark_jobs.class_archive.with_class_archive`)."""
-    from spark_jobs.class_archive import with_class_archive
+    (:func:`spark_jobs.class_archive.with_class_archive`) and, with the python reader, its C1 compiler
+    only (:func:`spark_jobs.class_archive.with_c1_only`), unless the settings' Java options say otherwise."""
+    from kprio_core.config import SparkReader
+    from spark_jobs.class_archive import with_c1_only, with_class_archive
 
     conf = with_jars(session_conf(settings), connector_jars())
     conf.setdefault("spark.scheduler.allocation.file", str(pools_file()))
-    return with_class_archive(conf) if settings.master.startswith("local") else conf
+    if not settings.master.startswith("local"):
+        return conf
+    conf = with_class_archive(conf)
+    return with_c1_only(conf) if settings.reader is SparkReader.PYTHON else conf
 
 
 def pools_xml() -> str:

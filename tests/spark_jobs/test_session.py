@@ -120,3 +120,17 @@ def test_the_class_data_archive_is_added_only_where_it_fits(tmp_path, monkeypatc
     mine = archive_path()
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     assert archive_path() not in (None, mine)
+
+
+def test_a_local_python_reader_session_compiles_with_c1_only_unless_told_otherwise():
+    """The python reader's JVM does little per record: C1 only (C2's threads took the workers' cores); Spark's own
+    kafka source works in the JVM and keeps both compilers; the user's compiler options are left alone."""
+    from spark_jobs.session import classic_conf
+
+    key = "spark.driver.extraJavaOptions"
+    assert "-XX:TieredStopAtLevel=1" in classic_conf(SparkSettings(master="local[2]"))[key]
+    assert "TieredStopAtLevel" not in classic_conf(SparkSettings(master="local[2]", reader="native")).get(key, "")
+    assert "TieredStopAtLevel" not in classic_conf(SparkSettings(master="spark://elsewhere:7077")).get(key, "")
+    mine = SparkSettings(master="local[2]", conf={key: "-XX:TieredStopAtLevel=4"})
+    assert classic_conf(mine)[key].split().count("-XX:TieredStopAtLevel=4") == 1
+    assert "-XX:TieredStopAtLevel=1" not in classic_conf(mine)[key]
