@@ -311,7 +311,8 @@ class PlannerSettings(_Model):
     )
     target_batch_s: float | None = Field(
         2.0, gt=0, description="Size batches to drain in about this many seconds, from the throughput the ledger "
-        "measured (never above record_budget); null: record_budget alone."
+        "measured (never above record_budget; a backlog's tail shorter than a batch's fixed cost joins, up to twice "
+        "this); null: record_budget alone."
     )
 
     @model_validator(mode="after")

@@ -170,6 +170,10 @@ class DrainResult:
     """Root of this attempt's staged files; :func:`spark_jobs.output.publish` moves them into place."""
     seconds: float = 0.0
     """Wall time of the drain (read, handler, write), the ledger's throughput measure."""
+    record_seconds: float | None = None
+    """The records' share of ``seconds``: the drain tasks' time on records (read, handler, write) over the
+    cores they had, without the Spark job's fixed cost. None where the drain cannot tell (the key-order
+    shuffle, whose read is another stage; a cluster whose cores the client does not know)."""
     reader: str = "python"
     ordering: Ordering = Ordering.PARTITION
     lanes: int = 1

@@ -97,12 +97,15 @@ def drain_batch(
     with spark_boundary(), priority_pool(spark, top):
         cores = _parallelism(spark)
         fused = config.spark.reader is SparkReader.PYTHON and handler_in_read(lanes, splits, cores or 1)
+        record_seconds = None
         if not splits:
             rows: list[dict[str, Any]] = []
         elif fused:
             from spark_jobs.source import drain_stats
 
-            rows = _collect(drain_stats(spark, config, splits, spec, tasks=drain_tasks(cores, splits)))
+            tasks = drain_tasks(cores, splits)
+            rows = _collect(drain_stats(spark, config, splits, spec, tasks=tasks))
+            record_seconds = _record_seconds(rows, cores, tasks)
         else:
             rows = _shuffled(spark, config, plan, spec)
     # The shuffle path reads in another stage, whose losses (allowed) do not reach the stats rows:
@@ -111,7 +114,24 @@ def drain_batch(
     stats = merge_counts(rows, plan.ranges, allow_data_loss=config.drain.allow_data_loss, every_range_reported=fused,
                          log_bounds=bounds)
     return DrainResult(batch_id, attempt, topic.name, stats, staging=staging[0], seconds=time.monotonic() - started,
-                       reader=config.spark.reader, ordering=ordering, lanes=lanes)
+                       record_seconds=record_seconds, reader=config.spark.reader, ordering=ordering, lanes=lanes)
+
+
+def _record_seconds(rows: Sequence[dict[str, Any]], cores: int | None, tasks: int | None) -> float | None:
+    """The fused drain's time on records as wall time: its tasks' seconds over the cores they ran on at once.
+
+    None when Spark's cores are unknown (a cluster over Spark Connect). Tasks that took unequal shares,
+    or shared the cores with another batch's, make this the least the records could have taken.
+
+    >>> _record_seconds([{"seconds": 1.5}, {"seconds": 0.5}, {"seconds": 1.0}], cores=2, tasks=3)
+    1.5
+    >>> _record_seconds([{"seconds": 0.25}], cores=2, tasks=1), _record_seconds([{"seconds": 1.0}], None, None)
+    (0.25, None)
+    """
+    if cores is None:
+        return None
+    slots = max(1, min(cores, tasks if tasks is not None else len(rows)))
+    return sum(r.get("seconds") or 0.0 for r in rows) / slots
 
 
 def _log_bounds(config: KprioConfig, plan: DrainPlan) -> dict[tuple[str, int], tuple[int, int]]:

@@ -42,6 +42,7 @@ offset (the count's bitmap), never a range's records.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -139,6 +140,8 @@ class DrainTask:
         self.cache: dict[bytes, int] = {}
         self.lane: Lane | None = None  # sorted input: the lane being fed
         self.ended: set[Lane] = set()
+        self.first_fed: float | None = None
+        """When the first record came (``time.monotonic()``): the time on records starts there."""
 
     @property
     def pump(self) -> Any:
@@ -162,6 +165,8 @@ class DrainTask:
 
         if batch.num_rows == 0:
             return
+        if self.first_fed is None:
+            self.first_fed = time.monotonic()
         if "lane" in batch.schema.names:
             lanes = batch.column("lane").to_numpy(zero_copy_only=False)
             batch = batch.select(list(KAFKA_COLUMNS))
@@ -419,7 +424,23 @@ def drain_partition(reads: PartitionReads, client: Mapping[str, Any], settings: 
         task.finish()
     except Exception as err:  # noqa: BLE001 - the failure goes to the ranges' stats, not to Spark
         task.fail(err)
-    return task.rows()
+    ended = time.monotonic()
+    return timed(task.rows(), ended - (task.first_fed or ended))
+
+
+def timed(rows: list[dict[str, Any]], seconds: float) -> list[dict[str, Any]]:
+    """``rows`` with ``seconds`` (one partition's time on records) shared out by the ranges' sizes.
+
+    A partition's time on records runs from its first record to its last write: the consumer's
+    connection and first fetch are the partition's fixed cost, not its records'.
+
+    >>> [r["seconds"] for r in timed([{"start": 0, "end": 30}, {"start": 30, "end": 40}], 2.0)]
+    [1.5, 0.5]
+    """
+    total = sum(r["end"] - r["start"] for r in rows)
+    for r in rows:
+        r["seconds"] = seconds * (r["end"] - r["start"]) / total if total else seconds / len(rows)
+    return rows
 
 
 def _read_into(task: DrainTask, rng: OffsetRange, batches: Iterator[Any]) -> bool:

@@ -63,8 +63,17 @@ if TYPE_CHECKING:
 
 def stats_struct() -> StructType:
     """The shape of a stats row: what the drain's Spark job returns, one row per task and planned range."""
-    from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, IntegerType, LongType, StringType,
-                                   StructField, StructType)
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        BooleanType,
+        DoubleType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
     longs = ("start", "end")
     counts = ("output", "dead", "bytes", "outside", "invalid_in_output")
@@ -82,7 +91,7 @@ def stats_struct() -> StructType:
         + [StructField("nulls", ArrayType(null_count)), StructField("offsets", BinaryType()),
            StructField("found", BinaryType()), StructField("lost", ArrayType(gap)),
            StructField("failure", StringType()), StructField("error", error),
-           StructField("files", ArrayType(StringType()))]
+           StructField("files", ArrayType(StringType())), StructField("seconds", DoubleType())]
     )
 
 
@@ -114,6 +123,8 @@ class RangeCount:
         self.error: ErrorRecord | None = None
         """The failure's cause, typed (:class:`~kprio_core.results.ErrorRecord`): what the driver acts on."""
         self.files: list[str] = []
+        self.seconds = 0.0
+        """The task's time on this range's records (its read, handler and writes): the drain's own rate."""
 
     @property
     def written(self) -> int:
@@ -173,6 +184,7 @@ class RangeCount:
             "offsets": zlib.compress(packed, 1), "found": zlib.compress(found, 1),
             "lost": [{"start": g.start, "end": g.end} for g in self.lost],
             "failure": self.failure, "error": error_row(self.error), "files": list(self.files),
+            "seconds": self.seconds,
         }
 
     def fail(self, failure: str, error: ErrorRecord) -> None:

@@ -15,6 +15,7 @@ from kprio_core.ledger.meta import Identity
 from kprio_core.ledger.records import (
     Batch,
     BatchEvent,
+    DrainSample,
     DrainedSample,
     Hold,
     LogEvent,
@@ -31,6 +32,7 @@ __all__ = [
     "Batch",
     "BatchEvent",
     "BatchState",
+    "DrainSample",
     "DrainedSample",
     "Hold",
     "Identity",

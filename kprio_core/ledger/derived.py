@@ -9,6 +9,7 @@ the poll). Records count output rows plus dead letters: both were consumed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
@@ -17,7 +18,7 @@ from sqlalchemy import Connection, func, select
 from kprio_core.burst import DEFAULT_MAXED_OUT_THRESHOLD, DEFAULT_WINDOW_SIZE, PollHistory
 from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us, quotas_of, to_us
-from kprio_core.ledger.records import DrainedSample
+from kprio_core.ledger.records import DrainedSample, DrainSample
 from kprio_core.ledger.schema import batches, ranges
 from kprio_core.priority import Priority
 from kprio_core.rate import DEFAULT_SAMPLES, DEFAULT_WINDOW_S, RateQuotaTracker
@@ -126,21 +127,33 @@ class DerivedReads(LedgerBase):
 
         Batches of 3000 records in 2 s and 1000 in 2 s -> max(1500, 500) = 1500.0 records/s.
         """
-        rates = [records / seconds for records, seconds in self.drain_samples(logical_topic, last_batches)]
+        rates = [s.records / s.seconds for s in self.drain_samples(logical_topic, last_batches)]
         return max(rates) if rates else None
 
-    def drain_samples(self, logical_topic: str, last_batches: int = 10) -> list[tuple[int, float]]:
-        """(records written, drain seconds) of the topic's last committed batches, newest first."""
+    def drain_samples(self, logical_topic: str, last_batches: int = 10) -> list[DrainSample]:
+        """What the topic's last committed batches took (:class:`DrainSample`), newest first."""
         if last_batches < 1:
             raise ValueError(f"throughput({logical_topic!r}): last_batches must be >= 1, got {last_batches}")
-        query = (select(batches.c.id, batches.c.drain_seconds)
+        query = (select(batches.c.id, batches.c.drain_seconds, batches.c.drain_json, batches.c.attempts,
+                        batches.c.created_us, batches.c.committed_us)
                  .where(batches.c.logical_topic == logical_topic, _COMMITTED, batches.c.drain_seconds > 0)
                  .order_by(batches.c.committed_us.desc(), batches.c.id.desc())
                  .limit(last_batches))
         with self._tx() as (conn, _):
             recent = conn.execute(query).all()
-            written = _written(conn, [key for key, _ in recent])
-        return [(sum(n for n, _ in written.get(key, {}).values()), seconds) for key, seconds in recent]
+            written = _written(conn, [row.id for row in recent])
+        return [DrainSample(sum(n for n, _ in written.get(row.id, {}).values()), row.drain_seconds,
+                            _record_seconds(row.drain_json),
+                            (row.committed_us - row.created_us) / 1e6 if row.attempts == 1 else None)
+                for row in recent]
+
+
+def _record_seconds(drain_json: str | None) -> float | None:
+    """The records' share of a drain's seconds, as its drain result recorded it (older results: None)."""
+    if drain_json is None:
+        return None
+    value = json.loads(drain_json).get("record_seconds")
+    return float(value) if value else None
 
 
 def _written(conn: Connection, keys: Iterable[int]) -> dict[int, dict[Priority, tuple[int, int]]]:

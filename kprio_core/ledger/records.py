@@ -155,6 +155,19 @@ class Hold:
         return f"{where} by failed batch {self.batch_id} (attempt {self.attempts}{more}): {self.reason}"
 
 
+class DrainSample(NamedTuple):
+    """How long one committed batch took to drain its records (a throughput sample)."""
+
+    records: int
+    """Rows written (output and dead letters)."""
+    seconds: float
+    """Wall time of the drain: the Spark job's fixed cost and the records."""
+    record_seconds: float | None = None
+    """The records' share of it: the drain tasks' time on records over the cores they had (None: not measured)."""
+    batch_seconds: float | None = None
+    """From the batch's plan to its commit, for a batch that committed at its first attempt (else None)."""
+
+
 class DrainedSample(NamedTuple):
     """Records and bytes one committed batch drained of one priority (a rate-quota sample)."""
 

@@ -71,7 +71,7 @@ from datetime import datetime, timedelta
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.drain_plan import DrainPlan
 from kprio_core.errors import BrokerUnreachable, KprioError
-from kprio_core.ledger import Batch, BatchState, DrainedSample, Hold
+from kprio_core.ledger import Batch, BatchState, DrainedSample, DrainSample, Hold
 from kprio_core.lifecycle.decision import (
     CarryOutLogChanges,
     Decision,
@@ -237,7 +237,8 @@ def throttled_priorities(tracker: RateQuotaTracker, backlog: Mapping[Priority, i
     return {p: t for p in wanted if backlog.get(p) and (t := tracker.throttle_time(p, now_s)) > 0}
 
 
-def batch_budget(config: KprioConfig, throughput: float | None, record_budget: int | None = None) -> Budget:
+def batch_budget(config: KprioConfig, throughput: float | None, record_budget: int | None = None, *,
+                 backlog: int | None = None, fixed_cost_s: float | None = None) -> Budget:
     """The plan's budget: the record budget, cut to ``planner.target_batch_s`` of measured throughput.
 
     A batch of a throughput measured as 20,000 records/s aims at 2 s: 40,000 records. A topic
@@ -245,18 +246,45 @@ def batch_budget(config: KprioConfig, throughput: float | None, record_budget: i
     that batch measures the rate, the next ones grow to the target, and a new process's first
     commit does not wait for a large batch on a cold Spark.
 
+    A batch also takes the rest of the ``backlog`` when that rest would drain in less than a
+    batch's ``fixed_cost_s`` (:func:`batch_fixed_cost`): a batch of its own would cost more in fixed
+    cost than its records take. So a backlog drains in whole batches, not in batches and a tail, and
+    a batch drains for at most twice ``planner.target_batch_s``.
+
     >>> cfg = KprioConfig.model_validate({"planner": {"record_budget": 1_000_000, "target_batch_s": 2}})
     >>> batch_budget(cfg, 20_000.0).records, batch_budget(cfg, None).records, batch_budget(cfg, 10.0).records
     (40000, 50000, 100)
     >>> batch_budget(cfg, 900_000.0).records
     1000000
+    >>> [batch_budget(cfg, 300_000.0, backlog=n, fixed_cost_s=1.0).records for n in (850_000, 950_000)]
+    [850000, 600000]
+    >>> batch_budget(cfg, 300_000.0, backlog=1_300_000, fixed_cost_s=7.0).records  # a cold start's 7 s: 2 x 2 s
+    600000
     """
     planner = config.planner
     records = record_budget or planner.record_budget
     if planner.target_batch_s is not None:
         target = UNMEASURED_RECORDS if not throughput else math.ceil(throughput * planner.target_batch_s)
+        tail_s = min(fixed_cost_s or 0.0, planner.target_batch_s)
+        if throughput and backlog and backlog - target <= throughput * tail_s:
+            target = max(target, backlog)
         records = min(records, max(MIN_TARGET_RECORDS, target))
     return Budget(records=records, bytes=planner.byte_budget, min_share=planner.min_share)
+
+
+def batch_fixed_cost(samples: Sequence[DrainSample]) -> float | None:
+    """What a batch costs beside its records, from recent batches: the median of plan -> commit less the records'
+    time (the run, the Spark job's fixed cost, the checks, the commit); None without a measured batch.
+
+    >>> S = DrainSample
+    >>> batch_fixed_cost([S(5, 0.3, 0.01, 0.8), S(700_000, 2.4, 1.2, 2.3), S(9, 0.3, 0.01, 0.9), S(9, 0.3)])
+    0.89
+    >>> batch_fixed_cost([S(5, 0.3, None, 0.8)]), batch_fixed_cost([S(5, 0.3)])
+    (0.5, None)
+    """
+    costs = sorted(s.batch_seconds - (s.record_seconds if s.record_seconds is not None else s.seconds)
+                   for s in samples if s.batch_seconds is not None)
+    return costs[len(costs) // 2] if costs else None
 
 
 MIN_SLOPE_S = 0.25
@@ -264,32 +292,40 @@ MIN_SLOPE_S = 0.25
 from the difference."""
 
 
-def drain_rate(samples: Sequence[tuple[int, float]]) -> float | None:
-    """The rate a bulk batch drains at, from recent batches' (records, drain seconds); None without any.
+def drain_rate(samples: Sequence[DrainSample]) -> float | None:
+    """The rate a bulk batch drains at, from recent batches' (records, drain seconds, records' seconds); None without.
 
     A drain takes a fixed cost (a Spark job: planning the read, starting its tasks) plus its records
-    at a rate. The smallest recent batch measures the fixed cost; each larger one, the rate of its
+    at a rate. The best measure of that rate is the drain's own: a fused drain records how long its
+    tasks spent on records (``record_seconds``, their time over the cores they had), so even a new
+    process's first batch, most of whose wall time is a cold Spark's, tells the rate of the records.
+    Where no batch measured it (the key-order shuffle, a cluster of unknown size), the wall times
+    give it: the smallest recent batch measures the fixed cost; each larger one, the rate of its
     records beyond it: ``(records - smallest's) / (seconds - smallest's)``, for a batch at least
     twice the smallest that drained at least :data:`MIN_SLOPE_S` longer (closer, the difference is
-    the noise of two fixed costs). The best of those, or of the plain rates (``records / seconds``,
-    which count the fixed cost in) when no batch qualifies. A budget sized from the plain rate of a
-    small batch undershoots by its fixed cost, so the batches after a new process's first one grew
-    slowly; the slope lets the next batch reach ``planner.target_batch_s`` of drain sooner.
+    the noise of two fixed costs). The best of all those, or of the plain rates (``records /
+    seconds``, which count the fixed cost in) when nothing better is there. A budget sized from the
+    plain rate of a small batch undershoots by its fixed cost, so the batches after a new process's
+    first one grew slowly, over a ramp of five batches; the records' own rate sizes the second one.
 
-    >>> drain_rate([(4, 0.3), (100_000, 0.8)]), drain_rate([(3000, 2.0), (1000, 2.0)]), drain_rate([])
+    >>> S = DrainSample
+    >>> drain_rate([S(4, 0.3), S(100_000, 0.8)]), drain_rate([S(3000, 2.0), S(1000, 2.0)]), drain_rate([])
     (199992.0, 1500.0, None)
-    >>> drain_rate([(6, 0.4), (3000, 2.0)])  # a trickle measures the fixed cost: 2,994 records in 1.6 s
+    >>> drain_rate([S(6, 0.4), S(3000, 2.0)])  # a trickle measures the fixed cost: 2,994 records in 1.6 s
     1871.25
-    >>> drain_rate([(1, 0.64), (18_000, 0.65)])  # 0.01 s apart: noise, not 1.8 million records/s
+    >>> drain_rate([S(1, 0.64), S(18_000, 0.65)])  # 0.01 s apart: noise, not 1.8 million records/s
     27692.30769230769
+    >>> drain_rate([S(50_000, 5.4, 0.2)])  # a cold first batch: 5.4 s of drain, 0.2 s of it its records
+    250000.0
     """
     if not samples:
         return None
-    plain = max(records / seconds for records, seconds in samples)
-    small_records, small_s = min(samples)
-    slopes = [(records - small_records) / (seconds - small_s) for records, seconds in samples
-              if records >= 2 * small_records and seconds >= small_s + MIN_SLOPE_S]
-    return max([plain, *slopes])
+    plain = max(s.records / s.seconds for s in samples)
+    small = min(samples, key=lambda s: (s.records, s.seconds))
+    slopes = [(s.records - small.records) / (s.seconds - small.seconds) for s in samples
+              if s.records >= 2 * small.records and s.seconds >= small.seconds + MIN_SLOPE_S]
+    own = [s.records / s.record_seconds for s in samples if s.record_seconds]
+    return max([plain, *slopes, *own])
 
 
 SPLIT_MIN_S = 0.5
@@ -307,6 +343,9 @@ def split_caught_up(plan: DrainPlan, backlog: Mapping[Priority, int], throughput
     :data:`SPLIT_MIN_S` at the measured throughput, the caught-up priorities' ranges become a batch of
     their own, recorded first: same ranges, same quotas, the budget shared as the planner split it;
     the two run side by side, and the next trickle has a free slot as soon as its own small batch ends.
+    When the plan catches every priority up (a batch that takes a backlog's tail, :func:`batch_budget`),
+    the bulk is the priorities whose records drain for :data:`SPLIT_MIN_S` or longer, and the others
+    are the caught-up batch.
 
     >>> from kprio_core.drain_plan import PlannedRange
     >>> from kprio_core.offsets import OffsetRange
@@ -318,11 +357,17 @@ def split_caught_up(plan: DrainPlan, backlog: Mapping[Priority, int], throughput
     [1, 1]
     >>> len(split_caught_up(plan, {2: 9, 0: 900_000}, 400_000.0))  # priority 2 not caught up: one batch
     1
+    >>> [p.records_by_priority() for p in split_caught_up(plan, {2: 4, 0: 400_000}, 400_000.0)]  # all caught up
+    [{2: 4}, {0: 400000}]
     """
+    if not throughput:
+        return [plan]
     planned = plan.records_by_priority()
     caught_up = {p for p, n in planned.items() if n and n >= backlog.get(p, 0)}
+    if caught_up >= {p for p, n in planned.items() if n}:
+        caught_up = {p for p in caught_up if planned[p] / throughput < SPLIT_MIN_S}
     rest = sum(n for p, n in planned.items() if p not in caught_up)
-    if not caught_up or not rest or not throughput or rest / throughput < SPLIT_MIN_S:
+    if not caught_up or not rest or rest / throughput < SPLIT_MIN_S:
         return [plan]
     return [dataclasses.replace(plan, ranges=tuple(r for r in plan.ranges if (r.priority in caught_up) == first))
             for first in (True, False)]
@@ -495,7 +540,8 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
                               retry_in_s=wait)
         return draft.done(Verdict.BUSY, "; ".join(draft.waiting))
 
-    budget = batch_budget(config, view.throughput, record_budget)  # 10
+    budget = batch_budget(config, view.throughput, record_budget, backlog=sum(backlog.get(p, 0) for p in usable),
+                          fixed_cost_s=view.fixed_cost_s)  # 10
     plan = plan_batch(only(snapshot, usable), budget, mode=config.planner.mode,  # 11
                       distribution=config.planner.distribution, history=view.poll_history, reserved=reserved)
     # The plan saw excluded priorities as idle; its record of the backlog must not.

@@ -49,6 +49,7 @@ from kprio_core.lifecycle import (
     RecordPlan,
     TickInputs,
     Why,
+    batch_fixed_cost,
     decide_tick,
     drain_rate,
     needs_committed,
@@ -66,6 +67,7 @@ from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG, slot_tag
 def read_view(ledger: Ledger, config: KprioConfig, topic: TopicSettings, now: datetime) -> LedgerView:
     """Everything the rules read from the ledger about ``topic`` (committed batches come with :func:`gather_all`)."""
     name, planner = topic.name, config.planner
+    samples = ledger.drain_samples(name)
     return LedgerView(
         logical_topic=name,
         in_flight=tuple(ledger.in_flight(name)),
@@ -75,7 +77,8 @@ def read_view(ledger: Ledger, config: KprioConfig, topic: TopicSettings, now: da
         superseded=tuple(ledger.superseded(name)),
         beliefs=ledger.beliefs(name),
         reserved=tuple(ledger.reserved_ranges(name)),
-        throughput=drain_rate(ledger.drain_samples(name)),
+        throughput=drain_rate(samples),
+        fixed_cost_s=batch_fixed_cost(samples),
         poll_history=ledger.poll_history(name, topic.priorities, planner.window_size, planner.maxed_out_threshold),
         avg_record_bytes=ledger.avg_record_bytes(name),
         rate_samples=tuple(ledger.drained_since(name, now - rate_window(config))),

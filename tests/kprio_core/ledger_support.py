@@ -45,7 +45,8 @@ def make_plan(*spans: tuple[int, int] | OffsetRange, topic: str = "orders", prio
                      grants=quotas, ranges=tuple(planned))
 
 
-def result_for(batch: Batch, bytes_per_record: int = 100, *, seconds: float = 1.0, dead: int = 0) -> DrainResult:
+def result_for(batch: Batch, bytes_per_record: int = 100, *, seconds: float = 1.0, dead: int = 0,
+               record_seconds: float | None = None) -> DrainResult:
     """A complete drain of every range of ``batch`` (``dead`` dead letters per range), as its current attempt."""
     stats = []
     for p in batch.plan.ranges:
@@ -54,7 +55,8 @@ def result_for(batch: Batch, bytes_per_record: int = 100, *, seconds: float = 1.
                                 first=p.range.start if n else None, last=p.range.end - 1 if n else None,
                                 bytes=bytes_per_record * n))
     return DrainResult(batch.batch_id, batch.attempts, batch.logical_topic, tuple(stats),
-                       staging=f"/out/_staging/{batch.batch_id}.{batch.attempts}", seconds=seconds)
+                       staging=f"/out/_staging/{batch.batch_id}.{batch.attempts}", seconds=seconds,
+                       record_seconds=record_seconds)
 
 
 def commit_report(batch: Batch) -> CommitReport:

@@ -9,7 +9,8 @@ import pytest
 
 from kprio_core.burst import PollHistory
 from kprio_core.lanes import Ordering
-from kprio_core.ledger import Batch, DrainedSample, Ledger
+from kprio_core.ledger import Batch, DrainedSample, DrainSample, Ledger
+from kprio_core.lifecycle import batch_fixed_cost, drain_rate
 from kprio_core.offsets import OffsetRange
 from kprio_core.rate import RateQuotaTracker
 from kprio_core.results import RangeStats
@@ -163,6 +164,21 @@ def test_throughput_is_the_best_drain_rate_of_the_recent_batches(ledger: Ledger,
     assert ledger.throughput("orders", last_batches=8) == 15.0, "only trickles: their own rate"
     with pytest.raises(ValueError, match="last_batches must be >= 1"):
         ledger.throughput("orders", last_batches=0)
+
+
+def test_drain_samples_carry_the_records_time_and_the_batch_time(ledger: Ledger, clock: Clock):
+    first = ledger.record_plan(make_plan(R("orders-0", 0, 0, 50_000)))
+    clock.tick(7.5)  # a cold first batch: 7.5 s from its plan to its commit, 0.1 s of it its records
+    drain_check_commit(ledger, first, seconds=4.4, record_seconds=0.1)
+    retried = ledger.record_plan(make_plan(R("orders-0", 0, 50_000, 60_000)))
+    ledger.mark_failed(retried.batch_id, "drain failed", retry_at=None)
+    clock.tick(30.0)
+    drain_check_commit(ledger, ledger.retry(retried.batch_id, reason="retry"), seconds=0.5)  # an older result
+    newest, oldest = ledger.drain_samples("orders")
+    assert oldest == DrainSample(50_000, 4.4, 0.1, 7.5)
+    assert newest == DrainSample(10_000, 0.5, None, None), "no records' time measured; its retry wait is not a cost"
+    assert drain_rate([newest, oldest]) == 500_000.0, "the first batch's records: 50,000 in 0.1 s"
+    assert batch_fixed_cost([newest, oldest]) == 7.4
 
 
 def test_derived_state_survives_a_restart(url: str, clock: Clock):

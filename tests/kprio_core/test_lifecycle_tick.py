@@ -220,6 +220,26 @@ def test_a_caught_up_priority_is_planned_apart_from_a_bulk_rest():
     assert [x.records_by_priority()[2] for x in manual.plans] == [4]
 
 
+def test_a_backlog_tail_shorter_than_a_batch_fixed_cost_is_planned_now():
+    """Two seconds at 300,000 records/s is 600,000 records; a tail that drains in under a batch's fixed cost
+    (0.8 s here: 240,000 records) joins the batch instead of paying that cost again, and the priorities it
+    catches up that drain quickly are planned apart from the bulk."""
+    config = KprioConfig.model_validate({"topics": [{"name": "orders", "priorities": 3}]})
+
+    def plans(backlog: dict[int, int], fixed_cost_s: float | None) -> list[dict[int, int]]:
+        view = LedgerView("orders", throughput=300_000.0, fixed_cost_s=fixed_cost_s)
+        d = decide_tick(config, config.topics[0], inputs(view, lag=snapshot(backlog=backlog)))
+        return [{p: n for p, n in x.records_by_priority().items() if n} for x in d.plans]
+
+    assert plans({2: 3, 1: 50_000, 0: 750_000}, 0.8) == [{2: 3, 1: 50_000}, {0: 750_000}]
+    assert plans({2: 3, 1: 50_000, 0: 750_000}, None) == [{2: 3, 1: 50_000}, {0: 549_997}], "no fixed cost known"
+    bigger = plans({2: 3, 1: 50_000, 0: 850_000}, 0.8)  # 900,003: the tail would be 300,003 records, 1 s
+    assert sum(n for x in bigger for n in x.values()) == 600_000
+    # A cold first batch's fixed cost (7 s): the tail stays within another target_batch_s (600,000 records).
+    assert plans({0: 1_500_000}, 7.0) == [{0: 600_000}], "a tail of 900,000 records is a batch of its own"
+    assert plans({0: 1_100_000}, 7.0) == [{0: 1_000_000}], "a tail of 500,000 joins, up to planner.record_budget"
+
+
 def test_the_manual_plan_narrows_priorities_and_budget():
     d = decide_tick(CONFIG, TOPIC, inputs(lag=snapshot(backlog={2: 30, 1: 20, 0: 10})), priorities={1},
                     record_budget=10)

@@ -72,6 +72,10 @@ def test_drains_three_priorities_into_staged_parquet_then_publishes(spark, kafka
     assert (result.batch_id, result.attempt, result.records, result.dead, result.lost_offsets) == ("b-1", 1, 61, 0, 0)
     assert result.by_priority() == {2: (30, 0), 1: (20, 0), 0: (11, 0)}
     assert result.seconds > 0 and result.staging == f"{tmp_path}/out/_staging/b-1.1"
+    if reader == "python":  # the fused drain measures its records' time, a part of the drain's
+        assert result.record_seconds is not None and 0 < result.record_seconds < result.seconds
+    else:  # Spark's reader: the key-order shuffle, whose read is another stage, measures none
+        assert result.record_seconds is None
     assert DrainResult.from_json(result.to_json()) == result
     assert all(r["amount"] == r["i"] * 1.5 for r in rows["output"])
     assert not (tmp_path / "out" / topic.name).exists()  # staged, not visible to readers
@@ -200,6 +204,7 @@ def test_key_order_on_fewer_partitions_than_cores_shuffles_and_keeps_lane_order(
     result, staged = _drain(spark, config, topic, "shuffled", plan)
     rows = staged["output"]
     assert result.records == len(rows) == 200 and result.ranges[0].first == 0
+    assert result.record_seconds is None, "its read is another stage: no records' time measured"
     _assert_lane_order(rows, lanes=4)
     # Several tasks held the one range: each wrote its own numbered part.
     names = sorted(Path(f).name for f in result.ranges[0].files)
