@@ -135,16 +135,27 @@ def classic_conf(settings: SparkSettings) -> dict[str, str]:
     kprio's scheduler pools (:func:`pools_file`) unless the settings name a file of their own; for a
     local master the driver JVM's class-data archive when the setup built one
     (:func:`spark_jobs.class_archive.with_class_archive`) and, with the python reader, its C1 compiler
-    only (:func:`spark_jobs.class_archive.with_c1_only`), unless the settings' Java options say otherwise."""
-    from kprio_core.config import SparkReader
-    from spark_jobs.class_archive import with_c1_only, with_class_archive
+    only and the serial collector (:func:`spark_jobs.class_archive.with_c1_only`,
+    :func:`~spark_jobs.class_archive.with_serial_gc`), unless the settings' Java options say otherwise."""
+    from spark_jobs.class_archive import with_class_archive
 
     conf = with_jars(session_conf(settings), connector_jars())
     conf.setdefault("spark.scheduler.allocation.file", str(pools_file()))
     if not settings.master.startswith("local"):
         return conf
-    conf = with_class_archive(conf)
-    return with_c1_only(conf) if settings.reader is SparkReader.PYTHON else conf
+    return lean_driver(with_class_archive(conf), settings)
+
+
+def lean_driver(conf: dict[str, str], settings: SparkSettings) -> dict[str, str]:
+    """``conf`` with a local driver JVM of the python reader compiling with C1 only and collecting with the
+    serial collector (:mod:`spark_jobs.class_archive`): its JVM does little per record, the Python workers
+    the rest. Spark's own kafka source works in the JVM and keeps its defaults; so does a cluster."""
+    from kprio_core.config import SparkReader
+    from spark_jobs.class_archive import with_c1_only, with_serial_gc
+
+    if not settings.master.startswith("local") or settings.reader is not SparkReader.PYTHON:
+        return conf
+    return with_serial_gc(with_c1_only(conf))
 
 
 def pools_xml() -> str:

@@ -68,15 +68,17 @@ def server_conf(settings: SparkSettings, port: int) -> list[str]:
 
     ``spark.jars`` also gets Spark's Kafka connector from the jar cache when it is there (the
     ``native`` reader runs on the server's classpath; see :func:`~orchestration.services.jars.spark_connector_jars`).
+    A local server of the python reader gets the driver JVM a local session gets, C1 only and the serial
+    collector (:func:`spark_jobs.session.lean_driver`), unless spark.conf's Java options say otherwise.
     """
     from spark_jobs.connector import spark_connector_jars
-    from spark_jobs.session import session_conf, with_jars
+    from spark_jobs.session import lean_driver, session_conf, with_jars
 
     conf = {"spark.connect.grpc.binding.port": str(port), "spark.connect.grpc.binding.address": BIND_ADDRESS,
             "spark.pyspark.python": sys.executable}
     conf.update(session_conf(settings))  # kprio's defaults, then the user's spark.conf
     conf["spark.connect.grpc.binding.port"] = str(port)  # --port / connect_port always wins
-    conf = with_jars(conf, [str(jar) for jar in spark_connector_jars() or ()])
+    conf = lean_driver(with_jars(conf, [str(jar) for jar in spark_connector_jars() or ()]), settings)
     return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
 
