@@ -28,7 +28,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from kprio_core.config import SparkSettings
@@ -97,11 +97,7 @@ def with_c1_only(conf: Mapping[str, str]) -> dict[str, str]:
     >>> with_c1_only({"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"})["spark.driver.extraJavaOptions"]
     '-XX:-TieredCompilation'
     """
-    out = dict(conf)
-    options = out.get(JAVA_OPTIONS, "")
-    if not any(o in options for o in OWN_COMPILER_OPTIONS):
-        out[JAVA_OPTIONS] = f"{options} {C1_ONLY}".strip()
-    return out
+    return _with_java_option(conf, C1_ONLY, unless=lambda options: any(o in options for o in OWN_COMPILER_OPTIONS))
 
 
 SERIAL_GC = "-XX:+UseSerialGC"
@@ -122,10 +118,15 @@ def with_serial_gc(conf: Mapping[str, str]) -> dict[str, str]:
     >>> with_serial_gc({"spark.driver.extraJavaOptions": "-XX:+UseZGC"})["spark.driver.extraJavaOptions"]
     '-XX:+UseZGC'
     """
+    return _with_java_option(conf, SERIAL_GC, unless=lambda options: _OWN_COLLECTOR.search(options) is not None)
+
+
+def _with_java_option(conf: Mapping[str, str], option: str, *, unless: Callable[[str], bool]) -> dict[str, str]:
+    """``conf`` with ``option`` added to the driver's Java options, unless ``unless(options)`` says the user chose."""
     out = dict(conf)
     options = out.get(JAVA_OPTIONS, "")
-    if not _OWN_COLLECTOR.search(options):
-        out[JAVA_OPTIONS] = f"{options} {SERIAL_GC}".strip()
+    if not unless(options):
+        out[JAVA_OPTIONS] = f"{options} {option}".strip()
     return out
 
 

@@ -94,11 +94,14 @@ def drained_metadata(config: KprioConfig, batch: Batch, result: DrainResult, kep
         records=sum(out.values()), dead_letters=sum(dead.values()),
         bytes=sum(s.bytes for s in kept), data_lost=sum(g.count for s in kept for g in s.lost),
         offsets_without_record=sum(s.no_record for s in kept),
-        planned_records=sum(s.range.count for s in kept), ranges=len(kept), attempt=batch.attempts,
+        planned_records=sum(s.range.count for s in kept), record_budget=batch.plan.record_budget,
+        ranges=len(kept), attempt=batch.attempts,
         logical_topic=topic.name, mode=batch.plan.mode.value,
         output=PathText(f"{config.drain.output_path}/{topic.name}"),
         **timings.metadata(),
     )
+    if result.record_seconds is not None:  # the records' share of drain_s: the rate the next batches are sized by
+        meta["drain_records_s"] = round(result.record_seconds, 3)
     if split:
         meta["split_off"] = ", ".join(split)
     if batch.plan.log_changes:  # changes of the log kprio did not make, and what was decided

@@ -139,5 +139,9 @@ def test_a_delta_drain_commits_once_per_batch_readers_see_whole_batches_and_a_re
     assert all(f".{first}.1.parquet" in p for p in old - new) and all(f".{first}.2.parquet" in p for p in new - old)
     assert old - new and new - old
     drained = {m.asset_key.to_user_string(): m for m in result.asset_materializations_for_node("drain_batch")}
-    assert drained["drained_batch"].metadata["table_version"].value == table.version()
+    meta = drained["drained_batch"].metadata
+    assert meta["table_version"].value == table.version()
+    # What the next batches are sized by: the drain tasks' time on records, a part of the drain's.
+    assert 0 < meta["drain_records_s"].value < meta["drain_s"].value
+    assert meta["record_budget"].value >= meta["planned_records"].value
     assert conservation(env.config, topic, env.edge).ok
