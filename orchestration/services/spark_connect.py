@@ -83,8 +83,11 @@ def server_conf(settings: SparkSettings, port: int) -> list[str]:
 
 
 def server_env(settings: SparkSettings) -> dict[str, str]:
-    """The server's environment: pyspark as SPARK_HOME, run in the foreground, workers on this Python."""
+    """The server's environment: pyspark as SPARK_HOME, run in the foreground, workers on this Python; a local
+    server's :data:`~spark_jobs.session.LOCAL_ENV` unless set."""
     import kprio_core
+
+    from spark_jobs.session import local_env
 
     env = dict(os.environ)
     # Python workers unpickle kprio's data source and the handler: let them import the same
@@ -97,6 +100,7 @@ def server_env(settings: SparkSettings) -> dict[str, str]:
         "SPARK_CONNECT_MODE": "0",  # as sbin/start-connect-server.sh: a classic driver, not a Connect client
         "PYSPARK_PYTHON": env.get("PYSPARK_PYTHON") or sys.executable,
     })
+    env.update(local_env(settings, env))
     return env
 
 

@@ -94,6 +94,28 @@ def test_a_local_spark_connect_server_of_the_python_reader_gets_the_lean_driver_
 
 
 @pytest.mark.spark
+def test_a_local_sessions_jvm_and_python_workers_keep_two_malloc_arenas(spark):
+    """glibc's arenas, two instead of eight per core, reach the driver JVM and the Python workers it starts."""
+    import psutil
+
+    expected = os.environ["MALLOC_ARENA_MAX"]  # build_session set it, unless this environment already did
+    seen = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("os").environ.get("MALLOC_ARENA_MAX"))
+    assert seen.collect() == [expected]
+    jvms = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]
+    assert jvms and all(p.environ().get("MALLOC_ARENA_MAX") == expected for p in jvms)
+
+
+def test_a_local_spark_connect_server_keeps_two_malloc_arenas_unless_told_otherwise(monkeypatch):
+    from orchestration.services.spark_connect import server_env
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert server_env(SparkSettings(master="local[2]"))["MALLOC_ARENA_MAX"] == "2"
+    assert "MALLOC_ARENA_MAX" not in server_env(SparkSettings(master="spark://elsewhere:7077"))
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert server_env(SparkSettings(master="local[2]"))["MALLOC_ARENA_MAX"] == "4"
+
+
+@pytest.mark.spark
 def test_a_local_session_maps_the_class_data_archive_the_setup_built(spark):
     """scripts/setup.sh builds the archive of this Java and Spark; kprio's local sessions (the test session is
     built as kprio builds one) start their driver JVM mapping it: its file is in the JVM's memory map."""
