@@ -86,7 +86,6 @@ def server_env(settings: SparkSettings) -> dict[str, str]:
     """The server's environment: pyspark as SPARK_HOME, run in the foreground, workers on this Python; a local
     server's :data:`~spark_jobs.session.LOCAL_ENV` unless set."""
     import kprio_core
-
     from spark_jobs.session import local_env
 
     env = dict(os.environ)
