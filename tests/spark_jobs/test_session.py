@@ -101,9 +101,8 @@ def test_a_local_sessions_jvm_and_python_workers_keep_two_malloc_arenas(spark):
     expected = os.environ["MALLOC_ARENA_MAX"]  # build_session set it, unless this environment already did
     seen = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("os").environ.get("MALLOC_ARENA_MAX"))
     assert seen.collect() == [expected]
-    drivers = [p for p in psutil.Process().children(recursive=True)  # not the broker's JVM: only Spark's
-               if p.name() == "java" and "org.apache.spark.deploy.SparkSubmit" in p.cmdline()]
-    assert len(drivers) == 1 and drivers[0].environ().get("MALLOC_ARENA_MAX") == expected
+    driver = psutil.Process(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # this session's JVM
+    assert driver.name() == "java" and driver.environ().get("MALLOC_ARENA_MAX") == expected
 
 
 def test_a_local_spark_connect_server_keeps_two_malloc_arenas_unless_told_otherwise(monkeypatch):
