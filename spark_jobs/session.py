@@ -117,7 +117,7 @@ LOCAL_ENV = {"MALLOC_ARENA_MAX": "2"}
 glibc's malloc gives threads up to eight arenas per core, and each arena keeps its own freed
 memory: the drain's Python workers (librdkafka's threads) and the JVM run many threads. Two arenas,
 as YARN's containers get four: ``drain_bench.py`` measured the Python workers' peak RSS at 995-1,005
-MiB against 1,025-1,051 (the JVM's 607-615 against 621-691), the drain no slower."""
+MiB against 1,025-1,051 (the JVM's 607-610 against 621-691), the drain no slower."""
 
 
 def local_env(settings: SparkSettings, environ: Mapping[str, str]) -> dict[str, str]:
