@@ -79,6 +79,35 @@ def test_a_missing_partition_fails_at_once_by_name(spark, kafka_settings, make_t
     assert type(kprio_error_in(caught.value)).__name__ == "TopicMissing"
 
 
+def test_a_read_asks_for_metadata_only_when_its_first_slice_brings_nothing(kafka_settings, make_topic, monkeypatch):
+    """A new consumer's metadata request waits about 50 ms for its first connection, while records that are
+    there arrive in a few: the topic and partition are checked only when a consume() slice brought nothing,
+    and a missing partition still fails by name."""
+    from kprio_core.errors import KafkaOperationFailed
+    from spark_jobs import range_reader
+    from spark_jobs.kafka_schema import arrow_schema_of, kafka_struct
+    from spark_jobs.source import read_settings
+
+    checked: list[OffsetRange] = []
+    real = range_reader._check_partition
+    monkeypatch.setattr(range_reader, "_check_partition", lambda consumer, rng, *rest: (
+        checked.append(rng), real(consumer, rng, *rest))[1])
+    topic = make_topic(priorities=1, partitions=2, records={0: 8})
+    name = topic.priority_topic(0)
+    client = {k[len("kafka."):]: v for k, v in source_options(_config(kafka_settings), []).items()
+              if k.startswith("kafka.")}
+    settings, schema = read_settings({}), arrow_schema_of(kafka_struct())
+    monkeypatch.setattr(range_reader, "POLL_SLICE_S", 10.0)  # the records come long before a slice ends
+    there = OffsetRange(name, 0, 0, 4)
+    assert sum(b.num_rows for b in range_reader.read_range(there, client, settings, schema)) == 4
+    assert checked == []
+    monkeypatch.setattr(range_reader, "POLL_SLICE_S", 0.1)
+    missing = OffsetRange(name, 5, 0, 4)
+    with pytest.raises(KafkaOperationFailed, match=f"^topic {name} has no partition 5 \\(it has 0..1\\)$"):
+        list(range_reader.read_range(missing, client, settings, schema))
+    assert checked == [missing]
+
+
 def test_a_range_beyond_the_high_watermark_fails_naming_the_missing_offsets(spark, kafka_settings, make_topic):
     topic = make_topic(priorities=1, partitions=1, records={0: 10})
     short = PlannedRange(0, OffsetRange(topic.priority_topic(0), 0, 4, 15))
