@@ -7,13 +7,13 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from kprio_core.config import KprioConfig
+from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import ConfigError
 from kprio_core.offsets import OffsetRange
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.splits import split_ranges
-from spark_jobs.source import FORMAT, KafkaSource, read_records, source_options
 from spark_jobs.kafka_schema import KAFKA_COLUMNS
 from spark_jobs.remote_errors import kprio_error_in
+from spark_jobs.source import FORMAT, KafkaSource, read_records, source_options
 from tests.spark_jobs.plans import whole_plan
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -149,9 +149,9 @@ def test_records_lost_to_retention_fail_the_read_unless_allowed(spark, kafka_set
 
 @pytest.mark.parametrize("drain", [False, True])
 def test_options_carry_no_secret_into_the_readers_repr(kafka_settings, drain):
+    from kprio_core.lanes import Ordering
     from spark_jobs.drain_task import DrainSpec
     from spark_jobs.validity import Validity
-    from kprio_core.lanes import Ordering
 
     config = KprioConfig(kafka={**kafka_settings.model_dump(), "secrets": {"sasl.password": "hunter2"}})
     spec = DrainSpec("b-1", 1, "t", "spark_jobs.handlers:decode_json", (), Validity(), Ordering.PARTITION, 1, (),
