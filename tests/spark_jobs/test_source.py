@@ -90,8 +90,12 @@ def test_a_read_asks_for_metadata_only_when_its_first_slice_brings_nothing(kafka
 
     checked: list[OffsetRange] = []
     real = range_reader._check_partition
-    monkeypatch.setattr(range_reader, "_check_partition", lambda consumer, rng, *rest: (
-        checked.append(rng), real(consumer, rng, *rest))[1])
+
+    def check_partition(consumer, rng, *rest):
+        checked.append(rng)
+        return real(consumer, rng, *rest)
+
+    monkeypatch.setattr(range_reader, "_check_partition", check_partition)
     topic = make_topic(priorities=1, partitions=2, records={0: 8})
     name = topic.priority_topic(0)
     client = {k[len("kafka."):]: v for k, v in source_options(_config(kafka_settings), []).items()
