@@ -78,10 +78,36 @@ class DrainPlan:
     collide with an earlier incarnation's."""
     log_changes: tuple[str, ...] = ()
     """Changes of the log kprio did not make, seen and decided since the previous batch (shown in its metadata)."""
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
+    """The Kafka topic id of each priority topic of the plan when it was planned (where the cluster reports
+    ids): a batch whose topic is recreated while it is in flight reads another log, and must find out
+    before it publishes or commits anything (:meth:`changed_logs`)."""
 
     def __post_init__(self) -> None:
         # A plan written by hand (a replay, a test, a benchmark) may name its mode by value: hold the member.
         object.__setattr__(self, "mode", PlanMode(self.mode))
+
+    def changed_logs(self, now: Mapping[str, str | None]) -> dict[str, str]:
+        """The priority topics of the plan's ranges whose log is another one now (``now``: the topic ids the
+        cluster reports, None for a topic it no longer has), each with what changed; empty when none did or
+        ids are unknown.
+
+        >>> r = PlannedRange(2, OffsetRange("orders-2", 0, 0, 5))
+        >>> plan = DrainPlan("orders", "lag-aware", 10, None, {}, {}, (r,), topic_ids={"orders-2": "A"})
+        >>> plan.changed_logs({"orders-2": "A"}), plan.changed_logs({"orders-2": "B"}), plan.changed_logs({})
+        ({}, {'orders-2': 'recreated: topic id A, now B'}, {'orders-2': 'deleted'})
+        """
+        mine = {r.range.topic for r in self.ranges if r.range.count}
+        changed = {}
+        for topic, planned in sorted(self.topic_ids.items()):
+            if topic not in mine:
+                continue
+            current = now.get(topic)
+            if current is None:
+                changed[topic] = "deleted"
+            elif current != planned:
+                changed[topic] = f"recreated: topic id {planned}, now {current}"
+        return changed
 
     def incarnation_of(self, topic: str, partition: int) -> int:
         """The incarnation of ``topic[partition]`` this plan drains (1 unless recorded otherwise)."""

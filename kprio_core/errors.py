@@ -169,6 +169,13 @@ class KafkaOperationFailed(KprioError):
     code = "kafka_operation_failed"
 
 
+class LogChanged(KprioError):
+    """A batch's log changed under it while it was in flight (its topic deleted, or recreated with a new topic
+    id): what it read is another log's; it publishes and commits nothing, and a person's reset decides."""
+
+    code = "log_changed"
+
+
 class LaneOrderBroken(KprioError):
     """Records of one lane reached the handler out of offset order (a drain bug, never data)."""
 

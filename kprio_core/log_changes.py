@@ -76,6 +76,13 @@ class Outcome(str, enum.Enum):
     RESET_LATEST = "reset to latest"
     RESET_TO_OFFSET = "reset to an offset"
     """Only a person's ``kprio reset --to <offset>``."""
+    RECORD_GAP = "record the gap"
+    """Offsets retention took before they were drained, with nothing after them to drain: the group moves to the
+    log's start and the gap is recorded (``drain.allow_data_loss``; a batch that drains past a gap records it in
+    its plan instead)."""
+    WAIT = "wait"
+    """A decision waits for something kprio will see end by itself (a batch in flight on the partition):
+    held meanwhile, decided again on a later tick, never a person's to make."""
 
     def __str__(self) -> str:
         return self.value

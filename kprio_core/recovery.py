@@ -20,14 +20,17 @@ LeaseOwner(run_id='6f1c2d3e', host='worker-1', pid=4242)
 (True, False)
 
 A run's writes are *fenced*: every ledger move, publish and Kafka commit of a batch carries the
-run's :class:`LeaseToken` (its owner and the attempt it claimed), and the ledger refuses it once
-another run took the batch over or a retry started a later attempt. A process paused past its
-lease (a GC pause, a stopped VM, a slow disk) therefore writes nothing when it wakes up:
+run's :class:`LeaseToken` (its owner, the attempt it claimed and the lease's epoch, which grows
+each time the lease passes to another owner). The ledger refuses a stale token once another run
+took the batch over or a retry started a later attempt; a Delta table refuses a publish whose
+epoch is below the one it holds for the batch; a Kafka commit runs in a transaction that a later
+committer fences. A process paused past its lease (a GC pause, a stopped VM, a slow disk)
+therefore writes nothing when it wakes up:
 
->>> LeaseToken(owner, attempt=2)
-LeaseToken(owner='6f1c2d3e@worker-1:4242', attempt=2)
->>> print(LeaseToken(owner, attempt=2))
-6f1c2d3e@worker-1:4242 (attempt 2)
+>>> LeaseToken(owner, attempt=2, epoch=3)
+LeaseToken(owner='6f1c2d3e@worker-1:4242', attempt=2, epoch=3)
+>>> print(LeaseToken(owner, attempt=2, epoch=3))
+6f1c2d3e@worker-1:4242 (attempt 2, epoch 3)
 
 A failure whose cause passes by itself (the broker restarts, the disk fills up, Spark restarts)
 is *transient*: its batch is retried with the same backoff until the cause is gone, never
@@ -68,13 +71,15 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class LeaseToken:
-    """What a run proves it holds a batch with: its lease owner and the attempt it claimed (a fencing token)."""
+    """What a run proves it holds a batch with (a fencing token): its lease owner, the attempt it claimed,
+    and the lease's epoch (+1 each time the lease passes to another owner; never below the attempt)."""
 
     owner: str
     attempt: int
+    epoch: int = 0
 
     def __str__(self) -> str:
-        return f"{self.owner} (attempt {self.attempt})"
+        return f"{self.owner} (attempt {self.attempt}, epoch {self.epoch})"
 
 
 def lease_owner(run_id: str, *, host: str, pid: int) -> str:

@@ -3,18 +3,22 @@
 Each root holds one Delta table per logical topic, ``<root>/<logical>/``, partitioned by
 ``priority`` (the ``priority=<p>`` directories of :mod:`spark_jobs.layout`). The executors stage
 Parquet files as for the Parquet format; :func:`publish` moves an attempt's staged files into the
-table's directory under names of their own (the range's name, then the batch and attempt: no two
-attempts share a file, so a file the log names never changes under a reader) and commits them in
-one transaction:
+table's directory under names of their own (the range's name, then the batch, attempt and the
+run's lease epoch: no two runs share a file, so a file the log names never changes under a
+reader) and commits them in one transaction:
 
 - an ``add`` per file, with its partition value and row count;
 - a ``remove`` per live file of the table (one its log adds) of the same priority and incarnation
   whose range overlaps a published range: an earlier copy of the same offsets (a re-drain, a
-  crashed attempt's publish, an earlier life's);
+  crashed attempt's publish, an earlier life's), and an ``add`` of a file of the rows such a
+  file holds outside the published ranges (:mod:`spark_jobs.keep_rows`): no row outside them goes;
 - the batch id, the attempt and the ranges in the commit's metadata (``kprio.batch_id``, ...),
   and whatever the caller adds (the check results);
-- the application transaction ``kprio:<batch id>`` at version ``attempt``: Delta's ``txn``
-  action, the ``txnAppId`` / ``txnVersion`` of Spark's streaming writers.
+- the application transaction ``kprio:<batch id>`` at version ``epoch``, the run's lease epoch
+  (its fencing token): Delta's ``txn`` action, the ``txnAppId`` / ``txnVersion`` of Spark's
+  streaming writers. The table refuses a publish whose epoch is below the one it holds, on the
+  very version the commit is made on (delta-rs does not check transactions when it retries a
+  commit by itself, so the commit is made without its retries and read again on a conflict).
 
 A batch whose files bring columns the table lacks (a handler that decodes a new field) first
 adds them to the table's schema, nullable, in a commit of their own (``kprio.columns_added``);
@@ -23,9 +27,9 @@ a column whose type changed fails the publish, naming it (the table's readers wo
 Readers of the table (delta-rs, polars, DuckDB, Spark with the Delta jars) see the version before
 a commit or the one after: a batch whole or not at all, and an offset once. A file in the
 directory that no commit added (a publish that died before its commit) is invisible to them,
-and the retry's publish moves its own files and commits. A publish of an attempt whose
-transaction the table already holds (the process died after the commit, before the ledger heard
-of it) changes nothing and says so.
+and the retry's publish moves its own files and commits. A publish at the epoch the table holds
+already changes nothing and says so; a later run of the batch (a later epoch) replaces what an
+earlier one published, in one commit per table.
 
 >>> import tempfile
 >>> root = tempfile.mkdtemp()
@@ -36,10 +40,12 @@ of it) changes nothing and says so.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kprio_core.errors import LeaseLost
 from kprio_core.offsets import OffsetRange
 from kprio_core.results import DrainResult
 from spark_jobs.layout import PRIORITY_DIR, RangeFile, filesystem, staging_dir
@@ -81,13 +87,19 @@ def app_id(batch_id: str) -> str:
     return f"{APP_PREFIX}{batch_id}"
 
 
-def published_name(name: RangeFile, batch_id: str, attempt: int) -> str:
-    """The file's name in the table: its range name, then the batch and attempt that wrote it.
+def published_name(name: RangeFile, batch_id: str, attempt: int, *, epoch: int | None = None,
+                   tag: str | None = None) -> str:
+    """The file's name in the table: its range name, then the batch, attempt and epoch that wrote it (``tag``: the
+    rows an overlapping publish kept of it, in a file of their own).
 
-    >>> published_name(RangeFile("orders-2", 0, 0, 1500), "b-000042", 3)
-    'orders-2+0+0000000000+0000001500.b-000042.3.parquet'
+    >>> published_name(RangeFile("orders-2", 0, 0, 1500), "b-000042", 3, epoch=7)
+    'orders-2+0+0000000000+0000001500.b-000042.3.e7.parquet'
     """
-    return f"{name.file_name.removesuffix('.parquet')}.{batch_id}.{attempt}.parquet"
+    more = (f".e{epoch}" if epoch is not None else "") + (f".k{tag}" if tag else "")
+    return f"{name.file_name.removesuffix('.parquet')}.{batch_id}.{attempt}{more}.parquet"
+
+
+_TAG = re.compile(r"^(e\d+|k[0-9a-f]+)$")
 
 
 def parse_published(file_name: str) -> tuple[RangeFile, str, int] | None:
@@ -95,33 +107,66 @@ def parse_published(file_name: str) -> tuple[RangeFile, str, int] | None:
 
     >>> parse_published("orders-2+0+0000000000+0000001500.part-1.b-000042.3.parquet")
     (RangeFile(topic='orders-2', partition=0, start=0, end=1500, part=1, incarnation=1), 'b-000042', 3)
+    >>> parse_published("orders-2+0+0000000000+0000001500.b-000042.3.e7.k1f2e3d4c.parquet")[1:]
+    ('b-000042', 3)
     >>> parse_published("orders-2+0+0000000000+0000001500.parquet") is None
     True
     """
-    stem, _, attempt = file_name.removesuffix(".parquet").rpartition(".")
-    stem, _, batch_id = stem.rpartition(".")
-    name = RangeFile.parse(f"{stem}.parquet")
+    parts = file_name.removesuffix(".parquet").split(".")
+    while len(parts) > 3 and _TAG.match(parts[-1]):
+        parts.pop()
+    if len(parts) < 3:
+        return None
+    *stem, batch_id, attempt = parts
+    name = RangeFile.parse(".".join(stem) + ".parquet")
     if name is None or not attempt.isdigit() or not batch_id.startswith("b-"):
         return None
     return name, batch_id, int(attempt)
 
 
+def published_epoch(root: str, logical_topic: str, batch_id: str) -> int | None:
+    """The epoch of the batch's transaction the table under ``root`` holds (None: no table, or no publish of it)."""
+    from deltalake import DeltaTable
+
+    uri = table_uri(root, logical_topic)
+    if not DeltaTable.is_deltatable(uri):
+        return None
+    return DeltaTable(uri).transaction_version(app_id(batch_id))
+
+
+def refuse_if_stale(held: int, epoch: int, result: DrainResult, uri: str) -> None:
+    """Raise :class:`~kprio_core.errors.LeaseLost` when the table holds the batch's transaction at a later epoch
+    than ``epoch``: a newer run owns the batch, and this one writes nothing."""
+    if held > epoch:
+        raise LeaseLost(f"the publish of batch {result.batch_id} refused by the Delta table {uri}: it holds the "
+                        f"batch's transaction at epoch {held}, newer than this run's {epoch} (another run owns the "
+                        "batch now); nothing was written")
+
+
 def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[OffsetRange] | None = None,
-            incarnations: Mapping[str, int] | None = None, metadata: Mapping[str, Any] | None = None
-            ) -> Published | None:
+            incarnations: Mapping[str, int] | None = None, metadata: Mapping[str, Any] | None = None,
+            epoch: int | None = None) -> Published | None:
     """Publish the staged ``kind`` files (``output`` or ``dead-letters``) of ``ranges`` (default: every range
     without failure) into the table of the batch's logical topic under ``root``, in one Delta commit.
 
-    None when the attempt staged no file of this kind and the table has nothing to replace.
+    ``epoch`` (default: the attempt) is the version of the batch's transaction the commit carries: the
+    table refuses a run whose epoch is below the one it holds (:func:`refuse_if_stale`), and a publish at
+    the epoch it holds is done already. The check and the commit are one step: the commit is made on
+    the table version the check read, and fails if another commit landed in between (it is then read
+    and checked again). None when the attempt staged no file of this kind and the table has nothing to
+    replace.
     """
     from deltalake import DeltaTable
     from deltalake.transaction import CommitProperties, Transaction, create_table_with_add_actions
 
+    fence = result.attempt if epoch is None else epoch
     chosen = set(ranges) if ranges is not None else {s.range for s in result.ranges if s.failure is None}
     stats = [s for s in result.ranges if s.range in chosen]
     uri = table_uri(root, result.logical_topic)
     table = DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
-    if table is not None and (table.transaction_version(app_id(result.batch_id)) or 0) >= result.attempt:
+    if table is not None and (held := table.transaction_version(app_id(result.batch_id))) is not None \
+            and held >= fence:
+        refuse_if_stale(held, fence, result, uri)
         return Published(uri, table.version(), (), (), already=True)
     fs, base = filesystem(root)
     stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
@@ -133,7 +178,7 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
             name = RangeFile.parse(file_name)
             if name is None:
                 continue
-            target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt)}"
+            target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt, epoch=epoch)}"
             _move(fs, f"{stage}/{rel}", f"{base}/{result.logical_topic}/{target}")
             moved.append((s.priority, target, fs.get_file_info(f"{base}/{result.logical_topic}/{target}")))
     if table is None and not moved:
@@ -143,8 +188,8 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
     properties = CommitProperties(
         custom_metadata={BATCH_KEY: result.batch_id, ATTEMPT_KEY: result.attempt,
                          RANGES_KEY: [str(s.range) for s in stats], **(metadata or {})},
-        max_commit_retries=COMMIT_RETRIES,
-        app_transactions=[Transaction(app_id(result.batch_id), result.attempt)],
+        max_commit_retries=0,  # a commit on the version the check read, or none: conflicts are read again here
+        app_transactions=[Transaction(app_id(result.batch_id), fence)],
     )
     schema = _files_schema(fs, [f"{base}/{result.logical_topic}/{target}" for _, target, _ in moved])
     if table is None:
@@ -156,38 +201,41 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
             if not DeltaTable.is_deltatable(uri):
                 raise
             # Another batch's publish created the table first (two batches in flight): commit to it.
-    return _commit(uri, result, adds, stats, incarnations or {}, properties, schema)
+    return _commit(uri, result, adds, stats, incarnations or {}, properties, schema, fence)
 
 
 def _commit(uri: str, result: DrainResult, adds: list[Any], stats: list[Any], incarnations: Mapping[str, int],
-            properties: Any, schema: Any) -> Published | None:
-    """Commit ``adds`` and the removes of what they replace to the existing table at ``uri``.
+            properties: Any, schema: Any, fence: int) -> Published | None:
+    """Commit ``adds``, the removes of what they replace and the rows kept of what they overlap, to the table.
 
-    delta-rs retries by itself a commit that lost a race to another batch's append; one that lost to
-    another batch creating the table at the same moment (a change of the table's metadata) is
-    retried here on the table read again, its removes computed on the newer version.
+    Each try reads the table, checks the batch's transaction there (:func:`refuse_if_stale`) and commits on
+    the version it read; a commit that lost the race to another (another batch's, or a newer run of this
+    one) is tried again on the table read again, its check and its removes made anew.
     """
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
 
+    fs, base = filesystem(uri)
     for tries in range(COMMIT_RETRIES):
         table = DeltaTable(uri)
-        if (table.transaction_version(app_id(result.batch_id)) or 0) >= result.attempt:
+        held = table.transaction_version(app_id(result.batch_id))
+        if held is not None and held >= fence:
+            refuse_if_stale(held, fence, result, uri)
             return Published(uri, table.version(), (), (), already=True)
-        removes = _overlapping(table, stats, {a.path for a in adds}, incarnations)
+        removes, kept = _overlapping(table, fs, base, stats, {a.path for a in adds}, incarnations)
         if not adds and not removes:
             return None
         if schema is not None and _evolve(table, schema, result):
             continue  # the table's schema changed: commit on its new version
         try:
-            table.create_write_transaction([*adds, *removes], mode="append", schema=table.schema(),
+            table.create_write_transaction([*adds, *kept, *removes], mode="append", schema=table.schema(),
                                            partition_by=["priority"], commit_properties=properties)
         except CommitFailedError:
             if tries == COMMIT_RETRIES - 1:
                 raise
             continue
         table.update_incremental()
-        return Published(uri, table.version(), tuple(a.path for a in adds), tuple(r.path for r in removes))
+        return Published(uri, table.version(), tuple(a.path for a in [*adds, *kept]), tuple(r.path for r in removes))
     raise AssertionError("unreachable: the last try raises")
 
 
@@ -285,15 +333,21 @@ def _evolve(table: Any, schema: Any, result: DrainResult) -> bool:
     return True
 
 
-def _overlapping(table: Any, stats: Iterable[Any], keep: set[str], incarnations: Mapping[str, int]) -> list[Any]:
-    """Remove actions for the table's live files overlapping a published range (same priority, incarnation)."""
+def _overlapping(table: Any, fs: Any, base: str, stats: Iterable[Any], keep: set[str],
+                 incarnations: Mapping[str, int]) -> tuple[list[Any], list[Any]]:
+    """Remove actions for the table's live files overlapping a published range (same priority, incarnation), and
+    add actions for the rows such a file holds outside the published ranges, written to files of their own
+    (:func:`spark_jobs.keep_rows.keep_outside`): a publish never removes a row outside its own ranges."""
     import time
+    import uuid
 
     from deltalake.transaction import RemoveAction
 
+    from spark_jobs.keep_rows import keep_outside, outside
+
     published = [(s.priority, s.range) for s in stats]
     now_ms = int(time.time() * 1000)
-    removes = []
+    removes, kept = [], []
     for path, size in _live(table):
         if path in keep:
             continue
@@ -301,13 +355,24 @@ def _overlapping(table: Any, stats: Iterable[Any], keep: set[str], incarnations:
         parsed, match = parse_published(file_name), PRIORITY_DIR.match(priority_dir)
         if parsed is None or match is None:
             continue
-        name, priority = parsed[0], int(match.group(1))
+        (name, batch_id, attempt), priority = parsed, int(match.group(1))
         if name.incarnation != incarnations.get(f"{name.topic}[{name.partition}]", 1):
             continue  # another incarnation's offsets are another log's
-        if any(p == priority and name.range.overlaps(r) for p, r in published):
-            removes.append(RemoveAction(path=path, data_change=True, deletion_timestamp=now_ms, size=size,
-                                        partition_values={"priority": str(priority)}))
-    return removes
+        mine = [r for p, r in published if p == priority]
+        if not any(name.range.overlaps(r) for r in mine):
+            continue
+        removes.append(RemoveAction(path=path, data_change=True, deletion_timestamp=now_ms, size=size,
+                                    partition_values={"priority": str(priority)}))
+        pieces = outside(name.range, mine)
+        if pieces:
+            tag = uuid.uuid4().hex[:8]
+            table_dir = f"{base}/{priority_dir}"
+            for piece, target, _ in keep_outside(fs, f"{base}/{path}", pieces, lambda piece: f"{table_dir}/" + (
+                    published_name(RangeFile(name.topic, name.partition, piece.start, piece.end, name.part,
+                                             name.incarnation), batch_id, attempt, tag=tag))):
+                rel = f"{priority_dir}/{target.rsplit('/', 1)[1]}"
+                kept.append(_add_action(fs, target, rel, priority, fs.get_file_info(target)))
+    return removes, kept
 
 
 def _live(table: Any) -> list[tuple[str, int]]:
@@ -336,32 +401,6 @@ def live_files(root: str, logical_topic: str) -> tuple[Any, ...]:
         out.append(LiveFile(root, path, int(match.group(1)), name.topic, name.partition, name.start, name.end,
                             name.part, batch_id, attempt, name.incarnation))
     return tuple(sorted(out, key=lambda f: (f.topic, f.partition, f.start, f.end, f.part or 0, f.path)))
-
-
-def remove_files(root: str, logical_topic: str, files: Iterable[Any], metadata: Mapping[str, Any]) -> int | None:
-    """Remove ``files`` (of :func:`live_files`) from the table in one commit carrying ``metadata``; its version.
-
-    None when there is nothing to remove. The files stay on disk for readers of older versions
-    (``VACUUM`` deletes them once no reader needs them).
-    """
-    import time
-
-    from deltalake import DeltaTable
-    from deltalake.transaction import CommitProperties, RemoveAction
-
-    uri = table_uri(root, logical_topic)
-    table = DeltaTable(uri)
-    sizes = dict(_live(table))
-    now_ms = int(time.time() * 1000)
-    removes = [RemoveAction(path=f.path, data_change=True, deletion_timestamp=now_ms, size=sizes[f.path],
-                            partition_values={"priority": str(f.priority)}) for f in files if f.path in sizes]
-    if not removes:
-        return None
-    table.create_write_transaction(removes, mode="append", schema=table.schema(), partition_by=["priority"],
-                                   commit_properties=CommitProperties(custom_metadata=dict(metadata),
-                                                                      max_commit_retries=COMMIT_RETRIES))
-    table.update_incremental()
-    return table.version()
 
 
 def table_batches(root: str, logical_topic: str) -> list[dict[str, Any]]:

@@ -19,7 +19,18 @@ a moment, a leftover of an earlier life next to the new file that replaces it (t
 twice; read the ``kprio.range`` / ``kprio.batch_id`` file metadata to tell them apart). New
 files go in before old ones go out, so offsets already published are never absent; a crash
 part-way leaves staged files and leftovers that the retry's publish (same names, same overlaps)
-finishes.
+finishes. A leftover that only partly overlaps the published ranges keeps its other rows: they
+are written to a file named by the rest of its range before it goes (:mod:`spark_jobs.keep_rows`).
+
+**Who may publish.** Parquet files have no transaction to refuse a stale writer, so a publish is
+idempotent by construction instead: files are named by the planned range they hold, and every
+publish replaces every file of its ranges in both roots (output and dead letters alike), so
+whichever publish of a range lands last leaves that publish's rows, each offset once, in one root
+or the other. The run asks the ledger whether it still holds the batch right before (a run paused
+past its lease is refused there); two publishes of the same ranges at the same moment (one of a
+run the ledger had just declared stale) can leave one's output beside the other's dead letters of
+a range only when the handler decides a record differently each time. Delta tables refuse the
+stale publish itself (:mod:`spark_jobs.delta_table`).
 
 >>> import tempfile, pyarrow as pa
 >>> from spark_jobs.layout import filesystem
@@ -140,9 +151,10 @@ def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
     """Move the staged files of ``ranges`` (default: every range without failure) into place.
 
     Then, per partition, remove live files (both roots) of the same incarnation (``incarnations``:
-    per ``topic[partition]``, 1 when absent) overlapping a published range under another name, and the
-    attempt's staging directories. Returns the published paths. A file of another incarnation
-    is never removed: its offsets are another log's.
+    per ``topic[partition]``, 1 when absent) overlapping a published range under another name (their
+    rows outside the published ranges kept in files of their own), and the attempt's staging
+    directories. Returns the published paths. A file of another incarnation is never removed: its
+    offsets are another log's.
     OutputPublishFailed names the batch and the cause (OutputUnavailable when the output cannot be written for now).
     """
     chosen = set(ranges) if ranges is not None else {s.range for s in result.ranges if s.failure is None}
@@ -193,10 +205,14 @@ def _replace(fs: Any, source: str, target: str) -> None:
 
 def _remove_overlapping(fs: Any, base: str, logical_topic: str, stats: Sequence[Any], keep: set[str],
                         incarnations: Mapping[str, int]) -> None:
-    """Delete live files of the published ranges' partitions and incarnation whose range overlaps one,
-    unless just published."""
+    """Delete live files of the published ranges' partitions and incarnation whose range overlaps one, unless
+    just published; the rows of such a file outside the published ranges are kept in files of their own first
+    (:func:`spark_jobs.keep_rows.keep_outside`): a publish never removes a row outside its own ranges."""
     import pyarrow.fs as pafs
 
+    from spark_jobs.keep_rows import keep_outside, outside
+
+    published = [s.range for s in stats]
     listed: dict[int, list[Any]] = {}
     for s in stats:
         rel_dir = f"{logical_topic}/priority={s.priority}"
@@ -208,6 +224,12 @@ def _remove_overlapping(fs: Any, base: str, logical_topic: str, stats: Sequence[
                 continue
             if name.incarnation != incarnations.get(f"{s.range.topic}[{s.range.partition}]", 1):
                 continue
+            if fs.get_file_info(info.path).type != pafs.FileType.File:
+                continue  # removed already, for another range of this publish on the same partition
+            pieces = outside(name.range, published)
+            if pieces:
+                keep_outside(fs, info.path, pieces, lambda piece, n=name, d=rel_dir: f"{base}/{d}/" + RangeFile(
+                    n.topic, n.partition, piece.start, piece.end, n.part, n.incarnation).file_name)
             fs.delete_file(info.path)
 
 
@@ -300,12 +322,6 @@ def live_files(root: str, logical_topic: str) -> tuple[LiveFile, ...]:
                                 name.part, batch_id.decode() if batch_id is not None else None,
                                 int(attempt) if attempt is not None else None, name.incarnation))
     return tuple(sorted(out, key=lambda f: (f.topic, f.partition, f.start, f.end, f.part or 0, f.path)))
-
-
-def remove_file(file: LiveFile) -> None:
-    """Delete one published file (an adoption check found it holds offsets that were never committed)."""
-    fs, _ = filesystem(file.root)
-    fs.delete_file(file.path)
 
 
 def read_output(spark: SparkSession, root: str, logical_topic: str, batch_id: str | None = None,

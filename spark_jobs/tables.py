@@ -12,9 +12,10 @@ a publish          files moved into place one by one        one Delta commit per
 a reader sees      new files as they land (half a batch     the table version before the commit or
                    for a moment, a leftover beside its      after it: whole batches, each offset once
                    replacement)
-a publish again    same names: the files are replaced       the attempt's transaction is in the log: a
-                                                            no-op; a later attempt removes and adds in
-                                                            one commit
+a publish again    same names: the files are replaced       the run's epoch is the batch's transaction
+                                                            in the log: a no-op; a later epoch removes
+                                                            and adds in one commit, an earlier one is
+                                                            refused
 who wrote a row    ``batch_id`` column, file metadata       ``batch_id`` column, the commit's metadata
                                                             (batch, attempt, ranges, check results)
 after a lost       the files' names and footers             the table's log (its live files and the
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kprio_core.config import DrainSettings, OutputFormat
-from kprio_core.errors import TRANSIENT_ERRNOS, OutputPublishFailed, OutputUnavailable
+from kprio_core.errors import TRANSIENT_ERRNOS, LeaseLost, OutputPublishFailed, OutputUnavailable
 from kprio_core.offsets import OffsetRange
 from kprio_core.results import CheckReport, DrainResult
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT
@@ -55,7 +56,7 @@ class Publication:
     versions: Mapping[str, int] = field(default_factory=dict)
     """Delta: the table version after the publish, per root kind (``output``, ``dead-letters``)."""
     already: bool = False
-    """Delta: the tables held this attempt's publish already (the run died after it): nothing was written."""
+    """Delta: the output table held the batch's transaction at this run's epoch already: nothing was written."""
 
     def metadata(self) -> dict[str, object]:
         """What a run reports of it: the table versions (Delta), nothing for Parquet.
@@ -77,20 +78,31 @@ def roots(drain: DrainSettings) -> dict[str, str]:
 
 
 def publish(drain: DrainSettings, result: DrainResult, *, ranges: Iterable[OffsetRange] | None = None,
-            incarnations: Mapping[str, int] | None = None, checks: CheckReport | None = None) -> Publication:
+            incarnations: Mapping[str, int] | None = None, checks: CheckReport | None = None,
+            epoch: int | None = None) -> Publication:
     """Publish the staged files of ``ranges`` (default: every range without failure) in ``drain.format``,
     then remove the attempt's staging.
 
-    Delta: the dead-letter table's commit, then the output table's; each carries the batch, the
-    attempt, the ranges and ``checks``. A crash between the two leaves the output table without the
-    batch; the ledger has not marked it checked, so its next attempt publishes both again (the
-    dead-letter table's copy replaced in one commit). :class:`~kprio_core.errors.OutputUnavailable`
-    when the output cannot be written for now, else :class:`~kprio_core.errors.OutputPublishFailed`,
-    each naming the batch and the cause.
+    ``epoch``: the run's lease epoch (default: the attempt), the fencing token the output's own
+    system checks. Output and dead letters are one decision: a publish replaces what any earlier
+    publish of its ranges left in either root, and never removes a row outside its ranges.
+
+    Delta: the dead-letter table's commit, then the output table's, each carrying the batch, the
+    attempt, the ranges, ``checks`` and the batch's transaction at version ``epoch``. The output
+    table's commit is the decision: when it holds the batch's transaction at ``epoch`` the publish
+    is done (``already``); at a later epoch, a newer run owns the batch and this one is refused
+    (:class:`~kprio_core.errors.LeaseLost`, nothing written). A crash between the two commits leaves
+    the output table without the batch; the next run (a later epoch) publishes both again, its
+    dead letters replacing those of the run that died in one commit. :class:`~kprio_core.errors.
+    OutputUnavailable` when the output cannot be written for now, else :class:`~kprio_core.errors.
+    OutputPublishFailed`, each naming the batch and the cause.
     """
     from spark_jobs import output
 
+    fence = result.attempt if epoch is None else epoch
     if drain.format is OutputFormat.PARQUET:
+        # Idempotent by construction: files named by their ranges, each publish replacing every file of its
+        # ranges in both roots (a stale run's late publish leaves the same log's records, each once).
         output.publish(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path,
                        ranges=ranges, incarnations=incarnations)
         return Publication()
@@ -99,18 +111,23 @@ def publish(drain: DrainSettings, result: DrainResult, *, ranges: Iterable[Offse
     chosen = list(ranges) if ranges is not None else None
     metadata = {CHECKS_KEY: check_metadata(checks)} if checks is not None else {}
     versions: dict[str, int] = {}
-    already = True
     try:
+        decided = delta_table.published_epoch(roots(drain)[OUTPUT], result.logical_topic, result.batch_id)
+        if decided is not None and decided >= fence:
+            delta_table.refuse_if_stale(decided, fence, result, roots(drain)[OUTPUT])
+            output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
+            return Publication(already=True)
         for kind in (DEAD_LETTERS, OUTPUT):
             done = delta_table.publish(result, root=roots(drain)[kind], kind=kind, ranges=chosen,
-                                       incarnations=incarnations, metadata=metadata)
+                                       incarnations=incarnations, metadata=metadata, epoch=fence)
             if done is not None:
                 versions[kind] = done.version
-                already = already and done.already
+    except LeaseLost:
+        raise
     except Exception as err:  # delta-rs raises its own types: typed by their cause below
         raise _publish_failed(result, err) from err
     output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
-    return Publication(versions, already=already and bool(versions))
+    return Publication(versions)
 
 
 def _publish_failed(result: DrainResult, err: BaseException) -> Exception:
@@ -154,26 +171,6 @@ def live_files(drain: DrainSettings, logical_topic: str) -> tuple[LiveFile, ...]
     else:
         from spark_jobs.output import live_files as live
     return tuple(f for root in roots(drain).values() for f in live(root, logical_topic))
-
-
-def remove_files(drain: DrainSettings, logical_topic: str, files: Iterable[LiveFile], why: str) -> None:
-    """Take published files away from readers (offsets an adoption found never committed).
-
-    Parquet: each file is deleted. Delta: one commit per table removes them, ``why`` in its metadata.
-    """
-    chosen = list(files)
-    if drain.format is OutputFormat.DELTA:
-        from spark_jobs.delta_table import remove_files as remove
-
-        for root in roots(drain).values():
-            mine = [f for f in chosen if f.root == root]
-            if mine:
-                remove(root, logical_topic, mine, {"kprio.removed": why})
-        return
-    from spark_jobs.output import remove_file
-
-    for f in chosen:
-        remove_file(f)
 
 
 def batch_ids(drain: DrainSettings, logical_topic: str, live: Iterable[LiveFile] | None = None) -> set[str]:

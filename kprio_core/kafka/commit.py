@@ -1,4 +1,9 @@
-"""Monotonic commits: a batch's ``until`` offsets move each priority group forward, never backwards.
+"""Monotonic, fenced commits: a batch's ``until`` offsets move each priority group forward, never backwards.
+
+Every offset kprio writes to a group (a batch's commit, a log change's move, an adoption) is written
+in a Kafka transaction of the group's own transactional id (:func:`write_fenced`): the broker
+refuses the write of a writer a newer one fenced, so a run paused past its lease, or another driver's
+stale write, can never move a group (backwards least of all) once another writer went on.
 
 Only a contiguous prefix is committed: from where the group stands (its committed offset, or the
 log start when nothing is committed or retention deleted the rest), the ranges of a partition
@@ -21,17 +26,18 @@ committed yet, commits nothing for that partition and says why.
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
 
 from kprio_core.config import KafkaSettings, TopicSettings
-from kprio_core.errors import BrokerUnreachable, KafkaOperationFailed
-from kprio_core.kafka.client import Deadline, check_error, kafka_failure, new_consumer
+from kprio_core.errors import KafkaOperationFailed
+from kprio_core.kafka.client import Deadline, kafka_failure
+from kprio_core.kafka.reads import GroupOffsets
 from kprio_core.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.results import CommitReport
 
-__all__ = ["CommitReport", "decide_commits", "group_of", "write_commits"]
+__all__ = ["CommitReport", "decide_commits", "group_of", "transactional_id", "write_fenced"]
 
 
 def decide_commits(current: Mapping[TopicPartitionKey, int | None], log_start: Mapping[TopicPartitionKey, int],
@@ -68,48 +74,68 @@ def decide_commits(current: Mapping[TopicPartitionKey, int | None], log_start: M
     return moved, skipped
 
 
-def write_commits(admin: Any, kafka: KafkaSettings, group: str, offsets: Mapping[TopicPartitionKey, int],
-                  deadline: Deadline) -> None:
-    """Commit ``offsets`` to ``group`` with AlterConsumerGroupOffsets; a simple consumer if the broker lacks it."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+FENCE_TRIES = 5
+"""Reads and writes of one group's offsets tried, each time another kprio writer of the group fenced this one."""
+_GROUP_LOCKS: dict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+"""The writers of one process take turns per group (two of its own would only fence each other)."""
 
-    if not offsets:
-        return
+
+def transactional_id(group: str) -> str:
+    """The transactional id of every offset write kprio makes to ``group``: one writer at a time, an older one
+    fenced by the broker when a newer one starts.
+
+    >>> transactional_id("orders-2")
+    'kprio-offsets:orders-2'
+    """
+    return f"kprio-offsets:{group}"
+
+
+Decide = Callable[[dict[TopicPartitionKey, int | None]], dict[TopicPartitionKey, int]]
+"""From the group's committed offsets now, the offsets to write (empty: write nothing)."""
+
+
+def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partitions: Iterable[TopicPartitionKey],
+                 decide: Decide, deadline: Deadline, *, before_write: Callable[[], None] | None = None
+                 ) -> dict[TopicPartitionKey, int]:
+    """Read ``group``'s committed offsets of ``partitions`` and write what ``decide`` makes of them, as one step
+    among every kprio writer of the group: what was written.
+
+    The write is a Kafka transaction of the group's own :func:`transactional_id`: starting it fences
+    every earlier writer of the group (a run paused past its lease, another driver), whose write the
+    broker then refuses; the offsets are read only once it started, so no write lands between this
+    read and this write. ``before_write`` (a run's ledger check that it still holds its batch) runs
+    after the read, just before the write: a run that lost its batch writes nothing, and one that
+    passes it can be overtaken only by a newer writer, which fences it. A fenced try reads again, up
+    to :data:`FENCE_TRIES` times.
+    """
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    from kprio_core.kafka.client import new_producer
+
+    wanted = sorted(partitions)
     what = f"commit offsets of group {group}"
-    tps = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
-    futures = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
-                                                 request_timeout=deadline.left(what))
-    try:
-        result = futures[group].result(timeout=deadline.left(what))
-    except KafkaException as exc:
-        if exc.args[0].code() in (KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE):
-            commit_with_consumer(kafka, group, offsets, deadline)
-            return
-        raise kafka_failure(exc, what=what, bootstrap=deadline.bootstrap, timeout_s=deadline.timeout_s) from None
-    except TimeoutError:
-        raise BrokerUnreachable(deadline.bootstrap, deadline.timeout_s, f"{what} did not finish in time") from None
-    for tp in result.topic_partitions:
-        check_error(tp.error, what=f"{what} ({tp.topic}[{tp.partition}])", bootstrap=deadline.bootstrap,
-                    timeout_s=deadline.timeout_s, topic=tp.topic)
-
-
-def commit_with_consumer(kafka: KafkaSettings, group: str, offsets: Mapping[TopicPartitionKey, int],
-                         deadline: Deadline) -> None:
-    """Commit through a consumer of ``group`` that never subscribes (OffsetCommit with generation -1)."""
-    from confluent_kafka import KafkaException, TopicPartition
-
-    what = f"commit offsets of group {group}"
-    consumer = new_consumer(kafka, group, socket_timeout_ms=max(10, int(deadline.left(what) * 1000)))
-    try:
-        result = consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
-                                 asynchronous=False)
-    except KafkaException as exc:
-        raise kafka_failure(exc, what=what, bootstrap=deadline.bootstrap, timeout_s=deadline.timeout_s) from None
-    finally:
-        consumer.close()
-    for tp in result or []:
-        check_error(tp.error, what=f"{what} ({tp.topic}[{tp.partition}])", bootstrap=deadline.bootstrap,
-                    timeout_s=deadline.timeout_s, topic=tp.topic)
+    for _ in range(FENCE_TRIES):
+        with _GROUP_LOCKS[(kafka.bootstrap_servers, group)]:
+            producer = new_producer(kafka, transactional_id=transactional_id(group))
+            try:
+                producer.init_transactions(deadline.left(what))
+                offsets = decide(groups.fetch(group, wanted, deadline))
+                if not offsets:
+                    return {}
+                if before_write is not None:
+                    before_write()
+                producer.begin_transaction()
+                producer.send_offsets_to_transaction([TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
+                                                     groups.metadata(group), deadline.left(what))
+                producer.commit_transaction(deadline.left(what))
+                return offsets
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+                    continue  # another writer of the group started meanwhile: read again
+                raise kafka_failure(exc, what=what, bootstrap=deadline.bootstrap, timeout_s=deadline.timeout_s) from None
+    raise KafkaOperationFailed(f"{what} on {deadline.bootstrap}: fenced by another writer of the group {FENCE_TRIES} "
+                               "times in a row (another kprio commits to it without pause)")
 
 
 def group_of(topic: TopicSettings, name: str) -> str:

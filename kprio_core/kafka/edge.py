@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from kprio_core.config import KafkaSettings, TopicSettings
-from kprio_core.errors import KprioError
+from kprio_core.errors import KafkaOperationFailed, KprioError
 from kprio_core.kafka.client import Deadline, check_error, cluster_metadata, new_admin
-from kprio_core.kafka.commit import CommitReport, decide_commits, group_of, write_commits
+from kprio_core.kafka.commit import CommitReport, decide_commits, group_of, write_fenced
 from kprio_core.kafka.lag import SnapshotAsk, raise_if_lost, take_snapshot, take_snapshots
 from kprio_core.kafka.reads import GroupOffsets, log_starts, readable_ends, shared_group_offsets
 from kprio_core.kafka.times import offsets_for_time, window_range
-from kprio_core.kafka.topics import TopicMismatch, create_missing, ensure_topics, find_mismatches, verify_topics
+from kprio_core.kafka.topics import (
+    TopicMismatch,
+    create_missing,
+    ensure_topics,
+    find_mismatches,
+    topic_ids,
+    verify_topics,
+)
 from kprio_core.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.priority import Priority
 from kprio_core.snapshot import LagSnapshot
@@ -118,6 +125,11 @@ class KafkaEdge:
         """Where a reader stops in each partition now (``kafka.isolation_level``): one ListOffsets request."""
         return readable_ends(self.admin, sorted(partitions), self.deadline(), self.kafka.isolation_level)
 
+    def topic_ids(self, names: Iterable[str]) -> dict[str, str | None]:
+        """The Kafka topic id of each topic now (one DescribeTopics request); None for a topic the cluster no
+        longer has, or a cluster without ids."""
+        return topic_ids(self.admin, names, self.deadline())
+
     def committed(self, topic: TopicSettings) -> dict[TopicPartitionKey, int | None]:
         """Committed offset of each priority group on its topic's partitions (None: nothing committed)."""
         deadline = self.deadline()
@@ -128,12 +140,14 @@ class KafkaEdge:
 
     # -- committing ---------------------------------------------------------------------------
 
-    def commit(self, topic: TopicSettings, ranges: Iterable[OffsetRange]) -> CommitReport:
+    def commit(self, topic: TopicSettings, ranges: Iterable[OffsetRange], *,
+               before_write: Callable[[], None] | None = None) -> CommitReport:
         """Commit each range's end to its priority's group, never backwards, only contiguous prefixes.
 
-        The read of the current offsets and the write are two calls: kprio must be the only
-        committer of its groups, and its runtime makes the pair one step among kprio's processes by
-        holding the ledger's topic lock around it (``Ledger.fenced``, in ``commit_batch``).
+        Fenced per group (:func:`~kprio_core.kafka.commit.write_fenced`): the read of the current offsets
+        and the write are one step among every kprio writer of the group, and a writer another one
+        overtook writes nothing. ``before_write``: the caller's last check before each group's write
+        (a run's: it still holds its batch).
         """
         deadline = self.deadline()
         ranges = list(ranges)
@@ -141,30 +155,49 @@ class KafkaEdge:
         parts_of: dict[str, set[TopicPartitionKey]] = defaultdict(set)
         for r in ranges:
             parts_of[groups[r.topic]].add(r.topic_partition)
-        current: dict[TopicPartitionKey, int | None] = {}
+        moved: dict[TopicPartitionKey, tuple[int | None, int]] = {}
+        skipped: dict[TopicPartitionKey, str] = {}
         for group, parts in sorted(parts_of.items()):
-            current.update(self.groups.fetch(group, sorted(parts), deadline))
-        starts = log_starts(self.admin, sorted(current), deadline)
-        moved, skipped = decide_commits(current, starts, ranges)
-        to_write: dict[str, dict[TopicPartitionKey, int]] = defaultdict(dict)
-        for tp, (_, new) in moved.items():
-            to_write[groups[tp[0]]][tp] = new
-        for group, offsets in sorted(to_write.items()):
-            write_commits(self.admin, self.kafka, group, offsets, deadline)
+            mine = [r for r in ranges if groups[r.topic] == group]
+            decided: list = []  # the last read's decision (a fenced try reads and decides again)
+
+            def decide(current: dict[TopicPartitionKey, int | None], mine=mine, decided=decided
+                       ) -> dict[TopicPartitionKey, int]:
+                decided[:] = decide_commits(current, log_starts(self.admin, sorted(current), deadline), mine)
+                return {tp: new for tp, (_, new) in decided[0].items()}
+
+            write_fenced(self.kafka, self.groups, group, parts, decide, deadline, before_write=before_write)
+            moved.update(decided[0])
+            skipped.update(decided[1])
         return CommitReport.of(moved, skipped)
 
-    def set_committed(self, topic: TopicSettings, offsets: Mapping[TopicPartitionKey, int]) -> None:
+    def set_committed(self, topic: TopicSettings, offsets: Mapping[TopicPartitionKey, int], *,
+                      expect: Mapping[TopicPartitionKey, int | None] | None = None,
+                      before_write: Callable[[], None] | None = None) -> None:
         """Write these committed offsets as they are, backwards too: a recorded decision (a reset, a restore).
 
-        The same write as :meth:`commit` (AlterConsumerGroupOffsets to each priority's group); only
-        the monotonic rule is left out, because the decision is the point.
+        Fenced as :meth:`commit` is; only the monotonic rule is left out, because the decision is the
+        point. ``expect``: the committed offsets the decision was made on; a group that moved since
+        (another writer went first) is left alone and :class:`~kprio_core.errors.KafkaOperationFailed`
+        says so: the next tick decides again on what it sees then.
         """
         deadline = self.deadline()
         by_group: dict[str, dict[TopicPartitionKey, int]] = defaultdict(dict)
         for tp, offset in offsets.items():
             by_group[group_of(topic, tp[0])][tp] = offset
         for group, chosen in sorted(by_group.items()):
-            write_commits(self.admin, self.kafka, group, chosen, deadline)
+
+            def decide(current: dict[TopicPartitionKey, int | None], chosen=chosen) -> dict[TopicPartitionKey, int]:
+                moved = {tp: current.get(tp) for tp in chosen if expect is not None and tp in expect
+                         and current.get(tp) != expect[tp]}
+                if moved:
+                    said = ", ".join(f"{t}[{p}] stands at {o} (decided on {expect[(t, p)]})"
+                                     for (t, p), o in sorted(moved.items()))
+                    raise KafkaOperationFailed(f"commit offsets of group {group}: the group moved since the "
+                                               f"decision: {said}; nothing written, the next tick decides again")
+                return dict(chosen)
+
+            write_fenced(self.kafka, self.groups, group, chosen, decide, deadline, before_write=before_write)
 
     # -- time ---------------------------------------------------------------------------------
 

@@ -128,21 +128,31 @@ class GroupOffsets:
         self._consumers: dict[str, Any] = {}
         self._lock = threading.Lock()
 
+    def _consumer(self, group: str) -> Any:
+        from kprio_core.kafka.client import new_consumer
+
+        with self._lock:
+            consumer = self._consumers.get(group)
+            if consumer is None:
+                consumer = self._consumers[group] = new_consumer(self.kafka, group)
+            return consumer
+
+    def metadata(self, group: str) -> Any:
+        """The group's metadata a transaction's offsets name (a consumer that never joins: no generation)."""
+        return self._consumer(group).consumer_group_metadata()
+
     def fetch(self, group: str, partitions: Iterable[TopicPartitionKey],
               deadline: Deadline) -> dict[TopicPartitionKey, int | None]:
         """One OffsetFetch of ``group`` for ``partitions``: committed offset or None per partition."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        from kprio_core.kafka.client import kafka_failure, new_consumer
+        from kprio_core.kafka.client import kafka_failure
 
         wanted = [TopicPartition(t, p) for t, p in partitions]
         if not wanted:
             return {}
         what = f"fetch committed offsets of group {group}"
-        with self._lock:
-            consumer = self._consumers.get(group)
-            if consumer is None:
-                consumer = self._consumers[group] = new_consumer(self.kafka, group)
+        consumer = self._consumer(group)
         try:
             result = consumer.committed(wanted, timeout=deadline.left(what))
         except KafkaException as exc:

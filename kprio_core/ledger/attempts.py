@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import Connection, Row, insert, update
 
 from kprio_core.errors import BatchSuperseded, InvalidTransition
-from kprio_core.ledger.base import LedgerBase, need_reason
+from kprio_core.ledger.base import LedgerBase, need_reason, streak_after
 from kprio_core.ledger.codec import CLEARED_ATTEMPT, maybe_us, offset_range
 from kprio_core.ledger.leases import check_free, check_token
 from kprio_core.ledger.meta import Numbering
@@ -134,7 +134,8 @@ class AttemptMethods(LedgerBase):
             child = conn.execute(insert(batches).values(
                 logical_topic=row.logical_topic, state=S.FAILED.value, plan_json=row.plan_json,
                 attempts=row.attempts, replay_of_committed=row.replay_of_committed, parent_id=row.id, reason=reason,
-                transient=transient, retry_at_us=maybe_us(retry_at), created_us=now, updated_us=now, drained_us=row.drained_us,
+                transient=transient, transient_streak=streak_after(row.transient_streak, transient),
+                retry_at_us=maybe_us(retry_at), created_us=now, updated_us=now, drained_us=row.drained_us,
                 drain_seconds=row.drain_seconds, drain_json=row.drain_json, committed_us=row.committed_us,
             )).inserted_primary_key[0]
             conn.execute(update(ranges).where(ranges.c.id.in_([r.id for r in moving])).values(batch_id=child))

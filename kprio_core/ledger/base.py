@@ -144,3 +144,12 @@ def need_reason(what: str, batch_id: str, reason: object) -> None:
     """A failure, retry or split says why: refuse an empty reason."""
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError(f"{what}({batch_id}): needs a reason, got {reason!r}")
+
+
+def streak_after(streak: int | None, transient: bool) -> int:
+    """Transient failures in a row after one more failure (``transient`` or not).
+
+    >>> streak_after(0, True), streak_after(2, True), streak_after(2, False)
+    (1, 3, 0)
+    """
+    return (streak or 0) + 1 if transient else 0

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from kprio_core.drain_plan import DrainPlan
 from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us
 from kprio_core.ledger.records import LogEvent
@@ -77,6 +78,16 @@ class BeliefMethods(LedgerBase):
             row = conn.execute(select(log_events).where(log_events.c.id == key)).one()
         return _event(row)
 
+    def open_holds(self, logical_topic: str) -> dict[TopicPartitionKey, LogEvent]:
+        """Per partition, the hold a person was asked to decide and has not yet: its partition's last event (a
+        wait left aside: kprio decides those again by itself) is a ``hold``. A person's ``kprio reset``, or a
+        decision of the configured policy, records a later event and ends it."""
+        last: dict[TopicPartitionKey, LogEvent] = {}
+        for event in self.log_events(logical_topic):
+            if event.outcome != Outcome.WAIT.value:
+                last[(event.topic, event.partition)] = event
+        return {tp: e for tp, e in last.items() if e.outcome == Outcome.HOLD.value}
+
     def log_events(self, logical_topic: str | None = None, *, after: int = 0) -> list[LogEvent]:
         """Recorded log changes and decisions, oldest first, of one logical topic or all, after ``seq``."""
         query = select(log_events).where(log_events.c.id > after).order_by(log_events.c.id)
@@ -96,6 +107,32 @@ def note_commits(conn: Connection, logical_topic: str, moves: Mapping[TopicParti
             _upsert(conn, logical_topic, topic, partition, now, committed=new)
         elif row.committed is None or row.committed < new:
             _upsert(conn, logical_topic, topic, partition, now, committed=new)
+
+
+def believed_offsets(conn: Connection, plan: DrainPlan) -> dict[TopicPartitionKey, tuple[int, int | None]]:
+    """Per partition of ``plan``'s ranges, the incarnation kprio drains and the offset it last committed, read
+    in the caller's transaction (as :meth:`BeliefMethods.beliefs` reads them: a partition without a belief row
+    by its committed batches' highest range end; one kprio knows nothing about is left out)."""
+    wanted = {r.topic_partition for r in plan.offset_ranges() if r.count}
+    found: dict[TopicPartitionKey, tuple[int, int | None]] = {}
+    topics = sorted({t for t, _ in wanted})
+    for row in conn.execute(select(partitions).where(partitions.c.topic.in_(topics))):
+        if (row.topic, row.kafka_partition) in wanted:
+            found[(row.topic, row.kafka_partition)] = (int(row.incarnation or 1), row.committed)
+    derived = (select(ranges.c.topic, ranges.c.kafka_partition, func.max(ranges.c.end_offset))
+               .join(batches, batches.c.id == ranges.c.batch_id)
+               .where(batches.c.logical_topic == plan.logical_topic, batches.c.committed_us.is_not(None),
+                      ranges.c.topic.in_(topics))
+               .group_by(ranges.c.topic, ranges.c.kafka_partition))
+    for topic, partition, end in conn.execute(derived):
+        if (topic, partition) in wanted:
+            found.setdefault((topic, partition), (1, int(end)))
+    return found
+
+
+def plan_incarnations(plan: DrainPlan) -> dict[TopicPartitionKey, int]:
+    """The incarnation ``plan`` drains on each partition of its ranges."""
+    return {r.topic_partition: plan.incarnation_of(r.topic, r.partition) for r in plan.offset_ranges()}
 
 
 def _upsert(conn: Connection, logical_topic: str, topic: str, partition: int, now: int, **values) -> None:

@@ -30,6 +30,10 @@ from kprio_core.config import ENV_LEDGER_PASSWORD
 from kprio_core.errors import ConfigError
 
 DEFAULT_BUSY_TIMEOUT_S = 60.0
+POSTGRES_SESSION = {"lock_timeout": "10s", "statement_timeout": "30s", "idle_in_transaction_session_timeout": "60s"}
+"""Every PostgreSQL session of the ledger: a row lock waited for at most 10 s, a statement at most 30 s, and a
+transaction left open by a process that stopped (a paused VM) aborted by the server after 60 s, its locks
+freed. No ledger transaction spans a publish or a Kafka commit, so each is a few statements long."""
 
 
 def make_engine(url: str | URL, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
@@ -46,9 +50,26 @@ def make_engine(url: str | URL, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) 
         password = os.environ.get(ENV_LEDGER_PASSWORD)
         if parsed.password is None and password:
             parsed = parsed.set(password=password)
-        return create_engine(parsed, pool_pre_ping=True, isolation_level="READ COMMITTED")
+        options = " ".join(f"-c {name}={value}" for name, value in POSTGRES_SESSION.items())
+        return create_engine(parsed, pool_pre_ping=True, isolation_level="READ COMMITTED",
+                             connect_args={"options": options})
     shown = parsed.render_as_string(hide_password=True)
     raise ConfigError(f"ledger.url {shown}: the batch ledger runs on SQLite or PostgreSQL, not {backend}")
+
+
+def database_clock(engine: Engine):  # noqa: ANN201 - a clock: () -> datetime
+    """The clock of ``engine``'s database: PostgreSQL's ``clock_timestamp()``, asked on a pooled connection; this
+    host's clock for SQLite (the file is on this host, and so is every process that opens it)."""
+    from datetime import UTC, datetime
+
+    if engine.dialect.name != "postgresql":
+        return lambda: datetime.now(UTC)
+
+    def now() -> datetime:
+        with engine.connect() as conn:
+            return conn.exec_driver_sql("SELECT clock_timestamp()").scalar_one().astimezone(UTC)
+
+    return now
 
 
 def ledger_exists(url: str | URL) -> bool:

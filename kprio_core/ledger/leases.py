@@ -5,16 +5,17 @@ those batches and :meth:`Ledger.retry` retries them with the same ranges. A live
 owner makes :meth:`LeaseMethods.claim` raise :class:`BatchBusy`, unless the caller knows that
 owner is dead (its Dagster run ended, its pid is gone) and names it in ``take_over``.
 
-Every write of a run is *fenced* by its :class:`~kprio_core.recovery.LeaseToken` (owner and
-attempt): the ledger's moves take it as ``fence=`` and refuse a stale one with :class:`LeaseLost`,
-and :meth:`LeaseMethods.fenced` holds the batch (and its topic) while a run publishes files or
-commits offsets outside the ledger, so no other run can take the batch over in between.
+Every write of a run is *fenced* by its :class:`~kprio_core.recovery.LeaseToken` (owner, attempt
+and epoch): the ledger's moves take it as ``fence=`` and refuse a stale one with :class:`LeaseLost`.
+Outside the ledger no lock is held: a run asks :meth:`LeaseMethods.check_lease` right before a
+publish or a Kafka commit (a short read), and the system written to refuses a stale owner itself
+(a Delta table by the epoch it holds as the batch's transaction, Kafka by the transactional id of the
+group's offsets, fenced by the next writer): see docs/architecture.md, "Fenced writes".
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from datetime import timedelta
 
 from sqlalchemy import Row, select, update
@@ -53,20 +54,25 @@ class LeaseMethods(LedgerBase):
                 self._log(conn, row.id, state, state, row.attempts, now,
                           f"lease of {row.lease_owner} ({why}, until {from_us(row.lease_until_us):%Y-%m-%d %H:%M:%S} "
                           f"UTC) taken over by {owner}")
-            conn.execute(update(batches).where(batches.c.id == row.id).values(
-                lease_owner=owner, lease_until_us=now + round(lease_s * _US)))
+            values = {"lease_owner": owner, "lease_until_us": now + round(lease_s * _US)}
+            if row.lease_owner != owner:
+                values["lease_epoch"] = next_epoch(row.lease_epoch, row.attempts)
+            conn.execute(update(batches).where(batches.c.id == row.id).values(**values))
             return self._batch(conn, numbering, row.id)
 
-    def renew(self, batch_id: str, owner: str, lease_s: float, *, attempt: int | None = None) -> Lease:
+    def renew(self, batch_id: str, owner: str, lease_s: float, *, attempt: int | None = None,
+              epoch: int | None = None) -> Lease:
         """Extend ``owner``'s lease to now + ``lease_s``; :class:`LeaseLost` when it is no longer theirs.
 
-        ``attempt``: the attempt the owner claimed; a later attempt (a retry) ends its lease too.
+        ``attempt``, ``epoch``: the attempt the owner claimed and its lease's epoch; a later attempt (a
+        retry), or a lease that passed to another owner and back, ends its lease too.
         """
         _check_lease(owner, lease_s)
         with self._tx() as (conn, numbering):
             now = self._now_us()
             row = self._row(conn, numbering, batch_id, for_update=True)
-            moved_on = attempt is not None and row.attempts != attempt
+            moved_on = ((attempt is not None and row.attempts != attempt)
+                        or (epoch is not None and (row.lease_epoch or 0) != epoch))
             if row.lease_owner != owner or moved_on or not BatchState(row.state).in_flight:
                 holder = f"{row.lease_owner}'s" if row.lease_owner else "nobody's"
                 raise LeaseLost(f"batch {batch_id} ({row.state}, attempt {row.attempts}): the lease is no longer "
@@ -85,21 +91,13 @@ class LeaseMethods(LedgerBase):
                                 .values(lease_owner=None, lease_until_us=None))
             return bool(done.rowcount)
 
-    @contextmanager
-    def fenced(self, batch_id: str, token: LeaseToken, what: str) -> Iterator[Batch]:
-        """Hold ``batch_id`` for ``token`` while the caller does ``what`` outside the ledger (publish, Kafka commit).
-
-        :class:`LeaseLost` (nothing done) unless ``token`` is the batch's lease now. Until the block
-        ends, the batch row and its topic's lock stay locked: no claim, retry or move of the batch,
-        and no other fenced write of the topic (two Kafka commits of one topic never interleave
-        their read and write), can happen in between.
-        """
+    def check_lease(self, batch_id: str, token: LeaseToken, what: str) -> Batch:
+        """The batch, when ``token`` holds it now; :class:`LeaseLost` (naming ``what``, the write the run was about
+        to make outside the ledger) when it is stale. One short read: no lock outlives it."""
         with self._tx() as (conn, numbering):
-            first = self._row(conn, numbering, batch_id)
-            self._lock_topic(conn, first.logical_topic)  # topic first, then the batch: record_plan's order
-            row = self._row(conn, numbering, batch_id, for_update=True)
+            row = self._row(conn, numbering, batch_id)
             check_token(batch_id, row, token, what)
-            yield self._batch(conn, numbering, row.id)
+            return self._batch(conn, numbering, row.id)
 
     def expired(self, logical_topic: str | None = None) -> list[Batch]:
         """Batches in flight whose lease ran out (their run died): retry them. Oldest first."""
@@ -120,9 +118,21 @@ def _check_lease(owner: str, lease_s: float) -> None:
         raise ValueError(f"a lease must last > 0 s, got {lease_s}")
 
 
+def next_epoch(epoch: int | None, attempts: int) -> int:
+    """The epoch of a lease that passes to a new owner: above the last one and above the attempt (a Delta
+    table written by a kprio that fenced with the attempt number holds it as the batch's transaction).
+
+    >>> next_epoch(0, 1), next_epoch(4, 2), next_epoch(0, 3)
+    (2, 5, 4)
+    """
+    return max(epoch or 0, attempts) + 1
+
+
 def check_token(batch_id: str, row: Row, token: LeaseToken, what: str) -> None:
-    """Raise :class:`LeaseLost` unless ``token`` holds the batch now: its lease owner, at its attempt, in flight."""
-    if row.lease_owner == token.owner and row.attempts == token.attempt and BatchState(row.state).in_flight:
+    """Raise :class:`LeaseLost` unless ``token`` holds the batch now: its lease owner, at its attempt and
+    epoch, in flight."""
+    if (row.lease_owner == token.owner and row.attempts == token.attempt and (row.lease_epoch or 0) == token.epoch
+            and BatchState(row.state).in_flight):
         return
     holder = f"held by {row.lease_owner}" if row.lease_owner else "held by nobody"
     raise LeaseLost(f"{what} of batch {batch_id} refused: the batch is {row.state} at attempt {row.attempts}, {holder}; "

@@ -41,8 +41,8 @@ from sqlalchemy.exc import DBAPIError
 from kprio_core.drain_plan import DrainPlan
 from kprio_core.errors import DrainStatsInvalid, InvalidTransition, LeaseLost, RangeConflict
 from kprio_core.ledger.attempts import AttemptMethods
-from kprio_core.ledger.base import current_incarnations, need_reason, planned_incarnations
-from kprio_core.ledger.beliefs import BeliefMethods, note_commits
+from kprio_core.ledger.base import current_incarnations, need_reason, planned_incarnations, streak_after
+from kprio_core.ledger.beliefs import BeliefMethods, believed_offsets, note_commits, plan_incarnations
 from kprio_core.ledger.codec import (
     CLEARED_OUTCOME,
     drain_values,
@@ -54,12 +54,12 @@ from kprio_core.ledger.codec import (
     range_values,
 )
 from kprio_core.ledger.derived import DerivedReads
-from kprio_core.ledger.engine import DEFAULT_BUSY_TIMEOUT_S, make_engine
+from kprio_core.ledger.engine import DEFAULT_BUSY_TIMEOUT_S, database_clock, make_engine
 from kprio_core.ledger.launches import LaunchMethods
 from kprio_core.ledger.leases import LeaseMethods, check_token
 from kprio_core.ledger.meta import Identity, Numbering, has_batches, number_after, open_schema, read_identity
 from kprio_core.ledger.records import Batch, BatchEvent, Hold
-from kprio_core.ledger.rules import full, predecessors, room_for, self_overlap, slots_in_use
+from kprio_core.ledger.rules import below_committed, full, predecessors, room_for, self_overlap, slots_in_use
 from kprio_core.ledger.schema import batches, events, meta, ranges
 from kprio_core.ledger.states import IN_FLIGHT, BatchState, check_transition
 from kprio_core.log_changes import Superseded, superseded
@@ -75,18 +75,23 @@ S = BatchState
 
 
 def utc_now() -> datetime:
-    """The default clock of a ledger."""
+    """This host's clock: the ledger's clock on SQLite (every process that opens the file runs on this host)."""
     return datetime.now(UTC)
 
 
 class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMethods):
-    """Batches of drain plans in SQLite (a file by default) or PostgreSQL. Every method is one transaction."""
+    """Batches of drain plans in SQLite (a file by default) or PostgreSQL. Every method is one transaction.
 
-    def __init__(self, url: str, *, clock: Callable[[], datetime] = utc_now,
+    Time is the database's (``clock`` None, the default): a lease, a backoff and a launch claim expire by
+    one clock for every host that shares a PostgreSQL ledger, never by each host's own (:meth:`now`). A
+    test passes its own ``clock``.
+    """
+
+    def __init__(self, url: str, *, clock: Callable[[], datetime] | None = None,
                  busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
         self._url = url
-        self._clock = clock
         self._engine = make_engine(url, busy_timeout_s)
+        self._clock = clock or database_clock(self._engine)
         try:
             self._ledger_id = self._open()
         except BaseException:
@@ -123,6 +128,10 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    def now(self) -> datetime:
+        """The ledger's time: the database server's clock on PostgreSQL, this host's on SQLite (or the test's)."""
+        return self._clock()
 
     # ----------------------------------------------------------------------------- identity
 
@@ -163,9 +172,12 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
         """Store ``plan`` as a new planned batch reserving its ranges, or raise :class:`RangeConflict`.
 
         Conflicts: two ranges of the plan overlap; a range overlaps one of a batch in flight or
-        lies on a partition a failed batch holds; or a priority of the plan already has
-        ``max_in_flight`` batches in flight (slots are per priority). Empty ranges hold no offset
-        and are not recorded.
+        lies on a partition a failed batch holds; a priority of the plan already has
+        ``max_in_flight`` batches in flight (slots are per priority); or a range starts below the
+        offset kprio committed on its partition, or on an earlier incarnation of it (the plan was
+        made from a lag snapshot older than a commit another driver made meanwhile:
+        :func:`~kprio_core.ledger.rules.below_committed`). Empty ranges hold no offset and are not
+        recorded.
         """
         what = f"plan of {plan.logical_topic!r}"
         plan = dataclasses.replace(plan, ranges=tuple(r for r in plan.ranges if r.range.count))
@@ -177,6 +189,10 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
             self._lock_topic(conn, plan.logical_topic)
             taken = self._taken(conn, numbering, plan.logical_topic)
             room_for(what, plan.offset_ranges(), {r.priority for r in plan.ranges}, taken, max_in_flight)
+            stale = below_committed(plan.offset_ranges(), plan_incarnations(plan), believed_offsets(conn, plan))
+            if stale:
+                more = f" (and {len(stale) - 1} more)" if len(stale) > 1 else ""
+                raise RangeConflict(f"{what}: {stale[0]}{more}")
             key = conn.execute(insert(batches).values(
                 logical_topic=plan.logical_topic, state=S.PLANNED.value, plan_json=plan_json(plan), attempts=1,
                 replay_of_committed=False, created_us=now, updated_us=now,
@@ -245,7 +261,7 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
         need_reason("mark_failed", batch_id, reason)
         return self._move(batch_id, S.FAILED, lambda conn, row, now: {
             "reason": reason, "transient": transient, "retry_at_us": maybe_us(retry_at), "lease_owner": None,
-            "lease_until_us": None,
+            "lease_until_us": None, "transient_streak": streak_after(row.transient_streak, transient),
         }, reason=reason, fence=fence)
 
     def retry_now(self, batch_id: str) -> Batch:
@@ -358,7 +374,7 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
             Hold(r.topic, r.kafka_partition, r.start_offset, numbering.batch_id(r.id), S.FAILED, r.reason,
                  r.attempts, None if r.retry_at_us is None else from_us(r.retry_at_us),
                  max_attempts is not None and not r.transient
-                 and not may_retry(attempts=r.attempts, max_attempts=max_attempts))
+                 and not may_retry(attempts=r.attempts, max_attempts=max_attempts), bool(r.transient))
             for r in first.values()
         ]
         return sorted(found, key=lambda h: (h.topic, h.partition, h.start))

@@ -33,7 +33,7 @@ from sqlalchemy.engine import make_url
 from kprio_core.errors import BatchNotFound, LedgerNotFresh, LedgerSchemaOutdated
 from kprio_core.ledger.codec import from_us
 from kprio_core.ledger.records import format_batch_id, parse_batch_id
-from kprio_core.ledger.schema import ADDED_IN_V2, METADATA, SCHEMA_VERSION, batches, meta
+from kprio_core.ledger.schema import ADDED_IN_V2, COLUMNS_ADDED_IN_V2, METADATA, SCHEMA_VERSION, batches, meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +72,19 @@ class Identity:
 def open_schema(conn: Connection, url: str, now_us: int) -> None:
     """Create the schema v2 tables and identity in an empty database; refuse any other kprio schema.
 
-    A v2 ledger made before :data:`ADDED_IN_V2` existed gets those tables created: they are
-    additive (no existing table changes), so no version bump and no upgrade step is needed.
+    A v2 ledger made before :data:`ADDED_IN_V2` existed gets those tables created, and the columns
+    of :data:`COLUMNS_ADDED_IN_V2` added: they are additive (every earlier row reads as it meant),
+    so no version bump and no upgrade step is needed.
     """
-    names = set(inspect(conn).get_table_names())
+    inspector = inspect(conn)
+    names = set(inspector.get_table_names())
     if meta.name in names:
         version = conn.execute(select(meta.c.schema_version)).scalar()
         if version == SCHEMA_VERSION:
             missing = [t for t in ADDED_IN_V2 if t.name not in names]
             if missing:
                 METADATA.create_all(conn, tables=missing)
+            add_missing_columns(conn, inspector)
             return
         if version is None:
             raise LedgerSchemaOutdated(outdated_message(url, "has an empty kprio_meta table (no ledger identity)"))
@@ -98,6 +101,20 @@ def open_schema(conn: Connection, url: str, now_us: int) -> None:
             id=1, schema_version=SCHEMA_VERSION, ledger_id=secrets.token_hex(8), first_batch=1, created_us=now_us
         )
     )
+
+
+def add_missing_columns(conn: Connection, inspector) -> None:  # noqa: ANN001 - SQLAlchemy's Inspector
+    """ALTER TABLE ... ADD COLUMN for each column of :data:`COLUMNS_ADDED_IN_V2` the database lacks."""
+    for table, names in COLUMNS_ADDED_IN_V2:
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        for name in names:
+            if name in have:
+                continue
+            column = table.c[name]
+            kind = column.type.compile(dialect=conn.dialect)
+            default = column.server_default.arg if column.server_default is not None else None
+            tail = f" NOT NULL DEFAULT {default}" if default is not None and not column.nullable else ""
+            conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {name} {kind}{tail}")
 
 
 def outdated_message(url: str, found: str) -> str:

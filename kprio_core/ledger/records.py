@@ -65,10 +65,14 @@ class Batch:
     transient: bool = False
     """The last failure had a passing cause (an unreachable broker, a full disk, Spark down): such a
     batch is retried until the cause is gone, however many attempts it took."""
+    transient_streak: int = 0
+    """Transient failures in a row up to the last failure (0 when the last one was not transient)."""
     replay_of_committed: bool = False
     parent: str | None = None
     retry_at: datetime | None = None
     lease: Lease | None = None
+    lease_epoch: int = 0
+    """The number of the lease's fencing token (see :attr:`token`)."""
     drain: DrainResult | None = None
     checks: CheckReport | None = None
     commit: CommitReport | None = None
@@ -81,8 +85,9 @@ class Batch:
 
     @property
     def token(self) -> LeaseToken | None:
-        """The lease's fencing token (its owner at this attempt), None when nobody holds the batch."""
-        return LeaseToken(self.lease.owner, self.attempts) if self.lease is not None else None
+        """The lease's fencing token (its owner at this attempt, and the epoch its claim started), None when
+        nobody holds the batch."""
+        return LeaseToken(self.lease.owner, self.attempts, self.lease_epoch) if self.lease is not None else None
 
     @property
     def holds(self) -> bool:
@@ -141,6 +146,8 @@ class Hold:
     retry_at: datetime | None
     exhausted: bool
     """True when the batch failed ``max_attempts`` times: only an operator retries it."""
+    transient: bool = False
+    """The batch's failure has a passing cause: it is retried by itself once the cause is gone."""
 
     @property
     def range(self) -> OffsetRange:

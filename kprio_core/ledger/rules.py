@@ -135,6 +135,39 @@ def room_for(what: str, ranges: Sequence[OffsetRange], priorities: Iterable[Prio
         raise RangeConflict(f"{what}: {found[0]}{more}")
 
 
+def below_committed(wanted: Iterable[OffsetRange], incarnation_of: Mapping[TopicPartitionKey, int],
+                    believed: Mapping[TopicPartitionKey, tuple[int, int | None]]) -> list[str]:
+    """One line per wanted range that starts below the offset kprio committed on its partition, or that is
+    planned on an earlier incarnation than the one kprio drains there.
+
+    A plan is made from a lag snapshot; another driver may have planned, drained and committed the
+    same offsets between that snapshot and this plan's record. Recorded, such a plan would re-drain
+    committed offsets and publish over their output (a shorter range would replace a longer one's
+    file: offsets lost). ``incarnation_of``: the plan's incarnation per partition (1 when absent);
+    ``believed``: per partition, the incarnation kprio drains and the offset it last committed.
+
+    >>> R = OffsetRange
+    >>> below_committed([R("t", 0, 0, 150), R("t", 1, 200, 300)], {}, {("t", 0): (1, 200), ("t", 1): (1, 200)})
+    ['t[0]@[0,150) starts below offset 200, which kprio committed on t[0] (planned from an older lag snapshot)']
+    >>> below_committed([R("t", 0, 0, 5)], {("t", 0): 1}, {("t", 0): (2, 0)})
+    ['t[0]@[0,5) is planned on incarnation 1 of t[0], kprio drains incarnation 2 (planned before the reset)']
+    """
+    found = []
+    for w in sorted(r for r in wanted if r.count):
+        tp = w.topic_partition
+        if tp not in believed:
+            continue
+        incarnation, committed = believed[tp]
+        mine = incarnation_of.get(tp, 1)
+        if mine != incarnation:
+            found.append(f"{w} is planned on incarnation {mine} of {w.topic}[{w.partition}], kprio drains "
+                         f"incarnation {incarnation} (planned before the reset)")
+        elif committed is not None and w.start < committed:
+            found.append(f"{w} starts below offset {committed}, which kprio committed on {w.topic}[{w.partition}] "
+                         "(planned from an older lag snapshot)")
+    return found
+
+
 def predecessors(mine: Iterable[OffsetRange], taken: Iterable[Taken], me: str) -> list[str]:
     """Batches in flight or holding with a range on one of ``mine``'s partitions that starts before it there.
 

@@ -10,7 +10,8 @@ change of the log kprio did not make, and every decision about one) were added t
 bump: they are new tables only, which an earlier v2 kprio never reads, so a v2 ledger opened by
 this kprio gets them created (:data:`ADDED_IN_V2`) and every earlier one keeps working on it.
 ``kprio_launches`` (who claimed the launch of a run key, so two drivers never launch one run)
-was added the same way.
+was added the same way, and two columns of ``kprio_batches`` (``lease_epoch``, ``transient_streak``),
+each with a default that reads an earlier row as it meant (:data:`COLUMNS_ADDED_IN_V2`).
 
 >>> sorted(t.name for t in METADATA.sorted_tables)
 ['kprio_batches', 'kprio_events', 'kprio_launches', 'kprio_log_events', 'kprio_meta', 'kprio_partitions', 'kprio_ranges', 'kprio_topic_locks']
@@ -67,6 +68,13 @@ batches = Table(
     Column("retry_at_us", BigInteger),
     Column("lease_owner", String(255)),
     Column("lease_until_us", BigInteger),
+    # The fencing token's number: +1 each time the lease passes to another owner. The systems a run
+    # writes to outside the ledger (a Delta table's transaction, a published file's metadata) keep the
+    # highest they saw and refuse a lower one: a run paused past its lease writes nothing when it wakes.
+    Column("lease_epoch", BigInteger, nullable=False, default=0, server_default="0"),
+    # Consecutive transient failures (0 after any other failure): the first is retried as soon as its
+    # cause is gone, the next ones back off (recovery.backoff_s doubling) unless a probe saw the cause.
+    Column("transient_streak", Integer, nullable=False, default=0, server_default="0"),
     Column("created_us", BigInteger, nullable=False),
     Column("updated_us", BigInteger, nullable=False),
     # The last drain's numbers (per-range ones are on the range rows), kept across retries until
@@ -173,3 +181,6 @@ launches = Table(
 
 ADDED_IN_V2 = (partitions, log_events, launches)
 """Tables added to schema v2 after its first release: created when a v2 ledger lacks them."""
+COLUMNS_ADDED_IN_V2 = ((batches, ("lease_epoch", "transient_streak")),)
+"""Columns added to schema v2 tables after its first release, each with a default (so every earlier row
+reads as it meant): added with ALTER TABLE when a v2 ledger lacks them."""

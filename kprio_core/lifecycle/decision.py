@@ -106,6 +106,8 @@ class Decision:
     """What this tick does about changes of the log kprio did not make (the driver carries them out first)."""
     superseded: tuple[Superseded, ...] = ()
     """Failed batches planned on an earlier incarnation of a partition: never run again, hold nothing."""
+    cause: str | None = None
+    """What a probe sees now that transient failures wait for (an output root, the broker), if anything."""
 
     @property
     def action(self) -> Verdict:

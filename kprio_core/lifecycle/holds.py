@@ -21,11 +21,12 @@ def describe_holds(holds: Sequence[Hold]) -> str:
 
     >>> from types import SimpleNamespace as H
     >>> describe_holds([H(topic="o-0", partition=1, start=1200, batch_id="b-000007", attempts=3,
-    ...                   reason="values_match_schema failed", exhausted=True, retry_at=None)])
+    ...                   reason="values_match_schema failed", exhausted=True, retry_at=None, transient=False)])
     'held: o-0[1] from 1200 by b-000007 (failed 3 times: values_match_schema failed; fix the cause, then kprio retry b-000007)'
     >>> describe_holds([H(topic="o-0", partition=p, start=10 * p, batch_id="b-000009", attempts=1,
-    ...                   reason="drain failed: disk full", exhausted=False, retry_at=None) for p in (0, 1)])
-    'held: o-0[0] from 0, o-0[1] from 10 by b-000009 (failed once: drain failed: disk full; retried by itself)'
+    ...                   reason="drain failed: disk full", exhausted=False, retry_at=None, transient=True)
+    ...                   for p in (0, 1)])
+    'held: o-0[0] from 0, o-0[1] from 10 by b-000009 (failed once: drain failed: disk full; retried by itself once its cause has passed)'
     """
     clauses: dict[str, list[Hold]] = {}
     for h in holds:
@@ -46,6 +47,8 @@ def hold_cause(hold: Hold) -> str:
         return f"({hold.reason})"
     if hold.exhausted:
         remedy = f"fix the cause, then kprio retry {hold.batch_id}"
+    elif hold.transient:
+        remedy = "retried by itself once its cause has passed"
     elif hold.retry_at is not None:
         remedy = f"retried by itself at {hold.retry_at:%H:%M:%S} UTC"
     else:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kprio_core.config import KprioConfig, OnOffsetOutOfRange
-from kprio_core.ledger import Batch, Hold
+from kprio_core.ledger import Batch, Hold, LogEvent
 from kprio_core.lifecycle.view import LedgerView
 from kprio_core.log_changes import (
     Belief,
@@ -51,6 +51,8 @@ class Decided:
     """The incarnation drained after this decision (+1 after a reset of a recreated or truncated log)."""
     redrain: tuple[Batch, ...] = ()
     """Committed batches re-drained (their exact ranges) after the committed offset moved back."""
+    standing: bool = False
+    """A hold a person was asked to decide, still standing: nothing new to record (its event is in the ledger)."""
 
     def describe(self) -> str:
         """What was seen and what is done.
@@ -121,7 +123,7 @@ def log_decisions(config: KprioConfig, view: LedgerView, snapshot: LagSnapshot, 
         changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss,
         drained=lambda t, q: committed_on(view, beliefs, t, q), redraining=redraining, slots=view.slots(),
         max_in_flight=config.planner.max_in_flight if max_in_flight is None else max_in_flight,
-        in_flight_on=in_flight_on)
+        in_flight_on=in_flight_on, open_holds=view.open_holds)
     return LogDecisions(changes, decided, holds, redraining)
 
 
@@ -131,6 +133,7 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
                        slots: Mapping[Priority, Sequence[str]] | None = None,
                        max_in_flight: int | None = None,
                        in_flight_on: Mapping[tuple[str, int], Sequence[str]] | None = None,
+                       open_holds: Mapping[tuple[str, int], LogEvent] | None = None,
                        ) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
     """What to do about every change that is not ok, and the partitions it holds.
 
@@ -151,6 +154,10 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
     incarnation waits, held, while one is (it fails or finishes on its own; a new incarnation
     never starts under a batch that may still publish or commit the earlier one's offsets).
 
+    ``open_holds``: per partition, the hold a person was asked to decide and did not yet
+    (:meth:`kprio_core.ledger.Ledger.open_holds`). It stands whatever the log does meanwhile
+    (:func:`standing_hold`): only a person's ``kprio reset``, or the rule the user configured, ends it.
+
     >>> c = Change("o-2", 0, LogState.COMMITTED_GONE, 70, None, 0, 90)
     >>> decided, holds = decide_log_changes([c], OnOffsetOutOfRange.HOLD, False, drained=lambda t, q: [],
     ...                                     redraining=())
@@ -162,9 +169,19 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
     in_use = {p: list(ids) for p, ids in (slots or {}).items()}
     picked: set[str] = set()
     for c in changes:
+        tp = (c.topic, c.partition)
+        held = (open_holds or {}).get(tp)
+        if held is not None:
+            d, h = standing_hold(c, held, policy, (in_flight_on or {}).get(tp, ()))
+            decided.append(d)
+            holds += [h] if h is not None else []
+            continue
+        if c.state is LogState.LOST_TO_RETENTION and allow_data_loss and c.high_watermark == c.log_start:
+            # Nothing after the gap to drain: no batch would record it, so the gap is recorded here.
+            decided.append(Decided(c, Outcome.RECORD_GAP, "policy", c.log_start, c.incarnation))
+            continue
         if c.state in (LogState.OK, LogState.LOST_TO_RETENTION):
             continue
-        tp = (c.topic, c.partition)
         outcome = outcome_of(c, policy, allow_data_loss=allow_data_loss)
         by = "policy" if outcome in RESETS else "rule"
         if outcome is Outcome.REDRAIN and tp in redraining:
@@ -203,7 +220,7 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
                                                                   (in_flight_on or {}).get(tp, ()))):
             start = c.committed if c.committed is not None else (c.believed or 0)
             holds.append(change_hold(c, start, f"{wait}; after: {c.describe()}", person=False))
-            decided.append(Decided(c, Outcome.HOLD, by, incarnation=c.incarnation))
+            decided.append(Decided(c, Outcome.WAIT, by, incarnation=c.incarnation))
             continue
         if outcome is Outcome.HOLD:
             start = c.committed if c.committed is not None else (c.believed or 0)
@@ -211,6 +228,61 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
         incarnation = c.incarnation + 1 if outcome in RESETS and c.state in NEW_LOG else c.incarnation
         decided.append(Decided(c, outcome, by, reset_target(c, outcome), incarnation))
     return tuple(decided), tuple(holds)
+
+
+def standing_hold(c: Change, held: LogEvent, policy: OnOffsetOutOfRange,
+                  in_flight: Sequence[str]) -> tuple[Decided, Hold | None]:
+    """A partition a person was asked to decide about (``held``, the recorded hold), whatever its log shows now.
+
+    The hold stands, with the words it was decided with, even when the log changed since in a way
+    that alone would not hold it (the log's end grew past a committed offset that was beyond it: the
+    records written since are not the ones a person looked at). The rule the user configured ends
+    it: a log that became another log (truncated, recreated) is reset by ``drain.on_offset_out_of_range``
+    when that says ``earliest`` or ``latest`` (waiting while a batch is in flight on it).
+
+    >>> from datetime import UTC, datetime
+    >>> from kprio_core.ledger.records import LogEvent
+    >>> held = LogEvent(1, "o", "o-0", 0, 1, "ahead of the log", "hold", "rule", 121, 421, None, 0, 121,
+    ...                 datetime(2026, 1, 1, 9, 51, tzinfo=UTC), None)
+    >>> now = Change("o-0", 0, LogState.MOVED_FORWARD, 121, 421, 0, 571)   # 450 records later
+    >>> d, h = standing_hold(now, held, OnOffsetOutOfRange.HOLD, ())
+    >>> str(d.outcome), d.standing, h.start, h.exhausted
+    ('hold', True, 121, True)
+    >>> print(h.reason)
+    o-0[0] ahead of the log: committed 421 is beyond the log's end 121 (log truncated or topic recreated); log [0,121); decide: kprio reset o-0[0] --to earliest|latest|<offset> (held since 2026-01-01 09:51:00 UTC; now: the group stands at 421, kprio committed 121, log [0,571))
+    >>> d, h = standing_hold(now, held, OnOffsetOutOfRange.EARLIEST, ())
+    >>> str(d.outcome), d.target, d.incarnation, d.decided_by, h
+    ('reset to earliest', 0, 2, 'policy', None)
+    """
+    then = Change(held.topic, held.partition, LogState(held.state), held.believed, held.committed, held.log_start,
+                  held.high_watermark, held.incarnation, c.old_topic_id, c.topic_id)
+    kind = c.state if then.state is LogState.TOPIC_DELETED else then.state
+    if kind in NEW_LOG and policy is not OnOffsetOutOfRange.HOLD:
+        as_held = dataclasses.replace(c, state=kind)
+        outcome = outcome_of(as_held, policy)
+        wait = in_flight_blocks_reset(as_held, True, in_flight)
+        if wait is None:
+            return Decided(as_held, outcome, "policy", reset_target(as_held, outcome), c.incarnation + 1), None
+        start = c.committed if c.committed is not None else (c.believed or 0)
+        return (Decided(as_held, Outcome.WAIT, "policy", incarnation=c.incarnation),
+                change_hold(c, start, f"{wait}; after: {hold_reason(then)}", person=False))
+    known = [x for x in (c.committed, c.believed, then.believed) if x is not None]
+    since = f"held since {held.at:%Y-%m-%d %H:%M:%S} UTC"
+    now = "" if (c.state, c.committed, c.log_start, c.high_watermark) == (
+        then.state, then.committed, then.log_start, then.high_watermark) else f"; now: {_now_words(c)}"
+    return (Decided(c, Outcome.HOLD, incarnation=c.incarnation, standing=True),
+            change_hold(c, min(known, default=0), f"{hold_reason(then)} ({since}{now})"))
+
+
+def _now_words(c: Change) -> str:
+    """What the group and the log show now, as facts (no rule's reading of them), without the partition's name.
+
+    >>> _now_words(Change("o-0", 0, LogState.MOVED_FORWARD, 121, 421, 0, 571))
+    'the group stands at 421, kprio committed 121, log [0,571)'
+    """
+    group = "no committed offset" if c.committed is None else f"stands at {c.committed}"
+    mine = "" if c.believed is None else f", kprio committed {c.believed}"
+    return f"the group {group}{mine}, log {c.log}"
 
 
 def change_hold(c: Change, start: int, reason: str, *, person: bool = True) -> Hold:

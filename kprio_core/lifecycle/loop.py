@@ -208,10 +208,16 @@ def records_arrived(at_tick: Watched, ends: Mapping[TopicPartitionKey, int],
 
 
 def _waits(decisions: Sequence[Decision], held: Sequence[Hold], seen: LoopInputs, interval: float) -> list[float]:
-    """Seconds until something the loop waits for can go on (rule 6)."""
+    """Seconds until something the loop waits for can go on (rule 8)."""
     waits = [d.retry_in_s for d in decisions if d.verdict is Verdict.THROTTLED and d.retry_in_s]
-    waits += [(h.retry_at - seen.now).total_seconds() if h.retry_at else 0.0
-              for h in held if h.batch_id is not None and not h.exhausted]
+    for d in decisions:
+        for h in d.holds:
+            if h.batch_id is None or h.exhausted:
+                continue
+            if h.transient and d.cause is not None:
+                waits.append(interval)  # its cause is still there: the next probe, not its (past) retry time
+            else:
+                waits.append((h.retry_at - seen.now).total_seconds() if h.retry_at else 0.0)
     if seen.others.lease_ends_in_s:  # another process works on them: their end (or expiry) is the next news
         waits.append(min(interval, min(seen.others.lease_ends_in_s)))
     if seen.others.claimed_elsewhere or seen.contended:

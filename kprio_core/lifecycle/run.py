@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from kprio_core.errors import BrokerUnreachable, LeaseLost, OutputUnavailable, SparkUnavailable
+from kprio_core.errors import BrokerUnreachable, LeaseLost, LogChanged, OutputUnavailable, SparkUnavailable
 from kprio_core.ledger.states import BatchState
 from kprio_core.lifecycle.runs import LaunchReason
 from kprio_core.offsets import OffsetRange
@@ -433,14 +433,29 @@ def marks_failed(batch: BatchView, owner: str) -> bool:
     return batch.in_flight and (batch.lease is None or batch.lease.owner == owner)
 
 
-def retry_at(attempt: int, recovery: RecoverySettings, now: datetime) -> datetime:
+def retry_at(attempt: int, recovery: RecoverySettings, now: datetime, *, transient: bool = False,
+             streak: int = 0) -> datetime:
     """When the attempt after failed attempt ``attempt`` may start (``recovery.backoff_s`` doubling, capped).
+
+    A transient failure (its cause passes by itself) backs off by its ``streak`` instead: the transient
+    failures in a row, this one included. The first of a streak is due at once: the tick retries it as
+    soon as a probe of its cause succeeds (never into an outage it can see), so a batch waits no longer
+    than the outage did. The next ones back off from ``backoff_s``: a cause the probes cannot see must
+    not be retried in a loop.
 
     >>> from datetime import UTC, datetime
     >>> from kprio_core.config import RecoverySettings
-    >>> retry_at(3, RecoverySettings(backoff_s=5, backoff_max_s=60), datetime(2026, 1, 1, tzinfo=UTC)).second
+    >>> recovery, t0 = RecoverySettings(backoff_s=5, backoff_max_s=60), datetime(2026, 1, 1, tzinfo=UTC)
+    >>> retry_at(3, recovery, t0).second
     20
+    >>> [retry_at(7, recovery, t0, transient=True, streak=n).second for n in (1, 2, 3)]
+    [0, 5, 10]
     """
+    if transient:
+        if streak <= 1:
+            return now
+        return now + timedelta(seconds=retry_delay_s(streak - 1, base_s=recovery.backoff_s,
+                                                     max_s=recovery.backoff_max_s))
     return now + timedelta(seconds=retry_delay_s(attempt, base_s=recovery.backoff_s, max_s=recovery.backoff_max_s))
 
 
@@ -459,7 +474,7 @@ def transient_failure(causes: Iterable[bool | None]) -> bool:
 # -- a whole batch failed --------------------------------------------------------------------------
 
 
-ENVIRONMENT_FAILURES = (BrokerUnreachable, OutputUnavailable, SparkUnavailable, LeaseLost)
+ENVIRONMENT_FAILURES = (BrokerUnreachable, OutputUnavailable, SparkUnavailable, LeaseLost, LogChanged)
 """Failures of the world around a batch, not of its records: splitting the batch would not find a cause."""
 
 

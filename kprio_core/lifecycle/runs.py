@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -82,6 +83,11 @@ Why = LaunchReason
 """The name the run tags and older code use (``kprio/why``)."""
 
 
+ORCHESTRATOR_RETRY_WAIT_S = 120.0
+"""Longest the tick leaves a failed batch to an orchestrator's own retry of its run (Dagster's run-retry
+daemon launches it within seconds when it runs at all); after that the tick retries the batch itself."""
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """What the tick needs of one orchestrator run of a batch."""
@@ -92,9 +98,11 @@ class RunSummary:
     runner: str | None = None
     """The kprio process that executes it in process (``kprio drain``), as a lease owner string."""
     will_retry: bool = False
-    """It failed and the orchestrator's own retry of it is on its way."""
+    """It failed and the orchestrator says its own retry of it is on its way."""
     orphaned: bool = False
     """Unfinished, but the kprio process that executed it in process is gone (it never ends by itself)."""
+    ended_at: datetime | None = None
+    """When it ended (None: not ended, or the orchestrator does not say)."""
 
     @property
     def active(self) -> bool:
@@ -124,10 +132,24 @@ class BatchRuns:
     def orphaned(self, batch_id: str) -> tuple[RunSummary, ...]:
         return tuple(r for r in self.of(batch_id) if r.orphaned)
 
-    def will_retry(self, batch_id: str) -> bool:
-        """The latest run failed and the orchestrator's retry of it will come."""
+    def will_retry(self, batch_id: str, now: datetime) -> bool:
+        """The latest run failed and the orchestrator's retry of it will come: it said so, and it ended less
+        than :data:`ORCHESTRATOR_RETRY_WAIT_S` ago.
+
+        The wait is bounded: an orchestrator that promised a retry it does not carry out (its retry
+        daemon stopped, or never ran) must not hold the batch for good; the tick retries it itself then
+        (a second run of the batch waits for the first one's lease, or finds its work done).
+
+        >>> from datetime import UTC, datetime, timedelta
+        >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
+        >>> runs = BatchRuns({"b-1": (RunSummary("r1", RunState.FAILURE, will_retry=True, ended_at=t0),)})
+        >>> runs.will_retry("b-1", t0 + timedelta(seconds=30)), runs.will_retry("b-1", t0 + timedelta(minutes=5))
+        (True, False)
+        """
         latest = self.latest(batch_id)
-        return latest is not None and latest.state is RunState.FAILURE and latest.will_retry
+        if latest is None or latest.state is not RunState.FAILURE or not latest.will_retry:
+            return False
+        return latest.ended_at is None or now - latest.ended_at < timedelta(seconds=ORCHESTRATOR_RETRY_WAIT_S)
 
 
 @dataclass(frozen=True)

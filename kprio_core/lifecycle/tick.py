@@ -10,8 +10,10 @@ earlier rule holds):
 2. :func:`launch_unlaunched` — a planned batch no run was ever requested for gets its run;
 3. :func:`launch_commits` — a checked batch whose earlier batches committed gets a commit run;
 4. :func:`retry_failed` — a failed batch with attempts left gets a retry once its backoff is
-   over (a transient failure at once on a driver's first tick: ``kprio drain`` restarted after the
-   disk or the broker was fixed) and its priorities have a free slot; the retry takes those slots
+   over and its priorities have a free slot; a transient failure (a passing cause) never while a
+   probe sees its cause, and then at once when it is the first of a streak, on a driver's first
+   tick (``kprio drain`` restarted after the disk or the broker was fixed), or once a cause the
+   driver saw has passed; the retry takes those slots
    at once, so the plan of the same tick (rule 8) leaves them to it: the oldest work of a priority
    is served first, and no retry run finds its slot taken by a batch planned after it;
 5. the ledger's holds — every failed batch holds its partitions from its failed range's
@@ -128,7 +130,7 @@ def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
         owner = parse_owner(lease.owner) if lease is not None else None
         owner_run = owner.run_id if owner is not None else None
         others = [r for r in runs.of(batch.batch_id) if r.active and r.run_id != owner_run]
-        if others or runs.will_retry(batch.batch_id):
+        if others or runs.will_retry(batch.batch_id, now):
             continue  # another run is on its way to take it over
         if lease is not None:
             if lease.expired(now):
@@ -181,17 +183,32 @@ def launch_commits(ready: Iterable[Batch], runs: BatchRuns) -> list[Launch]:
 
 
 def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max_attempts: int,
-                 full: Mapping[Priority, Sequence[str]], fresh_start: bool = False) -> tuple[list[Launch], list[str]]:
+                 full: Mapping[Priority, Sequence[str]], fresh_start: bool = False,
+                 cause: str | None = None) -> tuple[list[Launch], list[str]]:
     """Failed batches to retry now, and why the others that may be retried still wait.
 
-    A transient failure's backoff is not waited out on a driver's ``fresh_start``.
+    A transient failure waits while a probe sees a passing cause (``cause``: an output root that
+    takes no file, the broker unreachable): its retry would fail alike. Once the probes pass, it is
+    retried when due (the first of a streak at once, :func:`~kprio_core.lifecycle.run.retry_at`), and
+    before its backoff on a driver's ``fresh_start`` (a driver just started, or a cause it saw passed).
+
+    >>> from kprio_core.lifecycle.examples import T0, batch
+    >>> from kprio_core.ledger import BatchState
+    >>> full_disk = batch("b-000004", state=BatchState.FAILED, transient=True, retry_at=T0)
+    >>> retry_failed([full_disk], BatchRuns(), now=T0, max_attempts=3, full={}, cause="the output root /o is full")
+    ([], ['b-000004 waits for its cause to pass (the output root /o is full)'])
+    >>> [x.run_key for x in retry_failed([full_disk], BatchRuns(), now=T0, max_attempts=3, full={})[0]]
+    ['b-000004.attempt-2']
     """
     launches, waiting = [], []
     for b in failed:
         if not b.holds or (not b.transient and not may_retry(attempts=b.attempts, max_attempts=max_attempts)):
             continue
-        if runs.active(b.batch_id) is not None or runs.will_retry(b.batch_id):
+        if runs.active(b.batch_id) is not None or runs.will_retry(b.batch_id, now):
             continue  # a run (or the orchestrator's own retry) is on it
+        if b.transient and cause is not None:
+            waiting.append(f"{b.batch_id} waits for its cause to pass ({cause})")
+            continue
         early = b.retry_at is not None and b.retry_at > now
         if early and not (b.transient and fresh_start):
             waiting.append(f"{b.batch_id} retries at {b.retry_at:%H:%M:%S} UTC")
@@ -202,6 +219,15 @@ def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max
             continue
         launches.append(Launch(b, Why.RETRY, b.attempts + 1, early=early))
     return launches, waiting
+
+
+def passing_cause(inputs: TickInputs) -> str | None:
+    """What a probe sees now that fails a transient retry alike: the outputs' probe, or an unreachable broker."""
+    if inputs.cause is not None:
+        return inputs.cause
+    if isinstance(inputs.lag, BrokerUnreachable):
+        return f"the broker is unreachable: {inputs.lag}"
+    return None
 
 
 def launched_elsewhere(launch: Launch, inputs: TickInputs) -> str | None:
@@ -369,8 +395,25 @@ def split_caught_up(plan: DrainPlan, backlog: Mapping[Priority, int], throughput
     rest = sum(n for p, n in planned.items() if p not in caught_up)
     if not caught_up or not rest or rest / throughput < SPLIT_MIN_S:
         return [plan]
-    return [dataclasses.replace(plan, ranges=tuple(r for r in plan.ranges if (r.priority in caught_up) == first))
-            for first in (True, False)]
+    parts = [tuple(r for r in plan.ranges if (r.priority in caught_up) == first) for first in (True, False)]
+    return [dataclasses.replace(plan, ranges=part, topic_ids={t: i for t, i in plan.topic_ids.items()
+                                                              if t in {r.range.topic for r in part}})
+            for part in parts]
+
+
+def planned_topic_ids(plan: DrainPlan, snapshot: LagSnapshot) -> dict[str, str]:
+    """The topic id of each priority topic ``plan`` reads, as the snapshot it was planned from saw it (where
+    the cluster reports ids): the log a batch must still be reading when it publishes and commits.
+
+    >>> from kprio_core.lifecycle.examples import snapshot
+    >>> from kprio_core.drain_plan import PlannedRange
+    >>> snap = dataclasses.replace(snapshot(backlog={2: 5}), topic_ids={"orders-2": "A", "orders-1": "B"})
+    >>> plan = DrainPlan("orders", "lag-aware", 5, None, {}, {}, (PlannedRange(2, OffsetRange("orders-2", 0, 0, 5)),))
+    >>> planned_topic_ids(plan, snap)
+    {'orders-2': 'A'}
+    """
+    mine = {r.range.topic for r in plan.ranges if r.range.count}
+    return {t: i for t, i in snapshot.topic_ids.items() if t in mine and i}
 
 
 def rate_window(config: KprioConfig) -> timedelta:
@@ -480,7 +523,8 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
     full = {p: ids for p, ids in slots.items() if len(ids) >= max_in_flight}
     gone = {s.batch_id for s in view.superseded}  # failed on an earlier incarnation: no run, no hold (the ledger's)
     retries, waiting = retry_failed([b for b in view.failed if b.batch_id not in gone], runs, now=now,  # 4
-                                    max_attempts=recovery.max_attempts, full=full, fresh_start=inputs.fresh_start)
+                                    max_attempts=recovery.max_attempts, full=full, fresh_start=inputs.fresh_start,
+                                    cause=passing_cause(inputs))
     launch += retries
     for b in (x.batch for x in retries):  # a retry is older work: it takes its priorities' slots before any plan
         for p in b.priorities:
@@ -488,6 +532,7 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
     full = {p: ids for p, ids in slots.items() if len(ids) >= max_in_flight}
     draft = _Draft(view.logical_topic, inputs, [dead_runs(b, why, runs) for b, why in stuck], launch, waiting,
                    tuple(view.holds), tuple(view.superseded))  # 5
+    draft.more["cause"] = passing_cause(inputs)
 
     snapshot = inputs.lag  # 6
     if isinstance(snapshot, BrokerUnreachable):
@@ -505,6 +550,17 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
                      if (on := {r.topic for r in b.plan.offset_ranges() if r.count}) and on <= deleted}
         draft.launches = [x for x in draft.launches if x.batch.batch_id not in only_gone]
         draft.holds = tuple(h for h in draft.holds if h.topic not in deleted)
+    # A batch whose every range is on a log recreated since it was planned cannot succeed: no run for it; the
+    # recreation's hold (rule 7) says what a person decides, and the reset supersedes the batch. (A batch with
+    # other ranges runs: it splits those off before it publishes.)
+    other_log = {b.batch_id: changed for b in [*in_flight, *view.failed]
+                 if (changed := b.plan.changed_logs(snapshot.topic_ids))
+                 and {r.topic for r in b.plan.offset_ranges() if r.count} <= set(changed)}
+    if other_log:
+        draft.waiting += [f"{x.describe()} waits: it was planned on another log of "
+                          + ", ".join(f"{t} ({why})" for t, why in sorted(other_log[x.batch.batch_id].items()))
+                          for x in draft.launches if x.batch.batch_id in other_log]
+        draft.launches = [x for x in draft.launches if x.batch.batch_id not in other_log]
     redrains = [b for d in log.decided for b in d.redrain]
     if redrains:  # a re-drain takes its priorities' slots like any batch: the plan below sees them taken
         for b in redrains:
@@ -548,7 +604,9 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
     plan = dataclasses.replace(plan, backlog_before=snapshot.backlog_by_priority(),
                                lost=() if not config.drain.allow_data_loss else plan.lost,
                                incarnations=incarnations(view.believed(), log.decided),
-                               log_changes=tuple(d.describe() for d in log.decided if d.outcome is not Outcome.HOLD))
+                               log_changes=tuple(d.describe() for d in log.decided
+                                                 if d.outcome not in (Outcome.HOLD, Outcome.WAIT)),
+                               topic_ids=planned_topic_ids(plan, snapshot))
     if plan.is_empty:
         # Only the byte budget can keep an open backlog out of the plan (the planner never exceeds it).
         reason = (f"planner.byte_budget ({budget.bytes} bytes) is smaller than one record of every partition "

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from kprio_core.burst import PollHistory
 from kprio_core.errors import KprioError
-from kprio_core.ledger import Batch, BatchState, DrainedSample, Hold, LaunchClaim
+from kprio_core.ledger import Batch, BatchState, DrainedSample, Hold, LaunchClaim, LogEvent
 from kprio_core.ledger.records import batch_number
 from kprio_core.lifecycle.runs import BatchRuns
 from kprio_core.log_changes import Belief, Superseded, with_commits_under_way
@@ -55,6 +55,8 @@ class LedgerView:
     """What the batches committed within the rate window drained, in commit order."""
     claims: Mapping[str, LaunchClaim] = field(default_factory=dict)
     """Unexpired launch claims of the topic's batches, by run key."""
+    open_holds: Mapping[TopicPartitionKey, LogEvent] = field(default_factory=dict)
+    """Partitions a person was asked to decide about and did not yet: the recorded hold, per partition."""
 
     def believed(self) -> dict[TopicPartitionKey, Belief]:
         """The beliefs with the commits of checked batches under way (Kafka is told before the ledger:
@@ -94,3 +96,6 @@ class TickInputs:
     fresh_start: bool = False
     """The first tick of a driver that just started (``kprio drain``): a transient failure's backoff is not
     waited out (whoever restarts kprio after fixing a disk or a broker wants it retried now)."""
+    cause: str | None = None
+    """What the driver's probe before the tick found wrong with the outputs (None: nothing, or not probed):
+    transient failures wait for it to pass (``orchestration.runtime.healing``)."""

@@ -125,7 +125,8 @@ def plan_batches(config_path: str | None, cause_seen: bool, me: TaskIdentity) ->
             LOG.info("the cause of the transient failures passed: retrying them now, not at their backoff")
         seen = cause_seen
         for turn in range(turns):
-            done = tick(NoRuns(), edge, ledger, config, log=LOG, driver=driver, fresh_start=turn == 0 and probed.passed)
+            done = tick(NoRuns(), edge, ledger, config, log=LOG, driver=driver, fresh_start=turn == 0 and probed.passed,
+                        cause=probed.problem)
             if turn == 0:
                 seen = cause_seen_after(cause_seen, probed, done)
             new = {r.run_key: as_xcom(r) for r in done.requests if r.run_key not in orders}

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 import dagster as dg
 
@@ -64,7 +64,7 @@ from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
 from orchestration.dagster.resources import start_in_background
 from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.sensors import SENSOR_NAME
-from orchestration.dagster.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+from orchestration.dagster.tags import MAX_RETRIES_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
 from orchestration.runtime.healing import cause_seen_after, probe_causes
 from orchestration.runtime.leases import this_owner
 from orchestration.runtime.runs import RunOrder
@@ -73,6 +73,8 @@ from orchestration.runtime.tick import Tick, still_launchable, tick
 from spark_jobs.session import session_running, starting_in_background
 
 DRAINED_ASSET = "drained_batch"
+IN_PROCESS_TAGS = {MAX_RETRIES_TAG: "0"}
+"""What every run executed here carries: no retry by Dagster's daemon (the loop's tick retries it)."""
 COMMITTED_ASSET = "committed_offsets"
 
 
@@ -172,9 +174,16 @@ def spark_for_the_loop(defs: dg.Definitions) -> Iterator[None]:
 
 def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrder,
             log_level: str = "DEBUG") -> dg.ExecuteInProcessResult:
-    """Execute one requested run of ``drain_job`` in this process, tagged as the daemon would tag it."""
+    """Execute one requested run of ``drain_job`` in this process, tagged as the daemon would tag it.
+
+    Except for one tag: Dagster's run retries are off for it (``dagster/max_retries=0``). A run that
+    fails here is retried by the loop's own tick; the daemon that would honour a retry may not be
+    running at all, and a failed run marked ``dagster/will_retry=true`` would make every tick wait for
+    a retry that never comes.
+    """
     job = defs.resolve_job_def("drain_job")
-    tags = {**request.tags, RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: SENSOR_NAME, RUNNER_TAG: this_owner("")}
+    tags = {**request.tags, RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: SENSOR_NAME, RUNNER_TAG: this_owner(""),
+            **IN_PROCESS_TAGS}
     return job.execute_in_process(
         run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
         instance=instance, partition_key=request.partition_key, tags=tags, raise_on_error=False,
@@ -263,7 +272,7 @@ def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
         started = time.monotonic()
         result = job.execute_in_process(
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-            instance=instance, partition_key=batch_id, tags={TOPIC_TAG: topic, RUNNER_TAG: this_owner("")},
+            instance=instance, partition_key=batch_id, tags={TOPIC_TAG: topic, RUNNER_TAG: this_owner(""), **IN_PROCESS_TAGS},
             raise_on_error=False,
         )
         return outcome_of(ledger, batch_id, topic, result, time.monotonic() - started)
@@ -347,7 +356,7 @@ class DrainLoop:
                 self._reap()
                 probed = probe_causes(self.ledger, self.config, self._cause_seen)
                 turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver,
-                            fresh_start=self._turns == 0 or probed.passed)
+                            fresh_start=self._turns == 0 or probed.passed, cause=probed.problem)
                 self._turns += 1
                 self._cause_seen = cause_seen_after(self._cause_seen, probed, turn)
                 self._add_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
@@ -369,7 +378,7 @@ class DrainLoop:
 
     def _seen(self, turn: Tick, started: int) -> LoopInputs:
         """What :func:`next_step` needs besides the tick's decisions: this loop's turn and clocks, other drivers."""
-        now, clock = datetime.now(UTC), time.monotonic()
+        now, clock = self.ledger.now(), time.monotonic()
         if blocked(turn.decisions) and not turn.requests:
             self._blocked_since = self._blocked_since or clock
         else:

@@ -9,6 +9,7 @@ A :class:`~orchestration.runtime.runs.RunOrder` becomes a ``dg.RunRequest`` here
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -26,13 +27,15 @@ WILL_RETRY_TAG = "dagster/will_retry"
 """Dagster's run-retry daemon sets it to "true" on a failed run it is about to retry."""
 
 
-def run_summary(run: dg.DagsterRun) -> RunSummary:
-    """A Dagster run as the rules see it; one a killed kprio process executed in process is ``orphaned``."""
+def run_summary(run: dg.DagsterRun, end_time: float | None = None) -> RunSummary:
+    """A Dagster run as the rules see it (``end_time``: its record's, in seconds); one a killed kprio process
+    executed in process is ``orphaned``."""
     tags = dict(run.tags)
     runner = tags.get(RUNNER_TAG)
     orphaned = not run.is_finished and runner is not None and owner_dead(runner)
+    ended = datetime.fromtimestamp(end_time, UTC) if end_time is not None else None
     return RunSummary(run.run_id, RunState(run.status.value), tags.get(RUN_KEY_TAG), runner,
-                      will_retry=tags.get(WILL_RETRY_TAG) == "true", orphaned=orphaned)
+                      will_retry=tags.get(WILL_RETRY_TAG) == "true", orphaned=orphaned, ended_at=ended)
 
 
 def run_request(order: RunOrder) -> dg.RunRequest:
@@ -51,7 +54,7 @@ class DagsterRuns:
         for batch in batches:
             records = self.instance.get_run_records(filters=dg.RunsFilter(tags={PARTITION_TAG: batch.batch_id}),
                                                     limit=RUNS_PER_BATCH)
-            runs[batch.batch_id] = tuple(run_summary(r.dagster_run) for r in records)
+            runs[batch.batch_id] = tuple(run_summary(r.dagster_run, r.end_time) for r in records)
         return BatchRuns(runs)
 
     def run_ended(self, run_id: str) -> bool:

@@ -54,7 +54,8 @@ def build_priority_lag_sensor(drain_job, interval_s: int) -> dg.SensorDefinition
             context.log.info(f"transient failures wait: {probed.problem}")
         elif probed.passed:
             context.log.info("the cause of the transient failures passed: retrying them now, not at their backoff")
-        result = tick(context.instance, kafka.edge, ledger.ledger, config, log=context.log, fresh_start=probed.passed)
+        result = tick(context.instance, kafka.edge, ledger.ledger, config, log=context.log, fresh_start=probed.passed,
+                      cause=probed.problem)
         cursor = CAUSE_SEEN if cause_seen_after(seen, probed, result) else ""
         if not result.requests:
             return dg.SensorResult(skip_reason=result.skip_reason, cursor=cursor)

@@ -5,16 +5,21 @@ the output kept their data. Before the first plan of a fresh ledger:
 
 - batch ids continue after the highest id the orchestrator (Dagster's partitions) or the output files know, so a
   new batch never reuses an id (a Dagster partition, a run key, a ``batch_id`` in the output);
-- committed offsets the ledger does not know are adopted as they are: the new ledger plans from
-  them, and output files are named by the offsets they hold, so no new batch can overwrite
-  output of committed offsets;
-- output files of offsets that were never committed (published by a run the earlier life never
-  committed) are removed: those offsets will be drained again, and a reader must not see them
-  twice.
+- the output is evidence of commits, and nothing in it is deleted. Per priority partition, from where
+  the group stands (its committed offset; when it has none, Kafka expired it after
+  ``offsets.retention.minutes``, the earliest of the log's start and the output's first offset) the
+  published ranges that follow on without a hole are the earlier life's drained, checked and
+  published records (:func:`adopted_end`): the group is committed to their end, and the new ledger
+  plans from there. Their records are in the output once, and are never drained again, even those
+  retention has taken from Kafka since; what retention took beyond them is a gap the tick reports
+  (``drain.allow_data_loss`` records it). Output beyond a hole stays too: the batches that drain the
+  hole replace it, as every publish replaces the rows of its own ranges and no others;
+- the output's incarnation: a partition whose output names a later incarnation (a recreated topic a
+  person reset) is drained on as that incarnation, so its new files never collide with an earlier log's.
 
 What the output holds is read in its format (:mod:`spark_jobs.tables`): the Parquet files'
 names and footers, or a Delta table's log (the files its current version holds, and every batch
-its commits name); uncommitted files leave a Delta table in one commit that says why.
+its commits name).
 
 Everything it did is recorded (``Ledger.mark_adopted``) and logged; an adopted ledger is not
 fresh any more, so this runs once.
@@ -23,11 +28,14 @@ fresh any more, so this runs once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
 
 from kprio_core.config import KprioConfig
 from kprio_core.errors import KprioError, LedgerNotFresh
 from kprio_core.ledger import Ledger, parse_batch_id
+from kprio_core.log_changes import Belief
+from kprio_core.offsets import OffsetRange
 
 LOGGER = logging.getLogger("kprio.adoption")
 _WAITING: set[str] = set()
@@ -43,16 +51,41 @@ def known_batch_number(known: Iterable[str], published: Iterable[str]) -> int:
     return max((n for n in map(parse_batch_id, [*known, *published]) if n is not None), default=0)
 
 
-def _never_committed(file, committed) -> bool:  # noqa: ANN001 - a LiveFile; committed offsets by (topic, partition)
-    """A published file whose offsets its group never committed. An earlier life's later incarnation
-    is kept: its offsets are not the group's."""
-    start = committed.get((file.topic, file.partition))
-    return file.incarnation == 1 and (start is None or file.start >= start)
+def adopted_end(committed: int | None, log_start: int, published: Sequence[OffsetRange]) -> int | None:
+    """Where the group should stand after a lost ledger: the end of the published ranges that follow on,
+    without a hole, from where it stands now; None when the output adds nothing to the group's offset.
+
+    ``committed``: the group's offset (None: it has none, Kafka expired it); ``log_start``: the log's
+    first offset; ``published``: the output's ranges of the partition (one incarnation, both roots).
+
+    >>> R = lambda s, e: OffsetRange("o-0", 0, s, e)
+    >>> adopted_end(None, 600, [R(0, 300), R(300, 529)])  # expired, and retention took the records since
+    529
+    >>> adopted_end(200, 0, [R(0, 200), R(200, 300), R(300, 350)])  # published, never committed (a crash)
+    350
+    >>> adopted_end(200, 0, [R(0, 200)]) is None, adopted_end(None, 0, []) is None  # nothing to add
+    (True, True)
+    >>> adopted_end(200, 0, [R(250, 300)]) is None  # a hole: [200,250) drains first, then replaces it
+    True
+    >>> adopted_end(None, 0, [R(100, 200)]) is None  # nor from the log's start: [0,100) was never drained
+    True
+    """
+    if not published:
+        return None
+    first = min(r.start for r in published)
+    position = committed if committed is not None else min(log_start, first)
+    end = position
+    for r in sorted(published, key=lambda r: (r.start, r.end)):
+        if r.start > end:
+            break  # a hole: what follows waits for the batches that drain it
+        end = max(end, r.end)
+    return end if end > position else None
 
 
 def ensure_adopted(known: Iterable[str], ledger: Ledger, edge, config: KprioConfig,
                    *, log=None) -> str | None:
-    """Adopt an earlier life's ids, committed offsets and output into a fresh ledger; what was done, or None."""
+    """Adopt an earlier life's ids, committed offsets, output and incarnations into a fresh ledger; what was
+    done, or None (see the module docstring)."""
     if not ledger.is_fresh():
         return None
     from spark_jobs import tables
@@ -60,18 +93,12 @@ def ensure_adopted(known: Iterable[str], ledger: Ledger, edge, config: KprioConf
     log = log or LOGGER
     files = {topic.name: tables.live_files(config.drain, topic.name) for topic in config.topics}
     try:
-        committed = {tp: offset for topic in config.topics for tp, offset in edge.committed(topic).items()}
+        snapshots = {topic.name: edge.snapshot(topic, now_ms=int(time.time() * 1000)) for topic in config.topics}
     except KprioError as err:
         if ledger.ledger_id not in _WAITING:  # once per ledger: every tick would repeat it
             _WAITING.add(ledger.ledger_id)
             log.warning(f"the ledger is new; adopting the committed offsets waits for the broker: {err}")
         return None
-    removed = []
-    for logical, live in files.items():
-        uncommitted = [f for f in live if _never_committed(f, committed)]
-        if uncommitted:
-            tables.remove_files(config.drain, logical, uncommitted, "a fresh ledger's adoption: offsets never committed")
-            removed += [f"{f.topic}[{f.partition}]@[{f.start},{f.end})" for f in uncommitted]
     number = known_batch_number(known, (b for logical, live in files.items()
                                         for b in tables.batch_ids(config.drain, logical, live)))
     try:
@@ -80,10 +107,40 @@ def ensure_adopted(known: Iterable[str], ledger: Ledger, edge, config: KprioConf
     except LedgerNotFresh:
         return None  # another kprio on this ledger (a second kprio drain) recorded its first batch meanwhile
 
-    adopted = sorted(f"{t}[{p}]={o}" for (t, p), o in committed.items() if o is not None)
+    adopted, moved, incarnations = [], [], []
+    for topic in config.topics:
+        snapshot = snapshots[topic.name]
+        beliefs, moves, was = [], {}, {}
+        for p in snapshot.partitions:
+            mine = [f for f in files[topic.name] if (f.topic, f.partition) == (p.topic, p.partition)]
+            incarnation = max((f.incarnation for f in mine), default=1)
+            end = adopted_end(p.committed, p.log_start, [f.range for f in mine if f.incarnation == incarnation])
+            committed = p.committed if end is None else end
+            if committed is not None:
+                adopted.append(f"{p.topic}[{p.partition}]={committed}")
+            if end is not None:
+                moves[(p.topic, p.partition)] = end
+                was[(p.topic, p.partition)] = p.committed
+                before = "none" if p.committed is None else p.committed
+                moved.append(f"{p.topic}[{p.partition}] {before} -> {end}")
+            if incarnation > 1:
+                incarnations.append(f"{p.topic}[{p.partition}] incarnation {incarnation}")
+            if end is not None or incarnation > 1:
+                beliefs.append(Belief(p.topic, p.partition, snapshot.topic_ids.get(p.topic), incarnation, committed))
+        if moves:
+            try:  # forward only: each end is above the group's offset, as the snapshot saw it
+                edge.set_committed(topic, moves, expect=was)
+            except KprioError as err:  # the broker went, or the group moved meanwhile: adopt on the next tick
+                log.warning(f"the ledger is new; adopting the published output of {topic.name} waits: {err}")
+                return None
+        if beliefs:
+            ledger.remember(topic.name, beliefs)
+
     note = (f"fresh ledger: batch ids continue after b-{number:06d}; adopted committed offsets "
-            f"{', '.join(adopted) or 'none'}; removed uncommitted output {', '.join(removed) or 'none'}")
+            f"{', '.join(sorted(adopted)) or 'none'}; committed the published output that follows on "
+            f"{', '.join(moved) or 'none'}; incarnations {', '.join(incarnations) or 'none above 1'}; "
+            "nothing removed")
     ledger.mark_adopted(note)
-    if number or adopted or removed:
+    if number or adopted or moved:
         log.warning(f"the ledger {ledger!r} is new but an earlier one drained here: {note}")
     return note

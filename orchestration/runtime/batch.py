@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from kprio_core.config import KprioConfig, TopicSettings
@@ -69,7 +69,7 @@ from kprio_core.recovery import LeaseToken
 from kprio_core.results import CheckReport
 from orchestration.runtime.batch_metadata import Timings, drained_metadata, failure_reason, one_line
 from orchestration.runtime.checks import check_batch, warm_up
-from orchestration.runtime.commit import commit_batch
+from orchestration.runtime.commit import commit_batch, log_changed, other_logs
 from orchestration.runtime.faults import crash_point
 from orchestration.runtime.leases import Heartbeat, this_owner
 from spark_jobs.remote_errors import spark_boundary
@@ -116,10 +116,6 @@ class _BatchFailed(Exception):
     def __init__(self, reason: str, *, transient: bool = False, cause: BaseException | None = None) -> None:
         super().__init__(reason)
         self.reason, self.transient, self.cause = reason, transient, cause
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class BatchRun:
@@ -169,7 +165,7 @@ class BatchRun:
         while True:
             batch = self.ledger.get(self.batch_id)
             step = decide_run(self._view(batch), self.intent, owner=self.owner, recovery=self.config.recovery,
-                              now=_now(), dead=self._dead(batch), waited_on=waited_on)
+                              now=self.ledger.now(), dead=self._dead(batch), waited_on=waited_on)
             refusal: KprioError | None = None
             if isinstance(step, NothingToDo):
                 return step
@@ -206,7 +202,7 @@ class BatchRun:
         """Say why once, then sleep: until the backoff's end, or one poll."""
         if step.why is WaitWhy.BACKOFF:
             self.log.info(step.message)
-            time.sleep(max(0.0, (step.until - _now()).total_seconds()) if step.until else POLL_S)
+            time.sleep(max(0.0, (step.until - self.ledger.now()).total_seconds()) if step.until else POLL_S)
             return
         if step.message not in said:
             self.log.info(f"{self.batch_id} waits: {step.message}")
@@ -271,21 +267,30 @@ class BatchRun:
         # Earlier attempts of this batch that died left their staging: this attempt replaces it.
         sweep_staging((config.drain.output_path, config.drain.dead_letter_path),
                       keep=lambda batch_id, attempt: batch_id != self.batch_id or attempt == batch.attempts)
+        crash_point("before-drain", batch.logical_topic)
         started = time.monotonic()
         with spark_boundary():  # a Spark Connect server gone before the drain: SparkUnavailable
             session = self.spark()
         result = drain_batch(session, config, topic, self.batch_id, batch.attempts, batch.plan)
         self.timings.time("drain", started)
+        # What was read on a topic deleted or recreated since the plan is another log's: those ranges are split
+        # off before anything is published (checked after the read: a recreation after it came after the read).
+        changed = other_logs(self.edge(), batch)
+        moved = {s.range for s in result.ranges if s.range.topic in changed}
         batch = self.ledger.mark_drained(self.batch_id, result, fence=self.token)
         crash_point("after-drain", batch.logical_topic)
-        kept = [s for s in result.ranges if s.failure is None]
-        failed = result.failed_ranges
+        kept = [s for s in result.ranges if s.failure is None and s.range not in moved]
+        failed = [s for s in result.failed_ranges if s.range not in moved]
         transient = transient_failure(s.error.transient if s.error else None for s in failed)
         if not kept and result.ranges:
+            if moved:
+                raise _BatchFailed(log_changed(self.batch_id, changed, "published"))
             first = next((s.error for s in failed if s.error is not None), None)
             raise _BatchFailed(failure_reason(result), transient=transient,
                                cause=first.error() if first is not None else None)
         split = []
+        if moved:
+            split.append(self._split(sorted(moved), log_changed(self.batch_id, changed, "published"), transient=False))
         if failed:
             split.append(self._split([s.range for s in failed], failure_reason(result), transient=transient))
 
@@ -305,20 +310,23 @@ class BatchRun:
         heartbeat.check()
         crash_point("before-publish", batch.logical_topic)
         started = time.monotonic()
-        with self.ledger.fenced(self.batch_id, self.token, "the publish"):
-            published = tables.publish(config.drain, result, ranges=[s.range for s in kept],
-                                       incarnations=batch.plan.incarnations, checks=report)
+        # No lock is held across the publish: the ledger says whether this run still holds the batch, and the
+        # output refuses a stale owner itself (a Delta table by the epoch it holds as the batch's transaction).
+        self.ledger.check_lease(self.batch_id, self.token, "the publish")
+        published = tables.publish(config.drain, result, ranges=[s.range for s in kept],
+                                   incarnations=batch.plan.incarnations, checks=report, epoch=self.token.epoch)
         self.timings.time("publish", started)
-        if published.already:  # an earlier run of this attempt died after its commit, before the ledger heard
-            self.log.info(f"{self.batch_id}: the Delta tables held attempt {batch.attempts}'s publish already")
+        if published.already:
+            self.log.info(f"{self.batch_id}: the Delta tables held this run's publish (epoch {self.token.epoch}) "
+                          "already")
         self.ledger.mark_checked(self.batch_id, report, fence=self.token)
         crash_point("after-publish", batch.logical_topic)
         yield Drained({**drained_metadata(config, batch, result, kept, split, self.timings), **published.metadata()})
 
     def _split(self, failing: list, reason: str, *, transient: bool) -> str:
-        attempts = self.ledger.get(self.batch_id).attempts
+        batch = self.ledger.get(self.batch_id)
         child = self.ledger.split(self.batch_id, failing, reason, transient=transient, fence=self.token,
-                                  retry_at=retry_at(attempts, self.config.recovery, _now()))
+                                  retry_at=self._retry_at(batch, transient))
         self.add_batch(child.batch_id)
         self.log.warning(f"{self.batch_id}: {', '.join(map(str, failing))} split off into {child.batch_id}, which "
                          f"holds only those partitions: {reason}")
@@ -336,7 +344,7 @@ class BatchRun:
         started = time.monotonic()
         while True:
             blocking = [BatchView.of(b) for b in self.ledger.blocking_predecessors(self.batch_id)]
-            step = before_commit(self.batch_id, blocking, self.intent, now=_now(),
+            step = before_commit(self.batch_id, blocking, self.intent, now=self.ledger.now(),
                                  waited_out=time.monotonic() - started > SLOT_WAIT_S)
             if not isinstance(step, Wait):
                 break
@@ -357,7 +365,7 @@ class BatchRun:
     def _commit_successors(self, topic: TopicSettings) -> Iterator[Event]:
         """Commit later batches that only waited for this one (``planner.max_in_flight`` > 1)."""
         for later in self.ledger.ready_to_commit(topic.name):
-            if not commits_for_another(BatchView.of(later), _now()):
+            if not commits_for_another(BatchView.of(later), self.ledger.now()):
                 continue  # its own run is on it
             try:
                 later = self.ledger.claim(later.batch_id, self.owner, self.config.recovery.lease_s)
@@ -398,7 +406,7 @@ class BatchRun:
             return
         try:
             self.ledger.mark_failed(self.batch_id, reason, transient=transient, fence=self.token,
-                                    retry_at=retry_at(batch.attempts, self.config.recovery, _now()))
+                                    retry_at=self._retry_at(batch, transient))
         except LeaseLost as lost:
             self.log.warning(f"{self.batch_id}: {lost}")  # its staging is the new owner's to replace
             return
@@ -407,6 +415,11 @@ class BatchRun:
         if batch.drain is not None:
             discard(batch.drain, output_root=self.config.drain.output_path,
                     dead_letter_root=self.config.drain.dead_letter_path)
+
+    def _retry_at(self, batch: Batch, transient: bool) -> datetime:
+        """When the failure of ``batch``'s attempt (``transient`` or not) may be retried (:func:`retry_at`)."""
+        return retry_at(batch.attempts, self.config.recovery, self.ledger.now(), transient=transient,
+                        streak=batch.transient_streak + 1 if transient else 0)
 
     def _release(self) -> None:
         try:

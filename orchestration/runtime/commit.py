@@ -1,9 +1,10 @@
 """Commit a checked batch: each range's end to its priority's group, proven on the broker, then the ledger.
 
 Offsets never move backwards and only a contiguous prefix is committed (``KafkaEdge.commit``),
-so a re-drain of an old batch commits nothing new; the ledger's topic lock, held around that
-read and write, keeps two kprio processes from interleaving them. One lag snapshot after the commit both
-proves what the broker holds and gives the lag after, for the metadata Dagster plots.
+so a re-drain of an old batch commits nothing new; the write is fenced per group by Kafka itself
+(a transaction of the group's transactional id: two kprio processes never interleave a read and a
+write of one group). One lag snapshot after the commit both proves what the broker holds and
+gives the lag after, for the metadata Dagster plots.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kprio_core.config import TopicSettings
-from kprio_core.errors import KafkaOperationFailed
+from kprio_core.errors import KafkaOperationFailed, LogChanged
 from kprio_core.ledger import Batch, Ledger
 from kprio_core.recovery import LeaseToken
 from kprio_core.results import CommitReport
@@ -31,14 +32,23 @@ def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, token
                  now_s: float) -> CommitOutcome:
     """Commit ``batch``'s ranges, check the broker holds them, and mark the batch committed.
 
-    Fenced by the run's lease ``token``: the Kafka commit runs while the ledger holds the batch
-    for it (refused, committing nothing, once the token is stale), and the topic's lock makes its
-    read of the committed offsets and its write one step among kprio's committers.
+    Fenced by the run's lease ``token``, with no lock held: the Kafka commit is a transaction of the
+    group's own transactional id (a newer writer of the group fences this one, and the broker refuses
+    its write), and between its read of the group and its write it asks the ledger whether the run
+    still holds the batch (a run that lost it writes nothing).
     """
     ranges = [r for r in batch.plan.offset_ranges() if r.count]
+    changed = other_logs(edge, batch)  # after the publish: a recreation now would commit another log's offsets
+    if changed:
+        raise LogChanged(log_changed(batch.batch_id, changed, "committed"))
     crash_point("before-kafka-commit", topic.name)
-    with ledger.fenced(batch.batch_id, token, "the Kafka commit"):
-        report = edge.commit(topic, ranges)
+    ledger.check_lease(batch.batch_id, token, "the Kafka commit")  # a run paused past its lease stops here
+
+    def still_mine() -> None:
+        ledger.check_lease(batch.batch_id, token, "the Kafka commit")
+        crash_point("during-kafka-commit", topic.name)  # read, checked, not yet written: the window fencing closes
+
+    report = edge.commit(topic, ranges, before_write=still_mine)
     # A priority topic this batch commits nothing to may be gone (deleted while draining): its
     # partitions are held by the tick; the batch's own partitions commit on.
     mine = {r.topic for r in ranges}
@@ -56,6 +66,27 @@ def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, token
     drained = batch.drain.written_by_priority() if batch.drain is not None else {}
     meta = commit_metadata(report, snapshot.backlog_by_priority(), drained, replay=batch.replay_of_committed)
     return CommitOutcome(report, {**meta, "logical_topic": topic.name})
+
+
+def other_logs(edge, batch: Batch) -> dict[str, str]:
+    """The priority topics of ``batch``'s ranges that were deleted or recreated since it was planned (their topic
+    id changed: their offsets are another log's now), each with what changed; empty for a cluster without ids."""
+    if not batch.plan.topic_ids:
+        return {}  # a cluster without topic ids: its recreations show as a committed offset beyond the log
+    return batch.plan.changed_logs(edge.topic_ids(batch.plan.topic_ids))
+
+
+def log_changed(batch_id: str, changed: dict[str, str], nothing: str) -> str:
+    """The words of a batch whose log changed under it (``nothing``: what it does not do, "published").
+
+    >>> print(log_changed("b-000003", {"orders-1": "recreated: topic id A, now B"}, "published"))
+    the log of orders-1 changed while b-000003 was in flight (recreated: topic id A, now B): what it read there is another log's, nothing of it was published; the partitions are held until kprio reset decides (the batch is superseded then)
+    """
+    what = "; ".join(f"{t} ({why})" if len(changed) > 1 else t for t, why in sorted(changed.items()))
+    why = "" if len(changed) > 1 else f" ({next(iter(changed.values()))})"
+    return (f"the log of {what} changed while {batch_id} was in flight{why}: what it read there is another log's, "
+            f"nothing of it was {nothing}; the partitions are held until kprio reset decides (the batch is "
+            "superseded then)")
 
 
 def commit_metadata(report: CommitReport, lag_after: Mapping[int, int], drained: Mapping[int, int], *,

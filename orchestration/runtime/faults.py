@@ -16,10 +16,12 @@ ledger, which checks the schema in a write transaction): a process stopped insid
 would hold the ledger's write lock, and every other process would wait for it, which is not the
 case a pause point is for.
 
-Points, in the order of a batch: ``after-drain`` (staged, nothing published), ``before-publish``
-(checked, about to publish), ``after-publish`` (output visible, not committed),
-``before-kafka-commit`` (about to commit), ``after-kafka-commit`` (offsets committed, the ledger
-not told).
+Points, in the order of a batch: ``after-snapshot`` (a tick took its lag snapshot, nothing decided
+or recorded yet: a second driver's stale plan), ``before-drain`` (leased, about to read),
+``after-drain`` (staged, nothing published), ``before-publish`` (checked, about to publish),
+``after-publish`` (output visible, not committed), ``before-kafka-commit`` (about to commit),
+``during-kafka-commit`` (the group's offsets read, the lease checked, the write not sent: what a
+newer writer's fencing refuses), ``after-kafka-commit`` (offsets committed, the ledger not told).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ ENV_ONCE = "KPRIO_CRASH_ONCE"
 QUIET = threading.Lock()
 """Held by the lease heartbeat while it is in a ledger transaction (opening, renewing); a pause point takes it first."""
 
-POINTS = ("after-drain", "before-publish", "after-publish", "before-kafka-commit", "after-kafka-commit")
+POINTS = ("after-snapshot", "before-drain", "after-drain", "before-publish", "after-publish", "before-kafka-commit",
+          "during-kafka-commit", "after-kafka-commit")
 
 
 def crash_point(name: str, logical_topic: str) -> None:

@@ -1,16 +1,22 @@
 """A transient hold heals when its cause passes: the cheap probe every driver runs before a tick.
 
 A batch that failed for a transient cause (a full disk, a read-only mount, a broker that did not
-answer) waits for its backoff before it is retried. Before each tick a driver probes what such a
+answer) is retried by itself, never by a person. Before each tick a driver probes what such a
 batch needs (:func:`probe_causes`: the output and dead-letter roots take a small block and, on a
 local disk, have room for the waiting batches' estimated size; the broker's answer is the tick's
-own lag snapshot). On the first tick after a probe that had failed passes again, the tick
-retries those batches at once (``fresh_start``, as a newly started ``kprio drain`` does), never
-in a loop: a probe that never failed retries nothing early, so a cause the probe cannot see still
-waits out its backoff.
+own lag snapshot). The tick's rules (``retry_failed`` in :mod:`kprio_core.lifecycle.tick`) then:
+
+- never retry a transient failure while a probe sees a cause (the retry would fail alike, and use
+  up time, not attempts);
+- retry the first failure of a streak as soon as the probes pass (it is due at once:
+  :func:`kprio_core.lifecycle.run.retry_at`), so a batch waits no longer than its outage did;
+- back the later failures of a streak off from ``recovery.backoff_s`` (a cause no probe sees is never
+  retried in a loop), except on the first tick after a probe that had failed passes again: then they
+  are retried at once (``fresh_start``, as a newly started ``kprio drain`` does).
 
 Between ticks a driver keeps one bit, "a cause was seen" (:func:`cause_seen_after`): ``kprio
-drain`` in its loop, the Dagster sensor in its cursor (:data:`CAUSE_SEEN`).
+drain`` in its loop, the Dagster sensor in its cursor (:data:`CAUSE_SEEN`), Airflow's plan task in a
+Variable.
 """
 
 from __future__ import annotations

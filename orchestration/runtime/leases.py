@@ -95,7 +95,8 @@ class Heartbeat:
             while not self._stop.wait(self.lease_s / 3):
                 try:
                     with QUIET:  # a pause point (faults.py) stops the process between renewals only
-                        ledger.renew(self.batch_id, self.token.owner, self.lease_s, attempt=self.token.attempt)
+                        ledger.renew(self.batch_id, self.token.owner, self.lease_s, attempt=self.token.attempt,
+                                     epoch=self.token.epoch)
                     renewed = self._clock()
                 except LeaseLost as err:
                     self._lose(str(err))

@@ -7,6 +7,8 @@ records the plan, so the plan's offsets stand on what was committed here:
 - restore (the group's offsets expired) and a policy reset commit through the edge's commit path,
   then the belief and the event are recorded;
 - an accepted forward move records the skipped offsets and the new belief;
+- offsets retention took with nothing after them to drain (``drain.allow_data_loss``) move the group to the
+  log's start, and the gap is recorded;
 - a moved-back offset puts the committed batches it covers back to planned (their exact ranges);
 - a hold records the change once (the event is not repeated while the hold stands);
 - what kprio sees for the first time (a topic id, a partition added) becomes a belief;
@@ -51,7 +53,8 @@ def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: CarryOutLogC
     decided = {(d.change.topic, d.change.partition): d for d in decision.decided}
     commits = {tp: d.target for tp, d in decided.items() if d.target is not None}
     if commits:
-        edge.set_committed(topic, commits)
+        # Fenced as a batch's commit is; refused (nothing written) when the group moved since the tick saw it.
+        edge.set_committed(topic, commits, expect={tp: decided[tp].change.committed for tp in commits})
     beliefs = ledger.beliefs(name)
     fresh: list[Belief] = []
     for c in decision.changes:
@@ -64,8 +67,10 @@ def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: CarryOutLogC
                 fresh.append(Belief(c.topic, c.partition, c.topic_id, c.incarnation,
                                     old.committed if old is not None else c.committed))
             continue
+        if d.standing:
+            continue  # a person's decision still awaited: recorded when it was asked for
         note = d.describe()
-        if d.outcome is Outcome.HOLD or c.state is LogState.TOPIC_DELETED:
+        if d.outcome in (Outcome.HOLD, Outcome.WAIT) or c.state is LogState.TOPIC_DELETED:
             if ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, note=note) is not None:
                 log.warning(f"{name}: {note}")
             continue
@@ -78,7 +83,7 @@ def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: CarryOutLogC
             fresh.append(Belief(c.topic, c.partition, c.topic_id, 1, None))
         for b in d.redrain:
             ledger.replay(b.batch_id, max_in_flight=max_in_flight)
-        if c.state in NEEDS_RECORD:
+        if c.state in NEEDS_RECORD or d.outcome is Outcome.RECORD_GAP:
             ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, committed_after=d.target, note=note)
             log.warning(f"{name}: {note}")
     if fresh:
@@ -131,7 +136,7 @@ def reset_partition(edge, ledger: Ledger, config: KprioConfig, topic_name: str, 
     incarnation = change.incarnation + 1 if new_log else change.incarnation
     outcome = {"earliest": Outcome.RESET_EARLIEST, "latest": Outcome.RESET_LATEST}.get(str(target),
                                                                                      Outcome.RESET_TO_OFFSET)
-    edge.set_committed(topic, {(topic_name, partition): offset})
+    edge.set_committed(topic, {(topic_name, partition): offset}, expect={(topic_name, partition): lag.committed})
     believed = belief.committed if belief is not None else None
     # Backwards on the same log: the belief stays, so the next tick re-drains what is moved back over, exactly.
     keep = not new_log and believed is not None and offset < believed

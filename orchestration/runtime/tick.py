@@ -31,7 +31,6 @@ dead owner).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -56,6 +55,7 @@ from kprio_core.lifecycle import (
     rate_window,
 )
 from orchestration.runtime.adoption import ensure_adopted
+from orchestration.runtime.faults import crash_point
 from orchestration.runtime.leases import this_owner
 from orchestration.runtime.log_changes import carry_out
 from orchestration.runtime.runs import NoRuns, RunOrder, Runs
@@ -83,6 +83,7 @@ def read_view(ledger: Ledger, config: KprioConfig, topic: TopicSettings, now: da
         avg_record_bytes=ledger.avg_record_bytes(name),
         rate_samples=tuple(ledger.drained_since(name, now - rate_window(config))),
         claims=ledger.launch_claims(name),
+        open_holds=ledger.open_holds(name),
     )
 
 
@@ -103,7 +104,8 @@ def dead_owners(runs: Runs, batches: Iterable[Batch], claims: Iterable[LaunchCla
 
 
 def gather_all(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topics: Sequence[TopicSettings],
-               *, now: datetime, driver: str | None = None, fresh_start: bool = False) -> list[TickInputs]:
+               *, now: datetime, driver: str | None = None, fresh_start: bool = False,
+               cause: str | None = None) -> list[TickInputs]:
     """The tick's inputs for each of ``topics``, each read once: runs and dead owners, then ledger, then
     the lag snapshots of every topic together (one set of broker requests for all), then the clock.
 
@@ -132,7 +134,7 @@ def gather_all(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, top
         lag = lags[topic.name]
         if not isinstance(lag, KprioError):
             view = with_committed(view, ledger, needs_committed(lag, view, config))
-        out.append(TickInputs(view, lag, seen, dead, now, driver or this_owner(""), fresh_start))
+        out.append(TickInputs(view, lag, seen, dead, now, driver or this_owner(""), fresh_start, cause))
     return out
 
 
@@ -145,7 +147,7 @@ def decide(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: 
 def decide_all(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topics: Sequence[TopicSettings],
                *, now_s: float | None = None, **narrow) -> list[Decision]:
     """What a tick decides for each of ``topics`` now, without doing it (``kprio plan``, Airflow's trigger)."""
-    now = datetime.fromtimestamp(time.time() if now_s is None else now_s, UTC)
+    now = ledger.now() if now_s is None else datetime.fromtimestamp(now_s, UTC)
     every = gather_all(runs, edge, ledger, config, topics, now=now)
     return [decide_tick(config, topic, inputs, **narrow) for topic, inputs in zip(topics, every, strict=True)]
 
@@ -271,16 +273,19 @@ class Tick:
 
 
 def tick(runs: Runs, edge, ledger: Ledger, config: KprioConfig, *, now_s: float | None = None,
-         log=None, driver: str | None = None, fresh_start: bool = False) -> Tick:
+         log=None, driver: str | None = None, fresh_start: bool = False, cause: str | None = None) -> Tick:
     """Evaluate every topic at ``now_s``: gather, decide, apply; the runs to request (``fresh_start``: the
-    first tick of a driver that just started, see :class:`~kprio_core.lifecycle.view.TickInputs`)."""
-    now = datetime.fromtimestamp(time.time() if now_s is None else now_s, UTC)
+    first tick of a driver that just started, or one after a cause it saw passed; ``cause``: what its probe
+    found wrong with the outputs; see :class:`~kprio_core.lifecycle.view.TickInputs`)."""
+    # The ledger's clock (the database's): leases, backoffs and claims are judged by one clock on every host.
+    now = ledger.now() if now_s is None else datetime.fromtimestamp(now_s, UTC)
     ensure_adopted(runs.batch_ids(), ledger, edge, config, log=log)
     decisions, requests, partitions, reasons, contended = [], [], [], [], False
     with edge.one_view():  # the cluster's metadata once (a log change carried out may read it again)
         every = gather_all(runs, edge, ledger, config, config.topics, now=now, driver=driver,
-                           fresh_start=fresh_start)
+                           fresh_start=fresh_start, cause=cause)
         for topic, inputs in zip(config.topics, every, strict=True):
+            crash_point("after-snapshot", topic.name)
             decision = decide_tick(config, topic, inputs)
             done = apply(runs, edge, ledger, config, topic, decision, inputs, log=log,
                          several_topics=len(config.topics) > 1)

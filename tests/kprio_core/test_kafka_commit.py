@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kprio_core.kafka import CommitReport, KafkaEdge, decide_commits
-from kprio_core.kafka.commit import commit_with_consumer
-from kprio_core.kafka.client import Deadline
 from kprio_core.errors import KafkaOperationFailed
+from kprio_core.kafka import CommitReport, KafkaEdge, decide_commits
 from kprio_core.offsets import OffsetRange as R
 
 T = "o-2"
@@ -73,12 +71,57 @@ def test_commit_refuses_a_topic_that_is_not_a_priority_topic(make_topic, kafka_s
         edge.commit(topic, [R("elsewhere", 0, 0, 1)])
 
 
+STALE_WRITER = """
+import json, pathlib, sys, time
+from kprio_core.config import KafkaSettings, TopicSettings
+from kprio_core.kafka import KafkaEdge
+from kprio_core.errors import KprioError
+
+bootstrap, topic_name, here = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3])
+topic = TopicSettings(name=topic_name, priorities=1)
+tp = (topic.priority_topic(0), 0)
+
+def paused():  # between its read of the group and its write: the worst moment to be overtaken
+    (here / "read").touch()
+    deadline = time.monotonic() + 60
+    while not (here / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+with KafkaEdge(KafkaSettings(bootstrap_servers=bootstrap)) as edge:
+    try:
+        edge.set_committed(topic, {tp: 20}, expect={tp: None}, before_write=paused)
+        print("wrote 20")
+    except KprioError as err:
+        print(f"refused: {err}")
+"""
+
+
 @pytest.mark.broker
-def test_consumer_commit_path_works_on_this_broker(make_topic, kafka_settings):
-    """The fallback for brokers without AlterConsumerGroupOffsets commits without subscribing."""
-    topic = make_topic(priorities=1, partitions=1, records={0: 5})
-    t0 = topic.priority_topic(0)
-    deadline = Deadline(kafka_settings.timeout_s, kafka_settings.bootstrap_servers)
-    commit_with_consumer(kafka_settings, topic.priority_group(0), {(t0, 0): 3}, deadline)
-    with KafkaEdge(kafka_settings) as edge:
-        assert edge.committed(topic) == {(t0, 0): 3}
+def test_a_writer_overtaken_between_its_read_and_its_write_writes_nothing(make_topic, kafka_settings, tmp_path):
+    """Process X reads the group (no committed offset) and is overtaken before it writes: this process writes 50.
+    X's write would move the group back to 20; the broker refuses it (X was fenced by the newer writer), and
+    X, reading again, finds the group moved since its decision and writes nothing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from orchestration.services.broker import wait_for
+
+    topic = make_topic(priorities=1, partitions=1, records={0: 60})
+    tp = (topic.priority_topic(0), 0)
+    script = tmp_path / "stale_writer.py"
+    script.write_text(STALE_WRITER)
+    repo = Path(__file__).resolve().parents[2]
+    x = subprocess.Popen([sys.executable, str(script), kafka_settings.bootstrap_servers, topic.name, str(tmp_path)],
+                         cwd=repo, env={**__import__("os").environ, "PYTHONPATH": str(repo)},
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert wait_for(lambda: (tmp_path / "read").exists() or x.poll() is not None, 60, interval_s=0.05)
+        with KafkaEdge(kafka_settings) as edge:
+            edge.set_committed(topic, {tp: 50}, expect={tp: None})
+            (tmp_path / "go").touch()
+            out, _ = x.communicate(timeout=60)
+            assert "refused" in out and "the group moved since the decision" in out, out
+            assert edge.committed(topic) == {tp: 50}, "the overtaken writer moved nothing back"
+    finally:
+        x.kill()

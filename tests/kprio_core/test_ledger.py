@@ -245,10 +245,14 @@ def test_plan_overlapping_itself_is_refused(ledger: Ledger):
         ledger.record_plan(make_plan((0, 10), (5, 15)))
 
 
-def test_ranges_are_free_again_once_the_batch_committed(ledger: Ledger):
+def test_once_a_batch_committed_the_offsets_after_it_are_free_and_its_own_are_refused(ledger: Ledger):
     drain_check_commit(ledger, ledger.record_plan(make_plan((0, 10))))
     assert ledger.reserved_ranges("orders") == [] and ledger.holds("orders") == []
-    assert ledger.record_plan(make_plan((0, 10))).state is S.PLANNED
+    assert ledger.record_plan(make_plan((10, 20))).state is S.PLANNED
+    # A plan made from a snapshot older than that commit (another driver's) is refused in the same transaction.
+    with pytest.raises(RangeConflict, match=r"orders-2\[0\]@\[2,8\) starts below offset 10, which kprio committed"):
+        ledger.record_plan(make_plan((2, 8)))
+    assert [b.state for b in ledger.batches("orders")] == [S.PLANNED, S.COMMITTED]
 
 
 # Batch A drains orders-2[0]@[0,10) (priority 2); batch B drains orders-2[1]@[0,10) and orders-0[0]@[0,10).
@@ -369,14 +373,16 @@ def test_replay_of_a_committed_batch_is_flagged_for_good(ledger: Ledger):
     assert (batch.attempts, batch.replay_of_committed) == (3, True), "a failed re-drain stays flagged"
 
 
-def test_replay_conflicts_with_a_newer_batch_taking_the_slot_or_ranges(ledger: Ledger):
+def test_replay_conflicts_with_a_newer_batch_taking_the_slot(ledger: Ledger):
     old = drain_check_commit(ledger, ledger.record_plan(make_plan((0, 10))))
-    newer = ledger.record_plan(make_plan((5, 15)))
-    with pytest.raises(RangeConflict, match=rf"replay of {old.batch_id}: .*held by batch {newer.batch_id}"):
-        ledger.replay(old.batch_id)
-    assert ledger.get(old.batch_id).state is S.COMMITTED
+    ledger.record_plan(make_plan((10, 20)))
     with pytest.raises(RangeConflict, match="max_in_flight=1 per priority"):
         ledger.replay(old.batch_id, max_in_flight=1)  # the newer batch already takes priority 2's one slot
+    assert ledger.get(old.batch_id).state is S.COMMITTED
+    # No newer batch can take the old one's offsets: a plan over them is refused as below the committed offset.
+    with pytest.raises(RangeConflict, match="starts below offset 10, which kprio committed"):
+        ledger.record_plan(make_plan((3, 7), OffsetRange("orders-2", 1, 0, 10)))
+    assert ledger.replay(old.batch_id).state is S.PLANNED
 
 
 def test_replay_of_an_in_flight_batch_says_retry_or_fail_it_first(ledger: Ledger):

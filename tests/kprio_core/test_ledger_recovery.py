@@ -89,6 +89,7 @@ FENCE_CASES = [
     ("taken over", "1. B claimed the expired lease: A's token names the wrong owner"),
     ("retried", "2. a retry moved the batch to attempt 2 (nobody claimed it yet)"),
     ("retried and claimed by A", "3. A's own process claimed attempt 2: its attempt-1 token is stale all the same"),
+    ("taken over and back", "4. B took the lease, then A claimed it again at the same attempt: the old epoch is stale"),
 ]
 
 
@@ -101,8 +102,8 @@ def _writes(ledger: Ledger, batch_id: str, token: LeaseToken) -> dict:
         "committed": lambda: ledger.mark_committed(batch_id, commit_report(plan), fence=token),
         "failed": lambda: ledger.mark_failed(batch_id, "boom", retry_at=None, fence=token),
         "split": lambda: ledger.split(batch_id, [R("orders-2", 0, 0, 5)], "boom", retry_at=None, fence=token),
-        "publish": lambda: ledger.fenced(batch_id, token, "the publish").__enter__(),
-        "renew": lambda: ledger.renew(batch_id, token.owner, 30, attempt=token.attempt),
+        "publish": lambda: ledger.check_lease(batch_id, token, "the publish"),
+        "renew": lambda: ledger.renew(batch_id, token.owner, 30, attempt=token.attempt, epoch=token.epoch),
     }
 
 
@@ -110,10 +111,14 @@ def _writes(ledger: Ledger, batch_id: str, token: LeaseToken) -> dict:
 def test_a_stale_lease_token_writes_nothing(ledger: Ledger, clock: Clock, meanwhile, why):
     batch = ledger.record_plan(make_plan((0, 5), (5, 10)))
     token = ledger.claim(batch.batch_id, A, 30).token
-    assert token == LeaseToken(A, 1)
+    assert (token.owner, token.attempt) == (A, 1) and token.epoch >= 1, token
     clock.tick(31)  # A pauses past its lease
     if meanwhile == "taken over":
         ledger.claim(batch.batch_id, B, 30)
+    elif meanwhile == "taken over and back":
+        ledger.claim(batch.batch_id, B, 1)
+        clock.tick(2)
+        assert ledger.claim(batch.batch_id, A, 30).token.epoch > token.epoch
     else:
         ledger.retry(batch.batch_id, reason="its lease expired")
         if meanwhile == "retried and claimed by A":
@@ -124,7 +129,7 @@ def test_a_stale_lease_token_writes_nothing(ledger: Ledger, clock: Clock, meanwh
             write()
         assert err.value.code == "lease_lost", what
         if what != "renew":
-            assert f"the lease of {A} (attempt 1) is stale" in str(err.value) and "nothing was written" in str(err.value)
+            assert f"the lease of {token} is stale" in str(err.value) and "nothing was written" in str(err.value)
     assert (ledger.get(batch.batch_id), ledger.events(batch.batch_id), ledger.batches()) == before, "nothing changed"
 
 
@@ -132,8 +137,8 @@ def test_the_current_token_writes_and_an_operator_needs_none(ledger: Ledger, clo
     batch = ledger.record_plan(make_plan((0, 5), (5, 10)))
     token = ledger.claim(batch.batch_id, A, 30).token
     clock.tick(31)  # expired, but nobody took it over: the owner's writes still land
-    with ledger.fenced(batch.batch_id, token, "the publish") as held:
-        assert held.batch_id == batch.batch_id and held.token == token
+    held = ledger.check_lease(batch.batch_id, token, "the publish")
+    assert held.batch_id == batch.batch_id and held.token == token
     ledger.split(batch.batch_id, [R("orders-2", 0, 0, 5)], "boom", retry_at=None, fence=token)
     ledger.mark_drained(batch.batch_id, result_for(ledger.get(batch.batch_id)), fence=token)
     ledger.mark_checked(batch.batch_id, CHECKS_PASSED, fence=token)
@@ -143,25 +148,21 @@ def test_the_current_token_writes_and_an_operator_needs_none(ledger: Ledger, clo
     assert ledger.mark_failed(other.batch_id, "an operator's kprio fail", retry_at=None).state is S.FAILED
 
 
-def test_a_fenced_block_holds_the_batch_against_a_take_over(tmp_path):
-    """While A publishes (inside ``fenced``), B's claim waits for it; then A's next move is refused."""
-    import threading
-
+def test_a_run_checking_its_lease_before_a_write_outside_the_ledger_holds_no_lock(tmp_path, clock: Clock):
+    """A checks its lease right before its publish and is then slow (a long write, a pause): B's take-over and
+    every other ledger write go on at once (no lock spans A's write), and A's next move is refused."""
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    with Ledger(url) as a, Ledger(url, busy_timeout_s=30) as b:
+    with Ledger(url, clock=clock) as a, Ledger(url, busy_timeout_s=0.5, clock=clock) as b:
         batch = a.record_plan(make_plan((0, 10)))
-        token = a.claim(batch.batch_id, A, 0.2).token
-        order = []
-        with a.fenced(batch.batch_id, token, "the publish"):
-            taker = threading.Thread(target=lambda: order.append(b.claim(batch.batch_id, B, 30).lease.owner))
-            taker.start()
-            taker.join(timeout=1.0)
-            assert taker.is_alive(), "B's take-over waits while A's fenced write runs"
-            order.append("A published")
-        taker.join(timeout=30)
-        assert order == ["A published", B]
+        token = a.claim(batch.batch_id, A, 30).token
+        a.check_lease(batch.batch_id, token, "the publish")  # ... and A publishes for a long time
+        clock.tick(31)
+        assert b.claim(batch.batch_id, B, 30).lease.owner == B, "B does not wait for A's write"
+        b.record_plan(make_plan((0, 10), topic="payments"))
         with pytest.raises(LeaseLost, match="the move to drained of batch b-000001 refused"):
             a.mark_drained(batch.batch_id, result_for(batch), fence=token)
+        with pytest.raises(LeaseLost, match="the Kafka commit of batch b-000001 refused"):
+            a.check_lease(batch.batch_id, token, "the Kafka commit")
 
 
 def test_expired_lists_in_flight_batches_whose_run_stopped_renewing(ledger: Ledger, clock: Clock):

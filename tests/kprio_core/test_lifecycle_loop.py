@@ -29,15 +29,16 @@ from kprio_core.lifecycle.loop import (
 INTERVAL = 2.0
 
 
-def decision(verdict: Verdict, *holds: Hold, retry_in_s: float | None = None) -> Decision:
+def decision(verdict: Verdict, *holds: Hold, retry_in_s: float | None = None, cause: str | None = None) -> Decision:
     return Decision("orders", verdict, (Skip(verdict.value),), holds=holds, reason=verdict.value,
-                    retry_in_s=retry_in_s)
+                    retry_in_s=retry_in_s, cause=cause)
 
 
-def hold(*, retry_in_s: float | None = 3.0, exhausted: bool = False, batch_id: str | None = "b-000007") -> Hold:
+def hold(*, retry_in_s: float | None = 3.0, exhausted: bool = False, batch_id: str | None = "b-000007",
+         transient: bool = False) -> Hold:
     retry_at = NOW + timedelta(seconds=retry_in_s) if retry_in_s is not None else None
     return Hold("orders-0", 1, 120, batch_id, BatchState.FAILED if batch_id else None, "disk full", 1, retry_at,
-                exhausted)
+                exhausted, transient)
 
 
 IDLE = decision(Verdict.IDLE)
@@ -49,6 +50,8 @@ RETRY_NOW = decision(Verdict.HELD, hold(retry_in_s=-5.0))
 RETRY_FAR = decision(Verdict.HELD, hold(retry_in_s=600.0))
 NEEDS_A_PERSON = decision(Verdict.HELD, hold(retry_in_s=None, exhausted=True))
 LOST_OFFSETS = decision(Verdict.HELD, hold(retry_in_s=None, batch_id=None))
+CAUSE_STILL_THERE = decision(Verdict.HELD, hold(retry_in_s=-5.0, transient=True), cause="the output root /o is full")
+CAUSE_GONE = decision(Verdict.HELD, hold(retry_in_s=-5.0, transient=True))
 
 EMPTY = LoopInputs(Until.EMPTY, INTERVAL, NOW, runs_so_far=3, reason="tick's reason")
 STALLED = replace(EMPTY, since_progress_s=BLOCKED_GIVE_UP_S + 1)
@@ -87,6 +90,9 @@ CASES = [
     ("6-retry-backoff", [RETRY_LATER], EMPTY, TickAgain(3.0)),
     ("6-retry-due-now", [RETRY_NOW], EMPTY, TickAgain(MIN_WAIT_S)),
     ("6-retry-far-capped", [RETRY_FAR], EMPTY, TickAgain(MAX_WAIT_S)),
+    # A transient failure due long ago whose cause a probe still sees: the next probe is the news, not a loop.
+    ("6-transient-cause-still-there", [CAUSE_STILL_THERE], EMPTY, TickAgain(INTERVAL)),
+    ("6-transient-cause-gone", [CAUSE_GONE], EMPTY, TickAgain(MIN_WAIT_S)),
     ("6-throttled", [THROTTLED], EMPTY, TickAgain(4.5)),
     ("6-soonest-of-several", [THROTTLED, RETRY_LATER], EMPTY, TickAgain(3.0)),
     ("6-another-process-lease", [IDLE], replace(EMPTY, others=Others((0.5, 12.0))), TickAgain(0.5)),

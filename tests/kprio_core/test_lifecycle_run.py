@@ -210,6 +210,10 @@ def test_who_marks_failed_and_who_commits_for_another():
 
 def test_retry_times_double_up_to_the_cap():
     assert [(retry_at(a, RECOVERY, NOW) - NOW).total_seconds() for a in (1, 2, 3, 4, 5)] == [5, 10, 20, 40, 60]
+    # A transient failure backs off by its streak, not its attempt: the first of a streak is due at once (the
+    # tick retries it once a probe of its cause passes), so an outage costs no more than its own length.
+    assert [(retry_at(9, RECOVERY, NOW, transient=True, streak=n) - NOW).total_seconds()
+            for n in (1, 2, 3, 4, 5, 6)] == [0, 5, 10, 20, 40, 60]
 
 
 def test_a_failure_is_transient_only_when_every_cause_is():

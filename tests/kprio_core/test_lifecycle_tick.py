@@ -264,15 +264,44 @@ def test_resume_stuck(b, dead, seen, stuck, why):
     assert bool(resume_stuck([b], seen, now=NOW, dead=dead)) is stuck, why
 
 
-@pytest.mark.parametrize("b, full, launched, waits, why", [
-    (FAILED, {}, ["b-000001.attempt-2"], [], "backoff over, slot free"),
-    (FAILED, {2: ["b-000002"]}, [], ["b-000001 waits for a slot of priority 2"], "its priority's slot is taken"),
-    (BACKING_OFF, {}, [], ["b-000001 retries at 00:00:15 UTC"], "still backing off"),
-    (EXHAUSTED, {}, [], [], "retries exhausted: only a person retries it"),
+TRANSIENT_DUE = batch("b-000001", state=BatchState.FAILED, retry_at=T0, transient=True)
+FULL = "the output root /out is full"
+
+
+@pytest.mark.parametrize("b, full, cause, fresh, launched, waits, why", [
+    (FAILED, {}, None, False, ["b-000001.attempt-2"], [], "1. backoff over, slot free"),
+    (FAILED, {2: ["b-000002"]}, None, False, [], ["b-000001 waits for a slot of priority 2"],
+     "2. its priority's slot is taken"),
+    (BACKING_OFF, {}, None, False, [], ["b-000001 retries at 00:00:15 UTC"], "3. still backing off"),
+    (EXHAUSTED, {}, None, False, [], [], "4. retries exhausted: only a person retries it"),
+    (TRANSIENT_DUE, {}, FULL, False, [], [f"b-000001 waits for its cause to pass ({FULL})"],
+     "5. a transient failure is never retried into a cause a probe sees"),
+    (TRANSIENT_DUE, {}, None, False, ["b-000001.attempt-2"], [], "6. due and its cause gone: at once"),
+    (TRANSIENT_BACKING_OFF, {}, None, False, [], ["b-000001 retries at 00:01:00 UTC"],
+     "7. a later failure of a streak backs off when no cause was seen passing"),
+    (TRANSIENT_BACKING_OFF, {}, None, True, ["b-000001.attempt-2"], [],
+     "8. ... and is retried at once when a cause the driver saw has passed (or the driver just started)"),
+    (TRANSIENT_BACKING_OFF, {}, FULL, True, [], [f"b-000001 waits for its cause to pass ({FULL})"],
+     "9. but never while the cause is seen, fresh start or not"),
+    (FAILED, {}, FULL, False, ["b-000001.attempt-2"], [], "10. a failure that is not transient ignores the probe"),
 ])
-def test_retry_failed(b, full, launched, waits, why):
-    launches, waiting = retry_failed([b], BatchRuns(), now=NOW, max_attempts=3, full=full)
+def test_retry_failed(b, full, cause, fresh, launched, waits, why):
+    launches, waiting = retry_failed([b], BatchRuns(), now=NOW, max_attempts=3, full=full, cause=cause,
+                                     fresh_start=fresh)
     assert ([x.run_key for x in launches], waiting) == (launched, waits), why
+
+
+@pytest.mark.parametrize("summary, retried_by_the_tick, why", [
+    (RunSummary("r1", RunState.FAILURE, will_retry=True, ended_at=NOW - timedelta(seconds=20)), False,
+     "1. Dagster's retry daemon said it retries the run, 20 s ago: its retry is on its way"),
+    (RunSummary("r1", RunState.FAILURE, will_retry=True, ended_at=NOW - timedelta(seconds=600)), True,
+     "2. it said so 10 minutes ago and no retry came: the tick retries the batch itself"),
+    (RunSummary("r1", RunState.FAILURE, will_retry=False, ended_at=NOW - timedelta(seconds=5)), True,
+     "3. no orchestrator retry promised (kprio drain's runs carry dagster/max_retries=0): the tick retries"),
+])
+def test_a_wait_for_the_orchestrators_own_retry_is_bounded(summary, retried_by_the_tick, why):
+    launches, _ = retry_failed([FAILED], runs(summary), now=NOW, max_attempts=3, full={})
+    assert bool(launches) is retried_by_the_tick, why
 
 
 @pytest.mark.parametrize("b, claims, dead, elsewhere, why", [

@@ -153,6 +153,65 @@ def test_a_v2_ledger_without_the_new_tables_gets_them(tmp_path):
     engine.dispose()
 
 
+def test_a_v2_ledger_without_the_new_columns_gets_them_and_its_rows_read_as_they_meant(tmp_path):
+    from tests.kprio_core.ledger_support import make_plan
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with Ledger(url) as ledger:
+        ledger.record_plan(make_plan((0, 10)))
+    engine = create_engine(url)
+    with engine.begin() as conn:  # the table as a kprio before the columns wrote it
+        conn.exec_driver_sql("ALTER TABLE kprio_batches DROP COLUMN lease_epoch")
+        conn.exec_driver_sql("ALTER TABLE kprio_batches DROP COLUMN transient_streak")
+    with Ledger(url) as ledger:
+        [old] = ledger.batches()
+        assert (old.lease_epoch, old.transient_streak) == (0, 0)
+        assert ledger.claim(old.batch_id, "r@h:1", 30).lease_epoch == 2, "above the epoch and the attempt"
+    assert {"lease_epoch", "transient_streak"} <= {c["name"] for c in inspect(engine).get_columns("kprio_batches")}
+    engine.dispose()
+
+
+# --- a hold a person was asked to decide ----------------------------------------------------------
+
+
+def test_a_hold_that_asks_a_person_stays_whatever_the_log_does_until_a_person_decides(tmp_path):
+    """Someone moved the group to 421, beyond the log's end at 121: held for a person. 450 records later the
+    log's end is past 421, which alone reads as a forward move (skip [121,421) as the operator's): it must not."""
+    from kprio_core.lifecycle.log_rules import decide_log_changes
+
+    ahead = Change("o-2", 0, S.AHEAD_OF_LOG, 121, 421, 0, 121)
+    later = Change("o-2", 0, S.MOVED_FORWARD, 121, 421, 0, 571)
+
+    def decide(change, open_holds, policy=P.HOLD):
+        return decide_log_changes([change], policy, False, drained=lambda t, q: [], redraining=(),
+                                  open_holds=open_holds)
+
+    with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        [held], [hold] = decide(ahead, ledger.open_holds("orders"))
+        assert held.outcome is O.HOLD and hold.exhausted
+        ledger.record_change("orders", ahead, held.outcome, decided_by=held.decided_by, note=held.describe())
+        open_holds = ledger.open_holds("orders")
+        assert set(open_holds) == {("o-2", 0)}
+
+        [still], [hold] = decide(later, open_holds)
+        assert still.outcome is O.HOLD and still.standing and hold.exhausted and hold.start == 121
+        assert "committed 421 is beyond the log's end 121" in hold.reason and "log [0,571)" in hold.reason
+        assert "kprio reset o-2[0]" in hold.reason
+        [unheld], _ = decide(later, {})
+        assert unheld.outcome is O.ACCEPT, "without the recorded hold the same change reads as accepted"
+
+        # A decision kprio waits for by itself records a wait, which leaves the person's hold open.
+        ledger.record_change("orders", ahead, O.WAIT, decided_by="policy")
+        assert set(ledger.open_holds("orders")) == {("o-2", 0)}
+        # The rule the user configured decides it: a reset of the log that became another log.
+        [reset], holds = decide(later, ledger.open_holds("orders"), P.EARLIEST)
+        assert (reset.outcome, reset.target, reset.incarnation, reset.decided_by, holds) == (
+            O.RESET_EARLIEST, 0, 2, "policy", ())
+        # A person's kprio reset ends it.
+        ledger.record_change("orders", later, O.RESET_TO_OFFSET, decided_by="person", committed_after=121)
+        assert ledger.open_holds("orders") == {}
+
+
 # --- batches planned on an earlier incarnation ------------------------------------------------
 
 
@@ -218,3 +277,18 @@ def test_a_superseded_failed_batch_holds_nothing_and_is_never_retried_by_the_led
         assert ledger.superseded_batch(fresh.batch_id) == ()
         assert ledger.note_superseded(ledger.superseded("o")[0]) is True
         assert ledger.note_superseded(ledger.superseded("o")[0]) is False, "said once"
+
+
+@pytest.mark.parametrize("allow, high, outcome, why", [
+    (True, 400, O.RECORD_GAP, "nothing after the gap to drain: the gap is recorded and the group moves past it"),
+    (True, 450, None, "records after the gap: the batch that drains them records it (its plan's lost ranges)"),
+    (False, 400, None, "drain.allow_data_loss unset: held for a person (lost_partitions), nothing decided here"),
+])
+def test_a_gap_retention_left_with_nothing_after_it_is_recorded_when_allowed(allow, high, outcome, why):
+    from kprio_core.lifecycle.log_rules import decide_log_changes
+
+    gap = Change("o-2", 0, S.LOST_TO_RETENTION, 300, 300, 400, high)
+    decided, holds = decide_log_changes([gap], P.HOLD, allow, drained=lambda t, q: [], redraining=())
+    assert [d.outcome for d in decided] == ([outcome] if outcome else []), why
+    if outcome:
+        assert (decided[0].target, decided[0].decided_by, holds) == (400, "policy", ()), why

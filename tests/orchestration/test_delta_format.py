@@ -101,7 +101,7 @@ def test_a_delta_drain_commits_once_per_batch_readers_see_whole_batches_and_a_re
         assert sorted(h["kprio.ranges"]) == sorted(str(s.range) for s in batch.drain.ranges)
         assert h["kprio.attempt"] == batch.attempts == 1
         assert all(c["passed"] for c in h["kprio.checks"].values()) and len(h["kprio.checks"]) == 6
-        assert table.transaction_version(app_id(batch.batch_id)) == 1
+        assert table.transaction_version(app_id(batch.batch_id)) == batch.lease_epoch >= 1  # the run's fencing token
     # Every version a concurrent reader saw held whole batches (each batch's rows all there, or none), each
     # offset once.
     per_batch = Counter(row[0] for row in rows_of(table))
@@ -136,7 +136,8 @@ def test_a_delta_drain_commits_once_per_batch_readers_see_whole_batches_and_a_re
     assert (last["kprio.batch_id"], last["kprio.attempt"]) == (first, 2)
     old = set(DeltaTable(uri, version=version).file_uris())
     new = set(table.file_uris())
-    assert all(f".{first}.1.parquet" in p for p in old - new) and all(f".{first}.2.parquet" in p for p in new - old)
+    # Named by the run that wrote them: batch, attempt, the run's lease epoch (no two runs share a file).
+    assert all(f".{first}.1.e" in p for p in old - new) and all(f".{first}.2.e" in p for p in new - old)
     assert old - new and new - old
     drained = {m.asset_key.to_user_string(): m for m in result.asset_materializations_for_node("drain_batch")}
     meta = drained["drained_batch"].metadata

@@ -169,9 +169,15 @@ def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path,
 
 
 @pytest.mark.parametrize(("point", "write"), [("before-publish", "the publish"),
-                                              ("before-kafka-commit", "the Kafka commit")])
+                                              ("before-kafka-commit", "the Kafka commit"),
+                                              ("during-kafka-commit", "the Kafka commit")])
 def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, tmp_path, point, write):
-    """A process stopped (a GC pause, a stopped VM) right before a write, while another run takes its batch over."""
+    """A process stopped (a GC pause, a stopped VM) right before a write, while another run takes its batch over.
+
+    ``during-kafka-commit`` stops it after it read the group's offsets and checked its lease, with the write
+    about to be sent: the run that takes the batch over and the batch after it commit meanwhile, so the stale
+    write would move the group back. No lock kept the others waiting; Kafka refuses the write (the newer
+    writer of the group fenced it), and the run, reading again, finds its batch gone."""
     env, topic, config = two_batches
     proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=point, KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
     try:

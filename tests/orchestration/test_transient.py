@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -19,7 +19,7 @@ from kprio_core.ledger import BatchState
 from kprio_core.lifecycle.loop import Until
 from orchestration.dagster import drain_loop
 from orchestration.dagster.sensors import SENSOR_NAME, tick
-from orchestration.runtime.healing import CAUSE_SEEN
+from orchestration.runtime.healing import CAUSE_SEEN, probe_causes
 from orchestration.services.broker import wait_for
 from tests.fixtures.small_disks import read_only_dir, tiny_disk
 from tests.orchestration.conservation import conservation, lag
@@ -50,14 +50,23 @@ def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_it
         first = drain_loop.drain(env.defs, dagster_instance, max_batches=1)
         [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
         assert f"{cause}: {out}" in failed.reason and "\n" not in failed.reason, failed.reason
-        assert failed.transient
+        assert failed.transient and failed.transient_streak == 1
+        assert failed.retry_at <= datetime.now(UTC), "the first failure of a streak is due as soon as its cause passes"
         assert not first.batches[0].success
-        # One attempt was all max_attempts allowed, yet it is retried by itself: the cause passes.
-        assert "retried by itself" in tick(dagster_instance, env.edge, env.ledger, env.config).skip_reason
+        # One attempt was all max_attempts allowed, yet it is retried by itself: the cause passes. While the probe
+        # sees the cause, the tick never retries it into it.
+        probed = probe_causes(env.ledger, env.config, cause_seen=False)
+        assert probed.problem is not None and str(out) in probed.problem, probed
+        held = tick(dagster_instance, env.edge, env.ledger, env.config, cause=probed.problem)
+        assert not held.requests and "retried by itself once its cause has passed" in held.skip_reason
+        # An operator's re-drain in the same state fails alike: the streak's second failure backs off a minute.
+        drain_loop.redrain(env.defs, dagster_instance, failed.batch_id, config=env.config)
+        again = env.ledger.get(failed.batch_id)
+        assert again.state is BatchState.FAILED and again.transient_streak == 2 and again.retry_at > datetime.now(UTC)
 
     # The cause is gone; a fresh `kprio drain --until-empty` retries the batch on its first tick, its backoff
     # of a minute not waited out.
-    waiting_until = env.ledger.get(failed.batch_id).retry_at
+    waiting_until = again.retry_at
     report = drain_loop.drain(env.defs, dagster_instance)
     assert report.ok, report.stopped
     assert report.batches[0].batch_id == failed.batch_id and report.batches[0].success, report.batches[0]
@@ -86,11 +95,13 @@ def test_a_follow_drain_retries_at_once_when_the_output_takes_files_again(
             assert wait_for(lambda: env.ledger.batches(topic.name, states=[BatchState.FAILED]), 180, interval_s=0.5)
             [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
             assert failed.transient and said in failed.reason, failed.reason
-            time.sleep(3)  # a few of the loop's turns find the output still read-only
+            failed_at = datetime.now(UTC)
+            time.sleep(3)  # a few of the loop's turns find the output still read-only: none retries into it
             assert env.ledger.get(failed.batch_id).state is BatchState.FAILED
+            assert env.ledger.get(failed.batch_id).attempts == failed.attempts, "no retry while the cause is seen"
         # The mount is gone, the directory writable: the loop's next probe passes, and it retries at once.
         assert wait_for(lambda: env.ledger.get(failed.batch_id).state is BatchState.COMMITTED, 50, interval_s=0.5)
-        assert datetime.now(UTC) < failed.retry_at, "retried before its backoff of a minute ended"
+        assert datetime.now(UTC) < failed_at + timedelta(seconds=60), "retried long before a backoff of a minute"
         assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0}, 30, interval_s=0.5)
     finally:
         stop.set()
@@ -121,6 +132,10 @@ def test_the_sensor_retries_at_once_when_a_probe_that_failed_passes_again(make_t
         assert failed.transient
         still = evaluate(None)
         assert not still.run_requests and still.cursor == CAUSE_SEEN, (still.skip_reason, still.cursor)
+        # A second failure in a row (an operator's re-drain, in the same state) backs off a minute.
+        drain_loop.redrain(env.defs, dagster_instance, failed.batch_id, config=env.config)
+        failed = env.ledger.get(failed.batch_id)
+        assert failed.transient_streak == 2 and failed.retry_at > datetime.now(UTC)
     # Never seen failing, the probe retries nothing early: the backoff of a minute holds.
     calm = evaluate(None)
     assert failed.batch_id not in [r.partition_key for r in calm.run_requests or ()] and calm.cursor == ""
@@ -132,3 +147,20 @@ def test_the_sensor_retries_at_once_when_a_probe_that_failed_passes_again(make_t
         instance=dagster_instance, partition_key=retry.partition_key, tags=retry.tags, raise_on_error=False)
     assert result.success
     assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED
+
+
+def test_the_sensor_retries_the_first_failure_as_soon_as_the_probe_passes(make_topic, kprio_env, dagster_instance,
+                                                                          tmp_path):
+    """The first failure of a streak is not backed off: due at once, retried on the first evaluation whose probe
+    passes, even one that never saw the cause (the outage was over before the next tick)."""
+    topic = make_topic(priorities=1, partitions=1, records={0: 50}, schema={"i": "long", "amount": "double"})
+    out = tmp_path / "out"
+    env = kprio_env(topic, drain={"output_path": str(out)}, recovery={"max_attempts": 1, "backoff_s": 60,
+                                                                      "backoff_max_s": 60, "lease_s": 15})
+    sensor = env.defs.resolve_sensor_def(SENSOR_NAME)
+    with read_only_dir(out):
+        drain_loop.drain(env.defs, dagster_instance, max_batches=1)
+    [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+    with dg.build_sensor_context(instance=dagster_instance, cursor=None, resources=env.defs.resources) as context:
+        result = sensor(context)
+    assert [r.partition_key for r in result.run_requests] == [failed.batch_id], result.skip_reason

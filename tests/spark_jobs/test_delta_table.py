@@ -225,3 +225,81 @@ def test_a_batch_with_a_new_column_adds_it_to_the_table_and_a_changed_type_fails
     with pytest.raises(ValueError, match="column .coupon. is long, the Delta table .* has it as string"):
         delta_table.publish(changed, root=str(tmp_path), kind=OUTPUT)
     assert offsets(tmp_path) == expected(OffsetRange("orders-0", 0, 0, 10))  # nothing of it published
+
+
+# --- fencing by the table, one decision per batch, no row outside a publish's ranges -----------------------------
+
+
+def test_the_table_refuses_a_publish_of_an_older_epoch_and_takes_a_newer_one(tmp_path):
+    """The batch's transaction in the table is its fencing token: a run paused past its lease (epoch 3) wakes after
+    the run that took the batch over (epoch 5) published; the table refuses it, whatever the ledger says."""
+    from kprio_core.errors import LeaseLost
+
+    r = OffsetRange("orders-0", 0, 0, 50)
+    newer = delta_table.publish(staged(tmp_path, "b-000001", 2, {0: r}), root=str(tmp_path), kind=OUTPUT, epoch=5)
+    with pytest.raises(LeaseLost, match=r"the publish of batch b-000001 refused by the Delta table .* epoch 5, newer "
+                                        r"than this run's 3"):
+        delta_table.publish(staged(tmp_path, "b-000001", 1, {0: r}), root=str(tmp_path), kind=OUTPUT, epoch=3)
+    from deltalake import DeltaTable
+
+    table = DeltaTable(delta_table.table_uri(str(tmp_path), LOGICAL))
+    assert table.version() == newer.version and table.transaction_version("kprio:b-000001") == 5
+    assert offsets(tmp_path) == expected(r)
+    again = delta_table.publish(staged(tmp_path, "b-000001", 2, {0: r}), root=str(tmp_path), kind=OUTPUT, epoch=5)
+    assert again.already, "the same epoch again is done already"
+    later = delta_table.publish(staged(tmp_path, "b-000001", 3, {0: r}), root=str(tmp_path), kind=OUTPUT, epoch=8)
+    assert not later.already and len(later.removed) == 1 and offsets(tmp_path) == expected(r)
+
+
+def test_a_rerun_publishes_output_and_dead_letters_as_one_decision(tmp_path):
+    """Run 1 of an attempt sent offset 7 to the dead letters, published them, and died before the output table's
+    commit. Run 2 of the same attempt (a later epoch) finds offset 7 valid. Deciding "published already" per
+    table would keep run 1's dead letters and add run 2's output: offset 7 in both. The output table is the
+    decision: run 2 publishes both, its dead letters replacing run 1's in one commit."""
+    from kprio_core.config import DrainSettings
+    from spark_jobs import tables
+    from spark_jobs.layout import DEAD_LETTERS
+
+    drain = DrainSettings(format="delta", output_path=str(tmp_path / "out"), dead_letter_path=str(tmp_path / "dead"))
+    r = OffsetRange("orders-0", 0, 0, 10)
+
+    def run(attempt: int, invalid: set[int]) -> DrainResult:
+        """A staged drain of ``r``: ``invalid`` offsets in the dead letters, the rest in the output."""
+        name = RangeFile(r.topic, r.partition, r.start, r.end)
+        files = []
+        for kind, root, chosen in ((OUTPUT, drain.output_path, [o for o in range(10) if o not in invalid]),
+                                   (DEAD_LETTERS, drain.dead_letter_path, sorted(invalid))):
+            if not chosen:
+                continue
+            rel = relative_path(LOGICAL, 0, name)
+            path = tmp_path / f"{staging_dir(root, 'b-000001', attempt)}/{rel}".removeprefix(f"{tmp_path}/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table({"batch_id": ["b-000001"] * len(chosen), "priority": pa.array([0] * len(chosen),
+                                                                                                pa.int32()),
+                                     "topic": [r.topic] * len(chosen), "partition": [0] * len(chosen),
+                                     "offset": chosen}), str(path))
+            files.append(f"{kind}/{rel}")
+        stats = (RangeStats(0, r, output=10 - len(invalid), dead=len(invalid), distinct=10, first=0, last=9,
+                            files=tuple(files)),)
+        return DrainResult("b-000001", attempt, LOGICAL, stats, staging="(test)", seconds=0.1)
+
+    first = run(1, {7})
+    delta_table.publish(first, root=drain.dead_letter_path, kind=DEAD_LETTERS, epoch=2)  # ... and the run died
+    tables.publish(drain, run(1, set()), epoch=4)
+
+    out = [o for _, _, o in rows_of(tables.read_rows(drain, OUTPUT, LOGICAL, columns=COLUMNS))]
+    dead = [o for _, _, o in rows_of(tables.read_rows(drain, DEAD_LETTERS, LOGICAL, columns=COLUMNS))]
+    assert (out, dead) == (list(range(10)), []), "each offset in one table, as the last run decided"
+
+
+def test_a_publish_keeps_the_rows_of_an_overlapped_file_outside_its_ranges(tmp_path):
+    """An earlier life's file of [0,200) lies across a batch's range [0,150): the batch's publish removes that file
+    from the table, and keeps its rows 150-199 in a file of their own in the same commit."""
+    old = OffsetRange("orders-0", 0, 0, 200)
+    delta_table.publish(staged(tmp_path, "b-000001", 1, {0: old}), root=str(tmp_path), kind=OUTPUT)
+    mine = OffsetRange("orders-0", 0, 0, 150)
+    done = delta_table.publish(staged(tmp_path, "b-000002", 1, {0: mine}), root=str(tmp_path), kind=OUTPUT)
+    assert len(done.removed) == 1 and len(done.added) == 2
+    assert offsets(tmp_path) == expected(old), "offsets 150-199 are still there, once"
+    live = delta_table.live_files(str(tmp_path), LOGICAL)
+    assert sorted((f.start, f.end, f.batch_id) for f in live) == [(0, 150, "b-000002"), (150, 200, "b-000001")]

@@ -13,7 +13,7 @@ from kprio_core.errors import OutputUnavailable
 from kprio_core.offsets import OffsetRange
 from kprio_core.results import DrainResult, RangeStats
 from spark_jobs.layout import RangeFile, filesystem, relative_path, staging_dir
-from spark_jobs.output import (discard, live_files, prepare_staging, publish, read_table, remove_file, staging_dirs,
+from spark_jobs.output import (discard, live_files, prepare_staging, publish, read_table, staging_dirs,
                                sweep_staging)
 from spark_jobs.staged_writer import StagedWriter
 from tests.fixtures.small_disks import read_only_dir
@@ -67,7 +67,7 @@ def test_publish_moves_the_staged_files_and_removes_the_staging_dirs(roots):
     assert sorted(read_table(str(roots[0]), TOPIC).column("offset").to_pylist()) == sorted([*range(10), *range(5)])
 
 
-def test_publish_replaces_the_same_name_and_removes_overlapping_leftovers_only(roots):
+def test_publish_replaces_the_same_name_and_the_overlapping_leftovers_keeping_rows_outside_its_ranges(roots):
     old = {r: [f"output/{_stage(roots[0], 'b-1', 1, r)}"] for r in (
         OffsetRange("orders-2", 0, 0, 10), OffsetRange("orders-2", 0, 10, 20), OffsetRange("orders-2", 0, 20, 30),
         OffsetRange("orders-2", 1, 0, 10))}
@@ -78,7 +78,11 @@ def test_publish_replaces_the_same_name_and_removes_overlapping_leftovers_only(r
     again, wider = OffsetRange("orders-2", 0, 0, 10), OffsetRange("orders-2", 0, 10, 25)
     new = {again: [f"output/{_stage(roots[0], 'b-5', 2, again)}"], wider: [f"output/{_stage(roots[0], 'b-5', 2, wider)}"]}
     _publish(_result("b-5", 2, new), roots)
-    assert _live(roots[0]) == [(again, "b-5", 2), (wider, "b-5", 2), (OffsetRange("orders-2", 1, 0, 10), "b-1", 1)]
+    # [20,30) lay across [10,25): its offsets 25-29 are no row of this publish's, so they stay, in [25,30).
+    assert _live(roots[0]) == [(again, "b-5", 2), (wider, "b-5", 2), (OffsetRange("orders-2", 0, 25, 30), "b-1", 1),
+                               (OffsetRange("orders-2", 1, 0, 10), "b-1", 1)]
+    assert sorted(read_table(str(roots[0]), TOPIC, columns=["offset"]).column("offset").to_pylist()) == sorted(
+        [*range(30), *range(10)]), "every offset once"
     assert _live(roots[1]) == []  # the re-drain of [0, 10) has no dead letters any more: the old ones go
 
 
@@ -106,7 +110,7 @@ def test_discard_and_sweep_remove_staging_dirs(roots):
     assert [name for name, _ in staging_dirs(str(roots[0]))] == ["b-2.1"]
 
 
-def test_live_files_skip_names_kprio_did_not_give_and_can_be_removed(roots):
+def test_live_files_skip_names_kprio_did_not_give(roots):
     r = OffsetRange("orders-2", 0, 0, 3)
     _publish(_result("b-1", 1, {r: [f"output/{_stage(roots[0], 'b-1', 1, r)}"]}), roots)
     (roots[0] / TOPIC / "priority=2" / "part-00000-foreign.parquet").write_bytes(b"not ours")
@@ -115,8 +119,6 @@ def test_live_files_skip_names_kprio_did_not_give_and_can_be_removed(roots):
     assert (live.topic, live.partition, live.start, live.end, live.priority, live.part) == ("orders-2", 0, 0, 3, 2, None)
     assert _live(roots[0]) == [(r, "b-1", 1)]
     assert read_table(str(roots[0]), TOPIC, batch_id="b-1", columns=["offset"]).column("offset").to_pylist() == [0, 1, 2]
-    remove_file(live)
-    assert _live(roots[0]) == [] and (roots[0] / TOPIC / "priority=2" / "part-00000-foreign.parquet").exists()
 
 
 def test_an_unwritable_root_is_refused_naming_root_path_and_cause(tmp_path):
@@ -126,3 +128,15 @@ def test_an_unwritable_root_is_refused_naming_root_path_and_cause(tmp_path):
     assert re.match(rf"the dead-letters root {re.escape(str(ro))}/dead (is read-only|is not writable "
                     r"\(permission denied\)): ", str(caught.value)), str(caught.value)
     assert str(ro) in str(caught.value).split(": ", 1)[1]
+
+
+def test_a_publish_keeps_the_rows_of_an_overlapped_file_outside_its_ranges(roots):
+    """A batch's range [0,2) overlaps the live file of [0,3) a stale plan or an earlier life left: offset 2 is no
+    row of this publish's, so it stays, in a file of its own ([2,3)), and the old file goes."""
+    old = OffsetRange("orders-2", 0, 0, 3)
+    _publish(_result("b-1", 1, {old: [f"output/{_stage(roots[0], 'b-1', 1, old)}"]}), roots)
+    mine = OffsetRange("orders-2", 0, 0, 2)
+    _publish(_result("b-2", 1, {mine: [f"output/{_stage(roots[0], 'b-2', 1, mine)}"]}), roots)
+    assert sorted((f.start, f.end, f.batch_id) for f in live_files(str(roots[0]), TOPIC)) == [(0, 2, "b-2"),
+                                                                                            (2, 3, "b-1")]
+    assert sorted(read_table(str(roots[0]), TOPIC, columns=["offset"]).column("offset").to_pylist()) == [0, 1, 2]
