@@ -91,3 +91,70 @@ def test_of_drivers_claiming_one_run_key_at_once_exactly_one_wins_on_postgres(pg
     from tests.kprio_core.test_ledger_launches import assert_one_winner
 
     assert_one_winner(pg_url)
+
+
+def test_a_session_waits_a_bounded_time_for_a_lock_a_stopped_process_holds(pg_url: str):
+    """A process stopped inside a transaction that locked the topic's row (a paused VM) stalls no other writer for
+    good: the server gives up the wait after lock_timeout and says so, and the ledger answers again at once."""
+    import time
+
+    import psycopg
+
+    from kprio_core.ledger.engine import POSTGRES_SESSION
+
+    with Ledger(pg_url) as ledger:
+        ledger.record_plan(make_plan(R("orders-2", 0, 0, 10)))
+        stopped = psycopg.connect(pg_url.replace("postgresql+psycopg", "postgresql"))
+        stopped.execute("SELECT logical_topic FROM kprio_topic_locks WHERE logical_topic = 'orders' FOR UPDATE")
+        try:
+            started = time.monotonic()
+            with pytest.raises(Exception, match="lock timeout"):
+                ledger.record_plan(make_plan(R("orders-2", 0, 10, 20)))
+            waited = time.monotonic() - started
+            assert waited < float(POSTGRES_SESSION["lock_timeout"].removesuffix("s")) + 5, waited
+            assert ledger.get("b-000001").state is S.PLANNED, "reads go on meanwhile"
+        finally:
+            stopped.close()
+        assert ledger.record_plan(make_plan(R("orders-2", 0, 10, 20))).batch_id == "b-000002"
+
+
+def test_leases_expire_by_the_database_clock_not_by_a_host_whose_clock_is_off(pg_url: str, tmp_path):
+    """A process on a host whose clock is an hour behind claims a lease of 30 s: by its own clock the lease would
+    have ended an hour ago for everyone else. Judged by the database's clock, it holds for 30 s."""
+    import os
+    import subprocess
+    import sys
+    from datetime import datetime, timedelta
+    from pathlib import Path
+
+    from tests.fixtures.apt import apt_install
+
+    def found() -> str | None:
+        """Debian's libfaketime (package faketime): a process's clock moved, the server's left alone."""
+        return next((str(p) for p in sorted(Path("/usr/lib").rglob("libfaketime.so.1"))), None)
+
+    if found() is None and (why := apt_install("faketime", missing="no libfaketime",
+                                                installed=lambda: found() is not None)):
+        pytest.skip(why)
+    with Ledger(pg_url) as ledger:
+        batch = ledger.record_plan(make_plan(R("orders-2", 0, 0, 10)))
+    script = tmp_path / "claim.py"
+    script.write_text(f"""
+import datetime
+from kprio_core.ledger import Ledger
+print(datetime.datetime.now(datetime.UTC).isoformat())
+with Ledger({pg_url!r}) as ledger:
+    print(ledger.claim({batch.batch_id!r}, "run-late@skewed:1", 30).lease.until.isoformat())
+""")
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(script)], cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(repo), "LD_PRELOAD": found(), "FAKETIME": "-1h",
+                               "FAKETIME_DONT_RESET": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    host_now, until = (datetime.fromisoformat(line) for line in done.stdout.split())
+    with Ledger(pg_url) as ledger:
+        now = ledger.now()
+        assert now - host_now > timedelta(minutes=55), "the subprocess's clock was an hour behind"
+        assert timedelta(seconds=0) < until - now <= timedelta(seconds=30), (until, now)
+        with pytest.raises(BatchBusy, match="held by run-late@skewed:1"):
+            ledger.claim(batch.batch_id, "run-b@h:2", 30)

@@ -56,7 +56,8 @@ def test_a_lease_another_run_holds_is_lost(url: str, meanwhile: str):
                 ledger.retry(batch.batch_id, reason="an operator's retry", take_over={A})
                 ledger.claim(batch.batch_id, A, 30)  # the same owner, but attempt 2: attempt 1's lease is gone
             assert wait_lost(heartbeat)
-            with pytest.raises(LeaseLost, match=rf"the lease of {A} \(attempt 1\) is lost .*stops without publishing"):
+            with pytest.raises(LeaseLost, match=rf"the lease of {A} \(attempt 1, epoch {token.epoch}\) is lost "
+                                                r".*stops without publishing"):
                 heartbeat.check()
 
 

@@ -417,3 +417,33 @@ def test_a_commit_of_kprio_that_reached_kafka_before_its_ledger_is_no_move_by_so
     assert (change.committed, change.believed, str(change.state)) == (20, 10, "ok"), change
     assert not decision.decided and not decision.holds, decision.describe()
     assert [(x.batch.batch_id, str(x.why)) for x in decision.launch] == [(second, "commit")]  # it finishes itself
+
+
+def test_a_hold_that_asks_a_person_stays_when_the_log_later_grows_past_the_moved_offset(make_topic, kprio_env,
+                                                                                       kafka_settings):
+    """Someone moved the group to 421, beyond the log's end at 121: held for a person. 450 records later the end
+    is at 571, past 421: that alone reads as a forward move (skip [121,421) as the operator's). Records written
+    after the move were never seen by whoever moved it: the hold stands until a person decides."""
+    topic = make_topic(priorities=1, partitions=1, records={0: 121})
+    env = kprio_env(topic, planner={"record_budget": 10_000, "target_batch_s": None})
+    name = topic.priority_topic(0)
+    with dg.instance_for_test() as instance:
+        assert drain_loop.drain(env.defs, instance).ok
+        set_committed(kafka_settings, topic.priority_group(0), {(name, 0): 421})
+        held = tick(instance, env.edge, env.ledger, env.config)
+        assert not held.requests and "ahead of the log" in held.skip_reason, held.skip_reason
+        fill(kafka_settings, name, 450, partitions=1)
+
+        report = drain_loop.drain(env.defs, instance)
+        assert not report.ok and "they need a person" in report.stopped, report.stopped
+        assert "committed 421 is beyond the log's end 121" in report.stopped and "held since" in report.stopped
+        assert f"kprio reset {name}[0] --to" in report.stopped
+        assert lag(topic, env.edge) == {0: 150}, "nothing drained from 421 on"
+        assert not [e for e in env.ledger.log_events(topic.name) if e.outcome == "accept"], "no skip recorded"
+
+        # The person decides: drain on from where kprio left off.
+        reset_partition(env.edge, env.ledger, env.config, name, 0, "121", now_ms=int(time.time() * 1000))
+        assert drain_loop.drain(env.defs, instance).ok
+    assert lag(topic, env.edge) == {0: 0}
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok and check.output == 571, check
