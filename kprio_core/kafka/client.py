@@ -181,6 +181,7 @@ class Deadline:
 
 _AUTH = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
          "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "DELEGATION_TOKEN_AUTHORIZATION_FAILED"}
+_AUTHENTICATION = {"SASL_AUTHENTICATION_FAILED", "_AUTHENTICATION"}
 _MISSING = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "_NOENT"}
 _UNREACHABLE = {"_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE", "REQUEST_TIMED_OUT",
                 "_MSG_TIMED_OUT", "NETWORK_EXCEPTION", "LEADER_NOT_AVAILABLE", "NOT_COORDINATOR",
@@ -210,9 +211,11 @@ def kafka_failure(error: Any, *, what: str, bootstrap: str, timeout_s: float, to
     from kprio_core.kafka.security import ClientIdentity, security_failure
 
     name = error_name(error)
-    secured = security_failure(name, _error_text(error), ClientIdentity(bootstrap))
-    if secured is not None:
-        return secured
+    if name in _AUTHENTICATION:
+        # A request answered "not authenticated"; TLS failures come as the client's events, where its
+        # settings are known (SecurityWatch), never as a request's error.
+        return security_failure(name, _error_text(error), ClientIdentity(bootstrap)) or AuthorizationFailed(
+            f"{what} on {bootstrap}: not authenticated ({name})")
     if name in _AUTH:
         return AuthorizationFailed(f"{what} on {bootstrap}: not authorized ({name})")
     if name in _MISSING and topic is not None:

@@ -147,8 +147,12 @@ def security_failure(name: str, text: str, who: ClientIdentity,
             return SaslMechanismNotEnabled(
                 f"SASL mechanism {mechanism} (kafka.client.sasl.mechanism) is not enabled on the broker, "
                 f"which takes {takes} ({broker})")
+        if who.username is None:  # a request's error: the client's settings are not at hand
+            return SaslAuthenticationFailed(f"SASL authentication failed: the broker refused the user of "
+                                            f"kafka.client.sasl.username or the password of {PASSWORD_VARIABLE} "
+                                            f"({broker})")
         return SaslAuthenticationFailed(
-            f"SASL authentication failed: the broker refused user '{who.username or ''}' (kafka.client.sasl.username) "
+            f"SASL authentication failed: the broker refused user '{who.username}' (kafka.client.sasl.username) "
             f"with the password of {PASSWORD_VARIABLE} over {who.mechanism or 'its mechanism'} ({broker})")
     alert = _ALERT.search(text)
     if alert is not None and name in ("_SSL", "_TRANSPORT") and ("certificate" in alert.group(1)

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kprio_core.config import ENV_BOOTSTRAP, DrainSettings, KafkaSettings, OutputFormat, load_config, parse_config
-from orchestration.services.broker_security import BrokerSecurity
 from orchestration.demo import DemoFailed
 from orchestration.demo.layout import (
     LOGICAL_TOPIC,
@@ -47,6 +46,7 @@ from orchestration.demo.report import (
     priority_rows,
 )
 from orchestration.demo.workload import Workload, demo_record_budget, demo_workload
+from orchestration.services.broker_security import BrokerSecurity
 
 if TYPE_CHECKING:
     from orchestration.dagster.drain_loop import BatchOutcome

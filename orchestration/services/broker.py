@@ -581,8 +581,7 @@ class EmbeddedBroker:
         if missing:
             raise BrokerProcessError(
                 f"kprio broker --security {self.security.mode.value} needs {' and '.join(missing)} in the "
-                f"environment ({'the password of user ' + USER if PASSWORD_VARIABLE in missing else 'the password'}"
-                f"{'' if len(missing) == 1 else 's'} the broker and kprio's clients use; never written anywhere)")
+                "environment: the broker and kprio's clients read the secrets there, and nothing ever writes them")
         if self.security.tls:
             password = self._env[KEYSTORE_VARIABLE]
             if not self.tls.complete():

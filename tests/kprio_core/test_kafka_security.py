@@ -18,8 +18,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from kprio_core.errors import KafkaSecurityFailed
-from kprio_core.kafka.security import ClientIdentity, SecurityWatch, diagnose_certificate, java_security_failure, \
-    security_failure
+from kprio_core.kafka.security import (
+    ClientIdentity,
+    SecurityWatch,
+    diagnose_certificate,
+    java_security_failure,
+    security_failure,
+)
 from orchestration.services.tls import issue, make_ca
 
 WHO = ClientIdentity.of({"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",

@@ -13,7 +13,7 @@ import pytest
 from kprio_core.config import DrainSettings
 from kprio_core.errors import ConfigError
 from kprio_core.offsets import OffsetRange as R
-from orchestration.services.broker_security import BrokerSecurity, Security
+from orchestration.demo import DemoFailed
 from orchestration.demo.layout import DemoLayout, demo_config, write_config
 from orchestration.demo.producer import Arrival
 from orchestration.demo.report import (
@@ -23,7 +23,6 @@ from orchestration.demo.report import (
     priority_rows,
     wait_counts,
 )
-from orchestration.demo import DemoFailed
 from orchestration.demo.run import cluster_settings, one_off_secrets, published_offsets
 from orchestration.demo.workload import (
     POISON_KINDS,
@@ -32,6 +31,7 @@ from orchestration.demo.workload import (
     poison_value,
     wave_records,
 )
+from orchestration.services.broker_security import BrokerSecurity, Security
 
 
 @pytest.mark.parametrize("records", [6, 7, 100, 1001, 20_000])

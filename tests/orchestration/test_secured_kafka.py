@@ -32,6 +32,7 @@ from orchestration.cli.main import app
 from orchestration.dagster import drain_loop
 from orchestration.dagster.definitions import build_definitions
 from orchestration.services.broker import BrokerSecurity, Security
+from orchestration.services.process import wait_for
 from orchestration.services.tls import TlsFiles, make_files
 from tests.fixtures.kafka import SecuredKafka, files_holding, secured_kafka
 from tests.fixtures.spark import TEST_SPARK
@@ -178,4 +179,7 @@ def test_no_secret_is_in_any_file_this_module_wrote(secured, module_dir, spark_f
     session's Spark event log and scratch files."""
     assert (secured.broker.data_dir / "server.properties").is_file() and secured.broker.log_path.is_file()
     assert list(module_dir.glob("drain-*/dagster/*")), "run the whole module: the sweep reads what its drains wrote"
+    # Spark's event log holds the native reader's plan, options and all (its Kafka client's settings redacted).
+    assert wait_for(lambda: any(b"orders-native" in f.read_bytes() for f in (spark_files / "events").rglob("*")
+                                if f.is_file()), 30), "the native drain is not in Spark's event log"
     assert files_holding([module_dir, spark_files], secured.secrets) == {}

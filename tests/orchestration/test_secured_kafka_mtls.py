@@ -36,6 +36,7 @@ from orchestration.dagster import drain_loop
 from orchestration.dagster.definitions import build_definitions
 from orchestration.services.broker import BrokerSecurity, Security
 from orchestration.services.broker_security import KEYSTORE_VARIABLE
+from orchestration.services.process import wait_for
 from orchestration.services.tls import issue, keystore, load_ca
 from tests.fixtures.kafka import files_holding, secured_kafka
 from tests.fixtures.spark import TEST_SPARK
@@ -158,4 +159,7 @@ def test_no_secret_nor_the_private_key_is_in_any_file_this_module_wrote(secured,
     as an option Spark redacts, so its text must be nowhere: not in the event log, nor in a plan."""
     _, password, clear_key = pem_client
     assert list(module_dir.glob("drain-*/dagster/*")), "run the whole module: the sweep reads what its drains wrote"
+    # Spark's event log holds the native reader's plan, options and all (its Kafka client's settings redacted).
+    assert wait_for(lambda: any(b"orders-pem" in f.read_bytes() for f in (spark_files / "events").rglob("*")
+                                if f.is_file()), 30), "the native drain is not in Spark's event log"
     assert files_holding([module_dir, spark_files], [*secured.secrets, password, clear_key]) == {}
