@@ -14,7 +14,8 @@ was is in the message's words, and for a certificate not even there. So :func:`d
 asks the broker once more with Python's ``ssl`` (the same CA, the same host name check), whose
 verification error names the reason (untrusted, expired, another host), and reads the certificate's
 dates and names for the message. That is a workaround at this one place: confluent-kafka has no
-certificate verification callback.
+certificate verification callback, and its users meet the same unexplained line (confluent-kafka-python
+issue 1610, "Broker certificate could not be verified").
 
 Nothing here names a secret's value: a message names the setting (``kafka.client.sasl.username``,
 ``KPRIO_KAFKA_SASL_PASSWORD``) and paths of files, never their content.

@@ -22,7 +22,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -230,7 +230,7 @@ def cluster_settings(config: Path | None, env: Mapping[str, str] | None = None) 
     return None
 
 
-def one_off_secrets(security: BrokerSecurity, env: dict[str, str] | os._Environ, *, keep_broker: bool) -> list[str]:
+def one_off_secrets(security: BrokerSecurity, env: MutableMapping[str, str], *, keep_broker: bool) -> list[str]:
     """Set in ``env`` a random value for each secret ``security`` needs that is not set; the names set.
 
     The demo's clients (its Dagster runs among them) read the secrets from the process's environment,
