@@ -10,7 +10,8 @@ Client settings pass as ``kafka.*``: :func:`~kprio_core.kafka.java_client.java_c
 Java client's translation of the librdkafka settings every other kprio client is built from, secrets
 included (the JAAS line from ``sasl.username`` and ``KPRIO_KAFKA_SASL_PASSWORD``, the truststore from
 ``ssl.ca.location``, the keystore for mutual TLS). Settings Spark manages itself and refuses
-(``enable.auto.commit``, ``auto.offset.reset``, deserializers, interceptors) are left out. ``kafka.isolation.level`` is kprio's isolation level, ``read_committed`` unless
+(``enable.auto.commit``, ``auto.offset.reset``, deserializers, interceptors) are left out.
+``kafka.isolation.level`` is kprio's isolation level, ``read_committed`` unless
 configured: Spark's source would otherwise read aborted transactions (the Java client's
 default is ``read_uncommitted``). A consumer call waits at most ``kafka.timeout_s``
 (``kafkaConsumer.pollTimeoutMs``; Spark's default is two minutes). The session redacts the

@@ -21,22 +21,16 @@ import asyncio
 import time
 from pathlib import Path
 
-import dagster as dg
 import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kprio_core.config import KprioConfig, parse_config
-from kprio_core.kafka import KafkaEdge
 from orchestration.cli.main import app
-from orchestration.dagster import drain_loop
-from orchestration.dagster.definitions import build_definitions
 from orchestration.services.broker import BrokerSecurity, Security
 from orchestration.services.process import wait_for
 from orchestration.services.tls import TlsFiles, make_files
-from tests.fixtures.kafka import SecuredKafka, files_holding, secured_kafka
-from tests.fixtures.spark import TEST_SPARK
-from tests.orchestration.conservation import conservation, lag
+from tests.fixtures.kafka import files_holding, secured_kafka
+from tests.orchestration.secured_drains import drain_to_zero_lag, secured_config
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -54,42 +48,12 @@ def secured(module_dir: Path):
         yield kafka
 
 
-def kprio_config(secured: SecuredKafka, folder: Path, topic, **sections: dict) -> KprioConfig:
-    """The test's configuration: the printed client settings, secrets from the environment only."""
-    raw = {
-        "kafka": secured.raw(),
-        "topics": [topic.model_dump(mode="json", by_alias=True)],
-        "spark": {"master": TEST_SPARK.master, "conf": dict(TEST_SPARK.conf)},
-        "ledger": {"url": f"sqlite:///{folder / 'ledger.db'}"},
-        "drain": {"output_path": str(folder / "output"), "dead_letter_path": str(folder / "dead-letters"),
-                  "replay_path": str(folder / "replay")},
-        "sensor": {"interval_s": 1},
-        "recovery": {"backoff_s": 0.2, "backoff_max_s": 1},
-        "planner": {"record_budget": 30},
-        **sections,
-    }
-    return parse_config(raw, "test", env=secured.env)
-
-
 @pytest.mark.parametrize("reader", ["python", "native"])
 def test_both_readers_drain_a_sasl_ssl_cluster_to_zero_lag_through_the_sensor(secured, module_dir, spark, reader,
                                                                                caplog):
     folder = module_dir / f"drain-{reader}"
     topic = secured.make_topic(f"orders-{reader}", RECORDS)
-    config = kprio_config(secured, folder, topic, spark={"master": TEST_SPARK.master, "conf": dict(TEST_SPARK.conf),
-                                                          "reader": reader})
-    # The Dagster instance lives in the module's folder, so the sweep below reads its event log and runs.
-    (folder / "dagster").mkdir(parents=True)
-    with dg.instance_for_test(temp_dir=str(folder / "dagster")) as instance:
-        report = drain_loop.drain(build_definitions(config), instance)
-
-    assert report.ok, report.stopped
-    assert report.records() == RECORDS
-    assert {b.state.value for b in report.batches} == {"committed"}
-    with KafkaEdge(config.kafka) as edge:
-        assert lag(topic, edge) == {2: 0, 1: 0, 0: 0}
-        result = conservation(config, topic, edge)
-    assert result.ok and result.expected == sum(RECORDS.values()), str(result)
+    drain_to_zero_lag(secured_config(secured, folder, topic, reader=reader), topic, RECORDS, folder)
     assert not [s for s in secured.secrets if s in caplog.text], "a secret reached the logs"
 
 
@@ -99,7 +63,7 @@ def test_the_airflow_trigger_finds_the_backlog_of_a_sasl_ssl_cluster(secured, mo
 
     folder = module_dir / "airflow"
     topic = secured.make_topic("orders-airflow", {2: 3})
-    config = kprio_config(secured, folder, topic)
+    config = secured_config(secured, folder, topic)
     folder.mkdir()
     path = folder / "kprio.yaml"
     path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})))

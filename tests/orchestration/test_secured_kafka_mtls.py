@@ -22,25 +22,19 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import dagster as dg
 import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 from typer.testing import CliRunner
 
-from kprio_core.config import parse_config
-from kprio_core.kafka import KafkaEdge
 from orchestration.cli.main import app
-from orchestration.dagster import drain_loop
-from orchestration.dagster.definitions import build_definitions
 from orchestration.services.broker import BrokerSecurity, Security
 from orchestration.services.broker_security import KEYSTORE_VARIABLE
 from orchestration.services.process import wait_for
 from orchestration.services.tls import issue, keystore, load_ca
 from tests.fixtures.kafka import files_holding, secured_kafka
-from tests.fixtures.spark import TEST_SPARK
-from tests.orchestration.conservation import conservation, lag
+from tests.orchestration.secured_drains import drain_to_zero_lag, secured_config
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -77,34 +71,12 @@ def pem_client(secured, module_dir: Path):
     return folder, password, clear
 
 
-def drain_to_zero_lag(secured, folder: Path, topic, client: dict, env: dict, reader: str) -> None:
-    raw = {
-        "kafka": secured.raw(**client),
-        "topics": [topic.model_dump(mode="json", by_alias=True)],
-        "spark": {"master": TEST_SPARK.master, "conf": dict(TEST_SPARK.conf), "reader": reader},
-        "ledger": {"url": f"sqlite:///{folder / 'ledger.db'}"},
-        "drain": {"output_path": str(folder / "output"), "dead_letter_path": str(folder / "dead-letters"),
-                  "replay_path": str(folder / "replay")},
-        "recovery": {"backoff_s": 0.2, "backoff_max_s": 1},
-        "planner": {"record_budget": 25},
-    }
-    config = parse_config(raw, "test", env=env)
-    (folder / "dagster").mkdir(parents=True)
-    with dg.instance_for_test(temp_dir=str(folder / "dagster")) as instance:
-        report = drain_loop.drain(build_definitions(config), instance)
-    assert report.ok, report.stopped
-    assert report.records() == RECORDS and {b.state.value for b in report.batches} == {"committed"}
-    with KafkaEdge(config.kafka) as edge:
-        assert lag(topic, edge) == {2: 0, 1: 0, 0: 0}
-        result = conservation(config, topic, edge)
-    assert result.ok and result.expected == sum(RECORDS.values()), str(result)
-
-
 def test_the_python_reader_drains_with_the_pkcs12_keystore_the_broker_made(secured, module_dir, spark):
     # The settings `kprio broker start --security ssl --mtls` prints, as they are.
     assert set(secured.broker.client_settings()) == {"security.protocol", "ssl.ca.location", "ssl.keystore.location"}
     topic = secured.make_topic("orders-pkcs12", RECORDS)
-    drain_to_zero_lag(secured, module_dir / "drain-python", topic, {}, dict(secured.env), "python")
+    folder = module_dir / "drain-python"
+    drain_to_zero_lag(secured_config(secured, folder, topic), topic, RECORDS, folder)
 
 
 def test_the_native_reader_drains_with_pem_files_and_an_encrypted_key(secured, module_dir, spark, pem_client,
@@ -115,7 +87,9 @@ def test_the_native_reader_drains_with_pem_files_and_an_encrypted_key(secured, m
     env = {KEY_PASSWORD_VARIABLE: password}
     monkeypatch.setenv(KEY_PASSWORD_VARIABLE, password)  # the Dagster resource reads it at run time
     topic = secured.make_topic("orders-pem", RECORDS)
-    drain_to_zero_lag(secured, module_dir / "drain-native", topic, client, env, "native")
+    folder = module_dir / "drain-native"
+    drain_to_zero_lag(secured_config(secured, folder, topic, reader="native", client=client, env=env), topic, RECORDS,
+                      folder)
 
 
 MISTAKES = {
