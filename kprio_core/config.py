@@ -80,14 +80,88 @@ the secret; ``ssl.ca.pem`` is a public certificate; ``ssl_key`` is set only thro
 plus ``sasl.oauthbearer.client.credentials.client.secret``, librdkafka's alias of the client
 secret (and the Java client's name for it)."""
 
-JAVA_SECRETS = ("sasl.jaas.config", "ssl.truststore.password", "ssl.keystore.key")
-"""Credentials only Kafka's Java client takes (``ConfigDef.Type.PASSWORD``), for Spark's native
-reader. librdkafka refuses them, so :meth:`KafkaSettings.client_config` leaves them out and
-:meth:`KafkaSettings.java_client_config` passes them on."""
-
-SECRET_SETTINGS = LIBRDKAFKA_SECRETS + JAVA_SECRETS
-"""Every secret Kafka client setting: only from ``KPRIO_KAFKA_<SETTING>``, never in the file;
+SECRET_SETTINGS = LIBRDKAFKA_SECRETS
+"""Every secret Kafka client setting kprio takes: only from ``KPRIO_KAFKA_<SETTING>``, never in the file;
 the Dagster Kafka resource carries each as a ``dg.EnvVar`` of that variable."""
+
+JAVA_SECRETS = ("sasl.jaas.config", "ssl.keystore.key", "ssl.truststore.password", "ssl.keystore.certificate.chain")
+"""Settings of Kafka's Java client that carry a credential, which kprio derives for Spark's native reader
+(:func:`kprio_core.kafka.java_client.java_client_config`) and never takes: Spark redacts them with the
+secrets above (:data:`spark_jobs.session.DEFAULT_CONF`)."""
+
+JAVA_ONLY_SETTINGS = {
+    "sasl.jaas.config": "sasl.username and KPRIO_KAFKA_SASL_PASSWORD (kprio writes the Java client's JAAS line)",
+    "sasl.login.callback.handler.class": "sasl.mechanism PLAIN or SCRAM-SHA-256/512 with sasl.username",
+    "sasl.client.callback.handler.class": "sasl.mechanism PLAIN or SCRAM-SHA-256/512 with sasl.username",
+    "ssl.truststore.location": "ssl.ca.location (a PEM file of the CA certificates)",
+    "ssl.truststore.password": "ssl.ca.location (a PEM file of the CA certificates, no password)",
+    "ssl.truststore.type": "ssl.ca.location (a PEM file of the CA certificates)",
+    "ssl.truststore.certificates": "ssl.ca.pem",
+    "ssl.keystore.type": "ssl.keystore.location (PKCS#12) or ssl.certificate.location with ssl.key.location (PEM)",
+    "ssl.keystore.key": "ssl.key.location or KPRIO_KAFKA_SSL_KEY_PEM",
+    "ssl.keystore.certificate.chain": "ssl.certificate.location or ssl.certificate.pem",
+    "ssl.protocol": "the TLS version both clients negotiate (leave it out)",
+    "ssl.enabled.protocols": "the TLS versions both clients negotiate (leave it out)",
+}
+"""Settings only Kafka's Java client understands, refused wherever they come from: kprio's librdkafka clients
+(the admin client, the python reader, commits, the Airflow trigger, the demo) would not see them. Each names
+the librdkafka setting to use instead; the Java client's own is derived from it."""
+
+JAVA_SASL_MECHANISMS = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+"""The SASL mechanisms whose Java login (a JAAS line from ``sasl.username`` and ``sasl.password``) kprio writes."""
+
+JAVA_TRANSLATED = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+    "ssl.ca.location", "ssl.ca.pem", "ssl.certificate.location", "ssl.certificate.pem", "ssl.key.location",
+    "ssl.key.pem", "ssl.key.password", "ssl.keystore.location", "ssl.keystore.password",
+    "ssl.endpoint.identification.algorithm",
+})
+"""The librdkafka security settings kprio translates for Kafka's Java client (Spark's native reader)."""
+
+
+def is_security_setting(name: str) -> bool:
+    """A setting of the connection's security (protocol, SASL, TLS), which both client families must agree on.
+
+    >>> is_security_setting("sasl.username"), is_security_setting("enable.ssl.certificate.verification")
+    (True, True)
+    >>> is_security_setting("client.id")
+    False
+    """
+    name = name.lower()
+    return name.startswith(("sasl.", "ssl.", "ssl_")) or name in ("security.protocol",
+                                                                   "enable.ssl.certificate.verification")
+
+
+def java_untranslatable(settings: Mapping[str, object]) -> list[str]:
+    """Why the security settings in ``settings`` (librdkafka's) cannot reach Kafka's Java client, one line
+    per setting, naming it; empty when kprio translates them all.
+
+    >>> java_untranslatable({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"})
+    []
+    >>> for line in java_untranslatable({"sasl.mechanism": "OAUTHBEARER", "enable.ssl.certificate.verification": False,
+    ...                                   "ssl.crl.location": "/crl.pem"}):
+    ...     print(line)
+    kafka.client.enable.ssl.certificate.verification: Kafka's Java client always verifies the broker's certificate
+    kafka.client.sasl.mechanism: OAUTHBEARER has no Java login kprio writes (it writes PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
+    kafka.client.ssl.crl.location: a librdkafka setting with no equivalent kprio gives Kafka's Java client
+    """
+    found = []
+    for name, value in sorted(settings.items()):
+        key = name.lower()
+        if key in ("sasl.mechanism", "sasl.mechanisms") and str(value).upper() not in JAVA_SASL_MECHANISMS:
+            found.append(f"kafka.client.{name}: {value} has no Java login kprio writes (it writes "
+                         f"{', '.join(JAVA_SASL_MECHANISMS)})")
+        elif key == "enable.ssl.certificate.verification" and str(value).lower() in ("false", "0"):
+            found.append(f"kafka.client.{name}: Kafka's Java client always verifies the broker's certificate")
+        elif key == "ssl.endpoint.identification.algorithm" and str(value).lower() not in ("https", "none", ""):
+            found.append(f"kafka.client.{name}: {value} is neither https nor none")
+        elif is_security_setting(key) and key not in JAVA_TRANSLATED and key != "enable.ssl.certificate.verification":
+            found.append(f"kafka.client.{name}: a librdkafka setting with no equivalent kprio gives Kafka's Java client")
+    return found
 
 
 def is_secret_setting(name: str) -> bool:
@@ -172,6 +246,11 @@ class KafkaSettings(_Model):
                     f"'{name}' is a secret: remove it from the file and set it in the environment as "
                     f"{setting_variable(name)}"
                 )
+            if name.lower() in JAVA_ONLY_SETTINGS:
+                raise ValueError(
+                    f"'{name}' is a setting of Kafka's Java client only, which kprio's librdkafka clients would not "
+                    f"see: set {JAVA_ONLY_SETTINGS[name.lower()]}; kprio derives the Java client's settings from them"
+                )
         return value
 
     @field_validator("secrets")
@@ -183,19 +262,21 @@ class KafkaSettings(_Model):
         return value
 
     def client_config(self) -> dict[str, str | int | float | bool]:
-        """The librdkafka settings to build a client with, secrets revealed (never log this)."""
-        return {k: v for k, v in self.java_client_config().items() if k not in JAVA_SECRETS}
+        """The librdkafka settings of every kprio client, security and secrets included (never log this).
 
-    def consumer_config(self) -> dict[str, str | int | float | bool]:
-        """:meth:`client_config` plus what every kprio reader needs: the isolation level."""
-        return {**self.client_config(), "isolation.level": self.isolation_level.value}
-
-    def java_client_config(self) -> dict[str, str | int | float | bool]:
-        """The settings for Kafka's Java client (Spark's native reader): also its own secrets."""
+        The one source of every client's connection and security settings: the admin, consumer and
+        producer clients (:func:`kprio_core.kafka.client.client_config`), the python reader's consumers,
+        and Kafka's Java client, whose settings are translated from these
+        (:func:`kprio_core.kafka.java_client.java_client_config`).
+        """
         conf: dict[str, str | int | float | bool] = {"bootstrap.servers": self.bootstrap_servers}
         conf.update(self.client)
         conf.update({k: v.get_secret_value() for k, v in self.secrets.items()})
         return conf
+
+    def consumer_config(self) -> dict[str, str | int | float | bool]:
+        """:meth:`client_config` plus what every kprio reader needs: the isolation level."""
+        return {**self.client_config(), "isolation.level": self.isolation_level.value}
 
     def redacted(self) -> dict[str, object]:
         """The client settings with every secret replaced by '***' (safe for logs and metadata)."""
@@ -578,6 +659,16 @@ class KprioConfig(_Model):
         if dupes:
             raise ValueError(f"logical topic names must be unique, repeated: {dupes}")
         return value
+
+    @model_validator(mode="after")
+    def _native_reader_gets_the_security_settings(self) -> KprioConfig:
+        """spark.reader native reads with Kafka's Java client: every security setting must translate to it."""
+        if self.spark.reader is SparkReader.NATIVE:
+            problems = java_untranslatable({**self.kafka.client, **self.kafka.secrets})
+            if problems:
+                raise ValueError(f"spark.reader native: {problems[0]}; use spark.reader python"
+                                 + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        return self
 
     def topic(self, name: str) -> TopicSettings:
         for t in self.topics:

@@ -176,6 +176,58 @@ class LogChanged(KprioError):
     code = "log_changed"
 
 
+class KafkaSecurityFailed(KprioError):
+    """The cluster refused kprio's Kafka client, or kprio refused the cluster's certificate: a setting to fix.
+
+    Each kind below says which setting (``kafka.client.<setting>``, or the environment variable of a
+    secret) and never a secret's value. None passes by itself: the settings or the certificates must change.
+    """
+
+    code = "kafka_security_failed"
+
+
+class SaslAuthenticationFailed(KafkaSecurityFailed):
+    """The broker refused the SASL user name or password (a wrong password, an unknown user)."""
+
+    code = "sasl_authentication_failed"
+
+
+class SaslMechanismNotEnabled(KafkaSecurityFailed):
+    """The SASL mechanism the client asks for is not enabled on the broker's listener."""
+
+    code = "sasl_mechanism_not_enabled"
+
+
+class CertificateUntrusted(KafkaSecurityFailed):
+    """The broker's TLS certificate is not signed by a CA the client trusts (``ssl.ca.location``)."""
+
+    code = "ssl_certificate_untrusted"
+
+
+class CertificateExpired(KafkaSecurityFailed):
+    """A TLS certificate (the broker's, or the client's that the broker refused) is expired or not yet valid."""
+
+    code = "ssl_certificate_expired"
+
+
+class HostnameMismatch(KafkaSecurityFailed):
+    """The broker's TLS certificate does not name the host the client connected to."""
+
+    code = "ssl_hostname_mismatch"
+
+
+class ClientCertificateRejected(KafkaSecurityFailed):
+    """The broker requires a client certificate (mutual TLS) and refused the one sent, or got none."""
+
+    code = "ssl_client_certificate_rejected"
+
+
+class TlsHandshakeFailed(KafkaSecurityFailed):
+    """The TLS handshake with the broker failed for a reason none of the kinds above covers."""
+
+    code = "ssl_handshake_failed"
+
+
 class LaneOrderBroken(KprioError):
     """Records of one lane reached the handler out of offset order (a drain bug, never data)."""
 

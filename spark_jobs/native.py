@@ -6,12 +6,12 @@ The plan's ranges (adjacent splits of a partition merged back, see
 settings would. Option names are those of Spark's ``KafkaSourceProvider`` (Spark 4.2; it reads
 them case-insensitively).
 
-Client settings pass as ``kafka.*``: :meth:`~kprio_core.config.KafkaSettings.java_client_config`,
-secrets included (Spark's connector uses the Java client, so only settings both clients share,
-``security.protocol``, ``sasl.mechanism``, ..., mean the same thing there; the Java client's
-own credentials such as ``sasl.jaas.config`` come from ``KPRIO_KAFKA_*``). Settings Spark manages
-itself and refuses (``enable.auto.commit``, ``auto.offset.reset``, deserializers, interceptors)
-are left out. ``kafka.isolation.level`` is kprio's isolation level, ``read_committed`` unless
+Client settings pass as ``kafka.*``: :func:`~kprio_core.kafka.java_client.java_client_config`, the
+Java client's translation of the librdkafka settings every other kprio client is built from, secrets
+included (the JAAS line from ``sasl.username`` and ``KPRIO_KAFKA_SASL_PASSWORD``, the truststore from
+``ssl.ca.location``, the keystore for mutual TLS). Settings Spark manages itself and refuses
+(``enable.auto.commit``, ``auto.offset.reset``, deserializers, interceptors) are left out.
+``kafka.isolation.level`` is kprio's isolation level, ``read_committed`` unless
 configured: Spark's source would otherwise read aborted transactions (the Java client's
 default is ``read_uncommitted``). A consumer call waits at most ``kafka.timeout_s``
 (``kafkaConsumer.pollTimeoutMs``; Spark's default is two minutes). The session redacts the
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from kprio_core.config import KprioConfig
 from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import KprioError, RangeIncomplete
+from kprio_core.kafka.java_client import java_client_config
 from kprio_core.offsets import OffsetRange
 from kprio_core.splits import spark_offsets_json
 from spark_jobs.kafka_schema import KAFKA_COLUMNS
@@ -77,9 +78,9 @@ def native_options(
         "kafkaConsumer.pollTimeoutMs": str(int(config.kafka.timeout_s * 1000)),
         "groupIdPrefix": "kprio-native",
     }
-    for key, value in config.kafka.java_client_config().items():
+    for key, value in java_client_config(config.kafka).items():
         if key.lower() not in SPARK_MANAGED:
-            opts[f"kafka.{key}"] = str(value).lower() if isinstance(value, bool) else str(value)
+            opts[f"kafka.{key}"] = value
     opts["kafka.isolation.level"] = config.kafka.isolation_level.value
     return opts
 

@@ -212,7 +212,7 @@ def read_range(
                 if err is not None:
                     stop, position, note = _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name,
                                                      where=(str(client.get("bootstrap.servers", "?")),
-                                                            settings.stall_timeout_s))
+                                                            settings.stall_timeout_s), client=client)
                     if stop:
                         reason = note or "done"
                         break
@@ -305,11 +305,12 @@ def _plain(messages: list[Any], position: int, end: int) -> bool:
 
 
 def _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name="high watermark", *,
-              where=("?", 0.0)):
+              where=("?", 0.0), client=None):
     """Handle an error event: (stop reading?, new position, what happened).
 
     ``end_name``: what the end of a partition is to this reader (its isolation level's end);
-    ``where``: the bootstrap servers and the stall timeout, for a typed error's message.
+    ``where``: the bootstrap servers and the stall timeout, for a typed error's message; ``client``: the
+    client settings, whose names (never secrets) a security failure's message gives.
     """
     code = err.code()
     if code == ck.KafkaError._PARTITION_EOF:
@@ -333,13 +334,19 @@ def _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name="hi
             consumer.assign([ck.TopicPartition(rng.topic, rng.partition, low)])
             return False, low, note
         return True, position, f"offset {position} out of range (log is [{low},{high}))"
-    if msg.topic() is None and not err.fatal():
-        # A client-level event (a group coordinator lookup, a connection dropped): librdkafka
-        # retries on its own, and the stall deadline bounds the wait. Only the partition matters.
-        LOGGER.info("%s: client event while reading: %s", rng, err.str())
-        return False, position, ""
     from kprio_core.errors import KafkaOperationFailed
     from kprio_core.kafka.client import kafka_failure
+    from kprio_core.kafka.security import ClientIdentity, security_failure
+
+    if msg.topic() is None and not err.fatal():
+        # A refused login or certificate fails the read at once, typed (librdkafka would retry until
+        # the stall timeout); any other client-level event (a group coordinator lookup, a connection
+        # dropped) librdkafka retries on its own, and the stall deadline bounds the wait.
+        refused = security_failure(err.name(), err.str(), ClientIdentity.of(client or {"bootstrap.servers": where[0]}))
+        if refused is not None:
+            raise refused
+        LOGGER.info("%s: client event while reading: %s", rng, err.str())
+        return False, position, ""
 
     # Typed by the client's error code here: an unreachable or leaderless cluster passes by itself.
     typed = kafka_failure(err, what=f"reading {rng}", bootstrap=where[0], timeout_s=where[1], topic=rng.topic)

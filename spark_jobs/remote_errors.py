@@ -14,6 +14,8 @@ exceptions, and are turned into kprio's types here, at the one boundary that cat
   their type says so where it can (``Py4JNetworkError``, a gRPC status ``UNAVAILABLE``, a
   ``SESSION_CLOSED`` error condition, a refused connection); a context shut down under a running
   job is only said in the text of Spark's ``SparkException``, so that one is matched by its words;
+- **the native reader's Kafka client refused** (:func:`java_security_failure`): a wrong password, a
+  certificate Kafka's Java client does not trust, as kprio's security errors;
 - **a job Spark aborted** (:func:`job_aborted`): a task that failed outside the drain task (its
   Python worker died, an executor was lost, memory ran out). py4j gives it as a
   ``Py4JJavaError`` whose first line says only which call failed; the cause is in Spark's
@@ -112,7 +114,17 @@ def spark_boundary() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        typed = spark_unavailable(exc) or job_aborted(exc)
+        typed = spark_unavailable(exc) or java_security_failure(exc) or job_aborted(exc)
         if typed is None:
             raise
         raise typed from exc
+
+
+def java_security_failure(exc: BaseException) -> errors.KafkaSecurityFailed | None:
+    """The native reader's Kafka Java client refused by the broker (or refusing its certificate), typed
+    (:func:`kprio_core.kafka.security.java_security_failure`), else None."""
+    if isinstance(exc, errors.KprioError):
+        return None
+    from kprio_core.kafka.security import java_security_failure as from_text
+
+    return from_text(str(exc))

@@ -21,8 +21,9 @@ session uses the server's classpath (kprio's server gets the same jars).
 
 Spark redacts the values of settings and source options whose names match
 ``spark.redaction.regex`` in its UI, event logs and plans; kprio's default adds every Kafka client
-secret (:data:`~kprio_core.config.SECRET_SETTINGS`) that Spark's own pattern misses, such as
-``sasl.jaas.config`` and ``ssl.keystore.key``, since the native reader passes them as ``kafka.*`` options.
+secret (:data:`~kprio_core.config.SECRET_SETTINGS`, and the Java client's
+:data:`~kprio_core.config.JAVA_SECRETS` the native reader is given) that Spark's own pattern misses,
+such as ``sasl.jaas.config`` and ``ssl.keystore.key``, since both readers pass them as ``kafka.*`` options.
 
 Over Spark Connect every kprio process joins ONE shared server-side session (a session id
 derived from the remote URL, unless the URL names one): a run process then finds the data source
@@ -49,9 +50,9 @@ workers, need kprio installed (or on their ``PYTHONPATH``) too.
 'UTC'
 >>> import re
 >>> [name for name in ("kafka.sasl.jaas.config", "kafka.ssl.keystore.key", "kafka.ssl.key.pem", "kafka.sasl.password",
-...                    "kafka.bootstrap.servers", "kafka.ssl.keystore.location")
+...                    "kafka.ssl.keystore.certificate.chain", "kafka.bootstrap.servers", "kafka.ssl.keystore.location")
 ...  if re.search(session_conf(SparkSettings())["spark.redaction.regex"], name)]
-['kafka.sasl.jaas.config', 'kafka.ssl.keystore.key', 'kafka.ssl.key.pem', 'kafka.sasl.password']
+['kafka.sasl.jaas.config', 'kafka.ssl.keystore.key', 'kafka.ssl.key.pem', 'kafka.sasl.password', 'kafka.ssl.keystore.certificate.chain']
 >>> with_jars({"spark.jars": "/opt/udf.jar"}, ["/cache/kafka-clients-3.9.2.jar"])["spark.jars"]
 '/opt/udf.jar,/cache/kafka-clients-3.9.2.jar'
 >>> with_jars({}, []) == {}
@@ -81,7 +82,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kprio_core.config import MAX_PRIORITIES, SECRET_SETTINGS, SparkSettings
+from kprio_core.config import JAVA_SECRETS, MAX_PRIORITIES, SECRET_SETTINGS, SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,7 +93,7 @@ SPARK_REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key"
 
 def _redaction_regex() -> str:
     """Spark's pattern plus every Kafka secret setting it does not match (names with ``.`` as ``[.]``)."""
-    missed = [name for name in SECRET_SETTINGS if not re.search(SPARK_REDACTION_REGEX, name)]
+    missed = [name for name in SECRET_SETTINGS + JAVA_SECRETS if not re.search(SPARK_REDACTION_REGEX, name)]
     return "|".join([SPARK_REDACTION_REGEX, *(name.replace(".", "[.]") for name in missed)])
 
 

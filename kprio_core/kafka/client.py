@@ -14,6 +14,7 @@ within that time even when each call on its own could wait that long.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +32,10 @@ from kprio_core.errors import (
 )
 
 LOGGER = logging.getLogger("kprio.kafka")
+# librdkafka's own log lines reach this logger when a client's events are served (Deadline's waits): they
+# go where the application sends its logs, never to stderr on their own (Python's last-resort handler),
+# where a CLI's failure is one line.
+LOGGER.addHandler(logging.NullHandler())
 
 ClientConfig = dict[str, Any]
 
@@ -61,16 +66,27 @@ def _with_logger(conf: ClientConfig) -> ClientConfig:
 
 
 def _build(client_class: Callable[[ClientConfig], Any], conf: ClientConfig) -> Any:
-    """Build a client; a setting librdkafka refuses is a configuration error naming the setting."""
+    """Build a client; a setting librdkafka refuses is a configuration error naming the setting.
+
+    Its error callback is a :class:`~kprio_core.kafka.security.SecurityWatch`: a refused login or a failed
+    TLS handshake is raised, typed, out of the ``poll``, ``consume`` or ``flush`` that serves it, and kept
+    as the client's ``kprio_security`` for the waits of a :class:`Deadline` that name it.
+    """
     from confluent_kafka import KafkaException
 
+    from kprio_core.kafka.security import SecurityWatch
+
+    watch = SecurityWatch(conf)
     try:
-        return client_class(_with_logger(conf))
+        client = client_class({**_with_logger(conf), "error_cb": watch})
     except (KafkaException, ValueError, TypeError) as err:
         # librdkafka's message names the setting ("No such configuration property: ...") and
         # never echoes the value, so secrets cannot leak through it.
         detail = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
         raise ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}") from None
+    with contextlib.suppress(AttributeError):  # the admin client takes attributes; consumers and producers don't
+        client.kprio_security = watch
+    return client
 
 
 def new_admin(kafka: KafkaSettings) -> Any:
@@ -95,14 +111,26 @@ def new_producer(kafka: KafkaSettings, **overrides: Any) -> Any:
     return _build(Producer, client_config(kafka, **overrides))
 
 
+WAIT_SLICE_S = 0.25
+"""Longest a :class:`Deadline` with a client waits before serving that client's events: a refused login or
+certificate is an event, not the call's answer, and is raised within this long of its arrival."""
+
+
 @dataclass
 class Deadline:
-    """The time left for one edge operation; raises BrokerUnreachable once it is spent."""
+    """The time left for one edge operation; raises BrokerUnreachable once it is spent.
+
+    With ``client`` (the admin client the operation calls), its waits are cut into slices of
+    :data:`WAIT_SLICE_S` between which the client's events are served: a security failure is raised
+    at once (:class:`~kprio_core.kafka.security.SecurityWatch`), and a wait that runs out names the
+    last one the client saw instead of an unreachable broker.
+    """
 
     timeout_s: float
     bootstrap: str
     started: float = field(default_factory=time.monotonic)
     clock: Callable[[], float] = time.monotonic
+    client: Any = None
 
     def remaining(self) -> float:
         return self.timeout_s - (self.clock() - self.started)
@@ -111,24 +139,49 @@ class Deadline:
         """Seconds left for the next call, or BrokerUnreachable naming ``what`` when none are."""
         left = self.remaining()
         if left <= 0:
-            raise BrokerUnreachable(self.bootstrap, self.timeout_s, f"{what} did not finish in time")
+            raise self.ran_out(what)
         return left
+
+    def ran_out(self, what: str, detail: str = "") -> KprioError:
+        """Why ``what`` did not finish in time: the client's last security failure, else no broker answered."""
+        from kprio_core.kafka.security import watched_failure
+
+        failure = watched_failure(self.client)
+        if failure is not None:
+            return failure
+        return BrokerUnreachable(self.bootstrap, self.timeout_s, f"{what}: {detail}" if detail else
+                                 f"{what} did not finish in time")
+
+    def slice(self, what: str, previous: float = 0.0) -> float:
+        """The next wait: all the time left, or, when the client's events are served in between, a slice of
+        it twice as long as the ``previous`` one (a call that must start over after its slice, as a metadata
+        request does, still gets the time a slow cluster needs)."""
+        left = self.left(what)
+        return left if self.client is None else min(left, max(WAIT_SLICE_S, 2 * previous))
+
+    def serve(self, what: str, detail: str = "") -> None:
+        """After a slice ran out: serve the client's events (a security failure raises), or raise when the
+        time is spent."""
+        if self.client is None or self.remaining() <= 0:
+            raise self.ran_out(what, detail)
+        self.client.poll(0)
 
     def result(self, future: concurrent.futures.Future, what: str) -> Any:
         """The future's result within the time left; Kafka errors mapped to kprio's errors."""
         from confluent_kafka import KafkaException
 
-        try:
-            return future.result(timeout=self.left(what))
-        except concurrent.futures.TimeoutError:
-            raise BrokerUnreachable(self.bootstrap, self.timeout_s, f"{what} did not finish in time") from None
-        except KafkaException as exc:
-            raise kafka_failure(exc, what=what, bootstrap=self.bootstrap, timeout_s=self.timeout_s) from None
+        while True:
+            try:
+                return future.result(timeout=self.slice(what))
+            except concurrent.futures.TimeoutError:
+                self.serve(what)
+            except KafkaException as exc:
+                raise kafka_failure(exc, what=what, bootstrap=self.bootstrap, timeout_s=self.timeout_s) from None
 
 
 _AUTH = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
-         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "DELEGATION_TOKEN_AUTHORIZATION_FAILED",
-         "SASL_AUTHENTICATION_FAILED", "_AUTHENTICATION"}
+         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "DELEGATION_TOKEN_AUTHORIZATION_FAILED"}
+_AUTHENTICATION = {"SASL_AUTHENTICATION_FAILED", "_AUTHENTICATION"}
 _MISSING = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "_NOENT"}
 _UNREACHABLE = {"_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE", "REQUEST_TIMED_OUT",
                 "_MSG_TIMED_OUT", "NETWORK_EXCEPTION", "LEADER_NOT_AVAILABLE", "NOT_COORDINATOR",
@@ -155,7 +208,14 @@ def kafka_failure(error: Any, *, what: str, bootstrap: str, timeout_s: float, to
     >>> type(e).__name__, str(e)
     ('AuthorizationFailed', 'list offsets of orders-2 on b:9092: not authorized (TOPIC_AUTHORIZATION_FAILED)')
     """
+    from kprio_core.kafka.security import ClientIdentity, security_failure
+
     name = error_name(error)
+    if name in _AUTHENTICATION:
+        # A request answered "not authenticated"; TLS failures come as the client's events, where its
+        # settings are known (SecurityWatch), never as a request's error.
+        return security_failure(name, _error_text(error), ClientIdentity(bootstrap)) or AuthorizationFailed(
+            f"{what} on {bootstrap}: not authenticated ({name})")
     if name in _AUTH:
         return AuthorizationFailed(f"{what} on {bootstrap}: not authorized ({name})")
     if name in _MISSING and topic is not None:
@@ -172,11 +232,24 @@ def check_error(error: Any, *, what: str, bootstrap: str, timeout_s: float, topi
 
 
 def cluster_metadata(admin: Any, deadline: Deadline) -> Any:
-    """Topic metadata of the whole cluster; BrokerUnreachable when no broker answers in time."""
+    """Topic metadata of the whole cluster; BrokerUnreachable when no broker answers in time (or the
+    security failure that kept it from answering, see :class:`Deadline`)."""
     from confluent_kafka import KafkaException
 
-    try:
-        return admin.list_topics(timeout=deadline.left("fetch metadata"))
-    except KafkaException as exc:
-        raise kafka_failure(exc, what="fetch metadata", bootstrap=deadline.bootstrap,
-                            timeout_s=deadline.timeout_s) from None
+    from kprio_core.kafka.security import SecurityWatch
+
+    what, waited = "fetch metadata", 0.0
+    while True:
+        try:
+            waited = deadline.slice(what, waited)
+            metadata = admin.list_topics(timeout=waited)
+        except KafkaException as exc:
+            if error_name(exc) not in ("_TRANSPORT", "_TIMED_OUT") or deadline.client is None:
+                raise kafka_failure(exc, what=what, bootstrap=deadline.bootstrap,
+                                    timeout_s=deadline.timeout_s) from None
+            deadline.serve(what, _error_text(exc))
+            continue
+        watch = getattr(admin, "kprio_security", None)
+        if isinstance(watch, SecurityWatch):
+            watch.clear()
+        return metadata

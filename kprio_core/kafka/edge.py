@@ -58,7 +58,9 @@ class KafkaEdge:
         return shared_group_offsets(self.kafka)
 
     def deadline(self) -> Deadline:
-        return Deadline(self.kafka.timeout_s, self.kafka.bootstrap_servers)
+        """One operation's deadline; its waits serve the admin client's events, so a refused login or
+        certificate is raised as such, at once (see :class:`~kprio_core.kafka.client.Deadline`)."""
+        return Deadline(self.kafka.timeout_s, self.kafka.bootstrap_servers, client=self.admin)
 
     @contextmanager
     def one_view(self) -> Iterator[None]:

@@ -4,6 +4,12 @@ The broker runs detached: ``start`` returns once it answers metadata, and the br
 running after the command exits until ``kprio broker stop``. ``--nodes 3`` starts a local
 three-node cluster instead (three combined broker+controller nodes, replication 3 by default);
 ``status`` and ``stop`` find out from the data dir which of the two it holds.
+
+``--security sasl_ssl|ssl|sasl_plaintext`` secures every listener (SCRAM-SHA-512 and PLAIN user
+``kprio``, TLS with a CA and certificates it makes in the data dir; ``--mtls``: clients must present
+a certificate), with the secrets from the environment: ``KPRIO_KAFKA_SASL_PASSWORD`` and
+``KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD``. ``start`` and ``status`` print the ``kafka`` section of a
+kprio.yaml for it and the variables a client needs, never their values.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ from typing import Annotated
 
 import typer
 
-from orchestration.cli.common import JsonOption, clean_errors, print_json
+from orchestration.cli.common import JsonOption, clean_errors, fail, print_json
 from orchestration.services.broker import DEFAULT_DATA_DIR, DEFAULT_PORT
+from orchestration.services.broker_security import Security
 
 app = typer.Typer(
     help="Run the embedded Kafka broker (Apache Kafka in KRaft mode, from its Maven Central jars that "
@@ -40,32 +47,67 @@ NodesOption = Annotated[
                              "(default: as many as --data-dir already holds, else 1).")
 ]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the broker to start or stop.")]
+SecurityOption = Annotated[
+    Security | None, typer.Option("--security", show_default=False, case_sensitive=False,
+                                  help="Security of every listener: plaintext, sasl_plaintext, sasl_ssl (SCRAM-SHA-512 "
+                                  "and PLAIN user kprio over TLS) or ssl (default: as --data-dir was last started, else "
+                                  "plaintext). SASL needs KPRIO_KAFKA_SASL_PASSWORD, TLS KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD "
+                                  "in the environment (it encrypts the keystores made in <data-dir>/tls).")
+]
+MtlsOption = Annotated[bool, typer.Option("--mtls", help="With --security ssl or sasl_ssl: clients must present a "
+                                                         "certificate signed by the broker's CA (<data-dir>/tls/client.p12).")]
 
 
 def _status_doc(status) -> dict:  # noqa: ANN001 - BrokerStatus, imported lazily
     return {"running": status.running, "bootstrap": status.bootstrap, "pid": status.pid,
             "data_dir": str(status.data_dir), "log": str(status.log),
+            "security": status.security.to_dict(), "client": dict(status.client or {}),
+            "secret_variables": list(status.security.secret_variables()),
             "nodes": [{"node_id": n.node_id, "running": n.running, "bootstrap": n.bootstrap, "pid": n.pid,
                        "controller_port": n.controller_port, "log": str(n.log)} for n in status.nodes]}
+
+
+def client_lines(status) -> list[str]:  # noqa: ANN001 - BrokerStatus, imported lazily
+    """The ``kafka`` section of a kprio.yaml for a secured broker, and the variables a client needs set
+    (their names only: the values stay in the environment)."""
+    if not status.security.secured:
+        return []
+    import yaml
+
+    section = yaml.safe_dump({"kafka": {"bootstrap_servers": status.bootstrap, "client": dict(status.client or {})}},
+                             sort_keys=False).rstrip().splitlines()
+    needs = " and ".join(status.security.secret_variables())
+    return ["client settings (kprio.yaml):", *(f"  {line}" for line in section),
+            f"secrets from the environment: {needs} (the value the broker was started with)"]
 
 
 @app.command()
 @clean_errors
 def start(port: PortOption = DEFAULT_PORT, data_dir: DataDirOption = DEFAULT_DATA_DIR, nodes: NodesOption = None,
-          timeout: TimeoutOption = 60.0, as_json: JsonOption = False) -> None:
+          timeout: TimeoutOption = 60.0, security: SecurityOption = None, mtls: MtlsOption = False,
+          as_json: JsonOption = False) -> None:
     """Start the embedded broker (or a local cluster) in the background and wait until it answers.
 
     Example: kprio broker start --port 9092 --data-dir ./kprio-data/broker
     Example: kprio broker start --nodes 3 --port 19092 --data-dir ./kprio-data/cluster
+    Example: KPRIO_KAFKA_SASL_PASSWORD=... KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD=... kprio broker start --security sasl_ssl
     """
-    from orchestration.services.broker import EmbeddedBroker
+    from orchestration.services.broker import BrokerSecurity, EmbeddedBroker
 
-    broker = EmbeddedBroker(data_dir, port=port, nodes=nodes, start_timeout_s=timeout, stop_timeout_s=timeout)
+    if mtls and security is None:
+        raise fail("--mtls needs --security ssl or sasl_ssl")
+    try:
+        secured = BrokerSecurity(security, mtls) if security is not None else None
+    except ValueError as err:
+        raise fail(str(err)) from None
+    broker = EmbeddedBroker(data_dir, port=port, nodes=nodes, start_timeout_s=timeout, stop_timeout_s=timeout,
+                            security=secured)
     status = broker.start().status()
     if as_json:
         print_json(_status_doc(status))
     else:
-        typer.echo(f"{status.describe()}\nbootstrap.servers={status.bootstrap}  (log: {status.log})")
+        typer.echo("\n".join([status.describe(), f"bootstrap.servers={status.bootstrap}  (log: {status.log})",
+                              *client_lines(status)]))
 
 
 @app.command()
@@ -98,4 +140,4 @@ def status(data_dir: DataDirOption = DEFAULT_DATA_DIR, as_json: JsonOption = Fal
     if as_json:
         print_json(_status_doc(current))
     else:
-        typer.echo(current.describe())
+        typer.echo("\n".join([current.describe(), *(client_lines(current) if current.running else [])]))

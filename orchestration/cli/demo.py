@@ -15,6 +15,7 @@ import typer
 
 from kprio_core.config import OutputFormat
 from orchestration.cli.common import JsonOption, clean_errors, fail, print_json
+from orchestration.services.broker_security import Security
 
 RecordsOption = Annotated[
     int,
@@ -47,6 +48,15 @@ DemoConfigOption = Annotated[
                  "secrets from KPRIO_KAFKA_*) is used instead of the embedded broker. KPRIO_BOOTSTRAP_SERVERS "
                  "does the same."),
 ]
+SecurityOption = Annotated[
+    Security,
+    typer.Option("--security", case_sensitive=False,
+                 help="Secure the embedded broker: sasl_ssl (SCRAM-SHA-512 over TLS, as managed clusters run), ssl, "
+                 "sasl_plaintext; every client of the demo authenticates. Secrets from KPRIO_KAFKA_SASL_PASSWORD and "
+                 "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD, made up for the run (never shown) when not set."),
+]
+MtlsOption = Annotated[bool, typer.Option("--mtls", help="With --security ssl or sasl_ssl: clients present a "
+                                                         "certificate too (mutual TLS).")]
 
 
 @clean_errors
@@ -57,6 +67,8 @@ def demo(
     config: DemoConfigOption = None,
     poison: PoisonOption = 0,
     output_format: FormatOption = OutputFormat.PARQUET,
+    security: SecurityOption = Security.PLAINTEXT,
+    mtls: MtlsOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Run the one-command demo: broker, 3 priority topics, a realistic workload, the Dagster drain, a report.
@@ -69,17 +81,25 @@ def demo(
 
     With --format delta, the output and the dead letters are Delta Lake tables: the demo prints the output table's log (one commit per batch, with its ranges) and how to query it with pandas, polars, deltalake or Spark.
 
+    With --security sasl_ssl the embedded broker takes only SCRAM-SHA-512 or PLAIN logins over TLS, with a CA and certificates it makes in <data-dir>/broker/tls, and every client of the demo authenticates: the producer, the admin client, both readers, the commits.
+
     Example: kprio demo --records 12000 --poison 4 --keep-broker
+    Example: kprio demo --security sasl_ssl
     """
     from orchestration.demo.layout import DemoLayout
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to
     from orchestration.demo.run import DemoOptions, cluster_settings, run_demo
     from orchestration.demo.workload import PRIORITIES
+    from orchestration.services.broker_security import BrokerSecurity
 
     cluster_settings(config)  # a bad --config fails here, before anything starts
+    try:
+        secured = BrokerSecurity(security, mtls)
+    except ValueError as err:
+        raise fail(str(err)) from None
     options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config, poison=poison,
-                          output_format=output_format)
+                          output_format=output_format, security=secured)
     log = DemoLayout(data_dir.resolve()).log
     # Dagster's event log and Spark's warnings would bury the progress bars: they go to the log.
     with logs_to(log) as terminal, DemoProgress(PRIORITIES, enabled=not as_json, file=terminal) as progress:

@@ -111,9 +111,6 @@ class KafkaResource(dg.ConfigurableResource):
     ssl_key_password: Optional[str] = secret("ssl.key.password")
     ssl_key_pem: Optional[str] = secret("ssl.key.pem")
     ssl_keystore_password: Optional[str] = secret("ssl.keystore.password")
-    sasl_jaas_config: Optional[str] = secret("sasl.jaas.config")
-    ssl_truststore_password: Optional[str] = secret("ssl.truststore.password")
-    ssl_keystore_key: Optional[str] = secret("ssl.keystore.key")
 
     _settings: Optional[KafkaSettings] = PrivateAttr(default=None)
     _edge: Optional["KafkaEdge"] = PrivateAttr(default=None)

@@ -105,7 +105,8 @@ def demo_config(layout: DemoLayout, bootstrap: str, *, record_budget: int, kafka
                 output_format: OutputFormat = OutputFormat.PARQUET) -> KprioConfig:
     """The demo's configuration: one logical topic of 3 priorities x 4 partitions on ``bootstrap``.
 
-    ``kafka`` carries client settings (security, timeouts) of a real cluster; its bootstrap is replaced.
+    ``kafka`` carries client settings (security, timeouts) of a real cluster or a secured embedded broker;
+    its bootstrap is replaced.
     """
     base = kafka or KafkaSettings(timeout_s=20.0)
     day = (today or datetime.now(UTC)).strftime("%Y-%m-%d")

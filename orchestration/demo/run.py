@@ -7,6 +7,13 @@ drain with :func:`orchestration.dagster.drain_loop.drain` (the sensor's tick and
 requests, on the Dagster instance in the data dir), producing the later waves from its per-run
 callback; read the ledger, the published output and dead letters, and the committed offsets;
 write the plot and report. The broker it started is stopped in ``finally`` unless ``keep_broker``.
+
+With ``security`` (``kprio demo --security sasl_ssl``) the embedded broker is secured
+(:mod:`orchestration.services.broker_security`) and every client of the demo authenticates with the
+settings it prints: the admin client, the producer, both readers, the commits. The secrets come from
+the environment (``KPRIO_KAFKA_SASL_PASSWORD``, ``KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD``); one that is not
+set is made up for the run and set in this process's environment only (:func:`one_off_secrets`), never
+shown or written, unless the broker is to be kept, whose clients will need it.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +46,7 @@ from orchestration.demo.report import (
     priority_rows,
 )
 from orchestration.demo.workload import Workload, demo_record_budget, demo_workload
+from orchestration.services.broker_security import BrokerSecurity
 
 if TYPE_CHECKING:
     from orchestration.dagster.drain_loop import BatchOutcome
@@ -87,6 +95,8 @@ class DemoOptions:
     """Malformed records produced among the low-priority backlog: quarantined to the dead letters."""
     output_format: OutputFormat = OutputFormat.PARQUET
     """``drain.format``: Parquet files, or Delta Lake tables (one commit per batch)."""
+    security: BrokerSecurity = BrokerSecurity()
+    """How the embedded broker is secured (``--security``); every client of the demo authenticates."""
 
     @property
     def budget(self) -> int:
@@ -113,6 +123,9 @@ class DemoResult:
     output_format: OutputFormat = OutputFormat.PARQUET
     table_log: list[dict[str, Any]] = field(default_factory=list)
     """Delta: the output table's publishes, oldest first (batch, attempt, ranges, version: its log)."""
+    security: BrokerSecurity = BrokerSecurity()
+    made_up: tuple[str, ...] = ()
+    """The secrets the demo made up for its run (their variables' names), see :func:`one_off_secrets`."""
 
     @property
     def batch_count(self) -> int:
@@ -145,7 +158,10 @@ class DemoResult:
     def next_steps(self) -> list[str]:
         """How to look at the same instance afterwards."""
         steps = []
-        if self.embedded and not self.broker_kept:
+        if self.made_up:
+            steps.append(f"the demo made up {' and '.join(self.made_up)} for its run (never shown): set your own to "
+                         "run it again and use the broker afterwards (--keep-broker)")
+        if self.embedded and not self.broker_kept and not self.made_up:
             port = self.bootstrap.rsplit(":", 1)[1]
             steps.append(f"restart the demo broker: kprio broker start --data-dir {self.layout.broker} --port {port}")
         steps += [f"open the UI on this instance: {self.ui_command()}",
@@ -184,6 +200,7 @@ class DemoResult:
             "logical_topic": self.logical_topic,
             "bootstrap_servers": self.bootstrap,
             "embedded_broker": self.embedded,
+            "security": self.security.to_dict(),
             "broker_kept": self.broker_kept,
             "records": sum(r.records for r in self.rows),
             "dead_letters": self.dead_letters,
@@ -213,6 +230,24 @@ def cluster_settings(config: Path | None, env: Mapping[str, str] | None = None) 
     return None
 
 
+def one_off_secrets(security: BrokerSecurity, env: MutableMapping[str, str], *, keep_broker: bool) -> list[str]:
+    """Set in ``env`` a random value for each secret ``security`` needs that is not set; the names set.
+
+    The demo's clients (its Dagster runs among them) read the secrets from the process's environment,
+    so a made-up one goes there and nowhere else. A broker kept running needs the caller to know them:
+    then a missing one is an error naming it.
+    """
+    import secrets
+
+    missing = security.missing(env)
+    if missing and keep_broker:
+        raise DemoFailed(f"--keep-broker with --security {security.mode.value}: set {' and '.join(missing)} in the "
+                         "environment first (kprio's clients of the kept broker will need them)")
+    for name in missing:
+        env[name] = secrets.token_urlsafe(24)
+    return missing
+
+
 def published_offsets(drain: DrainSettings, kind: str, logical_topic: str) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of every published row of the topic (``kind``: output or dead letters).
 
@@ -238,7 +273,12 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
     workload = demo_workload(options.records, steady_waves=options.steady_waves, burst_after=options.burst_after,
                              poison=options.poison)
     cluster = cluster_settings(options.config)
-    broker = EmbeddedBroker(layout.broker, port=None, start_timeout_s=60) if cluster is None else None
+    if cluster is not None and options.security.secured:
+        raise DemoFailed("--security secures the embedded broker: a cluster given by --config or "
+                         f"{ENV_BOOTSTRAP} has its own security settings")
+    made_up = one_off_secrets(options.security, os.environ, keep_broker=options.keep_broker) if cluster is None else []
+    broker = (EmbeddedBroker(layout.broker, port=None, start_timeout_s=60, security=options.security)
+              if cluster is None else None)
     if broker is not None:
         broker.stop()  # a broker an earlier `--keep-broker` run left behind holds the old data
     layout.clear()
@@ -246,9 +286,11 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
     kept = False
     try:
         if broker is not None:
-            listener.stage("starting the embedded Kafka broker")
+            listener.stage(f"starting the embedded Kafka broker ({options.security.describe()})")
             bootstrap = broker.start().bootstrap
             topic_name = LOGICAL_TOPIC
+            cluster = parse_config({"kafka": {"bootstrap_servers": bootstrap, "client": broker.client_settings(),
+                                              "timeout_s": 20.0}}, "the embedded broker").kafka
         else:
             bootstrap = cluster.bootstrap_servers
             # A real cluster keeps topics across runs: a fresh logical topic keeps each run's counts exact.
@@ -260,7 +302,8 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
         kept = broker is not None and options.keep_broker
         result.update(embedded=broker is not None, broker_kept=kept, seconds=time.monotonic() - started)
         demo = DemoResult(layout=layout, bootstrap=bootstrap, logical_topic=topic_name,
-                          output_format=options.output_format, **result)
+                          output_format=options.output_format, security=options.security, made_up=tuple(made_up),
+                          **result)
         layout.report.write_text(json.dumps(demo.to_dict(), indent=2))
         return demo
     finally:

@@ -16,6 +16,9 @@ A data dir of one node holds::
     kprio-broker.json   while a node runs: node ids, ports and pids, for status/stop from another process
 
 A cluster has the first four under ``node-<id>/`` per node and one state file at the top. A
+secured broker (``security``, :mod:`orchestration.services.broker_security`) also has, at the top,
+``tls/`` (its CA, the nodes' and a client's keystores, :mod:`orchestration.services.tls`) and
+``kprio-security.json`` (how it was started, so a restart and ``kprio broker status`` know). A
 state file none of whose processes is alive (a killed broker) is stale: it is removed and never
 blocks a start. A pid counts only while its process is the JVM of this data dir's
 ``server.properties`` started at the recorded time, so a reused pid is never taken for the broker.
@@ -55,11 +58,21 @@ import psutil
 from filelock import FileLock, Timeout
 
 from kprio_core.errors import KprioError
+from orchestration.services.broker_security import (
+    KEYSTORE_VARIABLE,
+    PASSWORD_VARIABLE,
+    SCRAM,
+    SCRAM_ITERATIONS,
+    USER,
+    BrokerSecurity,
+    Security,
+)
 from orchestration.services.process import free_port, live_process, log_tail, spawn_detached, stop_process, wait_for
+from orchestration.services.tls import TlsFiles, keystore_names, make_files, opens
 
 __all__ = [
-    "DEFAULT_DATA_DIR", "DEFAULT_PORT", "BrokerProcessError", "BrokerStatus", "EmbeddedBroker", "EmbeddedCluster",
-    "NodePorts", "NodeStatus", "answers_metadata", "live_brokers", "wait_for",
+    "DEFAULT_DATA_DIR", "DEFAULT_PORT", "BrokerProcessError", "BrokerSecurity", "BrokerStatus", "EmbeddedBroker",
+    "EmbeddedCluster", "NodePorts", "NodeStatus", "Security", "answers_metadata", "live_brokers", "wait_for",
 ]
 
 DEFAULT_DATA_DIR = Path("kprio-data/broker")
@@ -70,6 +83,7 @@ CONFIG_FILE = "server.properties"
 LOG4J_FILE = "log4j2.properties"
 LOG_DIRS = "kafka-logs"
 LOCK_FILE = ".kprio-broker.lock"
+TLS_DIR = "tls"
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 
@@ -109,15 +123,16 @@ class BrokerProcessError(KprioError):
     code = "embedded_broker"
 
 
-def answers_metadata(bootstrap: str, timeout_s: float) -> bool:
-    """True when a Kafka broker at ``bootstrap`` answers a metadata request within ``timeout_s``."""
-    return live_brokers(bootstrap, timeout_s) is not None
+def answers_metadata(bootstrap: str, timeout_s: float, client: Mapping[str, str] | None = None) -> bool:
+    """True when a Kafka broker at ``bootstrap`` answers a metadata request within ``timeout_s`` (``client``:
+    the security settings to ask with)."""
+    return live_brokers(bootstrap, timeout_s, client) is not None
 
 
-def live_brokers(bootstrap: str, timeout_s: float) -> set[int] | None:
+def live_brokers(bootstrap: str, timeout_s: float, client: Mapping[str, str] | None = None) -> set[int] | None:
     """Ids of the brokers the cluster at ``bootstrap`` lists in its metadata (registered and unfenced);
     None when none answers within ``timeout_s``."""
-    return _listed_brokers(_probe_admin(bootstrap), timeout_s)
+    return _listed_brokers(_probe_admin(bootstrap, client), timeout_s)
 
 
 def _listed_brokers(admin: object, timeout_s: float) -> set[int] | None:
@@ -129,12 +144,12 @@ def _listed_brokers(admin: object, timeout_s: float) -> set[int] | None:
         return None
 
 
-def _probe_admin(bootstrap: str) -> object:
+def _probe_admin(bootstrap: str, client: Mapping[str, str] | None = None) -> object:
     from confluent_kafka.admin import AdminClient
 
     # Short reconnect backoff: librdkafka's default grows to 10 s after refused connects, longer
     # than a broker takes to come up.
-    return AdminClient({"bootstrap.servers": bootstrap, "reconnect.backoff.ms": 50,
+    return AdminClient({**(client or {}), "bootstrap.servers": bootstrap, "reconnect.backoff.ms": 50,
                         "reconnect.backoff.max.ms": 200, "logger": logging.getLogger("kprio.broker")})
 
 
@@ -197,19 +212,23 @@ def cluster_defaults(nodes: int) -> dict[str, str]:
     return settings
 
 
-def server_properties(node: NodePorts, ports: Sequence[NodePorts], host: str, log_dirs: Path) -> dict[str, str]:
-    """The ``server.properties`` of one combined broker+controller node of the cluster ``ports``."""
+def server_properties(node: NodePorts, ports: Sequence[NodePorts], host: str, log_dirs: Path,
+                      security: BrokerSecurity = BrokerSecurity(), tls: TlsFiles | None = None) -> dict[str, str]:
+    """The ``server.properties`` of one combined broker+controller node of the cluster ``ports``; every
+    listener (the quorum's too) takes ``security``'s protocol (its settings name secrets, never hold them)."""
+    name, protocol = ("PLAINTEXT", "PLAINTEXT") if not security.secured else (security.listener, security.protocol)
     return {
         "process.roles": "broker,controller",
         "node.id": str(node.node_id),
         "controller.quorum.voters": quorum_voters(ports, host),
-        "listeners": f"PLAINTEXT://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{node.port}",
+        "listeners": f"{name}://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}",
+        "advertised.listeners": f"{name}://{host}:{node.port}",
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": name,
+        "listener.security.protocol.map": f"{name}:{protocol},CONTROLLER:{protocol}",
         "log.dirs": str(log_dirs),
         **cluster_defaults(len(ports)),
+        **(security.server_properties(tls) if tls is not None else {}),
     }
 
 
@@ -359,6 +378,9 @@ class BrokerStatus:
     host: str = "127.0.0.1"
     log: Path | None = None
     nodes: tuple[NodeStatus, ...] = ()
+    security: BrokerSecurity = BrokerSecurity()
+    client: Mapping[str, str] | None = None
+    """The ``kafka.client`` settings a kprio client needs (no secret; empty for plaintext)."""
 
     @property
     def bootstrap(self) -> str | None:
@@ -375,13 +397,13 @@ class BrokerStatus:
         if len(self.nodes) <= 1:
             if not self.running:
                 return f"embedded broker: stopped (data dir {self.data_dir})"
-            return (f"embedded broker: running at {self.bootstrap} (Apache Kafka, pid {self.pid}, "
-                    f"data dir {self.data_dir})")
+            return (f"embedded broker: running at {self.bootstrap} (Apache Kafka, {self.security.describe()}, "
+                    f"pid {self.pid}, data dir {self.data_dir})")
         if not self.running:
             head = f"embedded Kafka cluster: stopped ({len(self.nodes)} nodes, data dir {self.data_dir})"
         else:
             head = (f"embedded Kafka cluster: {self.running_nodes} of {len(self.nodes)} nodes running at "
-                    f"{self.bootstrap} (data dir {self.data_dir})")
+                    f"{self.bootstrap} ({self.security.describe()}, data dir {self.data_dir})")
         return "\n".join([head, *(f"  {n.describe()}" for n in self.nodes)])
 
 
@@ -391,8 +413,13 @@ class EmbeddedBroker:
 
     def __init__(self, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, port: int | None = None, *,
                  nodes: int | None = None, host: str = "127.0.0.1", start_timeout_s: float = 30.0,
-                 stop_timeout_s: float = 10.0) -> None:
+                 stop_timeout_s: float = 10.0, security: BrokerSecurity | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir).absolute()
+        # None: as the data dir was last started, else plaintext.
+        self.security = security or BrokerSecurity.recorded(self.data_dir) or BrokerSecurity()
+        self._env = os.environ if env is None else env
+        """Where the secrets come from (KPRIO_KAFKA_SASL_PASSWORD, KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD)."""
         self.host = host
         self.port = port or None
         self.nodes = nodes or self._nodes_on_disk() or 1
@@ -423,6 +450,16 @@ class EmbeddedBroker:
     @property
     def state_path(self) -> Path:
         return self.data_dir / STATE_FILE
+
+    @property
+    def tls(self) -> TlsFiles:
+        """The CA, keystores of a secured broker (made by its first start with TLS)."""
+        return TlsFiles(self.data_dir / TLS_DIR)
+
+    def client_settings(self) -> dict[str, str]:
+        """The ``kafka.client`` settings a kprio client of this broker needs (no secret: those are named by
+        ``self.security.secret_variables()``)."""
+        return self.security.client_settings(self.tls)
 
     @property
     def bootstrap(self) -> str:
@@ -499,10 +536,10 @@ class EmbeddedBroker:
         up = [n for n in nodes if n.running]
         if not up:
             return BrokerStatus(data_dir=self.data_dir, running=False, host=self.host, log=self.log_path,
-                                nodes=tuple(nodes))
+                                nodes=tuple(nodes), security=self.security, client=self.client_settings())
         first = up[0]
         return BrokerStatus(data_dir=self.data_dir, running=True, pid=first.pid, port=first.port, host=self.host,
-                            log=first.log, nodes=tuple(nodes))
+                            log=first.log, nodes=tuple(nodes), security=self.security, client=self.client_settings())
 
     # -- start ------------------------------------------------------------------------------------
 
@@ -520,6 +557,7 @@ class EmbeddedBroker:
                 raise BrokerProcessError(
                     f"an embedded broker already runs in {self.data_dir} on port {state[0].port}, "
                     f"not {self.port}: stop it first (kprio broker stop --data-dir {self.data_dir})")
+            self._check_security(running=bool(alive))
             ports = self._plan_ports(state, alive)
             self._ports = ports
             self.port = ports[0].port
@@ -527,7 +565,66 @@ class EmbeddedBroker:
             if missing:
                 self._launch(ports, missing, state)
             self._wait_ready(ports, {p.node_id for p in missing})
+            if self.security.sasl:
+                self._scram_user(ports)
         return self
+
+    def _check_security(self, *, running: bool) -> None:
+        """The secrets the security needs are set, the running broker (if any) has the same security, and
+        the TLS files exist and open with the keystore password (made on the first start with TLS)."""
+        recorded = BrokerSecurity.recorded(self.data_dir) or BrokerSecurity()
+        if running and recorded != self.security:
+            raise BrokerProcessError(
+                f"an embedded broker already runs in {self.data_dir} with security {recorded.describe()}, not "
+                f"{self.security.describe()}: stop it first (kprio broker stop --data-dir {self.data_dir})")
+        missing = self.security.missing(self._env)
+        if missing:
+            raise BrokerProcessError(
+                f"kprio broker --security {self.security.mode.value} needs {' and '.join(missing)} in the "
+                "environment: the broker and kprio's clients read the secrets there, and nothing ever writes them")
+        if self.security.tls:
+            password = self._env[KEYSTORE_VARIABLE]
+            if not self.tls.complete():
+                make_files(self.tls, [self.host], password)  # it names the host it listens on, no other
+            elif not opens(self.tls.broker, password):
+                raise BrokerProcessError(
+                    f"the keystores in {self.tls.folder} were made with another {KEYSTORE_VARIABLE}: set that one, "
+                    f"or remove {self.tls.folder} to make new ones")
+            elif self.host not in keystore_names(self.tls.broker, password):
+                raise BrokerProcessError(f"the broker's certificate in {self.tls.folder} does not name {self.host}: "
+                                         f"remove {self.tls.folder} to make new ones")
+        if not running:
+            self.security.save(self.data_dir)
+
+    def _jvm_env(self) -> dict[str, str]:
+        """The nodes' environment: this process's, with the secrets of the security (from ``env``)."""
+        return {**os.environ, **{name: self._env[name] for name in self.security.required_variables()}}
+
+    def _probe_client(self, mechanism: str = "PLAIN") -> dict[str, str]:
+        """The settings the broker's own probes connect with (PLAIN: SCRAM's user exists only once it runs)."""
+        return self.security.client_config(self.tls, self._env, mechanism=mechanism)
+
+    def _scram_user(self, ports: Sequence[NodePorts]) -> None:
+        """Create (or update) user kprio's SCRAM credential with the password of KPRIO_KAFKA_SASL_PASSWORD,
+        through the admin API as kprio over PLAIN, and wait until a SCRAM login works."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+        bootstrap = ",".join(f"{self.host}:{p.port}" for p in ports)
+        admin = _probe_admin(bootstrap, self._probe_client())
+        upsert = UserScramCredentialUpsertion(USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
+                                              self._env[PASSWORD_VARIABLE].encode())
+        try:
+            for future in admin.alter_user_scram_credentials([upsert], request_timeout=self.start_timeout_s).values():
+                future.result(self.start_timeout_s)
+        except KafkaException as err:
+            raise self._error(f"could not create user {USER}'s {SCRAM} credential: {err.args[0].str()}",
+                              ports[0].port) from None
+        scram = _probe_admin(bootstrap, self._probe_client(SCRAM))
+        if not wait_for(lambda: _listed_brokers(scram, timeout_s=1.0) is not None, self.start_timeout_s,
+                        interval_s=0.1):
+            raise self._error(f"a {SCRAM} login as {USER} did not succeed within {self.start_timeout_s:g} s "
+                              "after its credential was created", ports[0].port)
 
     def _check_layout(self) -> None:
         on_disk = self._nodes_on_disk()
@@ -584,9 +681,10 @@ class EmbeddedBroker:
             listeners = dict(line.split("=", 1) for line in text.splitlines() if line.startswith("listeners="))
             ports = {name: int(rest.rsplit(":", 1)[1]) for name, rest in
                      (item.split("://", 1) for item in listeners.get("listeners", "").split(",") if "://" in item)}
-            if "PLAINTEXT" not in ports or "CONTROLLER" not in ports:
+            clients = [port for name, port in ports.items() if name != "CONTROLLER"]
+            if len(clients) != 1 or "CONTROLLER" not in ports:
                 return None
-            found.append(NodePorts(node_id, ports["PLAINTEXT"], ports["CONTROLLER"]))
+            found.append(NodePorts(node_id, clients[0], ports["CONTROLLER"]))
         return found
 
     def _require_free(self, node: NodePorts, ports: Sequence[NodePorts]) -> None:
@@ -610,7 +708,7 @@ class EmbeddedBroker:
             folder = self.node_dir(node.node_id)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / LOG4J_FILE).write_text(LOG4J2)
-            props = server_properties(node, ports, self.host, folder / LOG_DIRS)
+            props = server_properties(node, ports, self.host, folder / LOG_DIRS, self.security, self.tls)
             (folder / CONFIG_FILE).write_text(
                 "# Written by kprio at every start of the embedded broker; edits are overwritten.\n"
                 + "".join(f"{key}={value}\n" for key, value in props.items()))
@@ -626,7 +724,7 @@ class EmbeddedBroker:
                    *os.environ.get(ENV_JVM_OPTIONS, "").split(),
                    f"-Dlog4j2.configurationFile={folder / LOG4J_FILE}", "-cp", runtime.classpath, MAIN_CLASS,
                    str(folder / CONFIG_FILE)]
-            process, log_from = spawn_detached(cmd, folder / LOG_FILE, cwd=folder)
+            process, log_from = spawn_detached(cmd, folder / LOG_FILE, cwd=folder, env=self._jvm_env())
             self._spawned[node.node_id] = (process, log_from)
             records[node.node_id] = NodeState(node.node_id, node.port, node.controller_port, process.pid,
                                               process.create_time(), str(dump_to) if dump_to else None)
@@ -661,7 +759,8 @@ class EmbeddedBroker:
                    f"-Dlog4j2.configurationFile={folder / LOG4J_FILE}", "-cp", runtime.classpath, STORAGE_TOOL,
                    "format", "-t", cluster_id, "-c", str(folder / CONFIG_FILE), "--ignore-formatted"]
             running.append((node, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                   stdin=subprocess.DEVNULL, text=True, cwd=folder)))
+                                                   stdin=subprocess.DEVNULL, text=True, cwd=folder,
+                                                   env=self._jvm_env())))
         failures = []
         for node, proc in running:
             try:
@@ -684,11 +783,12 @@ class EmbeddedBroker:
         the nodes this start spawned and raises with the reason from their logs."""
         bootstrap = ",".join(f"{self.host}:{p.port}" for p in ports)
         spawned = {node_id: self._spawned.pop(node_id) for node_id in started if node_id in self._spawned}
-        admin = _probe_admin(bootstrap)
+        client = self._probe_client()
+        admin = _probe_admin(bootstrap, client)
         # A client sees a restarted node's stale registration until the controller fences it, so
         # each new node must answer on its own port too: it accepts requests only once unfenced. A
         # probe that knows one address gets its first answer from that node; later ones need not be.
-        own = {node_id: _probe_admin(f"{self.host}:{ports[node_id - 1].port}") for node_id in started}
+        own = {node_id: _probe_admin(f"{self.host}:{ports[node_id - 1].port}", client) for node_id in started}
         answered: set[int] = set()
         wanted = set(self.node_ids)
 
@@ -847,9 +947,10 @@ class EmbeddedCluster(EmbeddedBroker):
 
     def __init__(self, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, port: int | None = None, *,
                  nodes: int = 3, host: str = "127.0.0.1", start_timeout_s: float = 90.0,
-                 stop_timeout_s: float = 20.0) -> None:
+                 stop_timeout_s: float = 20.0, security: BrokerSecurity | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
         super().__init__(data_dir, port, nodes=nodes, host=host, start_timeout_s=start_timeout_s,
-                         stop_timeout_s=stop_timeout_s)
+                         stop_timeout_s=stop_timeout_s, security=security, env=env)
 
 
 def _adopt_class_data(dump: Path, *, keep: bool) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kprio_core.config import (
-    JAVA_SECRETS,
+    JAVA_ONLY_SETTINGS,
     SECRET_SETTINGS,
     KafkaSettings,
     KprioConfig,
@@ -148,7 +148,7 @@ def test_environment_alone_configures_kafka(in_tmp: Path):
         ("ssl.key.password", True),
         ("sasl.oauthbearer.client.secret", True),
         ("ssl.key.pem", True),
-        ("sasl.jaas.config", True),
+        ("sasl.jaas.config", False),  # Kafka's Java client's: refused, kprio derives it
         ("SASL.PASSWORD", True),
         ("security.protocol", False),
         ("sasl.username", False),
@@ -166,9 +166,7 @@ def test_which_settings_are_secrets(setting: str, secret: bool):
 def test_every_secret_comes_from_its_variable_into_kafka_secrets(setting: str):
     kafka = parse_config({}, "kprio.yaml", env={setting_variable(setting): SECRET}).kafka
     assert set(kafka.secrets) == {setting} and kafka.client == {}
-    assert kafka.java_client_config()[setting] == SECRET
-    # librdkafka refuses the Java client's own settings: only the native reader gets them.
-    assert kafka.client_config().get(setting) == (None if setting in JAVA_SECRETS else SECRET)
+    assert kafka.client_config()[setting] == SECRET
 
 
 @pytest.mark.parametrize("setting", SECRET_SETTINGS)
@@ -194,6 +192,40 @@ def test_a_setting_that_is_no_secret_works_from_the_environment_and_the_file(var
     assert parse_config({}, env={variable: "x"}).kafka.client == {setting: "x"}
     assert parse_config({"kafka": {"client": {setting: "y"}}}, env={}).kafka.client == {setting: "y"}
     assert parse_config({"kafka": {"client": {setting: "y"}}}, env={variable: "x"}).kafka.client == {setting: "x"}
+
+
+@pytest.mark.parametrize("setting", sorted(JAVA_ONLY_SETTINGS))
+def test_a_setting_of_the_java_client_only_is_refused_naming_the_one_to_use(setting: str):
+    """kprio's librdkafka clients would not see it: the file and the environment are refused alike."""
+    for raw, env in (({"kafka": {"client": {setting: SECRET}}}, {}), ({}, {setting_variable(setting): SECRET})):
+        with pytest.raises(ConfigError) as err:
+            parse_config(raw, "kprio.yaml", env=env)
+        assert str(err.value) == (
+            f"kprio.yaml: kafka.client: Value error, '{setting}' is a setting of Kafka's Java client only, which "
+            f"kprio's librdkafka clients would not see: set {JAVA_ONLY_SETTINGS[setting]}; kprio derives the Java "
+            "client's settings from them")
+        assert SECRET not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("client", "named"),
+    [
+        ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}, "kafka.client.sasl.mechanism: OAUTHBEARER"),
+        ({"security.protocol": "SSL", "enable.ssl.certificate.verification": "false"},
+         "kafka.client.enable.ssl.certificate.verification"),
+        ({"security.protocol": "SSL", "ssl.cipher.suites": "ECDHE-RSA-AES256-GCM-SHA384"},
+         "kafka.client.ssl.cipher.suites"),
+    ],
+    ids=["oauthbearer", "no-verification", "openssl-ciphers"],
+)
+def test_the_native_reader_refuses_at_load_a_security_setting_the_java_client_cannot_get(client, named):
+    raw = {"kafka": {"client": client}, "spark": {"reader": "native"}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "kprio.yaml", env={})
+    assert str(err.value).startswith(f"kprio.yaml: (top level): Value error, spark.reader native: {named}")
+    assert str(err.value).endswith("; use spark.reader python")
+    # The python reader reads with librdkafka, which takes them all.
+    assert parse_config({**raw, "spark": {"reader": "python"}}, env={}).kafka.client == client
 
 
 def test_empty_variables_are_ignored():

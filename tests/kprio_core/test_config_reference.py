@@ -181,9 +181,9 @@ def config_with(key: str | None, monkeypatch: pytest.MonkeyPatch) -> KprioConfig
 
 
 def kafka_client(config: KprioConfig) -> dict[str, Any]:
-    """The Kafka client settings the run's Kafka resource builds clients with (Java's: a superset)."""
+    """The Kafka client settings the run's Kafka resource builds clients with (the Java client's are translated from them)."""
     with dg.build_resources(resources_from_config(config, env={})) as built:
-        return built.kafka.settings().java_client_config()
+        return built.kafka.settings().client_config()
 
 
 def kafka_deadline(config: KprioConfig) -> float:

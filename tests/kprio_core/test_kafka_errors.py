@@ -69,6 +69,16 @@ def test_authorization_codes_map_to_authorization_failed(code):
     assert "kprio-orders-2" in str(err) and "kafka:9093" in str(err) and KafkaError(code).name() in str(err)
 
 
+@pytest.mark.parametrize("code", [KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION])
+def test_a_request_refused_as_not_authenticated_is_a_sasl_failure_naming_the_settings(code):
+    # The clients' own events carry the usual refusals (tests/kprio_core/test_kafka_security.py); a request's
+    # error has no client settings at hand, so it names them without the user's name.
+    err = kafka_failure(KafkaException(KafkaError(code)), what="list offsets", bootstrap="kafka:9093", timeout_s=5)
+    assert err.code == "sasl_authentication_failed"
+    assert str(err) == ("SASL authentication failed: the broker refused the user of kafka.client.sasl.username or "
+                        "the password of KPRIO_KAFKA_SASL_PASSWORD (kafka:9093)")
+
+
 def test_other_kafka_errors_keep_their_name_and_place():
     err = kafka_failure(KafkaError(KafkaError.INVALID_PARTITIONS), what="create topic orders-1",
                         bootstrap="kafka:9093", timeout_s=5)

@@ -16,7 +16,6 @@ import dagster as dg
 import pytest
 
 from kprio_core.config import (
-    JAVA_SECRETS,
     SECRET_SETTINGS,
     KafkaSettings,
     KprioConfig,
@@ -103,9 +102,7 @@ def test_every_secret_from_the_environment_reaches_the_client_only_as_an_env_var
         kafka = built.kafka.settings()
         assert built.kprio.config(built.kafka).kafka == kafka
         assert built.kprio.config().kafka.secrets == {}, "no secrets unless the Kafka resource is given"
-    assert kafka.java_client_config()[setting] == VALUE
-    # librdkafka refuses the Java client's own settings: they reach the native reader only.
-    assert (setting in kafka.client_config()) is (setting not in JAVA_SECRETS)
+    assert kafka.client_config()[setting] == VALUE
     assert kafka.redacted()[setting] == "***"
 
 
@@ -145,7 +142,7 @@ def test_secrets_stay_out_of_run_config_and_logs(monkeypatch):
 
     @dg.asset
     def probe(context, kafka: KafkaResource, kprio: KprioSettings) -> dg.MaterializeResult:  # noqa: ANN001
-        seen.update(kprio.config(kafka).kafka.java_client_config())
+        seen.update(kprio.config(kafka).kafka.client_config())
         context.log.info(f"kafka settings: {kafka.settings().redacted()}")
         return dg.MaterializeResult(metadata={"kafka": kafka.settings().redacted()})
 

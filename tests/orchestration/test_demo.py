@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from secrets import token_urlsafe
 
 import pytest
 from typer.testing import CliRunner
@@ -23,6 +24,8 @@ from orchestration.cli.demo import print_result
 from orchestration.cli.main import app
 from orchestration.demo.run import DemoOptions, run_demo
 from orchestration.demo.workload import demo_workload
+from orchestration.services.broker import BrokerSecurity, Security
+from tests.fixtures.kafka import files_holding
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -134,3 +137,35 @@ def test_demo_drains_everything_with_the_burst_first_and_the_poison_quarantined(
     letters = json.loads(shown.stdout)["dead_letters"]
     assert len(letters) == 5 and {d["priority"] for d in letters} == {0}
     assert sorted(d["key"] for d in letters) == [f"poison-{k}" for k in range(5)]
+
+
+def test_demo_over_sasl_ssl_drains_with_every_client_authenticated_and_writes_no_secret(
+        spark, spark_files, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """`kprio demo --security sasl_ssl`: its own broker takes only SCRAM-SHA-512 or PLAIN logins over TLS, so the
+    producer, the admin client, the reader and the commits all authenticated for the drain to end at zero lag."""
+    monkeypatch.delenv("KPRIO_BOOTSTRAP_SERVERS", raising=False)  # the demo's own broker, not the session's
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "elsewhere"))
+    secrets = {"KPRIO_KAFKA_SASL_PASSWORD": f"sasl-{token_urlsafe(18)}",
+               "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD": f"keystore-{token_urlsafe(18)}"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    options = DemoOptions(records=100, data_dir=tmp_path / "demo", record_budget=70, steady_waves=2, burst_after=1,
+                          security=BrokerSecurity(Security.SASL_SSL))
+
+    result = run_demo(options)
+
+    assert result.ok, result.drain_stopped
+    assert result.conservation.line() == (
+        "conservation: OK: 100 of 100 produced offsets exactly once in the output (100) or the dead letters (0), "
+        "never both; committed == high watermark on 12 of 12 partitions")
+    assert result.made_up == () and result.security.mode is Security.SASL_SSL
+    # The kprio.yaml it wrote is the secured broker's, the password left to the environment.
+    written = load_config(result.layout.config_file, env=secrets).kafka
+    assert written.client == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                              "sasl.username": "kprio", "ssl.ca.location": str(result.layout.broker / "tls" / "ca.pem")}
+    print_result(result, as_json=False)
+    print_result(result, as_json=True)
+    shown = capsys.readouterr().out
+    assert result.conservation.line() in shown
+    assert not [s for s in secrets.values() if s in shown]
+    assert files_holding([tmp_path, spark_files], secrets.values()) == {}

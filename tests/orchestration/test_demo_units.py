@@ -13,6 +13,7 @@ import pytest
 from kprio_core.config import DrainSettings
 from kprio_core.errors import ConfigError
 from kprio_core.offsets import OffsetRange as R
+from orchestration.demo import DemoFailed
 from orchestration.demo.layout import DemoLayout, demo_config, write_config
 from orchestration.demo.producer import Arrival
 from orchestration.demo.report import (
@@ -22,7 +23,7 @@ from orchestration.demo.report import (
     priority_rows,
     wait_counts,
 )
-from orchestration.demo.run import cluster_settings, published_offsets
+from orchestration.demo.run import cluster_settings, one_off_secrets, published_offsets
 from orchestration.demo.workload import (
     POISON_KINDS,
     demo_workload,
@@ -30,6 +31,7 @@ from orchestration.demo.workload import (
     poison_value,
     wave_records,
 )
+from orchestration.services.broker_security import BrokerSecurity, Security
 
 
 @pytest.mark.parametrize("records", [6, 7, 100, 1001, 20_000])
@@ -249,3 +251,15 @@ def test_logs_to_sends_both_python_and_fd_stderr_to_the_log(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr
     assert log.read_text().splitlines() == ["python stderr", "fd stderr"]
     assert proc.stderr.splitlines() == ["progress", "after"]
+
+
+def test_one_off_secrets_are_made_only_where_missing_and_never_for_a_kept_broker() -> None:
+    env = {"KPRIO_KAFKA_SASL_PASSWORD": "mine"}
+    made = one_off_secrets(BrokerSecurity(Security.SASL_SSL), env, keep_broker=False)
+    assert made == ["KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD"]
+    assert env["KPRIO_KAFKA_SASL_PASSWORD"] == "mine" and len(env["KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD"]) >= 24
+    # A broker kept running is used afterwards by clients that need the secrets: the user sets them.
+    with pytest.raises(DemoFailed, match="--keep-broker with --security sasl_ssl: set KPRIO_KAFKA_SASL_PASSWORD and "
+                                         "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD in the environment first"):
+        one_off_secrets(BrokerSecurity(Security.SASL_SSL), {}, keep_broker=True)
+    assert one_off_secrets(BrokerSecurity(), {}, keep_broker=True) == []

@@ -43,9 +43,11 @@ MODULES = [
     "orchestration.runtime.runs",
     "orchestration.runtime.tags",
     "orchestration.services.broker",
+    "orchestration.services.broker_security",
     "orchestration.services.jars",
     "orchestration.services.process",
     "orchestration.services.spark_connect",
+    "orchestration.services.tls",
 ]
 
 

@@ -32,8 +32,10 @@ SETUP = "Spark's Kafka connector is not on the test session's classpath: run `ba
 
 def test_options_merge_splits_and_carry_limits_and_client_settings():
     config = KprioConfig(
-        kafka={"bootstrap_servers": "b1:9092,b2:9092", "client": {"security.protocol": "SSL", "enable.idempotence": True},
-               "secrets": {"sasl.jaas.config": "jaas-secret", "ssl.key.password": "key-secret"}, "timeout_s": 7.5},
+        kafka={"bootstrap_servers": "b1:9092,b2:9092",
+               "client": {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
+                          "ssl.ca.location": "/tls/ca.pem", "enable.idempotence": True},
+               "secrets": {"sasl.password": "pw-secret"}, "timeout_s": 7.5},
         splits={"max_records": 500},
         drain={"allow_data_loss": True},
     )
@@ -52,9 +54,12 @@ def test_options_merge_splits_and_carry_limits_and_client_settings():
     assert opts["includeHeaders"] == "true"
     assert opts["kafkaConsumer.pollTimeoutMs"] == "7500"
     assert opts["kafka.bootstrap.servers"] == "b1:9092,b2:9092"
-    assert opts["kafka.security.protocol"] == "SSL" and opts["kafka.enable.idempotence"] == "true"
-    # The Java client's own credentials reach it (librdkafka refuses sasl.jaas.config).
-    assert opts["kafka.sasl.jaas.config"] == "jaas-secret" and opts["kafka.ssl.key.password"] == "key-secret"
+    assert opts["kafka.security.protocol"] == "SASL_SSL" and opts["kafka.enable.idempotence"] == "true"
+    # The Java client's settings, translated from librdkafka's (kprio_core/kafka/java_client.py).
+    assert opts["kafka.sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                              'username="u" password="pw-secret";')
+    assert (opts["kafka.ssl.truststore.type"], opts["kafka.ssl.truststore.location"]) == ("PEM", "/tls/ca.pem")
+    assert not {"kafka.sasl.password", "kafka.sasl.username", "kafka.ssl.ca.location"} & set(opts)
     assert opts["kafka.isolation.level"] == "read_committed"
 
 
@@ -134,8 +139,10 @@ def test_native_read_matches_the_plan_and_shows_no_secret(spark, spark_files, ka
     assert connector_available(spark), SETUP
     topic = make_topic(priorities=1, partitions=2, records={0: 20})
     ranges = [PlannedRange(0, OffsetRange(topic.priority_topic(0), p, 2, 10)) for p in range(2)]
-    # PLAINTEXT: the Java client takes the JAAS setting and never uses it.
-    kafka = kafka_settings.model_copy(update={"secrets": {"sasl.jaas.config": SecretStr("jaas-hunter2")}})
+    # PLAINTEXT: the Java client takes the JAAS line kprio writes from the user and password, and never uses it.
+    kafka = kafka_settings.model_copy(update={"client": {"sasl.mechanism": "PLAIN", "sasl.username": "u"},
+                                              "secrets": {"sasl.password": SecretStr("jaas-hunter2")}})
+    assert "jaas-hunter2" in native_options(KprioConfig(kafka=kafka), ranges)["kafka.sasl.jaas.config"]
     frame = read_native(spark, KprioConfig(kafka=kafka), ranges)
     rows = frame.collect()
     assert sorted((r.partition, r.offset) for r in rows) == [(p, o) for p in range(2) for o in range(2, 10)]

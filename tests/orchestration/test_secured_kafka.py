@@ -1,0 +1,149 @@
+"""kprio on a SASL_SSL cluster (SCRAM-SHA-512 over TLS, as managed clusters run), every client authenticating.
+
+One secured embedded broker for the module (``--security sasl_ssl``: the CA and certificates it made,
+user ``kprio`` with SCRAM-SHA-512 and PLAIN), fresh random secrets in the environment. kprio is
+configured as a user would configure it: the client settings ``kprio broker start`` prints, the
+password from ``KPRIO_KAFKA_SASL_PASSWORD``. Proven here:
+
+- both readers drain to zero lag with conservation, through the Dagster sensor's tick and drain_job
+  (the admin client's lag snapshots, the executors' consumers or Spark's Java client, the commits);
+- the Airflow trigger finds the backlog on the secured cluster;
+- a wrong password, a mechanism the broker does not enable, a CA that did not sign the broker's
+  certificate and a host name the certificate does not hold each fail in one line naming the setting,
+  well before the timeout;
+- no secret is in any file the module wrote (the broker's data dir and log, the ledger, the Dagster
+  instance, the output, the Spark event log), nor in a command's output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from orchestration.cli.main import app
+from orchestration.services.broker import BrokerSecurity, Security
+from orchestration.services.process import wait_for
+from orchestration.services.tls import TlsFiles, make_files
+from tests.fixtures.kafka import files_holding, secured_kafka
+from tests.orchestration.secured_drains import drain_to_zero_lag, secured_config
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
+
+RECORDS = {2: 15, 1: 10, 0: 25}
+
+
+@pytest.fixture(scope="module")
+def module_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sasl-ssl")
+
+
+@pytest.fixture(scope="module")
+def secured(module_dir: Path):
+    with secured_kafka(module_dir / "broker", BrokerSecurity(Security.SASL_SSL)) as kafka:
+        yield kafka
+
+
+@pytest.mark.parametrize("reader", ["python", "native"])
+def test_both_readers_drain_a_sasl_ssl_cluster_to_zero_lag_through_the_sensor(secured, module_dir, spark, reader,
+                                                                               caplog):
+    folder = module_dir / f"drain-{reader}"
+    topic = secured.make_topic(f"orders-{reader}", RECORDS)
+    drain_to_zero_lag(secured_config(secured, folder, topic, reader=reader), topic, RECORDS, folder)
+    assert not [s for s in secured.secrets if s in caplog.text], "a secret reached the logs"
+
+
+def test_the_airflow_trigger_finds_the_backlog_of_a_sasl_ssl_cluster(secured, module_dir):
+    pytest.importorskip("airflow")
+    from orchestration.airflow.trigger import KprioLagTrigger, WaitForBatches
+
+    folder = module_dir / "airflow"
+    topic = secured.make_topic("orders-airflow", {2: 3})
+    config = secured_config(secured, folder, topic)
+    folder.mkdir()
+    path = folder / "kprio.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})))
+
+    async def first_event(trigger):
+        return await anext(trigger.run())
+
+    trigger = KprioLagTrigger(str(path), poll_s=0.2)
+    event = asyncio.run(asyncio.wait_for(first_event(trigger), timeout=60))
+    assert event.payload["work"] is True
+    assert any(line.startswith(f"{topic.name}: ") for line in event.payload["decisions"])
+    # What Airflow stores: the trigger's serialized form (the triggerer's table) and the task's XCom value.
+    lines = WaitForBatches(task_id="wait", config_path=str(path)).execute({})
+    stored = repr(trigger.serialize()) + repr(event.payload) + repr(lines) + path.read_text()
+    assert not [s for s in secured.secrets if s in stored]
+
+
+MISTAKES = {
+    # name: (environment over the right one, client settings over the printed ones, code, what the line names)
+    "wrong-password": ({"KPRIO_KAFKA_SASL_PASSWORD": "not-the-password"}, {}, "sasl_authentication_failed",
+                       "the broker refused user 'kprio' (kafka.client.sasl.username) with the password of "
+                       "KPRIO_KAFKA_SASL_PASSWORD over SCRAM-SHA-512"),
+    "mechanism-not-enabled": ({}, {"sasl.mechanism": "SCRAM-SHA-256"}, "sasl_mechanism_not_enabled",
+                              "SASL mechanism SCRAM-SHA-256 (kafka.client.sasl.mechanism) is not enabled on the "
+                              "broker, which takes SCRAM-SHA-512, PLAIN"),
+    "untrusted-certificate": ({}, {"ssl.ca.location": "OTHER_CA"}, "ssl_certificate_untrusted",
+                              "the broker's TLS certificate is not trusted by kafka.client.ssl.ca.location (OTHER_CA)"),
+    "hostname-mismatch": ({}, {}, "ssl_hostname_mismatch",
+                          "the broker's TLS certificate names 127.0.0.1, not 'localhost'"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_a_security_mistake_fails_in_one_line_naming_the_setting(secured, module_dir, mistake, monkeypatch):
+    env, client, code, named = MISTAKES[mistake]
+    other_ca = TlsFiles(module_dir / "other-ca")
+    if not other_ca.complete():
+        make_files(other_ca, ["127.0.0.1"], "unused-password")
+    client = {k: str(other_ca.ca) if v == "OTHER_CA" else v for k, v in client.items()}
+    named = named.replace("OTHER_CA", str(other_ca.ca))
+    raw = {"kafka": secured.raw(**client), "topics": [{"name": "orders"}]}
+    if mistake == "hostname-mismatch":
+        raw["kafka"]["bootstrap_servers"] = secured.broker.bootstrap.replace("127.0.0.1", "localhost")
+    path = module_dir / f"{mistake}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    for name, value in {**secured.env, **env}.items():
+        monkeypatch.setenv(name, value)
+
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["lag", "--config", str(path)])
+    took = time.monotonic() - started
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("kprio: error: ") and lines[0].endswith(f"[{code}]"), lines[0]
+    assert named in lines[0]
+    # Failed as the broker answered, not after kafka.timeout_s (20 s) as an unreachable broker would.
+    assert took < 10, f"took {took:.1f} s"
+    assert not [s for s in [*secured.secrets, *env.values()] if s in result.output]
+
+
+def test_broker_status_prints_the_client_settings_and_names_the_secrets_without_their_values(secured):
+    result = CliRunner().invoke(app, ["broker", "status", "--data-dir", str(secured.broker.data_dir)])
+    assert result.exit_code == 0, result.output
+    assert "SASL_SSL (SCRAM-SHA-512 and PLAIN, user kprio; TLS)" in result.output
+    settings = yaml.safe_load(result.output.split("client settings (kprio.yaml):\n", 1)[1].rsplit("secrets", 1)[0])
+    assert settings["kafka"]["client"] == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                                           "sasl.username": "kprio", "ssl.ca.location": str(secured.broker.tls.ca)}
+    assert "secrets from the environment: KPRIO_KAFKA_SASL_PASSWORD" in result.output
+    assert not [s for s in secured.secrets if s in result.output]
+
+
+def test_no_secret_is_in_any_file_this_module_wrote(secured, module_dir, spark_files):
+    """Runs last in the module: the broker's data dir and log, server.properties, the keystores, the
+    ledgers, Dagster's instances (runs, event logs), the outputs, the Airflow test's files, and the
+    session's Spark event log and scratch files."""
+    assert (secured.broker.data_dir / "server.properties").is_file() and secured.broker.log_path.is_file()
+    assert list(module_dir.glob("drain-*/dagster/*")), "run the whole module: the sweep reads what its drains wrote"
+    # Spark's event log holds the native reader's plan, options and all (its Kafka client's settings redacted).
+    assert wait_for(lambda: any(b"orders-native" in f.read_bytes() for f in (spark_files / "events").rglob("*")
+                                if f.is_file()), 30), "the native drain is not in Spark's event log"
+    assert files_holding([module_dir, spark_files], secured.secrets) == {}
