@@ -104,8 +104,8 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
     every earlier writer of the group (a run paused past its lease, another driver), whose write the
     broker then refuses; the offsets are read only once it started, so no write lands between this
     read and this write. ``before_write`` (a run's ledger check that it still holds its batch) runs
-    after the read, just before the write: a run that lost its batch writes nothing, and one that
-    passes it can be overtaken only by a newer writer, which fences it. A fenced try reads again, up
+    after each read, just before the write (or before writing nothing): a run that lost its batch
+    writes nothing, and one that passes it can be overtaken only by a newer writer, which fences it. A fenced try reads again, up
     to :data:`FENCE_TRIES` times.
     """
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -120,10 +120,10 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
             try:
                 producer.init_transactions(deadline.left(what))
                 offsets = decide(groups.fetch(group, wanted, deadline))
+                if before_write is not None:
+                    before_write()  # even with nothing to write: a writer that lost its batch hears it here
                 if not offsets:
                     return {}
-                if before_write is not None:
-                    before_write()
                 producer.begin_transaction()
                 producer.send_offsets_to_transaction([TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
                                                      groups.metadata(group), deadline.left(what))

@@ -72,7 +72,8 @@ from orchestration.services.tls import TlsFiles, keystore_names, make_files, ope
 
 __all__ = [
     "DEFAULT_DATA_DIR", "DEFAULT_PORT", "BrokerProcessError", "BrokerSecurity", "BrokerStatus", "EmbeddedBroker",
-    "EmbeddedCluster", "NodePorts", "NodeStatus", "Security", "answers_metadata", "live_brokers", "wait_for",
+    "EmbeddedCluster", "ExtraListener", "NodePorts", "NodeStatus", "Security", "answers_metadata", "live_brokers",
+    "wait_for",
 ]
 
 DEFAULT_DATA_DIR = Path("kprio-data/broker")
@@ -212,20 +213,40 @@ def cluster_defaults(nodes: int) -> dict[str, str]:
     return settings
 
 
+@dataclass(frozen=True)
+class ExtraListener:
+    """A second client listener of a single node, on ``port``, advertised at ``advertised`` (a relay, a NAT or a
+    proxy in front of the broker): clients bootstrapped at the advertised address send everything there."""
+
+    name: str
+    port: int
+    advertised: int
+
+
 def server_properties(node: NodePorts, ports: Sequence[NodePorts], host: str, log_dirs: Path,
-                      security: BrokerSecurity = BrokerSecurity(), tls: TlsFiles | None = None) -> dict[str, str]:
+                      security: BrokerSecurity = BrokerSecurity(), tls: TlsFiles | None = None,
+                      extra: ExtraListener | None = None) -> dict[str, str]:
     """The ``server.properties`` of one combined broker+controller node of the cluster ``ports``; every
-    listener (the quorum's too) takes ``security``'s protocol (its settings name secrets, never hold them)."""
+    listener (the quorum's too) takes ``security``'s protocol (its settings name secrets, never hold them).
+
+    >>> props = server_properties(NodePorts(1, 9092, 9093), [NodePorts(1, 9092, 9093)], "127.0.0.1", Path("/k"),
+    ...                           extra=ExtraListener("RELAYED", 9094, 9095))
+    >>> props["listeners"], props["advertised.listeners"]
+    ('PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,RELAYED://127.0.0.1:9094', 'PLAINTEXT://127.0.0.1:9092,RELAYED://127.0.0.1:9095')
+    """
     name, protocol = ("PLAINTEXT", "PLAINTEXT") if not security.secured else (security.listener, security.protocol)
+    more_listen = f",{extra.name}://{host}:{extra.port}" if extra else ""
+    more_advertised = f",{extra.name}://{host}:{extra.advertised}" if extra else ""
+    more_protocol = f",{extra.name}:{protocol}" if extra else ""
     return {
         "process.roles": "broker,controller",
         "node.id": str(node.node_id),
         "controller.quorum.voters": quorum_voters(ports, host),
-        "listeners": f"{name}://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}",
-        "advertised.listeners": f"{name}://{host}:{node.port}",
+        "listeners": f"{name}://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}{more_listen}",
+        "advertised.listeners": f"{name}://{host}:{node.port}{more_advertised}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": name,
-        "listener.security.protocol.map": f"{name}:{protocol},CONTROLLER:{protocol}",
+        "listener.security.protocol.map": f"{name}:{protocol},CONTROLLER:{protocol}{more_protocol}",
         "log.dirs": str(log_dirs),
         **cluster_defaults(len(ports)),
         **(security.server_properties(tls) if tls is not None else {}),
@@ -414,8 +435,10 @@ class EmbeddedBroker:
     def __init__(self, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, port: int | None = None, *,
                  nodes: int | None = None, host: str = "127.0.0.1", start_timeout_s: float = 30.0,
                  stop_timeout_s: float = 10.0, security: BrokerSecurity | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, extra_listener: ExtraListener | None = None) -> None:
         self.data_dir = Path(data_dir).absolute()
+        self.extra_listener = extra_listener
+        """A second client listener (a single node only): see :class:`ExtraListener`."""
         # None: as the data dir was last started, else plaintext.
         self.security = security or BrokerSecurity.recorded(self.data_dir) or BrokerSecurity()
         self._env = os.environ if env is None else env
@@ -708,7 +731,8 @@ class EmbeddedBroker:
             folder = self.node_dir(node.node_id)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / LOG4J_FILE).write_text(LOG4J2)
-            props = server_properties(node, ports, self.host, folder / LOG_DIRS, self.security, self.tls)
+            props = server_properties(node, ports, self.host, folder / LOG_DIRS, self.security, self.tls,
+                                      self.extra_listener if self.nodes == 1 else None)
             (folder / CONFIG_FILE).write_text(
                 "# Written by kprio at every start of the embedded broker; edits are overwritten.\n"
                 + "".join(f"{key}={value}\n" for key, value in props.items()))

@@ -1,0 +1,154 @@
+"""A fault that passes heals by itself: a broker outage of 30 s, a read-only output a person fixes; no kprio command.
+
+The outage is real: the drain's clients reach the session's broker through a relay the test cuts
+(``faulty_kafka``, tests/fixtures/faulty_network.py: connections refused, as when the broker or
+the network is down), while every other client keeps the broker. The read-only output is a real
+read-only mount. The moment the fault lands is forced: the ``kprio drain`` child process is
+stopped right before its Kafka commit (``KPRIO_PAUSE_AT``), the fault is made, and the process
+resumed into it.
+
+Each case ends with the same process, with no kprio command run by anyone, finishing by itself:
+zero lag, conservation over output and dead letters. The retry backoff is a minute: a drain that
+waits it out after the fault passed shows as a test that does not finish in time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+import yaml
+
+from kprio_core.config import parse_config
+from kprio_core.ledger import BatchState, Ledger
+from kprio_core.lifecycle.loop import Until
+from orchestration.dagster import drain_loop
+from orchestration.dagster.definitions import build_definitions
+from orchestration.services.broker import wait_for
+from tests.fixtures.small_disks import read_only_dir
+from tests.orchestration.conservation import conservation, lag
+from tests.orchestration.test_recovery import CHILD_TIMEOUT_S, child_config, kill_group, output_of, start
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
+
+OUTAGE_S = 30.0
+HEALED_WITHIN_S = 75.0
+"""After the fault passed, the drain finishes within this (the retry's backoff is 60 s: a drain that waited it out
+after an outage would not). The drain of what is left takes a few seconds; a loaded 2-core machine, more."""
+SLOW_BACKOFF = {"lease_s": 15, "backoff_s": 60, "backoff_max_s": 60, "max_attempts": 3}
+
+
+def backlog(make_topic, kprio_env, tmp_path, child_spark_conf, **sections):
+    """Two batches of every priority; a child's kprio.yaml for them (``sections`` override its own)."""
+    topic = make_topic(priorities=2, partitions=2, records={1: 400, 0: 800}, schema={"i": "long", "amount": "double"})
+    env = kprio_env(topic, planner={"record_budget": 600, "target_batch_s": None}, recovery=SLOW_BACKOFF)
+    (tmp_path / "home").mkdir()
+    config = child_config(env, tmp_path, child_spark_conf)
+    raw = yaml.safe_load(config.read_text())
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value}
+    config.write_text(yaml.safe_dump(raw))
+    return env, topic, config
+
+
+def stopped(proc) -> bool:
+    return psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+
+
+def assert_done(env, topic) -> None:
+    assert lag(topic, env.edge) == dict.fromkeys(range(topic.priorities), 0)
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok, check
+    with Ledger(env.config.ledger.url) as ledger:
+        assert ledger.in_flight(topic.name) == [] and ledger.batches(topic.name, states=[BatchState.FAILED]) == []
+
+
+def test_a_broker_outage_of_30_s_heals_under_until_empty_with_no_command_run(
+        make_topic, kprio_env, faulty_kafka, tmp_path, spark, child_spark_conf):
+    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark_conf,
+                                 kafka={"bootstrap_servers": faulty_kafka.bootstrap, "timeout_s": 10})
+    proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"before-kafka-commit:{topic.name}",
+                 KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
+    try:
+        assert wait_for(lambda: stopped(proc) or proc.poll() is not None, CHILD_TIMEOUT_S, interval_s=0.2), \
+            output_of(proc)[-2000:]
+        with Ledger(env.config.ledger.url) as ledger, faulty_kafka.outage():
+            began = time.monotonic()
+            os.kill(proc.pid, signal.SIGCONT)  # into the outage: its commit finds no broker
+            assert wait_for(lambda: any(b.transient for b in ledger.batches(topic.name, states=[BatchState.FAILED])),
+                            OUTAGE_S, interval_s=0.5), output_of(proc)[-3000:]
+            [failed] = ledger.batches(topic.name, states=[BatchState.FAILED])
+            time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - began)))  # the outage lasts its 30 s
+            assert proc.poll() is None, "the drain waits the outage out instead of giving up"
+        healed = time.monotonic()
+        assert proc.wait(timeout=CHILD_TIMEOUT_S) == 0, output_of(proc)[-3000:]
+        assert time.monotonic() - healed < HEALED_WITHIN_S, "retried as soon as the broker was back, not after its backoff"
+    finally:
+        kill_group(proc)
+    assert "broker" in failed.reason and "\n" not in failed.reason, failed.reason
+    assert_done(env, topic)
+    with Ledger(env.config.ledger.url) as ledger:
+        assert ledger.get(failed.batch_id).attempts > failed.attempts, "the failed batch itself was retried"
+
+
+def test_a_broker_outage_of_30_s_heals_under_follow(make_topic, kprio_env, faulty_kafka, tmp_path, dagster_instance):
+    """``kprio drain --follow``'s loop (in this process, on the session's Spark) through the outage."""
+    topic = make_topic(priorities=2, partitions=2, records={1: 400, 0: 800}, schema={"i": "long", "amount": "double"})
+    env = kprio_env(topic, planner={"record_budget": 300, "target_batch_s": None}, recovery=SLOW_BACKOFF)
+    raw = env.config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})
+    raw["kafka"].update(bootstrap_servers=faulty_kafka.bootstrap, timeout_s=10)
+    config = parse_config(raw, "test", env={})
+    stop, reports = threading.Event(), []
+    follow = threading.Thread(target=lambda: reports.append(drain_loop.drain(
+        build_definitions(config), dagster_instance, config=config, until=Until.FOLLOW, stop=stop,
+        log_level="WARNING")))
+    with Ledger(env.config.ledger.url) as ledger:
+        follow.start()
+        try:
+            assert wait_for(lambda: any(b.lease for b in ledger.in_flight(topic.name)), CHILD_TIMEOUT_S,
+                            interval_s=0.1), "a batch in flight"
+            with faulty_kafka.outage():
+                time.sleep(OUTAGE_S)  # the outage lasts its 30 s, whatever the drain does meanwhile
+            healed = time.monotonic()
+            assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not ledger.in_flight(topic.name)
+                            and not ledger.batches(topic.name, states=[BatchState.FAILED]),
+                            HEALED_WITHIN_S + 30, interval_s=0.5), [b.reason for b in ledger.batches(topic.name)]
+            assert time.monotonic() - healed < HEALED_WITHIN_S
+        finally:
+            stop.set()
+            follow.join(timeout=120)
+    assert not follow.is_alive() and reports and reports[0].ok, reports
+    assert_done(env, topic)
+
+
+def test_a_read_only_output_a_person_fixes_heals_under_until_empty_with_no_command_run(
+        make_topic, kprio_env, tmp_path, spark, child_spark_conf):
+    out = tmp_path / "mounted" / "out"
+    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark_conf,
+                                 drain={"output_path": str(out)})
+    proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"before-publish:{topic.name}",
+                 KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
+    try:
+        assert wait_for(lambda: stopped(proc) or proc.poll() is not None, CHILD_TIMEOUT_S, interval_s=0.2), \
+            output_of(proc)[-2000:]
+        with Ledger(env.config.ledger.url) as ledger, read_only_dir(out):
+            os.kill(proc.pid, signal.SIGCONT)  # into a read-only output: its publish is refused
+            assert wait_for(lambda: any(b.transient for b in ledger.batches(topic.name, states=[BatchState.FAILED])),
+                            60, interval_s=0.5), output_of(proc)[-3000:]
+            [failed] = ledger.batches(topic.name, states=[BatchState.FAILED])
+            time.sleep(5)  # the drain's ticks meanwhile find the output still read-only: none retries into it
+            assert ledger.get(failed.batch_id).attempts == failed.attempts
+        healed = time.monotonic()  # a person made the output writable again
+        assert proc.wait(timeout=CHILD_TIMEOUT_S) == 0, output_of(proc)[-3000:]
+        assert time.monotonic() - healed < HEALED_WITHIN_S, "retried as soon as the output took files again"
+    finally:
+        kill_group(proc)
+    assert "read-only" in failed.reason.lower() or "Read-only file system" in failed.reason, failed.reason
+    fixed = env.config.model_copy(update={"drain": env.config.drain.model_copy(update={"output_path": str(out)})})
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+    check = conservation(fixed, topic, env.edge)
+    assert check.ok, check
