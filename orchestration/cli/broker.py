@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from orchestration.cli.common import JsonOption, clean_errors, print_json
+from orchestration.cli.common import JsonOption, existing_directory, print_json, using_path
 from orchestration.services.broker import DEFAULT_DATA_DIR, DEFAULT_PORT
 
 app = typer.Typer(
@@ -50,7 +50,6 @@ def _status_doc(status) -> dict:  # noqa: ANN001 - BrokerStatus, imported lazily
 
 
 @app.command()
-@clean_errors
 def start(port: PortOption = DEFAULT_PORT, data_dir: DataDirOption = DEFAULT_DATA_DIR, nodes: NodesOption = None,
           timeout: TimeoutOption = 60.0, as_json: JsonOption = False) -> None:
     """Start the embedded broker (or a local cluster) in the background and wait until it answers.
@@ -60,8 +59,10 @@ def start(port: PortOption = DEFAULT_PORT, data_dir: DataDirOption = DEFAULT_DAT
     """
     from orchestration.services.broker import EmbeddedBroker
 
+    existing_directory("--data-dir", data_dir)
     broker = EmbeddedBroker(data_dir, port=port, nodes=nodes, start_timeout_s=timeout, stop_timeout_s=timeout)
-    status = broker.start().status()
+    with using_path("--data-dir", data_dir, doing="write"):
+        status = broker.start().status()
     if as_json:
         print_json(_status_doc(status))
     else:
@@ -69,14 +70,18 @@ def start(port: PortOption = DEFAULT_PORT, data_dir: DataDirOption = DEFAULT_DAT
 
 
 @app.command()
-@clean_errors
 def stop(data_dir: DataDirOption = DEFAULT_DATA_DIR, timeout: TimeoutOption = 20.0) -> None:
     """Stop the embedded broker, every node of it (SIGTERM, then SIGKILL after --timeout); its data stays.
+
+    With no broker running it writes nothing (a data dir that is not there is not made).
 
     Example: kprio broker stop --data-dir ./kprio-data/broker
     """
     from orchestration.services.broker import EmbeddedBroker
 
+    if not existing_directory("--data-dir", data_dir):
+        typer.echo(f"no embedded broker running in {data_dir.absolute()}")
+        return
     broker = EmbeddedBroker(data_dir, stop_timeout_s=timeout)
     was = broker.status()
     if broker.stop():
@@ -86,7 +91,6 @@ def stop(data_dir: DataDirOption = DEFAULT_DATA_DIR, timeout: TimeoutOption = 20
 
 
 @app.command()
-@clean_errors
 def status(data_dir: DataDirOption = DEFAULT_DATA_DIR, as_json: JsonOption = False) -> None:
     """Say whether the embedded broker runs, where, and with which pid (each node of a cluster).
 
@@ -94,7 +98,9 @@ def status(data_dir: DataDirOption = DEFAULT_DATA_DIR, as_json: JsonOption = Fal
     """
     from orchestration.services.broker import EmbeddedBroker
 
-    current = EmbeddedBroker(data_dir).status()
+    existing_directory("--data-dir", data_dir)
+    with using_path("--data-dir", data_dir):
+        current = EmbeddedBroker(data_dir).status()
     if as_json:
         print_json(_status_doc(current))
     else:

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from kprio_core.config import OutputFormat
-from orchestration.cli.common import JsonOption, clean_errors, fail, print_json
+from orchestration.cli.common import JsonOption, print_json
 
 RecordsOption = Annotated[
     int,
@@ -49,7 +49,6 @@ DemoConfigOption = Annotated[
 ]
 
 
-@clean_errors
 def demo(
     records: RecordsOption = 20_000,
     data_dir: DataDirOption = Path("kprio-data") / "demo",
@@ -71,6 +70,7 @@ def demo(
 
     Example: kprio demo --records 12000 --poison 4 --keep-broker
     """
+    from orchestration.demo import DemoFailed
     from orchestration.demo.layout import DemoLayout
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to
@@ -86,9 +86,9 @@ def demo(
         result = run_demo(options, progress)
     print_result(result, as_json=as_json)
     if not result.drain_ok:
-        raise fail(f"the drain stopped early: {result.drain_stopped}")
+        raise DemoFailed(f"the drain stopped early: {result.drain_stopped}", where=str(data_dir))
     if not result.conservation.ok:
-        raise fail(result.conservation.line())
+        raise DemoFailed(result.conservation.line(), where=str(data_dir))
 
 
 def print_result(result, *, as_json: bool) -> None:  # noqa: ANN001 - DemoResult, imported lazily

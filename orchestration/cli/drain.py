@@ -26,9 +26,7 @@ from orchestration.cli import imports
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
     config_from,
-    fail,
     print_json,
 )
 
@@ -85,7 +83,6 @@ def stop_on_signals(stop: threading.Event, running: set[str]) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-@clean_errors
 def drain(
     config: ConfigOption = None,
     json_out: JsonOption = False,
@@ -176,4 +173,6 @@ def _drain(settings: Any, *, json_out: bool, until_empty: bool, follow: bool, ma
         typer.echo(f"{len(report.batches)} runs, {total} records committed; {report.stopped}")
     if not report.ok:
         # With --json the summary already says why; a line on stderr would only repeat it.
-        raise typer.Exit(1) if json_out else fail(report.stopped)
+        from kprio_core.errors import DrainStopped
+
+        raise typer.Exit(1) if json_out else DrainStopped(report.stopped, where=f"ledger.url {shown_url(settings.ledger.url)}")

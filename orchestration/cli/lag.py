@@ -10,7 +10,6 @@ import typer
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
     config_from,
     print_json,
 )
@@ -156,7 +155,6 @@ def _open_transaction(part: dict[str, Any]) -> str:
     return f"{part['behind_open_transaction']} from {part['last_stable_offset']}{age}"
 
 
-@clean_errors
 def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOption = False,
         age: AgeOption = True) -> None:
     """Show the backlog of every priority and partition: records, oldest pending age, committed offset, state.

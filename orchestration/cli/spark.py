@@ -14,9 +14,10 @@ import typer
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
     config_from,
+    existing_directory,
     print_json,
+    using_path,
 )
 
 app = typer.Typer(
@@ -34,14 +35,18 @@ TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait
 
 
 def _server(config, port: int | None = None, timeout: float = 180.0):  # noqa: ANN001, ANN202
+    """The server of ``spark.connect_dir``; PathUnusable when that is a file (or under one)."""
     from orchestration.services.spark_connect import SparkConnectServer
 
     settings = config_from(config).spark
+    existing_directory(CONNECT_DIR, settings.connect_dir)
     return SparkConnectServer(settings, port=port, start_timeout_s=timeout, stop_timeout_s=timeout)
 
 
+CONNECT_DIR = "spark.connect_dir"
+
+
 @app.command()
-@clean_errors
 def start(config: ConfigOption = None, port: PortOption = None, timeout: TimeoutOption = 180.0,
           as_json: JsonOption = False) -> None:
     """Start the Spark Connect server in the background and wait until it answers (idempotent).
@@ -51,7 +56,8 @@ def start(config: ConfigOption = None, port: PortOption = None, timeout: Timeout
     Example: kprio spark start --config kprio.yaml --port 15002
     """
     server = _server(config, port, timeout)
-    status, started = server.start()
+    with using_path(CONNECT_DIR, server.connect_dir, doing="write"):
+        status, started = server.start()
     now = time.time()
     if as_json:
         print_json({**status.to_doc(now), "started": started})
@@ -64,14 +70,14 @@ def start(config: ConfigOption = None, port: PortOption = None, timeout: Timeout
 
 
 @app.command()
-@clean_errors
 def stop(config: ConfigOption = None, timeout: TimeoutOption = 30.0) -> None:
     """Stop the Spark Connect server and every process it started (SIGTERM, then SIGKILL after --timeout).
 
     Example: kprio spark stop --config kprio.yaml
     """
     server = _server(config, timeout=timeout)
-    was = server.stop()
+    with using_path(CONNECT_DIR, server.connect_dir):
+        was = server.stop()
     if was is None:
         typer.echo(f"no Spark Connect server running from {server.connect_dir}")
     else:
@@ -79,13 +85,14 @@ def stop(config: ConfigOption = None, timeout: TimeoutOption = 30.0) -> None:
 
 
 @app.command()
-@clean_errors
 def status(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """Say whether the Spark Connect server runs: pid, port, sc:// URL and uptime.
 
     Example: kprio spark status --json
     """
-    current = _server(config).status()
+    server = _server(config)
+    with using_path(CONNECT_DIR, server.connect_dir):
+        current = server.status()
     now = time.time()
     if as_json:
         print_json(current.to_doc(now))
