@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -763,13 +763,19 @@ def config_error(err: ValidationError, source: str, origins: Mapping[tuple, str]
     problems = _problems(err)
     first = problems[0]
     loc = tuple(first["loc"])
-    key = _key(loc) or "(top level)"
+    key = _key(loc)
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    origins = origins or {}
+    exact = [variable for prefix, variable in origins.items() if loc[: len(prefix)] == prefix]
+    # A check of a whole mapping (kafka.client) may be failed by a key from the file or from the environment.
+    inside = sorted(variable for prefix, variable in origins.items() if loc and prefix[: len(loc)] == loc)
     where = source
-    for prefix, variable in (origins or {}).items():
-        if loc[: len(prefix)] == prefix:
-            where = f"{variable} in the environment"
-    return ConfigError(f"{key}: {_message(first)}{more}", where=where)
+    if exact:
+        where = f"{exact[-1]} in the environment"
+    elif inside:
+        where = f"{source}, or {', '.join(inside)} in the environment"
+    # A check of the whole configuration has no key of its own: its message names the keys.
+    return ConfigError(f"{key}: {_message(first)}{more}" if key else f"{_message(first)}{more}", where=where)
 
 
 def format_validation_error(err: ValidationError, source: str) -> str:

@@ -24,7 +24,6 @@ or full is :class:`LedgerUnavailable` (transient), a file that is no database or
 
 from __future__ import annotations
 
-import errno
 import os
 import sqlite3
 from pathlib import Path

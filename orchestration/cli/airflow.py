@@ -16,9 +16,11 @@ from typing import Annotated
 import typer
 
 from kprio_core.errors import FileExistsRefused, ToolFailed
+from orchestration.cli.boundary import KprioSubgroup
 from orchestration.cli.common import ConfigOption, config_from, using_path
 
 app = typer.Typer(
+    cls=KprioSubgroup,
     help="Run kprio under Airflow 3: write the DAG file that loads kprio's DAGs from kprio.yaml.\n\n"
     "Example: kprio airflow init --dags-folder $AIRFLOW_HOME/dags --config kprio.yaml",
     no_args_is_help=True,

@@ -12,6 +12,9 @@ forgetting a decorator. A failure becomes one line ``kprio: error: <what> (<wher
 - an OSError that reached this far names its file; any other exception is a kprio bug, code
   ``internal_error``, with its type and first line.
 
+An error that names no ``where`` of its own (its message says where, such as a broker's address)
+gets the command that failed.
+
 Exit codes (docs/operations.md): :data:`EXIT_OK`, :data:`EXIT_FAILED`, :data:`EXIT_USAGE`,
 :data:`EXIT_INTERNAL`, :data:`EXIT_INTERRUPTED`. The traceback is printed only when debugging is
 asked for (``kprio --debug ...`` or ``KPRIO_DEBUG=1``). The line, the traceback and every log line
@@ -67,6 +70,9 @@ class Run:
     debug: bool = False
     verbose: bool = False
     log_file: Path | None = None
+    log_file_from: str = "--log-file"
+    command: str = "kprio"
+    """The command running (``kprio broker start``), once the group resolved it."""
     redact: Redactor = field(default_factory=lambda: Redactor(()))
 
 
@@ -79,11 +85,13 @@ def typed(err: BaseException) -> KprioError:
     if isinstance(err, KprioError):
         return err
     if isinstance(err, click_errors.UsageError):
-        where = err.ctx.command_path if err.ctx is not None else "kprio"
+        command = err.ctx.command_path if err.ctx is not None else RUN.command
+        if RUN.command.startswith(f"{command} "):
+            command = RUN.command  # the parser of a command may report with its group's context
         what = " ".join(err.format_message().split())
-        return UsageError(what, where=f"{where}; see {where} --help")
+        return UsageError(what, where=f"{command}; see {command} --help")
     if isinstance(err, click_errors.ClickException):
-        return UsageError(" ".join(err.format_message().split()), where="kprio")
+        return UsageError(" ".join(err.format_message().split()), where=RUN.command)
     if isinstance(err, OSError) and err.filename is not None:
         return PathUnusable(f"cannot use {str(err.filename)!r}: {os_reason(err)}", where=str(err.filename))
     if isinstance(err, ValidationError):
@@ -111,6 +119,8 @@ def line(err: BaseException) -> str:
     """The one error line of ``err``, its secrets replaced."""
     mapped = typed(err)
     text = " ".join(str(mapped).split())  # one line, whatever a library's message held
+    if not mapped.where:
+        text = f"{text} ({RUN.command})"
     return RUN.redact(f"kprio: error: {text} [{mapped.code}]")
 
 
@@ -130,7 +140,7 @@ class KprioGroup(typer.core.TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         RUN.__init__(debug=os.environ.get(ENV_DEBUG, "") not in ("", "0"),  # type: ignore[misc]
                      log_file=Path(os.environ[ENV_LOG_FILE]) if os.environ.get(ENV_LOG_FILE) else None,
-                     redact=Redactor.of(os.environ, argv))
+                     log_file_from=ENV_LOG_FILE, command=prog_name or "kprio", redact=Redactor.of(os.environ, argv))
         try:
             result = super().main(args=argv, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                                   **extra)
@@ -145,6 +155,16 @@ class KprioGroup(typer.core.TyperGroup):
             sys.exit(code)
         return code
 
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            RUN.command = f"{ctx.command_path} {command.name}"
+        return name, command, rest
+
+
+class KprioSubgroup(KprioGroup):
+    """A group under ``kprio`` (``kprio broker``): only says which of its commands runs (its main is never called)."""
+
 
 def take_options(ctx: typer.Context, *, debug: bool, verbose: bool, log_file: Path | None) -> None:
     """The ``kprio`` options of this invocation; the logs are routed until its command ends (``ctx.with_resource``)."""
@@ -152,5 +172,7 @@ def take_options(ctx: typer.Context, *, debug: bool, verbose: bool, log_file: Pa
 
     RUN.debug = RUN.debug or debug
     RUN.verbose = verbose
-    RUN.log_file = log_file or RUN.log_file
-    ctx.with_resource(routed_logs(verbose=RUN.verbose, log_file=RUN.log_file, debug=RUN.debug, redact=RUN.redact))
+    if log_file is not None:
+        RUN.log_file, RUN.log_file_from = log_file, "--log-file"
+    ctx.with_resource(routed_logs(verbose=RUN.verbose, log_file=RUN.log_file, log_file_from=RUN.log_file_from,
+                                  debug=RUN.debug, redact=RUN.redact))

@@ -13,10 +13,12 @@ from typing import Annotated
 
 import typer
 
+from orchestration.cli.boundary import KprioSubgroup
 from orchestration.cli.common import JsonOption, existing_directory, print_json, using_path
 from orchestration.services.broker import DEFAULT_DATA_DIR, DEFAULT_PORT
 
 app = typer.Typer(
+    cls=KprioSubgroup,
     help="Run the embedded Kafka broker (Apache Kafka in KRaft mode, from its Maven Central jars that "
     "scripts/setup.sh puts in ~/.cache/kprio) for the demo and local runs.\n\n"
     "Example: kprio broker start --port 9092   then   kprio broker stop",

@@ -18,8 +18,8 @@ from typing import Annotated, Any
 
 import typer
 
-from kprio_core.config import KprioConfig, load_config
-from kprio_core.errors import PathUnusable
+from kprio_core.config import KprioConfig, TopicSettings, load_config
+from kprio_core.errors import PathUnusable, UsageError
 
 ConfigOption = Annotated[
     Path | None,
@@ -68,6 +68,17 @@ def existing_directory(setting: str, path: Path | str) -> bool:
 
 def config_from(path: Path | None) -> KprioConfig:
     return load_config(path)
+
+
+def chosen_topics(settings: KprioConfig, topic: str | None) -> list[TopicSettings]:
+    """The logical topic ``--topic`` names (UsageError when the configuration has none of that name), else all."""
+    if topic is None:
+        return list(settings.topics)
+    known = [t.name for t in settings.topics]
+    if topic not in known:
+        raise UsageError(f"no logical topic named {topic!r} in the configuration (it has {', '.join(known)})",
+                         where="--topic")
+    return [settings.topic(topic)]
 
 
 def print_json(data: Any) -> None:

@@ -30,6 +30,7 @@ import typer
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
+    chosen_topics,
     config_from,
     existing_directory,
     print_json,
@@ -158,10 +159,8 @@ def check_batch_id(batch_id: str, option: str) -> None:
     """UsageError unless ``batch_id`` is a batch id as the ledger writes them (``b-000042``)."""
     from kprio_core.ledger import parse_batch_id
 
-    try:
-        parse_batch_id(batch_id)
-    except ValueError:
-        raise UsageError(f"{batch_id!r} is not a batch id (like b-000042)", where=option) from None
+    if parse_batch_id(batch_id) is None:
+        raise UsageError(f"{batch_id!r} is not a batch id (like b-000042)", where=option)
 
 
 def batch_known(ledger_url: str, batch_id: str) -> None:
@@ -169,10 +168,14 @@ def batch_known(ledger_url: str, batch_id: str) -> None:
     from kprio_core.ledger import Ledger, ledger_exists
     from kprio_core.urls import shown_url
 
+    where = f"ledger.url {shown_url(ledger_url)}"
     if not ledger_exists(ledger_url):
-        raise BatchNotFound(f"no batch {batch_id}: there is no ledger yet", where=f"ledger.url {shown_url(ledger_url)}")
+        raise BatchNotFound(f"no batch {batch_id}: there is no ledger yet", where=where)
     with Ledger(ledger_url) as ledger:
-        ledger.get(batch_id)
+        try:
+            ledger.get(batch_id)
+        except BatchNotFound as err:
+            raise BatchNotFound(err.what, where=where) from None
 
 
 def _describe(topics: Iterable[str], batch_id: str | None) -> str:
@@ -194,7 +197,7 @@ def dead_letters(
     Example: kprio dead-letters --config kprio-data/demo/kprio.yaml --topic orders --limit 20
     """
     settings = config_from(config)
-    topics = [settings.topic(topic)] if topic else list(settings.topics)
+    topics = chosen_topics(settings, topic)
     root = settings.drain.dead_letter_path
     if batch is not None:
         check_batch_id(batch, "--batch")

@@ -16,9 +16,11 @@ from typing import Annotated, Any
 import typer
 
 from kprio_core.errors import FileExistsRefused, UsageError
+from orchestration.cli.boundary import KprioSubgroup
 from orchestration.cli.common import ConfigOption, config_from, using_path
 
 app = typer.Typer(
+    cls=KprioSubgroup,
     help="Write or show the Dagster instance settings (dagster.yaml) a kprio deployment uses.\n\n"
     "Example: kprio instance init --home ./kprio-data/dagster_home --config kprio.yaml",
     no_args_is_help=True,

@@ -10,6 +10,7 @@ import typer
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
+    chosen_topics,
     config_from,
     print_json,
 )
@@ -177,7 +178,7 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
     from kprio_core.ledger import Ledger, ledger_exists
 
     cfg = config_from(config)
-    topics = [cfg.topic(topic)] if topic else list(cfg.topics)
+    topics = chosen_topics(cfg, topic)
     now_ms = int(time.time() * 1000)
     docs = []
     # A read command never creates a ledger: without one, kprio believes nothing and Kafka alone tells the states.

@@ -11,6 +11,7 @@ from orchestration.cli import imports
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
+    chosen_topics,
     config_from,
     print_json,
 )
@@ -135,7 +136,7 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
         from orchestration.runtime.tick import decide_all
 
     settings = config_from(config)
-    topics = [settings.topic(topic)] if topic else list(settings.topics)
+    topics = chosen_topics(settings, topic)
     now_s = time.time()
 
     def dagster_runs(stack: ExitStack):  # noqa: ANN202 - DagsterRuns, imported here

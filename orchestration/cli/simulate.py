@@ -154,14 +154,14 @@ def simulate(
     traces = {t.name: t for t in chosen}
     results = {name: simulate_all(t, policy) for name, t in traces.items()}
 
+    if plot is not None:  # first: a plot that cannot be written fails before anything is printed
+        with using_path("--plot", plot, doing="write"):
+            plot_backlogs(results, plot)
     if as_json:
         print_json(results_json(results, single=len(traces) == 1))
     elif markdown:
         typer.echo(markdown_report(results, traces))
     else:
         _print_tables(results, traces)
-    if plot is not None:
-        with using_path("--plot", plot, doing="write"):
-            plot_backlogs(results, plot)
-        if not as_json:
-            typer.echo(f"wrote {plot}")
+    if plot is not None and not as_json:
+        typer.echo(f"wrote {plot}")

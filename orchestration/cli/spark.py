@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from orchestration.cli.boundary import KprioSubgroup
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
@@ -21,6 +22,7 @@ from orchestration.cli.common import (
 )
 
 app = typer.Typer(
+    cls=KprioSubgroup,
     help="Run a local Spark Connect server that every drain reuses (set spark.remote: sc://localhost:15002).\n\n"
     "Example: kprio spark start --config kprio.yaml   then   kprio spark status   and   kprio spark stop",
     no_args_is_help=True,

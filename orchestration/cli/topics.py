@@ -14,14 +14,17 @@ from typing import Annotated, Any
 import typer
 
 from kprio_core.errors import ConfigError, TopicsMismatch
+from orchestration.cli.boundary import KprioSubgroup
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
+    chosen_topics,
     config_from,
     print_json,
 )
 
 app = typer.Typer(
+    cls=KprioSubgroup,
     help="Create and verify the priority topics of the configured logical topics.\n\n"
     "Example: kprio topics create --config kprio.yaml   then   kprio topics verify --config kprio.yaml",
     no_args_is_help=True,
@@ -34,7 +37,7 @@ TopicOption = Annotated[
 
 def _selected(config: Any, topic: str | None) -> tuple[Any, tuple[Any, ...]]:
     settings = config_from(config)
-    return settings, (settings.topic(topic),) if topic is not None else settings.topics
+    return settings, tuple(chosen_topics(settings, topic))
 
 
 def _report_mismatches(mismatches: list[Any], bootstrap: str, as_json: bool, doc: dict[str, Any]) -> None:
