@@ -23,6 +23,7 @@ MODULES = [
     "orchestration.cli.boundary",
     "orchestration.cli.dead_letters",
     "orchestration.cli.lag",
+    "orchestration.cli.outage",
     "orchestration.cli.redaction",
     "orchestration.dagster.batch_asset",
     "orchestration.dagster.checks",
