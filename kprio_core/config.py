@@ -127,6 +127,35 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def bootstrap_problem(servers: str) -> str | None:
+    """What is wrong with a ``bootstrap.servers`` list, or None.
+
+    >>> bootstrap_problem("b-1:9092,b-2:9093"), bootstrap_problem("SASL_SSL://b-1:9093,[::1]:9092")
+    (None, None)
+    >>> for servers in ("localhost:abc", "b:99999", "a b:1", ""):
+    ...     print(bootstrap_problem(servers))
+    'localhost:abc': the port is not a number from 1 to 65535
+    'b:99999': the port is not a number from 1 to 65535
+    'a b:1': not host:port
+    no broker named: write host:port[,host:port...]
+    """
+    entries = [entry.strip() for entry in servers.split(",")]
+    if not any(entries):
+        return "no broker named: write host:port[,host:port...]"
+    for entry in entries:
+        address = entry.split("://", 1)[-1]
+        parts = urlsplit(f"//{address}")
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if not parts.hostname or any(c.isspace() for c in address) or "/" in address:
+            return f"{entry!r}: not host:port"
+        if port is not None and not 0 < port < 65536:
+            return f"{entry!r}: the port is not a number from 1 to 65535"
+    return None
+
+
 class IsolationLevel(StrEnum):
     """Which records of transactional producers kprio reads (Kafka's ``isolation.level``).
 
@@ -182,6 +211,16 @@ class KafkaSettings(_Model):
         unknown = sorted(name for name in value if not is_secret_setting(name))
         if unknown:
             raise ValueError(f"{unknown} are not secret settings: put them in kafka.client")
+        return value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port_list(cls, value: str) -> str:
+        """``host:port`` entries, comma separated, each with a port Kafka can listen on (checked at load: librdkafka
+        would only time out on them)."""
+        why = bootstrap_problem(value)
+        if why:
+            raise ValueError(why)
         return value
 
     def client_config(self) -> dict[str, str | int | float | bool]:
@@ -735,9 +774,10 @@ def _problems(err: ValidationError) -> list[dict]:
     branches: dict[tuple, dict] = {}
     for e in errors:
         loc = tuple(e["loc"])
-        # A union's branches come as one error each, their loc the value's plus the branch's type name.
+        # A union's branches come as one error each, their loc the value's plus the branch's type name, their input
+        # the one value (a mapping or a list: the only values a union of kprio's refuses whole).
         twins = [o for o in errors if o is not e and len(o["loc"]) == len(loc) and tuple(o["loc"][:-1]) == loc[:-1]
-                 and o["input"] is e["input"] and isinstance(loc[-1], str) and isinstance(o["loc"][-1], str)]
+                 and o["input"] is e["input"] and isinstance(e["input"], dict | list)]
         if not twins:
             problems.append(e)
             continue

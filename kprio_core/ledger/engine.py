@@ -87,6 +87,9 @@ _SQLITE_UNUSABLE = {sqlite3.SQLITE_NOTADB: "the file is not a SQLite database",
 _PG_UNUSABLE = {"28": "the server refused the login: check the user in ledger.url and KPRIO_LEDGER_PASSWORD",
                 "3D": "the database named in ledger.url does not exist on the server"}
 """SQLSTATE classes of a connection refused for a reason that will not pass by itself."""
+_PG_UNAVAILABLE = {"08", "53", "57"}
+"""SQLSTATE classes of a server that cannot serve for now: connection exception, insufficient resources, operator
+intervention (shut down, starting up). A connection that never reached the server has no SQLSTATE at all."""
 
 
 def ledger_failure(wrapped: BaseException | None, err: BaseException, url: URL, where: str) -> KprioError | None:
@@ -105,9 +108,10 @@ def ledger_failure(wrapped: BaseException | None, err: BaseException, url: URL, 
         sqlstate = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)  # psycopg 3, psycopg2
         if sqlstate and sqlstate[:2] in _PG_UNUSABLE:
             return LedgerUnusable(f"{_PG_UNUSABLE[sqlstate[:2]]} (SQLSTATE {sqlstate})", where=where)
-        said = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
-        return LedgerUnavailable(f"the ledger database does not answer: {said}", where=where)
-    return None
+        if not sqlstate or sqlstate[:2] in _PG_UNAVAILABLE:
+            said = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            return LedgerUnavailable(f"the ledger database does not answer: {said}", where=where)
+    return None  # a deadlock, a lock timeout, ...: the ledger's own to handle
 
 
 def _cannot_open(database: str | None) -> str:

@@ -189,6 +189,10 @@ CONFIG_FILES = rotating([
      {"config": {"ordering": {"lanes": 4}}}),
     ("config too many priorities", "kprio.yaml", "config_invalid", "priorities: 1000",
      {"config": {"topics": [{"name": "orders", "priorities": 1000}]}}),
+    ("config bootstrap port", "kprio.yaml", "config_invalid", "a broker whose port is no number: librdkafka would "
+     "only time out", {"config": {"kafka": {"bootstrap_servers": "localhost:abc"}}}),
+    ("config bootstrap empty", "kprio.yaml", "config_invalid", "no broker at all",
+     {"config": {"kafka": {"bootstrap_servers": " , "}}}),
 ])
 
 LEDGER_URLS = [
@@ -223,6 +227,10 @@ LEDGER_URLS = [
       "ledger.url postgresql+psycopg://kprio@127.0.0.1:1/kprio", "ledger_unavailable",
       "asking the ledger whether a batch exists", config={"ledger": {"url": "postgresql+psycopg://kprio@127.0.0.1:1/kprio"}},
       read_only=True),
+    C("ledger postgres down [reset]", "reset orders-2[0] --to earliest",
+      "ledger.url postgresql+psycopg://kprio@127.0.0.1:1/kprio", "ledger_unavailable",
+      "a person's decision needs the ledger: nothing is committed without it",
+      config={"ledger": {"url": "postgresql+psycopg://kprio@127.0.0.1:1/kprio"}}, read_only=True),
     C("ledger under a file [plan]", "plan", "ledger.url sqlite:///{tmp}/afile/ledger.db", "path_unusable",
       "a SQLite path under a file", config={"ledger": {"url": "sqlite:///{tmp}/afile/ledger.db"}},
       files={"afile": "x"}, read_only=True),
@@ -256,6 +264,9 @@ ENVIRONMENT = [
       env={"KPRIO_KAFKA_TIMEOUT_S": "0"}, read_only=True),
     C("env isolation level as client setting", "plan", "KPRIO_KAFKA_ISOLATION_LEVEL in the environment",
       "config_invalid", "a client setting kprio owns", env={"KPRIO_KAFKA_ISOLATION_LEVEL": "read_uncommitted"},
+      read_only=True),
+    C("env bootstrap bad", "lag", "KPRIO_BOOTSTRAP_SERVERS in the environment", "config_invalid",
+      "the override of kafka.bootstrap_servers named as such", env={"KPRIO_BOOTSTRAP_SERVERS": "broker-1:90x2"},
       read_only=True),
     C("env config missing", "plan", "KPRIO_CONFIG", "config_invalid", "KPRIO_CONFIG naming no file",
       env={"KPRIO_CONFIG": "{tmp}/nowhere.yaml"}, with_config=False, read_only=True),
@@ -423,6 +434,8 @@ ARGUMENTS = [
       exit=2, with_config=False, read_only=True),
     C("demo bad format", "demo --format csv", "kprio demo", "usage", "an output format that does not exist",
       exit=2, with_config=False, read_only=True),
+    C("demo bad cluster config", "demo", "kprio.yaml", "config_invalid", "the demo loads its --config before it "
+      "starts anything", config={"kafka": {"timeout_s": "soon"}}, read_only=True),
     C("topics create unsized", "topics create", "kprio.yaml", "config_invalid",
       "partitions are needed to create topics", config={"topics": [{"name": "orders"}]}, read_only=True),
     C("instance both urls", ("instance", "show", "--postgres-url", "postgresql://u@h/db", "--postgres-url-env", "X"),
