@@ -124,7 +124,8 @@ MAX_PRIORITIES = 16
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No infinite or NaN number: a timeout or a rate of `.inf` is a slip of the pen, never a setting.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def bootstrap_problem(servers: str) -> str | None:
@@ -274,7 +275,7 @@ class TopicSettings(_Model):
         description="Topic settings `kprio topics create` sets (retention.ms, cleanup.policy, ...).",
     )
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
     @field_validator("topic_template", "group_template")
     @classmethod
@@ -508,6 +509,11 @@ class DrainSettings(_Model):
         "the definitions do not change from day to day.",
     )
 
+    @field_validator("output_path", "dead_letter_path", "replay_path")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        return a_path(value)
+
     @field_validator("handler")
     @classmethod
     def _handler_loads(cls, value: str) -> str:
@@ -538,6 +544,19 @@ class DrainSettings(_Model):
                 if why:
                     raise ValueError(f"{a} ({roots[a]!r}) and {b} ({roots[b]!r}) {why}: give each its own directory")
         return self
+
+
+def a_path(value: str) -> str:
+    """``value`` if it can name a file or directory (not empty, no NUL byte), else ValueError.
+
+    >>> a_path("./kprio-data/output"), a_path("s3://bucket/out")
+    ('./kprio-data/output', 's3://bucket/out')
+    """
+    if not value.strip():
+        raise ValueError("is empty: name a directory")
+    if "\x00" in value:
+        raise ValueError("holds a NUL byte, which no path can")
+    return value
 
 
 REPLAY_HOUR_FORMAT = "%Y-%m-%d-%H:%M"
@@ -628,6 +647,11 @@ class SparkSettings(_Model):
     connect_dir: str = Field(
         "./kprio-data/spark-connect", description="State and log directory of the Spark Connect server kprio starts."
     )
+
+    @field_validator("connect_dir")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        return a_path(value)
 
     @field_validator("master")
     @classmethod

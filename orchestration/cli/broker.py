@@ -41,7 +41,8 @@ NodesOption = Annotated[
                              help="Nodes of the local cluster: 1, or 3 for replication 3 with min.insync.replicas 2 "
                              "(default: as many as --data-dir already holds, else 1).")
 ]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the broker to start or stop.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", min=1, max=3600,
+                                              help="Seconds to wait for the broker to start or stop.")]
 
 
 def _status_doc(status) -> dict:  # noqa: ANN001 - BrokerStatus, imported lazily

@@ -45,6 +45,10 @@ def reset(partition: PartitionArgument, to: ToOption, config: ConfigOption = Non
     except ValueError as err:
         raise UsageError(str(err), where="--to of kprio reset") from None
     settings = config_from(config)
+    known = [topic for logical in settings.topics for topic in logical.priority_topics().values()]
+    if name not in known:
+        raise UsageError(f"{name!r} is not a priority topic of the configuration (it has {', '.join(known)})",
+                         where="PARTITION of kprio reset")
     with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger:
         try:
             line = reset_partition(edge, ledger, settings, name, number, to, now_ms=int(time.time() * 1000))

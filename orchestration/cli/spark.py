@@ -33,7 +33,8 @@ PortOption = Annotated[
     typer.Option("--port", "-p", min=1, max=65535, show_default=False,
                  help="Port of the server (default: spark.connect_port, 15002)."),
 ]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the server to start or stop.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", min=1, max=3600,
+                                              help="Seconds to wait for the server to start or stop.")]
 
 
 def _server(config, port: int | None = None, timeout: float = 180.0):  # noqa: ANN001, ANN202

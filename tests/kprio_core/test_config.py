@@ -300,6 +300,10 @@ BAD_FILES = [
      "not mysql", "ledger of another database"),
     ("ledger: {url: 'sqlite:/x'}\n", "ledger.url: is not a SQLAlchemy URL", "ledger URL that does not parse"),
     ("ledger: {url: 'postgresql+nosuchdriver://u@h/db'}\n", "ledger.url: SQLAlchemy has no driver", "unknown driver"),
+    ("kafka: {bootstrap_servers: 'b-1:9092,localhost:abc'}\n", "kafka.bootstrap_servers: 'localhost:abc': the port "
+     "is not a number", "a broker whose port is no number"),
+    ("kafka: {timeout_s: .inf}\n", "kafka.timeout_s: Input should be a finite number", "an infinite timeout"),
+    ("drain: {output_path: ''}\n", "drain.output_path: is empty", "an empty output path"),
 ]
 
 
