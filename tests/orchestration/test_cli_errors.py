@@ -329,6 +329,7 @@ PATHS = [
       "stop with nothing running", config={"spark": {"connect_dir": "{tmp}/afile/c"}}, files={"afile": "x"},
       read_only=True),
     C("spark status nothing there", "spark status", "", None, "status of nothing makes nothing", read_only=True),
+    C("spark stop nothing there", "spark stop", "", None, "stop of nothing makes nothing", read_only=True),
     C("spark start connect dir a file", "spark start", "spark.connect_dir {tmp}/afile", "path_unusable",
       "before any JVM starts", config={"spark": {"connect_dir": "{tmp}/afile"}}, files={"afile": "x"},
       read_only=True),
