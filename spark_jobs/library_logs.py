@@ -6,6 +6,8 @@ first used (a JSON line and a traceback on the terminal, or into a stream closed
 log, a test's capture, and ``--- Logging error --- ValueError: I/O operation on closed file``); py4j
 logs through the root logger. Each gets one handler that hands its records to ``kprio.spark``, so they
 go where kprio's lines go (the CLI's log file, or the terminal at ``--verbose``: :mod:`orchestration.cli.logs`).
+Their warnings and errors only: py4j's chatter (``Closing down clientserver connection``, at INFO, from a
+finalizer at exit) would otherwise reach a handler of a program long done with its stream.
 """
 
 from __future__ import annotations
@@ -18,10 +20,24 @@ PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
 class ToLogger(logging.Handler):
-    """Hands every record to another logger (which applies its own level and handlers)."""
+    """Hands every record of ``level`` or above to another logger (which applies its own level and handlers).
 
-    def __init__(self, target: logging.Logger) -> None:
-        super().__init__()
+    >>> seen = []
+    >>> class Keep(logging.Handler):
+    ...     def emit(self, record):
+    ...         seen.append(f"{record.name}: {record.getMessage()}")
+    >>> target = logging.getLogger("kprio.doc")
+    >>> target.addHandler(Keep())
+    >>> library = logging.getLogger("doc.library")
+    >>> library.handlers, library.propagate = [ToLogger(target)], False
+    >>> library.info("Closing down clientserver connection")  # below WARNING: not handed on
+    >>> library.error("Error while sending or receiving")
+    >>> seen
+    ['doc.library: Error while sending or receiving']
+    """
+
+    def __init__(self, target: logging.Logger, level: int = logging.WARNING) -> None:
+        super().__init__(level)
         self.target = target
 
     def emit(self, record: logging.LogRecord) -> None:

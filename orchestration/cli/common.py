@@ -81,6 +81,14 @@ def chosen_topics(settings: KprioConfig, topic: str | None) -> list[TopicSetting
     return [settings.topic(topic)]
 
 
+def check_batch_id(batch_id: str, option: str) -> None:
+    """UsageError unless ``batch_id`` is a batch id as the ledger writes them (``b-000042``)."""
+    from kprio_core.ledger import parse_batch_id
+
+    if parse_batch_id(batch_id) is None:
+        raise UsageError(f"{batch_id!r} is not a batch id (like b-000042)", where=option)
+
+
 def print_json(data: Any) -> None:
     # One write: json.dump writes each token on its own, 0.2 s for the plan of 1,920 partitions.
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")

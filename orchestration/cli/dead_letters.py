@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kprio_core.errors import BatchNotFound, DeadLettersUnreadable
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
+    check_batch_id,
     chosen_topics,
     config_from,
     existing_directory,
     print_json,
 )
-
-from kprio_core.errors import BatchNotFound, DeadLettersUnreadable, UsageError
 
 if TYPE_CHECKING:
     from kprio_core.config import DrainSettings
@@ -153,14 +153,6 @@ def _b64(raw: Mapping[str, Any] | None) -> bytes | None:
         return None if raw is None else base64.b64decode(raw["base64"])
     except binascii.Error:  # pragma: no cover - we encoded it ourselves
         return None
-
-
-def check_batch_id(batch_id: str, option: str) -> None:
-    """UsageError unless ``batch_id`` is a batch id as the ledger writes them (``b-000042``)."""
-    from kprio_core.ledger import parse_batch_id
-
-    if parse_batch_id(batch_id) is None:
-        raise UsageError(f"{batch_id!r} is not a batch id (like b-000042)", where=option)
 
 
 def batch_known(ledger_url: str, batch_id: str) -> None:

@@ -104,8 +104,8 @@ def init(home: HomeOption = None, config: ConfigOption = None, postgres_url: Pos
     given = parsed_url(postgres_url).password if postgres_url else None
     if storage is not None:
         probe_storage(storage, given)  # before anything is written: a storage that does not answer leaves nothing
-    variable = storage.postgres_db.password.env if storage is not None and storage.postgres_db is not None and \
-        storage.postgres_db.password is not None else None
+    db = storage.postgres_db if storage is not None else None
+    variable = db.password.env if db is not None and db.password is not None else None
     with using_path("--home", home, doing="write"):
         home.mkdir(parents=True, exist_ok=True)
         before = target.read_bytes() if target.exists() else None

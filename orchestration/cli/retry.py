@@ -12,10 +12,10 @@ from typing import Annotated
 
 import typer
 
-from orchestration.cli.dead_letters import check_batch_id
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
+    check_batch_id,
     config_from,
     print_json,
 )
