@@ -702,10 +702,13 @@ class LedgerSettings(_Model):
         ...         LedgerSettings(url=url)
         ...     except ValidationError as err:
         ...         print(format_validation_error(err, "kprio.yaml"))
-        url: holds a password: remove it from the URL (postgresql+psycopg://kprio@db/kprio) and set it in the environment as KPRIO_LEDGER_PASSWORD (kprio.yaml)
-        url: holds a password: remove it from the URL (postgresql://kprio@db/kprio) and set it in the environment as KPRIO_LEDGER_PASSWORD (kprio.yaml)
+        url: holds a password: remove it from the URL (postgresql+psycopg://kprio@db/kprio) and set it in the
+        environment as KPRIO_LEDGER_PASSWORD (kprio.yaml)
+        url: holds a password: remove it from the URL (postgresql://kprio@db/kprio) and set it in the environment
+        as KPRIO_LEDGER_PASSWORD (kprio.yaml)
         url: the batch ledger runs on SQLite or PostgreSQL, not mysql (mysql://u@db/kprio) (kprio.yaml)
-        url: is not a SQLAlchemy URL: write sqlite:///path/to/ledger.db or postgresql+psycopg://user@host:5432/db (kprio.yaml)
+        url: is not a SQLAlchemy URL: write sqlite:///path/to/ledger.db or postgresql+psycopg://user@host:5432/db
+        (kprio.yaml)
         """
         from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 

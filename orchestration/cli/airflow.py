@@ -71,6 +71,6 @@ def init(
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
-        raise ToolFailed(f"airflow pools set {POOL} failed (exit {done.returncode}): {said[-1] if said else 'no output'}",
-                         where="the airflow command")
+        last = said[-1] if said else "no output"
+        raise ToolFailed(f"airflow pools set {POOL} failed (exit {done.returncode}): {last}", where="the airflow command")
     typer.echo(f"pool {POOL}: {slots} slots (planner.max_in_flight x priorities)")

@@ -8,7 +8,8 @@ librdkafka reports every failed connection attempt (facility ``FAIL``, one per b
 whole while it lists every broker it listed when the drain started and each accepts connections.
 Two probes in a row that find it otherwise print
 
-    kprio drain: the Kafka cluster at <bootstrap> does not answer as it did (since 12:00:01, 2 of 3 brokers): <librdkafka's last FAIL>; the drain waits for it
+    kprio drain: the Kafka cluster at <bootstrap> does not answer as it did (since 12:00:01, 2 of 3 brokers):
+    <librdkafka's last FAIL>; the drain waits for it
 
 and the first probe that finds it whole again
 
@@ -63,7 +64,8 @@ class OutageLines(logging.Handler):
     >>> for _ in range(4):
     ...     watch.check()
     >>> [line.split(" (")[0] for line in lines]
-    ['kprio drain: the Kafka cluster at b:1 does not answer as it did', 'kprio drain: the Kafka cluster at b:1 answers again']
+    ['kprio drain: the Kafka cluster at b:1 does not answer as it did',
+     'kprio drain: the Kafka cluster at b:1 answers again']
     >>> lines[1]
     'kprio drain: the Kafka cluster at b:1 answers again (after 15 s)'
     """

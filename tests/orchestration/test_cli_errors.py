@@ -595,8 +595,9 @@ def test_a_bad_input_gives_one_line_naming_what_and_where(case: Case, ran: dict[
     for path in r.tmp.rglob("*"):
         if path.is_file():
             content = path.read_bytes()
-            assert not any(s.encode() in content for s in ALL_SECRETS if s != URL_SECRET or case.config is None and
-                           case.config_text is None), f"{path} holds a secret"
+            # The case's own kprio.yaml may hold the URL's secret: the case wrote it there, as the mistake.
+            secrets = SECRETS.values() if path == r.tmp / "kprio.yaml" else ALL_SECRETS
+            assert not any(s.encode() in content for s in secrets), f"{path} holds a secret"
     if case.read_only:
         changed = {k for k in r.before.keys() | r.after.keys() if r.before.get(k) != r.after.get(k)}
         assert not changed, f"a command that only reads (or failed before writing) changed {sorted(changed)}"
