@@ -29,12 +29,14 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import stat
 import string
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -49,7 +51,7 @@ from pydantic import (
 )
 
 from kprio_core.drain_plan import PlanMode
-from kprio_core.errors import ConfigError
+from kprio_core.errors import ConfigError, HandlerError, os_reason
 from kprio_core.lanes import Ordering
 from kprio_core.priority import Priority
 from kprio_core.quota import Distribution
@@ -196,7 +198,37 @@ MAX_PRIORITIES = 16
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No infinite or NaN number: a timeout or a rate of `.inf` is a slip of the pen, never a setting.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def bootstrap_problem(servers: str) -> str | None:
+    """What is wrong with a ``bootstrap.servers`` list, or None.
+
+    >>> bootstrap_problem("b-1:9092,b-2:9093"), bootstrap_problem("SASL_SSL://b-1:9093,[::1]:9092")
+    (None, None)
+    >>> for servers in ("localhost:abc", "b:99999", "a b:1", ""):
+    ...     print(bootstrap_problem(servers))
+    'localhost:abc': the port is not a number from 1 to 65535
+    'b:99999': the port is not a number from 1 to 65535
+    'a b:1': not host:port
+    no broker named: write host:port[,host:port...]
+    """
+    entries = [entry.strip() for entry in servers.split(",")]
+    if not any(entries):
+        return "no broker named: write host:port[,host:port...]"
+    for entry in entries:
+        address = entry.split("://", 1)[-1]
+        parts = urlsplit(f"//{address}")
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if not parts.hostname or any(c.isspace() for c in address) or "/" in address:
+            return f"{entry!r}: not host:port"
+        if port is not None and not 0 < port < 65536:
+            return f"{entry!r}: the port is not a number from 1 to 65535"
+    return None
 
 
 class IsolationLevel(StrEnum):
@@ -261,6 +293,16 @@ class KafkaSettings(_Model):
             raise ValueError(f"{unknown} are not secret settings: put them in kafka.client")
         return value
 
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port_list(cls, value: str) -> str:
+        """``host:port`` entries, comma separated, each with a port Kafka can listen on (checked at load: librdkafka
+        would only time out on them)."""
+        why = bootstrap_problem(value)
+        if why:
+            raise ValueError(why)
+        return value
+
     def client_config(self) -> dict[str, str | int | float | bool]:
         """The librdkafka settings of every kprio client, security and secrets included (never log this).
 
@@ -314,7 +356,7 @@ class TopicSettings(_Model):
         description="Topic settings `kprio topics create` sets (retention.ms, cleanup.policy, ...).",
     )
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
     @field_validator("topic_template", "group_template")
     @classmethod
@@ -333,6 +375,17 @@ class TopicSettings(_Model):
         if unknown:
             raise ValueError(f"template {value!r} uses unknown field {{{unknown[0]}}} (allowed: {', '.join(names)})")
         return value
+
+    @model_validator(mode="after")
+    def _legal_topic_names(self) -> TopicSettings:
+        """Every priority topic's name is one Kafka can hold, so a typo fails at load, not on the broker."""
+        for priority in range(self.priorities):
+            name = self.priority_topic(priority)
+            why = illegal_topic_name(name)
+            if why:
+                raise ValueError(f"priority topic {name!r} (topic_template {self.topic_template!r}) is not a legal "
+                                 f"Kafka topic name: {why}")
+        return self
 
     @model_validator(mode="after")
     def _required_fields_in_schema(self) -> TopicSettings:
@@ -365,6 +418,26 @@ class TopicSettings(_Model):
     def _check(self, priority: Priority) -> None:
         if not 0 <= priority < self.priorities:
             raise ValueError(f"topic {self.name!r} has priorities 0..{self.priorities - 1}, got {priority}")
+
+
+KAFKA_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+"""The characters Kafka allows in a topic name (``org.apache.kafka.common.internals.Topic``)."""
+MAX_TOPIC_NAME = 249
+
+
+def illegal_topic_name(name: str) -> str | None:
+    """Why Kafka would refuse ``name`` as a topic name, or None.
+
+    >>> illegal_topic_name("orders-2") is None, illegal_topic_name("or ders/x-2"), illegal_topic_name("..")
+    (True, "only letters, digits, '.', '_' and '-' are allowed", "'.' and '..' are not allowed")
+    """
+    if name in (".", ".."):
+        return "'.' and '..' are not allowed"
+    if len(name) > MAX_TOPIC_NAME:
+        return f"longer than {MAX_TOPIC_NAME} characters"
+    if not KAFKA_TOPIC_NAME.fullmatch(name):
+        return "only letters, digits, '.', '_' and '-' are allowed"
+    return None
 
 
 class RateQuota(_Model):
@@ -517,6 +590,29 @@ class DrainSettings(_Model):
         "the definitions do not change from day to day.",
     )
 
+    @field_validator("output_path", "dead_letter_path", "replay_path")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        return a_path(value)
+
+    @field_validator("handler")
+    @classmethod
+    def _handler_loads(cls, value: str) -> str:
+        """The handler imports and takes ``(frames, context)``: a wrong name fails at load, not in a Spark task."""
+        from kprio_core.handler_spec import resolve_handler
+
+        try:
+            resolve_handler(value)
+        except HandlerError as err:
+            raise ValueError(err.what) from None
+        return value
+
+    @field_validator("replay_start")
+    @classmethod
+    def _replay_start_parses(cls, value: str) -> str:
+        parse_replay_start(value)
+        return value
+
     @model_validator(mode="after")
     def _roots_apart(self) -> DrainSettings:
         """Output, dead letters and replays each have a root of their own (their staging names would collide)."""
@@ -529,6 +625,42 @@ class DrainSettings(_Model):
                 if why:
                     raise ValueError(f"{a} ({roots[a]!r}) and {b} ({roots[b]!r}) {why}: give each its own directory")
         return self
+
+
+def a_path(value: str) -> str:
+    """``value`` if it can name a file or directory (not empty, no NUL byte), else ValueError.
+
+    >>> a_path("./kprio-data/output"), a_path("s3://bucket/out")
+    ('./kprio-data/output', 's3://bucket/out')
+    """
+    if not value.strip():
+        raise ValueError("is empty: name a directory")
+    if "\x00" in value:
+        raise ValueError("holds a NUL byte, which no path can")
+    return value
+
+
+REPLAY_HOUR_FORMAT = "%Y-%m-%d-%H:%M"
+
+
+def parse_replay_start(text: str) -> datetime:
+    """``drain.replay_start`` as a UTC hour: 'YYYY-MM-DD' (its first hour) or 'YYYY-MM-DD-HH:00'.
+
+    >>> parse_replay_start("2026-11-14-05:00"), parse_replay_start("2026-11-01").hour
+    (datetime.datetime(2026, 11, 14, 5, 0, tzinfo=datetime.timezone.utc), 0)
+    >>> parse_replay_start("yesterday")
+    Traceback (most recent call last):
+    ...
+    ValueError: 'yesterday' is not a UTC hour: write 'YYYY-MM-DD' or 'YYYY-MM-DD-HH:00'
+    """
+    for fmt in (REPLAY_HOUR_FORMAT, "%Y-%m-%d"):
+        try:
+            hour = datetime.strptime(text, fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        if hour.minute == 0:
+            return hour
+    raise ValueError(f"{text!r} is not a UTC hour: write 'YYYY-MM-DD' or 'YYYY-MM-DD-HH:00'")
 
 
 def roots_overlap(a: str, b: str) -> str | None:
@@ -571,6 +703,13 @@ class SparkReader(StrEnum):
     """Spark's own ``kafka`` source (its connector jar, :mod:`spark_jobs.native`)."""
 
 
+SPARK_MASTERS = tuple(re.compile(form) for form in (
+    r"local", r"local\[(\d+|\*)\]", r"local\[(\d+|\*)\s*,\s*\d+\]", r"local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]",
+    r"spark://[^/\s]+", r"yarn", r"k8s://\S+",
+))
+"""The master URLs SparkContext accepts (its ``createTaskScheduler`` and the cluster managers it ships)."""
+
+
 class SparkSettings(_Model):
     """Where Spark runs and how it reads Kafka."""
 
@@ -590,6 +729,38 @@ class SparkSettings(_Model):
         "./kprio-data/spark-connect", description="State and log directory of the Spark Connect server kprio starts."
     )
 
+    @field_validator("connect_dir")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        return a_path(value)
+
+    @field_validator("master")
+    @classmethod
+    def _a_master_spark_accepts(cls, value: str) -> str:
+        if not any(form.fullmatch(value) for form in SPARK_MASTERS):
+            raise ValueError(f"{value!r} is not a master URL Spark accepts: local, local[N], local[*], local[N,F], "
+                             "local-cluster[N,C,M], spark://host:port, yarn or k8s://https://host:port "
+                             "(a Spark Connect server is spark.remote: sc://host:port)")
+        return value
+
+    @field_validator("remote")
+    @classmethod
+    def _a_spark_connect_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme != "sc" or not parts.hostname or "@" in parts.netloc:
+            raise ValueError("is not a Spark Connect URL: write sc://host:port (port 15002 when left out)")
+        try:
+            parts.port  # noqa: B018 - a port that is no number raises here
+        except ValueError:
+            raise ValueError("is not a Spark Connect URL: its port is not a number (sc://host:port)") from None
+        named = [p.split("=", 1)[0].strip().lower() for p in parts.path.split(";")[1:]]
+        if "token" in named:
+            raise ValueError("holds a token: remove ;token=... from the URL and set it in the environment as "
+                             "SPARK_CONNECT_AUTHENTICATE_TOKEN")
+        return value
+
 
 class LedgerSettings(_Model):
     """Where the batch ledger lives."""
@@ -600,28 +771,47 @@ class LedgerSettings(_Model):
 
     @field_validator("url")
     @classmethod
-    def _no_password(cls, value: str) -> str:
-        """A password in the URL would sit in kprio.yaml and in the resource config Dagster shows.
+    def _a_ledger_url(cls, value: str) -> str:
+        """A SQLite or PostgreSQL URL with no password in it, in any form (``user:pass@``, ``?password=``):
+        it would sit in kprio.yaml and in the resource config Dagster shows.
 
         >>> LedgerSettings(url="postgresql+psycopg://kprio@db/kprio").url
         'postgresql+psycopg://kprio@db/kprio'
-        >>> try:
-        ...     LedgerSettings(url="postgresql+psycopg://kprio:hunter2@db/kprio")
-        ... except ValidationError as err:
-        ...     print(format_validation_error(err, "kprio.yaml"))
-        kprio.yaml: url: Value error, ledger.url holds a password: remove it from the URL
-        (postgresql+psycopg://kprio@db/kprio) and set it in the environment as KPRIO_LEDGER_PASSWORD
+        >>> for url in ("postgresql+psycopg://kprio:hunter2@db/kprio", "postgresql://kprio@db/kprio?password=hunter2",
+        ...             "mysql://u@db/kprio", "no url"):
+        ...     try:
+        ...         LedgerSettings(url=url)
+        ...     except ValidationError as err:
+        ...         print(format_validation_error(err, "kprio.yaml"))
+        url: holds a password: remove it from the URL (postgresql+psycopg://kprio@db/kprio) and set it in the
+        environment as KPRIO_LEDGER_PASSWORD (kprio.yaml)
+        url: holds a password: remove it from the URL (postgresql://kprio@db/kprio) and set it in the environment
+        as KPRIO_LEDGER_PASSWORD (kprio.yaml)
+        url: the batch ledger runs on SQLite or PostgreSQL, not mysql (mysql://u@db/kprio) (kprio.yaml)
+        url: is not a SQLAlchemy URL: write sqlite:///path/to/ledger.db or postgresql+psycopg://user@host:5432/db
+        (kprio.yaml)
         """
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        from kprio_core.urls import bare_url, parsed_url, url_secrets
+
         try:
-            parts = urlsplit(value)
-            password = parts.password
-        except ValueError:
-            return value  # not a URL: the ledger's engine says what is wrong with it
-        if password is None:
-            return value
-        bare = urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{password}@", "@", 1)))
-        raise ValueError(f"ledger.url holds a password: remove it from the URL ({bare}) and set it in the "
-                         f"environment as {ENV_LEDGER_PASSWORD}")
+            parsed = parsed_url(value)
+        except (ArgumentError, ValueError):  # their text never echoes the URL, nor do we: it may hold a password
+            raise ValueError("is not a SQLAlchemy URL: write sqlite:///path/to/ledger.db or "
+                             "postgresql+psycopg://user@host:5432/db") from None
+        if url_secrets(parsed):
+            raise ValueError(f"holds a password: remove it from the URL ({bare_url(parsed)}) and set it in the "
+                             f"environment as {ENV_LEDGER_PASSWORD}")
+        backend = parsed.get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"the batch ledger runs on SQLite or PostgreSQL, not {backend} ({bare_url(parsed)})")
+        try:
+            parsed.get_dialect()
+        except NoSuchModuleError:
+            raise ValueError(f"SQLAlchemy has no driver {parsed.drivername!r}: write sqlite:///path or "
+                             "postgresql+psycopg://user@host:5432/db") from None
+        return value
 
 
 class SensorSettings(_Model):
@@ -670,29 +860,90 @@ class KprioConfig(_Model):
                                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         return self
 
+    @model_validator(mode="after")
+    def _quotas_of_existing_priorities(self) -> KprioConfig:
+        top = max(t.priorities for t in self.topics)
+        unknown = sorted(p for p in self.rate.quotas if not 0 <= p < top)
+        if unknown:
+            raise ValueError(f"rate.quotas names priorit{'ies' if len(unknown) > 1 else 'y'} "
+                             f"{', '.join(map(str, unknown))}, but the topics have priorities 0..{top - 1}")
+        return self
+
     def topic(self, name: str) -> TopicSettings:
         for t in self.topics:
             if t.name == name:
                 return t
-        raise ConfigError(f"topics: no logical topic named {name!r} (known: {[t.name for t in self.topics]})")
+        raise ConfigError(f"no logical topic named {name!r} (known: {[t.name for t in self.topics]})", where="topics")
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
-    """One line naming the source, the key and what is wrong, and how many more problems there are."""
+def _key(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _problems(err: ValidationError) -> list[dict]:
+    """pydantic's errors, one per problem: the branches of a union a value matched none of are one."""
     errors = err.errors()
     # A bad item of `topics` also makes pydantic report the tuple as too short: not a second problem.
     errors = [
         e for e in errors
         if not (e["type"] == "too_short" and any(o["loc"][: len(e["loc"])] == e["loc"] and o is not e for o in errors))
     ] or errors
-    first = errors[0]
-    key = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{source}: {key}: {first['msg']}{more}"
+    problems: list[dict] = []
+    branches: dict[tuple, dict] = {}
+    for e in errors:
+        loc = tuple(e["loc"])
+        # A union's branches come as one error each, their loc the value's plus the branch's type name, their input
+        # the one value (a mapping or a list: the only values a union of kprio's refuses whole).
+        twins = [o for o in errors if o is not e and len(o["loc"]) == len(loc) and tuple(o["loc"][:-1]) == loc[:-1]
+                 and o["input"] is e["input"] and isinstance(e["input"], dict | list)]
+        if not twins:
+            problems.append(e)
+            continue
+        if loc[:-1] not in branches:
+            kinds = [str(o["loc"][-1]) for o in errors if tuple(o["loc"][:-1]) == loc[:-1]]
+            branches[loc[:-1]] = {"loc": loc[:-1], "type": "union", "input": e["input"],
+                                  "msg": f"Input should be one of {', '.join(kinds)}, not {type(e['input']).__name__}"}
+            problems.append(branches[loc[:-1]])
+    return problems
 
 
-def _environment_overrides(raw: dict, env: Mapping[str, str]) -> dict:
-    """``raw`` with the ``KPRIO_*`` variables of ``env`` merged into its kafka section (empty ones ignored).
+def _message(problem: Mapping) -> str:
+    """pydantic's message, or the validator's own for a ValueError one of ours raised (no 'Value error, ')."""
+    error = (problem.get("ctx") or {}).get("error")
+    if problem["type"] in ("value_error", "assertion_error") and error is not None:
+        return str(error)
+    return problem["msg"]
+
+
+def config_error(err: ValidationError, source: str, origins: Mapping[tuple, str] | None = None) -> ConfigError:
+    """One ConfigError for a failed validation: the key and what is wrong with its value (never the value: it may be
+    a secret), how many more problems there are, and where (``source``, or the environment variable that set it)."""
+    problems = _problems(err)
+    first = problems[0]
+    loc = tuple(first["loc"])
+    key = _key(loc)
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    origins = origins or {}
+    exact = [variable for prefix, variable in origins.items() if loc[: len(prefix)] == prefix]
+    # A check of a whole mapping (kafka.client) may be failed by a key from the file or from the environment.
+    inside = sorted(variable for prefix, variable in origins.items() if loc and prefix[: len(loc)] == loc)
+    where = source
+    if exact:
+        where = f"{exact[-1]} in the environment"
+    elif inside:
+        where = f"{source}, or {', '.join(inside)} in the environment"
+    # A check of the whole configuration has no key of its own: its message names the keys.
+    return ConfigError(f"{key}: {_message(first)}{more}" if key else f"{_message(first)}{more}", where=where)
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line naming the key, what is wrong, how many more problems there are, and the source."""
+    return str(config_error(err, source))
+
+
+def _environment_overrides(raw: dict, env: Mapping[str, str]) -> tuple[dict, dict[tuple, str]]:
+    """``raw`` with the ``KPRIO_*`` variables of ``env`` merged into its kafka section (empty ones ignored), and
+    which keys they set (their errors name the variable, not the file).
 
     Not pydantic-settings: its environment source maps a variable to a field by name, while here
     any ``KPRIO_KAFKA_<SETTING>`` becomes a dotted key of ``client`` or ``secrets``, chosen by
@@ -700,38 +951,54 @@ def _environment_overrides(raw: dict, env: Mapping[str, str]) -> dict:
     """
     kafka = dict(raw.get("kafka") or {})
     client, secrets = dict(kafka.get("client") or {}), {}
+    origins: dict[tuple, str] = {}
     for name, value in env.items():
         if not value:
             continue
         if name == ENV_BOOTSTRAP:
             kafka["bootstrap_servers"] = value
+            origins[("kafka", "bootstrap_servers")] = name
         elif name == ENV_KAFKA_TIMEOUT:
             kafka["timeout_s"] = value
+            origins[("kafka", "timeout_s")] = name
         elif name.startswith(ENV_KAFKA_PREFIX):
             setting = variable_setting(name)
-            (secrets if is_secret_setting(setting) else client)[setting] = value
-    return {**raw, "kafka": {**kafka, "client": client, "secrets": secrets}}
+            section = "secrets" if is_secret_setting(setting) else "client"
+            (secrets if section == "secrets" else client)[setting] = value
+            origins[("kafka", section, setting)] = name
+    return {**raw, "kafka": {**kafka, "client": client, "secrets": secrets}}, origins
+
+
+def kind_of(value: object) -> str:
+    """What a YAML value is, in words.
+
+    >>> kind_of([1]), kind_of(5), kind_of("x"), kind_of({"a": 1})
+    ('a list', 'a number', 'a string', 'a mapping')
+    """
+    kinds = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (Mapping, "a mapping"),
+             (list | tuple, "a list"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), f"a {type(value).__name__}")
 
 
 def parse_config(raw: Mapping | None, source: str = "configuration", env: Mapping[str, str] | None = None) -> KprioConfig:
     """Validate a mapping (as read from YAML) plus environment overrides into a config."""
     if raw is not None and not isinstance(raw, Mapping):
-        raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
+        raise ConfigError(f"the top level must be a mapping of sections, not {kind_of(raw)}", where=source)
     data = dict(raw or {})
     # The environment overrides below merge into these sections, so they must be mappings first.
     kafka = data.get("kafka")
     if kafka is not None and not isinstance(kafka, Mapping):
-        raise ConfigError(f"{source}: kafka: must be a mapping, got {type(kafka).__name__}")
+        raise ConfigError(f"kafka: must be a mapping, not {kind_of(kafka)}", where=source)
     client = (kafka or {}).get("client")
     if client is not None and not isinstance(client, Mapping):
-        raise ConfigError(f"{source}: kafka.client: must be a mapping, got {type(client).__name__}")
+        raise ConfigError(f"kafka.client: must be a mapping, not {kind_of(client)}", where=source)
     if "secrets" in (data.get("kafka") or {}):
-        raise ConfigError(f"{source}: kafka.secrets: secrets come only from KPRIO_KAFKA_* environment variables")
-    data = _environment_overrides(data, os.environ if env is None else env)
+        raise ConfigError("kafka.secrets: secrets come only from KPRIO_KAFKA_* environment variables", where=source)
+    data, origins = _environment_overrides(data, os.environ if env is None else env)
     try:
         return KprioConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, source)) from None
+        raise config_error(err, source, origins) from None
 
 
 def config_path(explicit: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path | None:
@@ -745,17 +1012,56 @@ def config_path(explicit: str | os.PathLike | None = None, env: Mapping[str, str
     return default if default.exists() else None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line)
+            except TypeError:
+                continue  # an unhashable key: SafeLoader's own error says so below
+            if first != key_node.start_mark.line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice (first on line {first + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path, where: str) -> object:
+    """The YAML document in the regular file ``path``; ConfigError saying what is wrong with the file, and where."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ConfigError("configuration file not found", where=where) from None
+    except OSError as err:
+        raise ConfigError(f"cannot read the configuration file: {os_reason(err)}", where=where) from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError("is a directory, not a configuration file", where=where)
+    if not stat.S_ISREG(mode):
+        raise ConfigError("is not a regular file (a device, a pipe or a socket): name a YAML file", where=where)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read the configuration file: {os_reason(err)}", where=where) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ConfigError(f"is not UTF-8 text (byte 0x{data[err.start]:02x} on line {line})", where=where) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"not valid YAML: {getattr(err, 'problem', None) or err}", where=f"{where}{at}") from None
+
+
 def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> KprioConfig:
     """Load and validate the configuration (see the module docstring for the search order)."""
     chosen = config_path(path, env)
     if chosen is None:
         return parse_config({}, "built-in defaults", env)
-    if not chosen.is_file():
-        raise ConfigError(f"{chosen}: configuration file not found")
-    try:
-        raw = yaml.safe_load(chosen.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{chosen}:{where}: not valid YAML: {getattr(err, 'problem', err)}") from None
-    return parse_config(raw, str(chosen), env)
+    where = str(chosen) if path or chosen == Path(DEFAULT_CONFIG_FILE) else f"{chosen}, named by {ENV_CONFIG_PATH}"
+    return parse_config(read_yaml(chosen, where), where, env)

@@ -19,6 +19,7 @@ that way is retried until the cause is gone, never exhausted (:func:`is_transien
 from __future__ import annotations
 
 import errno
+import os
 
 TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EMFILE})
 """OSError numbers of an output that cannot be written for now (full, read-only, over quota, failing,
@@ -28,11 +29,30 @@ not permitted, out of file handles): an operator or the platform fixes the stora
 class KprioError(Exception):
     """Base of every error kprio raises on purpose. ``code`` is stable across releases.
 
-    ``transient``: the cause passes by itself (see the module docstring).
+    ``transient``: the cause passes by itself (see the module docstring). ``where``: the setting,
+    file, path or URL (never with its secret) the error is about, when the message does not say it;
+    ``str()`` shows it in parentheses after the message, as the CLI's one line does.
+
+    >>> str(ConfigError("Input should be a valid number", where="kafka.timeout_s in kprio.yaml"))
+    'Input should be a valid number (kafka.timeout_s in kprio.yaml)'
     """
 
     code = "kprio_error"
     transient = False
+    where: str | None = None
+
+    def __init__(self, *args: object, where: str | None = None) -> None:
+        super().__init__(*args)
+        if where is not None:
+            self.where = where
+
+    @property
+    def what(self) -> str:
+        """The message without its ``where``."""
+        return super().__str__()
+
+    def __str__(self) -> str:
+        return f"{self.what} ({self.where})" if self.where else self.what
 
 
 def is_transient(err: BaseException) -> bool:
@@ -296,3 +316,114 @@ class TaskFailed(KprioError):
     """A drain task raised an exception that is not kprio's (a handler's own error, a library's): type and message."""
 
     code = "task_failed"
+
+
+class UsageError(KprioError):
+    """The command line itself is wrong: an unknown option, a missing or malformed argument, options
+    that exclude each other. The CLI exits 2 for it (every other error exits 1)."""
+
+    code = "usage"
+
+
+class PathUnusable(KprioError):
+    """A file or directory kprio was told to use cannot be used: it is under a file, is a directory
+    where a file is wanted (or the reverse), cannot be written or read. Transient when the storage may
+    come back by itself (read-only, full, over quota: :data:`TRANSIENT_ERRNOS`).
+
+    >>> import errno
+    >>> err = PathUnusable.of(NotADirectoryError(errno.ENOTDIR, "Not a directory", "/etc/hosts/x"), "--data-dir")
+    >>> str(err), err.transient
+    ("cannot use '/etc/hosts/x': a part of it is a file, not a directory (--data-dir)", False)
+    """
+
+    code = "path_unusable"
+
+    @classmethod
+    def of(cls, err: OSError, setting: str, path: object | None = None, doing: str = "use") -> PathUnusable:
+        """The error for an OSError met while using (``doing``: creating, writing, ...) the path a setting
+        (or option) names."""
+        where = err.filename if err.filename is not None else path
+        made = cls(f"cannot {doing} {str(where)!r}: {os_reason(err)}", where=setting)
+        made.transient = err.errno in TRANSIENT_ERRNOS
+        return made
+
+
+_REASONS = {
+    errno.ENOTDIR: "a part of it is a file, not a directory",
+    errno.EISDIR: "it is a directory, not a file",
+    errno.ENOENT: "no such file or directory",
+    errno.EEXIST: "it exists already and is not a directory",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+}
+
+
+def os_reason(err: OSError) -> str:
+    """What an OSError says about its path, by its number (``os.strerror`` for the numbers not listed).
+
+    >>> os_reason(IsADirectoryError(errno.EISDIR, "Is a directory"))
+    'it is a directory, not a file'
+    """
+    if err.errno in _REASONS:
+        return _REASONS[err.errno]
+    return os.strerror(err.errno).lower() if err.errno else type(err).__name__
+
+
+class LedgerUnavailable(KprioError):
+    """The ledger database does not answer or refuses work for now: a server down or unreachable, a
+    SQLite file locked, read-only or on a full disk."""
+
+    code = "ledger_unavailable"
+    transient = True
+
+
+class LedgerUnusable(KprioError):
+    """``ledger.url`` names something that is no ledger database: a file that is not SQLite, a corrupt
+    database, a path SQLite cannot open (a directory, a path under a file)."""
+
+    code = "ledger_unusable"
+
+
+class FileExistsRefused(KprioError):
+    """A file kprio would write exists and is not kprio's to replace (``--force`` replaces it)."""
+
+    code = "file_exists"
+
+
+class ToolFailed(KprioError):
+    """An outside command kprio runs for the user (``airflow pools set``) is missing or failed."""
+
+    code = "tool_failed"
+
+
+class DeadLettersUnreadable(KprioError):
+    """The published dead letters under ``drain.dead_letter_path`` cannot be read."""
+
+    code = "dead_letters_unreadable"
+
+
+class DrainStopped(KprioError):
+    """``kprio drain`` or ``kprio retry`` stopped before its work was done (held partitions, a failed run)."""
+
+    code = "drain_stopped"
+
+
+class TopicsMismatch(KprioError):
+    """The priority topics on the cluster differ from the configuration (``kprio topics verify``)."""
+
+    code = "topics_mismatch"
+
+
+class ResetRefused(KprioError):
+    """``kprio reset`` cannot commit the offset asked for that partition."""
+
+    code = "reset_refused"
+
+
+class InternalError(KprioError):
+    """An exception kprio did not expect (a bug): its type and first line; ``--debug`` shows the traceback."""
+
+    code = "internal_error"

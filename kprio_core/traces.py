@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kprio_core.errors import TraceInvalid
+from kprio_core.errors import TraceInvalid, os_reason
 
 DEFAULT_BUDGET = 100
 DEFAULT_TICKS = 240
@@ -264,7 +264,7 @@ def load_trace_file(path: Path) -> Trace:
     try:
         text = Path(path).read_text()
     except OSError as err:
-        raise TraceInvalid(f"cannot read trace file {path}: {err.strerror or err}") from None
+        raise TraceInvalid(f"cannot read trace file {path}: {os_reason(err)}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:

@@ -22,8 +22,8 @@ A handler is named ``"module:function"`` (``config.drain.handler``) and called o
   range fails with :class:`HandlerError`. A frame of another length than its input is a
   contract breach and fails the batch with :class:`HandlerError`.
 
-The handler is loaded on the driver first (:func:`resolve_handler`), so a wrong name or
-signature fails before any Spark job runs.
+The handler is loaded (:func:`resolve_handler`, :mod:`kprio_core.handler_spec`) when the configuration
+loads and again on the driver, so a wrong name or signature fails before any Spark job runs.
 
 A handler may also carry an Arrow form as its ``arrow`` attribute: the same contract with
 ``pyarrow.RecordBatch`` frames in and ``RecordBatch`` (or ``Table``) answers out. The drain
@@ -34,26 +34,18 @@ same rows. kprio's default JSON handler has one.
 'decode_json'
 >>> arrow_form(resolve_handler("spark_jobs.handlers:decode_json")).__name__
 'decode_json_arrow'
->>> resolve_handler("spark_jobs.handlers")
-Traceback (most recent call last):
-...
-kprio_core.errors.HandlerError: drain.handler 'spark_jobs.handlers': expected 'module:function'
->>> resolve_handler("json:dumps")
-Traceback (most recent call last):
-...
-kprio_core.errors.HandlerError: drain.handler 'json:dumps': signature (obj, *, skipkeys=False, ...) does not accept (frames, context)
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kprio_core.errors import HandlerError
+from kprio_core.handler_spec import resolve_handler
 from kprio_core.lanes import Lane
+
+__all__ = ["Handler", "LaneContext", "arrow_form", "resolve_handler"]
 
 Handler = Callable[[Iterator[Any], "LaneContext"], Iterator[Any]]
 
@@ -82,39 +74,6 @@ class LaneContext:
 
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]/lane{self.lane} of batch {self.batch_id}"
-
-
-def resolve_handler(spec: str) -> Handler:
-    """Import ``module:function`` and check it takes ``(frames, context)``; HandlerError otherwise."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise HandlerError(f"drain.handler {spec!r}: expected 'module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - any import failure is the handler's
-        raise HandlerError(f"drain.handler {spec!r}: cannot import {module_name!r}: {type(err).__name__}: {err}") from None
-    func = module
-    for part in attr.split("."):
-        func = getattr(func, part, None)
-        if func is None:
-            raise HandlerError(f"drain.handler {spec!r}: module {module_name!r} has no {attr!r}")
-    if not callable(func):
-        raise HandlerError(f"drain.handler {spec!r}: {attr!r} is a {type(func).__name__}, not a function")
-    try:
-        signature = inspect.signature(func)
-    except (TypeError, ValueError):
-        return func  # builtins without a signature: trust and let the call tell
-    try:
-        signature.bind(iter(()), None)
-    except TypeError:
-        shown = _short(signature)
-        raise HandlerError(f"drain.handler {spec!r}: signature {shown} does not accept (frames, context)") from None
-    return func
-
-
-def _short(signature: inspect.Signature) -> str:
-    text = str(signature)
-    return text if len(text) <= 32 else text[:28].rsplit(",", 1)[0] + ", ...)"
 
 
 def arrow_form(handler: Handler) -> Handler | None:

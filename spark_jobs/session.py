@@ -227,8 +227,10 @@ def build_session(settings: SparkSettings, app_name: str = "kprio") -> SparkSess
     """The run's SparkSession (created, or the active one reused) with the data source registered."""
     from pyspark.sql import SparkSession
 
+    from spark_jobs.library_logs import forward_spark_logs
     from spark_jobs.source import register
 
+    forward_spark_logs()
     if settings.remote:
         return _remote_session(settings, app_name)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -11,6 +11,11 @@ A PostgreSQL URL names no password (the configuration refuses one); the engine t
 ``KPRIO_LEDGER_PASSWORD`` when that is set, so it never sits in ``kprio.yaml`` or in a config
 Dagster shows.
 
+The database's own errors are mapped here, by type, to kprio's (:func:`ledger_failure`, hooked into
+SQLAlchemy's ``handle_error``): a server that does not answer or a SQLite file that is locked, read-only
+or full is :class:`LedgerUnavailable` (transient), a file that is no database or cannot be opened
+:class:`LedgerUnusable`; each names ``ledger.url`` without its password.
+
 >>> engine = make_engine("sqlite://")
 >>> with engine.begin() as conn:
 ...     conn.exec_driver_sql("SELECT 1").scalar()
@@ -20,14 +25,17 @@ Dagster shows.
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 from sqlalchemy import Connection, Table, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import URL, Engine, ExceptionContext, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
 
 from kprio_core.config import ENV_LEDGER_PASSWORD
-from kprio_core.errors import ConfigError
+from kprio_core.errors import ConfigError, KprioError, LedgerUnavailable, LedgerUnusable, PathUnusable, os_reason
+from kprio_core.urls import shown_url
 
 DEFAULT_BUSY_TIMEOUT_S = 60.0
 POSTGRES_SESSION = {"lock_timeout": "10s", "statement_timeout": "30s", "idle_in_transaction_session_timeout": "60s"}
@@ -37,24 +45,99 @@ freed. No ledger transaction spans a publish or a Kafka commit, so each is a few
 
 
 def make_engine(url: str | URL, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
-    """An engine with pool_pre_ping; for SQLite, BEGIN IMMEDIATE, a busy timeout and the parent dir created."""
-    parsed = make_url(url)
+    """An engine with pool_pre_ping; for SQLite, BEGIN IMMEDIATE, a busy timeout and the parent dir created.
+
+    Its errors are kprio's (:func:`ledger_failure`)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError("is not a SQLAlchemy URL", where="ledger.url") from None
+    where = f"ledger.url {shown_url(parsed)}"
     backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        _create_parent_dir(parsed.database)
-        engine = create_engine(parsed, pool_pre_ping=True, connect_args={"timeout": busy_timeout_s})
-        event.listen(engine, "connect", _leave_begin_to_sqlalchemy)
-        event.listen(engine, "begin", _begin_immediate)
-        return engine
-    if backend == "postgresql":
-        password = os.environ.get(ENV_LEDGER_PASSWORD)
-        if parsed.password is None and password:
-            parsed = parsed.set(password=password)
-        options = " ".join(f"-c {name}={value}" for name, value in POSTGRES_SESSION.items())
-        return create_engine(parsed, pool_pre_ping=True, isolation_level="READ COMMITTED",
-                             connect_args={"options": options})
-    shown = parsed.render_as_string(hide_password=True)
-    raise ConfigError(f"ledger.url {shown}: the batch ledger runs on SQLite or PostgreSQL, not {backend}")
+    try:
+        if backend == "sqlite":
+            _create_parent_dir(parsed.database, where)
+            engine = create_engine(parsed, pool_pre_ping=True, connect_args={"timeout": busy_timeout_s})
+            event.listen(engine, "connect", _leave_begin_to_sqlalchemy)
+            event.listen(engine, "begin", _begin_immediate)
+        elif backend == "postgresql":
+            password = os.environ.get(ENV_LEDGER_PASSWORD)
+            if parsed.password is None and password:
+                parsed = parsed.set(password=password)
+            options = " ".join(f"-c {name}={value}" for name, value in POSTGRES_SESSION.items())
+            engine = create_engine(parsed, pool_pre_ping=True, isolation_level="READ COMMITTED",
+                                   connect_args={"options": options})
+        else:
+            raise ConfigError(f"the batch ledger runs on SQLite or PostgreSQL, not {backend}", where=where)
+    except ImportError as err:
+        raise ConfigError(f"the database driver of {parsed.drivername} is not installed ({err.name})",
+                          where=where) from None
+
+    def mapped(context: ExceptionContext) -> None:
+        if not context.is_pre_ping:  # a failed pre-ping is the pool's to handle: it reconnects
+            failure = ledger_failure(context.sqlalchemy_exception, context.original_exception, parsed, where)
+            if failure is not None:
+                raise failure from context.original_exception
+
+    event.listen(engine, "handle_error", mapped)
+    return engine
+
+
+_SQLITE_UNAVAILABLE = {sqlite3.SQLITE_BUSY: "the database is locked by another process",
+                       sqlite3.SQLITE_LOCKED: "the database is locked",
+                       sqlite3.SQLITE_READONLY: "the database cannot be written (read-only)",
+                       sqlite3.SQLITE_FULL: "the disk is full",
+                       sqlite3.SQLITE_IOERR: "the disk failed to read or write"}
+_SQLITE_UNUSABLE = {sqlite3.SQLITE_NOTADB: "the file is not a SQLite database",
+                    sqlite3.SQLITE_CORRUPT: "the SQLite database is corrupt"}
+_PG_UNUSABLE = {"28": "the server refused the login: check the user in ledger.url and KPRIO_LEDGER_PASSWORD",
+                "3D": "the database named in ledger.url does not exist on the server"}
+"""SQLSTATE classes of a connection refused for a reason that will not pass by itself."""
+_PG_LOCK_TIMEOUT = "55P03"
+"""lock_not_available: a lock waited for longer than the session's lock_timeout (:data:`POSTGRES_SESSION`)."""
+_PG_UNAVAILABLE = {"08", "53", "57"}
+"""SQLSTATE classes of a server that cannot serve for now: connection exception, insufficient resources, operator
+intervention (shut down, starting up). A connection that never reached the server has no SQLSTATE at all."""
+
+
+def ledger_failure(wrapped: BaseException | None, err: BaseException, url: URL, where: str) -> KprioError | None:
+    """kprio's error for a driver error ``err`` of the ledger's database (``wrapped``: SQLAlchemy's exception for
+    it), by its type and code; None for the others (a bug, a schema error: they stay as they are)."""
+    if isinstance(err, sqlite3.Error):
+        code = getattr(err, "sqlite_errorcode", 0) & 0xFF  # the primary result code
+        if code == sqlite3.SQLITE_CANTOPEN:
+            return LedgerUnusable(f"SQLite cannot open the database file: {_cannot_open(url.database)}", where=where)
+        if code in _SQLITE_UNUSABLE:
+            return LedgerUnusable(_SQLITE_UNUSABLE[code], where=where)
+        if code in _SQLITE_UNAVAILABLE:
+            return LedgerUnavailable(_SQLITE_UNAVAILABLE[code], where=where)
+        return None
+    if isinstance(wrapped, OperationalError):  # the DBAPI's OperationalError, whatever the driver
+        sqlstate = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)  # psycopg 3, psycopg2
+        if sqlstate and sqlstate[:2] in _PG_UNUSABLE:
+            return LedgerUnusable(f"{_PG_UNUSABLE[sqlstate[:2]]} (SQLSTATE {sqlstate})", where=where)
+        if not sqlstate or sqlstate[:2] in _PG_UNAVAILABLE:
+            said = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            return LedgerUnavailable(f"the ledger database does not answer: {said}", where=where)
+        if sqlstate == _PG_LOCK_TIMEOUT:
+            return LedgerUnavailable(f"a row of the ledger stayed locked longer than lock_timeout "
+                                     f"({POSTGRES_SESSION['lock_timeout']}) by another session (a process stopped "
+                                     "inside a transaction?)", where=where)
+    return None  # a deadlock, a constraint, ...: the ledger's own to handle
+
+
+def _cannot_open(database: str | None) -> str:
+    """Why SQLite could not open ``database``, from the file system (SQLite's own error does not say)."""
+    path = Path(database or "").expanduser()
+    if path.is_dir():
+        return "it is a directory"
+    try:
+        os.stat(path.parent)
+    except OSError as err:
+        return os_reason(err)
+    if not path.parent.is_dir():
+        return "a part of it is a file, not a directory"
+    return "permission denied, or the file system is read-only"
 
 
 def database_clock(engine: Engine):  # noqa: ANN201 - a clock: () -> datetime
@@ -90,7 +173,13 @@ def ledger_exists(url: str | URL) -> bool:
         return False
     if database.startswith("file:"):
         database = database[len("file:"):].split("?", 1)[0]
-    return Path(database).expanduser().exists()
+    try:
+        Path(database).expanduser().stat()
+    except FileNotFoundError:
+        return False
+    except OSError as err:  # under a file, not permitted: no ledger can be there, and none would be made
+        raise PathUnusable.of(err, f"ledger.url {shown_url(parsed)}") from None
+    return True
 
 
 def insert_for(conn: Connection, table: Table) -> sqlite.Insert | postgresql.Insert:
@@ -98,10 +187,13 @@ def insert_for(conn: Connection, table: Table) -> sqlite.Insert | postgresql.Ins
     return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
 
 
-def _create_parent_dir(database: str | None) -> None:
+def _create_parent_dir(database: str | None, where: str) -> None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return
-    Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PathUnusable.of(err, where, doing="create the directory") from None
 
 
 def _leave_begin_to_sqlalchemy(dbapi_connection, _record) -> None:  # noqa: ANN001 (DBAPI types)

@@ -15,9 +15,12 @@ from typing import Annotated
 
 import typer
 
-from orchestration.cli.common import ConfigOption, clean_errors, config_from, fail
+from kprio_core.errors import FileExistsRefused, ToolFailed
+from orchestration.cli.boundary import KprioSubgroup
+from orchestration.cli.common import ConfigOption, config_from, using_path
 
 app = typer.Typer(
+    cls=KprioSubgroup,
     help="Run kprio under Airflow 3: write the DAG file that loads kprio's DAGs from kprio.yaml.\n\n"
     "Example: kprio airflow init --dags-folder $AIRFLOW_HOME/dags --config kprio.yaml",
     no_args_is_help=True,
@@ -36,7 +39,6 @@ def dag_file_text(config: Path | None) -> str:
 
 
 @app.command()
-@clean_errors
 def init(
     dags_folder: Annotated[Path, typer.Option("--dags-folder", help="Airflow's dags folder ([core] dags_folder).")],
     config: ConfigOption = None,
@@ -52,10 +54,11 @@ def init(
 
     loaded = config_from(config)  # a configuration that does not load fails here, not in the DAG processor
     target = dags_folder / DAG_FILE
-    if target.exists() and MARK not in target.read_text(errors="replace") and not force:
-        raise fail(f"{target} exists and kprio did not write it: pass --force to replace it")
-    dags_folder.mkdir(parents=True, exist_ok=True)
-    target.write_text(dag_file_text(config))
+    with using_path("--dags-folder", dags_folder, doing="write"):
+        if target.exists() and MARK not in target.read_text(errors="replace") and not force:
+            raise FileExistsRefused("exists and kprio did not write it: pass --force to replace it", where=str(target))
+        dags_folder.mkdir(parents=True, exist_ok=True)
+        target.write_text(dag_file_text(config))
     typer.echo(f"wrote {target}: the DAGs kprio_drain, kprio_redrain and kprio_replay")
     slots = pool_slots(loaded)
     command = ["airflow", "pools", "set", POOL, str(slots), "kprio: drain and commit tasks in flight"]
@@ -63,9 +66,11 @@ def init(
         typer.echo(f"create the pool yourself: {' '.join(command[:5])} '{command[5]}'")
         return
     if shutil.which("airflow") is None:
-        raise fail(f"the airflow command is not on PATH: run {' '.join(command[:5])} '{command[5]}' where it is")
+        raise ToolFailed(f"the airflow command is not on PATH: run {' '.join(command[:5])} '{command[5]}' where it "
+                         "is", where="PATH")
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
-        raise fail(f"airflow pools set {POOL} failed (exit {done.returncode}): {said[-1] if said else 'no output'}")
+        last = said[-1] if said else "no output"
+        raise ToolFailed(f"airflow pools set {POOL} failed (exit {done.returncode}): {last}", where="the airflow command")
     typer.echo(f"pool {POOL}: {slots} slots (planner.max_in_flight x priorities)")

@@ -19,11 +19,14 @@ from typing import Annotated
 
 import typer
 
-from orchestration.cli.common import JsonOption, clean_errors, fail, print_json
+from kprio_core.errors import UsageError
+from orchestration.cli.boundary import KprioSubgroup
+from orchestration.cli.common import JsonOption, existing_directory, print_json, using_path
 from orchestration.services.broker import DEFAULT_DATA_DIR, DEFAULT_PORT
 from orchestration.services.broker_security import Security
 
 app = typer.Typer(
+    cls=KprioSubgroup,
     help="Run the embedded Kafka broker (Apache Kafka in KRaft mode, from its Maven Central jars that "
     "scripts/setup.sh puts in ~/.cache/kprio) for the demo and local runs.\n\n"
     "Example: kprio broker start --port 9092   then   kprio broker stop",
@@ -46,7 +49,8 @@ NodesOption = Annotated[
                              help="Nodes of the local cluster: 1, or 3 for replication 3 with min.insync.replicas 2 "
                              "(default: as many as --data-dir already holds, else 1).")
 ]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the broker to start or stop.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", min=1, max=3600,
+                                              help="Seconds to wait for the broker to start or stop.")]
 SecurityOption = Annotated[
     Security | None, typer.Option("--security", show_default=False, case_sensitive=False,
                                   help="Security of every listener: plaintext, sasl_plaintext, sasl_ssl (SCRAM-SHA-512 "
@@ -82,7 +86,6 @@ def client_lines(status) -> list[str]:  # noqa: ANN001 - BrokerStatus, imported 
 
 
 @app.command()
-@clean_errors
 def start(port: PortOption = DEFAULT_PORT, data_dir: DataDirOption = DEFAULT_DATA_DIR, nodes: NodesOption = None,
           timeout: TimeoutOption = 60.0, security: SecurityOption = None, mtls: MtlsOption = False,
           as_json: JsonOption = False) -> None:
@@ -95,14 +98,16 @@ def start(port: PortOption = DEFAULT_PORT, data_dir: DataDirOption = DEFAULT_DAT
     from orchestration.services.broker import BrokerSecurity, EmbeddedBroker
 
     if mtls and security is None:
-        raise fail("--mtls needs --security ssl or sasl_ssl")
+        raise UsageError("--mtls needs --security ssl or sasl_ssl", where="kprio broker start")
     try:
         secured = BrokerSecurity(security, mtls) if security is not None else None
     except ValueError as err:
-        raise fail(str(err)) from None
+        raise UsageError(str(err), where="kprio broker start --security") from None
+    existing_directory("--data-dir", data_dir)
     broker = EmbeddedBroker(data_dir, port=port, nodes=nodes, start_timeout_s=timeout, stop_timeout_s=timeout,
                             security=secured)
-    status = broker.start().status()
+    with using_path("--data-dir", data_dir, doing="write"):
+        status = broker.start().status()
     if as_json:
         print_json(_status_doc(status))
     else:
@@ -111,14 +116,18 @@ def start(port: PortOption = DEFAULT_PORT, data_dir: DataDirOption = DEFAULT_DAT
 
 
 @app.command()
-@clean_errors
 def stop(data_dir: DataDirOption = DEFAULT_DATA_DIR, timeout: TimeoutOption = 20.0) -> None:
     """Stop the embedded broker, every node of it (SIGTERM, then SIGKILL after --timeout); its data stays.
+
+    With no broker running it writes nothing (a data dir that is not there is not made).
 
     Example: kprio broker stop --data-dir ./kprio-data/broker
     """
     from orchestration.services.broker import EmbeddedBroker
 
+    if not existing_directory("--data-dir", data_dir):
+        typer.echo(f"no embedded broker running in {data_dir.absolute()}")
+        return
     broker = EmbeddedBroker(data_dir, stop_timeout_s=timeout)
     was = broker.status()
     if broker.stop():
@@ -128,7 +137,6 @@ def stop(data_dir: DataDirOption = DEFAULT_DATA_DIR, timeout: TimeoutOption = 20
 
 
 @app.command()
-@clean_errors
 def status(data_dir: DataDirOption = DEFAULT_DATA_DIR, as_json: JsonOption = False) -> None:
     """Say whether the embedded broker runs, where, and with which pid (each node of a cluster).
 
@@ -136,7 +144,9 @@ def status(data_dir: DataDirOption = DEFAULT_DATA_DIR, as_json: JsonOption = Fal
     """
     from orchestration.services.broker import EmbeddedBroker
 
-    current = EmbeddedBroker(data_dir).status()
+    existing_directory("--data-dir", data_dir)
+    with using_path("--data-dir", data_dir):
+        current = EmbeddedBroker(data_dir).status()
     if as_json:
         print_json(_status_doc(current))
     else:

@@ -1,23 +1,25 @@
-"""What every ``kprio`` command shares: the ``--config`` option, JSON output, and clean errors.
+"""What every ``kprio`` command shares: the ``--config`` option, JSON output, and the paths it is given.
 
-A command never prints a traceback for a failure the user can cause: it prints one line that
-says what and where, and exits 1. Heavy imports (Dagster, Spark) happen inside the commands so
-that ``kprio quota`` answers in a blink.
+A command raises kprio's typed errors; the group's boundary (:mod:`orchestration.cli.boundary`)
+turns any failure into one line that says what and where, with a documented exit code. Heavy
+imports (Dagster, Spark) happen inside the commands so that ``kprio quota`` answers in a blink.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import json
+import os
+import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
-from kprio_core.config import KprioConfig, load_config
-from kprio_core.errors import KprioError
+from kprio_core.config import KprioConfig, TopicSettings, load_config
+from kprio_core.errors import PathUnusable, UsageError
 
 ConfigOption = Annotated[
     Path | None,
@@ -30,32 +32,61 @@ ConfigOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
 
-F = TypeVar("F", bound=Callable[..., Any])
+
+@contextlib.contextmanager
+def using_path(setting: str, path: Path | str, doing: str = "use") -> Iterator[None]:
+    """Within the block, an OSError about ``path`` (it, a file under it, or a directory above it that could not be
+    made) is :class:`PathUnusable` naming ``setting`` (an option such as ``--data-dir``, or a configuration key)
+    and the path it gave, by its errno; any other OSError passes unchanged."""
+    try:
+        yield
+    except OSError as err:
+        if not _about(err.filename, Path(path)):
+            raise
+        raise PathUnusable.of(err, f"{setting} {path}", path, doing=doing) from None
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
-    """Print one error line to stderr and return the Exit to raise."""
-    typer.secho(f"kprio: error: {message}", err=True, fg=typer.colors.RED)
-    return typer.Exit(code)
+def _about(filename: object, path: Path) -> bool:
+    if filename is None:
+        return False
+    mine, theirs = Path(os.path.abspath(path)), Path(os.path.abspath(os.fsdecode(filename)))  # type: ignore[arg-type]
+    return mine == theirs or mine in theirs.parents or theirs in mine.parents
 
 
-def clean_errors(func: F) -> F:
-    """Turn kprio's typed errors (and bad values) into one line on stderr and exit code 1."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+def existing_directory(setting: str, path: Path | str) -> bool:
+    """Whether ``path`` is a directory; False when nothing is there; PathUnusable naming ``setting`` when something
+    else is (a file, a path under a file): what a command that only reads asks before it looks inside."""
+    with using_path(setting, path):
         try:
-            return func(*args, **kwargs)
-        except KprioError as err:
-            raise fail(f"{err} [{err.code}]") from None
-        except (ValueError, FileNotFoundError) as err:
-            raise fail(str(err)) from None
-
-    return wrapper  # type: ignore[return-value]
+            mode = Path(path).stat().st_mode
+        except FileNotFoundError:
+            return False
+    if not stat.S_ISDIR(mode):
+        raise PathUnusable("is a file, not a directory", where=f"{setting} {path}")
+    return True
 
 
 def config_from(path: Path | None) -> KprioConfig:
     return load_config(path)
+
+
+def chosen_topics(settings: KprioConfig, topic: str | None) -> list[TopicSettings]:
+    """The logical topic ``--topic`` names (UsageError when the configuration has none of that name), else all."""
+    if topic is None:
+        return list(settings.topics)
+    known = [t.name for t in settings.topics]
+    if topic not in known:
+        raise UsageError(f"no logical topic named {topic!r} in the configuration (it has {', '.join(known)})",
+                         where="--topic")
+    return [settings.topic(topic)]
+
+
+def check_batch_id(batch_id: str, option: str) -> None:
+    """UsageError unless ``batch_id`` is a batch id as the ledger writes them (``b-000042``)."""
+    from kprio_core.ledger import parse_batch_id
+
+    if parse_batch_id(batch_id) is None:
+        raise UsageError(f"{batch_id!r} is not a batch id (like b-000042)", where=option)
 
 
 def print_json(data: Any) -> None:

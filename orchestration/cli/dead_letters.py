@@ -27,12 +27,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kprio_core.errors import BatchNotFound, DeadLettersUnreadable
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
+    check_batch_id,
+    chosen_topics,
     config_from,
-    fail,
+    existing_directory,
     print_json,
 )
 
@@ -119,7 +121,8 @@ def read_letters(drain: DrainSettings, logical_topic: str, batch_id: str | None)
         table = read_rows(drain, DEAD_LETTERS, logical_topic, batch_id=batch_id)
     except Exception as err:  # noqa: BLE001 - pyarrow's and delta-rs's errors alike: one line naming the root
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise fail(f"cannot read the dead letters of {logical_topic} under {root}: {first}") from None
+        raise DeadLettersUnreadable(f"cannot read the dead letters of {logical_topic}: {first}",
+                                    where=f"drain.dead_letter_path {root}") from None
     rows = table.to_pylist() if table.num_columns else []
     return [letter_doc(logical_topic, row) for row in sorted(rows, key=_sort_key)]
 
@@ -152,12 +155,26 @@ def _b64(raw: Mapping[str, Any] | None) -> bytes | None:
         return None
 
 
+def batch_known(ledger_url: str, batch_id: str) -> None:
+    """BatchNotFound unless the ledger at ``ledger_url`` knows ``batch_id`` (no ledger knows none); reads only."""
+    from kprio_core.ledger import Ledger, ledger_exists
+    from kprio_core.urls import shown_url
+
+    where = f"ledger.url {shown_url(ledger_url)}"
+    if not ledger_exists(ledger_url):
+        raise BatchNotFound(f"no batch {batch_id}: there is no ledger yet", where=where)
+    with Ledger(ledger_url) as ledger:
+        try:
+            ledger.get(batch_id)
+        except BatchNotFound as err:
+            raise BatchNotFound(err.what, where=where) from None
+
+
 def _describe(topics: Iterable[str], batch_id: str | None) -> str:
     names = ", ".join(topics)
     return f"batch {batch_id} of {names}" if batch_id else names
 
 
-@clean_errors
 def dead_letters(
     config: ConfigOption = None,
     topic: TopicOption = None,
@@ -172,9 +189,15 @@ def dead_letters(
     Example: kprio dead-letters --config kprio-data/demo/kprio.yaml --topic orders --limit 20
     """
     settings = config_from(config)
-    topics = [settings.topic(topic)] if topic else list(settings.topics)
+    topics = chosen_topics(settings, topic)
     root = settings.drain.dead_letter_path
-    letters = [d for t in topics for d in read_letters(settings.drain, t.name, batch)]
+    if batch is not None:
+        check_batch_id(batch, "--batch")
+    # A local root that is something else than a directory is a wrong setting, not "no dead letters".
+    published = "://" in root or existing_directory("drain.dead_letter_path", root)
+    letters = [d for t in topics for d in read_letters(settings.drain, t.name, batch)] if published else []
+    if batch is not None and not letters:
+        batch_known(settings.ledger.url, batch)  # no dead letters of a batch that does not exist is an error
     shown = letters if limit == 0 else letters[:limit]
     where = _describe((t.name for t in topics), batch)
     absolute_root = str(Path(root).absolute()) if "://" not in root else root

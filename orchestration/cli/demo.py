@@ -14,7 +14,8 @@ from typing import Annotated
 import typer
 
 from kprio_core.config import OutputFormat
-from orchestration.cli.common import JsonOption, clean_errors, fail, print_json
+from kprio_core.errors import UsageError
+from orchestration.cli.common import JsonOption, print_json
 from orchestration.services.broker_security import Security
 
 RecordsOption = Annotated[
@@ -59,7 +60,6 @@ MtlsOption = Annotated[bool, typer.Option("--mtls", help="With --security ssl or
                                                          "certificate too (mutual TLS).")]
 
 
-@clean_errors
 def demo(
     records: RecordsOption = 20_000,
     data_dir: DataDirOption = Path("kprio-data") / "demo",
@@ -86,6 +86,7 @@ def demo(
     Example: kprio demo --records 12000 --poison 4 --keep-broker
     Example: kprio demo --security sasl_ssl
     """
+    from orchestration.demo import DemoFailed
     from orchestration.demo.layout import DemoLayout
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to
@@ -97,7 +98,7 @@ def demo(
     try:
         secured = BrokerSecurity(security, mtls)
     except ValueError as err:
-        raise fail(str(err)) from None
+        raise UsageError(str(err), where="kprio demo --security") from None
     options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config, poison=poison,
                           output_format=output_format, security=secured)
     log = DemoLayout(data_dir.resolve()).log
@@ -106,9 +107,9 @@ def demo(
         result = run_demo(options, progress)
     print_result(result, as_json=as_json)
     if not result.drain_ok:
-        raise fail(f"the drain stopped early: {result.drain_stopped}")
+        raise DemoFailed(f"the drain stopped early: {result.drain_stopped}", where=str(data_dir))
     if not result.conservation.ok:
-        raise fail(result.conservation.line())
+        raise DemoFailed(result.conservation.line(), where=str(data_dir))
 
 
 def print_result(result, *, as_json: bool) -> None:  # noqa: ANN001 - DemoResult, imported lazily

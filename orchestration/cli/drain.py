@@ -26,9 +26,8 @@ from orchestration.cli import imports
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
+    chosen_topics,
     config_from,
-    fail,
     print_json,
 )
 
@@ -85,7 +84,6 @@ def stop_on_signals(stop: threading.Event, running: set[str]) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-@clean_errors
 def drain(
     config: ConfigOption = None,
     json_out: JsonOption = False,
@@ -104,7 +102,7 @@ def drain(
 
     settings = config_from(config)
     if topic is not None:
-        settings = settings.model_copy(update={"topics": (settings.topic(topic),)})
+        settings = settings.model_copy(update={"topics": tuple(chosen_topics(settings, topic))})
     with KafkaEdge(settings.kafka) as edge:  # an unreachable broker is one line, before Spark starts
         for logical in settings.topics:
             try:
@@ -134,6 +132,7 @@ def start_spark(settings: Any) -> bool:
 def _drain(settings: Any, *, json_out: bool, until_empty: bool, follow: bool, max_batches: int | None) -> None:
     with imports():  # Dagster's: about 1.5 s, while the JVM starts
         from kprio_core.kafka import KafkaEdge
+        from orchestration.cli.outage import outage_lines
         from orchestration.dagster.definitions import build_definitions
         from orchestration.dagster.drain_loop import Until
         from orchestration.dagster.drain_loop import drain as run_drain
@@ -149,7 +148,11 @@ def _drain(settings: Any, *, json_out: bool, until_empty: bool, follow: bool, ma
         if not json_out:
             typer.echo(batch.line())
 
-    with open_instance(settings) as instance:
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    # A broker outage the loop rides out is two lines (orchestration/cli/outage.py), not librdkafka's.
+    with open_instance(settings) as instance, outage_lines(settings.kafka, say):
         # One line per batch is the progress report; Dagster's own event log stays in the instance.
         report = run_drain(defs, instance, config=settings, until=until, max_batches=max_batches, stop=stop,
                            log_level="WARNING",
@@ -176,4 +179,6 @@ def _drain(settings: Any, *, json_out: bool, until_empty: bool, follow: bool, ma
         typer.echo(f"{len(report.batches)} runs, {total} records committed; {report.stopped}")
     if not report.ok:
         # With --json the summary already says why; a line on stderr would only repeat it.
-        raise typer.Exit(1) if json_out else fail(report.stopped)
+        from kprio_core.errors import DrainStopped
+
+        raise typer.Exit(1) if json_out else DrainStopped(report.stopped)  # its text names the partitions

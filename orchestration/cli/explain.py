@@ -21,12 +21,15 @@ from kprio_core.burst import (
     maxed_out_count,
     unused_capacity,
 )
+from kprio_core.config import MAX_PRIORITIES
+from kprio_core.errors import UsageError
 from kprio_core.priority import Priority
 from kprio_core.quota import Distribution, base_quotas
-from orchestration.cli.common import JsonOption, clean_errors, print_json
+from orchestration.cli.common import JsonOption, print_json
 
 Priorities = Annotated[
-    int, typer.Option("--priorities", "-n", help="Number of priority levels: 0 .. N-1 (flipkart's maxPriority).")
+    int, typer.Option("--priorities", "-n", min=1, max=MAX_PRIORITIES,
+                      help="Number of priority levels: 0 .. N-1 (flipkart's maxPriority).")
 ]
 
 
@@ -42,7 +45,8 @@ def _old_option_names(name: str) -> str:
 CONTEXT = {"token_normalize_func": _old_option_names}
 """``context_settings`` of ``kprio quota`` and ``kprio burst``."""
 
-MaxRecords = Annotated[int, typer.Option("--max-records", "-r", help="Record budget of one batch (max.poll.records).")]
+MaxRecords = Annotated[int, typer.Option("--max-records", "-r", min=1,
+                                         help="Record budget of one batch (max.poll.records).")]
 ModeOption = Annotated[Distribution, typer.Option("--mode", "-m", help="Quota split: exp (flipkart's default) or linear.")]
 
 
@@ -51,7 +55,6 @@ def _keyed(mapping: Mapping[Priority, Any]) -> dict[str, Any]:
     return {str(p): mapping[p] for p in sorted(mapping, reverse=True)}
 
 
-@clean_errors
 def quota(
     priorities: Priorities,
     max_records: MaxRecords,
@@ -79,25 +82,31 @@ def quota(
 
 
 def parse_history(text: str, n_priorities: int) -> dict[Priority, list[int]]:
-    """``'{"2": [29, 29], "1": [14]}'`` -> ``{2: [29, 29], 1: [14]}``, or a ValueError saying what is wrong."""
+    """``'{"2": [29, 29], "1": [14]}'`` -> ``{2: [29, 29], 1: [14]}``, or a UsageError saying what is wrong."""
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"--history is not valid JSON ({err.msg} at character {err.pos}): {text!r}") from None
+        raise UsageError(f"--history is not valid JSON ({err.msg} at character {err.pos}): {text!r}",
+                         where=HISTORY) from None
     if not isinstance(raw, dict):
-        raise ValueError(f'--history must be a JSON object like {{"2": [29, 29], "1": [14]}}, got {text!r}')
+        raise UsageError(f'--history must be a JSON object like {{"2": [29, 29], "1": [14]}}, got {text!r}',
+                         where=HISTORY)
     history: dict[Priority, list[int]] = {}
     for key, counts in raw.items():
         try:
             p = int(key)
         except ValueError:
-            raise ValueError(f"--history key {key!r} is not a priority number") from None
+            raise UsageError(f"--history key {key!r} is not a priority number", where=HISTORY) from None
         if not 0 <= p < n_priorities:
-            raise ValueError(f"--history names priority {p}, outside 0..{n_priorities - 1}")
+            raise UsageError(f"--history names priority {p}, outside 0..{n_priorities - 1}", where=HISTORY)
         if not isinstance(counts, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
-            raise ValueError(f"--history of priority {p} must be a list of drained counts >= 0, got {counts!r}")
+            raise UsageError(f"--history of priority {p} must be a list of drained counts >= 0, got {counts!r}",
+                             where=HISTORY)
         history[p] = counts
     return history
+
+
+HISTORY = "--history of kprio burst"
 
 
 def burst_report(quotas: Mapping[Priority, int], history: PollHistory) -> dict[str, Any]:
@@ -122,7 +131,6 @@ def burst_report(quotas: Mapping[Priority, int], history: PollHistory) -> dict[s
     }
 
 
-@clean_errors
 def burst(
     priorities: Priorities,
     max_records: MaxRecords,
@@ -135,9 +143,10 @@ def burst(
             "Only the last --window-size counts are kept; a missing priority has drained nothing yet.",
         ),
     ],
-    window_size: Annotated[int, typer.Option("--window-size", help="Poll-history window (batches).")] = DEFAULT_WINDOW_SIZE,
+    window_size: Annotated[int, typer.Option("--window-size", min=1, max=10_000,
+                                             help="Poll-history window (batches).")] = DEFAULT_WINDOW_SIZE,
     threshold: Annotated[
-        int, typer.Option("--threshold", help="Maxed-out batches in the window that make a priority eligible.")
+        int, typer.Option("--threshold", min=1, help="Maxed-out batches in the window that make a priority eligible.")
     ] = DEFAULT_MAXED_OUT_THRESHOLD,
     mode: ModeOption = Distribution.EXP,
     as_json: JsonOption = False,
@@ -147,6 +156,9 @@ def burst(
     Example (flipkart's case 3): kprio burst -n 3 -r 50 --history '{"2":[29,29,29,29,29,29],"1":[10,10,7,10,9,0],"0":[7,7,7,7,7,7]}'
     -> priority 2 bursts by 4, to 33.
     """
+    if threshold > window_size:
+        raise UsageError(f"--threshold {threshold}: the maxed-out threshold must be within 1..window size "
+                         f"{window_size}", where="kprio burst")
     quotas = base_quotas(priorities, max_records, mode.value)
     counts = parse_history(history, priorities)
     poll_history = PollHistory.from_counts(counts, quotas, window_size, threshold)

@@ -7,14 +7,20 @@ never its password: that is read from an environment variable when the instance 
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from orchestration.cli.common import ConfigOption, clean_errors, config_from, fail
+from kprio_core.errors import FileExistsRefused, UsageError
+from orchestration.cli.boundary import KprioSubgroup
+from orchestration.cli.common import ConfigOption, config_from, using_path
 
 app = typer.Typer(
+    cls=KprioSubgroup,
     help="Write or show the Dagster instance settings (dagster.yaml) a kprio deployment uses.\n\n"
     "Example: kprio instance init --home ./kprio-data/dagster_home --config kprio.yaml",
     no_args_is_help=True,
@@ -48,56 +54,101 @@ ForceOption = Annotated[
 ]
 
 
-def _yaml(config, postgres_url, postgres_url_env, password_env) -> str:  # noqa: ANN001
-    from orchestration.dagster.instance_yaml import dagster_yaml
+def _storage(postgres_url: str | None, postgres_url_env: str | None, password_env: str | None) -> Any:
+    """The Postgres block of dagster.yaml the options ask for (None: SQLite files in the home)."""
+    from orchestration.dagster.instance_yaml import postgres_storage
 
     if postgres_url and postgres_url_env:
-        raise fail("give --postgres-url or --postgres-url-env, not both")
-    return dagster_yaml(config_from(config), postgres_url=postgres_url, postgres_url_env=postgres_url_env,
-                        postgres_password_env=password_env)
+        raise UsageError("give --postgres-url or --postgres-url-env, not both", where="kprio instance")
+    if postgres_url is None and postgres_url_env is None:
+        return None
+    return postgres_storage(postgres_url, url_env=postgres_url_env, password_env=password_env)
+
+
+def _yaml(config: Path | None, storage: Any) -> str:
+    from orchestration.dagster.instance_yaml import instance_settings, render
+
+    return render(instance_settings(config_from(config), storage))
 
 
 @app.command()
-@clean_errors
 def init(home: HomeOption = None, config: ConfigOption = None, postgres_url: PostgresUrlOption = None,
          postgres_url_env: PostgresUrlEnvOption = None, postgres_password_env: PasswordEnvOption = None,
          force: ForceOption = False) -> None:
     """Write dagster.yaml into the Dagster home and create the instance's storage there.
 
+    A Postgres storage is asked once before anything is written: one that does not answer is one
+    line, and no dagster.yaml is left behind. A password in --postgres-url is used for that and to
+    create the storage, and written only as a reference to its environment variable.
+
     Example: kprio instance init --home /srv/dagster --postgres-url postgresql://dagster@db:5432/dagster
     """
+    from kprio_core.urls import parsed_url
     from orchestration.dagster.instance import (
         DAGSTER_YAML,
         ENV_HOME,
         dagster_home,
         open_instance,
+        probe_storage,
         write_dagster_yaml,
     )
 
-    text = _yaml(config, postgres_url, postgres_url_env, postgres_password_env)
+    storage = _storage(postgres_url, postgres_url_env, postgres_password_env)
+    text = _yaml(config, storage)
     home = (home or dagster_home()).absolute()
     target = home / DAGSTER_YAML
-    if target.exists() and not force:
-        raise fail(f"{target} exists: kept as is (pass --force to replace it; the old one is kept as .bak)")
-    if target.exists():
-        target.with_name(DAGSTER_YAML + ".bak").write_bytes(target.read_bytes())
-    write_dagster_yaml(home, text, force=True)
-    typer.echo(f"wrote {target}")
+    with using_path("--home", home):
+        if target.exists() and not force:
+            raise FileExistsRefused("exists: kept as is (pass --force to replace it; the old one is kept as .bak)",
+                                    where=str(target))
+    given = parsed_url(postgres_url).password if postgres_url else None
+    if storage is not None:
+        probe_storage(storage, given)  # before anything is written: a storage that does not answer leaves nothing
+    db = storage.postgres_db if storage is not None else None
+    variable = db.password.env if db is not None and db.password is not None else None
+    with using_path("--home", home, doing="write"):
+        home.mkdir(parents=True, exist_ok=True)
+        before = target.read_bytes() if target.exists() else None
+        if before is not None:
+            target.with_name(DAGSTER_YAML + ".bak").write_bytes(before)
+        write_dagster_yaml(home, text, force=True)
     try:
-        with open_instance(env={ENV_HOME: str(home)}):
-            pass  # creates the storage now, once, under the home's lock
-    except Exception as err:  # noqa: BLE001 - Dagster config, driver and connection errors alike: one line
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise fail(f"the Dagster instance in {home} could not be opened: {type(err).__name__}: {first}") from None
+        # The storage is created now, once, under the home's lock; with the password given on the command line.
+        with _environment({variable: given} if variable and given else {}), \
+                open_instance(env={ENV_HOME: str(home)}):
+            pass
+    except BaseException:
+        if before is None:
+            target.unlink(missing_ok=True)  # the next init must not find a dagster.yaml that never worked
+        else:
+            target.write_bytes(before)
+        raise
+    typer.echo(f"wrote {target}")
+    if variable and given and not os.environ.get(variable):
+        typer.echo(f"the storage's password is read from {variable} when the instance loads: set it there")
     typer.echo(f"use it with: export {ENV_HOME}={home}   (then dagster dev, kprio drain, ...)")
 
 
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` set in this process's environment within the block only."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @app.command()
-@clean_errors
 def show(config: ConfigOption = None, postgres_url: PostgresUrlOption = None,
          postgres_url_env: PostgresUrlEnvOption = None, postgres_password_env: PasswordEnvOption = None) -> None:
     """Print the dagster.yaml kprio would write for this configuration.
 
     Example: kprio instance show --config kprio.yaml > $DAGSTER_HOME/dagster.yaml
     """
-    typer.echo(_yaml(config, postgres_url, postgres_url_env, postgres_password_env), nl=False)
+    typer.echo(_yaml(config, _storage(postgres_url, postgres_url_env, postgres_password_env)), nl=False)

@@ -10,7 +10,7 @@ import typer
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
+    chosen_topics,
     config_from,
     print_json,
 )
@@ -156,7 +156,6 @@ def _open_transaction(part: dict[str, Any]) -> str:
     return f"{part['behind_open_transaction']} from {part['last_stable_offset']}{age}"
 
 
-@clean_errors
 def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOption = False,
         age: AgeOption = True) -> None:
     """Show the backlog of every priority and partition: records, oldest pending age, committed offset, state.
@@ -179,7 +178,7 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
     from kprio_core.ledger import Ledger, ledger_exists
 
     cfg = config_from(config)
-    topics = [cfg.topic(topic)] if topic else list(cfg.topics)
+    topics = chosen_topics(cfg, topic)
     now_ms = int(time.time() * 1000)
     docs = []
     # A read command never creates a ledger: without one, kprio believes nothing and Kafka alone tells the states.

@@ -5,11 +5,19 @@ Each command group lives in its own module; this file only assembles them.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from orchestration.cli.boundary import ENV_DEBUG, ENV_LOG_FILE, KprioGroup, take_options
 
 app = typer.Typer(
     name="kprio",
+    cls=KprioGroup,
     help="Batch priority drainer for Kafka: plan, drain, check and commit prioritised topics.\n\n"
+    "Errors are one line on stderr, 'kprio: error: <what> (<where>) [<code>]'; exit 1 for a failure, 2 for a "
+    "wrong command line, 3 for a kprio bug (docs/operations.md, Errors and exit codes).\n\n"
     "Example: kprio demo --records 5000   then   kprio lag --config kprio-data/demo/kprio.yaml",
     no_args_is_help=True,
     add_completion=False,
@@ -18,10 +26,18 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
-    # A callback keeps `kprio` a command group even while a single command is registered
-    # (typer would otherwise run that command directly and reject its name as an argument).
-    pass
+def _root(
+    ctx: typer.Context,
+    debug: Annotated[bool, typer.Option("--debug", help=f"Print the traceback of an error before its line "
+                                        f"(also: {ENV_DEBUG}=1).")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print kprio's log and the libraries' "
+                                          "(librdkafka, py4j, Dagster) on stderr.")] = False,
+    log_file: Annotated[Path | None, typer.Option("--log-file", show_default=False, help=f"Append kprio's log "
+                                                  f"and the libraries' to this file (also: {ENV_LOG_FILE}).")] = None,
+) -> None:
+    """Options of every command; a callback also keeps `kprio` a command group while a single command is
+    registered (typer would otherwise run that command directly and reject its name as an argument)."""
+    take_options(ctx, debug=debug, verbose=verbose, log_file=log_file)
 
 
 # Command registrations: one line per command module (keep alphabetical).

@@ -11,13 +11,16 @@ from orchestration.cli import imports
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
+    chosen_topics,
     config_from,
     print_json,
 )
 
 if TYPE_CHECKING:
     from kprio_core.drain_plan import DrainPlan
+
+IN_MEMORY = "sqlite://"
+"""The ledger ``kprio plan`` reads when none exists yet: a new, empty one that lives as long as the command."""
 
 TopicOption = Annotated[
     str | None, typer.Option("--topic", "-t", help="Plan only this logical topic (default: every configured topic).")
@@ -116,9 +119,11 @@ def _print(doc: dict[str, Any]) -> None:
         console.print(f"{name}: held: {h['text']}")
 
 
-@clean_errors
 def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: TopicOption = None) -> None:
     """Show what the sensor would do now: runs to request, the next batch, held partitions (nothing is done).
+
+    It writes nothing: without a ledger yet it plans as a new, empty one would (in memory), and without a
+    Dagster instance yet it knows no runs.
 
     Example: kprio plan --topic orders --json
     """
@@ -126,22 +131,23 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
 
     with imports():
         from kprio_core.kafka import KafkaEdge
-        from kprio_core.ledger import Ledger
+        from kprio_core.ledger import Ledger, ledger_exists
         from orchestration.runtime.runs import LazyRuns
         from orchestration.runtime.tick import decide_all
 
     settings = config_from(config)
-    topics = [settings.topic(topic)] if topic else list(settings.topics)
+    topics = chosen_topics(settings, topic)
     now_s = time.time()
 
     def dagster_runs(stack: ExitStack):  # noqa: ANN202 - DagsterRuns, imported here
-        from orchestration.dagster.instance import open_instance
+        from orchestration.dagster.instance import instance_to_read
         from orchestration.dagster.runs import DagsterRuns
 
-        return DagsterRuns(stack.enter_context(open_instance(settings)))
+        return DagsterRuns(stack.enter_context(instance_to_read(settings)))
 
-    with (ExitStack() as stack, KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger,
-          edge.one_view()):
+    # A read command never creates a ledger: a new one is empty, so an empty one in memory plans the same.
+    url = settings.ledger.url if ledger_exists(settings.ledger.url) else IN_MEMORY
+    with (ExitStack() as stack, KafkaEdge(settings.kafka) as edge, Ledger(url) as ledger, edge.one_view()):
         # The Dagster instance is opened only when a batch in flight or failed needs its runs read.
         runs = LazyRuns(lambda: dagster_runs(stack))
         decisions = decide_all(runs, edge, ledger, settings, topics, now_s=now_s)

@@ -17,9 +17,7 @@ import typer
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
     config_from,
-    fail,
     print_json,
 )
 
@@ -27,12 +25,12 @@ PartitionArgument = Annotated[str, typer.Argument(help="The partition, as topic[
 ToOption = Annotated[str, typer.Option("--to", help="earliest, latest, or an offset inside the log.")]
 
 
-@clean_errors
 def reset(partition: PartitionArgument, to: ToOption, config: ConfigOption = None, json_out: JsonOption = False) -> None:
     """Commit a held partition's offset (earliest, latest or an offset) and record the decision in the ledger.
 
     Example: kprio reset 'orders-2[0]' --to earliest --config kprio.yaml
     """
+    from kprio_core.errors import ResetRefused, UsageError
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
     from kprio_core.log_changes import parse_partition, parse_target
@@ -40,15 +38,22 @@ def reset(partition: PartitionArgument, to: ToOption, config: ConfigOption = Non
 
     try:
         name, number = parse_partition(partition)
+    except ValueError as err:
+        raise UsageError(str(err), where="PARTITION of kprio reset") from None
+    try:
         parse_target(to)
     except ValueError as err:
-        raise fail(str(err)) from None
+        raise UsageError(str(err), where="--to of kprio reset") from None
     settings = config_from(config)
+    known = [topic for logical in settings.topics for topic in logical.priority_topics().values()]
+    if name not in known:
+        raise UsageError(f"{name!r} is not a priority topic of the configuration (it has {', '.join(known)})",
+                         where="PARTITION of kprio reset")
     with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger:
         try:
             line = reset_partition(edge, ledger, settings, name, number, to, now_ms=int(time.time() * 1000))
         except ValueError as err:
-            raise fail(f"{partition}: {err}") from None
+            raise ResetRefused(str(err), where=partition) from None
     if json_out:
         print_json({"partition": partition, "to": to, "text": line})
     else:

@@ -15,27 +15,27 @@ import typer
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
+    check_batch_id,
     config_from,
-    fail,
     print_json,
 )
 
 BatchArgument = Annotated[str, typer.Argument(help="The batch id, e.g. b-000042 (kprio plan names held ones).")]
 
 
-@clean_errors
 def retry(batch_id: BatchArgument, config: ConfigOption = None, json_out: JsonOption = False) -> None:
     """Re-drain one batch now: its exact ranges, the checks, the commit (a committed one commits nothing new).
 
     Example: kprio retry b-000042 --config kprio.yaml
     """
+    from kprio_core.errors import BatchSuperseded, DrainStopped
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
     from orchestration.dagster.definitions import build_definitions
     from orchestration.dagster.drain_loop import redrain
     from orchestration.dagster.instance import open_instance
 
+    check_batch_id(batch_id, "BATCH_ID of kprio retry")
     settings = config_from(config)
     # Both answer in one line before any Spark starts: an unreachable broker, an unknown batch.
     with KafkaEdge(settings.kafka) as edge:
@@ -45,7 +45,7 @@ def retry(batch_id: BatchArgument, config: ConfigOption = None, json_out: JsonOp
         ledger.get(batch_id)
         gone = ledger.superseded_batch(batch_id)  # planned on an earlier incarnation: it never runs again
     if gone:
-        raise fail(gone[0].describe())
+        raise BatchSuperseded(gone[0].describe(), where=batch_id)
     defs = build_definitions(settings)
     with open_instance(settings) as instance:
         outcome = redrain(defs, instance, batch_id)
@@ -54,4 +54,4 @@ def retry(batch_id: BatchArgument, config: ConfigOption = None, json_out: JsonOp
     else:
         typer.echo(outcome.line())
     if not outcome.success:
-        raise typer.Exit(1) if json_out else fail(f"{batch_id}: {outcome.reason}")
+        raise typer.Exit(1) if json_out else DrainStopped(outcome.reason, where=batch_id)

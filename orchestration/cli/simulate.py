@@ -15,7 +15,8 @@ import typer
 
 from kprio_core.simulator import POLICIES, PolicyResult, simulate_all
 from kprio_core.traces import BUILT_IN, Trace, built_in, load_trace_file
-from orchestration.cli.common import JsonOption, clean_errors, fail, print_json
+from kprio_core.errors import UsageError
+from orchestration.cli.common import JsonOption, print_json, using_path
 
 Results = Mapping[str, Mapping[str, PolicyResult]]
 """Policy results by trace name, then policy name."""
@@ -111,7 +112,6 @@ def plot_backlogs(results: Results, out: Path) -> None:
     plt.close(fig)
 
 
-@clean_errors
 def simulate(
     trace: Annotated[
         str | None,
@@ -140,12 +140,12 @@ def simulate(
     Example: kprio simulate --trace late_burst --budget 200 --json
     """
     if trace and trace_file:
-        raise fail("give either --trace or --trace-file, not both")
+        raise UsageError("give either --trace or --trace-file, not both", where="kprio simulate")
     if as_json and markdown:
-        raise fail("give either --json or --markdown, not both")
+        raise UsageError("give either --json or --markdown, not both", where="kprio simulate")
     unknown = [p for p in policy or () if p not in POLICIES]
     if unknown:
-        raise fail(f"unknown policy {', '.join(unknown)}: choose from {', '.join(POLICIES)}")
+        raise UsageError(f"unknown policy {', '.join(unknown)}: choose from {', '.join(POLICIES)}", where="--policy")
     if trace_file is not None:
         chosen = [load_trace_file(trace_file).with_overrides(budget=budget, ticks=ticks)]
     else:
@@ -154,13 +154,14 @@ def simulate(
     traces = {t.name: t for t in chosen}
     results = {name: simulate_all(t, policy) for name, t in traces.items()}
 
+    if plot is not None:  # first: a plot that cannot be written fails before anything is printed
+        with using_path("--plot", plot, doing="write"):
+            plot_backlogs(results, plot)
     if as_json:
         print_json(results_json(results, single=len(traces) == 1))
     elif markdown:
         typer.echo(markdown_report(results, traces))
     else:
         _print_tables(results, traces)
-    if plot is not None:
-        plot_backlogs(results, plot)
-        if not as_json:
-            typer.echo(f"wrote {plot}")
+    if plot is not None and not as_json:
+        typer.echo(f"wrote {plot}")

@@ -11,15 +11,18 @@ from typing import Annotated
 
 import typer
 
+from orchestration.cli.boundary import KprioSubgroup
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
     config_from,
+    existing_directory,
     print_json,
+    using_path,
 )
 
 app = typer.Typer(
+    cls=KprioSubgroup,
     help="Run a local Spark Connect server that every drain reuses (set spark.remote: sc://localhost:15002).\n\n"
     "Example: kprio spark start --config kprio.yaml   then   kprio spark status   and   kprio spark stop",
     no_args_is_help=True,
@@ -30,18 +33,23 @@ PortOption = Annotated[
     typer.Option("--port", "-p", min=1, max=65535, show_default=False,
                  help="Port of the server (default: spark.connect_port, 15002)."),
 ]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the server to start or stop.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", min=1, max=3600,
+                                              help="Seconds to wait for the server to start or stop.")]
 
 
 def _server(config, port: int | None = None, timeout: float = 180.0):  # noqa: ANN001, ANN202
+    """The server of ``spark.connect_dir``; PathUnusable when that is a file (or under one)."""
     from orchestration.services.spark_connect import SparkConnectServer
 
     settings = config_from(config).spark
+    existing_directory(CONNECT_DIR, settings.connect_dir)
     return SparkConnectServer(settings, port=port, start_timeout_s=timeout, stop_timeout_s=timeout)
 
 
+CONNECT_DIR = "spark.connect_dir"
+
+
 @app.command()
-@clean_errors
 def start(config: ConfigOption = None, port: PortOption = None, timeout: TimeoutOption = 180.0,
           as_json: JsonOption = False) -> None:
     """Start the Spark Connect server in the background and wait until it answers (idempotent).
@@ -51,7 +59,8 @@ def start(config: ConfigOption = None, port: PortOption = None, timeout: Timeout
     Example: kprio spark start --config kprio.yaml --port 15002
     """
     server = _server(config, port, timeout)
-    status, started = server.start()
+    with using_path(CONNECT_DIR, server.connect_dir, doing="write"):
+        status, started = server.start()
     now = time.time()
     if as_json:
         print_json({**status.to_doc(now), "started": started})
@@ -64,14 +73,14 @@ def start(config: ConfigOption = None, port: PortOption = None, timeout: Timeout
 
 
 @app.command()
-@clean_errors
 def stop(config: ConfigOption = None, timeout: TimeoutOption = 30.0) -> None:
     """Stop the Spark Connect server and every process it started (SIGTERM, then SIGKILL after --timeout).
 
     Example: kprio spark stop --config kprio.yaml
     """
     server = _server(config, timeout=timeout)
-    was = server.stop()
+    with using_path(CONNECT_DIR, server.connect_dir):
+        was = server.stop()
     if was is None:
         typer.echo(f"no Spark Connect server running from {server.connect_dir}")
     else:
@@ -79,13 +88,14 @@ def stop(config: ConfigOption = None, timeout: TimeoutOption = 30.0) -> None:
 
 
 @app.command()
-@clean_errors
 def status(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """Say whether the Spark Connect server runs: pid, port, sc:// URL and uptime.
 
     Example: kprio spark status --json
     """
-    current = _server(config).status()
+    server = _server(config)
+    with using_path(CONNECT_DIR, server.connect_dir):
+        current = server.status()
     now = time.time()
     if as_json:
         print_json(current.to_doc(now))

@@ -13,16 +13,18 @@ from typing import Annotated, Any
 
 import typer
 
+from kprio_core.errors import ConfigError, TopicsMismatch
+from orchestration.cli.boundary import KprioSubgroup
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
-    clean_errors,
+    chosen_topics,
     config_from,
-    fail,
     print_json,
 )
 
 app = typer.Typer(
+    cls=KprioSubgroup,
     help="Create and verify the priority topics of the configured logical topics.\n\n"
     "Example: kprio topics create --config kprio.yaml   then   kprio topics verify --config kprio.yaml",
     no_args_is_help=True,
@@ -35,7 +37,7 @@ TopicOption = Annotated[
 
 def _selected(config: Any, topic: str | None) -> tuple[Any, tuple[Any, ...]]:
     settings = config_from(config)
-    return settings, (settings.topic(topic),) if topic is not None else settings.topics
+    return settings, tuple(chosen_topics(settings, topic))
 
 
 def _report_mismatches(mismatches: list[Any], bootstrap: str, as_json: bool, doc: dict[str, Any]) -> None:
@@ -49,11 +51,11 @@ def _report_mismatches(mismatches: list[Any], bootstrap: str, as_json: bool, doc
             typer.echo(mismatch.describe())
     if mismatches:
         n = len(mismatches)
-        raise fail(f"{n} mismatch{'es' if n > 1 else ''} between the topics on {bootstrap} and the configuration")
+        raise TopicsMismatch(f"{n} mismatch{'es' if n > 1 else ''} between the topics on {bootstrap} and the "
+                             "configuration", where="topics")
 
 
 @app.command()
-@clean_errors
 def create(config: ConfigOption = None, topic: TopicOption = None, as_json: JsonOption = False) -> None:
     """Create the missing priority topics as configured, then verify every one of them.
 
@@ -68,8 +70,8 @@ def create(config: ConfigOption = None, topic: TopicOption = None, as_json: Json
     settings, topics = _selected(config, topic)
     unsized = [t.name for t in topics if t.partitions is None]
     if unsized:
-        raise fail(f"topics[{', '.join(unsized)}].partitions is not set: say how many partitions each priority "
-                   "topic gets (e.g. partitions: 6) to create them")
+        raise ConfigError(f"topics[{', '.join(unsized)}].partitions is not set: say how many partitions each "
+                          "priority topic gets (e.g. partitions: 6) to create them", where=str(config or "kprio.yaml"))
     created: dict[str, list[str]] = {}
     with KafkaEdge(settings.kafka) as edge:
         for t in topics:
@@ -93,7 +95,6 @@ def create(config: ConfigOption = None, topic: TopicOption = None, as_json: Json
 
 
 @app.command()
-@clean_errors
 def verify(config: ConfigOption = None, topic: TopicOption = None, as_json: JsonOption = False) -> None:
     """Check the cluster against the configuration: one line per mismatch, exit 1 when there is any.
 

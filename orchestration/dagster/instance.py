@@ -8,7 +8,13 @@ rewrites it.
 :func:`open_instance` creates the instance's storage once and safely when several kprio
 processes start together on a new home: they take turns on ``<home>/.kprio-instance.lock``
 (a ``filelock.FileLock``) around the first ``DagsterInstance.get()``, which creates the SQLite
-tables; without it two processes die with ``table alembic_version already exists``.
+tables; without it two processes die with ``table alembic_version already exists``. Its failures are
+kprio's errors: a home that cannot be made is :class:`~kprio_core.errors.PathUnusable`, a Postgres
+storage that does not answer :class:`DagsterStorageUnavailable`, a ``dagster.yaml`` Dagster refuses
+:class:`DagsterInstanceUnusable`. :func:`probe_storage` asks the Postgres storage once, at once,
+before ``kprio instance init`` writes a ``dagster.yaml`` naming it (Dagster itself retries for 13 s,
+logging each attempt). A command that only reads opens the instance with :func:`instance_to_read`,
+which creates nothing.
 
 >>> str(dagster_home({"DAGSTER_HOME": "/srv/dagster"}))
 '/srv/dagster'
@@ -25,8 +31,9 @@ from typing import Any
 import dagster as dg
 
 from kprio_core.config import KprioConfig
-from kprio_core.errors import KprioError
-from orchestration.dagster.instance_yaml import dagster_yaml
+from kprio_core.errors import ConfigError, KprioError, PathUnusable
+from kprio_core.urls import shown_url
+from orchestration.dagster.instance_yaml import Postgres, dagster_yaml
 
 ENV_HOME = "DAGSTER_HOME"
 DEFAULT_HOME = Path("kprio-data") / "dagster_home"
@@ -40,6 +47,19 @@ class InstanceBusy(KprioError):
     """Another process held the home's lock too long while opening the Dagster instance."""
 
     code = "instance_busy"
+
+
+class DagsterStorageUnavailable(KprioError):
+    """The Postgres storage of the Dagster instance does not answer, or refuses the login."""
+
+    code = "dagster_storage_unavailable"
+    transient = True
+
+
+class DagsterInstanceUnusable(KprioError):
+    """Dagster refuses the instance of a home (its ``dagster.yaml``)."""
+
+    code = "dagster_instance_unusable"
 
 
 def dagster_home(env: Mapping[str, str] | None = None) -> Path:
@@ -110,16 +130,86 @@ def open_instance(config: KprioConfig | Mapping[str, str] | None = None, *,
         config, env = None, config
 
     home = dagster_home(env).resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    lock = home_lock(home)
     try:
+        home.mkdir(parents=True, exist_ok=True)
+        lock = home_lock(home)
         with lock:
             ensure_home(home, config)
             # DagsterInstance.get() reads DAGSTER_HOME; setting it is what `dagster dev` users do too.
             os.environ[ENV_HOME] = str(home)
-            return dg.DagsterInstance.get()
+            return _opened(dg.DagsterInstance.get, home)
     except Timeout:
         raise InstanceBusy(
             f"another process has held {home / LOCK_FILE} for {LOCK_TIMEOUT_S:g} s while opening the Dagster "
             f"instance in {home}: is it stuck? (remove the lock file only when no kprio process runs)"
         ) from None
+    except OSError as err:
+        raise PathUnusable.of(err, f"the Dagster home {home} ({ENV_HOME})") from None
+
+
+def instance_to_read(config: KprioConfig | None = None, *, env: Mapping[str, str] | None = None) -> dg.DagsterInstance:
+    """The instance of the home, to read its runs, creating nothing: a home without a ``dagster.yaml`` has no
+    runs, so it is an empty in-memory instance then (what a command that only reads uses)."""
+    home = dagster_home(env)
+    try:
+        present = (home / DAGSTER_YAML).is_file()
+    except OSError:
+        present = False
+    return open_instance(config, env=env) if present else dg.DagsterInstance.ephemeral()
+
+
+def _opened(get: Any, home: Path) -> dg.DagsterInstance:
+    """``get()``, its storage's and Dagster's own errors as kprio's (by type)."""
+    from sqlalchemy.exc import OperationalError
+
+    where = f"{home / DAGSTER_YAML}"
+    try:
+        return get()
+    except OperationalError as err:
+        raise DagsterStorageUnavailable(f"the Dagster instance's storage does not answer: {_first_line(err.orig)}",
+                                        where=where) from err
+    except dg.DagsterError as err:
+        raise DagsterInstanceUnusable(f"Dagster cannot open the instance: {_first_line(err)}", where=where) from err
+
+
+def _first_line(err: BaseException | None) -> str:
+    return next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+
+
+def probe_storage(storage: Postgres, password: str | None, *, env: Mapping[str, str] | None = None,
+                  timeout_s: float = 10.0) -> None:
+    """Connect once to the Postgres storage of a ``dagster.yaml`` (before it is written);
+    DagsterStorageUnavailable saying why, naming the URL without its password, when it does not answer."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import URL, make_url
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    env = os.environ if env is None else env
+    if storage.postgres_url is not None:
+        variable = storage.postgres_url.env
+        if not env.get(variable):
+            raise ConfigError(f"{variable} is not set: it must hold the Postgres URL", where="--postgres-url-env")
+        try:
+            url = make_url(env[variable])
+        except (ArgumentError, ValueError):
+            raise DagsterInstanceUnusable("is not a Postgres URL", where=f"{variable} (--postgres-url-env)") from None
+        option = f"--postgres-url-env {variable}"
+    else:
+        db = storage.postgres_db
+        assert db is not None
+        if password is None and db.password is not None:
+            password = env.get(db.password.env)
+        url = URL.create(db.scheme, db.username, password, db.hostname, db.port, db.db_name, db.params or {})
+        option = "--postgres-url"
+    engine = create_engine(url, connect_args={"connect_timeout": max(1, int(timeout_s))})
+    try:
+        with engine.connect():
+            pass
+    except DBAPIError as err:
+        raise DagsterStorageUnavailable(f"the Postgres storage does not answer: {_first_line(err.orig)}",
+                                        where=f"{option} {shown_url(url)}") from None
+    except ImportError as err:
+        raise DagsterInstanceUnusable(f"the driver {url.drivername} is not installed ({err.name})",
+                                      where=option) from None
+    finally:
+        engine.dispose()

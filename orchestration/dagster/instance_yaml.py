@@ -17,6 +17,9 @@ the first-visit modal off, SQLite or Postgres storage); :func:`dagster_yaml` dum
 >>> pg.model_dump(exclude_none=True)["postgres_db"]
 {'username': 'kprio', 'hostname': 'db.internal', 'port': 6432, 'db_name': 'dagster',
  'scheme': 'postgresql+psycopg2', 'params': {'sslmode': 'require'}, 'password': {'env': 'KPRIO_DAGSTER_PG_PASSWORD'}}
+>>> postgres_storage("postgresql://kprio@db/dagster?password=s3cret").model_dump(exclude_none=True)["postgres_db"]
+{'username': 'kprio', 'hostname': 'db', 'port': 5432, 'db_name': 'dagster', 'scheme': 'postgresql+psycopg2',
+ 'password': {'env': 'KPRIO_DAGSTER_PG_PASSWORD'}}
 >>> print(render(instance_settings(cfg)).split("\\n\\n")[1])
 # No usage statistics sent to Dagster Labs.
 telemetry:
@@ -32,10 +35,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from kprio_core.config import KprioConfig
+from kprio_core.errors import UsageError
 from orchestration.dagster.tags import PARTITION_TAG
 from orchestration.runtime.tags import SLOT_TAG_PREFIX
 
 DEFAULT_PG_PASSWORD_ENV = "KPRIO_DAGSTER_PG_PASSWORD"
+URL_OPTION = "--postgres-url"
 PG_SCHEME = "postgresql+psycopg2"
 """dagster-postgres binds NOTIFY parameters client-side, which only psycopg2 does; SQLAlchemy 2.1's
 plain ``postgresql://`` means psycopg 3 (server-side binding: ``syntax error at or near "$1"``)."""
@@ -222,26 +227,36 @@ def postgres_storage(url: str | None = None, *, url_env: str | None = None,
 
     ``url_env``: the whole URL is read from that variable when the instance loads (it must name
     the psycopg2 driver: ``postgresql+psycopg2://...``). ``url``: its parts are written (any
-    driver in it is replaced by psycopg2); its password (or ``password_env`` when given) becomes
-    ``password: {env: <password_env, default KPRIO_DAGSTER_PG_PASSWORD>}``.
+    driver in it is replaced by psycopg2); a password in it, in any form (``user:pass@``, a
+    ``?password=`` or other secret parameter: :func:`kprio_core.urls.url_secrets`), or
+    ``password_env`` when given, becomes ``password: {env: <password_env, default
+    KPRIO_DAGSTER_PG_PASSWORD>}``; the secret parameters are never written.
     """
     if url_env is not None:
         return Postgres(postgres_url=FromEnv(env=url_env))
     if url is None:
-        raise ValueError("postgres storage needs a URL or the environment variable that holds one")
-    from sqlalchemy.engine import make_url
+        raise UsageError("postgres storage needs a URL or the environment variable that holds one", where=URL_OPTION)
+    from sqlalchemy.exc import ArgumentError
+
+    from kprio_core.urls import parsed_url, secret_parameters, url_secrets
 
     try:
-        parsed = make_url(url)
-    except Exception:  # noqa: BLE001 - ArgumentError and friends; their text would echo the password
-        raise ValueError("postgres URL is not valid: expected postgresql://user[:password]@host[:port]/dbname") from None
+        parsed = parsed_url(url)
+    except ArgumentError:  # its text never echoes the URL, nor do we: it may hold the password
+        raise UsageError("is not a URL: expected postgresql://user@host[:port]/dbname", where=URL_OPTION) from None
+    except ValueError:  # a port that is no number
+        raise UsageError("its port is not a number: expected postgresql://user@host[:port]/dbname",
+                         where=URL_OPTION) from None
     if not parsed.drivername.startswith("postgres"):
-        raise ValueError(f"postgres URL must start with postgresql://, got {parsed.drivername}://")
+        raise UsageError(f"must start with postgresql://, not {parsed.drivername}://", where=URL_OPTION)
     if not (parsed.username and parsed.host and parsed.database):
-        raise ValueError("postgres URL needs a user, a host and a database: postgresql://user@host:5432/dbname")
-    params = {k: v if isinstance(v, str) else ",".join(v) for k, v in parsed.query.items()} or None
+        raise UsageError("needs a user, a host and a database: postgresql://user@host:5432/dbname", where=URL_OPTION)
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise UsageError(f"port {parsed.port} is not a TCP port", where=URL_OPTION)
+    hidden = set(secret_parameters(parsed))
+    params = {k: v if isinstance(v, str) else ",".join(v) for k, v in parsed.query.items() if k not in hidden} or None
     password = None
-    if parsed.password is not None or password_env is not None:
+    if url_secrets(parsed) or password_env is not None:
         password = FromEnv(env=password_env or DEFAULT_PG_PASSWORD_ENV)
     return Postgres(postgres_db=PostgresDb(username=parsed.username, hostname=parsed.host, port=parsed.port or 5432,
                                            db_name=parsed.database, params=params, password=password))

@@ -21,23 +21,22 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
+from kprio_core.config import REPLAY_HOUR_FORMAT, parse_replay_start
 from kprio_core.errors import ConfigError
 
 BATCH_PARTITIONS_NAME = "kprio_batches"
-HOUR_FORMAT = "%Y-%m-%d-%H:%M"
+HOUR_FORMAT = REPLAY_HOUR_FORMAT
 
 batch_partitions = dg.DynamicPartitionsDefinition(name=BATCH_PARTITIONS_NAME)
 """One partition per ledger batch, keyed by its batch id."""
 
 
 def replay_start(configured: str) -> str:
-    """The first replay hour, from ``drain.replay_start`` ('YYYY-MM-DD' or 'YYYY-MM-DD-HH:00')."""
-    for fmt in (HOUR_FORMAT, "%Y-%m-%d"):
-        try:
-            return datetime.strptime(configured, fmt).strftime(HOUR_FORMAT)
-        except ValueError:
-            continue
-    raise ConfigError(f"drain.replay_start: {configured!r} is not 'YYYY-MM-DD' or 'YYYY-MM-DD-HH:00'")
+    """The first replay hour, from ``drain.replay_start`` ('YYYY-MM-DD' or 'YYYY-MM-DD-HH:00', checked at load)."""
+    try:
+        return parse_replay_start(configured).strftime(HOUR_FORMAT)
+    except ValueError as err:
+        raise ConfigError(str(err), where="drain.replay_start") from None
 
 
 def replay_partitions(configured_start: str) -> dg.HourlyPartitionsDefinition:

@@ -38,10 +38,9 @@ from kprio_core.config import (
     KprioConfig,
     LedgerSettings,
     SparkSettings,
-    format_validation_error,
+    config_error,
     setting_variable,
 )
-from kprio_core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,7 +80,7 @@ def _validated(model: type[Model], values: Mapping[str, Any], source: str) -> Mo
     try:
         return model.model_validate(values)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, f"resource {source!r}")) from None
+        raise config_error(err, f"resource {source!r}") from None
 
 
 def _values(resource: dg.ConfigurableResource, names: Iterable[str]) -> dict[str, Any]:

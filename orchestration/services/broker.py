@@ -507,8 +507,8 @@ class EmbeddedBroker:
         try:
             doc = json.loads(self.state_path.read_text())
             return [NodeState(**node) for node in doc["nodes"]]
-        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, ValueError):
-            return []
+        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+            return []  # no state (a data dir under a file has none either: a start there says why)
 
     def _write_state(self, nodes: Sequence[NodeState]) -> None:
         tmp = self.state_path.with_suffix(".tmp")
@@ -901,6 +901,8 @@ class EmbeddedBroker:
         from kprio_core.kafka.reads import close_shared_group_offsets
 
         close_shared_group_offsets()
+        if not self._read_state():
+            return False  # nothing recorded runs here: a stop writes nothing (no lock file, no data dir)
         with self._locked():
             stopped = self._stop(self._read_state())
             self.state_path.unlink(missing_ok=True)

@@ -23,8 +23,8 @@ from kprio_core.errors import ConfigError
 SECRET = "hunter2-s3cr3t"
 
 
-def write(path: Path, text: str) -> Path:
-    path.write_text(text)
+def write(path: Path, text: str | bytes = "") -> Path:
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     return path
 
 
@@ -67,7 +67,7 @@ def test_file_precedence(in_tmp: Path, explicit: bool, env_file: bool, cwd_file:
 
 
 def test_a_missing_file_names_the_path(in_tmp: Path):
-    with pytest.raises(ConfigError, match=r"nowhere\.yaml: configuration file not found"):
+    with pytest.raises(ConfigError, match=r"^configuration file not found \(.*nowhere\.yaml, named by KPRIO_CONFIG\)$"):
         load_config(None, env={"KPRIO_CONFIG": str(in_tmp / "nowhere.yaml")})
 
 
@@ -174,8 +174,8 @@ def test_every_secret_in_the_file_is_refused_naming_its_variable(setting: str):
     with pytest.raises(ConfigError) as err:
         parse_config({"kafka": {"client": {setting: SECRET}}}, "kprio.yaml", env={})
     assert str(err.value) == (
-        f"kprio.yaml: kafka.client: Value error, '{setting}' is a secret: remove it from the file and set it "
-        f"in the environment as {setting_variable(setting)}"
+        f"kafka.client: '{setting}' is a secret: remove it from the file and set it "
+        f"in the environment as {setting_variable(setting)} (kprio.yaml)"
     )
 
 
@@ -200,10 +200,11 @@ def test_a_setting_of_the_java_client_only_is_refused_naming_the_one_to_use(sett
     for raw, env in (({"kafka": {"client": {setting: SECRET}}}, {}), ({}, {setting_variable(setting): SECRET})):
         with pytest.raises(ConfigError) as err:
             parse_config(raw, "kprio.yaml", env=env)
-        assert str(err.value) == (
-            f"kprio.yaml: kafka.client: Value error, '{setting}' is a setting of Kafka's Java client only, which "
-            f"kprio's librdkafka clients would not see: set {JAVA_ONLY_SETTINGS[setting]}; kprio derives the Java "
-            "client's settings from them")
+        what = (f"kafka.client: '{setting}' is a setting of Kafka's Java client only, which kprio's librdkafka "
+                f"clients would not see: set {JAVA_ONLY_SETTINGS[setting]}; kprio derives the Java client's settings "
+                "from them")
+        where = "kprio.yaml" if not env else f"kprio.yaml, or {setting_variable(setting)} in the environment"
+        assert str(err.value) == f"{what} ({where})"
         assert SECRET not in str(err.value)
 
 
@@ -222,8 +223,8 @@ def test_the_native_reader_refuses_at_load_a_security_setting_the_java_client_ca
     raw = {"kafka": {"client": client}, "spark": {"reader": "native"}}
     with pytest.raises(ConfigError) as err:
         parse_config(raw, "kprio.yaml", env={})
-    assert str(err.value).startswith(f"kprio.yaml: (top level): Value error, spark.reader native: {named}")
-    assert str(err.value).endswith("; use spark.reader python")
+    assert str(err.value).startswith(f"spark.reader native: {named}")
+    assert str(err.value).endswith("; use spark.reader python (kprio.yaml)")
     # The python reader reads with librdkafka, which takes them all.
     assert parse_config({**raw, "spark": {"reader": "python"}}, env={}).kafka.client == client
 
@@ -289,22 +290,53 @@ BAD_FILES = [
     ("planner: {byte_budget: 0}\n", "planner.byte_budget: Input should be greater than or equal to 1", "zero byte budget"),
     (
         "topics: [{name: orders, schema: {amount: double}, required_fields: [id]}]\n",
-        "topics.0: Value error, required_fields ['id'] are not in the schema ['amount']",
+        "topics.0: required_fields ['id'] are not in the schema ['amount']",
         "required field not in the schema",
     ),
     (
         "planner: {window_size: 4, maxed_out_threshold: 5}\n",
-        "planner: Value error, maxed_out_threshold (5) cannot exceed window_size (4)",
+        "planner: maxed_out_threshold (5) cannot exceed window_size (4)",
         "threshold larger than the window",
     ),
     ("topics: []\n", "topics: Tuple should have at least 1 item", "no topic at all"),
     ("topics: [{name: a}, {name: a}]\n", "logical topic names must be unique, repeated: ['a']", "duplicate topics"),
-    ("ordering: {lanes: 4}\n", "ordering: Value error, ordering.lanes > 1 needs ordering.mode 'key'", "lanes without key mode"),
+    ("ordering: {lanes: 4}\n", "ordering: ordering.lanes > 1 needs ordering.mode 'key'", "lanes without key mode"),
     ("rate: {quotas: {2: {records_per_s: 0}}}\n", "rate.quotas.2.records_per_s: Input should be greater than 0", "zero rate"),
     ("planner: {mode: fastest}\n", "planner.mode: Input should be 'lag-aware' or 'flipkart'", "unknown burst mode"),
-    ("- just\n- a list\n", "the top level must be a mapping, got list", "not a mapping"),
-    ("kafka: 5\n", "kafka: must be a mapping, got int", "kafka section of the wrong type"),
-    ("kafka: {client: [security.protocol]}\n", "kafka.client: must be a mapping, got list", "client section of the wrong type"),
+    ("- just\n- a list\n", "the top level must be a mapping of sections, not a list", "not a mapping"),
+    ("kafka: 5\n", "kafka: must be a mapping, not a number", "kafka section of the wrong type"),
+    ("kafka: {client: [security.protocol]}\n", "kafka.client: must be a mapping, not a list", "client section of the wrong type"),
+    # What can be checked at load is checked at load (docs/configuration.md), not on a broker or in a Spark task.
+    ("drain: {handler: 'nosuchmodule:fn'}\n", "drain.handler: cannot import 'nosuchmodule'", "handler that does not import"),
+    ("drain: {handler: 'json:dumps'}\n", "drain.handler: signature (obj, *, skipkeys=False, ...) does not accept "
+     "(frames, context)", "handler of another signature"),
+    ("drain: {handler: decode_json}\n", "drain.handler: expected 'module:function'", "handler without its module"),
+    ("drain: {replay_start: yesterday}\n", "drain.replay_start: 'yesterday' is not a UTC hour", "replay start no date"),
+    ("drain: {replay_start: '2026-02-30'}\n", "drain.replay_start: '2026-02-30' is not a UTC hour", "no such day"),
+    ("rate: {quotas: {7: {records_per_s: 5}}}\n", "rate.quotas names priority 7, but the topics have priorities 0..2",
+     "quota of a priority that does not exist"),
+    ("spark: {remote: 'http://x'}\n", "spark.remote: is not a Spark Connect URL", "spark connect URL of another scheme"),
+    ("spark: {remote: 'sc://x:port'}\n", "spark.remote: is not a Spark Connect URL: its port", "spark connect port"),
+    ("spark: {master: 'bogus://x'}\n", "spark.master: 'bogus://x' is not a master URL Spark accepts", "bad master"),
+    ("spark: {master: 'local[two]'}\n", "spark.master: 'local[two]' is not a master URL", "bad local master"),
+    ("topics: [{name: 'or ders/x'}]\n", "topics.0: priority topic 'or ders/x-0' (topic_template '{topic}-{priority}') "
+     "is not a legal Kafka topic name: only letters", "topic name Kafka cannot hold"),
+    ("topics: [{name: orders, topic_template: '{topic}:{priority}'}]\n", "is not a legal Kafka topic name",
+     "template making illegal names"),
+    ("planner: {record_budget: 10}\nplanner: {mode: flipkart}\n", "key 'planner' is given twice (first on line 1)",
+     "a repeated top-level key"),
+    ("planner:\n  mode: flipkart\n  mode: lag-aware\n", "key 'mode' is given twice (first on line 2)",
+     "a repeated nested key"),
+    ("kafka: {client: {socket.timeout.ms: {a: 1}}}\n", "kafka.client.socket.timeout.ms: Input should be one of str, "
+     "int, float, bool, not dict", "nested mapping as a client value: one problem"),
+    ("ledger: {url: 'mysql://u@127.0.0.1:1/db'}\n", "ledger.url: the batch ledger runs on SQLite or PostgreSQL, "
+     "not mysql", "ledger of another database"),
+    ("ledger: {url: 'sqlite:/x'}\n", "ledger.url: is not a SQLAlchemy URL", "ledger URL that does not parse"),
+    ("ledger: {url: 'postgresql+nosuchdriver://u@h/db'}\n", "ledger.url: SQLAlchemy has no driver", "unknown driver"),
+    ("kafka: {bootstrap_servers: 'b-1:9092,localhost:abc'}\n", "kafka.bootstrap_servers: 'localhost:abc': the port "
+     "is not a number", "a broker whose port is no number"),
+    ("kafka: {timeout_s: .inf}\n", "kafka.timeout_s: Input should be a finite number", "an infinite timeout"),
+    ("drain: {output_path: ''}\n", "drain.output_path: is empty", "an empty output path"),
 ]
 
 
@@ -314,7 +346,7 @@ def test_a_bad_file_gives_one_message_naming_the_key(in_tmp: Path, text: str, me
     with pytest.raises(ConfigError) as err:
         load_config(path, env={})
     shown = str(err.value)
-    assert shown.startswith(f"{path}: ")
+    assert shown.endswith(f" ({path})") or shown.endswith(f" ({path} line {shown.rsplit(' line ', 1)[-1]}")
     assert message in shown
     assert "\n" not in shown, "one line"
     assert err.value.code == "config_invalid"
@@ -322,18 +354,18 @@ def test_a_bad_file_gives_one_message_naming_the_key(in_tmp: Path, text: str, me
 
 def test_bad_yaml_names_the_line(in_tmp: Path):
     path = write(in_tmp / "kprio.yaml", "planner:\n  record_budget: 10\n  mode: [lag-aware\n")
-    with pytest.raises(ConfigError, match=r"kprio\.yaml: line 4 column 1: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"^not valid YAML: .* \(.*kprio\.yaml line 4 column 1\)$"):
         load_config(path, env={})
 
 
 def test_bad_yaml_indentation_names_the_line(in_tmp: Path):
     path = write(in_tmp / "kprio.yaml", "planner:\n  record_budget: 10\n mode: flipkart\n")
-    with pytest.raises(ConfigError, match=r"line 3 column 2: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"^not valid YAML: .*line 3 column 2\)$"):
         load_config(path, env={})
 
 
 def test_parse_config_names_its_source():
-    with pytest.raises(ConfigError, match=r"^dagster run config: kafka.bootstrap_servers: Input should be a valid string$"):
+    with pytest.raises(ConfigError, match=r"^kafka.bootstrap_servers: Input should be a valid string \(dagster run config\)$"):
         parse_config({"kafka": {"bootstrap_servers": 9092}}, "dagster run config", env={})
 
 
@@ -415,7 +447,7 @@ def test_more_problems_are_counted_not_listed():
     with pytest.raises(ConfigError) as err:
         bad = {"planner": {"record_budget": -5, "mode": "x"}, "topics": [{"name": "a", "required_fields": ["id"]}]}
         parse_config(bad, env={})
-    assert str(err.value).endswith("(and 2 more)")
+    assert err.value.what.endswith("(and 2 more)")
 
 
 def test_timeout_from_the_environment_is_kprios_own_setting():
@@ -437,7 +469,7 @@ def test_the_ledger_password_comes_from_the_environment_never_from_the_file(tmp_
     path.write_text('ledger: {url: "postgresql+psycopg://kprio:hunter2@db.internal/kprio"}\n')
     with pytest.raises(ConfigError) as err:
         load_config(path)
-    assert "ledger.url holds a password" in str(err.value) and "KPRIO_LEDGER_PASSWORD" in str(err.value)
+    assert "ledger.url: holds a password" in str(err.value) and "KPRIO_LEDGER_PASSWORD" in str(err.value)
     assert "hunter2" not in str(err.value)
     path.write_text('ledger: {url: "postgresql+psycopg://kprio@db.internal/kprio"}\n')
     config = load_config(path)
@@ -445,3 +477,44 @@ def test_the_ledger_password_comes_from_the_environment_never_from_the_file(tmp_
     engine = make_engine(config.ledger.url)  # connects lazily: the URL it will use
     assert engine.url.password == "hunter2" and "hunter2" not in repr(engine)
     assert "hunter2" not in config.model_dump_json()
+
+
+# --------------------------------------------------------------------------------- the file itself, the environment
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda d: d, "is a directory, not a configuration file"),
+    (lambda d: Path("/dev/null"), "is not a regular file"),
+    (lambda d: write(d / "latin1.yaml", "planner: {mode: flipkart}\n# caf\xe9\n".encode("latin-1")),
+     "is not UTF-8 text (byte 0xe9 on line 2)"),
+    (lambda d: write(d / "file") / "kprio.yaml", "cannot read the configuration file: a part of it is a file"),
+], ids=["a directory", "a device", "not UTF-8", "under a file"])
+def test_a_file_that_is_no_config_says_what_it_is_and_where(in_tmp: Path, make, message: str):
+    path = make(in_tmp)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={})
+    assert err.value.what == message or err.value.what.startswith(message), err.value
+    assert err.value.where == str(path)
+
+
+@pytest.mark.parametrize(("variable", "value", "key"), [
+    ("KPRIO_KAFKA_TIMEOUT_S", "garbage", "kafka.timeout_s: Input should be a valid number"),
+    ("KPRIO_KAFKA_TIMEOUT_S", "-3", "kafka.timeout_s: Input should be greater than 0"),
+])
+def test_a_bad_environment_override_names_the_variable_not_the_file(in_tmp: Path, variable: str, value: str,
+                                                                     key: str):
+    path = write(in_tmp / "kprio.yaml", "planner: {mode: flipkart}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={variable: value})
+    assert err.value.what.startswith(key) and err.value.where == f"{variable} in the environment", err.value
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://kprio:hunter2@db/kprio", "postgresql://kprio@db/kprio?password=hunter2",
+    "postgresql+psycopg://kprio@db/kprio?sslmode=require&sslpassword=hunter2",
+    "sqlite:///ledger.db?password=hunter2",
+])
+def test_a_password_in_any_form_of_ledger_url_is_refused_naming_the_variable(url: str):
+    with pytest.raises(ConfigError) as err:
+        parse_config({"ledger": {"url": url}}, "kprio.yaml", env={})
+    assert "ledger.url: holds a password" in str(err.value) and "KPRIO_LEDGER_PASSWORD" in str(err.value)
+    assert "hunter2" not in str(err.value) and "hunter2" not in repr(err.value)

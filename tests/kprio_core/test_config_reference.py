@@ -126,7 +126,7 @@ CHANGES: dict[str, Any] = {
     "rate.quotas.<priority>.bytes_per_s": 500.0,
     "ordering.mode": "key",
     "ordering.lanes": 4,
-    "drain.handler": "probe.handlers:keep",
+    "drain.handler": "tests.spark_jobs.handlers_for_tests:record_order",  # it must import: checked at load
     "drain.allow_data_loss": True,
     "drain.on_offset_out_of_range": "earliest",
     "drain.format": "delta",

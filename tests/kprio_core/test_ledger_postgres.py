@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kprio_core.errors import BatchBusy, LedgerSchemaOutdated, RangeConflict
+from kprio_core.errors import BatchBusy, LedgerSchemaOutdated, LedgerUnavailable, RangeConflict
 from kprio_core.ledger import BatchState, Ledger
 from kprio_core.results import CheckOutcome, CheckReport
 from tests.fixtures.postgres import PostgresServer, postgres_server  # noqa: F401 (fixture)
@@ -108,8 +108,10 @@ def test_a_session_waits_a_bounded_time_for_a_lock_a_stopped_process_holds(pg_ur
         stopped.execute("SELECT logical_topic FROM kprio_topic_locks WHERE logical_topic = 'orders' FOR UPDATE")
         try:
             started = time.monotonic()
-            with pytest.raises(Exception, match="lock timeout"):
+            with pytest.raises(LedgerUnavailable, match=r"a row of the ledger stayed locked longer than lock_timeout "
+                                                        r"\(10s\) by another session") as err:
                 ledger.record_plan(make_plan(R("orders-2", 0, 10, 20)))
+            assert err.value.transient and err.value.code == "ledger_unavailable"
             waited = time.monotonic() - started
             assert waited < float(POSTGRES_SESSION["lock_timeout"].removesuffix("s")) + 5, waited
             assert ledger.get("b-000001").state is S.PLANNED, "reads go on meanwhile"

@@ -135,12 +135,13 @@ def test_lag_with_unreachable_broker_is_one_line_within_the_timeout(tmp_path):
     assert len(lines) == 1 and bootstrap in lines[0] and "broker_unreachable" in lines[0]
 
 
-def test_lag_of_an_unknown_logical_topic_is_a_config_error(tmp_path):
+def test_lag_of_an_unknown_logical_topic_is_a_usage_error(tmp_path):
     from kprio_core.config import TopicSettings
 
     config = write_config(tmp_path / "kprio.yaml", "127.0.0.1:1", TopicSettings(name="orders"))
     result = run("lag", "--config", str(config), "--topic", "nope")
-    assert result.exit_code == 1 and "no logical topic named 'nope'" in result.stderr
+    assert result.exit_code == 2 and "no logical topic named 'nope'" in result.stderr  # --topic is the mistake
+    assert result.stderr.strip().endswith("(--topic) [usage]")
 
 
 @pytest.mark.parametrize("command", [["lag"], ["broker", "start"], ["broker", "stop"], ["broker", "status"]])

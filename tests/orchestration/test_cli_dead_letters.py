@@ -115,10 +115,11 @@ def test_one_batch_a_limit_and_nothing_to_show(drained, tmp_path: Path) -> None:
     assert limited.exit_code == 0 and "showing 2 of 5" in limited.stdout
     assert len(json.loads(run("--config", str(config_file), "--limit", "2", "--json").stdout)["dead_letters"]) == 2
 
+    # A batch the ledger does not know is an error, not "no dead letters" (it was once: exit 0).
     other = run("--config", str(config_file), "--batch", "b-999999")
-    assert other.exit_code == 0, other.output
-    assert other.stdout.strip().splitlines() == [
-        f"no dead letters of batch b-999999 of {topic.name} in {env.config.drain.dead_letter_path}"]
+    assert other.exit_code == 1 and other.stdout == "", other.output
+    assert other.stderr.strip().splitlines() == [
+        f"kprio: error: the ledger has no batch b-999999 (ledger.url {env.config.ledger.url}) [batch_not_found]"]
 
     clean = tmp_path / "clean.yaml"
     raw = json.loads(config_file.read_text())
@@ -132,7 +133,7 @@ def test_one_batch_a_limit_and_nothing_to_show(drained, tmp_path: Path) -> None:
 def test_an_unknown_topic_or_an_unreadable_file_is_one_line(drained) -> None:
     env, topic, _, config_file = drained
     result = CliRunner().invoke(app, ["dead-letters", "--config", str(config_file), "--topic", "nope"])
-    assert result.exit_code == 1 and result.stdout == ""
+    assert result.exit_code == 2 and result.stdout == ""  # --topic names no topic of the configuration: usage
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kprio: error: "), lines
     assert "no logical topic named 'nope'" in lines[0] and topic.name in lines[0], lines
@@ -144,5 +145,6 @@ def test_an_unknown_topic_or_an_unreadable_file_is_one_line(drained) -> None:
     result = CliRunner().invoke(app, ["dead-letters", "--config", str(config_file)])
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1, result.output
-    assert lines[0].startswith(f"kprio: error: cannot read the dead letters of {topic.name} under "
-                               f"{env.config.drain.dead_letter_path}: "), lines
+    assert lines[0].startswith(f"kprio: error: cannot read the dead letters of {topic.name}: "), lines
+    assert lines[0].endswith(f" (drain.dead_letter_path {env.config.drain.dead_letter_path}) "
+                             "[dead_letters_unreadable]"), lines

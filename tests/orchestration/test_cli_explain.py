@@ -96,14 +96,16 @@ def test_burst_table_says_who_and_why() -> None:
         (["burst", "-n", "3", "-r", "50", "--history", "{}", "--threshold", "7"], "threshold must be within 1..window size 6"),
         (["burst", "-n", "3", "-r", "5", "--history", "{}"], "need at least 2^3 - 1 = 7"),
         (["quota", "-n", "3", "-r", "2"], "2 records cannot be split exponentially over 3 priorities"),
-        (["quota", "-n", "0", "-r", "2"], "need at least one priority level"),
+        (["quota", "-n", "0", "-r", "2"], "Invalid value for '--priorities' / '-n': Input should be greater than or equal to 1"),
+        (["quota", "-n", "1000000", "-r", "2"], "Input should be less than or equal to 16"),
     ],
     ids=["bad-json", "not-object", "unknown-priority", "bad-key", "negative-count", "bad-threshold",
-         "burst-too-small", "quota-too-small", "no-priorities"],
+         "burst-too-small", "quota-too-small", "no-priorities", "too-many-priorities"],
 )
 def test_errors_are_one_clear_line(args: list[str], message: str) -> None:
     result = run(*args)
-    assert result.exit_code == 1
+    # A budget the split cannot serve is the quota rule's error (exit 1); everything else is the command line (2).
+    assert result.exit_code == (1 if "quota_invalid" in result.stderr else 2), result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kprio: error: "), result.stderr
     assert message in lines[0]

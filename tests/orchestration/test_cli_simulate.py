@@ -96,9 +96,9 @@ def test_unknown_trace_and_conflicting_options_fail_cleanly(tmp_path: Path) -> N
     result = run("--trace", "nope")
     assert result.exit_code == 1 and "unknown trace 'nope'" in result.stderr
     result = run("--trace", "steady", "--trace-file", str(tmp_path / "x.json"))
-    assert result.exit_code == 1 and "either --trace or --trace-file" in result.stderr
+    assert result.exit_code == 2 and "either --trace or --trace-file" in result.stderr  # the command line: usage
     result = run("--policy", "fifo")
-    assert result.exit_code == 1 and "unknown policy fifo" in result.stderr
+    assert result.exit_code == 2 and "unknown policy fifo" in result.stderr
     # Budget 5 cannot be split exponentially over 3 priorities: the error names the policy and trace.
     result = run("--trace", "steady", "--budget", "5")
     assert result.exit_code == 1

@@ -96,7 +96,8 @@ def test_verify_reports_every_mismatch_one_line_each(make_topic, kafka_settings,
         f"{short.name}-1: missing (priority 1 of logical topic '{short.name}')",
     ]
     assert result.stderr.strip() == (f"kprio: error: 3 mismatches between the topics on "
-                                     f"{kafka_settings.bootstrap_servers} and the configuration")
+                                     f"{kafka_settings.bootstrap_servers} and the configuration (topics) "
+                                     "[topics_mismatch]")
     only = run("topics", "verify", "--config", config, "--topic", short.name, "--json")
     assert only.exit_code == 1
     doc = json.loads(only.stdout)
@@ -123,7 +124,7 @@ def test_create_needs_the_partition_count(kafka_settings, topic_name, tmp_path):
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines() == [
         f"kprio: error: topics[{topic_name}].partitions is not set: say how many partitions each priority topic "
-        "gets (e.g. partitions: 6) to create them"]
+        f"gets (e.g. partitions: 6) to create them ({config}) [config_invalid]"]
     assert f"{topic_name}: partition counts not checked" in run("topics", "verify", "--config", config).stdout
 
 

@@ -114,7 +114,7 @@ def test_every_secret_written_in_the_resource_is_refused_naming_its_variable(set
     with pytest.raises(ConfigError) as err:
         kafka.settings()
     assert setting_variable(setting) in str(err.value) and VALUE not in str(err.value)
-    assert str(err.value).startswith("resource 'kafka': client: ")
+    assert str(err.value).startswith("client: ") and err.value.where == "resource 'kafka'"
 
 
 @pytest.mark.parametrize(
@@ -192,7 +192,7 @@ def test_a_bad_value_in_a_resource_names_the_resource_and_key():
     sections = CONFIG.model_dump(by_alias=True, exclude={"kafka", "spark", "ledger"})
     sections["topics"] = [{"name": "orders", "topic_template": "{topic}"}]
     bad = KprioSettings(kafka=resources["kafka"], spark=resources["spark"], ledger=resources["ledger"], **sections)
-    with pytest.raises(ConfigError, match=r"^resource 'kprio': topics\.0\.topic_template: .*must contain"):
+    with pytest.raises(ConfigError, match=r"^topics\.0\.topic_template: .*must contain.* \(resource 'kprio'\)$"):
         bad.config()
 
 

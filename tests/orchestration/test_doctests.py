@@ -20,8 +20,11 @@ import orchestration
 MODULES = [
     "orchestration.airflow.pool",
     "orchestration.airflow.tasks",
+    "orchestration.cli.boundary",
     "orchestration.cli.dead_letters",
     "orchestration.cli.lag",
+    "orchestration.cli.outage",
+    "orchestration.cli.redaction",
     "orchestration.dagster.batch_asset",
     "orchestration.dagster.checks",
     "orchestration.dagster.drain_loop",

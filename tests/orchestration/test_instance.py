@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kprio_core.config import KprioConfig
+from kprio_core.errors import UsageError
 from orchestration.cli.main import app
 from orchestration.dagster.instance import (
     DAGSTER_YAML,
@@ -210,7 +211,7 @@ def test_postgres_url_parts_are_written_but_never_its_password():
                        "scheme": "postgresql+psycopg2", "password": {"env": DEFAULT_PG_PASSWORD_ENV}}
     from_env = yaml.safe_load(dagster_yaml(KprioConfig(), postgres_url_env="DAGSTER_PG_URL"))["storage"]
     assert from_env == {"postgres": {"postgres_url": {"env": "DAGSTER_PG_URL"}}}
-    with pytest.raises(ValueError, match="needs a user, a host and a database"):
+    with pytest.raises(UsageError, match="needs a user, a host and a database"):
         dagster_yaml(KprioConfig(), postgres_url="postgresql://db.internal")
 
 
@@ -234,4 +235,4 @@ def test_cli_instance_init_show_and_force(tmp_path, monkeypatch):
     assert (home / (DAGSTER_YAML + ".bak")).read_text() == "telemetry:\n  enabled: false\n"
     assert (home / DAGSTER_YAML).read_text() == dagster_yaml(KprioConfig())
     bad = runner.invoke(app, ["instance", "show", "--postgres-url", "mysql://u@h/d"])
-    assert bad.exit_code == 1 and bad.stderr.startswith("kprio: error: postgres URL must start with postgresql://")
+    assert bad.exit_code == 2 and bad.stderr.startswith("kprio: error: must start with postgresql://, not mysql://")

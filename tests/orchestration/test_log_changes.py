@@ -292,16 +292,18 @@ def test_kprio_reset_through_the_cli_names_bad_targets_and_releases_the_hold(mak
     assert (row["state"], row["decision"], row["committed"]) == ("ahead of the log", "hold", 500)
     assert not ledger_file.exists(), "kprio lag created a ledger"
 
-    def refused(target: str, to: str) -> str:
+    def refused(target: str, to: str, exit_code: int = 1) -> str:
         result = invoke("reset", target, "--to", to, "--config", path)
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == exit_code, result.output
         return result.output
 
-    assert "'nope-0' is not a priority topic of this configuration" in refused("nope-0[0]", "earliest")
+    # The command line's own mistakes are usage errors (exit 2); what the log says of a good one is exit 1.
+    assert "'nope-0' is not a priority topic of the configuration" in refused("nope-0[0]", "earliest", 2)
     assert f"{name}[3] does not exist on {kafka_settings.bootstrap_servers}" in refused(f"{name}[3]", "earliest")
-    assert "--to must be earliest, latest or an offset >= 0, not 'soon'" in refused(f"{name}[0]", "soon")
-    assert f"{name}[0]: offset 11 is outside the log [0,10]" in refused(f"{name}[0]", "11")
-    assert "name one partition as topic[partition]" in refused(name, "earliest")
+    assert "--to must be earliest, latest or an offset >= 0, not 'soon'" in refused(f"{name}[0]", "soon", 2)
+    assert f"offset 11 is outside the log [0,10]: choose an offset in it, earliest or latest ({name}[0]) " \
+           "[reset_refused]" in refused(f"{name}[0]", "11")
+    assert "name one partition as topic[partition]" in refused(name, "earliest", 2)
     plan = json.loads(invoke("plan", "--json", "--config", path).output)[0]
     assert plan["action"] == "held", plan
 

@@ -140,17 +140,25 @@ def test_a_busy_port_fails_fast_with_one_line(tmp_path):
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines() == [
         f"kprio: error: port {port} is already in use by another process: choose another with --port "
-        "(or spark.connect_port), or stop what listens there [spark_connect_server]"
+        "(or spark.connect_port), or stop what listens there (kprio spark start) [spark_connect_server]"
     ]
 
 
 def test_a_server_that_cannot_start_reports_the_log(tmp_path):
+    # A master Spark refuses ("Master must either be yarn or start with spark, k8s, or local") is refused when the
+    # configuration loads, before any JVM starts.
     config = write_config(tmp_path / "kprio.yaml", tmp_path / "connect", free_port(), master="nonsense://x")
+    result = run("spark", "start", "--config", str(config), "--timeout", "120")
+    assert result.exit_code == 1 and "spark.master: 'nonsense://x' is not a master URL Spark accepts" in result.stderr
+    assert not (tmp_path / "connect").exists()
+    # A JVM that cannot start at all: its own words and the log, in one line.
+    config = write_config(tmp_path / "kprio.yaml", tmp_path / "connect", free_port(),
+                          conf={"spark.driver.memory": "1x"})
     result = run("spark", "start", "--config", str(config), "--timeout", "120")
     assert result.exit_code == 1
     line = result.stderr.strip()
     assert line.startswith("kprio: error: Spark Connect server exited with code 1 while starting")
-    assert "Master must either be yarn or start with spark, k8s, or local" in line and "server.log" in line, line
+    assert "Invalid maximum heap size: -Xmx1x" in line and "server.log" in line, line
     assert not (tmp_path / "connect" / STATE_FILE).exists()
 
 

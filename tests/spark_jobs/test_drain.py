@@ -11,6 +11,7 @@ from pathlib import Path
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient
+from pydantic import ValidationError
 
 from kprio_core.config import KprioConfig
 from kprio_core.drain_plan import PlannedRange
@@ -351,9 +352,14 @@ def test_overlapping_ranges_are_refused(spark, kafka_settings, make_topic, tmp_p
         drain_batch(spark, _config(kafka_settings, tmp_path), topic, "overlap", 1, plan)
 
 
-def test_a_bad_handler_fails_before_spark_runs(spark, kafka_settings, make_topic, tmp_path):
+def test_a_bad_handler_fails_at_load_and_before_spark_runs(spark, kafka_settings, make_topic, tmp_path):
     topic = make_topic(priorities=1, partitions=1)
-    config = _config(kafka_settings, tmp_path, handler="tests.spark_jobs.handlers_for_tests:not_a_handler")
+    bad = "tests.spark_jobs.handlers_for_tests:not_a_handler"
+    with pytest.raises(ValidationError, match="does not accept"):
+        _config(kafka_settings, tmp_path, handler=bad)
+    # A configuration that skipped validation (model_copy) is still refused by the drain, before Spark runs.
+    good = _config(kafka_settings, tmp_path)
+    config = good.model_copy(update={"drain": good.drain.model_copy(update={"handler": bad})})
     with pytest.raises(HandlerError, match="does not accept"):
         drain_batch(spark, config, topic, "x", 1, plan_of(topic, {0: [OffsetRange(topic.priority_topic(0), 0, 0, 1)]}))
 

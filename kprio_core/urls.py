@@ -1,0 +1,89 @@
+"""Database URLs as kprio shows them: never with a password, wherever the URL hides one.
+
+A SQLAlchemy URL can carry a credential in its user info (``user:pass@``) and in its query string,
+which SQLAlchemy hands to the driver as connect arguments (``?password=``, ``?sslpassword=``; a
+libpq ``?passfile=`` is a path, not a secret). :func:`url_secrets` names them from the parsed URL
+(SQLAlchemy's ``make_url``); :func:`shown_url` renders the URL with each replaced by ``***``
+(``URL.render_as_string(hide_password=True)`` for the user info), and :func:`bare_url` without them,
+as a user would write it once the secret is in the environment.
+
+>>> url = "postgresql+psycopg://kprio:s3cret@db:5432/ledger?sslmode=require&password=other"
+>>> shown_url(url)
+'postgresql+psycopg://kprio:***@db:5432/ledger?password=***&sslmode=require'
+>>> bare_url(url)
+'postgresql+psycopg://kprio@db:5432/ledger?sslmode=require'
+>>> url_secrets(url)
+['s3cret', 'other']
+>>> shown_url("not a url"), url_secrets("not a url")
+('(not a URL)', [])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+SECRET_PARAMETER_WORDS = ("password", "passwd", "pwd", "secret", "token", "credential")
+"""A query parameter whose name holds one of these carries a credential (``password``, ``sslpassword``,
+``client_secret``, ``access_token``, ...)."""
+
+UNPARSABLE = "(not a URL)"
+
+
+def parsed_url(url: str | URL) -> URL:
+    """SQLAlchemy's parse of ``url``; its ArgumentError (whose text never echoes the URL) when it is none."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url)
+
+
+def secret_parameters(url: URL) -> list[str]:
+    """The query parameters of ``url`` that carry a credential (by name, see :data:`SECRET_PARAMETER_WORDS`).
+
+    >>> secret_parameters(parsed_url("postgresql://u@h/db?sslpassword=x&passfile=/p&sslmode=verify-full"))
+    ['sslpassword']
+    """
+    return [key for key in url.query if _secret_name(key)]
+
+
+def _secret_name(key: str) -> bool:
+    name = key.lower()
+    return name != "passfile" and any(word in name for word in SECRET_PARAMETER_WORDS)
+
+
+def url_secrets(url: str | URL) -> list[str]:
+    """Every credential ``url`` holds (its password, the values of secret query parameters); [] when unparsable."""
+    try:
+        parsed = parsed_url(url)
+    except Exception:  # noqa: BLE001 - ArgumentError, or a value that is no string at all
+        return []
+    found = [parsed.password] if parsed.password else []
+    for key in secret_parameters(parsed):
+        value = parsed.query[key]
+        found.extend([value] if isinstance(value, str) else list(value))
+    return [str(s) for s in found if s]
+
+
+def shown_url(url: str | URL) -> str:
+    """``url`` with its password and secret query values replaced by ``***`` (safe to print, log or store)."""
+    try:
+        parsed = parsed_url(url)
+    except Exception:  # noqa: BLE001 - its text could hold the secret: show none of it
+        return UNPARSABLE
+    hidden = {key: "***" for key in secret_parameters(parsed)}
+    return parsed.update_query_dict(hidden).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+
+
+def bare_url(url: str | URL) -> str:
+    """``url`` without its password and secret query parameters: the URL to write once they are in the environment."""
+    try:
+        parsed = parsed_url(url)
+    except Exception:  # noqa: BLE001
+        return UNPARSABLE
+    from sqlalchemy.engine import URL
+
+    kept = parsed.difference_update_query(secret_parameters(parsed))
+    return URL.create(kept.drivername, kept.username, None, kept.host, kept.port, kept.database,
+                      kept.query).render_as_string(hide_password=False)

@@ -1,0 +1,77 @@
+"""Where log lines go while a command runs: kprio's log file, or the terminal at ``--verbose``, else nowhere.
+
+kprio's own loggers (``kprio.*``: librdkafka's lines among them, every client kprio builds logs
+through ``kprio.kafka``, ``kprio.reader`` or ``kprio.broker``; py4j's and PySpark's, which
+:mod:`spark_jobs.library_logs` hands to ``kprio.spark``) and the libraries' that would otherwise
+print to the terminal (Dagster's, Python's warnings) share one handler for the command: a file
+(``--log-file`` or ``$KPRIO_LOG_FILE``), standard error with ``--verbose``, else none. So a command's
+terminal holds its own output and, on failure, its one error line; a broker outage ``kprio drain``
+rides out is two lines of its own (:mod:`orchestration.cli.outage`), not librdkafka's ``FAIL`` line
+per connection attempt. Every line goes through the command's
+:class:`~orchestration.cli.redaction.Redactor`. The loggers are given back as they were when the
+command ends (a test runs many commands in one process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from kprio_core.errors import PathUnusable
+from orchestration.cli.redaction import Redactor
+
+ROUTED = ("kprio", "dagster", "py.warnings")
+"""The loggers whose lines go to the command's handler (and not to the root logger's handlers)."""
+
+
+class RedactingFormatter(logging.Formatter):
+    """A formatter whose lines pass through a :class:`Redactor`."""
+
+    def __init__(self, redact: Redactor) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._redact(super().format(record))
+
+
+def _handler(verbose: bool, log_file: Path | None, log_file_from: str) -> logging.Handler:
+    if log_file is not None:
+        try:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            return logging.FileHandler(log_file, encoding="utf-8")
+        except OSError as err:
+            raise PathUnusable.of(err, f"{log_file_from} {log_file}", log_file, doing="write") from None
+    if verbose:
+        return logging.StreamHandler(sys.stderr)
+    return logging.NullHandler()
+
+
+@contextlib.contextmanager
+def routed_logs(*, verbose: bool, log_file: Path | None, log_file_from: str, debug: bool,
+                redact: Redactor) -> Iterator[None]:
+    """Within the block the :data:`ROUTED` loggers write to the command's one handler (see the module docstring);
+    ``log_file_from``: the option or variable that named ``log_file``."""
+    handler = _handler(verbose, log_file, log_file_from)
+    handler.setFormatter(RedactingFormatter(redact))
+    level = logging.DEBUG if debug else logging.INFO
+    saved = {}
+    for name in ROUTED:
+        logger = logging.getLogger(name)
+        saved[name] = (logger.handlers[:], logger.propagate, logger.level, logger.disabled)
+        logger.handlers, logger.propagate, logger.disabled = [handler], False, False
+        if verbose or log_file is not None:
+            logger.setLevel(level)
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        for name, (handlers, propagate, old_level, disabled) in saved.items():
+            logger = logging.getLogger(name)
+            logger.handlers, logger.propagate, logger.disabled = handlers, propagate, disabled
+            logger.setLevel(old_level)
+        handler.close()
