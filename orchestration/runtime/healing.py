@@ -2,9 +2,9 @@
 
 A batch that failed for a transient cause (a full disk, a read-only mount, a broker that did not
 answer) is retried by itself, never by a person. Before each tick a driver probes what such a
-batch needs (:func:`probe_causes`: the output and dead-letter roots take a small block and, on a
-local disk, have room for the waiting batches' estimated size; the broker's answer is the tick's
-own lag snapshot). The tick's rules (``retry_failed`` in :mod:`kprio_core.lifecycle.tick`) then:
+batch needs (:func:`probe_causes`: the output and dead-letter roots, and the waiting batches'
+directories under them, take a small block and, on a local disk, have room for the waiting
+batches' estimated size; the broker's answer is the tick's own lag snapshot). The tick's rules (``retry_failed`` in :mod:`kprio_core.lifecycle.tick`) then:
 
 - never retry a transient failure while a probe sees a cause (the retry would fail alike, and use
   up time, not attempts);
@@ -53,7 +53,10 @@ def probe_causes(ledger: Ledger, config: KprioConfig, cause_seen: bool) -> Probe
     if not cause_seen and not waiting:
         return Probed(None, passed=False)
     need = max((sum(r.est_bytes for r in b.plan.ranges) for b in waiting), default=0)
-    problem = probe((config.drain.output_path, config.drain.dead_letter_path), need_bytes=need)
+    roots = (config.drain.output_path, config.drain.dead_letter_path)
+    # The roots, and the directories the waiting batches publish into (a mount may cover one of them only).
+    topics = sorted({b.logical_topic for b in waiting})
+    problem = probe([*roots, *(f"{root.rstrip('/')}/{t}" for root in roots for t in topics)], need_bytes=need)
     return Probed(problem, passed=cause_seen and problem is None)
 
 
