@@ -5,6 +5,10 @@ decides only what the loop around it does next, from the tick's decisions and wh
 (:class:`LoopInputs`: how it runs, its turn, how long the broker blocked it, how long since a
 run of it committed, what other drivers hold). Numbered rules, first match wins:
 
+0. the ledger's database did not answer (the tick could not read it): ``--once`` stops, not ok;
+   ``--until-empty`` stops, not ok, after :data:`BLOCKED_GIVE_UP_S` of it; else tick again after
+   twice the interval (the runs in flight ride it out on their leases: a run whose lease lapsed
+   meanwhile is taken over, with the same ranges, once the ledger answers);
 1. the tick requested runs: ``--once`` stops after its one tick (the loop lets its runs finish);
 2. runs of this loop are still executing (each in a thread of its own, so an urgent batch runs
    beside a bulk one): tick again when one of them ends, when the loop's watch sees records
@@ -113,6 +117,8 @@ class LoopInputs:
     others: Others = field(default_factory=Others)
     reason: str = "no backlog"
     """Why the tick launched nothing, in its words (the Dagster sensor's skip reason)."""
+    ledger_down: str | None = None
+    """Why the ledger's database did not answer this turn (None: it did): rule 0."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,12 @@ def blocked(decisions: Sequence[Decision]) -> bool:
 def next_step(decisions: Sequence[Decision], seen: LoopInputs) -> LoopStep:
     """What the loop does after a tick that decided ``decisions`` (the rules of the module docstring)."""
     interval, reason = float(seen.interval_s), seen.reason
+    if seen.ledger_down is not None:  # 0
+        if seen.until is Until.ONCE:
+            return StopLoop(seen.ledger_down, ok=False)
+        if seen.until is Until.EMPTY and seen.blocked_for_s > BLOCKED_GIVE_UP_S:
+            return StopLoop(f"{seen.ledger_down} (for more than {BLOCKED_GIVE_UP_S:.0f} s)", ok=False)
+        return TickAgain(min(interval * 2, MAX_WAIT_S))
     if seen.requested and seen.until is Until.ONCE:  # 1
         return StopLoop(f"one tick: {seen.runs_so_far} runs")
     if seen.running:  # 2

@@ -156,7 +156,8 @@ def _drain(settings: Any, *, json_out: bool, until_empty: bool, follow: bool, ma
         # One line per batch is the progress report; Dagster's own event log stays in the instance.
         report = run_drain(defs, instance, config=settings, until=until, max_batches=max_batches, stop=stop,
                            log_level="WARNING",
-                           on_batch=show, guard=lambda: stop_on_signals(stop, running), on_start=running.add)
+                           on_batch=show, guard=lambda: stop_on_signals(stop, running), on_start=running.add,
+                           on_event=lambda line: say(f"kprio drain: {line}"))
     committed: dict[str, dict[str, int | None]] = {}
     with KafkaEdge(settings.kafka) as edge:
         for logical in settings.topics:

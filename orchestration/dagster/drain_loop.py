@@ -42,12 +42,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 import dagster as dg
 
 from kprio_core.config import KprioConfig
-from kprio_core.errors import KprioError
+from kprio_core.errors import KprioError, LedgerUnavailable
 from kprio_core.kafka import KafkaEdge
 from kprio_core.ledger import BatchState, Ledger
 from kprio_core.lifecycle.loop import (
@@ -322,11 +322,12 @@ class DrainLoop:
     def __init__(self, config: KprioConfig, defs: dg.Definitions, instance: dg.DagsterInstance, ledger: Ledger,
                  edge, *, until: Until, max_batches: int | None, stop: threading.Event, log_level: str,
                  on_batch: Callable[[BatchOutcome], None] | None,
-                 on_start: Callable[[str], None] | None = None) -> None:
+                 on_start: Callable[[str], None] | None = None,
+                 on_event: Callable[[str], None] | None = None) -> None:
         self.config, self.defs, self.instance, self.ledger, self.edge = config, defs, instance, ledger, edge
         self.runs = DagsterRuns(instance)
         self.until, self.max_batches, self.stop = until, max_batches, stop
-        self.log_level, self.on_batch, self.on_start = log_level, on_batch, on_start
+        self.log_level, self.on_batch, self.on_start, self.on_event = log_level, on_batch, on_start, on_event
         self.driver = this_owner("")
         """This process as a launch claimant (and as the runner of the runs it executes)."""
         self.report = DrainReport()
@@ -347,16 +348,28 @@ class DrainLoop:
         """When a run last committed a batch (a loop without progress for long stops)."""
         self._cause_seen = False
         """A probe failed since the last retry at once (the output unwritable, the broker unreachable)."""
+        self._ledger_since: float | None = None
+        """Since when the ledger's database has not answered (None: it does)."""
 
     def run(self) -> DrainReport:
         self.sweep_staging()
         woke = Woke.TIME
         try:
             while not self._done():
-                self._reap()
-                probed = probe_causes(self.ledger, self.config, self._cause_seen)
-                turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver,
-                            fresh_start=self._turns == 0 or probed.passed, cause=probed.problem)
+                try:
+                    self._reap()
+                    probed = probe_causes(self.ledger, self.config, self._cause_seen)
+                    turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver,
+                                fresh_start=self._turns == 0 or probed.passed, cause=probed.problem)
+                except LedgerUnavailable as err:  # rule 0 of next_step: ride it out, or give up after a while
+                    step = next_step((), self._ledger_down(str(err)))
+                    if isinstance(step, StopLoop):
+                        return self._stop(step.why, ok=step.ok)
+                    woke = self._wait(step.after_s)
+                    continue
+                if self._ledger_since is not None:
+                    self._say(f"the ledger answers again (after {time.monotonic() - self._ledger_since:.0f} s)")
+                    self._ledger_since = None
                 self._turns += 1
                 self._cause_seen = cause_seen_after(self._cause_seen, probed, turn)
                 self._add_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
@@ -375,6 +388,20 @@ class DrainLoop:
         if self.stop.is_set():
             return self._stop(self._stopped_on_request())
         return self._stop(f"stopped after {len(self.report.batches)} runs (--max-batches)")
+
+    def _ledger_down(self, why: str) -> LoopInputs:
+        """What rule 0 of :func:`next_step` needs while the ledger's database does not answer (said once)."""
+        clock = time.monotonic()
+        if self._ledger_since is None:
+            self._ledger_since = clock
+            self._say(f"the ledger does not answer: {why}; the drain waits for it")
+        return LoopInputs(self.until, float(self.config.sensor.interval_s), datetime.now(UTC),
+                          runs_so_far=self._started, running=len(self.running),
+                          blocked_for_s=clock - self._ledger_since, ledger_down=why)
+
+    def _say(self, line: str) -> None:
+        if self.on_event is not None:
+            self.on_event(line)
 
     def _seen(self, turn: Tick, started: int) -> LoopInputs:
         """What :func:`next_step` needs besides the tick's decisions: this loop's turn and clocks, other drivers."""
@@ -547,18 +574,20 @@ def drain(
     log_level: str = "DEBUG",
     on_batch: Callable[[BatchOutcome], None] | None = None,
     on_start: Callable[[str], None] | None = None,
+    on_event: Callable[[str], None] | None = None,
     guard: Callable[[], AbstractContextManager] | None = None,
 ) -> DrainReport:
     """Run the loop on ``instance`` until ``until`` says stop, ``max_batches`` ran, or ``stop`` is set.
 
     ``config``: the settings ``defs`` were built from (the CLI loads them once; by default read back
     from ``defs``). ``guard`` is entered around the loop (the CLI's stop-on-signal handlers);
-    ``on_start`` / ``on_batch`` are called before and after each run.
+    ``on_start`` / ``on_batch`` are called before and after each run, ``on_event`` with a line for a person
+    (the ledger's database gone and back).
     """
     config = config or config_of(defs)
     with (Ledger(config.ledger.url) as ledger, KafkaEdge(config.kafka) as edge, spark_for_the_loop(defs),
           for_runs_in_threads(instance) as threaded, (guard or nullcontext)()):
         loop = DrainLoop(config, defs, threaded, ledger, edge, until=until, max_batches=max_batches,
                          stop=stop or threading.Event(), log_level=log_level, on_batch=on_batch,
-                         on_start=on_start)
+                         on_start=on_start, on_event=on_event)
         return loop.run()

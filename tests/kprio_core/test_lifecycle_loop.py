@@ -56,7 +56,16 @@ CAUSE_GONE = decision(Verdict.HELD, hold(retry_in_s=-5.0, transient=True))
 EMPTY = LoopInputs(Until.EMPTY, INTERVAL, NOW, runs_so_far=3, reason="tick's reason")
 STALLED = replace(EMPTY, since_progress_s=BLOCKED_GIVE_UP_S + 1)
 
+DOWN = "the ledger database does not answer: connection refused (ledger.url postgresql://kprio@db/kprio)"
+
 CASES = [
+    # 0: the ledger's database does not answer: the tick could not read it.
+    ("0-ledger-down-follow-waits", [], replace(EMPTY, until=Until.FOLLOW, ledger_down=DOWN, blocked_for_s=1e6),
+     TickAgain(2 * INTERVAL)),
+    ("0-ledger-down-until-empty-waits", [], replace(EMPTY, ledger_down=DOWN, blocked_for_s=30), TickAgain(2 * INTERVAL)),
+    ("0-ledger-down-until-empty-too-long", [], replace(EMPTY, ledger_down=DOWN, blocked_for_s=BLOCKED_GIVE_UP_S + 1),
+     StopLoop(f"{DOWN} (for more than {BLOCKED_GIVE_UP_S:.0f} s)", ok=False)),
+    ("0-ledger-down-once", [], replace(EMPTY, until=Until.ONCE, ledger_down=DOWN), StopLoop(DOWN, ok=False)),
     # 1: the tick's runs were executed.
     ("1-once-after-runs", [IDLE], replace(EMPTY, until=Until.ONCE, requested=2), StopLoop("one tick: 3 runs")),
     ("1-empty-ticks-again-at-once", [IDLE], replace(EMPTY, requested=1), TickAgain(0.0)),
@@ -127,4 +136,4 @@ def test_loop_rules(case, decisions, seen, expected):
 
 
 def test_every_rule_has_a_case():
-    assert {int(c[0].split("-")[0]) for c in CASES} == set(range(1, 9))
+    assert {int(c[0].split("-")[0]) for c in CASES} == set(range(0, 9))

@@ -29,6 +29,7 @@ from kprio_core.lifecycle.loop import Until
 from orchestration.dagster import drain_loop
 from orchestration.dagster.definitions import build_definitions
 from orchestration.services.broker import wait_for
+from tests.fixtures.postgres import postgres_server  # noqa: F401 (fixture)
 from tests.fixtures.small_disks import read_only_dir
 from tests.orchestration.conservation import conservation, lag
 from tests.orchestration.test_recovery import CHILD_TIMEOUT_S, child_config, kill_group, output_of, start
@@ -152,3 +153,38 @@ def test_a_read_only_output_a_person_fixes_heals_under_until_empty_with_no_comma
     assert lag(topic, env.edge) == {1: 0, 0: 0}
     check = conservation(fixed, topic, env.edge)
     assert check.ok, check
+
+
+def test_the_ledger_database_down_for_20_s_heals_under_follow(make_topic, kprio_env, postgres_server,  # noqa: F811
+                                                             dagster_instance):
+    """The ledger on PostgreSQL; its server stops (as in a crash) while a batch is in flight, and starts again 20 s
+    later. The follow drain says so in two lines and drains on: the run in flight rides it out on its lease
+    (or is taken over with the same ranges once the ledger answers)."""
+    topic = make_topic(priorities=2, partitions=2, records={1: 400, 0: 800}, schema={"i": "long", "amount": "double"})
+    url = postgres_server.url(postgres_server.new_database("heal"))
+    env = kprio_env(topic, planner={"record_budget": 300, "target_batch_s": None}, ledger={"url": url},
+                    recovery={"lease_s": 10, "backoff_s": 60, "backoff_max_s": 60})
+    stop, reports, said = threading.Event(), [], []
+    follow = threading.Thread(target=lambda: reports.append(drain_loop.drain(
+        env.defs, dagster_instance, config=env.config, until=Until.FOLLOW, stop=stop, log_level="CRITICAL",
+        on_event=said.append)))
+    follow.start()
+    try:
+        assert wait_for(lambda: any(b.lease for b in env.ledger.in_flight(topic.name)), CHILD_TIMEOUT_S,
+                        interval_s=0.1), "a batch in flight"
+        postgres_server.stop()
+        try:
+            assert wait_for(lambda: any("the ledger does not answer" in line for line in said), 60, interval_s=0.5)
+            time.sleep(20)  # the database is down for 20 s, whatever the drain does meanwhile
+        finally:
+            postgres_server.start()
+        assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not env.ledger.in_flight(topic.name)
+                        and not env.ledger.batches(topic.name, states=[BatchState.FAILED]),
+                        HEALED_WITHIN_S + 30, interval_s=0.5), [b.reason for b in env.ledger.batches(topic.name)]
+    finally:
+        stop.set()
+        follow.join(timeout=120)
+    assert not follow.is_alive() and reports and reports[0].ok, reports
+    assert len(said) == 2 and said[0].startswith("the ledger does not answer: ") and said[1].startswith(
+        "the ledger answers again (after "), said
+    assert_done(env, topic)
