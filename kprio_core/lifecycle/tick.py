@@ -23,8 +23,9 @@ earlier rule holds):
    resume or launch) and holds nothing, so the new incarnation drains on;
 6. the lag snapshot (an unreachable broker or a missing topic is a reason, not a crash);
 7. :func:`~kprio_core.lifecycle.log_rules.log_decisions` — changes of the log kprio did not make
-   (see :mod:`kprio_core.lifecycle.log_rules`); a batch with ranges only on a deleted priority
-   topic gets no run (the topic-deleted hold says why);
+   (see :mod:`kprio_core.lifecycle.log_rules`; a hold that asked a person stands until a person or
+   the configured policy decides); a batch with ranges only on a deleted priority topic, or only on
+   topics recreated since it was planned (their topic ids changed), gets no run (the hold says why);
    :func:`~kprio_core.lifecycle.holds.lost_partitions` — offsets deleted by retention before
    they were drained hold their partition (or are drained past and recorded when ``drain.allow_data_loss``);
 8. :func:`free_priorities` — a priority whose ``planner.max_in_flight`` slots are taken sits

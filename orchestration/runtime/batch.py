@@ -9,11 +9,14 @@ Spark, Great Expectations and Kafka, and reports what happened as typed events (
    do it (retry, take over, re-drain, go on as is), waiting as it says (another live run owns the
    batch, a priority slot is taken, a backoff) and asking again after each wait; then claim the
    batch's lease and keep it renewed (:class:`~orchestration.runtime.leases.Heartbeat`); the lease's
-   token (owner and attempt) fences every ledger move, the publish and the Kafka commit that
-   follow: once another run holds the batch they are refused, and this run stops having written
-   nothing more. A run with nothing to do says why and succeeds; a run that must not try fails
+   token (owner, attempt, epoch) fences every ledger move, the publish and the Kafka commit that
+   follow, with no lock held: the ledger refuses a stale token, a Delta table a stale epoch, Kafka
+   a writer of the group that a newer one fenced; once another run holds the batch this one stops
+   having written nothing more. A run with nothing to do says why and succeeds; a run that must not try fails
    with the rule's one line;
-2. **drain** the ranges to staged files (output and dead letters), nothing visible yet;
+2. **drain** the ranges to staged files (output and dead letters), nothing visible yet; ranges on a
+   topic deleted or recreated since the plan (its topic id changed) are split off before anything
+   is published;
 3. **isolate**: ranges whose drain failed, then ranges that failed a check, are split off into a
    new failed batch that holds only their partitions; the rest goes on;
 4. **check** the rest with the Great Expectations suite;

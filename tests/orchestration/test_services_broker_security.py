@@ -67,24 +67,25 @@ def test_the_tls_files_hold_the_host_and_open_with_their_password_only(tmp_path)
 
 
 @pytest.mark.parametrize(
-    ("args", "env", "says"),
+    ("args", "env", "says", "code"),
     [
         (["--security", "sasl_ssl"], {}, "kprio broker --security sasl_ssl needs KPRIO_KAFKA_SASL_PASSWORD and "
-                                         "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD in the environment"),
-        (["--security", "sasl_plaintext"], {}, "needs KPRIO_KAFKA_SASL_PASSWORD in the environment"),
-        (["--security", "ssl"], {"KPRIO_KAFKA_SASL_PASSWORD": "x"}, "needs KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD"),
-        (["--security", "sasl_plaintext", "--mtls"], {}, "--mtls needs TLS: --security ssl or sasl_ssl"),
-        (["--mtls"], {}, "--mtls needs --security ssl or sasl_ssl"),
+                                         "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD in the environment", 1),
+        (["--security", "sasl_plaintext"], {}, "needs KPRIO_KAFKA_SASL_PASSWORD in the environment", 1),
+        (["--security", "ssl"], {"KPRIO_KAFKA_SASL_PASSWORD": "x"}, "needs KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD", 1),
+        # A command line that asks for what cannot be: a usage error (exit 2, docs/operations.md's contract).
+        (["--security", "sasl_plaintext", "--mtls"], {}, "--mtls needs TLS: --security ssl or sasl_ssl", 2),
+        (["--mtls"], {}, "--mtls needs --security ssl or sasl_ssl", 2),
     ],
 )
 def test_a_secured_start_without_its_secrets_fails_in_one_line_before_anything_starts(tmp_path, monkeypatch, args,
-                                                                                       env, says):
+                                                                                       env, says, code):
     for name in ("KPRIO_KAFKA_SASL_PASSWORD", "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     result = CliRunner().invoke(app, ["broker", "start", "--port", "0", "--data-dir", str(tmp_path / "b"), *args])
-    assert result.exit_code == 1
+    assert result.exit_code == code
     [line] = result.output.strip().splitlines()
     assert line.startswith("kprio: error: ") and says in line, line
     assert not (tmp_path / "b" / "server.properties").exists() and not (tmp_path / "b" / "tls").exists()
