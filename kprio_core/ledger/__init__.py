@@ -4,7 +4,8 @@
 schema (tables), engine (SQLite BEGIN IMMEDIATE, dialect INSERT), meta (identity, numbering,
 refusing other schemas), states (transitions), records (Batch and the other values), codec
 (rows <-> values), rules (slots, overlap, holds, commit order), base (transactions), leases,
-launches (one driver launches a run key), attempts (retry, replay, split), derived (burst windows, rate samples, record sizes, throughput)
+launches (one driver launches a run key), attempts (retry, replay, split), derived (burst windows, rate samples, record sizes, throughput),
+gate (the process's open transactions, which a pause point waits out)
 and ledger (the Ledger itself: recording, transitions, commit order, reading).
 """
 

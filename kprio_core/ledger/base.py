@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Engine, Row, Select, insert, select
 from kprio_core.errors import BatchNotFound
 from kprio_core.ledger.codec import offset_range, to_batch, to_us
 from kprio_core.ledger.engine import insert_for
+from kprio_core.ledger.gate import TRANSACTIONS
 from kprio_core.ledger.meta import Numbering, read_numbering
 from kprio_core.ledger.records import Batch
 from kprio_core.ledger.rules import Taken
@@ -42,7 +43,7 @@ class LedgerBase:
         A method that judges time (a lease, a backoff) reads its clock inside the transaction, once
         the lock is held: a wait for another process's lock must not age its ``now``.
         """
-        with self._engine.begin() as conn:
+        with TRANSACTIONS.transaction(), self._engine.begin() as conn:
             yield conn, read_numbering(conn, lock=lock_numbering)
 
     def _now_us(self) -> int:

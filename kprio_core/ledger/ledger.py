@@ -55,6 +55,7 @@ from kprio_core.ledger.codec import (
 )
 from kprio_core.ledger.derived import DerivedReads
 from kprio_core.ledger.engine import DEFAULT_BUSY_TIMEOUT_S, database_clock, make_engine
+from kprio_core.ledger.gate import TRANSACTIONS
 from kprio_core.ledger.launches import LaunchMethods
 from kprio_core.ledger.leases import LeaseMethods, check_token
 from kprio_core.ledger.meta import Identity, Numbering, has_batches, number_after, open_schema, read_identity
@@ -119,7 +120,7 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
     def _open(self) -> str:
         for attempt in (1, 2):
             try:
-                with self._engine.begin() as conn:
+                with TRANSACTIONS.transaction(), self._engine.begin() as conn:
                     open_schema(conn, self._url, self._now_us())
                     return read_identity(conn).ledger_id
             except DBAPIError:
@@ -156,7 +157,7 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
         """
         if n < 0:
             raise ValueError(f"batch numbers are >= 0, got {n}")
-        with self._engine.begin() as conn:
+        with TRANSACTIONS.transaction(), self._engine.begin() as conn:
             number_after(conn, n)
 
     def mark_adopted(self, note: str) -> None:

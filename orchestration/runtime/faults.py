@@ -11,10 +11,10 @@ only if the file does not exist yet (it is created first), so a retried run gets
 ``KPRIO_CRASH_AT`` kills with SIGKILL; ``KPRIO_PAUSE_AT`` stops every thread of the process with
 SIGSTOP (the heartbeat too, as a stopped VM would), until someone sends it SIGCONT; the thread at
 the point waits there until the stop has come and gone, never running on into its next write. It stops
-between the heartbeat's ledger transactions (:data:`QUIET`: its renewals, and opening its
-ledger, which checks the schema in a write transaction): a process stopped inside a SQLite transaction
-would hold the ledger's write lock, and every other process would wait for it, which is not the
-case a pause point is for.
+between the process's ledger transactions, whichever thread runs them (the heartbeat's renewals, the
+drain loop's tick, another batch's run: :data:`kprio_core.ledger.gate.TRANSACTIONS`): a process
+stopped inside a SQLite transaction would hold the ledger's write lock, and every other process
+would wait for it, which is not the case a pause point is for.
 
 Points, in the order of a batch: ``after-snapshot`` (a tick took its lag snapshot, nothing decided
 or recorded yet: a second driver's stale plan), ``before-drain`` (leased, about to read),
@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
+
+from kprio_core.ledger.gate import TRANSACTIONS
 
 ENV_AT = "KPRIO_CRASH_AT"
 ENV_PAUSE_AT = "KPRIO_PAUSE_AT"
 ENV_ONCE = "KPRIO_CRASH_ONCE"
-QUIET = threading.Lock()
-"""Held by the lease heartbeat while it is in a ledger transaction (opening, renewing); a pause point takes it first."""
 
 POINTS = ("after-snapshot", "before-drain", "after-drain", "before-publish", "after-publish", "before-kafka-commit",
           "during-kafka-commit", "after-kafka-commit")
@@ -60,25 +59,28 @@ def crash_point(name: str, logical_topic: str) -> None:
         except FileExistsError:
             return
     if how is signal.SIGSTOP:
-        with QUIET:
+        with TRANSACTIONS.closed():
+            sent = time.monotonic()
             os.kill(os.getpid(), how)
-            _until_stopped_and_resumed()
+            _until_stopped_and_resumed(sent)
         return
     os.kill(os.getpid(), how)
     time.sleep(60)  # never past this point: the kill lands within it
 
 
-def _until_stopped_and_resumed(at_most_s: float = 5.0) -> None:
-    """Return once this process has been stopped and resumed (a sleep that took far longer than asked).
+def _until_stopped_and_resumed(sent: float, at_most_s: float = 5.0) -> None:
+    """Return once this process has been stopped and resumed (a step that took far longer than it should).
 
     ``kill(SIGSTOP)`` on its own process returns before every thread has stopped: the calling
     thread can run on for a moment, long enough to begin its next ledger transaction and then
     hold SQLite's write lock through the whole pause (seen in the paused tests). It sleeps here
-    instead, until the stop has come and gone (or ``at_most_s``, should it never come).
+    instead, until the stop has come and gone (or ``at_most_s``, should it never come). The stop
+    often lands inside ``kill`` itself, so the first step is timed from ``sent``, when it was sent.
     """
-    started = time.monotonic()
-    while time.monotonic() - started < at_most_s:
-        before = time.monotonic()
+    last = sent
+    while last - sent < at_most_s:
         time.sleep(0.01)
-        if time.monotonic() - before > 0.25:
+        now = time.monotonic()
+        if now - last > 0.25:
             return
+        last = now

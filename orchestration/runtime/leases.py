@@ -21,7 +21,6 @@ import psutil
 from kprio_core.errors import LeaseLost
 from kprio_core.ledger import Ledger
 from kprio_core.recovery import LeaseToken, lease_owner, parse_owner
-from orchestration.runtime.faults import QUIET
 
 LOGGER = logging.getLogger("kprio.lease")
 
@@ -88,15 +87,13 @@ class Heartbeat:
                             "this run stops without publishing or committing")
 
     def _run(self) -> None:
-        with QUIET:  # opening a ledger writes too (its schema check), so a pause point waits for it
-            ledger = Ledger(self._ledger_url)
+        ledger = Ledger(self._ledger_url)  # between transactions only may a pause point stop it (ledger/gate.py)
         with ledger:
             renewed = self._clock()
             while not self._stop.wait(self.lease_s / 3):
                 try:
-                    with QUIET:  # a pause point (faults.py) stops the process between renewals only
-                        ledger.renew(self.batch_id, self.token.owner, self.lease_s, attempt=self.token.attempt,
-                                     epoch=self.token.epoch)
+                    ledger.renew(self.batch_id, self.token.owner, self.lease_s, attempt=self.token.attempt,
+                                 epoch=self.token.epoch)
                     renewed = self._clock()
                 except LeaseLost as err:
                     self._lose(str(err))

@@ -14,8 +14,8 @@ import pytest
 
 from kprio_core.errors import LeaseLost
 from kprio_core.ledger import Ledger
+from kprio_core.ledger.gate import TRANSACTIONS
 from kprio_core.recovery import LeaseToken
-from orchestration.runtime.faults import QUIET
 from orchestration.runtime.leases import Heartbeat
 from orchestration.services.process import wait_for
 from tests.kprio_core.ledger_support import make_plan
@@ -78,7 +78,7 @@ def test_a_pause_point_never_stops_the_heartbeat_inside_a_ledger_transaction(tmp
     """Opening its ledger is a write transaction too (the schema check): a process stopped there
     would hold SQLite's write lock, and the run taking its batch over would wait for it."""
     fresh = tmp_path / "opened-by-the-heartbeat.db"
-    with QUIET:  # as a pause point holds it while the process is stopped
+    with TRANSACTIONS.closed():  # as a pause point closes it while the process is stopped
         with Heartbeat(f"sqlite:///{fresh}", "b-000001", LeaseToken(A, 1), LEASE_S):
             time.sleep(0.5)
             assert not fresh.exists(), "the heartbeat opened its ledger while the process was paused"
