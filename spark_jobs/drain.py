@@ -17,7 +17,8 @@ classic session and over Spark Connect):
    - **key-order shuffle** (key order with few partitions on many cores, or Spark's ``native``
      Kafka reader): records read in parallel splits -> ``lane`` added (the same lane function)
      -> repartition by ``(topic, partition, lane)`` -> sorted by offset within -> the drain task
-     in ``mapInArrow``. A read that fails there fails Spark's read stage: the ranges it names
+     in ``mapInArrow``. A read that fails there fails Spark's read stage: the planned ranges its
+     typed record names (the range it was reading, a field of the record, never read from text)
      fail, and the others are drained again without them;
 4. merges the stats rows into one :class:`~kprio_core.results.RangeStats` per planned range
    (:func:`spark_jobs.range_counts.merge_counts`), measured on the rows written.
