@@ -147,8 +147,9 @@ _COULD_NOT_READ = re.compile(r"Could not read records in offset \[(\d+), (\d+)\)
 def read_failure_in(exc: BaseException) -> RangeIncomplete | None:
     r"""Spark's "could not read records" error (the log no longer holds offsets it was asked for) as kprio's error.
 
-    The message names the range in kprio's form, so the drain can fail the planned ranges it
-    overlaps and drain the others; None for any other error.
+    The message names the range in kprio's form for the person who reads it; the drain takes the
+    range from the record's ``where`` (:func:`lost_read_in`), fails the planned ranges it overlaps and
+    drains the others. None for any other error.
 
     >>> text = ("org.apache.spark.sql.kafka010.KafkaIllegalStateException: Some data may have been lost ...\n"
     ...         "Reason: Could not read records in offset [4, 30) for topic partition orders-2-0\n"
