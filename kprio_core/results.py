@@ -81,6 +81,25 @@ class ErrorRecord:
         Exception.__init__(rebuilt, self.message)  # bypass custom __init__s: the message is final
         return rebuilt
 
+    def to_json(self) -> str:
+        """One line of JSON, how a record travels where only text does (a failed Spark stage's traceback).
+
+        >>> rec = ErrorRecord("RangeIncomplete", "range t[0]@[4,9) is incomplete", False, OffsetRange("t", 0, 4, 9))
+        >>> rec.to_json()
+        '{"kind":"RangeIncomplete","message":"range t[0]@[4,9) is incomplete","transient":false,\
+"where":{"topic":"t","partition":0,"start":4,"end":9}}'
+        >>> ErrorRecord.from_json(rec.to_json()) == rec
+        True
+        """
+        return _ERROR.dump_json(self).decode()
+
+    @classmethod
+    def from_json(cls, text: str | bytes | Mapping[str, object]) -> ErrorRecord:
+        """The record of :meth:`to_json`'s text (or of its already decoded object)."""
+        if isinstance(text, Mapping):
+            return _ERROR.validate_python(text)
+        return _ERROR.validate_json(text)
+
 
 @dataclass(frozen=True, slots=True)
 class RangeStats:
@@ -384,6 +403,7 @@ def ranges_of(stats: Iterable[RangeStats]) -> tuple[OffsetRange, ...]:
     return tuple(s.range for s in stats)
 
 
+_ERROR: TypeAdapter[ErrorRecord] = TypeAdapter(ErrorRecord)
 _DRAIN: TypeAdapter[DrainResult] = TypeAdapter(DrainResult)
 _CHECKS: TypeAdapter[CheckReport] = TypeAdapter(CheckReport)
 _COMMIT: TypeAdapter[CommitReport] = TypeAdapter(CommitReport)

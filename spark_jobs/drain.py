@@ -17,7 +17,8 @@ classic session and over Spark Connect):
    - **key-order shuffle** (key order with few partitions on many cores, or Spark's ``native``
      Kafka reader): records read in parallel splits -> ``lane`` added (the same lane function)
      -> repartition by ``(topic, partition, lane)`` -> sorted by offset within -> the drain task
-     in ``mapInArrow``. A read that fails there fails Spark's read stage: the ranges it names
+     in ``mapInArrow``. A read that fails there fails Spark's read stage: the planned ranges its
+     typed record names (the range it was reading, a field of the record, never read from text)
      fail, and the others are drained again without them;
 4. merges the stats rows into one :class:`~kprio_core.results.RangeStats` per planned range
    (:func:`spark_jobs.range_counts.merge_counts`), measured on the rows written.
@@ -43,17 +44,16 @@ from kprio_core.config import KprioConfig, SparkReader, TopicSettings
 from kprio_core.drain_plan import DrainPlan, PlannedRange
 from kprio_core.errors import RangeConflict
 from kprio_core.lanes import Ordering
-from kprio_core.offsets import OffsetRange
 from kprio_core.results import DrainResult, ErrorRecord
 from kprio_core.splits import split_ranges
 from spark_jobs.columns import drain_struct
 from spark_jobs.drain_task import DrainSpec
 from spark_jobs.handler_contract import resolve_handler
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT, absolute
-from spark_jobs.native import read_failure_in
+from spark_jobs.native import lost_read_in
 from spark_jobs.output import discard, prepare_staging, publish, sweep_staging
 from spark_jobs.range_counts import failed_row, merge_counts
-from spark_jobs.remote_errors import kprio_error_in, spark_boundary
+from spark_jobs.remote_errors import failures_in, spark_boundary
 from spark_jobs.session import priority_pool
 from spark_jobs.validity import Validity
 
@@ -164,6 +164,7 @@ def handler_in_read(lanes: int, splits: Sequence[PlannedRange], parallelism: int
     partitions cut into several splits and fewer partitions than cores, do the shuffle path's
     parallel reads and parallel lanes pay for it.
 
+    >>> from kprio_core.offsets import OffsetRange
     >>> one_partition_in_3 = [PlannedRange(0, OffsetRange("t", 0, i, i + 10)) for i in (0, 10, 20)]
     >>> handler_in_read(1, one_partition_in_3, 8), handler_in_read(4, one_partition_in_3, 8)
     (True, False)
@@ -189,6 +190,7 @@ def drain_tasks(cores: int | None, splits: Sequence[PlannedRange]) -> int | None
     partitions on 2 cores runs 2 tasks), or more when a task would hold a core for more than
     :data:`MAX_TASK_RECORDS` records, up to one task per topic partition.
 
+    >>> from kprio_core.offsets import OffsetRange
     >>> twelve = [PlannedRange(0, OffsetRange("t", p, 0, 5_000)) for p in range(12)]
     >>> drain_tasks(2, twelve), drain_tasks(None, twelve)
     (2, None)
@@ -239,20 +241,26 @@ def _collect(df: DataFrame) -> list[dict[str, Any]]:
 
 
 def _shuffled(spark: SparkSession, config: KprioConfig, plan: DrainPlan, spec: DrainSpec) -> list[dict[str, Any]]:
-    """The key-order shuffle; a failed read stage fails the ranges it names, the rest is drained again."""
+    """The key-order shuffle; a failed read stage fails the ranges it names, the rest is drained again.
+
+    The failed read's record says which range it was reading (:func:`spark_jobs.remote_errors.failures_in`,
+    :func:`spark_jobs.native.lost_read_in`): the planned ranges it overlaps fail with its error; a
+    record naming no range fails every range it may have come from.
+    """
     failed: list[dict[str, Any]] = []
     todo = list(plan.ranges)
     while todo:
         try:
             return failed + _collect(_shuffle_frame(spark, config, todo, spec))
         except Exception as exc:
-            cause = kprio_error_in(exc) or read_failure_in(exc)
+            records = failures_in(exc) or (lost_read_in(exc),)
+            cause = records[-1]
             if cause is None:
                 raise  # Spark's own failure
-            named = _ranges_named(str(cause), todo)
+            named = [r for r in todo if cause.where is not None and r.range.overlaps(cause.where)]
             hit = named or todo  # a kprio error naming no range: every range it may have come from
-            failed += [failed_row(r.range, f"{r.range}: {' '.join(str(cause).split())}",
-                                  ErrorRecord.of(cause, where=r.range)) for r in hit]
+            failed += [failed_row(r.range, f"{r.range}: {cause.message}",
+                                  ErrorRecord(cause.kind, cause.message, cause.transient, r.range)) for r in hit]
             todo = [r for r in todo if r not in hit]
     return failed
 
@@ -282,12 +290,3 @@ def _shuffle_frame(spark: SparkSession, config: KprioConfig, ranges: Sequence[Pl
     ordered = laned.repartition(n, "topic", "partition", "lane").sortWithinPartitions(
         "topic", "partition", "lane", "offset")
     return ordered.mapInArrow(drain_sorted(spec), stats_struct())
-
-
-_RANGE = re.compile(r"(\S+)\[(\d+)\]@\[(\d+),(\d+)\)")
-
-
-def _ranges_named(text: str, ranges: Sequence[PlannedRange]) -> list[PlannedRange]:
-    """The planned ranges that a range named in ``text`` (``t[0]@[5,9)``) overlaps."""
-    named = [OffsetRange(t, int(p), int(s), int(e)) for t, p, s, e in _RANGE.findall(text)]
-    return [r for r in ranges if any(r.range.overlaps(n) for n in named)]

@@ -39,6 +39,7 @@ from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import KprioError, RangeIncomplete
 from kprio_core.kafka.java_client import java_client_config
 from kprio_core.offsets import OffsetRange
+from kprio_core.results import ErrorRecord
 from kprio_core.splits import spark_offsets_json
 from spark_jobs.kafka_schema import KAFKA_COLUMNS
 
@@ -135,15 +136,20 @@ def read_native(
     return frame
 
 
+LOST_OFFSETS = "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE"
+"""The error condition of Spark's Kafka source failing a read with ``failOnDataLoss``
+(``KafkaExceptions.couldNotReadOffsetRange``); its message parameters name the range."""
+
 _COULD_NOT_READ = re.compile(r"Could not read records in offset \[(\d+), (\d+)\) for topic partition (\S+)-(\d+)\s")
-"""Spark's Kafka source failing a read with ``failOnDataLoss`` (``KafkaExceptions.couldNotReadOffsetRange``)."""
+"""The same error's text: all a Spark Connect client gets of it (a cause's parameters stay on the server)."""
 
 
 def read_failure_in(exc: BaseException) -> RangeIncomplete | None:
     r"""Spark's "could not read records" error (the log no longer holds offsets it was asked for) as kprio's error.
 
-    The message names the range in kprio's form, so the drain can fail the planned ranges it
-    overlaps and drain the others; None for any other error.
+    The message names the range in kprio's form for the person who reads it; the drain takes the
+    range from the record's ``where`` (:func:`lost_read_in`), fails the planned ranges it overlaps and
+    drains the others. None for any other error.
 
     >>> text = ("org.apache.spark.sql.kafka010.KafkaIllegalStateException: Some data may have been lost ...\n"
     ...         "Reason: Could not read records in offset [4, 30) for topic partition orders-2-0\n"
@@ -154,11 +160,67 @@ def read_failure_in(exc: BaseException) -> RangeIncomplete | None:
     >>> read_failure_in(RuntimeError("boom")) is None
     True
     """
-    found = _COULD_NOT_READ.search(str(exc))
+    record = lost_read_in(exc)
+    return record.error() if record is not None else None  # type: ignore[return-value]
+
+
+def lost_read_in(exc: BaseException) -> ErrorRecord | None:
+    """The record of Spark's "could not read records" error, the range it could not read as its ``where``.
+
+    Read from the JVM exception's own fields, its error condition and message parameters, where the
+    session has a JVM (a classic session, through py4j); a Spark Connect client receives a failed
+    task's cause as text only, so there the range comes from that text (:data:`_COULD_NOT_READ`).
+    """
+    rng = jvm_lost_range(exc) or _lost_range_in_text(str(exc))
+    if rng is None:
+        return None
+    error = RangeIncomplete(f"range {rng} is incomplete: Spark's Kafka source could not read it: the log no longer "
+                            "holds some of its offsets (deleted by retention, or the partition ends below them) and "
+                            "drain.allow_data_loss is false")
+    return ErrorRecord.of(error, where=rng)
+
+
+def jvm_lost_range(exc: BaseException) -> OffsetRange | None:
+    """The range in the parameters of a :data:`LOST_OFFSETS` error on the JVM exception's cause chain, or None."""
+    java = next((getattr(e, "java_exception", None) for e in _chain(exc) if hasattr(e, "java_exception")), None)
+    seen = 0
+    while java is not None and seen < 20:  # a cause chain is short; never loop on a cyclic one
+        seen += 1
+        try:
+            condition = java.getCondition() if _has_method(java, "getCondition") else None
+            if condition == LOST_OFFSETS:
+                params = dict(java.getMessageParameters())
+                topic, _, partition = params["topicPartition"].rpartition("-")  # Kafka's TopicPartition.toString
+                return OffsetRange(topic, int(partition), int(params["startOffset"]), int(params["endOffset"]))
+            java = java.getCause()
+        except Exception:  # noqa: BLE001 - the gateway gone, a field missing: the text fallback decides
+            return None
+    return None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or during (PySpark raises its own ``from None``)."""
+    out: list[BaseException] = []
+    while exc is not None and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def _has_method(java: object, name: str) -> bool:
+    from py4j.java_gateway import JavaObject
+
+    if not isinstance(java, JavaObject):
+        return False
+    try:
+        return name in dir(java)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _lost_range_in_text(text: str) -> OffsetRange | None:
+    found = _COULD_NOT_READ.search(text)
     if found is None:
         return None
     start, end, topic, partition = found.groups()
-    rng = OffsetRange(topic, int(partition), int(start), int(end))
-    return RangeIncomplete(f"range {rng} is incomplete: Spark's Kafka source could not read it: the log no longer "
-                           "holds some of its offsets (deleted by retention, or the partition ends below them) and "
-                           "drain.allow_data_loss is false")
+    return OffsetRange(topic, int(partition), int(start), int(end))

@@ -174,10 +174,9 @@ def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
             _remove_overlapping(fs, base, result.logical_topic, stats, names, incarnations or {})
         discard(result, output_root=output_root, dead_letter_root=dead_letter_root)
     except OSError as err:
-        from spark_jobs.staged_writer import errno_in
-
         # An output that cannot be written for now (full, read-only, ...) is typed so here: it passes by itself.
-        unavailable = (err.errno or errno_in(str(err))) in TRANSIENT_ERRNOS
+        # pyarrow's filesystems give the number as the error's errno.
+        unavailable = err.errno in TRANSIENT_ERRNOS
         raise (OutputUnavailable if unavailable else OutputPublishFailed)(
             f"publishing batch {result.batch_id!r} attempt {result.attempt} of {result.logical_topic!r}: {err}"
         ) from err

@@ -4,11 +4,14 @@ A drain task never raises to Spark: what fails in it comes back in its stats row
 record (:class:`kprio_core.results.ErrorRecord`). Two kinds of failure still arrive as Spark's own
 exceptions, and are turned into kprio's types here, at the one boundary that catches them:
 
-- **a failed read stage of the key-order shuffle** (:func:`kprio_error_in`): there the records
+- **a failed read stage of the key-order shuffle** (:func:`failures_in`): there the records
   are read by the ``kprio-kafka`` source's records mode (or Spark's own ``kafka`` source) in a
   stage before the drain task; a kprio error raised by the reader fails Spark's stage, and Spark
-  wraps it into its own exception keeping only the traceback's text. The last
-  ``kprio_core.errors.<Name>: <message>`` line of that text is the error again;
+  wraps it into its own exception, keeping only the traceback's text: the type is lost. So the
+  reader attaches the failure's :class:`~kprio_core.results.ErrorRecord` (type, message, transient,
+  and the range it was reading as a structured field) to the error as one note, ``kprio.failure``
+  and the record's JSON (:func:`note_failure`), which the traceback carries; the driver decodes that
+  one note with :mod:`json` (:func:`failures_in`) and reads nothing else from the text;
 - **Spark gone** (:func:`spark_unavailable`): a Spark Connect server stopped or restarted, a
   session it closed, a stopped context or a lost JVM gateway. These come from py4j and gRPC:
   their type says so where it can (``Py4JNetworkError``, a gRPC status ``UNAVAILABLE``, a
@@ -22,11 +25,15 @@ exceptions, and are turned into kprio's types here, at the one boundary that cat
   "Job aborted due to stage failure" line further down, which becomes a
   :class:`~kprio_core.errors.SparkJobFailed`.
 
->>> err = kprio_error_in(RuntimeError("...\\nkprio_core.errors.RangeIncomplete: range t[0]@[0,5) is incomplete\\n SQLSTATE: 38000"))
->>> type(err).__name__, str(err)
-('RangeIncomplete', 'range t[0]@[0,5) is incomplete')
->>> kprio_error_in(RuntimeError("boom")) is None
-True
+>>> from kprio_core.errors import RangeIncomplete
+>>> from kprio_core.offsets import OffsetRange
+>>> read = note_failure(RangeIncomplete("range t[0]@[0,5) is incomplete"), OffsetRange("t", 0, 0, 5))
+>>> spark_text = f"Traceback (most recent call last):\\n...\\n{type(read).__name__}: {read}\\n{read.__notes__[0]}\\n"
+>>> [record] = failures_in(RuntimeError(spark_text))
+>>> record.kind, record.message, str(record.where)
+('RangeIncomplete', 'range t[0]@[0,5) is incomplete', 't[0]@[0,5)')
+>>> type(kprio_error_in(RuntimeError(spark_text))).__name__, failures_in(RuntimeError("boom"))
+('RangeIncomplete', ())
 >>> type(spark_unavailable(ConnectionRefusedError(111, "Connection refused"))).__name__
 'SparkUnavailable'
 >>> spark_unavailable(ValueError("a plan bug")) is None
@@ -42,29 +49,57 @@ the Spark job of the drain was aborted: Task 1 in stage 0.0 failed 1 times, most
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Iterator
 
 from kprio_core import errors
+from kprio_core.offsets import OffsetRange
 from kprio_core.results import ErrorRecord
 
-_LINE = re.compile(r"kprio_core\.errors\.(\w+): (.+)")
+FAILURE_NOTE = "kprio.failure "
+"""The note a reader's failure carries across a Spark stage: this marker, then its ErrorRecord as JSON."""
 
 _GONE_CONDITIONS = ("INVALID_HANDLE.SESSION_CLOSED", "INVALID_HANDLE.SESSION_NOT_FOUND")
 _GONE_WORDS = ("SparkContext was shut down", "SparkContext has been shutdown")
 """How a classic context stopped under a running job is said: Spark gives it no type of its own."""
 
 
+def note_failure(err: BaseException, where: OffsetRange | None) -> BaseException:
+    """Attach ``err``'s :class:`~kprio_core.results.ErrorRecord` (reading ``where``) to it as its one failure note.
+
+    Done where the error happens (an executor), so the record travels with the traceback Spark keeps;
+    its message, and so what the user sees, is unchanged. An error that has its note already keeps it.
+    """
+    notes = getattr(err, "__notes__", ())
+    if not any(note.startswith(FAILURE_NOTE) for note in notes):
+        err.add_note(FAILURE_NOTE + ErrorRecord.of(err, where=where).to_json())
+    return err
+
+
+def failures_in(exc: BaseException) -> tuple[ErrorRecord, ...]:
+    """The failure records (:func:`note_failure`) a failed Spark stage carries in its text, each once, in order.
+
+    Only the notes are decoded (with :mod:`json`); an exception without one is not a reader's (Spark's own).
+    """
+    text, decoder = str(exc), json.JSONDecoder()
+    found: dict[ErrorRecord, None] = {}
+    at = text.find(FAILURE_NOTE)
+    while at >= 0:
+        start = at + len(FAILURE_NOTE)
+        try:
+            payload, end = decoder.raw_decode(text, start)
+            found.setdefault(ErrorRecord.from_json(payload))
+        except ValueError:  # a note cut short (a truncated message): not a record
+            end = start
+        at = text.find(FAILURE_NOTE, end)
+    return tuple(found)
+
+
 def kprio_error_in(exc: BaseException) -> errors.KprioError | None:
-    """The kprio error named in a failed Spark read stage's text, rebuilt with the same type and message, or None."""
-    found = _LINE.findall(str(exc))
-    if not found:
-        return None
-    name, message = found[-1]
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.KprioError)):
-        return None
-    return ErrorRecord(name, message.strip()).error()
+    """The kprio error of the last failure record in a failed Spark read stage (same type and message), or None."""
+    found = failures_in(exc)
+    return found[-1].error() if found else None
 
 
 def spark_unavailable(exc: BaseException) -> errors.SparkUnavailable | None:

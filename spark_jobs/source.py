@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from kprio_core.drain_plan import PlannedRange
-from kprio_core.errors import ConfigError
+from kprio_core.errors import ConfigError, KprioError
 from kprio_core.offsets import OffsetRange
 from spark_jobs.range_reader import FetchSettings, ReadSettings
 
@@ -277,9 +277,14 @@ class KafkaReader(DataSourceReader):
             return
         from spark_jobs.kafka_schema import arrow_schema_of, kafka_struct
         from spark_jobs.range_reader import read_range
+        from spark_jobs.remote_errors import note_failure
 
         schema = arrow_schema_of(kafka_struct())
         for reads in partition.reads:
             for start, end in reads.splits:
-                yield from read_range(OffsetRange(reads.topic, reads.partition, start, end), self.client,
-                                      self.settings, schema)
+                rng = OffsetRange(reads.topic, reads.partition, start, end)
+                try:
+                    yield from read_range(rng, self.client, self.settings, schema)
+                except KprioError as err:
+                    # Spark keeps only this error's text: its typed record (and the range) travels as its note.
+                    raise note_failure(err, rng)

@@ -13,7 +13,8 @@ executor) never interleaves with the first and a staged name only ever holds a w
 stores make an object visible only once it is fully uploaded: the file is written in place.
 
 An ``OSError`` comes back as ``OSError(errno, "<cause>", <path>)``, e.g. ``No space left on
-device`` with the file's path, whatever layer raised it; one whose number says the output cannot
+device`` with the file's path, whatever layer raised it (pyarrow gives the number as the error's
+``errno``); one whose number says the output cannot
 be written for now (:data:`~kprio_core.errors.TRANSIENT_ERRNOS`: full, read-only, ...) is typed
 right here as :class:`~kprio_core.errors.OutputUnavailable` with the same text, so its batch is
 retried until the storage is back.
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -46,8 +46,6 @@ from typing import Any
 from spark_jobs.layout import renames_atomically
 
 NO_STATISTICS = frozenset({"value"})
-_ERRNO = re.compile(r"\[errno (\d+)\]|\(os error (\d+)\)", re.IGNORECASE)
-"""pyarrow's ``[errno 28]``; Rust's ``(os error 28)`` (delta-rs)."""
 
 
 class StagedWriter:
@@ -130,9 +128,12 @@ class StagedWriter:
 def _with_path(path: str) -> Iterator[None]:
     """Re-raise any OSError as ``OSError(errno, strerror, path)`` (the cause and where), or as OutputUnavailable.
 
+    The number is the error's own ``errno``, which pyarrow sets from its status (``[errno 28] ...`` in
+    its text is that same number, never read back from there).
+
     >>> import errno
     >>> with _with_path("/out/f.parquet"):
-    ...     raise OSError("[errno 28] error writing bytes to file")
+    ...     raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
     Traceback (most recent call last):
     ...
     kprio_core.errors.OutputUnavailable: No space left on device: /out/f.parquet
@@ -142,8 +143,8 @@ def _with_path(path: str) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        code = err.errno or errno_in(str(err))
-        if err.filename == path and code == err.errno:
+        code = err.errno
+        if err.filename == path:
             named = err
         else:
             cause = os.strerror(code) if code else (err.strerror or str(err))
@@ -153,17 +154,6 @@ def _with_path(path: str) -> Iterator[None]:
         if named is err:
             raise
         raise named from err
-
-
-def errno_in(text: str) -> int | None:
-    """The errno a filesystem layer writes into its error's text, its only trace: pyarrow's ``[errno 28] ...``,
-    delta-rs's ``... (os error 28)``.
-
-    >>> errno_in("[Errno 30] Read-only file system"), errno_in("No space left on device (os error 28)")
-    (30, 28)
-    """
-    m = _ERRNO.search(text)
-    return int(m.group(1) or m.group(2)) if m else None
 
 
 def os_error_text(err: OSError) -> str:

@@ -32,6 +32,7 @@ ledger                                                      batches its commits 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -132,12 +133,32 @@ def publish(drain: DrainSettings, result: DrainResult, *, ranges: Iterable[Offse
 
 def _publish_failed(result: DrainResult, err: BaseException) -> Exception:
     """The publish's failure typed by its cause: OutputUnavailable when the storage refuses for now."""
-    from spark_jobs.staged_writer import errno_in
-
-    code = err.errno if isinstance(err, OSError) and err.errno else errno_in(str(err))
+    code = err.errno if isinstance(err, OSError) and err.errno else delta_errno(err)
     kind = OutputUnavailable if code in TRANSIENT_ERRNOS else OutputPublishFailed
     first = (str(err).strip().splitlines() or [type(err).__name__])[0]
     return kind(f"publishing batch {result.batch_id!r} attempt {result.attempt} of {result.logical_topic!r}: {first}")
+
+
+_ERRNO_TEXT = re.compile(r"\(os error (\d+)\)|\[errno (\d+)\]", re.IGNORECASE)
+"""Rust's ``(os error 28)``; pyarrow's ``[errno 28]`` when delta-rs read a Python stream that failed."""
+
+
+def delta_errno(err: BaseException) -> int | None:
+    """The errno of a delta-rs error, which carries it in its text only: a workaround at this one place.
+
+    delta-rs raises the object store's I/O errors as ``OSError(message)`` without ``errno``, the number
+    only in Rust's rendering of the cause, e.g. ``OSError: Generic LocalFileSystem error: Unable to rename
+    file: Function not implemented (os error 38)`` (delta-io/delta-rs#2860), and a failure of the Python
+    stream it reads as text (pyarrow's ``[errno 28]``); pyarrow's own errors, and every failure crossing the
+    Spark boundary, carry their numbers and ranges as fields and are never read so.
+
+    >>> delta_errno(OSError("Generic LocalFileSystem error: Unable to copy file: No space left on device (os error 28)"))
+    28
+    >>> delta_errno(OSError("Generic DeltaTable error: version mismatch")) is None
+    True
+    """
+    found = _ERRNO_TEXT.search(str(err))
+    return int(found.group(1) or found.group(2)) if found else None
 
 
 def check_metadata(report: CheckReport) -> dict[str, dict[str, Any]]:

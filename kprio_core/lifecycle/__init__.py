@@ -1,10 +1,12 @@
 """The life of a batch, as pure rules: what a tick decides, what a run of a batch does, and who may move it.
 
-Two modules decide, one per moment of a batch's life: :mod:`kprio_core.lifecycle.tick`, what a
+Three modules decide, one per moment of a batch's life: :mod:`kprio_core.lifecycle.tick`, what a
 tick (the Dagster sensor, ``kprio drain``) does for one logical topic (heal, launch, plan, wait),
 and :mod:`kprio_core.lifecycle.run`, what one run of a batch does given the ledger and its lease
-(drain, re-drain, take over, commit only, wait, nothing, fail). :mod:`kprio_core.lifecycle.loop`
-decides what ``kprio drain``'s loop does after a tick (tick again, when, or stop and why).
+(drain, re-drain, take over, commit only, wait, nothing, fail); :mod:`kprio_core.lifecycle.outcome`
+decides what follows a run's drain and its checks (go on, split off, fail whole, publish, transient
+or not), for a replay too. :mod:`kprio_core.lifecycle.loop` decides what ``kprio drain``'s loop
+does after a tick (tick again, when, or stop and why).
 
 A batch's states are :class:`kprio_core.ledger.BatchState` and the one table of allowed moves is
 :data:`kprio_core.ledger.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
@@ -46,6 +48,17 @@ from kprio_core.lifecycle.log_rules import (
     log_decisions,
     needs_committed,
 )
+from kprio_core.lifecycle.outcome import (
+    Cause,
+    FailWhole,
+    GoOn,
+    Publish,
+    RangeDrained,
+    Recheck,
+    SplitOff,
+    after_checks,
+    after_drain,
+)
 from kprio_core.lifecycle.run import (
     BatchView,
     Drain,
@@ -82,12 +95,15 @@ __all__ = [
     "BatchRuns",
     "BatchView",
     "CarryOutLogChanges",
+    "Cause",
     "Decided",
     "Decision",
     "Drain",
     "DrainFrom",
     "Fail",
     "FailDeadRun",
+    "FailWhole",
+    "GoOn",
     "Intent",
     "Lag",
     "Launch",
@@ -96,10 +112,14 @@ __all__ = [
     "LedgerView",
     "LogDecisions",
     "NothingToDo",
+    "Publish",
+    "RangeDrained",
+    "Recheck",
     "RecordPlan",
     "RunState",
     "RunSummary",
     "Skip",
+    "SplitOff",
     "Step",
     "TickAction",
     "TickInputs",
@@ -107,6 +127,8 @@ __all__ = [
     "Wait",
     "WaitWhy",
     "Why",
+    "after_checks",
+    "after_drain",
     "batch_budget",
     "batch_fixed_cost",
     "decide_run",

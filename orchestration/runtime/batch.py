@@ -18,7 +18,9 @@ Spark, Great Expectations and Kafka, and reports what happened as typed events (
    topic deleted or recreated since the plan (its topic id changed) are split off before anything
    is published;
 3. **isolate**: ranges whose drain failed, then ranges that failed a check, are split off into a
-   new failed batch that holds only their partitions; the rest goes on;
+   new failed batch that holds only their partitions; the rest goes on, or the whole batch fails, as
+   :mod:`kprio_core.lifecycle.outcome` decides (:func:`~kprio_core.lifecycle.outcome.after_drain`,
+   :func:`~kprio_core.lifecycle.outcome.after_checks`);
 4. **check** the rest with the Great Expectations suite;
 5. **publish** the checked files (readers see them only now): the batch is drained;
 6. **commit** each range's end to its priority's group, never backwards, once the batches before
@@ -28,7 +30,8 @@ Spark, Great Expectations and Kafka, and reports what happened as typed events (
 Any failure marks the batch failed (unless it moved on: :func:`~kprio_core.lifecycle.run.marks_failed`)
 with one line naming the topic, partitions and offsets, and the cause, then raises
 :class:`RunFailed`; whether it passes by itself is its type's verdict (the executors' typed records,
-:func:`kprio_core.errors.is_transient`). A drain that died as a whole is split first
+:func:`kprio_core.errors.is_transient`), combined by the outcome rules
+(:func:`~kprio_core.lifecycle.outcome.passes_by_itself`, :func:`~kprio_core.lifecycle.outcome.run_failure_passes`). A drain that died as a whole is split first
 (:func:`~kprio_core.lifecycle.run.isolating_split`), so the cause is narrowed down attempt by attempt. An interrupted run (SIGTERM, a terminated run) releases the
 lease and leaves the batch where it was, for the next run to resume.
 """
@@ -44,6 +47,15 @@ from typing import Any, Protocol
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import BatchBusy, KprioError, LeaseLost, RangeConflict, is_transient
 from kprio_core.ledger import Batch, BatchState, Ledger
+from kprio_core.lifecycle.outcome import (
+    Cause,
+    FailWhole,
+    RangeDrained,
+    Recheck,
+    after_checks,
+    after_drain,
+    run_failure_passes,
+)
 from kprio_core.lifecycle.run import (
     SLOT_WAIT_S,
     BatchView,
@@ -64,7 +76,6 @@ from kprio_core.lifecycle.run import (
     refused,
     retry_at,
     run_label,
-    transient_failure,
     waited_too_long,
     work_left,
 )
@@ -249,12 +260,12 @@ class BatchRun:
         except (KprioError, OSError) as err:
             reason = one_line(f"{err} [{err.code}]" if isinstance(err, KprioError) else f"{type(err).__name__}: {err}")
             split = self._isolate(err, reason)
-            self._fail(reason, transient=is_transient(err) or split)
+            self._fail(reason, transient=run_failure_passes(is_transient(err), isolated=split))
             raise RunFailed(f"{self.batch_id} failed: {reason}") from err
         except Exception as err:
             reason = one_line(f"{type(err).__name__}: {err}")
             split = self._isolate(err, reason)
-            self._fail(reason, transient=is_transient(err) or split)
+            self._fail(reason, transient=run_failure_passes(is_transient(err), isolated=split))
             raise
         except BaseException:
             # Interrupted (SIGTERM, a terminated run): leave the batch where it is for the next run.
@@ -282,33 +293,35 @@ class BatchRun:
         moved = {s.range for s in result.ranges if s.range.topic in changed}
         batch = self.ledger.mark_drained(self.batch_id, result, fence=self.token)
         crash_point("after-drain", batch.logical_topic)
-        kept = [s for s in result.ranges if s.failure is None and s.range not in moved]
-        failed = [s for s in result.failed_ranges if s.range not in moved]
-        transient = transient_failure(s.error.transient if s.error else None for s in failed)
-        if not kept and result.ranges:
-            if moved:
+        drained = [RangeDrained(s.range, s.failure is not None, s.error.transient if s.error else None)
+                   for s in result.ranges]
+        after = after_drain(drained, moved=moved)
+        if isinstance(after, FailWhole):
+            if after.cause is Cause.LOG_CHANGED:
                 raise _BatchFailed(log_changed(self.batch_id, changed, "published"))
-            first = next((s.error for s in failed if s.error is not None), None)
-            raise _BatchFailed(failure_reason(result), transient=transient,
+            first = next((s.error for s in result.failed_ranges if s.error is not None and s.range not in moved), None)
+            raise _BatchFailed(failure_reason(result), transient=after.transient,
                                cause=first.error() if first is not None else None)
-        split = []
-        if moved:
-            split.append(self._split(sorted(moved), log_changed(self.batch_id, changed, "published"), transient=False))
-        if failed:
-            split.append(self._split([s.range for s in failed], failure_reason(result), transient=transient))
+        split = [self._split(list(off.ranges), log_changed(self.batch_id, changed, "published")
+                             if off.cause is Cause.LOG_CHANGED else failure_reason(result), transient=off.transient)
+                 for off in after.splits]
 
         started = time.monotonic()
+        keep = set(after.kept)
+        kept = [s for s in result.ranges if s.failure is None and s.range in keep]
         report = check_batch(kept, quality=config.quality, required_fields=topic.required_fields)
-        bad = set(report.failed_ranges())
-        if not report.passed and bad and len(bad) < len(kept):
-            split.append(self._split(sorted(bad), report.reason(), transient=False))  # a check's verdict stays
-            kept = [s for s in kept if s.range not in bad]
+        step = after_checks(after.kept, passed=report.passed, failing=report.failed_ranges())
+        if isinstance(step, Recheck):
+            split.append(self._split(list(step.split.ranges), report.reason(), transient=step.split.transient))
+            keep = set(step.kept)
+            kept = [s for s in kept if s.range in keep]
             report = check_batch(kept, quality=config.quality, required_fields=topic.required_fields)
+            step = after_checks(step.kept, passed=report.passed, failing=report.failed_ranges(), may_split=False)
         self.timings.time("check", started)
         yield Checked(report)
-        if not report.passed:
+        if isinstance(step, FailWhole):
             discard(result, **roots)
-            raise _BatchFailed(report.reason())
+            raise _BatchFailed(report.reason(), transient=step.transient)
 
         heartbeat.check()
         crash_point("before-publish", batch.logical_topic)

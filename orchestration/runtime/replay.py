@@ -5,9 +5,11 @@ Each logical topic's window maps to offsets with offsets-for-times on every prio
 handler, invalid records to the replay's dead letters) into ``drain.replay_path``; no consumer
 group offset is touched, so live draining is unaffected. A topic's output is published only when
 the six blocking checks passed on it; otherwise nothing of that topic is published and
-:attr:`Replayed.failures` says why. A rerun of the same window replaces its files (its
-:func:`window_id` names them). The Dagster asset ``replayed_window`` (an hour per partition) and
-Airflow's ``kprio_replay`` DAG (the window its conf names) carry it out.
+:attr:`Replayed.failures` says why. What follows its drain and its checks is decided by the run's own
+outcome rules (:mod:`kprio_core.lifecycle.outcome`), with nothing split off: a replay records no batch.
+A rerun of the same window replaces its files (its :func:`window_id` names them). The Dagster asset
+``replayed_window`` (an hour per partition) and Airflow's ``kprio_replay`` DAG (the window its conf
+names) carry it out.
 
 >>> plan = replay_plan("orders", {1: [OffsetRange("orders-1", 0, 10, 20)]}, 2)
 >>> plan.records, plan.records_by_priority()
@@ -28,6 +30,7 @@ from typing import Any
 
 from kprio_core.config import KprioConfig
 from kprio_core.drain_plan import DrainPlan, PlanMode, PlannedRange
+from kprio_core.lifecycle.outcome import FailWhole, RangeDrained, after_checks, after_drain
 from kprio_core.offsets import OffsetRange
 from kprio_core.results import CheckReport
 
@@ -87,12 +90,17 @@ def replay_window(config: KprioConfig, session: Any, edge: Any, start_ms: int, e
             continue
         # One topic at a time: the topics of a replay share its id, so their staging too.
         result = drain_batch(session, config, topic, replay_id, 1, plan, output_root=root, dead_letter_root=dead_root)
-        if result.failed_ranges:
+        # The run's outcome rules, with nothing split off: a replay records no batch to hold failing ranges.
+        drained = [RangeDrained(s.range, s.failure is not None, s.error.transient if s.error else None)
+                   for s in result.ranges]
+        if isinstance(after_drain(drained, may_split=False), FailWhole):
             discard(result, output_root=root, dead_letter_root=dead_root)
             raise ReplayFailed("; ".join(f"{s.range}: {s.failure}" for s in result.failed_ranges[:3]))
         report = check_batch(result.ranges, quality=config.quality, required_fields=topic.required_fields)
         reports.append(report)
-        if not report.passed:
+        checked = after_checks([s.range for s in result.ranges], passed=report.passed,
+                               failing=report.failed_ranges(), may_split=False)
+        if isinstance(checked, FailWhole):
             discard(result, output_root=root, dead_letter_root=dead_root)
             done.failures[topic.name] = report.reason()
             continue

@@ -3,8 +3,9 @@
 Usage: ``python connect_drain.py '<json args>'`` with ``remote`` (``sc://host:port``),
 ``bootstrap``, ``topic`` (TopicSettings JSON), ``plan`` (DrainPlan JSON), ``output``,
 ``dead_letters``. Drains the plan twice over the remote session, in partition order (the
-fused source) and in key order with small splits (the key-order shuffle), publishes the first,
-reads it back through the remote session and prints one JSON line.
+fused source) and in key order with small splits (the key-order shuffle), then in key order with a
+range on a partition the topic does not have (a failed read stage), publishes the first, reads it
+back through the remote session and prints one JSON line.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import os
 import sys
 
 from kprio_core.config import KprioConfig, OrderingSettings, SparkSettings, TopicSettings
-from kprio_core.drain_plan import DrainPlan
+from kprio_core.drain_plan import DrainPlan, PlannedRange
+from kprio_core.offsets import OffsetRange
 from kprio_core.results import DrainResult
 from spark_jobs.drain import drain_batch
 from spark_jobs.output import publish, read_dead_letters, read_output
 from spark_jobs.session import build_session
+from tests.spark_jobs.plans import plan_of
 
 
 def main(args: dict) -> dict:
@@ -37,9 +40,14 @@ def main(args: dict) -> dict:
                                           "splits": config.splits.model_copy(update={"max_records": 7})})
         shuffled = drain_batch(spark, keyed, topic, "over-connect-keyed", 1, plan, **roots)
         assert all(".part-" in f for s in DrainResult.from_json(shuffled.to_json()).ranges for f in s.files)
+        # A read that fails in the shuffle's read stage: its typed record crosses Connect as its note.
+        missing = PlannedRange(0, OffsetRange(topic.priority_topic(0), 7, 0, 5))
+        failing = drain_batch(spark, keyed, topic, "over-connect-missing", 1, plan_of(topic, [*plan.ranges, missing]),
+                              **roots)
         return {
             "session": type(spark).__module__,
-            "fused": fused.to_json(), "shuffled": shuffled.to_json(), "published": published,
+            "fused": fused.to_json(), "shuffled": shuffled.to_json(), "failing": failing.to_json(),
+            "published": published,
             "offsets": sorted([r.topic, r.partition, r.offset] for r in rows),
             "dead_offsets": sorted([r.topic, r.partition, r.offset] for r in dead),
             "handler_pids": sorted({r.pid for r in rows}), "client_pid": os.getpid(),

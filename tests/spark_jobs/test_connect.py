@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kprio_core.offsets import OffsetRange
 from kprio_core.results import DrainResult
 from tests.spark_jobs.plans import whole_plan
 from tests.spark_jobs.spark_processes import SPARK_HOME, start, stop
@@ -87,3 +88,12 @@ def test_drain_over_spark_connect(kafka_settings, make_topic, tmp_path, child_sp
     assert len(report["dead_offsets"]) == 3
     assert report["handler_pids"] and report["client_pid"] not in report["handler_pids"]  # ran in the server's workers
     assert len(report["published"]) == 4  # priority 1: two output files; priority 0: two dead-letter files
+    # The shuffle's read stage failed on the missing partition: its range fails with its typed error, read from
+    # the record the reader attached to the error (not from its text), and every other range drains.
+    failing = DrainResult.from_json(report["failing"])
+    name = topic.priority_topic(0)
+    [missing] = [s for s in failing.ranges if s.range.partition == 7]
+    assert missing.failure == f"{name}[7]@[0,5): topic {name} has no partition 7 (it has 0..1)"
+    assert (missing.error.kind, missing.error.where) == ("KafkaOperationFailed", OffsetRange(name, 7, 0, 5))
+    assert all(s.complete and s.failure is None for s in failing.ranges if s is not missing)
+    assert (failing.records, failing.dead) == (60, 3)

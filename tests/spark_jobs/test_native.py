@@ -21,8 +21,8 @@ from kprio_core.offsets import OffsetRange
 from orchestration.services.broker import wait_for
 from spark_jobs.connector import artifact_of
 from spark_jobs.drain import drain_batch
-from spark_jobs.native import (NativeReaderUnavailable, class_available, connector_available, native_options,
-                               read_failure_in, read_native)
+from spark_jobs.native import (NativeReaderUnavailable, class_available, connector_available, jvm_lost_range,
+                               lost_read_in, native_options, read_failure_in, read_native)
 from tests.spark_jobs.on_disk import assert_conserved, staged_rows
 from tests.spark_jobs.plans import plan_of, watermarks, whole_plan
 from tests.spark_jobs.test_drain import _config, _delete_below, _drain, _roots
@@ -209,6 +209,24 @@ def test_records_deleted_by_retention_fail_the_range_unless_data_loss_is_allowed
     [stats] = result.ranges
     assert (stats.output, stats.first, [(g.start, g.end) for g in stats.lost]) == (18, 12, [(4, 12)])
     assert stats.complete and result.lost_offsets == 8
+
+
+@pytest.mark.broker
+@pytest.mark.spark
+def test_the_range_spark_could_not_read_comes_from_the_errors_own_fields(spark, kafka_settings, make_topic):
+    """The range a failed native read names is taken from the JVM error's condition and message parameters
+    (a classic session), not from its text."""
+    assert connector_available(spark), SETUP
+    topic = make_topic(priorities=1, partitions=1, records={0: 30})
+    name = topic.priority_topic(0)
+    _delete_below(kafka_settings, name, 0, 12)
+    config = KprioConfig(kafka=kafka_settings)
+    with pytest.raises(Exception) as caught:
+        read_native(spark, config, [PlannedRange(0, OffsetRange(name, 0, 4, 30))]).count()
+    assert jvm_lost_range(caught.value) == OffsetRange(name, 0, 4, 30)
+    record = lost_read_in(caught.value)
+    assert (record.kind, record.where, record.transient) == ("RangeIncomplete", OffsetRange(name, 0, 4, 30), False)
+    assert record.message.startswith(f"range {name}[0]@[4,30) is incomplete: Spark's Kafka source could not read it")
 
 
 def beyond_the_end(kafka_settings: KafkaSettings) -> KafkaSettings:

@@ -1,0 +1,198 @@
+"""What follows a drain and its checks, as pure rules: go on, split failing ranges off, fail the whole, publish.
+
+A run drains its batch's ranges, then checks what the drain wrote; a replay of a time window does
+the same with no batch in the ledger. Both ask these rules what comes next, in this order:
+
+1. **after the drain** (:func:`after_drain`): ranges on a topic deleted or recreated since the plan
+   (``moved``: they read another log) and ranges whose drain failed are split off, each kind into a
+   batch of its own that holds only their partitions, and the rest goes on to the checks; when no
+   range is left, the whole batch fails, for the log change if there was one (a person decides),
+   else for the failed drains. A replay records no batch, so it cannot split: any failed range fails
+   it whole (``may_split=False``);
+2. **after the checks** (:func:`after_checks`): a passed report publishes the ranges checked; ranges
+   that failed a check are split off, and the rest is checked again, once, while some range passes
+   and each failure names its ranges; otherwise (every range failed, a failure names no range, or
+   the second check failed) the whole fails and nothing is published;
+3. **whether a failure passes by itself** (:func:`passes_by_itself`): a split or a whole failure of
+   failed drains is transient only when every cause is (:func:`~kprio_core.lifecycle.run.transient_failure`);
+   a log change and a check's verdict never are; a run that died with an error is transient when its
+   error's type says so, or when the batch was split apart to find the cause (both parts are retried
+   without spending ``recovery.max_attempts``).
+
+The order matters: what read another log is set apart before a failed drain is judged (its failure
+says nothing of this log's records), and a range is checked only once its drain succeeded.
+
+Nothing here reads the ledger, Spark or a clock; the runtime (``orchestration.runtime.batch``,
+``orchestration.runtime.replay``) writes the reasons (what failed, where) and carries the answer out.
+
+A batch of three ranges whose second range's drain failed (the broker went away while reading it):
+
+>>> from kprio_core.offsets import OffsetRange
+>>> a, b, c = (OffsetRange("orders-2", p, 0, 10) for p in range(3))
+>>> after_drain([RangeDrained(a), RangeDrained(b, failed=True, transient=True), RangeDrained(c)])
+GoOn(kept=(OffsetRange(topic='orders-2', partition=0, start=0, end=10), \
+OffsetRange(topic='orders-2', partition=2, start=0, end=10)), \
+splits=(SplitOff(ranges=(OffsetRange(topic='orders-2', partition=1, start=0, end=10),), \
+cause=<Cause.DRAIN: 'drain'>, transient=True),))
+
+The same drain in a replay fails it whole:
+
+>>> after_drain([RangeDrained(a), RangeDrained(b, failed=True, transient=True), RangeDrained(c)], may_split=False)
+FailWhole(cause=<Cause.DRAIN: 'drain'>, transient=True)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from kprio_core.lifecycle.run import transient_failure
+from kprio_core.offsets import OffsetRange
+
+
+class Cause(str, enum.Enum):
+    """Why ranges are split off, or a whole batch fails."""
+
+    LOG_CHANGED = "log-changed"
+    """Their topic was deleted or recreated since the plan: they read another log."""
+    DRAIN = "drain"
+    """Their drain failed (its typed error says why)."""
+    CHECKS = "checks"
+    """They failed a blocking check."""
+
+
+# -- the inputs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RangeDrained:
+    """One planned range as its drain left it."""
+
+    range: OffsetRange
+    failed: bool = False
+    """Its drain failed (its stats carry a failure)."""
+    transient: bool | None = None
+    """Its failure's cause passes by itself (the executor's typed record); None: no record of it."""
+
+
+# -- the answers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SplitOff:
+    """Split these ranges off into a new failed batch that holds only their partitions."""
+
+    ranges: tuple[OffsetRange, ...]
+    cause: Cause
+    transient: bool
+
+
+@dataclass(frozen=True)
+class FailWhole:
+    """Fail the whole batch (or the replay of a topic): nothing of it is published."""
+
+    cause: Cause
+    transient: bool
+
+
+@dataclass(frozen=True)
+class GoOn:
+    """Check ``kept`` after splitting off ``splits``, in their order."""
+
+    kept: tuple[OffsetRange, ...]
+    splits: tuple[SplitOff, ...] = ()
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """Split ``split`` off and check ``kept`` again."""
+
+    kept: tuple[OffsetRange, ...]
+    split: SplitOff
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Publish the checked output of ``ranges``."""
+
+    ranges: tuple[OffsetRange, ...]
+
+
+AfterDrain = GoOn | FailWhole
+AfterChecks = Publish | Recheck | FailWhole
+
+
+# -- the rules -------------------------------------------------------------------------------------
+
+
+def after_drain(ranges: Sequence[RangeDrained], *, moved: Collection[OffsetRange] = (),
+                may_split: bool = True) -> AfterDrain:
+    """What follows a drain of ``ranges`` (see the module docstring, rule 1).
+
+    ``moved``: ranges on a topic deleted or recreated since the plan; ``may_split``: failing ranges
+    can be set apart (a batch in the ledger), else any failure fails the whole (a replay).
+    """
+    moved = frozenset(moved)
+    failed = [r for r in ranges if r.failed and r.range not in moved]
+    kept = tuple(r.range for r in ranges if not r.failed and r.range not in moved)
+    transient = passes_by_itself(Cause.DRAIN, [r.transient for r in failed])
+    set_apart = sorted(r.range for r in ranges if r.range in moved)
+    if not may_split and (failed or set_apart):
+        return FailWhole(Cause.LOG_CHANGED if set_apart else Cause.DRAIN, False if set_apart else transient)
+    if not kept and ranges:
+        return FailWhole(Cause.LOG_CHANGED, False) if set_apart else FailWhole(Cause.DRAIN, transient)
+    splits = []
+    if set_apart:
+        splits.append(SplitOff(tuple(set_apart), Cause.LOG_CHANGED, False))
+    if failed:
+        splits.append(SplitOff(tuple(r.range for r in failed), Cause.DRAIN, transient))
+    return GoOn(kept, tuple(splits))
+
+
+def after_checks(kept: Sequence[OffsetRange], *, passed: bool, failing: Collection[OffsetRange],
+                 may_split: bool = True) -> AfterChecks:
+    """What follows the checks of ``kept`` (see the module docstring, rule 2).
+
+    ``failing``: the ranges the failed checks named; ``may_split``: this is the first check of a
+    batch (a recheck, or a replay, fails whole).
+
+    >>> a, b = OffsetRange("o-0", 0, 0, 5), OffsetRange("o-0", 1, 0, 5)
+    >>> after_checks([a, b], passed=False, failing={b})
+    Recheck(kept=(OffsetRange(topic='o-0', partition=0, start=0, end=5),), \
+split=SplitOff(ranges=(OffsetRange(topic='o-0', partition=1, start=0, end=5),), cause=<Cause.CHECKS: 'checks'>, \
+transient=False))
+    >>> after_checks([a, b], passed=False, failing={a, b})
+    FailWhole(cause=<Cause.CHECKS: 'checks'>, transient=False)
+    """
+    if passed:
+        return Publish(tuple(kept))
+    bad = set(failing)
+    if may_split and bad and len(bad) < len(kept):
+        return Recheck(tuple(r for r in kept if r not in bad),
+                       SplitOff(tuple(sorted(bad)), Cause.CHECKS, passes_by_itself(Cause.CHECKS)))
+    return FailWhole(Cause.CHECKS, passes_by_itself(Cause.CHECKS))
+
+
+def passes_by_itself(cause: Cause, transient: Sequence[bool | None] = ()) -> bool:
+    """Whether a split or a whole failure for ``cause`` is retried as a passing one (rule 3).
+
+    ``transient``: the failed drains' causes, each transient or not (None: unknown).
+
+    >>> passes_by_itself(Cause.DRAIN, [True, True]), passes_by_itself(Cause.DRAIN, [True, None])
+    (True, False)
+    >>> passes_by_itself(Cause.CHECKS), passes_by_itself(Cause.LOG_CHANGED, [True])
+    (False, False)
+    """
+    return cause is Cause.DRAIN and transient_failure(transient)
+
+
+def run_failure_passes(error_transient: bool, *, isolated: bool) -> bool:
+    """Whether a run that died with an error fails its batch as a passing failure (rule 3).
+
+    >>> run_failure_passes(False, isolated=True), run_failure_passes(True, isolated=False)
+    (True, True)
+    >>> run_failure_passes(False, isolated=False)
+    False
+    """
+    return error_transient or isolated

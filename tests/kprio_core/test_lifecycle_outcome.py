@@ -1,0 +1,131 @@
+"""What follows a drain and its checks, case by case: one numbered row per situation, with why."""
+
+from __future__ import annotations
+
+import pytest
+
+from kprio_core.lifecycle.outcome import (
+    Cause,
+    FailWhole,
+    GoOn,
+    Publish,
+    RangeDrained,
+    Recheck,
+    SplitOff,
+    after_checks,
+    after_drain,
+    passes_by_itself,
+    run_failure_passes,
+)
+from kprio_core.offsets import OffsetRange
+
+A, B, C = (OffsetRange("orders-2", p, 0, 10) for p in range(3))
+R = OffsetRange("gone-1", 0, 0, 10)
+"""A range on a topic recreated since the plan."""
+
+
+def ok(rng: OffsetRange) -> RangeDrained:
+    return RangeDrained(rng)
+
+
+def failed(rng: OffsetRange, transient: bool | None = False) -> RangeDrained:
+    return RangeDrained(rng, failed=True, transient=transient)
+
+
+# (n, why, ranges drained, moved, may split, expected)
+DRAIN_CASES = [
+    (1, "every range drained: all go on to the checks, nothing split",
+     [ok(A), ok(B)], (), True, GoOn((A, B))),
+    (2, "one range failed (not transient): it is split off, the rest goes on",
+     [ok(A), failed(B)], (), True, GoOn((A,), (SplitOff((B,), Cause.DRAIN, False),))),
+    (3, "the failed ranges' causes all pass by themselves: their split is transient",
+     [failed(A, True), ok(B), failed(C, True)], (), True, GoOn((B,), (SplitOff((A, C), Cause.DRAIN, True),))),
+    (4, "one cause passes, one does not: the split is not transient",
+     [failed(A, True), ok(B), failed(C, False)], (), True, GoOn((B,), (SplitOff((A, C), Cause.DRAIN, False),))),
+    (5, "a failed range without a typed record: its cause is unknown, never transient",
+     [failed(A, None), ok(B)], (), True, GoOn((B,), (SplitOff((A,), Cause.DRAIN, False),))),
+    (6, "every range failed: the whole batch fails for its drains",
+     [failed(A, False), failed(B, False)], (), True, FailWhole(Cause.DRAIN, False)),
+    (7, "every range failed, every cause transient: the whole failure is transient",
+     [failed(A, True), failed(B, True)], (), True, FailWhole(Cause.DRAIN, True)),
+    (8, "a range read another log: set apart before anything is judged, never transient",
+     [ok(A), ok(R)], {R}, True, GoOn((A,), (SplitOff((R,), Cause.LOG_CHANGED, False),))),
+    (9, "another log's range that also failed counts as another log's, not as a failed drain",
+     [ok(A), failed(R, True)], {R}, True, GoOn((A,), (SplitOff((R,), Cause.LOG_CHANGED, False),))),
+    (10, "another log's ranges first, then the failed drains: two splits, in that order",
+     [ok(A), failed(B, True), ok(R)], {R}, True,
+     GoOn((A,), (SplitOff((R,), Cause.LOG_CHANGED, False), SplitOff((B,), Cause.DRAIN, True)))),
+    (11, "nothing left but another log's ranges and failed drains: the log change fails it whole (a person decides)",
+     [failed(B, True), ok(R)], {R}, True, FailWhole(Cause.LOG_CHANGED, False)),
+    (12, "a plan of no range: nothing to split, nothing fails",
+     [], (), True, GoOn(())),
+    (13, "a replay cannot split: one failed range fails it whole, transient as its cause",
+     [ok(A), failed(B, True)], (), False, FailWhole(Cause.DRAIN, True)),
+    (14, "a replay whose every range drained goes on",
+     [ok(A), ok(B)], (), False, GoOn((A, B))),
+]
+
+
+@pytest.mark.parametrize(("n", "why", "ranges", "moved", "may_split", "expected"), DRAIN_CASES,
+                         ids=[f"{c[0]}" for c in DRAIN_CASES])
+def test_what_follows_the_drain(n, why, ranges, moved, may_split, expected):
+    assert after_drain(ranges, moved=moved, may_split=may_split) == expected, f"case {n}: {why}"
+
+
+# (n, why, kept, passed, failing, may split, expected)
+CHECK_CASES = [
+    (1, "the checks passed: publish what was checked",
+     (A, B), True, (), True, Publish((A, B))),
+    (2, "a check failed on one range of two: split it off (a check's verdict never passes by itself), check the rest",
+     (A, B), False, (B,), True, Recheck((A,), SplitOff((B,), Cause.CHECKS, False))),
+    (3, "the failing ranges are split off sorted, the others kept in their order",
+     (C, A, B), False, (C, A), True, Recheck((B,), SplitOff((A, C), Cause.CHECKS, False))),
+    (4, "every range failed a check: nothing is left to publish, the whole fails",
+     (A, B), False, (A, B), True, FailWhole(Cause.CHECKS, False)),
+    (5, "a failed check that names no range (rows outside the plan): the whole fails",
+     (A, B), False, (), True, FailWhole(Cause.CHECKS, False)),
+    (6, "the second check (after a split) failed again: no second split, the whole fails",
+     (A, B), False, (B,), False, FailWhole(Cause.CHECKS, False)),
+    (7, "the second check passed: publish the rest",
+     (A,), True, (), False, Publish((A,))),
+    (8, "a replay's failed check: nothing of its topic is published",
+     (A, B), False, (B,), False, FailWhole(Cause.CHECKS, False)),
+]
+
+
+@pytest.mark.parametrize(("n", "why", "kept", "passed", "failing", "may_split", "expected"), CHECK_CASES,
+                         ids=[f"{c[0]}" for c in CHECK_CASES])
+def test_what_follows_the_checks(n, why, kept, passed, failing, may_split, expected):
+    assert after_checks(kept, passed=passed, failing=set(failing), may_split=may_split) == expected, f"case {n}: {why}"
+
+
+# (n, why, cause, causes' verdicts, expected)
+PASSES_CASES = [
+    (1, "failed drains whose causes all pass", Cause.DRAIN, [True, True], True),
+    (2, "one cause that does not pass", Cause.DRAIN, [True, False], False),
+    (3, "an unknown cause", Cause.DRAIN, [None], False),
+    (4, "no cause at all", Cause.DRAIN, [], False),
+    (5, "a check's verdict never passes by itself", Cause.CHECKS, [True], False),
+    (6, "a log change waits for a person", Cause.LOG_CHANGED, [True], False),
+]
+
+
+@pytest.mark.parametrize(("n", "why", "cause", "verdicts", "expected"), PASSES_CASES,
+                         ids=[f"{c[0]}" for c in PASSES_CASES])
+def test_whether_a_failure_passes_by_itself(n, why, cause, verdicts, expected):
+    assert passes_by_itself(cause, verdicts) is expected, f"case {n}: {why}"
+
+
+# (n, why, the error's type is transient, the batch was split apart, expected)
+RUN_FAILURE_CASES = [
+    (1, "a broker, an output or a Spark server not there: passes by itself", True, False, True),
+    (2, "the drain died as a whole and the batch was split apart: both parts retried without spending attempts",
+     False, True, True),
+    (3, "a failure of its own kind that could not be split: it fails as its cause says", False, False, False),
+]
+
+
+@pytest.mark.parametrize(("n", "why", "error_transient", "isolated", "expected"), RUN_FAILURE_CASES,
+                         ids=[f"{c[0]}" for c in RUN_FAILURE_CASES])
+def test_whether_a_run_that_died_fails_its_batch_as_passing(n, why, error_transient, isolated, expected):
+    assert run_failure_passes(error_transient, isolated=isolated) is expected, f"case {n}: {why}"
