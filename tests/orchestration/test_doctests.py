@@ -48,6 +48,8 @@ MODULES = [
     "orchestration.runtime.runs",
     "orchestration.runtime.tags",
     "orchestration.services.broker",
+    "orchestration.services.broker.ports",
+    "orchestration.services.broker.props",
     "orchestration.services.broker_security",
     "orchestration.services.jars",
     "orchestration.services.process",
