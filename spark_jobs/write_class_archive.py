@@ -34,7 +34,8 @@ def build(archive: Path, settings: SparkSettings | None = None) -> Path:
     scratch = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
     conf = {**settings.conf, "spark.ui.showConsoleProgress": "false",
             # The dump warns of every class it leaves out (signed jars, generated classes): quiet.
-            JAVA_OPTIONS: f"{settings.conf.get(JAVA_OPTIONS, '')} -XX:ArchiveClassesAtExit={scratch} -Xlog:cds=off".strip()}
+            JAVA_OPTIONS: f"{settings.conf.get(JAVA_OPTIONS, '')} -XX:ArchiveClassesAtExit={scratch} "
+                          "-Xlog:cds=off".strip()}
     session = build_session(settings.model_copy(update={"conf": conf}), app_name="kprio-class-archive")
     jvm = session.sparkContext._gateway.proc  # the JVM writes the archive when it exits
     try:

@@ -135,7 +135,8 @@ def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
         started = time.monotonic()
         result = job.execute_in_process(
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-            instance=instance, partition_key=batch_id, tags={TOPIC_TAG: topic, RUNNER_TAG: this_owner(""), **IN_PROCESS_TAGS},
+            instance=instance, partition_key=batch_id,
+            tags={TOPIC_TAG: topic, RUNNER_TAG: this_owner(""), **IN_PROCESS_TAGS},
             raise_on_error=False,
         )
         return outcome_of(ledger, batch_id, topic, result, time.monotonic() - started)

@@ -314,7 +314,8 @@ class EmbeddedBroker:
             if not runtime.archive.is_file():
                 runtime.archive.parent.mkdir(parents=True, exist_ok=True)
                 dump_to = runtime.archive.with_name(f"{runtime.archive.name}.{uuid.uuid4().hex[:8]}.tmp")
-            process, log_from = spawn_detached(node_command(runtime, folder, dump_to), folder / LOG_FILE, cwd=folder, env=self._jvm_env())
+            process, log_from = spawn_detached(node_command(runtime, folder, dump_to), folder / LOG_FILE, cwd=folder,
+                                               env=self._jvm_env())
             self._spawned[node.node_id] = (process, log_from)
             records[node.node_id] = NodeState(node.node_id, node.port, node.controller_port, process.pid,
                                               process.create_time(), str(dump_to) if dump_to else None)

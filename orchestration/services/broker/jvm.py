@@ -96,7 +96,8 @@ class KafkaRuntime:
 def node_command(runtime: KafkaRuntime, folder: Path, dump_to: Path | None) -> list[str]:
     """The command of the node whose files are in ``folder`` (``dump_to``: where it writes its class-data archive)."""
     return [runtime.java, *JVM_OPTIONS, *runtime.class_data_options(dump_to),
-            *os.environ.get(ENV_JVM_OPTIONS, "").split(), f"-Dlog4j2.configurationFile={folder / LOG4J_FILE}", "-cp", runtime.classpath, MAIN_CLASS,
+            *os.environ.get(ENV_JVM_OPTIONS, "").split(), f"-Dlog4j2.configurationFile={folder / LOG4J_FILE}",
+            "-cp", runtime.classpath, MAIN_CLASS,
             str(folder / CONFIG_FILE)]
 
 

@@ -1,4 +1,4 @@
-"""Which ports the nodes of an embedded broker take: the recorded ones, the ones asked for, the last run's, or free ones.
+"""Which ports the nodes of an embedded broker take: the recorded ones, the ones asked for, the last run's, or free.
 
 >>> port_free("127.0.0.1", free_port())
 True
