@@ -8,14 +8,15 @@ Two things Dagster does per run are process-wide, and race when two runs start o
   summary there). The runs here capture nothing: the copy of the instance has Dagster's
   ``NoOpComputeLogManager`` as its ``compute_logs`` (the ``dagster.yaml`` block Dagster documents in
   its instance reference), built with the public factory ``DagsterInstance.local_temp`` from the
-  instance's own directory; the runs' structured event logs are kept as always, and a log capture of a
-  whole process could not tell two runs apart;
+  instance's own directory and proven to open the same storage (:func:`same_storage`); the runs'
+  structured event logs are kept as always, and a log capture of a whole process could not tell two
+  runs apart;
 - each run's log manager calls ``instance.get_handlers()``, which calls ``logging.config.dictConfig``
   whenever the instance has settings; dictConfig holds the logging module's lock while it flushes and
   closes every handler of the process, and a run logging in another thread holds its handler's lock
   while it waits for the module's lock: two runs deadlocked (py-spy showed both stacks; the deadlock is
-  CPython's python/cpython#96727, closed as documented: "don't reconfigure logging while other threads
-  log"). The handlers come from the instance's YAML, which does not change while it is open, so the
+  CPython's python/cpython#96727, closed by documenting it: logging reconfigured while other threads log
+  can deadlock). The handlers come from the instance's YAML, which does not change while it is open, so the
   first call's handlers serve every run (:func:`handlers_built_once`).
 
 Dagster has no public API for the second: no setting skips the per-run dictConfig, and the
@@ -29,10 +30,11 @@ propose upstream is this function's body. Remove it when Dagster caches them.
 
 from __future__ import annotations
 
+import os
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import dagster as dg
 
@@ -54,23 +56,35 @@ def for_runs_in_threads(instance: dg.DagsterInstance) -> Iterator[dg.DagsterInst
 
     ``instance`` is one whose settings live in its root directory: a home with a ``dagster.yaml``
     (``kprio drain``'s, ``DagsterInstance.from_config``) or the default local storage of
-    ``dg.instance_for_test``; the copy is checked to open the same storage.
+    ``dg.instance_for_test``; the copy is proven to open the same storage (:func:`same_storage`).
     """
     root = instance.root_directory
     threaded = dg.DagsterInstance.local_temp(
         tempdir=root, overrides={"compute_logs": NO_COMPUTE_LOGS, "telemetry": {"enabled": instance.telemetry_enabled}})
     try:
-        same = (Path(threaded.root_directory) == Path(root)
-                and type(threaded.run_storage) is type(instance.run_storage)
-                and type(threaded.event_log_storage) is type(instance.event_log_storage))
-        if not same:
+        if not same_storage(threaded, instance):
             raise ThreadedInstanceMismatch(
-                f"the Dagster instance's settings are not in its root directory: its copy for threaded runs opens "
-                f"{type(threaded.run_storage).__name__}, not {type(instance.run_storage).__name__}", where=root)
+                "the copy of the Dagster instance for kprio drain's runs does not open the instance's storage: its "
+                "dagster.yaml must be in its root directory (local_artifact_storage.base_dir)", where=root)
         threaded.get_yaml_python_handlers = handlers_built_once(threaded.get_yaml_python_handlers)  # type: ignore[method-assign]
         yield threaded
     finally:
         threaded.dispose()
+
+
+PROBE_PARTITIONS = "kprio_threaded_instance_probe"
+"""The dynamic partitions definition :func:`same_storage` writes one key of, and deletes it."""
+
+
+def same_storage(copy: dg.DagsterInstance, instance: dg.DagsterInstance) -> bool:
+    """Whether ``copy`` writes where ``instance`` reads: a partition key added through the one is there for the
+    other (and deleted after), with Dagster's public partition API."""
+    key = f"{os.getpid()}-{uuid.uuid4().hex}"
+    copy.add_dynamic_partitions(PROBE_PARTITIONS, [key])
+    try:
+        return instance.has_dynamic_partition(PROBE_PARTITIONS, key)
+    finally:
+        copy.delete_dynamic_partition(PROBE_PARTITIONS, key)
 
 
 def handlers_built_once(build: Callable[[], Sequence]) -> Callable[[], list]:
