@@ -18,4 +18,4 @@ fi
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[browser,test,airflow]'
 python3 -m orchestration.services.jars
 # Not fatal: without the archive a local Spark session starts as it would anyway, only slower.
-python3 -m spark_jobs.class_archive || echo "kprio setup: no class-data archive for the Spark driver (sessions start without one)" >&2
+python3 -m spark_jobs.write_class_archive || echo "kprio setup: no class-data archive for the Spark driver (sessions start without one)" >&2

@@ -5,9 +5,9 @@ start: about 6.5 s of a two-core machine, on the way to ``kprio drain``'s first 
 dynamic class-data sharing (JEP 350) writes the classes a JVM loaded into an archive as it exits;
 a JVM given that archive maps them instead and starts in about 4 s.
 
-``scripts/setup.sh`` builds the archive once (``python -m spark_jobs.class_archive``: a session
-starts as kprio's do, runs a job through Python workers, Arrow and Parquet, stops, and the JVM
-writes the archive as it exits; about 25 s). Every local session kprio builds then maps it
+``scripts/setup.sh`` builds the archive once (``python -m spark_jobs.write_class_archive``, which
+starts a session as kprio's do, runs a job through Python workers, Arrow and Parquet, stops, and the
+JVM writes the archive as it exits; about 25 s). Every local session kprio builds then maps it
 (:func:`with_class_archive`, from :func:`spark_jobs.session.classic_conf`); without one, or with
 Java options of the user's own that name an archive, a session starts as it did before.
 
@@ -23,42 +23,28 @@ threads competed with the Python workers for the cores, and G1's own structures 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
-import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from kprio_core.config import SparkSettings
 from kprio_core.jar_cache import cache_dir
+from kprio_core.java import find_java, java_build
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 OWN_ARCHIVE_OPTIONS = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare")
 """Java options that say how the user wants class-data sharing: kprio then adds none of its own."""
 
 
-def spark_java() -> Path | None:
-    """The java binary Spark's launcher runs (``$JAVA_HOME/bin/java``, else ``java`` on the PATH), resolved."""
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home and (Path(home) / "bin" / "java").is_file() else shutil.which("java")
-    return Path(found).resolve() if found else None
-
-
 def archive_path() -> Path | None:
     """Where the archive of this Java and this Spark lives in kprio's cache (None: no Java found)."""
     import pyspark
 
-    java = spark_java()
-    if java is None:
-        return None
-    try:
-        built = java.stat().st_mtime_ns
-    except OSError:
+    java = find_java()
+    build = java_build(java) if java else None
+    if build is None:
         return None
     spark_home = Path(pyspark.__file__).resolve().parent
-    key = hashlib.sha256(f"{java}|{built}|{spark_home}|{pyspark.__version__}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{build}|{spark_home}|{pyspark.__version__}".encode()).hexdigest()[:16]
     return cache_dir() / "class-data" / f"spark-driver-{key}.jsa"
 
 
@@ -128,56 +114,3 @@ def _with_java_option(conf: Mapping[str, str], option: str, *, unless: Callable[
     if not unless(options):
         out[JAVA_OPTIONS] = f"{options} {option}".strip()
     return out
-
-
-def build(archive: Path, settings: SparkSettings | None = None) -> Path:
-    """Write the archive of a session started with ``settings`` (default: ``local[2]``) to ``archive``.
-
-    The JVM writes it as it exits, to a file of its own, moved into place once whole: a session
-    starting meanwhile never maps half an archive.
-    """
-    from pyspark.sql import functions as F
-
-    from spark_jobs.session import build_session
-
-    settings = settings or SparkSettings(master="local[2]")
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    scratch = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
-    conf = {**settings.conf, "spark.ui.showConsoleProgress": "false",
-            # The dump warns of every class it leaves out (signed jars, generated classes): quiet.
-            JAVA_OPTIONS: f"{settings.conf.get(JAVA_OPTIONS, '')} -XX:ArchiveClassesAtExit={scratch} -Xlog:cds=off".strip()}
-    session = build_session(settings.model_copy(update={"conf": conf}), app_name="kprio-class-archive")
-    jvm = session.sparkContext._gateway.proc  # the JVM writes the archive when it exits
-    try:
-        frame = session.range(2000).withColumn("k", F.col("id") % 7)
-        frame.mapInArrow(lambda batches: batches, frame.schema).groupBy("k").count().collect()
-        frame.write.mode("overwrite").parquet(str(scratch.with_suffix(".parquet")))
-    finally:
-        session.stop()
-        jvm.stdin.close()  # the gateway exits on end of input
-        jvm.wait(timeout=300)
-        shutil.rmtree(scratch.with_suffix(".parquet"), ignore_errors=True)
-    if jvm.returncode != 0 or not scratch.is_file() or not scratch.stat().st_size:
-        scratch.unlink(missing_ok=True)
-        raise RuntimeError(f"the Spark driver JVM wrote no class-data archive (exit {jvm.returncode})")
-    scratch.replace(archive)
-    return archive
-
-
-def main() -> int:
-    """Build the archive of this Java and Spark unless the cache has it; one line either way."""
-    archive = archive_path()
-    if archive is None:
-        print("kprio: no java found; the Spark driver's class-data archive is not built", file=sys.stderr)
-        return 1
-    if archive.is_file():
-        print(f"kprio: the Spark driver's class-data archive is in place: {archive}")
-        return 0
-    started = time.monotonic()
-    build(archive)
-    print(f"kprio: built the Spark driver's class-data archive in {time.monotonic() - started:.0f} s: {archive}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,7 +22,6 @@ from typing import Annotated, Any
 
 import typer
 
-from orchestration.cli import imports
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
@@ -30,6 +29,7 @@ from orchestration.cli.common import (
     config_from,
     print_json,
 )
+from orchestration.cli.paused_gc import imports
 
 TopicOption = Annotated[
     str | None, typer.Option("--topic", "-t", help="Drain only this logical topic (default: every configured topic).")

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from orchestration.cli import imports
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
@@ -15,6 +14,7 @@ from orchestration.cli.common import (
     config_from,
     print_json,
 )
+from orchestration.cli.paused_gc import imports
 
 if TYPE_CHECKING:
     from kprio_core.drain_plan import DrainPlan

@@ -8,5 +8,7 @@ tick of the runtime's applier); ``batch_asset``: the drain multi-asset that runs
 the jobs, the batch and replay partitions, the replayed window; ``runs``: the runtime's ``Runs``
 port on a Dagster instance; ``tags``: Dagster's own run tags; ``resources``: plain typed
 ``ConfigurableResource``\\s; ``instance``, ``instance_yaml``: the Dagster instance and its
-``dagster.yaml``; ``drain_loop``: ``kprio drain``'s loop, which runs the same tick in process.
+``dagster.yaml``; ``drain_loop``: ``kprio drain``'s loop, which runs the same tick in process, its
+runs in threads (``run_threads``) on a copy of the instance made for them (``threaded_instance``), and
+what it reports (``drain_report``).
 """

@@ -5,7 +5,8 @@ Each turn evaluates :func:`orchestration.runtime.tick.tick` over the instance's 
 applier as the sensor: heal, retry, plan; no rule of its own here) and executes the requested
 runs of ``drain_job`` here with ``execute_in_process``, tagged as a daemon-launched run is (so
 neither the sensor nor the daemon launches them again), on one warm Spark session. Each run
-executes in a thread of its own (:class:`RunThread`) and the loop ticks on while runs execute, so
+executes in a thread of its own (:class:`~orchestration.dagster.run_threads.RunThread`, on the instance of
+:mod:`orchestration.dagster.threaded_instance`) and the loop ticks on while runs execute, so
 a batch of priorities no running batch holds (``planner.max_in_flight`` slots: an urgent batch while
 a bulk one drains) starts at once beside them, its Spark jobs in its priority's scheduler pool.
 Between ticks the loop watches the priority partitions' ends (``sensor.watch_s``) and ticks as soon
@@ -32,6 +33,9 @@ failed for a transient cause (a full disk, a broker gone) at once, not after the
 it runs (``--follow``), the probe before each tick (:mod:`orchestration.runtime.healing`, which the
 sensor runs too) retries them at once as well, on the first tick after a probe that had failed
 passes again: a disk grown, a mount made writable, a broker back.
+
+What the loop reports, one :class:`~orchestration.dagster.drain_report.BatchOutcome` per run and the
+:class:`~orchestration.dagster.drain_report.DrainReport`, is :mod:`orchestration.dagster.drain_report`'s.
 """
 
 from __future__ import annotations
@@ -39,9 +43,8 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -60,93 +63,23 @@ from kprio_core.lifecycle.loop import (
     records_arrived,
     watched,
 )
+from orchestration.dagster.drain_report import BatchOutcome, DrainReport, outcome_of
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
 from orchestration.dagster.resources import start_in_background
+from orchestration.dagster.run_threads import Running, RunThread, slot_priorities
 from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.sensors import SENSOR_NAME
 from orchestration.dagster.tags import MAX_RETRIES_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
+from orchestration.dagster.threaded_instance import for_runs_in_threads
 from orchestration.runtime.healing import cause_seen_after, probe_causes
 from orchestration.runtime.leases import this_owner
 from orchestration.runtime.runs import RunOrder
-from orchestration.runtime.tags import RUNNER_TAG, SLOT_TAG_PREFIX, TOPIC_TAG
+from orchestration.runtime.tags import RUNNER_TAG, TOPIC_TAG
 from orchestration.runtime.tick import Tick, still_launchable, tick
 from spark_jobs.session import session_running, starting_in_background
 
-DRAINED_ASSET = "drained_batch"
 IN_PROCESS_TAGS = {MAX_RETRIES_TAG: "0"}
 """What every run executed here carries: no retry by Dagster's daemon (the loop's tick retries it)."""
-COMMITTED_ASSET = "committed_offsets"
-
-
-@dataclass(frozen=True)
-class BatchOutcome:
-    """One executed run: its batch, what it drained per priority, and where the ledger left the batch.
-
-    ``own`` is False when the run found its batch's work done or taken by another run and did
-    nothing; ``committed_here`` counts the records this run committed (its batch's, and those of
-    later batches it committed once they only waited for it), per priority.
-    """
-
-    batch_id: str
-    logical_topic: str
-    run_id: str
-    success: bool
-    state: BatchState
-    records: dict[int, int]
-    dead_letters: int = 0
-    reason: str | None = None
-    seconds: float = 0.0
-    own: bool = True
-    committed_here: dict[int, int] | None = None
-
-    def line(self) -> str:
-        """One line per run for the operator.
-
-        >>> BatchOutcome("b-000003", "orders", "run-1", True, BatchState.COMMITTED, {0: 7, 2: 29}, 2, None, 1.25).line()
-        'b-000003 orders: 36 records [p2=29 p0=7] + 2 dead letters -> committed (1.2 s)'
-        >>> BatchOutcome("b-000004", "orders", "run-2", True, BatchState.COMMITTED, {}, seconds=0.3, own=False).line()
-        'b-000004 orders: nothing done here: committed by another run (0.3 s)'
-        """
-        if not self.own:
-            return (f"{self.batch_id} {self.logical_topic}: nothing done here: {self.state.value} by another run "
-                    f"({self.seconds:.1f} s)")
-        by_p = " ".join(f"p{p}={n}" for p, n in sorted(self.records.items(), reverse=True))
-        dead = f" + {self.dead_letters} dead letters" if self.dead_letters else ""
-        tail = f": {self.reason}" if self.reason and self.state is not BatchState.COMMITTED else ""
-        return (f"{self.batch_id} {self.logical_topic}: {sum(self.records.values())} records [{by_p}]{dead} "
-                f"-> {self.state.value} ({self.seconds:.1f} s){tail}")
-
-    @property
-    def committed(self) -> dict[int, int]:
-        """Records this run committed per priority (by default: the batch's, when it ended committed)."""
-        if self.committed_here is not None:
-            return self.committed_here
-        return dict(self.records) if self.own and self.state is BatchState.COMMITTED else {}
-
-    def to_dict(self) -> dict:
-        return {"batch_id": self.batch_id, "logical_topic": self.logical_topic, "run_id": self.run_id,
-                "success": self.success, "state": self.state.value, "own": self.own,
-                "records": {str(p): n for p, n in sorted(self.records.items(), reverse=True)},
-                "committed_here": {str(p): n for p, n in sorted(self.committed.items(), reverse=True)},
-                "dead_letters": self.dead_letters, "reason": self.reason, "seconds": round(self.seconds, 3)}
-
-
-@dataclass
-class DrainReport:
-    """Every run the loop executed, why it stopped, and what still waits for a person."""
-
-    batches: list[BatchOutcome] = field(default_factory=list)
-    stopped: str = ""
-    ok: bool = True
-    held: list[str] = field(default_factory=list)
-
-    def records(self) -> dict[int, int]:
-        """Records this process committed per priority (output and dead letters: both were drained)."""
-        totals: dict[int, int] = {}
-        for b in self.batches:
-            for p, n in b.committed.items():
-                totals[p] = totals.get(p, 0) + n
-        return dict(sorted(totals.items(), reverse=True))
 
 
 @contextmanager
@@ -190,76 +123,6 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrde
     )
 
 
-class RunThread:
-    """One run executing in a daemon thread of its own; ``done`` is set when it ended, and ``on_end``
-    (when given) called from the thread.
-
-    A thread for two reasons: runs of batches that hold different priority slots execute at once
-    (an urgent batch beside a bulk one, on the same Spark session, each in its own scheduler pool);
-    and Dagster replaces the SIGINT / SIGTERM handlers while a run executes in the main thread (an
-    interrupt then kills the batch mid-way), while in another thread it leaves them alone, so a stop
-    request reaches the caller's handlers and the batches in flight finish.
-    """
-
-    def __init__(self, work: Callable[[], dg.ExecuteInProcessResult],
-                 on_end: Callable[[], None] | None = None, name: str = "kprio-run") -> None:
-        self.done = threading.Event()
-        self._outcome: dict[str, object] = {}
-
-        def target() -> None:
-            try:
-                self._outcome["result"] = work()
-            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread by result()
-                self._outcome["error"] = err
-            finally:
-                self.done.set()
-                if on_end is not None:
-                    on_end()
-
-        threading.Thread(target=target, name=name, daemon=True).start()
-
-    def result(self) -> dg.ExecuteInProcessResult:
-        if "error" in self._outcome:
-            raise self._outcome["error"]  # type: ignore[misc]
-        return self._outcome["result"]  # type: ignore[return-value]
-
-
-@contextmanager
-def for_runs_in_threads(instance: dg.DagsterInstance) -> Iterator[dg.DagsterInstance]:
-    """An instance on the same storage as ``instance`` whose runs can execute in several threads of this process.
-
-    Two things Dagster does per run are process-wide, and race when two runs start or end at once:
-
-    - each run captures its process's stdout and stderr into its compute log by redirecting file
-      descriptors 1 and 2 and restoring them at its end; two runs restore each other's copies, and the
-      process was left writing into a finished run's log file (``kprio drain --json`` printed its
-      summary there). The runs here capture nothing (``NoOpComputeLogManager``): their structured
-      event logs are kept as always, and a log capture of a whole process could not tell two runs apart;
-    - each run's log manager calls ``instance.get_handlers()``, which calls ``logging.config.dictConfig``;
-      it holds the logging module's lock while it flushes and closes every handler of the process, and a
-      run logging in another thread holds its handler's lock while it waits for the module's lock: two
-      runs deadlocked (py-spy showed both stacks). The handlers come from the instance's YAML, which
-      does not change while it is open, so the first call's handlers serve every run.
-    """
-    from dagster._serdes import ConfigurableClassData
-
-    ref = instance.get_ref()._replace(compute_logs_data=ConfigurableClassData(
-        "dagster._core.storage.noop_compute_log_manager", "NoOpComputeLogManager", "{}"))
-    threaded = dg.DagsterInstance.from_ref(ref)
-    build, built, lock = threaded.get_yaml_python_handlers, [], threading.Lock()
-
-    def once() -> list:
-        with lock:
-            if not built:
-                built.append(list(build()))
-            return built[0]
-
-    threaded.get_yaml_python_handlers = once  # type: ignore[method-assign]
-    try:
-        yield threaded
-    finally:
-        threaded.dispose()
-
 
 def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
             log_level: str = "WARNING", config: KprioConfig | None = None) -> BatchOutcome:
@@ -272,47 +135,13 @@ def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
         started = time.monotonic()
         result = job.execute_in_process(
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-            instance=instance, partition_key=batch_id, tags={TOPIC_TAG: topic, RUNNER_TAG: this_owner(""), **IN_PROCESS_TAGS},
+            instance=instance, partition_key=batch_id,
+            tags={TOPIC_TAG: topic, RUNNER_TAG: this_owner(""), **IN_PROCESS_TAGS},
             raise_on_error=False,
         )
         return outcome_of(ledger, batch_id, topic, result, time.monotonic() - started)
 
 
-def materialized(result: dg.ExecuteInProcessResult, asset: str) -> set[str]:
-    """The batch partitions of ``asset`` this run materialized (outputs and logged events alike)."""
-    return {e.partition for e in result.get_asset_materialization_events()
-            if e.asset_key.to_user_string() == asset and e.partition}
-
-
-def outcome_of(ledger: Ledger, batch_id: str, topic: str, result: dg.ExecuteInProcessResult,
-               seconds: float) -> BatchOutcome:
-    """Where a run left its batch, what the batch drained per priority, and what this run itself did.
-
-    A run that succeeded without draining or committing anything found its batch's work done or
-    taken by another run (``own`` False): its numbers are that other run's, not this process's.
-    """
-    batch = ledger.get(batch_id)
-    drained, committed = materialized(result, DRAINED_ASSET), materialized(result, COMMITTED_ASSET)
-    own = not result.success or batch_id in drained | committed
-    drain = batch.drain if own else None
-    here: dict[int, int] = {}
-    for b in sorted(committed):
-        done = ledger.get(b).drain if b != batch_id else batch.drain
-        for p, n in (done.written_by_priority() if done is not None else {}).items():
-            here[p] = here.get(p, 0) + n
-    return BatchOutcome(
-        batch_id=batch.batch_id, logical_topic=topic, run_id=result.run_id, success=result.success,
-        state=batch.state, records=drain.written_by_priority() if drain is not None else {},
-        dead_letters=drain.dead if drain is not None else 0,
-        reason=batch.reason or (None if result.success else first_failure(result)), seconds=seconds,
-        own=own, committed_here=dict(sorted(here.items(), reverse=True)),
-    )
-
-
-def first_failure(result: dg.ExecuteInProcessResult) -> str:
-    for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            return event.step_failure_data.error.message.strip().splitlines()[0]
     return "the run failed"
 
 
@@ -536,24 +365,6 @@ class Woke(enum.Enum):
     WATCH = "records arrived"
     STOP = "a stop request"
 
-
-@dataclass(frozen=True)
-class Running:
-    """A run of the loop still executing: its request, when it started, the priority slots it holds, its thread."""
-
-    request: RunOrder
-    started: float
-    priorities: frozenset[int]
-    thread: RunThread
-
-
-def slot_priorities(tags: Mapping[str, str]) -> frozenset[int]:
-    """The priorities whose slots a run's batch takes, from its slot tags.
-
-    >>> sorted(slot_priorities({"kprio/slot-p0": "orders", "kprio/slot-p2": "orders", "kprio/why": "new"}))
-    [0, 2]
-    """
-    return frozenset(int(k[len(SLOT_TAG_PREFIX):]) for k in tags if k.startswith(SLOT_TAG_PREFIX))
 
 
 def config_of(defs: dg.Definitions) -> KprioConfig:

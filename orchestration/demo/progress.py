@@ -12,7 +12,7 @@ from orchestration.demo.producer import Arrival
 from orchestration.demo.workload import TIERS
 
 if TYPE_CHECKING:
-    from orchestration.dagster.drain_loop import BatchOutcome
+    from orchestration.dagster.drain_report import BatchOutcome
 
 
 class DemoProgress:

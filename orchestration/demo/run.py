@@ -49,7 +49,7 @@ from orchestration.demo.workload import Workload, demo_record_budget, demo_workl
 from orchestration.services.broker_security import BrokerSecurity
 
 if TYPE_CHECKING:
-    from orchestration.dagster.drain_loop import BatchOutcome
+    from orchestration.dagster.drain_report import BatchOutcome
 
 DEFAULT_RECORDS = 20_000
 

@@ -1,7 +1,10 @@
 """Local server processes kprio supervises: start one detached, wait on a condition, stop and reap.
 
 Waits are tenacity retries of a condition until a deadline; stopping is psutil's terminate,
-``wait_procs`` and kill, which also reaps a child we started (no zombie left behind).
+``wait_procs`` and kill, which also reaps a child we started (no zombie left behind). What a server
+kprio started is (its pid, its psutil create time, its ports) is kept in a :class:`StateFile`, so
+status and stop work from another process; a recorded pid counts only while :func:`live_process`
+finds the same process there.
 
 >>> wait_for(lambda: True, timeout_s=1)
 True
@@ -13,11 +16,13 @@ False
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -160,3 +165,38 @@ def log_tail(path: Path, start: int = 0, lines: int = 5, skip: Callable[[str], b
         return "(no log)"
     useful = [line.strip() for line in text if line.strip() and not (skip and skip(line))]
     return " | ".join(useful[-lines:]) or "(empty log)"
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """The JSON file in which kprio records a server it started, written whole (a temporary file moved into
+    place: a reader never sees half of it).
+
+    >>> import tempfile
+    >>> state = StateFile(Path(tempfile.mkdtemp()) / "server.json")
+    >>> state.read() is None
+    True
+    >>> state.write({"pid": 42, "port": 9092})
+    >>> state.read()
+    {'pid': 42, 'port': 9092}
+    >>> state.remove(); state.read() is None
+    True
+    """
+
+    path: Path
+
+    def read(self) -> dict | None:
+        """What was recorded; None when nothing is (no file, a data dir under a file, a file that is no JSON object)."""
+        try:
+            doc = json.loads(self.path.read_text())
+        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def write(self, doc: Mapping[str, object]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)

@@ -29,7 +29,6 @@ is stale and is removed by the next start or stop.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -40,7 +39,15 @@ import psutil
 
 from kprio_core.config import SparkSettings
 from kprio_core.errors import KprioError
-from orchestration.services.process import live_process, log_tail, port_open, spawn_detached, stop_process, wait_for
+from orchestration.services.process import (
+    StateFile,
+    live_process,
+    log_tail,
+    port_open,
+    spawn_detached,
+    stop_process,
+    wait_for,
+)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STATE_FILE = "server.json"
@@ -158,11 +165,12 @@ class SparkConnectServer:
     def log_path(self) -> Path:
         return self.connect_dir / LOG_FILE
 
+    @property
+    def _state_file(self) -> StateFile:
+        return StateFile(self.state_path)
+
     def _state(self) -> dict:
-        try:
-            return json.loads(self.state_path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
+        return self._state_file.read() or {}
 
     def _process(self) -> tuple[psutil.Process | None, dict]:
         state = self._state()
@@ -192,7 +200,7 @@ class SparkConnectServer:
             if not wait_for(lambda: port_open("127.0.0.1", self.port), self.start_timeout_s, interval_s=0.25):
                 raise SparkConnectServerError(self._not_answering(0))
             return self.status(), False
-        self.state_path.unlink(missing_ok=True)  # stale: its process is gone
+        self._state_file.remove()  # stale: its process is gone
         if port_open("127.0.0.1", self.port):
             raise SparkConnectServerError(
                 f"port {self.port} is already in use by another process: choose another with --port "
@@ -202,12 +210,12 @@ class SparkConnectServer:
                "--name", "kprio Spark Connect server", "--master", self.settings.master,
                *server_conf(self.settings, self.port)]
         process, log_from = spawn_detached(cmd, self.log_path, env=server_env(self.settings), cwd=self.connect_dir)
-        self.state_path.write_text(json.dumps({"pid": process.pid, "port": self.port,
-                                               "created_at": process.create_time(), "command": cmd}))
+        self._state_file.write({"pid": process.pid, "port": self.port, "created_at": process.create_time(),
+                                "command": cmd})
         up = wait_for(lambda: process.poll() is not None or port_open("127.0.0.1", self.port),
                       self.start_timeout_s, interval_s=0.25)
         if process.poll() is not None:
-            self.state_path.unlink(missing_ok=True)
+            self._state_file.remove()
             raise SparkConnectServerError(
                 f"Spark Connect server exited with code {process.returncode} while starting on port {self.port}: "
                 f"{log_tail(self.log_path, log_from, lines=3, skip=_noise)} (log: {self.log_path})"
@@ -248,7 +256,7 @@ class SparkConnectServer:
         """Stop the server and every process of its group; the status it had, None when none ran."""
         proc, _ = self._process()
         if proc is None:
-            self.state_path.unlink(missing_ok=True)
+            self._state_file.remove()
             return None
         was = self.status()
         self._stop(proc)
@@ -262,7 +270,7 @@ class SparkConnectServer:
         except TimeoutError as err:
             raise SparkConnectServerError(f"Spark Connect server from {self.connect_dir} could not be stopped: "
                                           f"{err}") from None
-        self.state_path.unlink(missing_ok=True)
+        self._state_file.remove()
 
     def _not_answering(self, log_from: int) -> str:
         return (f"Spark Connect server did not answer on port {self.port} within {self.start_timeout_s:g} s: "

@@ -105,7 +105,7 @@ def test_a_writer_overtaken_between_its_read_and_its_write_writes_nothing(make_t
     import sys
     from pathlib import Path
 
-    from orchestration.services.broker import wait_for
+    from orchestration.services.process import wait_for
 
     topic = make_topic(priorities=1, partitions=1, records={0: 60})
     tp = (topic.priority_topic(0), 0)

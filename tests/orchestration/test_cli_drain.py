@@ -86,7 +86,7 @@ def test_two_drains_started_together_drain_every_batch_once_and_report_only_thei
     # as soon as the first has recorded a plan, so that both work on the same batches at the same time.
     from kprio_core.ledger import BatchState, Ledger, ledger_exists
     from orchestration.dagster.instance import open_instance
-    from orchestration.services.broker import wait_for
+    from orchestration.services.process import wait_for
     from tests.orchestration.conservation import conservation
     from tests.orchestration.test_recovery import REPO, child_config
 

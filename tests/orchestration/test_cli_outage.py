@@ -17,8 +17,8 @@ import pytest
 from kprio_core.config import KafkaSettings
 from kprio_core.kafka.client import new_consumer
 from orchestration.cli.outage import OutageLines, cluster_probe
-from orchestration.services.broker import EmbeddedBroker, wait_for
-from orchestration.services.process import free_port
+from orchestration.services.broker import EmbeddedBroker
+from orchestration.services.process import free_port, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ import pytest
 from kprio_core.ledger import BatchState
 from kprio_core.lifecycle.loop import Until
 from orchestration.dagster import drain_loop
-from orchestration.services.broker import wait_for
+from orchestration.services.process import wait_for
 from tests.fixtures.kafka import fill
 from tests.orchestration.conservation import conservation
 

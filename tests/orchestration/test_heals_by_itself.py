@@ -28,7 +28,7 @@ from kprio_core.ledger import BatchState, Ledger
 from kprio_core.lifecycle.loop import Until
 from orchestration.dagster import drain_loop
 from orchestration.dagster.definitions import build_definitions
-from orchestration.services.broker import wait_for
+from orchestration.services.process import wait_for
 from tests.fixtures.postgres import postgres_server  # noqa: F401 (fixture)
 from tests.fixtures.small_disks import read_only_dir
 from tests.orchestration.conservation import conservation, lag

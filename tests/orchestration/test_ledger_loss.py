@@ -15,7 +15,7 @@ from kprio_core.ledger import Ledger, parse_batch_id
 from orchestration.dagster import drain_loop
 from orchestration.dagster.definitions import build_definitions
 from orchestration.dagster.sensors import tick
-from orchestration.services.broker import wait_for
+from orchestration.services.process import wait_for
 from spark_jobs import tables
 from spark_jobs.drain import drain_batch
 from spark_jobs.layout import OUTPUT

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from kprio_core.ledger import Ledger
 from orchestration.cli.main import app
-from orchestration.services.broker import wait_for
+from orchestration.services.process import wait_for
 from tests.orchestration.conservation import conservation, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]

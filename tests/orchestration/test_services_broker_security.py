@@ -15,7 +15,7 @@ from cryptography import x509
 from typer.testing import CliRunner
 
 from orchestration.cli.main import app
-from orchestration.services.broker import NodePorts, server_properties
+from orchestration.services.broker.props import NodePorts, server_properties
 from orchestration.services.broker_security import BrokerSecurity, Security
 from orchestration.services.tls import TlsFiles, keystore_names, load_ca, make_files, opens
 

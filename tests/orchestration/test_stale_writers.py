@@ -17,7 +17,7 @@ import pytest
 
 from kprio_core.kafka.produce import Record, produce
 from kprio_core.ledger import BatchState, Ledger
-from orchestration.services.broker import wait_for
+from orchestration.services.process import wait_for
 from tests.orchestration.conservation import conservation, lag
 from tests.orchestration.test_recovery import CHILD_TIMEOUT_S, child_config, finish, kill_group, output_of, start
 

@@ -20,7 +20,7 @@ from kprio_core.lifecycle.loop import Until
 from orchestration.dagster import drain_loop
 from orchestration.dagster.sensors import SENSOR_NAME, tick
 from orchestration.runtime.healing import CAUSE_SEEN, probe_causes
-from orchestration.services.broker import wait_for
+from orchestration.services.process import wait_for
 from tests.fixtures.small_disks import read_only_dir, tiny_disk
 from tests.orchestration.conservation import conservation, lag
 

@@ -18,7 +18,7 @@ from kprio_core.config import KafkaSettings, KprioConfig
 from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import RangeConflict
 from kprio_core.offsets import OffsetRange
-from orchestration.services.broker import wait_for
+from orchestration.services.process import wait_for
 from spark_jobs.connector import artifact_of
 from spark_jobs.drain import drain_batch
 from spark_jobs.native import (NativeReaderUnavailable, class_available, connector_available, jvm_lost_range,
