@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from kprio_core.ledger import Ledger
-from orchestration.services.broker import wait_for
+from orchestration.services.process import wait_for
 
 PAUSES = 10
 
