@@ -208,6 +208,11 @@ def test_missing_options_are_config_errors():
         KafkaSource({"splits": '[{"topic": "t"}]', "kafka.bootstrap.servers": "x:1"}).reader(None)
     with pytest.raises(ConfigError, match="not a drain spec"):
         KafkaSource({"splits": "[]", "kafka.bootstrap.servers": "x:1", "drain": '{"batch_id": 1}'}).reader(None)
+    with pytest.raises(ConfigError, match=r"^spark.fetch_max_bytes: .* \(kprio-kafka option 'settings'\)$"):
+        KafkaSource({"splits": "[]", "settings": '{"spark": {"fetch_max_bytes": 1}}'}).reader(None)
+    with pytest.raises(ConfigError, match="not a valid JSON|Invalid JSON") as caught:
+        KafkaSource({"splits": "[]", "settings": '{"kafka": {"secrets": {"sasl.password": "hunter2"'}).reader(None)
+    assert "hunter2" not in str(caught.value)  # the value of a bad option is never echoed: it may be a secret
 
 
 def test_format_name_is_not_kafka():
