@@ -44,8 +44,10 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    SerializationInfo,
     ValidationError,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -63,6 +65,11 @@ ENV_KAFKA_TIMEOUT = "KPRIO_KAFKA_TIMEOUT_S"
 ENV_LEDGER_PASSWORD = "KPRIO_LEDGER_PASSWORD"
 """Sets ``kafka.timeout_s`` (kprio's own setting, not a librdkafka one)."""
 DEFAULT_CONFIG_FILE = "kprio.yaml"
+WITH_SECRETS = "kprio.with_secrets"
+"""A serialization context key: ``model_dump_json(context={WITH_SECRETS: True})`` writes the Kafka secrets in clear
+(else masked, as pydantic masks a ``SecretStr``). Only the python reader's settings option is written so
+(:meth:`spark_jobs.range_reader.ReadSettings.to_option`): its executors need them, and Spark shows no option of a
+Python data source in its plans or event log."""
 
 LIBRDKAFKA_SECRETS = (
     "sasl.password",
@@ -302,6 +309,13 @@ class KafkaSettings(_Model):
         if why:
             raise ValueError(why)
         return value
+
+    @field_serializer("secrets", when_used="json")
+    def _secrets_masked_unless_asked(self, value: dict[str, SecretStr], info: SerializationInfo) -> dict[str, str]:
+        """JSON holds a secret's value only under the context :data:`WITH_SECRETS`, else ``**********``."""
+        if (info.context or {}).get(WITH_SECRETS):
+            return {name: secret.get_secret_value() for name, secret in value.items()}
+        return {name: str(secret) for name, secret in value.items()}
 
     def client_config(self) -> dict[str, str | int | float | bool]:
         """The librdkafka settings of every kprio client, security and secrets included (never log this).

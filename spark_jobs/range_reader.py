@@ -14,10 +14,22 @@ holds (below its log start, or beyond its end) are lost; without ``allow_data_lo
 raises :class:`~kprio_core.errors.RangeIncomplete` naming topic, partition and offsets. With it,
 the read goes on past the loss (logged) and the caller's tracker carries it to the drain's stats.
 
->>> fetch_settings_conf(FetchSettings(16 << 20, 4 << 20, 16384))["max.partition.fetch.bytes"]
+The settings of a read are one value, :class:`ReadSettings`: the sections of
+:class:`~kprio_core.config.KprioConfig` it uses, as validated, frozen and picklable. The driver
+writes it into the source's one ``settings`` option, the source validates it back once, and every
+task gets it as it is: no option is parsed by hand, and every default is the one written in
+:mod:`kprio_core.config`.
+
+>>> from kprio_core.config import KprioConfig, SparkSettings
+>>> fetch_settings_conf(SparkSettings())["max.partition.fetch.bytes"]
 4194304
->>> fetch_settings_conf(FetchSettings(4096, 2048, 64))["message.max.bytes"]
+>>> fetch_settings_conf(SparkSettings(fetch_max_bytes=4096, max_partition_fetch_bytes=2048))["message.max.bytes"]
 4096
+>>> settings = ReadSettings.of(KprioConfig(kafka={"timeout_s": 0.5}, spark={"arrow_batch_records": 7}))
+>>> settings.spark.arrow_batch_records, settings.allow_data_loss, settings.stall_timeout_s
+(7, False, 1.0)
+>>> ReadSettings.of_option(settings.to_option()) == settings
+True
 """
 
 from __future__ import annotations
@@ -28,9 +40,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kprio_core.config import WITH_SECRETS, DrainSettings, KafkaSettings, KprioConfig, SparkSettings, config_error
 from kprio_core.offsets import OffsetRange
 from spark_jobs.completeness import RangeTracker, incomplete_error
 
@@ -42,42 +56,72 @@ consume returns when it has the records asked for or at its timeout, even at the
 partition: a range that ends on transaction markers or aborted records waits one slice for them."""
 
 
-@dataclass(frozen=True, slots=True)
-class FetchSettings:
-    """librdkafka fetch limits that bound a reader's memory."""
+class ReadSettings(BaseModel):
+    """What a range read needs besides the range: the sections of ``KprioConfig`` the executors use, as validated.
 
-    fetch_max_bytes: int
-    max_partition_fetch_bytes: int
-    queued_max_messages_kbytes: int
+    Frozen and picklable (a Spark task gets it pickled inside the source's reader); no default of its
+    own: each field's is the one :mod:`kprio_core.config` writes. Its repr and its plain JSON mask the
+    secrets; only :meth:`to_option` writes them.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kafka: KafkaSettings = KafkaSettings()
+    """The client settings (secrets included), the isolation level, and the stall bound (``timeout_s``)."""
+    spark: SparkSettings = SparkSettings()
+    """The fetch limits and the records per Arrow batch."""
+    allow_data_loss: bool = DrainSettings.model_fields["allow_data_loss"].default
+    """``drain.allow_data_loss``, or what the caller chose for one read: read on past a loss instead of failing."""
+
+    @classmethod
+    def of(cls, config: KprioConfig, *, allow_data_loss: bool | None = None) -> ReadSettings:
+        """The read settings of ``config`` (``allow_data_loss``: None for ``drain.allow_data_loss``)."""
+        loss = config.drain.allow_data_loss if allow_data_loss is None else allow_data_loss
+        return cls(kafka=config.kafka, spark=config.spark, allow_data_loss=loss)
+
+    def to_option(self) -> str:
+        """The one data source option that carries these settings: JSON, secrets in clear (never log it)."""
+        return self.model_dump_json(context={WITH_SECRETS: True})
+
+    @classmethod
+    def of_option(cls, text: str, where: str = "option 'settings'") -> ReadSettings:
+        """The settings back from :meth:`to_option`; ConfigError naming the bad key (never its value) otherwise."""
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as err:
+            raise config_error(err, where) from None
+
+    def client(self) -> dict[str, str | int | float | bool]:
+        """The librdkafka settings of the executors' consumers, secrets included (never log this)."""
+        return self.kafka.consumer_config()
+
+    @property
+    def stall_timeout_s(self) -> float:
+        """How long a range read waits without progress before it gives up: ``kafka.timeout_s``, at least 1 s."""
+        return max(self.kafka.timeout_s, 1.0)
+
+    @property
+    def batch_records(self) -> int:
+        return self.spark.arrow_batch_records
 
 
-@dataclass(frozen=True, slots=True)
-class ReadSettings:
-    """Everything a range read needs besides the range and the client settings (picklable)."""
-
-    fetch: FetchSettings
-    batch_records: int = 10_000
-    allow_data_loss: bool = False
-    stall_timeout_s: float = 30.0
-
-
-def fetch_settings_conf(fetch: FetchSettings) -> dict[str, Any]:
+def fetch_settings_conf(spark: SparkSettings) -> dict[str, Any]:
     """librdkafka settings for the fetch limits (message.max.bytes may not exceed fetch.max.bytes)."""
     conf: dict[str, Any] = {
-        "fetch.max.bytes": fetch.fetch_max_bytes,
-        "max.partition.fetch.bytes": fetch.max_partition_fetch_bytes,
-        "queued.max.messages.kbytes": fetch.queued_max_messages_kbytes,
-        "receive.message.max.bytes": max(100_000_000, fetch.fetch_max_bytes + 512),
+        "fetch.max.bytes": spark.fetch_max_bytes,
+        "max.partition.fetch.bytes": spark.max_partition_fetch_bytes,
+        "queued.max.messages.kbytes": spark.queued_max_messages_kbytes,
+        "receive.message.max.bytes": max(100_000_000, spark.fetch_max_bytes + 512),
     }
-    if fetch.fetch_max_bytes < 1_000_000:
-        conf["message.max.bytes"] = fetch.fetch_max_bytes
+    if spark.fetch_max_bytes < 1_000_000:
+        conf["message.max.bytes"] = spark.fetch_max_bytes
     return conf
 
 
-def consumer_conf(client: Mapping[str, Any], fetch: FetchSettings) -> dict[str, Any]:
+def consumer_conf(client: Mapping[str, Any], spark: SparkSettings) -> dict[str, Any]:
     """A throwaway, never-committing consumer that reports end of partition and offset-out-of-range."""
     conf = dict(client)
-    conf.update(fetch_settings_conf(fetch))
+    conf.update(fetch_settings_conf(spark))
     conf.update(
         {
             # A fresh group id per read: the reader never joins or commits to a real group.
@@ -175,7 +219,7 @@ def read_range(
     tracker = tracker if tracker is not None else RangeTracker(rng)
     if rng.count == 0:
         return
-    consumer = ck.Consumer(consumer_conf(client, settings.fetch))
+    consumer = ck.Consumer(consumer_conf(client, settings.spark))
     committed_only = str(client.get("isolation.level", "read_committed")) == "read_committed"
     end_name = "last stable offset" if committed_only else "high watermark"
     tp = ck.TopicPartition(rng.topic, rng.partition, rng.start)

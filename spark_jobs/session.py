@@ -7,7 +7,7 @@ Where each :class:`~kprio_core.config.SparkSettings` field acts:
 - ``conf``: applied to the session after kprio's defaults (over Spark Connect only runtime
   settings take: static ones are the server's);
 - ``arrow_batch_records``: the session's ``spark.sql.execution.arrow.maxRecordsPerBatch`` here, and
-  the source's ``arrowBatchRecords`` and the Parquet row groups (:func:`spark_jobs.source.source_options`);
+  the source's Arrow batches (:class:`spark_jobs.range_reader.ReadSettings`) and the Parquet row groups;
 - ``reader``, ``fetch_max_bytes``, ``max_partition_fetch_bytes``, ``queued_max_messages_kbytes``: the
   drain's reader and the executors' consumers (:mod:`spark_jobs.drain`, :mod:`spark_jobs.source`);
 - ``connect_port``, ``connect_dir``: the Spark Connect server kprio starts (``kprio spark start``),

@@ -21,19 +21,24 @@ gapped range raises :class:`~kprio_core.errors.RangeIncomplete` naming the missi
 Options (all strings, names case-insensitive):
 
 - ``splits``: JSON list of ``{"topic", "partition", "start", "end", "priority"}``;
-- ``kafka.<setting>``: librdkafka settings, ``kafka.bootstrap.servers`` required (secrets may
-  travel here: the source never logs or shows its options);
-- ``fetchMaxBytes``, ``maxPartitionFetchBytes``, ``queuedMaxMessagesKbytes``: fetch limits;
-- ``arrowBatchRecords``: records per Arrow batch;
-- ``allowDataLoss``: ``true`` reads on past gaps (the drain records them) instead of failing;
-- ``stallTimeoutSeconds``: a range read gives up after this long without a record;
+- ``settings``: the read settings, one value (:class:`~spark_jobs.range_reader.ReadSettings`: the
+  ``kafka`` and ``spark`` sections of ``KprioConfig`` and ``allow_data_loss``, as
+  :meth:`~spark_jobs.range_reader.ReadSettings.to_option` writes them, secrets included: Spark's
+  plans and event log show no option of a Python data source); validated once when the read is
+  planned, then carried to every task as it is, frozen and pickled. Left out, every setting has
+  its default from :mod:`kprio_core.config`, and ``kafka.bootstrap.servers`` is required;
+- ``kafka.<setting>``: librdkafka settings for a direct read, added to those of ``settings``
+  (the source never logs or shows its options);
 - ``drain``: the drain spec (JSON), for the drain mode;
 - ``drainTasks``: at most this many input partitions in drain mode.
 
 >>> from kprio_core.config import KprioConfig
 >>> opts = source_options(KprioConfig(), [PlannedRange(2, OffsetRange("demo-2", 0, 0, 50))])
->>> opts["splits"], opts["kafka.bootstrap.servers"], opts["allowDataLoss"]
-('[{"topic":"demo-2","partition":0,"start":0,"end":50,"priority":2}]', '127.0.0.1:9092', 'false')
+>>> opts["splits"], sorted(opts)
+('[{"topic":"demo-2","partition":0,"start":0,"end":50,"priority":2}]', ['settings', 'splits'])
+>>> reader = KafkaSource(opts).reader(None)
+>>> reader.settings == ReadSettings.of(KprioConfig()), reader.client["bootstrap.servers"]
+(True, '127.0.0.1:9092')
 >>> splits = parse_splits('[{"topic":"o-2","partition":0,"start":0,"end":5,"priority":2},'
 ...     '{"topic":"o-0","partition":1,"start":9,"end":12,"priority":0},'
 ...     '{"topic":"o-2","partition":0,"start":5,"end":8,"priority":2}]')
@@ -57,7 +62,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import ConfigError, KprioError
 from kprio_core.offsets import OffsetRange
-from spark_jobs.range_reader import FetchSettings, ReadSettings
+from spark_jobs.range_reader import ReadSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -93,32 +98,19 @@ class TaskReads(InputPartition):
 def source_options(config: KprioConfig, splits: Sequence[PlannedRange], *, drain: DrainSpec | None = None,
                    tasks: int | None = None, allow_data_loss: bool | None = None) -> dict[str, str]:
     """The data source options for ``splits`` (secrets included: never log the result)."""
-    spark = config.spark
-    loss = config.drain.allow_data_loss if allow_data_loss is None else allow_data_loss
     opts = {
         "splits": json.dumps(
             [{"topic": s.range.topic, "partition": s.range.partition, "start": s.range.start, "end": s.range.end,
               "priority": s.priority} for s in splits],
             separators=(",", ":"),
         ),
-        "fetchMaxBytes": str(spark.fetch_max_bytes),
-        "maxPartitionFetchBytes": str(spark.max_partition_fetch_bytes),
-        "queuedMaxMessagesKbytes": str(spark.queued_max_messages_kbytes),
-        "arrowBatchRecords": str(spark.arrow_batch_records),
-        "allowDataLoss": str(loss).lower(),
-        "stallTimeoutSeconds": str(max(config.kafka.timeout_s, 1.0)),
+        "settings": ReadSettings.of(config, allow_data_loss=allow_data_loss).to_option(),
     }
     if drain is not None:
         opts["drain"] = drain.to_json()
     if tasks is not None:
         opts["drainTasks"] = str(tasks)
-    opts.update({f"kafka.{k}": _text(v) for k, v in config.kafka.consumer_config().items()})
     return opts
-
-
-def _text(value: object) -> str:
-    # librdkafka spells booleans in lower case.
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def register(spark: SparkSession) -> None:
@@ -189,23 +181,6 @@ def input_partitions(splits: Sequence[PlannedRange], *, by_topic_partition: bool
     return [TaskReads(t) for t in sorted(tasks_reads, key=lambda t: (t[0].topic, t[0].partition))]
 
 
-def read_settings(opts: Mapping[str, str]) -> ReadSettings:
-    """The read settings from lower-cased options; ConfigError naming a bad number."""
-    try:
-        return ReadSettings(
-            fetch=FetchSettings(
-                int(opts.get("fetchmaxbytes", 16 << 20)),
-                int(opts.get("maxpartitionfetchbytes", 4 << 20)),
-                int(opts.get("queuedmaxmessageskbytes", 16 << 10)),
-            ),
-            batch_records=int(opts.get("arrowbatchrecords", 10_000)),
-            allow_data_loss=opts.get("allowdataloss", "false").lower() == "true",
-            stall_timeout_s=float(opts.get("stalltimeoutseconds", 30.0)),
-        )
-    except ValueError as err:
-        raise ConfigError(f"{FORMAT}: bad numeric option: {err}") from None
-
-
 class KafkaSource(DataSource):
     """``spark.read.format("kprio-kafka")``: exact offset ranges as records, or drained into stats rows."""
 
@@ -231,9 +206,11 @@ class KafkaSource(DataSource):
         opts = self._opts()
         if "splits" not in opts:
             raise ConfigError(f"{FORMAT}: option 'splits' is required")
-        client = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
-        if "bootstrap.servers" not in client:
-            raise ConfigError(f"{FORMAT}: option 'kafka.bootstrap.servers' is required")
+        extra = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
+        if "settings" not in opts and "bootstrap.servers" not in extra:
+            raise ConfigError(f"{FORMAT}: option 'kafka.bootstrap.servers' is required (or 'settings')")
+        settings = ReadSettings.of_option(opts["settings"], f"{FORMAT} option 'settings'") if "settings" in opts \
+            else ReadSettings()
         try:
             spec = DrainSpec.from_json(opts["drain"]) if "drain" in opts else None
         except ValueError as err:
@@ -243,13 +220,13 @@ class KafkaSource(DataSource):
         except ValueError as err:
             raise ConfigError(f"{FORMAT}: bad numeric option: {err}") from None
         parts = input_partitions(parse_splits(opts["splits"]), by_topic_partition=spec is not None, tasks=tasks)
-        return KafkaReader(parts, client, read_settings(opts), spec)
+        return KafkaReader(parts, {**settings.client(), **extra}, settings, spec)
 
 
 class KafkaReader(DataSourceReader):
     """Plans the input partitions; reads (records mode) or drains (drain mode) one of them."""
 
-    def __init__(self, parts: list[TaskReads], client: dict[str, str], settings: ReadSettings,
+    def __init__(self, parts: list[TaskReads], client: Mapping[str, object], settings: ReadSettings,
                  spec: DrainSpec | None) -> None:
         self.parts = parts
         self.client = client

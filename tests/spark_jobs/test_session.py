@@ -9,7 +9,7 @@ import pytest
 
 from kprio_core.config import KprioConfig, SparkSettings
 from spark_jobs.session import session_conf
-from spark_jobs.source import source_options
+from spark_jobs.source import KafkaSource, source_options
 
 WHERE_EACH_SETTING_ACTS = {
     "master": "the session's master (test_the_session_runs_this_interpreter_in_utc_with_the_source_registered)",
@@ -32,9 +32,10 @@ def test_every_spark_setting_is_accounted_for_and_reaches_where_it_acts():
     conf = session_conf(changed)
     assert conf["spark.sql.session.timeZone"] == "Europe/Paris"  # configured settings win over kprio's defaults
     assert conf["spark.sql.execution.arrow.maxRecordsPerBatch"] == "123"
-    opts = source_options(KprioConfig(spark=changed), [])
-    assert (opts["arrowBatchRecords"], opts["fetchMaxBytes"], opts["maxPartitionFetchBytes"],
-            opts["queuedMaxMessagesKbytes"]) == ("123", "2048", "1025", "3")
+    settings = KafkaSource(source_options(KprioConfig(spark=changed), [])).reader(None).settings  # a task's
+    assert (settings.spark.arrow_batch_records, settings.spark.fetch_max_bytes, settings.spark.max_partition_fetch_bytes,
+            settings.spark.queued_max_messages_kbytes) == (123, 2048, 1025, 3)
+    assert settings.spark == changed
 
 
 @pytest.mark.spark

@@ -86,7 +86,6 @@ def test_a_read_asks_for_metadata_only_when_its_first_slice_brings_nothing(kafka
     from kprio_core.errors import KafkaOperationFailed
     from spark_jobs import range_reader
     from spark_jobs.kafka_schema import arrow_schema_of, kafka_struct
-    from spark_jobs.source import read_settings
 
     checked: list[OffsetRange] = []
     real = range_reader._check_partition
@@ -98,9 +97,8 @@ def test_a_read_asks_for_metadata_only_when_its_first_slice_brings_nothing(kafka
     monkeypatch.setattr(range_reader, "_check_partition", check_partition)
     topic = make_topic(priorities=1, partitions=2, records={0: 8})
     name = topic.priority_topic(0)
-    client = {k[len("kafka."):]: v for k, v in source_options(_config(kafka_settings), []).items()
-              if k.startswith("kafka.")}
-    settings, schema = read_settings({}), arrow_schema_of(kafka_struct())
+    reader = KafkaSource(source_options(_config(kafka_settings), [])).reader(None)  # what a task gets
+    client, settings, schema = reader.client, reader.settings, arrow_schema_of(kafka_struct())
     monkeypatch.setattr(range_reader, "POLL_SLICE_S", 10.0)  # the records come long before a slice ends
     there = OffsetRange(name, 0, 0, 4)
     assert sum(b.num_rows for b in range_reader.read_range(there, client, settings, schema)) == 4
@@ -161,9 +159,11 @@ def test_options_carry_no_secret_into_the_readers_repr(kafka_settings, drain):
     spec = DrainSpec("b-1", 1, "t", "spark_jobs.handlers:decode_json", (), Validity(), Ordering.PARTITION, 1, (),
                      "s3://bucket/out?secret_key=hunter3", "/dead", 100) if drain else None
     opts = source_options(config, [], drain=spec)
-    assert opts["kafka.sasl.password"] == "hunter2"  # the executors need it...
+    assert "hunter2" in opts["settings"] and "secrets" in opts["settings"]  # in the option Spark redacts...
     reader = KafkaSource(opts).reader(KafkaSource(opts).schema())
+    assert reader.client["sasl.password"] == "hunter2"  # ...the executors need it...
     assert "hunter2" not in repr(reader) and "hunter3" not in repr(reader)  # ...but it is never shown
+    assert "hunter2" not in repr(reader.settings) and "hunter2" not in reader.settings.model_dump_json()
     assert ("DrainSpec(b-1.1" in repr(reader)) == drain
 
 
@@ -208,6 +208,11 @@ def test_missing_options_are_config_errors():
         KafkaSource({"splits": '[{"topic": "t"}]', "kafka.bootstrap.servers": "x:1"}).reader(None)
     with pytest.raises(ConfigError, match="not a drain spec"):
         KafkaSource({"splits": "[]", "kafka.bootstrap.servers": "x:1", "drain": '{"batch_id": 1}'}).reader(None)
+    with pytest.raises(ConfigError, match=r"^spark.fetch_max_bytes: .* \(kprio-kafka option 'settings'\)$"):
+        KafkaSource({"splits": "[]", "settings": '{"spark": {"fetch_max_bytes": 1}}'}).reader(None)
+    with pytest.raises(ConfigError, match="not a valid JSON|Invalid JSON") as caught:
+        KafkaSource({"splits": "[]", "settings": '{"kafka": {"secrets": {"sasl.password": "hunter2"'}).reader(None)
+    assert "hunter2" not in str(caught.value)  # the value of a bad option is never echoed: it may be a secret
 
 
 def test_format_name_is_not_kafka():
