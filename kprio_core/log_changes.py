@@ -19,7 +19,7 @@ moved it; retention is the oldest rule and sees what is left):
 6. retention (``PartitionLag.lost_to_retention``) — held unless ``drain.allow_data_loss``;
 7. :func:`partition_added` — a partition kprio never saw on a topic it knows: drained from its start.
 
->>> from kprio_core.snapshot import PartitionLag
+>>> from kprio_core.model.snapshot import PartitionLag
 >>> b = Belief("orders-2", 0, topic_id="A", incarnation=1, committed=100)
 >>> lag = PartitionLag("orders-2", 0, priority=2, log_start=0, high_watermark=30, committed=100)
 >>> c = classify(b, lag, topic_id="B", topic_known=True)
@@ -38,8 +38,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from kprio_core.config import OnOffsetOutOfRange
-from kprio_core.offsets import OffsetRange, TopicPartitionKey
-from kprio_core.snapshot import LagSnapshot, PartitionLag
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 
 
 class LogState(str, enum.Enum):
@@ -400,7 +400,7 @@ def parse_partition(text: str) -> tuple[str, int]:
 def observe(snapshot: LagSnapshot, beliefs: Mapping[TopicPartitionKey, Belief]) -> tuple[Change, ...]:
     """Every partition of the snapshot, and every believed partition of a deleted topic, classified.
 
-    >>> from kprio_core.snapshot import LagSnapshot
+    >>> from kprio_core.model.snapshot import LagSnapshot
     >>> snap = LagSnapshot("o", 1, (PartitionLag("o-0", 0, 0, 0, 10, 4), PartitionLag("o-0", 1, 0, 0, 5, None)),
     ...                    topic_ids={"o-0": "A"}, deleted=("o-9",))
     >>> beliefs = {("o-0", 0): Belief("o-0", 0, "A", 1, 4), ("o-9", 0): Belief("o-9", 0, "Z", 1, 8)}

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
 from spark_jobs.completeness import RangeTracker, incomplete_error
 
 LOGGER = logging.getLogger("kprio.reader")

@@ -8,8 +8,8 @@ decides what follows a run's drain and its checks (go on, split off, fail whole,
 or not), for a replay too. :mod:`kprio_core.lifecycle.loop` decides what ``kprio drain``'s loop
 does after a tick (tick again, when, or stop and why).
 
-A batch's states are :class:`kprio_core.ledger.BatchState` and the one table of allowed moves is
-:data:`kprio_core.ledger.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
+A batch's states are :class:`kprio_core.model.states.BatchState` and the one table of allowed moves is
+:data:`kprio_core.model.states.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
 failed and committed go back to planned only through retry and replay). Who may move each:
 
 - **recorded (-> planned)**: the tick (:mod:`kprio_core.lifecycle.tick` decides a

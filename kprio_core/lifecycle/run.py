@@ -63,15 +63,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from kprio_core.errors import BrokerUnreachable, LeaseLost, LogChanged, OutputUnavailable, SparkUnavailable
-from kprio_core.ledger.states import BatchState
 from kprio_core.lifecycle.runs import LaunchReason
-from kprio_core.offsets import OffsetRange
-from kprio_core.recovery import Lease, may_retry, parse_owner, retry_delay_s
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.recovery import Lease, may_retry, parse_owner, retry_delay_s
+from kprio_core.model.states import BatchState
 
 if TYPE_CHECKING:
     from kprio_core.config import RecoverySettings
-    from kprio_core.drain_plan import PlannedRange
-    from kprio_core.ledger import Batch
+    from kprio_core.model.drain_plan import PlannedRange
+    from kprio_core.model.records import Batch
 
 SLOT_WAIT_S = 900.0
 """Longest a run waits for a priority slot, for another run of its batch, or for the batches before it to commit."""
@@ -508,7 +508,7 @@ def isolating_split(ranges: Sequence[PlannedRange]) -> tuple[OffsetRange, ...]:
     2. one priority over several partitions: the ranges of the later half of its partitions;
     3. one partition: nothing (the batch is as small as a split makes it; it fails as it is).
 
-    >>> from kprio_core.drain_plan import PlannedRange
+    >>> from kprio_core.model.drain_plan import PlannedRange
     >>> r = lambda p, t, q: PlannedRange(p, OffsetRange(t, q, 0, 10))
     >>> [str(x) for x in isolating_split([r(2, "o-2", 0), r(0, "o-0", 0), r(0, "o-0", 1)])]
     ['o-0[0]@[0,10)', 'o-0[1]@[0,10)']

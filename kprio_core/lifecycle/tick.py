@@ -72,9 +72,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kprio_core.config import KprioConfig, TopicSettings
-from kprio_core.drain_plan import DrainPlan
 from kprio_core.errors import BrokerUnreachable, KprioError
-from kprio_core.ledger import Batch, BatchState, DrainedSample, DrainSample, Hold
 from kprio_core.lifecycle.decision import (
     CarryOutLogChanges,
     Decision,
@@ -89,12 +87,15 @@ from kprio_core.lifecycle.log_rules import after_decisions, incarnations, log_de
 from kprio_core.lifecycle.runs import BatchRuns, Launch, LaunchReason, run_key_of
 from kprio_core.lifecycle.view import LedgerView, TickInputs
 from kprio_core.log_changes import Outcome, Superseded
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.drain_plan import DrainPlan
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import Batch, DrainedSample, DrainSample, Hold
+from kprio_core.model.recovery import may_retry, parse_owner
+from kprio_core.model.snapshot import LagSnapshot
+from kprio_core.model.states import BatchState
 from kprio_core.planner import Budget, fair_shares, plan_batch
-from kprio_core.priority import Priority
 from kprio_core.rate import RateQuotaTracker
-from kprio_core.recovery import may_retry, parse_owner
-from kprio_core.snapshot import LagSnapshot
 
 MIN_TARGET_RECORDS = 100
 """Smallest batch the target duration may size: below it a batch is all fixed cost."""
@@ -194,7 +195,7 @@ def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max
     before its backoff on a driver's ``fresh_start`` (a driver just started, or a cause it saw passed).
 
     >>> from kprio_core.lifecycle.examples import T0, batch
-    >>> from kprio_core.ledger import BatchState
+    >>> from kprio_core.model.states import BatchState
     >>> full_disk = batch("b-000004", state=BatchState.FAILED, transient=True, retry_at=T0)
     >>> retry_failed([full_disk], BatchRuns(), now=T0, max_attempts=3, full={}, cause="the output root /o is full")
     ([], ['b-000004 waits for its cause to pass (the output root /o is full)'])
@@ -374,8 +375,8 @@ def split_caught_up(plan: DrainPlan, backlog: Mapping[Priority, int], throughput
     the bulk is the priorities whose records drain for :data:`SPLIT_MIN_S` or longer, and the others
     are the caught-up batch.
 
-    >>> from kprio_core.drain_plan import PlannedRange
-    >>> from kprio_core.offsets import OffsetRange
+    >>> from kprio_core.model.drain_plan import PlannedRange
+    >>> from kprio_core.model.offsets import OffsetRange
     >>> ranges = (PlannedRange(2, OffsetRange("o-2", 0, 0, 4)), PlannedRange(0, OffsetRange("o-0", 0, 0, 400_000)))
     >>> plan = DrainPlan("o", "lag-aware", 404_004, None, {}, {}, ranges)
     >>> [p.records_by_priority() for p in split_caught_up(plan, {2: 4, 0: 900_000}, throughput=400_000.0)]
@@ -407,7 +408,7 @@ def planned_topic_ids(plan: DrainPlan, snapshot: LagSnapshot) -> dict[str, str]:
     the cluster reports ids): the log a batch must still be reading when it publishes and commits.
 
     >>> from kprio_core.lifecycle.examples import snapshot
-    >>> from kprio_core.drain_plan import PlannedRange
+    >>> from kprio_core.model.drain_plan import PlannedRange
     >>> snap = dataclasses.replace(snapshot(backlog={2: 5}), topic_ids={"orders-2": "A", "orders-1": "B"})
     >>> plan = DrainPlan("orders", "lag-aware", 5, None, {}, {}, (PlannedRange(2, OffsetRange("orders-2", 0, 0, 5)),))
     >>> planned_topic_ids(plan, snap)

@@ -13,13 +13,13 @@ from datetime import datetime
 
 from kprio_core.burst import PollHistory
 from kprio_core.errors import KprioError
-from kprio_core.ledger import Batch, BatchState, DrainedSample, Hold, LaunchClaim, LogEvent
-from kprio_core.ledger.records import batch_number
 from kprio_core.lifecycle.runs import BatchRuns
 from kprio_core.log_changes import Belief, Superseded, with_commits_under_way
-from kprio_core.offsets import OffsetRange, TopicPartitionKey
-from kprio_core.priority import Priority
-from kprio_core.snapshot import LagSnapshot
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import Batch, DrainedSample, Hold, LaunchClaim, LogEvent, batch_number
+from kprio_core.model.snapshot import LagSnapshot
+from kprio_core.model.states import BatchState
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,37 @@ TOO_LONG_FOR_NOW = {
 }
 
 
+CORE_FLOORS = {
+    # kprio_core's floors (docs/architecture.md), module prefix -> floor; a module's floor is its longest prefix.
+    "kprio_core.model": "model",  # values with no I/O: offsets, plans, records, states, results, leases
+    # The typed errors every floor raises are values too; they stay where their hundred importers find them.
+    "kprio_core.errors": "model",
+    "kprio_core.ledger": "adapter",  # SQLAlchemy
+    "kprio_core.kafka": "adapter",  # confluent-kafka
+    "kprio_core.jar_cache": "adapter",  # files and downloads
+    "kprio_core.java": "adapter",  # runs java
+    "kprio_core.simulator": "simulator",
+    "kprio_core.traces": "simulator",  # the simulator's traces, read from files
+    # Everything else: the pure rules (lifecycle, planner, quota, burst, rate, splits, lanes, log changes). The
+    # settings model (config.py) reads kprio.yaml when asked to; the rules take it as an input.
+    "kprio_core": "rules",
+}
+MAY_IMPORT = {
+    "model": {"model"},
+    "rules": {"model", "rules"},
+    # beside the rules: an adapter uses the model and the rules; no rule uses an adapter
+    "adapter": {"model", "rules", "adapter"},
+    "simulator": {"model", "rules", "simulator"},
+}
+"""Which floors of kprio_core a module of each floor may import."""
+
+
+def core_floor(module: str) -> str | None:
+    """The floor of a module of kprio_core (None outside kprio_core)."""
+    prefixes = [p for p in CORE_FLOORS if module == p or module.startswith(p + ".")]
+    return CORE_FLOORS[max(prefixes, key=len)] if prefixes else None
+
+
 def house_modules() -> dict[str, Path]:
     """Every module of the house by dotted name (a package by its ``__init__.py``)."""
     found = {}
@@ -138,3 +169,9 @@ def test_no_module_outside_tests_and_benchmarks_is_over_500_lines():
     assert new == {}, f"modules over {MAX_LINES} lines (split them): {new}"
     split = sorted(set(TOO_LONG_FOR_NOW) - set(over))
     assert split == [], f"split since (remove them from TOO_LONG_FOR_NOW): {split}"
+
+
+def test_every_floor_of_kprio_core_names_modules_that_exist(imports):
+    """The floors stay true when modules move: a prefix that matches no module is stale."""
+    stale = [p for p in CORE_FLOORS if not any(m == p or m.startswith(p + ".") for m in imports)]
+    assert stale == [], f"CORE_FLOORS names no module of the house: {stale}"
