@@ -4,7 +4,9 @@ what uses it) imports Dagster, and only the Airflow driver imports Airflow.
 Each package is imported, every module of it, in a fresh interpreter, and what that pulled in is
 read from ``sys.modules``. Then the house is read from its source with ``ast``, every import at any
 depth (one inside a function runs only later, so importing finds it not): no private Dagster module,
-no floor importing one above it, no import cycle between its modules, no module over 500 lines.
+no floor importing one above it, no import cycle between its modules, no module over 500 lines. Inside
+kprio_core the floors are data (``CORE_FLOORS``): the model at the bottom, the pure rules above it, the adapters with
+I/O beside the rules and never imported by them, the simulator apart.
 """
 
 from __future__ import annotations
@@ -175,3 +177,46 @@ def test_every_floor_of_kprio_core_names_modules_that_exist(imports):
     """The floors stay true when modules move: a prefix that matches no module is stale."""
     stale = [p for p in CORE_FLOORS if not any(m == p or m.startswith(p + ".") for m in imports)]
     assert stale == [], f"CORE_FLOORS names no module of the house: {stale}"
+
+
+@pytest.mark.parametrize("floor", sorted(MAY_IMPORT))
+def test_no_floor_of_kprio_core_imports_one_it_may_not_even_inside_a_function(imports, floor):
+    """The model imports nothing above it; no rule imports an adapter (``import kprio_core.ledger``, ``from
+    kprio_core import ledger``, ``from kprio_core.ledger import Batch`` alike, at any depth, for type checkers too);
+    the simulator is imported by no floor."""
+    wrong = [f"{module}:{line} imports {name} ({core_floor(name)})" for module, found in imports.items()
+             if core_floor(module) == floor for name, line, _ in found
+             if core_floor(name) is not None and core_floor(name) not in MAY_IMPORT[floor]]
+    assert wrong == [], f"the {floor} floor of kprio_core may import only {sorted(MAY_IMPORT[floor])}: " + "; ".join(wrong)
+
+
+SIMULATOR_USERS = ("orchestration.cli",)
+"""Besides tests/ and benchmarks/ (not in the house), who may import the simulator: ``kprio simulate``."""
+
+
+def test_nothing_but_tests_benchmarks_and_the_cli_imports_the_simulator(imports):
+    users = [f"{module}:{line} imports {name}" for module, found in imports.items()
+             if core_floor(module) != "simulator" and not module.startswith(SIMULATOR_USERS)
+             for name, line, _ in found if core_floor(name) == "simulator"]
+    assert users == [], "the simulator stands apart: " + "; ".join(users)
+
+
+LOADS_NO_ADAPTER = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {"sqlalchemy", "confluent_kafka"}
+                        or m.startswith(("kprio_core.ledger", "kprio_core.kafka")))))
+"""
+
+
+def test_importing_the_rules_loads_no_adapter_nor_its_library(imports):
+    """What the floors say, proven in a fresh interpreter: ``import kprio_core.lifecycle`` (and every other rule)
+    loads neither SQLAlchemy nor confluent-kafka, nor the ledger or the Kafka edge."""
+    rules = sorted(module for module in imports if core_floor(module) in ("rules", "model"))
+    assert "kprio_core.lifecycle" in rules
+    done = subprocess.run([sys.executable, "-c", LOADS_NO_ADAPTER, *rules], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert loaded == [], f"importing kprio_core's rules and model loaded {len(loaded)} modules of an adapter: {loaded[:8]}"
