@@ -63,7 +63,6 @@ TOO_LONG_FOR_NOW = {
     "kprio_core/config.py": "the settings model: issue 42 part 1 (one settings object to the executors) reshapes it",
     "kprio_core/lifecycle/run.py": "the run's rules: issue 42 part 4 (outcome rules in the lifecycle) reshapes it",
     "kprio_core/lifecycle/tick.py": "the tick's rules: issue 42 part 4 (outcome rules in the lifecycle) reshapes it",
-    "kprio_core/log_changes.py": "log changes: issue 42 part 2 (floors inside kprio_core) moves it among the rules",
 }
 
 
