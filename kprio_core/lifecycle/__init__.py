@@ -27,6 +27,13 @@ Nothing in this package reads the ledger, the broker, an orchestrator or the clo
 the inputs once (:class:`TickInputs`) and carry out the decision's actions (``orchestration.runtime``).
 """
 
+from kprio_core.lifecycle.budget import (
+    batch_budget,
+    batch_fixed_cost,
+    drain_rate,
+    rate_tracker,
+    rate_window,
+)
 from kprio_core.lifecycle.decision import (
     CarryOutLogChanges,
     Decision,
@@ -81,14 +88,7 @@ from kprio_core.lifecycle.runs import (
     Why,
     run_key_of,
 )
-from kprio_core.lifecycle.tick import (
-    batch_budget,
-    batch_fixed_cost,
-    decide_tick,
-    drain_rate,
-    rate_tracker,
-    rate_window,
-)
+from kprio_core.lifecycle.tick import decide_tick
 from kprio_core.lifecycle.view import Lag, LedgerView, TickInputs
 
 __all__ = [

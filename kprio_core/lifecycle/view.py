@@ -45,10 +45,10 @@ class LedgerView:
     reserved: tuple[OffsetRange, ...] = ()
     """Non-empty ranges of the batches in flight."""
     throughput: float | None = None
-    """Records per second a bulk batch drains at, from recent batches (:func:`~kprio_core.lifecycle.tick.drain_rate`)."""
+    """Records per second a bulk batch drains at, from recent batches (:func:`~kprio_core.lifecycle.budget.drain_rate`)."""
     fixed_cost_s: float | None = None
     """What a batch costs beside its records, from recent batches
-    (:func:`~kprio_core.lifecycle.tick.batch_fixed_cost`)."""
+    (:func:`~kprio_core.lifecycle.budget.batch_fixed_cost`)."""
     poll_history: PollHistory | None = None
     avg_record_bytes: Mapping[str, float] = field(default_factory=dict)
     rate_samples: tuple[DrainedSample, ...] = ()
