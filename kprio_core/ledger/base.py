@@ -20,7 +20,8 @@ from kprio_core.ledger.gate import TRANSACTIONS
 from kprio_core.ledger.meta import Numbering, read_numbering
 from kprio_core.ledger.rules import Taken
 from kprio_core.ledger.schema import batches, events, partitions, ranges, topic_locks
-from kprio_core.log_changes import Superseded, superseded
+from kprio_core.log_changes import superseded
+from kprio_core.model.log_state import Superseded
 from kprio_core.model.offsets import TopicPartitionKey
 from kprio_core.model.records import Batch
 from kprio_core.model.states import IN_FLIGHT_VALUES, BatchState

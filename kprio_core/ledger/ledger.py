@@ -60,8 +60,9 @@ from kprio_core.ledger.leases import LeaseMethods, check_token
 from kprio_core.ledger.meta import Identity, Numbering, has_batches, number_after, open_schema, read_identity
 from kprio_core.ledger.rules import below_committed, full, predecessors, room_for, self_overlap, slots_in_use
 from kprio_core.ledger.schema import batches, events, meta, ranges
-from kprio_core.log_changes import Superseded, superseded
+from kprio_core.log_changes import superseded
 from kprio_core.model.drain_plan import DrainPlan
+from kprio_core.model.log_state import Superseded
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.priority import Priority
 from kprio_core.model.records import Batch, BatchEvent, Hold
