@@ -54,8 +54,8 @@ from kprio_core.config import (  # noqa: E402
     SparkSettings,
     TopicSettings,
 )
-from kprio_core.drain_plan import DrainPlan, PlannedRange  # noqa: E402
-from kprio_core.offsets import OffsetRange  # noqa: E402
+from kprio_core.model.drain_plan import DrainPlan, PlannedRange  # noqa: E402
+from kprio_core.model.offsets import OffsetRange  # noqa: E402
 from orchestration.services.broker import EmbeddedBroker  # noqa: E402
 
 PRIORITIES, PARTITIONS, VALUE_BYTES = 3, 4, 200

@@ -624,8 +624,8 @@ class Bench:
         drain_bench = importlib.util.module_from_spec(spec)
         sys.modules["drain_bench"] = drain_bench  # its dataclasses look their module up
         spec.loader.exec_module(drain_bench)
-        from kprio_core.drain_plan import DrainPlan, PlannedRange
-        from kprio_core.offsets import OffsetRange
+        from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+        from kprio_core.model.offsets import OffsetRange
 
         ends = produced.ends([topic.priority_topic(p) for p in range(PRIORITIES)])
         ranges = tuple(PlannedRange(topic.priority_of_topic(t), OffsetRange(t, p, 0, end))

@@ -21,10 +21,10 @@ import statistics
 import time
 
 from kprio_core.burst import PollHistory
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 from kprio_core.planner import Budget, plan_batch
 from kprio_core.quota import exponential_quotas
-from kprio_core.snapshot import LagSnapshot, PartitionLag
 
 N_PRIORITIES = 3
 RECORDS = 50_000

@@ -28,8 +28,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kprio_core.drain_plan import BurstDecision
-from kprio_core.priority import Priority, most_urgent_first
+from kprio_core.model.drain_plan import BurstDecision
+from kprio_core.model.priority import Priority, most_urgent_first
 
 DEFAULT_WINDOW_SIZE = 6
 DEFAULT_MAXED_OUT_THRESHOLD = 4

@@ -52,10 +52,10 @@ from pydantic import (
     model_validator,
 )
 
-from kprio_core.drain_plan import PlanMode
 from kprio_core.errors import ConfigError, HandlerError, os_reason
 from kprio_core.lanes import Ordering
-from kprio_core.priority import Priority
+from kprio_core.model.drain_plan import PlanMode
+from kprio_core.model.priority import Priority
 from kprio_core.quota import Distribution
 
 ENV_CONFIG_PATH = "KPRIO_CONFIG"

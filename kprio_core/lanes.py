@@ -19,34 +19,14 @@ A record with a null key has no order to keep, so it is spread by offset (``offs
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
+
+from kprio_core.model.ordering import Lane as Lane  # where the Spark drain imports it from
+from kprio_core.model.ordering import Ordering
 
 _MASK = 0xFFFFFFFF
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
-
-
-class Ordering(StrEnum):
-    """What order a drain keeps (``ordering.mode``): the whole partition's, or only each key's (more parallelism)."""
-
-    PARTITION = "partition"
-    """One lane per partition: the handler sees the partition in offset order."""
-    KEY = "key"
-    """``ordering.lanes`` lanes per partition by key hash: each key in offset order."""
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Lane:
-    """One lane of one topic partition."""
-
-    topic: str
-    partition: int
-    lane: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}[{self.partition}]/lane{self.lane}"
 
 
 def murmur2(data: bytes) -> int:

@@ -12,7 +12,7 @@ budgets); they differ only in how many records each priority is granted:
 3 priorities, 50 records (quotas 29/14/7), priority 1 has only 4 records waiting: its 10 unused
 records go to priority 2.
 
->>> from kprio_core.snapshot import LagSnapshot, PartitionLag
+>>> from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 >>> snap = LagSnapshot.of("orders", 3, [
 ...     PartitionLag("orders-2", 0, 2, log_start=0, high_watermark=100, committed=0),
 ...     PartitionLag("orders-1", 0, 1, log_start=0, high_watermark=4, committed=0),
@@ -41,11 +41,11 @@ from dataclasses import dataclass
 
 from kprio_core.burst import PollHistory, burst_capacities
 from kprio_core.errors import QuotaError
-from kprio_core.offsets import OffsetRange
-from kprio_core.drain_plan import BurstDecision, DrainPlan, PlanMode, PlannedRange
-from kprio_core.priority import Priority, most_urgent_first
+from kprio_core.model.drain_plan import BurstDecision, DrainPlan, PlanMode, PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.priority import Priority, most_urgent_first
+from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 from kprio_core.quota import Distribution, base_quotas
-from kprio_core.snapshot import LagSnapshot, PartitionLag
 
 
 @dataclass(frozen=True)
@@ -93,23 +93,6 @@ def estimate_bytes(count: int, avg_record_bytes: float) -> int:
 
 # --- where each partition starts ---------------------------------------------------------------
 
-END_OF_LOG = (1 << 63) - 1
-"""The largest Kafka offset: a reservation that ends here holds the rest of the partition."""
-
-
-def held_range(topic: str, partition: int, start: int) -> OffsetRange:
-    """The reservation of a partition held by a failed batch: from its failed range's start on.
-
-    The planner plans nothing of that partition any more (a later range could not be committed
-    past the failed one anyway), while every other partition keeps draining.
-
-    >>> p = PartitionLag("t", 0, 0, log_start=0, high_watermark=100, committed=10)
-    >>> plan_start(p, reserved_ends([held_range("t", 0, 10)])[("t", 0)]) >= p.high_watermark
-    True
-    """
-    return OffsetRange(topic, partition, start, END_OF_LOG)
-
-
 
 def reserved_ends(reserved: Iterable[OffsetRange]) -> dict[tuple[str, int], int]:
     """Per topic partition, the end of the furthest range held by a batch in flight.
@@ -133,6 +116,12 @@ def plan_start(part: PartitionLag, reserved_end: int | None) -> int:
     >>> p = PartitionLag("t", 0, 0, log_start=0, high_watermark=100, committed=10)
     >>> plan_start(p, None), plan_start(p, 40), plan_start(p, 5)
     (10, 40, 10)
+
+    A partition held by a failed batch (:func:`~kprio_core.model.offsets.held_range`) plans nothing:
+
+    >>> from kprio_core.model.offsets import held_range
+    >>> plan_start(p, reserved_ends([held_range("t", 0, 10)])[("t", 0)]) >= p.high_watermark
+    True
     """
     start = part.next_offset
     if reserved_end is not None and reserved_end > start:

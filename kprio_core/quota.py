@@ -23,8 +23,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from kprio_core.errors import QuotaError
-from kprio_core.priority import Priority, most_urgent_first, top_priority
-
+from kprio_core.model.priority import Priority, most_urgent_first, top_priority
 
 
 class Distribution(StrEnum):

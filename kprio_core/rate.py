@@ -24,7 +24,8 @@ against a quota of 100 rec/s that is (133.3 - 100) / 100 * 1.5 = 0.5 s of thrott
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from kprio_core.priority import Priority
+
+from kprio_core.model.priority import Priority
 
 DEFAULT_SAMPLES = 11
 """Kafka's quota.window.num default."""

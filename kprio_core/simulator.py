@@ -39,12 +39,12 @@ from typing import Protocol
 from pydantic import TypeAdapter
 
 from kprio_core.burst import PollHistory, burst_capacities
-from kprio_core.drain_plan import PlanMode
 from kprio_core.errors import PolicyBroke, QuotaError
+from kprio_core.model.drain_plan import PlanMode
+from kprio_core.model.priority import Priority, most_urgent_first
+from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 from kprio_core.planner import Budget, plan_batch
-from kprio_core.priority import Priority, most_urgent_first
 from kprio_core.quota import Distribution, exponential_quotas
-from kprio_core.snapshot import LagSnapshot, PartitionLag
 from kprio_core.traces import Trace
 
 Grid = tuple[tuple[int, ...], ...]

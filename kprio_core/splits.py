@@ -5,7 +5,7 @@ A split holds at most ``max_records`` records and, by its estimated bytes, at mo
 range's estimate. A single record larger than ``max_bytes`` cannot be cut: it becomes a split
 of one record (the only way to make progress).
 
->>> from kprio_core.offsets import OffsetRange
+>>> from kprio_core.model.offsets import OffsetRange
 >>> r = PlannedRange(2, OffsetRange("orders-2", 0, 100, 350), est_bytes=25_000)
 >>> [(str(p.range), p.est_bytes) for p in split_ranges([r], max_records=100, max_bytes=8_000)]
 [('orders-2[0]@[100,180)', 8000), ('orders-2[0]@[180,260)', 8000), ('orders-2[0]@[260,340)', 8000), ('orders-2[0]@[340,350)', 1000)]
@@ -19,8 +19,8 @@ import json
 from collections.abc import Iterable
 
 from kprio_core.errors import RangeConflict
-from kprio_core.offsets import OffsetRange
-from kprio_core.drain_plan import PlannedRange
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
 
 
 def records_per_split(count: int, est_bytes: int, max_records: int, max_bytes: int) -> int:
@@ -41,7 +41,7 @@ def split_ranges(ranges: Iterable[PlannedRange], max_records: int, max_bytes: in
 
     Each piece keeps the range's priority; empty ranges are dropped.
 
-    >>> from kprio_core.offsets import OffsetRange
+    >>> from kprio_core.model.offsets import OffsetRange
     >>> r = PlannedRange(0, OffsetRange("t", 0, 0, 10), est_bytes=10)
     >>> [(p.range.count, p.est_bytes) for p in split_ranges([r], max_records=4, max_bytes=100)]
     [(4, 4), (4, 4), (2, 2)]

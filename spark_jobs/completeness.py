@@ -13,7 +13,7 @@ timeout) is neither: it fails, whatever ``allow_data_loss`` says.
 
 Markers at 13 and 17, retention moved the log start to 12 while reading, then the end passed:
 
->>> from kprio_core.offsets import OffsetRange
+>>> from kprio_core.model.offsets import OffsetRange
 >>> t = RangeTracker(OffsetRange("orders-2", 0, 10, 20))
 >>> t.observe([10, 11]); t.skip_to(12); t.observe([12, 14, 15, 16]); t.observe([18, 19]); t.reach(20)
 >>> t.records, t.passed_end, [str(g) for g in t.lost()]
@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from kprio_core.errors import RangeIncomplete, ReadStalled
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
 
 MAX_GAPS_NAMED = 8
 """Gaps spelled out in an error message; the count of the rest follows."""

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kprio_core.errors import LeaseLost
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import DrainResult
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import DrainResult
 from spark_jobs.layout import PRIORITY_DIR, RangeFile, filesystem, staging_dir
 
 APP_PREFIX = "kprio:"

@@ -20,7 +20,7 @@ classic session and over Spark Connect):
      in ``mapInArrow``. A read that fails there fails Spark's read stage: the planned ranges its
      typed record names (the range it was reading, a field of the record, never read from text)
      fail, and the others are drained again without them;
-4. merges the stats rows into one :class:`~kprio_core.results.RangeStats` per planned range
+4. merges the stats rows into one :class:`~kprio_core.model.results.RangeStats` per planned range
    (:func:`spark_jobs.range_counts.merge_counts`), measured on the rows written.
 
 A range whose drain raised (Kafka, handler contract, lane order, a full disk) carries its
@@ -41,10 +41,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kprio_core.config import KprioConfig, SparkReader, TopicSettings
-from kprio_core.drain_plan import DrainPlan, PlannedRange
 from kprio_core.errors import RangeConflict
 from kprio_core.lanes import Ordering
-from kprio_core.results import DrainResult, ErrorRecord
+from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+from kprio_core.model.results import DrainResult, ErrorRecord
 from kprio_core.splits import split_ranges
 from spark_jobs.columns import drain_struct
 from spark_jobs.drain_task import DrainSpec
@@ -164,7 +164,7 @@ def handler_in_read(lanes: int, splits: Sequence[PlannedRange], parallelism: int
     partitions cut into several splits and fewer partitions than cores, do the shuffle path's
     parallel reads and parallel lanes pay for it.
 
-    >>> from kprio_core.offsets import OffsetRange
+    >>> from kprio_core.model.offsets import OffsetRange
     >>> one_partition_in_3 = [PlannedRange(0, OffsetRange("t", 0, i, i + 10)) for i in (0, 10, 20)]
     >>> handler_in_read(1, one_partition_in_3, 8), handler_in_read(4, one_partition_in_3, 8)
     (True, False)
@@ -190,7 +190,7 @@ def drain_tasks(cores: int | None, splits: Sequence[PlannedRange]) -> int | None
     partitions on 2 cores runs 2 tasks), or more when a task would hold a core for more than
     :data:`MAX_TASK_RECORDS` records, up to one task per topic partition.
 
-    >>> from kprio_core.offsets import OffsetRange
+    >>> from kprio_core.model.offsets import OffsetRange
     >>> twelve = [PlannedRange(0, OffsetRange("t", p, 0, 5_000)) for p in range(12)]
     >>> drain_tasks(2, twelve), drain_tasks(None, twelve)
     (2, None)

@@ -33,7 +33,7 @@ turns back into the error without reading any text. Their staged files stay behi
 fetch buffers, what the handlers hold, one row group per open file and a byte per planned
 offset (the count's bitmap), never a range's records.
 
->>> from kprio_core.offsets import OffsetRange
+>>> from kprio_core.model.offsets import OffsetRange
 >>> spec = DrainSpec("b-1", 2, "orders", "spark_jobs.handlers:decode_json", (("n", "long"),), Validity(),
 ...                  Ordering.KEY, 4, (PlannedRange(2, OffsetRange("orders-2", 0, 0, 100)),), "/o", "/d", 1000)
 >>> spec, DrainSpec.from_json(spec.to_json()) == spec
@@ -49,11 +49,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import DrainOutputInvalid, KprioError, LaneOrderBroken, TaskFailed
 from kprio_core.lanes import Lane, Ordering
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import ErrorRecord
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import ErrorRecord
 from spark_jobs.lane_batches import batch_lanes, lane_segments
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT
 from spark_jobs.validity import Validity

@@ -6,7 +6,7 @@ leftover whose range was planned otherwise) holds rows no publish of this batch 
 rows are written to files of their own, named by the part of the range they hold, before the old
 file goes. Parquet (:mod:`spark_jobs.output`) and Delta (:mod:`spark_jobs.delta_table`) both use it.
 
->>> from kprio_core.offsets import OffsetRange as R
+>>> from kprio_core.model.offsets import OffsetRange as R
 >>> [str(r) for r in outside(R("o-0", 0, 0, 200), [R("o-0", 0, 50, 100), R("o-0", 0, 120, 150)])]
 ['o-0[0]@[0,50)', 'o-0[0]@[100,120)', 'o-0[0]@[150,200)']
 >>> outside(R("o-0", 0, 0, 200), [R("o-0", 0, 0, 300)])
@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
 from spark_jobs.layout import RANGE_KEY
 
 

@@ -45,7 +45,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
 
 OUTPUT, DEAD_LETTERS = "output", "dead-letters"
 """The two roots, as a range's staged ``files`` name them (``output/<path>``, ``dead-letters/<path>``)."""

@@ -18,8 +18,8 @@ default is ``read_uncommitted``). A consumer call waits at most ``kafka.timeout_
 secret options (:data:`spark_jobs.session.DEFAULT_CONF`).
 
 >>> from kprio_core.config import KprioConfig
->>> from kprio_core.offsets import OffsetRange
->>> from kprio_core.drain_plan import PlannedRange
+>>> from kprio_core.model.offsets import OffsetRange
+>>> from kprio_core.model.drain_plan import PlannedRange
 >>> opts = native_options(KprioConfig(), [PlannedRange(2, OffsetRange("demo-2", 0, 5, 9))])
 >>> opts["assign"], opts["startingOffsets"], opts["endingOffsets"], opts["failOnDataLoss"]
 ('{"demo-2":[0]}', '{"demo-2":{"0":5}}', '{"demo-2":{"0":9}}', 'true')
@@ -35,11 +35,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kprio_core.config import KprioConfig
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import KprioError, RangeIncomplete
 from kprio_core.kafka.java_client import java_client_config
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import ErrorRecord
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import ErrorRecord
 from kprio_core.splits import spark_offsets_json
 from spark_jobs.kafka_schema import KAFKA_COLUMNS
 

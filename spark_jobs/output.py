@@ -53,10 +53,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kprio_core.errors import TRANSIENT_ERRNOS, OutputPublishFailed, OutputUnavailable
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import DrainResult
-from spark_jobs.layout import (ATTEMPT_KEY, BATCH_KEY, DEAD_LETTERS, OUTPUT, PRIORITY_DIR, STAGING, RangeFile,
-                               filesystem, parse_staging_name, staging_dir)
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import DrainResult
+from spark_jobs.layout import (
+    ATTEMPT_KEY,
+    BATCH_KEY,
+    DEAD_LETTERS,
+    OUTPUT,
+    PRIORITY_DIR,
+    STAGING,
+    RangeFile,
+    filesystem,
+    parse_staging_name,
+    staging_dir,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

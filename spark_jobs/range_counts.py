@@ -10,7 +10,7 @@ This is the one place that says whether a planned range was drained exactly once
   end). It becomes one small stats row (:func:`stats_struct`).
 - **On the driver**, :func:`merge_counts` gathers the rows of every planned range (one per task
   that held some of it: several on the shuffle path) into one
-  :class:`~kprio_core.results.RangeStats`: counts are summed, bitmaps OR-ed, so ``distinct``,
+  :class:`~kprio_core.model.results.RangeStats`: counts are summed, bitmaps OR-ed, so ``distinct``,
   ``first`` and ``last`` come from the union of what was written and an offset written twice (in
   two tasks or two files) shows as ``written > distinct``. Offsets of the range absent from the
   union are gaps: with ``drain.allow_data_loss`` they are recorded as ``lost``, otherwise the
@@ -23,8 +23,8 @@ Offsets 10..15 found but 13 (a transaction marker), written by two tasks (one of
 letter of 15); the read lost [18,20) to a truncated log, and 16, 17 held no record:
 
 >>> import pyarrow as pa
->>> from kprio_core.offsets import OffsetRange
->>> from kprio_core.drain_plan import PlannedRange
+>>> from kprio_core.model.offsets import OffsetRange
+>>> from kprio_core.model.drain_plan import PlannedRange
 >>> planned = PlannedRange(2, OffsetRange("o-2", 0, 10, 20))
 >>> a, b = RangeCount(planned.range), RangeCount(planned.range, part=1)
 >>> a.found([10, 11, 12, 14]); b.found([15]); b.lose([OffsetRange("o-2", 0, 18, 20)])
@@ -51,10 +51,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import DrainOutputInvalid
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import ErrorRecord, RangeStats
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import ErrorRecord, RangeStats
 from spark_jobs.completeness import incomplete_error
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class RangeCount:
         self.lost: list[OffsetRange] = []
         self.failure: str | None = None
         self.error: ErrorRecord | None = None
-        """The failure's cause, typed (:class:`~kprio_core.results.ErrorRecord`): what the driver acts on."""
+        """The failure's cause, typed (:class:`~kprio_core.model.results.ErrorRecord`): what the driver acts on."""
         self.files: list[str] = []
         self.seconds = 0.0
         """The task's time on this range's records (its read, handler and writes): the drain's own rate."""

@@ -45,7 +45,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kprio_core.config import WITH_SECRETS, DrainSettings, KafkaSettings, KprioConfig, SparkSettings, config_error
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
 from spark_jobs.completeness import RangeTracker, incomplete_error
 
 LOGGER = logging.getLogger("kprio.reader")

@@ -1,14 +1,14 @@
 """Exceptions Spark itself raises around a drain, outside kprio's drain task, typed once where they are caught.
 
 A drain task never raises to Spark: what fails in it comes back in its stats rows as a typed
-record (:class:`kprio_core.results.ErrorRecord`). Two kinds of failure still arrive as Spark's own
+record (:class:`kprio_core.model.results.ErrorRecord`). Two kinds of failure still arrive as Spark's own
 exceptions, and are turned into kprio's types here, at the one boundary that catches them:
 
 - **a failed read stage of the key-order shuffle** (:func:`failures_in`): there the records
   are read by the ``kprio-kafka`` source's records mode (or Spark's own ``kafka`` source) in a
   stage before the drain task; a kprio error raised by the reader fails Spark's stage, and Spark
   wraps it into its own exception, keeping only the traceback's text: the type is lost. So the
-  reader attaches the failure's :class:`~kprio_core.results.ErrorRecord` (type, message, transient,
+  reader attaches the failure's :class:`~kprio_core.model.results.ErrorRecord` (type, message, transient,
   and the range it was reading as a structured field) to the error as one note, ``kprio.failure``
   and the record's JSON (:func:`note_failure`), which the traceback carries; the driver decodes that
   one note with :mod:`json` (:func:`failures_in`) and reads nothing else from the text;
@@ -26,7 +26,7 @@ exceptions, and are turned into kprio's types here, at the one boundary that cat
   :class:`~kprio_core.errors.SparkJobFailed`.
 
 >>> from kprio_core.errors import RangeIncomplete
->>> from kprio_core.offsets import OffsetRange
+>>> from kprio_core.model.offsets import OffsetRange
 >>> read = note_failure(RangeIncomplete("range t[0]@[0,5) is incomplete"), OffsetRange("t", 0, 0, 5))
 >>> spark_text = f"Traceback (most recent call last):\\n...\\n{type(read).__name__}: {read}\\n{read.__notes__[0]}\\n"
 >>> [record] = failures_in(RuntimeError(spark_text))
@@ -54,8 +54,8 @@ import re
 from collections.abc import Iterator
 
 from kprio_core import errors
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import ErrorRecord
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import ErrorRecord
 
 FAILURE_NOTE = "kprio.failure "
 """The note a reader's failure carries across a Spark stage: this marker, then its ErrorRecord as JSON."""
@@ -66,7 +66,7 @@ _GONE_WORDS = ("SparkContext was shut down", "SparkContext has been shutdown")
 
 
 def note_failure(err: BaseException, where: OffsetRange | None) -> BaseException:
-    """Attach ``err``'s :class:`~kprio_core.results.ErrorRecord` (reading ``where``) to it as its one failure note.
+    """Attach ``err``'s :class:`~kprio_core.model.results.ErrorRecord` (reading ``where``) to it as its one failure note.
 
     Done where the error happens (an executor), so the record travels with the traceback Spark keeps;
     its message, and so what the user sees, is unchanged. An error that has its note already keeps it.

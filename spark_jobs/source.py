@@ -59,17 +59,16 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import ConfigError, KprioError
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
 from spark_jobs.range_reader import ReadSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-    from kprio_core.config import KprioConfig
     from pyspark.sql.types import StructType
 
+    from kprio_core.config import KprioConfig
     from spark_jobs.drain_task import DrainSpec
 
 FORMAT = "kprio-kafka"

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from kprio_core.config import DrainSettings, OutputFormat
 from kprio_core.errors import TRANSIENT_ERRNOS, LeaseLost, OutputPublishFailed, OutputUnavailable
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import CheckReport, DrainResult
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import CheckReport, DrainResult
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def delta_errno(err: BaseException) -> int | None:
 def check_metadata(report: CheckReport) -> dict[str, dict[str, Any]]:
     """Each check's verdict and numbers, as a Delta commit's metadata carries them.
 
-    >>> from kprio_core.results import CheckOutcome
+    >>> from kprio_core.model.results import CheckOutcome
     >>> check_metadata(CheckReport((CheckOutcome("offsets_are_unique", True, {"duplicate_rows": 0}),)))
     {'offsets_are_unique': {'passed': True, 'duplicate_rows': 0}}
     """

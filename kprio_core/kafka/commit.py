@@ -10,7 +10,7 @@ log start when nothing is committed or retention deleted the rest), the ranges o
 must follow on without a hole. A replay of an old batch, or a batch whose predecessor is not
 committed yet, commits nothing for that partition and says why.
 
->>> from kprio_core.offsets import OffsetRange as R
+>>> from kprio_core.model.offsets import OffsetRange as R
 >>> moved, skipped = decide_commits(
 ...     current={("o-2", 0): 10, ("o-2", 1): 30, ("o-2", 2): None, ("o-2", 3): 5},
 ...     log_start={("o-2", 0): 0, ("o-2", 1): 0, ("o-2", 2): 0, ("o-2", 3): 0},
@@ -34,8 +34,8 @@ from kprio_core.config import KafkaSettings, TopicSettings
 from kprio_core.errors import KafkaOperationFailed
 from kprio_core.kafka.client import Deadline, kafka_failure
 from kprio_core.kafka.reads import GroupOffsets
-from kprio_core.offsets import OffsetRange, TopicPartitionKey
-from kprio_core.results import CommitReport
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.model.results import CommitReport
 
 __all__ = ["CommitReport", "decide_commits", "group_of", "transactional_id", "write_fenced"]
 

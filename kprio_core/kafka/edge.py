@@ -28,9 +28,9 @@ from kprio_core.kafka.topics import (
     topic_ids,
     verify_topics,
 )
-from kprio_core.offsets import OffsetRange, TopicPartitionKey
-from kprio_core.priority import Priority
-from kprio_core.snapshot import LagSnapshot
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.model.priority import Priority
+from kprio_core.model.snapshot import LagSnapshot
 
 
 class KafkaEdge:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from kprio_core.config import KafkaSettings
 from kprio_core.kafka.client import Deadline, kafka_failure, new_consumer
-from kprio_core.offsets import TopicPartitionKey
+from kprio_core.model.offsets import TopicPartitionKey
 
 CONSUME_SLICE_S = 0.05
 """Longest single consume() wait. librdkafka's consume returns when it has ``num_messages`` or at its

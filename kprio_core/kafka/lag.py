@@ -9,7 +9,7 @@ uncommitted, for the age of transactions still open). :func:`take_snapshots` mak
 once for many logical topics (a tick over all of them), not once per topic, and sends them at
 once: their round trips overlap.
 
->>> from kprio_core.snapshot import PartitionLag, LagSnapshot
+>>> from kprio_core.model.snapshot import PartitionLag, LagSnapshot
 >>> snap = LagSnapshot("orders", 2, (
 ...     PartitionLag("orders-1", 0, 1, log_start=0, high_watermark=10, committed=4),
 ...     PartitionLag("orders-0", 0, 0, log_start=6, high_watermark=9, committed=2),
@@ -34,9 +34,9 @@ from kprio_core.kafka.client import Deadline, cluster_metadata
 from kprio_core.kafka.fetch import peek
 from kprio_core.kafka.reads import GroupOffsets, high_watermarks, log_starts, stable_offsets
 from kprio_core.kafka.topics import snapshot_counts, topic_ids, topic_sizes
-from kprio_core.offsets import TopicPartitionKey
-from kprio_core.priority import Priority
-from kprio_core.snapshot import LagSnapshot, PartitionLag
+from kprio_core.model.offsets import TopicPartitionKey
+from kprio_core.model.priority import Priority
+from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 
 SAMPLE_RECORDS = 5
 """Records read at the tail of one partition to estimate a topic's record size."""

@@ -22,8 +22,7 @@ from typing import Any
 
 from kprio_core.config import IsolationLevel, KafkaSettings
 from kprio_core.kafka.client import Deadline, check_error
-from kprio_core.offsets import TopicPartitionKey
-
+from kprio_core.model.offsets import TopicPartitionKey
 
 
 def committed_or_none(offset: int) -> int | None:

@@ -18,8 +18,7 @@ from typing import Any
 
 from kprio_core.kafka.client import Deadline
 from kprio_core.kafka.reads import list_offsets
-from kprio_core.offsets import OffsetRange, TopicPartitionKey
-
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
 
 
 def offsets_for_time(admin: Any, partitions: Iterable[TopicPartitionKey], timestamp_ms: int,

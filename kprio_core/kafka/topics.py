@@ -31,7 +31,7 @@ from typing import Any, Literal, NamedTuple
 from kprio_core.config import TopicSettings
 from kprio_core.errors import BrokerUnreachable, PartitionCountMismatch, TopicMissing
 from kprio_core.kafka.client import Deadline, cluster_metadata, kafka_failure
-from kprio_core.priority import Priority
+from kprio_core.model.priority import Priority
 
 
 class TopicShape(NamedTuple):

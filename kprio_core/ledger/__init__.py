@@ -1,8 +1,10 @@
 """The batch ledger (schema v2): every drain plan, its offset ranges, state, lease and outcome, in SQL.
 
-``from kprio_core.ledger import Ledger, Batch, BatchState`` is the public surface. The submodules:
+``from kprio_core.ledger import Ledger, Batch, BatchState`` is the public surface for the ledger's callers: the
+values it hands out live in the model (:mod:`kprio_core.model.records`, :mod:`kprio_core.model.states`), are
+re-exported here, and the pure rules import them from the model, never through this adapter. The submodules:
 schema (tables), engine (SQLite BEGIN IMMEDIATE, dialect INSERT), meta (identity, numbering,
-refusing other schemas), states (transitions), records (Batch and the other values), codec
+refusing other schemas), codec
 (rows <-> values), rules (slots, overlap, holds, commit order), base (transactions), leases,
 launches (one driver launches a run key), attempts (retry, replay, split), derived (burst windows, rate samples, record sizes, throughput),
 gate (the process's open transactions, which a pause point waits out)
@@ -10,21 +12,21 @@ and ledger (the Ledger itself: recording, transitions, commit order, reading).
 """
 
 from kprio_core.ledger.engine import ledger_exists
-from kprio_core.ledger.launches import LaunchClaim
 from kprio_core.ledger.ledger import Ledger, utc_now
 from kprio_core.ledger.meta import Identity
-from kprio_core.ledger.records import (
+from kprio_core.ledger.schema import SCHEMA_VERSION
+from kprio_core.model.records import (
     Batch,
     BatchEvent,
-    DrainSample,
     DrainedSample,
+    DrainSample,
     Hold,
+    LaunchClaim,
     LogEvent,
     format_batch_id,
     parse_batch_id,
 )
-from kprio_core.ledger.schema import SCHEMA_VERSION
-from kprio_core.ledger.states import IN_FLIGHT, TRANSITIONS, BatchState
+from kprio_core.model.states import IN_FLIGHT, TRANSITIONS, BatchState
 
 __all__ = [
     "IN_FLIGHT",

@@ -16,12 +16,12 @@ from kprio_core.ledger.base import LedgerBase, need_reason, streak_after
 from kprio_core.ledger.codec import CLEARED_ATTEMPT, maybe_us, offset_range
 from kprio_core.ledger.leases import check_free, check_token
 from kprio_core.ledger.meta import Numbering
-from kprio_core.ledger.records import Batch
 from kprio_core.ledger.rules import room_for
 from kprio_core.ledger.schema import batches, ranges
-from kprio_core.ledger.states import REPLAYABLE, BatchState, check_transition
-from kprio_core.offsets import OffsetRange
-from kprio_core.recovery import LeaseToken
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.records import Batch
+from kprio_core.model.recovery import LeaseToken
+from kprio_core.model.states import REPLAYABLE, BatchState, check_transition
 
 S = BatchState
 

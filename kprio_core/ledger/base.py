@@ -18,12 +18,13 @@ from kprio_core.ledger.codec import offset_range, to_batch, to_us
 from kprio_core.ledger.engine import insert_for
 from kprio_core.ledger.gate import TRANSACTIONS
 from kprio_core.ledger.meta import Numbering, read_numbering
-from kprio_core.ledger.records import Batch
 from kprio_core.ledger.rules import Taken
 from kprio_core.ledger.schema import batches, events, partitions, ranges, topic_locks
-from kprio_core.ledger.states import IN_FLIGHT_VALUES, BatchState
-from kprio_core.log_changes import Superseded, superseded
-from kprio_core.offsets import TopicPartitionKey
+from kprio_core.log_changes import superseded
+from kprio_core.model.log_state import Superseded
+from kprio_core.model.offsets import TopicPartitionKey
+from kprio_core.model.records import Batch
+from kprio_core.model.states import IN_FLIGHT_VALUES, BatchState
 
 _CHUNK = 500
 """Batch keys per IN (...) list when loading range rows."""

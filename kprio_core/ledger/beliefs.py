@@ -12,14 +12,14 @@ from collections.abc import Iterable, Mapping
 
 from sqlalchemy import Connection, func, insert, select, update
 
-from kprio_core.drain_plan import DrainPlan
 from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us
-from kprio_core.ledger.records import LogEvent
 from kprio_core.ledger.schema import batches, log_events, partitions, ranges
-from kprio_core.ledger.states import BatchState
-from kprio_core.log_changes import Belief, Change, Outcome
-from kprio_core.offsets import TopicPartitionKey
+from kprio_core.model.drain_plan import DrainPlan
+from kprio_core.model.log_state import Belief, Change, Outcome
+from kprio_core.model.offsets import TopicPartitionKey
+from kprio_core.model.records import LogEvent
+from kprio_core.model.states import BatchState
 
 DECIDED_BY = ("rule", "policy", "person")
 

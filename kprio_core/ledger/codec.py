@@ -5,7 +5,7 @@ Each fact is stored once, so a value is reassembled from several places: a plan 
 (the attempt) and the range rows' outcome. 28 output rows and 2 dead letters of a range are two
 columns of its row plus a JSON of the rest:
 
->>> from kprio_core.offsets import OffsetRange
+>>> from kprio_core.model.offsets import OffsetRange
 >>> s = RangeStats(2, OffsetRange("orders-2", 0, 0, 30), output=28, dead=2, distinct=30, first=0, last=29,
 ...                bytes=6000)
 >>> values = outcome_values(s)
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter
 from sqlalchemy import Row
 
-from kprio_core.drain_plan import DrainPlan, PlannedRange
-from kprio_core.ledger.records import Batch
-from kprio_core.ledger.states import BatchState
-from kprio_core.offsets import OffsetRange
-from kprio_core.recovery import Lease
-from kprio_core.results import CheckReport, CommitReport, DrainResult, RangeStats
+from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.records import Batch
+from kprio_core.model.recovery import Lease
+from kprio_core.model.results import CheckReport, CommitReport, DrainResult, RangeStats
+from kprio_core.model.states import BatchState
 
 if TYPE_CHECKING:
     from kprio_core.ledger.meta import Numbering

@@ -18,9 +18,9 @@ from sqlalchemy import Connection, func, select
 from kprio_core.burst import DEFAULT_MAXED_OUT_THRESHOLD, DEFAULT_WINDOW_SIZE, PollHistory
 from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us, quotas_of, to_us
-from kprio_core.ledger.records import DrainedSample, DrainSample
 from kprio_core.ledger.schema import batches, ranges
-from kprio_core.priority import Priority
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import DrainedSample, DrainSample
 from kprio_core.rate import DEFAULT_SAMPLES, DEFAULT_WINDOW_S, RateQuotaTracker
 
 _RECORDS = func.coalesce(ranges.c.output, 0) + func.coalesce(ranges.c.dead, 0)

@@ -10,8 +10,8 @@ which then dedupes the run key by itself) and ends early when its owner is known
 
 >>> from datetime import UTC, datetime, timedelta
 >>> from kprio_core.ledger import Ledger
->>> from kprio_core.drain_plan import DrainPlan, PlannedRange
->>> from kprio_core.offsets import OffsetRange
+>>> from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+>>> from kprio_core.model.offsets import OffsetRange
 >>> r = PlannedRange(2, OffsetRange("orders-2", 0, 0, 29), est_bytes=5800)
 >>> t = [datetime(2026, 1, 1, tzinfo=UTC)]
 >>> ledger = Ledger("sqlite://", clock=lambda: t[0])
@@ -33,8 +33,6 @@ which then dedupes the run key by itself) and ends early when its owner is known
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import delete, select, update
 
@@ -42,23 +40,9 @@ from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us
 from kprio_core.ledger.engine import insert_for
 from kprio_core.ledger.schema import batches, launches
+from kprio_core.model.records import LaunchClaim
 
 _US = 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchClaim:
-    """Who claimed the launch of a run key, for which batch, and until when the claim holds."""
-
-    run_key: str
-    batch_id: str
-    owner: str
-    claimed_at: datetime
-    until: datetime
-
-    def live(self, now: datetime, dead: Collection[str] = ()) -> bool:
-        """True while the claim holds: not expired, and its owner not known dead."""
-        return self.until > now and self.owner not in dead
 
 
 class LaunchMethods(LedgerBase):

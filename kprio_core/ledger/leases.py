@@ -5,7 +5,7 @@ those batches and :meth:`Ledger.retry` retries them with the same ranges. A live
 owner makes :meth:`LeaseMethods.claim` raise :class:`BatchBusy`, unless the caller knows that
 owner is dead (its Dagster run ended, its pid is gone) and names it in ``take_over``.
 
-Every write of a run is *fenced* by its :class:`~kprio_core.recovery.LeaseToken` (owner, attempt
+Every write of a run is *fenced* by its :class:`~kprio_core.model.recovery.LeaseToken` (owner, attempt
 and epoch): the ledger's moves take it as ``fence=`` and refuse a stale one with :class:`LeaseLost`.
 Outside the ledger no lock is held: a run asks :meth:`LeaseMethods.check_lease` right before a
 publish or a Kafka commit (a short read), and the system written to refuses a stale owner itself
@@ -23,10 +23,10 @@ from sqlalchemy import Row, select, update
 from kprio_core.errors import BatchBusy, InvalidTransition, LeaseLost
 from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us
-from kprio_core.ledger.records import Batch
 from kprio_core.ledger.schema import batches
-from kprio_core.ledger.states import IN_FLIGHT_VALUES, BatchState
-from kprio_core.recovery import Lease, LeaseToken
+from kprio_core.model.records import Batch
+from kprio_core.model.recovery import Lease, LeaseToken
+from kprio_core.model.states import IN_FLIGHT_VALUES, BatchState
 
 _US = 1_000_000
 
@@ -113,7 +113,7 @@ class LeaseMethods(LedgerBase):
 
 def _check_lease(owner: str, lease_s: float) -> None:
     if not owner:
-        raise ValueError("a lease needs an owner (kprio_core.recovery.lease_owner)")
+        raise ValueError("a lease needs an owner (kprio_core.model.recovery.lease_owner)")
     if lease_s <= 0:
         raise ValueError(f"a lease must last > 0 s, got {lease_s}")
 

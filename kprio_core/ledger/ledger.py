@@ -3,8 +3,8 @@
 A plan of 29 records of orders-2[0] is batch b-000001; a second plan asking for offset 28 again
 conflicts; once the first fails it holds partition 0 from offset 0 on, while partition 1 drains:
 
->>> from kprio_core.offsets import OffsetRange
->>> from kprio_core.drain_plan import DrainPlan, PlannedRange
+>>> from kprio_core.model.offsets import OffsetRange
+>>> from kprio_core.model.drain_plan import DrainPlan, PlannedRange
 >>> def plan(partition, start, end):
 ...     r = PlannedRange(2, OffsetRange("orders-2", partition, start, end), est_bytes=200 * (end - start))
 ...     return DrainPlan("orders", "lag-aware", 50, None, {2: 29, 1: 14, 0: 7}, {2: 29}, (r,))
@@ -38,7 +38,6 @@ from sqlalchemy import Connection, Row, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from kprio_core.drain_plan import DrainPlan
 from kprio_core.errors import DrainStatsInvalid, InvalidTransition, LeaseLost, RangeConflict
 from kprio_core.ledger.attempts import AttemptMethods
 from kprio_core.ledger.base import current_incarnations, need_reason, planned_incarnations, streak_after
@@ -59,15 +58,17 @@ from kprio_core.ledger.gate import TRANSACTIONS
 from kprio_core.ledger.launches import LaunchMethods
 from kprio_core.ledger.leases import LeaseMethods, check_token
 from kprio_core.ledger.meta import Identity, Numbering, has_batches, number_after, open_schema, read_identity
-from kprio_core.ledger.records import Batch, BatchEvent, Hold
 from kprio_core.ledger.rules import below_committed, full, predecessors, room_for, self_overlap, slots_in_use
 from kprio_core.ledger.schema import batches, events, meta, ranges
-from kprio_core.ledger.states import IN_FLIGHT, BatchState, check_transition
-from kprio_core.log_changes import Superseded, superseded
-from kprio_core.offsets import OffsetRange
-from kprio_core.priority import Priority
-from kprio_core.recovery import LeaseToken, may_retry
-from kprio_core.results import CheckReport, CommitReport, DrainResult
+from kprio_core.log_changes import superseded
+from kprio_core.model.drain_plan import DrainPlan
+from kprio_core.model.log_state import Superseded
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import Batch, BatchEvent, Hold
+from kprio_core.model.recovery import LeaseToken, may_retry
+from kprio_core.model.results import CheckReport, CommitReport, DrainResult
+from kprio_core.model.states import IN_FLIGHT, BatchState, check_transition
 
 if TYPE_CHECKING:
     from kprio_core.config import LedgerSettings

@@ -32,8 +32,8 @@ from sqlalchemy.engine import make_url
 
 from kprio_core.errors import BatchNotFound, LedgerNotFresh, LedgerSchemaOutdated
 from kprio_core.ledger.codec import from_us
-from kprio_core.ledger.records import format_batch_id, parse_batch_id
 from kprio_core.ledger.schema import ADDED_IN_V2, COLUMNS_ADDED_IN_V2, METADATA, SCHEMA_VERSION, batches, meta
+from kprio_core.model.records import format_batch_id, parse_batch_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ cheaper refusal, and the one that names no range), then overlap with ranges in f
 overlap with held partitions. Batch b-000001 drains orders-2[0]@[0,10); b-000002 failed on
 orders-2[1] from offset 5:
 
->>> from kprio_core.offsets import OffsetRange as R
+>>> from kprio_core.model.offsets import OffsetRange as R
 >>> taken = [Taken(R("orders-2", 0, 0, 10), 2, "b-000001", BatchState.DRAINED),
 ...          Taken(R("orders-2", 1, 5, 9), 2, "b-000002", BatchState.FAILED)]
 >>> slots_in_use(taken)
@@ -24,10 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kprio_core.errors import RangeConflict
-from kprio_core.ledger.records import batch_number
-from kprio_core.ledger.states import BatchState
-from kprio_core.offsets import OffsetRange, TopicPartitionKey
-from kprio_core.priority import Priority
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import batch_number
+from kprio_core.model.states import BatchState
 
 
 @dataclass(frozen=True, slots=True)

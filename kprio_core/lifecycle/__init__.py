@@ -8,8 +8,8 @@ decides what follows a run's drain and its checks (go on, split off, fail whole,
 or not), for a replay too. :mod:`kprio_core.lifecycle.loop` decides what ``kprio drain``'s loop
 does after a tick (tick again, when, or stop and why).
 
-A batch's states are :class:`kprio_core.ledger.BatchState` and the one table of allowed moves is
-:data:`kprio_core.ledger.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
+A batch's states are :class:`kprio_core.model.states.BatchState` and the one table of allowed moves is
+:data:`kprio_core.model.states.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
 failed and committed go back to planned only through retry and replay). Who may move each:
 
 - **recorded (-> planned)**: the tick (:mod:`kprio_core.lifecycle.tick` decides a
@@ -27,6 +27,13 @@ Nothing in this package reads the ledger, the broker, an orchestrator or the clo
 the inputs once (:class:`TickInputs`) and carry out the decision's actions (``orchestration.runtime``).
 """
 
+from kprio_core.lifecycle.budget import (
+    batch_budget,
+    batch_fixed_cost,
+    drain_rate,
+    rate_tracker,
+    rate_window,
+)
 from kprio_core.lifecycle.decision import (
     CarryOutLogChanges,
     Decision,
@@ -81,14 +88,7 @@ from kprio_core.lifecycle.runs import (
     Why,
     run_key_of,
 )
-from kprio_core.lifecycle.tick import (
-    batch_budget,
-    batch_fixed_cost,
-    decide_tick,
-    drain_rate,
-    rate_tracker,
-    rate_window,
-)
+from kprio_core.lifecycle.tick import decide_tick
 from kprio_core.lifecycle.view import Lag, LedgerView, TickInputs
 
 __all__ = [

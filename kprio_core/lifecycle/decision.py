@@ -15,15 +15,15 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kprio_core.drain_plan import DrainPlan
 from kprio_core.errors import KprioError
-from kprio_core.ledger import Batch, Hold
 from kprio_core.lifecycle.holds import describe_holds
 from kprio_core.lifecycle.log_rules import Decided
 from kprio_core.lifecycle.runs import Launch
 from kprio_core.log_changes import Change, Superseded
-from kprio_core.priority import Priority
-from kprio_core.snapshot import LagSnapshot
+from kprio_core.model.drain_plan import DrainPlan
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import Batch, Hold
+from kprio_core.model.snapshot import LagSnapshot
 
 
 class Verdict(str, enum.Enum):

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from kprio_core.drain_plan import DrainPlan, PlannedRange
-from kprio_core.ledger import Batch, BatchState, LaunchClaim
-from kprio_core.offsets import OffsetRange
-from kprio_core.recovery import Lease
-from kprio_core.snapshot import LagSnapshot, PartitionLag
+from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.records import Batch, LaunchClaim
+from kprio_core.model.recovery import Lease
+from kprio_core.model.snapshot import LagSnapshot, PartitionLag
+from kprio_core.model.states import BatchState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

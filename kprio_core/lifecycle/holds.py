@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from kprio_core.ledger import Hold
-from kprio_core.offsets import OffsetRange
-from kprio_core.planner import held_range
-from kprio_core.snapshot import LagSnapshot
+from kprio_core.model.offsets import OffsetRange, held_range
+from kprio_core.model.records import Hold
+from kprio_core.model.snapshot import LagSnapshot
 
 
 def describe_holds(holds: Sequence[Hold]) -> str:

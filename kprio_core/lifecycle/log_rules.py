@@ -14,7 +14,6 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kprio_core.config import KprioConfig, OnOffsetOutOfRange
-from kprio_core.ledger import Batch, Hold, LogEvent
 from kprio_core.lifecycle.view import LedgerView
 from kprio_core.log_changes import (
     Belief,
@@ -28,9 +27,10 @@ from kprio_core.log_changes import (
     redrain_ranges,
     reset_target,
 )
-from kprio_core.offsets import TopicPartitionKey
-from kprio_core.priority import Priority
-from kprio_core.snapshot import LagSnapshot
+from kprio_core.model.offsets import TopicPartitionKey
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import Batch, Hold, LogEvent
+from kprio_core.model.snapshot import LagSnapshot
 
 RESETS = (Outcome.RESET_EARLIEST, Outcome.RESET_LATEST)
 NEW_LOG = (LogState.AHEAD_OF_LOG, LogState.TOPIC_RECREATED)
@@ -241,7 +241,7 @@ def standing_hold(c: Change, held: LogEvent, policy: OnOffsetOutOfRange,
     when that says ``earliest`` or ``latest`` (waiting while a batch is in flight on it).
 
     >>> from datetime import UTC, datetime
-    >>> from kprio_core.ledger.records import LogEvent
+    >>> from kprio_core.model.records import LogEvent
     >>> held = LogEvent(1, "o", "o-0", 0, 1, "ahead of the log", "hold", "rule", 121, 421, None, 0, 121,
     ...                 datetime(2026, 1, 1, 9, 51, tzinfo=UTC), None)
     >>> now = Change("o-0", 0, LogState.MOVED_FORWARD, 121, 421, 0, 571)   # 450 records later

@@ -53,11 +53,11 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from kprio_core.ledger import Hold
 from kprio_core.lifecycle.decision import Decision, Verdict
 from kprio_core.lifecycle.holds import describe_holds
-from kprio_core.offsets import TopicPartitionKey
-from kprio_core.priority import Priority
+from kprio_core.model.offsets import TopicPartitionKey
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import Hold
 
 MAX_WAIT_S = 60.0
 """Longest single wait between two ticks (a throttle, a backoff, another process's batch)."""

@@ -27,7 +27,7 @@ Nothing here reads the ledger, Spark or a clock; the runtime (``orchestration.ru
 
 A batch of three ranges whose second range's drain failed (the broker went away while reading it):
 
->>> from kprio_core.offsets import OffsetRange
+>>> from kprio_core.model.offsets import OffsetRange
 >>> a, b, c = (OffsetRange("orders-2", p, 0, 10) for p in range(3))
 >>> after_drain([RangeDrained(a), RangeDrained(b, failed=True, transient=True), RangeDrained(c)])
 GoOn(kept=(OffsetRange(topic='orders-2', partition=0, start=0, end=10), \
@@ -48,7 +48,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from kprio_core.lifecycle.run import transient_failure
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
 
 
 class Cause(str, enum.Enum):

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kprio_core.ledger import Batch
+    from kprio_core.model.records import Batch
 
 
 class RunState(str, enum.Enum):

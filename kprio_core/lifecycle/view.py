@@ -13,13 +13,13 @@ from datetime import datetime
 
 from kprio_core.burst import PollHistory
 from kprio_core.errors import KprioError
-from kprio_core.ledger import Batch, BatchState, DrainedSample, Hold, LaunchClaim, LogEvent
-from kprio_core.ledger.records import batch_number
 from kprio_core.lifecycle.runs import BatchRuns
 from kprio_core.log_changes import Belief, Superseded, with_commits_under_way
-from kprio_core.offsets import OffsetRange, TopicPartitionKey
-from kprio_core.priority import Priority
-from kprio_core.snapshot import LagSnapshot
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import Batch, DrainedSample, Hold, LaunchClaim, LogEvent, batch_number
+from kprio_core.model.snapshot import LagSnapshot
+from kprio_core.model.states import BatchState
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,10 @@ class LedgerView:
     reserved: tuple[OffsetRange, ...] = ()
     """Non-empty ranges of the batches in flight."""
     throughput: float | None = None
-    """Records per second a bulk batch drains at, from recent batches (:func:`~kprio_core.lifecycle.tick.drain_rate`)."""
+    """Records per second a bulk batch drains at, from recent batches (:func:`~kprio_core.lifecycle.budget.drain_rate`)."""
     fixed_cost_s: float | None = None
     """What a batch costs beside its records, from recent batches
-    (:func:`~kprio_core.lifecycle.tick.batch_fixed_cost`)."""
+    (:func:`~kprio_core.lifecycle.budget.batch_fixed_cost`)."""
     poll_history: PollHistory | None = None
     avg_record_bytes: Mapping[str, float] = field(default_factory=dict)
     rate_samples: tuple[DrainedSample, ...] = ()

@@ -45,7 +45,7 @@ from typing import Any
 from kprio_core.config import KprioConfig, load_config
 from kprio_core.errors import BatchNotFound
 from kprio_core.lifecycle.run import Intent, Launcher, LaunchReason
-from kprio_core.results import CheckReport
+from kprio_core.model.results import CheckReport
 from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG
 

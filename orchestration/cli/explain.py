@@ -23,7 +23,7 @@ from kprio_core.burst import (
 )
 from kprio_core.config import MAX_PRIORITIES
 from kprio_core.errors import UsageError
-from kprio_core.priority import Priority
+from kprio_core.model.priority import Priority
 from kprio_core.quota import Distribution, base_quotas
 from orchestration.cli.common import JsonOption, print_json
 

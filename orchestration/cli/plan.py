@@ -17,7 +17,7 @@ from orchestration.cli.common import (
 from orchestration.cli.paused_gc import imports
 
 if TYPE_CHECKING:
-    from kprio_core.drain_plan import DrainPlan
+    from kprio_core.model.drain_plan import DrainPlan
 
 IN_MEMORY = "sqlite://"
 """The ledger ``kprio plan`` reads when none exists yet: a new, empty one that lives as long as the command."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import dagster as dg
 
-from kprio_core.results import CheckOutcome, CheckReport
+from kprio_core.model.results import CheckOutcome, CheckReport
 from orchestration.runtime.checks import CHECK_DESCRIPTIONS, CHECK_NAMES, UNIQUE
 
 __all__ = ["check_results", "check_specs"]
@@ -37,7 +37,7 @@ def check_specs(asset_key: dg.AssetKey | str | Sequence[str],
 def check_results(report: CheckReport, asset_key: dg.AssetKey | str | Sequence[str]) -> list[dg.AssetCheckResult]:
     """One Dagster result per outcome: its numbers as metadata, and where it failed.
 
-    >>> from kprio_core.offsets import OffsetRange
+    >>> from kprio_core.model.offsets import OffsetRange
     >>> bad = CheckOutcome(UNIQUE, False, {"duplicate_rows": 1}, (OffsetRange("o-2", 0, 0, 5),))
     >>> result = check_results(CheckReport((bad,)), "drained_batch")[0]
     >>> result.passed, result.metadata["failed_ranges"].value, result.description

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kprio_core.priority import Priority, most_urgent_first
+from kprio_core.model.priority import Priority, most_urgent_first
 from orchestration.demo.workload import TIERS
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.kafka import KafkaEdge, produce
-from kprio_core.offsets import OffsetRange
-from kprio_core.priority import Priority
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.priority import Priority
 from orchestration.demo import DemoFailed
 from orchestration.demo.workload import Wave, wave_records
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kprio_core.priority import Priority, most_urgent_first
+from kprio_core.model.priority import Priority, most_urgent_first
 from orchestration.demo.producer import Arrival
 from orchestration.demo.workload import TIERS
 

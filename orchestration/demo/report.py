@@ -5,7 +5,7 @@ drained it (the first planned after it arrived) and the batch that drained it: d
 that very batch = 0. Two waves of orders-2[0]: 10 records there from the start, drained by
 batches 1 and 2; 4 more arriving before batch 2, drained by batch 3 (one of them a dead letter):
 
->>> from kprio_core.offsets import OffsetRange as R
+>>> from kprio_core.model.offsets import OffsetRange as R
 >>> arrivals = [Arrival(2, 1, (R("o-2", 0, 0, 10),)), Arrival(2, 2, (R("o-2", 0, 10, 14),), poison=1)]
 >>> drains = [Drained(1, "b-000001", 2, (R("o-2", 0, 0, 6),), True),
 ...           Drained(2, "b-000002", 2, (R("o-2", 0, 6, 10),), True),
@@ -42,13 +42,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kprio_core.offsets import OffsetRange
-from kprio_core.priority import Priority, most_urgent_first
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.priority import Priority, most_urgent_first
 from orchestration.demo.producer import Arrival
 
 if TYPE_CHECKING:
     from kprio_core.ledger import Batch
-    from kprio_core.results import CheckReport
+    from kprio_core.model.results import CheckReport
 
 TopicPartition = tuple[str, int]
 
@@ -82,7 +82,7 @@ def checks_passed(checks: CheckReport | None) -> bool:
 def drains_of(batches: Iterable[Batch]) -> list[Drained]:
     """The demo's batches (numbered 1.. in ledger order) split by priority; empty ranges left out."""
     from kprio_core.ledger import BatchState
-    from kprio_core.ledger.records import batch_number
+    from kprio_core.model.records import batch_number
 
     ordered = sorted(batches, key=lambda b: batch_number(b.batch_id))
     out: list[Drained] = []

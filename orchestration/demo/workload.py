@@ -43,7 +43,7 @@ import random
 from dataclasses import dataclass
 
 from kprio_core.kafka.produce import Record
-from kprio_core.priority import Priority
+from kprio_core.model.priority import Priority
 
 PRIORITIES = 3
 """The demo's logical topic has three priorities: 0 standard backlog, 1 steady, 2 express burst."""

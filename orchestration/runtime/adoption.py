@@ -35,7 +35,7 @@ from kprio_core.config import KprioConfig
 from kprio_core.errors import KprioError, LedgerNotFresh
 from kprio_core.ledger import Ledger, parse_batch_id
 from kprio_core.log_changes import Belief
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
 
 LOGGER = logging.getLogger("kprio.adoption")
 _WAITING: set[str] = set()

@@ -79,8 +79,8 @@ from kprio_core.lifecycle.run import (
     waited_too_long,
     work_left,
 )
-from kprio_core.recovery import LeaseToken
-from kprio_core.results import CheckReport
+from kprio_core.model.recovery import LeaseToken
+from kprio_core.model.results import CheckReport
 from orchestration.runtime.batch_metadata import Timings, drained_metadata, failure_reason, one_line
 from orchestration.runtime.checks import check_batch, warm_up
 from orchestration.runtime.commit import commit_batch, log_changed, other_logs

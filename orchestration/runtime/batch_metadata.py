@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from kprio_core.config import KprioConfig
 from kprio_core.ledger import Batch
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import DrainResult, RangeStats
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import DrainResult, RangeStats
 
 
 class PathText(str):
@@ -37,7 +37,7 @@ def per_priority(prefix: str, values: Mapping[int, int]) -> dict[str, int]:
 def failure_reason(result: DrainResult) -> str:
     """One line for the ranges whose drain failed: where and why (the first few named, each range once).
 
-    >>> from kprio_core.results import RangeStats
+    >>> from kprio_core.model.results import RangeStats
     >>> r = OffsetRange("tx-0", 0, 0, 224)
     >>> s = RangeStats(0, r, 0, 0, 0, None, None, failure=f"{r}: range {r} is incomplete: 1 of 224 offsets missing")
     >>> failure_reason(DrainResult("b-1", 1, "tx", (s,), staging=""))

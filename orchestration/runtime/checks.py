@@ -1,6 +1,6 @@
 """The six blocking checks of a drained batch: Great Expectations on a per-range summary.
 
-The drain counts, for every planned range, what it wrote (:class:`~kprio_core.results.RangeStats`:
+The drain counts, for every planned range, what it wrote (:class:`~kprio_core.model.results.RangeStats`:
 output rows, dead letters, distinct offsets, first and last offset, nulls, errors).
 :func:`summary_frame` turns those stats into one pandas row per range, and :func:`check_batch`
 validates that small frame with ONE GX suite, whose expectations are tagged with the name of the
@@ -59,8 +59,8 @@ them at once: ``KeyError: 'pyarrow'`` and "cannot import name 'SQLContext' from 
 module 'pyspark.sql'" failed daemon runs whose drain imported them while the warm-up imported GX."""
 
 from kprio_core.config import QualitySettings
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import CheckOutcome, CheckReport, RangeStats
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import CheckOutcome, CheckReport, RangeStats
 
 if TYPE_CHECKING:
     import pandas as pd

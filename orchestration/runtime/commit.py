@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from kprio_core.config import TopicSettings
 from kprio_core.errors import KafkaOperationFailed, LogChanged
 from kprio_core.ledger import Batch, Ledger
-from kprio_core.recovery import LeaseToken
-from kprio_core.results import CommitReport
+from kprio_core.model.recovery import LeaseToken
+from kprio_core.model.results import CommitReport
 from orchestration.runtime.faults import crash_point
 
 

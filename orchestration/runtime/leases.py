@@ -1,7 +1,7 @@
 """Leases of the batches a run works on: who owns one, whether the owner is gone, and the heartbeat.
 
 A run claims its batch's lease in the ledger (``owner = "<run id>@<host>:<pid>"``, at the batch's
-attempt: its :class:`~kprio_core.recovery.LeaseToken`) and a :class:`Heartbeat` thread renews it
+attempt: its :class:`~kprio_core.model.recovery.LeaseToken`) and a :class:`Heartbeat` thread renews it
 every ``lease_s / 3``. When the process dies (kill -9, OOM,
 a lost machine) the renewals stop and the lease expires; :func:`owner_dead` tells sooner when
 it can: the owner's Dagster run has ended, or its process is gone from this host.
@@ -20,7 +20,7 @@ import psutil
 
 from kprio_core.errors import LeaseLost
 from kprio_core.ledger import Ledger
-from kprio_core.recovery import LeaseToken, lease_owner, parse_owner
+from kprio_core.model.recovery import LeaseToken, lease_owner, parse_owner
 
 LOGGER = logging.getLogger("kprio.lease")
 

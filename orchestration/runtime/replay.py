@@ -29,10 +29,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kprio_core.config import KprioConfig
-from kprio_core.drain_plan import DrainPlan, PlanMode, PlannedRange
 from kprio_core.lifecycle.outcome import FailWhole, RangeDrained, after_checks, after_drain
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import CheckReport
+from kprio_core.model.drain_plan import DrainPlan, PlanMode, PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import CheckReport
 
 REPLAY_DEAD_LETTERS = "_dead_letters"
 """Directory under ``drain.replay_path`` holding the invalid records of replays."""

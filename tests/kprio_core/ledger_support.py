@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from kprio_core.drain_plan import DrainPlan, PlannedRange
 from kprio_core.ledger import Batch, Ledger
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import CheckOutcome, CheckReport, CommitReport, DrainResult, RangeStats
+from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import CheckOutcome, CheckReport, CommitReport, DrainResult, RangeStats
 
 CHECKS_PASSED = CheckReport((CheckOutcome("row_count_matches", True, {"rows": 10}),))
 

@@ -33,9 +33,9 @@ import pytest
 from pydantic import BaseModel
 
 from kprio_core.config import KprioConfig, parse_config, setting_variable
-from kprio_core.drain_plan import DrainPlan, PlannedRange
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import RangeStats
+from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import RangeStats
 from orchestration.dagster.resources import resources_from_config
 from spark_jobs.session import session_conf
 

@@ -6,7 +6,7 @@ import pytest
 
 from kprio_core.errors import KafkaOperationFailed
 from kprio_core.kafka import CommitReport, KafkaEdge, decide_commits
-from kprio_core.offsets import OffsetRange as R
+from kprio_core.model.offsets import OffsetRange as R
 
 T = "o-2"
 

@@ -17,7 +17,7 @@ from kprio_core.errors import (
 )
 from kprio_core.kafka import KafkaEdge
 from kprio_core.kafka.client import client_config, kafka_failure
-from kprio_core.offsets import OffsetRange as R
+from kprio_core.model.offsets import OffsetRange as R
 from orchestration.services.process import free_port
 
 

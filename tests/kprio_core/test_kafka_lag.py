@@ -9,7 +9,7 @@ import pytest
 
 from kprio_core.errors import DataLostToRetention
 from kprio_core.kafka import KafkaEdge, oldest_pending_age_ms
-from kprio_core.offsets import OffsetRange as R
+from kprio_core.model.offsets import OffsetRange as R
 from tests.fixtures.kafka import BASE_TS_MS
 
 pytestmark = pytest.mark.broker

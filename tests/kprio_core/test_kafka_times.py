@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kprio_core.kafka import KafkaEdge
-from kprio_core.offsets import OffsetRange as R
+from kprio_core.model.offsets import OffsetRange as R
 
 pytestmark = pytest.mark.broker
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from kprio_core.config import LedgerSettings
-from kprio_core.drain_plan import BurstDecision, DrainPlan, PlannedRange
 from kprio_core.errors import (
     BatchNotFound,
     DrainStatsInvalid,
@@ -22,8 +21,9 @@ from kprio_core.errors import (
 )
 from kprio_core.ledger import TRANSITIONS, Batch, BatchState, Ledger
 from kprio_core.ledger.meta import outdated_message
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import CheckOutcome, CheckReport, CommitReport, RangeStats
+from kprio_core.model.drain_plan import BurstDecision, DrainPlan, PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import CheckOutcome, CheckReport, CommitReport, RangeStats
 from tests.kprio_core.ledger_support import (
     CHECKS_PASSED,
     Clock,

@@ -11,9 +11,9 @@ from kprio_core.burst import PollHistory
 from kprio_core.lanes import Ordering
 from kprio_core.ledger import Batch, DrainedSample, DrainSample, Ledger
 from kprio_core.lifecycle import batch_fixed_cost, drain_rate
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import RangeStats
 from kprio_core.rate import RateQuotaTracker
-from kprio_core.results import RangeStats
 from tests.kprio_core.ledger_support import (
     CHECKS_PASSED,
     Clock,

@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule
 
-from kprio_core.drain_plan import DrainPlan, PlannedRange
 from kprio_core.errors import BatchBusy, InvalidTransition, RangeConflict
 from kprio_core.ledger import TRANSITIONS, BatchState, Ledger
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import CheckReport, CommitReport, DrainResult, RangeStats
+from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import CheckReport, CommitReport, DrainResult, RangeStats
 
 S = BatchState
 LEASE_S = 30

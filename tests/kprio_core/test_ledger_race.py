@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from kprio_core.drain_plan import DrainPlan, PlannedRange
 from kprio_core.errors import InvalidTransition, LeaseLost, RangeConflict
 from kprio_core.ledger import Batch, BatchState, Ledger
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import CheckReport, CommitReport, DrainResult, RangeStats
+from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import CheckReport, CommitReport, DrainResult, RangeStats
 
 S = BatchState
 ATTEMPTS = 300
@@ -170,11 +170,11 @@ def test_two_processes_racing_never_hold_the_same_offsets(tmp_path: Path):
 CRASH_SCRIPT = textwrap.dedent(
     """
     import os, sys
-    from kprio_core.drain_plan import DrainPlan
+    from kprio_core.model.drain_plan import DrainPlan
     from kprio_core.ledger import Ledger
     from kprio_core.ledger.base import LedgerBase
-    from kprio_core.offsets import OffsetRange
-    from kprio_core.results import DrainResult
+    from kprio_core.model.offsets import OffsetRange
+    from kprio_core.model.results import DrainResult
 
     url, point, plan_json, result_json = sys.argv[1:5]
     led = Ledger(url)

@@ -8,8 +8,8 @@ import pytest
 
 from kprio_core.errors import BatchBusy, InvalidTransition, LeaseLost, RangeConflict
 from kprio_core.ledger import BatchState, Ledger
-from kprio_core.recovery import LeaseToken
-from kprio_core.results import CheckOutcome, CheckReport
+from kprio_core.model.recovery import LeaseToken
+from kprio_core.model.results import CheckOutcome, CheckReport
 from tests.kprio_core.ledger_support import (
     CHECKS_PASSED,
     Clock,

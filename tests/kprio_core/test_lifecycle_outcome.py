@@ -17,7 +17,7 @@ from kprio_core.lifecycle.outcome import (
     passes_by_itself,
     run_failure_passes,
 )
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
 
 A, B, C = (OffsetRange("orders-2", p, 0, 10) for p in range(3))
 R = OffsetRange("gone-1", 0, 0, 10)

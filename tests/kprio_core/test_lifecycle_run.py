@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from kprio_core.config import RecoverySettings
-from kprio_core.ledger.states import BatchState
 from kprio_core.lifecycle.run import (
     BatchView,
     Commit,
@@ -17,8 +16,8 @@ from kprio_core.lifecycle.run import (
     Fail,
     FailWhy,
     Intent,
-    LaunchReason,
     Launcher,
+    LaunchReason,
     NothingToDo,
     Wait,
     WaitWhy,
@@ -31,7 +30,8 @@ from kprio_core.lifecycle.run import (
     waited_too_long,
     work_left,
 )
-from kprio_core.recovery import Lease
+from kprio_core.model.recovery import Lease
+from kprio_core.model.states import BatchState
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ME = "aaaaaaaa-run@host:10"

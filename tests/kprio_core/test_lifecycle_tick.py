@@ -34,7 +34,7 @@ from kprio_core.lifecycle import (
 from kprio_core.lifecycle.examples import T0, batch, claim, snapshot
 from kprio_core.lifecycle.tick import launched_elsewhere, resume_stuck, retry_failed
 from kprio_core.log_changes import Superseded
-from kprio_core.snapshot import PartitionLag
+from kprio_core.model.snapshot import PartitionLag
 
 NOW = T0 + timedelta(seconds=10)
 ME, OTHER, GONE = "@host-a:100", "@host-b:200", "@host-a:999"

@@ -10,8 +10,6 @@ from kprio_core.ledger import Ledger
 from kprio_core.log_changes import (
     Belief,
     Change,
-    LogState as S,
-    Outcome as O,
     classify,
     hold_reason,
     in_flight_blocks_reset,
@@ -22,8 +20,14 @@ from kprio_core.log_changes import (
     superseded,
     with_commits_under_way,
 )
-from kprio_core.offsets import OffsetRange as R
-from kprio_core.snapshot import PartitionLag
+from kprio_core.log_changes import (
+    LogState as S,
+)
+from kprio_core.log_changes import (
+    Outcome as O,
+)
+from kprio_core.model.offsets import OffsetRange as R
+from kprio_core.model.snapshot import PartitionLag
 
 
 def lag(committed, log_start=0, high=100, topic="o-2", partition=0):
@@ -121,7 +125,7 @@ def test_a_hold_names_the_partition_the_offsets_the_log_and_the_command():
 
 
 def test_beliefs_follow_kprio_commits_and_recorded_decisions(tmp_path):
-    from kprio_core.results import CheckReport, CommitReport
+    from kprio_core.model.results import CheckReport, CommitReport
     from tests.kprio_core.ledger_support import make_plan, result_for
 
     with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
@@ -252,8 +256,8 @@ def test_a_reset_to_a_new_incarnation_waits_for_a_batch_in_flight(new_incarnatio
 
 
 def test_a_superseded_failed_batch_holds_nothing_and_is_never_retried_by_the_ledger():
-    from kprio_core.drain_plan import DrainPlan, PlannedRange
     from kprio_core.errors import BatchSuperseded
+    from kprio_core.model.drain_plan import DrainPlan, PlannedRange
 
     def plan(*ranges, incarnations=None):
         return DrainPlan("o", "lag-aware", 50, None, {2: 50}, {2: 50},

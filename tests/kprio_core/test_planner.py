@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from kprio_core.burst import PollHistory
 from kprio_core.errors import QuotaError
-from kprio_core.offsets import OffsetRange
-from kprio_core.drain_plan import DrainPlan
+from kprio_core.model.drain_plan import DrainPlan
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 from kprio_core.planner import (
     Budget,
     fair_shares,
@@ -26,7 +27,6 @@ from kprio_core.planner import (
     window_rule_targets,
 )
 from kprio_core.quota import base_quotas
-from kprio_core.snapshot import LagSnapshot, PartitionLag
 
 Q50 = {2: 29, 1: 14, 0: 7}
 

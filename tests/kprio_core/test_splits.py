@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kprio_core.errors import RangeConflict
-from kprio_core.offsets import OffsetRange
-from kprio_core.drain_plan import PlannedRange
-from kprio_core.splits import merge_by_partition, split_ranges, spark_offsets_json
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.splits import merge_by_partition, spark_offsets_json, split_ranges
 
 
 def pr(start: int, end: int, est: int, prio: int = 1, topic: str = "t-1", partition: int = 0) -> PlannedRange:

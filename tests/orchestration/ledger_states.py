@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kprio_core.ledger import Ledger
-from kprio_core.results import CheckReport, CommitReport, DrainResult, RangeStats
+from kprio_core.model.results import CheckReport, CommitReport, DrainResult, RangeStats
 
 
 def drained_as_planned(ledger: Ledger, batch_id: str, *, seconds: float = 1.0) -> DrainResult:

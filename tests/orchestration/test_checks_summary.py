@@ -15,8 +15,8 @@ import dagster as dg
 import pytest
 
 from kprio_core.config import QualitySettings
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import CheckReport, RangeStats
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import CheckReport, RangeStats
 from orchestration.dagster.checks import check_results, check_specs
 from orchestration.runtime.checks import (
     CHECK_DESCRIPTIONS,

@@ -10,7 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kprio_core.kafka import KafkaEdge
-from kprio_core.offsets import OffsetRange as R
+from kprio_core.model.offsets import OffsetRange as R
 from orchestration.cli.main import app
 from orchestration.services.process import free_port, pid_alive
 from tests.fixtures.kafka import BASE_TS_MS

@@ -12,7 +12,7 @@ import pytest
 
 from kprio_core.config import DrainSettings
 from kprio_core.errors import ConfigError
-from kprio_core.offsets import OffsetRange as R
+from kprio_core.model.offsets import OffsetRange as R
 from orchestration.demo import DemoFailed
 from orchestration.demo.layout import DemoLayout, demo_config, write_config
 from orchestration.demo.producer import Arrival

@@ -15,7 +15,7 @@ import pytest
 from kprio_core.errors import LeaseLost
 from kprio_core.ledger import Ledger
 from kprio_core.ledger.gate import TRANSACTIONS
-from kprio_core.recovery import LeaseToken
+from kprio_core.model.recovery import LeaseToken
 from orchestration.runtime.leases import Heartbeat
 from orchestration.services.process import wait_for
 from tests.kprio_core.ledger_support import make_plan

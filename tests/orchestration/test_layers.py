@@ -4,7 +4,9 @@ what uses it) imports Dagster, and only the Airflow driver imports Airflow.
 Each package is imported, every module of it, in a fresh interpreter, and what that pulled in is
 read from ``sys.modules``. Then the house is read from its source with ``ast``, every import at any
 depth (one inside a function runs only later, so importing finds it not): no private Dagster module,
-no floor importing one above it, no import cycle between its modules, no module over 500 lines.
+no floor importing one above it, no import cycle between its modules, no module over 500 lines. Inside
+kprio_core the floors are data (``CORE_FLOORS``): the model at the bottom, the pure rules above it, the adapters with
+I/O beside the rules and never imported by them, the simulator apart.
 """
 
 from __future__ import annotations
@@ -58,11 +60,40 @@ MAX_LINES = 500
 TOO_LONG_FOR_NOW = {
     # Each is some other part of issue 42's to split, not this test's to hide: the allow-list names the files
     # over MAX_LINES today, so any new one fails, and an entry is removed when its file is split.
+    # Not split with the floors (part 2): the branches adding settings all edit it; split once part 1 has landed.
     "kprio_core/config.py": "the settings model: issue 42 part 1 (one settings object to the executors) reshapes it",
-    "kprio_core/lifecycle/run.py": "the run's rules: issue 42 part 4 (outcome rules in the lifecycle) reshapes it",
-    "kprio_core/lifecycle/tick.py": "the tick's rules: issue 42 part 4 (outcome rules in the lifecycle) reshapes it",
-    "kprio_core/log_changes.py": "log changes: issue 42 part 2 (floors inside kprio_core) moves it among the rules",
 }
+
+
+CORE_FLOORS = {
+    # kprio_core's floors (docs/architecture.md), module prefix -> floor; a module's floor is its longest prefix.
+    "kprio_core.model": "model",  # values with no I/O: offsets, plans, records, states, results, leases
+    # The typed errors every floor raises are values too; they stay where their hundred importers find them.
+    "kprio_core.errors": "model",
+    "kprio_core.ledger": "adapter",  # SQLAlchemy
+    "kprio_core.kafka": "adapter",  # confluent-kafka
+    "kprio_core.jar_cache": "adapter",  # files and downloads
+    "kprio_core.java": "adapter",  # runs java
+    "kprio_core.simulator": "simulator",
+    "kprio_core.traces": "simulator",  # the simulator's traces, read from files
+    # Everything else: the pure rules (lifecycle, planner, quota, burst, rate, splits, lanes, log changes). The
+    # settings model (config.py) reads kprio.yaml when asked to; the rules take it as an input.
+    "kprio_core": "rules",
+}
+MAY_IMPORT = {
+    "model": {"model"},
+    "rules": {"model", "rules"},
+    # beside the rules: an adapter uses the model and the rules; no rule uses an adapter
+    "adapter": {"model", "rules", "adapter"},
+    "simulator": {"model", "rules", "simulator"},
+}
+"""Which floors of kprio_core a module of each floor may import."""
+
+
+def core_floor(module: str) -> str | None:
+    """The floor of a module of kprio_core (None outside kprio_core)."""
+    prefixes = [p for p in CORE_FLOORS if module == p or module.startswith(p + ".")]
+    return CORE_FLOORS[max(prefixes, key=len)] if prefixes else None
 
 
 def house_modules() -> dict[str, Path]:
@@ -138,3 +169,52 @@ def test_no_module_outside_tests_and_benchmarks_is_over_500_lines():
     assert new == {}, f"modules over {MAX_LINES} lines (split them): {new}"
     split = sorted(set(TOO_LONG_FOR_NOW) - set(over))
     assert split == [], f"split since (remove them from TOO_LONG_FOR_NOW): {split}"
+
+
+def test_every_floor_of_kprio_core_names_modules_that_exist(imports):
+    """The floors stay true when modules move: a prefix that matches no module is stale."""
+    stale = [p for p in CORE_FLOORS if not any(m == p or m.startswith(p + ".") for m in imports)]
+    assert stale == [], f"CORE_FLOORS names no module of the house: {stale}"
+
+
+@pytest.mark.parametrize("floor", sorted(MAY_IMPORT))
+def test_no_floor_of_kprio_core_imports_one_it_may_not_even_inside_a_function(imports, floor):
+    """The model imports nothing above it; no rule imports an adapter (``import kprio_core.ledger``, ``from
+    kprio_core import ledger``, ``from kprio_core.ledger import Batch`` alike, at any depth, for type checkers too);
+    the simulator is imported by no floor."""
+    wrong = [f"{module}:{line} imports {name} ({core_floor(name)})" for module, found in imports.items()
+             if core_floor(module) == floor for name, line, _ in found
+             if core_floor(name) is not None and core_floor(name) not in MAY_IMPORT[floor]]
+    assert wrong == [], f"the {floor} floor of kprio_core may import only {sorted(MAY_IMPORT[floor])}: " + "; ".join(wrong)
+
+
+SIMULATOR_USERS = ("orchestration.cli",)
+"""Besides tests/ and benchmarks/ (not in the house), who may import the simulator: ``kprio simulate``."""
+
+
+def test_nothing_but_tests_benchmarks_and_the_cli_imports_the_simulator(imports):
+    users = [f"{module}:{line} imports {name}" for module, found in imports.items()
+             if core_floor(module) != "simulator" and not module.startswith(SIMULATOR_USERS)
+             for name, line, _ in found if core_floor(name) == "simulator"]
+    assert users == [], "the simulator stands apart: " + "; ".join(users)
+
+
+LOADS_NO_ADAPTER = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {"sqlalchemy", "confluent_kafka"}
+                        or m.startswith(("kprio_core.ledger", "kprio_core.kafka")))))
+"""
+
+
+def test_importing_the_rules_loads_no_adapter_nor_its_library(imports):
+    """What the floors say, proven in a fresh interpreter: ``import kprio_core.lifecycle`` (and every other rule)
+    loads neither SQLAlchemy nor confluent-kafka, nor the ledger or the Kafka edge."""
+    rules = sorted(module for module in imports if core_floor(module) in ("rules", "model"))
+    assert "kprio_core.lifecycle" in rules
+    done = subprocess.run([sys.executable, "-c", LOADS_NO_ADAPTER, *rules], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert loaded == [], f"importing kprio_core's rules and model loaded {len(loaded)} modules of an adapter: {loaded[:8]}"

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from kprio_core.kafka.client import Deadline, new_admin
 from kprio_core.kafka.topics import ensure_topics
 from kprio_core.ledger import Ledger
-from kprio_core.results import CheckReport
+from kprio_core.model.results import CheckReport
 from orchestration.cli.main import app
 from orchestration.dagster import drain_loop
 from orchestration.dagster.instance import open_instance

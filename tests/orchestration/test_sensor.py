@@ -11,9 +11,9 @@ import dagster as dg
 import pytest
 
 from kprio_core.burst import PollHistory
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.recovery import lease_owner
 from kprio_core.planner import Budget, plan_batch
-from kprio_core.recovery import lease_owner
 from orchestration.dagster import drain_loop
 from orchestration.dagster.sensors import tick
 from tests.fixtures.kafka import fill

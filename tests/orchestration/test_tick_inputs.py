@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import pytest
 
 from kprio_core.lifecycle import BatchRuns, CarryOutLogChanges, FailDeadRun, Launch, RunState, RunSummary
-from kprio_core.recovery import lease_owner
+from kprio_core.model.recovery import lease_owner
 from orchestration.runtime.runs import NoRuns
 from orchestration.runtime.tick import decide, decide_all, tick
 from tests.orchestration.ledger_states import commit_as_drained

@@ -15,9 +15,9 @@ import os
 import sys
 
 from kprio_core.config import KprioConfig, OrderingSettings, SparkSettings, TopicSettings
-from kprio_core.drain_plan import DrainPlan, PlannedRange
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import DrainResult
+from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import DrainResult
 from spark_jobs.drain import drain_batch
 from spark_jobs.output import publish, read_dead_letters, read_output
 from spark_jobs.session import build_session

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Set
 
 import pyarrow.parquet as pq
 
-from kprio_core.results import DrainResult, RangeStats
+from kprio_core.model.results import DrainResult, RangeStats
 from spark_jobs.layout import staging_dir
 
 ROOT_KINDS = ("output", "dead-letters")

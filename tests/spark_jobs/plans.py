@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kprio_core.config import KafkaSettings, TopicSettings
-from kprio_core.offsets import OffsetRange
-from kprio_core.drain_plan import DrainPlan, PlannedRange
+from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+from kprio_core.model.offsets import OffsetRange
 
 
 def watermarks(kafka: KafkaSettings, topic: str, partitions: int) -> dict[int, tuple[int, int]]:

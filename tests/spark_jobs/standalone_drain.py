@@ -16,7 +16,7 @@ import sys
 import psutil
 
 from kprio_core.config import KprioConfig, SparkSettings, TopicSettings
-from kprio_core.drain_plan import DrainPlan
+from kprio_core.model.drain_plan import DrainPlan
 from spark_jobs.drain import drain_batch
 from spark_jobs.output import publish, read_table
 from spark_jobs.session import build_session

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kprio_core.errors import RangeIncomplete
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
 from spark_jobs.completeness import RangeTracker, describe_gaps, incomplete_error, missing_offsets
 
 R = OffsetRange("t-1", 3, 10, 20)

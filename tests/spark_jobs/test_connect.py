@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import DrainResult
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import DrainResult
 from tests.spark_jobs.plans import whole_plan
 from tests.spark_jobs.spark_processes import SPARK_HOME, start, stop
 

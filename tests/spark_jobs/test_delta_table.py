@@ -14,8 +14,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import DrainResult, RangeStats
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import DrainResult, RangeStats
 from spark_jobs import delta_table
 from spark_jobs.layout import OUTPUT, RangeFile, relative_path, staging_dir
 

@@ -14,18 +14,18 @@ from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
 from kprio_core.config import KprioConfig
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import HandlerError, OutputUnavailable, RangeConflict
 from kprio_core.kafka.produce import Record, produce
 from kprio_core.lanes import Ordering, lane_of
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import DrainResult
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import DrainResult
 from kprio_core.splits import split_ranges
 from spark_jobs.drain import drain_batch, handler_in_read
 from spark_jobs.output import live_files, publish, read_dead_letters, read_output, read_table
+from tests.fixtures.small_disks import read_only_dir, tiny_disk
 from tests.spark_jobs.on_disk import assert_conserved, file_metadata, staged_rows
 from tests.spark_jobs.plans import plan_of, whole_plan
-from tests.fixtures.small_disks import read_only_dir, tiny_disk
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 

@@ -13,9 +13,9 @@ import os
 import pytest
 
 from kprio_core.config import KprioConfig
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import HandlerError, KafkaOperationFailed, OutputUnavailable, RangeIncomplete
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
 from spark_jobs.drain import drain_batch
 from tests.fixtures.small_disks import tiny_disk
 from tests.spark_jobs.plans import plan_of, whole_plan

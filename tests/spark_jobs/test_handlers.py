@@ -8,10 +8,10 @@ import json
 import pyarrow as pa
 import pytest
 
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import HandlerError, LaneOrderBroken
 from kprio_core.lanes import Ordering
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
 from spark_jobs.columns import drain_struct, input_struct
 from spark_jobs.drain_task import DrainSpec, drain_sorted
 from spark_jobs.handler_contract import LaneContext, resolve_handler
@@ -83,7 +83,7 @@ def run(tmp_path):
         from spark_jobs.range_counts import merge_counts
 
         result_rows = merge_counts(stats, ranges, allow_data_loss=True, every_range_reported=False)
-        from kprio_core.results import DrainResult
+        from kprio_core.model.results import DrainResult
 
         result = DrainResult("b", 1, "t", result_rows, staging="")
         on_disk = staged_rows(result, {"output": str(tmp_path / "out"), "dead-letters": str(tmp_path / "dead")},

@@ -15,14 +15,22 @@ import pytest
 from pydantic import SecretStr
 
 from kprio_core.config import KafkaSettings, KprioConfig
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import RangeConflict
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
 from orchestration.services.process import wait_for
 from spark_jobs.connector import artifact_of
 from spark_jobs.drain import drain_batch
-from spark_jobs.native import (NativeReaderUnavailable, class_available, connector_available, jvm_lost_range,
-                               lost_read_in, native_options, read_failure_in, read_native)
+from spark_jobs.native import (
+    NativeReaderUnavailable,
+    class_available,
+    connector_available,
+    jvm_lost_range,
+    lost_read_in,
+    native_options,
+    read_failure_in,
+    read_native,
+)
 from tests.spark_jobs.on_disk import assert_conserved, staged_rows
 from tests.spark_jobs.plans import plan_of, watermarks, whole_plan
 from tests.spark_jobs.test_drain import _config, _delete_below, _drain, _roots

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from kprio_core.errors import OutputUnavailable
-from kprio_core.offsets import OffsetRange
-from kprio_core.results import DrainResult, RangeStats
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import DrainResult, RangeStats
 from spark_jobs.layout import RangeFile, filesystem, relative_path, staging_dir
-from spark_jobs.output import (discard, live_files, prepare_staging, publish, read_table, staging_dirs,
-                               sweep_staging)
+from spark_jobs.output import discard, live_files, prepare_staging, publish, read_table, staging_dirs, sweep_staging
 from spark_jobs.staged_writer import StagedWriter
 from tests.fixtures.small_disks import read_only_dir
 

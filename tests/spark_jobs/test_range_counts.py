@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import DrainOutputInvalid
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
 from spark_jobs.range_counts import RangeCount, merge_counts, stats_batch
 
 R = OffsetRange("o-2", 0, 10, 20)

@@ -173,8 +173,8 @@ class _ProbeReader(DataSourceReader):
 @pytest.mark.spark
 def test_a_real_read_hands_every_task_the_value_as_it_is(spark) -> None:
     """Spark builds the reader from the options in one Python worker and pickles it to the tasks."""
-    from kprio_core.drain_plan import PlannedRange
-    from kprio_core.offsets import OffsetRange
+    from kprio_core.model.drain_plan import PlannedRange
+    from kprio_core.model.offsets import OffsetRange
 
     config = config_with({key: another(key, info) for key, info in LEAVES.items()})
     splits = [PlannedRange(0, OffsetRange("travel-0", p, 0, 10)) for p in range(3)]

@@ -7,9 +7,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from kprio_core.config import KprioConfig
-from kprio_core.drain_plan import PlannedRange
 from kprio_core.errors import ConfigError
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.model.offsets import OffsetRange
 from kprio_core.splits import split_ranges
 from spark_jobs.kafka_schema import KAFKA_COLUMNS
 from spark_jobs.remote_errors import kprio_error_in

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kprio_core.results import DrainResult
+from kprio_core.model.results import DrainResult
 from orchestration.services.process import free_port, wait_for
 from tests.spark_jobs.plans import whole_plan
 from tests.spark_jobs.spark_processes import SPARK_HOME, start, stop

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kprio_core.config import KafkaSettings
-from kprio_core.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange
 from spark_jobs.drain import drain_batch
 from tests.fixtures.transactions import TransactionalWriter, visible_offsets
 from tests.spark_jobs.on_disk import assert_conserved, staged_rows

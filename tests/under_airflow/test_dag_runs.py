@@ -177,7 +177,7 @@ def test_a_batch_another_driver_holds_waits_in_the_airflow_task_which_names_the_
     import time
     import uuid
 
-    from kprio_core.recovery import lease_owner
+    from kprio_core.model.recovery import lease_owner
     from orchestration.airflow.tasks import drain_batch, plan_batches
     from orchestration.runtime.leases import Heartbeat
 

@@ -4,7 +4,7 @@ Frozen value objects, stored in the ledger as JSON through pydantic (``to_json``
 no step re-parses another step's dict. A drain of the range ``orders-2[0]@[0,30)`` that wrote 28
 records to the output and 2 to the dead letters:
 
->>> from kprio_core.offsets import OffsetRange
+>>> from kprio_core.model.offsets import OffsetRange
 >>> s = RangeStats(2, OffsetRange("orders-2", 0, 0, 30), output=28, dead=2, distinct=30, first=0, last=29,
 ...                bytes=6000)
 >>> s.written, s.expected, s.missing, s.duplicates, s.complete
@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pydantic import TypeAdapter
 
 from kprio_core import errors
-from kprio_core.lanes import Ordering
-from kprio_core.offsets import OffsetRange, TopicPartitionKey
-from kprio_core.priority import Priority
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.model.ordering import Ordering
+from kprio_core.model.priority import Priority
 
 
 @dataclass(frozen=True, slots=True)

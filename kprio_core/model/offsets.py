@@ -55,3 +55,19 @@ class OffsetRange:
 
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]@[{self.start},{self.end})"
+
+
+END_OF_LOG = (1 << 63) - 1
+"""The largest Kafka offset: a reservation that ends here holds the rest of the partition."""
+
+
+def held_range(topic: str, partition: int, start: int) -> OffsetRange:
+    """The reservation of a partition held by a failed batch: from its failed range's start on.
+
+    The planner plans nothing of that partition any more (a later range could not be committed
+    past the failed one anyway), while every other partition keeps draining.
+
+    >>> held_range("t", 0, 10).end == END_OF_LOG
+    True
+    """
+    return OffsetRange(topic, partition, start, END_OF_LOG)

@@ -11,17 +11,17 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from kprio_core.drain_plan import DrainPlan
-from kprio_core.ledger.states import BatchState
-from kprio_core.offsets import OffsetRange, TopicPartitionKey
-from kprio_core.planner import held_range
-from kprio_core.priority import Priority
-from kprio_core.recovery import Lease, LeaseToken
-from kprio_core.results import CheckReport, CommitReport, DrainResult
+from kprio_core.model.drain_plan import DrainPlan
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey, held_range
+from kprio_core.model.priority import Priority
+from kprio_core.model.recovery import Lease, LeaseToken
+from kprio_core.model.results import CheckReport, CommitReport, DrainResult
+from kprio_core.model.states import BatchState
 
 _BATCH_ID = re.compile(r"b-(\d+)")
 
@@ -219,3 +219,18 @@ class LogEvent:
         """
         return (f"{self.topic}[{self.partition}] {self.at:%Y-%m-%d %H:%M:%S} UTC {self.state} -> {self.outcome} "
                 f"({self.decided_by}): {self.note or ''}").rstrip(": ")
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchClaim:
+    """Who claimed the launch of a run key, for which batch, and until when the claim holds."""
+
+    run_key: str
+    batch_id: str
+    owner: str
+    claimed_at: datetime
+    until: datetime
+
+    def live(self, now: datetime, dead: Collection[str] = ()) -> bool:
+        """True while the claim holds: not expired, and its owner not known dead."""
+        return self.until > now and self.owner not in dead

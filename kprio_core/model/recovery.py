@@ -37,7 +37,7 @@ is *transient*: its batch is retried with the same backoff until the cause is go
 exhausted, since no operator step is needed once the world is back. A failure of the data or
 of the code (a check, a handler's contract, lost offsets) is retried ``max_attempts`` times.
 Which is which is the failure's type (:func:`kprio_core.errors.is_transient`), decided where it
-happened and carried from the executors in a typed record (:class:`kprio_core.results.ErrorRecord`).
+happened and carried from the executors in a typed record (:class:`kprio_core.model.results.ErrorRecord`).
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from kprio_core.offsets import OffsetRange
-from kprio_core.priority import Priority
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.priority import Priority
 
 
 @dataclass(frozen=True, slots=True)

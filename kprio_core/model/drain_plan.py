@@ -2,7 +2,7 @@
 
 Plans travel to the ledger, to Dagster metadata and to Spark, so they round-trip through JSON.
 
->>> from kprio_core.offsets import OffsetRange
+>>> from kprio_core.model.offsets import OffsetRange
 >>> plan = DrainPlan(
 ...     logical_topic="orders", mode=PlanMode.LAG_AWARE, record_budget=50, byte_budget=None,
 ...     quotas={2: 29, 1: 14, 0: 7}, grants={2: 29, 1: 14, 0: 7},
@@ -22,9 +22,8 @@ from enum import StrEnum
 
 from pydantic import TypeAdapter
 
-from kprio_core.offsets import OffsetRange
-from kprio_core.priority import Priority
-
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.priority import Priority
 
 
 class PlanMode(StrEnum):
