@@ -19,6 +19,15 @@ from kprio_core.config import SparkSettings
 from spark_jobs.class_archive import JAVA_OPTIONS, archive_path
 
 
+def scratch_of(archive: Path, pid: int | None = None) -> Path:
+    """Where the JVM of process ``pid`` (this one by default) writes ``archive`` before it is moved into place.
+
+    >>> scratch_of(Path("/cache/class-data/spark-driver-1a2b.jsa"), pid=4242).name
+    'spark-driver-1a2b.jsa.4242.tmp'
+    """
+    return archive.with_name(f"{archive.name}.{os.getpid() if pid is None else pid}.tmp")
+
+
 def build(archive: Path, settings: SparkSettings | None = None) -> Path:
     """Write the archive of a session started with ``settings`` (default: ``local[2]``) to ``archive``.
 
@@ -31,7 +40,7 @@ def build(archive: Path, settings: SparkSettings | None = None) -> Path:
 
     settings = settings or SparkSettings(master="local[2]")
     archive.parent.mkdir(parents=True, exist_ok=True)
-    scratch = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
+    scratch = scratch_of(archive)
     conf = {**settings.conf, "spark.ui.showConsoleProgress": "false",
             # The dump warns of every class it leaves out (signed jars, generated classes): quiet.
             JAVA_OPTIONS: f"{settings.conf.get(JAVA_OPTIONS, '')} -XX:ArchiveClassesAtExit={scratch} "
