@@ -206,3 +206,25 @@ def test_workspace_loads_with_the_dagster_cli(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Validation successful" in result.stdout + result.stderr
+
+
+@pytest.mark.spark
+def test_the_spark_resource_takes_its_session_from_one_provider_and_stops_none_it_did_not_start(spark):
+    """A run's resource makes its own provider (the active session reused, left running at teardown); the
+    resource kprio drain's loop hands each run shares the loop's provider, which only the loop stops."""
+    from spark_jobs.session import SparkProvider, session_running
+    from tests.fixtures.spark import TEST_SPARK
+
+    own = SparkResource(**TEST_SPARK.model_dump(mode="json"), app_name="kprio-tests")
+    assert own.session is spark and own.session is spark
+    own.teardown_after_execution(dg.build_init_resource_context())
+    assert session_running()
+
+    loops = SparkProvider(TEST_SPARK, app_name="kprio-tests")
+    shared = own.sharing(loops)
+    assert shared.settings() == own.settings() and shared.app_name == own.app_name
+    assert shared.session is loops.session() is spark
+    shared.teardown_after_execution(dg.build_init_resource_context())
+    assert shared.session is spark  # still the loop's provider
+    loops.stop()
+    assert session_running() and spark.range(2).count() == 2
