@@ -310,12 +310,19 @@ class SparkProvider:
             logging.getLogger("kprio.spark").debug("the background start of the Spark session failed", exc_info=True)
 
     def session(self) -> SparkSession:
-        """The session: the one built already (or being built in the background: waited for), else built now."""
+        """The session: the one built already (or being built in the background: waited for), else built now.
+
+        A Spark Connect session is asked for again on each call (:func:`build_session`: the shared session,
+        kprio's settings and the data source, set again), as each run's Spark resource asked for it before
+        the runs of ``kprio drain`` shared one provider.
+        """
         with self._lock:
             if self._session is None:
                 existed = session_running()
                 self._session = build_session(self.settings, app_name=self.app_name)
                 self._created = not existed
+            elif self.settings.remote:
+                self._session = build_session(self.settings, app_name=self.app_name)
             return self._session
 
     def stop(self) -> None:
