@@ -1152,7 +1152,7 @@ def probe_main(args: argparse.Namespace) -> None:
     batches = []
     with contextlib.ExitStack() as stack:
         ledger = stack.enter_context(Ledger(config.ledger.url))
-        stack.enter_context(spark_for_the_loop(defs))
+        spark = stack.enter_context(spark_for_the_loop(defs))
         mark("spark session")
         kafka = defs.resources["kafka"]
         edge = kafka.edge
@@ -1167,7 +1167,7 @@ def probe_main(args: argparse.Namespace) -> None:
                 break
             request = turn.requests[0]
             t1 = time.perf_counter()
-            run = execute(defs, instance, request, "WARNING")
+            run = execute(defs, instance, request, "WARNING", spark)
             run_s = time.perf_counter() - t1
             steps: dict[str, float] = {}
             for event in run.get_asset_materialization_events():

@@ -1,6 +1,10 @@
 """One SparkSession per run: ``local[*]`` by default, a ``spark.master`` URL, or a Spark Connect remote.
 
 The session has the ``kprio-kafka`` data source registered (:func:`spark_jobs.source.register`).
+Each driver (``kprio drain``, a Dagster run's ``SparkResource``, an Airflow task) makes one
+:class:`SparkProvider` and passes it, or its ``session`` getter, to the code that needs a session:
+it starts the session on first use or in the background, reuses an active one, and stops only the
+one it started. Nothing here is module state.
 Where each :class:`~kprio_core.config.SparkSettings` field acts:
 
 - ``master`` / ``remote``: the session built here (``remote`` wins: a Spark Connect session);
@@ -77,7 +81,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -267,51 +271,69 @@ def priority_pool(spark: SparkSession, priority: int) -> Iterator[str | None]:
         context.setLocalProperty("spark.scheduler.pool", before)  # type: ignore[arg-type]
 
 
-_BACKGROUND: list[threading.Thread] = []
-"""Threads starting a session in the background (``kprio drain`` starts one as early as it can)."""
+class SparkProvider:
+    """The Spark session of one driver, made once by it and passed to whatever needs a session.
 
-
-def start_in_background(start: Callable[[], object]) -> threading.Thread:
-    """Call ``start`` (which starts a session) on a thread: the JVM starts while the caller does other work
-    (imports, the first tick). :func:`wait_for_background_start` waits for it; a run's Spark resource does.
-
-    A start that fails leaves no session: whoever needs one then starts it and reports the failure
-    where it belongs.
+    :meth:`session` builds it on first use (:func:`build_session`), or waits for the start
+    :meth:`start_in_background` began; a session already active in the process (the tests', one
+    whoever runs the driver started) is reused. :meth:`stop` stops the session only when this
+    provider started it: an active session belongs to whoever started it.
     """
-    def run() -> None:
+
+    def __init__(self, settings: SparkSettings, app_name: str = "kprio") -> None:
+        self.settings, self.app_name = settings, app_name
+        self._lock = threading.Lock()
+        """Held while the session is built: a caller meanwhile (the background start's) waits, then reuses it."""
+        self._session: SparkSession | None = None
+        self._created = False
+        self._starting: threading.Thread | None = None
+
+    def start_in_background(self) -> bool:
+        """Start the session on a thread: the JVM starts while the driver does other work (imports, the first
+        tick), and :meth:`session` waits for it. Whether it started one: nothing starts when a session is
+        active in the process already, or this provider holds or is starting one.
+
+        A start that fails leaves no session: whoever needs one then starts it and reports the failure
+        where it belongs.
+        """
+        with self._lock:
+            if self._session is not None or self._starting is not None or session_running():
+                return False
+            self._starting = threading.Thread(target=self._start, name="kprio-spark-start", daemon=True)
+            self._starting.start()
+            return True
+
+    def _start(self) -> None:
         try:
-            start()
+            self.session()
         except Exception:  # whoever needs Spark meets the same error and reports it
             logging.getLogger("kprio.spark").debug("the background start of the Spark session failed", exc_info=True)
 
-    thread = threading.Thread(target=run, name="kprio-spark-start", daemon=True)
-    _BACKGROUND.append(thread)
-    thread.start()
-    return thread
+    def session(self) -> SparkSession:
+        """The session: the one built already (or being built in the background: waited for), else built now.
 
+        A Spark Connect session is asked for again on each call (:func:`build_session`: the shared session,
+        kprio's settings and the data source, set again), as each run's Spark resource asked for it before
+        the runs of ``kprio drain`` shared one provider.
+        """
+        with self._lock:
+            if self._session is None:
+                existed = session_running()
+                self._session = build_session(self.settings, app_name=self.app_name)
+                self._created = not existed
+            elif self.settings.remote:
+                self._session = build_session(self.settings, app_name=self.app_name)
+            return self._session
 
-def starting_in_background() -> bool:
-    """True while a background start (:func:`start_in_background`) is under way."""
-    return any(thread.is_alive() for thread in _BACKGROUND)
-
-
-def stop_session() -> None:
-    """Stop this process's session, once any background start ended (nothing when none is running)."""
-    from pyspark.sql import SparkSession
-
-    wait_for_background_start()
-    if session_running():
-        SparkSession.active().stop()
-
-
-def wait_for_background_start() -> None:
-    """Wait until every background start (:func:`start_in_background`) of another thread ended."""
-    for thread in list(_BACKGROUND):
-        if thread is threading.current_thread():
-            continue  # the background start itself
-        thread.join()
-        if thread in _BACKGROUND:
-            _BACKGROUND.remove(thread)
+    def stop(self) -> None:
+        """Stop the session if this provider started it, once a background start ended; forget it either way."""
+        starting = self._starting
+        if starting is not None and starting is not threading.current_thread():
+            starting.join()
+        with self._lock:
+            if self._session is not None and self._created:
+                self._session.stop()
+            self._session, self._created, self._starting = None, False, None
 
 
 def session_running() -> bool:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kprio_core.config import KprioConfig, load_config
 from kprio_core.errors import BatchNotFound
@@ -48,6 +48,9 @@ from kprio_core.lifecycle.run import Intent, Launcher, LaunchReason
 from kprio_core.model.results import CheckReport
 from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG
+
+if TYPE_CHECKING:
+    from spark_jobs.session import SparkProvider
 
 LOG = logging.getLogger("kprio.airflow")
 
@@ -170,8 +173,8 @@ def replay(config_path: str | None, conf: Mapping[str, Any], me: TaskIdentity) -
     replay_id = window_id(start, end)
     with _lazy(lambda: KafkaEdge(config.kafka)) as edge, _spark(config) as spark:
         try:
-            done = replay_window(config, spark(), edge(), int(start.timestamp() * 1000), int(end.timestamp() * 1000),
-                                 replay_id)
+            done = replay_window(config, spark.session(), edge(), int(start.timestamp() * 1000),
+                                 int(end.timestamp() * 1000), replay_id)
         except ReplayFailed as failed:
             raise TaskFailed(f"replay of {replay_id} failed: {failed}") from None
     checks = checks_xcom(done.report)
@@ -226,7 +229,7 @@ def _run(config_path: str | None, batch_id: str, intent: Intent, me: TaskIdentit
     with Ledger.from_settings(config.ledger) as ledger, _lazy(lambda: KafkaEdge(config.kafka)) as edge, \
             _spark(config) as spark:
         run = BatchRun(batch_id=batch_id, intent=intent, run_id=me.run_id, ledger=ledger,
-                       ledger_url=config.ledger.url, config=config, spark=spark, edge=edge,
+                       ledger_url=config.ledger.url, config=config, spark=spark.session, edge=edge,
                        owner_dead=NoRuns().owner_dead, add_batch=lambda split: LOG.info(f"{split} split off"),
                        log=LOG)
         try:
@@ -283,24 +286,16 @@ def _lazy(make: Callable[[], Any]) -> Iterator[Callable[[], Any]]:
 
 
 @contextlib.contextmanager
-def _spark(config: KprioConfig) -> Iterator[Callable[[], Any]]:
-    """The task's SparkSession on first use (an active one, as under ``dag.test()``, is reused and left running)."""
-    from spark_jobs.session import build_session, session_running
+def _spark(config: KprioConfig) -> Iterator[SparkProvider]:
+    """The task's one Spark session provider: its session starts on first use (an active one, as under
+    ``dag.test()``, is reused and left running) and is stopped on exit when the task started it."""
+    from spark_jobs.session import SparkProvider
 
-    made: list[Any] = []
-
-    def get() -> Any:
-        if not made:
-            existed = session_running()
-            made.append((build_session(config.spark, app_name="kprio-airflow"), existed))
-        return made[0][0]
-
+    spark = SparkProvider(config.spark, app_name="kprio-airflow")
     try:
-        yield get
+        yield spark
     finally:
-        for session, existed in made:
-            if not existed:
-                session.stop()
+        spark.stop()
 
 
 def _plain(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -30,6 +30,9 @@ from orchestration.cli.common import (
     print_json,
 )
 from orchestration.cli.paused_gc import imports
+
+if TYPE_CHECKING:
+    from spark_jobs.session import SparkProvider
 
 TopicOption = Annotated[
     str | None, typer.Option("--topic", "-t", help="Drain only this logical topic (default: every configured topic).")
@@ -98,7 +101,6 @@ def drain(
     """
     from kprio_core.errors import PartitionCountMismatch, TopicMissing
     from kprio_core.kafka import KafkaEdge
-    from spark_jobs.session import stop_session
 
     settings = config_from(config)
     if topic is not None:
@@ -109,27 +111,26 @@ def drain(
                 edge.partitions(logical)
             except (TopicMissing, PartitionCountMismatch):
                 pass  # a priority topic deleted or grown under kprio: the tick holds or picks it up, and says so
-    started = start_spark(settings)
+    spark = start_spark(settings)
     try:
-        _drain(settings, json_out=json_out, until_empty=until_empty, follow=follow, max_batches=max_batches)
+        _drain(settings, spark, json_out=json_out, until_empty=until_empty, follow=follow, max_batches=max_batches)
     finally:
-        if started:
-            stop_session()
+        spark.stop()  # only a session it started: one that was running already (a test's) is left running
 
 
-def start_spark(settings: Any) -> bool:
-    """Start the loop's Spark session in the background now, before Dagster is imported (about a second
-    and a half), so its JVM starts while the first tick runs; whether it started one (a session that
-    is running already, a test's, is reused)."""
-    from spark_jobs.session import build_session, session_running, start_in_background
+def start_spark(settings: Any) -> SparkProvider:
+    """The loop's one Spark session provider, its session started in the background now, before Dagster is
+    imported (about a second and a half), so its JVM starts while the first tick runs (a session that is
+    running already, a test's, is reused)."""
+    from spark_jobs.session import SparkProvider
 
-    if session_running():
-        return False
-    start_in_background(lambda: build_session(settings.spark))
-    return True
+    spark = SparkProvider(settings.spark)
+    spark.start_in_background()
+    return spark
 
 
-def _drain(settings: Any, *, json_out: bool, until_empty: bool, follow: bool, max_batches: int | None) -> None:
+def _drain(settings: Any, spark: SparkProvider, *, json_out: bool, until_empty: bool, follow: bool,
+           max_batches: int | None) -> None:
     with imports():  # Dagster's: about 1.5 s, while the JVM starts
         from kprio_core.kafka import KafkaEdge
         from orchestration.cli.outage import outage_lines
@@ -157,7 +158,7 @@ def _drain(settings: Any, *, json_out: bool, until_empty: bool, follow: bool, ma
         report = run_drain(defs, instance, config=settings, until=until, max_batches=max_batches, stop=stop,
                            log_level="WARNING",
                            on_batch=show, guard=lambda: stop_on_signals(stop, running), on_start=running.add,
-                           on_event=lambda line: say(f"kprio drain: {line}"))
+                           on_event=lambda line: say(f"kprio drain: {line}"), spark=spark)
     committed: dict[str, dict[str, int | None]] = {}
     with KafkaEdge(settings.kafka) as edge:
         for logical in settings.topics:

@@ -65,7 +65,6 @@ from kprio_core.lifecycle.loop import (
 )
 from orchestration.dagster.drain_report import BatchOutcome, DrainReport, outcome_of
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
-from orchestration.dagster.resources import start_in_background
 from orchestration.dagster.run_threads import Running, RunThread, slot_priorities
 from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.sensors import SENSOR_NAME
@@ -76,37 +75,44 @@ from orchestration.runtime.leases import this_owner
 from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tags import RUNNER_TAG, TOPIC_TAG
 from orchestration.runtime.tick import Tick, still_launchable, tick
-from spark_jobs.session import session_running, starting_in_background
+from spark_jobs.session import SparkProvider
 
 IN_PROCESS_TAGS = {MAX_RETRIES_TAG: "0"}
 """What every run executed here carries: no retry by Dagster's daemon (the loop's tick retries it)."""
 
 
 @contextmanager
-def spark_for_the_loop(defs: dg.Definitions) -> Iterator[None]:
-    """One SparkSession for every run of the loop (the Spark resource reuses an active session).
+def spark_for_the_loop(defs: dg.Definitions, spark: SparkProvider | None = None) -> Iterator[SparkProvider]:
+    """The one Spark session of every run of the loop, as a provider each run's Spark resource shares
+    (:func:`execute`); without it each run's resource would start and stop its own session.
 
-    Without it each run's resource would start and stop its own session. The session starts in
-    the background (:func:`~orchestration.dagster.resources.start_in_background`), so the JVM
-    starts while the first tick reads the ledger and the broker; the first run waits for it. A
-    session that was already active (a test's) or starting in the background (``kprio drain`` starts
-    it before it imports Dagster) is left to whoever started it.
+    ``spark``: the caller's, left to it (``kprio drain`` starts it before it imports Dagster, and stops
+    it). Else a provider of the Spark resource's settings, started here in the background, so the JVM
+    starts while the first tick reads the ledger and the broker (the first run waits for it), and stopped
+    at the end. A session that was already active (a test's) is reused and left to whoever started it.
     """
-    if session_running() or starting_in_background():
-        yield
+    if spark is not None:
+        yield spark
         return
     resource = defs.resources["spark"]
-    resource.setup_for_execution(dg.build_init_resource_context())
-    starting = start_in_background(resource)
+    provider = SparkProvider(resource.settings(), app_name=resource.app_name)
+    provider.start_in_background()
     try:
-        yield
+        yield provider
     finally:
-        starting.join()
-        resource.teardown_after_execution(dg.build_init_resource_context())
+        provider.stop()
+
+
+def shared_spark(defs: dg.Definitions, spark: SparkProvider | None) -> dict[str, dg.ResourceDefinition] | None:
+    """The resources a run executed here gets instead of the definitions': the Spark resource over the
+    loop's provider ``spark`` (none given: the run's resource makes its own)."""
+    if spark is None:
+        return None
+    return {"spark": dg.ResourceDefinition.hardcoded_resource(defs.resources["spark"].sharing(spark))}
 
 
 def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrder,
-            log_level: str = "DEBUG") -> dg.ExecuteInProcessResult:
+            log_level: str = "DEBUG", spark: SparkProvider | None = None) -> dg.ExecuteInProcessResult:
     """Execute one requested run of ``drain_job`` in this process, tagged as the daemon would tag it.
 
     Except for one tag: Dagster's run retries are off for it (``dagster/max_retries=0``). A run that
@@ -120,16 +126,18 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrde
     return job.execute_in_process(
         run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
         instance=instance, partition_key=request.partition_key, tags=tags, raise_on_error=False,
+        resources=shared_spark(defs, spark),
     )
 
 
 
 def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
-            log_level: str = "WARNING", config: KprioConfig | None = None) -> BatchOutcome:
+            log_level: str = "WARNING", config: KprioConfig | None = None,
+            spark: SparkProvider | None = None) -> BatchOutcome:
     """An operator's re-drain of one batch, here: a failed one is retried whatever its attempts, a
     committed one re-drained (its output replaced, nothing new committed)."""
     config = config or config_of(defs)
-    with Ledger(config.ledger.url) as ledger, spark_for_the_loop(defs):
+    with Ledger(config.ledger.url) as ledger, spark_for_the_loop(defs, spark) as provider:
         topic = ledger.get(batch_id).logical_topic
         job = defs.resolve_job_def("drain_job")
         started = time.monotonic()
@@ -137,7 +145,7 @@ def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
             instance=instance, partition_key=batch_id,
             tags={TOPIC_TAG: topic, RUNNER_TAG: this_owner(""), **IN_PROCESS_TAGS},
-            raise_on_error=False,
+            raise_on_error=False, resources=shared_spark(defs, provider),
         )
         return outcome_of(ledger, batch_id, topic, result, time.monotonic() - started)
 
@@ -152,8 +160,9 @@ class DrainLoop:
                  edge, *, until: Until, max_batches: int | None, stop: threading.Event, log_level: str,
                  on_batch: Callable[[BatchOutcome], None] | None,
                  on_start: Callable[[str], None] | None = None,
-                 on_event: Callable[[str], None] | None = None) -> None:
+                 on_event: Callable[[str], None] | None = None, spark: SparkProvider | None = None) -> None:
         self.config, self.defs, self.instance, self.ledger, self.edge = config, defs, instance, ledger, edge
+        self.spark = spark
         self.runs = DagsterRuns(instance)
         self.until, self.max_batches, self.stop = until, max_batches, stop
         self.log_level, self.on_batch, self.on_start, self.on_event = log_level, on_batch, on_start, on_event
@@ -310,8 +319,8 @@ class DrainLoop:
         self._started += 1
         self.running[request.partition_key] = Running(
             request, time.monotonic(), slot_priorities(request.tags),
-            RunThread(lambda: execute(self.defs, self.instance, request, self.log_level), on_end=self._ended.set,
-                      name=f"kprio-run-{request.partition_key}"))
+            RunThread(lambda: execute(self.defs, self.instance, request, self.log_level, self.spark),
+                      on_end=self._ended.set, name=f"kprio-run-{request.partition_key}"))
         return True
 
     def _reap(self) -> None:
@@ -387,18 +396,21 @@ def drain(
     on_start: Callable[[str], None] | None = None,
     on_event: Callable[[str], None] | None = None,
     guard: Callable[[], AbstractContextManager] | None = None,
+    spark: SparkProvider | None = None,
 ) -> DrainReport:
     """Run the loop on ``instance`` until ``until`` says stop, ``max_batches`` ran, or ``stop`` is set.
 
     ``config``: the settings ``defs`` were built from (the CLI loads them once; by default read back
     from ``defs``). ``guard`` is entered around the loop (the CLI's stop-on-signal handlers);
     ``on_start`` / ``on_batch`` are called before and after each run, ``on_event`` with a line for a person
-    (the ledger's database gone and back).
+    (the ledger's database gone and back). ``spark``: the session's provider, the caller's (see
+    :func:`spark_for_the_loop`).
     """
     config = config or config_of(defs)
-    with (Ledger(config.ledger.url) as ledger, KafkaEdge(config.kafka) as edge, spark_for_the_loop(defs),
+    with (Ledger(config.ledger.url) as ledger, KafkaEdge(config.kafka) as edge,
+          spark_for_the_loop(defs, spark) as provider,
           for_runs_in_threads(instance) as threaded, (guard or nullcontext)()):
         loop = DrainLoop(config, defs, threaded, ledger, edge, until=until, max_batches=max_batches,
                          stop=stop or threading.Event(), log_level=log_level, on_batch=on_batch,
-                         on_start=on_start, on_event=on_event)
+                         on_start=on_start, on_event=on_event, spark=provider)
         return loop.run()

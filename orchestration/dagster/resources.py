@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
+    from spark_jobs.session import SparkProvider
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -162,34 +163,36 @@ class SparkResource(dg.ConfigurableResource):
     connect_dir: str = carries(SparkSettings, "connect_dir")
     app_name: str = Field("kprio", description="Spark application name.")
 
-    _session: Optional["SparkSession"] = PrivateAttr(default=None)
-    _created: bool = PrivateAttr(default=False)
+    _provider: Optional["SparkProvider"] = PrivateAttr(default=None)
+    _shared: bool = PrivateAttr(default=False)
 
     def settings(self) -> SparkSettings:
         return _validated(SparkSettings, _values(self, SparkSettings.model_fields), "spark")
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        # Stop only a session this resource started: a session that was already active (the
-        # test session, the in-process drain loop's) belongs to whoever started it.
-        if self._session is not None and self._created:
-            self._session.stop()
-        self._session, self._created = None, False
+        # Stop only a session this resource's provider started: a session that was already active (the
+        # test session) or a provider shared with it (kprio drain's loop) belongs to whoever started it.
+        if self._provider is not None and not self._shared:
+            self._provider.stop()
+            self._provider = None
+
+    def sharing(self, provider: "SparkProvider") -> "SparkResource":
+        """This resource over ``provider``'s session, which it never stops: ``kprio drain``'s loop hands its one
+        provider to every run it executes (:func:`orchestration.dagster.drain_loop.execute`)."""
+        shared = SparkResource(**_values(self, SparkResource.model_fields))
+        shared._provider, shared._shared = provider, True
+        return shared
 
     @property
     def session(self) -> "SparkSession":
-        """The run's SparkSession (getOrCreate: an active session is reused); started on first use.
+        """The run's SparkSession, from the resource's :class:`~spark_jobs.session.SparkProvider`: its own, made
+        on first use (an active session is reused), or the one ``kprio drain``'s loop shares with it
+        (:meth:`sharing`), waited for while it starts in the background."""
+        if self._provider is None:
+            from spark_jobs.session import SparkProvider
 
-        A session the drain loop is still starting in the background (:func:`start_in_background`)
-        is waited for, and then reused as an active one.
-        """
-        if self._session is None:
-            from spark_jobs.session import build_session, session_running, wait_for_background_start
-
-            wait_for_background_start()
-            existed = session_running()
-            self._session = build_session(self.settings(), app_name=self.app_name)
-            self._created = not existed
-        return self._session
+            self._provider = SparkProvider(self.settings(), app_name=self.app_name)
+        return self._provider.session()
 
 
 class LedgerResource(dg.ConfigurableResource):
@@ -257,14 +260,6 @@ RESOURCE_SECTIONS = {"kafka": KafkaResource, "spark": SparkResource, "ledger": L
 """Sections of KprioConfig held by their own resource, field by field; KprioSettings holds the others whole."""
 
 KPRIO_FIELDS = tuple(name for name in KprioConfig.model_fields if name not in RESOURCE_SECTIONS)
-
-
-def start_in_background(resource: SparkResource) -> threading.Thread:
-    """Start ``resource``'s session on a thread (:func:`spark_jobs.session.start_in_background`): the JVM
-    starts while the caller does other work (a tick); a run's :attr:`SparkResource.session` waits for it."""
-    from spark_jobs.session import start_in_background as start
-
-    return start(lambda: resource.session)
 
 
 def resources_from_config(config: KprioConfig, env: Mapping[str, str] | None = None) -> dict[str, Any]:

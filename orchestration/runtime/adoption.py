@@ -33,9 +33,10 @@ from collections.abc import Iterable, Sequence
 
 from kprio_core.config import KprioConfig
 from kprio_core.errors import KprioError, LedgerNotFresh
-from kprio_core.ledger import Ledger, parse_batch_id
+from kprio_core.ledger import parse_batch_id
 from kprio_core.log_changes import Belief
 from kprio_core.model.offsets import OffsetRange
+from orchestration.runtime.ports import Edge, LedgerPort
 
 LOGGER = logging.getLogger("kprio.adoption")
 _WAITING: set[str] = set()
@@ -82,7 +83,7 @@ def adopted_end(committed: int | None, log_start: int, published: Sequence[Offse
     return end if end > position else None
 
 
-def ensure_adopted(known: Iterable[str], ledger: Ledger, edge, config: KprioConfig,
+def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config: KprioConfig,
                    *, log=None) -> str | None:
     """Adopt an earlier life's ids, committed offsets, output and incarnations into a fresh ledger; what was
     done, or None (see the module docstring)."""

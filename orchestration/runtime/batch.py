@@ -42,11 +42,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import BatchBusy, KprioError, LeaseLost, RangeConflict, is_transient
-from kprio_core.ledger import Batch, BatchState, Ledger
+from kprio_core.ledger import Batch, BatchState
 from kprio_core.lifecycle.outcome import (
     Cause,
     FailWhole,
@@ -86,7 +86,11 @@ from orchestration.runtime.checks import check_batch, warm_up
 from orchestration.runtime.commit import commit_batch, log_changed, other_logs
 from orchestration.runtime.faults import crash_point
 from orchestration.runtime.leases import Heartbeat, this_owner
+from orchestration.runtime.ports import Edge, LedgerPort
 from spark_jobs.remote_errors import spark_boundary
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 POLL_S = 1.0
 
@@ -135,8 +139,8 @@ class _BatchFailed(Exception):
 class BatchRun:
     """Everything one run does to one batch (see the module docstring for the order)."""
 
-    def __init__(self, *, batch_id: str, intent: Intent, run_id: str, ledger: Ledger, ledger_url: str,
-                 config: KprioConfig, spark: Callable[[], Any], edge: Callable[[], Any],
+    def __init__(self, *, batch_id: str, intent: Intent, run_id: str, ledger: LedgerPort, ledger_url: str,
+                 config: KprioConfig, spark: Callable[[], SparkSession], edge: Callable[[], Edge],
                  owner_dead: Callable[[str], bool], add_batch: Callable[[str], None], log: Log) -> None:
         """``spark`` and ``edge`` give the Spark session and the Kafka edge when first needed; ``owner_dead``
         tells a lease owner known gone; ``add_batch`` makes a batch split off known to the driver."""

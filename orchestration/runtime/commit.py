@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from kprio_core.config import TopicSettings
 from kprio_core.errors import KafkaOperationFailed, LogChanged
-from kprio_core.ledger import Batch, Ledger
+from kprio_core.ledger import Batch
 from kprio_core.model.recovery import LeaseToken
 from kprio_core.model.results import CommitReport
 from orchestration.runtime.faults import crash_point
+from orchestration.runtime.ports import Edge, LedgerPort
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class CommitOutcome:
     metadata: Mapping[str, int | str]
 
 
-def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, token: LeaseToken, *,
+def commit_batch(edge: Edge, ledger: LedgerPort, topic: TopicSettings, batch: Batch, token: LeaseToken, *,
                  now_s: float) -> CommitOutcome:
     """Commit ``batch``'s ranges, check the broker holds them, and mark the batch committed.
 
@@ -68,7 +69,7 @@ def commit_batch(edge, ledger: Ledger, topic: TopicSettings, batch: Batch, token
     return CommitOutcome(report, {**meta, "logical_topic": topic.name})
 
 
-def other_logs(edge, batch: Batch) -> dict[str, str]:
+def other_logs(edge: Edge, batch: Batch) -> dict[str, str]:
     """The priority topics of ``batch``'s ranges that were deleted or recreated since it was planned (their topic
     id changed: their offsets are another log's now), each with what changed; empty for a cluster without ids."""
     if not batch.plan.topic_ids:

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from kprio_core.config import KprioConfig
 from kprio_core.errors import BrokerUnreachable
-from kprio_core.ledger import BatchState, Ledger
+from kprio_core.ledger import BatchState
+from orchestration.runtime.ports import LedgerReads
 from orchestration.runtime.tick import Tick
 
 CAUSE_SEEN = "cause-seen"
@@ -42,7 +43,7 @@ class Probed:
     """A cause seen before is gone: the tick retries transient failures at once."""
 
 
-def probe_causes(ledger: Ledger, config: KprioConfig, cause_seen: bool) -> Probed:
+def probe_causes(ledger: LedgerReads, config: KprioConfig, cause_seen: bool) -> Probed:
     """Probe the output roots for the batches that wait for a passing cause (nothing waits, nothing seen: no write).
 
     Proven on real mounts by ``tests/orchestration/test_transient.py``.

@@ -23,7 +23,6 @@ import logging
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import ConfigError, KafkaOperationFailed
-from kprio_core.ledger import Ledger
 from kprio_core.lifecycle import CarryOutLogChanges
 from kprio_core.lifecycle.log_rules import NEW_LOG
 from kprio_core.log_changes import (
@@ -37,11 +36,12 @@ from kprio_core.log_changes import (
     parse_target,
     resolve_target,
 )
+from orchestration.runtime.ports import Edge, LedgerPort
 
 LOGGER = logging.getLogger("kprio.log_changes")
 
 
-def carry_out(edge, ledger: Ledger, topic: TopicSettings, decision: CarryOutLogChanges, *, log=None,
+def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: CarryOutLogChanges, *, log=None,
               max_in_flight: int | None = None) -> None:
     """Commit, replay and record what the tick decided about the log (see the module docstring).
 
@@ -102,7 +102,7 @@ def owner_of(config: KprioConfig, priority_topic: str) -> TopicSettings:
     raise ConfigError(f"{priority_topic!r} is not a priority topic of this configuration ({', '.join(names)})")
 
 
-def reset_partition(edge, ledger: Ledger, config: KprioConfig, topic_name: str, partition: int, to: str, *,
+def reset_partition(edge: Edge, ledger: LedgerPort, config: KprioConfig, topic_name: str, partition: int, to: str, *,
                     now_ms: int) -> str:
     """A person's decision for one partition: commit ``to`` (earliest, latest or an offset), record it; one line.
 

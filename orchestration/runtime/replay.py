@@ -26,13 +26,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kprio_core.config import KprioConfig
 from kprio_core.lifecycle.outcome import FailWhole, RangeDrained, after_checks, after_drain
 from kprio_core.model.drain_plan import DrainPlan, PlanMode, PlannedRange
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import CheckReport
+from orchestration.runtime.ports import Edge
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 REPLAY_DEAD_LETTERS = "_dead_letters"
 """Directory under ``drain.replay_path`` holding the invalid records of replays."""
@@ -74,7 +78,7 @@ def replay_plan(logical_topic: str, ranges_by_priority: Mapping[int, list[Offset
                      byte_budget=None, quotas=counts, grants=counts, ranges=planned)
 
 
-def replay_window(config: KprioConfig, session: Any, edge: Any, start_ms: int, end_ms: int, replay_id: str) -> Replayed:
+def replay_window(config: KprioConfig, session: SparkSession, edge: Edge, start_ms: int, end_ms: int, replay_id: str) -> Replayed:
     """Drain ``[start_ms, end_ms)`` of every logical topic into ``drain.replay_path`` (see the module docstring)."""
     from orchestration.runtime.checks import check_batch
     from spark_jobs.drain import discard, drain_batch, publish

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import KprioError, RangeConflict
 from kprio_core.kafka.lag import SnapshotAsk
-from kprio_core.ledger import Batch, BatchState, LaunchClaim, Ledger
+from kprio_core.ledger import Batch, BatchState, LaunchClaim
 from kprio_core.lifecycle import (
     CarryOutLogChanges,
     Decision,
@@ -54,17 +54,19 @@ from kprio_core.lifecycle import (
     needs_committed,
     rate_window,
 )
+from kprio_core.model.drain_plan import DrainPlan
 from orchestration.runtime.adoption import ensure_adopted
 from orchestration.runtime.faults import crash_point
 from orchestration.runtime.leases import this_owner
 from orchestration.runtime.log_changes import carry_out
+from orchestration.runtime.ports import Edge, LedgerPort, LedgerReads
 from orchestration.runtime.runs import NoRuns, RunOrder, Runs
 from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG, slot_tags
 
 # --- gathering the inputs ---------------------------------------------------------------------
 
 
-def read_view(ledger: Ledger, config: KprioConfig, topic: TopicSettings, now: datetime) -> LedgerView:
+def read_view(ledger: LedgerReads, config: KprioConfig, topic: TopicSettings, now: datetime) -> LedgerView:
     """Everything the rules read from the ledger about ``topic`` (committed batches come with :func:`gather_all`)."""
     name, planner = topic.name, config.planner
     samples = ledger.drain_samples(name)
@@ -87,7 +89,7 @@ def read_view(ledger: Ledger, config: KprioConfig, topic: TopicSettings, now: da
     )
 
 
-def with_committed(view: LedgerView, ledger: Ledger, partitions: Iterable[tuple[str, int]]) -> LedgerView:
+def with_committed(view: LedgerView, ledger: LedgerReads, partitions: Iterable[tuple[str, int]]) -> LedgerView:
     """The view with the committed batches of ``partitions`` (oldest first), which rule 7 reads."""
     wanted = set(partitions)
     if not wanted:
@@ -103,7 +105,7 @@ def dead_owners(runs: Runs, batches: Iterable[Batch], claims: Iterable[LaunchCla
     return frozenset(o for o in owners if runs.owner_dead(o))
 
 
-def gather_all(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topics: Sequence[TopicSettings],
+def gather_all(runs: Runs | None, edge: Edge, ledger: LedgerPort, config: KprioConfig, topics: Sequence[TopicSettings],
                *, now: datetime, driver: str | None = None, fresh_start: bool = False,
                cause: str | None = None) -> list[TickInputs]:
     """The tick's inputs for each of ``topics``, each read once: runs and dead owners, then ledger, then
@@ -138,13 +140,13 @@ def gather_all(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, top
     return out
 
 
-def decide(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topic: TopicSettings,
+def decide(runs: Runs | None, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic: TopicSettings,
            *, now_s: float | None = None, **narrow) -> Decision:
     """What a tick decides for ``topic`` now, without doing it (``plan_batch_job``)."""
     return decide_all(runs, edge, ledger, config, [topic], now_s=now_s, **narrow)[0]
 
 
-def decide_all(runs: Runs | None, edge, ledger: Ledger, config: KprioConfig, topics: Sequence[TopicSettings],
+def decide_all(runs: Runs | None, edge: Edge, ledger: LedgerPort, config: KprioConfig, topics: Sequence[TopicSettings],
                *, now_s: float | None = None, **narrow) -> list[Decision]:
     """What a tick decides for each of ``topics`` now, without doing it (``kprio plan``, Airflow's trigger)."""
     now = ledger.now() if now_s is None else datetime.fromtimestamp(now_s, UTC)
@@ -177,14 +179,14 @@ def run_order(launch: Launch) -> RunOrder:
     )
 
 
-def claim(ledger: Ledger, config: KprioConfig, launch: Launch, inputs: TickInputs) -> str | None:
+def claim(ledger: LedgerPort, config: KprioConfig, launch: Launch, inputs: TickInputs) -> str | None:
     """Claim ``launch`` for this driver; None when claimed, else who launches it instead."""
     held = ledger.claim_launch(launch.batch.batch_id, launch.run_key, inputs.driver, config.recovery.lease_s,
                                take_over=inputs.dead)
     return None if held.owner == inputs.driver else f"{launch.describe()} is launched by {held.owner}"
 
 
-def apply(runs: Runs, edge, ledger: Ledger, config: KprioConfig, topic: TopicSettings,
+def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic: TopicSettings,
           decision: Decision, inputs: TickInputs, *, log=None, several_topics: bool = False) -> Applied:
     """Carry ``decision``'s actions out in their order (see the module docstring)."""
     name = topic.name
@@ -230,7 +232,7 @@ def apply(runs: Runs, edge, ledger: Ledger, config: KprioConfig, topic: TopicSet
     return Applied(tuple(requests), tuple(recorded), tuple(reasons), contended)
 
 
-def with_log_changes(ledger: Ledger, plan):
+def with_log_changes(ledger: LedgerReads, plan: DrainPlan) -> DrainPlan:
     """The plan with every log change recorded since the topic's newest batch (its metadata shows them).
 
     The rules fill the plan's changes with this tick's decisions (what ``kprio plan`` previews); the
@@ -242,7 +244,7 @@ def with_log_changes(ledger: Ledger, plan):
     return replace(plan, log_changes=recent) if recent else plan
 
 
-def still_launchable(runs: Runs, ledger: Ledger, config: KprioConfig, request: RunOrder,
+def still_launchable(runs: Runs, ledger: LedgerPort, config: KprioConfig, request: RunOrder,
                      driver: str | None = None) -> bool:
     """Just before executing a request decided earlier: its claim is still this driver's (renewed) and no
     run of its run key exists (another driver may have launched it after the claim expired)."""
@@ -272,7 +274,7 @@ class Tick:
         return "; ".join(self.reasons) or "no logical topic configured"
 
 
-def tick(runs: Runs, edge, ledger: Ledger, config: KprioConfig, *, now_s: float | None = None,
+def tick(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, *, now_s: float | None = None,
          log=None, driver: str | None = None, fresh_start: bool = False, cause: str | None = None) -> Tick:
     """Evaluate every topic at ``now_s``: gather, decide, apply; the runs to request (``fresh_start``: the
     first tick of a driver that just started, or one after a cause it saw passed; ``cause``: what its probe

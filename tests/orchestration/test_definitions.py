@@ -206,3 +206,68 @@ def test_workspace_loads_with_the_dagster_cli(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Validation successful" in result.stdout + result.stderr
+
+
+@pytest.mark.spark
+def test_the_spark_resource_takes_its_session_from_one_provider_and_stops_none_it_did_not_start(spark):
+    """A run's resource makes its own provider (the active session reused, left running at teardown); the
+    resource kprio drain's loop hands each run shares the loop's provider, which only the loop stops."""
+    from spark_jobs.session import SparkProvider, session_running
+    from tests.fixtures.spark import TEST_SPARK
+
+    own = SparkResource(**TEST_SPARK.model_dump(mode="json"), app_name="kprio-tests")
+    assert own.session is spark and own.session is spark
+    own.teardown_after_execution(dg.build_init_resource_context())
+    assert session_running()
+
+    loops = SparkProvider(TEST_SPARK, app_name="kprio-tests")
+    shared = own.sharing(loops)
+    assert shared.settings() == own.settings() and shared.app_name == own.app_name
+    assert shared.session is loops.session() is spark
+    shared.teardown_after_execution(dg.build_init_resource_context())
+    assert shared.session is spark  # still the loop's provider
+    loops.stop()
+    assert session_running() and spark.range(2).count() == 2
+
+
+RESOURCE_CHILD = """
+import json, sys
+import dagster as dg
+from orchestration.dagster.resources import SparkResource
+from spark_jobs.session import SparkProvider, session_running
+
+values = json.loads(sys.argv[1])
+seen = {}
+own = SparkResource(**values)  # a run's resource: its own provider starts the session, its teardown stops it
+seen["own"] = own.session.range(2).count()
+own.teardown_after_execution(dg.build_init_resource_context())
+seen["own_stopped"] = not session_running()
+
+loops = SparkProvider(own.settings(), app_name=own.app_name)  # kprio drain's loop: one provider, every run shares it
+loops.start_in_background()
+for run in ("first", "second"):
+    shared = own.sharing(loops)
+    seen[run] = shared.session is loops.session() and shared.session.range(3).count() == 3
+    shared.teardown_after_execution(dg.build_init_resource_context())
+    seen[run + "_left_running"] = session_running()
+loops.stop()
+seen["loop_stopped"] = not session_running()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_runs_spark_resource_stops_the_session_it_started_and_never_the_loops_it_shares(child_spark_conf):
+    """In a process with no session (a child: the tests' session must stay up): a run's own resource stops the
+    session it started at teardown; resources sharing the loop's provider leave its session to the loop."""
+    from tests.fixtures.spark import TEST_SPARK
+
+    settings = TEST_SPARK.model_copy(update={"master": "local[1]", "conf": {**TEST_SPARK.conf, **child_spark_conf}})
+    child = subprocess.run([sys.executable, "-c", RESOURCE_CHILD, json.dumps(settings.model_dump(mode="json"))],
+                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                           timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert json.loads(child.stdout.strip().splitlines()[-1]) == {
+        "own": 2, "own_stopped": True, "first": True, "first_left_running": True, "second": True,
+        "second_left_running": True, "loop_stopped": True}

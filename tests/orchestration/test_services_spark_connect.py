@@ -111,6 +111,33 @@ def test_a_connect_session_runs_kprio_python_with_kprio_defaults(server):
     assert seen["shuffle"] == "3", "spark.conf reaches the server"
 
 
+PROVIDER_CLIENT = """
+import json, sys
+from kprio_core.config import SparkSettings
+from spark_jobs.session import SparkProvider
+
+provider = SparkProvider(SparkSettings(remote=sys.argv[1]))
+first = provider.session()
+seen = {"first": first.range(2).count()}
+again = provider.session()  # asked for again, as each run asks: the same shared session
+seen.update(again=again.range(3).count(), same_session=again.session_id == first.session_id,
+            tz=again.conf.get("spark.sql.session.timeZone"))
+provider.stop()
+print(json.dumps(seen))
+"""
+
+
+def test_a_providers_connect_session_is_the_shared_one_on_every_call(server):
+    """kprio drain's one provider serves every run: over Spark Connect each call asks for the shared session
+    again (kprio's settings and the data source set again), and gets the same one."""
+    _, started = server
+    client = subprocess.run([sys.executable, "-c", PROVIDER_CLIENT, started["url"]], capture_output=True, text=True,
+                            timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert client.returncode == 0, client.stderr[-3000:]
+    assert json.loads(client.stdout.strip().splitlines()[-1]) == {"first": 2, "again": 3, "same_session": True,
+                                                                  "tz": "UTC"}
+
+
 def test_stop_leaves_no_process_of_the_server(server):
     config, started = server
     leader = psutil.Process(started["pid"])

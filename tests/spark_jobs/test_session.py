@@ -185,3 +185,54 @@ def test_a_local_python_reader_session_collects_with_the_serial_gc_unless_told_o
     for chosen in ("-XX:+UseG1GC", "-XX:+UseParallelGC", "-XX:-UseSerialGC"):
         options = classic_conf(SparkSettings(master="local[2]", conf={key: f"-Xmx1g {chosen}"}))[key].split()
         assert chosen in options and "-XX:+UseSerialGC" not in options, chosen
+
+
+@pytest.mark.spark
+def test_a_provider_reuses_the_active_session_and_leaves_it_running(spark):
+    """A driver's provider in a process that has a session (the tests', one a caller started) starts nothing,
+    hands that session out, and does not stop it."""
+    from spark_jobs.session import SparkProvider, session_running
+    from tests.fixtures.spark import TEST_SPARK
+
+    provider = SparkProvider(TEST_SPARK, app_name="kprio-tests")
+    assert provider.start_in_background() is False  # a session is active: nothing to start
+    assert provider.session() is spark and provider.session() is spark
+    provider.stop()
+    assert session_running() and spark.range(3).count() == 3
+    assert provider.session() is spark  # a stopped provider hands the active session out again
+    provider.stop()
+
+
+PROVIDER_CHILD = """
+import json, sys
+from kprio_core.config import SparkSettings
+from spark_jobs.session import SparkProvider, session_running
+
+settings = SparkSettings.model_validate(json.loads(sys.argv[1]))
+provider = SparkProvider(settings, app_name="kprio-provider-test")
+seen = {"started": provider.start_in_background(), "again": provider.start_in_background()}
+session = provider.session()  # waits for the background start, then reuses its session
+seen.update(same=provider.session() is session, count=session.range(3).count(), running=session_running())
+provider.stop()
+seen["running_after_stop"] = session_running()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.spark
+def test_a_provider_starts_its_session_in_the_background_and_stops_only_what_it_started(child_spark_conf):
+    """In a process with no session (a child: the tests' session must stay up), the provider starts one on a
+    thread, hands out that one session, and stops it."""
+    import json
+    import subprocess
+
+    from tests.fixtures.spark import REPO_ROOT, TEST_SPARK
+
+    settings = TEST_SPARK.model_copy(update={"master": "local[1]", "conf": {**TEST_SPARK.conf, **child_spark_conf}})
+    child = subprocess.run([sys.executable, "-c", PROVIDER_CHILD, settings.model_dump_json()], cwd=REPO_ROOT,
+                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True,
+                           timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    assert seen == {"started": True, "again": False, "same": True, "count": 3, "running": True,
+                    "running_after_stop": False}
