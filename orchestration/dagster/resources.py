@@ -12,9 +12,11 @@ the section, named as in kprio.yaml, so the UI shows every setting where it acts
   and the three resources above as dependencies, so :meth:`KprioSettings.config` is the whole
   configuration with each section taken from the one resource that holds it.
 
-A field holds the value as kprio.yaml writes it (an enum by its value, a section as a mapping);
-its description and default are the config field's (:func:`carries`), so a setting is described
-once, in ``kprio_core/config.py``. Each resource turns its fields back into the pydantic model
+The fields are made from the models (:mod:`orchestration.dagster.resource_fields`), so a setting
+is written once, in ``kprio_core/config.py``, and a new one is a resource field with no edit here:
+a field holds the value as kprio.yaml writes it (an enum by its value, a section as a mapping),
+its description and default are the config field's (a section's: the first paragraph of its
+model's docstring). Each resource turns its fields back into the pydantic model
 (``settings()``, ``config()``), so the model's validators judge a launchpad edit as they judge
 kprio.yaml. ``tests/orchestration/test_definitions.py`` proves every config field has its resource
 field. Clients are lazy private attributes (created on first use, so the copies Dagster makes of
@@ -30,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import dagster as dg
 from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationError
-from pydantic_core import to_jsonable_python
 
 from kprio_core.config import (
     SECRET_SETTINGS,
@@ -41,6 +42,7 @@ from kprio_core.config import (
     config_error,
     setting_variable,
 )
+from orchestration.dagster.resource_fields import fields_class
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,19 +52,6 @@ if TYPE_CHECKING:
     from spark_jobs.session import SparkProvider
 
 Model = TypeVar("Model", bound=BaseModel)
-
-Section = dict[str, Optional[Any]]  # noqa: UP007 (Dagster refuses `Any | None`)
-"""A section of kprio.yaml as Dagster config: a mapping whose values may be null (``planner.byte_budget``)."""
-
-
-def carries(model: type[BaseModel], name: str) -> Any:
-    """The ``Field`` of a resource field holding ``model``'s field ``name``: its description and default.
-
-    >>> carries(SparkSettings, "reader").default, carries(SparkSettings, "reader").description
-    ('python', "python data source or Spark's kafka source.")
-    """
-    info = model.model_fields[name]
-    return Field(to_jsonable_python(info.get_default(call_default_factory=True)), description=info.description)
 
 
 def secret_field(setting: str) -> str:
@@ -74,6 +63,10 @@ def secret(setting: str) -> Any:
     """The ``Field`` of the KafkaResource field that holds the secret ``setting``, only as a ``dg.EnvVar``."""
     return Field(None, description=f"{setting} (a secret): set only as dg.EnvVar('{setting_variable(setting)}'), "
                  "which Dagster reads at run time, never in run config.")
+
+
+SECRET_FIELDS = {secret_field(setting): (Optional[str], secret(setting)) for setting in SECRET_SETTINGS}  # noqa: UP045
+"""KafkaResource's fields of the secret settings: ``sasl_password`` for ``sasl.password``, ... (only dg.EnvVar)."""
 
 
 def _validated(model: type[Model], values: Mapping[str, Any], source: str) -> Model:
@@ -92,25 +85,11 @@ def _values(resource: dg.ConfigurableResource, names: Iterable[str]) -> dict[str
 # --- the resources ------------------------------------------------------------------------------
 
 
-class KafkaResource(dg.ConfigurableResource):
-    """The Kafka cluster: lag snapshots, offsets-for-times and monotonic commits (a KafkaEdge)."""
+class KafkaResource(fields_class("KafkaFields", KafkaSettings, exclude={"secrets"}, extra=SECRET_FIELDS)):
+    """The Kafka cluster: lag snapshots, offsets-for-times and monotonic commits (a KafkaEdge).
 
-    bootstrap_servers: str = carries(KafkaSettings, "bootstrap_servers")
-    client: dict[str, Any] = carries(KafkaSettings, "client")
-    timeout_s: float = carries(KafkaSettings, "timeout_s")
-    isolation_level: str = carries(KafkaSettings, "isolation_level")
-
-    sasl_password: Optional[str] = secret("sasl.password")
-    sasl_oauthbearer_client_secret: Optional[str] = secret("sasl.oauthbearer.client.secret")
-    sasl_oauthbearer_client_credentials_client_secret: Optional[str] = secret(
-        "sasl.oauthbearer.client.credentials.client.secret")
-    sasl_oauthbearer_config: Optional[str] = secret("sasl.oauthbearer.config")
-    sasl_oauthbearer_assertion_private_key_pem: Optional[str] = secret("sasl.oauthbearer.assertion.private.key.pem")
-    sasl_oauthbearer_assertion_private_key_passphrase: Optional[str] = secret(
-        "sasl.oauthbearer.assertion.private.key.passphrase")
-    ssl_key_password: Optional[str] = secret("ssl.key.password")
-    ssl_key_pem: Optional[str] = secret("ssl.key.pem")
-    ssl_keystore_password: Optional[str] = secret("ssl.keystore.password")
+    Its fields: one per field of the ``kafka`` section but ``secrets``, and one per secret setting
+    (:data:`SECRET_FIELDS`), which only a ``dg.EnvVar`` may set."""
 
     _settings: Optional[KafkaSettings] = PrivateAttr(default=None)
     _edge: Optional["KafkaEdge"] = PrivateAttr(default=None)
@@ -148,19 +127,10 @@ KAFKA_FIELDS = tuple(name for name in KafkaSettings.model_fields if name != "sec
 """The fields of the ``kafka`` section KafkaResource holds as they are (the secrets: one EnvVar field each)."""
 
 
-class SparkResource(dg.ConfigurableResource):
-    """The SparkSession of a run: local[*], a master URL or a Spark Connect remote."""
+class SparkResource(fields_class("SparkFields", SparkSettings)):
+    """The SparkSession of a run: local[*], a master URL or a Spark Connect remote (one field per
+    field of the ``spark`` section, and the application name)."""
 
-    master: str = carries(SparkSettings, "master")
-    remote: Optional[str] = carries(SparkSettings, "remote")
-    reader: str = carries(SparkSettings, "reader")
-    conf: dict[str, str] = carries(SparkSettings, "conf")
-    fetch_max_bytes: int = carries(SparkSettings, "fetch_max_bytes")
-    max_partition_fetch_bytes: int = carries(SparkSettings, "max_partition_fetch_bytes")
-    queued_max_messages_kbytes: int = carries(SparkSettings, "queued_max_messages_kbytes")
-    arrow_batch_records: int = carries(SparkSettings, "arrow_batch_records")
-    connect_port: int = carries(SparkSettings, "connect_port")
-    connect_dir: str = carries(SparkSettings, "connect_dir")
     app_name: str = Field("kprio", description="Spark application name.")
 
     _provider: Optional["SparkProvider"] = PrivateAttr(default=None)
@@ -195,10 +165,8 @@ class SparkResource(dg.ConfigurableResource):
         return self._provider.session()
 
 
-class LedgerResource(dg.ConfigurableResource):
-    """The batch ledger: every plan, its reserved ranges and its state (SQLAlchemy URL)."""
-
-    url: str = carries(LedgerSettings, "url")
+class LedgerResource(fields_class("LedgerFields", LedgerSettings)):
+    """The batch ledger: every plan, its reserved ranges and its state (one field per field of the ``ledger`` section)."""
 
     _ledger: Optional["Ledger"] = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -222,23 +190,17 @@ class LedgerResource(dg.ConfigurableResource):
             return self._ledger
 
 
-class KprioSettings(dg.ConfigurableResource):
-    """The drain settings (topics, planner, quality, recovery, splits, rate, ordering, drain, sensor)
-    and, through the resources it depends on, the kafka, spark and ledger sections."""
+RESOURCE_SECTIONS = ("kafka", "spark", "ledger")
+"""Sections of KprioConfig held by their own resource, field by field; KprioSettings holds the others whole."""
+
+
+class KprioSettings(fields_class("KprioSections", KprioConfig, exclude=RESOURCE_SECTIONS, sections=True)):
+    """The drain settings: one field per other section of KprioConfig (topics, planner, quality, ...), as
+    kprio.yaml writes it, and, through the resources it depends on, the kafka, spark and ledger sections."""
 
     kafka: dg.ResourceDependency[KafkaResource]
     spark: dg.ResourceDependency[SparkResource]
     ledger: dg.ResourceDependency[LedgerResource]
-
-    topics: list[Section] = Field(description="The logical topics: priorities, naming, groups, record schema.")
-    planner: Section = Field(description="Budgets and the burst rule.")
-    quality: Section = Field(description="Which records are invalid, where they go, how many a batch may have.")
-    recovery: Section = Field(description="How crashed and failed batches are detected and retried.")
-    splits: Section = Field(description="Bounds of one Spark input split.")
-    rate: Section = Field(description="Rate quotas per priority, measured over sampled windows.")
-    ordering: Section = Field(description="How records of a partition are handed to the handler.")
-    drain: Section = Field(description="What the drain does with records, and where it writes them.")
-    sensor: Section = Field(description="How often the sensor looks at the lag.")
 
     _config: Optional[KprioConfig] = PrivateAttr(default=None)
 
@@ -256,9 +218,6 @@ class KprioSettings(dg.ConfigurableResource):
         return self._config.model_copy(update={"kafka": kafka.settings()})
 
 
-RESOURCE_SECTIONS = {"kafka": KafkaResource, "spark": SparkResource, "ledger": LedgerResource}
-"""Sections of KprioConfig held by their own resource, field by field; KprioSettings holds the others whole."""
-
 KPRIO_FIELDS = tuple(name for name in KprioConfig.model_fields if name not in RESOURCE_SECTIONS)
 
 
@@ -268,6 +227,10 @@ def resources_from_config(config: KprioConfig, env: Mapping[str, str] | None = N
     Every secret setting present in the configuration, or whose variable is set in ``env``,
     becomes a ``dg.EnvVar`` of its ``KPRIO_KAFKA_*`` variable, so Dagster reads it at run time
     and its value is in no run config, log, metadata or repr.
+
+    >>> resources = resources_from_config(KprioConfig(), env={})
+    >>> sorted(resources), resources["spark"].reader, resources["kprio"].config() == KprioConfig()
+    (['kafka', 'kprio', 'ledger', 'spark'], 'python', True)
     """
     env = os.environ if env is None else env
     secrets = {

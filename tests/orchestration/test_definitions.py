@@ -6,6 +6,7 @@ need neither the assets nor the sensor.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import subprocess
@@ -14,17 +15,20 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from pydantic import Field
 
 from kprio_core.config import (
     SECRET_SETTINGS,
     KafkaSettings,
     KprioConfig,
     LedgerSettings,
+    PlannerSettings,
     SparkSettings,
     parse_config,
     setting_variable,
 )
 from kprio_core.errors import ConfigError
+from orchestration.dagster.resource_fields import fields_class
 from orchestration.dagster.resources import (
     RESOURCE_SECTIONS,
     KafkaResource,
@@ -175,6 +179,37 @@ def test_every_config_field_has_its_resource_field():
         for name, field in resource.model_fields.items():
             if name in model.model_fields:
                 assert field.description == model.model_fields[name].description, f"{resource.__name__}.{name}"
+
+
+class _Knob(str, enum.Enum):
+    LOW = "low"
+    HIGH = "high"
+
+
+class _Grown(SparkSettings):
+    """The spark section with settings added to the model and nothing else (a new setting of each kind)."""
+
+    knob: _Knob = Field(_Knob.LOW, description="An enum, written by its value.")
+    limit: int | None = Field(None, description="An optional number.")
+    names: tuple[str, ...] = Field(("a",), description="A tuple, a list in kprio.yaml.")
+    nested: PlannerSettings = Field(default_factory=PlannerSettings, description="A nested section.")
+
+
+def test_a_setting_added_to_the_model_is_a_resource_field_and_comes_back_unchanged():
+    # The resources' fields are made from the models (resource_fields.py): a new setting of any kind
+    # is a field Dagster takes (in run config, the launchpad), described as the model describes it,
+    # and the values Dagster resolves validate back into the model unchanged.
+    class Grown(fields_class("GrownFields", _Grown)):
+        def settings(self) -> _Grown:
+            return _Grown.model_validate({name: getattr(self, name) for name in _Grown.model_fields})
+
+    changed = _Grown(knob=_Knob.HIGH, limit=5, names=("x", "y"), nested=PlannerSettings(record_budget=77),
+                     reader="native", master="local[3]", conf={"spark.x": "1"})
+    assert set(Grown.model_fields) == set(_Grown.model_fields)
+    assert all(Grown.model_fields[n].description == f.description for n, f in _Grown.model_fields.items())
+    with dg.build_resources({"grown": Grown(**changed.model_dump(mode="json"))}) as built:
+        assert built.grown.settings() == changed
+    assert Grown().settings() == _Grown()
 
 
 def test_config_round_trips_through_the_resources():

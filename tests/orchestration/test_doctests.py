@@ -31,6 +31,7 @@ MODULES = [
     "orchestration.dagster.instance",
     "orchestration.dagster.instance_yaml",
     "orchestration.dagster.partitions",
+    "orchestration.dagster.resource_fields",
     "orchestration.dagster.resources",
     "orchestration.dagster.run_threads",
     "orchestration.dagster.tags",
