@@ -70,6 +70,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from kprio_core.priority import Priority
 
@@ -231,7 +232,7 @@ def commit_times(seen: Sequence[Observation]) -> tuple[float, ...]:
     (5,)
     """
     out = []
-    for before, after in zip(seen, seen[1:], strict=False):
+    for before, after in pairwise(seen):
         if after.committed is not None and (before.committed is None or after.committed > before.committed):
             out.append(after.at_s)
     return tuple(out)
@@ -246,7 +247,7 @@ def backlog_since(seen: Sequence[Observation], allowed_lag: int) -> float:
     20
     """
     since = seen[0].at_s
-    for before, after in zip(seen, seen[1:], strict=False):
+    for before, after in pairwise(seen):
         if before.lag is not None and before.lag <= allowed_lag:
             since = after.at_s
     return since

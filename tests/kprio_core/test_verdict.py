@@ -177,8 +177,8 @@ def test_a_priority_without_partitions_is_ok() -> None:
     assert (v.state, v.reason, v.lag, v.worst()) == (LagState.OK, "no partitions", 0, None)
 
 
-@pytest.mark.parametrize("bad", [dict(expected_commit_s=0), dict(expected_commit_s=10, stop_factor=0.5),
-                                 dict(expected_commit_s=10, allowed_lag=-1)])
+@pytest.mark.parametrize("bad", [{"expected_commit_s": 0}, {"expected_commit_s": 10, "stop_factor": 0.5},
+                                 {"expected_commit_s": 10, "allowed_lag": -1}])
 def test_policy_refuses_nonsense(bad) -> None:
     with pytest.raises(ValueError):
         VerdictPolicy(**bad)
