@@ -1,4 +1,4 @@
-"""The lag verdict: whether each priority partition keeps up, from a window of observations (Burrow's rules, for batches).
+"""The lag verdict: whether each priority partition keeps up, from a window of observations (Burrow, for batches).
 
 LinkedIn's Burrow (``core/internal/evaluator/caching.go``) judges a consumer group from a window of its
 commits: OK, WARN (lag growing), STALL (commits without progress), STOP (no commits lately), REWIND (the
@@ -254,7 +254,7 @@ def backlog_since(seen: Sequence[Observation], allowed_lag: int) -> float:
 
 
 def stuck_for(seen: Sequence[Observation], now_s: float, allowed_lag: int) -> float:
-    """Rule 3's measure: seconds with backlog and no commit, from the later of the last commit and the backlog's start."""
+    """Rule 3's measure: seconds with backlog and no commit, since the later of the last commit and the backlog's start."""
     commits = commit_times(seen)
     last_commit = commits[-1] if commits else seen[0].at_s
     return max(0.0, now_s - max(last_commit, backlog_since(seen, allowed_lag)))
