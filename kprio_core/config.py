@@ -825,6 +825,41 @@ class SensorSettings(_Model):
     )
 
 
+class SloSettings(_Model):
+    """Freshness objectives: how old a priority's oldest pending record may get (``kprio_core.freshness``)."""
+
+    max_age_s: dict[Priority, float] = Field(
+        default_factory=dict, description="Per priority, the largest age in seconds of its oldest pending record "
+        "(e.g. {2: 10, 0: 3600}); a priority absent has no objective."
+    )
+    warn_fraction: float = Field(
+        0.8, gt=0, le=1, description="Warn once the age passes this share of max_age_s (fail above max_age_s)."
+    )
+
+    @field_validator("max_age_s")
+    @classmethod
+    def _positive_ages(cls, value: dict[Priority, float]) -> dict[Priority, float]:
+        bad = sorted(p for p, age in value.items() if not age > 0)
+        if bad:
+            raise ValueError(f"max_age_s must be > 0 seconds, not for priority {', '.join(map(str, bad))}")
+        return value
+
+
+class VerdictSettings(_Model):
+    """The lag verdict (``kprio_core.verdict``): what keeping up means for a priority."""
+
+    expected_commit_s: float = Field(
+        30.0, gt=0, description="How often a priority with backlog commits when it keeps up (a tick plus a batch)."
+    )
+    stop_factor: float = Field(
+        3.0, ge=1, description="Backlog without a commit for this many expected_commit_s is STALL or STOP."
+    )
+    allowed_lag: int = Field(0, ge=0, description="A backlog of up to this many records counts as caught up.")
+    window_s: float = Field(
+        900.0, gt=0, description="How far back the verdict looks at commits and lag snapshots."
+    )
+
+
 class KprioConfig(_Model):
     """The whole configuration."""
 
@@ -840,6 +875,8 @@ class KprioConfig(_Model):
     spark: SparkSettings = SparkSettings()
     ledger: LedgerSettings = LedgerSettings()
     sensor: SensorSettings = SensorSettings()
+    slo: SloSettings = SloSettings()
+    verdict: VerdictSettings = VerdictSettings()
 
     @field_validator("topics")
     @classmethod
@@ -866,6 +903,10 @@ class KprioConfig(_Model):
         unknown = sorted(p for p in self.rate.quotas if not 0 <= p < top)
         if unknown:
             raise ValueError(f"rate.quotas names priorit{'ies' if len(unknown) > 1 else 'y'} "
+                             f"{', '.join(map(str, unknown))}, but the topics have priorities 0..{top - 1}")
+        unknown = sorted(p for p in self.slo.max_age_s if not 0 <= p < top)
+        if unknown:
+            raise ValueError(f"slo.max_age_s names priorit{'ies' if len(unknown) > 1 else 'y'} "
                              f"{', '.join(map(str, unknown))}, but the topics have priorities 0..{top - 1}")
         return self
 

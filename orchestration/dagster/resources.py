@@ -220,7 +220,7 @@ class LedgerResource(dg.ConfigurableResource):
 
 
 class KprioSettings(dg.ConfigurableResource):
-    """The drain settings (topics, planner, quality, recovery, splits, rate, ordering, drain, sensor)
+    """The drain settings (topics, planner, quality, recovery, splits, rate, ordering, drain, sensor, slo, verdict)
     and, through the resources it depends on, the kafka, spark and ledger sections."""
 
     kafka: dg.ResourceDependency[KafkaResource]
@@ -236,6 +236,8 @@ class KprioSettings(dg.ConfigurableResource):
     ordering: Section = Field(description="How records of a partition are handed to the handler.")
     drain: Section = Field(description="What the drain does with records, and where it writes them.")
     sensor: Section = Field(description="How often the sensor looks at the lag.")
+    slo: Section = Field(description="Freshness objectives: how old a priority's oldest pending record may get.")
+    verdict: Section = Field(description="The lag verdict: what keeping up means for a priority.")
 
     _config: Optional[KprioConfig] = PrivateAttr(default=None)
 

@@ -70,6 +70,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from kprio_core.freshness import Freshness, FreshnessResult
 from kprio_core.priority import Priority
 from kprio_core.verdict import LagState, PriorityVerdict
+from orchestration.observe.judging import HoldReason
 
 PHASE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 """A phase takes from tens of milliseconds (a commit) to many minutes (a bulk drain)."""
@@ -106,23 +107,6 @@ class Outcome(enum.Enum):
     COMMITTED = "committed"
     FAILED = "failed"
     SUPERSEDED = "superseded"
-
-
-class HoldReason(enum.Enum):
-    """Why a partition is held, in a few words a label can carry (the full words are in ``kprio lag``)."""
-
-    FAILED_BATCH = "failed_batch"
-    """A failed batch holds it and is retried by itself."""
-    RETRIES_EXHAUSTED = "retries_exhausted"
-    """A failed batch holds it and only a person's ``kprio retry`` moves it."""
-    LOST_TO_RETENTION = "lost_to_retention"
-    LOG_CHANGE = "log_change"
-    """A change of the log kprio did not make waits for a person (or the configured policy)."""
-
-    @classmethod
-    def of_batch_hold(cls, exhausted: bool) -> HoldReason:
-        """The reason of a hold the ledger made (a failed batch's): retried by itself or not."""
-        return cls.RETRIES_EXHAUSTED if exhausted else cls.FAILED_BATCH
 
 
 class LineageOutcome(enum.Enum):
@@ -287,6 +271,12 @@ class KprioMetrics:
             phase = step if isinstance(step, Phase) else Phase.of_step(step)
             if phase is not None and seconds >= 0:
                 self.phases.labels(topic, phase.value).observe(seconds)
+
+    def record_batch_phase(self, topic: str, phase: str | Phase, seconds: float) -> None:
+        """One phase of a batch timed apart from its end (the tick that planned it: ``plan``)."""
+        found = phase if isinstance(phase, Phase) else Phase.of_step(phase)
+        if found is not None and seconds >= 0:
+            self.phases.labels(topic, found.value).observe(seconds)
 
     def record_commit(self, topic: str, priority: Priority, *, at_s: float, latency_s: float | None = None) -> None:
         """A priority committed at ``at_s`` (Unix seconds); ``latency_s``: from its oldest record's timestamp,

@@ -39,6 +39,7 @@ MODULES = [
     "orchestration.demo.workload",
     "orchestration.observe.endpoint",
     "orchestration.observe.errors",
+    "orchestration.observe.judging",
     "orchestration.observe.metrics",
     "orchestration.runtime.adoption",
     "orchestration.runtime.batch_metadata",

@@ -19,8 +19,8 @@ from kprio_core.freshness import Freshness, FreshnessResult, Objective
 from kprio_core.verdict import LagState, Observation, PartitionWindow, VerdictPolicy, judge_priority
 from orchestration.observe.endpoint import serve_metrics
 from orchestration.observe.errors import MetricsListenFailed, MetricsPortInUse
+from orchestration.observe.judging import HoldReason
 from orchestration.observe.metrics import (
-    HoldReason,
     KprioMetrics,
     LineageOutcome,
     Outcome,
