@@ -41,6 +41,7 @@ MODULES = [
     "orchestration.observe.errors",
     "orchestration.observe.judging",
     "orchestration.observe.metrics",
+    "orchestration.observe.watch",
     "orchestration.runtime.adoption",
     "orchestration.runtime.batch_metadata",
     "orchestration.runtime.checks",
