@@ -28,6 +28,7 @@ MODULES = [
     "orchestration.dagster.batch_asset",
     "orchestration.dagster.checks",
     "orchestration.dagster.drain_loop",
+    "orchestration.dagster.freshness",
     "orchestration.dagster.instance",
     "orchestration.dagster.instance_yaml",
     "orchestration.dagster.partitions",

@@ -10,7 +10,9 @@ ledger's commits as the verdict's window and the broker's present:
   records again;
 - a batch fails its checks (a record that is no JSON, ``quality.invalid: block``) and holds its partition:
   ERR, with the hold's words;
-- ``kprio lag --watch`` draws the same per-priority verdicts.
+- ``kprio lag --watch`` draws the same per-priority verdicts;
+- in the Dagster instance, the stopped drain fails ``priority_lag``'s freshness check (ERROR severity, the
+  breach's line) and its materialization shows the STOP verdict.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 
+import dagster as dg
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -25,6 +28,7 @@ from typer.testing import CliRunner
 from kprio_core.lifecycle.loop import Until
 from orchestration.cli.main import app
 from orchestration.dagster import drain_loop
+from orchestration.dagster.freshness import check_name
 from tests.fixtures.kafka import fill
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster]
@@ -83,6 +87,19 @@ def test_each_verdict_from_a_real_scenario(make_topic, kprio_env, kafka_settings
     assert urgent["freshness"]["status"] == "fail" and urgent["freshness"]["cause"] == "no commit lately"
     assert urgent["freshness"]["line"].startswith(f"{topic.name} priority 1: oldest pending record ")
     assert stopped["priorities"]["0"]["verdict"]["state"] == "OK", "caught up: nothing waits on it"
+
+    # The same stopped drain in a real Dagster instance: priority_lag's freshness check fails, ERROR severity.
+    evaluated = env.defs.resolve_job_def("priority_lag_job").execute_in_process(instance=dagster_instance)
+    assert evaluated.success
+    [check] = evaluated.get_asset_check_evaluations()
+    assert check.check_name == check_name(topic.name, 1)
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert check.description.startswith(f"{topic.name} priority 1: oldest pending record ")
+    assert "likely cause: no commit lately" in check.description
+    assert check.metadata["cause"].value == "no commit lately"
+    shown = dagster_instance.get_latest_materialization_event(dg.AssetKey("priority_lag")).asset_materialization
+    assert shown.metadata[f"{topic.name}_p1_verdict"].value == "STOP"
+    assert shown.metadata[f"{topic.name}_p1_backlog"].value == 10
 
     table = runner.invoke(app, ["lag", "--config", quick], terminal_width=200)
     assert table.exit_code == 0, table.output
