@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -860,6 +860,43 @@ class VerdictSettings(_Model):
     )
 
 
+LINEAGE_SECRET_KEYS = ("auth", "api_key", "apikey", "token", "password", "secret")
+"""Keys of ``lineage.transport`` that hold a secret: openlineage-python reads those from its environment."""
+
+
+class LineageSettings(_Model):
+    """OpenLineage events of committed batches, through openlineage-python's transports (off by default)."""
+
+    enabled: bool = Field(False, description="Emit one OpenLineage run event per committed batch.")
+    namespace: str = Field("kprio", min_length=1, description="The OpenLineage namespace of kprio's jobs.")
+    transport: dict[str, Any] = Field(
+        default_factory=dict, description="openlineage-python's transport settings (e.g. {type: file, "
+        "log_file_path: lineage.jsonl} or {type: http, url: ...}); empty: openlineage-python's own configuration "
+        "(OPENLINEAGE_CONFIG, openlineage.yml, OPENLINEAGE__TRANSPORT__* variables). No secrets here: an HTTP "
+        "transport's api key comes from OPENLINEAGE__TRANSPORT__AUTH__API_KEY."
+    )
+
+    @field_validator("transport")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, Any]) -> dict[str, Any]:
+        def keys(node: Any, path: str) -> list[str]:
+            if not isinstance(node, dict):
+                return []
+            found = []
+            for k, v in node.items():
+                here = f"{path}.{k}" if path else str(k)
+                if str(k).lower().replace("-", "_") in LINEAGE_SECRET_KEYS:
+                    found.append(here)
+                found += keys(v, here)
+            return found
+
+        secret = keys(value, "")
+        if secret:
+            raise ValueError(f"transport.{secret[0]} holds a secret: set it in the environment as "
+                             f"OPENLINEAGE__TRANSPORT__{secret[0].upper().replace('.', '__')} instead")
+        return value
+
+
 class KprioConfig(_Model):
     """The whole configuration."""
 
@@ -877,6 +914,7 @@ class KprioConfig(_Model):
     sensor: SensorSettings = SensorSettings()
     slo: SloSettings = SloSettings()
     verdict: VerdictSettings = VerdictSettings()
+    lineage: LineageSettings = LineageSettings()
 
     @field_validator("topics")
     @classmethod

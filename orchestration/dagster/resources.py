@@ -220,7 +220,8 @@ class LedgerResource(dg.ConfigurableResource):
 
 
 class KprioSettings(dg.ConfigurableResource):
-    """The drain settings (topics, planner, quality, recovery, splits, rate, ordering, drain, sensor, slo, verdict)
+    """The drain settings (topics, planner, quality, recovery, splits, rate, ordering, drain, sensor, slo, verdict,
+    lineage)
     and, through the resources it depends on, the kafka, spark and ledger sections."""
 
     kafka: dg.ResourceDependency[KafkaResource]
@@ -238,6 +239,7 @@ class KprioSettings(dg.ConfigurableResource):
     sensor: Section = Field(description="How often the sensor looks at the lag.")
     slo: Section = Field(description="Freshness objectives: how old a priority's oldest pending record may get.")
     verdict: Section = Field(description="The lag verdict: what keeping up means for a priority.")
+    lineage: Section = Field(description="OpenLineage events of committed batches (off by default).")
 
     _config: Optional[KprioConfig] = PrivateAttr(default=None)
 

@@ -32,7 +32,7 @@ from kprio_core.errors import KprioError
 from kprio_core.offsets import TopicPartitionKey
 from kprio_core.verdict import Observation
 from orchestration.observe.judging import HoldReason, judge_topic, trimmed
-from orchestration.observe.metrics import KprioMetrics, Outcome, backlog_of
+from orchestration.observe.metrics import KprioMetrics, LineageOutcome, Outcome, backlog_of
 
 STOP_TIMEOUT_S = 10.0
 PHASE_KEYS = ("drain_s", "check_s", "publish_s", "commit_s")
@@ -178,7 +178,10 @@ class MetricsFeed:
         kind = Outcome.COMMITTED if committed else Outcome.FAILED
         if not committed and ledger.superseded_batch(batch.batch_id):
             kind = Outcome.SUPERSEDED
-        self.metrics.record_batch(topic.name, kind, self._phases(outcome.run_id))
+        phases, lineage = self._of_run(outcome.run_id)
+        self.metrics.record_batch(topic.name, kind, phases)
+        if lineage is not None:
+            self.metrics.record_lineage(LineageOutcome(lineage))
         if not committed or batch.drain is None:
             return
         per: dict[int, list[int]] = {}
@@ -194,20 +197,26 @@ class MetricsFeed:
             latency = None if oldest_ms is None else at_s - oldest_ms / 1000
             self.metrics.record_commit(topic.name, priority, at_s=at_s, latency_s=latency)
 
-    def _phases(self, run_id: str) -> dict[str, float]:
-        """The step seconds a run's materializations carry (none without the Dagster instance)."""
+    def _of_run(self, run_id: str) -> tuple[dict[str, float], str | None]:
+        """The step seconds a run's materializations carry, and how its lineage event went (``emitted``,
+        ``failed``; None: none sent); nothing without the Dagster instance."""
         if self.instance is None:
-            return {}
+            return {}, None
         import dagster as dg
 
+        from orchestration.runtime.batch import LINEAGE_KEY
+
         found: dict[str, float] = {}
+        lineage = None
         for entry in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
             materialization = entry.asset_materialization
+            metadata = materialization.metadata if materialization is not None else {}
             for key in PHASE_KEYS:
-                value = materialization.metadata.get(key) if materialization is not None else None
-                if value is not None:
-                    found[key.removesuffix("_s")] = float(value.value)
-        return found
+                if metadata.get(key) is not None:
+                    found[key.removesuffix("_s")] = float(metadata[key].value)
+            if metadata.get(LINEAGE_KEY) is not None:
+                lineage = str(metadata[LINEAGE_KEY].value)
+        return found, lineage
 
     def _first_timestamps(self, edge: Any, topic: TopicSettings, batch: Any) -> dict[int, int | None]:
         """Per priority of a committed batch, the timestamp of its oldest first record (None: none read)."""

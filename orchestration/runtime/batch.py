@@ -78,6 +78,8 @@ from orchestration.runtime.leases import Heartbeat, this_owner
 from spark_jobs.remote_errors import spark_boundary
 
 POLL_S = 1.0
+LINEAGE_KEY = "lineage"
+"""The committed asset's metadata key that says whether the batch's lineage event was emitted or failed."""
 
 
 class Log(Protocol):
@@ -362,8 +364,22 @@ class BatchRun:
         outcome = commit_batch(self.edge(), self.ledger, topic, self.ledger.get(self.batch_id), self.token,
                                now_s=time.time())
         self.timings.time("commit", started)
-        yield Committed(self.batch_id, {**outcome.metadata, **self.timings.metadata()})
+        yield Committed(self.batch_id, {**outcome.metadata, **self.timings.metadata(),
+                                        **self._lineage(topic, self.batch_id)})
         yield from self._commit_successors(topic)
+
+    def _lineage(self, topic: TopicSettings, batch_id: str) -> dict[str, str]:
+        """The committed batch's OpenLineage event, when ``lineage.enabled`` (a failure is logged, never raised:
+        the batch is committed); the metadata that says how it went."""
+        from orchestration.observe.lineage import emit_committed
+
+        try:
+            if not emit_committed(self.config, topic, self.ledger.get(batch_id), self.ledger.ledger_id):
+                return {}
+        except KprioError as err:
+            self.log.warning(f"{batch_id}: {err} [{err.code}]")
+            return {LINEAGE_KEY: "failed"}
+        return {LINEAGE_KEY: "emitted"}
 
     def _commit_successors(self, topic: TopicSettings) -> Iterator[Event]:
         """Commit later batches that only waited for this one (``planner.max_in_flight`` > 1)."""
@@ -375,7 +391,7 @@ class BatchRun:
             except BatchBusy:
                 continue
             outcome = commit_batch(self.edge(), self.ledger, topic, later, later.token, now_s=time.time())
-            yield Committed(later.batch_id, dict(outcome.metadata),
+            yield Committed(later.batch_id, {**outcome.metadata, **self._lineage(topic, later.batch_id)},
                             note=f"committed by run {run_label(self.owner)} once {self.batch_id}, before it, committed")
             self.log.info(f"{later.batch_id} committed after {self.batch_id}")
 

@@ -154,6 +154,9 @@ CHANGES: dict[str, Any] = {
     "verdict.stop_factor": 5.0,
     "verdict.allowed_lag": 100,
     "verdict.window_s": 60.0,
+    "lineage.enabled": True,
+    "lineage.namespace": "billing",
+    "lineage.transport": {"type": "file", "log_file_path": "lineage.jsonl"},
 }
 """Another valid value of every leaf."""
 
@@ -316,6 +319,7 @@ PROBES: dict[str, Callable[[KprioConfig], object]] = {
 NEEDS_BROKER = "needs a broker"
 NEEDS_SNAPSHOT = "the tick acts on a lag snapshot (tests/kprio_core/test_lifecycle_tick.py and the sensor tests cover it)"
 NEEDS_SPARK = "needs a Spark session and a drained batch (tests/spark_jobs cover it)"
+NEEDS_COMMIT = "acts on a committed batch: a broker and Spark (tests/orchestration/observe/test_lineage.py)"
 NEEDS_RUN = "acts inside a batch's Dagster run (tests/orchestration/test_recovery.py covers it)"
 
 ACTS_IN: dict[str, tuple[str, str, str]] = {
@@ -351,6 +355,9 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "spark.connect_dir": ("orchestration.services.spark_connect", "SparkConnectServer.__init__", "starts a server"),
     "ledger.url": ("kprio_core.ledger.ledger", "Ledger.from_settings", "the changed URL names a Postgres server"),
     "verdict.window_s": ("orchestration.observe.judging", "judge_topic", NEEDS_SNAPSHOT),
+    "lineage.enabled": ("orchestration.observe.lineage", "emit_committed", NEEDS_COMMIT),
+    "lineage.namespace": ("orchestration.observe.lineage", "batch_event", NEEDS_COMMIT),
+    "lineage.transport": ("orchestration.observe.lineage", "client_of", NEEDS_COMMIT),
     "sensor.watch_s": ("orchestration.dagster.drain_loop", "DrainLoop._wait",
                        "acts between the ticks of kprio drain's loop (tests/orchestration/test_drain_overlap.py)"),
 }

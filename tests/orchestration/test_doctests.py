@@ -41,6 +41,7 @@ MODULES = [
     "orchestration.observe.endpoint",
     "orchestration.observe.errors",
     "orchestration.observe.judging",
+    "orchestration.observe.lineage",
     "orchestration.observe.metrics",
     "orchestration.observe.watch",
     "orchestration.runtime.adoption",
