@@ -140,18 +140,22 @@ def serving_metrics(port: int | None, host: str) -> Iterator[Any]:
     if port is None:
         yield None
         return
-    from importlib.metadata import PackageNotFoundError, version
-
     from orchestration.observe.endpoint import serve_metrics
     from orchestration.observe.metrics import KprioMetrics
 
-    try:
-        release = version("kprio")
-    except PackageNotFoundError:
-        release = None
-    metrics = KprioMetrics(version=release)
+    metrics = KprioMetrics(version=release())
     with serve_metrics(metrics.registry, port, addr=host, where="--metrics-port / --metrics-host"):
         yield metrics
+
+
+def release() -> str | None:
+    """kprio's installed version (None: run from a source tree without an install)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kprio")
+    except PackageNotFoundError:
+        return None
 
 
 def start_spark(settings: Any) -> bool:

@@ -17,6 +17,10 @@ The loop tells it two things, from its own threads, and never waits for it:
 
 Counters count what this process's runs did (two ``kprio drain`` on one config each count their own:
 Prometheus sums them); gauges describe the topic as a whole, alike in every process.
+
+``kprio metrics`` (an exporter beside the Dagster daemon or Airflow, which drain in processes of their
+own) runs a feed with ``count_ledger``: it counts every batch the ledger shows committed or failed since the
+feed started, whoever ran it (phases and lineage outcomes are then not known).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from kprio_core.config import KprioConfig, TopicSettings
@@ -43,8 +48,12 @@ class MetricsFeed:
     """Keeps a :class:`KprioMetrics` up to date while a drain runs (see the module docstring)."""
 
     def __init__(self, config: KprioConfig, metrics: KprioMetrics, *, instance: Any = None,
-                 interval_s: float | None = None, on_error: Callable[[str], None] | None = None) -> None:
+                 interval_s: float | None = None, on_error: Callable[[str], None] | None = None,
+                 count_ledger: bool = False) -> None:
         self.config, self.metrics, self.instance = config, metrics, instance
+        self.count_ledger = count_ledger
+        self._since = datetime.now(UTC)
+        self._counted: set[tuple[str, int, str]] = set()
         self.interval_s = float(interval_s if interval_s is not None else max(1, config.sensor.interval_s))
         self.on_error = on_error
         self._events: queue.Queue = queue.Queue()
@@ -102,6 +111,8 @@ class MetricsFeed:
                     if ledger is None and ledger_exists(self.config.ledger.url):
                         ledger = Ledger(self.config.ledger.url)
                     self._guarded(lambda: self._count_runs(edge, ledger), "count a run")
+                    if self.count_ledger and ledger is not None:
+                        self._guarded(lambda: self._count_ledger(edge, ledger), "count the ledger's batches")
                     self._guarded(lambda: self.refresh(edge, ledger, time.time()), "refresh")
                     self.refreshed.set()
                     self._wait()
@@ -168,17 +179,35 @@ class MetricsFeed:
             if outcome is not None and ledger is not None:
                 self.count(edge, ledger, outcome)
 
-    def count(self, edge: Any, ledger: Any, outcome: Any) -> None:
-        """Count one run's batch: its outcome and phases, and, committed, its records, bytes and latency."""
+    def _count_ledger(self, edge: Any, ledger: Any) -> None:
+        """Every batch the ledger shows ended (committed, or failed) since the feed started, once per attempt."""
         from kprio_core.ledger import BatchState
 
+        for topic in self.config.topics:
+            ended = ledger.batches(topic.name, states=[BatchState.COMMITTED, BatchState.FAILED], limit=500)
+            for batch in reversed(ended):  # oldest first
+                key = (batch.batch_id, batch.attempts, batch.state.value)
+                if key in self._counted or batch.updated_at < self._since:
+                    continue
+                self._counted.add(key)
+                self._count_batch(edge, ledger, batch, {}, None)
+
+    def count(self, edge: Any, ledger: Any, outcome: Any) -> None:
+        """Count one run's batch: its outcome and phases, and, committed, its records, bytes and latency."""
         batch = ledger.get(outcome.batch_id)
+        phases, lineage = self._of_run(outcome.run_id)
+        self._counted.add((batch.batch_id, batch.attempts, batch.state.value))
+        self._count_batch(edge, ledger, batch, phases, lineage)
+
+    def _count_batch(self, edge: Any, ledger: Any, batch: Any, phases: dict[str, float], lineage: str | None
+                     ) -> None:
+        from kprio_core.ledger import BatchState
+
         topic = self.config.topic(batch.logical_topic)
         committed = batch.state is BatchState.COMMITTED
         kind = Outcome.COMMITTED if committed else Outcome.FAILED
         if not committed and ledger.superseded_batch(batch.batch_id):
             kind = Outcome.SUPERSEDED
-        phases, lineage = self._of_run(outcome.run_id)
         self.metrics.record_batch(topic.name, kind, phases)
         if lineage is not None:
             self.metrics.record_lineage(LineageOutcome(lineage))
