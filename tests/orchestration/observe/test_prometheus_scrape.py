@@ -5,7 +5,8 @@ broker, a ledger and a Dagster home in tmp_path); the server scrapes it every se
 only the server's HTTP API: the backlog of every priority falls to zero while the drained-records and
 committed-batches counters rise to the backlog's size, the urgent priority's oldest pending record stays
 younger than its objective, the phases and produce-to-commit latency are observed, and each priority's
-verdict ends OK. SIGTERM then stops the drain, exit 0.
+verdict ends OK, and each committed batch's lineage event is counted as emitted. SIGTERM then stops the
+drain, exit 0.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def follow_config(tmp_path, kafka_settings, topic, spark_conf) -> object:
         "planner": {"record_budget": 500, "target_batch_s": None},
         "slo": {"max_age_s": {2: URGENT_OBJECTIVE_S, 0: 3600}},
         "verdict": {"expected_commit_s": 60},
+        "lineage": {"enabled": True, "transport": {"type": "file", "log_file_path": str(tmp_path / "lineage.jsonl"),
+                                                   "append": True}},
     }
     (tmp_path / "home").mkdir()
     path = tmp_path / "kprio.yaml"
@@ -85,7 +88,10 @@ def test_prometheus_sees_the_backlog_fall_and_the_counters_rise(make_topic, kafk
         for p, n in RECORDS.items():
             assert server.value(f'kprio_records_drained_total{{topic="{name}",priority="{p}"}}') == n
             assert server.value(f'sum(kprio_backlog_records{{topic="{name}",priority="{p}"}})') == 0
-        assert server.value(f'kprio_batches_total{{topic="{name}",outcome="committed"}}') >= 3
+        committed = server.value(f'kprio_batches_total{{topic="{name}",outcome="committed"}}')
+        assert committed >= 3
+        server.wait_for('kprio_lineage_events_total{outcome="emitted"}', lambda v: v == committed, timeout_s=30)
+        assert len((tmp_path / "lineage.jsonl").read_text().splitlines()) == committed
         for phase in ("plan", "drain", "checks", "publish", "commit"):
             count = server.value(f'kprio_batch_phase_duration_seconds_count{{topic="{name}",phase="{phase}"}}')
             assert count and count >= 1, phase
