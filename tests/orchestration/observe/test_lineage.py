@@ -10,6 +10,7 @@ event per committed batch; each is checked against the OpenLineage model and kpr
 - the inputs are exactly the batch's priority topics and offset ranges in the ledger, the output its
   directory with the rows and the checks' results (every blocking check, passed).
 
+The drain is watched by ``kprio metrics`` meanwhile (an exporter process, see its test module).
 The same batch sent through the HTTP transport reaches a local HTTP server as the same JSON; a server that
 does not answer is one line (``lineage_emit_failed``); with lineage off nothing is sent; a secret in
 ``lineage.transport`` is refused, naming the variable to use.
@@ -43,6 +44,7 @@ from orchestration.observe.errors import LineageEmitFailed
 from orchestration.observe.lineage import SCHEMAS, emit_committed
 from orchestration.runtime.checks import CHECK_NAMES
 from orchestration.services.process import free_port
+from tests.orchestration.observe.exporter import exporter
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster]
 
@@ -119,10 +121,14 @@ def test_each_committed_batch_emits_one_valid_event(make_topic, kprio_env, dagst
     env = kprio_env(topic, planner={"record_budget": 150, "target_batch_s": None},
                     lineage={"enabled": True, "transport": {"type": "file", "log_file_path": str(events),
                                                             "append": True}})
-    report = drain_loop.drain(env.defs, dagster_instance, config=env.config, until=Until.EMPTY, log_level="WARNING")
-    assert report.ok, report.stopped
+    # `kprio metrics` watches the same drain from a process of its own (tests/orchestration/observe/exporter.py).
+    with exporter(env, tmp_path) as watched:
+        report = drain_loop.drain(env.defs, dagster_instance, config=env.config, until=Until.EMPTY,
+                                  log_level="WARNING")
+        assert report.ok, report.stopped
+        committed = {b.batch_id: b for b in env.ledger.batches(topic.name, states=[BatchState.COMMITTED])}
+        watched.finished(topic, RECORDS, len(committed))
 
-    committed = {b.batch_id: b for b in env.ledger.batches(topic.name, states=[BatchState.COMMITTED])}
     docs = read_events(events)
     assert len(committed) >= 3 and len(docs) == len(committed), "one event per committed batch"
     by_batch = {d["run"]["facets"]["kprio_batch"]["batchId"]: d for d in docs}
