@@ -890,6 +890,16 @@ class LineageSettings(_Model):
                 found += keys(v, here)
             return found
 
+        def passwords(node: Any, path: str) -> list[str]:
+            if isinstance(node, dict):
+                return [p for k, v in node.items() for p in passwords(v, f"{path}.{k}" if path else str(k))]
+            return [path] if isinstance(node, str) and re.match(r"^[a-z][a-z0-9+.-]*://[^/@\s]*:[^/@\s]*@", node,
+                                                                re.IGNORECASE) else []
+
+        with_password = passwords(value, "")
+        if with_password:
+            raise ValueError(f"transport.{with_password[0]} holds a password in its URL: give it in the environment "
+                             "(OPENLINEAGE__TRANSPORT__AUTH__API_KEY) instead")
         secret = keys(value, "")
         if secret:
             raise ValueError(f"transport.{secret[0]} holds a secret: set it in the environment as "

@@ -28,6 +28,7 @@ kprio's own facets have JSON schemas beside this module (``schemas/``); their ``
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -176,7 +177,16 @@ def emit_committed(config: KprioConfig, topic: TopicSettings, batch: Any, ledger
     try:
         client.emit(event)
     except Exception as err:  # noqa: BLE001 - any transport's failure is one line; the batch stays committed
+        said = str(err).splitlines()[0] if str(err) else "no message"
         raise LineageEmitFailed(f"the lineage event of {batch.batch_id} was not delivered: {type(err).__name__}: "
-                                f"{str(err).splitlines()[0] if str(err) else 'no message'}",
-                                where="lineage.transport") from None
+                                f"{without_user_info(said)}", where="lineage.transport") from None
     return True
+
+
+def without_user_info(text: str) -> str:
+    """``text`` with the user info of every URL in it hidden (a transport's error may quote its URL).
+
+    >>> without_user_info("POST http://bob:s3cret@lineage:5000/api/v1/lineage failed")
+    'POST http://***@lineage:5000/api/v1/lineage failed'
+    """
+    return re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1***@", text)

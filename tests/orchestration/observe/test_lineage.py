@@ -194,4 +194,8 @@ def test_a_secret_in_the_transport_is_refused_naming_its_variable():
                                                 "auth": {"type": "api_key", "apiKey": "s3cret-4711"}}}},
                      "kprio.yaml", env={})
     assert "OPENLINEAGE__TRANSPORT__AUTH" in str(err.value) and "s3cret-4711" not in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_config({"lineage": {"transport": {"type": "http", "url": "http://bob:s3cret-4712@lineage:5000"}}},
+                     "kprio.yaml", env={})
+    assert "transport.url holds a password" in str(err.value) and "s3cret-4712" not in str(err.value)
     assert parse_config({}, "kprio.yaml", env={}).lineage.enabled is False

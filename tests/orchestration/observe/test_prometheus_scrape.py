@@ -88,6 +88,7 @@ def test_prometheus_sees_the_backlog_fall_and_the_counters_rise(make_topic, kafk
         for p, n in RECORDS.items():
             assert server.value(f'kprio_records_drained_total{{topic="{name}",priority="{p}"}}') == n
             assert server.value(f'sum(kprio_backlog_records{{topic="{name}",priority="{p}"}})') == 0
+            assert server.value(f'max(kprio_oldest_pending_age_seconds{{topic="{name}",priority="{p}"}})') == 0
         committed = server.value(f'kprio_batches_total{{topic="{name}",outcome="committed"}}')
         assert committed >= 3
         server.wait_for('kprio_lineage_events_total{outcome="emitted"}', lambda v: v == committed, timeout_s=30)
