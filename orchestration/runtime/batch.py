@@ -371,6 +371,8 @@ class BatchRun:
     def _lineage(self, topic: TopicSettings, batch_id: str) -> dict[str, str]:
         """The committed batch's OpenLineage event, when ``lineage.enabled`` (a failure is logged, never raised:
         the batch is committed); the metadata that says how it went."""
+        if not self.config.lineage.enabled:
+            return {}
         from orchestration.observe.lineage import emit_committed
 
         try:
