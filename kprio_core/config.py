@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -839,6 +839,88 @@ class SensorSettings(_Model):
     )
 
 
+class SloSettings(_Model):
+    """Freshness objectives: how old a priority's oldest pending record may get (``kprio_core.freshness``)."""
+
+    max_age_s: dict[Priority, float] = Field(
+        default_factory=dict, description="Per priority, the largest age in seconds of its oldest pending record "
+        "(e.g. {2: 10, 0: 3600}); a priority absent has no objective."
+    )
+    warn_fraction: float = Field(
+        0.8, gt=0, le=1, description="Warn once the age passes this share of max_age_s (fail above max_age_s)."
+    )
+
+    @field_validator("max_age_s")
+    @classmethod
+    def _positive_ages(cls, value: dict[Priority, float]) -> dict[Priority, float]:
+        bad = sorted(p for p, age in value.items() if not age > 0)
+        if bad:
+            raise ValueError(f"max_age_s must be > 0 seconds, not for priority {', '.join(map(str, bad))}")
+        return value
+
+
+class VerdictSettings(_Model):
+    """The lag verdict (``kprio_core.verdict``): what keeping up means for a priority."""
+
+    expected_commit_s: float = Field(
+        30.0, gt=0, description="How often a priority with backlog commits when it keeps up (a tick plus a batch)."
+    )
+    stop_factor: float = Field(
+        3.0, ge=1, description="Backlog without a commit for this many expected_commit_s is STALL or STOP."
+    )
+    allowed_lag: int = Field(0, ge=0, description="A backlog of up to this many records counts as caught up.")
+    window_s: float = Field(
+        900.0, gt=0, description="How far back the verdict looks at commits and lag snapshots."
+    )
+
+
+LINEAGE_SECRET_KEYS = ("auth", "api_key", "apikey", "token", "password", "secret")
+"""Keys of ``lineage.transport`` that hold a secret: openlineage-python reads those from its environment."""
+
+
+class LineageSettings(_Model):
+    """OpenLineage events of committed batches, through openlineage-python's transports (off by default)."""
+
+    enabled: bool = Field(False, description="Emit one OpenLineage run event per committed batch.")
+    namespace: str = Field("kprio", min_length=1, description="The OpenLineage namespace of kprio's jobs.")
+    transport: dict[str, Any] = Field(
+        default_factory=dict, description="openlineage-python's transport settings (e.g. {type: file, "
+        "log_file_path: lineage.jsonl} or {type: http, url: ...}); empty: openlineage-python's own configuration "
+        "(OPENLINEAGE_CONFIG, openlineage.yml, OPENLINEAGE__TRANSPORT__* variables). No secrets here: an HTTP "
+        "transport's api key comes from OPENLINEAGE__TRANSPORT__AUTH__API_KEY."
+    )
+
+    @field_validator("transport")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, Any]) -> dict[str, Any]:
+        def keys(node: Any, path: str) -> list[str]:
+            if not isinstance(node, dict):
+                return []
+            found = []
+            for k, v in node.items():
+                here = f"{path}.{k}" if path else str(k)
+                if str(k).lower().replace("-", "_") in LINEAGE_SECRET_KEYS:
+                    found.append(here)
+                found += keys(v, here)
+            return found
+
+        def passwords(node: Any, path: str) -> list[str]:
+            if isinstance(node, dict):
+                return [p for k, v in node.items() for p in passwords(v, f"{path}.{k}" if path else str(k))]
+            return [path] if isinstance(node, str) and re.match(r"^[a-z][a-z0-9+.-]*://[^/@\s]*:[^/@\s]*@", node,
+                                                                re.IGNORECASE) else []
+
+        with_password = passwords(value, "")
+        if with_password:
+            raise ValueError(f"transport.{with_password[0]} holds a password in its URL: give it in the environment "
+                             "(OPENLINEAGE__TRANSPORT__AUTH__API_KEY) instead")
+        secret = keys(value, "")
+        if secret:
+            raise ValueError(f"transport.{secret[0]} holds a secret: set it in the environment as "
+                             f"OPENLINEAGE__TRANSPORT__{secret[0].upper().replace('.', '__')} instead")
+        return value
+
+
 class KprioConfig(_Model):
     """The whole configuration."""
 
@@ -854,6 +936,9 @@ class KprioConfig(_Model):
     spark: SparkSettings = SparkSettings()
     ledger: LedgerSettings = LedgerSettings()
     sensor: SensorSettings = SensorSettings()
+    slo: SloSettings = SloSettings()
+    verdict: VerdictSettings = VerdictSettings()
+    lineage: LineageSettings = LineageSettings()
 
     @field_validator("topics")
     @classmethod
@@ -880,6 +965,10 @@ class KprioConfig(_Model):
         unknown = sorted(p for p in self.rate.quotas if not 0 <= p < top)
         if unknown:
             raise ValueError(f"rate.quotas names priorit{'ies' if len(unknown) > 1 else 'y'} "
+                             f"{', '.join(map(str, unknown))}, but the topics have priorities 0..{top - 1}")
+        unknown = sorted(p for p in self.slo.max_age_s if not 0 <= p < top)
+        if unknown:
+            raise ValueError(f"slo.max_age_s names priorit{'ies' if len(unknown) > 1 else 'y'} "
                              f"{', '.join(map(str, unknown))}, but the topics have priorities 0..{top - 1}")
         return self
 

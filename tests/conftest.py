@@ -21,7 +21,7 @@ import pytest
 
 pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser",
                   "tests.fixtures.airflow", "tests.fixtures.deployments", "tests.fixtures.daemon",
-                  "tests.fixtures.airflow_deployment"]
+                  "tests.fixtures.airflow_deployment", "tests.fixtures.prometheus"]
 
 
 @pytest.fixture(scope="session", autouse=True)

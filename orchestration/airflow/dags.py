@@ -1,4 +1,4 @@
-"""The Airflow DAGs of a kprio deployment, built from ``kprio.yaml``: drain, re-drain.
+"""The Airflow DAGs of a kprio deployment, built from ``kprio.yaml``: drain, re-drain, replay, freshness.
 
 A dags folder loads them with a two-line file (``kprio airflow init --dags-folder D`` writes it)::
 
@@ -24,7 +24,9 @@ batch's ledger ranges once; a committed batch commits nothing new. ``kprio_repla
 ``{"start": "2026-11-26T04:00:00Z"}``, ``end`` one hour later unless given): the window's records
 of every priority topic (offsets-for-times) drained again into ``drain.replay_path``, checked
 before they are published; no consumer group moves (Dagster's ``replayed_window`` does the same
-per hour).
+per hour). ``kprio_freshness`` (every minute): each priority's freshness objective (``slo.max_age_s``)
+and lag verdict; its ``freshness`` task fails when an objective is missed (its log names the priority, the
+age, the objective and the likely cause) and succeeds with a warning in its log above the warn threshold.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ from orchestration.airflow.trigger import WaitForBatches
 DRAIN_DAG = "kprio_drain"
 REDRAIN_DAG = "kprio_redrain"
 REPLAY_DAG = "kprio_replay"
+FRESHNESS_DAG = "kprio_freshness"
+FRESHNESS_EVERY_S = 60
+"""How often ``kprio_freshness`` evaluates the objectives (at least; ``sensor.interval_s`` when longer)."""
 CAUSE_SEEN_VARIABLE = "kprio_drain.cause_seen"
 """The Airflow Variable that holds, between DAG runs, whether the probe before a tick saw a transient cause."""
 TAGS = ["kprio"]
@@ -62,7 +67,8 @@ def kprio_dags(config: str | os.PathLike | None = None) -> dict[str, DAG]:
     except KprioError as err:
         raise KprioDagsError(f"kprio: cannot build the Airflow DAGs from {path or 'the built-in defaults'}: "
                              f"{err}") from None
-    return {dag.dag_id: dag for dag in (drain_dag(loaded, path), redrain_dag(loaded, path), replay_dag(path))}
+    return {dag.dag_id: dag for dag in (drain_dag(loaded, path), redrain_dag(loaded, path), replay_dag(path),
+                                        freshness_dag(loaded, path))}
 
 
 def _retries(config: KprioConfig) -> dict[str, Any]:
@@ -170,4 +176,22 @@ def replay_dag(path: str | None) -> DAG:
             return _carry_out(tasks.replay, path, get_current_context()["dag_run"].conf or {})
 
         replay()
+    return dag
+
+
+def freshness_dag(config: KprioConfig, path: str | None) -> DAG:
+    """``kprio_freshness``: every minute, the freshness objectives and lag verdicts; a missed objective fails it."""
+    with DAG(
+        FRESHNESS_DAG, schedule=timedelta(seconds=max(FRESHNESS_EVERY_S, config.sensor.interval_s)),
+        start_date=START_DATE, catchup=False, max_active_runs=1, tags=TAGS,
+        description="kprio: the freshness objectives (slo.max_age_s) and lag verdicts of every priority; the task "
+        "fails when an objective is missed, naming the priority, age, objective and likely cause",
+        doc_md=__doc__,
+    ) as dag:
+
+        @task(task_id="freshness", pool="default_pool", retries=0)
+        def freshness() -> dict[str, Any]:
+            return _carry_out(tasks.check_freshness, path)
+
+        freshness()
     return dag

@@ -190,6 +190,50 @@ def replay(config_path: str | None, conf: Mapping[str, Any], me: TaskIdentity) -
             "output": config.drain.replay_path}
 
 
+def check_freshness(config_path: str | None, me: TaskIdentity) -> dict[str, Any]:
+    """Evaluate every priority's freshness objective (``slo.max_age_s``) and lag verdict; the task's outcome.
+
+    A failed objective fails the task (no retry: the next scheduled run looks again), naming every priority
+    that failed, its age, objective and likely cause; a warning is logged and the task succeeds (Airflow has
+    no warning state). Its XCom: per topic and priority, the verdict and the freshness outcome.
+    """
+    import time
+
+    from kprio_core.freshness import Freshness
+    from kprio_core.kafka import KafkaEdge
+    from kprio_core.ledger import Ledger, ledger_exists
+    from orchestration.observe.judging import judge_topic
+
+    config = task_config(config_path)
+    now_s = time.time()
+    out: dict[str, Any] = {}
+    failed: list[str] = []
+    opened = Ledger.from_settings(config.ledger) if ledger_exists(config.ledger.url) else contextlib.nullcontext()
+    with opened as ledger, contextlib.closing(KafkaEdge(config.kafka)) as edge:
+        for topic in config.topics:
+            known = {b.topic for b in ledger.beliefs(topic.name).values()} if ledger is not None else set()
+            snap = edge.snapshot(topic, now_ms=int(now_s * 1000), avg_record_bytes={}, with_age=True,
+                                 deleted_ok=known)
+            judged = judge_topic(config, topic, snap, ledger, now_s=now_s)
+            doc: dict[str, Any] = {}
+            for v in judged.verdicts:
+                doc[str(v.priority)] = {"backlog": v.lag, "verdict": v.state.value, "verdict_reason": v.reason}
+            for r in judged.freshness:
+                doc.setdefault(str(r.priority), {})["freshness"] = {
+                    "status": r.status.value, "age_s": r.age_s, "objective_s": r.objective.max_age_s, "line": r.line}
+                if r.status is Freshness.FAIL:
+                    failed.append(r.line)
+                elif r.status is Freshness.WARN:
+                    LOG.warning(r.line)
+            out[topic.name] = doc
+    if failed:
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        for line in failed[1:]:
+            LOG.error(line)
+        raise TaskFailed(f"freshness objective missed: {failed[0]}{more}", retry=False)
+    return out
+
+
 def replay_window_of(conf: Mapping[str, Any]) -> tuple[datetime, datetime]:
     """The UTC window a replay's conf names; a conf without a valid one fails the task with one line.
 

@@ -52,6 +52,16 @@ MaxBatchesOption = Annotated[
     int | None, typer.Option("--max-batches", min=1, help="Stop after this many runs.", show_default=False)
 ]
 
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option("--metrics-port", min=0, max=65535, show_default=False,
+                 help="Serve Prometheus metrics on this port (/metrics) while draining (docs/operations.md, Monitoring)."),
+]
+MetricsHostOption = Annotated[
+    str,
+    typer.Option("--metrics-host", help="Address the metrics endpoint binds (loopback unless told otherwise)."),
+]
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -94,8 +104,12 @@ def drain(
     follow: FollowOption = False,
     max_batches: MaxBatchesOption = None,
     topic: TopicOption = None,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
 ) -> None:
     """Drain the backlog through the sensor's logic and drain_job, in process, batch by batch.
+
+    With --metrics-port, a Prometheus server can scrape the drain's metrics on http://127.0.0.1:<port>/metrics.
 
     Example: kprio drain --until-empty --max-batches 20 --json --config kprio.yaml
     """
@@ -105,17 +119,44 @@ def drain(
     settings = config_from(config)
     if topic is not None:
         settings = settings.model_copy(update={"topics": tuple(chosen_topics(settings, topic))})
-    with KafkaEdge(settings.kafka) as edge:  # an unreachable broker is one line, before Spark starts
-        for logical in settings.topics:
-            try:
-                edge.partitions(logical)
-            except (TopicMissing, PartitionCountMismatch):
-                pass  # a priority topic deleted or grown under kprio: the tick holds or picks it up, and says so
-    spark = start_spark(settings)
+    # A port in use and an unreachable broker are one line each, before Spark starts.
+    with serving_metrics(metrics_port, metrics_host) as metrics:
+        with KafkaEdge(settings.kafka) as edge:
+            for logical in settings.topics:
+                try:
+                    edge.partitions(logical)
+                except (TopicMissing, PartitionCountMismatch):
+                    pass  # a priority topic deleted or grown under kprio: the tick holds or picks it up, and says so
+        spark = start_spark(settings)
+        try:
+            _drain(settings, spark, json_out=json_out, until_empty=until_empty, follow=follow,
+                   max_batches=max_batches, metrics=metrics)
+        finally:
+            spark.stop()  # only a session it started: one that was running already (a test's) is left running
+
+
+@contextmanager
+def serving_metrics(port: int | None, host: str) -> Iterator[Any]:
+    """kprio's metrics served on ``host:port`` while the drain runs (None: no endpoint, no metrics)."""
+    if port is None:
+        yield None
+        return
+    from orchestration.observe.endpoint import serve_metrics
+    from orchestration.observe.metrics import KprioMetrics
+
+    metrics = KprioMetrics(version=release())
+    with serve_metrics(metrics.registry, port, addr=host, where="--metrics-port / --metrics-host"):
+        yield metrics
+
+
+def release() -> str | None:
+    """kprio's installed version (None: run from a source tree without an install)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        _drain(settings, spark, json_out=json_out, until_empty=until_empty, follow=follow, max_batches=max_batches)
-    finally:
-        spark.stop()  # only a session it started: one that was running already (a test's) is left running
+        return version("kprio")
+    except PackageNotFoundError:
+        return None
 
 
 def start_spark(settings: Any) -> SparkProvider:
@@ -130,7 +171,7 @@ def start_spark(settings: Any) -> SparkProvider:
 
 
 def _drain(settings: Any, spark: SparkProvider, *, json_out: bool, until_empty: bool, follow: bool,
-           max_batches: int | None) -> None:
+           max_batches: int | None, metrics: Any = None) -> None:
     with imports():  # Dagster's: about 1.5 s, while the JVM starts
         from kprio_core.kafka import KafkaEdge
         from orchestration.cli.outage import outage_lines
@@ -144,21 +185,26 @@ def _drain(settings: Any, spark: SparkProvider, *, json_out: bool, until_empty: 
     stop = threading.Event()
     running: set[str] = set()
 
-    def show(batch: Any) -> None:
-        running.discard(batch.batch_id)
-        if not json_out:
-            typer.echo(batch.line())
-
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     # A broker outage the loop rides out is two lines (orchestration/cli/outage.py), not librdkafka's.
-    with open_instance(settings) as instance, outage_lines(settings.kafka, say):
+    with open_instance(settings) as instance, outage_lines(settings.kafka, say), \
+            feeding(metrics, settings, instance, say) as feed:
+
+        def show(batch: Any) -> None:
+            running.discard(batch.batch_id)
+            if feed is not None:
+                feed.on_batch(batch)
+            if not json_out:
+                typer.echo(batch.line())
+
         # One line per batch is the progress report; Dagster's own event log stays in the instance.
         report = run_drain(defs, instance, config=settings, until=until, max_batches=max_batches, stop=stop,
                            log_level="WARNING",
                            on_batch=show, guard=lambda: stop_on_signals(stop, running), on_start=running.add,
-                           on_event=lambda line: say(f"kprio drain: {line}"), spark=spark)
+                           on_event=lambda line: say(f"kprio drain: {line}"), spark=spark,
+                           on_tick=feed.on_tick if feed is not None else None)
     committed: dict[str, dict[str, int | None]] = {}
     with KafkaEdge(settings.kafka) as edge:
         for logical in settings.topics:
@@ -184,3 +230,15 @@ def _drain(settings: Any, spark: SparkProvider, *, json_out: bool, until_empty: 
         from kprio_core.errors import DrainStopped
 
         raise typer.Exit(1) if json_out else DrainStopped(report.stopped)  # its text names the partitions
+
+
+@contextmanager
+def feeding(metrics: Any, settings: Any, instance: Any, say: Any) -> Iterator[Any]:
+    """The feed of ``metrics`` while the loop runs (None without metrics); it counts the last runs when it stops."""
+    if metrics is None:
+        yield None
+        return
+    from orchestration.observe.feed import MetricsFeed
+
+    with MetricsFeed(settings, metrics, instance=instance, on_error=lambda line: say(f"kprio drain: {line}")) as feed:
+        yield feed

@@ -23,16 +23,20 @@ AgeOption = Annotated[
 ]
 
 
-def lag_doc(snapshot: Any, now_ms: int, states: dict[tuple[str, int], dict[str, str | None]] | None = None
-            ) -> dict[str, Any]:
+def lag_doc(snapshot: Any, now_ms: int, states: dict[tuple[str, int], dict[str, str | None]] | None = None,
+            judged: Any = None) -> dict[str, Any]:
     """The JSON shape of one logical topic's lag, most urgent priority first.
 
     ``states``: per partition, its log state and what kprio does about it (:func:`log_states`);
-    a partition of a deleted topic is listed under ``deleted``.
+    a partition of a deleted topic is listed under ``deleted``. ``judged``: the topic's lag verdicts and
+    freshness outcomes (:func:`orchestration.observe.judging.judge_topic`), shown per priority and partition.
     """
     from kprio_core.kafka import oldest_pending_age_ms
 
     states = states or {}
+    verdicts = {v.priority: v for v in judged.verdicts} if judged is not None else {}
+    by_partition = {(q.topic, q.partition): q for v in verdicts.values() for q in v.partitions}
+    freshness = {r.priority: r for r in judged.freshness} if judged is not None else {}
 
     ages = oldest_pending_age_ms(snapshot, now_ms)
     priorities: dict[str, Any] = {}
@@ -58,13 +62,31 @@ def lag_doc(snapshot: Any, now_ms: int, states: dict[tuple[str, int], dict[str, 
                     else max(0, now_ms - part.oldest_pending_ms) / 1000,
                     "lost_to_retention": (lost.count if (lost := part.lost_to_retention) else 0),
                     **states.get((part.topic, part.partition), {"state": "ok", "decision": None, "text": None}),
+                    **_partition_verdict(by_partition.get((part.topic, part.partition))),
                 }
                 for part in sorted(parts, key=lambda x: x.partition)
             ],
+            **_priority_verdict(verdicts.get(p), freshness.get(p)),
         }
     seen = {(p.topic, p.partition) for p in snapshot.partitions}
     deleted = [{"topic": t, "partition": q, **doc} for (t, q), doc in sorted(states.items()) if (t, q) not in seen]
     return {"topic": snapshot.logical_topic, "priorities": priorities, "deleted": deleted}
+
+
+def _partition_verdict(v: Any) -> dict[str, Any]:
+    return {} if v is None else {"verdict": v.state.value, "verdict_reason": v.reason}
+
+
+def _priority_verdict(v: Any, fresh: Any) -> dict[str, Any]:
+    """A priority's verdict and, when it has an objective, its freshness outcome, as the JSON shows them."""
+    out: dict[str, Any] = {}
+    if v is not None:
+        out["verdict"] = {"state": v.state.value, "reason": v.reason}
+    if fresh is not None:
+        out["freshness"] = {"status": fresh.status.value, "age_s": fresh.age_s,
+                            "objective_s": fresh.objective.max_age_s,
+                            "cause": fresh.cause.value if fresh.cause is not None else None, "line": fresh.line}
+    return out
 
 
 def log_states(config: Any, topic: Any, snapshot: Any, ledger: Any | None
@@ -117,18 +139,68 @@ def _table(doc: dict[str, Any]) -> Any:
     for name in ("prio", "part", "log start", "high wm", "committed", "backlog", "oldest", "in open txn", "lost"):
         table.add_column(name, justify="right")
     table.add_column("state", justify="left")
+    table.add_column("verdict", justify="left")
     for p, prio in doc["priorities"].items():
         for part in prio["partitions"]:
             committed = "none" if part["committed"] is None else str(part["committed"])
             table.add_row(p, str(part["partition"]), str(part["log_start"]), str(part["high_watermark"]), committed,
                           str(part["backlog"]), _age(part["oldest_age_s"]), _open_transaction(part),
-                          str(part["lost_to_retention"] or ""), _state(part))
+                          str(part["lost_to_retention"] or ""), _state(part), _styled(part.get("verdict")))
         waiting = prio["behind_open_transactions"]
+        verdict = prio.get("verdict", {}).get("state")
         table.add_row(p, "all", "", "", "", f"[bold]{prio['backlog']}[/bold]", f"[bold]{_age(prio['oldest_age_s'])}",
-                      f"[bold]{waiting}[/bold]" if waiting else "", "", "", end_section=True)
+                      f"[bold]{waiting}[/bold]" if waiting else "", "", _freshness(prio.get("freshness")),
+                      f"[bold]{_styled(verdict)}[/bold]" if verdict else "", end_section=True)
     for part in doc.get("deleted", []):
         table.add_row("", str(part["partition"]), "-", "-", "-", "-", "-", "", "", f"{part['topic']}: {_state(part)}")
     return table
+
+
+VERDICT_STYLES = {"OK": "green", "WARN": "yellow", "REWIND": "yellow", "STALL": "red", "ERR": "red", "STOP": "red"}
+FRESHNESS_STYLES = {"pass": "green", "warn": "yellow", "fail": "red"}
+
+
+def _styled(state: str | None) -> str:
+    """A verdict in its colour (rich markup).
+
+    >>> _styled("STOP"), _styled(None)
+    ('[red]STOP[/red]', '')
+    """
+    if not state:
+        return ""
+    style = VERDICT_STYLES.get(state, "white")
+    return f"[{style}]{state}[/{style}]"
+
+
+def _freshness(fresh: dict[str, Any] | None) -> str:
+    """A priority's freshness outcome against its objective (empty: no objective).
+
+    >>> _freshness({"status": "fail", "age_s": 95.0, "objective_s": 60.0})
+    'freshness [red]fail[/red] (95.0 s / 60 s)'
+    """
+    if not fresh:
+        return ""
+    style = FRESHNESS_STYLES[fresh["status"]]
+    return f"freshness [{style}]{fresh['status']}[/{style}] ({_age(fresh['age_s'])} / {fresh['objective_s']:g} s)"
+
+
+def reasons(doc: dict[str, Any]) -> list[str]:
+    """The lines under a topic's table: each priority's verdict when not OK, and each objective not met.
+
+    >>> reasons({"priorities": {"2": {"verdict": {"state": "STOP", "reason": "o-2[0]: 5 records waiting"},
+    ...                               "freshness": {"status": "pass", "line": "fresh"}},
+    ...                         "0": {"verdict": {"state": "OK", "reason": "1 partition OK"}}}})
+    ['priority 2: STOP: o-2[0]: 5 records waiting']
+    """
+    out = []
+    for p, prio in doc["priorities"].items():
+        verdict = prio.get("verdict")
+        if verdict and verdict["state"] != "OK":
+            out.append(f"priority {p}: {verdict['state']}: {verdict['reason']}")
+        fresh = prio.get("freshness")
+        if fresh and fresh["status"] != "pass":
+            out.append(f"priority {p}: freshness {fresh['status']}: {fresh['line']}")
+    return out
 
 
 def _state(part: dict[str, Any]) -> str:
@@ -156,9 +228,42 @@ def _open_transaction(part: dict[str, Any]) -> str:
     return f"{part['behind_open_transaction']} from {part['last_stable_offset']}{age}"
 
 
+WatchOption = Annotated[
+    bool, typer.Option("--watch", help="Redraw the per-priority backlog, age, verdict and freshness until Ctrl-C.")
+]
+IntervalOption = Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between two redraws of --watch.")]
+IterationsOption = Annotated[
+    int | None, typer.Option("--iterations", min=1, show_default=False,
+                             help="With --watch: stop after this many redraws (default: until Ctrl-C).")
+]
+
+
+def look(cfg: Any, topics: Any, edge: Any, ledger: Any, *, with_age: bool, now_s: float,
+         history: dict | None = None) -> list[dict[str, Any]]:
+    """One lag document per topic at ``now_s``, with its verdicts and freshness (see :func:`lag_doc`).
+
+    ``history``: the earlier observations of a caller that looks again (``--watch``), extended here.
+    """
+    from orchestration.observe.judging import judge_topic, snapshot_observations, trimmed
+
+    now_ms = int(now_s * 1000)
+    docs = []
+    for t in topics:
+        known = {b.topic for b in ledger.beliefs(t.name).values()} if ledger is not None else set()
+        snap = edge.snapshot(t, now_ms=now_ms, avg_record_bytes={}, with_age=with_age, deleted_ok=known)
+        judged = judge_topic(cfg, t, snap, ledger, now_s=now_s, history=history)
+        docs.append(lag_doc(snap, now_ms, log_states(cfg, t, snap, ledger), judged))
+        if history is not None:
+            for tp, (_, seen) in snapshot_observations(snap, judged.held, now_s).items():
+                history[tp] = trimmed([*history.get(tp, ()), seen], now_s, cfg.verdict.window_s)
+    return docs
+
+
 def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOption = False,
-        age: AgeOption = True) -> None:
-    """Show the backlog of every priority and partition: records, oldest pending age, committed offset, state.
+        age: AgeOption = True, watch: WatchOption = False, interval: IntervalOption = 2.0,
+        iterations: IterationsOption = None) -> None:
+    """Show the backlog of every priority and partition: records, oldest pending age, committed offset, state,
+    and each priority's lag verdict and freshness.
 
     The state says what changed under kprio and what ``kprio plan`` does about it: ok, lost to
     retention, ahead of the log, topic recreated, reset back / forward outside kprio, committed
@@ -167,27 +272,44 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
     The backlog ends at the last stable offset (read_committed, the default): records of a
     transaction still open wait apart, in "in open txn" (how many, from which offset, open since).
 
-    With --json: {"topic": ..., "priorities": {"2": {"backlog": n, "oldest_age_s": x, "partitions": [...]}}}
-    for one topic, a list of those for several.
+    The verdict (OK, WARN, REWIND, STALL, ERR, STOP, as LinkedIn's Burrow) judges the ledger's commits of the
+    last verdict.window_s and the present; freshness compares the oldest pending record's age with
+    slo.max_age_s. A verdict other than OK and an objective not met are said in a line under the table.
+
+    With --json: {"topic": ..., "priorities": {"2": {"backlog": n, "oldest_age_s": x, "verdict": {...},
+    "freshness": {...}, "partitions": [...]}}} for one topic, a list of those for several.
+    With --watch: the same, redrawn every --interval seconds in the terminal until Ctrl-C.
 
     Example: kprio lag --topic orders --json
     """
     from contextlib import nullcontext
 
+    from kprio_core.errors import UsageError
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger, ledger_exists
 
+    if watch and as_json:
+        raise UsageError("--watch redraws a table; give either --watch or --json", where="kprio lag")
+    if iterations is not None and not watch:
+        raise UsageError("--iterations counts the redraws of --watch", where="kprio lag")
     cfg = config_from(config)
     topics = chosen_topics(cfg, topic)
-    now_ms = int(time.time() * 1000)
-    docs = []
     # A read command never creates a ledger: without one, kprio believes nothing and Kafka alone tells the states.
     opened = Ledger(cfg.ledger.url) if ledger_exists(cfg.ledger.url) else nullcontext()
-    with KafkaEdge(cfg.kafka) as edge, opened as ledger, edge.one_view():
-        for t in topics:
-            known = {b.topic for b in ledger.beliefs(t.name).values()} if ledger is not None else set()
-            snap = edge.snapshot(t, now_ms=now_ms, avg_record_bytes={}, with_age=age, deleted_ok=known)
-            docs.append(lag_doc(snap, now_ms, log_states(cfg, t, snap, ledger)))
+    with KafkaEdge(cfg.kafka) as edge, opened as ledger:
+        if watch:
+            from orchestration.observe.watch import watch_lag
+
+            history: dict = {}
+
+            def looked() -> list[dict[str, Any]]:
+                with edge.one_view():
+                    return look(cfg, topics, edge, ledger, with_age=age, now_s=time.time(), history=history)
+
+            watch_lag(looked, interval_s=interval, iterations=iterations)
+            return
+        with edge.one_view():
+            docs = look(cfg, topics, edge, ledger, with_age=age, now_s=time.time())
     if as_json:
         print_json(docs[0] if len(docs) == 1 else docs)
         return
@@ -196,3 +318,5 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
     console = Console()
     for doc in docs:
         console.print(_table(doc))
+        for line in reasons(doc):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)

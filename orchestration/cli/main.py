@@ -66,6 +66,9 @@ app.add_typer(instance.app, name="instance")
 from orchestration.cli import lag  # noqa: E402
 
 app.command("lag")(lag.lag)
+from orchestration.cli import metrics  # noqa: E402
+
+app.command("metrics")(metrics.metrics)
 from orchestration.cli import plan  # noqa: E402
 
 app.command("plan")(plan.plan)

@@ -10,6 +10,7 @@ import dagster as dg
 
 from kprio_core.config import KprioConfig
 from orchestration.dagster.batch_asset import drain_batch_assets
+from orchestration.dagster.freshness import build_freshness_sensor, build_priority_lag_asset, build_priority_lag_job
 from orchestration.dagster.jobs import (
     build_drain_job,
     build_replay_window_job,
@@ -26,10 +27,11 @@ def build_definitions(config: KprioConfig) -> dg.Definitions:
     """Everything Dagster shows for ``config``."""
     replayed_window = build_replayed_window(replay_partitions(config.drain.replay_start))
     drain_job = build_drain_job()
+    lag_job = build_priority_lag_job()
     return dg.Definitions(
-        assets=[drain_batch_assets, replayed_window],
-        jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job, reset_partition_job],
-        sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s)],
+        assets=[drain_batch_assets, replayed_window, build_priority_lag_asset(config)],
+        jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job, reset_partition_job, lag_job],
+        sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s), build_freshness_sensor(lag_job, config)],
         resources=resources_from_config(config),
         # A batch is one step (the drain_batch multi-asset): the multiprocess default would only add a
         # child process, with its imports, to every run the UI launches (backfills, Materialize).

@@ -160,9 +160,12 @@ class DrainLoop:
                  edge, *, until: Until, max_batches: int | None, stop: threading.Event, log_level: str,
                  on_batch: Callable[[BatchOutcome], None] | None,
                  on_start: Callable[[str], None] | None = None,
-                 on_event: Callable[[str], None] | None = None, spark: SparkProvider | None = None) -> None:
+                 on_event: Callable[[str], None] | None = None, spark: SparkProvider | None = None,
+                 on_tick: Callable[[Tick, float], None] | None = None) -> None:
         self.config, self.defs, self.instance, self.ledger, self.edge = config, defs, instance, ledger, edge
         self.spark = spark
+        self.on_tick = on_tick
+        """Told each tick and its seconds (the metrics' plan phase), from the loop's thread."""
         self.runs = DagsterRuns(instance)
         self.until, self.max_batches, self.stop = until, max_batches, stop
         self.log_level, self.on_batch, self.on_start, self.on_event = log_level, on_batch, on_start, on_event
@@ -197,8 +200,11 @@ class DrainLoop:
                 try:
                     self._reap()
                     probed = probe_causes(self.ledger, self.config, self._cause_seen)
+                    began = time.monotonic()
                     turn = tick(self.runs, self.edge, self.ledger, self.config, driver=self.driver,
                                 fresh_start=self._turns == 0 or probed.passed, cause=probed.problem)
+                    if self.on_tick is not None:
+                        self.on_tick(turn, time.monotonic() - began)
                 except LedgerUnavailable as err:  # rule 0 of next_step: ride it out, or give up after a while
                     step = next_step((), self._ledger_down(str(err)))
                     if isinstance(step, StopLoop):
@@ -397,14 +403,15 @@ def drain(
     on_event: Callable[[str], None] | None = None,
     guard: Callable[[], AbstractContextManager] | None = None,
     spark: SparkProvider | None = None,
+    on_tick: Callable[[Tick, float], None] | None = None,
 ) -> DrainReport:
     """Run the loop on ``instance`` until ``until`` says stop, ``max_batches`` ran, or ``stop`` is set.
 
     ``config``: the settings ``defs`` were built from (the CLI loads them once; by default read back
     from ``defs``). ``guard`` is entered around the loop (the CLI's stop-on-signal handlers);
     ``on_start`` / ``on_batch`` are called before and after each run, ``on_event`` with a line for a person
-    (the ledger's database gone and back). ``spark``: the session's provider, the caller's (see
-    :func:`spark_for_the_loop`).
+    (the ledger's database gone and back), ``on_tick`` with each tick and its seconds (the metrics).
+    ``spark``: the session's provider, the caller's (see :func:`spark_for_the_loop`).
     """
     config = config or config_of(defs)
     with (Ledger(config.ledger.url) as ledger, KafkaEdge(config.kafka) as edge,
@@ -412,5 +419,5 @@ def drain(
           for_runs_in_threads(instance) as threaded, (guard or nullcontext)()):
         loop = DrainLoop(config, defs, threaded, ledger, edge, until=until, max_batches=max_batches,
                          stop=stop or threading.Event(), log_level=log_level, on_batch=on_batch,
-                         on_start=on_start, on_event=on_event, spark=provider)
+                         on_start=on_start, on_event=on_event, spark=provider, on_tick=on_tick)
         return loop.run()

@@ -93,6 +93,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 POLL_S = 1.0
+LINEAGE_KEY = "lineage"
+"""The committed asset's metadata key that says whether the batch's lineage event was emitted or failed."""
 
 
 class Log(Protocol):
@@ -379,8 +381,24 @@ class BatchRun:
         outcome = commit_batch(self.edge(), self.ledger, topic, self.ledger.get(self.batch_id), self.token,
                                now_s=time.time())
         self.timings.time("commit", started)
-        yield Committed(self.batch_id, {**outcome.metadata, **self.timings.metadata()})
+        yield Committed(self.batch_id, {**outcome.metadata, **self.timings.metadata(),
+                                        **self._lineage(topic, self.batch_id)})
         yield from self._commit_successors(topic)
+
+    def _lineage(self, topic: TopicSettings, batch_id: str) -> dict[str, str]:
+        """The committed batch's OpenLineage event, when ``lineage.enabled`` (a failure is logged, never raised:
+        the batch is committed); the metadata that says how it went."""
+        if not self.config.lineage.enabled:
+            return {}
+        from orchestration.observe.lineage import emit_committed
+
+        try:
+            if not emit_committed(self.config, topic, self.ledger.get(batch_id), self.ledger.ledger_id):
+                return {}
+        except KprioError as err:
+            self.log.warning(f"{batch_id}: {err} [{err.code}]")
+            return {LINEAGE_KEY: "failed"}
+        return {LINEAGE_KEY: "emitted"}
 
     def _commit_successors(self, topic: TopicSettings) -> Iterator[Event]:
         """Commit later batches that only waited for this one (``planner.max_in_flight`` > 1)."""
@@ -392,7 +410,7 @@ class BatchRun:
             except BatchBusy:
                 continue
             outcome = commit_batch(self.edge(), self.ledger, topic, later, later.token, now_s=time.time())
-            yield Committed(later.batch_id, dict(outcome.metadata),
+            yield Committed(later.batch_id, {**outcome.metadata, **self._lineage(topic, later.batch_id)},
                             note=f"committed by run {run_label(self.owner)} once {self.batch_id}, before it, committed")
             self.log.info(f"{later.batch_id} committed after {self.batch_id}")
 

@@ -81,6 +81,7 @@ BASE: dict[str, Any] = {
     "topics": [{"name": "orders", "priorities": 3, "schema": {"id": "string", "amount": "double"}}],
     "rate": {"quotas": {2: {"records_per_s": 100.0, "bytes_per_s": 1000.0}}},
     "ledger": {"url": "sqlite:///ledger-probe.db"},
+    "slo": {"max_age_s": {2: 60.0}},
 }
 
 CHANGES: dict[str, Any] = {
@@ -147,6 +148,15 @@ CHANGES: dict[str, Any] = {
     "ledger.url": "postgresql+psycopg://kprio@db/kprio",
     "sensor.interval_s": 30,
     "sensor.watch_s": None,
+    "slo.max_age_s": {2: 10.0},
+    "slo.warn_fraction": 0.5,
+    "verdict.expected_commit_s": 5.0,
+    "verdict.stop_factor": 5.0,
+    "verdict.allowed_lag": 100,
+    "verdict.window_s": 60.0,
+    "lineage.enabled": True,
+    "lineage.namespace": "billing",
+    "lineage.transport": {"type": "file", "log_file_path": "lineage.jsonl"},
 }
 """Another valid value of every leaf."""
 
@@ -225,6 +235,20 @@ def read_splits(config: KprioConfig) -> list[PlannedRange]:
     return plan_splits(config, DrainPlan("orders", "lag-aware", 200_000, None, {2: 200_000}, {2: 200_000}, (planned,)))
 
 
+def freshness_objectives(config: KprioConfig) -> object:
+    """Each priority's freshness objective, as every driver evaluates it."""
+    from orchestration.observe.judging import objectives
+
+    return objectives(config)
+
+
+def lag_verdict_policy(config: KprioConfig) -> object:
+    """The lag verdict's policy, as every driver judges by it."""
+    from orchestration.observe.judging import verdict_policy
+
+    return verdict_policy(config)
+
+
 def rate_quotas(config: KprioConfig) -> tuple[object, ...]:
     """The quotas and windows of the rate tracker the sensor builds for a topic."""
     from kprio_core.lifecycle import rate_tracker
@@ -282,6 +306,11 @@ PROBES: dict[str, Callable[[KprioConfig], object]] = {
     "spark.max_partition_fetch_bytes": read_options,
     "spark.queued_max_messages_kbytes": read_options,
     "sensor.interval_s": definitions,
+    "slo.max_age_s": freshness_objectives,
+    "slo.warn_fraction": freshness_objectives,
+    "verdict.expected_commit_s": lag_verdict_policy,
+    "verdict.stop_factor": lag_verdict_policy,
+    "verdict.allowed_lag": lag_verdict_policy,
 }
 
 
@@ -290,6 +319,7 @@ PROBES: dict[str, Callable[[KprioConfig], object]] = {
 NEEDS_BROKER = "needs a broker"
 NEEDS_SNAPSHOT = "the tick acts on a lag snapshot (tests/kprio_core/test_lifecycle_tick.py and the sensor tests cover it)"
 NEEDS_SPARK = "needs a Spark session and a drained batch (tests/spark_jobs cover it)"
+NEEDS_COMMIT = "acts on a committed batch: a broker and Spark (tests/orchestration/observe/test_lineage.py)"
 NEEDS_RUN = "acts inside a batch's Dagster run (tests/orchestration/test_recovery.py covers it)"
 
 ACTS_IN: dict[str, tuple[str, str, str]] = {
@@ -324,6 +354,10 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "spark.connect_port": ("orchestration.services.spark_connect", "SparkConnectServer.__init__", "starts a server"),
     "spark.connect_dir": ("orchestration.services.spark_connect", "SparkConnectServer.__init__", "starts a server"),
     "ledger.url": ("kprio_core.ledger.ledger", "Ledger.from_settings", "the changed URL names a Postgres server"),
+    "verdict.window_s": ("orchestration.observe.judging", "judge_topic", NEEDS_SNAPSHOT),
+    "lineage.enabled": ("orchestration.observe.lineage", "emit_committed", NEEDS_COMMIT),
+    "lineage.namespace": ("orchestration.observe.lineage", "batch_event", NEEDS_COMMIT),
+    "lineage.transport": ("orchestration.observe.lineage", "client_of", NEEDS_COMMIT),
     "sensor.watch_s": ("orchestration.dagster.drain_loop", "DrainLoop._wait",
                        "acts between the ticks of kprio drain's loop (tests/orchestration/test_drain_overlap.py)"),
 }

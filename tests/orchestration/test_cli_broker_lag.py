@@ -81,11 +81,16 @@ def test_lag_json_per_priority_and_partition(make_topic, kafka_settings, tmp_pat
     assert rows == [
         {"partition": 0, "topic": t1, "log_start": 0, "high_watermark": 3, "last_stable_offset": 3, "committed": 1,
          "backlog": 2, "behind_open_transaction": 0, "open_transaction_age_s": None, "lost_to_retention": 0,
-         "state": "ok", "decision": None, "text": None},
+         "state": "ok", "decision": None, "text": None,
+         "verdict": "OK", "verdict_reason": f"{t1}[0]: draining, 2 records waiting"},
         {"partition": 1, "topic": t1, "log_start": 0, "high_watermark": 2, "last_stable_offset": 2,
          "committed": None, "backlog": 2, "behind_open_transaction": 0, "open_transaction_age_s": None,
-         "lost_to_retention": 0, "state": "ok", "decision": None, "text": None},
+         "lost_to_retention": 0, "state": "ok", "decision": None, "text": None,
+         "verdict": "OK", "verdict_reason": f"{t1}[1]: draining, 2 records waiting"},
     ]
+    # No ledger, no commits seen: nobody can say it is stuck yet (Burrow's minimum span of a window).
+    assert p1["verdict"] == {"state": "OK", "reason": "2 partitions OK, 4 records waiting"}
+    assert "freshness" not in p1, "no slo.max_age_s, no objective"
     assert doc["deleted"] == []
     assert p1["behind_open_transactions"] == 0
     assert doc["priorities"]["0"]["backlog"] == 0 and doc["priorities"]["0"]["oldest_age_s"] is None

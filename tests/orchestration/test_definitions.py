@@ -55,7 +55,7 @@ def test_definitions_are_loadable_and_complete():
 
     graph = defs.resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
-        "drained_batch", "committed_offsets", "replayed_window"
+        "drained_batch", "committed_offsets", "replayed_window", "priority_lag"
     }
     checks = {(k.asset_key.to_user_string(), k.name): graph.get_check_spec(k) for k in graph.asset_check_keys}
     # The same six blocking checks on every drain: the batch's, and a replay's (on its hour).
@@ -86,6 +86,27 @@ def test_definitions_are_loadable_and_complete():
     # What the UI launches (a backfill, Materialize) runs its one step in the run's own process.
     assert defs.resolve_implicit_global_asset_job_def().executor_def is dg.in_process_executor
     assert all(j.executor_def is dg.in_process_executor for j in defs.resolve_all_job_defs())
+    # No objective configured: priority_lag shows the verdicts, has no check, and its sensor is off by default.
+    assert defs.resolve_sensor_def("priority_lag_freshness_sensor").default_status == dg.DefaultSensorStatus.STOPPED
+
+
+def test_freshness_objectives_are_asset_checks_of_priority_lag():
+    from orchestration.dagster.definitions import build_definitions
+
+    config = parse_config({"topics": [{"name": "orders", "priorities": 3}, {"name": "audit-log", "priorities": 1}],
+                           "slo": {"max_age_s": {2: 10, 0: 3600}}}, env={})
+    defs = build_definitions(config)
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    checks = {(k.asset_key.to_user_string(), k.name): graph.get_check_spec(k) for k in graph.asset_check_keys
+              if k.asset_key.to_user_string() == "priority_lag"}
+    assert set(checks) == {("priority_lag", "orders_p2_fresh"), ("priority_lag", "orders_p0_fresh"),
+                           ("priority_lag", "audit_log_p0_fresh")}
+    assert not any(spec.blocking for spec in checks.values())
+    assert "at most 10 s old" in checks[("priority_lag", "orders_p2_fresh")].description
+    sensor = defs.resolve_sensor_def("priority_lag_freshness_sensor")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING and sensor.job_name == "priority_lag_job"
+    assert sensor.minimum_interval_seconds == 10
 
 
 # --------------------------------------------------------------------------------- secrets

@@ -57,7 +57,7 @@ def test_the_dag_file_loads_both_dags_without_spark_kafka_gx_or_dagster(airflow_
                           env=airflow_home.env, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = json.loads(done.stdout.splitlines()[-1])
-    assert loaded == {"dags": ["kprio_drain", "kprio_redrain", "kprio_replay"], "heavy": []}
+    assert loaded == {"dags": ["kprio_drain", "kprio_freshness", "kprio_redrain", "kprio_replay"], "heavy": []}
 
 
 def test_a_config_that_does_not_load_is_one_dag_import_error_naming_it(airflow_home: AirflowHome, tmp_path):
@@ -116,6 +116,9 @@ def test_the_drain_dag_is_continuous_and_maps_a_drain_and_a_commit_per_batch(tmp
     assert "batch" in redrain.params and redrain.task_dict["redrain"].retries == 0
     replay = dags["kprio_replay"]
     assert type(replay.timetable).__name__ == "NullTimetable" and {"start", "end"} <= set(replay.params)
+    freshness = dags["kprio_freshness"]
+    assert set(freshness.task_dict) == {"freshness"} and freshness.max_active_runs == 1
+    assert freshness.task_dict["freshness"].retries == 0  # a missed objective is an outcome, not a failure to retry
 
 
 def test_each_run_of_the_continuous_drain_dag_gets_a_logical_date_of_its_own(tmp_path):

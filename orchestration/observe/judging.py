@@ -1,0 +1,228 @@
+"""The lag verdict and the freshness objectives of a logical topic, from its lag snapshot and its ledger.
+
+The rules are pure code (:mod:`kprio_core.verdict`, :mod:`kprio_core.freshness`); this module gathers
+their inputs the same way for every driver that shows them (``kprio lag``, the metrics of ``kprio drain
+--follow``, the Dagster asset checks, the Airflow task): a window of observations per partition made of
+the ledger's commits (each committed batch's offset moves, at its commit time) and lag snapshots (the
+present, and, for a long-running process, the earlier ones it kept), why kprio holds a partition (a
+failed batch, offsets lost to retention, a change of the log waiting for a person), and the facts a
+freshness breach's likely cause is told from.
+
+The settings are read once: ``verdict.*`` make the policy, ``slo.*`` the objectives.
+
+>>> from kprio_core.config import KprioConfig
+>>> cfg = KprioConfig.model_validate({"slo": {"max_age_s": {2: 10, 0: 600}}, "verdict": {"expected_commit_s": 20}})
+>>> verdict_policy(cfg).stuck_after_s, sorted(objectives(cfg).items())
+(60.0, [(0, Objective(max_age_s=600.0, warn_fraction=0.8)), (2, Objective(max_age_s=10.0, warn_fraction=0.8))])
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from kprio_core.config import KprioConfig, TopicSettings
+from kprio_core.freshness import FreshnessFacts, FreshnessResult, Objective, evaluate_freshness
+from kprio_core.ledger import BatchState, Ledger
+from kprio_core.model.offsets import TopicPartitionKey
+from kprio_core.model.priority import Priority
+from kprio_core.model.snapshot import LagSnapshot
+from kprio_core.verdict import Observation, PartitionWindow, PriorityVerdict, VerdictPolicy, judge
+
+COMMITTED_BATCHES_READ = 500
+"""The newest committed batches of a topic whose commits make the window (its span is ``verdict.window_s``)."""
+
+
+class HoldReason(enum.Enum):
+    """Why a partition is held, in a few words a metric label can carry (the full words go with it)."""
+
+    FAILED_BATCH = "failed_batch"
+    """A failed batch holds it and is retried by itself."""
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    """A failed batch holds it and only a person's ``kprio retry`` moves it."""
+    LOST_TO_RETENTION = "lost_to_retention"
+    LOG_CHANGE = "log_change"
+    """A change of the log kprio did not make waits for a person (or the configured policy)."""
+
+    @classmethod
+    def of_batch_hold(cls, exhausted: bool) -> HoldReason:
+        """The reason of a hold the ledger made (a failed batch's): retried by itself or not."""
+        return cls.RETRIES_EXHAUSTED if exhausted else cls.FAILED_BATCH
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One held partition: its priority, the reason as a label, and the words a person reads."""
+
+    priority: Priority
+    reason: HoldReason
+    text: str
+
+
+@dataclass(frozen=True)
+class TopicJudgement:
+    """A logical topic judged at ``now_s``: every priority's verdict, its objectives' outcomes, its holds."""
+
+    topic: str
+    verdicts: tuple[PriorityVerdict, ...]
+    freshness: tuple[FreshnessResult, ...]
+    held: Mapping[TopicPartitionKey, Held]
+
+    def verdict(self, priority: Priority) -> PriorityVerdict | None:
+        return next((v for v in self.verdicts if v.priority == priority), None)
+
+    def freshness_of(self, priority: Priority) -> FreshnessResult | None:
+        return next((r for r in self.freshness if r.priority == priority), None)
+
+
+def verdict_policy(config: KprioConfig) -> VerdictPolicy:
+    """The verdict's policy from ``verdict.*``."""
+    v = config.verdict
+    return VerdictPolicy(expected_commit_s=v.expected_commit_s, stop_factor=v.stop_factor, allowed_lag=v.allowed_lag)
+
+
+def objectives(config: KprioConfig) -> dict[Priority, Objective]:
+    """Each priority's freshness objective from ``slo.*`` (a priority without ``max_age_s`` has none)."""
+    return {p: Objective(age, warn_fraction=config.slo.warn_fraction) for p, age in config.slo.max_age_s.items()}
+
+
+def held_partitions(config: KprioConfig, topic: TopicSettings, snapshot: LagSnapshot, ledger: Ledger | None
+                    ) -> dict[TopicPartitionKey, Held]:
+    """Why kprio does not drain each held partition of ``topic`` (none without a ledger: kprio believes nothing)."""
+    from kprio_core.lifecycle.holds import describe_hold
+
+    priority_of = {name: p for p, name in topic.priority_topics().items()}
+    out: dict[TopicPartitionKey, Held] = {}
+    if not config.drain.allow_data_loss:
+        for lost in snapshot.lost_to_retention():
+            if lost.topic in priority_of:
+                out[(lost.topic, lost.partition)] = Held(priority_of[lost.topic], HoldReason.LOST_TO_RETENTION,
+                                                         f"{lost} lost to retention")
+    if ledger is None:
+        return out
+    for tp, event in ledger.open_holds(topic.name).items():
+        if tp[0] in priority_of:
+            out[tp] = Held(priority_of[tp[0]], HoldReason.LOG_CHANGE,
+                           f"{tp[0]}[{tp[1]}] {event.state}: waits for kprio reset")
+    for hold in ledger.holds(topic.name, max_attempts=config.recovery.max_attempts):
+        if hold.topic in priority_of and (hold.topic, hold.partition) not in out:
+            out[(hold.topic, hold.partition)] = Held(priority_of[hold.topic], HoldReason.of_batch_hold(hold.exhausted),
+                                                     describe_hold(hold))
+    return out
+
+
+def snapshot_observations(snapshot: LagSnapshot, held: Mapping[TopicPartitionKey, Held], at_s: float
+                          ) -> dict[TopicPartitionKey, tuple[Priority, Observation]]:
+    """Each partition of a lag snapshot as an observation of the verdict, with its hold's words.
+
+    >>> from kprio_core.model.snapshot import PartitionLag
+    >>> snap = LagSnapshot("orders", 3, (PartitionLag("orders-2", 0, 2, 0, 1000, 880),))
+    >>> snapshot_observations(snap, {}, at_s=60.0)[("orders-2", 0)]
+    (2, Observation(at_s=60.0, committed=880, end=1000, log_start=0, held=None))
+    """
+    out = {}
+    for part in snapshot.partitions:
+        tp = (part.topic, part.partition)
+        hold = held.get(tp)
+        out[tp] = (part.priority, Observation(at_s, part.committed, part.readable_end, part.log_start,
+                                              held=hold.text if hold is not None else None))
+    return out
+
+
+def commit_observations(ledger: Ledger, topic: TopicSettings, since_s: float
+                        ) -> dict[TopicPartitionKey, list[Observation]]:
+    """The ledger's commits of ``topic`` since ``since_s``: per partition, the offset before (a hair earlier) and
+    after each move, at its commit time, log end unseen (as Burrow's commits without a broker offset)."""
+    since = datetime.fromtimestamp(since_s, UTC)
+    out: dict[TopicPartitionKey, list[Observation]] = {}
+    for batch in ledger.batches(topic.name, states=[BatchState.COMMITTED], limit=COMMITTED_BATCHES_READ):
+        if batch.committed_at is None or batch.commit is None or batch.committed_at < since:
+            continue
+        at = batch.committed_at.timestamp()
+        for tp, (old, new) in batch.commit.moves().items():
+            seen = out.setdefault(tp, [])
+            seen.append(Observation(at - 1e-3, old, None))
+            seen.append(Observation(at, new, None))
+    return out
+
+
+def last_commits(ledger: Ledger, topic: TopicSettings, since_s: float) -> dict[Priority, float]:
+    """When each priority of ``topic`` last committed (Unix seconds), over the ledger's newest commits."""
+    since = datetime.fromtimestamp(since_s, UTC)
+    out: dict[Priority, float] = {}
+    for batch in ledger.batches(topic.name, states=[BatchState.COMMITTED], limit=COMMITTED_BATCHES_READ):
+        if batch.committed_at is None or batch.committed_at < since or batch.commit is None:
+            continue
+        moved = {tp[0] for tp in batch.commit.moves()}
+        for r in batch.plan.ranges:
+            if r.range.topic in moved:
+                out[r.priority] = max(out.get(r.priority, 0.0), batch.committed_at.timestamp())
+    return out
+
+
+def windows_of(topic: str, present: Mapping[TopicPartitionKey, tuple[Priority, Observation]],
+               *histories: Mapping[TopicPartitionKey, Sequence[Observation]]) -> list[PartitionWindow]:
+    """One window per partition of the present snapshot: its earlier observations from ``histories``, then now.
+
+    A partition the present does not list (a deleted topic) is left out: the verdict judges what drains.
+    """
+    out = []
+    for tp, (priority, now) in sorted(present.items()):
+        seen = [o for h in histories for o in h.get(tp, ()) if o.at_s <= now.at_s]
+        out.append(PartitionWindow(tp[0], tp[1], priority, (*seen, now)))
+    return out
+
+
+def freshness_facts(config: KprioConfig, topic: TopicSettings, priority: Priority, snapshot: LagSnapshot,
+                    held: Mapping[TopicPartitionKey, Held], ledger: Ledger | None, last_commit_s: float | None,
+                    now_s: float) -> FreshnessFacts:
+    """What is known of ``priority`` for a breach's likely cause: its holds, full slots, last commit, backlog."""
+    busy: tuple[str, ...] = ()
+    if ledger is not None:
+        busy = tuple(ledger.full_priorities(topic.name, config.planner.max_in_flight).get(priority, ()))
+    return FreshnessFacts(
+        held=tuple(h.text for tp, h in sorted(held.items()) if h.priority == priority
+                   and any(p.backlog for p in snapshot.of_priority(priority) if (p.topic, p.partition) == tp)),
+        busy=busy,
+        since_commit_s=None if last_commit_s is None else max(0.0, now_s - last_commit_s),
+        backlog=sum(p.backlog for p in snapshot.of_priority(priority)),
+    )
+
+
+def oldest_age_s(snapshot: LagSnapshot, priority: Priority, now_s: float) -> float | None:
+    """The age of the priority's oldest pending record (None: nothing pending, or the age was not read)."""
+    stamps = [p.oldest_pending_ms for p in snapshot.of_priority(priority) if p.backlog and p.oldest_pending_ms]
+    return max(0.0, now_s - min(stamps) / 1000) if stamps else None
+
+
+def judge_topic(config: KprioConfig, topic: TopicSettings, snapshot: LagSnapshot, ledger: Ledger | None, *,
+                now_s: float, history: Mapping[TopicPartitionKey, Sequence[Observation]] | None = None
+                ) -> TopicJudgement:
+    """The verdicts and freshness outcomes of ``topic`` at ``now_s`` (the snapshot is the present).
+
+    ``history``: earlier snapshot observations a long-running caller kept (the ledger's commits are read here).
+    """
+    since = now_s - config.verdict.window_s
+    held = held_partitions(config, topic, snapshot, ledger)
+    present = snapshot_observations(snapshot, held, now_s)
+    commits = commit_observations(ledger, topic, since) if ledger is not None else {}
+    verdicts = judge(windows_of(topic.name, present, history or {}, commits), now_s=now_s,
+                     policy=verdict_policy(config))
+    last = last_commits(ledger, topic, since) if ledger is not None else {}
+    results = tuple(
+        evaluate_freshness(topic.name, p, age_s=oldest_age_s(snapshot, p, now_s), objective=goal,
+                           facts=freshness_facts(config, topic, p, snapshot, held, ledger, last.get(p), now_s))
+        for p, goal in sorted(objectives(config).items(), reverse=True) if p < topic.priorities)
+    return TopicJudgement(topic.name, verdicts, results, held)
+
+
+def trimmed(history: Iterable[Observation], now_s: float, window_s: float, keep: int = 240) -> list[Observation]:
+    """A kept history without what fell out of the window (and at most ``keep`` observations, the newest).
+
+    >>> [o.at_s for o in trimmed([Observation(t, 0, 0) for t in (0, 50, 90, 100)], now_s=100, window_s=60)]
+    [50, 90, 100]
+    """
+    return [o for o in history if o.at_s >= now_s - window_s][-keep:]
+
