@@ -27,7 +27,7 @@ from typing import Any
 from kprio_core.errors import SchemaIncompatible
 from kprio_core.values.avro_columns import record_fields
 from kprio_core.values.kinds import arrow_type
-from kprio_core.values.registry import RegisteredSchema, SchemaRegistry
+from kprio_core.values.registry import RegisteredSchema, RegistryEndpoint, SchemaRegistry
 from kprio_core.values.wire import header
 
 
@@ -44,6 +44,21 @@ class ReaderSchema:
         from kprio_core.values.avro_columns import record_columns
 
         return record_columns(self.schema.text)
+
+
+@dataclass(frozen=True)
+class ValueDecoding:
+    """What an executor needs to decode a batch's Avro values: the registry and each topic's reader schema
+    (frozen when the batch's drain started, so every task of it gives the same columns)."""
+
+    endpoint: RegistryEndpoint
+    readers: tuple[ReaderSchema, ...]
+
+    def decoder(self, columns: Sequence[tuple[str, str]]) -> AvroDecoder:
+        """A decoder over the process's shared registry client (each schema id fetched once per executor)."""
+        from kprio_core.values.registry import shared_registry
+
+        return AvroDecoder(shared_registry(self.endpoint), self.readers, columns)
 
 
 def value_subject(topic: str, template: str = "{topic}-value") -> str:

@@ -220,8 +220,8 @@ class LedgerResource(dg.ConfigurableResource):
 
 
 class KprioSettings(dg.ConfigurableResource):
-    """The drain settings (topics, planner, quality, recovery, splits, rate, ordering, drain, sensor)
-    and, through the resources it depends on, the kafka, spark and ledger sections."""
+    """The drain settings (topics, planner, quality, recovery, splits, rate, ordering, drain, sensor,
+    schema_registry) and, through the resources it depends on, the kafka, spark and ledger sections."""
 
     kafka: dg.ResourceDependency[KafkaResource]
     spark: dg.ResourceDependency[SparkResource]
@@ -236,6 +236,10 @@ class KprioSettings(dg.ConfigurableResource):
     ordering: Section = Field(description="How records of a partition are handed to the handler.")
     drain: Section = Field(description="What the drain does with records, and where it writes them.")
     sensor: Section = Field(description="How often the sensor looks at the lag.")
+    schema_registry: Optional[Section] = Field(  # noqa: UP045 (Dagster refuses `X | None`)
+        None, description="The schema registry of the Avro topics (url, username, TLS files); its secrets are read "
+        "from the environment (KPRIO_SCHEMA_REGISTRY_PASSWORD, KPRIO_SCHEMA_REGISTRY_SSL_KEY_PASSWORD) when a batch "
+        "drains, never set in run config.")
 
     _config: Optional[KprioConfig] = PrivateAttr(default=None)
 
