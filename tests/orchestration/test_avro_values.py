@@ -19,6 +19,7 @@ from kprio_core.values.wire import framed
 from orchestration.cli.main import app
 from spark_jobs.delta_table import BATCH_KEY, COLUMNS_KEY, read_table, table_uri
 from tests.fixtures.kafka import produce_acked
+from tests.fixtures.registry import embedded_registry
 from tests.orchestration.dagster_env import read_all_dead_letters
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.registry, pytest.mark.slow]
@@ -92,8 +93,21 @@ def test_avro_topic_drains_into_delta_with_typed_columns_and_the_new_column(
         SchemaRegistryClient({"url": schema_registry_url}).set_compatibility(subject, "BACKWARD")
     produce_avro(kafka_settings, schema_registry_url, high, V2, orders(10, 2, coupon="SAVE"))
     produce_avro(kafka_settings, schema_registry_url, low, V2, orders(300, 2, coupon="LOW"))
+    # The registry goes down: the batch fails as transient (no record blamed) and drains once it is back.
+    registry = embedded_registry()
+    if registry is not None:  # the session's embedded registry (an external one cannot be stopped here)
+        registry.stop()
+        try:
+            down = CliRunner().invoke(app, ["drain", "--once", "--json", "--config", str(path)],
+                                      catch_exceptions=False)
+        finally:
+            registry.start()
+        [failed] = json.loads(down.stdout)["batches"]
+        assert failed["state"] == "failed" and failed["reason"].endswith("[schema_registry_unavailable]")
+        assert env.ledger.get(failed["batch_id"]).transient
     second = drain(path)
     assert second["ok"] and second["records"] == {"1": 2, "0": 5}
+    assert len(read_all_dead_letters(spark, env.config.drain.dead_letter_path, topic)) == 2  # only the first two
     table = read_table(env.config.drain.output_path, topic.name)
     assert table.num_rows == 17 and table.schema.field("coupon").type == pa.string()
     coupons = {row["id"]: row["coupon"] for row in table.select(["id", "coupon"]).to_pylist()}
@@ -107,3 +121,4 @@ def test_avro_topic_drains_into_delta_with_typed_columns_and_the_new_column(
     assert len(added) == 1 and added[0]["operation"] != "WRITE"
     later = [c for c in history if c.get(BATCH_KEY) and c["version"] > added[0]["version"]]
     assert later and all(c.get(BATCH_KEY) in {b["batch_id"] for b in second["batches"]} for c in later)
+
