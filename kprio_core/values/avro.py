@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kprio_core.errors import SchemaIncompatible
-from kprio_core.values.avro_columns import record_fields
+from kprio_core.values.avro_columns import record_fields, without_logical_types
 from kprio_core.values.kinds import arrow_type
 from kprio_core.values.registry import RegisteredSchema, RegistryEndpoint, SchemaRegistry
 from kprio_core.values.wire import header
@@ -114,13 +114,14 @@ def merged_columns(readers: Sequence[ReaderSchema]) -> tuple[tuple[str, str], ..
 
 
 def parse(schema: RegisteredSchema) -> Any:
-    """fastavro's parsed form of a schema, its references parsed first."""
+    """fastavro's parsed form of a schema without its logical types (the columns' builders apply them), its
+    references parsed first."""
     import fastavro
 
     named: dict[str, Any] = {}
     for _, text in schema.references:
-        fastavro.parse_schema(_loads(text), named_schemas=named)
-    return fastavro.parse_schema(schema.parsed, named_schemas=named)
+        fastavro.parse_schema(without_logical_types(_loads(text)), named_schemas=named)
+    return fastavro.parse_schema(without_logical_types(schema.parsed), named_schemas=named)
 
 
 def _loads(text: str) -> Any:
@@ -130,12 +131,12 @@ def _loads(text: str) -> Any:
 
 
 class _Reader:
-    """One topic's reader schema, parsed, with its fields' normalizers."""
+    """One topic's reader schema, parsed, with its fields' column builders."""
 
     def __init__(self, reader: ReaderSchema) -> None:
         self.reader = reader
         self.parsed = parse(reader.schema)
-        self.normalizers = {name: normal for name, _, normal in record_fields(reader.schema.text)}
+        self.builders = {name: build for name, _, build in record_fields(reader.schema.text)}
 
 
 class AvroDecoder:
@@ -174,21 +175,24 @@ class AvroDecoder:
         reader = self.readers.get(topic)
         if reader is None:
             raise SchemaIncompatible(f"no reader schema for topic {topic!r} in this batch")
-        names = [name for name, _ in self.columns]
-        rows: dict[str, list[Any]] = {name: [] for name in names}
+        records: list[Any] = []
         errors: list[str | None] = []
         for value in values.to_pylist():
-            record, error = None, None
-            if value is not None:
-                record, error = self._record(value, reader, schemaless_reader, SchemaResolutionError)
-            for name in names:
-                item = record.get(name) if record is not None else None
-                normal = reader.normalizers.get(name)
-                rows[name].append(normal(item) if normal is not None and item is not None else item)
+            if value is None:  # a tombstone: every column null, no error
+                records.append(None)
+                errors.append(None)
+                continue
+            record, error = self._record(value, reader, schemaless_reader, SchemaResolutionError)
+            records.append(record)
             errors.append(error)
         columns = {}
-        for name in names:
-            columns[name] = self._column(rows[name], self.types[name], errors, name)
+        for name, _ in self.columns:
+            build = reader.builders.get(name)
+            if build is None:  # a column of another topic's subject in this batch
+                columns[name] = pa.nulls(len(records), self.types[name])
+                continue
+            items = [None if r is None else r.get(name) for r in records]
+            columns[name] = self._column(items, build, self.types[name], errors, name)
         return columns, pa.array(errors, type=pa.string())
 
     def _record(self, value: bytes, reader: _Reader, read: Any, resolution_error: type) -> tuple[Any, str | None]:
@@ -236,25 +240,28 @@ class AvroDecoder:
             f"{_short(err)}")
 
     @staticmethod
-    def _column(items: list[Any], kind: Any, errors: list[str | None], name: str) -> Any:
-        """The Arrow array of one column; a value Arrow refuses (a decimal wider than its precision) makes its
-        record a bad one instead of failing the batch."""
+    def _column(items: list[Any], build: Any, kind: Any, errors: list[str | None], name: str) -> Any:
+        """The Arrow array of one column; a value its type refuses (a decimal wider than its precision, a timestamp
+        out of range) makes its record a bad one instead of failing the batch."""
         import pyarrow as pa
 
+        refused = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError, AttributeError)
         try:
-            return pa.array(items, type=kind)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            column = build(items)
+            return column if column.type == kind else column.cast(kind)
+        except refused:
             pass
         kept = []
         for i, item in enumerate(items):
             try:
-                pa.array([item], type=kind)
+                build([item])
                 kept.append(item)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as err:
+            except refused as err:
                 kept.append(None)
                 if errors[i] is None:
                     errors[i] = f"field {name!r}: {_short(err)}"
-        return pa.array(kept, type=kind)
+        column = build(kept)
+        return column if column.type == kind else column.cast(kind)
 
 
 def _short(err: BaseException) -> str:
