@@ -1,0 +1,73 @@
+"""``drain_batch`` of Avro values with Spark's own kafka source (``spark.reader: native``: the key-order shuffle and
+``mapInArrow``), which decodes with the same Python decoder as kprio-kafka (the python reader, which
+tests/orchestration/test_avro_values.py drains with): the same typed columns and dead letters. A registry that cannot
+be reached is a transient error of the batch before Spark runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+
+import pytest
+
+from kprio_core.config import KprioConfig
+from kprio_core.errors import SchemaRegistryUnavailable
+from kprio_core.values.wire import framed
+from orchestration.services.process import free_port
+from spark_jobs.drain import drain_batch
+from tests.fixtures.kafka import produce_acked
+from tests.spark_jobs.on_disk import assert_conserved, staged_rows
+from tests.spark_jobs.plans import whole_plan
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.registry]
+
+SCHEMA = {"type": "record", "name": "Pay", "fields": [
+    {"name": "n", "type": "long"},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 8, "scale": 2}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+]}
+
+
+def config(kafka_settings, url: str, tmp_path, reader: str) -> KprioConfig:
+    return KprioConfig(kafka=kafka_settings, schema_registry={"url": url, "timeout_s": 2},
+                       drain={"output_path": str(tmp_path / "out"), "dead_letter_path": str(tmp_path / "dead")},
+                       ordering={"mode": "key", "lanes": 2}, spark={"arrow_batch_records": 16, "reader": reader})
+
+
+def test_the_native_reader_decodes_avro_into_typed_columns(spark, kafka_settings, make_topic, schema_registry_url,
+                                                           tmp_path):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = make_topic(priorities=1, partitions=2, value_format="avro")
+    name = topic.priority_topic(0)
+    serialize = AvroSerializer(SchemaRegistryClient({"url": schema_registry_url}), json.dumps(SCHEMA))
+    at = dt.datetime(2024, 3, 1, 8, 30, 0, 250001, tzinfo=dt.timezone.utc)
+    records = [(f"k{i}".encode(), serialize({"n": i, "amount": Decimal(i) / 4, "at": at, "tags": [f"t{i}"] * (i % 3)},
+                                            SerializationContext(name, MessageField.VALUE)), None, i % 2)
+               for i in range(40)]
+    records += [(b"bad-id", framed(1_999_999_999, b"\x02"), None, 0), (b"tomb", None, None, 1)]
+    assert not produce_acked(kafka_settings, name, records).failed
+    conf = config(kafka_settings, schema_registry_url, tmp_path, "native")
+
+    result = drain_batch(spark, conf, topic, "b-1", 1, whole_plan(kafka_settings, topic))
+    rows = staged_rows(result, {"output": conf.drain.output_path, "dead-letters": conf.drain.dead_letter_path})
+    assert_conserved(result, rows)
+    assert (result.records, result.dead) == (41, 1)  # 40 orders and a tombstone; the unknown id
+    good = {r["n"]: r for r in rows["output"] if r["n"] is not None}
+    assert sorted(good) == list(range(40))
+    assert good[7]["amount"] == Decimal("1.75") and good[7]["at"] == at and good[7]["tags"] == ["t7"]
+    assert [r["error"] for r in rows["dead-letters"]] == ["schema id 1999999999 is not in the schema registry (404)"]
+
+
+def test_a_registry_that_cannot_be_reached_fails_the_batch_before_spark_runs(spark, kafka_settings, make_topic,
+                                                                              tmp_path):
+    topic = make_topic(priorities=1, partitions=1, value_format="avro", records={0: 3})
+    down = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"
+    with pytest.raises(SchemaRegistryUnavailable) as caught:
+        drain_batch(spark, config(kafka_settings, down, tmp_path, "python"), topic, "b-1", 1,
+                    whole_plan(kafka_settings, topic))
+    assert caught.value.transient and down in str(caught.value)
