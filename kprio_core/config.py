@@ -339,14 +339,24 @@ _TEMPLATE_FIELDS = {"topic_template": ("topic", "priority"), "group_template": (
 class ValueFormat(StrEnum):
     """How a topic's record values are decoded into columns.
 
-    ``json``: JSON objects, the fields of ``schema``; ``avro``: Avro in the schema registry's wire format
-    (magic byte 0, 4-byte schema id), columns from the subject's latest schema; ``raw``: not decoded (the
-    ``value`` column only).
+    ``json``: JSON objects, the fields of ``schema``; ``avro`` and ``json_schema``: Avro, or JSON checked
+    against a JSON Schema, in the schema registry's wire format (magic byte 0, 4-byte schema id), columns from
+    the subject's latest schema; ``raw``: not decoded (the ``value`` column only).
     """
 
     JSON = "json"
     AVRO = "avro"
+    JSON_SCHEMA = "json_schema"
     RAW = "raw"
+
+    @property
+    def registry_type(self) -> str | None:
+        """The schema registry's name of the format (``schemaType``), None for formats without a registry.
+
+        >>> ValueFormat.AVRO.registry_type, ValueFormat.JSON_SCHEMA.registry_type, ValueFormat.JSON.registry_type
+        ('AVRO', 'JSON', None)
+        """
+        return {ValueFormat.AVRO: "AVRO", ValueFormat.JSON_SCHEMA: "JSON"}.get(self)
 
 
 class TopicSettings(_Model):
@@ -367,10 +377,11 @@ class TopicSettings(_Model):
     )
     required_fields: tuple[str, ...] = Field((), description="Decoded fields that must be non-null.")
     value_format: ValueFormat = Field(
-        ValueFormat.JSON, description="How values are decoded: json (the fields of schema), avro (schema registry "
-        "wire format, columns from the registry: needs the schema_registry section) or raw (not decoded).")
+        ValueFormat.JSON, description="How values are decoded: json (the fields of schema), avro or json_schema "
+        "(the schema registry's wire format, columns from the registry: needs the schema_registry section) or raw "
+        "(not decoded).")
     value_subject: str = Field(
-        "{topic}-value", min_length=1, description="avro: the registry subject of a priority topic's values "
+        "{topic}-value", min_length=1, description="avro, json_schema: the registry subject of a priority topic's values "
         "({topic} is the priority topic's name: Confluent's TopicNameStrategy); its latest version is the "
         "reader's schema of a batch.")
     replication_factor: int | None = Field(
@@ -415,7 +426,7 @@ class TopicSettings(_Model):
     @model_validator(mode="after")
     def _schema_for_json_only(self) -> TopicSettings:
         if self.schema_ and self.value_format is not ValueFormat.JSON:
-            why = "the registry gives the columns" if self.value_format is ValueFormat.AVRO else "raw is not decoded"
+            why = "the registry gives the columns" if self.value_format.registry_type else "raw is not decoded"
             raise ValueError(f"schema lists JSON fields, but value_format is {self.value_format.value}: {why}; "
                              "remove schema")
         try:
@@ -428,7 +439,7 @@ class TopicSettings(_Model):
     @model_validator(mode="after")
     def _required_fields_in_schema(self) -> TopicSettings:
         if self.value_format is not ValueFormat.JSON:
-            return self  # avro: the registry's schema names the columns, checked when a batch reads it
+            return self  # avro, json_schema: the registry's schema names the columns, checked when a batch reads it
         missing = [f for f in self.required_fields if f not in self.schema_]
         if missing:
             raise ValueError(f"required_fields {missing} are not in the schema {sorted(self.schema_)}")
@@ -955,9 +966,10 @@ class KprioConfig(_Model):
 
     @model_validator(mode="after")
     def _avro_topics_have_a_registry(self) -> KprioConfig:
-        avro = [t.name for t in self.topics if t.value_format is ValueFormat.AVRO]
-        if avro and self.schema_registry is None:
-            raise ValueError(f"topic {avro[0]!r} has value_format avro: add a schema_registry section with its url")
+        needs = [t for t in self.topics if t.value_format.registry_type]
+        if needs and self.schema_registry is None:
+            raise ValueError(f"topic {needs[0].name!r} has value_format {needs[0].value_format.value}: add a "
+                             "schema_registry section with its url")
         return self
 
     @model_validator(mode="after")

@@ -1,5 +1,6 @@
 """Record handlers shipped with kprio. The default decodes JSON values into typed columns; a topic whose
-``value_format`` is ``avro`` is decoded by :func:`decode_avro`, one whose format is ``raw`` by :func:`keep_raw`.
+``value_format`` is ``avro`` or ``json_schema`` is decoded by :func:`decode_avro` (alias :func:`decode_registry_values`),
+one whose format is ``raw`` by :func:`keep_raw`.
 
 :func:`decode_json` reads the topic's schema (``TopicSettings.schema_``, e.g.
 ``{"amount": "double", "at": "timestamp"}``) and adds one column per field, named after the
@@ -75,8 +76,8 @@ def decode_avro(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
 
 
 def decode_avro_arrow(batches: Iterator[Any], context: LaneContext) -> Iterator[Any]:
-    """Arrow form of :func:`decode_avro` (the drain uses it): one typed column per field, ``error`` for a record
-    that cannot be decoded (it goes to the dead letters with its raw bytes). A registry that cannot be reached
+    """Arrow form of :func:`decode_avro` (the drain uses it), for Avro and JSON Schema values alike (the decoder
+    ``context.values`` gives): one typed column per field, ``error`` for a record that cannot be decoded (it goes to the dead letters with its raw bytes). A registry that cannot be reached
     raises (transient: the batch waits for it)."""
     import pyarrow as pa
 
@@ -89,6 +90,9 @@ def decode_avro_arrow(batches: Iterator[Any], context: LaneContext) -> Iterator[
 
 
 decode_avro.arrow = decode_avro_arrow  # type: ignore[attr-defined]
+
+decode_registry_values = decode_avro
+"""Any value format of the registry (``avro``, ``json_schema``): the batch's ``context.values`` says which."""
 
 
 def keep_raw(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:

@@ -3,10 +3,11 @@ for Avro, the registry and the reader schemas the executors get in the drain spe
 
 - ``json`` (the default): ``drain.handler`` (kprio's :func:`~spark_jobs.handlers.decode_json` unless the user
   named another) and the topic's ``schema``;
-- ``avro``: each priority topic's subject's latest version is read from the registry once, here (a registry
-  that cannot be reached fails the attempt as transient, before Spark runs); the columns are those schemas'
-  fields (:func:`kprio_core.values.avro.merged_columns`), the handler
-  :func:`~spark_jobs.handlers.decode_avro` (or the user's, which finds the registry in its context);
+- ``avro``, ``json_schema``: each priority topic's subject's latest version is read from the registry once,
+  here (a registry that cannot be reached fails the attempt as transient, before Spark runs); the columns are
+  those schemas' fields (:func:`kprio_core.values.avro.merged_columns`), the handler
+  :func:`~spark_jobs.handlers.decode_avro` / :func:`~spark_jobs.handlers.decode_registry_values` (or the
+  user's, which finds the registry in its context);
 - ``raw``: :func:`~spark_jobs.handlers.keep_raw` (or the user's), no column.
 
 >>> from kprio_core.config import KprioConfig, TopicSettings
@@ -26,6 +27,7 @@ from kprio_core.values.avro import ValueDecoding, merged_columns, reader_schemas
 
 DEFAULT_HANDLER = DrainSettings.model_fields["handler"].default
 FORMAT_HANDLERS = {ValueFormat.JSON: DEFAULT_HANDLER, ValueFormat.AVRO: "spark_jobs.handlers:decode_avro",
+                   ValueFormat.JSON_SCHEMA: "spark_jobs.handlers:decode_registry_values",
                    ValueFormat.RAW: "spark_jobs.handlers:keep_raw"}
 
 
@@ -43,6 +45,7 @@ def value_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[P
     assert config.schema_registry is not None  # the configuration refuses avro topics without a registry
     endpoint = config.schema_registry.endpoint()
     topics = sorted({r.range.topic for r in ranges}) or [topic.priority_topic(p) for p in range(topic.priorities)]
-    readers = reader_schemas(shared_registry(endpoint),
-                             {t: value_subject(t, topic.value_subject) for t in topics})
-    return handler, merged_columns(readers), ValueDecoding(endpoint, readers)
+    kind = fmt.registry_type or "AVRO"
+    readers = reader_schemas(shared_registry(endpoint), {t: value_subject(t, topic.value_subject) for t in topics},
+                             kind)
+    return handler, merged_columns(readers), ValueDecoding(endpoint, readers, kind)

@@ -41,6 +41,11 @@ class ReaderSchema:
 
     @property
     def columns(self) -> tuple[tuple[str, str], ...]:
+        """Its columns: an Avro record's fields, or a JSON Schema object's properties."""
+        if self.schema.schema_type == "JSON":
+            from kprio_core.values.json_schema import json_schema_columns
+
+            return json_schema_columns(self.schema.text)
         from kprio_core.values.avro_columns import record_columns
 
         return record_columns(self.schema.text)
@@ -48,16 +53,22 @@ class ReaderSchema:
 
 @dataclass(frozen=True)
 class ValueDecoding:
-    """What an executor needs to decode a batch's Avro values: the registry and each topic's reader schema
-    (frozen when the batch's drain started, so every task of it gives the same columns)."""
+    """What an executor needs to decode a batch's registry values: the registry and each topic's reader schema
+    (frozen when the batch's drain started, so every task of it gives the same columns); ``schema_type`` is the
+    registry's name of the format: ``AVRO`` or ``JSON`` (JSON Schema)."""
 
     endpoint: RegistryEndpoint
     readers: tuple[ReaderSchema, ...]
+    schema_type: str = "AVRO"
 
-    def decoder(self, columns: Sequence[tuple[str, str]]) -> AvroDecoder:
+    def decoder(self, columns: Sequence[tuple[str, str]]) -> Any:
         """A decoder over the process's shared registry client (each schema id fetched once per executor)."""
         from kprio_core.values.registry import shared_registry
 
+        if self.schema_type == "JSON":
+            from kprio_core.values.json_schema import JsonSchemaDecoder
+
+            return JsonSchemaDecoder(shared_registry(self.endpoint), self.readers, columns)
         return AvroDecoder(shared_registry(self.endpoint), self.readers, columns)
 
 
@@ -70,16 +81,19 @@ def value_subject(topic: str, template: str = "{topic}-value") -> str:
     return template.format(topic=topic)
 
 
-def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str]) -> tuple[ReaderSchema, ...]:
-    """The latest version of each topic's subject (``{topic: subject}``), once per subject."""
+def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str], schema_type: str = "AVRO"
+                   ) -> tuple[ReaderSchema, ...]:
+    """The latest version of each topic's subject (``{topic: subject}``), once per subject; each must hold a schema
+    of ``schema_type`` (``AVRO``, or ``JSON`` for JSON Schema)."""
     latest: dict[str, RegisteredSchema] = {}
     out = []
     for topic, subject in sorted(subjects.items()):
         if subject not in latest:
             latest[subject] = registry.latest(subject)
-            if latest[subject].schema_type != "AVRO":
+            if latest[subject].schema_type != schema_type:
                 raise SchemaIncompatible(f"subject {subject!r} holds a {latest[subject].schema_type} schema, "
-                                         "not Avro: set the topic's value format to match", where=registry.endpoint.url)
+                                         f"not {schema_type}: set the topic's value_format to match",
+                                         where=registry.endpoint.url)
         out.append(ReaderSchema(topic, subject, latest[subject]))
     return tuple(out)
 

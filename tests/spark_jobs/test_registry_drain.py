@@ -1,7 +1,8 @@
 """``drain_batch`` of Avro values with Spark's own kafka source (``spark.reader: native``: the key-order shuffle and
 ``mapInArrow``), which decodes with the same Python decoder as kprio-kafka (the python reader, which
 tests/orchestration/test_avro_values.py drains with): the same typed columns and dead letters. A registry that cannot
-be reached is a transient error of the batch before Spark runs."""
+be reached is a transient error of the batch before Spark runs. JSON Schema values (``value_format: json_schema``)
+drain into typed columns with the python reader; a record that breaks its schema is a dead letter."""
 
 from __future__ import annotations
 
@@ -71,3 +72,33 @@ def test_a_registry_that_cannot_be_reached_fails_the_batch_before_spark_runs(spa
         drain_batch(spark, config(kafka_settings, down, tmp_path, "python"), topic, "b-1", 1,
                     whole_plan(kafka_settings, topic))
     assert caught.value.transient and down in str(caught.value)
+
+
+def test_json_schema_values_drain_into_typed_columns_and_breaks_of_the_schema_are_dead_letters(
+        spark, kafka_settings, make_topic, schema_registry_url, tmp_path):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = make_topic(priorities=1, partitions=1, value_format="json_schema")
+    name = topic.priority_topic(0)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "at": {"type": "string", "format": "date-time"},
+                                                "ship": {"type": "object", "properties": {"city": {"type": "string"}}}},
+              "required": ["n"]}
+    serialize = JSONSerializer(json.dumps(schema), SchemaRegistryClient({"url": schema_registry_url}))
+    values = [serialize({"n": i, "at": "2024-03-01T08:30:00Z", "ship": {"city": f"c{i}"}},
+                        SerializationContext(name, MessageField.VALUE)) for i in range(20)]
+    schema_id = int.from_bytes(values[0][1:5], "big")
+    values.append(framed(schema_id, json.dumps({"at": "2024-03-01T08:30:00Z"}).encode()))  # breaks `required`
+    assert not produce_acked(kafka_settings, name, [(f"k{i}".encode(), v) for i, v in enumerate(values)]).failed
+    conf = config(kafka_settings, schema_registry_url, tmp_path, "python")
+
+    result = drain_batch(spark, conf, topic, "b-1", 1, whole_plan(kafka_settings, topic))
+    rows = staged_rows(result, {"output": conf.drain.output_path, "dead-letters": conf.drain.dead_letter_path})
+    assert_conserved(result, rows)
+    assert (result.records, result.dead) == (20, 1)
+    by_n = {r["n"]: r for r in rows["output"]}
+    assert sorted(by_n) == list(range(20)) and by_n[3]["ship"] == {"city": "c3"}
+    assert by_n[3]["at"] == dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.timezone.utc)
+    assert [r["error"] for r in rows["dead-letters"]] == [
+        f"the record does not satisfy schema id {schema_id}: 'n' is a required property"]
