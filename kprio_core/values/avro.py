@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kprio_core.errors import SchemaIncompatible
-from kprio_core.values.avro_columns import record_fields, without_logical_types
+from kprio_core.values.avro_columns import record_fields, referenced_names, without_logical_types
 from kprio_core.values.kinds import arrow_type
 from kprio_core.values.registry import RegisteredSchema, RegistryEndpoint, SchemaRegistry
 from kprio_core.values.wire import header
@@ -46,9 +46,11 @@ class ReaderSchema:
             from kprio_core.values.json_schema import json_schema_columns
 
             return json_schema_columns(self.schema.text)
-        from kprio_core.values.avro_columns import record_columns
+        from kprio_core.values.avro_columns import record_fields, referenced_names
+        from kprio_core.values.kinds import render
 
-        return record_columns(self.schema.text)
+        names = referenced_names(self.schema.references)
+        return tuple((name, render(tree)) for name, tree, _ in record_fields(self.schema.text, names))
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,8 @@ class _Reader:
     def __init__(self, reader: ReaderSchema) -> None:
         self.reader = reader
         self.parsed = parse(reader.schema)
-        self.builders = {name: build for name, _, build in record_fields(reader.schema.text)}
+        names = referenced_names(reader.schema.references)
+        self.builders = {name: build for name, _, build in record_fields(reader.schema.text, names)}
 
 
 class AvroDecoder:

@@ -98,6 +98,14 @@ def record_fields(schema: Any, names: Names | None = None) -> list[tuple[str, An
     return [(f["name"], *_kind(f["type"], names, space)) for f in schema["fields"]]
 
 
+def referenced_names(references: Any) -> Names:
+    """The named types a schema's references define (``(name, schema text)``, theirs first), for its walk."""
+    names = Names()
+    for _, text in references:
+        _kind(json.loads(text), names, None)
+    return names
+
+
 def without_logical_types(schema: Any) -> Any:
     """The schema (parsed JSON) with every ``logicalType`` left out: what fastavro reads the raw values with.
 

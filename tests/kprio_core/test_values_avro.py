@@ -183,3 +183,30 @@ def test_an_incompatible_change_fails_naming_subject_versions_and_field(schema_r
     assert message.startswith(f"subject {subject!r} changed incompatibly, column 'amount' (string -> long): a record "
                               f"of topic {topic!r} written with version 1 (schema id {old_id}) cannot be read with "
                               "version 2 (schema id "), message
+
+
+def test_a_schema_with_references_decodes_with_the_referenced_types(schema_registry_url, subject_stem):
+    import io
+
+    import fastavro
+    from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    money = {"type": "record", "name": "Money", "namespace": "kprio.test", "fields": [
+        {"name": "units", "type": {"type": "bytes", "logicalType": "decimal", "precision": 6, "scale": 2}},
+        {"name": "currency", "type": "string"}]}
+    order = {"type": "record", "name": "Paid", "namespace": "kprio.test", "fields": [
+        {"name": "id", "type": "long"}, {"name": "price", "type": "kprio.test.Money"}]}
+    client.register_schema(f"{subject_stem}-money", Schema(json.dumps(money), "AVRO"))
+    schema_id = client.register_schema(value_subject(subject_stem), Schema(
+        json.dumps(order), "AVRO", [SchemaReference("kprio.test.Money", f"{subject_stem}-money", 1)]))
+    named: dict = {}
+    fastavro.parse_schema(money, named_schemas=named)
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(order, named_schemas=named),
+                               {"id": 4, "price": {"units": Decimal("9.99"), "currency": "EUR"}})
+    avro = decoder(schema_registry_url, [subject_stem])
+    assert avro.columns == (("id", "long"), ("price", "struct<units:decimal(6,2),currency:string>"))
+    columns, errors = avro.decode(binary([framed(schema_id, out.getvalue())]), subject_stem)
+    assert errors.to_pylist() == [None]
+    assert pa.table(columns).to_pylist() == [{"id": 4, "price": {"units": Decimal("9.99"), "currency": "EUR"}}]
