@@ -29,6 +29,7 @@ True
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -125,8 +126,12 @@ def build(version: str = REGISTRY_VERSION, *, quarkus: str = QUARKUS_VERSION, ti
     output = project / "target" / "quarkus-app"
     if done.returncode != 0 or not (output / RUN_JAR).is_file():
         (project / "maven.log").write_text(done.stdout + done.stderr)
-        errors = [line.strip() for line in (done.stdout + done.stderr).splitlines() if "ERROR" in line]
-        first = (errors[0] if errors else (done.stderr.strip() or done.stdout.strip())[-300:]) or "no output"
+        text = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)  # Maven's colours, even in batch mode
+        errors = [re.sub(r"^(\[ERROR\]\s*)+", "", line.strip()) for line in text.splitlines() if "ERROR" in line]
+        errors = [e for e in errors if e]
+        # Maven's first error line may only announce the next one ("... processing the POMs:").
+        first = " ".join(errors[:2]) if errors[:1] and errors[0].endswith(":") else (errors[:1] or [""])[0]
+        first = first or text.strip()[-300:] or "no output"
         raise RegistryBuildFailed(f"Maven could not build Apicurio Registry {version}: {first[:400]}",
                                   where=str(project / "maven.log"))
     target = app_dir(version)

@@ -78,3 +78,16 @@ def test_confluent_avro_serializer_and_client_work_against_it(schema_registry_ur
     # (A fresh client: one caches a subject's latest version once it asked for it.)
     fresh = SchemaRegistryClient({"url": schema_registry_url})
     assert second != schema_id and fresh.get_latest_version(f"{topic}-value").version == 2
+
+
+def test_a_build_maven_cannot_do_fails_in_one_line_naming_its_log(tmp_path, monkeypatch):
+    from orchestration.services.registry_build import RegistryBuildFailed, build
+
+    monkeypatch.setenv("KPRIO_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(RegistryBuildFailed) as caught:
+        build("0.0.1.Nope")  # no such Apicurio release: Maven cannot resolve its BOM
+    line = str(caught.value)
+    assert "\n" not in line and "\x1b" not in line
+    assert line.startswith("Maven could not build Apicurio Registry 0.0.1.Nope: ")
+    assert "io.apicurio:apicurio-registry:pom:0.0.1.Nope" in line
+    assert caught.value.where.endswith("/build/maven.log") and (tmp_path / "cache").exists()
