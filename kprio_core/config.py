@@ -339,13 +339,14 @@ _TEMPLATE_FIELDS = {"topic_template": ("topic", "priority"), "group_template": (
 class ValueFormat(StrEnum):
     """How a topic's record values are decoded into columns.
 
-    ``json``: JSON objects, the fields of ``schema``; ``avro`` and ``json_schema``: Avro, or JSON checked
-    against a JSON Schema, in the schema registry's wire format (magic byte 0, 4-byte schema id), columns from
-    the subject's latest schema; ``raw``: not decoded (the ``value`` column only).
+    ``json``: JSON objects, the fields of ``schema``; ``avro``, ``protobuf`` and ``json_schema``: Avro,
+    Protobuf, or JSON checked against a JSON Schema, in the schema registry's wire format (magic byte 0, 4-byte
+    schema id), columns from the subject's latest schema; ``raw``: not decoded (the ``value`` column only).
     """
 
     JSON = "json"
     AVRO = "avro"
+    PROTOBUF = "protobuf"
     JSON_SCHEMA = "json_schema"
     RAW = "raw"
 
@@ -356,7 +357,7 @@ class ValueFormat(StrEnum):
         >>> ValueFormat.AVRO.registry_type, ValueFormat.JSON_SCHEMA.registry_type, ValueFormat.JSON.registry_type
         ('AVRO', 'JSON', None)
         """
-        return {ValueFormat.AVRO: "AVRO", ValueFormat.JSON_SCHEMA: "JSON"}.get(self)
+        return {ValueFormat.AVRO: "AVRO", ValueFormat.PROTOBUF: "PROTOBUF", ValueFormat.JSON_SCHEMA: "JSON"}.get(self)
 
 
 class TopicSettings(_Model):
@@ -377,11 +378,11 @@ class TopicSettings(_Model):
     )
     required_fields: tuple[str, ...] = Field((), description="Decoded fields that must be non-null.")
     value_format: ValueFormat = Field(
-        ValueFormat.JSON, description="How values are decoded: json (the fields of schema), avro or json_schema "
-        "(the schema registry's wire format, columns from the registry: needs the schema_registry section) or raw "
-        "(not decoded).")
+        ValueFormat.JSON, description="How values are decoded: json (the fields of schema), avro, protobuf or "
+        "json_schema (the schema registry's wire format, columns from the registry: needs the schema_registry "
+        "section) or raw (not decoded).")
     value_subject: str = Field(
-        "{topic}-value", min_length=1, description="avro, json_schema: the registry subject of a priority topic's values "
+        "{topic}-value", min_length=1, description="avro, protobuf, json_schema: the registry subject of a priority topic's values "
         "({topic} is the priority topic's name: Confluent's TopicNameStrategy); its latest version is the "
         "reader's schema of a batch.")
     replication_factor: int | None = Field(

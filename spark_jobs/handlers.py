@@ -1,5 +1,5 @@
 """Record handlers shipped with kprio. The default decodes JSON values into typed columns; a topic whose
-``value_format`` is ``avro`` or ``json_schema`` is decoded by :func:`decode_avro` (alias :func:`decode_registry_values`),
+``value_format`` is ``avro``, ``protobuf`` or ``json_schema`` is decoded by :func:`decode_avro` (alias :func:`decode_registry_values`),
 one whose format is ``raw`` by :func:`keep_raw`.
 
 :func:`decode_json` reads the topic's schema (``TopicSettings.schema_``, e.g.
@@ -92,7 +92,8 @@ def decode_avro_arrow(batches: Iterator[Any], context: LaneContext) -> Iterator[
 decode_avro.arrow = decode_avro_arrow  # type: ignore[attr-defined]
 
 decode_registry_values = decode_avro
-"""Any value format of the registry (``avro``, ``json_schema``): the batch's ``context.values`` says which."""
+"""Any value format of the registry (``avro``, ``protobuf``, ``json_schema``): the batch's ``context.values`` says
+which."""
 
 
 def keep_raw(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:

@@ -3,7 +3,7 @@ for Avro, the registry and the reader schemas the executors get in the drain spe
 
 - ``json`` (the default): ``drain.handler`` (kprio's :func:`~spark_jobs.handlers.decode_json` unless the user
   named another) and the topic's ``schema``;
-- ``avro``, ``json_schema``: each priority topic's subject's latest version is read from the registry once,
+- ``avro``, ``protobuf``, ``json_schema``: each priority topic's subject's latest version is read from the registry once,
   here (a registry that cannot be reached fails the attempt as transient, before Spark runs); the columns are
   those schemas' fields (:func:`kprio_core.values.avro.merged_columns`), the handler
   :func:`~spark_jobs.handlers.decode_avro` / :func:`~spark_jobs.handlers.decode_registry_values` (or the
@@ -27,6 +27,7 @@ from kprio_core.values.avro import ValueDecoding, merged_columns, reader_schemas
 
 DEFAULT_HANDLER = DrainSettings.model_fields["handler"].default
 FORMAT_HANDLERS = {ValueFormat.JSON: DEFAULT_HANDLER, ValueFormat.AVRO: "spark_jobs.handlers:decode_avro",
+                   ValueFormat.PROTOBUF: "spark_jobs.handlers:decode_registry_values",
                    ValueFormat.JSON_SCHEMA: "spark_jobs.handlers:decode_registry_values",
                    ValueFormat.RAW: "spark_jobs.handlers:keep_raw"}
 

@@ -46,6 +46,10 @@ class ReaderSchema:
             from kprio_core.values.json_schema import json_schema_columns
 
             return json_schema_columns(self.schema.text)
+        if self.schema.schema_type == "PROTOBUF":  # the first message of the file, as serializers mostly write
+            from kprio_core.values.protobuf import file_descriptor, message_columns, message_of
+
+            return message_columns(message_of(file_descriptor(self.schema), [0]))
         from kprio_core.values.avro_columns import record_fields, referenced_names
         from kprio_core.values.kinds import render
 
@@ -57,7 +61,7 @@ class ReaderSchema:
 class ValueDecoding:
     """What an executor needs to decode a batch's registry values: the registry and each topic's reader schema
     (frozen when the batch's drain started, so every task of it gives the same columns); ``schema_type`` is the
-    registry's name of the format: ``AVRO`` or ``JSON`` (JSON Schema)."""
+    registry's name of the format: ``AVRO``, ``JSON`` (JSON Schema) or ``PROTOBUF``."""
 
     endpoint: RegistryEndpoint
     readers: tuple[ReaderSchema, ...]
@@ -71,6 +75,10 @@ class ValueDecoding:
             from kprio_core.values.json_schema import JsonSchemaDecoder
 
             return JsonSchemaDecoder(shared_registry(self.endpoint), self.readers, columns)
+        if self.schema_type == "PROTOBUF":
+            from kprio_core.values.protobuf import ProtobufDecoder
+
+            return ProtobufDecoder(shared_registry(self.endpoint), self.readers, columns)
         return AvroDecoder(shared_registry(self.endpoint), self.readers, columns)
 
 
@@ -117,7 +125,7 @@ def merged_columns(readers: Sequence[ReaderSchema]) -> tuple[tuple[str, str], ..
     for reader in readers:
         try:
             found = reader.columns
-        except ValueError as err:
+        except (ValueError, KeyError) as err:
             raise SchemaIncompatible(f"subject {reader.subject!r} (schema id {reader.schema.schema_id}): {err}") from None
         for name, kind in found:
             seen = columns.setdefault(name, (kind, reader))

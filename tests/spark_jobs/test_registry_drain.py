@@ -2,7 +2,8 @@
 ``mapInArrow``), which decodes with the same Python decoder as kprio-kafka (the python reader, which
 tests/orchestration/test_avro_values.py drains with): the same typed columns and dead letters. A registry that cannot
 be reached is a transient error of the batch before Spark runs. JSON Schema values (``value_format: json_schema``)
-drain into typed columns with the python reader; a record that breaks its schema is a dead letter."""
+drain into typed columns with the python reader; a record that breaks its schema is a dead letter; so do Protobuf
+values (``value_format: protobuf``), written by confluent-kafka's ProtobufSerializer."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from kprio_core.values.wire import framed
 from orchestration.services.process import free_port
 from spark_jobs.drain import drain_batch
 from tests.fixtures.kafka import produce_acked
+from tests.kprio_core.test_values_protobuf import order_pb2  # noqa: F401 (the fixture: protoc's module of PROTO)
 from tests.spark_jobs.on_disk import assert_conserved, staged_rows
 from tests.spark_jobs.plans import whole_plan
 
@@ -102,3 +104,32 @@ def test_json_schema_values_drain_into_typed_columns_and_breaks_of_the_schema_ar
     assert by_n[3]["at"] == dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.timezone.utc)
     assert [r["error"] for r in rows["dead-letters"]] == [
         f"the record does not satisfy schema id {schema_id}: 'n' is a required property"]
+
+
+def test_protobuf_values_drain_into_typed_columns(spark, kafka_settings, make_topic, schema_registry_url, tmp_path,
+                                                  order_pb2):  # noqa: F811 (the fixture imported above)
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = make_topic(priorities=1, partitions=1, value_format="protobuf")
+    name = topic.priority_topic(0)
+    serialize = ProtobufSerializer(order_pb2.Order, SchemaRegistryClient({"url": schema_registry_url}),
+                                   {"use.deprecated.format": False})
+    values = []
+    for i in range(12):
+        order = order_pb2.Order(id=i, item=f"i{i}", ship=order_pb2.Ship(city=f"c{i}"), state=i % 2)
+        order.at.FromJsonString("2024-03-01T08:30:00Z")
+        values.append(serialize(order, SerializationContext(name, MessageField.VALUE)))
+    values.append(framed(int.from_bytes(values[0][1:5], "big"), b"\x00\xff\xff"))  # does not parse
+    assert not produce_acked(kafka_settings, name, [(f"k{i}".encode(), v) for i, v in enumerate(values)]).failed
+    conf = config(kafka_settings, schema_registry_url, tmp_path, "python")
+
+    result = drain_batch(spark, conf, topic, "b-1", 1, whole_plan(kafka_settings, topic))
+    rows = staged_rows(result, {"output": conf.drain.output_path, "dead-letters": conf.drain.dead_letter_path})
+    assert_conserved(result, rows)
+    assert (result.records, result.dead) == (12, 1), rows["dead-letters"][:1]
+    by_id = {r["id"]: r for r in rows["output"]}
+    assert sorted(by_id) == list(range(12)) and by_id[5]["ship"] == {"city": "c5"} and by_id[5]["state"] == "PAID"
+    assert by_id[5]["at"] == dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.timezone.utc)
+    assert rows["dead-letters"][0]["error"].startswith("payload does not parse as kprio.test.Order")
