@@ -3,7 +3,8 @@
 tests/orchestration/test_avro_values.py drains with): the same typed columns and dead letters. A registry that cannot
 be reached is a transient error of the batch before Spark runs. JSON Schema values (``value_format: json_schema``)
 drain into typed columns with the python reader; a record that breaks its schema is a dead letter; so do Protobuf
-values (``value_format: protobuf``), written by confluent-kafka's ProtobufSerializer."""
+values (``value_format: protobuf``), written by confluent-kafka's ProtobufSerializer. A subject changed in a way the
+reader cannot follow fails the range, naming the subject, both versions and the column."""
 
 from __future__ import annotations
 
@@ -133,3 +134,28 @@ def test_protobuf_values_drain_into_typed_columns(spark, kafka_settings, make_to
     assert sorted(by_id) == list(range(12)) and by_id[5]["ship"] == {"city": "c5"} and by_id[5]["state"] == "PAID"
     assert by_id[5]["at"] == dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.timezone.utc)
     assert rows["dead-letters"][0]["error"].startswith("payload does not parse as kprio.test.Order")
+
+
+def test_an_incompatible_change_fails_the_range_naming_subject_versions_and_column(spark, kafka_settings, make_topic,
+                                                                                  schema_registry_url, tmp_path):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = make_topic(priorities=1, partitions=1, value_format="avro")
+    name = topic.priority_topic(0)
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    context = SerializationContext(name, MessageField.VALUE)
+    old = {"type": "record", "name": "E", "fields": [{"name": "amount", "type": "string"}]}
+    new = {"type": "record", "name": "E", "fields": [{"name": "amount", "type": "long"}]}
+    values = [AvroSerializer(client, json.dumps(old))({"amount": "12"}, context)]
+    # Apicurio's compatibility is NONE unless set: it takes a change no reader can follow.
+    values.append(AvroSerializer(client, json.dumps(new))({"amount": 12}, context))
+    assert not produce_acked(kafka_settings, name, [(b"k", v) for v in values]).failed
+
+    result = drain_batch(spark, config(kafka_settings, schema_registry_url, tmp_path, "python"), topic, "b-1", 1,
+                         whole_plan(kafka_settings, topic))
+    [failed] = result.failed_ranges
+    assert failed.error.kind == "SchemaIncompatible" and not failed.error.transient
+    assert f"subject '{name}-value' changed incompatibly, column 'amount' (string -> long)" in failed.error.message
+    assert "written with version 1 " in failed.error.message and "read with version 2 " in failed.error.message
