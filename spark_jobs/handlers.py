@@ -83,8 +83,15 @@ def decode_avro_arrow(batches: Iterator[Any], context: LaneContext) -> Iterator[
 
     if context.values is None:
         raise HandlerError(f"handler decode_avro has no registry for {context}: set the topic's value_format to avro")
-    decoder = context.values.decoder(context.schema)
+    missing = context.values.missing_subject(context.topic)
+    decoder = context.values.decoder(context.schema) if missing is None else None
     for batch in batches:
+        if decoder is None:  # no schema of this topic's subject: every value is a bad record, tombstones are fine
+            values = batch.column("value")
+            why = f"subject {missing!r} is not in the schema registry: no schema to read the value with"
+            errors = pa.array([None if v is None else why for v in values.to_pylist()], type=pa.string())
+            yield pa.RecordBatch.from_arrays([errors], names=["error"])
+            continue
         columns, errors = decoder.decode(batch.column("value"), context.topic)
         yield pa.RecordBatch.from_arrays([*columns.values(), errors], names=[*columns, "error"])
 

@@ -47,6 +47,9 @@ def value_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[P
     endpoint = config.schema_registry.endpoint()
     topics = sorted({r.range.topic for r in ranges}) or [topic.priority_topic(p) for p in range(topic.priorities)]
     kind = fmt.registry_type or "AVRO"
-    readers = reader_schemas(shared_registry(endpoint), {t: value_subject(t, topic.value_subject) for t in topics},
-                             kind)
-    return handler, merged_columns(readers), ValueDecoding(endpoint, readers, kind)
+    subjects = {t: value_subject(t, topic.value_subject) for t in topics}
+    # A subject the registry lacks (a topic written without it): its records are dead letters, the batch goes on.
+    readers = reader_schemas(shared_registry(endpoint), subjects, kind, missing_ok=True)
+    found = {r.topic for r in readers}
+    missing = tuple((t, s) for t, s in sorted(subjects.items()) if t not in found)
+    return handler, merged_columns(readers), ValueDecoding(endpoint, readers, kind, missing)

@@ -66,6 +66,13 @@ class ValueDecoding:
     endpoint: RegistryEndpoint
     readers: tuple[ReaderSchema, ...]
     schema_type: str = "AVRO"
+    missing: tuple[tuple[str, str], ...] = ()
+    """``(topic, subject)`` of the batch's topics whose subject the registry does not have: their records are bad
+    records (a value written without the registry), never a failed batch."""
+
+    def missing_subject(self, topic: str) -> str | None:
+        """The subject of ``topic`` when the registry does not have it."""
+        return next((subject for t, subject in self.missing if t == topic), None)
 
     def decoder(self, columns: Sequence[tuple[str, str]]) -> Any:
         """A decoder over the process's shared registry client (each schema id fetched once per executor)."""
@@ -91,14 +98,17 @@ def value_subject(topic: str, template: str = "{topic}-value") -> str:
     return template.format(topic=topic)
 
 
-def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str], schema_type: str = "AVRO"
-                   ) -> tuple[ReaderSchema, ...]:
+def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str], schema_type: str = "AVRO", *,
+                   missing_ok: bool = False) -> tuple[ReaderSchema, ...]:
     """The latest version of each topic's subject (``{topic: subject}``), once per subject; each must hold a schema
-    of ``schema_type`` (``AVRO``, or ``JSON`` for JSON Schema)."""
+    of ``schema_type`` (``AVRO``, ``JSON`` for JSON Schema, ``PROTOBUF``). ``missing_ok``: a subject the registry
+    does not have is left out (its topic's records name no schema of it) instead of refused."""
     latest: dict[str, RegisteredSchema] = {}
     out = []
     for topic, subject in sorted(subjects.items()):
         if subject not in latest:
+            if missing_ok and not registry.has_subject(subject):
+                continue
             latest[subject] = registry.latest(subject)
             if latest[subject].schema_type != schema_type:
                 raise SchemaIncompatible(f"subject {subject!r} holds a {latest[subject].schema_type} schema, "

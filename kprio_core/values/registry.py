@@ -120,6 +120,12 @@ class SchemaRegistry:
         return RegisteredSchema(int(doc["id"]), doc["schema"], doc.get("schemaType") or "AVRO",
                                 self._references(doc.get("references") or ()), subject, int(doc["version"]))
 
+    def has_subject(self, subject: str) -> bool:
+        """Whether the registry has ``subject`` (one request: its versions)."""
+        from urllib.parse import quote
+
+        return self._get(f"subjects/{quote(subject, safe='')}/versions", missing_ok=True) is not None
+
     def version_in(self, subject: str, schema_id: int) -> int | None:
         """The version of ``subject`` that holds schema ``schema_id`` (None when the registry does not say)."""
         try:

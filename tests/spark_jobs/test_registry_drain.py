@@ -159,3 +159,28 @@ def test_an_incompatible_change_fails_the_range_naming_subject_versions_and_colu
     assert failed.error.kind == "SchemaIncompatible" and not failed.error.transient
     assert f"subject '{name}-value' changed incompatibly, column 'amount' (string -> long)" in failed.error.message
     assert "written with version 1 " in failed.error.message and "read with version 2 " in failed.error.message
+
+
+def test_a_priority_topic_whose_subject_the_registry_lacks_gives_dead_letters_not_a_stall(
+        spark, kafka_settings, make_topic, schema_registry_url, tmp_path):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = make_topic(priorities=2, partitions=1, value_format="avro")
+    high, low = topic.priority_topic(1), topic.priority_topic(0)
+    serialize = AvroSerializer(SchemaRegistryClient({"url": schema_registry_url}), json.dumps(SCHEMA))
+    good = serialize({"n": 1, "amount": Decimal("0.50"), "at": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+                      "tags": []}, SerializationContext(high, MessageField.VALUE))
+    assert not produce_acked(kafka_settings, high, [(b"k", good)]).failed
+    # Written without the registry (no subject <low>-value): its records are bad, the batch is not.
+    assert not produce_acked(kafka_settings, low, [(b"a", b"{\"n\": 2}"), (b"b", framed(7, b"\x02")), (b"t", None)])\
+        .failed
+
+    conf = config(kafka_settings, schema_registry_url, tmp_path, "python")
+    result = drain_batch(spark, conf, topic, "b-1", 1, whole_plan(kafka_settings, topic))
+    rows = staged_rows(result, {"output": conf.drain.output_path, "dead-letters": conf.drain.dead_letter_path})
+    assert_conserved(result, rows)
+    assert not result.failed_ranges and result.by_priority() == {1: (1, 0), 0: (1, 2)}
+    assert {r["error"] for r in rows["dead-letters"]} == {
+        f"subject '{low}-value' is not in the schema registry: no schema to read the value with"}
