@@ -33,6 +33,7 @@ MODULES = [
     "orchestration.dagster.partitions",
     "orchestration.dagster.resources",
     "orchestration.dagster.tags",
+    "orchestration.demo.avro_values",
     "orchestration.demo.layout",
     "orchestration.demo.plot",
     "orchestration.demo.report",
@@ -49,6 +50,8 @@ MODULES = [
     "orchestration.services.broker_security",
     "orchestration.services.jars",
     "orchestration.services.process",
+    "orchestration.services.registry",
+    "orchestration.services.registry_build",
     "orchestration.services.spark_connect",
     "orchestration.services.tls",
 ]
