@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -58,11 +58,16 @@ from kprio_core.model.drain_plan import PlanMode
 from kprio_core.model.priority import Priority
 from kprio_core.quota import Distribution
 
+if TYPE_CHECKING:
+    from kprio_core.model.registry import RegistryEndpoint
+
 ENV_CONFIG_PATH = "KPRIO_CONFIG"
 ENV_BOOTSTRAP = "KPRIO_BOOTSTRAP_SERVERS"
 ENV_KAFKA_PREFIX = "KPRIO_KAFKA_"
 ENV_KAFKA_TIMEOUT = "KPRIO_KAFKA_TIMEOUT_S"
 ENV_LEDGER_PASSWORD = "KPRIO_LEDGER_PASSWORD"
+ENV_REGISTRY_PASSWORD = "KPRIO_SCHEMA_REGISTRY_PASSWORD"
+ENV_REGISTRY_KEY_PASSWORD = "KPRIO_SCHEMA_REGISTRY_SSL_KEY_PASSWORD"
 """Sets ``kafka.timeout_s`` (kprio's own setting, not a librdkafka one)."""
 DEFAULT_CONFIG_FILE = "kprio.yaml"
 WITH_SECRETS = "kprio.with_secrets"
@@ -345,6 +350,30 @@ _TEMPLATE_FIELDS = {"topic_template": ("topic", "priority"), "group_template": (
 """Fields each template may use (what priority_topic / priority_group pass to str.format)."""
 
 
+class ValueFormat(StrEnum):
+    """How a topic's record values are decoded into columns.
+
+    ``json``: JSON objects, the fields of ``schema``; ``avro``, ``protobuf`` and ``json_schema``: Avro,
+    Protobuf, or JSON checked against a JSON Schema, in the schema registry's wire format (magic byte 0, 4-byte
+    schema id), columns from the subject's latest schema; ``raw``: not decoded (the ``value`` column only).
+    """
+
+    JSON = "json"
+    AVRO = "avro"
+    PROTOBUF = "protobuf"
+    JSON_SCHEMA = "json_schema"
+    RAW = "raw"
+
+    @property
+    def registry_type(self) -> str | None:
+        """The schema registry's name of the format (``schemaType``), None for formats without a registry.
+
+        >>> ValueFormat.AVRO.registry_type, ValueFormat.JSON_SCHEMA.registry_type, ValueFormat.JSON.registry_type
+        ('AVRO', 'JSON', None)
+        """
+        return {ValueFormat.AVRO: "AVRO", ValueFormat.PROTOBUF: "PROTOBUF", ValueFormat.JSON_SCHEMA: "JSON"}.get(self)
+
+
 class TopicSettings(_Model):
     """One logical topic: its priority topics, groups and record schema."""
 
@@ -362,6 +391,14 @@ class TopicSettings(_Model):
         description="Fields the default handler decodes from the JSON value, with their types.",
     )
     required_fields: tuple[str, ...] = Field((), description="Decoded fields that must be non-null.")
+    value_format: ValueFormat = Field(
+        ValueFormat.JSON, description="How values are decoded: json (the fields of schema), avro, protobuf or "
+        "json_schema (the schema registry's wire format, columns from the registry: needs the schema_registry "
+        "section) or raw (not decoded).")
+    value_subject: str = Field(
+        "{topic}-value", min_length=1, description="avro, protobuf, json_schema: the registry subject of a priority topic's values "
+        "({topic} is the priority topic's name: Confluent's TopicNameStrategy); its latest version is the "
+        "reader's schema of a batch.")
     replication_factor: int | None = Field(
         None, ge=1, description="Replicas of each priority topic `kprio topics create` makes; default: the broker's."
     )
@@ -402,7 +439,22 @@ class TopicSettings(_Model):
         return self
 
     @model_validator(mode="after")
+    def _schema_for_json_only(self) -> TopicSettings:
+        if self.schema_ and self.value_format is not ValueFormat.JSON:
+            why = "the registry gives the columns" if self.value_format.registry_type else "raw is not decoded"
+            raise ValueError(f"schema lists JSON fields, but value_format is {self.value_format.value}: {why}; "
+                             "remove schema")
+        try:
+            self.value_subject.format(topic="t")
+        except (ValueError, LookupError, AttributeError, TypeError) as err:
+            raise ValueError(f"value_subject {self.value_subject!r} is not a valid format string with "
+                             f"{{topic}}: {err}") from None
+        return self
+
+    @model_validator(mode="after")
     def _required_fields_in_schema(self) -> TopicSettings:
+        if self.value_format is not ValueFormat.JSON:
+            return self  # avro, json_schema: the registry's schema names the columns, checked when a batch reads it
         missing = [f for f in self.required_fields if f not in self.schema_]
         if missing:
             raise ValueError(f"required_fields {missing} are not in the schema {sorted(self.schema_)}")
@@ -828,6 +880,68 @@ class LedgerSettings(_Model):
         return value
 
 
+class SchemaRegistrySettings(_Model):
+    """The schema registry of the topics whose values are Avro (a Confluent-compatible API: Confluent Schema
+    Registry, Karapace, Apicurio's /apis/ccompat/v7). Secrets only from the environment."""
+
+    url: str = Field(min_length=1, description="Base URL of the Confluent-compatible API, without credentials, e.g. "
+                     "http://127.0.0.1:8081/apis/ccompat/v7 (kprio registry start prints it).")
+    username: str | None = Field(None, description="Basic auth user; the password is read from "
+                                 f"{ENV_REGISTRY_PASSWORD} in the environment.")
+    ssl_ca_location: str | None = Field(None, description="PEM file of the CA certificates that sign the "
+                                        "registry's certificate (https; default: the system's).")
+    ssl_certificate_location: str | None = Field(None, description="PEM file of kprio's client certificate (mTLS).")
+    ssl_key_location: str | None = Field(None, description="PEM file of the client certificate's key; its password, "
+                                         f"if any, from {ENV_REGISTRY_KEY_PASSWORD}.")
+    timeout_s: float = Field(10.0, gt=0, le=300, description="Bound of one request to the registry.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets_in_file(cls, value: object) -> object:
+        if isinstance(value, Mapping):
+            for key, variable in (("password", ENV_REGISTRY_PASSWORD), ("ssl_key_password", ENV_REGISTRY_KEY_PASSWORD)):
+                if key in value:
+                    raise ValueError(f"'{key}' is a secret: remove it from the file and set it in the environment "
+                                     f"as {variable}")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _plain_url(cls, value: str) -> str:
+        """An http(s) URL with no credentials in it.
+
+        >>> SchemaRegistrySettings(url="https://sr.example:8081").url
+        'https://sr.example:8081'
+        >>> for url in ("https://u:pw@sr.example", "sr.example:8081"):
+        ...     try:
+        ...         SchemaRegistrySettings(url=url)
+        ...     except ValidationError as err:
+        ...         print(format_validation_error(err, "kprio.yaml"))
+        url: holds credentials: remove them from the URL (https://sr.example) and set schema_registry.username and
+        KPRIO_SCHEMA_REGISTRY_PASSWORD (kprio.yaml)
+        url: is not an http(s) URL: write http://host:port[/path] (kprio.yaml)
+        """
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("is not an http(s) URL: write http://host:port[/path]")
+        if parts.username or parts.password:
+            bare = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
+            raise ValueError(f"holds credentials: remove them from the URL ({bare}) and set schema_registry.username "
+                             f"and {ENV_REGISTRY_PASSWORD}")
+        return value
+
+    def endpoint(self, env: Mapping[str, str] | None = None) -> RegistryEndpoint:
+        """Where and how to reach the registry, its secrets from the environment (never log its password)."""
+        from kprio_core.model.registry import RegistryEndpoint
+
+        env = os.environ if env is None else env
+        return RegistryEndpoint(self.url, username=self.username,
+                                password=env.get(ENV_REGISTRY_PASSWORD) if self.username else None,
+                                ca_location=self.ssl_ca_location, certificate_location=self.ssl_certificate_location,
+                                key_location=self.ssl_key_location, key_password=env.get(ENV_REGISTRY_KEY_PASSWORD),
+                                timeout_s=self.timeout_s)
+
+
 class SensorSettings(_Model):
     """How often the sensor looks at the lag."""
 
@@ -939,6 +1053,7 @@ class KprioConfig(_Model):
     slo: SloSettings = SloSettings()
     verdict: VerdictSettings = VerdictSettings()
     lineage: LineageSettings = LineageSettings()
+    schema_registry: SchemaRegistrySettings | None = None
 
     @field_validator("topics")
     @classmethod
@@ -948,6 +1063,14 @@ class KprioConfig(_Model):
         if dupes:
             raise ValueError(f"logical topic names must be unique, repeated: {dupes}")
         return value
+
+    @model_validator(mode="after")
+    def _avro_topics_have_a_registry(self) -> KprioConfig:
+        needs = [t for t in self.topics if t.value_format.registry_type]
+        if needs and self.schema_registry is None:
+            raise ValueError(f"topic {needs[0].name!r} has value_format {needs[0].value_format.value}: add a "
+                             "schema_registry section with its url")
+        return self
 
     @model_validator(mode="after")
     def _native_reader_gets_the_security_settings(self) -> KprioConfig:

@@ -427,3 +427,23 @@ class InternalError(KprioError):
     """An exception kprio did not expect (a bug): its type and first line; ``--debug`` shows the traceback."""
 
     code = "internal_error"
+
+
+class SchemaRegistryUnavailable(KprioError):
+    """The schema registry cannot be reached or answers with a server error: the batch waits for it, no record
+    becomes a dead letter for it."""
+
+    code = "schema_registry_unavailable"
+    transient = True
+
+
+class SchemaRegistryRefused(KprioError):
+    """The schema registry refuses kprio's requests (401, 403: credentials or TLS), or has no subject kprio needs."""
+
+    code = "schema_registry_refused"
+
+
+class SchemaIncompatible(KprioError):
+    """A subject's new version changes a column the table already has in a way no reader can follow."""
+
+    code = "schema_incompatible"

@@ -42,15 +42,16 @@ RESERVED = frozenset(INPUT_COLUMNS) | {ERROR_COLUMN}
 
 
 def field_type(kind: str) -> DataType:
-    from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, TimestampType
+    """The Spark type of a column kind (:mod:`kprio_core.values.kinds`), Arrow's type as PySpark converts it.
 
-    return {
-        "string": StringType(),
-        "long": LongType(),
-        "double": DoubleType(),
-        "boolean": BooleanType(),
-        "timestamp": TimestampType(),
-    }[kind]
+    >>> field_type("timestamp"), field_type("struct<at:date,price:decimal(10,2)>")
+    (TimestampType(), StructType([StructField('at', DateType(), True), StructField('price', DecimalType(10,2), True)]))
+    """
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    from kprio_core.values.kinds import arrow_type
+
+    return from_arrow_type(arrow_type(kind))
 
 
 def input_struct() -> StructType:

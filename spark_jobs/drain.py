@@ -56,6 +56,7 @@ from spark_jobs.range_counts import failed_row, merge_counts
 from spark_jobs.remote_errors import failures_in, spark_boundary
 from spark_jobs.session import priority_pool
 from spark_jobs.validity import Validity
+from spark_jobs.values import value_decoding
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,8 +78,10 @@ def drain_batch(
 ) -> DrainResult:
     """Drain ``plan`` as attempt ``attempt`` of ``batch_id`` into staged files; per-range stats (not published)."""
     started = time.monotonic()
-    resolve_handler(config.drain.handler)  # wrong name or signature: fail before Spark runs
-    drain_struct(topic.schema_)  # a field named like a drain column: the same
+    # Avro: the reader schemas from the registry, once for the whole batch (transient when it is down).
+    handler, columns, values = value_decoding(config, topic, plan.ranges)
+    resolve_handler(handler)  # wrong name or signature: fail before Spark runs
+    drain_struct(dict(columns))  # a field named like a drain column: the same
     splits = plan_splits(config, plan)
     ordering = config.ordering.mode
     lanes = config.ordering.lanes if ordering is Ordering.KEY else 1
@@ -86,10 +89,10 @@ def drain_batch(
              DEAD_LETTERS: absolute(dead_letter_root or config.drain.dead_letter_path)}
     staging = prepare_staging(roots, batch_id, attempt)
     spec = DrainSpec(
-        batch_id, attempt, topic.name, config.drain.handler, tuple(topic.schema_.items()),
+        batch_id, attempt, topic.name, handler, columns,
         Validity(tuple(topic.required_fields), config.quality.tombstones, config.quality.null_keys),
         ordering, lanes, plan.ranges, staging[0], staging[1], config.spark.arrow_batch_records,
-        tuple(sorted(plan.incarnations.items())),
+        tuple(sorted(plan.incarnations.items())), values,
     )
     top = max((r.priority for r in plan.ranges), default=0)
     # Spark gone (a Connect server stopped, a lost gateway): SparkUnavailable. The batch's jobs share the

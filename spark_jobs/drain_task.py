@@ -54,6 +54,7 @@ from kprio_core.lanes import Lane, Ordering
 from kprio_core.model.drain_plan import PlannedRange
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import ErrorRecord
+from kprio_core.values.avro import ValueDecoding
 from spark_jobs.lane_batches import batch_lanes, lane_segments
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT
 from spark_jobs.validity import Validity
@@ -82,6 +83,9 @@ class DrainSpec:
     row_group_records: int
     incarnations: tuple[tuple[str, int], ...] = ()
     """Incarnation of each partition (``topic[partition]``) above 1 (part of the file names, see spark_jobs.layout)."""
+    values: ValueDecoding | None = None
+    """Avro values: the registry (its secrets too: the spec travels like the ``kafka.*`` options, never logged)
+    and the batch's reader schemas; given to the handler in its :class:`LaneContext`."""
 
     def __repr__(self) -> str:
         # No paths: an object-store URI may carry credentials.
@@ -316,7 +320,7 @@ class DrainTask:
         from spark_jobs.handler_contract import LaneContext
 
         return LaneContext(self.spec.logical_topic, lane.topic, lane.partition, lane.lane, priority,
-                           self.spec.batch_id, self.spec.schema)
+                           self.spec.batch_id, self.spec.schema, self.spec.values)
 
     def _switch_to(self, lane: Lane) -> None:
         """Sorted input: a new lane ends the previous one; a lane seen before is out of order."""

@@ -44,6 +44,7 @@ from typing import Any
 
 from kprio_core.handler_spec import resolve_handler
 from kprio_core.lanes import Lane
+from kprio_core.values.avro import ValueDecoding
 
 __all__ = ["Handler", "LaneContext", "arrow_form", "resolve_handler"]
 
@@ -62,6 +63,9 @@ class LaneContext:
     batch_id: str
     schema: tuple[tuple[str, str], ...] = ()
     """The topic's decoded fields and their types, e.g. ``(("amount", "double"),)``."""
+    values: ValueDecoding | None = None
+    """A topic with ``value_format: avro``: the registry and the batch's reader schemas (the handler decodes the
+    values with ``values.decoder(schema)``); None for JSON and raw values."""
 
     @property
     def fields(self) -> Mapping[str, str]:

@@ -1,4 +1,6 @@
-"""Record handlers shipped with kprio. The default decodes JSON values into typed columns.
+"""Record handlers shipped with kprio. The default decodes JSON values into typed columns; a topic whose
+``value_format`` is ``avro``, ``protobuf`` or ``json_schema`` is decoded by :func:`decode_avro` (alias :func:`decode_registry_values`),
+one whose format is ``raw`` by :func:`keep_raw`.
 
 :func:`decode_json` reads the topic's schema (``TopicSettings.schema_``, e.g.
 ``{"amount": "double", "at": "timestamp"}``) and adds one column per field, named after the
@@ -28,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from kprio_core.errors import HandlerError
 from spark_jobs.handler_contract import LaneContext
 
 
@@ -57,6 +60,66 @@ def decode_json_arrow(batches: Iterator[Any], context: LaneContext) -> Iterator[
 
 
 decode_json.arrow = decode_json_arrow  # type: ignore[attr-defined]
+
+
+def decode_avro(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Avro values in the schema registry's wire format into the batch's columns (:mod:`kprio_core.values.avro`).
+
+    pandas form of :func:`decode_avro_arrow`.
+    """
+    import pyarrow as pa
+
+    arrow = decode_avro_arrow((pa.RecordBatch.from_pandas(f[["value"]], preserve_index=False) for f in frames),
+                              context)
+    for batch in arrow:
+        yield batch.to_pandas()
+
+
+def decode_avro_arrow(batches: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Arrow form of :func:`decode_avro` (the drain uses it), for Avro and JSON Schema values alike (the decoder
+    ``context.values`` gives): one typed column per field, ``error`` for a record that cannot be decoded (it goes to the dead letters with its raw bytes). A registry that cannot be reached
+    raises (transient: the batch waits for it)."""
+    import pyarrow as pa
+
+    if context.values is None:
+        raise HandlerError(f"handler decode_avro has no registry for {context}: set the topic's value_format to avro")
+    missing = context.values.missing_subject(context.topic)
+    decoder = context.values.decoder(context.schema) if missing is None else None
+    for batch in batches:
+        if decoder is None:  # no schema of this topic's subject: every value is a bad record, tombstones are fine
+            values = batch.column("value")
+            why = f"subject {missing!r} is not in the schema registry: no schema to read the value with"
+            errors = pa.array([None if v is None else why for v in values.to_pylist()], type=pa.string())
+            yield pa.RecordBatch.from_arrays([errors], names=["error"])
+            continue
+        columns, errors = decoder.decode(batch.column("value"), context.topic)
+        yield pa.RecordBatch.from_arrays([*columns.values(), errors], names=[*columns, "error"])
+
+
+decode_avro.arrow = decode_avro_arrow  # type: ignore[attr-defined]
+
+decode_registry_values = decode_avro
+"""Any value format of the registry (``avro``, ``protobuf``, ``json_schema``): the batch's ``context.values`` says
+which."""
+
+
+def keep_raw(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """``value_format: raw``: nothing decoded, every record fine (its ``value`` stays as it was)."""
+    import pandas as pd
+
+    for frame in frames:
+        yield pd.DataFrame({"error": pd.Series([None] * len(frame), dtype=object)})
+
+
+def keep_raw_arrow(batches: Iterator[Any], context: LaneContext) -> Iterator[Any]:
+    """Arrow form of :func:`keep_raw`."""
+    import pyarrow as pa
+
+    for batch in batches:
+        yield pa.RecordBatch.from_arrays([pa.nulls(batch.num_rows, pa.string())], names=["error"])
+
+
+keep_raw.arrow = keep_raw_arrow  # type: ignore[attr-defined]
 
 
 _ARROW_TYPES = {"long": "int64", "double": "float64", "boolean": "bool_", "string": "string"}

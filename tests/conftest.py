@@ -3,6 +3,8 @@
 - ``tests.fixtures.kafka``: one Kafka broker per test session (embedded Apache Kafka in KRaft mode
   on a free port, or the cluster in ``KPRIO_BOOTSTRAP_SERVERS``), and a module's three-node cluster
   for the failover tests;
+- ``tests.fixtures.registry``: one schema registry per test session (embedded Apicurio Registry on a free
+  port, or the registry in ``KPRIO_SCHEMA_REGISTRY_URL``);
 - ``tests.fixtures.spark``: one local SparkSession per test session;
 - ``tests.fixtures.postgres``: a throwaway PostgreSQL server (installed with apt-get when missing);
 - ``tests.fixtures.browser``: headless Chromium from Debian (installed with apt-get when missing);
@@ -19,8 +21,8 @@ import signal
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser",
-                  "tests.fixtures.airflow", "tests.fixtures.deployments", "tests.fixtures.daemon",
+pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.registry", "tests.fixtures.spark", "tests.fixtures.postgres",
+                  "tests.fixtures.browser", "tests.fixtures.airflow", "tests.fixtures.deployments", "tests.fixtures.daemon",
                   "tests.fixtures.airflow_deployment", "tests.fixtures.prometheus"]
 
 

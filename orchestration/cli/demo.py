@@ -8,12 +8,13 @@ one JSON document. Exits 1 when the drain stopped early or conservation failed.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kprio_core.config import OutputFormat
+from kprio_core.config import OutputFormat, ValueFormat
 from kprio_core.errors import UsageError
 from orchestration.cli.common import JsonOption, print_json
 from orchestration.services.broker_security import Security
@@ -56,6 +57,20 @@ SecurityOption = Annotated[
                  "sasl_plaintext; every client of the demo authenticates. Secrets from KPRIO_KAFKA_SASL_PASSWORD and "
                  "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD, made up for the run (never shown) when not set."),
 ]
+class DemoValues(StrEnum):
+    """What the demo's orders are written as."""
+
+    JSON = "json"
+    AVRO = "avro"
+
+
+ValuesOption = Annotated[
+    DemoValues,
+    typer.Option("--values", case_sensitive=False,
+                 help="json orders, or avro: written with confluent-kafka's AvroSerializer through a schema registry "
+                 "(the embedded Apicurio Registry the demo starts, or --config's schema_registry), decoded into typed "
+                 "columns (decimal amount, timestamp, enum tier) that the report lists."),
+]
 MtlsOption = Annotated[bool, typer.Option("--mtls", help="With --security ssl or sasl_ssl: clients present a "
                                                          "certificate too (mutual TLS).")]
 
@@ -69,6 +84,7 @@ def demo(
     output_format: FormatOption = OutputFormat.PARQUET,
     security: SecurityOption = Security.PLAINTEXT,
     mtls: MtlsOption = False,
+    values: ValuesOption = DemoValues.JSON,
     as_json: JsonOption = False,
 ) -> None:
     """Run the one-command demo: broker, 3 priority topics, a realistic workload, the Dagster drain, a report.
@@ -84,7 +100,10 @@ def demo(
     With --security sasl_ssl the embedded broker takes only SCRAM-SHA-512 or PLAIN logins over TLS, with a CA and certificates it makes in <data-dir>/broker/tls, and every client of the demo authenticates: the producer, the admin client, both readers, the commits.
 
     Example: kprio demo --records 12000 --poison 4 --keep-broker
+    With --values avro the orders are Avro records in the schema registry's wire format (the embedded Apicurio Registry, built by scripts/setup.sh, runs for the demo), and the report lists the output's typed columns.
+
     Example: kprio demo --security sasl_ssl
+    Example: kprio demo --values avro --format delta
     """
     from orchestration.demo import DemoFailed
     from orchestration.demo.layout import DemoLayout
@@ -100,7 +119,7 @@ def demo(
     except ValueError as err:
         raise UsageError(str(err), where="kprio demo --security") from None
     options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config, poison=poison,
-                          output_format=output_format, security=secured)
+                          output_format=output_format, security=secured, values=ValueFormat(values.value))
     log = DemoLayout(data_dir.resolve()).log
     # Dagster's event log and Spark's warnings would bury the progress bars: they go to the log.
     with logs_to(log) as terminal, DemoProgress(PRIORITIES, enabled=not as_json, file=terminal) as progress:
@@ -127,7 +146,7 @@ def print_result(result, *, as_json: bool) -> None:  # noqa: ANN001 - DemoResult
                                f"{result.batch_count} batches ({result.seconds:.0f} s)"))
     console.print(result.conservation.line(), style="green" if result.conservation.ok else "red", highlight=False,
                   soft_wrap=True)
-    for line in [*result.table_lines(), *result.dead_letter_lines()]:
+    for line in [*result.column_lines(), *result.table_lines(), *result.dead_letter_lines()]:
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"backlog plot: {result.layout.plot}   log: {result.layout.log}", highlight=False, soft_wrap=True)
     for step in result.next_steps():

@@ -72,6 +72,9 @@ app.command("metrics")(metrics.metrics)
 from orchestration.cli import plan  # noqa: E402
 
 app.command("plan")(plan.plan)
+from orchestration.cli import registry  # noqa: E402
+
+app.add_typer(registry.app, name="registry")
 from orchestration.cli import reset  # noqa: E402
 
 app.command("reset")(reset.reset)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from kprio_core.config import KafkaSettings, KprioConfig, OutputFormat
+from kprio_core.config import KafkaSettings, KprioConfig, OutputFormat, SchemaRegistrySettings
 from orchestration.demo.workload import ORDER_SCHEMA, PRIORITIES, REQUIRED_FIELDS
 
 DEFAULT_DATA_DIR = Path("kprio-data") / "demo"
@@ -47,6 +47,11 @@ class DemoLayout:
     @property
     def broker(self) -> Path:
         return self.root / "broker"
+
+    @property
+    def registry(self) -> Path:
+        """The embedded schema registry's data dir (``--values avro``)."""
+        return self.root / "registry"
 
     @property
     def dagster_home(self) -> Path:
@@ -88,7 +93,7 @@ class DemoLayout:
 
     def owned(self) -> tuple[Path, ...]:
         """What a demo run creates; only these are removed when the next run starts afresh."""
-        return (self.broker, self.dagster_home, self.output, self.dead_letters, self.replay, self.ledger,
+        return (self.broker, self.registry, self.dagster_home, self.output, self.dead_letters, self.replay, self.ledger,
                 self.config_file, self.plot, self.report)
 
     def clear(self) -> None:
@@ -102,12 +107,15 @@ class DemoLayout:
 
 def demo_config(layout: DemoLayout, bootstrap: str, *, record_budget: int, kafka: KafkaSettings | None = None,
                 logical_topic: str = LOGICAL_TOPIC, today: datetime | None = None,
-                output_format: OutputFormat = OutputFormat.PARQUET) -> KprioConfig:
+                output_format: OutputFormat = OutputFormat.PARQUET,
+                registry: SchemaRegistrySettings | None = None) -> KprioConfig:
     """The demo's configuration: one logical topic of 3 priorities x 4 partitions on ``bootstrap``.
 
     ``kafka`` carries client settings (security, timeouts) of a real cluster or a secured embedded broker;
-    its bootstrap is replaced.
+    its bootstrap is replaced. With a ``registry`` the values are Avro (``--values avro``): the columns come
+    from the registry, not from the JSON schema.
     """
+    values = ({"value_format": "avro"} if registry is not None else {"schema": dict(ORDER_SCHEMA)})
     base = kafka or KafkaSettings(timeout_s=20.0)
     day = (today or datetime.now(UTC)).strftime("%Y-%m-%d")
     return KprioConfig.model_validate({
@@ -116,9 +124,10 @@ def demo_config(layout: DemoLayout, bootstrap: str, *, record_budget: int, kafka
             "name": logical_topic,
             "priorities": PRIORITIES,
             "partitions": PARTITIONS,
-            "schema": dict(ORDER_SCHEMA),
+            **values,
             "required_fields": list(REQUIRED_FIELDS),
         }],
+        "schema_registry": registry,
         # Batches sized by the record budget alone (not by measured throughput): the same run gives the same table.
         "planner": {"record_budget": record_budget, "target_batch_s": None},
         "drain": {"format": output_format, "output_path": str(layout.output), "dead_letter_path": str(layout.dead_letters),

@@ -14,6 +14,11 @@ settings it prints: the admin client, the producer, both readers, the commits. T
 the environment (``KPRIO_KAFKA_SASL_PASSWORD``, ``KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD``); one that is not
 set is made up for the run and set in this process's environment only (:func:`one_off_secrets`), never
 shown or written, unless the broker is to be kept, whose clients will need it.
+
+With ``values`` avro (``kprio demo --values avro``) the orders are Avro in the schema registry's wire format,
+written with confluent-kafka's AvroSerializer through the registry of ``--config``'s kprio.yaml or, without
+one, the embedded Apicurio Registry the demo starts in ``<data-dir>/registry`` (stopped with the broker);
+the report lists the output's typed columns.
 """
 
 from __future__ import annotations
@@ -28,7 +33,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kprio_core.config import ENV_BOOTSTRAP, DrainSettings, KafkaSettings, OutputFormat, load_config, parse_config
+from kprio_core.config import (
+    ENV_BOOTSTRAP,
+    DrainSettings,
+    KafkaSettings,
+    OutputFormat,
+    SchemaRegistrySettings,
+    ValueFormat,
+    load_config,
+    parse_config,
+)
 from orchestration.demo import DemoFailed
 from orchestration.demo.layout import (
     LOGICAL_TOPIC,
@@ -97,6 +111,8 @@ class DemoOptions:
     """``drain.format``: Parquet files, or Delta Lake tables (one commit per batch)."""
     security: BrokerSecurity = BrokerSecurity()
     """How the embedded broker is secured (``--security``); every client of the demo authenticates."""
+    values: ValueFormat = ValueFormat.JSON
+    """``--values``: JSON orders, or Avro through the schema registry (typed columns from its schema)."""
 
     @property
     def budget(self) -> int:
@@ -126,6 +142,10 @@ class DemoResult:
     security: BrokerSecurity = BrokerSecurity()
     made_up: tuple[str, ...] = ()
     """The secrets the demo made up for its run (their variables' names), see :func:`one_off_secrets`."""
+    values: ValueFormat = ValueFormat.JSON
+    registry_url: str | None = None
+    columns: list[tuple[str, str]] = field(default_factory=list)
+    """The output's decoded columns and their types, as a reader of the table sees them."""
 
     @property
     def batch_count(self) -> int:
@@ -167,6 +187,14 @@ class DemoResult:
         steps += [f"open the UI on this instance: {self.ui_command()}",
                   f"show the lag: kprio lag --config {self.layout.config_file}"]
         return steps + self.query_lines()
+
+    def column_lines(self) -> list[str]:
+        """The decoded columns of the output and their types (from the registry's schema with --values avro)."""
+        if not self.columns:
+            return []
+        source = f"from the schema registry at {self.registry_url}" if self.values is ValueFormat.AVRO \
+            else "from the topic's JSON schema"
+        return [f"typed columns ({source}): " + ", ".join(f"{name} {kind}" for name, kind in self.columns)]
 
     def table_lines(self) -> list[str]:
         """Delta: the output table and its log, one commit per batch with the ranges it published."""
@@ -211,6 +239,9 @@ class DemoResult:
             "drain": {"ok": self.drain_ok, "stopped": self.drain_stopped},
             "seconds": round(self.seconds, 1),
             "format": self.output_format.value,
+            "values": self.values.value,
+            "schema_registry": self.registry_url,
+            "columns": {name: kind for name, kind in self.columns},
             "table_log": self.table_log,
             "files": {"config": str(self.layout.config_file), "dagster_home": str(self.layout.dagster_home),
                       "plot": str(self.layout.plot), "output": str(self.layout.output),
@@ -266,6 +297,7 @@ def published_offsets(drain: DrainSettings, kind: str, logical_topic: str) -> li
 def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> DemoResult:
     """Run the whole demo (see the module docstring); raises kprio's typed errors on failure."""
     from orchestration.services.broker import EmbeddedBroker
+    from orchestration.services.registry import EmbeddedRegistry
 
     listener = listener or _Silent()
     started = time.monotonic()
@@ -279,8 +311,13 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
     made_up = one_off_secrets(options.security, os.environ, keep_broker=options.keep_broker) if cluster is None else []
     broker = (EmbeddedBroker(layout.broker, port=None, start_timeout_s=60, security=options.security)
               if cluster is None else None)
+    registry_settings = demo_registry(options.config) if options.values is ValueFormat.AVRO else None
+    registry = (EmbeddedRegistry(layout.registry, port=None, start_timeout_s=120)
+                if options.values is ValueFormat.AVRO and registry_settings is None else None)
     if broker is not None:
         broker.stop()  # a broker an earlier `--keep-broker` run left behind holds the old data
+    if registry is not None:
+        registry.stop()  # as the broker: an earlier run's registry holds the old schemas
     layout.clear()
     layout.root.mkdir(parents=True, exist_ok=True)
     kept = False
@@ -295,18 +332,25 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
             bootstrap = cluster.bootstrap_servers
             # A real cluster keeps topics across runs: a fresh logical topic keeps each run's counts exact.
             topic_name = f"{LOGICAL_TOPIC}-{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid.uuid4().hex[:4]}"
+        if registry is not None:
+            listener.stage("starting the embedded schema registry (Apicurio Registry)")
+            registry_settings = SchemaRegistrySettings(url=registry.start().url)
         config = demo_config(layout, bootstrap, record_budget=options.budget, kafka=cluster, logical_topic=topic_name,
-                             output_format=options.output_format)
+                             output_format=options.output_format, registry=registry_settings)
         write_config(config, layout.config_file)
         result = _drain_demo(config, layout, workload, options, listener)
         kept = broker is not None and options.keep_broker
         result.update(embedded=broker is not None, broker_kept=kept, seconds=time.monotonic() - started)
         demo = DemoResult(layout=layout, bootstrap=bootstrap, logical_topic=topic_name,
                           output_format=options.output_format, security=options.security, made_up=tuple(made_up),
+                          values=options.values, registry_url=registry_settings.url if registry_settings else None,
                           **result)
         layout.report.write_text(json.dumps(demo.to_dict(), indent=2))
         return demo
     finally:
+        if registry is not None and not kept:
+            listener.stage("stopping the embedded schema registry")
+            registry.stop()
         if broker is not None and not kept:
             listener.stage("stopping the embedded Kafka broker")
             broker.stop()
@@ -328,7 +372,12 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
         listener.stage(f"creating {', '.join(topic.priority_topics().values())}")
         # retention.ms -1: the demo's records must not expire while the user looks at them.
         edge.ensure_topics(topic, PARTITIONS, config={"retention.ms": "-1"})
-        producer = WaveProducer(config, topic, edge, seed=options.seed)
+        encode = None
+        if config.schema_registry is not None:
+            from orchestration.demo.avro_values import AvroOrders
+
+            encode = AvroOrders(config.schema_registry.url).encode
+        producer = WaveProducer(config, topic, edge, seed=options.seed, encode=encode)
         produced = set()
 
         def produce_due(batches_done: int, waves) -> None:  # noqa: ANN001
@@ -380,4 +429,22 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
         raise DemoFailed(f"{topic.name}: the drain ran no batch ({stopped})")
     table_log = table_batches(config.drain.output_path, topic.name) if config.drain.format is OutputFormat.DELTA else []
     return {"rows": rows, "conservation": conservation, "batches": runs, "drain_stopped": stopped,
-            "drain_ok": ok, "arrivals": list(producer.arrivals), "table_log": table_log}
+            "drain_ok": ok, "arrivals": list(producer.arrivals), "table_log": table_log,
+            "columns": output_columns(config.drain, topic.name)}
+
+
+def output_columns(drain: DrainSettings, logical_topic: str) -> list[tuple[str, str]]:
+    """The decoded columns of the published output and their Arrow types (the drain's own columns left out)."""
+    from spark_jobs.columns import RESERVED
+    from spark_jobs.layout import OUTPUT
+    from spark_jobs.tables import read_rows
+
+    schema = read_rows(drain, OUTPUT, logical_topic).schema
+    return [(f.name, str(f.type)) for f in schema if f.name not in RESERVED and f.name != "priority"]
+
+
+def demo_registry(config: Path | None, env: Mapping[str, str] | None = None) -> SchemaRegistrySettings | None:
+    """The schema registry of ``--config``'s kprio.yaml, if it has one (else the demo runs the embedded one)."""
+    if config is None:
+        return None
+    return load_config(config, os.environ if env is None else env).schema_registry

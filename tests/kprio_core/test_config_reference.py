@@ -26,7 +26,8 @@ import re
 from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 import dagster as dg
 import pytest
@@ -46,6 +47,10 @@ REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model of a section, optional ones too (``schema_registry: SchemaRegistrySettings | None``)."""
+    if get_origin(annotation) in (Union, UnionType):
+        found = [a for a in get_args(annotation) if a is not type(None)]
+        annotation = found[0] if len(found) == 1 else None
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 
@@ -98,6 +103,8 @@ CHANGES: dict[str, Any] = {
     "topics[].group_template": "{group}.p{priority}",
     "topics[].schema": {"id": "string"},
     "topics[].required_fields": ["id"],
+    "topics[].value_format": "raw",
+    "topics[].value_subject": "{topic}-values",
     "topics[].replication_factor": 3,
     "topics[].topic_config": {"retention.ms": "3600000"},
     "planner.record_budget": 1000,
@@ -157,10 +164,23 @@ CHANGES: dict[str, Any] = {
     "lineage.enabled": True,
     "lineage.namespace": "billing",
     "lineage.transport": {"type": "file", "log_file_path": "lineage.jsonl"},
+    "schema_registry.url": "http://sr.probe:8081/apis/ccompat/v7",
+    "schema_registry.username": "kprio",
+    "schema_registry.ssl_ca_location": "/etc/kprio/sr-ca.pem",
+    "schema_registry.ssl_certificate_location": "/etc/kprio/sr-client.pem",
+    "schema_registry.ssl_key_location": "/etc/kprio/sr-client.key",
+    "schema_registry.timeout_s": 3.0,
 }
 """Another valid value of every leaf."""
 
-COMPANIONS: dict[str, dict[str, Any]] = {"ordering.lanes": {"ordering.mode": "key"}}
+_REGISTRY = {"schema_registry.url": "http://sr.probe:8081"}
+COMPANIONS: dict[str, dict[str, Any]] = {
+    "ordering.lanes": {"ordering.mode": "key"},
+    "topics[].value_format": {"topics[].schema": {}},  # raw values are not decoded: no JSON fields
+    **{key: _REGISTRY for key in ("schema_registry.username", "schema_registry.ssl_ca_location",
+                                  "schema_registry.ssl_certificate_location", "schema_registry.ssl_key_location",
+                                  "schema_registry.timeout_s")},
+}
 """Changes that are only valid with another one."""
 
 
@@ -274,7 +294,29 @@ def definitions(config: KprioConfig) -> tuple[object, ...]:
     return defs.resolve_sensor_def("priority_lag_sensor").minimum_interval_seconds, replays.start
 
 
+def registry_endpoint(config: KprioConfig) -> object:
+    """Where and how a batch's drain reaches the schema registry (None: no registry)."""
+    settings = resources_from_config(config, env={})["kprio"].config().schema_registry
+    endpoint = settings.endpoint(env={}) if settings is not None else None
+    return None if endpoint is None else (endpoint.url, endpoint.username, endpoint.ca_location,
+                                          endpoint.certificate_location, endpoint.key_location, endpoint.timeout_s)
+
+
+def value_decoding(config: KprioConfig) -> object:
+    """The handler and columns a batch of the first topic is drained with (JSON and raw need no registry)."""
+    from spark_jobs.values import value_decoding
+
+    return value_decoding(config, resources_from_config(config, env={})["kprio"].config().topics[0], ())[:2]
+
+
 PROBES: dict[str, Callable[[KprioConfig], object]] = {
+    "topics[].value_format": value_decoding,
+    "schema_registry.url": registry_endpoint,
+    "schema_registry.username": registry_endpoint,
+    "schema_registry.ssl_ca_location": registry_endpoint,
+    "schema_registry.ssl_certificate_location": registry_endpoint,
+    "schema_registry.ssl_key_location": registry_endpoint,
+    "schema_registry.timeout_s": registry_endpoint,
     "kafka.bootstrap_servers": kafka_client,
     "kafka.client": kafka_client,
     "kafka.secrets": kafka_client,
@@ -326,7 +368,9 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "topics[].partitions": ("kprio_core.kafka.topics", "topic_mismatches", NEEDS_BROKER),
     "topics[].replication_factor": ("kprio_core.kafka.edge", "KafkaEdge.create_topics", NEEDS_BROKER),
     "topics[].topic_config": ("kprio_core.kafka.edge", "KafkaEdge.create_topics", NEEDS_BROKER),
-    "topics[].schema": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
+    "topics[].schema": ("spark_jobs.values", "value_decoding", NEEDS_SPARK),
+    "topics[].value_subject": ("spark_jobs.values", "value_decoding",
+                               "reads the subject's latest version from a registry (tests/kprio_core/test_values_avro.py)"),
     "topics[].required_fields": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "planner.mode": ("kprio_core.lifecycle.tick", "decide_tick", NEEDS_SNAPSHOT),
     "planner.distribution": ("kprio_core.lifecycle.tick", "decide_tick", NEEDS_SNAPSHOT),
@@ -341,7 +385,7 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "recovery.backoff_max_s": ("kprio_core.lifecycle.run", "retry_at", NEEDS_RUN),
     "ordering.mode": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "ordering.lanes": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
-    "drain.handler": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
+    "drain.handler": ("spark_jobs.values", "value_decoding", NEEDS_SPARK),
     "drain.allow_data_loss": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.on_offset_out_of_range": ("kprio_core.lifecycle.log_rules", "log_decisions", NEEDS_SNAPSHOT),
     "drain.format": ("spark_jobs.tables", "publish", "needs a drained batch: a broker and Spark"),

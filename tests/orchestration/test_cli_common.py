@@ -40,6 +40,9 @@ NO_KAFKA: dict[tuple[str, ...], str] = {
     ("broker", "start"): "starts the local embedded broker process; reads no kprio.yaml",
     ("broker", "stop"): "stops the local embedded broker process; reads no kprio.yaml",
     ("broker", "status"): "reads the embedded broker's state file; reads no kprio.yaml",
+    ("registry", "start"): "starts the local embedded schema registry process; reads no kprio.yaml",
+    ("registry", "stop"): "stops the local embedded schema registry process; reads no kprio.yaml",
+    ("registry", "status"): "reads the embedded schema registry's state file; reads no kprio.yaml",
     ("instance", "init"): "writes dagster.yaml and creates the Dagster storage; from kprio.yaml it reads only the "
                           "run limits (topics' priorities, planner, recovery, sensor)",
     ("instance", "show"): "prints the dagster.yaml of kprio.yaml's run limits; no cluster involved",

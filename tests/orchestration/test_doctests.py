@@ -37,6 +37,7 @@ MODULES = [
     "orchestration.dagster.run_threads",
     "orchestration.dagster.tags",
     "orchestration.dagster.threaded_instance",
+    "orchestration.demo.avro_values",
     "orchestration.demo.layout",
     "orchestration.demo.plot",
     "orchestration.demo.report",
@@ -61,6 +62,8 @@ MODULES = [
     "orchestration.services.broker_security",
     "orchestration.services.jars",
     "orchestration.services.process",
+    "orchestration.services.registry",
+    "orchestration.services.registry_build",
     "orchestration.services.spark_connect",
     "orchestration.services.tls",
 ]

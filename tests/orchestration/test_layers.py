@@ -74,6 +74,7 @@ CORE_FLOORS = {
     "kprio_core.kafka": "adapter",  # confluent-kafka
     "kprio_core.jar_cache": "adapter",  # files and downloads
     "kprio_core.java": "adapter",  # runs java
+    "kprio_core.values": "adapter",  # record values decoded with the schemas a registry serves (httpx)
     "kprio_core.simulator": "simulator",
     "kprio_core.traces": "simulator",  # the simulator's traces, read from files
     # Everything else: the pure rules (lifecycle, planner, quota, burst, rate, splits, lanes, log changes). The

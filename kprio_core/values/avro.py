@@ -1,0 +1,304 @@
+"""Avro values in the wire format, decoded with fastavro into typed Arrow columns (on the executors).
+
+Each record is read with two schemas: the **writer's**, named by the schema id in its header and
+fetched once per id (:func:`~kprio_core.values.registry.shared_registry`), and the **reader's**,
+the subject's latest version as the driver saw it when the batch started (:func:`reader_schemas`),
+so a record written with an older version decodes with the defaults Avro's resolution rules give
+and every record of the batch has the same columns. A topic's subject is its value subject
+(``<topic>-value``, Confluent's TopicNameStrategy) unless the topic names another.
+
+A record that cannot be decoded is kept with a reason for the dead letters, never dropped, never a
+stall: a value not in the wire format (too short, wrong magic byte), a schema id the registry does
+not know (404), a schema that is not Avro, a payload that does not decode with its writer's schema
+(or has bytes left over). A registry that cannot be reached raises
+:class:`~kprio_core.errors.SchemaRegistryUnavailable` (transient: the batch waits, no record is
+blamed); a writer's schema the reader's cannot follow (an incompatible change) raises
+:class:`~kprio_core.errors.SchemaIncompatible` naming the subject, both schemas and the field.
+A tombstone (null value) is a fine record with every column null.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kprio_core.errors import SchemaIncompatible
+from kprio_core.values.avro_columns import record_fields, referenced_names, without_logical_types
+from kprio_core.values.kinds import arrow_type
+from kprio_core.values.registry import RegisteredSchema, RegistryEndpoint, SchemaRegistry
+from kprio_core.values.wire import header
+
+
+@dataclass(frozen=True)
+class ReaderSchema:
+    """The schema a topic's records are read with: its subject's latest version when the batch started."""
+
+    topic: str
+    subject: str
+    schema: RegisteredSchema
+
+    @property
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        """Its columns: an Avro record's fields, or a JSON Schema object's properties."""
+        if self.schema.schema_type == "JSON":
+            from kprio_core.values.json_schema import json_schema_columns
+
+            return json_schema_columns(self.schema.text)
+        if self.schema.schema_type == "PROTOBUF":  # the first message of the file, as serializers mostly write
+            from kprio_core.values.protobuf import file_descriptor, message_columns, message_of
+
+            return message_columns(message_of(file_descriptor(self.schema), [0]))
+        from kprio_core.values.avro_columns import record_fields, referenced_names
+        from kprio_core.values.kinds import render
+
+        names = referenced_names(self.schema.references)
+        return tuple((name, render(tree)) for name, tree, _ in record_fields(self.schema.text, names))
+
+
+@dataclass(frozen=True)
+class ValueDecoding:
+    """What an executor needs to decode a batch's registry values: the registry and each topic's reader schema
+    (frozen when the batch's drain started, so every task of it gives the same columns); ``schema_type`` is the
+    registry's name of the format: ``AVRO``, ``JSON`` (JSON Schema) or ``PROTOBUF``."""
+
+    endpoint: RegistryEndpoint
+    readers: tuple[ReaderSchema, ...]
+    schema_type: str = "AVRO"
+    missing: tuple[tuple[str, str], ...] = ()
+    """``(topic, subject)`` of the batch's topics whose subject the registry does not have: their records are bad
+    records (a value written without the registry), never a failed batch."""
+
+    def missing_subject(self, topic: str) -> str | None:
+        """The subject of ``topic`` when the registry does not have it."""
+        return next((subject for t, subject in self.missing if t == topic), None)
+
+    def decoder(self, columns: Sequence[tuple[str, str]]) -> Any:
+        """A decoder over the process's shared registry client (each schema id fetched once per executor)."""
+        from kprio_core.values.registry import shared_registry
+
+        if self.schema_type == "JSON":
+            from kprio_core.values.json_schema import JsonSchemaDecoder
+
+            return JsonSchemaDecoder(shared_registry(self.endpoint), self.readers, columns)
+        if self.schema_type == "PROTOBUF":
+            from kprio_core.values.protobuf import ProtobufDecoder
+
+            return ProtobufDecoder(shared_registry(self.endpoint), self.readers, columns)
+        return AvroDecoder(shared_registry(self.endpoint), self.readers, columns)
+
+
+def value_subject(topic: str, template: str = "{topic}-value") -> str:
+    """The subject of a topic's values (``{topic}`` is the priority topic's name).
+
+    >>> value_subject("orders-2"), value_subject("orders-2", "orders-value")
+    ('orders-2-value', 'orders-value')
+    """
+    return template.format(topic=topic)
+
+
+def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str], schema_type: str = "AVRO", *,
+                   missing_ok: bool = False) -> tuple[ReaderSchema, ...]:
+    """The latest version of each topic's subject (``{topic: subject}``), once per subject; each must hold a schema
+    of ``schema_type`` (``AVRO``, ``JSON`` for JSON Schema, ``PROTOBUF``). ``missing_ok``: a subject the registry
+    does not have is left out (its topic's records name no schema of it) instead of refused."""
+    latest: dict[str, RegisteredSchema] = {}
+    out = []
+    for topic, subject in sorted(subjects.items()):
+        if subject not in latest:
+            if missing_ok and not registry.has_subject(subject):
+                continue
+            latest[subject] = registry.latest(subject)
+            if latest[subject].schema_type != schema_type:
+                raise SchemaIncompatible(f"subject {subject!r} holds a {latest[subject].schema_type} schema, "
+                                         f"not {schema_type}: set the topic's value_format to match",
+                                         where=registry.endpoint.url)
+        out.append(ReaderSchema(topic, subject, latest[subject]))
+    return tuple(out)
+
+
+def merged_columns(readers: Sequence[ReaderSchema]) -> tuple[tuple[str, str], ...]:
+    """The columns of every reader schema (a logical topic's priority topics may use different subjects), in
+    order of first appearance; one name with two kinds is an incompatible change.
+
+    >>> s = RegisteredSchema(1, '{"type":"record","name":"R","fields":[{"name":"a","type":"long"}]}')
+    >>> t = RegisteredSchema(2, '{"type":"record","name":"R","fields":[{"name":"a","type":"string"}]}')
+    >>> merged_columns([ReaderSchema("o-1", "o-1-value", s), ReaderSchema("o-0", "o-0-value", s)])
+    (('a', 'long'),)
+    >>> merged_columns([ReaderSchema("o-1", "o-1-value", s), ReaderSchema("o-0", "o-0-value", t)])
+    Traceback (most recent call last):
+    ...
+    kprio_core.errors.SchemaIncompatible: column 'a' is long in subject 'o-1-value' (schema id 1) but string in subject 'o-0-value' (schema id 2)
+    """
+    columns: dict[str, tuple[str, ReaderSchema]] = {}
+    for reader in readers:
+        try:
+            found = reader.columns
+        except (ValueError, KeyError) as err:
+            raise SchemaIncompatible(f"subject {reader.subject!r} (schema id {reader.schema.schema_id}): {err}") from None
+        for name, kind in found:
+            seen = columns.setdefault(name, (kind, reader))
+            if seen[0] != kind:
+                raise SchemaIncompatible(
+                    f"column {name!r} is {seen[0]} in subject {seen[1].subject!r} (schema id "
+                    f"{seen[1].schema.schema_id}) but {kind} in subject {reader.subject!r} (schema id "
+                    f"{reader.schema.schema_id})")
+    return tuple((name, kind) for name, (kind, _) in columns.items())
+
+
+def parse(schema: RegisteredSchema) -> Any:
+    """fastavro's parsed form of a schema without its logical types (the columns' builders apply them), its
+    references parsed first."""
+    import fastavro
+
+    named: dict[str, Any] = {}
+    for _, text in schema.references:
+        fastavro.parse_schema(without_logical_types(_loads(text)), named_schemas=named)
+    return fastavro.parse_schema(without_logical_types(schema.parsed), named_schemas=named)
+
+
+def _loads(text: str) -> Any:
+    import json
+
+    return json.loads(text)
+
+
+class _Reader:
+    """One topic's reader schema, parsed, with its fields' column builders."""
+
+    def __init__(self, reader: ReaderSchema) -> None:
+        self.reader = reader
+        self.parsed = parse(reader.schema)
+        names = referenced_names(reader.schema.references)
+        self.builders = {name: build for name, _, build in record_fields(reader.schema.text, names)}
+
+
+class AvroDecoder:
+    """Decodes one batch's values (per topic) into ``columns``; see the module docstring."""
+
+    def __init__(self, registry: SchemaRegistry, readers: Sequence[ReaderSchema],
+                 columns: Sequence[tuple[str, str]]) -> None:
+        self.registry = registry
+        self.readers = {r.topic: _Reader(r) for r in readers}
+        self.columns = tuple(columns)
+        self.types = {name: arrow_type(kind) for name, kind in self.columns}
+        self._writers: dict[int, Any] = {}  # schema id -> parsed writer schema, or why it cannot be used
+
+    def _writer(self, schema_id: int) -> Any:
+        found = self._writers.get(schema_id)
+        if found is None:
+            schema = self.registry.schema(schema_id)
+            if schema is None:
+                found = f"schema id {schema_id} is not in the schema registry (404)"
+            elif schema.schema_type != "AVRO":
+                found = f"schema id {schema_id} is a {schema.schema_type} schema, not Avro"
+            else:
+                try:
+                    found = parse(schema)
+                except Exception as err:  # noqa: BLE001 - any fault of a registered schema is that record's
+                    found = f"schema id {schema_id} does not parse as Avro: {_short(err)}"
+            self._writers[schema_id] = found
+        return found
+
+    def decode(self, values: Any, topic: str) -> tuple[dict[str, Any], Any]:
+        """``({column: Arrow array}, error array)`` for a binary Arrow array of ``topic``'s values."""
+        import pyarrow as pa
+        from fastavro import schemaless_reader
+        from fastavro.read import SchemaResolutionError
+
+        reader = self.readers.get(topic)
+        if reader is None:
+            raise SchemaIncompatible(f"no reader schema for topic {topic!r} in this batch")
+        records: list[Any] = []
+        errors: list[str | None] = []
+        for value in values.to_pylist():
+            if value is None:  # a tombstone: every column null, no error
+                records.append(None)
+                errors.append(None)
+                continue
+            record, error = self._record(value, reader, schemaless_reader, SchemaResolutionError)
+            records.append(record)
+            errors.append(error)
+        columns = {}
+        for name, _ in self.columns:
+            build = reader.builders.get(name)
+            if build is None:  # a column of another topic's subject in this batch
+                columns[name] = pa.nulls(len(records), self.types[name])
+                continue
+            items = [None if r is None else r.get(name) for r in records]
+            columns[name] = self._column(items, build, self.types[name], errors, name)
+        return columns, pa.array(errors, type=pa.string())
+
+    def _record(self, value: bytes, reader: _Reader, read: Any, resolution_error: type) -> tuple[Any, str | None]:
+        head = header(value)
+        if isinstance(head, str):
+            return None, head
+        schema_id, start = head
+        writer = self._writer(schema_id)
+        if isinstance(writer, str):
+            return None, writer
+        stream = io.BytesIO(value)
+        stream.seek(start)
+        same = schema_id == reader.reader.schema.schema_id
+        try:
+            record = read(stream, writer, None if same else reader.parsed)
+        except resolution_error as err:
+            raise self._incompatible(reader.reader, schema_id, err) from None
+        except Exception as err:  # noqa: BLE001 - whatever a corrupt payload makes fastavro raise is that record's
+            return None, f"payload does not decode with schema id {schema_id}: {_short(err)}"
+        left = len(value) - stream.tell()
+        if left:
+            return None, f"payload has {left} bytes after the record of schema id {schema_id}"
+        if not isinstance(record, dict):
+            return None, f"schema id {schema_id} decodes to a {type(record).__name__}, not a record"
+        return record, None
+
+    def _incompatible(self, reader: ReaderSchema, schema_id: int, err: BaseException) -> SchemaIncompatible:
+        """The error of a record the reader's schema cannot follow: the subject, both versions, the column."""
+        from kprio_core.values.avro_columns import record_columns
+
+        writer = self.registry.schema(schema_id)
+        version = self.registry.version_in(reader.subject, schema_id)
+        written = f"version {version} (schema id {schema_id})" if version else f"schema id {schema_id}"
+        column = ""
+        try:
+            theirs = dict(record_columns(writer.text)) if writer is not None else {}
+            changed = [name for name, kind in reader.columns if name in theirs and theirs[name] != kind]
+            if changed:
+                column = f", column {changed[0]!r} ({theirs[changed[0]]} -> {dict(reader.columns)[changed[0]]})"
+        except ValueError:
+            pass
+        return SchemaIncompatible(
+            f"subject {reader.subject!r} changed incompatibly{column}: a record of topic {reader.topic!r} written with "
+            f"{written} cannot be read with version {reader.schema.version} (schema id {reader.schema.schema_id}): "
+            f"{_short(err)}")
+
+    @staticmethod
+    def _column(items: list[Any], build: Any, kind: Any, errors: list[str | None], name: str) -> Any:
+        """The Arrow array of one column; a value its type refuses (a decimal wider than its precision, a timestamp
+        out of range) makes its record a bad one instead of failing the batch."""
+        import pyarrow as pa
+
+        refused = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError, AttributeError)
+        try:
+            column = build(items)
+            return column if column.type == kind else column.cast(kind)
+        except refused:
+            pass
+        kept = []
+        for i, item in enumerate(items):
+            try:
+                build([item])
+                kept.append(item)
+            except refused as err:
+                kept.append(None)
+                if errors[i] is None:
+                    errors[i] = f"field {name!r}: {_short(err)}"
+        column = build(kept)
+        return column if column.type == kind else column.cast(kind)
+
+
+def _short(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,144 @@
+"""The schema registry adapter: schemas by id and a subject's latest version, over the Confluent-compatible API.
+
+Two requests of the API Confluent Schema Registry, Karapace and Apicurio (at ``/apis/ccompat/v7``)
+all serve: ``GET /schemas/ids/{id}`` and ``GET /subjects/{subject}/versions/latest`` (and a
+reference's ``GET /subjects/{subject}/versions/{version}``), with httpx. A schema id never changes
+its schema, so one fetched is kept for the life of the process: an executor fetches each id once,
+whatever the number of tasks and batches it runs (:func:`shared_registry`). A subject's latest
+version is asked for each time: it moves.
+
+What can go wrong, and what it becomes:
+
+- the registry cannot be reached, times out, or answers 5xx or 429: :class:`SchemaRegistryUnavailable`
+  (transient: the batch is retried once it is back; no record is blamed);
+- 401 or 403 (credentials, TLS client certificate): :class:`SchemaRegistryRefused`;
+- 404 for a schema id: ``None`` (the record naming that id is a dead letter, with that reason);
+- 404 for a subject: :class:`SchemaRegistryRefused` naming it.
+
+The URL in errors is the endpoint's without its credentials; the password travels only to httpx.
+
+>>> SchemaRegistry(RegistryEndpoint("http://127.0.0.1:8081/apis/ccompat/v7", username="kprio", password="s3cret"))
+SchemaRegistry(http://127.0.0.1:8081/apis/ccompat/v7, user kprio)
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+from kprio_core.errors import SchemaRegistryRefused, SchemaRegistryUnavailable
+from kprio_core.model.registry import RegisteredSchema, RegistryEndpoint
+
+ACCEPT = "application/vnd.schemaregistry.v1+json, application/json"
+
+
+class SchemaRegistry:
+    """A client of one registry; schemas by id are cached for good (ids are immutable)."""
+
+    def __init__(self, endpoint: RegistryEndpoint) -> None:
+        import httpx
+
+        self.endpoint = endpoint
+        cert: Any = None
+        if endpoint.certificate_location:
+            cert = (endpoint.certificate_location, endpoint.key_location, endpoint.key_password) \
+                if endpoint.key_location else endpoint.certificate_location
+        auth = (endpoint.username, endpoint.password or "") if endpoint.username else None
+        self._client = httpx.Client(base_url=endpoint.url.rstrip("/") + "/", auth=auth, cert=cert,
+                                    verify=endpoint.ca_location or True, timeout=endpoint.timeout_s,
+                                    headers={"Accept": ACCEPT})
+        self._by_id: dict[int, RegisteredSchema] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SchemaRegistry({self.endpoint.url}" + (f", user {self.endpoint.username})" if self.endpoint.username else ")")
+
+    def close(self) -> None:
+        self._client.close()
+
+    def schema(self, schema_id: int) -> RegisteredSchema | None:
+        """The schema with this id, or None when the registry has none (404)."""
+        found = self._by_id.get(schema_id)
+        if found is not None:
+            return found
+        doc = self._get(f"schemas/ids/{schema_id}", missing_ok=True)
+        if doc is None:
+            return None
+        found = RegisteredSchema(schema_id, doc["schema"], doc.get("schemaType") or "AVRO",
+                                 self._references(doc.get("references") or ()))
+        with self._lock:
+            self._by_id[schema_id] = found
+        return found
+
+    def latest(self, subject: str) -> RegisteredSchema:
+        """The subject's latest version (asked each time: it moves)."""
+        return self.version(subject, "latest")
+
+    def version(self, subject: str, version: int | str) -> RegisteredSchema:
+        from urllib.parse import quote
+
+        doc = self._get(f"subjects/{quote(subject, safe='')}/versions/{version}", missing_ok=True)
+        if doc is None:
+            raise SchemaRegistryRefused(f"the schema registry has no subject {subject!r} (version {version})",
+                                        where=self.endpoint.url)
+        return RegisteredSchema(int(doc["id"]), doc["schema"], doc.get("schemaType") or "AVRO",
+                                self._references(doc.get("references") or ()), subject, int(doc["version"]))
+
+    def has_subject(self, subject: str) -> bool:
+        """Whether the registry has ``subject`` (one request: its versions)."""
+        from urllib.parse import quote
+
+        return self._get(f"subjects/{quote(subject, safe='')}/versions", missing_ok=True) is not None
+
+    def version_in(self, subject: str, schema_id: int) -> int | None:
+        """The version of ``subject`` that holds schema ``schema_id`` (None when the registry does not say)."""
+        try:
+            found = self._get(f"schemas/ids/{schema_id}/versions", missing_ok=True) or []
+        except (SchemaRegistryUnavailable, SchemaRegistryRefused):
+            return None
+        return next((int(v["version"]) for v in found if isinstance(v, dict) and v.get("subject") == subject), None)
+
+    def _references(self, references: Any) -> tuple[tuple[str, str], ...]:
+        """Referenced schemas, theirs first (a reference's own references precede it)."""
+        out: list[tuple[str, str]] = []
+        for ref in references:
+            target = self.version(ref["subject"], ref["version"])
+            out.extend(r for r in target.references if r not in out)
+            out.append((ref["name"], target.text))
+        return tuple(out)
+
+    def _get(self, path: str, *, missing_ok: bool) -> Any:
+        import httpx
+
+        where = self.endpoint.url
+        try:
+            response = self._client.get(path)
+        except httpx.TimeoutException:
+            raise SchemaRegistryUnavailable(f"the schema registry did not answer within {self.endpoint.timeout_s:g} s",
+                                            where=where) from None
+        except httpx.HTTPError as err:
+            raise SchemaRegistryUnavailable(f"the schema registry cannot be reached: {type(err).__name__}",
+                                            where=where) from None
+        status = response.status_code
+        if status == 404 and missing_ok:
+            return None
+        if status in (401, 403):
+            raise SchemaRegistryRefused(f"the schema registry refused kprio ({status}): check schema_registry's "
+                                        "credentials and TLS settings", where=where)
+        if status >= 500 or status == 429:
+            raise SchemaRegistryUnavailable(f"the schema registry answered {status} to GET /{path}", where=where)
+        if status != 200:
+            raise SchemaRegistryRefused(f"the schema registry answered {status} to GET /{path}", where=where)
+        try:
+            return response.json()
+        except ValueError:
+            raise SchemaRegistryUnavailable(f"the schema registry answered GET /{path} with no JSON",
+                                            where=where) from None
+
+
+@functools.lru_cache(maxsize=8)
+def shared_registry(endpoint: RegistryEndpoint) -> SchemaRegistry:
+    """The process's client of ``endpoint``: an executor's Python worker fetches each schema id once for all the
+    tasks it runs (the cache holds a few endpoints; a worker meets one)."""
+    return SchemaRegistry(endpoint)

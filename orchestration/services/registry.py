@@ -1,0 +1,286 @@
+"""The embedded schema registry: Apicurio Registry, built from Maven Central, run as a process in a data dir.
+
+One JVM, ``java -jar quarkus-run.jar`` of the application :mod:`orchestration.services.registry_build`
+put in kprio's cache (``scripts/setup.sh`` builds it; the first start builds it otherwise), started
+detached and bound to 127.0.0.1. Clients speak the Confluent-compatible API at
+``http://127.0.0.1:<port>/apis/ccompat/v7`` (confluent-kafka's ``SchemaRegistryClient`` and
+serializers work against it). Its storage is an H2 database in the data dir, so schemas and their
+ids survive a restart: a record's schema id must still resolve after the registry comes back.
+
+A data dir holds::
+
+    registry.log          the JVM's output
+    db/                   the H2 database (schemas, versions, ids, compatibility settings)
+    kprio-registry.json   while it runs: port, pid and start time, for status/stop from another process
+
+A state file whose process is gone (a killed registry) is stale: it is removed and never blocks a
+start. A pid counts only while its process is the JVM of this data dir started at the recorded time.
+
+Differences from Confluent Schema Registry a client may meet (Apicurio 2.4.2.Final): the global
+compatibility default is NONE (``PUT /config`` changes it); a 409 for an incompatible schema carries
+``error_code: 0``.
+
+>>> r = EmbeddedRegistry("/tmp/kprio-doc-registry", port=18081)
+>>> r.url, r.status().running
+('http://127.0.0.1:18081/apis/ccompat/v7', False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+from filelock import FileLock, Timeout
+
+from kprio_core.errors import KprioError
+from kprio_core.java import find_java
+from orchestration.services.broker.ports import port_free
+from orchestration.services.process import (
+    StateFile,
+    free_port,
+    live_process,
+    log_tail,
+    spawn_detached,
+    stop_process,
+    wait_for,
+)
+
+DEFAULT_DATA_DIR = Path("kprio-data/registry")
+DEFAULT_PORT = 8081
+LOG_FILE = "registry.log"
+STATE_FILE = "kprio-registry.json"
+LOCK_FILE = ".kprio-registry.lock"
+DB_DIR = "db"
+CCOMPAT_PATH = "/apis/ccompat/v7"
+HEALTH_PATH = "/health/ready"
+ENV_JVM_OPTIONS = "KPRIO_REGISTRY_JVM_OPTS"
+"""Extra JVM options for the embedded registry, after kprio's own (a later ``-Xmx`` wins)."""
+
+JVM_OPTIONS = ("-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:+ExitOnOutOfMemoryError",
+               "-Djava.awt.headless=true")
+"""As the embedded broker's: a small heap and the C1 compiler start it fastest on two busy cores."""
+
+
+class RegistryProcessError(KprioError):
+    """The embedded schema registry could not be started, reached or stopped."""
+
+    code = "embedded_registry"
+
+
+@dataclass(frozen=True)
+class RegistryState:
+    """What the state file records: where it listens and which process it is."""
+
+    port: int
+    pid: int | None = None
+    created_at: float | None = None  # psutil create time: a reused pid has another
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class RegistryStatus:
+    """Whether a registry runs in a data dir, and where."""
+
+    data_dir: Path
+    running: bool
+    port: int | None = None
+    pid: int | None = None
+    host: str = "127.0.0.1"
+    log: Path | None = None
+    version: str | None = None
+
+    @property
+    def url(self) -> str | None:
+        """The Confluent-compatible API's base URL (what ``schema_registry.url`` takes)."""
+        return f"http://{self.host}:{self.port}{CCOMPAT_PATH}" if self.port is not None else None
+
+    def describe(self) -> str:
+        if not self.running:
+            return f"embedded schema registry: stopped (data dir {self.data_dir})"
+        return (f"embedded schema registry: running at {self.url} (Apicurio Registry {self.version}, "
+                f"pid {self.pid}, data dir {self.data_dir})")
+
+
+def answers(base: str, timeout_s: float = 2.0) -> bool:
+    """True when the registry at ``base`` (``http://host:port``) says it is ready and serves the ccompat API."""
+    import httpx
+
+    try:
+        with httpx.Client(timeout=timeout_s) as client:
+            return (client.get(f"{base}{HEALTH_PATH}").status_code == 200
+                    and client.get(f"{base}{CCOMPAT_PATH}/subjects").status_code == 200)
+    except httpx.HTTPError:
+        return False
+
+
+class EmbeddedRegistry:
+    """Apicurio Registry on ``port`` (None or 0: a free one) of ``host``, keeping its state in ``data_dir``."""
+
+    def __init__(self, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, port: int | None = None, *,
+                 host: str = "127.0.0.1", start_timeout_s: float = 60.0, stop_timeout_s: float = 10.0) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        self.port = port or None
+        self.host = host
+        self.start_timeout_s = start_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / LOG_FILE
+
+    @property
+    def state_path(self) -> Path:
+        return self.data_dir / STATE_FILE
+
+    @property
+    def url(self) -> str:
+        """The Confluent-compatible API's base URL."""
+        state = self._read_state()
+        port = state.port if state else self.port
+        if port is None:
+            raise RegistryProcessError(f"embedded schema registry in {self.data_dir} has no port yet: start it first")
+        return f"http://{self.host}:{port}{CCOMPAT_PATH}"
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def _java(self) -> str:
+        java = find_java()
+        if java is None:
+            raise self._error("Java is not installed (no java on PATH, no $JAVA_HOME/bin/java): install a JRE 17 "
+                              "or later (scripts/setup.sh installs openjdk-17-jre-headless)")
+        return java
+
+    def _read_state(self) -> RegistryState | None:
+        doc = StateFile(self.state_path).read()
+        try:
+            return RegistryState(**doc) if doc is not None else None
+        except (TypeError, ValueError):  # a state file of another version of kprio
+            return None
+
+    def _write_state(self, state: RegistryState) -> None:
+        StateFile(self.state_path).write(asdict(state))
+
+    def _process(self, state: RegistryState | None) -> psutil.Process | None:
+        if state is None or state.pid is None:
+            return None
+        return live_process(state.pid, command_has=f"-Dkprio.registry.dir={self.data_dir}",
+                            created_at=state.created_at)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One start or stop at a time per data dir, across processes."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        wait_s = self.start_timeout_s + self.stop_timeout_s
+        try:
+            lock = FileLock(str(self.data_dir / LOCK_FILE), timeout=wait_s).acquire()
+        except Timeout:
+            raise RegistryProcessError(f"another process has been starting or stopping the embedded schema registry "
+                                       f"in {self.data_dir} for over {wait_s:g} s (lock {LOCK_FILE})") from None
+        with lock:
+            yield
+
+    def status(self) -> RegistryStatus:
+        state = self._read_state()
+        running = self._process(state) is not None
+        return RegistryStatus(self.data_dir, running, port=state.port if state else None,
+                              pid=state.pid if state else None, host=self.host, log=self.log_path,
+                              version=state.version if state else None)
+
+    # -- start and stop ---------------------------------------------------------------------------
+
+    def start(self) -> EmbeddedRegistry:
+        """Start the registry detached and wait until it is ready; a running one is reused."""
+        from orchestration.services.registry_build import REGISTRY_VERSION, RegistryBuildFailed, build
+
+        with self._locked():
+            state = self._read_state()
+            if self._process(state) is not None:
+                if self.port is not None and state.port != self.port:
+                    raise RegistryProcessError(
+                        f"an embedded schema registry already runs in {self.data_dir} on port {state.port}, not "
+                        f"{self.port}: stop it first (kprio registry stop --data-dir {self.data_dir})")
+                self.port = state.port
+                if not wait_for(lambda: answers(self._base()), self.start_timeout_s, interval_s=0.2):
+                    raise self._error(f"it runs (pid {state.pid}) but does not answer at {self._base()}")
+                return self
+            self.state_path.unlink(missing_ok=True)  # stale: its process is gone
+            try:
+                jar = build()
+            except RegistryBuildFailed as err:
+                raise self._error(str(err)) from None
+            port = self.port or free_port(self.host)
+            if not port_free(self.host, port, wait_s=2.0):
+                raise self._error(f"port {port} of {self.host} is already in use")
+            self.port = port
+            database = self.data_dir / DB_DIR / "registry"
+            cmd = [self._java(), *JVM_OPTIONS, *os.environ.get(ENV_JVM_OPTIONS, "").split(),
+                   f"-Dkprio.registry.dir={self.data_dir}",
+                   f"-Dquarkus.http.host={self.host}", f"-Dquarkus.http.port={port}",
+                   f"-Dquarkus.datasource.jdbc.url=jdbc:h2:file:{database}",
+                   # A small pool: the defaults (20 to 100 connections) are for a shared server.
+                   "-Dquarkus.datasource.jdbc.initial-size=2", "-Dquarkus.datasource.jdbc.min-size=2",
+                   "-Dquarkus.datasource.jdbc.max-size=16",
+                   "-jar", str(jar)]
+            env = {k: v for k, v in os.environ.items() if k not in ("HTTP_PORT", "REGISTRY_DATASOURCE_URL")}
+            process, log_from = spawn_detached(cmd, self.log_path, cwd=self.data_dir, env=env)
+            self._write_state(RegistryState(port, process.pid, process.create_time(), REGISTRY_VERSION))
+
+            def ready() -> bool:
+                return process.poll() is not None or answers(self._base(), timeout_s=1.0)
+
+            up = wait_for(ready, self.start_timeout_s, interval_s=0.2)
+            if up and process.poll() is None:
+                return self
+            code = process.poll()
+            with contextlib.suppress(TimeoutError):
+                stop_process(process, self.stop_timeout_s)
+            self.state_path.unlink(missing_ok=True)
+            reason = log_tail(self.log_path, log_from, lines=3,
+                              skip=lambda line: not any(m in line for m in ("ERROR", "Exception", "Error")))
+            if reason in ("(empty log)", "(no log)"):
+                reason = log_tail(self.log_path, log_from, lines=3)
+            if code is not None:
+                raise self._error(f"it exited with code {code} (log {self.log_path}): {reason}")
+            raise self._error(f"it did not answer at {self._base()} within {self.start_timeout_s:g} s "
+                              f"(log {self.log_path}): {reason}")
+
+    def _base(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _error(self, reason: str) -> RegistryProcessError:
+        return RegistryProcessError(f"cannot start the embedded schema registry in {self.data_dir}: {reason}")
+
+    def stop(self) -> bool:
+        """Stop the registry (SIGTERM, SIGKILL after the deadline); True when it was running. Its data stays."""
+        if self._read_state() is None:
+            return False  # nothing recorded runs here: a stop writes nothing
+        with self._locked():
+            proc = self._process(self._read_state())
+            if proc is not None:
+                try:
+                    stop_process(proc, self.stop_timeout_s)
+                except TimeoutError as err:
+                    raise RegistryProcessError(
+                        f"embedded schema registry in {self.data_dir} could not be stopped: {err}") from None
+            self.state_path.unlink(missing_ok=True)
+        return proc is not None
+
+    def kill(self) -> int:
+        """SIGKILL the registry, as a crash would; returns its pid. The state file stays: a start reuses its port."""
+        state = self._read_state()
+        proc = self._process(state)
+        if proc is None:
+            raise RegistryProcessError(f"the embedded schema registry in {self.data_dir} is not running")
+        proc.kill()
+        psutil.wait_procs([proc], timeout=self.stop_timeout_s)
+        return proc.pid
+
+    def __enter__(self) -> EmbeddedRegistry:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,55 @@
+"""How a batch's values are decoded, chosen on the driver when its drain starts: the handler, the columns and,
+for Avro, the registry and the reader schemas the executors get in the drain spec.
+
+- ``json`` (the default): ``drain.handler`` (kprio's :func:`~spark_jobs.handlers.decode_json` unless the user
+  named another) and the topic's ``schema``;
+- ``avro``, ``protobuf``, ``json_schema``: each priority topic's subject's latest version is read from the registry once,
+  here (a registry that cannot be reached fails the attempt as transient, before Spark runs); the columns are
+  those schemas' fields (:func:`kprio_core.values.avro.merged_columns`), the handler
+  :func:`~spark_jobs.handlers.decode_avro` / :func:`~spark_jobs.handlers.decode_registry_values` (or the
+  user's, which finds the registry in its context);
+- ``raw``: :func:`~spark_jobs.handlers.keep_raw` (or the user's), no column.
+
+>>> from kprio_core.config import KprioConfig, TopicSettings
+>>> value_decoding(KprioConfig(), TopicSettings(name="o", schema={"n": "long"}), ())
+('spark_jobs.handlers:decode_json', (('n', 'long'),), None)
+>>> value_decoding(KprioConfig(), TopicSettings(name="o", value_format="raw"), ())[:2]
+('spark_jobs.handlers:keep_raw', ())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kprio_core.config import DrainSettings, KprioConfig, TopicSettings, ValueFormat
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.values.avro import ValueDecoding, merged_columns, reader_schemas, value_subject
+
+DEFAULT_HANDLER = DrainSettings.model_fields["handler"].default
+FORMAT_HANDLERS = {ValueFormat.JSON: DEFAULT_HANDLER, ValueFormat.AVRO: "spark_jobs.handlers:decode_avro",
+                   ValueFormat.PROTOBUF: "spark_jobs.handlers:decode_registry_values",
+                   ValueFormat.JSON_SCHEMA: "spark_jobs.handlers:decode_registry_values",
+                   ValueFormat.RAW: "spark_jobs.handlers:keep_raw"}
+
+
+def value_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[PlannedRange]
+                   ) -> tuple[str, tuple[tuple[str, str], ...], ValueDecoding | None]:
+    """``(handler, columns, decoding)`` of one batch of ``topic`` reading ``ranges``."""
+    fmt = topic.value_format
+    handler = config.drain.handler if config.drain.handler != DEFAULT_HANDLER else FORMAT_HANDLERS[fmt]
+    if fmt is ValueFormat.JSON:
+        return handler, tuple(topic.schema_.items()), None
+    if fmt is ValueFormat.RAW:
+        return handler, (), None
+    from kprio_core.values.registry import shared_registry
+
+    assert config.schema_registry is not None  # the configuration refuses avro topics without a registry
+    endpoint = config.schema_registry.endpoint()
+    topics = sorted({r.range.topic for r in ranges}) or [topic.priority_topic(p) for p in range(topic.priorities)]
+    kind = fmt.registry_type or "AVRO"
+    subjects = {t: value_subject(t, topic.value_subject) for t in topics}
+    # A subject the registry lacks (a topic written without it): its records are dead letters, the batch goes on.
+    readers = reader_schemas(shared_registry(endpoint), subjects, kind, missing_ok=True)
+    found = {r.topic for r in readers}
+    missing = tuple((t, s) for t, s in sorted(subjects.items()) if t not in found)
+    return handler, merged_columns(readers), ValueDecoding(endpoint, readers, kind, missing)
