@@ -1,4 +1,4 @@
-"""The Airflow DAGs of a kprio deployment, built from ``kprio.yaml``: drain, re-drain.
+"""The Airflow DAGs of a kprio deployment, built from ``kprio.yaml``: drain, re-drain, replay, table maintenance.
 
 A dags folder loads them with a two-line file (``kprio airflow init --dags-folder D`` writes it)::
 
@@ -24,7 +24,10 @@ batch's ledger ranges once; a committed batch commits nothing new. ``kprio_repla
 ``{"start": "2026-11-26T04:00:00Z"}``, ``end`` one hour later unless given): the window's records
 of every priority topic (offsets-for-times) drained again into ``drain.replay_path``, checked
 before they are published; no consumer group moves (Dagster's ``replayed_window`` does the same
-per hour).
+per hour). ``kprio_maintain`` (on ``drain.maintenance.schedule``, cron, one run at a time; paused on
+creation unless ``drain.format`` is ``delta`` or ``iceberg``): the tables' small files compacted,
+Delta vacuumed and checkpointed, Iceberg's old snapshots expired; the figures before and after in
+its log and XCom (what Dagster's ``tables_maintenance_job`` runs).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from orchestration.airflow.trigger import WaitForBatches
 DRAIN_DAG = "kprio_drain"
 REDRAIN_DAG = "kprio_redrain"
 REPLAY_DAG = "kprio_replay"
+MAINTAIN_DAG = "kprio_maintain"
 CAUSE_SEEN_VARIABLE = "kprio_drain.cause_seen"
 """The Airflow Variable that holds, between DAG runs, whether the probe before a tick saw a transient cause."""
 TAGS = ["kprio"]
@@ -55,14 +59,16 @@ class KprioDagsError(Exception):
 
 
 def kprio_dags(config: str | os.PathLike | None = None) -> dict[str, DAG]:
-    """The DAGs by id (``kprio_drain``, ``kprio_redrain``, ``kprio_replay``), for a DAG file's ``globals()``."""
+    """The DAGs by id (``kprio_drain``, ``kprio_redrain``, ``kprio_replay``, ``kprio_maintain``), for a DAG file's
+    ``globals()``."""
     path = tasks.config_file(config)
     try:
         loaded = load_config(path)
     except KprioError as err:
         raise KprioDagsError(f"kprio: cannot build the Airflow DAGs from {path or 'the built-in defaults'}: "
                              f"{err}") from None
-    return {dag.dag_id: dag for dag in (drain_dag(loaded, path), redrain_dag(loaded, path), replay_dag(path))}
+    return {dag.dag_id: dag for dag in (drain_dag(loaded, path), redrain_dag(loaded, path), replay_dag(path),
+                                        maintain_dag(loaded, path))}
 
 
 def _retries(config: KprioConfig) -> dict[str, Any]:
@@ -170,4 +176,24 @@ def replay_dag(path: str | None) -> DAG:
             return _carry_out(tasks.replay, path, get_current_context()["dag_run"].conf or {})
 
         replay()
+    return dag
+
+
+def maintain_dag(config: KprioConfig, path: str | None) -> DAG:
+    """``kprio_maintain``: the tables' maintenance on ``drain.maintenance.schedule``."""
+    from kprio_core.config import OutputFormat
+
+    with DAG(
+        MAINTAIN_DAG, schedule=config.drain.maintenance.schedule, catchup=False, tags=TAGS, max_active_runs=1,
+        start_date=START_DATE, is_paused_upon_creation=config.drain.format is OutputFormat.PARQUET,
+        description="kprio: compact the Delta or Iceberg tables' small files, vacuum or expire old snapshots "
+        "(drain.maintenance)",
+        doc_md=__doc__,
+    ) as dag:
+
+        @task(task_id="maintain", retries=0)
+        def maintain() -> dict[str, Any]:
+            return _carry_out(tasks.maintain_tables, path)
+
+        maintain()
     return dag

@@ -42,6 +42,7 @@ MODULES = [
     "orchestration.runtime.checks",
     "orchestration.runtime.commit",
     "orchestration.runtime.healing",
+    "orchestration.runtime.maintenance",
     "orchestration.runtime.replay",
     "orchestration.runtime.runs",
     "orchestration.runtime.tags",
