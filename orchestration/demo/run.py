@@ -52,6 +52,11 @@ if TYPE_CHECKING:
     from orchestration.dagster.drain_loop import BatchOutcome
 
 DEFAULT_RECORDS = 20_000
+ICEBERG_NAMESPACE = "kprio"
+"""The namespace of the demo's Iceberg tables (``drain.iceberg.namespace``'s default)."""
+DUCKDB_QUERY = ('SELECT priority, count(*) AS records, min("timestamp") AS first, max("timestamp") AS last '
+                "FROM {table} GROUP BY priority ORDER BY priority DESC")
+"""The query over the published output the report shows (``{table}``: DuckDB's reader of the format)."""
 
 
 class DemoListener(Protocol):
@@ -122,7 +127,12 @@ class DemoResult:
     arrivals: list[Arrival] = field(default_factory=list)
     output_format: OutputFormat = OutputFormat.PARQUET
     table_log: list[dict[str, Any]] = field(default_factory=list)
-    """Delta: the output table's publishes, oldest first (batch, attempt, ranges, version: its log)."""
+    """Delta: the output table's publishes, oldest first (batch, attempt, ranges, version: its log); Iceberg: its
+    snapshots that publish a batch (batch, attempt, epoch, ranges, snapshot id)."""
+    duckdb_query: str = ""
+    """The DuckDB query the report shows, over the output as published (:data:`DUCKDB_QUERY`)."""
+    duckdb_rows: list[tuple] = field(default_factory=list)
+    """Its rows: per priority, the records and the first and last record timestamp."""
     security: BrokerSecurity = BrokerSecurity()
     made_up: tuple[str, ...] = ()
     """The secrets the demo made up for its run (their variables' names), see :func:`one_off_secrets`."""
@@ -169,26 +179,51 @@ class DemoResult:
         return steps + self.query_lines()
 
     def table_lines(self) -> list[str]:
-        """Delta: the output table and its log, one commit per batch with the ranges it published."""
-        if self.output_format is not OutputFormat.DELTA:
+        """Delta: the output table and its log, one commit per batch with the ranges it published; Iceberg: the
+        table and its snapshots, one per batch with the ranges in its summary."""
+        if self.output_format is OutputFormat.PARQUET:
             return []
         table = self.layout.output / self.logical_topic
         batches = len({entry["batch_id"] for entry in self.table_log})
-        lines = [f"Delta table {table}: {len(self.table_log)} commits for {batches} batches (each commit's "
-                 "metadata names its batch, attempt and ranges; a retried batch replaces its rows in a commit more)"]
+        if self.output_format is OutputFormat.ICEBERG:
+            lines = [f"Iceberg table {ICEBERG_NAMESPACE}.{self.logical_topic} ({table}, catalog "
+                     f"{self.layout.iceberg_catalog}): {len(self.table_log)} snapshots for {batches} batches (each "
+                     "snapshot's summary names its batch, attempt, epoch and ranges)"]
+            version, more = "snapshot", "table.snapshots()"
+        else:
+            lines = [f"Delta table {table}: {len(self.table_log)} commits for {batches} batches (each commit's "
+                     "metadata names its batch, attempt and ranges; a retried batch replaces its rows in a commit "
+                     "more)"]
+            version, more = "version", "DeltaTable(path).history()"
         for entry in self.table_log[:3]:
             ranges = entry["ranges"]
             shown = ", ".join(ranges[:2]) + (f" and {len(ranges) - 2} more" if len(ranges) > 2 else "")
-            lines.append(f"  version {entry['version']}: {entry['batch_id']} attempt {entry['attempt']}: {shown}")
+            lines.append(f"  {version} {entry.get('version', entry.get('snapshot_id'))}: {entry['batch_id']} attempt "
+                         f"{entry['attempt']}: {shown}")
         if len(self.table_log) > 3:
-            lines.append(f"  ... {len(self.table_log) - 3} more (DeltaTable(path).history())")
+            lines.append(f"  ... {len(self.table_log) - 3} more ({more})")
+        return lines
+
+    def duckdb_lines(self) -> list[str]:
+        """The DuckDB query over the output and its rows."""
+        if not self.duckdb_query:
+            return []
+        lines = [f"DuckDB: {self.duckdb_query}"]
+        lines += [f"  priority {p}: {n:,} records, {first} .. {last}" for p, n, first, last in self.duckdb_rows]
         return lines
 
     def query_lines(self) -> list[str]:
-        """Delta: how to read the table with pandas, polars, deltalake, and Spark with the Delta jars."""
+        """Delta: how to read the table with pandas, polars, deltalake, and Spark with the Delta jars; Iceberg: with
+        pyiceberg and DuckDB."""
+        table = self.layout.output / self.logical_topic
+        if self.output_format is OutputFormat.ICEBERG:
+            return [f"query the table: python -c \"from pyiceberg.catalog.sql import SqlCatalog; print(SqlCatalog("
+                    f"'kprio', uri='sqlite:///{self.layout.iceberg_catalog}').load_table('{ICEBERG_NAMESPACE}."
+                    f"{self.logical_topic}').scan().to_pandas().groupby('priority').size())\"",
+                    "  DuckDB (its iceberg extension): SELECT count(*) FROM iceberg_scan('<the table's "
+                    "metadata_location>'); kprio's connection: spark_jobs.lake_readers.duckdb_connection()"]
         if self.output_format is not OutputFormat.DELTA:
             return []
-        table = self.layout.output / self.logical_topic
         return [f"query the table: python -c \"from deltalake import DeltaTable; "
                 f"print(DeltaTable('{table}').to_pandas().groupby('priority').size())\"",
                 f"  polars: pl.read_delta('{table}'); its log: DeltaTable('{table}').history()",
@@ -212,6 +247,7 @@ class DemoResult:
             "seconds": round(self.seconds, 1),
             "format": self.output_format.value,
             "table_log": self.table_log,
+            "duckdb": {"query": self.duckdb_query, "rows": [list(map(str, r)) for r in self.duckdb_rows]},
             "files": {"config": str(self.layout.config_file), "dagster_home": str(self.layout.dagster_home),
                       "plot": str(self.layout.plot), "output": str(self.layout.output),
                       "dead_letters": str(self.layout.dead_letters),
@@ -378,6 +414,23 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
                            f"{len({r.batch_id for r in runs})} batches)", arrivals=labels)
     if not runs:
         raise DemoFailed(f"{topic.name}: the drain ran no batch ({stopped})")
-    table_log = table_batches(config.drain.output_path, topic.name) if config.drain.format is OutputFormat.DELTA else []
+    table_log: list[dict[str, Any]] = []
+    if config.drain.format is OutputFormat.DELTA:
+        table_log = table_batches(config.drain.output_path, topic.name)
+    elif config.drain.format is OutputFormat.ICEBERG:
+        from spark_jobs.iceberg_table import table_batches as snapshots
+
+        table_log = snapshots(config.drain.iceberg, config.drain.output_path, OUTPUT, topic.name)
+    query, answer = duckdb_report(config.drain, topic.name)
     return {"rows": rows, "conservation": conservation, "batches": runs, "drain_stopped": stopped,
-            "drain_ok": ok, "arrivals": list(producer.arrivals), "table_log": table_log}
+            "drain_ok": ok, "arrivals": list(producer.arrivals), "table_log": table_log, "duckdb_query": query,
+            "duckdb_rows": answer}
+
+
+def duckdb_report(drain: DrainSettings, logical_topic: str) -> tuple[str, list[tuple]]:
+    """:data:`DUCKDB_QUERY` over the published output, as shown (the table's reader in it) and its rows."""
+    from spark_jobs import lake_readers
+    from spark_jobs.layout import OUTPUT
+
+    query = DUCKDB_QUERY.format(table=lake_readers.scan_sql(drain, OUTPUT, logical_topic))
+    return query, [tuple(r) for r in lake_readers.duckdb_connection().sql(query).fetchall()]
