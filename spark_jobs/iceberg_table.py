@@ -29,6 +29,13 @@ at the snapshot it read (pyiceberg's optimistic commit); kprio's tables set
 ``commit.retry.num-retries`` to 0, so a commit that lost the race fails instead of being replayed
 on a newer state by pyiceberg, and is loaded, checked and made again here.
 
+Finding what a publish replaces reads every manifest of the table; the table's high water
+(``kprio.high-water``, a property each publish updates in its commit: per partition and
+incarnation, an offset no live file reaches beyond) spares it: a publish whose ranges all start at
+or above it (a batch following on from the last, the common case) replaces nothing, and appends its
+files (pyiceberg's merge append, small manifests merged). A re-drain, or a table without the
+property, looks through the live files.
+
 A batch whose files bring new columns first adds them to the table's schema (nullable) in a
 commit of its own (``kprio.columns_added`` in the table's properties); a column whose type changed
 fails the publish, naming it.
@@ -65,8 +72,14 @@ COLUMNS_KEY = "kprio.columns_added"
 """Table property: the last schema change a batch brought (the batch, the attempt, the columns)."""
 COMMIT_RETRIES = 20
 """Commits of other batches (or of the maintenance) may land in between: loaded, checked and made again."""
+HIGH_WATER_KEY = "kprio.high-water"
+"""Table property: per ``topic[partition]#incarnation``, an offset no live file's range reaches beyond (JSON), kept
+by every publish in its own commit; a publish whose ranges all start at or above it replaces nothing."""
 TABLE_PROPERTIES = {
     "commit.retry.num-retries": "0",  # a commit on the state checked, or none (see the module docstring)
+    # A publish that replaces nothing appends its files with pyiceberg's merge append: small manifests merged
+    # once there are commit.manifest.min-count-to-merge of them, so a publish and a reader stay quick.
+    "commit.manifest-merge.enabled": "true",
     "write.metadata.delete-after-commit.enabled": "true",  # the metadata files of older commits do not pile up
     "write.metadata.previous-versions-max": "50",
     "format-version": "2",
@@ -302,15 +315,24 @@ def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, 
             return Published(name, table.metadata.current_snapshot_id, (), (), already=True)
         if files_schema is not None and _evolve(table, files_schema, result):
             continue  # the schema changed in a commit of its own: commit on the new state
-        removes, kept = _overlapping(table, fs, base, result.logical_topic, stats, set(uris), incarnations)
+        keys = {s.range: water_key(s.range, incarnations) for s in stats}
+        water = high_water(table)
+        if water is not None and all(r.start >= water.get(key, 0) for r, key in keys.items()):
+            removes, kept = [], []  # nothing live reaches into the published ranges: nothing to replace
+        else:
+            removes, kept, water = _overlapping(table, fs, base, result.logical_topic, stats, set(uris), incarnations)
         if not uris and not removes:
             return None
+        for r, key in keys.items():
+            water[key] = max(water.get(key, 0), r.end)
         tx = table.transaction()
-        with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
+        tx.set_properties(**{HIGH_WATER_KEY: json.dumps(water, sort_keys=True)})
+        update = tx.update_snapshot(snapshot_properties=properties)
+        with (update.overwrite() if removes else update.merge_append()) as snapshot:
             for uri in [*uris, *kept]:
-                overwrite.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, uri))
+                snapshot.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, uri))
             for data_file in removes:
-                overwrite.delete_data_file(data_file)
+                snapshot.delete_data_file(data_file)
         try:
             done = tx.commit_transaction()
         except CommitFailedException:
@@ -355,16 +377,32 @@ def parse_data_file(uri: str) -> tuple[int, RangeFile, str, int] | None:
     return (int(match.group(1)), *parsed)
 
 
+def water_key(r: OffsetRange, incarnations: Mapping[str, int]) -> str:
+    """The key of a range's partition and incarnation in the table's high water.
+
+    >>> water_key(OffsetRange("orders-2", 0, 0, 10), {"orders-2[0]": 3})
+    'orders-2[0]#3'
+    """
+    return f"{r.topic}[{r.partition}]#{incarnations.get(f'{r.topic}[{r.partition}]', 1)}"
+
+
+def high_water(table: Any) -> dict[str, int] | None:
+    """The table's high water (:data:`HIGH_WATER_KEY`), None when it has none (a table older than it)."""
+    text = table.metadata.properties.get(HIGH_WATER_KEY)
+    return None if text is None else {k: int(v) for k, v in json.loads(text).items()}
+
+
 def _overlapping(table: Any, fs: Any, base: str, logical_topic: str, stats: Iterable[Any], keep: set[str],
-                 incarnations: Mapping[str, int]) -> tuple[list[Any], list[str]]:
-    """The table's live data files overlapping a published range (same priority, incarnation), and the files of the
-    rows such a file holds outside the published ranges (:func:`spark_jobs.keep_rows.keep_outside`)."""
+                 incarnations: Mapping[str, int]) -> tuple[list[Any], list[str], dict[str, int]]:
+    """The table's live data files overlapping a published range (same priority, incarnation), the files of the
+    rows such a file holds outside the published ranges (:func:`spark_jobs.keep_rows.keep_outside`), and the high
+    water of the live files (the end of the furthest-reaching file per partition and incarnation)."""
     import uuid
 
     from spark_jobs.keep_rows import keep_outside, outside
 
     published = [(s.priority, s.range) for s in stats]
-    removes, kept = [], []
+    removes, kept, water = [], [], {}
     for data_file in live_data_files(table):
         if data_file.file_path in keep:
             continue
@@ -372,6 +410,8 @@ def _overlapping(table: Any, fs: Any, base: str, logical_topic: str, stats: Iter
         if parsed is None:
             continue
         priority, name, batch_id, attempt = parsed
+        key = f"{name.topic}[{name.partition}]#{name.incarnation}"
+        water[key] = max(water.get(key, 0), name.end)
         if name.incarnation != incarnations.get(f"{name.topic}[{name.partition}]", 1):
             continue  # another incarnation's offsets are another log's
         mine = [r for p, r in published if p == priority]
@@ -394,7 +434,7 @@ def _overlapping(table: Any, fs: Any, base: str, logical_topic: str, stats: Iter
             return f"{directory}/{'.'.join([stem, *tags])}.parquet"
 
         kept += [_uri(fs, path) for _, path, _ in keep_outside(fs, source, pieces, target_of)]
-    return removes, kept
+    return removes, kept, water
 
 
 def _files_schema(fs: Any, paths: list[str]) -> Any:

@@ -130,6 +130,32 @@ def test_a_redrain_replaces_the_earlier_copy_in_the_same_snapshot(tmp_path, sett
     assert offsets(settings, tmp_path, snapshot_id=other.snapshot_id) == expected(OffsetRange("orders-0", 0, 0, 60))
 
 
+def test_a_batch_following_on_appends_without_reading_the_manifests_and_a_redrain_still_replaces(
+        tmp_path, settings, monkeypatch):
+    """The table's high water says no live file reaches into a batch that follows on from the last: its publish
+    appends (merge append) without listing the live files; a re-drain below it looks through them and replaces."""
+    publish(settings, tmp_path, staged(tmp_path, "b-000001", 1, {0: OffsetRange("orders-0", 0, 0, 50)}))
+    table = iceberg_table.load(settings, OUTPUT, LOGICAL)
+    assert iceberg_table.high_water(table) == {"orders-0[0]#1": 50}
+
+    def no_listing(table):  # noqa: ANN001, ARG001 - the publish must not need the live files
+        raise AssertionError("a publish that follows on listed the table's live files")
+
+    with monkeypatch.context() as m:
+        m.setattr(iceberg_table, "live_data_files", no_listing)
+        publish(settings, tmp_path, staged(tmp_path, "b-000002", 1, {0: OffsetRange("orders-0", 0, 50, 60),
+                                                                    2: OffsetRange("orders-2", 0, 0, 5)}))
+    table = iceberg_table.load(settings, OUTPUT, LOGICAL)
+    assert iceberg_table.high_water(table) == {"orders-0[0]#1": 60, "orders-2[0]#1": 5}
+    assert table.current_snapshot().summary.operation.value == "append"
+
+    redrained = publish(settings, tmp_path, staged(tmp_path, "b-000001", 2, {0: OffsetRange("orders-0", 0, 0, 50)}),
+                        epoch=2)
+    assert len(redrained.removed) == 1
+    assert iceberg_table.load(settings, OUTPUT, LOGICAL).current_snapshot().summary.operation.value == "overwrite"
+    assert offsets(settings, tmp_path) == expected(OffsetRange("orders-0", 0, 0, 60), OffsetRange("orders-2", 0, 0, 5))
+
+
 def test_another_incarnation_s_files_are_never_replaced(tmp_path, settings):
     r = OffsetRange("orders-0", 0, 0, 50)
     publish(settings, tmp_path, staged(tmp_path, "b-000001", 1, {0: r}))
