@@ -86,6 +86,7 @@ TABLE_PROPERTIES = {
 }
 TIME_TAG = "t"
 """``.t<bucket>`` in a file's name: the hour (or day) since the epoch its records are in; ``.tn``: no timestamp."""
+CATALOG_INIT_TRIES = 3
 _CATALOGS: dict[tuple, Any] = {}
 _CATALOGS_LOCK = threading.Lock()
 
@@ -117,7 +118,15 @@ def catalog(settings: IcebergSettings) -> Any:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 properties["uri"] = f"sqlite:///{path}"
             properties.setdefault("warehouse", f"file://{os.path.abspath('kprio-data/iceberg')}")
-            _CATALOGS[key] = load_catalog(settings.catalog_name, **properties)
+            for tries in range(CATALOG_INIT_TRIES):
+                try:
+                    _CATALOGS[key] = load_catalog(settings.catalog_name, **properties)
+                    break
+                except Exception as err:  # noqa: BLE001 - SQLAlchemy's, typed by its text below
+                    # A SQL catalog's first use by two processes at once (two drivers, a reader): both find its
+                    # tables absent, one creates them, the other's CREATE TABLE fails; loaded again, it finds them.
+                    if "already exists" not in str(err) or tries == CATALOG_INIT_TRIES - 1:
+                        raise
         return _CATALOGS[key]
 
 

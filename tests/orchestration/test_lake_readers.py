@@ -7,7 +7,8 @@ committed, each once, per batch as the ledger recorded them, with the columns an
 wrote. Spark reads Delta with Delta Lake's own jars in a process of its own (its session extension is
 a static setting); Iceberg's Spark runtime has no build for Spark 4.2, so Spark reads the data files
 the table's current snapshot names (spark_jobs/lake_readers.py).
-Iceberg: one snapshot per committed batch, its batch, attempt and offset ranges in the summary.
+Iceberg: one snapshot per committed batch, its batch, attempt and offset ranges in the summary, and a reader
+that reads the table's current snapshot in a loop while the drain runs sees whole batches, each offset once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,7 @@ from orchestration.dagster import drain_loop
 from spark_jobs import lake_readers
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT
 from tests.fixtures.kafka import BASE_TS_MS
-from tests.orchestration.conservation import conservation, iceberg_publishes, lag
+from tests.orchestration.conservation import conservation, iceberg_publishes, iceberg_table, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -47,13 +50,50 @@ SPARK_TYPES = {"topic": "string", "partition": "int", "offset": "bigint", "prior
                "i": "bigint", "amount": "double"}
 
 
+class SnapshotReader(threading.Thread):
+    """Reads the Iceberg output table's current snapshot in a loop (pyiceberg's own catalog and scan): per snapshot
+    seen, the rows of each batch and the most times an offset appears."""
+
+    def __init__(self, settings, output_path: str, logical_topic: str) -> None:  # noqa: ANN001 - IcebergSettings
+        super().__init__(daemon=True)
+        self.settings, self.logical_topic = settings, logical_topic
+        self.metadata = Path(output_path) / logical_topic / "metadata"
+        self.stop, self.seen, self.errors = threading.Event(), {}, []
+
+    def run(self) -> None:
+        while not self.stop.wait(0.05):
+            if not any(self.metadata.glob("*.metadata.json")):
+                continue  # no table yet (its catalog's tables are made by kprio's first publish, not by a reader)
+            try:
+                table = iceberg_table(self.settings, OUTPUT, self.logical_topic)
+                snapshot = table.current_snapshot() if table is not None else None
+                if snapshot is None or snapshot.snapshot_id in self.seen:
+                    continue
+                rows = table.scan(selected_fields=("batch_id", "topic", "partition", "offset"),
+                                  snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist()
+            except Exception as err:  # noqa: BLE001 - a reader that fails is a finding
+                self.errors.append(repr(err))
+                continue
+            offsets = Counter((r["topic"], r["partition"], r["offset"]) for r in rows)
+            self.seen[snapshot.snapshot_id] = (Counter(r["batch_id"] for r in rows), max(offsets.values(), default=0))
+
+
 @pytest.mark.parametrize("output_format", ["delta", "iceberg"])
 def test_duckdb_and_spark_read_every_committed_record_once_with_the_columns_and_types_the_drain_wrote(
         make_topic, kprio_env, dagster_instance, spark, child_spark_conf, tmp_path, output_format):
     topic = make_topic(priorities=2, partitions=2, records={1: 90, 0: with_poison(100)},
                        schema={"i": "long", "amount": "double"}, required_fields=("i",))
     env = kprio_env(topic, planner={"record_budget": 150, "target_batch_s": None}, drain={"format": output_format})
-    report = drain_loop.drain(env.defs, dagster_instance)
+    reader = (SnapshotReader(env.config.drain.iceberg, env.config.drain.output_path, topic.name)
+              if output_format == "iceberg" else None)
+    if reader is not None:
+        reader.start()
+    try:
+        report = drain_loop.drain(env.defs, dagster_instance)
+    finally:
+        if reader is not None:
+            reader.stop.set()
+            reader.join(timeout=60)
     assert report.ok, report.stopped
     assert lag(topic, env.edge) == {1: 0, 0: 0}
     check = conservation(env.config, topic, env.edge)
@@ -82,6 +122,11 @@ def test_duckdb_and_spark_read_every_committed_record_once_with_the_columns_and_
                                     connection=con) == [(90,)]
 
     if output_format == "iceberg":
+        # Every snapshot a reader met while the drain ran held whole batches, each offset once.
+        assert len(reader.seen) >= 2 and not reader.errors, (reader.seen, reader.errors[:3])
+        for snapshot, (counts, most) in reader.seen.items():
+            assert most == 1, f"snapshot {snapshot} holds an offset {most} times"
+            assert all(counts[b] == per_batch[b] for b in counts), (snapshot, counts, per_batch)
         # One snapshot per committed batch, its batch, attempt, epoch and ranges in the summary.
         snapshots = iceberg_publishes(drain.iceberg, OUTPUT, topic.name)
         assert sorted(s["kprio.batch_id"] for s in snapshots) == sorted(batches)

@@ -156,6 +156,29 @@ def test_a_batch_following_on_appends_without_reading_the_manifests_and_a_redrai
     assert offsets(settings, tmp_path) == expected(OffsetRange("orders-0", 0, 0, 60), OffsetRange("orders-2", 0, 0, 5))
 
 
+def test_a_catalog_whose_tables_another_process_creates_meanwhile_is_loaded_again(tmp_path, monkeypatch):
+    """Two processes use a fresh SQL catalog at once: both find its tables absent, the other creates them first, and
+    this one's CREATE TABLE fails ("already exists"); kprio loads the catalog again and finds them."""
+    from pyiceberg.catalog.sql import SqlCatalog, SqlCatalogBaseTable
+    from sqlalchemy import create_engine
+
+    uri = f"sqlite:///{tmp_path}/fresh.db"
+    create_tables, raced = SqlCatalog.create_tables, []
+
+    def the_other_process_first(self) -> None:  # noqa: ANN001
+        if raced:
+            return create_tables(self)
+        raced.append(True)
+        SqlCatalogBaseTable.metadata.create_all(create_engine(uri))  # the other process, after this one's check
+        SqlCatalogBaseTable.metadata.create_all(self.engine, checkfirst=False)  # this one's CREATE TABLE: fails
+        return None
+
+    monkeypatch.setattr(SqlCatalog, "create_tables", the_other_process_first)
+    settings = IcebergSettings(catalog={"type": "sql", "uri": uri})
+    assert iceberg_table.load(settings, OUTPUT, LOGICAL) is None  # loaded (again), and no table yet
+    assert raced, "the race was forced"
+
+
 def test_another_incarnation_s_files_are_never_replaced(tmp_path, settings):
     r = OffsetRange("orders-0", 0, 0, 50)
     publish(settings, tmp_path, staged(tmp_path, "b-000001", 1, {0: r}))
