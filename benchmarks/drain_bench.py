@@ -282,7 +282,8 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
     parser.add_argument("--runs", type=int, default=3, help="drain_batch runs per reader in one session (default 3)")
     parser.add_argument("--readers", default="python,native", help="readers to drain with, in this order")
-    parser.add_argument("--formats", default="parquet,delta", help="output formats (drain.format) to publish in")
+    parser.add_argument("--formats", default="parquet,delta", help="output formats (drain.format) to publish in "
+                        "(iceberg too: benchmarks/lake_bench.py puts the three side by side)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kprio-bench-") as tmp:
@@ -385,7 +386,8 @@ def drain_reader(spark, reader, output_format, args, kafka, topic, plan, setting
     base = tmp / reader / output_format
     config = KprioConfig(kafka=kafka, topics=(topic,), spark=settings.model_copy(update={"reader": SparkReader(reader)}),
                          drain={"format": output_format, "output_path": str(base / "out"),
-                                "dead_letter_path": str(base / "dead")})
+                                "dead_letter_path": str(base / "dead"),
+                                "iceberg": {"catalog": {"type": "sql", "uri": f"sqlite:///{base / 'catalog.db'}"}}})
     first = plan.ranges[0]
     warm = DrainPlan(topic.name, "lag-aware", 100, None, {}, {}, (PlannedRange(
         first.priority, OffsetRange(first.range.topic, first.range.partition, 0, 100)),))

@@ -623,11 +623,88 @@ class OutputFormat(StrEnum):
     """How a batch's checked rows land under the output and dead-letter roots (see ``spark_jobs.tables``).
 
     ``parquet`` (the default): Parquet files moved into place one by one, named by their ranges;
-    ``delta``: one Delta Lake table per logical topic and root, one commit per batch and table.
+    ``delta``: one Delta Lake table per logical topic and root, one commit per batch and table;
+    ``iceberg``: one Apache Iceberg table per logical topic and root in a catalog (``drain.iceberg``),
+    one snapshot per batch and table.
     """
 
     PARQUET = "parquet"
     DELTA = "delta"
+    ICEBERG = "iceberg"
+
+
+class TimePartition(StrEnum):
+    """How an Iceberg table's files are split by the record timestamp, beside ``priority``: readers prune by it."""
+
+    HOUR = "hour"
+    DAY = "day"
+    NONE = "none"
+
+
+ICEBERG_SECRET_WORDS = ("password", "secret", "token", "credential", "session", "private", "key-id", "access-key")
+"""Catalog properties whose name holds one of these carry a credential: only from the environment, as
+pyiceberg's own ``PYICEBERG_CATALOG__<NAME>__<PROPERTY>`` variables (``.`` and ``-`` written ``_``)."""
+
+
+def iceberg_secret_property(name: str) -> bool:
+    """Whether a pyiceberg catalog property carries a credential (kprio never takes it from the file).
+
+    >>> [iceberg_secret_property(k) for k in ("s3.secret-access-key", "credential", "token", "uri", "s3.endpoint")]
+    [True, True, True, False, False]
+    """
+    return any(word in name.lower() for word in ICEBERG_SECRET_WORDS)
+
+
+class IcebergSettings(_Model):
+    """The Iceberg catalog and tables of ``drain.format: iceberg`` (spark_jobs/iceberg_table.py)."""
+
+    catalog_name: str = Field("kprio", min_length=1, description="Name of the pyiceberg catalog; its secrets come from "
+                              "PYICEBERG_CATALOG__<NAME>__<PROPERTY> in the environment (pyiceberg's own variables).")
+    catalog: dict[str, str] = Field(
+        default_factory=lambda: {"type": "sql", "uri": "sqlite:///./kprio-data/iceberg-catalog.db"},
+        description="pyiceberg catalog properties (type: sql, rest, glue, ...; uri, warehouse, s3.*); the default is a "
+        "SQL catalog on SQLite in the kprio data directory. No secret here: a password in the uri or a property "
+        "naming a password, secret, token or credential is refused, naming the variable to use.")
+    namespace: str = Field("kprio", min_length=1, description="Namespace of the tables: <namespace>.<logical topic> "
+                           "(the output) and <namespace>.<logical topic>_dead_letters.")
+    time_partition: TimePartition = Field(
+        TimePartition.HOUR, description="Partition the tables by priority and by the hour (or day) of the record "
+        "timestamp, so a reader prunes; 'none': by priority only.")
+
+    @field_validator("catalog")
+    @classmethod
+    def _no_secret_in_the_file(cls, value: dict[str, str]) -> dict[str, str]:
+        """A credential in the file would sit in kprio.yaml and in the resource config Dagster shows.
+
+        >>> IcebergSettings(catalog={"type": "sql", "uri": "postgresql+psycopg://kprio:hunter2@db/cat"})
+        Traceback (most recent call last):
+        ...
+        pydantic_core._pydantic_core.ValidationError: 1 validation error for IcebergSettings
+        catalog
+          Value error, holds a password in uri: remove it and set PYICEBERG_CATALOG__<NAME>__URI in the environment ...
+        """
+        for name, text in value.items():
+            if iceberg_secret_property(name):
+                raise ValueError(f"{name} is a secret: set it in the environment as PYICEBERG_CATALOG__<NAME>__"
+                                 f"{name.upper().replace('.', '_').replace('-', '_')}, never in the file")
+            if "://" in text and urlsplit(text).password:
+                raise ValueError(f"holds a password in {name}: remove it and set PYICEBERG_CATALOG__<NAME>__"
+                                 f"{name.upper().replace('.', '_').replace('-', '_')} in the environment (the whole "
+                                 "value, password included)")
+        return value
+
+
+class MaintenanceSettings(_Model):
+    """Scheduled upkeep of Delta and Iceberg tables (``kprio tables maintain``, the Dagster schedule, the Airflow DAG)."""
+
+    schedule: str = Field("17 * * * *", description="Cron schedule of the maintenance job (Dagster) and DAG (Airflow).")
+    target_file_mb: int = Field(128, ge=1, description="Compaction merges a partition's small files into files of "
+                                "about this size (MiB of Parquet).")
+    min_files: int = Field(4, ge=2, description="Compact a run of adjacent files only when it has at least this many.")
+    retention_s: float = Field(
+        7 * 24 * 3600.0, ge=0, description="Files and snapshots a reader of an older version may still need are kept "
+        "this long: Delta's vacuum and log cleanup, Iceberg's snapshot expiry (the newest snapshots always stay).")
+    keep_snapshots: int = Field(10, ge=1, description="Iceberg: snapshots always kept, however old.")
 
 
 class DrainSettings(_Model):
@@ -641,8 +718,13 @@ class DrainSettings(_Model):
     )
     format: OutputFormat = Field(
         OutputFormat.PARQUET, description="How batches land: 'parquet' files moved into place one by one, or one "
-        "'delta' Lake table per logical topic and root with one atomic commit per batch (docs/operations.md, Output formats)."
+        "'delta' Lake table per logical topic and root with one atomic commit per batch, or one 'iceberg' table per "
+        "logical topic and root with one snapshot per batch (docs/operations.md, Output formats)."
     )
+    iceberg: IcebergSettings = Field(default_factory=IcebergSettings, description="drain.format iceberg: the catalog "
+                                     "and the tables' partitioning.")
+    maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings, description="Compaction and "
+                                             "retention of Delta and Iceberg tables (docs/operations.md, Maintenance).")
     output_path: str = Field("./kprio-data/output", description="Root of the output (local, s3://, gs://, hdfs://); the output, dead-letter and "
                              "replay roots may not be one directory or lie inside each other.")
     dead_letter_path: str = Field(

@@ -291,6 +291,13 @@ class LedgerNotFresh(KprioError):
     code = "ledger_not_fresh"
 
 
+class MaintenanceFailed(KprioError):
+    """A table's maintenance (compaction, vacuum, snapshot expiry) failed: the table and the cause; nothing of the
+    table's rows changed (each step commits as a transaction of its own)."""
+
+    code = "maintenance_failed"
+
+
 class OutputUnavailable(KprioError):
     """An output or dead-letter root cannot be written (read-only, full, missing permission): path and cause."""
 

@@ -99,7 +99,8 @@ def published_name(name: RangeFile, batch_id: str, attempt: int, *, epoch: int |
     return f"{name.file_name.removesuffix('.parquet')}.{batch_id}.{attempt}{more}.parquet"
 
 
-_TAG = re.compile(r"^(e\d+|k[0-9a-f]+)$")
+_TAG = re.compile(r"^(e\d+|k[0-9a-f]+|t(\d+|n))$")
+"""Tags after the attempt: the epoch, kept rows, an Iceberg file's hour or day (spark_jobs/iceberg_table.py)."""
 
 
 def parse_published(file_name: str) -> tuple[RangeFile, str, int] | None:

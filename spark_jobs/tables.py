@@ -1,6 +1,6 @@
-"""Where a batch's checked rows land, by ``drain.format``: Parquet files, or Delta Lake tables.
+"""Where a batch's checked rows land, by ``drain.format``: Parquet files, Delta Lake or Iceberg tables.
 
-Every caller that publishes, reads back or lists the output goes through here, so the two
+Every caller that publishes, reads back or lists the output goes through here, so the
 formats differ in this module only. Both roots (output and dead letters) are in the chosen
 format; the executors stage Parquet files under ``<root>/_staging/`` either way, and the checks
 read those staged files before anything is published.
@@ -21,6 +21,10 @@ who wrote a row    ``batch_id`` column, file metadata       ``batch_id`` column,
 after a lost       the files' names and footers             the table's log (its live files and the
 ledger                                                      batches its commits name)
 =================  ======================================  ===========================================
+
+``iceberg`` (:mod:`spark_jobs.iceberg_table`) is Delta's column with a snapshot for a commit: one
+snapshot per batch and table, the run's epoch in its summary (``kprio.epoch``) as the batch's
+fencing token, the tables in the catalog ``drain.iceberg`` names.
 
 >>> import tempfile
 >>> from kprio_core.config import DrainSettings
@@ -55,9 +59,12 @@ class Publication:
     """What a publish committed: the table versions (Delta; none for Parquet's file moves)."""
 
     versions: Mapping[str, int] = field(default_factory=dict)
-    """Delta: the table version after the publish, per root kind (``output``, ``dead-letters``)."""
+    """Delta: the table version after the publish, per root kind (``output``, ``dead-letters``); Iceberg: the
+    snapshot id."""
     already: bool = False
-    """Delta: the output table held the batch's transaction at this run's epoch already: nothing was written."""
+    """Delta, Iceberg: the output table held the batch at this run's epoch already: nothing was written."""
+    snapshots: bool = False
+    """The versions are Iceberg snapshot ids."""
 
     def metadata(self) -> dict[str, object]:
         """What a run reports of it: the table versions (Delta), nothing for Parquet.
@@ -66,6 +73,9 @@ class Publication:
         {'table_version': 7, 'dead_letter_table_version': 2}
         """
         out: dict[str, object] = {}
+        if self.snapshots:
+            return {f"{'table' if kind == OUTPUT else 'dead_letter_table'}_snapshot_id": str(v)
+                    for kind, v in sorted(self.versions.items(), key=lambda kv: kv[0] != OUTPUT)}
         if OUTPUT in self.versions:
             out["table_version"] = self.versions[OUTPUT]
         if DEAD_LETTERS in self.versions:
@@ -107,6 +117,8 @@ def publish(drain: DrainSettings, result: DrainResult, *, ranges: Iterable[Offse
         output.publish(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path,
                        ranges=ranges, incarnations=incarnations)
         return Publication()
+    if drain.format is OutputFormat.ICEBERG:
+        return _publish_iceberg(drain, result, ranges, incarnations, checks, fence)
     from spark_jobs import delta_table
 
     chosen = list(ranges) if ranges is not None else None
@@ -129,6 +141,36 @@ def publish(drain: DrainSettings, result: DrainResult, *, ranges: Iterable[Offse
         raise _publish_failed(result, err) from err
     output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
     return Publication(versions)
+
+
+def _publish_iceberg(drain: DrainSettings, result: DrainResult, ranges: Iterable[OffsetRange] | None,
+                     incarnations: Mapping[str, int] | None, checks: CheckReport | None, fence: int) -> Publication:
+    """Iceberg: the dead-letter table's snapshot, then the output table's, the decision (as Delta's two commits)."""
+    import json
+
+    from spark_jobs import iceberg_table, output
+
+    chosen = list(ranges) if ranges is not None else None
+    summary = {CHECKS_KEY: json.dumps(check_metadata(checks))} if checks is not None else {}
+    versions: dict[str, int] = {}
+    try:
+        decided = iceberg_table.published_epoch(drain.iceberg, OUTPUT, result.logical_topic, result.batch_id)
+        if decided is not None and decided >= fence:
+            iceberg_table.refuse_if_stale(decided, fence, result, ".".join(
+                iceberg_table.identifier(drain.iceberg, OUTPUT, result.logical_topic)))
+            output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
+            return Publication(already=True, snapshots=True)
+        for kind in (DEAD_LETTERS, OUTPUT):
+            done = iceberg_table.publish(drain.iceberg, result, root=roots(drain)[kind], kind=kind, ranges=chosen,
+                                         incarnations=incarnations, summary=summary, epoch=fence)
+            if done is not None and done.snapshot_id is not None:
+                versions[kind] = done.snapshot_id
+    except LeaseLost:
+        raise
+    except Exception as err:  # pyiceberg and the catalog raise their own types: typed by their cause below
+        raise _publish_failed(result, err) from err
+    output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
+    return Publication(versions, snapshots=True)
 
 
 def _publish_failed(result: DrainResult, err: BaseException) -> Exception:
@@ -176,6 +218,10 @@ def read_rows(drain: DrainSettings, kind: str, logical_topic: str, *, batch_id: 
     """The published rows of one kind (``output`` or ``dead-letters``) of a topic as a ``pyarrow.Table``
     (empty, with no columns, when nothing is published); Delta: the table's current version."""
     root = roots(drain)[kind]
+    if drain.format is OutputFormat.ICEBERG:
+        from spark_jobs.iceberg_table import read_table as read_iceberg
+
+        return read_iceberg(drain.iceberg, root, kind, logical_topic, batch_id=batch_id, columns=columns)
     if drain.format is OutputFormat.DELTA:
         from spark_jobs.delta_table import read_table as read_delta
 
@@ -186,7 +232,12 @@ def read_rows(drain: DrainSettings, kind: str, logical_topic: str, *, batch_id: 
 
 
 def live_files(drain: DrainSettings, logical_topic: str) -> tuple[LiveFile, ...]:
-    """Every published file of a topic under both roots (Delta: those the tables' current versions hold)."""
+    """Every published file of a topic under both roots (Delta, Iceberg: those the tables' current versions hold)."""
+    if drain.format is OutputFormat.ICEBERG:
+        from spark_jobs.iceberg_table import live_files as live_iceberg
+
+        return tuple(f for kind, root in roots(drain).items() for f in live_iceberg(drain.iceberg, root, kind,
+                                                                                    logical_topic))
     if drain.format is OutputFormat.DELTA:
         from spark_jobs.delta_table import live_files as live
     else:
@@ -196,10 +247,16 @@ def live_files(drain: DrainSettings, logical_topic: str) -> tuple[LiveFile, ...]
 
 def batch_ids(drain: DrainSettings, logical_topic: str, live: Iterable[LiveFile] | None = None) -> set[str]:
     """Every batch id the published output of a topic names: its live files' writers (``live`` when read
-    already) and, for Delta, every batch a commit in the tables' logs names (a replaced batch too)."""
+    already) and, for Delta and Iceberg, every batch a commit (a snapshot) in the tables names (a replaced batch
+    too)."""
     ids = {f.batch_id for f in (live_files(drain, logical_topic) if live is None else live) if f.batch_id}
     if drain.format is OutputFormat.DELTA:
         from spark_jobs.delta_table import table_batches
 
         ids |= {b["batch_id"] for root in roots(drain).values() for b in table_batches(root, logical_topic)}
+    if drain.format is OutputFormat.ICEBERG:
+        from spark_jobs.iceberg_table import table_batches as snapshots
+
+        ids |= {b["batch_id"] for kind, root in roots(drain).items() for b in snapshots(drain.iceberg, root, kind,
+                                                                                       logical_topic)}
     return ids

@@ -1,4 +1,5 @@
-"""The Airflow DAGs of a kprio deployment, built from ``kprio.yaml``: drain, re-drain, replay, freshness.
+"""The Airflow DAGs of a kprio deployment, built from ``kprio.yaml``: drain, re-drain, replay, freshness,
+table maintenance.
 
 A dags folder loads them with a two-line file (``kprio airflow init --dags-folder D`` writes it)::
 
@@ -27,6 +28,10 @@ before they are published; no consumer group moves (Dagster's ``replayed_window`
 per hour). ``kprio_freshness`` (every minute): each priority's freshness objective (``slo.max_age_s``)
 and lag verdict; its ``freshness`` task fails when an objective is missed (its log names the priority, the
 age, the objective and the likely cause) and succeeds with a warning in its log above the warn threshold.
+``kprio_maintain`` (on ``drain.maintenance.schedule``, cron, one run at a time; paused on
+creation unless ``drain.format`` is ``delta`` or ``iceberg``): the tables' small files compacted,
+Delta vacuumed and checkpointed, Iceberg's old snapshots expired; the figures before and after in
+its log and XCom (what Dagster's ``tables_maintenance_job`` runs).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ REPLAY_DAG = "kprio_replay"
 FRESHNESS_DAG = "kprio_freshness"
 FRESHNESS_EVERY_S = 60
 """How often ``kprio_freshness`` evaluates the objectives (at least; ``sensor.interval_s`` when longer)."""
+MAINTAIN_DAG = "kprio_maintain"
 CAUSE_SEEN_VARIABLE = "kprio_drain.cause_seen"
 """The Airflow Variable that holds, between DAG runs, whether the probe before a tick saw a transient cause."""
 TAGS = ["kprio"]
@@ -60,7 +66,8 @@ class KprioDagsError(Exception):
 
 
 def kprio_dags(config: str | os.PathLike | None = None) -> dict[str, DAG]:
-    """The DAGs by id (``kprio_drain``, ``kprio_redrain``, ``kprio_replay``), for a DAG file's ``globals()``."""
+    """The DAGs by id (``kprio_drain``, ``kprio_redrain``, ``kprio_replay``, ``kprio_freshness``, ``kprio_maintain``), for a DAG file's
+    ``globals()``."""
     path = tasks.config_file(config)
     try:
         loaded = load_config(path)
@@ -68,7 +75,7 @@ def kprio_dags(config: str | os.PathLike | None = None) -> dict[str, DAG]:
         raise KprioDagsError(f"kprio: cannot build the Airflow DAGs from {path or 'the built-in defaults'}: "
                              f"{err}") from None
     return {dag.dag_id: dag for dag in (drain_dag(loaded, path), redrain_dag(loaded, path), replay_dag(path),
-                                        freshness_dag(loaded, path))}
+                                        freshness_dag(loaded, path), maintain_dag(loaded, path))}
 
 
 def _retries(config: KprioConfig) -> dict[str, Any]:
@@ -194,4 +201,23 @@ def freshness_dag(config: KprioConfig, path: str | None) -> DAG:
             return _carry_out(tasks.check_freshness, path)
 
         freshness()
+
+
+def maintain_dag(config: KprioConfig, path: str | None) -> DAG:
+    """``kprio_maintain``: the tables' maintenance on ``drain.maintenance.schedule``."""
+    from kprio_core.config import OutputFormat
+
+    with DAG(
+        MAINTAIN_DAG, schedule=config.drain.maintenance.schedule, catchup=False, tags=TAGS, max_active_runs=1,
+        start_date=START_DATE, is_paused_upon_creation=config.drain.format is OutputFormat.PARQUET,
+        description="kprio: compact the Delta or Iceberg tables' small files, vacuum or expire old snapshots "
+        "(drain.maintenance)",
+        doc_md=__doc__,
+    ) as dag:
+
+        @task(task_id="maintain", retries=0)
+        def maintain() -> dict[str, Any]:
+            return _carry_out(tasks.maintain_tables, path)
+
+        maintain()
     return dag

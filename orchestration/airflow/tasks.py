@@ -14,7 +14,9 @@ hands the typed config to the runtime:
   is all the batch has left then (:func:`~kprio_core.lifecycle.run.work_left`);
 - :func:`redrain_batch` is an operator's run of one batch (re-drains its exact ledger ranges once);
 - :func:`replay` drains a time window of every topic again into the replay output
-  (:func:`orchestration.runtime.replay.replay_window`, what Dagster's ``replayed_window`` runs).
+  (:func:`orchestration.runtime.replay.replay_window`, what Dagster's ``replayed_window`` runs);
+- :func:`maintain_tables` maintains the Delta or Iceberg tables
+  (:func:`orchestration.runtime.maintenance.maintain_tables`, what Dagster's ``tables_maintenance_job`` runs).
 
 Airflow 3 tasks reach no metadata database, so the runtime's run store is kprio's own ledger here
 (:class:`~orchestration.runtime.runs.NoRuns`): leases and launch claims say who works on a batch,
@@ -232,6 +234,22 @@ def check_freshness(config_path: str | None, me: TaskIdentity) -> dict[str, Any]
             LOG.error(line)
         raise TaskFailed(f"freshness objective missed: {failed[0]}{more}", retry=False)
     return out
+
+
+def maintain_tables(config_path: str | None, me: TaskIdentity) -> dict[str, Any]:
+    """Maintain every logical topic's tables; the figures before and after, per table and in total (the XCom)."""
+    from kprio_core.errors import KprioError
+    from orchestration.runtime.maintenance import maintain_tables as maintain
+
+    del me
+    config = task_config(config_path)
+    try:
+        report = maintain(config)
+    except KprioError as err:
+        raise TaskFailed(str(err)) from None
+    for line in report.lines():
+        LOG.info(line)
+    return _plain(report.to_dict())
 
 
 def replay_window_of(conf: Mapping[str, Any]) -> tuple[datetime, datetime]:

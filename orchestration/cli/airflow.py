@@ -33,7 +33,8 @@ MARK = "# written by kprio airflow init"
 def dag_file_text(config: Path | None) -> str:
     """The DAG file: it loads ``config`` (absolute), else whatever $KPRIO_CONFIG or ./kprio.yaml names at parse time."""
     argument = repr(str(config.resolve())) if config is not None else ""
-    return (f'"""kprio\'s Airflow DAGs (kprio_drain, kprio_redrain), built from kprio.yaml."""  {MARK}\n'
+    return (f'"""kprio\'s Airflow DAGs (kprio_drain, kprio_redrain, kprio_replay, kprio_maintain), built from '
+            f'kprio.yaml."""  {MARK}\n'
             "from orchestration.airflow.dags import kprio_dags\n\n"
             f"globals().update(kprio_dags({argument}))\n")
 
@@ -59,7 +60,7 @@ def init(
             raise FileExistsRefused("exists and kprio did not write it: pass --force to replace it", where=str(target))
         dags_folder.mkdir(parents=True, exist_ok=True)
         target.write_text(dag_file_text(config))
-    typer.echo(f"wrote {target}: the DAGs kprio_drain, kprio_redrain and kprio_replay")
+    typer.echo(f"wrote {target}: the DAGs kprio_drain, kprio_redrain, kprio_replay and kprio_maintain")
     slots = pool_slots(loaded)
     command = ["airflow", "pools", "set", POOL, str(slots), "kprio: drain and commit tasks in flight"]
     if not pool:

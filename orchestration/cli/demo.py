@@ -40,8 +40,10 @@ PoisonOption = Annotated[
 ]
 FormatOption = Annotated[
     OutputFormat,
-    typer.Option("--format", help="drain.format of the demo's kprio.yaml: 'parquet' files, or 'delta' Lake tables "
-                 "(one commit per batch; the demo then prints the table's log and how to query it)."),
+    typer.Option("--format", help="drain.format of the demo's kprio.yaml: 'parquet' files, 'delta' Lake tables "
+                 "(one commit per batch) or 'iceberg' tables (one snapshot per batch, a SQL catalog on SQLite in the "
+                 "data dir); for a table the demo prints its log and how to query it. The report shows a DuckDB "
+                 "query over the output in every format."),
 ]
 DemoConfigOption = Annotated[
     Path | None,
@@ -95,7 +97,7 @@ def demo(
 
     At the end: the per-priority table, the conservation check (every produced offset once in the output or once in the dead letters), a backlog plot (<data-dir>/backlog.png) and the command that opens the Dagster UI on the same instance. Dagster's and Spark's logs go to <data-dir>/demo.log.
 
-    With --format delta, the output and the dead letters are Delta Lake tables: the demo prints the output table's log (one commit per batch, with its ranges) and how to query it with pandas, polars, deltalake or Spark.
+    With --format delta, the output and the dead letters are Delta Lake tables: the demo prints the output table's log (one commit per batch, with its ranges) and how to query it with pandas, polars, deltalake or Spark. With --format iceberg they are Apache Iceberg tables in a SQL catalog in the data dir: the demo prints the table's snapshots (one per batch, with its ranges) and how to query it with pyiceberg or DuckDB. In every format the report shows a DuckDB query over the output (records per priority, first and last timestamp).
 
     With --security sasl_ssl the embedded broker takes only SCRAM-SHA-512 or PLAIN logins over TLS, with a CA and certificates it makes in <data-dir>/broker/tls, and every client of the demo authenticates: the producer, the admin client, both readers, the commits.
 
@@ -104,6 +106,7 @@ def demo(
 
     Example: kprio demo --security sasl_ssl
     Example: kprio demo --values avro --format delta
+    Example: kprio demo --format iceberg
     """
     from orchestration.demo import DemoFailed
     from orchestration.demo.layout import DemoLayout
@@ -146,7 +149,7 @@ def print_result(result, *, as_json: bool) -> None:  # noqa: ANN001 - DemoResult
                                f"{result.batch_count} batches ({result.seconds:.0f} s)"))
     console.print(result.conservation.line(), style="green" if result.conservation.ok else "red", highlight=False,
                   soft_wrap=True)
-    for line in [*result.column_lines(), *result.table_lines(), *result.dead_letter_lines()]:
+    for line in [*result.column_lines(), *result.table_lines(), *result.duckdb_lines(), *result.dead_letter_lines()]:
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"backlog plot: {result.layout.plot}   log: {result.layout.log}", highlight=False, soft_wrap=True)
     for step in result.next_steps():

@@ -3,7 +3,7 @@
 kprio's own loggers (``kprio.*``: librdkafka's lines among them, every client kprio builds logs
 through ``kprio.kafka``, ``kprio.reader`` or ``kprio.broker``; py4j's and PySpark's, which
 :mod:`spark_jobs.library_logs` hands to ``kprio.spark``) and the libraries' that would otherwise
-print to the terminal (Dagster's, Python's warnings) share one handler for the command: a file
+print to the terminal (Dagster's, pyiceberg's, Python's warnings) share one handler for the command: a file
 (``--log-file`` or ``$KPRIO_LOG_FILE``), standard error with ``--verbose``, else none. So a command's
 terminal holds its own output and, on failure, its one error line; a broker outage ``kprio drain``
 rides out is two lines of its own (:mod:`orchestration.cli.outage`), not librdkafka's ``FAIL`` line
@@ -23,8 +23,9 @@ from pathlib import Path
 from kprio_core.errors import PathUnusable
 from orchestration.cli.redaction import Redactor
 
-ROUTED = ("kprio", "dagster", "py.warnings")
-"""The loggers whose lines go to the command's handler (and not to the root logger's handlers)."""
+ROUTED = ("kprio", "dagster", "py.warnings", "pyiceberg")
+"""The loggers whose lines go to the command's handler (and not to the root logger's handlers). pyiceberg warns of
+every column a published file has no statistics for, per publish of an Iceberg table."""
 
 
 class RedactingFormatter(logging.Formatter):

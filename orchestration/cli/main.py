@@ -87,6 +87,9 @@ app.command("simulate")(simulate.simulate)
 from orchestration.cli import spark  # noqa: E402
 
 app.add_typer(spark.app, name="spark")
+from orchestration.cli import tables  # noqa: E402
+
+app.add_typer(tables.app, name="tables")
 from orchestration.cli import topics  # noqa: E402
 
 app.add_typer(topics.app, name="topics")

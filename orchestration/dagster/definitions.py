@@ -1,4 +1,5 @@
-"""kprio's Dagster definitions: assets, checks, sensor, jobs and resources, built from one configuration.
+"""kprio's Dagster definitions: assets, checks, sensor, jobs, the maintenance schedule and resources, built from one
+configuration.
 
 The code location (:mod:`orchestration.definitions`, loaded by ``workspace.yaml``) builds them from
 kprio.yaml; tests and ``kprio drain`` build them from the configuration they hold.
@@ -17,6 +18,7 @@ from orchestration.dagster.jobs import (
     plan_batch_job,
     reset_partition_job,
 )
+from orchestration.dagster.maintenance import build_maintenance_schedule, tables_maintenance_job
 from orchestration.dagster.partitions import replay_partitions
 from orchestration.dagster.replay_asset import build_replayed_window
 from orchestration.dagster.resources import resources_from_config
@@ -30,8 +32,10 @@ def build_definitions(config: KprioConfig) -> dg.Definitions:
     lag_job = build_priority_lag_job()
     return dg.Definitions(
         assets=[drain_batch_assets, replayed_window, build_priority_lag_asset(config)],
-        jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job, reset_partition_job, lag_job],
+        jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job, reset_partition_job, lag_job,
+              tables_maintenance_job],
         sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s), build_freshness_sensor(lag_job, config)],
+        schedules=[build_maintenance_schedule(config)],
         resources=resources_from_config(config),
         # A batch is one step (the drain_batch multi-asset): the multiprocess default would only add a
         # child process, with its imports, to every run the UI launches (backfills, Materialize).

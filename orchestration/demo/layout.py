@@ -75,6 +75,11 @@ class DemoLayout:
         return self.root / "ledger.db"
 
     @property
+    def iceberg_catalog(self) -> Path:
+        """The SQL catalog (SQLite) of ``--format iceberg``'s tables."""
+        return self.root / "iceberg-catalog.db"
+
+    @property
     def config_file(self) -> Path:
         return self.root / "kprio.yaml"
 
@@ -94,7 +99,7 @@ class DemoLayout:
     def owned(self) -> tuple[Path, ...]:
         """What a demo run creates; only these are removed when the next run starts afresh."""
         return (self.broker, self.registry, self.dagster_home, self.output, self.dead_letters, self.replay, self.ledger,
-                self.config_file, self.plot, self.report)
+                self.iceberg_catalog, self.config_file, self.plot, self.report)
 
     def clear(self) -> None:
         """Remove what an earlier demo run left (never anything else in the data dir)."""
@@ -131,7 +136,9 @@ def demo_config(layout: DemoLayout, bootstrap: str, *, record_budget: int, kafka
         # Batches sized by the record budget alone (not by measured throughput): the same run gives the same table.
         "planner": {"record_budget": record_budget, "target_batch_s": None},
         "drain": {"format": output_format, "output_path": str(layout.output), "dead_letter_path": str(layout.dead_letters),
-                  "replay_path": str(layout.replay), "replay_start": day},
+                  "replay_path": str(layout.replay), "replay_start": day,
+                  # --format iceberg: the tables' catalog in the data dir, cleared with the rest by the next run.
+                  "iceberg": {"catalog": {"type": "sql", "uri": f"sqlite:///{layout.iceberg_catalog}"}}},
         "spark": {"master": "local[2]", "conf": dict(DEMO_SPARK_CONF)},
         "ledger": {"url": f"sqlite:///{layout.ledger}"},
         "sensor": {"interval_s": SENSOR_INTERVAL_S},

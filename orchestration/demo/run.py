@@ -51,6 +51,7 @@ from orchestration.demo.layout import (
     demo_config,
     write_config,
 )
+from orchestration.demo.output_view import duckdb_report, output_columns
 from orchestration.demo.producer import Arrival, WaveProducer, high_watermarks
 from orchestration.demo.report import (
     Conservation,
@@ -66,6 +67,8 @@ if TYPE_CHECKING:
     from orchestration.dagster.drain_report import BatchOutcome
 
 DEFAULT_RECORDS = 20_000
+ICEBERG_NAMESPACE = "kprio"
+"""The namespace of the demo's Iceberg tables (``drain.iceberg.namespace``'s default)."""
 
 
 class DemoListener(Protocol):
@@ -138,7 +141,12 @@ class DemoResult:
     arrivals: list[Arrival] = field(default_factory=list)
     output_format: OutputFormat = OutputFormat.PARQUET
     table_log: list[dict[str, Any]] = field(default_factory=list)
-    """Delta: the output table's publishes, oldest first (batch, attempt, ranges, version: its log)."""
+    """Delta: the output table's publishes, oldest first (batch, attempt, ranges, version: its log); Iceberg: its
+    snapshots that publish a batch (batch, attempt, epoch, ranges, snapshot id)."""
+    duckdb_query: str = ""
+    """The DuckDB query the report shows, over the output as published (:data:`output_view.DUCKDB_QUERY`)."""
+    duckdb_rows: list[tuple] = field(default_factory=list)
+    """Its rows: per priority, the records and the first and last record timestamp."""
     security: BrokerSecurity = BrokerSecurity()
     made_up: tuple[str, ...] = ()
     """The secrets the demo made up for its run (their variables' names), see :func:`one_off_secrets`."""
@@ -197,26 +205,51 @@ class DemoResult:
         return [f"typed columns ({source}): " + ", ".join(f"{name} {kind}" for name, kind in self.columns)]
 
     def table_lines(self) -> list[str]:
-        """Delta: the output table and its log, one commit per batch with the ranges it published."""
-        if self.output_format is not OutputFormat.DELTA:
+        """Delta: the output table and its log, one commit per batch with the ranges it published; Iceberg: the
+        table and its snapshots, one per batch with the ranges in its summary."""
+        if self.output_format is OutputFormat.PARQUET:
             return []
         table = self.layout.output / self.logical_topic
         batches = len({entry["batch_id"] for entry in self.table_log})
-        lines = [f"Delta table {table}: {len(self.table_log)} commits for {batches} batches (each commit's "
-                 "metadata names its batch, attempt and ranges; a retried batch replaces its rows in a commit more)"]
+        if self.output_format is OutputFormat.ICEBERG:
+            lines = [f"Iceberg table {ICEBERG_NAMESPACE}.{self.logical_topic} ({table}, catalog "
+                     f"{self.layout.iceberg_catalog}): {len(self.table_log)} snapshots for {batches} batches (each "
+                     "snapshot's summary names its batch, attempt, epoch and ranges)"]
+            version, more = "snapshot", "table.snapshots()"
+        else:
+            lines = [f"Delta table {table}: {len(self.table_log)} commits for {batches} batches (each commit's "
+                     "metadata names its batch, attempt and ranges; a retried batch replaces its rows in a commit "
+                     "more)"]
+            version, more = "version", "DeltaTable(path).history()"
         for entry in self.table_log[:3]:
             ranges = entry["ranges"]
             shown = ", ".join(ranges[:2]) + (f" and {len(ranges) - 2} more" if len(ranges) > 2 else "")
-            lines.append(f"  version {entry['version']}: {entry['batch_id']} attempt {entry['attempt']}: {shown}")
+            lines.append(f"  {version} {entry.get('version', entry.get('snapshot_id'))}: {entry['batch_id']} attempt "
+                         f"{entry['attempt']}: {shown}")
         if len(self.table_log) > 3:
-            lines.append(f"  ... {len(self.table_log) - 3} more (DeltaTable(path).history())")
+            lines.append(f"  ... {len(self.table_log) - 3} more ({more})")
+        return lines
+
+    def duckdb_lines(self) -> list[str]:
+        """The DuckDB query over the output and its rows."""
+        if not self.duckdb_query:
+            return []
+        lines = [f"DuckDB: {self.duckdb_query}"]
+        lines += [f"  priority {p}: {n:,} records, {first} .. {last}" for p, n, first, last in self.duckdb_rows]
         return lines
 
     def query_lines(self) -> list[str]:
-        """Delta: how to read the table with pandas, polars, deltalake, and Spark with the Delta jars."""
+        """Delta: how to read the table with pandas, polars, deltalake, and Spark with the Delta jars; Iceberg: with
+        pyiceberg and DuckDB."""
+        table = self.layout.output / self.logical_topic
+        if self.output_format is OutputFormat.ICEBERG:
+            return [f"query the table: python -c \"from pyiceberg.catalog.sql import SqlCatalog; print(SqlCatalog("
+                    f"'kprio', uri='sqlite:///{self.layout.iceberg_catalog}').load_table('{ICEBERG_NAMESPACE}."
+                    f"{self.logical_topic}').scan().to_pandas().groupby('priority').size())\"",
+                    "  DuckDB (its iceberg extension): SELECT count(*) FROM iceberg_scan('<the table's "
+                    "metadata_location>'); kprio's connection: spark_jobs.lake_readers.duckdb_connection()"]
         if self.output_format is not OutputFormat.DELTA:
             return []
-        table = self.layout.output / self.logical_topic
         return [f"query the table: python -c \"from deltalake import DeltaTable; "
                 f"print(DeltaTable('{table}').to_pandas().groupby('priority').size())\"",
                 f"  polars: pl.read_delta('{table}'); its log: DeltaTable('{table}').history()",
@@ -243,6 +276,7 @@ class DemoResult:
             "schema_registry": self.registry_url,
             "columns": {name: kind for name, kind in self.columns},
             "table_log": self.table_log,
+            "duckdb": {"query": self.duckdb_query, "rows": [list(map(str, r)) for r in self.duckdb_rows]},
             "files": {"config": str(self.layout.config_file), "dagster_home": str(self.layout.dagster_home),
                       "plot": str(self.layout.plot), "output": str(self.layout.output),
                       "dead_letters": str(self.layout.dead_letters),
@@ -427,20 +461,17 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
                            f"{len({r.batch_id for r in runs})} batches)", arrivals=labels)
     if not runs:
         raise DemoFailed(f"{topic.name}: the drain ran no batch ({stopped})")
-    table_log = table_batches(config.drain.output_path, topic.name) if config.drain.format is OutputFormat.DELTA else []
+    table_log: list[dict[str, Any]] = []
+    if config.drain.format is OutputFormat.DELTA:
+        table_log = table_batches(config.drain.output_path, topic.name)
+    elif config.drain.format is OutputFormat.ICEBERG:
+        from spark_jobs.iceberg_table import table_batches as snapshots
+
+        table_log = snapshots(config.drain.iceberg, config.drain.output_path, OUTPUT, topic.name)
+    query, answer = duckdb_report(config.drain, topic.name)
     return {"rows": rows, "conservation": conservation, "batches": runs, "drain_stopped": stopped,
             "drain_ok": ok, "arrivals": list(producer.arrivals), "table_log": table_log,
-            "columns": output_columns(config.drain, topic.name)}
-
-
-def output_columns(drain: DrainSettings, logical_topic: str) -> list[tuple[str, str]]:
-    """The decoded columns of the published output and their Arrow types (the drain's own columns left out)."""
-    from spark_jobs.columns import RESERVED
-    from spark_jobs.layout import OUTPUT
-    from spark_jobs.tables import read_rows
-
-    schema = read_rows(drain, OUTPUT, logical_topic).schema
-    return [(f.name, str(f.type)) for f in schema if f.name not in RESERVED and f.name != "priority"]
+            "columns": output_columns(config.drain, topic.name), "duckdb_query": query, "duckdb_rows": answer}
 
 
 def demo_registry(config: Path | None, env: Mapping[str, str] | None = None) -> SchemaRegistrySettings | None:

@@ -142,6 +142,15 @@ CHANGES: dict[str, Any] = {
     "drain.dead_letter_path": "s3://bucket/dead",
     "drain.replay_path": "s3://bucket/replay",
     "drain.replay_start": "2026-03-01",
+    "drain.iceberg.catalog_name": "lake",
+    "drain.iceberg.catalog": {"type": "rest", "uri": "https://catalog.example/api"},
+    "drain.iceberg.namespace": "kafka",
+    "drain.iceberg.time_partition": "day",
+    "drain.maintenance.schedule": "0 3 * * *",
+    "drain.maintenance.target_file_mb": 64,
+    "drain.maintenance.min_files": 10,
+    "drain.maintenance.retention_s": 3600.0,
+    "drain.maintenance.keep_snapshots": 3,
     "spark.master": "spark://master:7077",
     "spark.remote": "sc://localhost:15002",
     "spark.reader": "native",
@@ -286,12 +295,20 @@ def check_limits(config: KprioConfig) -> list[dict[str, object]]:
 
 
 def definitions(config: KprioConfig) -> tuple[object, ...]:
-    """The sensor's interval and the replay partitions' first hour of the code location."""
+    """The sensor's interval, the replay partitions' first hour and the maintenance schedule of the code location."""
     from orchestration.dagster.definitions import build_definitions
 
     defs = build_definitions(config)
     replays = defs.resolve_assets_def("replayed_window").partitions_def
-    return defs.resolve_sensor_def("priority_lag_sensor").minimum_interval_seconds, replays.start
+    return (defs.resolve_sensor_def("priority_lag_sensor").minimum_interval_seconds, replays.start,
+            defs.resolve_schedule_def("tables_maintenance_schedule").cron_schedule)
+
+
+def iceberg_tables(config: KprioConfig) -> tuple[str, str]:
+    """The Iceberg tables (namespace, name) of a topic's output."""
+    from spark_jobs.iceberg_table import identifier
+
+    return identifier(config.drain.iceberg, "output", "orders")
 
 
 def registry_endpoint(config: KprioConfig) -> object:
@@ -342,6 +359,8 @@ PROBES: dict[str, Callable[[KprioConfig], object]] = {
     "rate.quotas.<priority>.records_per_s": rate_quotas,
     "rate.quotas.<priority>.bytes_per_s": rate_quotas,
     "drain.replay_start": definitions,
+    "drain.maintenance.schedule": definitions,
+    "drain.iceberg.namespace": iceberg_tables,
     "spark.conf": spark_session_conf,
     "spark.arrow_batch_records": spark_session_conf,
     "spark.fetch_max_bytes": read_options,
@@ -363,6 +382,7 @@ NEEDS_SNAPSHOT = "the tick acts on a lag snapshot (tests/kprio_core/test_lifecyc
 NEEDS_SPARK = "needs a Spark session and a drained batch (tests/spark_jobs cover it)"
 NEEDS_COMMIT = "acts on a committed batch: a broker and Spark (tests/orchestration/observe/test_lineage.py)"
 NEEDS_RUN = "acts inside a batch's Dagster run (tests/orchestration/test_recovery.py covers it)"
+NEEDS_TABLE = "acts on a table's published files (tests/spark_jobs/test_maintenance.py covers it)"
 
 ACTS_IN: dict[str, tuple[str, str, str]] = {
     "topics[].partitions": ("kprio_core.kafka.topics", "topic_mismatches", NEEDS_BROKER),
@@ -392,6 +412,14 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "drain.output_path": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.dead_letter_path": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.replay_path": ("orchestration.dagster.replay_asset", "build_replayed_window", "needs a replay run: a broker and Spark"),
+    "drain.iceberg.catalog_name": ("spark_jobs.iceberg_table", "catalog", "the changed catalog names a REST server"),
+    "drain.iceberg.catalog": ("spark_jobs.iceberg_table", "catalog", "the changed catalog names a REST server"),
+    "drain.iceberg.time_partition": ("spark_jobs.iceberg_table", "_create", "needs a published batch "
+                                     "(tests/spark_jobs/test_iceberg_table.py)"),
+    "drain.maintenance.target_file_mb": ("spark_jobs.maintenance", "_maintain_iceberg", NEEDS_TABLE),
+    "drain.maintenance.min_files": ("spark_jobs.maintenance", "_maintain_iceberg", NEEDS_TABLE),
+    "drain.maintenance.retention_s": ("spark_jobs.maintenance", "_expire", NEEDS_TABLE),
+    "drain.maintenance.keep_snapshots": ("spark_jobs.maintenance", "_expire", NEEDS_TABLE),
     "spark.master": ("spark_jobs.session", "build_session", "starts a Spark session"),
     "spark.remote": ("spark_jobs.session", "build_session", "needs a Spark Connect server"),
     "spark.reader": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),

@@ -62,7 +62,10 @@ def kprio_env(tmp_path: Path, kafka_settings: KafkaSettings, spark) -> Iterator[
             "spark": {"master": TEST_SPARK.master, "conf": dict(TEST_SPARK.conf)},
             "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}"},
             "drain": {"output_path": str(tmp_path / "output"), "dead_letter_path": str(tmp_path / "dead-letters"),
-                      "replay_path": str(tmp_path / "replay")},
+                      "replay_path": str(tmp_path / "replay"),
+                      # drain.format iceberg: the test's own catalog (the default is relative to where kprio runs).
+                      "iceberg": {"catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path / 'iceberg-catalog.db'}",
+                                              "warehouse": f"file://{tmp_path / 'warehouse'}"}}},
             "sensor": {"interval_s": 1},
             # Retries back off for a fraction of a second, so tests wait on conditions, not on time.
             "recovery": {"lease_s": 15, "backoff_s": 0.2, "backoff_max_s": 1},

@@ -51,6 +51,8 @@ NO_KAFKA: dict[tuple[str, ...], str] = {
     ("spark", "status"): "reads the Spark Connect server's state in spark.connect_dir",
     ("dead-letters",): "reads the published dead-letter files under drain.dead_letter_path with pyarrow",
     ("airflow", "init"): "writes the DAG file and sets Airflow's pool; from kprio.yaml it reads only the run limits",
+    ("tables", "maintain"): "compacts and vacuums the Delta or Iceberg tables under drain.output_path and "
+                            "drain.dead_letter_path; no cluster involved",
 }
 """Commands that do not talk to a Kafka cluster through kprio.yaml, with why (they may still take --config)."""
 

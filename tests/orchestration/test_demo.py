@@ -54,7 +54,7 @@ def test_the_workload_of_this_test_is_the_one_the_docstring_computes() -> None:
         (0, 60, 5, 0), (1, 13, 0, 0), (1, 12, 0, 1), (2, 15, 0, 1)]
 
 
-@pytest.mark.parametrize("output_format", [OutputFormat.PARQUET, OutputFormat.DELTA])
+@pytest.mark.parametrize("output_format", [OutputFormat.PARQUET, OutputFormat.DELTA, OutputFormat.ICEBERG])
 def test_demo_drains_everything_with_the_burst_first_and_the_poison_quarantined(
         kafka_bootstrap: str, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys,
         output_format: OutputFormat) -> None:
@@ -122,8 +122,22 @@ def test_demo_drains_everything_with_the_burst_first_and_the_poison_quarantined(
         assert f"Delta table {layout.output / result.logical_topic}: 2 commits for 2 batches" in out
         assert "version 0: b-000001 attempt 1: " in out
         assert f"DeltaTable('{layout.output / result.logical_topic}').to_pandas()" in out
+    elif output_format is OutputFormat.ICEBERG:
+        # One snapshot per batch with its ranges in the summary, in the catalog in the data dir.
+        runs = {run.batch_id: run for run in recorder.runs}
+        assert [entry["batch_id"] for entry in result.table_log] == list(runs)
+        assert all(entry["attempt"] == 1 and entry["ranges"] and entry["epoch"] >= 1 for entry in result.table_log)
+        assert f"Iceberg table kprio.{result.logical_topic} ({layout.output / result.logical_topic}, catalog " \
+               f"{layout.iceberg_catalog}): 2 snapshots for 2 batches" in out
+        assert f"snapshot {result.table_log[0]['snapshot_id']}: b-000001 attempt 1: " in out
+        assert "load_table('kprio." in out and "Delta table" not in out
     else:
-        assert "Delta table" not in out and result.table_log == []
+        assert "Delta table" not in out and "Iceberg table" not in out and result.table_log == []
+    # One DuckDB query over the output as published, in every format: every record of the output once.
+    reader = {"parquet": "read_parquet(", "delta": "delta_scan(", "iceberg": "iceberg_scan("}[output_format.value]
+    assert reader in result.duckdb_query and f"DuckDB: {result.duckdb_query}" in out
+    assert [(p, n) for p, n, *_ in result.duckdb_rows] == [(2, 15), (1, 25), (0, 60)]
+    assert "  priority 0: 60 records, " in out
     row_p0 = next(line for line in out.splitlines() if line.replace("│", " ").split()[:1] == ["0"])
     assert row_p0.replace("│", " ").split() == ["0", "65", "5", "2", "0", "1", "2/2"]
     print_result(result, as_json=True)

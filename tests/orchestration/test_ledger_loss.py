@@ -1,7 +1,7 @@
 """Output identity survives the loss of the ledger and of the Dagster home: no committed output is overwritten.
 
-In both formats: Parquet files (their names and footers say what they hold), and Delta tables
-(their log does: the uncommitted output leaves the table in a commit of its own).
+In every format: Parquet files (their names and footers say what they hold), Delta tables (their log
+does) and Iceberg tables (their snapshots' summaries do, read back from the catalog).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from spark_jobs import tables
 from spark_jobs.drain import drain_batch
 from spark_jobs.layout import OUTPUT
 from tests.fixtures.kafka import BASE_TS_MS, fill
-from tests.orchestration.conservation import conservation, lag
+from tests.orchestration.conservation import conservation, iceberg_publishes, iceberg_table, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ def batch_ids_in(drain, logical_topic: str) -> set[str]:  # noqa: ANN001 - Drain
     return set(tables.read_rows(drain, OUTPUT, logical_topic, columns=["batch_id"]).column("batch_id").to_pylist())
 
 
-@pytest.mark.parametrize("output_format", ["parquet", "delta"])
+@pytest.mark.parametrize("output_format", ["parquet", "delta", "iceberg"])
 def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing(
     make_topic, kprio_env, kafka_settings, spark, output_format
 ):
@@ -80,6 +80,10 @@ def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing
 
         history = DeltaTable(f"{env.config.drain.output_path}/{topic.name}").history()
         assert not [h for h in history if "kprio.removed" in h]
+    if output_format == "iceberg":  # every snapshot publishes a batch, each batch once: nothing left the table
+        snapshots = iceberg_publishes(env.config.drain.iceberg, OUTPUT, topic.name)
+        assert sorted(s["kprio.batch_id"] for s in snapshots) == sorted(first_ids | second_ids)
+        assert len(iceberg_table(env.config.drain.iceberg, OUTPUT, topic.name).metadata.snapshots) == len(snapshots)
 
 
 def spread(n: int, *, partitions: int, partition: int = 0) -> list[tuple]:

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from kprio_core.ledger import Ledger
 from orchestration.cli.main import app
 from orchestration.services.process import wait_for
-from tests.orchestration.conservation import conservation, lag
+from tests.orchestration.conservation import conservation, iceberg_publishes, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -113,9 +113,11 @@ def backlog(request, make_topic, kprio_env, tmp_path, spark, child_spark_conf):
 
 
 @pytest.fixture
-def two_batches(make_topic, kprio_env, tmp_path, spark, child_spark_conf):
-    """Two batches, each with every priority: the first one in flight, one more after it."""
-    return make_backlog(make_topic, kprio_env, tmp_path, child_spark_conf, {2: 200, 1: 500, 0: 1000}, 1000)
+def two_batches(request, make_topic, kprio_env, tmp_path, spark, child_spark_conf):
+    """Two batches, each with every priority: the first one in flight, one more after it. Parquet output, or the
+    format an indirect parameter names."""
+    return make_backlog(make_topic, kprio_env, tmp_path, child_spark_conf, {2: 200, 1: 500, 0: 1000}, 1000,
+                        getattr(request, "param", "parquet"))
 
 
 def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_path):
@@ -145,8 +147,9 @@ def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_pat
 
 
 @pytest.mark.parametrize(("point", "backlog"), [("after-publish", "parquet"), ("after-kafka-commit", "parquet"),
-                                               ("after-publish", "delta")],
-                         indirect=["backlog"], ids=["after-publish", "after-kafka-commit", "after-publish-delta"])
+                                               ("after-publish", "delta"), ("after-publish", "iceberg")],
+                         indirect=["backlog"],
+                         ids=["after-publish", "after-kafka-commit", "after-publish-delta", "after-publish-iceberg"])
 def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path, point):
     env, topic, config = backlog
     proc = start(config, tmp_path, "--until-empty", KPRIO_CRASH_AT=point)
@@ -166,11 +169,17 @@ def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path,
 
         history = DeltaTable(f"{env.config.drain.output_path}/{topic.name}").history()
         assert sorted(h["kprio.batch_id"] for h in history if "kprio.batch_id" in h) == committed
+    if env.config.drain.format == "iceberg":  # one snapshot per batch: the killed run's, never a second one
+        snapshots = iceberg_publishes(env.config.drain.iceberg, "output", topic.name)
+        assert sorted(s["kprio.batch_id"] for s in snapshots) == committed
 
 
-@pytest.mark.parametrize(("point", "write"), [("before-publish", "the publish"),
-                                              ("before-kafka-commit", "the Kafka commit"),
-                                              ("during-kafka-commit", "the Kafka commit")])
+@pytest.mark.parametrize(("point", "write", "two_batches"), [("before-publish", "the publish", "parquet"),
+                                                             ("before-kafka-commit", "the Kafka commit", "parquet"),
+                                                             ("during-kafka-commit", "the Kafka commit", "parquet"),
+                                                             ("before-publish", "the publish", "iceberg")],
+                         indirect=["two_batches"], ids=["before-publish", "before-kafka-commit", "during-kafka-commit",
+                                                        "before-publish-iceberg"])
 def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, tmp_path, point, write):
     """A process stopped (a GC pause, a stopped VM) right before a write, while another run takes its batch over.
 
@@ -203,6 +212,10 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
     with Ledger(env.config.ledger.url) as ledger:
         assert ledger.events(paused.batch_id) == events, "and the ledger heard nothing from it"
         assert ledger.get(paused.batch_id).attempts > paused.attempts
+        committed = sorted(b.batch_id for b in ledger.batches(topic.name))
+    if env.config.drain.format == "iceberg":  # the stale attempt appended no second snapshot of its batch
+        snapshots = iceberg_publishes(env.config.drain.iceberg, "output", topic.name)
+        assert sorted(s["kprio.batch_id"] for s in snapshots) == committed, snapshots
 
 
 def test_sigterm_finishes_the_batch_in_flight_and_exits_0(backlog, tmp_path):

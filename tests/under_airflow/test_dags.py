@@ -57,7 +57,8 @@ def test_the_dag_file_loads_both_dags_without_spark_kafka_gx_or_dagster(airflow_
                           env=airflow_home.env, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = json.loads(done.stdout.splitlines()[-1])
-    assert loaded == {"dags": ["kprio_drain", "kprio_freshness", "kprio_redrain", "kprio_replay"], "heavy": []}
+    assert loaded == {"dags": ["kprio_drain", "kprio_freshness", "kprio_maintain", "kprio_redrain", "kprio_replay"],
+                      "heavy": []}
 
 
 def test_a_config_that_does_not_load_is_one_dag_import_error_naming_it(airflow_home: AirflowHome, tmp_path):
@@ -119,6 +120,28 @@ def test_the_drain_dag_is_continuous_and_maps_a_drain_and_a_commit_per_batch(tmp
     freshness = dags["kprio_freshness"]
     assert set(freshness.task_dict) == {"freshness"} and freshness.max_active_runs == 1
     assert freshness.task_dict["freshness"].retries == 0  # a missed objective is an outcome, not a failure to retry
+    maintain = dags["kprio_maintain"]
+    assert type(maintain.timetable).__name__ == "CronTriggerTimetable"
+    assert maintain.timetable.expression == "17 * * * *" and maintain.max_active_runs == 1 and not maintain.catchup
+    assert set(maintain.task_dict) == {"maintain"} and maintain.is_paused_upon_creation  # Parquet: no table
+
+
+def test_the_maintain_dag_compacts_the_tables_and_returns_the_figures_before_and_after(kprio_dag, tmp_path):
+    """``kprio_maintain`` run as the scheduler would (``dag.test()``) on an Iceberg table of 16 small files."""
+    from tests.spark_jobs.test_maintenance import drain_settings, expected, offsets, publish_batch
+    from tests.under_airflow.test_dag_runs import task_states, xcom
+
+    drain = drain_settings(tmp_path, "iceberg", retention_s=0.0, keep_snapshots=2, schedule="0 3 * * *")
+    for n in range(8):
+        publish_batch(drain, tmp_path, n)
+    dag = kprio_dag(write_config(tmp_path / "kprio.yaml", drain=drain.model_dump(mode="json")), "kprio_maintain")
+    assert dag.timetable.expression == "0 3 * * *" and not dag.is_paused_upon_creation  # on by itself for a table
+    run = dag.test()
+    assert str(run.state) == "success", task_states(run)
+    [done] = xcom(run, "maintain")
+    assert done["format"] == "iceberg" and (done["totals"]["files_before"], done["totals"]["files_after"]) == (16, 2)
+    assert done["totals"]["snapshots_after"] < done["totals"]["snapshots_before"], done
+    assert offsets(drain) == expected(8), "the same rows, each once"
 
 
 def test_each_run_of_the_continuous_drain_dag_gets_a_logical_date_of_its_own(tmp_path):

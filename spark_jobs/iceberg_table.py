@@ -1,0 +1,559 @@
+"""A batch published into an Apache Iceberg table (``pyiceberg``): one snapshot per batch and table.
+
+Each root holds one Iceberg table per logical topic, its data and metadata under ``<root>/<logical>``,
+registered in the catalog ``drain.iceberg`` names (a SQL catalog on SQLite by default) as
+``<namespace>.<logical>`` (the output) and ``<namespace>.<logical>_dead_letters``. A table is
+partitioned by ``priority`` and by the hour (or day) of the record ``timestamp``
+(``drain.iceberg.time_partition``), so a reader prunes by either.
+
+The executors stage Parquet files as for the other formats; :func:`publish` moves an attempt's
+staged files into the table's ``data/priority=<p>/`` directory under names of their own (the
+range's name, the batch, attempt and lease epoch, as :mod:`spark_jobs.delta_table` names them,
+and ``.t<hour>`` when a range's records span several hours: its file is split, one file per
+partition) and commits them in one snapshot (pyiceberg's own overwrite, files added and removed):
+
+- the batch's files, their partition values and statistics read from their footers
+  (``parquet_file_to_data_file``, what ``add_files`` uses; the files carry no field ids, the
+  table's name mapping maps their columns, as for files added by ``add_files``);
+- the removal of every live file of the same priority and incarnation whose range overlaps a
+  published range (an earlier copy of the same offsets), and the rows such a file holds outside the
+  published ranges, kept in a file of their own (:mod:`spark_jobs.keep_rows`): no row outside goes;
+- the batch id, the attempt, the run's lease epoch, the ranges and the check results in the
+  snapshot's summary (``kprio.batch_id``, ``kprio.attempt``, ``kprio.epoch``, ``kprio.ranges``,
+  ``kprio.checks``): the batch's fencing token, as Delta's transaction id holds it.
+
+The table refuses a stale writer on the very state it commits to: each try loads the table,
+reads the epoch its snapshots record for the batch (an older run is refused, the same epoch is
+done already) and commits with the requirement that the table's ``main`` branch still points
+at the snapshot it read (pyiceberg's optimistic commit); kprio's tables set
+``commit.retry.num-retries`` to 0, so a commit that lost the race fails instead of being replayed
+on a newer state by pyiceberg, and is loaded, checked and made again here.
+
+Finding what a publish replaces reads every manifest of the table; the table's high water
+(``kprio.high-water``, a property each publish updates in its commit: per partition and
+incarnation, an offset no live file reaches beyond) spares it: a publish whose ranges all start at
+or above it (a batch following on from the last, the common case) replaces nothing, and appends its
+files (pyiceberg's merge append, small manifests merged). A re-drain, or a table without the
+property, looks through the live files.
+
+A batch whose files bring new columns first adds them to the table's schema (nullable) in a
+commit of its own (``kprio.columns_added`` in the table's properties); a column whose type changed
+fails the publish, naming it.
+
+>>> from kprio_core.config import IcebergSettings
+>>> import tempfile
+>>> root = tempfile.mkdtemp()
+>>> settings = IcebergSettings(catalog={"type": "sql", "uri": f"sqlite:///{root}/catalog.db"})
+>>> read_table(settings, root, "output", "orders").num_rows, table_batches(settings, root, "output", "orders")
+(0, [])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kprio_core.errors import LeaseLost
+from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.results import DrainResult
+from spark_jobs.delta_table import parse_published, published_name
+from spark_jobs.layout import DEAD_LETTERS, PRIORITY_DIR, RangeFile, absolute, filesystem, staging_dir
+
+if TYPE_CHECKING:
+    from kprio_core.config import IcebergSettings
+
+BATCH_KEY, ATTEMPT_KEY, EPOCH_KEY, RANGES_KEY = "kprio.batch_id", "kprio.attempt", "kprio.epoch", "kprio.ranges"
+"""Keys of a publish's snapshot summary: the batch, its attempt, the run's lease epoch, the ranges (JSON list)."""
+COLUMNS_KEY = "kprio.columns_added"
+"""Table property: the last schema change a batch brought (the batch, the attempt, the columns)."""
+COMMIT_RETRIES = 20
+"""Commits of other batches (or of the maintenance) may land in between: loaded, checked and made again."""
+HIGH_WATER_KEY = "kprio.high-water"
+"""Table property: per ``topic[partition]#incarnation``, an offset no live file's range reaches beyond (JSON), kept
+by every publish in its own commit; a publish whose ranges all start at or above it replaces nothing."""
+TABLE_PROPERTIES = {
+    "commit.retry.num-retries": "0",  # a commit on the state checked, or none (see the module docstring)
+    # A publish that replaces nothing appends its files with pyiceberg's merge append: small manifests merged
+    # once there are commit.manifest.min-count-to-merge of them, so a publish and a reader stay quick.
+    "commit.manifest-merge.enabled": "true",
+    "write.metadata.delete-after-commit.enabled": "true",  # the metadata files of older commits do not pile up
+    "write.metadata.previous-versions-max": "50",
+    "format-version": "2",
+}
+TIME_TAG = "t"
+"""``.t<bucket>`` in a file's name: the hour (or day) since the epoch its records are in; ``.tn``: no timestamp."""
+CATALOG_INIT_TRIES = 3
+_CATALOGS: dict[tuple, Any] = {}
+_CATALOGS_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Published:
+    """What one publish did to one table: its snapshot after the commit, the files added and removed."""
+
+    table: str
+    snapshot_id: int | None
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    already: bool = False
+    """The table held this run's publish already: nothing was written."""
+
+
+def catalog(settings: IcebergSettings) -> Any:
+    """The pyiceberg catalog of ``settings`` (one per process and settings): its properties from the file, its
+    secrets from pyiceberg's own ``PYICEBERG_CATALOG__<NAME>__<PROPERTY>`` variables, which pyiceberg merges."""
+    from pyiceberg.catalog import load_catalog
+
+    key = (settings.catalog_name, tuple(sorted(settings.catalog.items())), os.getcwd())
+    with _CATALOGS_LOCK:
+        if key not in _CATALOGS:
+            properties = dict(settings.catalog)
+            uri = properties.get("uri", "")
+            if uri.startswith("sqlite:///"):  # a relative SQLite file lives where kprio runs; its directory first
+                path = os.path.abspath(uri.removeprefix("sqlite:///"))
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                properties["uri"] = f"sqlite:///{path}"
+            properties.setdefault("warehouse", f"file://{os.path.abspath('kprio-data/iceberg')}")
+            for tries in range(CATALOG_INIT_TRIES):
+                try:
+                    _CATALOGS[key] = load_catalog(settings.catalog_name, **properties)
+                    break
+                except Exception as err:  # noqa: BLE001 - SQLAlchemy's, typed by its text below
+                    # A SQL catalog's first use by two processes at once (two drivers, a reader): both find its
+                    # tables absent, one creates them, the other's CREATE TABLE fails; loaded again, it finds them.
+                    if "already exists" not in str(err) or tries == CATALOG_INIT_TRIES - 1:
+                        raise
+        return _CATALOGS[key]
+
+
+def identifier(settings: IcebergSettings, kind: str, logical_topic: str) -> tuple[str, str]:
+    """The table of ``kind`` (``output``, ``dead-letters``) of a logical topic in the catalog.
+
+    >>> from kprio_core.config import IcebergSettings
+    >>> identifier(IcebergSettings(), "dead-letters", "orders")
+    ('kprio', 'orders_dead_letters')
+    """
+    return settings.namespace, f"{logical_topic}_dead_letters" if kind == DEAD_LETTERS else logical_topic
+
+
+def location(root: str, logical_topic: str) -> str:
+    """Where the table's files live: ``<root>/<logical>``, a local path as a ``file://`` URI."""
+    base = absolute(root).rstrip("/")
+    return f"{base if '://' in base else 'file://' + base}/{logical_topic}"
+
+
+def load(settings: IcebergSettings, kind: str, logical_topic: str) -> Any:
+    """The table, or None when the catalog has none."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return catalog(settings).load_table(identifier(settings, kind, logical_topic))
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+
+
+def _publishes(table: Any) -> list[Any]:
+    """The table's snapshots that publish a batch, oldest first."""
+    return [s for s in sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)
+            if s.summary is not None and s.summary[BATCH_KEY]]
+
+
+def held_epoch(table: Any, batch_id: str) -> int | None:
+    """The newest epoch the table's snapshots record for the batch (None: none publishes it)."""
+    epochs = [int(s.summary[EPOCH_KEY]) for s in _publishes(table) if s.summary[BATCH_KEY] == batch_id]
+    return max(epochs, default=None)
+
+
+def published_epoch(settings: IcebergSettings, kind: str, logical_topic: str, batch_id: str) -> int | None:
+    """The epoch the table of ``kind`` records for the batch (None: no table, or no publish of it)."""
+    table = load(settings, kind, logical_topic)
+    return None if table is None else held_epoch(table, batch_id)
+
+
+def refuse_if_stale(held: int, epoch: int, result: DrainResult, name: str) -> None:
+    """Raise :class:`~kprio_core.errors.LeaseLost` when the table records the batch at a later epoch than ``epoch``."""
+    if held > epoch:
+        raise LeaseLost(f"the publish of batch {result.batch_id} refused by the Iceberg table {name}: its snapshots "
+                        f"record the batch at epoch {held}, newer than this run's {epoch} (another run owns the batch "
+                        "now); nothing was written")
+
+
+def time_bucket(kind: str, micros: int | None) -> int | None:
+    """The hour (or day) since the epoch of a timestamp in microseconds, as Iceberg's transforms count them.
+
+    >>> time_bucket("hour", 3_600_000_000 * 5 + 1), time_bucket("day", 86_400_000_000 * 2), time_bucket("hour", None)
+    (5, 2, None)
+    """
+    if micros is None:
+        return None
+    return micros // (3_600_000_000 if kind == "hour" else 86_400_000_000)
+
+
+def _split_by_time(fs: Any, source: str, target: str, kind: str) -> list[str]:
+    """Move ``source`` to ``target``, or, when its records span several hours (days), write one file per bucket
+    beside it (``.t<bucket>``) and remove ``source``: an Iceberg data file lies in one partition."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    stem = target.removesuffix(".parquet")
+    if fs.get_file_info(source).type != pafs.FileType.File:
+        # Moved by this attempt's publish that died before its commit: its pieces are there already.
+        selector = pafs.FileSelector(target.rsplit("/", 1)[0], allow_not_found=True)
+        return sorted(f.path for f in fs.get_file_info(selector)
+                      if f.path == target or f.path.startswith(f"{stem}.{TIME_TAG}"))
+    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    with fs.open_input_file(source) as f:
+        table = pq.read_table(f)
+    buckets = [None] * table.num_rows
+    if kind != "none" and "timestamp" in table.column_names:
+        micros = pc.cast(pc.cast(table["timestamp"], pa.timestamp("us", tz="UTC")), pa.int64())
+        buckets = [time_bucket(kind, m) for m in micros.to_pylist()]
+    distinct = sorted(set(buckets), key=lambda b: (b is None, b or 0))
+    if len(distinct) <= 1:
+        fs.move(source, target)
+        return [target]
+    out = []
+    column = pa.array(buckets, pa.int64())
+    for bucket in distinct:
+        mask = pc.is_null(column) if bucket is None else pc.equal(column, bucket)
+        path = f"{stem}.{TIME_TAG}{'n' if bucket is None else bucket}.parquet"
+        temporary = f"{path}.tmp"
+        with fs.open_output_stream(temporary) as sink:
+            pq.write_table(table.filter(mask), sink)
+        fs.move(temporary, path)
+        out.append(path)
+    fs.delete_file(source)
+    return out
+
+
+def _create(settings: IcebergSettings, kind: str, logical_topic: str, root: str, schema: Any) -> Any:
+    """Create the table (its schema from the batch's files, the partition spec, kprio's properties), or load the one
+    another batch's publish created meanwhile."""
+    from pyiceberg.table import TableProperties
+    from pyiceberg.transforms import DayTransform, HourTransform
+
+    cat = catalog(settings)
+    try:
+        cat.create_namespace_if_not_exists(settings.namespace)
+    except Exception:  # noqa: BLE001 - another publish created it at the same moment (the catalog's own error)
+        if settings.namespace not in {n[0] for n in cat.list_namespaces()}:
+            raise
+    try:
+        with cat.create_table_transaction(identifier(settings, kind, logical_topic), schema=schema,
+                                          location=location(root, logical_topic),
+                                          properties=TABLE_PROPERTIES) as tx:
+            with tx.update_spec() as spec:
+                spec.add_identity("priority")
+                if settings.time_partition.value != "none" and "timestamp" in schema.names:
+                    transform = HourTransform() if settings.time_partition.value == "hour" else DayTransform()
+                    spec.add_field("timestamp", transform, f"timestamp_{settings.time_partition.value}")
+            # The staged files carry no field ids: readers map their columns by name (as for add_files).
+            tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                                 tx.table_metadata.schema().name_mapping.model_dump_json()})
+    except Exception:  # noqa: BLE001 - another batch's publish created the table first (two batches in flight)
+        if load(settings, kind, logical_topic) is None:
+            raise
+    return cat.load_table(identifier(settings, kind, logical_topic))
+
+
+def publish(settings: IcebergSettings, result: DrainResult, *, root: str, kind: str,
+            ranges: Iterable[OffsetRange] | None = None, incarnations: Mapping[str, int] | None = None,
+            summary: Mapping[str, str] | None = None, epoch: int | None = None) -> Published | None:
+    """Publish the staged ``kind`` files of ``ranges`` (default: every range without failure) into the table of the
+    batch's logical topic under ``root``, in one snapshot (see the module docstring).
+
+    ``epoch`` (default: the attempt) is the run's fencing token: the table refuses a run whose epoch is below the one
+    its snapshots record for the batch, and a publish at that epoch is done already. None when the attempt staged no
+    file of this kind and the table has nothing to replace.
+    """
+    fence = result.attempt if epoch is None else epoch
+    chosen = set(ranges) if ranges is not None else {s.range for s in result.ranges if s.failure is None}
+    stats = [s for s in result.ranges if s.range in chosen]
+    table = load(settings, kind, result.logical_topic)
+    name = ".".join(identifier(settings, kind, result.logical_topic))
+    if table is not None and (held := held_epoch(table, result.batch_id)) is not None and held >= fence:
+        refuse_if_stale(held, fence, result, name)
+        return Published(name, table.metadata.current_snapshot_id, (), (), already=True)
+    fs, base = filesystem(root)
+    stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
+    prefix = f"{kind}/{result.logical_topic}/"
+    table_dir = f"{base}/{result.logical_topic}/data"
+    moved: list[str] = []
+    for s in stats:
+        for rel in (f[len(prefix):] for f in s.files if f.startswith(prefix)):
+            priority_dir, _, file_name = rel.partition("/")
+            range_name = RangeFile.parse(file_name)
+            if range_name is None:
+                continue
+            target = f"{table_dir}/{priority_dir}/{published_name(range_name, result.batch_id, result.attempt, epoch=fence)}"
+            moved += _split_by_time(fs, f"{stage}/{rel}", target, settings.time_partition.value)
+    if table is None and not moved:
+        return None
+    if table is None:
+        table = _create(settings, kind, result.logical_topic, root, _files_schema(fs, moved))
+    properties = {BATCH_KEY: result.batch_id, ATTEMPT_KEY: str(result.attempt), EPOCH_KEY: str(fence),
+                  RANGES_KEY: json.dumps([str(s.range) for s in stats]), **(summary or {})}
+    return _commit(settings, kind, result, fs, base, moved, stats, incarnations or {}, properties, fence, name)
+
+
+def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, base: str, moved: list[str],
+            stats: list[Any], incarnations: Mapping[str, int], properties: dict[str, str], fence: int,
+            name: str) -> Published | None:
+    """Commit the moved files, the removes of what they replace and the rows kept of what they overlap.
+
+    Each try loads the table, checks the batch's epoch there and commits on the snapshot it read; a commit that
+    lost the race (another batch's, the maintenance's, a newer run of this one) is tried again on the table loaded
+    again, its check, its removes and its kept rows made anew.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    uris = [_uri(fs, path) for path in moved]
+    files_schema = _files_schema(fs, moved) if moved else None
+    for tries in range(COMMIT_RETRIES):
+        table = load(settings, kind, result.logical_topic)
+        held = held_epoch(table, result.batch_id)
+        if held is not None and held >= fence:
+            refuse_if_stale(held, fence, result, name)
+            return Published(name, table.metadata.current_snapshot_id, (), (), already=True)
+        if files_schema is not None and _evolve(table, files_schema, result):
+            continue  # the schema changed in a commit of its own: commit on the new state
+        keys = {s.range: water_key(s.range, incarnations) for s in stats}
+        water = high_water(table)
+        if water is not None and all(r.start >= water.get(key, 0) for r, key in keys.items()):
+            removes, kept = [], []  # nothing live reaches into the published ranges: nothing to replace
+        else:
+            removes, kept, water = _overlapping(table, fs, base, result.logical_topic, stats, set(uris), incarnations)
+        if not uris and not removes:
+            return None
+        for r, key in keys.items():
+            water[key] = max(water.get(key, 0), r.end)
+        tx = table.transaction()
+        tx.set_properties(**{HIGH_WATER_KEY: json.dumps(water, sort_keys=True)})
+        update = tx.update_snapshot(snapshot_properties=properties)
+        with (update.overwrite() if removes else update.merge_append()) as snapshot:
+            for uri in [*uris, *kept]:
+                snapshot.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, uri))
+            for data_file in removes:
+                snapshot.delete_data_file(data_file)
+        try:
+            done = tx.commit_transaction()
+        except CommitFailedException:
+            if tries == COMMIT_RETRIES - 1:
+                raise
+            continue
+        return Published(name, done.metadata.current_snapshot_id, tuple([*uris, *kept]),
+                         tuple(f.file_path for f in removes))
+    raise AssertionError("unreachable: the last try raises")
+
+
+def _uri(fs: Any, path: str) -> str:
+    """A path of kprio's filesystem as the table names its files (``file://`` for a local one)."""
+    return f"file://{path}" if fs.type_name == "local" else f"{fs.type_name}://{path}"
+
+
+def _path(uri: str) -> str:
+    """The path inside kprio's filesystem of a file the table names."""
+    return uri.split("://", 1)[1] if uri.startswith("file://") else uri.split("://", 1)[-1]
+
+
+def live_data_files(table: Any) -> list[Any]:
+    """The data files (pyiceberg ``DataFile``) of the table's current snapshot."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    return [entry.data_file for manifest in snapshot.manifests(table.io)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)]
+
+
+def parse_data_file(uri: str) -> tuple[int, RangeFile, str, int] | None:
+    """``(priority, range name, batch id, attempt)`` of a data file kprio named, else None.
+
+    >>> parse_data_file("file:///o/orders/data/priority=2/orders-2+0+0000000000+0000001500.b-000042.3.e7.t491.parquet")
+    (2, RangeFile(topic='orders-2', partition=0, start=0, end=1500, part=None, incarnation=1), 'b-000042', 3)
+    """
+    directory, _, file_name = uri.rpartition("/")
+    match = PRIORITY_DIR.match(directory.rpartition("/")[2])
+    parsed = parse_published(file_name)
+    if match is None or parsed is None:
+        return None
+    return (int(match.group(1)), *parsed)
+
+
+def water_key(r: OffsetRange, incarnations: Mapping[str, int]) -> str:
+    """The key of a range's partition and incarnation in the table's high water.
+
+    >>> water_key(OffsetRange("orders-2", 0, 0, 10), {"orders-2[0]": 3})
+    'orders-2[0]#3'
+    """
+    return f"{r.topic}[{r.partition}]#{incarnations.get(f'{r.topic}[{r.partition}]', 1)}"
+
+
+def high_water(table: Any) -> dict[str, int] | None:
+    """The table's high water (:data:`HIGH_WATER_KEY`), None when it has none (a table older than it)."""
+    text = table.metadata.properties.get(HIGH_WATER_KEY)
+    return None if text is None else {k: int(v) for k, v in json.loads(text).items()}
+
+
+def _overlapping(table: Any, fs: Any, base: str, logical_topic: str, stats: Iterable[Any], keep: set[str],
+                 incarnations: Mapping[str, int]) -> tuple[list[Any], list[str], dict[str, int]]:
+    """The table's live data files overlapping a published range (same priority, incarnation), the files of the
+    rows such a file holds outside the published ranges (:func:`spark_jobs.keep_rows.keep_outside`), and the high
+    water of the live files (the end of the furthest-reaching file per partition and incarnation)."""
+    import uuid
+
+    from spark_jobs.keep_rows import keep_outside, outside
+
+    published = [(s.priority, s.range) for s in stats]
+    removes, kept, water = [], [], {}
+    for data_file in live_data_files(table):
+        if data_file.file_path in keep:
+            continue
+        parsed = parse_data_file(data_file.file_path)
+        if parsed is None:
+            continue
+        priority, name, batch_id, attempt = parsed
+        key = f"{name.topic}[{name.partition}]#{name.incarnation}"
+        water[key] = max(water.get(key, 0), name.end)
+        if name.incarnation != incarnations.get(f"{name.topic}[{name.partition}]", 1):
+            continue  # another incarnation's offsets are another log's
+        mine = [r for p, r in published if p == priority]
+        if not any(name.range.overlaps(r) for r in mine):
+            continue
+        removes.append(data_file)
+        pieces = outside(name.range, mine)
+        if not pieces:
+            continue
+        source = _path(data_file.file_path)
+        directory, _, file_name = source.rpartition("/")
+        tags = [t for t in file_name.removesuffix(".parquet").split(".") if t.startswith(TIME_TAG) and t[1:].isdigit()
+                or t == f"{TIME_TAG}n"]
+        tag = uuid.uuid4().hex[:8]
+
+        def target_of(piece: OffsetRange, name: RangeFile = name, batch_id: str = batch_id, attempt: int = attempt,
+                      directory: str = directory, tags: list[str] = tags) -> str:
+            piece_name = RangeFile(name.topic, name.partition, piece.start, piece.end, name.part, name.incarnation)
+            stem = published_name(piece_name, batch_id, attempt, tag=tag).removesuffix(".parquet")
+            return f"{directory}/{'.'.join([stem, *tags])}.parquet"
+
+        kept += [_uri(fs, path) for _, path, _ in keep_outside(fs, source, pieces, target_of)]
+    return removes, kept, water
+
+
+def _files_schema(fs: Any, paths: list[str]) -> Any:
+    """The Arrow schema of the files (their Parquet schemas unified, metadata left out)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schemas = []
+    for path in paths:
+        with fs.open_input_file(path) as f:
+            schemas.append(pq.read_schema(f).remove_metadata())
+    return pa.unify_schemas(schemas)
+
+
+def type_text(kind: Any) -> str:
+    """An Arrow type in a line, as Iceberg sees it (string and large string alike, integers by width).
+
+    >>> import pyarrow as pa
+    >>> type_text(pa.large_list(pa.struct([("k", pa.large_string())]))), type_text(pa.timestamp("ms", tz="UTC"))
+    ('list<struct<k: string>>', 'timestamptz')
+    """
+    import pyarrow as pa
+
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return f"list<{type_text(kind.value_type)}>"
+    if pa.types.is_struct(kind):
+        return "struct<" + ", ".join(f"{f.name}: {type_text(f.type)}" for f in kind) + ">"
+    if pa.types.is_map(kind):
+        return f"map<{type_text(kind.key_type)}, {type_text(kind.item_type)}>"
+    if pa.types.is_timestamp(kind):
+        return "timestamptz" if kind.tz else "timestamp"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "string"
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return "binary"
+    if pa.types.is_integer(kind):
+        return "long" if kind.bit_width == 64 else "int"
+    if pa.types.is_floating(kind):
+        return "double" if kind.bit_width == 64 else "float"
+    return str(kind)
+
+
+def _evolve(table: Any, schema: Any, result: DrainResult) -> bool:
+    """Add to the table the columns of the batch's files it lacks (nullable: earlier rows read them as null), in a
+    commit of its own; True when it did. A column whose type changed fails the publish, naming it."""
+    import pyarrow as pa
+
+    current = {f.name: f for f in table.schema().as_arrow()}
+    for field in schema:
+        if field.name in current:
+            theirs, mine = type_text(current[field.name].type), type_text(field.type)
+            if theirs != mine and not (theirs == "long" and mine == "int"):
+                raise ValueError(f"the batch's column {field.name!r} is {mine}, the Iceberg table "
+                                 f"{'.'.join(table.name())} has it as {theirs}")
+    new = [f.with_nullable(True) for f in schema if f.name not in current]
+    if not new:
+        return False
+    tx = table.transaction()
+    with tx.update_schema() as update:
+        update.union_by_name(pa.schema(new))
+    tx.set_properties(**{COLUMNS_KEY: f"{result.batch_id} attempt {result.attempt}: {', '.join(f.name for f in new)}"})
+    tx.commit_transaction()
+    return True
+
+
+def live_files(settings: IcebergSettings, root: str, kind: str, logical_topic: str) -> tuple[Any, ...]:
+    """Every file the table's current snapshot holds, as :class:`~spark_jobs.output.LiveFile` (``path`` relative to
+    the table's data directory): ranges, batches and attempts from the files' names, no footer read."""
+    from spark_jobs.output import LiveFile
+
+    table = load(settings, kind, logical_topic)
+    if table is None:
+        return ()
+    out = []
+    for data_file in live_data_files(table):
+        parsed = parse_data_file(data_file.file_path)
+        if parsed is None:
+            continue
+        priority, name, batch_id, attempt = parsed
+        rel = "/".join(data_file.file_path.rsplit("/", 2)[-2:])
+        out.append(LiveFile(root, rel, priority, name.topic, name.partition, name.start, name.end, name.part,
+                            batch_id, attempt, name.incarnation))
+    return tuple(sorted(out, key=lambda f: (f.topic, f.partition, f.start, f.end, f.part or 0, f.path)))
+
+
+def table_batches(settings: IcebergSettings, root: str, kind: str, logical_topic: str) -> list[dict[str, Any]]:
+    """The publishes the table's snapshots record, oldest first: batch id, attempt, epoch, ranges, snapshot id.
+
+    What an adoption reads after a lost ledger, with the live files: the committed state of the output is the table's.
+    """
+    del root
+    table = load(settings, kind, logical_topic)
+    if table is None:
+        return []
+    return [{"batch_id": s.summary[BATCH_KEY], "attempt": int(s.summary[ATTEMPT_KEY]),
+             "epoch": int(s.summary[EPOCH_KEY]), "ranges": json.loads(s.summary[RANGES_KEY] or "[]"),
+             "snapshot_id": s.snapshot_id} for s in _publishes(table)]
+
+
+def read_table(settings: IcebergSettings, root: str, kind: str, logical_topic: str, *, batch_id: str | None = None,
+               columns: Iterable[str] | None = None, snapshot_id: int | None = None) -> Any:
+    """The rows of the table's current snapshot (or ``snapshot_id``) as a ``pyarrow.Table`` (empty: no table), read
+    with pyiceberg's own scan."""
+    import pyarrow as pa
+    from pyiceberg.expressions import AlwaysTrue, EqualTo
+
+    del root
+    table = load(settings, kind, logical_topic)
+    if table is None or table.current_snapshot() is None:
+        return pa.table({})
+    where = AlwaysTrue() if batch_id is None else EqualTo("batch_id", batch_id)
+    scan = table.scan(row_filter=where, selected_fields=tuple(columns) if columns else ("*",), snapshot_id=snapshot_id)
+    return scan.to_arrow()
