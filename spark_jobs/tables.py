@@ -219,7 +219,7 @@ def read_rows(drain: DrainSettings, kind: str, logical_topic: str, *, batch_id: 
     (empty, with no columns, when nothing is published); Delta: the table's current version."""
     root = roots(drain)[kind]
     if drain.format is OutputFormat.ICEBERG:
-        from spark_jobs.iceberg_table import read_table as read_iceberg
+        from spark_jobs.iceberg_catalog import read_table as read_iceberg
 
         return read_iceberg(drain.iceberg, root, kind, logical_topic, batch_id=batch_id, columns=columns)
     if drain.format is OutputFormat.DELTA:
@@ -234,7 +234,7 @@ def read_rows(drain: DrainSettings, kind: str, logical_topic: str, *, batch_id: 
 def live_files(drain: DrainSettings, logical_topic: str) -> tuple[LiveFile, ...]:
     """Every published file of a topic under both roots (Delta, Iceberg: those the tables' current versions hold)."""
     if drain.format is OutputFormat.ICEBERG:
-        from spark_jobs.iceberg_table import live_files as live_iceberg
+        from spark_jobs.iceberg_catalog import live_files as live_iceberg
 
         return tuple(f for kind, root in roots(drain).items() for f in live_iceberg(drain.iceberg, root, kind,
                                                                                     logical_topic))
@@ -255,7 +255,7 @@ def batch_ids(drain: DrainSettings, logical_topic: str, live: Iterable[LiveFile]
 
         ids |= {b["batch_id"] for root in roots(drain).values() for b in table_batches(root, logical_topic)}
     if drain.format is OutputFormat.ICEBERG:
-        from spark_jobs.iceberg_table import table_batches as snapshots
+        from spark_jobs.iceberg_catalog import table_batches as snapshots
 
         ids |= {b["batch_id"] for kind, root in roots(drain).items() for b in snapshots(drain.iceberg, root, kind,
                                                                                        logical_topic)}

@@ -201,6 +201,7 @@ def freshness_dag(config: KprioConfig, path: str | None) -> DAG:
             return _carry_out(tasks.check_freshness, path)
 
         freshness()
+    return dag
 
 
 def maintain_dag(config: KprioConfig, path: str | None) -> DAG:

@@ -465,7 +465,7 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
     if config.drain.format is OutputFormat.DELTA:
         table_log = table_batches(config.drain.output_path, topic.name)
     elif config.drain.format is OutputFormat.ICEBERG:
-        from spark_jobs.iceberg_table import table_batches as snapshots
+        from spark_jobs.iceberg_catalog import table_batches as snapshots
 
         table_log = snapshots(config.drain.iceberg, config.drain.output_path, OUTPUT, topic.name)
     query, answer = duckdb_report(config.drain, topic.name)

@@ -306,7 +306,7 @@ def definitions(config: KprioConfig) -> tuple[object, ...]:
 
 def iceberg_tables(config: KprioConfig) -> tuple[str, str]:
     """The Iceberg tables (namespace, name) of a topic's output."""
-    from spark_jobs.iceberg_table import identifier
+    from spark_jobs.iceberg_catalog import identifier
 
     return identifier(config.drain.iceberg, "output", "orders")
 
@@ -412,8 +412,8 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "drain.output_path": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.dead_letter_path": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "drain.replay_path": ("orchestration.dagster.replay_asset", "build_replayed_window", "needs a replay run: a broker and Spark"),
-    "drain.iceberg.catalog_name": ("spark_jobs.iceberg_table", "catalog", "the changed catalog names a REST server"),
-    "drain.iceberg.catalog": ("spark_jobs.iceberg_table", "catalog", "the changed catalog names a REST server"),
+    "drain.iceberg.catalog_name": ("spark_jobs.iceberg_catalog", "catalog", "the changed catalog names a REST server"),
+    "drain.iceberg.catalog": ("spark_jobs.iceberg_catalog", "catalog", "the changed catalog names a REST server"),
     "drain.iceberg.time_partition": ("spark_jobs.iceberg_table", "_create", "needs a published batch "
                                      "(tests/spark_jobs/test_iceberg_table.py)"),
     "drain.maintenance.target_file_mb": ("spark_jobs.maintenance", "_maintain_iceberg", NEEDS_TABLE),

@@ -19,7 +19,7 @@ from kprio_core.config import DrainSettings, IcebergSettings
 from kprio_core.errors import LeaseLost
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import DrainResult, RangeStats
-from spark_jobs import iceberg_table, tables
+from spark_jobs import iceberg_catalog, iceberg_table, tables
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT, RangeFile, relative_path, staging_dir
 
 pytest.importorskip("pyiceberg")
@@ -69,7 +69,7 @@ def rows_of(table) -> list[tuple[str, int, int]]:
 
 
 def offsets(settings, root, **kwargs) -> list[tuple[str, int, int]]:
-    return rows_of(iceberg_table.read_table(settings, str(root), OUTPUT, LOGICAL, columns=COLUMNS, **kwargs))
+    return rows_of(iceberg_catalog.read_table(settings, str(root), OUTPUT, LOGICAL, columns=COLUMNS, **kwargs))
 
 
 def expected(*ranges: OffsetRange) -> list[tuple[str, int, int]]:
@@ -92,7 +92,7 @@ def test_each_publish_is_one_snapshot_with_its_batch_epoch_and_ranges_partitione
     assert len(two.added) == 2, "offsets 50-79 at 3 minutes each span hours 2 and 3: one file per hour"
     assert offsets(settings, tmp_path) == expected(OffsetRange("orders-0", 0, 0, 80), OffsetRange("orders-2", 0, 0, 5))
     assert [(b["batch_id"], b["attempt"], b["epoch"], b["ranges"]) for b in
-            iceberg_table.table_batches(settings, str(tmp_path), OUTPUT, LOGICAL)] == [
+            iceberg_catalog.table_batches(settings, str(tmp_path), OUTPUT, LOGICAL)] == [
         ("b-000001", 1, 1, ["orders-0[0]@[0,50)", "orders-2[0]@[0,5)"]), ("b-000002", 1, 4, ["orders-0[0]@[50,80)"])]
     table = iceberg_table.load(settings, OUTPUT, LOGICAL)
     assert len(table.metadata.snapshots) == 2, "one snapshot per batch"
@@ -228,7 +228,7 @@ def test_a_stale_writer_overtaken_between_its_check_and_its_commit_is_refused_on
     with pytest.raises(LeaseLost, match="epoch 5, newer than this run's 3"):
         publish(settings, tmp_path, stale, epoch=3)
     assert offsets(settings, tmp_path) == expected(r, OffsetRange("orders-0", 0, 100, 110))
-    assert [b["epoch"] for b in iceberg_table.table_batches(settings, str(tmp_path), OUTPUT, LOGICAL)] == [1, 5]
+    assert [b["epoch"] for b in iceberg_catalog.table_batches(settings, str(tmp_path), OUTPUT, LOGICAL)] == [1, 5]
 
 
 def test_a_rerun_publishes_output_and_dead_letters_as_one_decision(tmp_path, settings):
@@ -271,7 +271,7 @@ def test_a_publish_keeps_the_rows_of_an_overlapped_file_outside_its_ranges(tmp_p
     done = publish(settings, tmp_path, staged(tmp_path, "b-000002", 1, {0: mine}))
     assert len(done.removed) == 1 and len(done.added) == 2
     assert offsets(settings, tmp_path) == expected(old), "offsets 150-199 are still there, once"
-    live = iceberg_table.live_files(settings, str(tmp_path), OUTPUT, LOGICAL)
+    live = iceberg_catalog.live_files(settings, str(tmp_path), OUTPUT, LOGICAL)
     assert sorted((f.start, f.end, f.batch_id) for f in live) == [(0, 150, "b-000002"), (150, 200, "b-000001")]
 
 
@@ -291,7 +291,7 @@ def test_a_batch_with_a_new_column_adds_it_to_the_table_and_a_changed_type_fails
     table = iceberg_table.load(settings, OUTPUT, LOGICAL)
     assert "coupon" in table.schema().column_names
     assert "b-000002 attempt 1: coupon" == table.properties[iceberg_table.COLUMNS_KEY]
-    got = iceberg_table.read_table(settings, str(tmp_path), OUTPUT, LOGICAL, columns=["offset", "coupon"]).to_pylist()
+    got = iceberg_catalog.read_table(settings, str(tmp_path), OUTPUT, LOGICAL, columns=["offset", "coupon"]).to_pylist()
     assert sorted((r["offset"], r["coupon"]) for r in got) == [(o, None) for o in range(5)] + [(o, "c") for o in
                                                                                                range(5, 10)]
     assert len(table.metadata.snapshots) == 2, "the schema change is a commit of its own, with no snapshot"
@@ -321,7 +321,7 @@ def test_batches_publishing_at_once_into_a_table_not_there_yet_each_land_once(tm
         t.join(timeout=120)
     assert not errors, errors
     assert offsets(settings, tmp_path) == expected(*ranges)
-    assert sorted(b["batch_id"] for b in iceberg_table.table_batches(settings, str(tmp_path), OUTPUT, LOGICAL)) == [
+    assert sorted(b["batch_id"] for b in iceberg_catalog.table_batches(settings, str(tmp_path), OUTPUT, LOGICAL)) == [
         f"b-{i:06d}" for i in range(1, 5)]
 
 
