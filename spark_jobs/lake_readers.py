@@ -1,4 +1,4 @@
-"""Other engines over the tables kprio writes: DuckDB, and Spark with Delta Lake's own jars.
+"""Other engines over the tables kprio writes: DuckDB, and Spark from the files a table's current state names.
 
 DuckDB reads all three formats: Parquet files with ``read_parquet``, a Delta table with its
 ``delta`` extension (``delta_scan``), an Iceberg table with its ``iceberg`` extension
@@ -8,11 +8,13 @@ the Iceberg manifests are Avro files) and are installed from those local files i
 (``$KPRIO_CACHE_DIR/duckdb``); DuckDB's automatic install from its extension server is turned off,
 so a machine without access to it reads the tables all the same.
 
-Spark reads a Delta table with Delta Lake's Spark jars (``io.delta:delta-spark`` for PySpark's Spark
-minor version, resolved by ``scripts/setup.sh`` into the jar cache) and its session extension and
-catalog (:func:`spark_delta_conf`): static settings of a session, so a session of its own. Iceberg's
-Spark runtime has no build for Spark 4.2 yet (its 4.1 runtime fails there on Spark's changed catalog
-classes); Spark reads an Iceberg table's current snapshot from the data files its manifests name.
+Spark reads a table's current state from the data files it names: a Delta table's log (what
+``deltalake`` lists, :func:`delta_data_files`), an Iceberg table's current snapshot
+(:func:`iceberg_data_files`), with ``spark.read.parquet`` in the session it already has. Delta
+Lake's own Spark reader needs its jars and session extension, static settings of a session of its
+own (on a cluster: ``io.delta:delta-spark`` for the cluster's Spark, docs/operations.md); Iceberg's
+Spark runtime has no build for Spark 4.2 yet (its 4.1 runtime fails there on Spark's changed
+catalog classes).
 
 >>> import tempfile
 >>> from kprio_core.config import DrainSettings
@@ -31,23 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 from kprio_core.config import DrainSettings, OutputFormat
 from kprio_core.errors import OutputUnavailable
-from kprio_core.jar_cache import JarSet, cache_dir, cached
+from kprio_core.jar_cache import cache_dir
 
 if TYPE_CHECKING:
     import duckdb
 
 EXTENSIONS = ("avro", "delta", "iceberg")
 """DuckDB extensions loaded, in this order: the iceberg extension would otherwise fetch avro from the network."""
-
-DELTA_SPARK = JarSet("delta-spark", "4.4.0", ("io.delta:delta-spark_4.2_2.13:4.4.0",))
-"""Delta Lake's Spark jars for Spark 4.2 (PySpark's pinned minor version; Delta builds one artifact per minor)."""
-
-DELTA_SESSION = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-}
-"""What a Spark session needs, beside the jars, to read a Delta table (static settings)."""
-
 
 def duckdb_connection(extension_dir: str | Path | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the ``avro``, ``delta`` and ``iceberg`` extensions loaded from their PyPI
@@ -97,15 +89,16 @@ def scan_sql(drain: DrainSettings, kind: str, logical_topic: str) -> str:
             "union_by_name = true)")
 
 
-def spark_delta_conf() -> dict[str, str] | None:
-    """Settings of a Spark session that reads Delta tables: Delta's jars (those pyspark does not ship) and its
-    session extension and catalog; None when ``scripts/setup.sh`` has not resolved the jars."""
-    from spark_jobs.connector import not_shipped, pyspark_jars_dir
+def delta_data_files(drain: DrainSettings, kind: str, logical_topic: str) -> list[str]:
+    """The data files (URIs) of the Delta table's current version: what an engine without a Delta reader reads the
+    table's rows from (none: no table)."""
+    from deltalake import DeltaTable
 
-    found = cached(DELTA_SPARK)
-    if found is None:
-        return None
-    return {"spark.jars": ",".join(str(p) for p in not_shipped(found, pyspark_jars_dir())), **DELTA_SESSION}
+    from spark_jobs.delta_table import table_uri
+    from spark_jobs.tables import roots
+
+    uri = table_uri(roots(drain)[kind], logical_topic)
+    return list(DeltaTable(uri).file_uris()) if DeltaTable.is_deltatable(uri) else []
 
 
 def iceberg_data_files(drain: DrainSettings, kind: str, logical_topic: str) -> list[str]:

@@ -1,10 +1,9 @@
 """Java artifacts kprio runs, resolved from Maven Central once into a local cache.
 
-Three sets: the Apache Kafka broker (``org.apache.kafka:kafka_2.13`` and its dependencies: the
+Two sets: the Apache Kafka broker (``org.apache.kafka:kafka_2.13`` and its dependencies: the
 embedded broker of the demo and the tests), Spark's Kafka connector
 (``org.apache.spark:spark-sql-kafka-0-10_2.13`` at exactly PySpark's version: the ``native``
-reader) and Delta Lake's Spark jars (``io.delta:delta-spark``: Spark reading the Delta tables
-kprio writes, spark_jobs/lake_readers.py). ``scripts/setup.sh`` resolves them
+reader). ``scripts/setup.sh`` resolves them
 (``python3 -m orchestration.services.jars``); later runs take the jars from the cache and never call Maven again.
 
 Maven does the resolving with its default settings (a throwaway ``pom.xml`` and
@@ -99,9 +98,7 @@ def resolve(jars: JarSet, *, timeout_s: float = 900.0) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     """Resolve every jar set kprio uses (what scripts/setup.sh runs); print where each landed."""
     del argv
-    from spark_jobs.lake_readers import DELTA_SPARK
-
-    for jars in (KAFKA_BROKER, spark_kafka_connector(), DELTA_SPARK):
+    for jars in (KAFKA_BROKER, spark_kafka_connector()):
         try:
             paths = resolve(jars)
         except JarsUnavailable as err:
