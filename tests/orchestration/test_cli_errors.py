@@ -436,6 +436,8 @@ ARGUMENTS = [
     C("unknown topic [dead-letters]", "dead-letters --topic payments", "--topic", "usage", "and dead-letters",
       exit=2, read_only=True),
     C("unknown topic [drain]", "drain --topic payments", "--topic", "usage", "and drain", exit=2, read_only=True),
+    C("unknown topic [tables maintain]", "tables maintain --topic payments", "--topic", "usage",
+      "and tables maintain: before any table is opened", exit=2, read_only=True),
     C("unknown topic [topics verify]", "topics verify --topic payments", "--topic", "usage", "and topics",
       exit=2, read_only=True),
     C("broker port out of range", "broker start --port 70000", "kprio broker start", "usage", "port 70000",
