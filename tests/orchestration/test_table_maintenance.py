@@ -36,7 +36,9 @@ def all_rows(drain, logical_topic: str) -> list[dict]:
     return rows.select(sorted(rows.column_names)).sort_by([(k, "ascending") for k in KEY]).to_pylist()
 
 
-@pytest.mark.parametrize("output_format", ["delta", "iceberg"])
+# Iceberg on a real drain; Delta's maintenance beside publishes and a reader is proven in
+# tests/spark_jobs/test_maintenance.py (both formats), which keeps the suite's time in budget.
+@pytest.mark.parametrize("output_format", ["iceberg"])
 def test_the_maintenance_job_compacts_a_drain_s_small_files_keeping_every_row_and_batches_drain_beside_it(
         make_topic, kprio_env, dagster_instance, kafka_settings, tmp_path, output_format):
     topic = make_topic(priorities=2, partitions=1, records={1: 60, 0: 100}, schema={"i": "long", "amount": "double"})
