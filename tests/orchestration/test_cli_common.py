@@ -72,6 +72,8 @@ REQUIRED_ARGS: dict[tuple[str, ...], tuple[list[str], str]] = {
 
 NOT_RUN_WITH_SECRET: dict[tuple[str, ...], str] = {
     ("broker", "start"): "would start a real broker process; it never sees Kafka client settings",
+    ("registry", "start"): "would start a real schema registry JVM that outlives the test (one was left running on "
+                           "port 8081); it never sees Kafka client settings (its bad inputs are in test_cli_errors)",
     ("spark", "start"): "would start a Spark Connect server (a detached JVM taking minutes of the 2 shared cores); "
                         "it reads only the spark section, never Kafka client settings (its bad-config exit is "
                         "still checked: the config fails to load before anything starts)",
