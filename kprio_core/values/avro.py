@@ -27,7 +27,7 @@ from typing import Any
 from kprio_core.errors import SchemaIncompatible
 from kprio_core.values.avro_columns import record_fields, referenced_names, without_logical_types
 from kprio_core.values.kinds import arrow_type
-from kprio_core.values.registry import RegisteredSchema, RegistryEndpoint, SchemaRegistry
+from kprio_core.values.registry import RegisteredSchema, RegistryEndpoint, SchemaRegistry, WriterSchemas
 from kprio_core.values.wire import header
 
 
@@ -183,23 +183,8 @@ class AvroDecoder:
         self.readers = {r.topic: _Reader(r) for r in readers}
         self.columns = tuple(columns)
         self.types = {name: arrow_type(kind) for name, kind in self.columns}
-        self._writers: dict[int, Any] = {}  # schema id -> parsed writer schema, or why it cannot be used
-
-    def _writer(self, schema_id: int) -> Any:
-        found = self._writers.get(schema_id)
-        if found is None:
-            schema = self.registry.schema(schema_id)
-            if schema is None:
-                found = f"schema id {schema_id} is not in the schema registry (404)"
-            elif schema.schema_type != "AVRO":
-                found = f"schema id {schema_id} is a {schema.schema_type} schema, not Avro"
-            else:
-                try:
-                    found = parse(schema)
-                except Exception as err:  # noqa: BLE001 - any fault of a registered schema is that record's
-                    found = f"schema id {schema_id} does not parse as Avro: {_short(err)}"
-            self._writers[schema_id] = found
-        return found
+        self._writers = WriterSchemas(registry, "AVRO", "Avro", parse, (Exception,), "does not parse as Avro",
+                                      describe=_short)  # schema id -> parsed writer schema, or why it cannot be used
 
     def decode(self, values: Any, topic: str) -> tuple[dict[str, Any], Any]:
         """``({column: Arrow array}, error array)`` for a binary Arrow array of ``topic``'s values."""
@@ -235,7 +220,7 @@ class AvroDecoder:
         if isinstance(head, str):
             return None, head
         schema_id, start = head
-        writer = self._writer(schema_id)
+        writer = self._writers.get(schema_id)
         if isinstance(writer, str):
             return None, writer
         stream = io.BytesIO(value)

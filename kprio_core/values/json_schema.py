@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kprio_core.values.kinds import arrow_type, render
-from kprio_core.values.registry import SchemaRegistry
+from kprio_core.values.registry import RegisteredSchema, SchemaRegistry, WriterSchemas
 from kprio_core.values.wire import header
 
 Convert = Callable[[Any], Any]
@@ -146,26 +146,8 @@ class JsonSchemaDecoder:
                            for r in readers}
         self.columns = tuple(columns)
         self.types = {name: arrow_type(kind) for name, kind in self.columns}
-        self._validators: dict[int, Any] = {}  # schema id -> a validator, or why the id cannot be used
-
-    def _validator(self, schema_id: int) -> Any:
-        found = self._validators.get(schema_id)
-        if found is None:
-            schema = self.registry.schema(schema_id)
-            if schema is None:
-                found = f"schema id {schema_id} is not in the schema registry (404)"
-            elif schema.schema_type != "JSON":
-                found = f"schema id {schema_id} is a {schema.schema_type} schema, not JSON Schema"
-            else:
-                from jsonschema.validators import validator_for
-
-                try:
-                    parsed = json.loads(schema.text)
-                    found = validator_for(parsed)(parsed)
-                except (ValueError, TypeError) as err:
-                    found = f"schema id {schema_id} is not a JSON Schema: {err}"
-            self._validators[schema_id] = found
-        return found
+        self._validators = WriterSchemas(registry, "JSON", "JSON Schema", validator, (ValueError, TypeError),
+                                         "is not a JSON Schema")  # schema id -> a validator, or why not
 
     def decode(self, values: Any, topic: str) -> tuple[dict[str, Any], Any]:
         """``({column: Arrow array}, error array)`` for a binary Arrow array of ``topic``'s values."""
@@ -190,7 +172,7 @@ class JsonSchemaDecoder:
         if isinstance(head, str):
             return None, head
         schema_id, start = head
-        validator = self._validator(schema_id)
+        validator = self._validators.get(schema_id)
         if isinstance(validator, str):
             return None, validator
         try:
@@ -215,3 +197,11 @@ class JsonSchemaDecoder:
             except (TypeError, ValueError) as err:
                 return None, f"field {name!r}: {err}"
         return out, None
+
+
+def validator(schema: RegisteredSchema) -> Any:
+    """A jsonschema validator of a registered JSON Schema (its draft as the schema says)."""
+    from jsonschema.validators import validator_for
+
+    parsed = json.loads(schema.text)
+    return validator_for(parsed)(parsed)

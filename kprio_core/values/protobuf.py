@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kprio_core.values.kinds import arrow_type, render
-from kprio_core.values.registry import RegisteredSchema, SchemaRegistry
+from kprio_core.values.registry import RegisteredSchema, SchemaRegistry, WriterSchemas
 from kprio_core.values.wire import header
 
 TIMESTAMP = "google.protobuf.Timestamp"
@@ -247,7 +247,8 @@ class ProtobufDecoder:
         self.columns = tuple(columns)
         self.trees = [(name, parse(kind)) for name, kind in self.columns]
         self.types = {name: arrow_type(kind) for name, kind in self.columns}
-        self._files: dict[int, Any] = {}  # schema id -> file descriptor, or why the id cannot be used
+        self._files = WriterSchemas(registry, "PROTOBUF", "Protobuf", file_descriptor, (Exception,),
+                                    "does not compile")  # schema id -> file descriptor, or why the id cannot be used
         self._classes: dict[tuple[int, tuple[int, ...]], Any] = {}
 
     def _message_class(self, schema_id: int, indexes: list[int]) -> Any:
@@ -256,18 +257,6 @@ class ProtobufDecoder:
         key = (schema_id, tuple(indexes))
         if key not in self._classes:
             file = self._files.get(schema_id)
-            if file is None:
-                schema = self.registry.schema(schema_id)
-                if schema is None:
-                    file = f"schema id {schema_id} is not in the schema registry (404)"
-                elif schema.schema_type != "PROTOBUF":
-                    file = f"schema id {schema_id} is a {schema.schema_type} schema, not Protobuf"
-                else:
-                    try:
-                        file = file_descriptor(schema)
-                    except Exception as err:  # noqa: BLE001 - any fault of a registered schema is that record's
-                        file = f"schema id {schema_id} does not compile: {err}"
-                self._files[schema_id] = file
             if isinstance(file, str):
                 self._classes[key] = file
             else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kprio_core.errors import SchemaRegistryRefused, SchemaRegistryUnavailable
@@ -52,7 +53,8 @@ class SchemaRegistry:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"SchemaRegistry({self.endpoint.url}" + (f", user {self.endpoint.username})" if self.endpoint.username else ")")
+        user = f", user {self.endpoint.username}" if self.endpoint.username else ""
+        return f"SchemaRegistry({self.endpoint.url}{user})"
 
     def close(self) -> None:
         self._client.close()
@@ -135,6 +137,34 @@ class SchemaRegistry:
         except ValueError:
             raise SchemaRegistryUnavailable(f"the schema registry answered GET /{path} with no JSON",
                                             where=where) from None
+
+
+class WriterSchemas:
+    """Per schema id, what a decoder made of the registry's schema (parsed, compiled), or why it cannot use it (a
+    ``str``: the dead-letter reason of every record naming that id). Made once per id: ids never change."""
+
+    def __init__(self, registry: SchemaRegistry, schema_type: str, kind: str,
+                 make: Callable[[RegisteredSchema], Any], fails: tuple[type[Exception], ...], failed: str,
+                 describe: Callable[[Exception], str] = str) -> None:
+        self.registry, self.schema_type, self.kind, self.make = registry, schema_type, kind, make
+        self.fails, self.failed, self.describe = fails, failed, describe
+        self._made: dict[int, Any] = {}
+
+    def get(self, schema_id: int) -> Any:
+        found = self._made.get(schema_id)
+        if found is None:
+            schema = self.registry.schema(schema_id)
+            if schema is None:
+                found = f"schema id {schema_id} is not in the schema registry (404)"
+            elif schema.schema_type != self.schema_type:
+                found = f"schema id {schema_id} is a {schema.schema_type} schema, not {self.kind}"
+            else:
+                try:
+                    found = self.make(schema)
+                except self.fails as err:  # any fault of a registered schema is that record's
+                    found = f"schema id {schema_id} {self.failed}: {self.describe(err)}"
+            self._made[schema_id] = found
+        return found
 
 
 @functools.lru_cache(maxsize=8)

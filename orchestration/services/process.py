@@ -16,16 +16,18 @@ False
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from filelock import FileLock, Timeout
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 
@@ -153,6 +155,18 @@ def _quietly(action: Callable[[], None]) -> None:
         action()
     except psutil.NoSuchProcess:
         pass
+
+
+@contextlib.contextmanager
+def data_dir_lock(data_dir: Path, lock_file: str, wait_s: float, busy: Callable[[float], Exception]) -> Iterator[None]:
+    """One start or stop at a time per data dir, across processes; ``busy(wait_s)`` is raised after ``wait_s``."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = FileLock(str(data_dir / lock_file), timeout=wait_s).acquire()
+    except Timeout:
+        raise busy(wait_s) from None
+    with lock:
+        yield
 
 
 def log_tail(path: Path, start: int = 0, lines: int = 5, skip: Callable[[str], bool] | None = None) -> str:

@@ -29,18 +29,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
-from filelock import FileLock, Timeout
 
 from kprio_core.errors import KprioError
 from kprio_core.java import find_java
 from orchestration.services.broker.ports import port_free
 from orchestration.services.process import (
     StateFile,
+    data_dir_lock,
     free_port,
     live_process,
     log_tail,
@@ -170,18 +169,13 @@ class EmbeddedRegistry:
         return live_process(state.pid, command_has=f"-Dkprio.registry.dir={self.data_dir}",
                             created_at=state.created_at)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
         """One start or stop at a time per data dir, across processes."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        wait_s = self.start_timeout_s + self.stop_timeout_s
-        try:
-            lock = FileLock(str(self.data_dir / LOCK_FILE), timeout=wait_s).acquire()
-        except Timeout:
-            raise RegistryProcessError(f"another process has been starting or stopping the embedded schema registry "
-                                       f"in {self.data_dir} for over {wait_s:g} s (lock {LOCK_FILE})") from None
-        with lock:
-            yield
+        def busy(wait_s: float) -> RegistryProcessError:
+            return RegistryProcessError(f"another process has been starting or stopping the embedded schema "
+                                        f"registry in {self.data_dir} for over {wait_s:g} s (lock {LOCK_FILE})")
+
+        return data_dir_lock(self.data_dir, LOCK_FILE, self.start_timeout_s + self.stop_timeout_s, busy)
 
     def status(self) -> RegistryStatus:
         state = self._read_state()

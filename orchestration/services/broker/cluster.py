@@ -14,12 +14,11 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import psutil
-from filelock import FileLock, Timeout
 
 from orchestration.services.broker.jvm import (
     BrokerProcessError,
@@ -64,7 +63,7 @@ from orchestration.services.broker_security import (
     USER,
     BrokerSecurity,
 )
-from orchestration.services.process import StateFile, spawn_detached, stop_process, wait_for
+from orchestration.services.process import StateFile, data_dir_lock, spawn_detached, stop_process, wait_for
 from orchestration.services.tls import TlsFiles, keystore_names, make_files, opens
 
 
@@ -157,18 +156,13 @@ class EmbeddedBroker:
         found = {n.node_id: self._process(n) for n in state}
         return {node_id: proc for node_id, proc in found.items() if proc is not None}
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
         """One start or stop at a time per data dir, across processes."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        wait_s = self.start_timeout_s + self.stop_timeout_s
-        try:
-            lock = FileLock(str(self.data_dir / LOCK_FILE), timeout=wait_s).acquire()
-        except Timeout:
-            raise BrokerProcessError(f"another process has been starting or stopping the embedded broker in "
-                                     f"{self.data_dir} for over {wait_s:g} s (lock {LOCK_FILE})") from None
-        with lock:
-            yield
+        def busy(wait_s: float) -> BrokerProcessError:
+            return BrokerProcessError(f"another process has been starting or stopping the embedded broker in "
+                                      f"{self.data_dir} for over {wait_s:g} s (lock {LOCK_FILE})")
+
+        return data_dir_lock(self.data_dir, LOCK_FILE, self.start_timeout_s + self.stop_timeout_s, busy)
 
     # -- status -----------------------------------------------------------------------------------
 
