@@ -187,26 +187,31 @@ def test_demo_over_sasl_ssl_drains_with_every_client_authenticated_and_writes_no
 
 @pytest.mark.registry
 def test_demo_with_avro_values_drains_typed_columns_through_the_registry(
-        kafka_bootstrap: str, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    """`kprio demo --values avro --format delta`: the orders written by AvroSerializer through the embedded
-    Apicurio Registry the demo starts, the same hand-checked batches as the JSON demo, typed columns in the table,
-    the five poison records (not in the wire format) in the dead letters with the reason."""
+        kafka_bootstrap: str, spark, schema_registry_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys) -> None:
+    """`kprio demo --values avro --format delta --config C`: the orders written by AvroSerializer through the
+    registry C names (the session's Apicurio Registry: one per test session), the same hand-checked batches as the
+    JSON demo, typed columns in the table, the five poison records (not in the wire format) in the dead letters
+    with the reason."""
     from orchestration.services.registry import EmbeddedRegistry
 
     monkeypatch.setenv("KPRIO_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "elsewhere"))
+    config = tmp_path / "kprio.yaml"
+    config.write_text(json.dumps({"schema_registry": {"url": schema_registry_url}}))
     options = DemoOptions(records=100, data_dir=tmp_path / "demo", record_budget=70, steady_waves=2, burst_after=1,
-                          poison=5, output_format=OutputFormat.DELTA, values=ValueFormat.AVRO)
+                          poison=5, output_format=OutputFormat.DELTA, values=ValueFormat.AVRO, config=config)
 
     result = run_demo(options)
 
     assert result.ok, result.drain_stopped
+    assert result.registry_url == schema_registry_url  # the registry of --config: the demo starts none of its own
     assert (result.conservation.in_output, result.conservation.in_dead_letters) == (100, 5)
     assert dict(result.columns) == {
         "order_id": "string", "customer": "string", "sku": "string", "quantity": "int32",
         "amount": "decimal128(10, 2)", "tier": "string", "created": "timestamp[us, tz=UTC]"}
     assert load_config(result.layout.config_file, env={}).topics[0].value_format is ValueFormat.AVRO
-    assert not EmbeddedRegistry(result.layout.registry).status().running  # stopped with the broker
+    assert not EmbeddedRegistry(result.layout.registry).status().running  # none runs in the demo's data dir
     print_result(result, as_json=False)
     out = capsys.readouterr().out
     assert f"typed columns (from the schema registry at {result.registry_url}): order_id string" in out
