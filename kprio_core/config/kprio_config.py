@@ -1,0 +1,91 @@
+"""The whole configuration: every section, and the checks that span sections."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+
+from kprio_core.config.base import Section
+from kprio_core.config.drain import DrainSettings
+from kprio_core.config.environment import java_untranslatable
+from kprio_core.config.kafka import KafkaSettings
+from kprio_core.config.operate import LineageSettings, SensorSettings, SloSettings, VerdictSettings
+from kprio_core.config.planning import (
+    OrderingSettings,
+    PlannerSettings,
+    QualitySettings,
+    RateSettings,
+    RecoverySettings,
+    SplitSettings,
+)
+from kprio_core.config.services import LedgerSettings, SchemaRegistrySettings, SparkReader, SparkSettings
+from kprio_core.config.topics import TopicSettings
+from kprio_core.errors import ConfigError
+
+
+class KprioConfig(Section):
+    """The whole configuration."""
+
+    kafka: KafkaSettings = KafkaSettings()
+    topics: Annotated[tuple[TopicSettings, ...], Field(min_length=1)] = (TopicSettings(name="demo"),)
+    planner: PlannerSettings = PlannerSettings()
+    quality: QualitySettings = QualitySettings()
+    recovery: RecoverySettings = RecoverySettings()
+    splits: SplitSettings = SplitSettings()
+    rate: RateSettings = RateSettings()
+    ordering: OrderingSettings = OrderingSettings()
+    drain: DrainSettings = DrainSettings()
+    spark: SparkSettings = SparkSettings()
+    ledger: LedgerSettings = LedgerSettings()
+    sensor: SensorSettings = SensorSettings()
+    slo: SloSettings = SloSettings()
+    verdict: VerdictSettings = VerdictSettings()
+    lineage: LineageSettings = LineageSettings()
+    schema_registry: SchemaRegistrySettings | None = None
+
+    @field_validator("topics")
+    @classmethod
+    def _unique_topics(cls, value: tuple[TopicSettings, ...]) -> tuple[TopicSettings, ...]:
+        names = [t.name for t in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"logical topic names must be unique, repeated: {dupes}")
+        return value
+
+    @model_validator(mode="after")
+    def _avro_topics_have_a_registry(self) -> KprioConfig:
+        needs = [t for t in self.topics if t.value_format.registry_type]
+        if needs and self.schema_registry is None:
+            raise ValueError(f"topic {needs[0].name!r} has value_format {needs[0].value_format.value}: add a "
+                             "schema_registry section with its url")
+        return self
+
+    @model_validator(mode="after")
+    def _native_reader_gets_the_security_settings(self) -> KprioConfig:
+        """spark.reader native reads with Kafka's Java client: every security setting must translate to it."""
+        if self.spark.reader is SparkReader.NATIVE:
+            problems = java_untranslatable({**self.kafka.client, **self.kafka.secrets})
+            if problems:
+                raise ValueError(f"spark.reader native: {problems[0]}; use spark.reader python"
+                                 + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        return self
+
+    @model_validator(mode="after")
+    def _quotas_of_existing_priorities(self) -> KprioConfig:
+        top = max(t.priorities for t in self.topics)
+        unknown = sorted(p for p in self.rate.quotas if not 0 <= p < top)
+        if unknown:
+            raise ValueError(f"rate.quotas names priorit{'ies' if len(unknown) > 1 else 'y'} "
+                             f"{', '.join(map(str, unknown))}, but the topics have priorities 0..{top - 1}")
+        unknown = sorted(p for p in self.slo.max_age_s if not 0 <= p < top)
+        if unknown:
+            raise ValueError(f"slo.max_age_s names priorit{'ies' if len(unknown) > 1 else 'y'} "
+                             f"{', '.join(map(str, unknown))}, but the topics have priorities 0..{top - 1}")
+        return self
+
+    def topic(self, name: str) -> TopicSettings:
+        for t in self.topics:
+            if t.name == name:
+                return t
+        raise ConfigError(f"no logical topic named {name!r} (known: {[t.name for t in self.topics]})", where="topics")

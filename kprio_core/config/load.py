@@ -1,0 +1,215 @@
+"""Reading the configuration: ``kprio.yaml`` (found as the package docstring says), the environment's overrides,
+and one line per validation failure naming the key and where it came from."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from kprio_core.config.environment import (
+    DEFAULT_CONFIG_FILE,
+    ENV_BOOTSTRAP,
+    ENV_CONFIG_PATH,
+    ENV_KAFKA_PREFIX,
+    ENV_KAFKA_TIMEOUT,
+    is_secret_setting,
+    variable_setting,
+)
+from kprio_core.config.kprio_config import KprioConfig
+from kprio_core.errors import ConfigError, os_reason
+
+
+def _key(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _problems(err: ValidationError) -> list[dict]:
+    """pydantic's errors, one per problem: the branches of a union a value matched none of are one."""
+    errors = err.errors()
+    # A bad item of `topics` also makes pydantic report the tuple as too short: not a second problem.
+    errors = [
+        e for e in errors
+        if not (e["type"] == "too_short" and any(o["loc"][: len(e["loc"])] == e["loc"] and o is not e for o in errors))
+    ] or errors
+    problems: list[dict] = []
+    branches: dict[tuple, dict] = {}
+    for e in errors:
+        loc = tuple(e["loc"])
+        # A union's branches come as one error each, their loc the value's plus the branch's type name, their input
+        # the one value (a mapping or a list: the only values a union of kprio's refuses whole).
+        twins = [o for o in errors if o is not e and len(o["loc"]) == len(loc) and tuple(o["loc"][:-1]) == loc[:-1]
+                 and o["input"] is e["input"] and isinstance(e["input"], dict | list)]
+        if not twins:
+            problems.append(e)
+            continue
+        if loc[:-1] not in branches:
+            kinds = [str(o["loc"][-1]) for o in errors if tuple(o["loc"][:-1]) == loc[:-1]]
+            branches[loc[:-1]] = {"loc": loc[:-1], "type": "union", "input": e["input"],
+                                  "msg": f"Input should be one of {', '.join(kinds)}, not {type(e['input']).__name__}"}
+            problems.append(branches[loc[:-1]])
+    return problems
+
+
+def _message(problem: Mapping) -> str:
+    """pydantic's message, or the validator's own for a ValueError one of ours raised (no 'Value error, ')."""
+    error = (problem.get("ctx") or {}).get("error")
+    if problem["type"] in ("value_error", "assertion_error") and error is not None:
+        return str(error)
+    return problem["msg"]
+
+
+def config_error(err: ValidationError, source: str, origins: Mapping[tuple, str] | None = None) -> ConfigError:
+    """One ConfigError for a failed validation: the key and what is wrong with its value (never the value: it may be
+    a secret), how many more problems there are, and where (``source``, or the environment variable that set it)."""
+    problems = _problems(err)
+    first = problems[0]
+    loc = tuple(first["loc"])
+    key = _key(loc)
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    origins = origins or {}
+    exact = [variable for prefix, variable in origins.items() if loc[: len(prefix)] == prefix]
+    # A check of a whole mapping (kafka.client) may be failed by a key from the file or from the environment.
+    inside = sorted(variable for prefix, variable in origins.items() if loc and prefix[: len(loc)] == loc)
+    where = source
+    if exact:
+        where = f"{exact[-1]} in the environment"
+    elif inside:
+        where = f"{source}, or {', '.join(inside)} in the environment"
+    # A check of the whole configuration has no key of its own: its message names the keys.
+    return ConfigError(f"{key}: {_message(first)}{more}" if key else f"{_message(first)}{more}", where=where)
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line naming the key, what is wrong, how many more problems there are, and the source."""
+    return str(config_error(err, source))
+
+
+def _environment_overrides(raw: dict, env: Mapping[str, str]) -> tuple[dict, dict[tuple, str]]:
+    """``raw`` with the ``KPRIO_*`` variables of ``env`` merged into its kafka section (empty ones ignored), and
+    which keys they set (their errors name the variable, not the file).
+
+    Not pydantic-settings: its environment source maps a variable to a field by name, while here
+    any ``KPRIO_KAFKA_<SETTING>`` becomes a dotted key of ``client`` or ``secrets``, chosen by
+    :data:`SECRET_SETTINGS`; a custom source for that would be longer than this loop.
+    """
+    kafka = dict(raw.get("kafka") or {})
+    client, secrets = dict(kafka.get("client") or {}), {}
+    origins: dict[tuple, str] = {}
+    for name, value in env.items():
+        if not value:
+            continue
+        if name == ENV_BOOTSTRAP:
+            kafka["bootstrap_servers"] = value
+            origins[("kafka", "bootstrap_servers")] = name
+        elif name == ENV_KAFKA_TIMEOUT:
+            kafka["timeout_s"] = value
+            origins[("kafka", "timeout_s")] = name
+        elif name.startswith(ENV_KAFKA_PREFIX):
+            setting = variable_setting(name)
+            section = "secrets" if is_secret_setting(setting) else "client"
+            (secrets if section == "secrets" else client)[setting] = value
+            origins[("kafka", section, setting)] = name
+    return {**raw, "kafka": {**kafka, "client": client, "secrets": secrets}}, origins
+
+
+def kind_of(value: object) -> str:
+    """What a YAML value is, in words.
+
+    >>> kind_of([1]), kind_of(5), kind_of("x"), kind_of({"a": 1})
+    ('a list', 'a number', 'a string', 'a mapping')
+    """
+    kinds = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (Mapping, "a mapping"),
+             (list | tuple, "a list"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), f"a {type(value).__name__}")
+
+
+def parse_config(raw: Mapping | None, source: str = "configuration", env: Mapping[str, str] | None = None) -> KprioConfig:
+    """Validate a mapping (as read from YAML) plus environment overrides into a config."""
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ConfigError(f"the top level must be a mapping of sections, not {kind_of(raw)}", where=source)
+    data = dict(raw or {})
+    # The environment overrides below merge into these sections, so they must be mappings first.
+    kafka = data.get("kafka")
+    if kafka is not None and not isinstance(kafka, Mapping):
+        raise ConfigError(f"kafka: must be a mapping, not {kind_of(kafka)}", where=source)
+    client = (kafka or {}).get("client")
+    if client is not None and not isinstance(client, Mapping):
+        raise ConfigError(f"kafka.client: must be a mapping, not {kind_of(client)}", where=source)
+    if "secrets" in (data.get("kafka") or {}):
+        raise ConfigError("kafka.secrets: secrets come only from KPRIO_KAFKA_* environment variables", where=source)
+    data, origins = _environment_overrides(data, os.environ if env is None else env)
+    try:
+        return KprioConfig.model_validate(data)
+    except ValidationError as err:
+        raise config_error(err, source, origins) from None
+
+
+def config_path(explicit: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path | None:
+    """The file to load: explicit path, then $KPRIO_CONFIG, then ./kprio.yaml if present."""
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit)
+    if env.get(ENV_CONFIG_PATH):
+        return Path(env[ENV_CONFIG_PATH])
+    default = Path(DEFAULT_CONFIG_FILE)
+    return default if default.exists() else None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line)
+            except TypeError:
+                continue  # an unhashable key: SafeLoader's own error says so below
+            if first != key_node.start_mark.line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice (first on line {first + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path, where: str) -> object:
+    """The YAML document in the regular file ``path``; ConfigError saying what is wrong with the file, and where."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ConfigError("configuration file not found", where=where) from None
+    except OSError as err:
+        raise ConfigError(f"cannot read the configuration file: {os_reason(err)}", where=where) from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError("is a directory, not a configuration file", where=where)
+    if not stat.S_ISREG(mode):
+        raise ConfigError("is not a regular file (a device, a pipe or a socket): name a YAML file", where=where)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read the configuration file: {os_reason(err)}", where=where) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ConfigError(f"is not UTF-8 text (byte 0x{data[err.start]:02x} on line {line})", where=where) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"not valid YAML: {getattr(err, 'problem', None) or err}", where=f"{where}{at}") from None
+
+
+def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> KprioConfig:
+    """Load and validate the configuration (see the module docstring for the search order)."""
+    chosen = config_path(path, env)
+    if chosen is None:
+        return parse_config({}, "built-in defaults", env)
+    where = str(chosen) if path or chosen == Path(DEFAULT_CONFIG_FILE) else f"{chosen}, named by {ENV_CONFIG_PATH}"
+    return parse_config(read_yaml(chosen, where), where, env)

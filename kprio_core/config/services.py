@@ -1,0 +1,204 @@
+"""Where kprio's parts run: the ``spark``, ``ledger`` and ``schema_registry`` sections."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator, model_validator
+
+from kprio_core.config.base import Section, a_path
+from kprio_core.config.environment import ENV_LEDGER_PASSWORD, ENV_REGISTRY_KEY_PASSWORD, ENV_REGISTRY_PASSWORD
+
+if TYPE_CHECKING:
+    from kprio_core.model.registry import RegistryEndpoint
+
+
+class SparkReader(StrEnum):
+    """How the drain reads the plan's offset ranges (``spark.reader``)."""
+
+    PYTHON = "python"
+    """kprio's PySpark data source (confluent-kafka on the executors, :mod:`spark_jobs.source`)."""
+    NATIVE = "native"
+    """Spark's own ``kafka`` source (its connector jar, :mod:`spark_jobs.native`)."""
+
+
+SPARK_MASTERS = tuple(re.compile(form) for form in (
+    r"local", r"local\[(\d+|\*)\]", r"local\[(\d+|\*)\s*,\s*\d+\]", r"local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]",
+    r"spark://[^/\s]+", r"yarn", r"k8s://\S+",
+))
+"""The master URLs SparkContext accepts (its ``createTaskScheduler`` and the cluster managers it ships)."""
+
+
+class SparkSettings(Section):
+    """Where Spark runs and how it reads Kafka."""
+
+    master: str = Field("local[*]", description="spark.master URL.")
+    remote: str | None = Field(None, description="Spark Connect URL (sc://host:port); wins over master.")
+    reader: SparkReader = Field(SparkReader.PYTHON, description="python data source or Spark's kafka source.")
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings.")
+    fetch_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="fetch.max.bytes of the executors' consumers.")
+    max_partition_fetch_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="max.partition.fetch.bytes of the executors' consumers.")
+    queued_max_messages_kbytes: int = Field(16 * 1024, ge=1, description="queued.max.messages.kbytes: the consumer's prefetch bound.")
+    arrow_batch_records: int = Field(10_000, ge=1, description="Records per Arrow batch a read task yields.")
+    connect_port: int = Field(
+        15002, ge=1, le=65535, description="Port of the Spark Connect server `kprio spark start` runs (use "
+        "remote: sc://localhost:<port> to drain through it)."
+    )
+    connect_dir: str = Field(
+        "./kprio-data/spark-connect", description="State and log directory of the Spark Connect server kprio starts."
+    )
+
+    @field_validator("connect_dir")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        return a_path(value)
+
+    @field_validator("master")
+    @classmethod
+    def _a_master_spark_accepts(cls, value: str) -> str:
+        if not any(form.fullmatch(value) for form in SPARK_MASTERS):
+            raise ValueError(f"{value!r} is not a master URL Spark accepts: local, local[N], local[*], local[N,F], "
+                             "local-cluster[N,C,M], spark://host:port, yarn or k8s://https://host:port "
+                             "(a Spark Connect server is spark.remote: sc://host:port)")
+        return value
+
+    @field_validator("remote")
+    @classmethod
+    def _a_spark_connect_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme != "sc" or not parts.hostname or "@" in parts.netloc:
+            raise ValueError("is not a Spark Connect URL: write sc://host:port (port 15002 when left out)")
+        try:
+            parts.port  # noqa: B018 - a port that is no number raises here
+        except ValueError:
+            raise ValueError("is not a Spark Connect URL: its port is not a number (sc://host:port)") from None
+        named = [p.split("=", 1)[0].strip().lower() for p in parts.path.split(";")[1:]]
+        if "token" in named:
+            raise ValueError("holds a token: remove ;token=... from the URL and set it in the environment as "
+                             "SPARK_CONNECT_AUTHENTICATE_TOKEN")
+        return value
+
+
+class LedgerSettings(Section):
+    """Where the batch ledger lives."""
+
+    url: str = Field("sqlite:///./kprio-data/ledger.db",
+                     description="SQLAlchemy URL of the batch ledger, without a password: a PostgreSQL ledger's "
+                                 f"password is read from {ENV_LEDGER_PASSWORD} in the environment.")
+
+    @field_validator("url")
+    @classmethod
+    def _a_ledger_url(cls, value: str) -> str:
+        """A SQLite or PostgreSQL URL with no password in it, in any form (``user:pass@``, ``?password=``):
+        it would sit in kprio.yaml and in the resource config Dagster shows.
+
+        >>> from pydantic import ValidationError
+        >>> from kprio_core.config.load import format_validation_error
+        >>> LedgerSettings(url="postgresql+psycopg://kprio@db/kprio").url
+        'postgresql+psycopg://kprio@db/kprio'
+        >>> for url in ("postgresql+psycopg://kprio:hunter2@db/kprio", "postgresql://kprio@db/kprio?password=hunter2",
+        ...             "mysql://u@db/kprio", "no url"):
+        ...     try:
+        ...         LedgerSettings(url=url)
+        ...     except ValidationError as err:
+        ...         print(format_validation_error(err, "kprio.yaml"))
+        url: holds a password: remove it from the URL (postgresql+psycopg://kprio@db/kprio) and set it in the
+        environment as KPRIO_LEDGER_PASSWORD (kprio.yaml)
+        url: holds a password: remove it from the URL (postgresql://kprio@db/kprio) and set it in the environment
+        as KPRIO_LEDGER_PASSWORD (kprio.yaml)
+        url: the batch ledger runs on SQLite or PostgreSQL, not mysql (mysql://u@db/kprio) (kprio.yaml)
+        url: is not a SQLAlchemy URL: write sqlite:///path/to/ledger.db or postgresql+psycopg://user@host:5432/db
+        (kprio.yaml)
+        """
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        from kprio_core.urls import bare_url, parsed_url, url_secrets
+
+        try:
+            parsed = parsed_url(value)
+        except (ArgumentError, ValueError):  # their text never echoes the URL, nor do we: it may hold a password
+            raise ValueError("is not a SQLAlchemy URL: write sqlite:///path/to/ledger.db or "
+                             "postgresql+psycopg://user@host:5432/db") from None
+        if url_secrets(parsed):
+            raise ValueError(f"holds a password: remove it from the URL ({bare_url(parsed)}) and set it in the "
+                             f"environment as {ENV_LEDGER_PASSWORD}")
+        backend = parsed.get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"the batch ledger runs on SQLite or PostgreSQL, not {backend} ({bare_url(parsed)})")
+        try:
+            parsed.get_dialect()
+        except NoSuchModuleError:
+            raise ValueError(f"SQLAlchemy has no driver {parsed.drivername!r}: write sqlite:///path or "
+                             "postgresql+psycopg://user@host:5432/db") from None
+        return value
+
+
+class SchemaRegistrySettings(Section):
+    """The schema registry of the topics whose values are Avro (a Confluent-compatible API: Confluent Schema
+    Registry, Karapace, Apicurio's /apis/ccompat/v7). Secrets only from the environment."""
+
+    url: str = Field(min_length=1, description="Base URL of the Confluent-compatible API, without credentials, e.g. "
+                     "http://127.0.0.1:8081/apis/ccompat/v7 (kprio registry start prints it).")
+    username: str | None = Field(None, description="Basic auth user; the password is read from "
+                                 f"{ENV_REGISTRY_PASSWORD} in the environment.")
+    ssl_ca_location: str | None = Field(None, description="PEM file of the CA certificates that sign the "
+                                        "registry's certificate (https; default: the system's).")
+    ssl_certificate_location: str | None = Field(None, description="PEM file of kprio's client certificate (mTLS).")
+    ssl_key_location: str | None = Field(None, description="PEM file of the client certificate's key; its password, "
+                                         f"if any, from {ENV_REGISTRY_KEY_PASSWORD}.")
+    timeout_s: float = Field(10.0, gt=0, le=300, description="Bound of one request to the registry.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets_in_file(cls, value: object) -> object:
+        if isinstance(value, Mapping):
+            for key, variable in (("password", ENV_REGISTRY_PASSWORD), ("ssl_key_password", ENV_REGISTRY_KEY_PASSWORD)):
+                if key in value:
+                    raise ValueError(f"'{key}' is a secret: remove it from the file and set it in the environment "
+                                     f"as {variable}")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _plain_url(cls, value: str) -> str:
+        """An http(s) URL with no credentials in it.
+
+        >>> from pydantic import ValidationError
+        >>> from kprio_core.config.load import format_validation_error
+        >>> SchemaRegistrySettings(url="https://sr.example:8081").url
+        'https://sr.example:8081'
+        >>> for url in ("https://u:pw@sr.example", "sr.example:8081"):
+        ...     try:
+        ...         SchemaRegistrySettings(url=url)
+        ...     except ValidationError as err:
+        ...         print(format_validation_error(err, "kprio.yaml"))
+        url: holds credentials: remove them from the URL (https://sr.example) and set schema_registry.username and
+        KPRIO_SCHEMA_REGISTRY_PASSWORD (kprio.yaml)
+        url: is not an http(s) URL: write http://host:port[/path] (kprio.yaml)
+        """
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("is not an http(s) URL: write http://host:port[/path]")
+        if parts.username or parts.password:
+            bare = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
+            raise ValueError(f"holds credentials: remove them from the URL ({bare}) and set schema_registry.username "
+                             f"and {ENV_REGISTRY_PASSWORD}")
+        return value
+
+    def endpoint(self, env: Mapping[str, str] | None = None) -> RegistryEndpoint:
+        """Where and how to reach the registry, its secrets from the environment (never log its password)."""
+        from kprio_core.model.registry import RegistryEndpoint
+
+        env = os.environ if env is None else env
+        return RegistryEndpoint(self.url, username=self.username,
+                                password=env.get(ENV_REGISTRY_PASSWORD) if self.username else None,
+                                ca_location=self.ssl_ca_location, certificate_location=self.ssl_certificate_location,
+                                key_location=self.ssl_key_location, key_password=env.get(ENV_REGISTRY_KEY_PASSWORD),
+                                timeout_s=self.timeout_s)
