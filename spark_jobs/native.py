@@ -30,8 +30,7 @@ secret options (:data:`spark_jobs.session.DEFAULT_CONF`).
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from kprio_core.config import KprioConfig
@@ -140,44 +139,49 @@ LOST_OFFSETS = "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE"
 """The error condition of Spark's Kafka source failing a read with ``failOnDataLoss``
 (``KafkaExceptions.couldNotReadOffsetRange``); its message parameters name the range."""
 
-_COULD_NOT_READ = re.compile(r"Could not read records in offset \[(\d+), (\d+)\) for topic partition (\S+)-(\d+)\s")
-"""The same error's text: all a Spark Connect client gets of it (a cause's parameters stay on the server)."""
+def lost_read_in(exc: BaseException) -> ErrorRecord | None:
+    r"""Spark's "could not read records" error (the log no longer holds offsets it was asked for) as kprio's record,
+    the range it could not read as its ``where``; None for any other error.
 
+    The range comes from the error's own fields, its condition (:data:`LOST_OFFSETS`) and message parameters,
+    never from its text: a Spark Connect client receives them with the failed task's cause, which PySpark raises
+    (``getCondition``, ``getMessageParameters``); a classic session's job failure holds the JVM exception on its
+    cause chain (:func:`jvm_lost_range`).
 
-def read_failure_in(exc: BaseException) -> RangeIncomplete | None:
-    r"""Spark's "could not read records" error (the log no longer holds offsets it was asked for) as kprio's error.
-
-    The message names the range in kprio's form for the person who reads it; the drain takes the
-    range from the record's ``where`` (:func:`lost_read_in`), fails the planned ranges it overlaps and
-    drains the others. None for any other error.
-
-    >>> text = ("org.apache.spark.sql.kafka010.KafkaIllegalStateException: Some data may have been lost ...\n"
-    ...         "Reason: Could not read records in offset [4, 30) for topic partition orders-2-0\n"
-    ...         "with consumer group kprio-native-0b6f-executor.")
-    >>> str(read_failure_in(RuntimeError(text)))  # doctest: +NORMALIZE_WHITESPACE
-    "range orders-2[0]@[4,30) is incomplete: Spark's Kafka source could not read it: the log no longer holds
-     some of its offsets (deleted by retention, or the partition ends below them) and drain.allow_data_loss is false"
-    >>> read_failure_in(RuntimeError("boom")) is None
+    >>> from pyspark.errors.exceptions.connect import UnknownException
+    >>> connect = UnknownException("(org.apache.spark.sql.kafka010.KafkaIllegalStateException) Some data may have "
+    ...     "been lost ...", errorClass=LOST_OFFSETS, messageParameters={"topicPartition": "orders-2-0",
+    ...     "startOffset": "4", "endOffset": "30", "groupId": "kprio-native-0b6f-executor"})
+    >>> record = lost_read_in(connect)
+    >>> print(record.where, "|", record.message)  # doctest: +NORMALIZE_WHITESPACE
+    orders-2[0]@[4,30) | range orders-2[0]@[4,30) is incomplete: Spark's Kafka source could not read it: the log no
+    longer holds some of its offsets (deleted by retention, or the partition ends below them) and
+    drain.allow_data_loss is false
+    >>> lost_read_in(RuntimeError("Could not read records in offset [4, 30) for topic partition orders-2-0")) is None
     True
     """
-    record = lost_read_in(exc)
-    return record.error() if record is not None else None  # type: ignore[return-value]
-
-
-def lost_read_in(exc: BaseException) -> ErrorRecord | None:
-    """The record of Spark's "could not read records" error, the range it could not read as its ``where``.
-
-    Read from the JVM exception's own fields, its error condition and message parameters, where the
-    session has a JVM (a classic session, through py4j); a Spark Connect client receives a failed
-    task's cause as text only, so there the range comes from that text (:data:`_COULD_NOT_READ`).
-    """
-    rng = jvm_lost_range(exc) or _lost_range_in_text(str(exc))
+    rng = spark_lost_range(exc) or jvm_lost_range(exc)
     if rng is None:
         return None
     error = RangeIncomplete(f"range {rng} is incomplete: Spark's Kafka source could not read it: the log no longer "
                             "holds some of its offsets (deleted by retention, or the partition ends below them) and "
                             "drain.allow_data_loss is false")
     return ErrorRecord.of(error, where=rng)
+
+
+def spark_lost_range(exc: BaseException) -> OffsetRange | None:
+    """The range in the parameters of a :data:`LOST_OFFSETS` error PySpark raised (over Spark Connect: the
+    failed task's cause, with its condition and parameters), on ``exc``'s chain, or None."""
+    for error in _chain(exc):
+        condition = getattr(error, "getCondition", None)
+        if callable(condition) and condition() == LOST_OFFSETS:
+            return _range_of(dict(error.getMessageParameters() or {}))
+    return None
+
+
+def _range_of(params: Mapping[str, str]) -> OffsetRange:
+    topic, _, partition = params["topicPartition"].rpartition("-")  # Kafka's TopicPartition.toString
+    return OffsetRange(topic, int(partition), int(params["startOffset"]), int(params["endOffset"]))
 
 
 def jvm_lost_range(exc: BaseException) -> OffsetRange | None:
@@ -189,11 +193,9 @@ def jvm_lost_range(exc: BaseException) -> OffsetRange | None:
         try:
             condition = java.getCondition() if _has_method(java, "getCondition") else None
             if condition == LOST_OFFSETS:
-                params = dict(java.getMessageParameters())
-                topic, _, partition = params["topicPartition"].rpartition("-")  # Kafka's TopicPartition.toString
-                return OffsetRange(topic, int(partition), int(params["startOffset"]), int(params["endOffset"]))
+                return _range_of(dict(java.getMessageParameters()))
             java = java.getCause()
-        except Exception:  # noqa: BLE001 - the gateway gone, a field missing: the text fallback decides
+        except Exception:  # noqa: BLE001 - the gateway gone, a field missing: no range named (all fail)
             return None
     return None
 
@@ -216,11 +218,3 @@ def _has_method(java: object, name: str) -> bool:
         return name in dir(java)
     except Exception:  # noqa: BLE001
         return False
-
-
-def _lost_range_in_text(text: str) -> OffsetRange | None:
-    found = _COULD_NOT_READ.search(text)
-    if found is None:
-        return None
-    start, end, topic, partition = found.groups()
-    return OffsetRange(topic, int(partition), int(start), int(end))

@@ -5,7 +5,8 @@ Usage: ``python connect_drain.py '<json args>'`` with ``remote`` (``sc://host:po
 ``dead_letters``. Drains the plan twice over the remote session, in partition order (the
 fused source) and in key order with small splits (the key-order shuffle), then in key order with a
 range on a partition the topic does not have (a failed read stage), publishes the first, reads it
-back through the remote session and prints one JSON line.
+back through the remote session; with ``gap`` (TopicSettings JSON) and ``gap_plan``, drains that plan with Spark's
+own Kafka source (``spark.reader: native``), whose log no longer holds part of it; prints one JSON line.
 """
 
 from __future__ import annotations
@@ -44,8 +45,11 @@ def main(args: dict) -> dict:
         missing = PlannedRange(0, OffsetRange(topic.priority_topic(0), 7, 0, 5))
         failing = drain_batch(spark, keyed, topic, "over-connect-missing", 1, plan_of(topic, [*plan.ranges, missing]),
                               **roots)
+        gap = TopicSettings.model_validate_json(args["gap"])
+        native = config.model_copy(update={"spark": SparkSettings(remote=args["remote"], reader="native")})
+        lost = drain_batch(spark, native, gap, "over-connect-native", 1, DrainPlan.from_json(args["gap_plan"]), **roots)
         return {
-            "session": type(spark).__module__,
+            "session": type(spark).__module__, "lost": lost.to_json(),
             "fused": fused.to_json(), "shuffled": shuffled.to_json(), "failing": failing.to_json(),
             "published": published,
             "offsets": sorted([r.topic, r.partition, r.offset] for r in rows),

@@ -21,8 +21,10 @@ import pytest
 
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import DrainResult
-from tests.spark_jobs.plans import whole_plan
+from spark_jobs.connector import spark_connector_jars
+from tests.spark_jobs.plans import plan_of, watermarks, whole_plan
 from tests.spark_jobs.spark_processes import SPARK_HOME, start, stop
+from tests.spark_jobs.test_drain import _delete_below
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
 
@@ -48,7 +50,10 @@ def _listening(port: int) -> bool:
 def _start_server(port: int, log: Path, java_options: str) -> subprocess.Popen:
     env = {**os.environ, "SPARK_NO_DAEMONIZE": "1", "SPARK_CONNECT_MODE": "0", "PYSPARK_PYTHON": sys.executable,
            "PYTHONPATH": str(REPO_ROOT)}
+    jars = spark_connector_jars()
+    assert jars is not None, "Spark's Kafka connector is not cached: run `bash scripts/setup.sh`"
     args = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", "local[1]",
+            "--jars", ",".join(map(str, jars)),  # Spark's own Kafka source, for the native reader
             "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
             # More cores than the plan has partitions: key order with several splits takes the shuffle.
@@ -61,6 +66,12 @@ def test_drain_over_spark_connect(kafka_settings, make_topic, tmp_path, child_sp
     bad = [(f"bad-{i}", "{not json", None, i % 2) for i in range(3)]
     topic = make_topic(priorities=2, partitions=2, records={1: 60, 0: bad}, schema={"i": "long", "pid": "long"})
     plan = whole_plan(kafka_settings, topic)
+    # Spark's own Kafka source over a log that no longer holds offsets [4, 12) of partition 0.
+    gap = make_topic(priorities=1, partitions=2, records={0: 60})
+    gap_name = gap.priority_topic(0)
+    _delete_below(kafka_settings, gap_name, 0, 12)
+    gap_plan = plan_of(gap, {0: [OffsetRange(gap_name, 0, 4, watermarks(kafka_settings, gap_name, 2)[0][1]),
+                                 OffsetRange(gap_name, 1, 0, watermarks(kafka_settings, gap_name, 2)[1][1])]})
     port, log = _free_port(), tmp_path / "connect-server.log"
     server = _start_server(port, log, child_spark_conf["spark.driver.extraJavaOptions"])
     try:
@@ -71,7 +82,8 @@ def test_drain_over_spark_connect(kafka_settings, make_topic, tmp_path, child_sp
             time.sleep(0.2)
         args = {"remote": f"sc://127.0.0.1:{port}", "bootstrap": kafka_settings.bootstrap_servers,
                 "topic": topic.model_dump_json(by_alias=True), "plan": plan.to_json(),
-                "output": str(tmp_path / "out"), "dead_letters": str(tmp_path / "dead")}
+                "output": str(tmp_path / "out"), "dead_letters": str(tmp_path / "dead"),
+                "gap": gap.model_dump_json(by_alias=True), "gap_plan": gap_plan.to_json()}
         run = subprocess.run([sys.executable, str(SCRIPT), json.dumps(args)], capture_output=True, text=True,
                              timeout=600, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
         assert run.returncode == 0, run.stderr[-4000:] + log.read_text()[-3000:]
@@ -97,3 +109,13 @@ def test_drain_over_spark_connect(kafka_settings, make_topic, tmp_path, child_sp
     assert (missing.error.kind, missing.error.where) == ("KafkaOperationFailed", OffsetRange(name, 7, 0, 5))
     assert all(s.complete and s.failure is None for s in failing.ranges if s is not missing)
     assert (failing.records, failing.dead) == (60, 3)
+    # Spark's own source could not read the range whose start the log no longer holds: the range comes from the
+    # error's condition and parameters, which PySpark raises over Connect (never from its text); it fails with its
+    # typed error and the other partition drains.
+    lost = DrainResult.from_json(report["lost"])
+    [gone] = [s for s in lost.ranges if s.range.partition == 0]
+    assert (gone.error.kind, gone.error.where, gone.error.transient) == (
+        "RangeIncomplete", gap_plan.ranges[0].range, False)
+    assert gone.failure.startswith(f"{gap_plan.ranges[0].range}: range {gap_plan.ranges[0].range} is incomplete")
+    [kept] = [s for s in lost.ranges if s.range.partition == 1]
+    assert kept.complete and kept.failure is None and kept.output == gap_plan.ranges[1].range.count

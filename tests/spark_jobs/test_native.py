@@ -28,7 +28,6 @@ from spark_jobs.native import (
     jvm_lost_range,
     lost_read_in,
     native_options,
-    read_failure_in,
     read_native,
 )
 from tests.spark_jobs.on_disk import assert_conserved, staged_rows
@@ -106,14 +105,29 @@ def test_a_session_without_the_connector_fails_saying_what_is_missing_and_how_to
     assert "bash scripts/setup.sh" in message and "spark.reader: python" in message
 
 
-def test_spark_could_not_read_errors_name_the_range_for_the_drain():
-    text = ("py4j.protocol.Py4JJavaError: An error occurred while calling o141.collectToPython.\n"
-            ": org.apache.spark.sql.kafka010.KafkaIllegalStateException: Some data may have been lost because they "
-            "are not available in Kafka any more;\n...\nReason: Could not read records in offset [4, 30) for topic "
-            "partition t-gap-7-1-3\nwith consumer group kprio-native-bf11-executor.\n\tat org.apache.spark...")
-    err = read_failure_in(RuntimeError(text))
-    assert err.code == "range_incomplete"
-    assert str(err).startswith("range t-gap-7-1[3]@[4,30) is incomplete: Spark's Kafka source could not read it")
+def test_a_could_not_read_error_takes_its_range_from_the_errors_fields_never_from_its_text():
+    """Over Spark Connect PySpark raises the failed task's cause with its condition and message parameters (as
+    tests/spark_jobs/test_connect.py sees from a real server): the range comes from those; a text naming a range
+    is never read back."""
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException, UnknownException
+
+    text = ("Some data may have been lost ...\nReason: Could not read records in offset [0, 3) for topic partition "
+            "t-gap-7-1-9\nwith consumer group kprio-native-bf11-executor.")
+    cause = UnknownException(f"(org.apache.spark.sql.kafka010.KafkaIllegalStateException) {text}",
+                             errorClass="KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE",
+                             messageParameters={"topicPartition": "t-gap-7-1-3", "startOffset": "4",
+                                                "endOffset": "30", "groupId": "kprio-native-bf11-executor"})
+    try:
+        try:
+            raise cause
+        except UnknownException as err:
+            raise RuntimeError("the drain's read failed") from err
+    except RuntimeError as wrapped:
+        record = lost_read_in(wrapped)
+    assert (record.kind, record.where, record.transient) == ("RangeIncomplete", OffsetRange("t-gap-7-1", 3, 4, 30), False)
+    assert record.message.startswith("range t-gap-7-1[3]@[4,30) is incomplete: Spark's Kafka source could not read it")
+    assert lost_read_in(RuntimeError(text)) is None
+    assert lost_read_in(SparkConnectGrpcException(text, errorClass="INTERNAL_ERROR", messageParameters={})) is None
 
 
 @pytest.mark.spark
