@@ -99,10 +99,11 @@ def value_subject(topic: str, template: str = "{topic}-value") -> str:
 
 
 def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str], schema_type: str = "AVRO", *,
-                   missing_ok: bool = False) -> tuple[ReaderSchema, ...]:
+                   missing_ok: bool = False, setting: str = "value_format") -> tuple[ReaderSchema, ...]:
     """The latest version of each topic's subject (``{topic: subject}``), once per subject; each must hold a schema
     of ``schema_type`` (``AVRO``, ``JSON`` for JSON Schema, ``PROTOBUF``). ``missing_ok``: a subject the registry
-    does not have is left out (its topic's records name no schema of it) instead of refused."""
+    does not have is left out (its topic's records name no schema of it) instead of refused; ``setting``: the
+    topic's setting a subject of another format asks to change (``key_format`` for the subjects of keys)."""
     latest: dict[str, RegisteredSchema] = {}
     out = []
     for topic, subject in sorted(subjects.items()):
@@ -112,7 +113,7 @@ def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str], schema
             latest[subject] = registry.latest(subject)
             if latest[subject].schema_type != schema_type:
                 raise SchemaIncompatible(f"subject {subject!r} holds a {latest[subject].schema_type} schema, "
-                                         f"not {schema_type}: set the topic's value_format to match",
+                                         f"not {schema_type}: set the topic's {setting} to match",
                                          where=registry.endpoint.url)
         out.append(ReaderSchema(topic, subject, latest[subject]))
     return tuple(out)
