@@ -85,9 +85,11 @@ def test_the_native_reader_decodes_avro_values_and_keys_into_typed_columns(spark
         "with 0)"]
 
 
+@pytest.mark.parametrize("formats", [{"value_format": "avro"}, {"value_format": "raw", "key_format": "avro"}],
+                         ids=["values", "keys"])
 def test_a_registry_that_cannot_be_reached_fails_the_batch_before_spark_runs(spark, kafka_settings, make_topic,
-                                                                              tmp_path):
-    topic = make_topic(priorities=1, partitions=1, value_format="avro", records={0: 3})
+                                                                              tmp_path, formats):
+    topic = make_topic(priorities=1, partitions=1, records={0: 3}, **formats)
     down = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"
     with pytest.raises(SchemaRegistryUnavailable) as caught:
         drain_batch(spark, config(kafka_settings, down, tmp_path, "python"), topic, "b-1", 1,
