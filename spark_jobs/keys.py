@@ -9,8 +9,10 @@ the ``decoded_key`` column to the output, after the value's columns:
   decoders (:mod:`kprio_core.values`: a writer's schema fetched once per schema id per executor, the latest version
   of each priority topic's key subject, ``<topic>-key`` by default, as the reader's schema, read once per batch on
   the driver): a ``struct<...>`` of the key schema's fields (an Avro record's, a Protobuf message's, a JSON Schema
-  object's properties). When the registry has no key subject of any topic of the batch, the batch has no
-  ``decoded_key`` column (its keys are dead letters).
+  object's properties), or, for an Avro key schema that is not a record (a ``string``, a ``long``, an enum...),
+  that one value's kind (read as a record of one field: :func:`kprio_core.values.avro.as_record`). When the
+  registry has no key subject of any topic of the batch, the batch has no ``decoded_key`` column (its keys are
+  dead letters).
 
 Decoding runs in the drain task on the handler's answer (:meth:`KeyDecoder.apply`), whatever the handler: a user's
 handler neither sees nor has to give ``decoded_key``. A null key is a null ``decoded_key`` and no error
@@ -47,6 +49,8 @@ from kprio_core.model.drain_plan import PlannedRange
 from kprio_core.values.avro import ValueDecoding
 
 KEY_COLUMN = "decoded_key"
+KEY_FIELD = "key"
+"""The one field an Avro key schema that is not a record is read as (its value is ``decoded_key``)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,9 @@ class KeyDecoding:
     key_format: KeyFormat
     fields: tuple[tuple[str, str], ...] = ()
     registry: ValueDecoding | None = None
+    plain: bool = False
+    """Every key schema is an Avro one that is not a record: ``decoded_key`` is its value (the one field of
+    ``fields``), not a struct."""
 
     @property
     def kind(self) -> str | None:
@@ -65,9 +72,13 @@ class KeyDecoding:
 
         >>> KeyDecoding(KeyFormat.AVRO, (("id", "long"), ("region", "string")), None).kind
         'struct<id:long,region:string>'
+        >>> KeyDecoding(KeyFormat.AVRO, (("key", "string"),), None, plain=True).kind
+        'string'
         """
         if self.key_format is KeyFormat.STRING:
             return "string"
+        if self.plain:
+            return self.fields[0][1]
         return "struct<" + ",".join(f"{name}:{kind}" for name, kind in self.fields) + ">" if self.fields else None
 
     @property
@@ -87,7 +98,9 @@ def key_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[Pla
         return None
     if fmt is KeyFormat.STRING:
         return KeyDecoding(fmt)
-    from kprio_core.values.avro import merged_columns, reader_schemas, value_subject
+    from dataclasses import replace
+
+    from kprio_core.values.avro import as_record, merged_columns, reader_schemas, value_subject
     from kprio_core.values.registry import shared_registry
 
     assert config.schema_registry is not None  # the configuration refuses registry keys without a registry
@@ -98,7 +111,11 @@ def key_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[Pla
     readers = reader_schemas(shared_registry(endpoint), subjects, kind, missing_ok=True, setting="key_format")
     found = {r.topic for r in readers}
     missing = tuple((t, s) for t, s in sorted(subjects.items()) if t not in found)
-    return KeyDecoding(fmt, merged_columns(readers), ValueDecoding(endpoint, readers, kind, missing))
+    if fmt is not KeyFormat.AVRO:
+        return KeyDecoding(fmt, merged_columns(readers), ValueDecoding(endpoint, readers, kind, missing))
+    wrapped = tuple(replace(r, schema=as_record(r.schema, KEY_FIELD)) for r in readers)
+    plain = bool(readers) and all(w.schema is not r.schema for w, r in zip(wrapped, readers, strict=True))
+    return KeyDecoding(fmt, merged_columns(wrapped), ValueDecoding(endpoint, wrapped, kind, missing, KEY_FIELD), plain)
 
 
 def output_columns(columns: Sequence[tuple[str, str]], keys: KeyDecoding | None) -> tuple[tuple[str, str], ...]:
@@ -176,6 +193,8 @@ class KeyDecoder:
         columns, errors = self._decoder.decode(keys, topic)
         if self.keys.kind is None:
             return None, errors
+        if self.keys.plain:  # null where the key is null or did not decode
+            return columns[KEY_FIELD], errors
         struct = arrow_type(self.keys.kind)
         invalid = pc.or_(pc.is_null(keys), pc.is_valid(errors))  # a null key, or one that did not decode: null
         return pa.StructArray.from_arrays([columns[f.name] for f in struct], fields=list(struct), mask=invalid), errors

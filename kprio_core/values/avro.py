@@ -69,6 +69,9 @@ class ValueDecoding:
     missing: tuple[tuple[str, str], ...] = ()
     """``(topic, subject)`` of the batch's topics whose subject the registry does not have: their records are bad
     records (a value written without the registry), never a failed batch."""
+    wrap: str | None = None
+    """Avro: every schema that is not a record (a ``string`` key, say) is read as a record of one field of this name
+    (:func:`as_record`; the readers are given so already); None: a schema that is not a record is refused."""
 
     def missing_subject(self, topic: str) -> str | None:
         """The subject of ``topic`` when the registry does not have it."""
@@ -86,7 +89,27 @@ class ValueDecoding:
             from kprio_core.values.protobuf import ProtobufDecoder
 
             return ProtobufDecoder(shared_registry(self.endpoint), self.readers, columns)
-        return AvroDecoder(shared_registry(self.endpoint), self.readers, columns)
+        return AvroDecoder(shared_registry(self.endpoint), self.readers, columns, wrap=self.wrap)
+
+
+def as_record(schema: RegisteredSchema, field: str) -> RegisteredSchema:
+    """``schema`` as a record of one field, ``field``, when it is not a record (records stay as they are): Avro
+    writes a record as its fields one after another, so both read the same bytes.
+
+    >>> as_record(RegisteredSchema(3, '"string"'), "key").text
+    '{"type": "record", "name": "kprio_wrapped", "fields": [{"name": "key", "type": "string"}]}'
+    >>> record = RegisteredSchema(4, '{"type": "record", "name": "K", "fields": []}')
+    >>> as_record(record, "key") is record
+    True
+    """
+    import dataclasses
+    import json
+
+    parsed = schema.parsed
+    if isinstance(parsed, dict) and parsed.get("type") == "record":
+        return schema
+    wrapped = {"type": "record", "name": "kprio_wrapped", "fields": [{"name": field, "type": parsed}]}
+    return dataclasses.replace(schema, text=json.dumps(wrapped))
 
 
 def value_subject(topic: str, template: str = "{topic}-value") -> str:
@@ -179,12 +202,14 @@ class AvroDecoder:
     """Decodes one batch's values (per topic) into ``columns``; see the module docstring."""
 
     def __init__(self, registry: SchemaRegistry, readers: Sequence[ReaderSchema],
-                 columns: Sequence[tuple[str, str]]) -> None:
+                 columns: Sequence[tuple[str, str]], *, wrap: str | None = None) -> None:
         self.registry = registry
         self.readers = {r.topic: _Reader(r) for r in readers}
         self.columns = tuple(columns)
         self.types = {name: arrow_type(kind) for name, kind in self.columns}
-        self._writers = WriterSchemas(registry, "AVRO", "Avro", parse, (Exception,), "does not parse as Avro",
+        # wrap: a writer's schema that is not a record is read as the readers are (ValueDecoding.wrap)
+        make = parse if wrap is None else (lambda schema: parse(as_record(schema, wrap)))
+        self._writers = WriterSchemas(registry, "AVRO", "Avro", make, (Exception,), "does not parse as Avro",
                                       describe=_short)  # schema id -> parsed writer schema, or why it cannot be used
 
     def decode(self, values: Any, topic: str) -> tuple[dict[str, Any], Any]:
