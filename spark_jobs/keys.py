@@ -140,17 +140,20 @@ class KeyDecoder:
         """``out`` (one lane's answered rows: one topic) with ``decoded_key`` filled and bad keys' ``error`` set."""
         import pyarrow as pa
 
+        if out.num_rows == 0:
+            return out
         keys = out.column("key")
-        if out.num_rows == 0 or keys.null_count == len(keys):
-            return out  # no key to decode: decoded_key stays null, no error
-        topic = out.column("topic")[0].as_py()
-        column, errors = self._string(keys) if self.keys.registry is None else self._registry(keys, topic)
+        column = errors = None
+        if keys.null_count < len(keys):  # else no key to decode: decoded_key null, no error
+            topic = out.column("topic")[0].as_py()
+            column, errors = self._string(keys) if self.keys.registry is None else self._registry(keys, topic)
         names = out.schema.names
-        if column is not None and KEY_COLUMN in names:
+        if KEY_COLUMN in names:  # always kprio's: whatever a handler answered in it is replaced
             i = names.index(KEY_COLUMN)
             field = out.schema.field(i)
+            column = pa.nulls(out.num_rows, field.type) if column is None else column
             out = out.set_column(i, field, column if column.type == field.type else column.cast(field.type))
-        if errors.null_count == len(errors):
+        if errors is None or errors.null_count == len(errors):
             return out
         i = names.index("error")
         merged = [theirs if why is None else f"key: {why}" if theirs is None else f"{theirs}; key: {why}"
