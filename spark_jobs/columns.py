@@ -5,7 +5,8 @@ Two row shapes leave a drain:
 - an **output** row (:func:`drain_struct`): the Kafka columns, ``priority``, ``batch_id``,
   ``lane``, ``error`` (always null in the output: invalid rows go to the dead letters) and one
   column per decoded field, named after the topic's schema (no prefix), so a field may not reuse
-  a drain column's name;
+  a drain column's name; then ``decoded_key`` when the topic decodes its keys (:mod:`spark_jobs.keys`; the
+  raw ``key`` stays as read);
 - a **dead-letter** row (:func:`dead_letter_struct`): the raw Kafka columns (key, value,
   headers, timestamp as read), ``priority``, ``batch_id``, ``lane`` and ``error`` (never null:
   why the record is invalid).

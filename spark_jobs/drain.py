@@ -49,6 +49,7 @@ from kprio_core.splits import split_ranges
 from spark_jobs.columns import drain_struct
 from spark_jobs.drain_task import DrainSpec
 from spark_jobs.handler_contract import resolve_handler
+from spark_jobs.keys import key_decoding, output_columns
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT, absolute
 from spark_jobs.native import lost_read_in
 from spark_jobs.output import discard, prepare_staging, publish, sweep_staging
@@ -80,8 +81,9 @@ def drain_batch(
     started = time.monotonic()
     # Avro: the reader schemas from the registry, once for the whole batch (transient when it is down).
     handler, columns, values = value_decoding(config, topic, plan.ranges)
+    keys = key_decoding(config, topic, plan.ranges)  # the same for keys in the registry's wire format
     resolve_handler(handler)  # wrong name or signature: fail before Spark runs
-    drain_struct(dict(columns))  # a field named like a drain column: the same
+    drain_struct(dict(output_columns(columns, keys)))  # a field named like a drain column: the same
     splits = plan_splits(config, plan)
     ordering = config.ordering.mode
     lanes = config.ordering.lanes if ordering is Ordering.KEY else 1
@@ -92,7 +94,7 @@ def drain_batch(
         batch_id, attempt, topic.name, handler, columns,
         Validity(tuple(topic.required_fields), config.quality.tombstones, config.quality.null_keys),
         ordering, lanes, plan.ranges, staging[0], staging[1], config.spark.arrow_batch_records,
-        tuple(sorted(plan.incarnations.items())), values,
+        tuple(sorted(plan.incarnations.items())), values, keys,
     )
     top = max((r.priority for r in plan.ranges), default=0)
     # Spark gone (a Connect server stopped, a lost gateway): SparkUnavailable. The batch's jobs share the

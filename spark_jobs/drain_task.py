@@ -7,7 +7,8 @@ order, and:
    :func:`kprio_core.lanes.lane_for`) and adds ``priority``, ``batch_id``, ``lane``;
 2. pushes each lane's records into that lane's one handler call
    (:class:`~spark_jobs.lane_pump.LanePump`);
-3. splits every answered frame into valid and invalid rows (:class:`~spark_jobs.validity.Validity`);
+3. decodes the keys of every answered frame (``topics[].key_format``, :mod:`spark_jobs.keys`) and splits it into
+   valid and invalid rows (:class:`~spark_jobs.validity.Validity`);
 4. writes valid rows to the output and invalid rows to the dead letters, one staged Parquet file
    per planned range and root (:class:`~spark_jobs.staged_writer.StagedWriter`, names from
    :mod:`spark_jobs.layout`);
@@ -55,6 +56,7 @@ from kprio_core.model.drain_plan import PlannedRange
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import ErrorRecord
 from kprio_core.values.avro import ValueDecoding
+from spark_jobs.keys import KeyDecoding
 from spark_jobs.lane_batches import batch_lanes, lane_segments
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT
 from spark_jobs.validity import Validity
@@ -86,6 +88,8 @@ class DrainSpec:
     values: ValueDecoding | None = None
     """Avro values: the registry (its secrets too: the spec travels like the ``kafka.*`` options, never logged)
     and the batch's reader schemas; given to the handler in its :class:`LaneContext`."""
+    keys: KeyDecoding | None = None
+    """Keys to decode into ``decoded_key`` (``topics[].key_format``; None: raw, nothing decoded), after the handler."""
 
     def __repr__(self) -> str:
         # No paths: an object-store URI may carry credentials.
@@ -127,12 +131,14 @@ class DrainTask:
     def __init__(self, spec: DrainSpec, *, part: int | None = None, sorted_lanes: bool = False) -> None:
         from spark_jobs.columns import dead_letter_struct, drain_struct
         from spark_jobs.kafka_schema import arrow_schema_of
+        from spark_jobs.keys import KeyDecoder, output_columns
         from spark_jobs.layout import filesystem
 
         self.spec = spec
         self.part = part
         self.sorted_lanes = sorted_lanes
-        self.out_schema = arrow_schema_of(drain_struct(dict(spec.schema)))
+        self.out_schema = arrow_schema_of(drain_struct(dict(output_columns(spec.schema, spec.keys))))
+        self.keys = KeyDecoder(spec.keys) if spec.keys is not None else None
         self.dead_schema = arrow_schema_of(dead_letter_struct())
         self._pump: Any = None
         self.roots = {OUTPUT: filesystem(spec.output_staging), DEAD_LETTERS: filesystem(spec.dead_letter_staging)}
@@ -258,6 +264,8 @@ class DrainTask:
         """One answered frame (one lane, offset order): valid rows to the output, invalid to the dead letters."""
         if out.num_rows == 0:
             return
+        if self.keys is not None:  # a key that does not decode makes its record invalid, as a bad value
+            out = self.keys.apply(out)
         valid, dead = self.spec.validity.split(out)
         topic, partition = out.column("topic")[0].as_py(), out.column("partition")[0].as_py()
         touched = []

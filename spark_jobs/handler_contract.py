@@ -12,7 +12,8 @@ A handler is named ``"module:function"`` (``config.drain.handler``) and called o
   (one output row per input row), carrying any of the topic's schema fields and ``error``
   (a string saying why the record could not be processed, else null). Other columns it returns
   are ignored: the drain's own columns always come from the input, so a handler cannot lose
-  or invent records.
+  or invent records; ``decoded_key`` (``topics[].key_format``) is the drain's too, decoded from the raw
+  ``key`` after the handler answered (:mod:`spark_jobs.keys`).
 - A record is never dropped, and one record's failure is that record's: if the handler raises,
   kprio gives the frames it had taken to fresh calls of the handler, in halves down to single
   records, so only the records it raises on are kept with the exception as their ``error``

@@ -55,10 +55,11 @@ class KprioConfig(Section):
 
     @model_validator(mode="after")
     def _avro_topics_have_a_registry(self) -> KprioConfig:
-        needs = [t for t in self.topics if t.value_format.registry_type]
+        needs = [(t.name, what, fmt.value) for t in self.topics
+                 for what, fmt in (("value_format", t.value_format), ("key_format", t.key_format)) if fmt.registry_type]
         if needs and self.schema_registry is None:
-            raise ValueError(f"topic {needs[0].name!r} has value_format {needs[0].value_format.value}: add a "
-                             "schema_registry section with its url")
+            name, what, fmt = needs[0]
+            raise ValueError(f"topic {name!r} has {what} {fmt}: add a schema_registry section with its url")
         return self
 
     @model_validator(mode="after")

@@ -43,6 +43,29 @@ class ValueFormat(StrEnum):
         return {ValueFormat.AVRO: "AVRO", ValueFormat.PROTOBUF: "PROTOBUF", ValueFormat.JSON_SCHEMA: "JSON"}.get(self)
 
 
+class KeyFormat(StrEnum):
+    """How a topic's record keys are decoded; the raw ``key`` column (bytes, what key lanes hash) stays as it is.
+
+    ``raw``: not decoded; ``string``: UTF-8 text; ``avro``, ``protobuf``, ``json_schema``: the schema registry's wire
+    format, the subject's latest schema's fields. Decoded keys go to the ``decoded_key`` column.
+    """
+
+    RAW = "raw"
+    STRING = "string"
+    AVRO = "avro"
+    PROTOBUF = "protobuf"
+    JSON_SCHEMA = "json_schema"
+
+    @property
+    def registry_type(self) -> str | None:
+        """The schema registry's name of the format (``schemaType``), None for formats without a registry.
+
+        >>> KeyFormat.PROTOBUF.registry_type, KeyFormat.STRING.registry_type
+        ('PROTOBUF', None)
+        """
+        return {KeyFormat.AVRO: "AVRO", KeyFormat.PROTOBUF: "PROTOBUF", KeyFormat.JSON_SCHEMA: "JSON"}.get(self)
+
+
 class TopicSettings(Section):
     """One logical topic: its priority topics, groups and record schema."""
 
@@ -68,6 +91,13 @@ class TopicSettings(Section):
         "{topic}-value", min_length=1, description="avro, protobuf, json_schema: the registry subject of a priority topic's values "
         "({topic} is the priority topic's name: Confluent's TopicNameStrategy); its latest version is the "
         "reader's schema of a batch.")
+    key_format: KeyFormat = Field(
+        KeyFormat.RAW, description="How keys are decoded into the decoded_key column: raw (not decoded: no column), "
+        "string (UTF-8), avro, protobuf or json_schema (the schema registry's wire format, a struct of the registry "
+        "schema's fields: needs the schema_registry section). The raw key column is kept either way.")
+    key_subject: str = Field(
+        "{topic}-key", min_length=1, description="avro, protobuf, json_schema keys: the registry subject of a priority "
+        "topic's keys ({topic} is the priority topic's name); its latest version is the reader's schema of a batch.")
     replication_factor: int | None = Field(
         None, ge=1, description="Replicas of each priority topic `kprio topics create` makes; default: the broker's."
     )
@@ -117,6 +147,11 @@ class TopicSettings(Section):
             self.value_subject.format(topic="t")
         except (ValueError, LookupError, AttributeError, TypeError) as err:
             raise ValueError(f"value_subject {self.value_subject!r} is not a valid format string with "
+                             f"{{topic}}: {err}") from None
+        try:
+            self.key_subject.format(topic="t")
+        except (ValueError, LookupError, AttributeError, TypeError) as err:
+            raise ValueError(f"key_subject {self.key_subject!r} is not a valid format string with "
                              f"{{topic}}: {err}") from None
         return self
 

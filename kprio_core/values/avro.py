@@ -69,6 +69,9 @@ class ValueDecoding:
     missing: tuple[tuple[str, str], ...] = ()
     """``(topic, subject)`` of the batch's topics whose subject the registry does not have: their records are bad
     records (a value written without the registry), never a failed batch."""
+    wrap: str | None = None
+    """Avro: every schema that is not a record (a ``string`` key, say) is read as a record of one field of this name
+    (:func:`as_record`; the readers are given so already); None: a schema that is not a record is refused."""
 
     def missing_subject(self, topic: str) -> str | None:
         """The subject of ``topic`` when the registry does not have it."""
@@ -86,7 +89,27 @@ class ValueDecoding:
             from kprio_core.values.protobuf import ProtobufDecoder
 
             return ProtobufDecoder(shared_registry(self.endpoint), self.readers, columns)
-        return AvroDecoder(shared_registry(self.endpoint), self.readers, columns)
+        return AvroDecoder(shared_registry(self.endpoint), self.readers, columns, wrap=self.wrap)
+
+
+def as_record(schema: RegisteredSchema, field: str) -> RegisteredSchema:
+    """``schema`` as a record of one field, ``field``, when it is not a record (records stay as they are): Avro
+    writes a record as its fields one after another, so both read the same bytes.
+
+    >>> as_record(RegisteredSchema(3, '"string"'), "key").text
+    '{"type": "record", "name": "kprio_wrapped", "fields": [{"name": "key", "type": "string"}]}'
+    >>> record = RegisteredSchema(4, '{"type": "record", "name": "K", "fields": []}')
+    >>> as_record(record, "key") is record
+    True
+    """
+    import dataclasses
+    import json
+
+    parsed = schema.parsed
+    if isinstance(parsed, dict) and parsed.get("type") == "record":
+        return schema
+    wrapped = {"type": "record", "name": "kprio_wrapped", "fields": [{"name": field, "type": parsed}]}
+    return dataclasses.replace(schema, text=json.dumps(wrapped))
 
 
 def value_subject(topic: str, template: str = "{topic}-value") -> str:
@@ -99,10 +122,11 @@ def value_subject(topic: str, template: str = "{topic}-value") -> str:
 
 
 def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str], schema_type: str = "AVRO", *,
-                   missing_ok: bool = False) -> tuple[ReaderSchema, ...]:
+                   missing_ok: bool = False, setting: str = "value_format") -> tuple[ReaderSchema, ...]:
     """The latest version of each topic's subject (``{topic: subject}``), once per subject; each must hold a schema
     of ``schema_type`` (``AVRO``, ``JSON`` for JSON Schema, ``PROTOBUF``). ``missing_ok``: a subject the registry
-    does not have is left out (its topic's records name no schema of it) instead of refused."""
+    does not have is left out (its topic's records name no schema of it) instead of refused; ``setting``: the
+    topic's setting a subject of another format asks to change (``key_format`` for the subjects of keys)."""
     latest: dict[str, RegisteredSchema] = {}
     out = []
     for topic, subject in sorted(subjects.items()):
@@ -112,7 +136,7 @@ def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str], schema
             latest[subject] = registry.latest(subject)
             if latest[subject].schema_type != schema_type:
                 raise SchemaIncompatible(f"subject {subject!r} holds a {latest[subject].schema_type} schema, "
-                                         f"not {schema_type}: set the topic's value_format to match",
+                                         f"not {schema_type}: set the topic's {setting} to match",
                                          where=registry.endpoint.url)
         out.append(ReaderSchema(topic, subject, latest[subject]))
     return tuple(out)
@@ -178,12 +202,14 @@ class AvroDecoder:
     """Decodes one batch's values (per topic) into ``columns``; see the module docstring."""
 
     def __init__(self, registry: SchemaRegistry, readers: Sequence[ReaderSchema],
-                 columns: Sequence[tuple[str, str]]) -> None:
+                 columns: Sequence[tuple[str, str]], *, wrap: str | None = None) -> None:
         self.registry = registry
         self.readers = {r.topic: _Reader(r) for r in readers}
         self.columns = tuple(columns)
         self.types = {name: arrow_type(kind) for name, kind in self.columns}
-        self._writers = WriterSchemas(registry, "AVRO", "Avro", parse, (Exception,), "does not parse as Avro",
+        # wrap: a writer's schema that is not a record is read as the readers are (ValueDecoding.wrap)
+        make = parse if wrap is None else (lambda schema: parse(as_record(schema, wrap)))
+        self._writers = WriterSchemas(registry, "AVRO", "Avro", make, (Exception,), "does not parse as Avro",
                                       describe=_short)  # schema id -> parsed writer schema, or why it cannot be used
 
     def decode(self, values: Any, topic: str) -> tuple[dict[str, Any], Any]:

@@ -105,6 +105,8 @@ CHANGES: dict[str, Any] = {
     "topics[].required_fields": ["id"],
     "topics[].value_format": "raw",
     "topics[].value_subject": "{topic}-values",
+    "topics[].key_format": "string",
+    "topics[].key_subject": "{topic}-keys",
     "topics[].replication_factor": 3,
     "topics[].topic_config": {"retention.ms": "3600000"},
     "planner.record_budget": 1000,
@@ -326,8 +328,17 @@ def value_decoding(config: KprioConfig) -> object:
     return value_decoding(config, resources_from_config(config, env={})["kprio"].config().topics[0], ())[:2]
 
 
+def key_decoding(config: KprioConfig) -> object:
+    """The column a batch of the first topic decodes its keys into (raw and string need no registry)."""
+    from spark_jobs.keys import key_decoding
+
+    keys = key_decoding(config, resources_from_config(config, env={})["kprio"].config().topics[0], ())
+    return None if keys is None else keys.columns
+
+
 PROBES: dict[str, Callable[[KprioConfig], object]] = {
     "topics[].value_format": value_decoding,
+    "topics[].key_format": key_decoding,
     "schema_registry.url": registry_endpoint,
     "schema_registry.username": registry_endpoint,
     "schema_registry.ssl_ca_location": registry_endpoint,
@@ -391,6 +402,8 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "topics[].schema": ("spark_jobs.values", "value_decoding", NEEDS_SPARK),
     "topics[].value_subject": ("spark_jobs.values", "value_decoding",
                                "reads the subject's latest version from a registry (tests/kprio_core/test_values_avro.py)"),
+    "topics[].key_subject": ("spark_jobs.keys", "key_decoding",
+                             "reads the subject's latest version from a registry (tests/spark_jobs/test_registry_drain.py)"),
     "topics[].required_fields": ("spark_jobs.drain", "drain_batch", NEEDS_SPARK),
     "planner.mode": ("kprio_core.lifecycle.tick", "decide_tick", NEEDS_SNAPSHOT),
     "planner.distribution": ("kprio_core.lifecycle.tick", "decide_tick", NEEDS_SNAPSHOT),

@@ -4,7 +4,9 @@ tests/orchestration/test_avro_values.py drains with): the same typed columns and
 be reached is a transient error of the batch before Spark runs. JSON Schema values (``value_format: json_schema``)
 drain into typed columns with the python reader; a record that breaks its schema is a dead letter; so do Protobuf
 values (``value_format: protobuf``), written by confluent-kafka's ProtobufSerializer. A subject changed in a way the
-reader cannot follow fails the range, naming the subject, both versions and the column."""
+reader cannot follow fails the range, naming the subject, both versions and the column. Keys decode beside values
+(``key_format``): Avro keys into the ``decoded_key`` struct, a key that does not decode is a dead letter, the raw
+``key`` and its lane stay as they were; string keys as text."""
 
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ from tests.spark_jobs.plans import whole_plan
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.registry]
 
+KEY_SCHEMA = {"type": "record", "name": "PayKey", "fields": [{"name": "id", "type": "long"},
+                                                             {"name": "region", "type": "string"}]}
 SCHEMA = {"type": "record", "name": "Pay", "fields": [
     {"name": "n", "type": "long"},
     {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 8, "scale": 2}},
@@ -40,36 +44,52 @@ def config(kafka_settings, url: str, tmp_path, reader: str) -> KprioConfig:
                        ordering={"mode": "key", "lanes": 2}, spark={"arrow_batch_records": 16, "reader": reader})
 
 
-def test_the_native_reader_decodes_avro_into_typed_columns(spark, kafka_settings, make_topic, schema_registry_url,
-                                                           tmp_path):
+def test_the_native_reader_decodes_avro_values_and_keys_into_typed_columns(spark, kafka_settings, make_topic,
+                                                                           schema_registry_url, tmp_path):
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    topic = make_topic(priorities=1, partitions=2, value_format="avro")
+    from kprio_core.lanes import Ordering, lane_for
+
+    topic = make_topic(priorities=1, partitions=2, value_format="avro", key_format="avro")
     name = topic.priority_topic(0)
-    serialize = AvroSerializer(SchemaRegistryClient({"url": schema_registry_url}), json.dumps(SCHEMA))
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    serialize = AvroSerializer(client, json.dumps(SCHEMA))
+    serialize_key = AvroSerializer(client, json.dumps(KEY_SCHEMA))  # subject <topic>-key
     at = dt.datetime(2024, 3, 1, 8, 30, 0, 250001, tzinfo=dt.timezone.utc)
-    records = [(f"k{i}".encode(), serialize({"n": i, "amount": Decimal(i) / 4, "at": at, "tags": [f"t{i}"] * (i % 3)},
-                                            SerializationContext(name, MessageField.VALUE)), None, i % 2)
+    keys = [serialize_key({"id": i, "region": f"r{i % 3}"}, SerializationContext(name, MessageField.KEY))
+            for i in range(40)]
+    records = [(keys[i], serialize({"n": i, "amount": Decimal(i) / 4, "at": at, "tags": [f"t{i}"] * (i % 3)},
+                                   SerializationContext(name, MessageField.VALUE)), None, i % 2)
                for i in range(40)]
-    records += [(b"bad-id", framed(1_999_999_999, b"\x02"), None, 0), (b"tomb", None, None, 1)]
+    records += [(b"bad-id", framed(1_999_999_999, b"\x02"), None, 0), (None, None, None, 1),
+                (b"plain", records[0][1], None, 0)]  # a key not in the wire format, a fine value
     assert not produce_acked(kafka_settings, name, records).failed
     conf = config(kafka_settings, schema_registry_url, tmp_path, "native")
 
     result = drain_batch(spark, conf, topic, "b-1", 1, whole_plan(kafka_settings, topic))
     rows = staged_rows(result, {"output": conf.drain.output_path, "dead-letters": conf.drain.dead_letter_path})
     assert_conserved(result, rows)
-    assert (result.records, result.dead) == (41, 1)  # 40 orders and a tombstone; the unknown id
+    assert (result.records, result.dead) == (41, 2)  # 40 orders and a null-key tombstone; the unknown id, the bad key
     good = {r["n"]: r for r in rows["output"] if r["n"] is not None}
     assert sorted(good) == list(range(40))
     assert good[7]["amount"] == Decimal("1.75") and good[7]["at"] == at and good[7]["tags"] == ["t7"]
-    assert [r["error"] for r in rows["dead-letters"]] == ["schema id 1999999999 is not in the schema registry (404)"]
+    # The decoded key beside the raw one, kept byte for byte; lanes still hash the raw key.
+    assert good[7]["decoded_key"] == {"id": 7, "region": "r1"} and good[7]["key"] == keys[7]
+    assert all(r["lane"] == lane_for(Ordering.KEY, r["key"], r["offset"], 2) for r in rows["output"])
+    assert [r["decoded_key"] for r in rows["output"] if r["n"] is None] == [None]  # a null key: no error
+    assert sorted(r["error"] for r in rows["dead-letters"]) == [
+        "key: wrong magic byte 112 (the wire format starts with 0)",
+        "schema id 1999999999 is not in the schema registry (404); key: wrong magic byte 98 (the wire format starts "
+        "with 0)"]
 
 
+@pytest.mark.parametrize("formats", [{"value_format": "avro"}, {"value_format": "raw", "key_format": "avro"}],
+                         ids=["values", "keys"])
 def test_a_registry_that_cannot_be_reached_fails_the_batch_before_spark_runs(spark, kafka_settings, make_topic,
-                                                                              tmp_path):
-    topic = make_topic(priorities=1, partitions=1, value_format="avro", records={0: 3})
+                                                                              tmp_path, formats):
+    topic = make_topic(priorities=1, partitions=1, records={0: 3}, **formats)
     down = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"
     with pytest.raises(SchemaRegistryUnavailable) as caught:
         drain_batch(spark, config(kafka_settings, down, tmp_path, "python"), topic, "b-1", 1,
@@ -83,7 +103,7 @@ def test_json_schema_values_drain_into_typed_columns_and_breaks_of_the_schema_ar
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    topic = make_topic(priorities=1, partitions=1, value_format="json_schema")
+    topic = make_topic(priorities=1, partitions=1, value_format="json_schema", key_format="string")
     name = topic.priority_topic(0)
     schema = {"type": "object", "properties": {"n": {"type": "integer"}, "at": {"type": "string", "format": "date-time"},
                                                 "ship": {"type": "object", "properties": {"city": {"type": "string"}}}},
@@ -101,7 +121,7 @@ def test_json_schema_values_drain_into_typed_columns_and_breaks_of_the_schema_ar
     assert_conserved(result, rows)
     assert (result.records, result.dead) == (20, 1)
     by_n = {r["n"]: r for r in rows["output"]}
-    assert sorted(by_n) == list(range(20)) and by_n[3]["ship"] == {"city": "c3"}
+    assert sorted(by_n) == list(range(20)) and by_n[3]["ship"] == {"city": "c3"} and by_n[3]["decoded_key"] == "k3"
     assert by_n[3]["at"] == dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.timezone.utc)
     assert [r["error"] for r in rows["dead-letters"]] == [
         f"the record does not satisfy schema id {schema_id}: 'n' is a required property"]

@@ -1,0 +1,204 @@
+"""Record keys decoded per topic (``topics[].key_format``) into one more column, ``decoded_key``, beside the raw key.
+
+The raw ``key`` column (bytes, as Kafka holds them) is never changed: key lanes hash it, the dead letters keep it,
+and a topic with ``key_format: raw`` (the default) has no other key column, exactly as before. Any other format adds
+the ``decoded_key`` column to the output, after the value's columns:
+
+- ``string``: the key as UTF-8 text (kind ``string``), as Kafka's ``StringSerializer`` writes it;
+- ``avro``, ``protobuf``, ``json_schema``: the key in the schema registry's wire format, decoded by the values'
+  decoders (:mod:`kprio_core.values`: a writer's schema fetched once per schema id per executor, the latest version
+  of each priority topic's key subject, ``<topic>-key`` by default, as the reader's schema, read once per batch on
+  the driver): a ``struct<...>`` of the key schema's fields (an Avro record's, a Protobuf message's, a JSON Schema
+  object's properties), or, for an Avro key schema that is not a record (a ``string``, a ``long``, an enum...),
+  that one value's kind (read as a record of one field: :func:`kprio_core.values.avro.as_record`). When the
+  registry has no key subject of any topic of the batch, the batch has no ``decoded_key`` column (its keys are
+  dead letters).
+
+Decoding runs in the drain task on the handler's answer (:meth:`KeyDecoder.apply`), whatever the handler: a user's
+handler neither sees nor has to give ``decoded_key``. A null key is a null ``decoded_key`` and no error
+(``quality.null_keys`` says whether it is valid). A key that does not decode makes its record a dead letter:
+``key: <why>`` in its ``error``, after the value's own reason when the value is bad too. A registry that cannot be
+reached raises :class:`~kprio_core.errors.SchemaRegistryUnavailable` (transient: the batch waits, no record is
+blamed), as for values.
+
+>>> from kprio_core.config import KprioConfig, TopicSettings
+>>> keys = key_decoding(KprioConfig(), TopicSettings(name="o", key_format="string"), ())
+>>> keys.columns, key_decoding(KprioConfig(), TopicSettings(name="o"), ())
+((('decoded_key', 'string'),), None)
+>>> import pyarrow as pa
+>>> out = pa.record_batch({"key": [b"a", None, b"\\xff"], "topic": ["o-0"] * 3, "error": [None, None, "bad value"],
+...                        "decoded_key": pa.nulls(3, pa.string())})
+>>> done = KeyDecoder(keys).apply(out)
+>>> done.column("decoded_key").to_pylist(), done.column("error").to_pylist()
+(['a', None, None], [None, None, 'bad value; key: not UTF-8 text (1 bytes)'])
+>>> output_columns((("decoded_key", "long"),), keys)
+Traceback (most recent call last):
+...
+kprio_core.errors.ConfigError: value field 'decoded_key' has the name of the decoded key column (key_format string); rename it
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kprio_core.config import KeyFormat, KprioConfig, TopicSettings
+from kprio_core.errors import ConfigError
+from kprio_core.model.drain_plan import PlannedRange
+from kprio_core.values.avro import ValueDecoding
+
+KEY_COLUMN = "decoded_key"
+KEY_FIELD = "key"
+"""The one field an Avro key schema that is not a record is read as (its value is ``decoded_key``)."""
+
+
+@dataclass(frozen=True)
+class KeyDecoding:
+    """How a batch's keys are decoded (small, picklable: it travels in the drain spec): the format and, for the
+    registry formats, the key schemas' fields, the registry and each topic's reader schema of its keys."""
+
+    key_format: KeyFormat
+    fields: tuple[tuple[str, str], ...] = ()
+    registry: ValueDecoding | None = None
+    plain: bool = False
+    """Every key schema is an Avro one that is not a record: ``decoded_key`` is its value (the one field of
+    ``fields``), not a struct."""
+
+    @property
+    def kind(self) -> str | None:
+        """The column's kind: ``string``, the ``struct<...>`` of the key schemas' fields, or None (no column: the
+        registry has no key schema of the batch's topics).
+
+        >>> KeyDecoding(KeyFormat.AVRO, (("id", "long"), ("region", "string")), None).kind
+        'struct<id:long,region:string>'
+        >>> KeyDecoding(KeyFormat.AVRO, (("key", "string"),), None, plain=True).kind
+        'string'
+        """
+        if self.key_format is KeyFormat.STRING:
+            return "string"
+        if self.plain:
+            return self.fields[0][1]
+        return "struct<" + ",".join(f"{name}:{kind}" for name, kind in self.fields) + ">" if self.fields else None
+
+    @property
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        """The column it adds to the output: ``(("decoded_key", kind),)``, or none."""
+        return () if self.kind is None else ((KEY_COLUMN, self.kind),)
+
+
+def key_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[PlannedRange]) -> KeyDecoding | None:
+    """How a batch of ``topic`` reading ``ranges`` decodes its keys (None: ``key_format: raw``, nothing decoded).
+
+    The registry formats read each priority topic's key subject's latest version once, here (a registry that
+    cannot be reached fails the attempt as transient, before Spark runs).
+    """
+    fmt = topic.key_format
+    if fmt is KeyFormat.RAW:
+        return None
+    if fmt is KeyFormat.STRING:
+        return KeyDecoding(fmt)
+    from dataclasses import replace
+
+    from kprio_core.values.avro import as_record, merged_columns, reader_schemas, value_subject
+    from kprio_core.values.registry import shared_registry
+
+    assert config.schema_registry is not None  # the configuration refuses registry keys without a registry
+    endpoint = config.schema_registry.endpoint()
+    topics = sorted({r.range.topic for r in ranges}) or [topic.priority_topic(p) for p in range(topic.priorities)]
+    kind = fmt.registry_type or "AVRO"
+    subjects = {t: value_subject(t, topic.key_subject) for t in topics}
+    readers = reader_schemas(shared_registry(endpoint), subjects, kind, missing_ok=True, setting="key_format")
+    found = {r.topic for r in readers}
+    missing = tuple((t, s) for t, s in sorted(subjects.items()) if t not in found)
+    if fmt is not KeyFormat.AVRO:
+        return KeyDecoding(fmt, merged_columns(readers), ValueDecoding(endpoint, readers, kind, missing))
+    wrapped = tuple(replace(r, schema=as_record(r.schema, KEY_FIELD)) for r in readers)
+    plain = bool(readers) and all(w.schema is not r.schema for w, r in zip(wrapped, readers, strict=True))
+    return KeyDecoding(fmt, merged_columns(wrapped), ValueDecoding(endpoint, wrapped, kind, missing, KEY_FIELD), plain)
+
+
+def output_columns(columns: Sequence[tuple[str, str]], keys: KeyDecoding | None) -> tuple[tuple[str, str], ...]:
+    """The decoded columns of the output: the value's, then the key's; ConfigError when a value field takes the
+    key column's name."""
+    if keys is None:
+        return tuple(columns)
+    if keys.key_format is not KeyFormat.RAW and any(name == KEY_COLUMN for name, _ in columns):
+        raise ConfigError(f"value field {KEY_COLUMN!r} has the name of the decoded key column (key_format "
+                          f"{keys.key_format.value}); rename it")
+    return (*columns, *keys.columns)
+
+
+class KeyDecoder:
+    """Decodes the keys of the drain's answered frames (on an executor); see the module docstring."""
+
+    def __init__(self, keys: KeyDecoding) -> None:
+        self.keys = keys
+        self._decoder: Any = None
+
+    def apply(self, out: Any) -> Any:
+        """``out`` (one lane's answered rows: one topic) with ``decoded_key`` filled and bad keys' ``error`` set."""
+        import pyarrow as pa
+
+        if out.num_rows == 0:
+            return out
+        keys = out.column("key")
+        column = errors = None
+        if keys.null_count < len(keys):  # else no key to decode: decoded_key null, no error
+            topic = out.column("topic")[0].as_py()
+            column, errors = self._string(keys) if self.keys.registry is None else self._registry(keys, topic)
+        names = out.schema.names
+        if KEY_COLUMN in names:  # always kprio's: whatever a handler answered in it is replaced
+            i = names.index(KEY_COLUMN)
+            field = out.schema.field(i)
+            column = pa.nulls(out.num_rows, field.type) if column is None else column
+            out = out.set_column(i, field, column if column.type == field.type else column.cast(field.type))
+        if errors is None or errors.null_count == len(errors):
+            return out
+        i = names.index("error")
+        merged = [theirs if why is None else f"key: {why}" if theirs is None else f"{theirs}; key: {why}"
+                  for theirs, why in zip(out.column(i).to_pylist(), errors.to_pylist(), strict=True)]
+        return out.set_column(i, out.schema.field(i), pa.array(merged, type=pa.string()))
+
+    @staticmethod
+    def _string(keys: Any) -> tuple[Any, Any]:
+        import pyarrow as pa
+
+        try:
+            return keys.cast(pa.string()), pa.nulls(len(keys), pa.string())
+        except pa.ArrowInvalid:  # some key is not UTF-8: find which, key by key
+            pass
+        texts: list[str | None] = []
+        errors: list[str | None] = []
+        for key in keys.to_pylist():
+            try:
+                texts.append(None if key is None else key.decode("utf-8"))
+                errors.append(None)
+            except UnicodeDecodeError:
+                texts.append(None)
+                errors.append(f"not UTF-8 text ({len(key)} bytes)")
+        return pa.array(texts, type=pa.string()), pa.array(errors, type=pa.string())
+
+    def _registry(self, keys: Any, topic: str) -> tuple[Any, Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from kprio_core.values.kinds import arrow_type
+
+        registry = self.keys.registry
+        assert registry is not None
+        missing = registry.missing_subject(topic)
+        if missing is not None:  # the registry has no key schema of this topic: every key is a bad one
+            why = f"subject {missing!r} is not in the schema registry: no schema to read the key with"
+            return None, pa.array([None if k is None else why for k in keys.to_pylist()], type=pa.string())
+        if self._decoder is None:
+            self._decoder = registry.decoder(self.keys.fields)
+        columns, errors = self._decoder.decode(keys, topic)
+        if self.keys.kind is None:
+            return None, errors
+        if self.keys.plain:  # null where the key is null or did not decode
+            return columns[KEY_FIELD], errors
+        struct = arrow_type(self.keys.kind)
+        invalid = pc.or_(pc.is_null(keys), pc.is_valid(errors))  # a null key, or one that did not decode: null
+        return pa.StructArray.from_arrays([columns[f.name] for f in struct], fields=list(struct), mask=invalid), errors
+
