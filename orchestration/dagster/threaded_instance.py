@@ -24,8 +24,11 @@ instance's settings (run retries, concurrency pools) must stay. :func:`handlers_
 workaround, at this one place: it wraps the bound method of this one copy of the instance (no module
 or class of Dagster is patched; the instance the caller passed is untouched). It waits for Dagster
 to build an instance's YAML-defined handlers once per instance (``DagsterInstance.get_yaml_python_handlers``,
-``dagster/_core/instance/methods/event_methods.py``); no Dagster issue tracks it yet, the change to
-propose upstream is this function's body. Remove it when Dagster caches them.
+``dagster/_core/instance/methods/event_methods.py``, Dagster 1.13). The Dagster issue it waits for is
+dagster-io/dagster#16726 (open since 2023: a run hangs for good once ``dagster.yaml`` has ``python_logs``, the
+settings that make this method call ``dictConfig``; by its report the same per-run reconfiguration of logging
+while another thread logs). The change to propose there is this function's body: build the handlers once per
+instance. Remove it when Dagster does.
 """
 
 from __future__ import annotations
