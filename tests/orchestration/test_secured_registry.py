@@ -4,7 +4,7 @@ plain; this module starts and stops its own.
 
 kprio reaches it with ``schema_registry.username``, ``ssl_ca_location`` and the password from
 ``KPRIO_SCHEMA_REGISTRY_PASSWORD``: its client on the driver and the decoder on the executors (one ``drain_batch``
-of Avro values). A wrong password is one line naming the registry's URL and the 401; a CA that did not sign the
+of Avro values), and the demo's producer settings (confluent-kafka's client) register and serialize through it. A wrong password is one line naming the registry's URL and the 401; a CA that did not sign the
 registry's certificate is one line naming TLS verification. No password appears in a message, a log, a repr, the
 registry's log or state file, or its JVM's command line.
 """
@@ -23,10 +23,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kprio_core.config import ENV_REGISTRY_PASSWORD, KprioConfig, parse_config
+from kprio_core.config import ENV_REGISTRY_PASSWORD, KprioConfig, SchemaRegistrySettings, parse_config
 from kprio_core.errors import SchemaRegistryRefused
 from kprio_core.values.registry import SchemaRegistry
 from orchestration.cli.redaction import secret_variable
+from orchestration.demo.avro_values import client_conf
 from orchestration.services.registry import EmbeddedRegistry, RegistryTls
 from orchestration.services.tls import issue, make_ca
 from spark_jobs.drain import drain_batch
@@ -113,8 +114,9 @@ def test_kprio_reads_a_secured_registry_with_its_user_password_and_ca(secured, s
 
     topic = make_topic(priorities=1, partitions=1, value_format="avro")
     name = topic.priority_topic(0)
-    producer_registry = SchemaRegistryClient({"url": secured.url, "basic.auth.user.info": f"{USER}:{secured.password}",
-                                              "ssl.ca.location": str(secured.ca)})
+    # The producer reaches it as the demo's does with --config of a secured registry: kprio's endpoint's settings.
+    endpoint = SchemaRegistrySettings(**settings(secured)).endpoint({ENV_REGISTRY_PASSWORD: secured.password})
+    producer_registry = SchemaRegistryClient(client_conf(endpoint))
     serialize = AvroSerializer(producer_registry, json.dumps(SCHEMA))
     records = [(f"k{i}".encode(), serialize({"n": i, "amount": Decimal(i) / 4},
                                             SerializationContext(name, MessageField.VALUE))) for i in range(6)]
@@ -155,7 +157,6 @@ def test_kprio_reads_a_secured_registry_with_its_user_password_and_ca(secured, s
     assert not untrusted.transient
 
     # No password anywhere kprio or the registry writes or shows.
-    endpoint = conf.schema_registry.endpoint({ENV_REGISTRY_PASSWORD: secured.password})
     state = secured.registry.state_path.read_text()
     shown = [str(e) for e in (wrong, unset, anonymous, drained.value, untrusted)] + [
         repr(endpoint), repr(SchemaRegistry(endpoint)), repr(conf), conf.model_dump_json(), repr(secured.registry),
