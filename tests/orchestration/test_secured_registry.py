@@ -166,3 +166,20 @@ def test_kprio_reads_a_secured_registry_with_its_user_password_and_ca(secured, s
         assert secured.password not in text and "not-" + secured.password not in text
     assert "${KPRIO_REGISTRY_USER_PASSWORD_0}" in shown[-1]  # the command line names the variable only
     assert secret_variable(ENV_REGISTRY_PASSWORD)  # the CLI's last guard replaces it in any line it prints
+
+
+@pytest.mark.parametrize(("setting", "content", "why"), [
+    ("ssl_ca_location", None, "no file"),
+    ("ssl_ca_location", b"not a certificate", "cannot use"),
+    ("ssl_certificate_location", b"not a certificate", "cannot use"),
+])
+def test_a_tls_file_kprio_cannot_use_is_one_line_naming_its_setting(tmp_path, setting, content, why):
+    path = tmp_path / "file.pem"
+    if content is not None:
+        path.write_bytes(content)
+    config = parse_config({"schema_registry": {"url": "https://sr.example:8081", setting: str(path)}}, "kprio.yaml",
+                          env={})
+    with pytest.raises(SchemaRegistryRefused) as caught:
+        SchemaRegistry(config.schema_registry.endpoint({}))
+    assert str(caught.value).startswith(f"schema_registry.{setting}: {why} {path}")
+    assert "\n" not in str(caught.value) and not caught.value.transient
