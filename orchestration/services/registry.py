@@ -248,7 +248,7 @@ class EmbeddedRegistry:
                 if (state.scheme, tuple(state.users)) != (self._scheme, tuple(sorted(self._users))):
                     raise RegistryProcessError(
                         f"an embedded schema registry already runs in {self.data_dir} with other security "
-                        f"({state.scheme}, {len(state.users)} users): stop it first (kprio registry stop --data-dir "
+                        f"({state.scheme}, users {list(state.users)}): stop it first (kprio registry stop --data-dir "
                         f"{self.data_dir})")
                 self.port = state.port
                 if not wait_for(lambda: answers(self._base(), auth=self._probe_auth()), self.start_timeout_s,
