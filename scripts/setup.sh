@@ -18,7 +18,7 @@ fi
 
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[browser,test,airflow]'
 python3 -m orchestration.services.jars
-# The embedded schema registry (Apicurio Registry) built into a runnable application: about 10 s once
+# The embedded schema registry (Apicurio Registry, with basic auth) built into a runnable application: 10-50 s once
 # Maven has its jars (about 210 MB the first time).
 python3 -m orchestration.services.registry_build
 # Not fatal: without the archive a local Spark session starts as it would anyway, only slower.

@@ -193,12 +193,22 @@ class SchemaRegistrySettings(Section):
         return value
 
     def endpoint(self, env: Mapping[str, str] | None = None) -> RegistryEndpoint:
-        """Where and how to reach the registry, its secrets from the environment (never log its password)."""
+        """Where and how to reach the registry, its secrets from the environment (never log its password).
+
+        Read when a batch starts, on its driver, as Dagster reads a Kafka secret's ``dg.EnvVar`` in the run; an
+        empty variable is unset, as an empty ``KPRIO_KAFKA_*`` one is.
+
+        >>> settings = SchemaRegistrySettings(url="https://sr.example:8081", username="kprio")
+        >>> settings.endpoint({ENV_REGISTRY_PASSWORD: "s3cret"}).password, settings.endpoint({ENV_REGISTRY_PASSWORD: ""})
+        ('s3cret', RegistryEndpoint(https://sr.example:8081, user kprio))
+        >>> settings.endpoint({ENV_REGISTRY_PASSWORD: ""}).password is None
+        True
+        """
         from kprio_core.model.registry import RegistryEndpoint
 
         env = os.environ if env is None else env
         return RegistryEndpoint(self.url, username=self.username,
-                                password=env.get(ENV_REGISTRY_PASSWORD) if self.username else None,
+                                password=(env.get(ENV_REGISTRY_PASSWORD) or None) if self.username else None,
                                 ca_location=self.ssl_ca_location, certificate_location=self.ssl_certificate_location,
-                                key_location=self.ssl_key_location, key_password=env.get(ENV_REGISTRY_KEY_PASSWORD),
-                                timeout_s=self.timeout_s)
+                                key_location=self.ssl_key_location,
+                                key_password=env.get(ENV_REGISTRY_KEY_PASSWORD) or None, timeout_s=self.timeout_s)

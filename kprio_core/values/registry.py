@@ -11,7 +11,10 @@ What can go wrong, and what it becomes:
 
 - the registry cannot be reached, times out, or answers 5xx or 429: :class:`SchemaRegistryUnavailable`
   (transient: the batch is retried once it is back; no record is blamed);
-- 401 or 403 (credentials, TLS client certificate): :class:`SchemaRegistryRefused`;
+- 401 or 403 (credentials, TLS client certificate): :class:`SchemaRegistryRefused`, naming the settings to check
+  (not transient: a wrong password stays wrong);
+- its certificate fails TLS verification (a CA that did not sign it, a host it does not name, expired):
+  :class:`SchemaRegistryRefused` with OpenSSL's reason, naming ``schema_registry.ssl_ca_location``;
 - 404 for a schema id: ``None`` (the record naming that id is a dead letter, with that reason);
 - 404 for a subject: :class:`SchemaRegistryRefused` naming it.
 
@@ -26,10 +29,13 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kprio_core.errors import SchemaRegistryRefused, SchemaRegistryUnavailable
 from kprio_core.model.registry import RegisteredSchema, RegistryEndpoint
+
+if TYPE_CHECKING:
+    import ssl
 
 ACCEPT = "application/vnd.schemaregistry.v1+json, application/json"
 
@@ -41,14 +47,9 @@ class SchemaRegistry:
         import httpx
 
         self.endpoint = endpoint
-        cert: Any = None
-        if endpoint.certificate_location:
-            cert = (endpoint.certificate_location, endpoint.key_location, endpoint.key_password) \
-                if endpoint.key_location else endpoint.certificate_location
         auth = (endpoint.username, endpoint.password or "") if endpoint.username else None
-        self._client = httpx.Client(base_url=endpoint.url.rstrip("/") + "/", auth=auth, cert=cert,
-                                    verify=endpoint.ca_location or True, timeout=endpoint.timeout_s,
-                                    headers={"Accept": ACCEPT})
+        self._client = httpx.Client(base_url=endpoint.url.rstrip("/") + "/", auth=auth, verify=tls_context(endpoint),
+                                    timeout=endpoint.timeout_s, headers={"Accept": ACCEPT})
         self._by_id: dict[int, RegisteredSchema] = {}
         self._lock = threading.Lock()
 
@@ -101,6 +102,18 @@ class SchemaRegistry:
             return None
         return next((int(v["version"]) for v in found if isinstance(v, dict) and v.get("subject") == subject), None)
 
+    def _who(self) -> str:
+        """What a 401 or 403 says of the credentials kprio sent (never the password)."""
+        from kprio_core.config import ENV_REGISTRY_PASSWORD
+
+        if not self.endpoint.username:
+            return ": kprio sent no credentials, set schema_registry.username and " + ENV_REGISTRY_PASSWORD
+        if not self.endpoint.password:
+            return (f" to user {self.endpoint.username}, with no password: {ENV_REGISTRY_PASSWORD} is not set in the "
+                    "environment")
+        return (f" to user {self.endpoint.username}: check schema_registry.username, {ENV_REGISTRY_PASSWORD} and, "
+                "for mTLS, schema_registry.ssl_certificate_location")
+
     def _references(self, references: Any) -> tuple[tuple[str, str], ...]:
         """Referenced schemas, theirs first (a reference's own references precede it)."""
         out: list[tuple[str, str]] = []
@@ -120,14 +133,18 @@ class SchemaRegistry:
             raise SchemaRegistryUnavailable(f"the schema registry did not answer within {self.endpoint.timeout_s:g} s",
                                             where=where) from None
         except httpx.HTTPError as err:
+            failed = tls_verification_failure(err)
+            if failed:
+                raise SchemaRegistryRefused(f"TLS verification of the schema registry's certificate failed ({failed}):"
+                                            " check schema_registry.ssl_ca_location (the PEM file of the CA that signs "
+                                            "it) and the host in schema_registry.url", where=where) from None
             raise SchemaRegistryUnavailable(f"the schema registry cannot be reached: {type(err).__name__}",
                                             where=where) from None
         status = response.status_code
         if status == 404 and missing_ok:
             return None
         if status in (401, 403):
-            raise SchemaRegistryRefused(f"the schema registry refused kprio ({status}): check schema_registry's "
-                                        "credentials and TLS settings", where=where)
+            raise SchemaRegistryRefused(f"the schema registry refused kprio ({status}{self._who()})", where=where)
         if status >= 500 or status == 429:
             raise SchemaRegistryUnavailable(f"the schema registry answered {status} to GET /{path}", where=where)
         if status != 200:
@@ -137,6 +154,48 @@ class SchemaRegistry:
         except ValueError:
             raise SchemaRegistryUnavailable(f"the schema registry answered GET /{path} with no JSON",
                                             where=where) from None
+
+
+def tls_context(endpoint: RegistryEndpoint) -> ssl.SSLContext:
+    """The TLS settings of ``endpoint``: its CA file (else the system's CAs), its client certificate for mTLS.
+    A file that cannot be read is :class:`SchemaRegistryRefused` naming its setting (a fix, not a wait)."""
+    import ssl
+
+    setting, path = "schema_registry.ssl_ca_location", endpoint.ca_location
+    try:
+        context = ssl.create_default_context(cafile=path)
+        if endpoint.certificate_location:
+            setting, path = "schema_registry.ssl_certificate_location", endpoint.certificate_location
+            context.load_cert_chain(endpoint.certificate_location, endpoint.key_location, endpoint.key_password)
+    except FileNotFoundError:
+        raise SchemaRegistryRefused(f"{setting}: no file {path}", where=endpoint.url) from None
+    except (OSError, ssl.SSLError) as err:
+        reason = getattr(err, "reason", None) or getattr(err, "strerror", None) or type(err).__name__
+        raise SchemaRegistryRefused(f"{setting}: cannot use {path} ({reason})", where=endpoint.url) from None
+    return context
+
+
+def tls_verification_failure(err: BaseException) -> str | None:
+    """OpenSSL's reason when ``err`` (an httpx error) comes from a certificate that failed verification, else None.
+
+    >>> import ssl
+    >>> cause = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    >>> cause.verify_message = "unable to get local issuer certificate"
+    >>> wrapped = ConnectionError("connect failed")
+    >>> wrapped.__cause__ = cause
+    >>> tls_verification_failure(wrapped), tls_verification_failure(ConnectionError("refused"))
+    ('certificate verify failed: unable to get local issuer certificate', None)
+    """
+    import ssl
+
+    seen: BaseException | None = err
+    for _ in range(8):  # httpx -> httpcore -> ssl: a short chain
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {seen.verify_message or seen.reason}"
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class WriterSchemas:

@@ -21,6 +21,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
+from kprio_core.model.registry import RegistryEndpoint
 from orchestration.demo.workload import ORDER_SCHEMA, TIERS
 
 ORDER_AVRO: dict[str, Any] = {
@@ -51,14 +52,34 @@ def avro_order(value: str | bytes | None) -> dict[str, Any] | None:
             "created": dt.datetime.fromtimestamp(order["created_ms"] / 1000, tz=dt.timezone.utc)}
 
 
+def client_conf(registry: str | RegistryEndpoint) -> dict[str, str]:
+    """confluent-kafka's ``SchemaRegistryClient`` settings of a registry: its URL, or kprio's endpoint of a secured
+    one (basic auth, CA, client certificate: the producer reaches it as kprio's drains do).
+
+    >>> sorted(client_conf(RegistryEndpoint("https://sr:8081", username="u", password="p", ca_location="/ca.pem")))
+    ['basic.auth.user.info', 'ssl.ca.location', 'url']
+    """
+    if isinstance(registry, str):
+        return {"url": registry}
+    conf = {"url": registry.url}
+    if registry.username:
+        conf["basic.auth.user.info"] = f"{registry.username}:{registry.password or ''}"
+    for key, value in (("ssl.ca.location", registry.ca_location),
+                       ("ssl.certificate.location", registry.certificate_location),
+                       ("ssl.key.location", registry.key_location), ("ssl.key.password", registry.key_password)):
+        if value:
+            conf[key] = value
+    return conf
+
+
 class AvroOrders:
     """Encodes the demo's JSON orders as Avro in the wire format, registering the schema on first use."""
 
-    def __init__(self, registry_url: str) -> None:
+    def __init__(self, registry: str | RegistryEndpoint) -> None:
         from confluent_kafka.schema_registry import SchemaRegistryClient
         from confluent_kafka.schema_registry.avro import AvroSerializer
 
-        self._serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(ORDER_AVRO))
+        self._serialize = AvroSerializer(SchemaRegistryClient(client_conf(registry)), json.dumps(ORDER_AVRO))
 
     def encode(self, topic: str, value: str | bytes | None) -> str | bytes | None:
         from confluent_kafka.serialization import MessageField, SerializationContext

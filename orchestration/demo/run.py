@@ -410,7 +410,7 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
         if config.schema_registry is not None:
             from orchestration.demo.avro_values import AvroOrders
 
-            encode = AvroOrders(config.schema_registry.url).encode
+            encode = AvroOrders(config.schema_registry.endpoint()).encode
         producer = WaveProducer(config, topic, edge, seed=options.seed, encode=encode)
         produced = set()
 

@@ -16,6 +16,14 @@ A data dir holds::
 A state file whose process is gone (a killed registry) is stale: it is removed and never blocks a
 start. A pid counts only while its process is the JVM of this data dir started at the recorded time.
 
+Secured (``tls``, ``users``), as a registry in production is: https only, with a PEM certificate and key
+(``quarkus.http.ssl.certificate.files``, ``quarkus.http.insecure-requests=disabled``), and HTTP basic auth
+for every request of its APIs (Apicurio's ``registry.auth.enabled`` over the users of Quarkus's embedded realm,
+which the build adds: :mod:`orchestration.services.registry_build`; ``/health`` stays open). A password never
+reaches a file or the command line: the command line names a variable (``${KPRIO_REGISTRY_USER_PASSWORD_0}``,
+expanded by Quarkus's configuration) that only the JVM's environment holds, as the secured broker's
+``server.properties`` does.
+
 Differences from Confluent Schema Registry a client may meet (Apicurio 2.4.2.Final): the global
 compatibility default is NONE (``PUT /config`` changes it); a 409 for an incompatible schema carries
 ``error_code: 0``.
@@ -29,6 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -59,6 +69,11 @@ HEALTH_PATH = "/health/ready"
 ENV_JVM_OPTIONS = "KPRIO_REGISTRY_JVM_OPTS"
 """Extra JVM options for the embedded registry, after kprio's own (a later ``-Xmx`` wins)."""
 
+PASSWORD_VARIABLE = "KPRIO_REGISTRY_USER_PASSWORD_{}"
+"""The JVM's environment variable of the n-th user's password (the command line names it, never holds it)."""
+USER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""A user name Quarkus's embedded realm takes as one key of its map (no dot, no quote)."""
+
 JVM_OPTIONS = ("-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:+ExitOnOutOfMemoryError",
                "-Djava.awt.headless=true")
 """As the embedded broker's: a small heap and the C1 compiler start it fastest on two busy cores."""
@@ -71,6 +86,15 @@ class RegistryProcessError(KprioError):
 
 
 @dataclass(frozen=True)
+class RegistryTls:
+    """The certificate a secured registry serves https with: PEM files, the key unencrypted (as Quarkus 2.16 reads
+    it; keep it owner-only). The certificate must name the host the registry listens on."""
+
+    certificate: Path
+    key: Path
+
+
+@dataclass(frozen=True)
 class RegistryState:
     """What the state file records: where it listens and which process it is."""
 
@@ -78,6 +102,8 @@ class RegistryState:
     pid: int | None = None
     created_at: float | None = None  # psutil create time: a reused pid has another
     version: str | None = None
+    scheme: str = "http"
+    users: tuple[str, ...] = ()  # the names of a secured one's users, never their passwords
 
 
 @dataclass(frozen=True)
@@ -91,11 +117,12 @@ class RegistryStatus:
     host: str = "127.0.0.1"
     log: Path | None = None
     version: str | None = None
+    scheme: str = "http"
 
     @property
     def url(self) -> str | None:
         """The Confluent-compatible API's base URL (what ``schema_registry.url`` takes)."""
-        return f"http://{self.host}:{self.port}{CCOMPAT_PATH}" if self.port is not None else None
+        return f"{self.scheme}://{self.host}:{self.port}{CCOMPAT_PATH}" if self.port is not None else None
 
     def describe(self) -> str:
         if not self.running:
@@ -104,12 +131,14 @@ class RegistryStatus:
                 f"pid {self.pid}, data dir {self.data_dir})")
 
 
-def answers(base: str, timeout_s: float = 2.0) -> bool:
-    """True when the registry at ``base`` (``http://host:port``) says it is ready and serves the ccompat API."""
+def answers(base: str, timeout_s: float = 2.0, auth: tuple[str, str] | None = None) -> bool:
+    """True when the registry at ``base`` (``http://host:port``, or ``https://``) says it is ready and serves the
+    ccompat API (as ``auth``'s user, when it has users)."""
     import httpx
 
     try:
-        with httpx.Client(timeout=timeout_s) as client:
+        # Not verified: a probe of the process this data dir runs, on loopback; clients verify it with their CA.
+        with httpx.Client(timeout=timeout_s, auth=auth, verify=not base.startswith("https:")) as client:
             return (client.get(f"{base}{HEALTH_PATH}").status_code == 200
                     and client.get(f"{base}{CCOMPAT_PATH}/subjects").status_code == 200)
     except httpx.HTTPError:
@@ -117,15 +146,34 @@ def answers(base: str, timeout_s: float = 2.0) -> bool:
 
 
 class EmbeddedRegistry:
-    """Apicurio Registry on ``port`` (None or 0: a free one) of ``host``, keeping its state in ``data_dir``."""
+    """Apicurio Registry on ``port`` (None or 0: a free one) of ``host``, keeping its state in ``data_dir``;
+    https only with ``tls``, and every API request refused without the password of one of ``users`` (user ->
+    password) when it has any."""
 
     def __init__(self, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, port: int | None = None, *,
-                 host: str = "127.0.0.1", start_timeout_s: float = 60.0, stop_timeout_s: float = 10.0) -> None:
+                 host: str = "127.0.0.1", start_timeout_s: float = 60.0, stop_timeout_s: float = 10.0,
+                 tls: RegistryTls | None = None, users: Mapping[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.port = port or None
         self.host = host
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        self.tls = tls
+        self._users = dict(users or {})
+        bad = [name for name in self._users if not USER_NAME.fullmatch(name)]
+        if bad:
+            raise RegistryProcessError(f"embedded schema registry user {bad[0]!r}: write letters, digits, _ or - "
+                                       "(at most 64)")
+        if any(not password for password in self._users.values()):
+            raise RegistryProcessError("an embedded schema registry user has an empty password")
+
+    def __repr__(self) -> str:
+        users = f", users {sorted(self._users)}" if self._users else ""
+        return f"EmbeddedRegistry({self.data_dir}, {self._scheme}{users})"
+
+    @property
+    def _scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
 
     @property
     def log_path(self) -> Path:
@@ -142,7 +190,7 @@ class EmbeddedRegistry:
         port = state.port if state else self.port
         if port is None:
             raise RegistryProcessError(f"embedded schema registry in {self.data_dir} has no port yet: start it first")
-        return f"http://{self.host}:{port}{CCOMPAT_PATH}"
+        return f"{state.scheme if state else self._scheme}://{self.host}:{port}{CCOMPAT_PATH}"
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -182,7 +230,7 @@ class EmbeddedRegistry:
         running = self._process(state) is not None
         return RegistryStatus(self.data_dir, running, port=state.port if state else None,
                               pid=state.pid if state else None, host=self.host, log=self.log_path,
-                              version=state.version if state else None)
+                              version=state.version if state else None, scheme=state.scheme if state else "http")
 
     # -- start and stop ---------------------------------------------------------------------------
 
@@ -197,8 +245,14 @@ class EmbeddedRegistry:
                     raise RegistryProcessError(
                         f"an embedded schema registry already runs in {self.data_dir} on port {state.port}, not "
                         f"{self.port}: stop it first (kprio registry stop --data-dir {self.data_dir})")
+                if (state.scheme, tuple(state.users)) != (self._scheme, tuple(sorted(self._users))):
+                    raise RegistryProcessError(
+                        f"an embedded schema registry already runs in {self.data_dir} with other security "
+                        f"({state.scheme}, users {list(state.users)}): stop it first (kprio registry stop --data-dir "
+                        f"{self.data_dir})")
                 self.port = state.port
-                if not wait_for(lambda: answers(self._base()), self.start_timeout_s, interval_s=0.2):
+                if not wait_for(lambda: answers(self._base(), auth=self._probe_auth()), self.start_timeout_s,
+                                interval_s=0.2):
                     raise self._error(f"it runs (pid {state.pid}) but does not answer at {self._base()}")
                 return self
             self.state_path.unlink(missing_ok=True)  # stale: its process is gone
@@ -218,13 +272,16 @@ class EmbeddedRegistry:
                    # A small pool: the defaults (20 to 100 connections) are for a shared server.
                    "-Dquarkus.datasource.jdbc.initial-size=2", "-Dquarkus.datasource.jdbc.min-size=2",
                    "-Dquarkus.datasource.jdbc.max-size=16",
+                   *self._security_options(port),
                    "-jar", str(jar)]
             env = {k: v for k, v in os.environ.items() if k not in ("HTTP_PORT", "REGISTRY_DATASOURCE_URL")}
+            env.update({PASSWORD_VARIABLE.format(i): password for i, password in enumerate(self._users.values())})
             process, log_from = spawn_detached(cmd, self.log_path, cwd=self.data_dir, env=env)
-            self._write_state(RegistryState(port, process.pid, process.create_time(), REGISTRY_VERSION))
+            self._write_state(RegistryState(port, process.pid, process.create_time(), REGISTRY_VERSION,
+                                            self._scheme, tuple(sorted(self._users))))
 
             def ready() -> bool:
-                return process.poll() is not None or answers(self._base(), timeout_s=1.0)
+                return process.poll() is not None or answers(self._base(), timeout_s=1.0, auth=self._probe_auth())
 
             up = wait_for(ready, self.start_timeout_s, interval_s=0.2)
             if up and process.poll() is None:
@@ -242,8 +299,29 @@ class EmbeddedRegistry:
             raise self._error(f"it did not answer at {self._base()} within {self.start_timeout_s:g} s "
                               f"(log {self.log_path}): {reason}")
 
+    def _security_options(self, port: int) -> list[str]:
+        """The JVM's options of ``tls`` and ``users`` (Quarkus 2.16's names); passwords only as ``${VARIABLE}``."""
+        options = []
+        if self.tls is not None:
+            for path in (self.tls.certificate, self.tls.key):
+                if not Path(path).is_file():
+                    raise self._error(f"the TLS file {path} does not exist")
+            options += [f"-Dquarkus.http.ssl-port={port}", "-Dquarkus.http.insecure-requests=disabled",
+                        f"-Dquarkus.http.ssl.certificate.files={Path(self.tls.certificate).absolute()}",
+                        f"-Dquarkus.http.ssl.certificate.key-files={Path(self.tls.key).absolute()}"]
+        if self._users:
+            # Apicurio's authorization asks for an authenticated user on every API call; its OIDC stays off.
+            options += ["-Dregistry.auth.enabled=true", "-Dquarkus.oidc.tenant-enabled=false",
+                        "-Dquarkus.security.users.embedded.plain-text=true"]
+            options += [f"-Dquarkus.security.users.embedded.users.{name}=${{{PASSWORD_VARIABLE.format(i)}}}"
+                        for i, name in enumerate(self._users)]
+        return options
+
+    def _probe_auth(self) -> tuple[str, str] | None:
+        return next(iter(self._users.items()), None)
+
     def _base(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self._scheme}://{self.host}:{self.port}"
 
     def _error(self, reason: str) -> RegistryProcessError:
         return RegistryProcessError(f"cannot start the embedded schema registry in {self.data_dir}: {reason}")

@@ -7,6 +7,13 @@ not published on Maven Central, its parts are: a throwaway ``pom.xml`` depends o
 Apicurio's own BOM) builds a fast-jar from it. ``scripts/setup.sh`` runs the build
 (``python3 -m orchestration.services.registry_build``); later runs only read the cache.
 
+Basic auth without Keycloak: the build adds ``io.quarkus:quarkus-elytron-security-properties-file`` (users and
+passwords from configuration) and fixes at build time, as Quarkus 2.16 requires, HTTP basic auth over its embedded
+realm; it leaves Apicurio's own authentication mechanism out (``quarkus.arc.exclude-types``): an OIDC one, which
+as a CDI alternative would hide basic auth. The application still lets anyone in until a start turns on
+Apicurio's authorization (``registry.auth.enabled``) with users (:class:`~orchestration.services.registry.
+EmbeddedRegistry`'s ``users``).
+
 Two artifacts Apicurio 2.4.2.Final names are not served by Maven Central and are substituted:
 
 - ``com.github.everit-org.json-schema:org.everit.json.schema:1.14.2`` is the same library as
@@ -15,7 +22,7 @@ Two artifacts Apicurio 2.4.2.Final names are not served by Maven Central and are
   is served and carries the same runtime class.
 
 The build runs with Maven's default settings, so a machine's own mirror or proxy applies. The
-application lives in ``<cache>/registry/<version>/app/`` (``quarkus-run.jar`` and its ``lib/``); it
+application lives in ``<cache>/registry/<version>-basic-auth/app/`` (``quarkus-run.jar`` and its ``lib/``); it
 is complete when ``kprio-registry-build.json`` exists, written last, so a build cut short is done
 again. About 210 MB of jars are downloaded the first time; once they are in Maven's local
 repository a build takes about half a minute.
@@ -23,7 +30,7 @@ repository a build takes about half a minute.
 >>> "<artifactId>apicurio-registry-app</artifactId>" in pom_xml("2.4.2.Final", "2.16.4.Final")
 True
 >>> app_dir("2.4.2.Final").parts[-3:]
-('registry', '2.4.2.Final', 'app')
+('registry', '2.4.2.Final-basic-auth', 'app')
 """
 
 from __future__ import annotations
@@ -54,8 +61,13 @@ class RegistryBuildFailed(KprioError):
     code = "registry_build_failed"
 
 
+BUILD = "basic-auth"
+"""What kprio's build adds to Apicurio's application, part of the cache's key: a build of another kind (an older
+kprio's, without the basic-auth extension) is not used, the application is built again beside it."""
+
+
 def registry_dir(version: str = REGISTRY_VERSION) -> Path:
-    return cache_dir() / "registry" / version
+    return cache_dir() / "registry" / f"{version}-{BUILD}"
 
 
 def app_dir(version: str = REGISTRY_VERSION) -> Path:
@@ -82,7 +94,8 @@ def pom_xml(version: str, quarkus: str) -> str:
     ])
     everit_out = ("<exclusions><exclusion><groupId>com.github.everit-org.json-schema</groupId>"
                   "<artifactId>org.everit.json.schema</artifactId></exclusion></exclusions>")
-    deps = "".join([_dep("io.apicurio", "apicurio-registry-app", version, everit_out), _dep(*EVERIT)])
+    deps = "".join([_dep("io.apicurio", "apicurio-registry-app", version, everit_out), _dep(*EVERIT),
+                    _dep("io.quarkus", "quarkus-elytron-security-properties-file", quarkus)])
     plugin = (f"<plugin><groupId>io.quarkus</groupId><artifactId>quarkus-maven-plugin</artifactId>"
               f"<version>{quarkus}</version><executions><execution><goals><goal>build</goal></goals>"
               "</execution></executions></plugin>")
@@ -94,7 +107,13 @@ def pom_xml(version: str, quarkus: str) -> str:
             # would see none of its beans (the storage, the REST APIs).
             "<quarkus.index-dependency.registry-app.group-id>io.apicurio</quarkus.index-dependency.registry-app.group-id>"
             "<quarkus.index-dependency.registry-app.artifact-id>apicurio-registry-app"
-            "</quarkus.index-dependency.registry-app.artifact-id></properties>"
+            "</quarkus.index-dependency.registry-app.artifact-id>"
+            # Fixed at build time in Quarkus 2.16: HTTP basic auth over the users of the embedded realm, and not
+            # Apicurio's OIDC mechanism (a CDI alternative: with it, basic auth is never asked).
+            "<quarkus.http.auth.basic>true</quarkus.http.auth.basic>"
+            "<quarkus.security.users.embedded.enabled>true</quarkus.security.users.embedded.enabled>"
+            "<quarkus.arc.exclude-types>io.apicurio.common.apps.auth.authn.AppAuthenticationMechanism"
+            "</quarkus.arc.exclude-types></properties>"
             f"<dependencyManagement><dependencies>{managed}</dependencies></dependencyManagement>"
             f"<dependencies>{deps}</dependencies><build><plugins>{plugin}</plugins></build></project>")
 
