@@ -1,4 +1,5 @@
-"""Fixtures of the ledger tests: a clock the test moves by hand, and a SQLite ledger in a temp dir."""
+"""Fixtures of the ledger tests (a clock the test moves by hand, and a SQLite ledger in a temp dir) and of the config
+tests (an empty directory to run in)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,10 @@ def url(tmp_path: Path) -> str:
 def ledger(url: str, clock: Clock) -> Iterator[Ledger]:
     with Ledger(url, clock=clock) as led:
         yield led
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in an empty directory so a stray ./kprio.yaml of the repo can never leak in."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

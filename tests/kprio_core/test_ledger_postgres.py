@@ -14,7 +14,7 @@ from kprio_core.ledger import BatchState, Ledger
 from kprio_core.model.results import CheckOutcome, CheckReport
 from tests.fixtures.postgres import PostgresServer, postgres_server  # noqa: F401 (fixture)
 from tests.kprio_core.ledger_support import Clock, R, commit_report, drain_check_commit, make_plan, result_for
-from tests.kprio_core.test_ledger import V1_SCHEMA
+from tests.kprio_core.test_ledger_persistence import V1_SCHEMA
 from tests.kprio_core.test_ledger_race import assert_disjoint, assert_never_taken_twice, race
 
 pytestmark = pytest.mark.slow

@@ -133,7 +133,7 @@ def test_every_secret_from_the_environment_reaches_the_client_only_as_an_env_var
 
 @pytest.mark.parametrize("setting", SECRET_SETTINGS)
 def test_every_secret_written_in_the_resource_is_refused_naming_its_variable(setting):
-    # The file refuses them (tests/kprio_core/test_config.py); a resource edited in the
+    # The file refuses them (tests/kprio_core/test_config_secrets.py); a resource edited in the
     # launchpad goes through the same validation.
     kafka = KafkaResource(client={setting: VALUE})
     with pytest.raises(ConfigError) as err:

@@ -56,10 +56,13 @@ ROOT = Path(__file__).resolve().parents[2]
 HOUSE = ("kprio_core", "spark_jobs", "orchestration")
 """kprio's own packages, lowest floor first."""
 MAX_LINES = 500
-"""A module is one idea and fits on a few screens (STYLE.md); tests/ and benchmarks/ are not held to it."""
-TOO_LONG_FOR_NOW: dict[str, str] = {}
-"""Files over MAX_LINES allowed for now, each with why (none since kprio_core/config.py became a package): an entry
-is removed when its file is split, so any new one fails."""
+"""A module is one idea and fits on a few screens (STYLE.md); tests/ is held to it too, benchmarks/ is not."""
+TOO_LONG_FOR_NOW: dict[str, str] = {
+    "tests/orchestration/test_cli_errors.py": "split after the branches editing it merge",
+    "tests/fixtures/kafka.py": "split after the branches editing it merge",
+}
+"""Files over MAX_LINES allowed for now, each with why: an entry is removed when its file is split, so any new one
+fails."""
 
 
 CORE_FLOORS = {
@@ -158,8 +161,8 @@ def test_no_import_cycle_between_modules_of_the_house(imports):
         pytest.fail(f"an import cycle: {' -> '.join(reversed(err.args[1]))}")
 
 
-def test_no_module_outside_tests_and_benchmarks_is_over_500_lines():
-    paths = [*(p for package in HOUSE for p in (ROOT / package).rglob("*.py")), *(ROOT / "scripts").rglob("*.py"),
+def test_no_module_outside_benchmarks_is_over_500_lines():
+    paths = [*(p for package in (*HOUSE, "tests", "scripts") for p in (ROOT / package).rglob("*.py")),
              *ROOT.glob("*.py")]
     lengths = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in paths}
     over = {path: n for path, n in lengths.items() if n > MAX_LINES}
