@@ -60,7 +60,14 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from kprio_core.errors import BrokerUnreachable, LeaseLost, LogChanged, OutputUnavailable, SparkUnavailable
+from kprio_core.errors import (
+    BrokerUnreachable,
+    LeaseLost,
+    LogChanged,
+    OutputUnavailable,
+    SchemaRegistryUnavailable,
+    SparkUnavailable,
+)
 from kprio_core.lifecycle.run_steps import (
     BatchView,
     Commit,
@@ -320,7 +327,8 @@ def transient_failure(causes: Iterable[bool | None]) -> bool:
 # -- a whole batch failed --------------------------------------------------------------------------
 
 
-ENVIRONMENT_FAILURES = (BrokerUnreachable, OutputUnavailable, SparkUnavailable, LeaseLost, LogChanged)
+ENVIRONMENT_FAILURES = (BrokerUnreachable, OutputUnavailable, SparkUnavailable, SchemaRegistryUnavailable, LeaseLost,
+                        LogChanged)
 """Failures of the world around a batch, not of its records: splitting the batch would not find a cause."""
 
 
@@ -329,12 +337,14 @@ def isolates(failure: BaseException, state: BatchState) -> bool:
 
     Only a failure of the drain itself (the batch still *planned*: nothing was drained) whose cause
     may lie in the records: the Spark job died (a worker lost, a record too big for memory) or the
-    read failed. A broker, an output or a Spark server that is not there fails every part alike.
+    read failed. A broker, an output, a Spark server or a schema registry that is not there fails every part alike.
 
-    >>> from kprio_core.errors import BrokerUnreachable, KprioError
+    >>> from kprio_core.errors import BrokerUnreachable, KprioError, SchemaRegistryUnavailable
     >>> isolates(RuntimeError("Python worker exited unexpectedly"), BatchState.PLANNED)
     True
     >>> isolates(BrokerUnreachable("broker:9092", 10), BatchState.PLANNED)
+    False
+    >>> isolates(SchemaRegistryUnavailable("the schema registry cannot be reached"), BatchState.PLANNED)
     False
     >>> isolates(KprioError("commit failed"), BatchState.CHECKED)   # it drained: the records were fine
     False

@@ -1,7 +1,7 @@
 """``drain_batch`` of Avro values with Spark's own kafka source (``spark.reader: native``: the key-order shuffle and
 ``mapInArrow``), which decodes with the same Python decoder as kprio-kafka (the python reader, which
-tests/orchestration/test_avro_values.py drains with): the same typed columns and dead letters. A registry that cannot
-be reached is a transient error of the batch before Spark runs. JSON Schema values (``value_format: json_schema``)
+tests/orchestration/test_registry_values.py drains with): the same typed columns and dead letters. A registry that
+cannot be reached is a transient error of the batch before Spark runs. JSON Schema values (``value_format: json_schema``)
 drain into typed columns with the python reader; a record that breaks its schema is a dead letter; so do Protobuf
 values (``value_format: protobuf``), written by confluent-kafka's ProtobufSerializer. A subject changed in a way the
 reader cannot follow fails the range, naming the subject, both versions and the column. Keys decode beside values
