@@ -166,8 +166,9 @@ class Deadline:
             raise self.ran_out(what, detail)
         self.client.poll(0)
 
-    def result(self, future: concurrent.futures.Future, what: str) -> Any:
-        """The future's result within the time left; Kafka errors mapped to kprio's errors."""
+    def result(self, future: concurrent.futures.Future, what: str, *, topic: str | None = None) -> Any:
+        """The future's result within the time left; Kafka errors mapped to kprio's errors (TopicMissing for
+        ``topic`` when the cluster does not have it)."""
         from confluent_kafka import KafkaException
 
         while True:
@@ -176,13 +177,14 @@ class Deadline:
             except concurrent.futures.TimeoutError:
                 self.serve(what)
             except KafkaException as exc:
-                raise kafka_failure(exc, what=what, bootstrap=self.bootstrap, timeout_s=self.timeout_s) from None
+                raise kafka_failure(exc, what=what, bootstrap=self.bootstrap, timeout_s=self.timeout_s,
+                                    topic=topic) from None
 
 
 _AUTH = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
          "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "DELEGATION_TOKEN_AUTHORIZATION_FAILED"}
 _AUTHENTICATION = {"SASL_AUTHENTICATION_FAILED", "_AUTHENTICATION"}
-_MISSING = {"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "_NOENT"}
+_MISSING = {"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "_NOENT"}
 _UNREACHABLE = {"_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE", "REQUEST_TIMED_OUT",
                 "_MSG_TIMED_OUT", "NETWORK_EXCEPTION", "LEADER_NOT_AVAILABLE", "NOT_COORDINATOR",
                 "COORDINATOR_NOT_AVAILABLE"}

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kprio_core.config import IsolationLevel, KafkaSettings
+from kprio_core.errors import BrokerUnreachable
 from kprio_core.kafka.client import Deadline, check_error
 from kprio_core.model.offsets import TopicPartitionKey
 
@@ -29,6 +30,11 @@ def committed_or_none(offset: int) -> int | None:
     """A committed offset, or None for Kafka's "nothing committed" sentinels (negative offsets)."""
     return offset if offset >= 0 else None
 
+
+OFFSET_INVALID = -1001
+"""librdkafka's ``RD_KAFKA_OFFSET_INVALID``: what ListOffsets answers, with no error, for a partition no leader
+serves (its only replica's node down, a leader being elected); seen as a log of [-1001, -1001) before kprio
+asked again."""
 
 LEADER_MOVING = frozenset({"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH",
                            "UNKNOWN_LEADER_EPOCH", "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS",
@@ -48,12 +54,14 @@ chunks are all sent before any answer is awaited."""
 
 
 def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey], spec: Any, deadline: Deadline,
-                 what: str, *, committed_only: bool = False) -> dict[TopicPartitionKey, int]:
+                 what: str, *, committed_only: bool = False, negative_ok: bool = False) -> dict[TopicPartitionKey, int]:
     """One ListOffsets call for every partition with the same OffsetSpec (in chunks of
     :data:`LIST_OFFSETS_CHUNK`, sent at once); offset per partition.
 
     ``committed_only``: read_committed isolation (latest then answers the last stable offset).
-    Partitions whose leader is moving (:data:`LEADER_MOVING`) are asked again until ``deadline``.
+    Partitions whose leader is moving (:data:`LEADER_MOVING`), or that have none (an answer of
+    :data:`OFFSET_INVALID`), are asked again until ``deadline``, then BrokerUnreachable names the partition: an
+    offset is never made up. ``negative_ok``: -1 is an answer (a time no record reaches, for ``for_timestamp``).
     """
     import concurrent.futures
     import time
@@ -75,7 +83,16 @@ def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey], spec: Any,
         for tp, future in futures.items():
             name = f"{what} ({tp.topic}[{tp.partition}])"
             try:
-                out[(tp.topic, tp.partition)] = future.result(timeout=deadline.left(name)).offset
+                offset = future.result(timeout=deadline.left(name)).offset
+                if offset == OFFSET_INVALID or (offset < 0 and not negative_ok):
+                    # No leader answered for the partition (librdkafka leaves the offset unset, with no error,
+                    # for a partition whose leader is gone): never a log bound; asked again until the deadline.
+                    if deadline.remaining() <= RETRY_PAUSE_S:
+                        raise BrokerUnreachable(deadline.bootstrap, deadline.timeout_s,
+                                                f"{name}: no leader of the partition answered (it has none now)")
+                    again[TopicPartition(tp.topic, tp.partition)] = spec
+                    continue
+                out[(tp.topic, tp.partition)] = offset
             except KafkaException as exc:
                 if error_name(exc) not in LEADER_MOVING or deadline.remaining() <= RETRY_PAUSE_S:
                     deadline.result(future, name)  # raises kprio's error for it

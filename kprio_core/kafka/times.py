@@ -27,7 +27,7 @@ def offsets_for_time(admin: Any, partitions: Iterable[TopicPartitionKey], timest
     from confluent_kafka.admin import OffsetSpec
 
     found = list_offsets(admin, partitions, OffsetSpec.for_timestamp(timestamp_ms), deadline,
-                         f"list offsets for time {timestamp_ms}")
+                         f"list offsets for time {timestamp_ms}", negative_ok=True)
     return {tp: (offset if offset >= 0 else None) for tp, offset in found.items()}
 
 

@@ -141,7 +141,8 @@ def snapshot_counts(topic: TopicSettings, sizes: Mapping[str, int], *, bootstrap
 
 
 def topic_ids(admin: Any, names: Iterable[str], deadline: Deadline) -> dict[str, str | None]:
-    """The Kafka topic id of each topic (one DescribeTopics call); None where the cluster reports none."""
+    """The Kafka topic id of each topic (one DescribeTopics call); None where the cluster has no such topic or
+    reports no id; BrokerUnreachable (or the security failure) when it could not be asked in time."""
     from confluent_kafka import KafkaException, TopicCollection
 
     names = sorted(set(names))
@@ -155,9 +156,11 @@ def topic_ids(admin: Any, names: Iterable[str], deadline: Deadline) -> dict[str,
     ids: dict[str, str | None] = {}
     for name, future in futures.items():
         try:
-            found = getattr(future.result(timeout=deadline.left(what)), "topic_id", None)
-        except KafkaException:
-            found = None  # deleted between the metadata call and this one: the next tick sees it
+            found = getattr(deadline.result(future, what, topic=name), "topic_id", None)
+        except TopicMissing:
+            found = None  # deleted: no log of this name now (a batch in flight there holds its partitions)
+        # Any other failure (no broker answered, the call ran out of time) raises: a topic is "deleted" only when
+        # the cluster says it does not have it, never because it could not be asked.
         text = None if found is None else str(found)
         # Kafka's zero UUID ("AAAAAAAAAAAAAAAAAAAAAA") means the cluster has no topic ids.
         ids[name] = None if text is None or text.strip("A=") == "" else text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from kprio_core.errors import BrokerUnreachable
 from kprio_core.kafka.produce import Record
 from tests.fixtures.kafka import (
     BASE_TS_MS,
@@ -109,6 +110,34 @@ def test_acknowledged_records_survive_the_partition_leader_being_killed(kafka_cl
     assert not after.failed and after.acked[0].offset == acked[-1].offset + 1
     read = read_partition(kafka, name, 0)
     assert [(r.offset, r.key, r.value) for r in read] == [*expected, (after.acked[0].offset, b"k600", b"v600")]
+
+
+def test_a_partition_no_leader_serves_is_never_read_as_a_log(kafka_cluster, cluster_settings, topic_name):
+    """Its only replica's node killed, a partition has no leader: librdkafka's ListOffsets then answers -1001 with no
+    error, which kprio read as the log [-1001, -1001) (a committed offset "beyond the log's end", held for a
+    person). Now the partition is asked again until the deadline, then no broker answered for it: transient."""
+    from kprio_core.kafka.client import Deadline, new_admin
+    from kprio_core.kafka.reads import high_watermarks, log_starts
+
+    kafka = cluster_settings
+    create_topic(kafka, topic_name, 1, replication_factor=1)
+    assert not produce_acked(kafka, topic_name, [Record(f"k{i}", f"v{i}", None, 0) for i in range(5)]).failed
+    only = partition_leader(kafka, topic_name, 0)
+    admin = new_admin(kafka)
+    assert (log_starts(admin, [(topic_name, 0)], Deadline(10, kafka.bootstrap_servers)),
+            high_watermarks(admin, [(topic_name, 0)], Deadline(10, kafka.bootstrap_servers))) == (
+        {(topic_name, 0): 0}, {(topic_name, 0): 5})
+    kafka_cluster.kill_node(only)
+    try:
+        # Long enough for librdkafka to answer (it does within about 5 s) rather than the call to run out.
+        with pytest.raises(BrokerUnreachable) as err:
+            high_watermarks(admin, [(topic_name, 0)], Deadline(8, kafka.bootstrap_servers))
+        assert f"({topic_name}[0])" in str(err.value)  # asked again until the deadline: no answer, no offset made up
+    finally:
+        kafka_cluster.restart_node(only)
+    # Its node back, the partition is served again (asked with a new client, as the next tick's edge would).
+    assert high_watermarks(new_admin(kafka), [(topic_name, 0)], Deadline(30, kafka.bootstrap_servers)) == {
+        (topic_name, 0): 5}
 
 
 @pytest.mark.spark
