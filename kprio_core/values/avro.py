@@ -28,7 +28,7 @@ from kprio_core.errors import SchemaIncompatible
 from kprio_core.values.avro_columns import record_fields, referenced_names, without_logical_types
 from kprio_core.values.kinds import arrow_type
 from kprio_core.values.registry import RegisteredSchema, RegistryEndpoint, SchemaRegistry, WriterSchemas
-from kprio_core.values.wire import header
+from kprio_core.values.wire import HEADER_BYTES, header
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,7 @@ class _Reader:
         self.parsed = parse(reader.schema)
         names = referenced_names(reader.schema.references)
         self.builders = {name: build for name, _, build in record_fields(reader.schema.text, names)}
+        self.vector: Any = False  # its plan for the vector path (avro_vector.plan), made on first use
 
 
 class AvroDecoder:
@@ -187,33 +188,98 @@ class AvroDecoder:
                                       describe=_short)  # schema id -> parsed writer schema, or why it cannot be used
 
     def decode(self, values: Any, topic: str) -> tuple[dict[str, Any], Any]:
-        """``({column: Arrow array}, error array)`` for a binary Arrow array of ``topic``'s values."""
+        """``({column: Arrow array}, error array)`` for a binary Arrow array of ``topic``'s values.
+
+        The records written with the reader's own schema are read a field at a time across the batch
+        (:mod:`kprio_core.values.avro_vector`); the others (an older writer version, a record that path doubts, a
+        schema it does not cover) one by one with fastavro, which also gives the dead letters their reasons."""
+        import numpy as np
         import pyarrow as pa
-        from fastavro import schemaless_reader
-        from fastavro.read import SchemaResolutionError
 
         reader = self.readers.get(topic)
         if reader is None:
             raise SchemaIncompatible(f"no reader schema for topic {topic!r} in this batch")
-        records: list[Any] = []
-        errors: list[str | None] = []
-        for value in values.to_pylist():
-            if value is None:  # a tombstone: every column null, no error
-                records.append(None)
-                errors.append(None)
-                continue
-            record, error = self._record(value, reader, schemaless_reader, SchemaResolutionError)
-            records.append(record)
-            errors.append(error)
+        if values.type != pa.binary():  # a large binary or a string array: read it as binary
+            values = values.cast(pa.binary())
+        n = len(values)
+        fast, fast_columns = self._fast(values, reader)
+        slow = np.ones(n, bool)
+        slow[fast] = False
+        slow &= ~values.is_null().to_numpy(zero_copy_only=False)
+        slow_rows = np.nonzero(slow)[0]
+        records, errors = self._slow(values.take(pa.array(slow_rows, pa.int64())), reader)
+        if len(fast) == n:
+            where = None
+        else:  # each row's place in [fast rows, slow rows]; a tombstone's none (every column null)
+            place = np.full(n, -1, np.int64)
+            place[fast], place[slow_rows] = np.arange(len(fast)), len(fast) + np.arange(len(slow_rows))
+            where = pa.array(np.maximum(place, 0), pa.int64(), mask=place < 0)
         columns = {}
         for name, _ in self.columns:
             build = reader.builders.get(name)
             if build is None:  # a column of another topic's subject in this batch
-                columns[name] = pa.nulls(len(records), self.types[name])
+                columns[name] = pa.nulls(n, self.types[name])
                 continue
-            items = [None if r is None else r.get(name) for r in records]
-            columns[name] = self._column(items, build, self.types[name], errors, name)
-        return columns, pa.array(errors, type=pa.string())
+            column = fast_columns.get(name, pa.nulls(len(fast), self.types[name]))
+            if len(records):
+                items = [None if r is None else r.get(name) for r in records]
+                column = pa.concat_arrays([column, self._column(items, build, self.types[name], errors, name)])
+            columns[name] = column if where is None else column.take(where)
+        every = [None] * n
+        for row, error in zip(slow_rows.tolist(), errors):
+            every[row] = error
+        return columns, pa.array(every, type=pa.string())
+
+    def _fast(self, values: Any, reader: _Reader) -> tuple[Any, dict[str, Any]]:
+        """``(rows, {column: Arrow array of those rows})`` of the records the vector path reads surely."""
+        import numpy as np
+        import pyarrow as pa
+
+        from kprio_core.values.avro_vector import plan
+
+        none = np.zeros(0, np.int64), {}
+        if reader.vector is False:
+            reader.vector = plan(reader.reader.schema.text, referenced_names(reader.reader.schema.references))
+        if reader.vector is None or not len(values) or values.buffers()[2] is None:
+            return none
+        offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset:values.offset + len(values) + 1]
+        data = np.frombuffer(values.buffers()[2], np.uint8)
+        starts = np.minimum(offsets[:-1], len(data) - 1)
+        framed = (offsets[1:] - offsets[:-1] >= HEADER_BYTES) & (data[starts] == 0)
+        framed &= ~values.is_null().to_numpy(zero_copy_only=False)
+        ids = np.zeros(len(values), np.int64)
+        for k in range(1, HEADER_BYTES):
+            ids = (ids << 8) | data[np.minimum(starts + k, len(data) - 1)]
+        rows = np.nonzero(framed & (ids == reader.reader.schema.schema_id))[0]
+        # The writer's schema is the reader's, but asked of the registry like any id (once per executor): an id
+        # it no longer serves, or a registry not reached, is what it is for every other record.
+        if not len(rows) or isinstance(self._writers.get(reader.reader.schema.schema_id), str):
+            return none
+        try:
+            columns, bad = reader.vector.read(values, rows)
+        except (pa.ArrowInvalid, OverflowError, ValueError):  # a value its type refuses: fastavro says whose
+            return none
+        names = [name for name, _ in reader.vector.root[2]]
+        keep = pa.array(~bad)
+        out = {}
+        for name, column in zip(names, columns):
+            if name in self.types:
+                column = column.filter(keep) if bad.any() else column
+                out[name] = column if column.type == self.types[name] else column.cast(self.types[name])
+        return rows[~bad], out
+
+    def _slow(self, values: Any, reader: _Reader) -> tuple[list[Any], list[str | None]]:
+        """Each of ``values`` (none null) read by fastavro: ``(records, errors)``."""
+        from fastavro import schemaless_reader
+        from fastavro.read import SchemaResolutionError
+
+        records: list[Any] = []
+        errors: list[str | None] = []
+        for value in values.to_pylist():
+            record, error = self._record(value, reader, schemaless_reader, SchemaResolutionError)
+            records.append(record)
+            errors.append(error)
+        return records, errors
 
     def _record(self, value: bytes, reader: _Reader, read: Any, resolution_error: type) -> tuple[Any, str | None]:
         head = header(value)

@@ -1,0 +1,277 @@
+"""Avro records decoded a field at a time across a whole Arrow batch with numpy: the drain's fast path.
+
+fastavro reads one record at a time and makes a Python object per value, which costs four times Arrow's JSON
+reader. Here the records of one writer schema are read together: every record has a cursor into the batch's data
+buffer, and each field of the schema is read for all records at once (a varint, a length and its bytes, a fixed
+number of bytes), so the columns come out as Arrow arrays without a Python object per value.
+
+A record this reader doubts is flagged, never guessed: a read past its end, bytes left after it, a union branch,
+enum index or boolean byte out of range, a string that is not UTF-8, a varint longer than 10 bytes. The caller
+reads the flagged records again one by one with fastavro, which gives the exact reason of the dead letter (or the
+record, if it was fine). Schemas this reader does not cover give ``None`` from :func:`plan` and are read by
+fastavro as a whole: arrays, maps, unions of several types, recursive types, decimals of 38 digits or more.
+
+>>> import pyarrow as pa
+>>> schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"},
+...     {"name": "s", "type": ["null", "string"]}, {"name": "d", "type": {"type": "bytes",
+...     "logicalType": "decimal", "precision": 5, "scale": 2}}]}
+>>> values = pa.array([b"\\x00\\x00\\x00\\x00\\x01" b"\\x06" b"\\x02\\x04hi" b"\\x04\\x04\\xd2",
+...                    b"\\x00\\x00\\x00\\x00\\x01" b"\\x05" b"\\x00" b"\\x02\\xff" b"!"], pa.binary())
+>>> columns, bad = plan(schema).read(values, np.array([0, 1]))
+>>> [c.to_pylist() for c in columns], bad.tolist()
+([[3, -3], ['hi', None], [Decimal('12.34'), Decimal('-0.01')]], [False, True])
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from kprio_core.values.avro_columns import TIMESTAMPS, Names
+from kprio_core.values.kinds import arrow_type
+from kprio_core.values.wire import HEADER_BYTES
+
+Node = tuple
+"""A compiled schema node: ``(how, arrow type, details)``."""
+
+
+class Unsupported(ValueError):
+    """A schema this reader leaves to fastavro."""
+
+
+def plan(schema: Any, names: Names | None = None) -> VectorPlan | None:
+    """The plan of a record schema (parsed JSON or text), or None when fastavro must read it."""
+    if isinstance(schema, str):
+        schema = json.loads(schema)
+    try:
+        return VectorPlan(_compile(schema, names or Names(), None, ()))
+    except (Unsupported, KeyError, TypeError):
+        return None
+
+
+def _compile(schema: Any, names: Names, space: str | None, open_records: tuple) -> Node:
+    """The node of ``schema``; mirrors :func:`kprio_core.values.avro_columns._kind`, which gives the columns."""
+    if isinstance(schema, str):
+        if schema in ("boolean", "int", "long", "float", "double", "string", "bytes"):
+            return (schema, arrow_type(schema), None)
+        if schema == "null":
+            return ("null", arrow_type("string"), None)
+        return _compile(names.find(schema, space), names, space, open_records)
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) != 1 or len(schema) != 2:
+            raise Unsupported("a union of several types")
+        inner = _compile(branches[0], names, space, open_records)
+        return ("nullable", inner[1], (schema.index("null"), inner))
+    kind, logical = schema["type"], schema.get("logicalType")
+    if kind in ("record", "error"):
+        full = names.define(schema, space)
+        if id(schema) in open_records:
+            raise Unsupported("a recursive record")
+        fields = [(f["name"], _compile(f["type"], names, full, (*open_records, id(schema)))) for f in
+                  schema["fields"]]
+        import pyarrow as pa
+
+        return ("record", pa.struct([pa.field(n, node[1]) for n, node in fields]), fields)
+    if kind == "enum":
+        names.define(schema, space)
+        return ("enum", arrow_type("string"), list(schema["symbols"]))
+    if kind == "fixed":
+        names.define(schema, space)
+    raw = ("fixed", arrow_type("bytes"), int(schema["size"])) if kind == "fixed" else None
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        precision, scale = int(schema["precision"]), int(schema.get("scale", 0))
+        if precision >= 38:
+            raise Unsupported("a decimal of 38 digits or more")
+        return ("decimal", arrow_type(("decimal", precision, scale)), raw or ("bytes", arrow_type("bytes"), None))
+    if raw:
+        return raw
+    if kind in ("array", "map"):
+        raise Unsupported(kind)
+    if logical == "date" and kind == "int":
+        return ("scaled", arrow_type("date"), ("int", 1))
+    if logical in TIMESTAMPS and kind == "long":
+        return ("scaled", arrow_type("timestamp"), ("long", TIMESTAMPS[logical]))
+    if logical in ("time-millis", "time-micros"):
+        if kind not in ("int", "long"):
+            raise Unsupported(f"{logical} on {kind}")
+        return ("scaled", arrow_type("long"), (kind, 1000 if logical == "time-millis" else 1))
+    return _compile(kind, names, space, open_records)
+
+
+class VectorPlan:
+    """Reads the records of one writer schema from a binary Arrow array; one plan per schema id."""
+
+    def __init__(self, root: Node) -> None:
+        if root[0] != "record":
+            raise Unsupported("not a record")
+        self.root = root
+
+    def read(self, values: Any, rows: np.ndarray) -> tuple[list[Any], np.ndarray]:
+        """``(one Arrow array per top-level field, flagged)`` of ``values[rows]`` (non-null values in the wire
+        format of this plan's schema); the flagged records' entries are meaningless, read them again."""
+        offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset:values.offset + len(values) + 1]
+        data = values.buffers()[2]
+        cursor = _Cursor(np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8),
+                         offsets[rows].astype(np.int64) + HEADER_BYTES, offsets[rows + 1].astype(np.int64))
+        every = np.arange(len(rows))
+        columns = [cursor.node(node, every) for _, node in self.root[2]]
+        cursor.bad |= cursor.pos != cursor.end  # bytes left after the record
+        return columns, cursor.bad
+
+
+class _Cursor:
+    """One position per record in the batch's data buffer, and whether the record is flagged."""
+
+    def __init__(self, data: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        self.data, self.pos, self.end = data, start, end
+        self.bad = np.zeros(len(start), bool)
+        self.last = len(data) - 1
+
+    def node(self, node: Node, act: np.ndarray) -> Any:
+        """The Arrow array of ``node`` for the records ``act`` (indices into the cursors), advancing them."""
+        import pyarrow as pa
+
+        how, target, detail = node
+        if how == "record":
+            children = [self.node(child, act) for _, child in detail]
+            return pa.StructArray.from_arrays(children, fields=list(target)) if children else \
+                pa.array([{}] * len(act), target)
+        if how == "nullable":
+            null_branch, inner = detail
+            branch = self.varint(act)
+            self.flag(act, (branch != 0) & (branch != 1))
+            present = branch != null_branch
+            child = self.node(inner, act[present])
+            rank = np.cumsum(present) - 1
+            return child.take(pa.array(np.where(present, rank, 0), pa.int64(), mask=~present))
+        if how == "null":
+            return pa.nulls(len(act), target)
+        if how in ("int", "long"):
+            return pa.array(self.integers(act, how), target)
+        if how == "boolean":
+            raw = self.fixed_bytes(act, 1)[:, 0]
+            self.flag(act, raw > 1)
+            return pa.array(raw == 1, target)
+        if how in ("float", "double"):
+            size = 4 if how == "float" else 8
+            return pa.array(self.fixed_bytes(act, size).view("<f4" if size == 4 else "<f8")[:, 0], target)
+        if how == "enum":
+            index = self.varint(act)
+            self.flag(act, (index < 0) | (index >= len(detail)))
+            return pa.array(detail, target).take(pa.array(np.clip(index, 0, len(detail) - 1)))
+        if how in ("string", "bytes", "fixed"):
+            return self.binary(act, how == "string", detail if how == "fixed" else None)
+        if how == "decimal":
+            return self.decimal(act, target, detail)
+        if how == "scaled":
+            import pyarrow.compute as pc
+
+            read, factor = detail
+            arr = pa.array(self.integers(act, read), arrow_type(read))
+            if factor != 1:
+                arr = pc.multiply_checked(arr.cast(pa.int64()), factor)
+            if target == pa.date32():
+                return arr.cast(target)
+            return arr.cast(pa.int64()).cast(target)
+        raise Unsupported(how)
+
+    def flag(self, act: np.ndarray, mask: np.ndarray) -> None:
+        self.bad[act[mask]] = True
+
+    def take(self, act: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """Where ``size`` bytes start for each record of ``act``; a record without them is flagged."""
+        start = self.pos[act]
+        self.flag(act, (size < 0) | (start + size > self.end[act]))
+        self.pos[act] = start + np.maximum(size, 0)
+        return start
+
+    def varint(self, act: np.ndarray) -> np.ndarray:
+        """A zigzag varint (Avro's int and long) of each record of ``act``."""
+        pos = self.pos[act]
+        value = np.zeros(len(act), np.uint64)
+        used = np.zeros(len(act), np.int64)
+        going = np.arange(len(act))
+        for k in range(10):
+            byte = self.data[np.minimum(pos[going] + k, self.last)].astype(np.uint64) if self.last >= 0 else \
+                np.zeros(len(going), np.uint64)
+            value[going] |= (byte & np.uint64(0x7F)) << np.uint64(7 * k)
+            used[going] = k + 1
+            going = going[(byte & np.uint64(0x80)) != 0]
+            if not len(going):
+                break
+        self.flag(act[going], np.ones(len(going), bool))  # more than 10 bytes
+        self.take(act, used)
+        return ((value >> np.uint64(1)).astype(np.int64)) ^ -((value & np.uint64(1)).astype(np.int64))
+
+    def integers(self, act: np.ndarray, kind: str) -> np.ndarray:
+        value = self.varint(act)
+        if kind == "int":
+            self.flag(act, (value < -(1 << 31)) | (value >= (1 << 31)))
+            return value.astype(np.int32)
+        return value
+
+    def fixed_bytes(self, act: np.ndarray, size: int) -> np.ndarray:
+        """``size`` bytes of each record of ``act``, one row each."""
+        start = self.take(act, np.full(len(act), size, np.int64))
+        if self.last < 0:
+            return np.zeros((len(act), size), np.uint8)
+        return self.data[np.minimum(start[:, None] + np.arange(size), self.last)].copy()
+
+    def lengths(self, act: np.ndarray, fixed: int | None) -> tuple[np.ndarray, np.ndarray]:
+        size = np.full(len(act), fixed, np.int64) if fixed is not None else self.varint(act)
+        start = self.take(act, size)
+        return start, np.where(self.bad[act], 0, np.maximum(size, 0))
+
+    def gather(self, start: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The bytes ``[start, start + size)`` of each record, back to back, and their Arrow offsets."""
+        offsets = np.zeros(len(size) + 1, np.int64)
+        np.cumsum(size, out=offsets[1:])
+        total = int(offsets[-1])
+        index = np.repeat(start - offsets[:-1], size) + np.arange(total)
+        return self.data[index], offsets
+
+    def binary(self, act: np.ndarray, text: bool, fixed: int | None) -> Any:
+        import pyarrow as pa
+
+        start, size = self.lengths(act, fixed)
+        data, offsets = self.gather(start, size)
+        kind = pa.large_binary() if offsets[-1] >= 1 << 31 else pa.binary()
+        arr = pa.Array.from_buffers(kind, len(act), [None, pa.py_buffer(offsets.astype(
+            np.int64 if kind == pa.large_binary() else np.int32)), pa.py_buffer(data)])
+        if not text:
+            return arr.cast(pa.binary())
+        try:
+            return arr.cast(pa.string())
+        except pa.ArrowInvalid:  # not UTF-8: find which (rare), flag them, keep the rest
+            wrong = np.array([not _utf8(v) for v in arr.to_pylist()], bool)
+            self.flag(act, wrong)
+            return pa.array([None if w else v.decode() for v, w in zip(arr.to_pylist(), wrong)], pa.string())
+
+    def decimal(self, act: np.ndarray, target: Any, raw: Node) -> Any:
+        """Two's complement big-endian unscaled values into decimal128 without a Python object each: the bytes
+        reversed into 16 little-endian ones, sign-extended."""
+        import pyarrow as pa
+
+        start, size = self.lengths(act, raw[2] if raw[0] == "fixed" else None)
+        self.flag(act, size > 16)
+        size = np.minimum(size, 16)
+        j = np.arange(16)
+        source = np.clip(start[:, None] + size[:, None] - 1 - j, 0, max(self.last, 0))
+        inside = j < size[:, None]
+        first = self.data[np.minimum(start, max(self.last, 0))] if self.last >= 0 else np.zeros(len(act), np.uint8)
+        fill = np.where((size > 0) & (first >= 0x80), 0xFF, 0).astype(np.uint8)
+        picked = self.data[source] if self.last >= 0 else np.zeros(source.shape, np.uint8)
+        rows = np.where(inside, picked, fill[:, None]).astype(np.uint8)
+        wide = pa.Array.from_buffers(pa.decimal128(38, target.scale), len(act), [None, pa.py_buffer(rows.tobytes())])
+        return wide.cast(target)  # a value wider than the precision raises: the caller reads the group by fastavro
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode()
+        return True
+    except UnicodeDecodeError:
+        return False
