@@ -1,4 +1,5 @@
-"""Avro values in the wire format, decoded with fastavro into typed Arrow columns (on the executors).
+"""Avro values in the wire format, decoded into typed Arrow columns (on the executors): the records written with the
+reader's schema a field at a time across the batch (:mod:`kprio_core.values.avro_vector`), the others with fastavro.
 
 Each record is read with two schemas: the **writer's**, named by the schema id in its header and
 fetched once per id (:func:`~kprio_core.values.registry.shared_registry`), and the **reader's**,

@@ -9,7 +9,7 @@ A record this reader doubts is flagged, never guessed: a read past its end, byte
 enum index or boolean byte out of range, a string that is not UTF-8, a varint longer than 10 bytes. The caller
 reads the flagged records again one by one with fastavro, which gives the exact reason of the dead letter (or the
 record, if it was fine). Schemas this reader does not cover give ``None`` from :func:`plan` and are read by
-fastavro as a whole: arrays, maps, unions of several types, recursive types, decimals of 38 digits or more.
+fastavro as a whole: unions of several types, recursive types, decimals of 38 digits or more.
 
 >>> import pyarrow as pa
 >>> schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"},
@@ -35,6 +35,11 @@ from kprio_core.values.wire import HEADER_BYTES
 
 Node = tuple
 """A compiled schema node: ``(how, arrow type, details)``."""
+
+
+MOST_ITEMS = 64
+"""Items of one block of an array or map read across records; a record with a larger block is read by fastavro
+(the items of a block are read one position at a time, so a long one would cost a numpy call per item)."""
 
 
 class Unsupported(ValueError):
@@ -89,7 +94,10 @@ def _compile(schema: Any, names: Names, space: str | None, open_records: tuple) 
     if raw:
         return raw
     if kind in ("array", "map"):
-        raise Unsupported(kind)
+        import pyarrow as pa
+
+        item = _compile(schema["items" if kind == "array" else "values"], names, space, open_records)
+        return (kind, pa.list_(item[1]) if kind == "array" else pa.map_(pa.string(), item[1]), item)
     if logical == "date" and kind == "int":
         return ("scaled", arrow_type("date"), ("int", 1))
     if logical in TIMESTAMPS and kind == "long":
@@ -164,6 +172,8 @@ class _Cursor:
             return pa.array(detail, target).take(pa.array(np.clip(index, 0, len(detail) - 1)))
         if how in ("string", "bytes", "fixed"):
             return self.binary(act, how == "string", detail if how == "fixed" else None)
+        if how in ("array", "map"):
+            return self.blocks(act, target, detail, how == "map")
         if how == "decimal":
             return self.decimal(act, target, detail)
         if how == "scaled":
@@ -177,6 +187,40 @@ class _Cursor:
                 return arr.cast(target)
             return arr.cast(pa.int64()).cast(target)
         raise Unsupported(how)
+
+    def blocks(self, act: np.ndarray, target: Any, item: Node, keyed: bool) -> Any:
+        """An array's or a map's blocks (a count, its byte size when negative, the items; a count of 0 ends them):
+        the items of every record are read together, ``j``-th item of each block at once. A record with a block
+        of more than :data:`MOST_ITEMS` items, or more items than bytes left, is flagged (fastavro reads it)."""
+        import pyarrow as pa
+
+        total = np.zeros(len(act), np.int64)
+        owners, ordinals, keys, items = [], [], [], []
+        going = np.arange(len(act))
+        while len(going):
+            count = self.varint(act[going])
+            sized = count < 0
+            if sized.any():
+                self.varint(act[going[sized]])
+            count = np.abs(count)
+            self.flag(act[going], (count > MOST_ITEMS) | (count > self.end[act[going]] - self.pos[act[going]]))
+            count = np.where(self.bad[act[going]], 0, count)
+            going, count = going[count > 0], count[count > 0]
+            for j in range(int(count.max()) if len(count) else 0):
+                rows = going[count > j]
+                owners.append(rows)
+                ordinals.append(total[rows] + j)
+                if keyed:
+                    keys.append(self.binary(act[rows], True, None))
+                items.append(self.node(item, act[rows]))
+            total[going] += count
+        order = np.lexsort((np.concatenate(ordinals), np.concatenate(owners))) if owners else np.zeros(0, np.int64)
+        flat = (pa.concat_arrays(items) if items else pa.array([], item[1])).take(pa.array(order, pa.int64()))
+        offsets = pa.array(np.concatenate([[0], np.cumsum(total)]).astype(np.int32), pa.int32())
+        if not keyed:
+            return pa.ListArray.from_arrays(offsets, flat, type=target)
+        names = (pa.concat_arrays(keys) if keys else pa.array([], pa.string())).take(pa.array(order, pa.int64()))
+        return pa.MapArray.from_arrays(offsets, names, flat, type=target)
 
     def flag(self, act: np.ndarray, mask: np.ndarray) -> None:
         self.bad[act[mask]] = True
