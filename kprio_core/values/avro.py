@@ -1,5 +1,5 @@
-"""Avro values in the wire format, decoded into typed Arrow columns (on the executors): the records written with the
-reader's schema a field at a time across the batch (:mod:`kprio_core.values.avro_vector`), the others with fastavro.
+"""Avro values in the wire format, decoded into typed Arrow columns (on the executors): most records a field at a time
+across the batch (:mod:`kprio_core.values.avro_vector`), the others (and the dead letters' reasons) with fastavro.
 
 Each record is read with two schemas: the **writer's**, named by the schema id in its header and
 fetched once per id (:func:`~kprio_core.values.registry.shared_registry`), and the **reader's**,
@@ -187,13 +187,15 @@ class AvroDecoder:
         self.types = {name: arrow_type(kind) for name, kind in self.columns}
         self._writers = WriterSchemas(registry, "AVRO", "Avro", parse, (Exception,), "does not parse as Avro",
                                       describe=_short)  # schema id -> parsed writer schema, or why it cannot be used
+        self._groups: dict[tuple[str, int], Any] = {}  # (topic, writer's schema id) -> vector plan and resolution
 
     def decode(self, values: Any, topic: str) -> tuple[dict[str, Any], Any]:
         """``({column: Arrow array}, error array)`` for a binary Arrow array of ``topic``'s values.
 
-        The records written with the reader's own schema are read a field at a time across the batch
-        (:mod:`kprio_core.values.avro_vector`); the others (an older writer version, a record that path doubts, a
-        schema it does not cover) one by one with fastavro, which also gives the dead letters their reasons."""
+        The records of a writer's version the vector path covers (:mod:`kprio_core.values.avro_vector`: the
+        reader's own, or an older one whose fields the reader takes as they are or with plain defaults) are read a
+        field at a time across the batch; the others (a record that path doubts, a changed field's type, a schema
+        it does not cover) one by one with fastavro, which also gives the dead letters their reasons."""
         import numpy as np
         import pyarrow as pa
 
@@ -251,23 +253,51 @@ class AvroDecoder:
         ids = np.zeros(len(values), np.int64)
         for k in range(1, HEADER_BYTES):
             ids = (ids << 8) | data[np.minimum(starts + k, len(data) - 1)]
-        rows = np.nonzero(framed & (ids == reader.reader.schema.schema_id))[0]
-        # The writer's schema is the reader's, but asked of the registry like any id (once per executor): an id
-        # it no longer serves, or a registry not reached, is what it is for every other record.
-        if not len(rows) or isinstance(self._writers.get(reader.reader.schema.schema_id), str):
-            return none
-        try:
-            columns, bad = reader.vector.read(values, rows)
-        except (pa.ArrowInvalid, OverflowError, ValueError):  # a value its type refuses: fastavro says whose
-            return none
-        names = [name for name, _ in reader.vector.root[2]]
-        keep = pa.array(~bad)
-        out = {}
-        for name, column in zip(names, columns):
-            if name in self.types:
-                column = column.filter(keep) if bad.any() else column
+        found, columns = [], []
+        for schema_id in np.unique(ids[framed]).tolist():
+            group = self._group(reader, schema_id)
+            if group is None:
+                continue
+            vector, how = group
+            rows = np.nonzero(framed & (ids == schema_id))[0]
+            try:
+                read, bad = vector.read(values, rows)
+            except (pa.ArrowInvalid, OverflowError, ValueError):  # a value its type refuses: fastavro says whose
+                continue
+            keep = pa.array(~bad)
+            out = {}
+            for (name, _), (source, value) in zip(reader.vector.root[2], how):
+                if name not in self.types:
+                    continue
+                if source == "field":
+                    column = read[value].filter(keep) if bad.any() else read[value]
+                else:  # a field the writer's version lacks: the reader's default
+                    column = pa.array([value], self.types[name]).take(pa.array(np.zeros(int((~bad).sum()), np.int64)))
                 out[name] = column if column.type == self.types[name] else column.cast(self.types[name])
-        return rows[~bad], out
+            found.append(rows[~bad])
+            columns.append(out)
+        if not found:
+            return none
+        merged = {name: pa.concat_arrays([c[name] for c in columns]) for name in columns[0]}
+        return np.concatenate(found), merged
+
+    def _group(self, reader: _Reader, schema_id: int) -> tuple[Any, list] | None:
+        """``(vector plan, resolution)`` of the records of ``schema_id`` for ``reader``, or None when fastavro reads
+        them; made once per id. The reader's own id too is asked of the registry (once per executor): an id it no
+        longer serves, or a registry not reached, is what it is for every other record."""
+        from kprio_core.values.avro_vector import plan, resolution
+
+        key = (reader.reader.topic, schema_id)
+        if key not in self._groups:
+            self._groups[key] = None
+            writer = None if isinstance(self._writers.get(schema_id), str) else self.registry.schema(schema_id)
+            if writer is not None and schema_id == reader.reader.schema.schema_id:
+                self._groups[key] = reader.vector, [("field", i) for i in range(len(reader.vector.root[2]))]
+            elif writer is not None:
+                vector = plan(writer.text, referenced_names(writer.references))
+                how = vector and resolution(writer.parsed, reader.reader.schema.parsed, vector, reader.vector)
+                self._groups[key] = (vector, how) if how else None
+        return self._groups[key]
 
     def _slow(self, values: Any, reader: _Reader) -> tuple[list[Any], list[str | None]]:
         """Each of ``values`` (none null) read by fastavro: ``(records, errors)``."""

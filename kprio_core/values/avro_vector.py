@@ -109,6 +109,51 @@ def _compile(schema: Any, names: Names, space: str | None, open_records: tuple) 
     return _compile(kind, names, space, open_records)
 
 
+def resolution(writer: Any, reader: Any, writer_plan: VectorPlan, reader_plan: VectorPlan) -> list | None:
+    """How the reader's fields come from the writer's record (both schemas parsed JSON): each ``("field", index of
+    the writer's field)`` or ``("default", value)``; None when fastavro must resolve them (a field's type changed, a
+    promotion, an alias, a default not a plain value, another record name): it also says which are incompatible.
+
+    >>> v1 = {"type": "record", "name": "E", "fields": [{"name": "n", "type": "long"}, {"name": "x", "type": "int"}]}
+    >>> v2 = {**v1, "fields": [v1["fields"][0], {"name": "s", "type": ["null", "string"], "default": None}]}
+    >>> resolution(v1, v2, plan(v1), plan(v2))
+    [('field', 0), ('default', None)]
+    >>> resolution(v1, {**v1, "fields": [{"name": "n", "type": "double"}]}, plan(v1), plan(v1)) is None
+    True
+    """
+    if writer.get("name", "").rsplit(".", 1)[-1] != reader.get("name", "").rsplit(".", 1)[-1]:
+        return None
+    theirs = {f["name"]: (i, f) for i, f in enumerate(writer["fields"])}
+    out: list = []
+    for spec, (name, node) in zip(reader["fields"], reader_plan.root[2]):
+        if spec.get("aliases"):
+            return None
+        if name in theirs:
+            index, their = theirs[name]
+            same = json.dumps(their["type"], sort_keys=True) == json.dumps(spec["type"], sort_keys=True)
+            if not same or writer_plan.root[2][index][1] != node:  # the same text may name other types
+                return None
+            out.append(("field", index))
+        elif "default" in spec and _plain(node, spec["default"]):
+            out.append(("default", spec["default"]))
+        else:
+            return None
+    return out
+
+
+def _plain(node: Node, value: Any) -> bool:
+    """Whether ``value`` is a default the column takes as it is (Avro's JSON form equals the column's value)."""
+    how = node[0]
+    if how == "nullable":
+        return node[2][0] == 0 and value is None
+    if how in ("int", "long"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if how in ("float", "double"):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (how == "boolean" and isinstance(value, bool)) or (how == "string" and isinstance(value, str)) or \
+        (how == "enum" and value in node[2]) or (how == "null" and value is None)
+
+
 class VectorPlan:
     """Reads the records of one writer schema from a binary Arrow array; one plan per schema id."""
 

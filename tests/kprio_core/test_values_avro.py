@@ -165,6 +165,9 @@ def test_records_of_three_versions_decode_with_the_latest_as_reader(schema_regis
     assert pa.table(columns).to_pylist() == [{"n": 1, "source": None, "weight": 1.0},
                                              {"n": 2, "source": "web", "weight": 1.0},
                                              {"n": 3, "source": "app", "weight": 2.5}]
+    assert all(avro._groups[(topic, i)] for i in ids)  # the older versions too were read by the vector path
+    avro.readers[topic].vector = None  # fastavro alone, as before it
+    assert avro.decode(binary([*old, *middle, *new]), topic)[0] == columns
 
 
 def test_bad_records_get_a_reason_and_the_good_ones_decode(schema_registry_url, subject_stem):
