@@ -278,8 +278,9 @@ class AvroDecoder:
             columns.append(out)
         if not found:
             return none
-        merged = {name: pa.concat_arrays([c[name] for c in columns]) for name in columns[0]}
-        return np.concatenate(found), merged
+        if len(columns) == 1:
+            return found[0], columns[0]
+        return np.concatenate(found), {name: pa.concat_arrays([c[name] for c in columns]) for name in columns[0]}
 
     def _group(self, reader: _Reader, schema_id: int) -> tuple[Any, list] | None:
         """``(vector plan, resolution)`` of the records of ``schema_id`` for ``reader``, or None when fastavro reads

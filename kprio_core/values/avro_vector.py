@@ -348,7 +348,7 @@ class _Cursor:
         self.flag(act, size > 16)
         size = np.minimum(size, 16)
         j = np.arange(16)
-        source = np.clip(start[:, None] + size[:, None] - 1 - j, 0, max(self.last, 0))
+        source = np.clip(start[:, None] + (size[:, None] - 1 - j), 0, max(self.last, 0))
         inside = j < size[:, None]
         first = self.data[np.minimum(start, max(self.last, 0))] if self.last >= 0 else np.zeros(len(act), np.uint8)
         fill = np.where((size > 0) & (first >= 0x80), 0xFF, 0).astype(np.uint8)
