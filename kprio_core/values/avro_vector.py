@@ -52,7 +52,7 @@ def plan(schema: Any, names: Names | None = None) -> VectorPlan | None:
         schema = json.loads(schema)
     try:
         return VectorPlan(_compile(schema, names or Names(), None, ()))
-    except (Unsupported, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # Unsupported, or a fault fastavro will name
         return None
 
 
