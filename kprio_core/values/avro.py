@@ -243,7 +243,7 @@ class AvroDecoder:
         none = np.zeros(0, np.int64), {}
         if reader.vector is False:
             reader.vector = plan(reader.reader.schema.text, referenced_names(reader.reader.schema.references))
-        if reader.vector is None or not len(values) or values.buffers()[2] is None:
+        if reader.vector is None or not len(values) or not (values.buffers()[2] or b""):  # no byte to read
             return none
         offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset:values.offset + len(values) + 1]
         data = np.frombuffer(values.buffers()[2], np.uint8)
