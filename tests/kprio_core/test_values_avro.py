@@ -120,6 +120,8 @@ def test_the_vector_path_reads_what_fastavro_reads_and_doubts_what_it_must(schem
     avro = decoder(schema_registry_url, [subject_stem])
     columns, errors = avro.decode(binary(values * 3), subject_stem)
     assert avro.readers[subject_stem].vector is not None  # the schema id of these records was read by the vector path
+    empty = "value of 0 bytes is shorter than the 5-byte wire format header"  # a batch without a byte to read
+    assert avro.decode(binary([b"", None]), subject_stem)[1].to_pylist() == [empty, None]
     avro.readers[subject_stem].vector = None  # fastavro alone, as before the vector path
     expected, reasons = avro.decode(binary(values * 3), subject_stem)
     assert errors.to_pylist() == reasons.to_pylist() and errors.null_count == 9
