@@ -1,4 +1,5 @@
-"""Avro values in the wire format, decoded with fastavro into typed Arrow columns (on the executors).
+"""Avro values in the wire format, decoded into typed Arrow columns (on the executors): most records a field at a time
+across the batch (:mod:`kprio_core.values.avro_vector`), the others (and the dead letters' reasons) with fastavro.
 
 Each record is read with two schemas: the **writer's**, named by the schema id in its header and
 fetched once per id (:func:`~kprio_core.values.registry.shared_registry`), and the **reader's**,
@@ -28,7 +29,7 @@ from kprio_core.errors import SchemaIncompatible
 from kprio_core.values.avro_columns import record_fields, referenced_names, without_logical_types
 from kprio_core.values.kinds import arrow_type
 from kprio_core.values.registry import RegisteredSchema, RegistryEndpoint, SchemaRegistry, WriterSchemas
-from kprio_core.values.wire import header
+from kprio_core.values.wire import HEADER_BYTES, header
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,7 @@ class _Reader:
         self.parsed = parse(reader.schema)
         names = referenced_names(reader.schema.references)
         self.builders = {name: build for name, _, build in record_fields(reader.schema.text, names)}
+        self.vector: Any = False  # its plan for the vector path (avro_vector.plan), made on first use
 
 
 class AvroDecoder:
@@ -211,35 +213,131 @@ class AvroDecoder:
         make = parse if wrap is None else (lambda schema: parse(as_record(schema, wrap)))
         self._writers = WriterSchemas(registry, "AVRO", "Avro", make, (Exception,), "does not parse as Avro",
                                       describe=_short)  # schema id -> parsed writer schema, or why it cannot be used
+        self._groups: dict[tuple[str, int], Any] = {}  # (topic, writer's schema id) -> vector plan and resolution
 
     def decode(self, values: Any, topic: str) -> tuple[dict[str, Any], Any]:
-        """``({column: Arrow array}, error array)`` for a binary Arrow array of ``topic``'s values."""
+        """``({column: Arrow array}, error array)`` for a binary Arrow array of ``topic``'s values.
+
+        The records of a writer's version the vector path covers (:mod:`kprio_core.values.avro_vector`: the
+        reader's own, or an older one whose fields the reader takes as they are or with plain defaults) are read a
+        field at a time across the batch; the others (a record that path doubts, a changed field's type, a schema
+        it does not cover) one by one with fastavro, which also gives the dead letters their reasons."""
+        import numpy as np
         import pyarrow as pa
-        from fastavro import schemaless_reader
-        from fastavro.read import SchemaResolutionError
 
         reader = self.readers.get(topic)
         if reader is None:
             raise SchemaIncompatible(f"no reader schema for topic {topic!r} in this batch")
-        records: list[Any] = []
-        errors: list[str | None] = []
-        for value in values.to_pylist():
-            if value is None:  # a tombstone: every column null, no error
-                records.append(None)
-                errors.append(None)
-                continue
-            record, error = self._record(value, reader, schemaless_reader, SchemaResolutionError)
-            records.append(record)
-            errors.append(error)
+        if values.type != pa.binary():  # a large binary or a string array: read it as binary
+            values = values.cast(pa.binary())
+        n = len(values)
+        fast, fast_columns = self._fast(values, reader)
+        slow = np.ones(n, bool)
+        slow[fast] = False
+        slow &= ~values.is_null().to_numpy(zero_copy_only=False)
+        slow_rows = np.nonzero(slow)[0]
+        records, errors = self._slow(values.take(pa.array(slow_rows, pa.int64())), reader)
+        if len(fast) == n:
+            where = None
+        else:  # each row's place in [fast rows, slow rows]; a tombstone's none (every column null)
+            place = np.full(n, -1, np.int64)
+            place[fast], place[slow_rows] = np.arange(len(fast)), len(fast) + np.arange(len(slow_rows))
+            where = pa.array(np.maximum(place, 0), pa.int64(), mask=place < 0)
         columns = {}
         for name, _ in self.columns:
             build = reader.builders.get(name)
             if build is None:  # a column of another topic's subject in this batch
-                columns[name] = pa.nulls(len(records), self.types[name])
+                columns[name] = pa.nulls(n, self.types[name])
                 continue
-            items = [None if r is None else r.get(name) for r in records]
-            columns[name] = self._column(items, build, self.types[name], errors, name)
-        return columns, pa.array(errors, type=pa.string())
+            column = fast_columns.get(name, pa.nulls(len(fast), self.types[name]))
+            if len(records):
+                items = [None if r is None else r.get(name) for r in records]
+                column = pa.concat_arrays([column, self._column(items, build, self.types[name], errors, name)])
+            columns[name] = column if where is None else column.take(where)
+        every = [None] * n
+        for row, error in zip(slow_rows.tolist(), errors):
+            every[row] = error
+        return columns, pa.array(every, type=pa.string())
+
+    def _fast(self, values: Any, reader: _Reader) -> tuple[Any, dict[str, Any]]:
+        """``(rows, {column: Arrow array of those rows})`` of the records the vector path reads surely."""
+        import numpy as np
+        import pyarrow as pa
+
+        from kprio_core.values.avro_vector import plan
+
+        none = np.zeros(0, np.int64), {}
+        if reader.vector is False:
+            reader.vector = plan(reader.reader.schema.text, referenced_names(reader.reader.schema.references))
+        if reader.vector is None or not len(values) or not (values.buffers()[2] or b""):  # no byte to read
+            return none
+        offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset:values.offset + len(values) + 1]
+        data = np.frombuffer(values.buffers()[2], np.uint8)
+        starts = np.minimum(offsets[:-1], len(data) - 1)
+        framed = (offsets[1:] - offsets[:-1] >= HEADER_BYTES) & (data[starts] == 0)
+        framed &= ~values.is_null().to_numpy(zero_copy_only=False)
+        ids = np.zeros(len(values), np.int64)
+        for k in range(1, HEADER_BYTES):
+            ids = (ids << 8) | data[np.minimum(starts + k, len(data) - 1)]
+        found, columns = [], []
+        for schema_id in np.unique(ids[framed]).tolist():
+            group = self._group(reader, schema_id)
+            if group is None:
+                continue
+            vector, how = group
+            rows = np.nonzero(framed & (ids == schema_id))[0]
+            try:
+                read, bad = vector.read(values, rows)
+            except (pa.ArrowInvalid, OverflowError, ValueError):  # a value its type refuses: fastavro says whose
+                continue
+            keep = pa.array(~bad)
+            out = {}
+            for (name, _), (source, value) in zip(reader.vector.root[2], how):
+                if name not in self.types:
+                    continue
+                if source == "field":
+                    column = read[value].filter(keep) if bad.any() else read[value]
+                else:  # a field the writer's version lacks: the reader's default
+                    column = pa.array([value], self.types[name]).take(pa.array(np.zeros(int((~bad).sum()), np.int64)))
+                out[name] = column if column.type == self.types[name] else column.cast(self.types[name])
+            found.append(rows[~bad])
+            columns.append(out)
+        if not found:
+            return none
+        if len(columns) == 1:
+            return found[0], columns[0]
+        return np.concatenate(found), {name: pa.concat_arrays([c[name] for c in columns]) for name in columns[0]}
+
+    def _group(self, reader: _Reader, schema_id: int) -> tuple[Any, list] | None:
+        """``(vector plan, resolution)`` of the records of ``schema_id`` for ``reader``, or None when fastavro reads
+        them; made once per id. The reader's own id too is asked of the registry (once per executor): an id it no
+        longer serves, or a registry not reached, is what it is for every other record."""
+        from kprio_core.values.avro_vector import plan, resolution
+
+        key = (reader.reader.topic, schema_id)
+        if key not in self._groups:
+            self._groups[key] = None
+            writer = None if isinstance(self._writers.get(schema_id), str) else self.registry.schema(schema_id)
+            if writer is not None and schema_id == reader.reader.schema.schema_id:
+                self._groups[key] = reader.vector, [("field", i) for i in range(len(reader.vector.root[2]))]
+            elif writer is not None:
+                vector = plan(writer.text, referenced_names(writer.references))
+                how = vector and resolution(writer.parsed, reader.reader.schema.parsed, vector, reader.vector)
+                self._groups[key] = (vector, how) if how else None
+        return self._groups[key]
+
+    def _slow(self, values: Any, reader: _Reader) -> tuple[list[Any], list[str | None]]:
+        """Each of ``values`` (none null) read by fastavro: ``(records, errors)``."""
+        from fastavro import schemaless_reader
+        from fastavro.read import SchemaResolutionError
+
+        records: list[Any] = []
+        errors: list[str | None] = []
+        for value in values.to_pylist():
+            record, error = self._record(value, reader, schemaless_reader, SchemaResolutionError)
+            records.append(record)
+            errors.append(error)
+        return records, errors
 
     def _record(self, value: bytes, reader: _Reader, read: Any, resolution_error: type) -> tuple[Any, str | None]:
         head = header(value)

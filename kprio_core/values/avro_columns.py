@@ -21,9 +21,11 @@ union of several types                 string (the value as JSON)
 
 Every column is nullable: a tombstone has none, and an older writer may lack a field.
 
-Speed: fastavro reads the records with the logical types left out of both schemas (:func:`without_logical_types`:
-ints, longs and bytes as written), and each column's logical type is applied to the whole column at once with
-Arrow (:data:`Builder`): a fastavro that makes a ``Decimal`` and a ``datetime`` per record spends twice the time.
+Speed: most records never come here; :mod:`kprio_core.values.avro_vector` reads those written with the reader's
+schema straight into Arrow. The others (older writer versions, records it doubts, wide unions) fastavro reads with the
+logical types left out of both schemas (:func:`without_logical_types`: ints, longs and bytes as written), and each
+column's logical type is applied to the whole column at once with Arrow (:data:`Builder`): a fastavro that makes a
+``Decimal`` and a ``datetime`` per record spends twice the time.
 
 >>> schema = {"type": "record", "name": "Order", "fields": [
 ...     {"name": "id", "type": "long"},

@@ -90,6 +90,62 @@ def test_logical_types_nested_records_and_unions_become_typed_columns(schema_reg
     assert table.column("id").to_pylist() == [7, 8, None]  # the tombstone: every column null, no error
 
 
+EVERY = {  # every kind the vector path reads (kprio_core/values/avro_vector.py): all but wide unions
+    "type": "record", "name": "Every", "namespace": "kprio.test",
+    "fields": [*ORDER["fields"],
+        {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "Line", "fields": [
+            {"name": "sku", "type": "string"}, {"name": "qty", "type": ["null", "int"]}]}}},
+        {"name": "cents", "type": {"type": "fixed", "name": "Cents", "size": 5, "logicalType": "decimal",
+                                   "precision": 9, "scale": 2}},
+        {"name": "at", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "flag", "type": "boolean"}, {"name": "ratio", "type": ["float", "null"]},
+        {"name": "raw", "type": "bytes"}, {"name": "code", "type": {"type": "fixed", "name": "Code", "size": 3}},
+        {"name": "small", "type": "int"}],
+}
+
+
+def test_the_vector_path_reads_what_fastavro_reads_and_doubts_what_it_must(schema_registry_url, subject_stem):
+    base = {"id": -(1 << 62), "price": Decimal("-12.34"),
+            "placed": dt.datetime(1969, 5, 1, 12, 0, 0, 123000, tzinfo=UTC),
+            "seen": dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC), "day": dt.date(2024, 5, 1),
+            "ref": uuid.UUID(int=7), "note": None, "state": "PAID", "ship": {"city": "Zürich", "weight": None},
+            "cents": Decimal("-1234567.89"), "at": dt.time(23, 59, 59, 999000), "flag": True, "ratio": None,
+            "raw": b"", "code": b"abc", "small": -(1 << 31), "tags": [], "counts": {"a": 1, "bb": -2},
+            "lines": [{"sku": "s-1", "qty": None}, {"sku": "s-2", "qty": 3}]}
+    other = {**base, "id": 300, "price": Decimal("99999999.99"), "note": "gift", "state": "NEW", "flag": False,
+             "ship": {"city": "", "weight": -0.5}, "ratio": 1.5, "raw": b"\x00\xff", "small": (1 << 31) - 1,
+             "tags": ["x", "", "z"], "counts": {}, "lines": []}
+    good = write(schema_registry_url, subject_stem, EVERY, [base, other])
+    values = [*good, None, good[1][:-4], good[0] + b"\x00", b"\x01" + good[0][1:], good[0][:5] + b"\x80" * 11]
+    avro = decoder(schema_registry_url, [subject_stem])
+    columns, errors = avro.decode(binary(values * 3), subject_stem)
+    assert avro.readers[subject_stem].vector is not None  # the schema id of these records was read by the vector path
+    empty = "value of 0 bytes is shorter than the 5-byte wire format header"  # a batch without a byte to read
+    assert avro.decode(binary([b"", None]), subject_stem)[1].to_pylist() == [empty, None]
+    avro.readers[subject_stem].vector = None  # fastavro alone, as before the vector path
+    expected, reasons = avro.decode(binary(values * 3), subject_stem)
+    assert errors.to_pylist() == reasons.to_pylist() and errors.null_count == 9
+    assert {n: (c.type, c.to_pylist()) for n, c in columns.items()} == \
+        {n: (c.type, c.to_pylist()) for n, c in expected.items()}
+    assert pa.table(columns).slice(0, 1).to_pylist()[0]["cents"] == Decimal("-1234567.89")
+    # A value its column refuses (a decimal wider than its precision) makes its record a bad one, as fastavro did.
+    import io
+
+    import fastavro
+
+    from kprio_core.values.avro_columns import without_logical_types
+
+    raw = io.BytesIO()  # 12345678900 cents: 11 digits, the serializer refuses to write it
+    fastavro.schemaless_writer(raw, fastavro.parse_schema(without_logical_types(EVERY)), {
+        **fastavro.schemaless_reader(io.BytesIO(good[0][5:]), fastavro.parse_schema(without_logical_types(EVERY))),
+        "price": (12345678900).to_bytes(5, "big", signed=True)})
+    wide = [framed(int.from_bytes(good[0][1:5], "big"), raw.getvalue())]
+    avro = decoder(schema_registry_url, [subject_stem])
+    columns, errors = avro.decode(binary([*good, *wide]), subject_stem)
+    assert errors.to_pylist()[:2] == [None, None] and errors.to_pylist()[2].startswith("field 'price': ")
+    assert columns["price"].to_pylist() == [Decimal("-12.34"), Decimal("99999999.99"), None]
+
+
 def test_records_of_three_versions_decode_with_the_latest_as_reader(schema_registry_url, subject_stem):
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -111,6 +167,9 @@ def test_records_of_three_versions_decode_with_the_latest_as_reader(schema_regis
     assert pa.table(columns).to_pylist() == [{"n": 1, "source": None, "weight": 1.0},
                                              {"n": 2, "source": "web", "weight": 1.0},
                                              {"n": 3, "source": "app", "weight": 2.5}]
+    assert all(avro._groups[(topic, i)] for i in ids)  # the older versions too were read by the vector path
+    avro.readers[topic].vector = None  # fastavro alone, as before it
+    assert avro.decode(binary([*old, *middle, *new]), topic)[0] == columns
 
 
 def test_bad_records_get_a_reason_and_the_good_ones_decode(schema_registry_url, subject_stem):
