@@ -187,7 +187,10 @@ _AUTHENTICATION = {"SASL_AUTHENTICATION_FAILED", "_AUTHENTICATION"}
 _MISSING = {"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "_NOENT"}
 _UNREACHABLE = {"_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE", "REQUEST_TIMED_OUT",
                 "_MSG_TIMED_OUT", "NETWORK_EXCEPTION", "LEADER_NOT_AVAILABLE", "NOT_COORDINATOR",
-                "COORDINATOR_NOT_AVAILABLE"}
+                "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS", "NOT_LEADER_FOR_PARTITION",
+                "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"}
+"""No broker serves the request now (down, unreachable, or its partition's leader moving): transient, retried by
+itself once the cluster answers again (a leader still moving when the deadline runs out is no fault of the batch)."""
 
 
 def error_name(error: Any) -> str:
@@ -209,6 +212,10 @@ def kafka_failure(error: Any, *, what: str, bootstrap: str, timeout_s: float, to
     ...                   bootstrap="b:9092", timeout_s=5)
     >>> type(e).__name__, str(e)
     ('AuthorizationFailed', 'list offsets of orders-2 on b:9092: not authorized (TOPIC_AUTHORIZATION_FAILED)')
+    >>> moving = kafka_failure(KafkaError(KafkaError.FENCED_LEADER_EPOCH), what="list offsets of orders-2",
+    ...                        bootstrap="b:9092", timeout_s=5)
+    >>> type(moving).__name__, moving.transient
+    ('BrokerUnreachable', True)
     """
     from kprio_core.kafka.security import ClientIdentity, security_failure
 
