@@ -1,8 +1,8 @@
 """Shared fixtures. Each kind of real part has its own plugin module under tests/fixtures/:
 
 - ``tests.fixtures.kafka``: one Kafka broker per test session (embedded Apache Kafka in KRaft mode
-  on a free port, or the cluster in ``KPRIO_BOOTSTRAP_SERVERS``), and a module's three-node cluster
-  for the failover tests;
+  on a free port, or the cluster in ``KPRIO_BOOTSTRAP_SERVERS``); ``tests.fixtures.kafka_cluster``: a module's
+  three-node cluster for the failover tests;
 - ``tests.fixtures.registry``: one schema registry per test session (embedded Apicurio Registry on a free
   port, or the registry in ``KPRIO_SCHEMA_REGISTRY_URL``);
 - ``tests.fixtures.spark``: one local SparkSession per test session;
@@ -21,9 +21,10 @@ import signal
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.registry", "tests.fixtures.spark", "tests.fixtures.postgres",
-                  "tests.fixtures.browser", "tests.fixtures.airflow", "tests.fixtures.deployments", "tests.fixtures.daemon",
-                  "tests.fixtures.airflow_deployment", "tests.fixtures.prometheus"]
+pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.kafka_cluster", "tests.fixtures.registry",
+                  "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser", "tests.fixtures.airflow",
+                  "tests.fixtures.deployments", "tests.fixtures.daemon", "tests.fixtures.airflow_deployment",
+                  "tests.fixtures.prometheus"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -13,7 +13,7 @@ from kprio_core.config import KprioConfig, TopicSettings, parse_config
 from kprio_core.kafka import KafkaEdge
 from orchestration.dagster import drain_loop
 from orchestration.dagster.definitions import build_definitions
-from tests.fixtures.kafka import SecuredKafka
+from tests.fixtures.secured_broker import SecuredKafka
 from tests.fixtures.spark import TEST_SPARK
 from tests.orchestration.conservation import conservation, lag
 

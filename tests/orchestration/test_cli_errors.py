@@ -13,87 +13,16 @@ broker, Spark or a database server). Every case asserts:
   the case's directory, its working directory and its Dagster home among them, with sizes and times).
 
 The cases are grouped by kind (configuration files, each section's values, environment variables,
-ledger URLs, paths, command-line arguments); each says why it is there. A case's ``{tmp}`` is its
-directory, ``{ro}`` a read-only file system (a tmpfs mounted read-only: root ignores permission bits).
+ledger URLs, paths; the command-line arguments are in test_cli_errors_arguments.py); each says why it is
+there. A case's ``{tmp}`` is its directory, ``{ro}`` a read-only file system (a tmpfs mounted read-only: root
+ignores permission bits). The machinery that runs and checks a case is :mod:`tests.orchestration.cli_cases`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import pytest
-import yaml
 
-from tests.fixtures.small_disks import read_only_dir
-
-SECRETS = {
-    "KPRIO_KAFKA_SASL_PASSWORD": "sasl-SECRET-4711",
-    "KPRIO_LEDGER_PASSWORD": "ledger-SECRET-4712",
-    "KPRIO_DAGSTER_PG_PASSWORD": "dagster-SECRET-4713",
-}
-URL_SECRET = "url-SECRET-4714"
-"""A password written into a URL on the command line or in a file: it must not come out either."""
-ALL_SECRETS = [*SECRETS.values(), URL_SECRET]
-
-LINE = re.compile(r"^kprio: error: (?P<what>.+) \((?P<where>.+)\) \[(?P<code>[a-z_]+)\]$")
-
-
-def base_config() -> dict:
-    """A whole configuration that loads, every path under the case's directory, nothing that answers."""
-    return {
-        "kafka": {"bootstrap_servers": "127.0.0.1:1", "timeout_s": 1},
-        "topics": [{"name": "orders", "priorities": 3, "partitions": 2}],
-        "ledger": {"url": "sqlite:///{tmp}/data/ledger.db"},
-        "drain": {"output_path": "{tmp}/data/output", "dead_letter_path": "{tmp}/data/dead",
-                  "replay_path": "{tmp}/data/replay"},
-        "spark": {"connect_dir": "{tmp}/data/connect"},
-    }
-
-
-def merged(base: dict, change: dict) -> dict:
-    out = dict(base)
-    for key, value in change.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
-@dataclass(frozen=True)
-class Case:
-    """One bad input: the command line, what is set up, and what must come out."""
-
-    id: str
-    argv: tuple[str, ...]
-    names: str
-    """What the error line must name (a setting, option, file, path or variable)."""
-    code: str | None
-    """The error's code; None for a case that must succeed (it checks secrets and writes only)."""
-    why: str
-    exit: int = 1
-    config: dict | None = None
-    """Changes to the base configuration (written to {tmp}/kprio.yaml and passed as --config)."""
-    config_text: str | bytes | None = None
-    """The whole configuration file instead (raw: bad YAML, bytes that are not UTF-8)."""
-    files: dict[str, str | bytes] = field(default_factory=dict)
-    """Files to make first, relative to the case's directory."""
-    env: dict[str, str] = field(default_factory=dict)
-    read_only: bool = False
-    """The command only reads: the file system must be unchanged."""
-    with_config: bool = True
-    """Pass --config {tmp}/kprio.yaml (commands without --config say False)."""
-    needs: str | None = None
-    """'ro': the case uses the read-only file system; 'ledger': a ledger is made first."""
-
-
-def C(id: str, argv: str | tuple[str, ...], names: str, code: str | None, why: str, **kw) -> Case:  # noqa: N802
-    return Case(id, tuple(argv.split()) if isinstance(argv, str) else argv, names, code, why, **kw)
-
+from tests.orchestration.cli_cases import URL_SECRET, C, Case, Ran, assert_one_line, run_all
 
 READ_COMMANDS = ["plan", "lag", "dead-letters", "instance show", "spark status", "topics verify"]
 """Commands that take --config and only read: the configuration cases rotate over them (and ``drain``, which
@@ -370,252 +299,28 @@ PATHS = [
       "path_unusable", "a log file where none can be", files={"afile": "x"}, with_config=False, read_only=True),
 ]
 
-ARGUMENTS = [
-    C("unknown option", "plan --bogus", "kprio plan", "usage", "the reported five-line box", exit=2,
-      with_config=False, read_only=True),
-    C("unknown root option", "--bogus plan", "kprio", "usage", "before the command", exit=2, with_config=False,
-      read_only=True),
-    C("unknown command", "plna", "kprio", "usage", "a typo in the command", exit=2, with_config=False,
-      read_only=True),
-    C("unknown subcommand", "broker strat", "kprio broker", "usage", "a typo in the subcommand", exit=2,
-      with_config=False, read_only=True),
-    C("missing option", "quota -n 3", "kprio quota", "usage", "--max-records missing", exit=2, with_config=False,
-      read_only=True),
-    C("missing argument", "reset --to earliest", "kprio reset", "usage", "the partition missing", exit=2,
-      read_only=True),
-    C("option without value", "lag --topic", "kprio lag", "usage", "--topic at the end", exit=2, with_config=False,
-      read_only=True),
-    C("not a number", "quota -n three -r 50", "kprio quota", "usage", "text for a number", exit=2,
-      with_config=False, read_only=True),
-    C("priorities huge", "quota -n 1000000 -r 5", "kprio quota", "usage", "the reported int-digits traceback",
-      exit=2, with_config=False, read_only=True),
-    C("priorities zero", "burst -n 0 -r 5 --history {}", "kprio burst", "usage", "no priority at all", exit=2,
-      with_config=False, read_only=True),
-    C("budget zero", "quota -n 3 -r 0", "kprio quota", "usage", "no budget", exit=2, with_config=False,
-      read_only=True),
-    C("budget too small", "quota -n 3 -r 2", "", "quota_invalid", "the split's own rule (exit 1, not usage)",
-      with_config=False, read_only=True),
-    C("bad enum", "quota -n 3 -r 50 --mode fastest", "kprio quota", "usage", "a mode that does not exist", exit=2,
-      with_config=False, read_only=True),
-    C("history not JSON", ("burst", "-n", "3", "-r", "50", "--history", "{2: [1"), "--history", "usage",
-      "a poll history that is no JSON", exit=2, with_config=False, read_only=True),
-    C("history priority outside", ("burst", "-n", "3", "-r", "50", "--history", '{"9": [1]}'), "--history",
-      "usage", "a priority the levels do not have", exit=2, with_config=False, read_only=True),
-    C("threshold over window", ("burst", "-n", "3", "-r", "50", "--history", "{}", "--threshold", "9"),
-      "kprio burst", "usage", "threshold larger than the window", exit=2, with_config=False, read_only=True),
-    C("window zero", ("burst", "-n", "3", "-r", "50", "--history", "{}", "--window-size", "0"), "kprio burst",
-      "usage", "an empty window", exit=2, with_config=False, read_only=True),
-    C("simulate both traces", "simulate --trace steady --trace-file x.json", "kprio simulate", "usage",
-      "two traces", exit=2, with_config=False, read_only=True),
-    C("simulate unknown trace", "simulate --trace nope", "'nope'", "trace_invalid", "a trace that is not built in",
-      with_config=False, read_only=True),
-    C("simulate unknown policy", "simulate --trace steady --policy fifo", "--policy", "usage",
-      "a policy that does not exist", exit=2, with_config=False, read_only=True),
-    C("simulate ticks zero", "simulate --ticks 0", "kprio simulate", "usage", "no ticks", exit=2,
-      with_config=False, read_only=True),
-    C("reset bad partition", "reset orders-2 --to earliest", "PARTITION of kprio reset", "usage",
-      "no [partition]", exit=2, read_only=True),
-    C("reset bad target", "reset orders-2[0] --to yesterday", "--to of kprio reset", "usage",
-      "neither earliest, latest nor an offset", exit=2, read_only=True),
-    C("reset unknown topic", "reset payments-2[0] --to earliest", "PARTITION of kprio reset", "usage",
-      "a partition of no configured priority topic", exit=2, read_only=True),
-    C("spark timeout negative", "spark start --timeout -1", "kprio spark start", "usage", "a negative wait",
-      exit=2, read_only=True),
-    C("broker timeout zero", "broker stop --timeout 0", "kprio broker stop", "usage", "no time to stop",
-      exit=2, with_config=False, read_only=True),
-    C("retry not a batch id", "retry batch-7", "BATCH_ID of kprio retry", "usage", "a batch id is b-NNNNNN",
-      exit=2, read_only=True),
-    C("dead letters not a batch id", "dead-letters --batch 42", "--batch", "usage", "a batch id is b-NNNNNN",
-      exit=2, read_only=True),
-    C("dead letters negative limit", "dead-letters --limit -1", "kprio dead-letters", "usage",
-      "a negative limit", exit=2, read_only=True),
-    C("unknown topic [lag]", "lag --topic payments", "--topic", "usage", "a logical topic the configuration has "
-      "not", exit=2, read_only=True),
-    C("unknown topic [plan]", "plan --topic payments", "--topic", "usage", "the same for plan", exit=2,
-      read_only=True),
-    C("unknown topic [dead-letters]", "dead-letters --topic payments", "--topic", "usage", "and dead-letters",
-      exit=2, read_only=True),
-    C("unknown topic [drain]", "drain --topic payments", "--topic", "usage", "and drain", exit=2, read_only=True),
-    C("unknown topic [tables maintain]", "tables maintain --topic payments", "--topic", "usage",
-      "and tables maintain: before any table is opened", exit=2, read_only=True),
-    C("unknown topic [topics verify]", "topics verify --topic payments", "--topic", "usage", "and topics",
-      exit=2, read_only=True),
-    C("broker port out of range", "broker start --port 70000", "kprio broker start", "usage", "port 70000",
-      exit=2, with_config=False, read_only=True),
-    C("broker nodes zero", "broker start --nodes 0", "kprio broker start", "usage", "a cluster of no node",
-      exit=2, with_config=False, read_only=True),
-    C("spark port zero", "spark start --port 0", "kprio spark start", "usage", "port 0 is no port", exit=2, read_only=True),
-    C("drain max batches zero", "drain --max-batches 0", "kprio drain", "usage", "zero batches", exit=2,
-      read_only=True),
-    C("drain metrics port out of range", "drain --follow --metrics-port 70000", "kprio drain", "usage",
-      "port 70000", exit=2, read_only=True),
-    C("metrics port out of range", "metrics --port 70000", "kprio metrics", "usage", "port 70000", exit=2,
-      read_only=True),
-    C("lag watch and json", "lag --watch --json", "kprio lag", "usage", "a redrawn table is no JSON", exit=2,
-      read_only=True),
-    C("lag iterations without watch", "lag --iterations 2", "kprio lag", "usage", "redraws of no --watch",
-      exit=2, read_only=True),
-    C("demo records too few", "demo --records 3", "kprio demo", "usage", "fewer records than the demo needs",
-      exit=2, with_config=False, read_only=True),
-    C("demo bad format", "demo --format csv", "kprio demo", "usage", "an output format that does not exist",
-      exit=2, with_config=False, read_only=True),
-    C("demo bad cluster config", "demo", "kprio.yaml", "config_invalid", "the demo loads its --config before it "
-      "starts anything", config={"kafka": {"timeout_s": "soon"}}, read_only=True),
-    C("topics create unsized", "topics create", "kprio.yaml", "config_invalid",
-      "partitions are needed to create topics", config={"topics": [{"name": "orders"}]}, read_only=True),
-    C("instance both urls", ("instance", "show", "--postgres-url", "postgresql://u@h/db", "--postgres-url-env", "X"),
-      "kprio instance", "usage", "two storages", exit=2, read_only=True),
-    C("instance url not postgres", ("instance", "show", "--postgres-url", "mysql://u@h/db"), "--postgres-url",
-      "usage", "another database", exit=2, read_only=True),
-    C("instance url not a url", ("instance", "show", "--postgres-url", f"u:{URL_SECRET}@h/db"), "--postgres-url",
-      "usage", "no scheme: the text is not echoed (it holds a password)", exit=2, read_only=True),
-    C("instance url bad port", ("instance", "show", "--postgres-url", f"postgresql://u:{URL_SECRET}@h:x/db"),
-      "--postgres-url", "usage", "a port that is no number", exit=2, read_only=True),
-    C("instance url without database", ("instance", "show", "--postgres-url", "postgresql://u@h"), "--postgres-url",
-      "usage", "no database", exit=2, read_only=True),
-    C("instance url env unset", ("instance", "init", "--home", "{tmp}/home", "--postgres-url-env", "NO_SUCH_VAR"),
-      "--postgres-url-env", "config_invalid", "a variable that holds no URL: nothing written", read_only=True),
-]
-
-SECRETS_OUT = [
-    C("instance show url password parameter", ("instance", "show", "--postgres-url",
-      f"postgresql://u@127.0.0.1:1/db?password={URL_SECRET}"), "", None, "the reported leak: printed under "
-      "'No password is written here'", read_only=True),
-    C("instance show url user info", ("instance", "show", "--postgres-url", f"postgresql://u:{URL_SECRET}@h/db"),
-      "", None, "the password of the user info", read_only=True),
-    C("instance init storage down", ("instance", "init", "--home", "{tmp}/home", "--postgres-url",
-      f"postgresql://u:{URL_SECRET}@127.0.0.1:1/db?sslpassword={URL_SECRET}"), "--postgres-url",
-      "dagster_storage_unavailable", "the reported wall of retries and the dagster.yaml left behind: one line, "
-      "nothing written", read_only=True),
-    C("instance init storage down, password from env", ("instance", "init", "--home", "{tmp}/home", "--postgres-url",
-      "postgresql://u@127.0.0.1:1/db", "--postgres-password-env", "KPRIO_DAGSTER_PG_PASSWORD"), "--postgres-url",
-      "dagster_storage_unavailable", "the password from its variable, never shown", read_only=True),
-    C("instance init storage url env down", ("instance", "init", "--home", "{tmp}/home", "--postgres-url-env",
-      "DAGSTER_PG_URL"), "--postgres-url-env DAGSTER_PG_URL", "dagster_storage_unavailable",
-      "the whole URL from a variable", env={"DAGSTER_PG_URL": f"postgresql+psycopg2://u:{URL_SECRET}@127.0.0.1:1/db"},
-      read_only=True),
-]
-
-CASES = [*CONFIG_FILES, *LEDGER_URLS, *ENVIRONMENT, *PATHS, *ARGUMENTS, *SECRETS_OUT]
+CASES = [*CONFIG_FILES, *LEDGER_URLS, *ENVIRONMENT, *PATHS]
 
 
 def test_the_table_covers_every_command_and_names_why() -> None:
     from tests.orchestration.test_cli_common import LEAVES
+    from tests.orchestration.test_cli_errors_arguments import CASES as ARGUMENT_CASES
 
+    table = [*CASES, *ARGUMENT_CASES]
     run = {" ".join(a for a in case.argv if not a.startswith("-") and "{" not in a and "/" not in a)
-           for case in CASES}
+           for case in table}
     missing = [" ".join(path) for path, _ in LEAVES if not any(r.startswith(" ".join(path)) for r in run)]
     assert not missing, f"no bad input for: {missing}"
-    assert len({case.id for case in CASES}) == len(CASES), "case ids are unique"
-    assert all(len(case.why) > 5 for case in CASES)
-
-
-# --------------------------------------------------------------------------------------- running the table
-
-
-@dataclass
-class Ran:
-    case: Case
-    tmp: Path
-    ro: Path | None
-    returncode: int
-    stdout: str
-    stderr: str
-    before: dict[str, tuple]
-    after: dict[str, tuple]
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every path under ``root``: its kind, size and modification time."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        st = path.lstat()
-        out[str(path.relative_to(root))] = (path.is_dir(), st.st_size if path.is_file() else 0, st.st_mtime_ns)
-    return out
-
-
-def fill(text: str, tmp: Path, ro: Path | None) -> str:
-    return text.replace("{tmp}", str(tmp)).replace("{ro}", str(ro))
-
-
-def prepare(case: Case, tmp: Path, ro: Path | None) -> tuple[list[str], dict[str, str]]:
-    tmp.mkdir(parents=True)
-    (tmp / "cwd").mkdir()
-    for name, content in case.files.items():
-        path = tmp / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)  # type: ignore[operator]
-    config = tmp / "kprio.yaml"
-    if case.config_text is not None:
-        content = case.config_text
-        (config.write_bytes if isinstance(content, bytes) else config.write_text)(content)  # type: ignore[operator]
-    else:
-        text = yaml.safe_dump(merged(base_config(), case.config or {}), sort_keys=False)
-        config.write_text(fill(text, tmp, ro))
-    if case.needs == "ledger":
-        from kprio_core.ledger import Ledger
-
-        Ledger(f"sqlite:///{tmp}/data/ledger.db").close()
-    argv = [fill(a, tmp, ro) for a in case.argv]
-    if case.with_config:
-        argv += ["--config", str(config)]
-    elif case.id.startswith("config "):  # a case whose --config is the bad path itself
-        argv += ["--config", fill(case.names, tmp, ro)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KPRIO_", "DAGSTER_"))}
-    env.update(SECRETS, DAGSTER_HOME=str(tmp / "dagster_home"), COLUMNS="200")
-    env.update({k: fill(v, tmp, ro) for k, v in case.env.items()})
-    return argv, env
-
-
-def run_case(case: Case, tmp: Path, ro: Path | None) -> Ran:
-    argv, env = prepare(case, tmp, ro)
-    before = snapshot(tmp)
-    done = subprocess.run([sys.executable, "-m", "orchestration.cli", *argv], cwd=tmp / "cwd", env=env,
-                          capture_output=True, text=True, timeout=120)
-    return Ran(case, tmp, ro, done.returncode, done.stdout, done.stderr, before, snapshot(tmp))
+    assert len({case.id for case in table}) == len(table), "case ids are unique"
+    assert all(len(case.why) > 5 for case in table)
 
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
-    """Every case run once, three at a time (most of a run is the interpreter starting); the cases on a read-only
-    file system only where one can be mounted (else a start there would really start a broker)."""
-    root = tmp_path_factory.mktemp("bad-inputs")
-    with contextlib.ExitStack() as stack:
-        try:
-            ro: Path | None = stack.enter_context(read_only_dir(root / "read-only"))
-        except pytest.skip.Exception:
-            ro = None
-        chosen = [(i, c) for i, c in enumerate(CASES) if c.needs != "ro" or ro is not None]
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            runs = list(pool.map(lambda ic: run_case(ic[1], root / f"case-{ic[0]:03d}", ro), chosen))
-    return {r.case.id: r for r in runs}
+    """Every case of this module run once (:func:`tests.orchestration.cli_cases.run_all`)."""
+    return run_all(CASES, tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_bad_input_gives_one_line_naming_what_and_where(case: Case, ran: dict[str, Ran]) -> None:
-    if case.id not in ran:
-        pytest.skip("no read-only file system can be mounted here (it needs root with permission to mount)")
-    r = ran[case.id]
-    shown = f"exit {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}"
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
-    if case.code is None:
-        assert r.returncode == 0 and not lines, shown
-    else:
-        assert r.returncode == case.exit, shown
-        assert len(lines) == 1, shown
-        found = LINE.match(lines[0])
-        assert found, f"not 'kprio: error: <what> (<where>) [<code>]': {lines[0]}"
-        assert found["code"] == case.code, shown
-        assert fill(case.names, r.tmp, r.ro) in lines[0], f"the line does not name {case.names!r}: {lines[0]}"
-        assert r.stdout == "", shown
-    for secret in ALL_SECRETS:
-        assert secret not in r.stdout + r.stderr, f"the output shows a secret:\n{shown}"
-    for path in r.tmp.rglob("*"):
-        if path.is_file():
-            content = path.read_bytes()
-            # The case's own kprio.yaml may hold the URL's secret: the case wrote it there, as the mistake.
-            secrets = SECRETS.values() if path == r.tmp / "kprio.yaml" else ALL_SECRETS
-            assert not any(s.encode() in content for s in secrets), f"{path} holds a secret"
-    if case.read_only:
-        changed = {k for k in r.before.keys() | r.after.keys() if r.before.get(k) != r.after.get(k)}
-        assert not changed, f"a command that only reads (or failed before writing) changed {sorted(changed)}"
+    assert_one_line(case, ran)

@@ -25,7 +25,7 @@ from orchestration.cli.main import app
 from orchestration.demo.run import DemoOptions, run_demo
 from orchestration.demo.workload import demo_workload
 from orchestration.services.broker import BrokerSecurity, Security
-from tests.fixtures.kafka import files_holding
+from tests.fixtures.secured_broker import files_holding
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 

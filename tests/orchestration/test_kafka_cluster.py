@@ -2,8 +2,9 @@
 the log cleaner compacts by key, and a three-node cluster keeps every acknowledged record through
 the loss of a partition leader.
 
-The calls are plain confluent-kafka (through the helpers of ``tests.fixtures.kafka``): these
-tests prove the broker and the helpers that later tests build on, not kprio.
+The calls are plain confluent-kafka (through the helpers of ``tests.fixtures.kafka`` and
+``tests.fixtures.kafka_cluster``): these tests prove the broker and the helpers that later tests build on,
+not kprio.
 """
 
 from __future__ import annotations
@@ -17,13 +18,10 @@ from tests.fixtures.kafka import (
     ROLL_KEY,
     compacted_topic,
     create_topic,
-    partition_isr,
-    partition_leader,
     produce_acked,
     read_partition,
-    wait_for_isr,
-    wait_for_leader,
 )
+from tests.fixtures.kafka_cluster import partition_isr, partition_leader, wait_for_isr, wait_for_leader
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

@@ -29,7 +29,7 @@ from orchestration.cli.main import app
 from orchestration.services.broker import BrokerSecurity, Security
 from orchestration.services.process import wait_for
 from orchestration.services.tls import TlsFiles, make_files
-from tests.fixtures.kafka import files_holding, secured_kafka
+from tests.fixtures.secured_broker import files_holding, secured_kafka
 from tests.orchestration.secured_drains import drain_to_zero_lag, secured_config
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]

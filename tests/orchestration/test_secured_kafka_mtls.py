@@ -33,7 +33,7 @@ from orchestration.services.broker import BrokerSecurity, Security
 from orchestration.services.broker_security import KEYSTORE_VARIABLE
 from orchestration.services.process import wait_for
 from orchestration.services.tls import issue, keystore, load_ca
-from tests.fixtures.kafka import files_holding, secured_kafka
+from tests.fixtures.secured_broker import files_holding, secured_kafka
 from tests.orchestration.secured_drains import drain_to_zero_lag, secured_config
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
