@@ -100,17 +100,11 @@ def key_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[Pla
         return KeyDecoding(fmt)
     from dataclasses import replace
 
-    from kprio_core.values.avro import as_record, merged_columns, reader_schemas, value_subject
-    from kprio_core.values.registry import shared_registry
+    from kprio_core.values.avro import as_record, merged_columns
+    from spark_jobs.values import registry_readers
 
-    assert config.schema_registry is not None  # the configuration refuses registry keys without a registry
-    endpoint = config.schema_registry.endpoint()
-    topics = sorted({r.range.topic for r in ranges}) or [topic.priority_topic(p) for p in range(topic.priorities)]
     kind = fmt.registry_type or "AVRO"
-    subjects = {t: value_subject(t, topic.key_subject) for t in topics}
-    readers = reader_schemas(shared_registry(endpoint), subjects, kind, missing_ok=True, setting="key_format")
-    found = {r.topic for r in readers}
-    missing = tuple((t, s) for t, s in sorted(subjects.items()) if t not in found)
+    endpoint, readers, missing = registry_readers(config, topic, ranges, kind, topic.key_subject, "key_format")
     if fmt is not KeyFormat.AVRO:
         return KeyDecoding(fmt, merged_columns(readers), ValueDecoding(endpoint, readers, kind, missing))
     wrapped = tuple(replace(r, schema=as_record(r.schema, KEY_FIELD)) for r in readers)

@@ -20,10 +20,15 @@ for Avro, the registry and the reader schemas the executors get in the drain spe
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from kprio_core.config import DrainSettings, KprioConfig, TopicSettings, ValueFormat
 from kprio_core.model.drain_plan import PlannedRange
 from kprio_core.values.avro import ValueDecoding, merged_columns, reader_schemas, value_subject
+
+if TYPE_CHECKING:
+    from kprio_core.model.registry import RegistryEndpoint
+    from kprio_core.values.avro import ReaderSchema
 
 DEFAULT_HANDLER = DrainSettings.model_fields["handler"].default
 FORMAT_HANDLERS = {ValueFormat.JSON: DEFAULT_HANDLER, ValueFormat.AVRO: "spark_jobs.handlers:decode_avro",
@@ -41,15 +46,24 @@ def value_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[P
         return handler, tuple(topic.schema_.items()), None
     if fmt is ValueFormat.RAW:
         return handler, (), None
+    kind = fmt.registry_type or "AVRO"
+    endpoint, readers, missing = registry_readers(config, topic, ranges, kind, topic.value_subject)
+    return handler, merged_columns(readers), ValueDecoding(endpoint, readers, kind, missing)
+
+
+def registry_readers(config: KprioConfig, topic: TopicSettings, ranges: Iterable[PlannedRange], kind: str,
+                     template: str, setting: str = "value_format",
+                     ) -> tuple[RegistryEndpoint, tuple[ReaderSchema, ...], tuple[tuple[str, str], ...]]:
+    """The registry's endpoint, the reader schema of each priority topic ``ranges`` read (the latest version of its
+    subject, named by ``template``: ``value_subject`` or ``key_subject``) and the ``(topic, subject)`` pairs the
+    registry lacks (a topic written without it: its records are dead letters, the batch goes on). Read once per
+    batch on the driver; a registry that cannot be reached fails the attempt as transient, before Spark runs."""
     from kprio_core.values.registry import shared_registry
 
-    assert config.schema_registry is not None  # the configuration refuses avro topics without a registry
+    assert config.schema_registry is not None  # the configuration refuses registry formats without a registry
     endpoint = config.schema_registry.endpoint()
     topics = sorted({r.range.topic for r in ranges}) or [topic.priority_topic(p) for p in range(topic.priorities)]
-    kind = fmt.registry_type or "AVRO"
-    subjects = {t: value_subject(t, topic.value_subject) for t in topics}
-    # A subject the registry lacks (a topic written without it): its records are dead letters, the batch goes on.
-    readers = reader_schemas(shared_registry(endpoint), subjects, kind, missing_ok=True)
+    subjects = {t: value_subject(t, template) for t in topics}
+    readers = reader_schemas(shared_registry(endpoint), subjects, kind, missing_ok=True, setting=setting)
     found = {r.topic for r in readers}
-    missing = tuple((t, s) for t, s in sorted(subjects.items()) if t not in found)
-    return handler, merged_columns(readers), ValueDecoding(endpoint, readers, kind, missing)
+    return endpoint, readers, tuple((t, s) for t, s in sorted(subjects.items()) if t not in found)

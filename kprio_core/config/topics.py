@@ -19,6 +19,10 @@ _TEMPLATE_FIELDS = {"topic_template": ("topic", "priority"), "group_template": (
 """Fields each template may use (what priority_topic / priority_group pass to str.format)."""
 
 
+REGISTRY_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}
+"""The schema registry's name (``schemaType``) of each format of values and keys in its wire format."""
+
+
 class ValueFormat(StrEnum):
     """How a topic's record values are decoded into columns.
 
@@ -40,7 +44,7 @@ class ValueFormat(StrEnum):
         >>> ValueFormat.AVRO.registry_type, ValueFormat.JSON_SCHEMA.registry_type, ValueFormat.JSON.registry_type
         ('AVRO', 'JSON', None)
         """
-        return {ValueFormat.AVRO: "AVRO", ValueFormat.PROTOBUF: "PROTOBUF", ValueFormat.JSON_SCHEMA: "JSON"}.get(self)
+        return REGISTRY_TYPES.get(self.value)
 
 
 class KeyFormat(StrEnum):
@@ -63,7 +67,7 @@ class KeyFormat(StrEnum):
         >>> KeyFormat.PROTOBUF.registry_type, KeyFormat.STRING.registry_type
         ('PROTOBUF', None)
         """
-        return {KeyFormat.AVRO: "AVRO", KeyFormat.PROTOBUF: "PROTOBUF", KeyFormat.JSON_SCHEMA: "JSON"}.get(self)
+        return REGISTRY_TYPES.get(self.value)
 
 
 class TopicSettings(Section):
@@ -143,16 +147,11 @@ class TopicSettings(Section):
             why = "the registry gives the columns" if self.value_format.registry_type else "raw is not decoded"
             raise ValueError(f"schema lists JSON fields, but value_format is {self.value_format.value}: {why}; "
                              "remove schema")
-        try:
-            self.value_subject.format(topic="t")
-        except (ValueError, LookupError, AttributeError, TypeError) as err:
-            raise ValueError(f"value_subject {self.value_subject!r} is not a valid format string with "
-                             f"{{topic}}: {err}") from None
-        try:
-            self.key_subject.format(topic="t")
-        except (ValueError, LookupError, AttributeError, TypeError) as err:
-            raise ValueError(f"key_subject {self.key_subject!r} is not a valid format string with "
-                             f"{{topic}}: {err}") from None
+        for name, template in (("value_subject", self.value_subject), ("key_subject", self.key_subject)):
+            try:
+                template.format(topic="t")
+            except (ValueError, LookupError, AttributeError, TypeError) as err:
+                raise ValueError(f"{name} {template!r} is not a valid format string with {{topic}}: {err}") from None
         return self
 
     @model_validator(mode="after")
