@@ -21,11 +21,12 @@ Variable.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kprio_core.config import KprioConfig
 from kprio_core.errors import BrokerUnreachable
-from kprio_core.ledger import BatchState
+from kprio_core.ledger import Batch, BatchState
 from orchestration.runtime.ports import LedgerReads
 from orchestration.runtime.tick import Tick
 
@@ -55,10 +56,33 @@ def probe_causes(ledger: LedgerReads, config: KprioConfig, cause_seen: bool) -> 
         return Probed(None, passed=False)
     need = max((sum(r.est_bytes for r in b.plan.ranges) for b in waiting), default=0)
     roots = (config.drain.output_path, config.drain.dead_letter_path)
-    # The roots, and the directories the waiting batches publish into (a mount may cover one of them only).
-    topics = sorted({b.logical_topic for b in waiting})
-    problem = probe([*roots, *(f"{root.rstrip('/')}/{t}" for root in roots for t in topics)], need_bytes=need)
+    problem = probe(probed_dirs(roots, waiting, config.drain.format), need_bytes=need)
     return Probed(problem, passed=cause_seen and problem is None)
+
+
+def probed_dirs(roots: Sequence[str], waiting: Sequence[Batch], output_format: str) -> list[str]:
+    """The roots, and every directory below them the waiting batches write into (a mount, or a person's ``chmod``,
+    may cover one of them only): the staging, each logical topic, and each priority's directory of it.
+
+    A cause in a directory the probe does not try passes unseen: the retry fails alike, and the next one
+    waits out the streak's backoff after the fault was fixed.
+
+    >>> from kprio_core.lifecycle.examples import batch
+    >>> probed_dirs(["/o"], [batch("b-000004")], "parquet")
+    ['/o', '/o/_staging', '/o/orders', '/o/orders/priority=2']
+    >>> probed_dirs(["/o"], [batch("b-000004")], "iceberg")[-1]
+    '/o/orders/data/priority=2'
+    """
+    from spark_jobs.layout import STAGING
+
+    data = "/data" if output_format == "iceberg" else ""  # Iceberg's data files: <table>/data/priority=<p>
+    dirs = []
+    for root in (r.rstrip("/") for r in roots):
+        dirs += [root, f"{root}/{STAGING}"]
+        for t in sorted({b.logical_topic for b in waiting}):
+            priorities = sorted({p for b in waiting if b.logical_topic == t for p in b.priorities}, reverse=True)
+            dirs += [f"{root}/{t}", *(f"{root}/{t}{data}/priority={p}" for p in priorities)]
+    return list(dict.fromkeys(dirs))
 
 
 def cause_seen_after(cause_seen: bool, probed: Probed, turn: Tick) -> bool:

@@ -31,14 +31,23 @@ def four_kib_disk(path):
     return tiny_disk(path, size="4k")
 
 
+def read_only_staging(out):
+    """Only the output's staging directory refuses writes (a mount, a person's chmod): the root and the topic's
+    directory take files, so a probe of those alone passes while the retry fails alike (then waits out its backoff).
+    """
+    return read_only_dir(out / "_staging")
+
+
 @pytest.mark.parametrize(("broken", "cause", "output_format"),
                          [(four_kib_disk, "No space left on device", "parquet"),
                           (read_only_dir, "Read-only file system", "parquet"),
+                          (read_only_staging, "Read-only file system", "parquet"),
                           (four_kib_disk, "No space left on device", "delta"),
                           (read_only_dir, "Read-only file system", "delta"),
                           # Iceberg's publish fails on a full disk as on a read-only one (its file moves): one case.
                           (four_kib_disk, "No space left on device", "iceberg")],
-                         ids=["full-disk", "read-only", "full-disk-delta", "read-only-delta", "full-disk-iceberg"])
+                         ids=["full-disk", "read-only", "read-only-staging", "full-disk-delta", "read-only-delta",
+                              "full-disk-iceberg"])
 def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_itself(
     make_topic, kprio_env, dagster_instance, tmp_path, broken, cause, output_format
 ):
