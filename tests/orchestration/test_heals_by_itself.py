@@ -81,32 +81,41 @@ def assert_done(env, topic) -> None:
         assert ledger.in_flight(topic.name) == [] and ledger.batches(topic.name, states=[BatchState.FAILED]) == []
 
 
+@pytest.mark.parametrize(("fault", "point"), [("outage", "before-kafka-commit"), ("hang", "before-kafka-commit"),
+                                               ("hang", "before-drain")],
+                         ids=["refused-at-commit", "hangs-at-commit", "hangs-at-read"])
 def test_a_broker_outage_heals_under_until_empty_with_no_command_run(
-        make_topic, kprio_env, faulty_kafka, tmp_path, spark, child_spark_conf):
+        make_topic, kprio_env, faulty_kafka, tmp_path, spark, child_spark_conf, fault, point):
+    """A broker that refuses (down), or hangs (no answer on open connections: its JVM stopped), when the batch
+    commits or reads. A commit into it fails the batch as transient; a read may fail so, or ride the hang out."""
     env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark_conf,
                                  kafka={"bootstrap_servers": faulty_kafka.bootstrap, "timeout_s": BROKER_TIMEOUT_S})
-    proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"before-kafka-commit:{topic.name}",
+    proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"{point}:{topic.name}",
                  KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
+    lasts = OUTAGE_S if point.endswith("commit") else FOLLOW_OUTAGE_S
     try:
         assert wait_for(lambda: stopped(proc) or proc.poll() is not None, CHILD_TIMEOUT_S, interval_s=0.2), \
             output_of(proc)[-2000:]
-        with Ledger(env.config.ledger.url) as ledger, faulty_kafka.outage():
+        with Ledger(env.config.ledger.url) as ledger, getattr(faulty_kafka, fault)():
             began = time.monotonic()
-            os.kill(proc.pid, signal.SIGCONT)  # into the outage: its commit finds no broker
-            assert wait_for(lambda: any(b.transient for b in ledger.batches(topic.name, states=[BatchState.FAILED])),
-                            OUTAGE_S, interval_s=0.5), output_of(proc)[-3000:]
-            [failed] = ledger.batches(topic.name, states=[BatchState.FAILED])
-            time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - began)))  # the outage lasts OUTAGE_S
+            os.kill(proc.pid, signal.SIGCONT)  # into the fault: its commit (or read) finds no broker answering
+            wait_for(lambda: any(b.transient for b in ledger.batches(topic.name, states=[BatchState.FAILED])),
+                     lasts, interval_s=0.5)
+            failed = ledger.batches(topic.name, states=[BatchState.FAILED])
+            time.sleep(max(0.0, lasts - (time.monotonic() - began)))  # the fault lasts its time, whatever happens
             assert proc.poll() is None, "the drain waits the outage out instead of giving up"
         healed = time.monotonic()
         assert proc.wait(timeout=CHILD_TIMEOUT_S) == 0, output_of(proc)[-3000:]
         assert time.monotonic() - healed < HEALED_WITHIN_S, "retried as soon as the broker was back, not after its backoff"
     finally:
         kill_group(proc)
-    assert "broker" in failed.reason and "\n" not in failed.reason, failed.reason
+    if point.endswith("commit"):
+        assert len(failed) == 1, output_of(proc)[-3000:]
+    for batch in failed:
+        assert batch.transient and "broker" in batch.reason and "\n" not in batch.reason, batch.reason
     assert_done(env, topic)
     with Ledger(env.config.ledger.url) as ledger:
-        assert ledger.get(failed.batch_id).attempts > failed.attempts, "the failed batch itself was retried"
+        assert all(ledger.get(b.batch_id).attempts > b.attempts for b in failed), "the failed batch itself was retried"
 
 
 def test_a_broker_outage_of_30_s_heals_under_follow(make_topic, kprio_env, faulty_kafka, tmp_path, dagster_instance):
