@@ -13,8 +13,10 @@ Dagster shows.
 
 The database's own errors are mapped here, by type, to kprio's (:func:`ledger_failure`, hooked into
 SQLAlchemy's ``handle_error``): a server that does not answer or a SQLite file that is locked, read-only
-or full is :class:`LedgerUnavailable` (transient), a file that is no database or cannot be opened
-:class:`LedgerUnusable`; each names ``ledger.url`` without its password.
+or full, or that the process had open and cannot open now, is :class:`LedgerUnavailable` (transient, and
+the SQLite connection that saw it is dropped: SQLite keeps a file it opened read-only so), a file that is
+no database or cannot be opened at all :class:`LedgerUnusable`; each names ``ledger.url`` without its
+password.
 
 >>> engine = make_engine("sqlite://")
 >>> with engine.begin() as conn:
@@ -73,10 +75,19 @@ def make_engine(url: str | URL, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) 
         raise ConfigError(f"the database driver of {parsed.drivername} is not installed ({err.name})",
                           where=where) from None
 
+    opened: list[bool] = []  # once a connection to the database was made (a later CANTOPEN is its place failing)
+    event.listen(engine, "connect", lambda *_: opened or opened.append(True))
+
     def mapped(context: ExceptionContext) -> None:
         if not context.is_pre_ping:  # a failed pre-ping is the pool's to handle: it reconnects
-            failure = ledger_failure(context.sqlalchemy_exception, context.original_exception, parsed, where)
+            failure = ledger_failure(context.sqlalchemy_exception, context.original_exception, parsed, where,
+                                     opened=bool(opened))
             if failure is not None:
+                if backend == "sqlite" and _reopen(context.original_exception):
+                    # SQLite opens a file it cannot write read-only, and stays so: the connection is dropped, the
+                    # next one opens the file anew once the cause passed.
+                    _roll_back(context)
+                    context.is_disconnect = True
                 raise failure from context.original_exception
 
     event.listen(engine, "handle_error", mapped)
@@ -100,13 +111,21 @@ _PG_UNAVAILABLE = {"08", "53", "57"}
 intervention (shut down, starting up). A connection that never reached the server has no SQLSTATE at all."""
 
 
-def ledger_failure(wrapped: BaseException | None, err: BaseException, url: URL, where: str) -> KprioError | None:
+def ledger_failure(wrapped: BaseException | None, err: BaseException, url: URL, where: str, *,
+                   opened: bool = False) -> KprioError | None:
     """kprio's error for a driver error ``err`` of the ledger's database (``wrapped``: SQLAlchemy's exception for
-    it), by its type and code; None for the others (a bug, a schema error: they stay as they are)."""
+    it), by its type and code; None for the others (a bug, a schema error: they stay as they are).
+
+    ``opened``: this process had the database open before. A SQLite file it cannot open then (its directory made
+    read-only, a mount gone, permissions changed: its journal cannot be made) is a cause that passes once a person
+    or the platform fixes it, :class:`LedgerUnavailable`; before, it is a setting to fix, :class:`LedgerUnusable`.
+    """
     if isinstance(err, sqlite3.Error):
         code = getattr(err, "sqlite_errorcode", 0) & 0xFF  # the primary result code
         if code == sqlite3.SQLITE_CANTOPEN:
-            return LedgerUnusable(f"SQLite cannot open the database file: {_cannot_open(url.database)}", where=where)
+            why = f"SQLite cannot open the database file: {_cannot_open(url.database)}"
+            return LedgerUnavailable(f"{why} (it could before)", where=where) if opened else LedgerUnusable(
+                why, where=where)
         if code in _SQLITE_UNUSABLE:
             return LedgerUnusable(_SQLITE_UNUSABLE[code], where=where)
         if code in _SQLITE_UNAVAILABLE:
@@ -124,6 +143,27 @@ def ledger_failure(wrapped: BaseException | None, err: BaseException, url: URL, 
                                      f"({POSTGRES_SESSION['lock_timeout']}) by another session (a process stopped "
                                      "inside a transaction?)", where=where)
     return None  # a deadlock, a constraint, ...: the ledger's own to handle
+
+
+def _roll_back(context: ExceptionContext) -> None:
+    """End the failed statement and its transaction before the connection is dropped: a SQLite connection closed
+    with a statement open keeps its file locks (the write lock of its ``BEGIN IMMEDIATE``) until the process ends."""
+    try:
+        cursor = getattr(context.execution_context, "cursor", None)
+        if cursor is not None:
+            cursor.close()
+        dbapi = context.connection.connection.dbapi_connection if context.connection is not None else None
+        if dbapi is not None and dbapi.in_transaction:
+            dbapi.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # the connection is dropped all the same
+
+
+def _reopen(err: BaseException) -> bool:
+    """A SQLite error after which the connection is not kept: the file could not be written or opened (a
+    connection SQLite opened read-only would refuse every write after the cause passed)."""
+    code = getattr(err, "sqlite_errorcode", 0) & 0xFF
+    return code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL)
 
 
 def _cannot_open(database: str | None) -> str:
