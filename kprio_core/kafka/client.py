@@ -199,6 +199,19 @@ def error_name(error: Any) -> str:
     return inner.name() if hasattr(inner, "name") else type(error).__name__
 
 
+def _retriable(error: Any) -> bool:
+    """Whether the client says the request may succeed when tried again (a coordinator loading or moving, a
+    transaction of a writer it timed out still ending, too few replicas in sync for now): a cause that passes.
+
+    >>> from confluent_kafka import KafkaError
+    >>> concurrent = KafkaError(KafkaError.CONCURRENT_TRANSACTIONS, retriable=True)
+    >>> _retriable(concurrent), _retriable(KafkaError(KafkaError._FENCED))
+    (True, False)
+    """
+    inner = error.args[0] if getattr(error, "args", None) and hasattr(error.args[0], "retriable") else error
+    return bool(getattr(inner, "retriable", lambda: False)())
+
+
 def _error_text(error: Any) -> str:
     inner = error.args[0] if getattr(error, "args", None) and hasattr(error.args[0], "str") else error
     return inner.str() if hasattr(inner, "str") else str(error)
@@ -229,7 +242,7 @@ def kafka_failure(error: Any, *, what: str, bootstrap: str, timeout_s: float, to
         return AuthorizationFailed(f"{what} on {bootstrap}: not authorized ({name})")
     if name in _MISSING and topic is not None:
         return TopicMissing(topic, bootstrap)
-    if name in _UNREACHABLE:
+    if name in _UNREACHABLE or _retriable(error):
         return BrokerUnreachable(bootstrap, timeout_s, f"{what}: {_error_text(error)}")
     return KafkaOperationFailed(f"{what} on {bootstrap} failed: {name}: {_error_text(error)}")
 
