@@ -4,7 +4,8 @@ A batch that failed for a transient cause (a full disk, a read-only mount, a bro
 answer) is retried by itself, never by a person. Before each tick a driver probes what such a
 batch needs (:func:`probe_causes`: the output and dead-letter roots, and the waiting batches'
 directories under them, take a small block and, on a local disk, have room for the waiting
-batches' estimated size; the broker's answer is the tick's own lag snapshot). The tick's rules (``retry_failed`` in :mod:`kprio_core.lifecycle.tick`) then:
+batches' estimated size; the schema registry answers, when a waiting batch's topic reads through it;
+the broker's answer is the tick's own lag snapshot). The tick's rules (``retry_failed`` in :mod:`kprio_core.lifecycle.tick`) then:
 
 - never retry a transient failure while a probe sees a cause (the retry would fail alike, and use
   up time, not attempts);
@@ -56,8 +57,35 @@ def probe_causes(ledger: LedgerReads, config: KprioConfig, cause_seen: bool) -> 
         return Probed(None, passed=False)
     need = max((sum(r.est_bytes for r in b.plan.ranges) for b in waiting), default=0)
     roots = (config.drain.output_path, config.drain.dead_letter_path)
-    problem = probe(probed_dirs(roots, waiting, config.drain.format), need_bytes=need)
+    problem = probe(probed_dirs(roots, waiting, config.drain.format), need_bytes=need) or probe_registry(
+        config, {b.logical_topic for b in waiting})
     return Probed(problem, passed=cause_seen and problem is None)
+
+
+def probe_registry(config: KprioConfig, topics: set[str]) -> str | None:
+    """What keeps the schema registry from serving the waiting batches' topics that read through it (None: it
+    answers, or none of them does): one request, bounded by ``schema_registry.timeout_s``.
+
+    A registry that answers but refuses kprio (a login, a permission) is no cause that passes: not reported here.
+    """
+    from kprio_core.errors import KprioError, SchemaRegistryUnavailable
+
+    needs = [t for t in config.topics if t.name in topics and (t.value_format.registry_type or
+                                                                 t.key_format.registry_type)]
+    if not needs or config.schema_registry is None:
+        return None
+    from kprio_core.values.registry import SchemaRegistry
+
+    registry = SchemaRegistry(config.schema_registry.endpoint())
+    try:
+        registry.has_subject("_kprio_probe")
+    except SchemaRegistryUnavailable as err:
+        return f"the schema registry does not answer: {err}"
+    except KprioError:
+        return None
+    finally:
+        registry.close()
+    return None
 
 
 def probed_dirs(roots: Sequence[str], waiting: Sequence[Batch], output_format: str) -> list[str]:

@@ -29,6 +29,7 @@ from kprio_core.values.wire import framed
 from orchestration.cli.main import app
 from orchestration.dagster.instance import open_instance
 from orchestration.dagster.sensors import SENSOR_NAME
+from orchestration.runtime.healing import probe_causes
 from spark_jobs.delta_table import BATCH_KEY, COLUMNS_KEY, read_table, table_uri
 from tests.fixtures.kafka import produce_acked
 from tests.fixtures.registry import embedded_registry
@@ -228,8 +229,13 @@ def test_registry_values_drain_into_delta_with_typed_columns_and_the_new_column_
         registry.stop()
         try:
             down = drain(path, "--once")
+            # The probe before a tick sees the cause, so no retry goes into it (and a later failure of the streak,
+            # backed off, is retried at once once the registry answers, not at its backoff).
+            seen = probe_causes(env.ledger, env.config, cause_seen=False)
         finally:
             registry.start()
+        assert seen.problem is not None and "schema registry does not answer" in seen.problem, seen
+        assert probe_causes(env.ledger, env.config, cause_seen=True).passed
         assert down["batches"] and all(b["state"] == "failed" for b in down["batches"]), down
         assert all(b["reason"].endswith("[schema_registry_unavailable]") for b in down["batches"]), down
         failed = [b["batch_id"] for b in down["batches"]]
