@@ -61,6 +61,22 @@ def test_a_killed_drain_task_is_healed_by_airflow_s_retry_and_the_lease_rules(ai
         [(t["try_number"], t["state"]) for t in drains]
 
 
+def test_a_read_only_output_a_person_fixes_heals_under_airflow_with_no_command_run(airflow_in_background: Stages):
+    """The output refused the batch (a read-only mount); once a person made it writable, the continuous DAG's next
+    runs retried the failed batch by themselves (the plan task's probe passed) and drained the topic."""
+    kprio = reached(airflow_in_background, "healed")
+    topic, healed = kprio.topics["heal"], kprio.seen["healed"]
+
+    assert healed["failed"] and all("Read-only file system" in b.reason for b in healed["failed"]), healed["failed"]
+    check = kprio.conservation(topic)
+    assert check.ok, check
+    with Ledger(kprio.config.ledger.url) as ledger:
+        batches = ledger.batches(topic.name)
+        assert all(b.state is BatchState.COMMITTED for b in batches), batches
+        assert all(ledger.get(b.batch_id).state is BatchState.COMMITTED for b in healed["failed"])
+    assert healed["healed_after_s"] < DRAIN_TIMEOUT_S, healed
+
+
 def test_a_redrain_triggered_through_the_rest_api_drains_the_batch_once_and_commits_nothing_new(
     airflow_in_background: Stages,
 ):
