@@ -8,31 +8,12 @@ the file read-only for a new connection (``SQLITE_READONLY``, for as long as tha
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from kprio_core.errors import LedgerUnavailable
 from kprio_core.ledger import BatchState, Ledger
+from tests.fixtures.small_disks import read_only_in_place
 from tests.kprio_core.ledger_support import make_plan
-
-
-@contextlib.contextmanager
-def read_only_in_place(path: Path) -> Iterator[None]:
-    """``path`` read-only where it is (a bind mount onto itself, remounted read-only); writable again after."""
-    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True,
-                                           check=False).returncode != 0:
-        pytest.skip("a directory read-only in place needs root with permission to mount")
-    try:
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True, check=True)
-        yield
-        subprocess.run(["mount", "-o", "remount,bind,rw", str(path)], capture_output=True, check=True)
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
 def test_a_sqlite_ledger_whose_directory_turns_read_only_is_unavailable_and_writes_again_once_fixed(tmp_path):

@@ -36,7 +36,7 @@ from orchestration.dagster import drain_loop
 from orchestration.dagster.definitions import build_definitions
 from orchestration.services.process import wait_for
 from tests.fixtures.postgres import postgres_server  # noqa: F401 (fixture)
-from tests.fixtures.small_disks import read_only_dir
+from tests.fixtures.small_disks import read_only_dir, read_only_in_place
 from tests.orchestration.conservation import conservation, lag
 from tests.orchestration.test_recovery import CHILD_TIMEOUT_S, child_config, kill_group, output_of, start
 
@@ -179,6 +179,37 @@ def test_a_read_only_output_a_person_fixes_heals_under_until_empty_with_no_comma
     assert lag(topic, env.edge) == {1: 0, 0: 0}
     check = conservation(fixed, topic, env.edge)
     assert check.ok, check
+
+
+def test_a_sqlite_ledger_made_read_only_a_person_fixes_heals_under_until_empty_with_no_command_run(
+        make_topic, kprio_env, tmp_path, spark, child_spark_conf):
+    """The SQLite ledger's directory turns read-only (a remount, a person's chmod) while the drain publishes, for
+    longer than a lease; a person makes it writable again. The drain rides it out, no restart."""
+    place = tmp_path / "ledger"
+    place.mkdir()
+    url = f"sqlite:///{place / 'ledger.db'}"
+    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark_conf, ledger={"url": url})
+    proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"before-publish:{topic.name}",
+                 KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
+    try:
+        assert wait_for(lambda: stopped(proc) or proc.poll() is not None, CHILD_TIMEOUT_S, interval_s=0.2), \
+            output_of(proc)[-2000:]
+        with read_only_in_place(place):
+            os.kill(proc.pid, signal.SIGCONT)  # into a ledger that takes no write: its moves after the publish fail
+            time.sleep(SLOW_BACKOFF["lease_s"] * 1.5)  # read-only for longer than a lease, whatever the drain does
+            assert proc.poll() is None, f"the drain waits for the ledger instead of giving up: {output_of(proc)[-3000:]}"
+        healed = time.monotonic()
+        assert proc.wait(timeout=CHILD_TIMEOUT_S) == 0, output_of(proc)[-3000:]
+        assert time.monotonic() - healed < HEALED_WITHIN_S
+    finally:
+        kill_group(proc)
+    assert "the ledger does not answer" in output_of(proc), output_of(proc)[-3000:]
+    fixed = env.config.model_copy(update={"ledger": env.config.ledger.model_copy(update={"url": url})})
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+    check = conservation(fixed, topic, env.edge)
+    assert check.ok, check
+    with Ledger(url) as ledger:
+        assert ledger.in_flight(topic.name) == [] and ledger.batches(topic.name, states=[BatchState.FAILED]) == []
 
 
 LEDGER_LEASE_S = 6
