@@ -116,6 +116,10 @@ WAIT_SLICE_S = 0.25
 certificate is an event, not the call's answer, and is raised within this long of its arrival."""
 
 
+SILENT_S = 1.0
+"""How long a client waits for a first answer before its broker's listener is asked what it speaks."""
+
+
 @dataclass
 class Deadline:
     """The time left for one edge operation; raises BrokerUnreachable once it is spent.
@@ -165,6 +169,15 @@ class Deadline:
         if self.client is None or self.remaining() <= 0:
             raise self.ran_out(what, detail)
         self.client.poll(0)
+        from kprio_core.kafka.security import SecurityWatch
+
+        watch = getattr(self.client, "kprio_security", None)
+        if isinstance(watch, SecurityWatch) and self.timeout_s - self.remaining() >= SILENT_S:
+            # No answer yet: a listener of another security protocol only closes the connection, and
+            # librdkafka would retry until the deadline; the listener is asked what it speaks.
+            mismatch = watch.mismatch()
+            if mismatch is not None:
+                watch.failed(mismatch)
 
     def result(self, future: concurrent.futures.Future, what: str, *, topic: str | None = None) -> Any:
         """The future's result within the time left; Kafka errors mapped to kprio's errors (TopicMissing for

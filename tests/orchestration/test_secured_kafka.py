@@ -9,8 +9,9 @@ password from ``KPRIO_KAFKA_SASL_PASSWORD``. Proven here:
   (the admin client's lag snapshots, the executors' consumers or Spark's Java client, the commits);
 - the Airflow trigger finds the backlog on the secured cluster;
 - a wrong password, a mechanism the broker does not enable, a CA that did not sign the broker's
-  certificate and a host name the certificate does not hold each fail in one line naming the setting,
-  well before the timeout;
+  certificate, a host name the certificate does not hold, a certificate that expired (a second listener
+  of the broker, ``EXPIRED``, has one) and a client of another security protocol each fail in one line
+  naming the setting, well before the timeout;
 - no secret is in any file the module wrote (the broker's data dir and log, the ledger, the Dagster
   instance, the output, the Spark event log), nor in a command's output.
 """
@@ -44,7 +45,7 @@ def module_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def secured(module_dir: Path):
-    with secured_kafka(module_dir / "broker", BrokerSecurity(Security.SASL_SSL)) as kafka:
+    with secured_kafka(module_dir / "broker", BrokerSecurity(Security.SASL_SSL), expired_listener=True) as kafka:
         yield kafka
 
 
@@ -93,6 +94,19 @@ MISTAKES = {
                               "the broker's TLS certificate is not trusted by kafka.client.ssl.ca.location (OTHER_CA)"),
     "hostname-mismatch": ({}, {}, "ssl_hostname_mismatch",
                           "the broker's TLS certificate names 127.0.0.1, not 'localhost'"),
+    # The listener whose certificate expired (the module's broker has one besides its client listener).
+    "expired-certificate": ({}, {}, "ssl_certificate_expired",
+                            "(verified with kafka.client.ssl.ca.location (CA)): the broker's certificate must be "
+                            "renewed"),
+    # Clients of another security protocol: the broker only closes their connections; kprio asks the listener.
+    "plaintext-client": ({}, {"security.protocol": None, "sasl.mechanism": None, "sasl.username": None,
+                              "ssl.ca.location": None}, "security_protocol_mismatch",
+                         "kafka.client.security.protocol is PLAINTEXT, but the broker's listener speaks SASL_SSL (TLS, "
+                         "then SASL: SCRAM-SHA-512, PLAIN)"),
+    "sasl-without-tls": ({}, {"security.protocol": "SASL_PLAINTEXT"}, "security_protocol_mismatch",
+                         "kafka.client.security.protocol is SASL_PLAINTEXT, but the broker's listener speaks SASL_SSL"),
+    "tls-without-sasl": ({}, {"security.protocol": "SSL"}, "security_protocol_mismatch",
+                         "kafka.client.security.protocol is SSL, but the broker's listener speaks SASL_SSL"),
 }
 
 
@@ -103,10 +117,12 @@ def test_a_security_mistake_fails_in_one_line_naming_the_setting(secured, module
     if not other_ca.complete():
         make_files(other_ca, ["127.0.0.1"], "unused-password")
     client = {k: str(other_ca.ca) if v == "OTHER_CA" else v for k, v in client.items()}
-    named = named.replace("OTHER_CA", str(other_ca.ca))
+    named = named.replace("OTHER_CA", str(other_ca.ca)).replace("(CA)", f"({secured.broker.tls.ca})")
     raw = {"kafka": secured.raw(**client), "topics": [{"name": "orders"}]}
     if mistake == "hostname-mismatch":
         raw["kafka"]["bootstrap_servers"] = secured.broker.bootstrap.replace("127.0.0.1", "localhost")
+    if mistake == "expired-certificate":
+        raw["kafka"]["bootstrap_servers"] = secured.expired_bootstrap
     path = module_dir / f"{mistake}.yaml"
     path.write_text(yaml.safe_dump(raw))
     for name, value in {**secured.env, **env}.items():
