@@ -80,8 +80,14 @@ def _build(client_class: Callable[[ClientConfig], Any], conf: ClientConfig) -> A
     try:
         client = client_class({**_with_logger(conf), "error_cb": watch})
     except (KafkaException, ValueError, TypeError) as err:
-        # librdkafka's message names the setting ("No such configuration property: ...") and
+        from kprio_core.kafka.client_files import settings_problem
+
+        # A file or secret the settings need, said in kprio's words (librdkafka's are OpenSSL's: "BIO lib");
+        # else librdkafka's message, which names the setting ("No such configuration property: ...") and
         # never echoes the value, so secrets cannot leak through it.
+        problem = settings_problem(conf)
+        if problem is not None:
+            raise ConfigError(problem) from None
         detail = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
         raise ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}") from None
     with contextlib.suppress(AttributeError):  # the admin client takes attributes; consumers and producers don't
