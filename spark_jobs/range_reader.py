@@ -219,9 +219,13 @@ def read_range(
     tracker = tracker if tracker is not None else RangeTracker(rng)
     if rng.count == 0:
         return
+    from kprio_core.kafka.client import refused_settings
     from kprio_core.kafka.security import SecurityWatch
 
-    consumer = ck.Consumer(consumer_conf(client, settings.spark))
+    try:
+        consumer = ck.Consumer(consumer_conf(client, settings.spark))
+    except (ck.KafkaException, ValueError, TypeError) as err:  # a file or secret missing or wrong, named
+        raise refused_settings(dict(client), err) from None
     watch = SecurityWatch(client)  # a refused login or certificate, or a listener of another protocol, typed
     committed_only = str(client.get("isolation.level", "read_committed")) == "read_committed"
     end_name = "last stable offset" if committed_only else "high watermark"
@@ -312,8 +316,8 @@ def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any],
     """
     from confluent_kafka import KafkaException
 
-    from kprio_core.errors import KafkaOperationFailed, TopicMissing
-    from kprio_core.kafka.client import SILENT_S, error_name, kafka_failure
+    from kprio_core.errors import KafkaOperationFailed, KafkaSecurityFailed, TopicMissing
+    from kprio_core.kafka.client import SILENT_S, error_name, kafka_failure, refusal
 
     first = min(SILENT_S, timeout_s) if watch is not None else timeout_s
     try:
@@ -322,9 +326,14 @@ def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any],
         except KafkaException as exc:
             if first >= timeout_s or error_name(exc) not in ("_TRANSPORT", "_TIMED_OUT"):
                 raise
+            # No answer: a listener of another protocol, or a login or certificate refused (a consumer's
+            # metadata request serves no events: a kprio admin client of the same settings asks why).
             mismatch = watch.mismatch()
             if mismatch is not None:
                 watch.failed(mismatch)
+            refused = refusal(dict(client), min(timeout_s - first, SECURITY_ASK_S))
+            if isinstance(refused, KafkaSecurityFailed):
+                watch.failed(refused)
             topic = consumer.list_topics(rng.topic, timeout=timeout_s - first).topics.get(rng.topic)
     except KafkaException as exc:  # typed here (BrokerUnreachable, ...), where the client's error code is known
         raise kafka_failure(exc, what=f"reading {rng}", bootstrap=str(client.get("bootstrap.servers", "?")),
@@ -334,6 +343,10 @@ def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any],
     if rng.partition not in topic.partitions:
         raise KafkaOperationFailed(
             f"topic {rng.topic} has no partition {rng.partition} (it has 0..{len(topic.partitions) - 1})")
+
+
+SECURITY_ASK_S = 5.0
+"""Longest the admin client that asks why a read's broker is silent may wait (:func:`_check_partition`)."""
 
 
 @contextlib.contextmanager

@@ -80,19 +80,50 @@ def _build(client_class: Callable[[ClientConfig], Any], conf: ClientConfig) -> A
     try:
         client = client_class({**_with_logger(conf), "error_cb": watch})
     except (KafkaException, ValueError, TypeError) as err:
-        from kprio_core.kafka.client_files import settings_problem
-
-        # A file or secret the settings need, said in kprio's words (librdkafka's are OpenSSL's: "BIO lib");
-        # else librdkafka's message, which names the setting ("No such configuration property: ...") and
-        # never echoes the value, so secrets cannot leak through it.
-        problem = settings_problem(conf)
-        if problem is not None:
-            raise ConfigError(problem) from None
-        detail = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
-        raise ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}") from None
+        raise refused_settings(conf, err) from None
     with contextlib.suppress(AttributeError):  # the admin client takes attributes; consumers and producers don't
         client.kprio_security = watch
     return client
+
+
+def refused_settings(conf: ClientConfig, err: BaseException) -> ConfigError:
+    """The ConfigError of client settings ``conf`` librdkafka refused to build a client with (``err``)."""
+    from kprio_core.kafka.client_files import settings_problem
+
+    # A file or secret the settings need, said in kprio's words (librdkafka's are OpenSSL's: "BIO lib");
+    # else librdkafka's message, which names the setting ("No such configuration property: ...") and
+    # never echoes the value, so secrets cannot leak through it.
+    problem = settings_problem(conf)
+    if problem is not None:
+        return ConfigError(problem)
+    detail = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
+    return ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}")
+
+
+def refusal(conf: ClientConfig, timeout_s: float) -> KprioError | None:
+    """Why a client of ``conf`` gets no answer: the security failure (or the other security protocol) a kprio
+    admin client of the same settings meets asking for metadata within ``timeout_s``, else None (it was
+    answered, or the broker is unreachable). For clients that cannot serve their events while they wait
+    (a consumer's metadata request: the python reader)."""
+    from confluent_kafka.admin import AdminClient
+
+    from kprio_core.errors import KafkaSecurityFailed
+
+    admin_conf = {k: v for k, v in conf.items() if str(k).lower() not in _CONSUMER_ONLY}
+    try:
+        admin = _build(AdminClient, admin_conf)
+        cluster_metadata(admin, Deadline(timeout_s, str(conf.get("bootstrap.servers", "?")), client=admin))
+    except (KafkaSecurityFailed, ConfigError) as err:
+        return err
+    except KprioError:
+        return None
+    return None
+
+
+_CONSUMER_ONLY = ("group.id", "isolation.level", "enable.auto.commit", "enable.auto.offset.store",
+                  "auto.offset.reset", "enable.partition.eof", "fetch.min.bytes", "fetch.wait.max.ms",
+                  "fetch.max.bytes", "max.partition.fetch.bytes", "queued.min.messages", "queued.max.messages.kbytes",
+                  "session.timeout.ms", "max.poll.interval.ms", "check.crcs", "client.rack")
 
 
 def new_admin(kafka: KafkaSettings) -> Any:

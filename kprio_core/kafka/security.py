@@ -399,7 +399,8 @@ _JAVA = (
     (re.compile(r"(PKIX path (?:building|validation) failed[^\n]*)"), CertificateUntrusted,
      "the broker's TLS certificate is not trusted by kafka.client.ssl.ca.location"),
     (re.compile(r"Received fatal alert: (bad_certificate|certificate_required|certificate_unknown|unknown_ca)"),
-     ClientCertificateRejected, "the broker refused kprio's client certificate"),
+     ClientCertificateRejected, "the broker refused kprio's client certificate, or requires one and got none "
+                                "(kafka.client.ssl.keystore.location, or ssl.certificate.location and ssl.key.location)"),
     (re.compile(r"SslAuthenticationException: ([^\n]+)"), TlsHandshakeFailed,
      "the TLS handshake of Kafka's Java client failed"),
 )

@@ -11,7 +11,7 @@ password from ``KPRIO_KAFKA_SASL_PASSWORD``. Proven here:
 - a wrong password, a mechanism the broker does not enable, a CA that did not sign the broker's
   certificate, a host name the certificate does not hold, a certificate that expired (a second listener
   of the broker, ``EXPIRED``, has one) and a client of another security protocol each fail in one line
-  naming the setting, well before the timeout;
+  naming the setting, well before the timeout, through the CLI and in a drain's read with either reader;
 - no secret is in any file the module wrote (the broker's data dir and log, the ledger, the Dagster
   instance, the output, the Spark event log), nor in a command's output.
 """
@@ -140,6 +140,48 @@ def test_a_security_mistake_fails_in_one_line_naming_the_setting(secured, module
     # Failed as the broker answered, not after kafka.timeout_s (20 s) as an unreachable broker would.
     assert took < 10, f"took {took:.1f} s"
     assert not [s for s in [*secured.secrets, *env.values()] if s in result.output]
+
+
+READER_MISTAKES = {
+    # name: (environment over the right one, client settings over the printed ones, code)
+    "wrong-password": ({"KPRIO_KAFKA_SASL_PASSWORD": "not-the-password"}, {}, "sasl_authentication_failed"),
+    "plaintext-client": ({}, {"security.protocol": None, "sasl.mechanism": None, "sasl.username": None,
+                              "ssl.ca.location": None}, "security_protocol_mismatch"),
+}
+
+
+@pytest.mark.parametrize("reader", ["python", "native"])
+@pytest.mark.parametrize("mistake", list(READER_MISTAKES))
+def test_a_security_mistake_fails_a_drains_read_in_one_line_with_either_reader(secured, module_dir, spark, reader,
+                                                                               mistake):
+    """The readers' own clients (the executors' consumers, Spark's Java client) with settings the admin client did
+    not check (the run's secrets, its files): the read fails typed, as the admin client would, not "no broker
+    answered" after the timeout. The native reader's Java client waits kafka.timeout_s a try, three tries, for a
+    listener that only closes its connections (3 s here), then the driver asks the listener why."""
+    from kprio_core.errors import KafkaSecurityFailed
+    from kprio_core.model.offsets import OffsetRange
+    from spark_jobs.drain import drain_batch
+    from tests.spark_jobs.plans import plan_of
+
+    env, client, code = READER_MISTAKES[mistake]
+    folder = module_dir / f"read-{reader}-{mistake}"
+    topic = secured.make_topic(f"orders-read-{reader}-{mistake}", {0: 3}, priorities=1, partitions=1)
+    config = secured_config(secured, folder, topic, reader=reader, client=client, env={**secured.env, **env})
+    config = config.model_copy(update={"kafka": config.kafka.model_copy(update={"timeout_s": 3.0})})
+    plan = plan_of(topic, {0: [OffsetRange(topic.priority_topic(0), 0, 0, 3)]})
+
+    started = time.monotonic()
+    try:
+        result = drain_batch(spark, config, topic, f"b-{reader}-{mistake}", 1, plan)
+        [failed] = [r.error for r in result.ranges if r.error is not None]
+        got, line = failed.error().code, failed.message
+    except KafkaSecurityFailed as err:
+        got, line = err.code, str(err)
+    took = time.monotonic() - started
+
+    assert got == code, line
+    assert "\n" not in line and not [s for s in [*secured.secrets, *env.values()] if s in line]
+    assert took < 30, f"took {took:.1f} s"
 
 
 def test_broker_status_prints_the_client_settings_and_names_the_secrets_without_their_values(secured):
