@@ -33,6 +33,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -168,9 +169,13 @@ def split_servers(bootstrap: str) -> list[tuple[str, int]]:
 
 def first_listener(servers: Sequence[tuple[str, int]], timeout_s: float = PROBE_TIMEOUT_S
                    ) -> tuple[str, Listener] | None:
-    """The first of ``servers`` whose listener answers the probe, as ``("host:port", listener)``."""
+    """The first of ``servers`` whose listener answers the probe, as ``("host:port", listener)``; all of them
+    within about ``timeout_s`` (each connection gets what is left, half a second at least)."""
+    ends = time.monotonic() + timeout_s
     for host, port in servers:
-        found = probe_listener(host, port, timeout_s)
+        found = probe_listener(host, port, max(0.5, ends - time.monotonic()))
         if found is not None:
             return f"{host}:{port}", found
+        if time.monotonic() >= ends:
+            break
     return None

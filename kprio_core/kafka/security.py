@@ -27,8 +27,8 @@ Nothing here names a secret's value: a message names the setting (``kafka.client
 >>> err = security_failure("_AUTHENTICATION", text, who)
 >>> print(err.code, err)  # doctest: +NORMALIZE_WHITESPACE
 sasl_authentication_failed SASL authentication failed: the broker refused user 'kprio'
-(kafka.client.sasl.username) with the password of KPRIO_KAFKA_SASL_PASSWORD over SCRAM-SHA-512
-(127.0.0.1:29092)
+(kafka.client.sasl.username) with the password of KPRIO_KAFKA_SASL_PASSWORD over SCRAM-SHA-512; or the user has
+no SCRAM-SHA-512 credentials on the broker (127.0.0.1:29092)
 >>> text = ("sasl_ssl://127.0.0.1:29092/bootstrap: SASL SCRAM-SHA-256 mechanism handshake failed: Broker: "
 ...         "Unsupported SASL mechanism: broker's supported mechanisms: SCRAM-SHA-512,PLAIN (after 1ms in state X)")
 >>> print(security_failure("_AUTHENTICATION", text, who))  # doctest: +NORMALIZE_WHITESPACE
@@ -155,9 +155,11 @@ def security_failure(name: str, text: str, who: ClientIdentity,
             return SaslAuthenticationFailed(f"SASL authentication failed: the broker refused the user of "
                                             f"kafka.client.sasl.username or the password of {PASSWORD_VARIABLE} "
                                             f"({broker})")
+        scram = (f"; or the user has no {who.mechanism} credentials on the broker"
+                 if (who.mechanism or "").startswith("SCRAM-") else "")
         return SaslAuthenticationFailed(
             f"SASL authentication failed: the broker refused user '{who.username}' (kafka.client.sasl.username) "
-            f"with the password of {PASSWORD_VARIABLE} over {who.mechanism or 'its mechanism'} ({broker})")
+            f"with the password of {PASSWORD_VARIABLE} over {who.mechanism or 'its mechanism'}{scram} ({broker})")
     alert = _ALERT.search(text)
     if alert is not None and name in ("_SSL", "_TRANSPORT") and ("certificate" in alert.group(1)
                                                                   or "unknown ca" in alert.group(1)):
@@ -193,7 +195,7 @@ def _refused_client_certificate(alert: str, who: ClientIdentity, broker: str,
         return CertificateExpired(f"the broker refused kprio's client certificate ({who.client_certificate}): it "
                                   f"expired ({broker})")
     return ClientCertificateRejected(f"the broker refused kprio's client certificate ({who.client_certificate}): "
-                                     f"{alert} ({broker})")
+                                     f"{alert}: is it signed by a CA the broker's truststore holds? ({broker})")
 
 
 def diagnose_certificate(broker: str, who: ClientIdentity,
