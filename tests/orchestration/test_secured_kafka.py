@@ -142,6 +142,34 @@ def test_a_security_mistake_fails_in_one_line_naming_the_setting(secured, module
     assert not [s for s in [*secured.secrets, *env.values()] if s in result.output]
 
 
+@pytest.mark.parametrize("mistake", ["wrong-password", "plaintext-client", "expired-certificate"])
+def test_plan_and_drain_fail_in_the_same_one_line(secured, module_dir, mistake, monkeypatch):
+    """The commands that plan and drain meet the mistake in their first client (the admin client's lag snapshot):
+    the same line as `kprio lag`, before any Spark job, in seconds."""
+    env, client, code, _ = MISTAKES[mistake]
+    folder = module_dir / f"commands-{mistake}"
+    raw = {"kafka": secured.raw(**client), "topics": [{"name": "orders"}],
+           "ledger": {"url": f"sqlite:///{folder / 'ledger.db'}"},
+           "drain": {"output_path": str(folder / "output"), "dead_letter_path": str(folder / "dead-letters"),
+                     "replay_path": str(folder / "replay")}}
+    if mistake == "expired-certificate":
+        raw["kafka"]["bootstrap_servers"] = secured.expired_bootstrap
+    folder.mkdir()
+    path = folder / "kprio.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    for name, value in {**secured.env, **env}.items():
+        monkeypatch.setenv(name, value)
+    for command in (["plan"], ["drain", "--until-empty"]):
+        started = time.monotonic()
+        result = CliRunner().invoke(app, [*command, "--config", str(path)])
+        took = time.monotonic() - started
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 1 and len(lines) == 1, result.output
+        assert lines[0].startswith("kprio: error: ") and f"[{code}]" in lines[0], lines[0]
+        assert took < 10, f"kprio {command[0]} took {took:.1f} s"
+        assert not [s for s in [*secured.secrets, *env.values()] if s in result.output]
+
+
 READER_MISTAKES = {
     # name: (environment over the right one, client settings over the printed ones, code)
     "wrong-password": ({"KPRIO_KAFKA_SASL_PASSWORD": "not-the-password"}, {}, "sasl_authentication_failed"),
