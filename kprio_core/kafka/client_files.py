@@ -38,10 +38,16 @@ def settings_problem(conf: Mapping[str, Any]) -> str | None:
             or _pem_problem(lowered))
 
 
+MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
 def _sasl_problem(conf: dict[str, Any]) -> str | None:
-    mechanism = str(conf.get("sasl.mechanism", conf.get("sasl.mechanisms", "GSSAPI"))).upper()
+    given = str(conf.get("sasl.mechanism", conf.get("sasl.mechanisms", "GSSAPI")))
+    mechanism = given.upper()
     if not str(conf.get("security.protocol", "")).upper().startswith("SASL_"):
         return None
+    if mechanism in MECHANISMS and given != mechanism:
+        return f"kafka.client.sasl.mechanism: write {given} as {mechanism} (librdkafka's names are case-sensitive)"
     if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
         return None
     if "sasl.username" not in conf:

@@ -298,18 +298,26 @@ def own_certificate(conf: Mapping[str, Any]) -> Any:
 
 
 def protocol_mismatch(who: ClientIdentity, broker: str | None = None,
-                      timeout_s: float = PROBE_TIMEOUT_S) -> SecurityProtocolMismatch | None:
+                      timeout_s: float = PROBE_TIMEOUT_S) -> KafkaSecurityFailed | None:
     """The listener at ``broker`` (else the first bootstrap server that answers) speaks another security
-    protocol than ``who``'s, asked of it (:mod:`kprio_core.kafka.listener`); None when it speaks the client's or
-    nothing answers.
+    protocol than ``who``'s, or does not enable its SASL mechanism, asked of it (:mod:`kprio_core.kafka.listener`);
+    None when it speaks the client's or nothing answers. (A client whose mechanism the broker does not enable may
+    never connect at all: OAUTHBEARER without a token waits for one.)
 
     >>> protocol_mismatch(ClientIdentity("127.0.0.1:1", "SASL_SSL"), timeout_s=0.5) is None  # nothing listens
     True
     """
     found = first_listener(split_servers(broker or who.bootstrap), timeout_s)
-    if found is None or found[1].takes(who.protocol):
+    if found is None:
         return None
     where, listener = found
+    if listener.takes(who.protocol):
+        mechanism = who.mechanism or "GSSAPI"  # librdkafka's default
+        if listener.sasl and listener.mechanisms and mechanism not in listener.mechanisms:
+            return SaslMechanismNotEnabled(
+                f"SASL mechanism {mechanism} (kafka.client.sasl.mechanism) is not enabled on the broker, which takes "
+                f"{', '.join(listener.mechanisms)} ({where})")
+        return None
     if listener.protocol is not None:
         fix = f"set it to {listener.protocol}"
         if listener.sasl and not who.protocol.startswith("SASL_"):

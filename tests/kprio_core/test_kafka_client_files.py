@@ -44,6 +44,9 @@ SASL = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sas
 CASES = {
     "no password variable": (SASL, "kafka.client.sasl.username is set (SCRAM-SHA-512) but KPRIO_KAFKA_SASL_PASSWORD "
                                    "is not in the environment, where kprio reads the user's password"),
+    "mechanism in lower case": ({**SASL, "sasl.mechanism": "scram-sha-512", "sasl.password": SECRET},
+                                "kafka.client.sasl.mechanism: write scram-sha-512 as SCRAM-SHA-512 (librdkafka's names "
+                                "are case-sensitive)"),
     "no user name": ({**SASL, "sasl.username": None, "sasl.password": SECRET},
                      "kafka.client.sasl.username is not set: SCRAM-SHA-512 logs in with a user name and a password"),
     "CA file missing": ({"ssl.ca.location": "DIR/nowhere.pem"}, "kafka.client.ssl.ca.location: no file DIR/nowhere.pem"),

@@ -90,6 +90,10 @@ MISTAKES = {
     "mechanism-not-enabled": ({}, {"sasl.mechanism": "SCRAM-SHA-256"}, "sasl_mechanism_not_enabled",
                               "SASL mechanism SCRAM-SHA-256 (kafka.client.sasl.mechanism) is not enabled on the "
                               "broker, which takes SCRAM-SHA-512, PLAIN"),
+    # A mechanism librdkafka never even connects with here (OAUTHBEARER waits for a token): the listener says.
+    "mechanism-never-connecting": ({}, {"sasl.mechanism": "OAUTHBEARER", "sasl.username": None},
+                                   "sasl_mechanism_not_enabled", "SASL mechanism OAUTHBEARER (kafka.client.sasl.mechanism) "
+                                   "is not enabled on the broker, which takes SCRAM-SHA-512, PLAIN"),
     "untrusted-certificate": ({}, {"ssl.ca.location": "OTHER_CA"}, "ssl_certificate_untrusted",
                               "the broker's TLS certificate is not trusted by kafka.client.ssl.ca.location (OTHER_CA)"),
     "hostname-mismatch": ({}, {}, "ssl_hostname_mismatch",
