@@ -320,6 +320,7 @@ def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any],
     from kprio_core.kafka.client import SILENT_S, error_name, kafka_failure, refusal
 
     first = min(SILENT_S, timeout_s) if watch is not None else timeout_s
+    ends = time.monotonic() + timeout_s
     try:
         try:
             topic = consumer.list_topics(rng.topic, timeout=first).topics.get(rng.topic)
@@ -328,13 +329,13 @@ def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any],
                 raise
             # No answer: a listener of another protocol, or a login or certificate refused (a consumer's
             # metadata request serves no events: a kprio admin client of the same settings asks why).
-            mismatch = watch.mismatch()
+            mismatch = watch.mismatch(timeout_s=ends - time.monotonic())
             if mismatch is not None:
                 watch.failed(mismatch)
-            refused = refusal(dict(client), min(timeout_s - first, SECURITY_ASK_S))
+            refused = refusal(dict(client), min(ends - time.monotonic(), SECURITY_ASK_S))
             if isinstance(refused, KafkaSecurityFailed):
                 watch.failed(refused)
-            topic = consumer.list_topics(rng.topic, timeout=timeout_s - first).topics.get(rng.topic)
+            topic = consumer.list_topics(rng.topic, timeout=max(0.1, ends - time.monotonic())).topics.get(rng.topic)
     except KafkaException as exc:  # typed here (BrokerUnreachable, ...), where the client's error code is known
         raise kafka_failure(exc, what=f"reading {rng}", bootstrap=str(client.get("bootstrap.servers", "?")),
                             timeout_s=timeout_s, topic=rng.topic) from None

@@ -212,7 +212,7 @@ class Deadline:
         if isinstance(watch, SecurityWatch) and self.timeout_s - self.remaining() >= SILENT_S:
             # No answer yet: a listener of another security protocol only closes the connection, and
             # librdkafka would retry until the deadline; the listener is asked what it speaks.
-            mismatch = watch.mismatch()
+            mismatch = watch.mismatch(timeout_s=self.remaining())  # within this operation's deadline
             if mismatch is not None:
                 watch.failed(mismatch)
 

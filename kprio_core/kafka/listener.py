@@ -130,7 +130,8 @@ def _tls_context() -> ssl.SSLContext:
 
 def probe_listener(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> Listener | None:
     """What the listener at ``host:port`` speaks, or None when nothing answers there (refused, silent, or
-    an answer that is not Kafka's)."""
+    an answer that is not Kafka's); both connections within about ``timeout_s``."""
+    ends = time.monotonic() + timeout_s
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as raw:
             try:
@@ -144,8 +145,11 @@ def probe_listener(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> 
                 pass  # closed on the ClientHello: no TLS there
     except OSError:
         return None
+    left = ends - time.monotonic()
+    if left <= 0.05:
+        return None
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as raw:
+        with socket.create_connection((host, port), timeout=left) as raw:
             asked = _ask_sasl(raw)
     except OSError:
         return None
@@ -173,7 +177,7 @@ def first_listener(servers: Sequence[tuple[str, int]], timeout_s: float = PROBE_
     within about ``timeout_s`` (each connection gets what is left, half a second at least)."""
     ends = time.monotonic() + timeout_s
     for host, port in servers:
-        found = probe_listener(host, port, max(0.5, ends - time.monotonic()))
+        found = probe_listener(host, port, max(0.2, ends - time.monotonic()))
         if found is not None:
             return f"{host}:{port}", found
         if time.monotonic() >= ends:

@@ -334,7 +334,7 @@ class SecurityWatch:
     that served it and kept in :attr:`failure`; other errors are left to librdkafka's own retries."""
 
     def __init__(self, conf: Mapping[str, Any],
-                 probe: Callable[[ClientIdentity, str | None], KafkaSecurityFailed | None] = protocol_mismatch,
+                 probe: Callable[..., KafkaSecurityFailed | None] = protocol_mismatch,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.who = ClientIdentity.of(conf)
         self.failure: KafkaSecurityFailed | None = None
@@ -367,14 +367,14 @@ class SecurityWatch:
             self.failure = failure
         raise failure
 
-    def mismatch(self, broker: str | None = None) -> KafkaSecurityFailed | None:
+    def mismatch(self, broker: str | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> KafkaSecurityFailed | None:
         """The listener speaks another security protocol (:func:`protocol_mismatch`), asked at most once every
-        :data:`PROBE_EVERY_S` (a broker down is a closed connection too, again and again)."""
+        :data:`PROBE_EVERY_S` (a broker down is a closed connection too, again and again), within ``timeout_s``."""
         now = self._clock()
         if self._probed is not None and now - self._probed < PROBE_EVERY_S:
             return None
         self._probed = now
-        return self._probe(self.who, broker)
+        return self._probe(self.who, broker, max(0.2, min(timeout_s, PROBE_TIMEOUT_S)))
 
     def clear(self) -> None:
         """A call succeeded: what failed before has passed (a user created, a certificate renewed)."""
