@@ -248,6 +248,13 @@ class TlsHandshakeFailed(KafkaSecurityFailed):
     code = "ssl_handshake_failed"
 
 
+class SecurityProtocolMismatch(KafkaSecurityFailed):
+    """The broker's listener speaks another security protocol than ``kafka.client.security.protocol`` (TLS
+    or not, SASL or not): the broker only closes such a connection, kprio asked the listener what it speaks."""
+
+    code = "security_protocol_mismatch"
+
+
 class LaneOrderBroken(KprioError):
     """Records of one lane reached the handler out of offset order (a drain bug, never data)."""
 

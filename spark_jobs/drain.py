@@ -99,7 +99,8 @@ def drain_batch(
     top = max((r.priority for r in plan.ranges), default=0)
     # Spark gone (a Connect server stopped, a lost gateway): SparkUnavailable. The batch's jobs share the
     # cores with batches of other priorities draining at once in the scheduler pool of its highest one.
-    with spark_boundary(), priority_pool(spark, top):
+    native = config.kafka if config.spark.reader is SparkReader.NATIVE else None
+    with spark_boundary(native), priority_pool(spark, top):
         cores = _parallelism(spark)
         fused = config.spark.reader is SparkReader.PYTHON and handler_in_read(lanes, splits, cores or 1)
         record_seconds = None

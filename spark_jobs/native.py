@@ -82,6 +82,12 @@ def native_options(
         if key.lower() not in SPARK_MANAGED:
             opts[f"kafka.{key}"] = value
     opts["kafka.isolation.level"] = config.kafka.isolation_level.value
+    # Spark's source asks for offsets through an admin client that waits 60 s a try, three tries, for a broker that
+    # does not answer (a listener of another security protocol only closes the connection): kafka.timeout_s a try
+    # (a request's timeout may not be longer), unless the client settings say otherwise.
+    if "kafka.default.api.timeout.ms" not in opts and "kafka.request.timeout.ms" not in opts:
+        wait_ms = str(int(config.kafka.timeout_s * 1000))
+        opts.update({"kafka.default.api.timeout.ms": wait_ms, "kafka.request.timeout.ms": wait_ms})
     return opts
 
 

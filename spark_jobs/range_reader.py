@@ -219,7 +219,14 @@ def read_range(
     tracker = tracker if tracker is not None else RangeTracker(rng)
     if rng.count == 0:
         return
-    consumer = ck.Consumer(consumer_conf(client, settings.spark))
+    from kprio_core.kafka.client import refused_settings
+    from kprio_core.kafka.security import SecurityWatch
+
+    try:
+        consumer = ck.Consumer(consumer_conf(client, settings.spark))
+    except (ck.KafkaException, ValueError, TypeError) as err:  # a file or secret missing or wrong, named
+        raise refused_settings(dict(client), err) from None
+    watch = SecurityWatch(client)  # a refused login or certificate, or a listener of another protocol, typed
     committed_only = str(client.get("isolation.level", "read_committed")) == "read_committed"
     end_name = "last stable offset" if committed_only else "high watermark"
     tp = ck.TopicPartition(rng.topic, rng.partition, rng.start)
@@ -244,7 +251,7 @@ def read_range(
             with _collector_paused():
                 messages = consumer.consume(max(1, want), timeout=min(POLL_SLICE_S, deadline - now))
                 if not messages and not checked:
-                    _check_partition(consumer, rng, client, settings.stall_timeout_s)
+                    _check_partition(consumer, rng, client, settings.stall_timeout_s, watch)
                     checked = True
                 if _plain(messages, position, rng.end):
                     seen = columns.take(messages)
@@ -256,7 +263,7 @@ def read_range(
                 if err is not None:
                     stop, position, note = _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name,
                                                      where=(str(client.get("bootstrap.servers", "?")),
-                                                            settings.stall_timeout_s), client=client)
+                                                            settings.stall_timeout_s), watch=watch)
                     if stop:
                         reason = note or "done"
                         break
@@ -297,19 +304,38 @@ def read_range(
         LOGGER.warning("%s: %d offsets lost (%s)", rng, sum(g.count for g in lost), why)
 
 
-def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any], timeout_s: float) -> None:
+def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any], timeout_s: float,
+                     watch: Any = None) -> None:
     """A missing topic or partition fails by name (a consumer assigned to it would only wait).
 
     Asked only when a consume() slice brought nothing: a metadata request on a new consumer waits about
     50 ms for its first connection, while a partition that has the records delivers the first in about 3.
+    When the broker has not answered within :data:`~kprio_core.kafka.client.SILENT_S`, ``watch`` (the read's
+    :class:`~kprio_core.kafka.security.SecurityWatch`) asks its listener whether it speaks the client's
+    security protocol: one that does not only closes the connection, and the read would wait ``timeout_s``.
     """
     from confluent_kafka import KafkaException
 
-    from kprio_core.errors import KafkaOperationFailed, TopicMissing
-    from kprio_core.kafka.client import kafka_failure
+    from kprio_core.errors import KafkaOperationFailed, KafkaSecurityFailed, TopicMissing
+    from kprio_core.kafka.client import SILENT_S, error_name, kafka_failure, refusal
 
+    first = min(SILENT_S, timeout_s) if watch is not None else timeout_s
+    ends = time.monotonic() + timeout_s
     try:
-        topic = consumer.list_topics(rng.topic, timeout=timeout_s).topics.get(rng.topic)
+        try:
+            topic = consumer.list_topics(rng.topic, timeout=first).topics.get(rng.topic)
+        except KafkaException as exc:
+            if first >= timeout_s or error_name(exc) not in ("_TRANSPORT", "_TIMED_OUT"):
+                raise
+            # No answer: a listener of another protocol, or a login or certificate refused (a consumer's
+            # metadata request serves no events: a kprio admin client of the same settings asks why).
+            mismatch = watch.mismatch(timeout_s=ends - time.monotonic())
+            if mismatch is not None:
+                watch.failed(mismatch)
+            refused = refusal(dict(client), min(ends - time.monotonic(), SECURITY_ASK_S))
+            if isinstance(refused, KafkaSecurityFailed):
+                watch.failed(refused)
+            topic = consumer.list_topics(rng.topic, timeout=max(0.1, ends - time.monotonic())).topics.get(rng.topic)
     except KafkaException as exc:  # typed here (BrokerUnreachable, ...), where the client's error code is known
         raise kafka_failure(exc, what=f"reading {rng}", bootstrap=str(client.get("bootstrap.servers", "?")),
                             timeout_s=timeout_s, topic=rng.topic) from None
@@ -318,6 +344,10 @@ def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any],
     if rng.partition not in topic.partitions:
         raise KafkaOperationFailed(
             f"topic {rng.topic} has no partition {rng.partition} (it has 0..{len(topic.partitions) - 1})")
+
+
+SECURITY_ASK_S = 5.0
+"""Longest the admin client that asks why a read's broker is silent may wait (:func:`_check_partition`)."""
 
 
 @contextlib.contextmanager
@@ -349,12 +379,13 @@ def _plain(messages: list[Any], position: int, end: int) -> bool:
 
 
 def _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name="high watermark", *,
-              where=("?", 0.0), client=None):
+              where=("?", 0.0), watch=None):
     """Handle an error event: (stop reading?, new position, what happened).
 
     ``end_name``: what the end of a partition is to this reader (its isolation level's end);
-    ``where``: the bootstrap servers and the stall timeout, for a typed error's message; ``client``: the
-    client settings, whose names (never secrets) a security failure's message gives.
+    ``where``: the bootstrap servers and the stall timeout, for a typed error's message; ``watch``: the read's
+    :class:`~kprio_core.kafka.security.SecurityWatch`, which raises a security failure typed, naming the
+    client's settings (never secrets).
     """
     code = err.code()
     if code == ck.KafkaError._PARTITION_EOF:
@@ -380,15 +411,14 @@ def _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name="hi
         return True, position, f"offset {position} out of range (log is [{low},{high}))"
     from kprio_core.errors import KafkaOperationFailed
     from kprio_core.kafka.client import kafka_failure
-    from kprio_core.kafka.security import ClientIdentity, security_failure
+    from kprio_core.kafka.security import SecurityWatch
 
     if msg.topic() is None and not err.fatal():
-        # A refused login or certificate fails the read at once, typed (librdkafka would retry until
-        # the stall timeout); any other client-level event (a group coordinator lookup, a connection
-        # dropped) librdkafka retries on its own, and the stall deadline bounds the wait.
-        refused = security_failure(err.name(), err.str(), ClientIdentity.of(client or {"bootstrap.servers": where[0]}))
-        if refused is not None:
-            raise refused
+        # A refused login or certificate, or a listener of another security protocol, fails the read at once,
+        # typed (librdkafka would retry until the stall timeout); any other client-level event (a group
+        # coordinator lookup, a connection dropped) librdkafka retries on its own, and the stall deadline
+        # bounds the wait.
+        (watch or SecurityWatch({"bootstrap.servers": where[0]}))(err)
         LOGGER.info("%s: client event while reading: %s", rng, err.str())
         return False, position, ""
 

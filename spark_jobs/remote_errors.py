@@ -54,6 +54,7 @@ import re
 from collections.abc import Iterator
 
 from kprio_core import errors
+from kprio_core.config import KafkaSettings
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import ErrorRecord
 
@@ -143,16 +144,40 @@ def _gone(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def spark_boundary() -> Iterator[None]:
+def spark_boundary(kafka: KafkaSettings | None = None) -> Iterator[None]:
     """Run Spark calls: Spark gone becomes :class:`~kprio_core.errors.SparkUnavailable`, a job Spark aborted
-    :class:`~kprio_core.errors.SparkJobFailed`; anything else passes as is."""
+    :class:`~kprio_core.errors.SparkJobFailed`; with ``kafka`` (the native reader's settings), Kafka's Java
+    client timing out becomes why (:func:`java_timeout`); anything else passes as is."""
     try:
         yield
     except Exception as exc:
-        typed = spark_unavailable(exc) or java_security_failure(exc) or job_aborted(exc)
+        typed = (spark_unavailable(exc) or java_security_failure(exc)
+                 or (java_timeout(exc, kafka) if kafka is not None else None) or job_aborted(exc))
         if typed is None:
             raise
         raise typed from exc
+
+
+_JAVA_TIMEOUT = re.compile(r"org\.apache\.kafka\.common\.errors\.TimeoutException: ([^\n]+)")
+
+
+def java_timeout(exc: BaseException, kafka: KafkaSettings) -> errors.KprioError | None:
+    """The native reader's Kafka Java client timed out (``TimeoutException``: no broker answered it), typed: the
+    driver asks why with a kprio admin client of the same settings (:func:`kprio_core.kafka.client.refusal`),
+    which names a listener of another security protocol or a refused login or certificate; else the broker is
+    unreachable (transient). None when ``exc`` is no such timeout."""
+    if isinstance(exc, errors.KprioError):
+        return None
+    found = _JAVA_TIMEOUT.search(str(exc))
+    if found is None:
+        return None
+    from kprio_core.kafka.client import refusal
+
+    why = refusal(kafka.client_config(), kafka.timeout_s)
+    if isinstance(why, errors.KafkaSecurityFailed):
+        return why
+    return errors.BrokerUnreachable(kafka.bootstrap_servers, kafka.timeout_s,
+                                    f"spark.reader native: Kafka's Java client: {found.group(1).strip()}")
 
 
 def java_security_failure(exc: BaseException) -> errors.KafkaSecurityFailed | None:

@@ -80,13 +80,50 @@ def _build(client_class: Callable[[ClientConfig], Any], conf: ClientConfig) -> A
     try:
         client = client_class({**_with_logger(conf), "error_cb": watch})
     except (KafkaException, ValueError, TypeError) as err:
-        # librdkafka's message names the setting ("No such configuration property: ...") and
-        # never echoes the value, so secrets cannot leak through it.
-        detail = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
-        raise ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}") from None
+        raise refused_settings(conf, err) from None
     with contextlib.suppress(AttributeError):  # the admin client takes attributes; consumers and producers don't
         client.kprio_security = watch
     return client
+
+
+def refused_settings(conf: ClientConfig, err: BaseException) -> ConfigError:
+    """The ConfigError of client settings ``conf`` librdkafka refused to build a client with (``err``)."""
+    from kprio_core.kafka.client_files import settings_problem
+
+    # A file or secret the settings need, said in kprio's words (librdkafka's are OpenSSL's: "BIO lib");
+    # else librdkafka's message, which names the setting ("No such configuration property: ...") and
+    # never echoes the value, so secrets cannot leak through it.
+    problem = settings_problem(conf)
+    if problem is not None:
+        return ConfigError(problem)
+    detail = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
+    return ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}")
+
+
+def refusal(conf: ClientConfig, timeout_s: float) -> KprioError | None:
+    """Why a client of ``conf`` gets no answer: the security failure (or the other security protocol) a kprio
+    admin client of the same settings meets asking for metadata within ``timeout_s``, else None (it was
+    answered, or the broker is unreachable). For clients that cannot serve their events while they wait
+    (a consumer's metadata request: the python reader)."""
+    from confluent_kafka.admin import AdminClient
+
+    from kprio_core.errors import KafkaSecurityFailed
+
+    admin_conf = {k: v for k, v in conf.items() if str(k).lower() not in _CONSUMER_ONLY}
+    try:
+        admin = _build(AdminClient, admin_conf)
+        cluster_metadata(admin, Deadline(timeout_s, str(conf.get("bootstrap.servers", "?")), client=admin))
+    except (KafkaSecurityFailed, ConfigError) as err:
+        return err
+    except KprioError:
+        return None
+    return None
+
+
+_CONSUMER_ONLY = ("group.id", "isolation.level", "enable.auto.commit", "enable.auto.offset.store",
+                  "auto.offset.reset", "enable.partition.eof", "fetch.min.bytes", "fetch.wait.max.ms",
+                  "fetch.max.bytes", "max.partition.fetch.bytes", "queued.min.messages", "queued.max.messages.kbytes",
+                  "session.timeout.ms", "max.poll.interval.ms", "check.crcs", "client.rack")
 
 
 def new_admin(kafka: KafkaSettings) -> Any:
@@ -114,6 +151,10 @@ def new_producer(kafka: KafkaSettings, **overrides: Any) -> Any:
 WAIT_SLICE_S = 0.25
 """Longest a :class:`Deadline` with a client waits before serving that client's events: a refused login or
 certificate is an event, not the call's answer, and is raised within this long of its arrival."""
+
+
+SILENT_S = 1.0
+"""How long a client waits for a first answer before its broker's listener is asked what it speaks."""
 
 
 @dataclass
@@ -165,6 +206,15 @@ class Deadline:
         if self.client is None or self.remaining() <= 0:
             raise self.ran_out(what, detail)
         self.client.poll(0)
+        from kprio_core.kafka.security import SecurityWatch
+
+        watch = getattr(self.client, "kprio_security", None)
+        if isinstance(watch, SecurityWatch) and self.timeout_s - self.remaining() >= SILENT_S:
+            # No answer yet: a listener of another security protocol only closes the connection, and
+            # librdkafka would retry until the deadline; the listener is asked what it speaks.
+            mismatch = watch.mismatch(timeout_s=self.remaining())  # within this operation's deadline
+            if mismatch is not None:
+                watch.failed(mismatch)
 
     def result(self, future: concurrent.futures.Future, what: str, *, topic: str | None = None) -> Any:
         """The future's result within the time left; Kafka errors mapped to kprio's errors (TopicMissing for

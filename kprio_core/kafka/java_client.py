@@ -144,8 +144,16 @@ def pkcs8_pem(key: bytes, password: str | None) -> str:
 
 def java_client_config(kafka: KafkaSettings) -> dict[str, str]:
     """Kafka's Java client settings of ``kafka``, secrets included (never log this): the translation of
-    :meth:`~kprio_core.config.KafkaSettings.client_config`, the one set every kprio client is built from."""
-    return java_settings(kafka.client_config())
+    :meth:`~kprio_core.config.KafkaSettings.client_config`, the one set every kprio client is built from; a
+    file or secret the settings need and do not have is a ConfigError naming it
+    (:func:`~kprio_core.kafka.client_files.settings_problem`), not the Java client's failure in the Spark job."""
+    from kprio_core.kafka.client_files import settings_problem
+
+    conf = kafka.client_config()
+    problem = settings_problem(conf)
+    if problem is not None:
+        raise ConfigError(problem)
+    return java_settings(conf)
 
 
 def _text(value: Any) -> str:

@@ -27,8 +27,8 @@ Nothing here names a secret's value: a message names the setting (``kafka.client
 >>> err = security_failure("_AUTHENTICATION", text, who)
 >>> print(err.code, err)  # doctest: +NORMALIZE_WHITESPACE
 sasl_authentication_failed SASL authentication failed: the broker refused user 'kprio'
-(kafka.client.sasl.username) with the password of KPRIO_KAFKA_SASL_PASSWORD over SCRAM-SHA-512
-(127.0.0.1:29092)
+(kafka.client.sasl.username) with the password of KPRIO_KAFKA_SASL_PASSWORD over SCRAM-SHA-512; or the user has
+no SCRAM-SHA-512 credentials on the broker (127.0.0.1:29092)
 >>> text = ("sasl_ssl://127.0.0.1:29092/bootstrap: SASL SCRAM-SHA-256 mechanism handshake failed: Broker: "
 ...         "Unsupported SASL mechanism: broker's supported mechanisms: SCRAM-SHA-512,PLAIN (after 1ms in state X)")
 >>> print(security_failure("_AUTHENTICATION", text, who))  # doctest: +NORMALIZE_WHITESPACE
@@ -45,6 +45,7 @@ import re
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,8 +60,10 @@ from kprio_core.errors import (
     KafkaSecurityFailed,
     SaslAuthenticationFailed,
     SaslMechanismNotEnabled,
+    SecurityProtocolMismatch,
     TlsHandshakeFailed,
 )
+from kprio_core.kafka.listener import PROBE_TIMEOUT_S, first_listener, split_servers
 
 LOGGER = logging.getLogger("kprio.kafka")
 
@@ -152,9 +155,11 @@ def security_failure(name: str, text: str, who: ClientIdentity,
             return SaslAuthenticationFailed(f"SASL authentication failed: the broker refused the user of "
                                             f"kafka.client.sasl.username or the password of {PASSWORD_VARIABLE} "
                                             f"({broker})")
+        scram = (f"; or the user has no {who.mechanism} credentials on the broker"
+                 if (who.mechanism or "").startswith("SCRAM-") else "")
         return SaslAuthenticationFailed(
             f"SASL authentication failed: the broker refused user '{who.username}' (kafka.client.sasl.username) "
-            f"with the password of {PASSWORD_VARIABLE} over {who.mechanism or 'its mechanism'} ({broker})")
+            f"with the password of {PASSWORD_VARIABLE} over {who.mechanism or 'its mechanism'}{scram} ({broker})")
     alert = _ALERT.search(text)
     if alert is not None and name in ("_SSL", "_TRANSPORT") and ("certificate" in alert.group(1)
                                                                   or "unknown ca" in alert.group(1)):
@@ -190,7 +195,7 @@ def _refused_client_certificate(alert: str, who: ClientIdentity, broker: str,
         return CertificateExpired(f"the broker refused kprio's client certificate ({who.client_certificate}): it "
                                   f"expired ({broker})")
     return ClientCertificateRejected(f"the broker refused kprio's client certificate ({who.client_certificate}): "
-                                     f"{alert} ({broker})")
+                                     f"{alert}: is it signed by a CA the broker's truststore holds? ({broker})")
 
 
 def diagnose_certificate(broker: str, who: ClientIdentity,
@@ -230,7 +235,8 @@ def _verification_failure(code: int, message: str, host: str, broker: str, who: 
             when = f"expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
         else:
             when = f"is valid only from {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
-        return CertificateExpired(f"the broker's TLS certificate {when}: it must be renewed ({broker})")
+        return CertificateExpired(f"the broker's TLS certificate {when} (verified with {who.trust}): the broker's "
+                                  f"certificate must be renewed ({broker})")
     if code in _OTHER_HOST:
         names = ", ".join(_names_of(cert)) if cert is not None else "other hosts"
         return HostnameMismatch(
@@ -291,14 +297,50 @@ def own_certificate(conf: Mapping[str, Any]) -> Any:
     return None
 
 
+def protocol_mismatch(who: ClientIdentity, broker: str | None = None,
+                      timeout_s: float = PROBE_TIMEOUT_S) -> KafkaSecurityFailed | None:
+    """The listener at ``broker`` (else the first bootstrap server that answers) speaks another security
+    protocol than ``who``'s, or does not enable its SASL mechanism, asked of it (:mod:`kprio_core.kafka.listener`);
+    None when it speaks the client's or nothing answers. (A client whose mechanism the broker does not enable may
+    never connect at all: OAUTHBEARER without a token waits for one.)
+
+    >>> protocol_mismatch(ClientIdentity("127.0.0.1:1", "SASL_SSL"), timeout_s=0.5) is None  # nothing listens
+    True
+    """
+    found = first_listener(split_servers(broker or who.bootstrap), timeout_s)
+    if found is None:
+        return None
+    where, listener = found
+    if listener.takes(who.protocol):
+        mechanism = who.mechanism or "GSSAPI"  # librdkafka's default
+        if listener.sasl and listener.mechanisms and mechanism not in listener.mechanisms:
+            return SaslMechanismNotEnabled(
+                f"SASL mechanism {mechanism} (kafka.client.sasl.mechanism) is not enabled on the broker, which takes "
+                f"{', '.join(listener.mechanisms)} ({where})")
+        return None
+    if listener.protocol is not None:
+        fix = f"set it to {listener.protocol}"
+        if listener.sasl and not who.protocol.startswith("SASL_"):
+            fix += f" with sasl.mechanism, sasl.username and {PASSWORD_VARIABLE}"
+    else:
+        fix = "set it to SSL or SASL_SSL, as the cluster's users log in"
+    return SecurityProtocolMismatch(
+        f"kafka.client.security.protocol is {who.protocol}, but the broker's listener speaks {listener.describe()}, "
+        f"and closes the connections of {who.protocol} clients: {fix} ({where})")
+
+
 class SecurityWatch:
     """The error callback (``error_cb``) of one kprio client: a security failure is raised out of the call
     that served it and kept in :attr:`failure`; other errors are left to librdkafka's own retries."""
 
-    def __init__(self, conf: Mapping[str, Any]) -> None:
+    def __init__(self, conf: Mapping[str, Any],
+                 probe: Callable[..., KafkaSecurityFailed | None] = protocol_mismatch,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.who = ClientIdentity.of(conf)
         self.failure: KafkaSecurityFailed | None = None
         self._lock = threading.Lock()
+        self._probe, self._clock = probe, clock
+        self._probed: float | None = None
         # Read only when the broker refuses the certificate (the keystore's password stays in this closure,
         # as it stays in the client's own settings).
         certificate = {k: v for k, v in conf.items() if str(k).lower() in _CERTIFICATE_SETTINGS}
@@ -308,19 +350,42 @@ class SecurityWatch:
         return f"SecurityWatch({self.who!r})"
 
     def __call__(self, error: Any) -> None:
-        failure = security_failure(error.name(), error.str(), self.who, own_certificate=self._own_certificate)
+        name, text = error.name(), error.str()
+        failure = security_failure(name, text, self.who, own_certificate=self._own_certificate)
+        if name in _DISCONNECTED or failure is not None:
+            # Refused, or closed on: a listener of another security protocol does either (a SASL client on a
+            # plaintext listener reads as a refused login), so the listener is asked what it speaks first.
+            failure = self.mismatch(broker_of(text, self.who) if _BROKER.search(text) else None) or failure
         if failure is None:
-            LOGGER.debug("kafka client event: %s", error.str())
+            LOGGER.debug("kafka client event: %s", text)
             return
+        self.failed(failure)
+
+    def failed(self, failure: KafkaSecurityFailed) -> None:
+        """Keep ``failure`` and raise it."""
         with self._lock:
             self.failure = failure
         raise failure
+
+    def mismatch(self, broker: str | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> KafkaSecurityFailed | None:
+        """The listener speaks another security protocol (:func:`protocol_mismatch`), asked at most once every
+        :data:`PROBE_EVERY_S` (a broker down is a closed connection too, again and again), within ``timeout_s``."""
+        now = self._clock()
+        if self._probed is not None and now - self._probed < PROBE_EVERY_S:
+            return None
+        self._probed = now
+        return self._probe(self.who, broker, max(0.2, min(timeout_s, PROBE_TIMEOUT_S)))
 
     def clear(self) -> None:
         """A call succeeded: what failed before has passed (a user created, a certificate renewed)."""
         with self._lock:
             self.failure = None
 
+
+_DISCONNECTED = ("_TRANSPORT", "_SSL", "_ALL_BROKERS_DOWN")
+"""librdkafka's events of a connection that failed or was closed."""
+PROBE_EVERY_S = 5.0
+"""Shortest time between two probes of one client's listener (:meth:`SecurityWatch.mismatch`)."""
 
 _CERTIFICATE_SETTINGS = ("ssl.keystore.location", "ssl.keystore.password", "ssl.certificate.location",
                          "ssl.certificate.pem")
@@ -344,7 +409,8 @@ _JAVA = (
     (re.compile(r"(PKIX path (?:building|validation) failed[^\n]*)"), CertificateUntrusted,
      "the broker's TLS certificate is not trusted by kafka.client.ssl.ca.location"),
     (re.compile(r"Received fatal alert: (bad_certificate|certificate_required|certificate_unknown|unknown_ca)"),
-     ClientCertificateRejected, "the broker refused kprio's client certificate"),
+     ClientCertificateRejected, "the broker refused kprio's client certificate, or requires one and got none "
+                                "(kafka.client.ssl.keystore.location, or ssl.certificate.location and ssl.key.location)"),
     (re.compile(r"SslAuthenticationException: ([^\n]+)"), TlsHandshakeFailed,
      "the TLS handshake of Kafka's Java client failed"),
 )

@@ -45,6 +45,24 @@ def test_unreachable_broker_fails_within_the_timeout_naming_bootstrap(call):
 
 
 @pytest.mark.broker
+def test_a_tls_client_on_the_plaintext_listener_fails_at_once_naming_security_protocol(kafka_settings):
+    """The broker only closes the connection of a client of another security protocol: kprio asks the listener what
+    it speaks (a TLS handshake, a SaslHandshake) once the broker has been silent a second, long before the timeout."""
+    from kprio_core.errors import SecurityProtocolMismatch
+
+    tls = kafka_settings.model_copy(update={"client": {**kafka_settings.client, "security.protocol": "SSL"},
+                                            "timeout_s": 30.0})
+    started = time.monotonic()
+    with KafkaEdge(tls) as edge, pytest.raises(SecurityProtocolMismatch) as err:
+        edge.snapshot(TopicSettings(name="orders"), now_ms=0)
+    assert time.monotonic() - started < 10
+    assert str(err.value).startswith("kafka.client.security.protocol is SSL, but the broker's listener speaks "
+                                     "PLAINTEXT (no TLS, no SASL), and closes the connections of SSL clients: set it "
+                                     "to PLAINTEXT")
+    assert err.value.code == "security_protocol_mismatch" and not err.value.transient
+
+
+@pytest.mark.broker
 def test_missing_priority_topic_is_named(make_topic, kafka_settings):
     topic = make_topic(priorities=2, partitions=1)
     wider = topic.model_copy(update={"priorities": 3})

@@ -39,7 +39,8 @@ CASES = [
      "sasl_ssl://h:1/bootstrap: SASL authentication error: Authentication failed during authentication due to invalid "
      "credentials with SASL mechanism SCRAM-SHA-512 (after 327ms in state AUTH_REQ)", WHO,
      "sasl_authentication_failed", "SASL authentication failed: the broker refused user 'kprio' "
-     "(kafka.client.sasl.username) with the password of KPRIO_KAFKA_SASL_PASSWORD over SCRAM-SHA-512 (h:1)"),
+     "(kafka.client.sasl.username) with the password of KPRIO_KAFKA_SASL_PASSWORD over SCRAM-SHA-512; or the user has "
+     "no SCRAM-SHA-512 credentials on the broker (h:1)"),
     ("2 PLAIN's refusal words", "_AUTHENTICATION",
      "sasl_ssl://h:1/bootstrap: SASL authentication error: Authentication failed: Invalid username or password "
      "(after 301ms in state AUTH_REQ)", WHO, "sasl_authentication_failed", "SASL authentication failed"),
@@ -56,7 +57,7 @@ CASES = [
      "ssl://h:1/bootstrap: Receive failed: error:0A000416:SSL routines::ssl/tls alert certificate unknown: SSL alert "
      "number 46 (after 6ms in state APIVERSION_QUERY)", MTLS, "ssl_client_certificate_rejected",
      "the broker refused kprio's client certificate (kafka.client.ssl.keystore.location /tls/client.p12): "
-     "certificate unknown (h:1)"),
+     "certificate unknown: is it signed by a CA the broker's truststore holds? (h:1)"),
     ("6 an alert that is not about certificates is a failed handshake", "_SSL",
      "ssl://h:1/bootstrap: SSL handshake failed: error:0A000410:SSL routines::ssl/tls alert handshake failure: SSL "
      "alert number 40 (after 1ms in state SSL_HANDSHAKE)", MTLS, "ssl_handshake_failed",

@@ -9,8 +9,9 @@ password from ``KPRIO_KAFKA_SASL_PASSWORD``. Proven here:
   (the admin client's lag snapshots, the executors' consumers or Spark's Java client, the commits);
 - the Airflow trigger finds the backlog on the secured cluster;
 - a wrong password, a mechanism the broker does not enable, a CA that did not sign the broker's
-  certificate and a host name the certificate does not hold each fail in one line naming the setting,
-  well before the timeout;
+  certificate, a host name the certificate does not hold, a certificate that expired (a second listener
+  of the broker, ``EXPIRED``, has one) and a client of another security protocol each fail in one line
+  naming the setting, well before the timeout, through the CLI and in a drain's read with either reader;
 - no secret is in any file the module wrote (the broker's data dir and log, the ledger, the Dagster
   instance, the output, the Spark event log), nor in a command's output.
 """
@@ -44,7 +45,7 @@ def module_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def secured(module_dir: Path):
-    with secured_kafka(module_dir / "broker", BrokerSecurity(Security.SASL_SSL)) as kafka:
+    with secured_kafka(module_dir / "broker", BrokerSecurity(Security.SASL_SSL), expired_listener=True) as kafka:
         yield kafka
 
 
@@ -89,10 +90,27 @@ MISTAKES = {
     "mechanism-not-enabled": ({}, {"sasl.mechanism": "SCRAM-SHA-256"}, "sasl_mechanism_not_enabled",
                               "SASL mechanism SCRAM-SHA-256 (kafka.client.sasl.mechanism) is not enabled on the "
                               "broker, which takes SCRAM-SHA-512, PLAIN"),
+    # A mechanism librdkafka never even connects with here (OAUTHBEARER waits for a token): the listener says.
+    "mechanism-never-connecting": ({}, {"sasl.mechanism": "OAUTHBEARER", "sasl.username": None},
+                                   "sasl_mechanism_not_enabled", "SASL mechanism OAUTHBEARER (kafka.client.sasl.mechanism) "
+                                   "is not enabled on the broker, which takes SCRAM-SHA-512, PLAIN"),
     "untrusted-certificate": ({}, {"ssl.ca.location": "OTHER_CA"}, "ssl_certificate_untrusted",
                               "the broker's TLS certificate is not trusted by kafka.client.ssl.ca.location (OTHER_CA)"),
     "hostname-mismatch": ({}, {}, "ssl_hostname_mismatch",
                           "the broker's TLS certificate names 127.0.0.1, not 'localhost'"),
+    # The listener whose certificate expired (the module's broker has one besides its client listener).
+    "expired-certificate": ({}, {}, "ssl_certificate_expired",
+                            "(verified with kafka.client.ssl.ca.location (CA)): the broker's certificate must be "
+                            "renewed"),
+    # Clients of another security protocol: the broker only closes their connections; kprio asks the listener.
+    "plaintext-client": ({}, {"security.protocol": None, "sasl.mechanism": None, "sasl.username": None,
+                              "ssl.ca.location": None}, "security_protocol_mismatch",
+                         "kafka.client.security.protocol is PLAINTEXT, but the broker's listener speaks SASL_SSL (TLS, "
+                         "then SASL: SCRAM-SHA-512, PLAIN)"),
+    "sasl-without-tls": ({}, {"security.protocol": "SASL_PLAINTEXT"}, "security_protocol_mismatch",
+                         "kafka.client.security.protocol is SASL_PLAINTEXT, but the broker's listener speaks SASL_SSL"),
+    "tls-without-sasl": ({}, {"security.protocol": "SSL"}, "security_protocol_mismatch",
+                         "kafka.client.security.protocol is SSL, but the broker's listener speaks SASL_SSL"),
 }
 
 
@@ -103,10 +121,12 @@ def test_a_security_mistake_fails_in_one_line_naming_the_setting(secured, module
     if not other_ca.complete():
         make_files(other_ca, ["127.0.0.1"], "unused-password")
     client = {k: str(other_ca.ca) if v == "OTHER_CA" else v for k, v in client.items()}
-    named = named.replace("OTHER_CA", str(other_ca.ca))
+    named = named.replace("OTHER_CA", str(other_ca.ca)).replace("(CA)", f"({secured.broker.tls.ca})")
     raw = {"kafka": secured.raw(**client), "topics": [{"name": "orders"}]}
     if mistake == "hostname-mismatch":
         raw["kafka"]["bootstrap_servers"] = secured.broker.bootstrap.replace("127.0.0.1", "localhost")
+    if mistake == "expired-certificate":
+        raw["kafka"]["bootstrap_servers"] = secured.expired_bootstrap
     path = module_dir / f"{mistake}.yaml"
     path.write_text(yaml.safe_dump(raw))
     for name, value in {**secured.env, **env}.items():
@@ -124,6 +144,76 @@ def test_a_security_mistake_fails_in_one_line_naming_the_setting(secured, module
     # Failed as the broker answered, not after kafka.timeout_s (20 s) as an unreachable broker would.
     assert took < 10, f"took {took:.1f} s"
     assert not [s for s in [*secured.secrets, *env.values()] if s in result.output]
+
+
+@pytest.mark.parametrize("mistake", ["wrong-password", "plaintext-client", "expired-certificate"])
+def test_plan_and_drain_fail_in_the_same_one_line(secured, module_dir, mistake, monkeypatch):
+    """The commands that plan and drain meet the mistake in their first client (the admin client's lag snapshot):
+    the same line as `kprio lag`, before any Spark job, in seconds."""
+    env, client, code, _ = MISTAKES[mistake]
+    folder = module_dir / f"commands-{mistake}"
+    raw = {"kafka": secured.raw(**client), "topics": [{"name": "orders"}],
+           "ledger": {"url": f"sqlite:///{folder / 'ledger.db'}"},
+           "drain": {"output_path": str(folder / "output"), "dead_letter_path": str(folder / "dead-letters"),
+                     "replay_path": str(folder / "replay")}}
+    if mistake == "expired-certificate":
+        raw["kafka"]["bootstrap_servers"] = secured.expired_bootstrap
+    folder.mkdir()
+    path = folder / "kprio.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    for name, value in {**secured.env, **env}.items():
+        monkeypatch.setenv(name, value)
+    for command in (["plan"], ["drain", "--until-empty"]):
+        started = time.monotonic()
+        result = CliRunner().invoke(app, [*command, "--config", str(path)])
+        took = time.monotonic() - started
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 1 and len(lines) == 1, result.output
+        assert lines[0].startswith("kprio: error: ") and f"[{code}]" in lines[0], lines[0]
+        assert took < 10, f"kprio {command[0]} took {took:.1f} s"
+        assert not [s for s in [*secured.secrets, *env.values()] if s in result.output]
+
+
+READER_MISTAKES = {
+    # name: (environment over the right one, client settings over the printed ones, code)
+    "wrong-password": ({"KPRIO_KAFKA_SASL_PASSWORD": "not-the-password"}, {}, "sasl_authentication_failed"),
+    "plaintext-client": ({}, {"security.protocol": None, "sasl.mechanism": None, "sasl.username": None,
+                              "ssl.ca.location": None}, "security_protocol_mismatch"),
+}
+
+
+@pytest.mark.parametrize("reader", ["python", "native"])
+@pytest.mark.parametrize("mistake", list(READER_MISTAKES))
+def test_a_security_mistake_fails_a_drains_read_in_one_line_with_either_reader(secured, module_dir, spark, reader,
+                                                                               mistake):
+    """The readers' own clients (the executors' consumers, Spark's Java client) with settings the admin client did
+    not check (the run's secrets, its files): the read fails typed, as the admin client would, not "no broker
+    answered" after the timeout. The native reader's Java client waits kafka.timeout_s a try, three tries, for a
+    listener that only closes its connections (3 s here), then the driver asks the listener why."""
+    from kprio_core.errors import KafkaSecurityFailed
+    from kprio_core.model.offsets import OffsetRange
+    from spark_jobs.drain import drain_batch
+    from tests.spark_jobs.plans import plan_of
+
+    env, client, code = READER_MISTAKES[mistake]
+    folder = module_dir / f"read-{reader}-{mistake}"
+    topic = secured.make_topic(f"orders-read-{reader}-{mistake}", {0: 3}, priorities=1, partitions=1)
+    config = secured_config(secured, folder, topic, reader=reader, client=client, env={**secured.env, **env})
+    config = config.model_copy(update={"kafka": config.kafka.model_copy(update={"timeout_s": 3.0})})
+    plan = plan_of(topic, {0: [OffsetRange(topic.priority_topic(0), 0, 0, 3)]})
+
+    started = time.monotonic()
+    try:
+        result = drain_batch(spark, config, topic, f"b-{reader}-{mistake}", 1, plan)
+        [failed] = [r.error for r in result.ranges if r.error is not None]
+        got, line = failed.error().code, failed.message
+    except KafkaSecurityFailed as err:
+        got, line = err.code, str(err)
+    took = time.monotonic() - started
+
+    assert got == code, line
+    assert "\n" not in line and not [s for s in [*secured.secrets, *env.values()] if s in line]
+    assert took < 30, f"took {took:.1f} s"
 
 
 def test_broker_status_prints_the_client_settings_and_names_the_secrets_without_their_values(secured):

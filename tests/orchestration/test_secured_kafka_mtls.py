@@ -12,7 +12,8 @@ certificate signed by the broker's CA required). The two forms a client's certif
   translation hands Spark's Java client a key it can use;
 
 and each drain goes to zero lag with conservation. No client certificate, and an expired one, each
-fail in one line. No secret, and not the private key either, is in any file the module wrote.
+fail in one line, and so does a plaintext client. No secret, and not the private key either, is in any
+file the module wrote.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ MISTAKES = {
                               "the broker requires a client certificate (mutual TLS) and kprio sent none"),
     "expired-client-certificate": ("ssl_certificate_expired", "the broker refused kprio's client certificate "
                                    "(kafka.client.ssl.keystore.location EXPIRED): it expired"),
+    # A plaintext client: the listener ends the probe's handshake asking for a certificate, which says TLS only.
+    "plaintext-client": ("security_protocol_mismatch", "kafka.client.security.protocol is PLAINTEXT, but the "
+                         "broker's listener speaks TLS (SSL or SASL_SSL)"),
 }
 
 
@@ -113,6 +117,8 @@ def test_a_client_certificate_mistake_fails_in_one_line(secured, module_dir, mis
         expired.write_bytes(keystore(key, cert, ca_cert, password, "kprio"))
         client["ssl.keystore.location"] = str(expired)
         named = named.replace("EXPIRED", str(expired))
+    if mistake == "plaintext-client":
+        client.update({"security.protocol": None, "ssl.ca.location": None})
     path = module_dir / f"{mistake}.yaml"
     path.write_text(yaml.safe_dump({"kafka": secured.raw(**client), "topics": [{"name": "orders"}]}))
 

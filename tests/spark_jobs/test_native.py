@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -37,11 +38,17 @@ from tests.spark_jobs.test_drain import _config, _delete_below, _drain, _roots
 SETUP = "Spark's Kafka connector is not on the test session's classpath: run `bash scripts/setup.sh`"
 
 
-def test_options_merge_splits_and_carry_limits_and_client_settings():
+def test_options_merge_splits_and_carry_limits_and_client_settings(tmp_path):
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from orchestration.services.tls import make_ca
+
+    ca = tmp_path / "ca.pem"  # the files the settings name are read on the driver first (client_files.py)
+    ca.write_bytes(make_ca(datetime.now(UTC))[1].public_bytes(Encoding.PEM))
     config = KprioConfig(
         kafka={"bootstrap_servers": "b1:9092,b2:9092",
                "client": {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
-                          "ssl.ca.location": "/tls/ca.pem", "enable.idempotence": True},
+                          "ssl.ca.location": str(ca), "enable.idempotence": True},
                "secrets": {"sasl.password": "pw-secret"}, "timeout_s": 7.5},
         splits={"max_records": 500},
         drain={"allow_data_loss": True},
@@ -65,7 +72,9 @@ def test_options_merge_splits_and_carry_limits_and_client_settings():
     # The Java client's settings, translated from librdkafka's (kprio_core/kafka/java_client.py).
     assert opts["kafka.sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
                                               'username="u" password="pw-secret";')
-    assert (opts["kafka.ssl.truststore.type"], opts["kafka.ssl.truststore.location"]) == ("PEM", "/tls/ca.pem")
+    assert (opts["kafka.ssl.truststore.type"], opts["kafka.ssl.truststore.location"]) == ("PEM", str(ca))
+    # The Java client's admin waits kafka.timeout_s a try for a broker that does not answer (60 s by default).
+    assert opts["kafka.default.api.timeout.ms"] == opts["kafka.request.timeout.ms"] == "7500"
     assert not {"kafka.sasl.password", "kafka.sasl.username", "kafka.ssl.ca.location"} & set(opts)
     assert opts["kafka.isolation.level"] == "read_committed"
 

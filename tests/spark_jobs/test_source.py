@@ -110,6 +110,27 @@ def test_a_read_asks_for_metadata_only_when_its_first_slice_brings_nothing(kafka
     assert checked == [missing]
 
 
+def test_a_read_by_a_tls_client_on_the_plaintext_listener_fails_at_once_naming_the_setting(kafka_settings, make_topic):
+    """The broker only closes a TLS client's connections: the python reader asks the listener what it speaks after
+    its first silent second, instead of waiting for the stall timeout (kafka.timeout_s) as an unreachable broker."""
+    import time
+
+    from kprio_core.errors import SecurityProtocolMismatch
+    from spark_jobs import range_reader
+    from spark_jobs.kafka_schema import arrow_schema_of, kafka_struct
+
+    topic = make_topic(priorities=1, partitions=1, records={0: 3})
+    tls = kafka_settings.model_copy(update={"client": {**kafka_settings.client, "security.protocol": "SSL"},
+                                            "timeout_s": 30.0})
+    reader = KafkaSource(source_options(_config(tls), [])).reader(None)
+    started = time.monotonic()
+    with pytest.raises(SecurityProtocolMismatch, match="^kafka.client.security.protocol is SSL, but the broker's "
+                                                       "listener speaks PLAINTEXT"):
+        list(range_reader.read_range(OffsetRange(topic.priority_topic(0), 0, 0, 3), reader.client, reader.settings,
+                                     arrow_schema_of(kafka_struct())))
+    assert time.monotonic() - started < 10
+
+
 def test_a_range_beyond_the_high_watermark_fails_naming_the_missing_offsets(spark, kafka_settings, make_topic):
     topic = make_topic(priorities=1, partitions=1, records={0: 10})
     short = PlannedRange(0, OffsetRange(topic.priority_topic(0), 0, 4, 15))

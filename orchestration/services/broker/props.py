@@ -96,6 +96,9 @@ class ExtraListener:
     name: str
     port: int
     advertised: int
+    keystore: Path | None = None
+    """A keystore of its own (PKCS#12, in the broker's keystore password) for a TLS broker: tests give this
+    listener a certificate the client listener does not have (an expired one), the quorum keeps its own."""
 
 
 def server_properties(node: NodePorts, ports: Sequence[NodePorts], host: str, log_dirs: Path,
@@ -113,6 +116,16 @@ def server_properties(node: NodePorts, ports: Sequence[NodePorts], host: str, lo
     more_listen = f",{extra.name}://{host}:{extra.port}" if extra else ""
     more_advertised = f",{extra.name}://{host}:{extra.advertised}" if extra else ""
     more_protocol = f",{extra.name}:{protocol}" if extra else ""
+    secured = security.server_properties(tls) if tls is not None else {}
+    if extra is not None:
+        # The extra listener logs clients in as the client listener does (Kafka reads JAAS lines per listener).
+        own, other = f"listener.name.{name.lower()}.", f"listener.name.{extra.name.lower()}."
+        secured.update({other + k.removeprefix(own): v for k, v in secured.items() if k.startswith(own)})
+        if extra.keystore is not None and security.tls:
+            secured[other + "ssl.keystore.location"] = str(extra.keystore)
+            secured.update({other + k: secured[k] for k in ("ssl.keystore.type", "ssl.keystore.password",
+                                                            "ssl.key.password", "ssl.truststore.type",
+                                                            "ssl.truststore.location") if k in secured})
     return {
         "process.roles": "broker,controller",
         "node.id": str(node.node_id),
@@ -124,7 +137,7 @@ def server_properties(node: NodePorts, ports: Sequence[NodePorts], host: str, lo
         "listener.security.protocol.map": f"{name}:{protocol},CONTROLLER:{protocol}{more_protocol}",
         "log.dirs": str(log_dirs),
         **cluster_defaults(len(ports)),
-        **(security.server_properties(tls) if tls is not None else {}),
+        **secured,
     }
 
 
