@@ -83,7 +83,8 @@ def _build(client_class: Callable[[ClientConfig], Any], conf: ClientConfig) -> A
         # librdkafka's message names the setting ("No such configuration property: ...") and
         # never echoes the value, so secrets cannot leak through it.
         detail = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
-        raise ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}") from None
+        raise ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}",
+                          setting="kafka.client") from None
     with contextlib.suppress(AttributeError):  # the admin client takes attributes; consumers and producers don't
         client.kprio_security = watch
     return client

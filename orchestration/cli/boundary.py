@@ -12,8 +12,9 @@ forgetting a decorator. A failure becomes one line ``kprio: error: <what> (<wher
 - an OSError that reached this far names its file; any other exception is a kprio bug, code
   ``internal_error``, with its type and first line.
 
-An error that names no ``where`` of its own (its message says where, such as a broker's address)
-gets the command that failed.
+An error that names no ``where`` of its own names the setting it is about (``kafka.bootstrap_servers``, its
+:attr:`~kprio_core.errors.KprioError.setting`) and where that came from: the configuration file the command loaded,
+or the environment variable that set it; one about no setting gets the command that failed.
 
 Exit codes (docs/operations.md): :data:`EXIT_OK`, :data:`EXIT_FAILED`, :data:`EXIT_USAGE`,
 :data:`EXIT_INTERNAL`, :data:`EXIT_INTERRUPTED`. The traceback is printed only when debugging is
@@ -41,6 +42,7 @@ import typer.core
 import yaml
 from pydantic import ValidationError
 
+from kprio_core.config.load import ConfigSources
 from kprio_core.errors import ConfigError, InternalError, KprioError, PathUnusable, UsageError, os_reason
 from orchestration.cli.redaction import Redactor
 
@@ -74,6 +76,8 @@ class Run:
     command: str = "kprio"
     """The command running (``kprio broker start``), once the group resolved it."""
     redact: Redactor = field(default_factory=lambda: Redactor(()))
+    sources: ConfigSources | None = None
+    """Where the configuration the command loaded came from (:func:`orchestration.cli.common.config_from`)."""
 
 
 RUN = Run()
@@ -120,7 +124,9 @@ def line(err: BaseException) -> str:
     mapped = typed(err)
     text = " ".join(str(mapped).split())  # one line, whatever a library's message held
     if not mapped.where:
-        text = f"{text} ({RUN.command})"
+        setting = mapped.setting
+        where = RUN.sources.where(setting, mapped.setting_value) if setting and RUN.sources else RUN.command
+        text = f"{text} ({where})"
     return RUN.redact(f"kprio: error: {text} [{mapped.code}]")
 
 
