@@ -70,6 +70,8 @@ def client_problem(name: str, value: object) -> str | None:
     (True, True)
     """
     key = name.lower()
+    if not key.strip(" ."):
+        return "names no setting (KPRIO_KAFKA_ with nothing after it?)"
     if key != name and key in ("security.protocol", "sasl.mechanism", "sasl.mechanisms", "bootstrap.servers"):
         return f"librdkafka's setting names are lower case: write {key}"
     if key in KPRIO_OWNED:

@@ -92,7 +92,7 @@ def typed(err: BaseException) -> KprioError:
         command = err.ctx.command_path if err.ctx is not None else RUN.command
         if RUN.command.startswith(f"{command} "):
             command = RUN.command  # the parser of a command may report with its group's context
-        what = " ".join(err.format_message().split())
+        what = " ".join(err.format_message().replace("Value error, ", "").split())  # pydantic's prefix
         return UsageError(what, where=f"{command}; see {command} --help")
     if isinstance(err, click_errors.ClickException):
         return UsageError(" ".join(err.format_message().split()), where=RUN.command)
@@ -138,6 +138,22 @@ def report(err: BaseException) -> int:
     return exit_code(err)
 
 
+def empty_option(argv: Sequence[str]) -> str | None:
+    """The first option of ``argv`` given an empty value (``--home ""``, ``--config=``), or None.
+
+    >>> empty_option(["instance", "init", "--home", ""]), empty_option(["plan", "--config="]), empty_option(["plan"])
+    ('--home', '--config', None)
+    """
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg.startswith("-") and len(arg) > 1:
+            name, equals, value = arg.partition("=")
+            if (equals and not value) or (not equals and i + 1 < len(argv) and argv[i + 1] == ""):
+                return name
+    return None
+
+
 class KprioGroup(typer.core.TyperGroup):
     """The ``kprio`` group: its :meth:`main` is the error boundary of every command."""
 
@@ -148,6 +164,9 @@ class KprioGroup(typer.core.TyperGroup):
                      log_file=Path(os.environ[ENV_LOG_FILE]) if os.environ.get(ENV_LOG_FILE) else None,
                      log_file_from=ENV_LOG_FILE, command=prog_name or "kprio", redact=Redactor.of(os.environ, argv))
         try:
+            empty = empty_option(argv)
+            if empty is not None:  # click would take "" as a value: a path of "" is the working directory
+                raise UsageError(f"the value of {empty} is empty", where=f"{empty}; see kprio --help")
             result = super().main(args=argv, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                                   **extra)
             code = result if isinstance(result, int) else EXIT_OK

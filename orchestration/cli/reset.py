@@ -49,11 +49,18 @@ def reset(partition: PartitionArgument, to: ToOption, config: ConfigOption = Non
     if name not in known:
         raise UsageError(f"{name!r} is not a priority topic of the configuration (it has {', '.join(known)})",
                          where="PARTITION of kprio reset")
-    with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger:
-        try:
-            line = reset_partition(edge, ledger, settings, name, number, to, now_ms=int(time.time() * 1000))
-        except ValueError as err:
-            raise ResetRefused(str(err), where=partition) from None
+    logical = next(t for t in settings.topics if name in t.priority_topics().values())
+    with KafkaEdge(settings.kafka) as edge:
+        # The cluster first: a broker that does not answer, or a partition it does not have, leaves no ledger behind.
+        present = sorted(p for keys in edge.partitions(logical).values() for topic, p in keys if topic == name)
+        if number not in present:
+            raise UsageError(f"{name} has no partition {number} (it has {', '.join(map(str, present))})",
+                             where="PARTITION of kprio reset")
+        with Ledger(settings.ledger.url) as ledger:
+            try:
+                line = reset_partition(edge, ledger, settings, name, number, to, now_ms=int(time.time() * 1000))
+            except ValueError as err:
+                raise ResetRefused(str(err), where=partition) from None
     if json_out:
         print_json({"partition": partition, "to": to, "text": line})
     else:

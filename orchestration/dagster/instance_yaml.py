@@ -254,6 +254,11 @@ def postgres_storage(url: str | None = None, *, url_env: str | None = None,
     if parsed.port is not None and not 0 < parsed.port < 65536:
         raise UsageError(f"port {parsed.port} is not a TCP port", where=URL_OPTION)
     hidden = set(secret_parameters(parsed))
+    plain = {parsed.password, *(v for k in hidden for v in ([parsed.query[k]] if isinstance(parsed.query[k], str)
+                                                           else parsed.query[k]))}
+    if any(secret not in plain for secret in url_secrets(parsed)):  # a password= inside ?options= or the database
+        raise UsageError("holds a password inside its database name or a parameter's value (password=...): remove it "
+                         "and give the password in the variable --postgres-password-env names", where=URL_OPTION)
     params = {k: v if isinstance(v, str) else ",".join(v) for k, v in parsed.query.items() if k not in hidden} or None
     password = None
     if url_secrets(parsed) or password_env is not None:
