@@ -36,7 +36,7 @@ def _numeric(annotation: Any) -> tuple[bool, bool]:
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        return any(_numeric(a)[0] for a in args if a is not type(None)), False
+        return all(_numeric(a)[0] for a in args if a is not type(None)), False  # str | int | bool is no number
     if typing.get_origin(annotation) is typing.Annotated:
         return _numeric(args[0])
     if origin is dict and len(args) == 2:
