@@ -232,6 +232,12 @@ def postgres_storage(url: str | None = None, *, url_env: str | None = None,
     ``password_env`` when given, becomes ``password: {env: <password_env, default
     KPRIO_DAGSTER_PG_PASSWORD>}``; the secret parameters are never written.
     """
+    import re
+
+    for option, variable in (("--postgres-url-env", url_env), ("--postgres-password-env", password_env)):
+        if variable is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", variable):
+            raise UsageError(f"{variable!r} is not the name of an environment variable (letters, digits and _)",
+                             where=option)
     if url_env is not None:
         return Postgres(postgres_url=FromEnv(env=url_env))
     if url is None:
