@@ -66,13 +66,11 @@ class SparkSettings(Section):
     def _no_master_nor_secret(cls, value: dict[str, str]) -> dict[str, str]:
         """spark.master and spark.remote are settings of their own (the drain would see two); a credential in the
         file would sit in kprio.yaml and in the resource config Dagster shows."""
-        from kprio_core.urls import SECRET_PARAMETER_WORDS
-
         for name in value:
             if name.strip() in ("spark.master", "spark.remote"):
                 raise SettingError(f"set {name.strip().replace('spark.', 'spark.', 1)} as a setting of the spark "
                                    f"section ({name.strip().split('.')[1]}:), not in spark.conf", key=name)
-            if any(word in name.lower() for word in SECRET_PARAMETER_WORDS):
+            if _spark_secret(name):
                 raise SettingError("is a credential: set it in Spark's own spark-defaults.conf ($SPARK_CONF_DIR) "
                                    "or the cluster's secrets, never in kprio.yaml", key=name)
         return value
@@ -104,6 +102,20 @@ class SparkSettings(Section):
             raise ValueError("holds a token: remove ;token=... from the URL and set it in the environment as "
                              "SPARK_CONNECT_AUTHENTICATE_TOKEN")
         return value
+
+
+def _spark_secret(name: str) -> bool:
+    """Whether a Spark setting holds a credential: a password, a secret, a token (not a class that provides one:
+    ``fs.s3a.aws.credentials.provider``, ``fs.s3a.delegation.token.binding``).
+
+    >>> [_spark_secret(n) for n in ("spark.ssl.keyPassword", "spark.authenticate.secret",
+    ...  "spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.session.token",
+    ...  "spark.hadoop.fs.s3a.aws.credentials.provider", "spark.hadoop.fs.s3a.delegation.token.binding")]
+    [True, True, True, True, False, False]
+    """
+    key = name.lower()
+    return ("password" in key or "passwd" in key or key.endswith((".secret", "secret.key", ".token", "access.key"))
+            or ".secret." in key)
 
 
 class LedgerSettings(Section):
