@@ -40,11 +40,18 @@ class KprioError(Exception):
     code = "kprio_error"
     transient = False
     where: str | None = None
+    setting: str | None = None
+    """The configuration key the error is about when it has no ``where`` (``kafka.bootstrap_servers``): the CLI
+    names it and where it came from (the file, or the environment variable that set it)."""
+    setting_value: str | None = None
+    """The value of :attr:`setting` the error met (never a secret's)."""
 
-    def __init__(self, *args: object, where: str | None = None) -> None:
+    def __init__(self, *args: object, where: str | None = None, setting: str | None = None) -> None:
         super().__init__(*args)
         if where is not None:
             self.where = where
+        if setting is not None:
+            self.setting = setting
 
     @property
     def what(self) -> str:
@@ -83,9 +90,10 @@ class BrokerUnreachable(KprioError):
 
     code = "broker_unreachable"
     transient = True
+    setting = "kafka.bootstrap_servers"
 
     def __init__(self, bootstrap: str, timeout_s: float, detail: str = "") -> None:
-        self.bootstrap = bootstrap
+        self.bootstrap = self.setting_value = bootstrap
         self.timeout_s = timeout_s
         more = f": {detail}" if detail else ""
         super().__init__(f"no Kafka broker answered at {bootstrap} within {timeout_s:g} s{more}")
@@ -95,6 +103,7 @@ class TopicMissing(KprioError):
     """A priority topic does not exist."""
 
     code = "topic_missing"
+    setting = "topics"
 
     def __init__(self, topic: str, bootstrap: str) -> None:
         self.topic = topic
@@ -105,6 +114,7 @@ class PartitionCountMismatch(KprioError):
     """A priority topic has another partition count than the configuration expects."""
 
     code = "partition_count_mismatch"
+    setting = "topics"
 
     def __init__(self, topic: str, expected: int, actual: int) -> None:
         self.topic, self.expected, self.actual = topic, expected, actual
@@ -115,6 +125,7 @@ class AuthorizationFailed(KprioError):
     """The broker refused an operation for lack of permission."""
 
     code = "authorization_failed"
+    setting = "kafka.client"
 
 
 class DataLostToRetention(KprioError):
@@ -187,6 +198,7 @@ class KafkaOperationFailed(KprioError):
     """A Kafka client call failed for a reason none of the more specific errors covers."""
 
     code = "kafka_operation_failed"
+    setting = "kafka.bootstrap_servers"
 
 
 class LogChanged(KprioError):
@@ -204,6 +216,7 @@ class KafkaSecurityFailed(KprioError):
     """
 
     code = "kafka_security_failed"
+    setting = "kafka.client"
 
 
 class SaslAuthenticationFailed(KafkaSecurityFailed):

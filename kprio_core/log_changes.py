@@ -237,13 +237,13 @@ def parse_target(text: str) -> str | int:
     >>> parse_target("-3")
     Traceback (most recent call last):
     ...
-    ValueError: --to must be earliest, latest or an offset >= 0, not '-3'
+    ValueError: --to must be earliest, latest or an offset from 0 to 2**63-1, not '-3'
     """
     if text in ("earliest", "latest"):
         return text
-    if text.isdigit():
+    if text.isdigit() and int(text) < 2**63:  # Kafka's offsets are 64-bit
         return int(text)
-    raise ValueError(f"--to must be earliest, latest or an offset >= 0, not {text!r}")
+    raise ValueError(f"--to must be earliest, latest or an offset from 0 to 2**63-1, not {text!r}")
 
 
 def resolve_target(target: str | int, log_start: int, high_watermark: int) -> int:
@@ -278,7 +278,7 @@ def parse_partition(text: str) -> tuple[str, int]:
     ValueError: name one partition as topic[partition], e.g. orders-2[0], not 'orders-2'
     """
     name, bracket, rest = text.partition("[")
-    if not bracket or not name or not rest.endswith("]") or not rest[:-1].isdigit():
+    if not bracket or not name or not rest.endswith("]") or not rest[:-1].isdigit() or int(rest[:-1]) >= 2**31:
         raise ValueError(f"name one partition as topic[partition], e.g. orders-2[0], not {text!r}")
     return name, int(rest[:-1])
 

@@ -20,7 +20,9 @@ as a user would write it once the secret is in the environment.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
+from urllib.parse import quote, quote_plus
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
@@ -53,16 +55,28 @@ def _secret_name(key: str) -> bool:
     return name != "passfile" and any(word in name for word in SECRET_PARAMETER_WORDS)
 
 
+_EMBEDDED = re.compile(r"(?i)\b\w*(?:password|passwd|pwd|secret|token|credential)\w*\s*=\s*('[^']*'|[^\s&']+)")
+"""``password=...`` inside another part of the URL: libpq reads a database name that holds ``=`` as a whole
+connection string, and ``?options=-c password=...`` is passed to the server."""
+
+
 def url_secrets(url: str | URL) -> list[str]:
-    """Every credential ``url`` holds (its password, the values of secret query parameters); [] when unparsable."""
+    """Every credential ``url`` holds (its password, the values of secret query parameters, a ``password=`` inside
+    the database name or another parameter's value); [] when unparsable.
+
+    >>> url_secrets("postgresql://u@h/dbname=x password=s3cret?options=-c%20token%3Dt0k")
+    ['t0k', 's3cret']
+    """
     try:
         parsed = parsed_url(url)
     except Exception:  # noqa: BLE001 - ArgumentError, or a value that is no string at all
         return []
     found = [parsed.password] if parsed.password else []
-    for key in secret_parameters(parsed):
-        value = parsed.query[key]
-        found.extend([value] if isinstance(value, str) else list(value))
+    secret = set(secret_parameters(parsed))
+    for key, value in parsed.query.items():
+        values = [value] if isinstance(value, str) else list(value)
+        found.extend(values if key in secret else [m.group(1).strip("'") for v in values for m in _EMBEDDED.finditer(v)])
+    found.extend(m.group(1).strip("'") for m in _EMBEDDED.finditer(parsed.database or ""))
     return [str(s) for s in found if s]
 
 
@@ -73,7 +87,11 @@ def shown_url(url: str | URL) -> str:
     except Exception:  # noqa: BLE001 - its text could hold the secret: show none of it
         return UNPARSABLE
     hidden = {key: "***" for key in secret_parameters(parsed)}
-    return parsed.update_query_dict(hidden).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+    shown = parsed.update_query_dict(hidden).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+    for secret in url_secrets(parsed):  # the ones inside another part (see _EMBEDDED), as the URL writes them
+        for form in {secret, quote(secret, safe=""), quote_plus(secret)}:
+            shown = shown.replace(form, "***")
+    return shown
 
 
 def bare_url(url: str | URL) -> str:
@@ -85,5 +103,9 @@ def bare_url(url: str | URL) -> str:
     from sqlalchemy.engine import URL
 
     kept = parsed.difference_update_query(secret_parameters(parsed))
-    return URL.create(kept.drivername, kept.username, None, kept.host, kept.port, kept.database,
+    bare = URL.create(kept.drivername, kept.username, None, kept.host, kept.port, kept.database,
                       kept.query).render_as_string(hide_password=False)
+    for secret in url_secrets(parsed):  # one inside another part of the URL cannot be left out: it is hidden
+        for form in {secret, quote(secret, safe=""), quote_plus(secret)}:
+            bare = bare.replace(form, "***")
+    return bare

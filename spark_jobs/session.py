@@ -231,7 +231,7 @@ def build_session(settings: SparkSettings, app_name: str = "kprio") -> SparkSess
     """The run's SparkSession (created, or the active one reused) with the data source registered."""
     from pyspark.sql import SparkSession
 
-    from spark_jobs.library_logs import forward_spark_logs
+    from spark_jobs.library_logs import forward_spark_logs, jvm_stderr
     from spark_jobs.source import register
 
     forward_spark_logs()
@@ -244,7 +244,8 @@ def build_session(settings: SparkSettings, app_name: str = "kprio") -> SparkSess
     builder = builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
     for key, value in classic_conf(settings).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with jvm_stderr():
+        spark = builder.getOrCreate()
     register(spark)
     return spark
 

@@ -14,6 +14,9 @@ from pydantic import Field, field_validator, model_validator
 from kprio_core.config.base import Section, a_path
 from kprio_core.errors import HandlerError
 
+OUTPUT_SCHEMES = ("file", "s3", "s3a", "gs", "hdfs", "abfs", "abfss", "wasbs")
+"""The URL schemes of an output root: the file systems Hadoop (Spark's writers) and Arrow (kprio's) both reach."""
+
 
 class OnOffsetOutOfRange(StrEnum):
     """What kprio does when a committed offset no longer points into the partition's log (see ``kprio_core.log_changes``).
@@ -114,6 +117,25 @@ class MaintenanceSettings(Section):
         "this long: Delta's vacuum and log cleanup, Iceberg's snapshot expiry (the newest snapshots always stay).")
     keep_snapshots: int = Field(10, ge=1, description="Iceberg: snapshots always kept, however old.")
 
+    @field_validator("schedule")
+    @classmethod
+    def _a_cron_schedule(cls, value: str) -> str:
+        """Five cron fields (or an alias such as ``@hourly``), as Dagster's schedules and Airflow's DAGs take them:
+        a wrong one would only fail when the definitions load.
+
+        >>> MaintenanceSettings(schedule="@daily").schedule, MaintenanceSettings(schedule="*/5 * * * 1-5").schedule
+        ('@daily', '*/5 * * * 1-5')
+        """
+        from croniter import croniter
+
+        aliases = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@midnight")
+        if value.strip() in aliases:
+            return value
+        if len(value.split()) != 5 or not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a cron schedule: write five fields, minute hour day month weekday "
+                             "(like '17 * * * *'), or @hourly, @daily, @weekly")
+        return value
+
 
 class DrainSettings(Section):
     """What the drain does with records."""
@@ -149,6 +171,10 @@ class DrainSettings(Section):
     @field_validator("output_path", "dead_letter_path", "replay_path")
     @classmethod
     def _a_path(cls, value: str) -> str:
+        scheme, sep, _ = value.partition("://")
+        if sep and scheme.lower() not in OUTPUT_SCHEMES:
+            raise ValueError(f"{scheme}:// is no file system Spark and Arrow write to: a local path, or "
+                             f"{', '.join(s + '://' for s in OUTPUT_SCHEMES)}")
         return a_path(value)
 
     @field_validator("handler")

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, SerializationInfo, field_serializer, field_validator
 
-from kprio_core.config.base import Section
+from kprio_core.config.base import Section, SettingError
 from kprio_core.config.environment import JAVA_ONLY_SETTINGS, WITH_SECRETS, is_secret_setting, setting_variable
 
 
@@ -16,18 +16,22 @@ def bootstrap_problem(servers: str) -> str | None:
 
     >>> bootstrap_problem("b-1:9092,b-2:9093"), bootstrap_problem("SASL_SSL://b-1:9093,[::1]:9092")
     (None, None)
-    >>> for servers in ("localhost:abc", "b:99999", "a b:1", ""):
+    >>> for servers in ("localhost:abc", "b:99999", "a b:1", "", "nohost", "http://b:1"):
     ...     print(bootstrap_problem(servers))
     'localhost:abc': the port is not a number from 1 to 65535
     'b:99999': the port is not a number from 1 to 65535
     'a b:1': not host:port
     no broker named: write host:port[,host:port...]
+    'nohost': no port: write host:port (Kafka's Java client, Spark's reader, takes no address without one)
+    'http://b:1': http is no Kafka security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)
     """
     entries = [entry.strip() for entry in servers.split(",")]
     if not any(entries):
         return "no broker named: write host:port[,host:port...]"
     for entry in entries:
-        address = entry.split("://", 1)[-1]
+        protocol, _, address = entry.rpartition("://")
+        if protocol and protocol.upper() not in SECURITY_PROTOCOLS:
+            return f"{entry!r}: {protocol} is no Kafka security protocol ({', '.join(SECURITY_PROTOCOLS)})"
         parts = urlsplit(f"//{address}")
         try:
             port = parts.port
@@ -37,6 +41,45 @@ def bootstrap_problem(servers: str) -> str | None:
             return f"{entry!r}: not host:port"
         if port is not None and not 0 < port < 65536:
             return f"{entry!r}: the port is not a number from 1 to 65535"
+        if port is None:
+            return f"{entry!r}: no port: write host:port (Kafka's Java client, Spark's reader, takes no address " \
+                   "without one)"
+    return None
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+"""librdkafka's ``security.protocol`` values (either case)."""
+
+SASL_MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+"""librdkafka's ``sasl.mechanism`` values."""
+
+KPRIO_OWNED = {
+    "bootstrap.servers": "set kafka.bootstrap_servers (or KPRIO_BOOTSTRAP_SERVERS)",
+    "metadata.broker.list": "set kafka.bootstrap_servers (or KPRIO_BOOTSTRAP_SERVERS)",
+}
+"""Client settings kprio sets itself: one in ``kafka.client`` would replace kprio's (and the errors' address)."""
+
+
+def client_problem(name: str, value: object) -> str | None:
+    """What is wrong with one ``kafka.client`` setting that librdkafka would only say when a client is built (or
+    say misleadingly: an unknown SASL mechanism reads "sasl.username and sasl.password must be set"), or None.
+
+    >>> client_problem("sasl.mechanism", "SCRAM-SHA-999")
+    "'SCRAM-SHA-999' is no SASL mechanism librdkafka has: GSSAPI, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"
+    >>> client_problem("security.protocol", "ssl") is None, client_problem("client.id", "x") is None
+    (True, True)
+    """
+    key = name.lower()
+    if not key.strip(" ."):
+        return "names no setting (KPRIO_KAFKA_ with nothing after it?)"
+    if key != name and key in ("security.protocol", "sasl.mechanism", "sasl.mechanisms", "bootstrap.servers"):
+        return f"librdkafka's setting names are lower case: write {key}"
+    if key in KPRIO_OWNED:
+        return f"kprio sets {key} itself: {KPRIO_OWNED[key]}"
+    if key == "security.protocol" and str(value).upper() not in SECURITY_PROTOCOLS:
+        return f"{str(value)!r} is no security protocol librdkafka has: {', '.join(SECURITY_PROTOCOLS)}"
+    if key in ("sasl.mechanism", "sasl.mechanisms") and str(value).upper() not in SASL_MECHANISMS:
+        return f"{str(value)!r} is no SASL mechanism librdkafka has: {', '.join(SASL_MECHANISMS)}"
     return None
 
 
@@ -68,7 +111,8 @@ class KafkaSettings(Section):
         description="Secret client settings (kprio_core.config.SECRET_SETTINGS), filled only from "
         "KPRIO_KAFKA_<SETTING> environment variables.",
     )
-    timeout_s: float = Field(10.0, gt=0, description="Timeout of every admin and client call.")
+    timeout_s: float = Field(10.0, gt=0, le=3600, description="Timeout of every admin and client call (at most an "
+                             "hour).")
     isolation_level: IsolationLevel = Field(
         IsolationLevel.READ_COMMITTED,
         description="read_committed: drain committed transactions and plain records, plans end at the last stable "
@@ -78,20 +122,23 @@ class KafkaSettings(Section):
     @field_validator("client")
     @classmethod
     def _no_secrets_in_file(cls, value: dict[str, object]) -> dict[str, object]:
-        for name in value:
+        for name, setting in value.items():
+            why = client_problem(name, setting)
+            if why:
+                raise SettingError(why, key=name)
             if name.lower() == "isolation.level":
-                raise ValueError("set the isolation level as kafka.isolation_level, not kafka.client: it decides "
-                                 "where lag and plans end as well as what readers see")
+                raise SettingError("set the isolation level as kafka.isolation_level, not kafka.client: it decides "
+                                   "where lag and plans end as well as what readers see", key=name)
             if is_secret_setting(name):
-                raise ValueError(
-                    f"'{name}' is a secret: remove it from the file and set it in the environment as "
-                    f"{setting_variable(name)}"
+                raise SettingError(
+                    "is a secret: remove it from the file and set it in the environment as "
+                    f"{setting_variable(name)}", key=name
                 )
             if name.lower() in JAVA_ONLY_SETTINGS:
-                raise ValueError(
-                    f"'{name}' is a setting of Kafka's Java client only, which kprio's librdkafka clients would not "
-                    f"see: set {JAVA_ONLY_SETTINGS[name.lower()]}; kprio derives the Java client's settings from them"
-                )
+                raise SettingError(
+                    "is a setting of Kafka's Java client only, which kprio's librdkafka clients would not "
+                    f"see: set {JAVA_ONLY_SETTINGS[name.lower()]}; kprio derives the Java client's settings from them",
+                    key=name)
         return value
 
     @field_validator("secrets")

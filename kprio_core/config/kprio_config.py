@@ -51,6 +51,17 @@ class KprioConfig(Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"logical topic names must be unique, repeated: {dupes}")
+        # Two logical topics on one Kafka topic (their templates make the same name) would drain it twice.
+        owner: dict[str, str] = {}
+        for t in value:
+            for kind, names, fix in (("priority topic", t.priority_topics().values(), "topic_template"),
+                                     ("consumer group", [t.priority_group(p) for p in t.priority_topics()],
+                                      "group or group_template")):
+                for name in names:
+                    first = owner.setdefault(f"{kind} {name}", t.name)
+                    if first != t.name:
+                        raise ValueError(f"topics {first!r} and {t.name!r} both have the {kind} {name!r}: give each "
+                                         f"its own {fix}")
         return value
 
     @model_validator(mode="after")

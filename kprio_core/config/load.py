@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -25,7 +26,7 @@ from kprio_core.errors import ConfigError, os_reason
 
 
 def _key(loc: tuple) -> str:
-    return ".".join(str(part) for part in loc)
+    return ".".join(str(part) for part in loc if part != "[key]")  # pydantic's mark of a mapping's key
 
 
 def _problems(err: ValidationError) -> list[dict]:
@@ -43,16 +44,31 @@ def _problems(err: ValidationError) -> list[dict]:
         # A union's branches come as one error each, their loc the value's plus the branch's type name, their input
         # the one value (a mapping or a list: the only values a union of kprio's refuses whole).
         twins = [o for o in errors if o is not e and len(o["loc"]) == len(loc) and tuple(o["loc"][:-1]) == loc[:-1]
-                 and o["input"] is e["input"] and isinstance(e["input"], dict | list)]
+                 and o["input"] is e["input"] and (isinstance(e["input"], dict | list) or _branch(loc[-1]))]
         if not twins:
             problems.append(e)
             continue
         if loc[:-1] not in branches:
             kinds = [str(o["loc"][-1]) for o in errors if tuple(o["loc"][:-1]) == loc[:-1]]
             branches[loc[:-1]] = {"loc": loc[:-1], "type": "union", "input": e["input"],
-                                  "msg": f"Input should be one of {', '.join(kinds)}, not {type(e['input']).__name__}"}
+                                  "msg": f"must be one of {', '.join(kinds)}, not {kind_of(e['input'])}"}
             problems.append(branches[loc[:-1]])
     return problems
+
+
+_BRANCHES = frozenset({"str", "int", "float", "bool", "list", "dict", "tuple", "none"})
+
+
+def _branch(part: object) -> bool:
+    """Whether a part of an error's loc names a branch of a union (``str``, ``int``, ``TopicSettings``)."""
+    return isinstance(part, str) and (part in _BRANCHES or part[:1].isupper() or "[" in part)
+
+
+_SHAPES = {"model_type": "a mapping of settings", "model_attributes_type": "a mapping of settings",
+           "dict_type": "a mapping", "tuple_type": "a list", "list_type": "a list", "string_type": "a string",
+           "int_type": "a whole number", "float_type": "a number", "bool_type": "true or false"}
+"""pydantic's type errors, as the shape of YAML value they want ("a valid dictionary or instance of PlannerSettings"
+names a Python class the user never wrote)."""
 
 
 def _message(problem: Mapping) -> str:
@@ -60,7 +76,17 @@ def _message(problem: Mapping) -> str:
     error = (problem.get("ctx") or {}).get("error")
     if problem["type"] in ("value_error", "assertion_error") and error is not None:
         return str(error)
+    if problem["type"] in _SHAPES:
+        value = problem.get("input")
+        return f"must be {_SHAPES[problem['type']]}, not {kind_of(value)}"
     return problem["msg"]
+
+
+def _loc(problem: Mapping) -> tuple:
+    """The problem's key; one inside the mapping a validator checked when it said which (:class:`SettingError`)."""
+    error = (problem.get("ctx") or {}).get("error")
+    key = getattr(error, "key", None)
+    return (*problem["loc"], key) if isinstance(key, str) else tuple(problem["loc"])
 
 
 def config_error(err: ValidationError, source: str, origins: Mapping[tuple, str] | None = None) -> ConfigError:
@@ -68,20 +94,52 @@ def config_error(err: ValidationError, source: str, origins: Mapping[tuple, str]
     a secret), how many more problems there are, and where (``source``, or the environment variable that set it)."""
     problems = _problems(err)
     first = problems[0]
-    loc = tuple(first["loc"])
+    loc = _loc(first)
     key = _key(loc)
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    origins = origins or {}
+    # A check of the whole configuration has no key of its own: its message names the keys.
+    return ConfigError(f"{key}: {_message(first)}{more}" if key else f"{_message(first)}{more}",
+                       where=origin_of(loc, source, origins or {}))
+
+
+def origin_of(loc: tuple, source: str, origins: Mapping[tuple, str]) -> str:
+    """Where the setting at ``loc`` came from: ``source`` (the file), or the environment variable that set it."""
     exact = [variable for prefix, variable in origins.items() if loc[: len(prefix)] == prefix]
     # A check of a whole mapping (kafka.client) may be failed by a key from the file or from the environment.
     inside = sorted(variable for prefix, variable in origins.items() if loc and prefix[: len(loc)] == loc)
-    where = source
     if exact:
-        where = f"{exact[-1]} in the environment"
-    elif inside:
-        where = f"{source}, or {', '.join(inside)} in the environment"
-    # A check of the whole configuration has no key of its own: its message names the keys.
-    return ConfigError(f"{key}: {_message(first)}{more}" if key else f"{_message(first)}{more}", where=where)
+        return f"{exact[-1]} in the environment"
+    if inside:
+        return f"{source}, or {', '.join(inside)} in the environment"
+    return source
+
+
+@dataclass(frozen=True)
+class ConfigSources:
+    """Where a loaded configuration's settings came from, for errors met when a setting is used (a broker that does
+    not answer at ``kafka.bootstrap_servers``): the file (or the built-in defaults) and the environment's overrides.
+
+    >>> sources = ConfigSources("kprio.yaml", {("kafka", "bootstrap_servers"): "KPRIO_BOOTSTRAP_SERVERS"})
+    >>> sources.where("kafka.bootstrap_servers", "b:9092"), sources.where("kafka.client")
+    ('KPRIO_BOOTSTRAP_SERVERS b:9092 in the environment', 'kafka.client in kprio.yaml')
+    """
+
+    source: str
+    origins: Mapping[tuple, str] = field(default_factory=dict)
+    written: frozenset[str] | None = None
+    """The keys the file sets (``kafka.bootstrap_servers``), of its sections and one level inside them."""
+
+    def where(self, setting: str, value: str | None = None) -> str:
+        """``setting`` (with its ``value``, never a secret's) and where it came from."""
+        shown = f" {value}" if value else ""
+        origin = origin_of(tuple(setting.split(".", 2)), self.source, self.origins)
+        if origin.endswith(" in the environment") and "," not in origin:
+            return origin.replace(" in the environment", f"{shown} in the environment")
+        if self.source == BUILT_IN:
+            return f"{setting}{shown}, the built-in default: no configuration file was found"
+        if self.written is not None and ".".join(setting.split(".")[:2]) not in self.written and origin == self.source:
+            return f"{setting}{shown}, the default: not set in {self.source}"
+        return f"{setting}{shown} in {origin}"
 
 
 def format_validation_error(err: ValidationError, source: str) -> str:
@@ -123,13 +181,28 @@ def kind_of(value: object) -> str:
     >>> kind_of([1]), kind_of(5), kind_of("x"), kind_of({"a": 1})
     ('a list', 'a number', 'a string', 'a mapping')
     """
+    if value is None:
+        return "nothing (null)"
     kinds = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (Mapping, "a mapping"),
              (list | tuple, "a list"))
     return next((name for kind, name in kinds if isinstance(value, kind)), f"a {type(value).__name__}")
 
 
+BUILT_IN = "built-in defaults"
+
+
 def parse_config(raw: Mapping | None, source: str = "configuration", env: Mapping[str, str] | None = None) -> KprioConfig:
     """Validate a mapping (as read from YAML) plus environment overrides into a config."""
+    return parse_config_sources(raw, source, env)[0]
+
+
+def parse_config_sources(raw: Mapping | None, source: str = "configuration", env: Mapping[str, str] | None = None,
+                         *, on_this_host: bool = False) -> tuple[KprioConfig, ConfigSources]:
+    """:func:`parse_config`, and where its settings came from; ``on_this_host``: the configuration runs here (it
+    was loaded from a file and the environment), so the files its settings name and the credentials its client
+    settings need are checked too (:mod:`kprio_core.config.files`)."""
+    from kprio_core.config.files import credential_problem, file_problem
+
     if raw is not None and not isinstance(raw, Mapping):
         raise ConfigError(f"the top level must be a mapping of sections, not {kind_of(raw)}", where=source)
     data = dict(raw or {})
@@ -142,11 +215,18 @@ def parse_config(raw: Mapping | None, source: str = "configuration", env: Mappin
         raise ConfigError(f"kafka.client: must be a mapping, not {kind_of(client)}", where=source)
     if "secrets" in (data.get("kafka") or {}):
         raise ConfigError("kafka.secrets: secrets come only from KPRIO_KAFKA_* environment variables", where=source)
+    written = {f"{section}.{key}" for section, values in data.items() if isinstance(values, Mapping)
+               for key in values} | set(data)
     data, origins = _environment_overrides(data, os.environ if env is None else env)
     try:
-        return KprioConfig.model_validate(data)
+        config = KprioConfig.model_validate(data)
     except ValidationError as err:
         raise config_error(err, source, origins) from None
+    found = (file_problem(config) or credential_problem(config)) if on_this_host else None
+    if found is not None:
+        loc, what = found
+        raise ConfigError(f"{_key(loc)}: {what}", where=origin_of(loc, source, origins))
+    return config, ConfigSources(source, origins, frozenset(written))
 
 
 def config_path(explicit: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Path | None:
@@ -208,8 +288,14 @@ def read_yaml(path: Path, where: str) -> object:
 
 def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> KprioConfig:
     """Load and validate the configuration (see the module docstring for the search order)."""
+    return load_config_sources(path, env)[0]
+
+
+def load_config_sources(path: str | os.PathLike | None = None,
+                        env: Mapping[str, str] | None = None) -> tuple[KprioConfig, ConfigSources]:
+    """:func:`load_config`, and where its settings came from (for the errors of their first use)."""
     chosen = config_path(path, env)
     if chosen is None:
-        return parse_config({}, "built-in defaults", env)
+        return parse_config_sources({}, BUILT_IN, env, on_this_host=True)
     where = str(chosen) if path or chosen == Path(DEFAULT_CONFIG_FILE) else f"{chosen}, named by {ENV_CONFIG_PATH}"
-    return parse_config(read_yaml(chosen, where), where, env)
+    return parse_config_sources(read_yaml(chosen, where), where, env, on_this_host=True)

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from kprio_core.config.base import Section, a_path
+from kprio_core.config.base import Section, SettingError, a_path
 from kprio_core.config.environment import ENV_LEDGER_PASSWORD, ENV_REGISTRY_KEY_PASSWORD, ENV_REGISTRY_PASSWORD
 
 if TYPE_CHECKING:
@@ -28,10 +28,13 @@ class SparkReader(StrEnum):
 
 
 SPARK_MASTERS = tuple(re.compile(form) for form in (
-    r"local", r"local\[(\d+|\*)\]", r"local\[(\d+|\*)\s*,\s*\d+\]", r"local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]",
-    r"spark://[^/\s]+", r"yarn", r"k8s://\S+",
+    r"local", r"local\[([1-9]\d*|\*)\]", r"local\[([1-9]\d*|\*)\s*,\s*[1-9]\d*\]",
+    r"local-cluster\[\s*[1-9]\d*\s*,\s*[1-9]\d*\s*,\s*[1-9]\d*\s*\]",
+    r"spark://[^/\s:,]+:\d+(,[^/\s:,]+:\d+)*", r"yarn", r"k8s://\S+",
 ))
-"""The master URLs SparkContext accepts (its ``createTaskScheduler`` and the cluster managers it ships)."""
+"""The master URLs SparkContext accepts (its ``createTaskScheduler`` and the cluster managers it ships): at least
+one thread, one worker, one core and one MB; a standalone master (or masters, for ZooKeeper's failover) with a
+port."""
 
 
 class SparkSettings(Section):
@@ -58,12 +61,27 @@ class SparkSettings(Section):
     def _a_path(cls, value: str) -> str:
         return a_path(value)
 
+    @field_validator("conf")
+    @classmethod
+    def _no_master_nor_secret(cls, value: dict[str, str]) -> dict[str, str]:
+        """spark.master and spark.remote are settings of their own (the drain would see two); a credential in the
+        file would sit in kprio.yaml and in the resource config Dagster shows."""
+        for name in value:
+            if name.strip() in ("spark.master", "spark.remote"):
+                raise SettingError(f"set {name.strip().replace('spark.', 'spark.', 1)} as a setting of the spark "
+                                   f"section ({name.strip().split('.')[1]}:), not in spark.conf", key=name)
+            if _spark_secret(name):
+                raise SettingError("is a credential: set it in Spark's own spark-defaults.conf ($SPARK_CONF_DIR) "
+                                   "or the cluster's secrets, never in kprio.yaml", key=name)
+        return value
+
     @field_validator("master")
     @classmethod
     def _a_master_spark_accepts(cls, value: str) -> str:
-        if not any(form.fullmatch(value) for form in SPARK_MASTERS):
+        ports = [int(p) for p in re.findall(r":(\d+)", value)] if value.startswith("spark://") else []
+        if not any(form.fullmatch(value) for form in SPARK_MASTERS) or not all(0 < p < 65536 for p in ports):
             raise ValueError(f"{value!r} is not a master URL Spark accepts: local, local[N], local[*], local[N,F], "
-                             "local-cluster[N,C,M], spark://host:port, yarn or k8s://https://host:port "
+                             "local-cluster[N,C,M] (each at least 1), spark://host:port, yarn or k8s://https://host:port "
                              "(a Spark Connect server is spark.remote: sc://host:port)")
         return value
 
@@ -84,6 +102,20 @@ class SparkSettings(Section):
             raise ValueError("holds a token: remove ;token=... from the URL and set it in the environment as "
                              "SPARK_CONNECT_AUTHENTICATE_TOKEN")
         return value
+
+
+def _spark_secret(name: str) -> bool:
+    """Whether a Spark setting holds a credential: a password, a secret, a token (not a class that provides one:
+    ``fs.s3a.aws.credentials.provider``, ``fs.s3a.delegation.token.binding``).
+
+    >>> [_spark_secret(n) for n in ("spark.ssl.keyPassword", "spark.authenticate.secret",
+    ...  "spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.session.token",
+    ...  "spark.hadoop.fs.s3a.aws.credentials.provider", "spark.hadoop.fs.s3a.delegation.token.binding")]
+    [True, True, True, True, False, False]
+    """
+    key = name.lower()
+    return ("password" in key or "passwd" in key or key.endswith((".secret", "secret.key", ".token", "access.key"))
+            or ".secret." in key)
 
 
 class LedgerSettings(Section):
@@ -132,12 +164,50 @@ class LedgerSettings(Section):
         backend = parsed.get_backend_name()
         if backend not in ("sqlite", "postgresql"):
             raise ValueError(f"the batch ledger runs on SQLite or PostgreSQL, not {backend} ({bare_url(parsed)})")
+        if backend == "sqlite":
+            database = parsed.database or ""
+            if database in ("", ":memory:") or "mode=memory" in database:
+                raise ValueError(f"{value!r} is a SQLite database in memory, gone when the command ends: name a file, "
+                                 "sqlite:///path/to/ledger.db")
+            a_path(database)
+        else:
+            unknown = sorted(set(parsed.query) - _libpq_keywords())
+            if unknown:
+                raise ValueError(f"{', '.join(unknown)} is no connection parameter of PostgreSQL's (libpq's) "
+                                 f"({bare_url(parsed)})")
+            sslmode = parsed.query.get("sslmode")
+            if sslmode is not None and sslmode not in _SSLMODES:
+                raise ValueError(f"sslmode={sslmode} is none of libpq's: {', '.join(_SSLMODES)} ({bare_url(parsed)})")
         try:
             parsed.get_dialect()
         except NoSuchModuleError:
             raise ValueError(f"SQLAlchemy has no driver {parsed.drivername!r}: write sqlite:///path or "
                              "postgresql+psycopg://user@host:5432/db") from None
         return value
+
+
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def _libpq_keywords() -> set[str]:
+    """The connection parameters libpq takes in a URL's query (``sslmode``, ``connect_timeout``, ...); SQLAlchemy's
+    own (``host`` for a socket directory among them) are libpq's as well."""
+    try:
+        from psycopg import pq
+
+        return {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
+    except ImportError:  # psycopg 2 only: its parse of a DSN knows the same keywords
+        return _LIBPQ_KEYWORDS
+
+
+_LIBPQ_KEYWORDS = frozenset({
+    "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "channel_binding", "connect_timeout",
+    "client_encoding", "options", "application_name", "fallback_application_name", "keepalives", "keepalives_idle",
+    "keepalives_interval", "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode",
+    "requiressl", "sslcompression", "sslcert", "sslkey", "sslpassword", "sslcertmode", "sslrootcert", "sslcrl",
+    "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version", "ssl_max_protocol_version", "krbsrvname",
+    "gsslib", "gssdelegation", "service", "target_session_attrs", "load_balance_hosts", "require_auth",
+})
 
 
 class SchemaRegistrySettings(Section):
@@ -186,6 +256,14 @@ class SchemaRegistrySettings(Section):
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("is not an http(s) URL: write http://host:port[/path]")
+        from urllib.parse import parse_qsl
+
+        from kprio_core.urls import SECRET_PARAMETER_WORDS
+
+        named = [k for k, _ in parse_qsl(parts.query) if any(w in k.lower() for w in SECRET_PARAMETER_WORDS)]
+        if named:
+            raise ValueError(f"holds a credential in its query ({named[0]}=): remove it and set "
+                             f"schema_registry.username and {ENV_REGISTRY_PASSWORD}")
         if parts.username or parts.password:
             bare = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
             raise ValueError(f"holds credentials: remove them from the URL ({bare}) and set schema_registry.username "

@@ -95,9 +95,9 @@ def refused_settings(conf: ClientConfig, err: BaseException) -> ConfigError:
     # never echoes the value, so secrets cannot leak through it.
     problem = settings_problem(conf)
     if problem is not None:
-        return ConfigError(problem)
+        return ConfigError(problem, setting="kafka.client")
     detail = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
-    return ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}")
+    return ConfigError(f"kafka.client: librdkafka refused the client settings: {detail}", setting="kafka.client")
 
 
 def refusal(conf: ClientConfig, timeout_s: float) -> KprioError | None:

@@ -12,8 +12,9 @@ forgetting a decorator. A failure becomes one line ``kprio: error: <what> (<wher
 - an OSError that reached this far names its file; any other exception is a kprio bug, code
   ``internal_error``, with its type and first line.
 
-An error that names no ``where`` of its own (its message says where, such as a broker's address)
-gets the command that failed.
+An error that names no ``where`` of its own names the setting it is about (``kafka.bootstrap_servers``, its
+:attr:`~kprio_core.errors.KprioError.setting`) and where that came from: the configuration file the command loaded,
+or the environment variable that set it; one about no setting gets the command that failed.
 
 Exit codes (docs/operations.md): :data:`EXIT_OK`, :data:`EXIT_FAILED`, :data:`EXIT_USAGE`,
 :data:`EXIT_INTERNAL`, :data:`EXIT_INTERRUPTED`. The traceback is printed only when debugging is
@@ -41,6 +42,7 @@ import typer.core
 import yaml
 from pydantic import ValidationError
 
+from kprio_core.config.load import ConfigSources
 from kprio_core.errors import ConfigError, InternalError, KprioError, PathUnusable, UsageError, os_reason
 from orchestration.cli.redaction import Redactor
 
@@ -74,6 +76,8 @@ class Run:
     command: str = "kprio"
     """The command running (``kprio broker start``), once the group resolved it."""
     redact: Redactor = field(default_factory=lambda: Redactor(()))
+    sources: ConfigSources | None = None
+    """Where the configuration the command loaded came from (:func:`orchestration.cli.common.config_from`)."""
 
 
 RUN = Run()
@@ -88,7 +92,7 @@ def typed(err: BaseException) -> KprioError:
         command = err.ctx.command_path if err.ctx is not None else RUN.command
         if RUN.command.startswith(f"{command} "):
             command = RUN.command  # the parser of a command may report with its group's context
-        what = " ".join(err.format_message().split())
+        what = " ".join(err.format_message().replace("Value error, ", "").split())  # pydantic's prefix
         return UsageError(what, where=f"{command}; see {command} --help")
     if isinstance(err, click_errors.ClickException):
         return UsageError(" ".join(err.format_message().split()), where=RUN.command)
@@ -120,7 +124,9 @@ def line(err: BaseException) -> str:
     mapped = typed(err)
     text = " ".join(str(mapped).split())  # one line, whatever a library's message held
     if not mapped.where:
-        text = f"{text} ({RUN.command})"
+        setting = mapped.setting
+        where = RUN.sources.where(setting, mapped.setting_value) if setting and RUN.sources else RUN.command
+        text = f"{text} ({where})"
     return RUN.redact(f"kprio: error: {text} [{mapped.code}]")
 
 
@@ -130,6 +136,22 @@ def report(err: BaseException) -> int:
         sys.stderr.write(RUN.redact("".join(traceback.format_exception(err))))
     typer.secho(line(err), err=True, fg=typer.colors.RED)
     return exit_code(err)
+
+
+def empty_option(argv: Sequence[str]) -> str | None:
+    """The first option of ``argv`` given an empty value (``--home ""``, ``--config=``), or None.
+
+    >>> empty_option(["instance", "init", "--home", ""]), empty_option(["plan", "--config="]), empty_option(["plan"])
+    ('--home', '--config', None)
+    """
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg.startswith("-") and len(arg) > 1:
+            name, equals, value = arg.partition("=")
+            if (equals and not value) or (not equals and i + 1 < len(argv) and argv[i + 1] == ""):
+                return name
+    return None
 
 
 class KprioGroup(typer.core.TyperGroup):
@@ -142,6 +164,9 @@ class KprioGroup(typer.core.TyperGroup):
                      log_file=Path(os.environ[ENV_LOG_FILE]) if os.environ.get(ENV_LOG_FILE) else None,
                      log_file_from=ENV_LOG_FILE, command=prog_name or "kprio", redact=Redactor.of(os.environ, argv))
         try:
+            empty = empty_option(argv)
+            if empty is not None:  # click would take "" as a value: a path of "" is the working directory
+                raise UsageError(f"the value of {empty} is empty", where=f"{empty}; see kprio --help")
             result = super().main(args=argv, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                                   **extra)
             code = result if isinstance(result, int) else EXIT_OK

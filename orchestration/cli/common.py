@@ -18,7 +18,8 @@ from typing import Annotated, Any
 
 import typer
 
-from kprio_core.config import KprioConfig, TopicSettings, load_config
+from kprio_core.config import KprioConfig, TopicSettings
+from kprio_core.config.load import load_config_sources
 from kprio_core.errors import PathUnusable, UsageError
 
 ConfigOption = Annotated[
@@ -67,7 +68,12 @@ def existing_directory(setting: str, path: Path | str) -> bool:
 
 
 def config_from(path: Path | None) -> KprioConfig:
-    return load_config(path)
+    """The configuration (``--config``, else as :func:`~kprio_core.config.load_config` finds it); the error boundary
+    keeps where its settings came from, to name them in the errors of their first use."""
+    from orchestration.cli.boundary import RUN
+
+    config, RUN.sources = load_config_sources(path)
+    return config
 
 
 def chosen_topics(settings: KprioConfig, topic: str | None) -> list[TopicSettings]:

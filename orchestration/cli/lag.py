@@ -231,7 +231,8 @@ def _open_transaction(part: dict[str, Any]) -> str:
 WatchOption = Annotated[
     bool, typer.Option("--watch", help="Redraw the per-priority backlog, age, verdict and freshness until Ctrl-C.")
 ]
-IntervalOption = Annotated[float, typer.Option("--interval", min=0.1, help="Seconds between two redraws of --watch.")]
+IntervalOption = Annotated[float, typer.Option("--interval", min=0.1, max=3600,
+                                                          help="Seconds between two redraws of --watch.")]
 IterationsOption = Annotated[
     int | None, typer.Option("--iterations", min=1, show_default=False,
                              help="With --watch: stop after this many redraws (default: until Ctrl-C).")

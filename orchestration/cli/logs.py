@@ -7,7 +7,8 @@ print to the terminal (Dagster's, pyiceberg's, Python's warnings) share one hand
 (``--log-file`` or ``$KPRIO_LOG_FILE``), standard error with ``--verbose``, else none. So a command's
 terminal holds its own output and, on failure, its one error line; a broker outage ``kprio drain``
 rides out is two lines of its own (:mod:`orchestration.cli.outage`), not librdkafka's ``FAIL`` line
-per connection attempt. Every line goes through the command's
+per connection attempt; a local Spark driver JVM's own log (log4j's console appender) goes to the same file, or
+nowhere. Every line goes through the command's
 :class:`~orchestration.cli.redaction.Redactor`. The loggers are given back as they were when the
 command ends (a test runs many commands in one process).
 """
@@ -16,12 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from kprio_core.errors import PathUnusable
 from orchestration.cli.redaction import Redactor
+
+ENV_JVM_STDERR = "KPRIO_JVM_STDERR"
+"""spark_jobs.library_logs.ENV_JVM_STDERR (not imported from there: that would import pyspark for every command)."""
 
 ROUTED = ("kprio", "dagster", "py.warnings", "pyiceberg")
 """The loggers whose lines go to the command's handler (and not to the root logger's handlers). pyiceberg warns of
@@ -67,9 +72,17 @@ def routed_logs(*, verbose: bool, log_file: Path | None, log_file_from: str, deb
         if verbose or log_file is not None:
             logger.setLevel(level)
     logging.captureWarnings(True)
+    # A local Spark driver JVM writes to its standard error itself: the log file, or nowhere (spark_jobs.library_logs).
+    jvm_saved = os.environ.get(ENV_JVM_STDERR)
+    if log_file is not None or not verbose:
+        os.environ[ENV_JVM_STDERR] = str(log_file) if log_file is not None else os.devnull
     try:
         yield
     finally:
+        if jvm_saved is None:
+            os.environ.pop(ENV_JVM_STDERR, None)
+        else:
+            os.environ[ENV_JVM_STDERR] = jvm_saved
         logging.captureWarnings(False)
         for name, (handlers, propagate, old_level, disabled) in saved.items():
             logger = logging.getLogger(name)

@@ -22,7 +22,7 @@ HostOption = Annotated[
 ]
 PortOption = Annotated[int, typer.Option("--port", min=0, max=65535, help="Serve /metrics on this port.")]
 IntervalOption = Annotated[
-    float | None, typer.Option("--interval", min=0.1, show_default=False,
+    float | None, typer.Option("--interval", min=0.1, max=3600, show_default=False,
                                help="Seconds between two reads of the broker and the ledger (default: sensor.interval_s).")
 ]
 

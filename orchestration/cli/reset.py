@@ -32,7 +32,7 @@ def reset(partition: PartitionArgument, to: ToOption, config: ConfigOption = Non
     """
     from kprio_core.errors import ResetRefused, UsageError
     from kprio_core.kafka import KafkaEdge
-    from kprio_core.ledger import Ledger
+    from kprio_core.ledger import Ledger, ledger_exists
     from kprio_core.log_changes import parse_partition, parse_target
     from orchestration.runtime.log_changes import reset_partition
 
@@ -49,11 +49,27 @@ def reset(partition: PartitionArgument, to: ToOption, config: ConfigOption = Non
     if name not in known:
         raise UsageError(f"{name!r} is not a priority topic of the configuration (it has {', '.join(known)})",
                          where="PARTITION of kprio reset")
-    with KafkaEdge(settings.kafka) as edge, Ledger(settings.ledger.url) as ledger:
-        try:
-            line = reset_partition(edge, ledger, settings, name, number, to, now_ms=int(time.time() * 1000))
-        except ValueError as err:
-            raise ResetRefused(str(err), where=partition) from None
+    logical = next(t for t in settings.topics if name in t.priority_topics().values())
+
+    def check_partition(edge: KafkaEdge) -> None:
+        present = sorted(p for keys in edge.partitions(logical).values() for topic, p in keys if topic == name)
+        if number not in present:
+            raise UsageError(f"{name} has no partition {number} (it has {', '.join(map(str, present))})",
+                             where="PARTITION of kprio reset")
+
+    with KafkaEdge(settings.kafka) as edge:
+        # A SQLite ledger not made yet is made only once the cluster answered and has the partition: a broker that
+        # does not answer leaves no ledger behind. An existing ledger (a PostgreSQL one) is asked first, as before.
+        new_ledger = not ledger_exists(settings.ledger.url)
+        if new_ledger:
+            check_partition(edge)
+        with Ledger(settings.ledger.url) as ledger:
+            if not new_ledger:
+                check_partition(edge)
+            try:
+                line = reset_partition(edge, ledger, settings, name, number, to, now_ms=int(time.time() * 1000))
+            except ValueError as err:
+                raise ResetRefused(str(err), where=partition) from None
     if json_out:
         print_json({"partition": partition, "to": to, "text": line})
     else:

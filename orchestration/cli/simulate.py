@@ -13,9 +13,9 @@ from typing import Annotated
 
 import typer
 
+from kprio_core.errors import UsageError
 from kprio_core.simulator import POLICIES, PolicyResult, simulate_all
 from kprio_core.traces import BUILT_IN, Trace, built_in, load_trace_file
-from kprio_core.errors import UsageError
 from orchestration.cli.common import JsonOption, print_json, using_path
 
 Results = Mapping[str, Mapping[str, PolicyResult]]
@@ -125,7 +125,8 @@ def simulate(
         ),
     ] = None,
     ticks: Annotated[
-        int | None, typer.Option("--ticks", min=1, help="Run this many ticks (cut, or pad with idle ticks).")
+        int | None, typer.Option("--ticks", min=1, max=100_000,
+                                  help="Run this many ticks (cut, or pad with idle ticks; at most 100,000).")
     ] = None,
     budget: Annotated[int | None, typer.Option("--budget", min=1, help="Records each policy may drain per tick.")] = None,
     policy: Annotated[

@@ -65,6 +65,7 @@ from kprio_core.lifecycle.loop import (
 )
 from orchestration.dagster.drain_report import BatchOutcome, DrainReport, outcome_of
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
+from orchestration.dagster.run_logs import logged_job
 from orchestration.dagster.run_threads import Running, RunThread, slot_priorities
 from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.sensors import SENSOR_NAME
@@ -120,7 +121,7 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrde
     running at all, and a failed run marked ``dagster/will_retry=true`` would make every tick wait for
     a retry that never comes.
     """
-    job = defs.resolve_job_def("drain_job")
+    job = logged_job(defs, "drain_job")
     tags = {**request.tags, RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: SENSOR_NAME, RUNNER_TAG: this_owner(""),
             **IN_PROCESS_TAGS}
     return job.execute_in_process(
@@ -139,7 +140,7 @@ def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
     config = config or config_of(defs)
     with Ledger(config.ledger.url) as ledger, spark_for_the_loop(defs, spark) as provider:
         topic = ledger.get(batch_id).logical_topic
-        job = defs.resolve_job_def("drain_job")
+        job = logged_job(defs, "drain_job")
         started = time.monotonic()
         result = job.execute_in_process(
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},

@@ -232,6 +232,12 @@ def postgres_storage(url: str | None = None, *, url_env: str | None = None,
     ``password_env`` when given, becomes ``password: {env: <password_env, default
     KPRIO_DAGSTER_PG_PASSWORD>}``; the secret parameters are never written.
     """
+    import re
+
+    for option, variable in (("--postgres-url-env", url_env), ("--postgres-password-env", password_env)):
+        if variable is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", variable):
+            raise UsageError(f"{variable!r} is not the name of an environment variable (letters, digits and _)",
+                             where=option)
     if url_env is not None:
         return Postgres(postgres_url=FromEnv(env=url_env))
     if url is None:
@@ -254,6 +260,11 @@ def postgres_storage(url: str | None = None, *, url_env: str | None = None,
     if parsed.port is not None and not 0 < parsed.port < 65536:
         raise UsageError(f"port {parsed.port} is not a TCP port", where=URL_OPTION)
     hidden = set(secret_parameters(parsed))
+    plain = {parsed.password, *(v for k in hidden for v in ([parsed.query[k]] if isinstance(parsed.query[k], str)
+                                                           else parsed.query[k]))}
+    if any(secret not in plain for secret in url_secrets(parsed)):  # a password= inside ?options= or the database
+        raise UsageError("holds a password inside its database name or a parameter's value (password=...): remove it "
+                         "and give the password in the variable --postgres-password-env names", where=URL_OPTION)
     params = {k: v if isinstance(v, str) else ",".join(v) for k, v in parsed.query.items() if k not in hidden} or None
     password = None
     if url_secrets(parsed) or password_env is not None:

@@ -137,8 +137,8 @@ BAD_FILES = [
      "a repeated top-level key"),
     ("planner:\n  mode: flipkart\n  mode: lag-aware\n", "key 'mode' is given twice (first on line 2)",
      "a repeated nested key"),
-    ("kafka: {client: {socket.timeout.ms: {a: 1}}}\n", "kafka.client.socket.timeout.ms: Input should be one of str, "
-     "int, float, bool, not dict", "nested mapping as a client value: one problem"),
+    ("kafka: {client: {socket.timeout.ms: {a: 1}}}\n", "kafka.client.socket.timeout.ms: must be one of str, "
+     "int, float, bool, not a mapping", "nested mapping as a client value: one problem"),
     ("ledger: {url: 'mysql://u@127.0.0.1:1/db'}\n", "ledger.url: the batch ledger runs on SQLite or PostgreSQL, "
      "not mysql", "ledger of another database"),
     ("ledger: {url: 'sqlite:/x'}\n", "ledger.url: is not a SQLAlchemy URL", "ledger URL that does not parse"),
@@ -175,7 +175,7 @@ def test_bad_yaml_indentation_names_the_line(in_tmp: Path):
 
 
 def test_parse_config_names_its_source():
-    with pytest.raises(ConfigError, match=r"^kafka.bootstrap_servers: Input should be a valid string \(dagster run config\)$"):
+    with pytest.raises(ConfigError, match=r"^kafka.bootstrap_servers: must be a string, not a number \(dagster run config\)$"):
         parse_config({"kafka": {"bootstrap_servers": 9092}}, "dagster run config", env={})
 
 

@@ -83,7 +83,7 @@ def test_every_secret_in_the_file_is_refused_naming_its_variable(setting: str):
     with pytest.raises(ConfigError) as err:
         parse_config({"kafka": {"client": {setting: SECRET}}}, "kprio.yaml", env={})
     assert str(err.value) == (
-        f"kafka.client: '{setting}' is a secret: remove it from the file and set it "
+        f"kafka.client.{setting}: is a secret: remove it from the file and set it "
         f"in the environment as {setting_variable(setting)} (kprio.yaml)"
     )
 
@@ -109,10 +109,10 @@ def test_a_setting_of_the_java_client_only_is_refused_naming_the_one_to_use(sett
     for raw, env in (({"kafka": {"client": {setting: SECRET}}}, {}), ({}, {setting_variable(setting): SECRET})):
         with pytest.raises(ConfigError) as err:
             parse_config(raw, "kprio.yaml", env=env)
-        what = (f"kafka.client: '{setting}' is a setting of Kafka's Java client only, which kprio's librdkafka "
+        what = (f"kafka.client.{setting}: is a setting of Kafka's Java client only, which kprio's librdkafka "
                 f"clients would not see: set {JAVA_ONLY_SETTINGS[setting]}; kprio derives the Java client's settings "
                 "from them")
-        where = "kprio.yaml" if not env else f"kprio.yaml, or {setting_variable(setting)} in the environment"
+        where = "kprio.yaml" if not env else f"{setting_variable(setting)} in the environment"
         assert str(err.value) == f"{what} ({where})"
         assert SECRET not in str(err.value)
 
@@ -168,7 +168,7 @@ def test_a_secret_is_never_shown(in_tmp: Path):
     [
         (
             f"kafka: {{client: {{sasl.password: {SECRET}}}}}\n",
-            "'sasl.password' is a secret: remove it from the file and set it in the environment as "
+            "kafka.client.sasl.password: is a secret: remove it from the file and set it in the environment as "
             "KPRIO_KAFKA_SASL_PASSWORD",
         ),
         (f"kafka: {{client: {{ssl.keystore.password: {SECRET}}}}}\n", "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD"),

@@ -137,11 +137,11 @@ def prepare(case: Case, tmp: Path, ro: Path | None) -> tuple[list[str], dict[str
     return argv, env
 
 
-def run_case(case: Case, tmp: Path, ro: Path | None) -> Ran:
+def run_case(case: Case, tmp: Path, ro: Path | None, timeout: float = 120) -> Ran:
     argv, env = prepare(case, tmp, ro)
     before = snapshot(tmp)
     done = subprocess.run([sys.executable, "-m", "orchestration.cli", *argv], cwd=tmp / "cwd", env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=timeout)
     return Ran(case, tmp, ro, done.returncode, done.stdout, done.stderr, before, snapshot(tmp))
 
 

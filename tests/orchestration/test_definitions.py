@@ -139,7 +139,7 @@ def test_every_secret_written_in_the_resource_is_refused_naming_its_variable(set
     with pytest.raises(ConfigError) as err:
         kafka.settings()
     assert setting_variable(setting) in str(err.value) and VALUE not in str(err.value)
-    assert str(err.value).startswith("client: ") and err.value.where == "resource 'kafka'"
+    assert str(err.value).startswith(f"client.{setting}: ") and err.value.where == "resource 'kafka'"
 
 
 @pytest.mark.parametrize(
