@@ -258,5 +258,12 @@ def roots_overlap(a: str, b: str) -> str | None:
 def _root_parts(root: str) -> tuple[str, ...]:
     scheme, sep, rest = root.partition("://")
     if not sep:
-        return ("file", *Path(os.path.abspath(os.path.expanduser(root))).parts)
+        local = os.path.expanduser(root)
+        try:
+            local = os.path.abspath(local)
+        except FileNotFoundError:
+            # No working directory (a Spark Connect server's Python worker whose session directory was removed):
+            # relative roots are compared as written, which is still exact between two relative roots.
+            local = os.path.normpath(local)
+        return ("file", *Path(local).parts)
     return (scheme.lower(), *[part for part in posixpath.normpath("/" + rest).split("/") if part])

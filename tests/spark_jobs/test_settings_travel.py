@@ -12,9 +12,13 @@ One real Spark read then shows the value crossing to a Python worker as it is, p
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
 from enum import Enum
+from pathlib import Path
 from types import NoneType, UnionType
 from typing import Any, Union, get_args, get_origin
 
@@ -26,6 +30,8 @@ from pyspark.sql.datasource import DataSourceReader
 from kprio_core.config import KprioConfig
 from spark_jobs.range_reader import ReadSettings
 from spark_jobs.source import KafkaReader, KafkaSource, source_options
+
+REPO = Path(__file__).resolve().parents[2]
 
 OTHER: dict[str, Any] = {
     "kafka.bootstrap_servers": "broker-9:9093,broker-10:9094",
@@ -184,3 +190,19 @@ def test_a_real_read_hands_every_task_the_value_as_it_is(spark) -> None:
     for row in rows:
         assert unchanged(pickle.loads(row.settings), config) == {}
         assert pickle.loads(row.client) == config.kafka.consumer_config()
+
+
+def test_the_executors_modules_import_in_a_working_directory_that_is_gone(tmp_path):
+    """A Spark Connect server's Python workers run in their session's directory, which Spark removes when the
+    session ends; a worker forked after that has no working directory. The reader's modules must still import
+    (they did not: the default output roots were made absolute at import, os.getcwd() raised FileNotFoundError,
+    and every read of the server failed 'Failed to create Python data source instance')."""
+    gone = tmp_path / "session"
+    script = ("import os, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); "
+              "import spark_jobs.range_reader, spark_jobs.source; from kprio_core.config import KprioConfig; "
+              "KprioConfig(drain={'output_path': 'out', 'dead_letter_path': 'dead', 'replay_path': 'replay'}); "
+              "print('imported')")
+    gone.mkdir()
+    done = subprocess.run([sys.executable, "-c", script, str(gone)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0 and done.stdout.strip() == "imported", done.stderr[-2000:]
