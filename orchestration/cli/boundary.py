@@ -154,6 +154,12 @@ def empty_option(argv: Sequence[str]) -> str | None:
     return None
 
 
+def interrupted() -> int:
+    """Say that the command was interrupted (Ctrl-C), in the one-line form; its exit code."""
+    typer.secho(RUN.redact(f"kprio: error: interrupted ({RUN.command}) [interrupted]"), err=True, fg=typer.colors.RED)
+    return EXIT_INTERRUPTED
+
+
 class KprioGroup(typer.core.TyperGroup):
     """The ``kprio`` group: its :meth:`main` is the error boundary of every command."""
 
@@ -170,10 +176,12 @@ class KprioGroup(typer.core.TyperGroup):
             result = super().main(args=argv, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                                   **extra)
             code = result if isinstance(result, int) else EXIT_OK
+            if code == EXIT_INTERRUPTED:  # typer's form of KeyboardInterrupt (Ctrl-C): Exit(130)
+                interrupted()
         except click_errors.NoArgsIsHelpError as err:
             code = err.exit_code  # the group's help is printed already (typer prints it when it is asked for)
-        except typer.Abort:
-            code = EXIT_INTERRUPTED
+        except typer.Abort:  # click's form of EOF at a prompt
+            code = interrupted()
         except Exception as err:  # noqa: BLE001 - the boundary: every failure becomes one line
             code = report(err)
         if standalone_mode:

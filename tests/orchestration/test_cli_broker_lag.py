@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -153,3 +157,26 @@ def test_lag_of_an_unknown_logical_topic_is_a_usage_error(tmp_path):
 def test_help_has_an_example(command):
     result = run(*command, "--help")
     assert result.exit_code == 0 and "Example: kprio" in result.stdout
+
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_exit_130(tmp_path):
+    """Ctrl-C (SIGINT) in a command that does not handle it itself (``kprio plan`` waiting for a broker that does
+    not answer): the one-line contract, exit 130. SIGINT is sent once the command logged its first line (it is
+    past its start, in its wait), not after a sleep."""
+    config = tmp_path / "kprio.yaml"
+    config.write_text(yaml.safe_dump({"kafka": {"bootstrap_servers": "127.0.0.1:1", "timeout_s": 120},
+                                      "topics": [{"name": "orders", "priorities": 1, "partitions": 1}],
+                                      "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}"}}))
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration.cli", "--verbose", "plan", "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={k: v for k, v in os.environ.items() if k != "KPRIO_BOOTSTRAP_SERVERS"})
+    try:
+        assert proc.stderr.readline(), "the command logged its first line"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "kprio: error: interrupted (kprio plan) [interrupted]", err
+    assert "Traceback" not in err, err
