@@ -84,6 +84,10 @@ def init(home: HomeOption = None, config: ConfigOption = None, postgres_url: Pos
     Example: kprio instance init --home /srv/dagster --postgres-url postgresql://dagster@db:5432/dagster
     """
     from kprio_core.urls import parsed_url
+
+    storage = _storage(postgres_url, postgres_url_env, postgres_password_env)
+    text = _yaml(config, storage)
+    # Dagster only once the options and the configuration were read: a mistake there is told without its import.
     from orchestration.dagster.instance import (
         DAGSTER_YAML,
         ENV_HOME,
@@ -92,9 +96,6 @@ def init(home: HomeOption = None, config: ConfigOption = None, postgres_url: Pos
         probe_storage,
         write_dagster_yaml,
     )
-
-    storage = _storage(postgres_url, postgres_url_env, postgres_password_env)
-    text = _yaml(config, storage)
     home = (home or dagster_home()).absolute()
     target = home / DAGSTER_YAML
     with using_path("--home", home):

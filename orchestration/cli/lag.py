@@ -286,8 +286,6 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
     from contextlib import nullcontext
 
     from kprio_core.errors import UsageError
-    from kprio_core.kafka import KafkaEdge
-    from kprio_core.ledger import Ledger, ledger_exists
 
     if watch and as_json:
         raise UsageError("--watch redraws a table; give either --watch or --json", where="kprio lag")
@@ -295,6 +293,9 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
         raise UsageError("--iterations counts the redraws of --watch", where="kprio lag")
     cfg = config_from(config)
     topics = chosen_topics(cfg, topic)
+    # The ledger's SQLAlchemy and librdkafka only once the configuration was read: a mistake is told without them.
+    from kprio_core.kafka import KafkaEdge
+    from kprio_core.ledger import Ledger, ledger_exists
     # A read command never creates a ledger: without one, kprio believes nothing and Kafka alone tells the states.
     opened = Ledger(cfg.ledger.url) if ledger_exists(cfg.ledger.url) else nullcontext()
     with KafkaEdge(cfg.kafka) as edge, opened as ledger:

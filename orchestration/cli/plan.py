@@ -129,15 +129,14 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
     """
     from contextlib import ExitStack
 
-    with imports():
+    settings = config_from(config)
+    topics = chosen_topics(settings, topic)
+    now_s = time.time()
+    with imports():  # only once the configuration was read: a mistake there is told without them
         from kprio_core.kafka import KafkaEdge
         from kprio_core.ledger import Ledger, ledger_exists
         from orchestration.runtime.runs import LazyRuns
         from orchestration.runtime.tick import decide_all
-
-    settings = config_from(config)
-    topics = chosen_topics(settings, topic)
-    now_s = time.time()
 
     def dagster_runs(stack: ExitStack):  # noqa: ANN202 - DagsterRuns, imported here
         from orchestration.dagster.instance import instance_to_read

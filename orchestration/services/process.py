@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from filelock import FileLock, Timeout
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -52,6 +50,8 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, interval_s: float 
 
     An exception raised by ``condition`` is not retried: it propagates.
     """
+    from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed  # here: every kprio start would pay it
+
     retrying = Retrying(
         stop=stop_after_delay(timeout_s),
         wait=wait_fixed(interval_s),
@@ -160,6 +160,8 @@ def _quietly(action: Callable[[], None]) -> None:
 @contextlib.contextmanager
 def data_dir_lock(data_dir: Path, lock_file: str, wait_s: float, busy: Callable[[float], Exception]) -> Iterator[None]:
     """One start or stop at a time per data dir, across processes; ``busy(wait_s)`` is raised after ``wait_s``."""
+    from filelock import FileLock, Timeout  # here: every kprio start would pay it
+
     data_dir.mkdir(parents=True, exist_ok=True)
     try:
         lock = FileLock(str(data_dir / lock_file), timeout=wait_s).acquire()
