@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kprio_core.kafka.client import Deadline, new_admin
 from kprio_core.kafka.topics import ensure_topics
-from kprio_core.ledger import Ledger
+from kprio_core.ledger import BatchState, Ledger
 from kprio_core.model.results import CheckReport
 from orchestration.cli.main import app
 from orchestration.dagster import drain_loop
@@ -116,7 +116,7 @@ def test_offsets_moved_expired_and_beyond_the_log_are_named_and_never_doubled(ma
         assert states[(hi, 2)] == ("ahead of the log", "hold")
         assert {states[(lo, q)] for q in range(3)} == {("committed offsets gone", "restore")}
         skipped = next(e for e in env.ledger.log_events(topic.name) if e.state == "reset forward outside kprio")
-        assert skipped.note and f"[30,36) skipped by the operator" in skipped.note
+        assert skipped.note and "[30,36) skipped by the operator" in skipped.note
         assert any(c.startswith(f"{hi}[1] ") and "reset forward outside kprio -> accept" in c
                    for b in env.ledger.batches(topic.name) for c in b.plan.log_changes), "shown in the next batch"
         reset_partition(env.edge, env.ledger, env.config, hi, 2, "latest", now_ms=0)
@@ -449,3 +449,33 @@ def test_a_hold_that_asks_a_person_stays_when_the_log_later_grows_past_the_moved
     assert lag(topic, env.edge) == {0: 0}
     check = conservation(env.config, topic, env.edge)
     assert check.ok and check.output == 571, check
+
+
+def test_retention_under_a_planned_batch_fails_it_once_then_waits_for_the_decision_and_drains_past_the_gap(
+        make_topic, kprio_env, dagster_instance):
+    """Retention deletes records beyond the start of a batch already planned (in flight, not yet read): its read
+    names the gap and splits the range off into a failed batch; no retry goes into the gap (each would fail
+    alike, spending an attempt, until a person's ``kprio retry``); it waits for the one decision the hold asks for,
+    ``drain.allow_data_loss``, and is then retried by itself, recording the gap. Nothing read is lost or doubled."""
+    topic = make_topic(priorities=2, partitions=2, records={1: 12})
+    env = kprio_env(topic, recovery={"max_attempts": 3, "backoff_s": 0.5, "backoff_max_s": 0.5})
+    name = topic.priority_topic(1)
+    turn = tick(dagster_instance, env.edge, env.ledger, env.config)
+    dagster_instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
+    env.edge.delete_records({(name, 0): 3})  # under the planned range [0,6) of partition 0
+    report = drain_loop.drain(env.defs, dagster_instance)
+    assert report.stopped.startswith("only held partitions are left, they need a person"), report.stopped
+    assert f"{name}[0] from 0 (offsets [0,3) lost to retention before they were drained; set drain.allow_data_" \
+           in report.stopped, report.stopped
+    [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+    assert "deleted by retention: the log starts at 3" in failed.reason, failed.reason
+    assert failed.attempts == 1, "no retry into the gap"
+    assert conservation(env.config, topic, env.edge).ok and lag(topic, env.edge) == {1: 3, 0: 0}
+
+    allowed = env.rebuild(drain={**env.config.drain.model_dump(mode="json", by_alias=True), "allow_data_loss": True})
+    report = drain_loop.drain(allowed.defs, dagster_instance)  # the person's decision, and no kprio retry
+    assert report.ok and report.stopped == "no backlog left", report.stopped
+    assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok and check.output == 12 - 3, check
