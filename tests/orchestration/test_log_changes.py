@@ -145,12 +145,16 @@ def add_partitions(kafka, name: str, total: int) -> None:
     wait_until_served(kafka, [name])
 
 
-def test_partitions_added_between_ticks_are_drained_from_their_start_within_one_tick(make_topic, kprio_env,
+def test_partitions_added_in_flight_and_between_ticks_are_drained_from_their_start_within_one_tick(make_topic, kprio_env,
                                                                                     kafka_settings):
     topic = make_topic(priorities=2, partitions=1, records={1: 10, 0: 10})
     env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
     hi, lo = topic.priority_topic(1), topic.priority_topic(0)
     with dg.instance_for_test() as instance:
+        planned = tick(instance, env.edge, env.ledger, env.config)  # a batch in flight over partition 0 ...
+        instance.add_dynamic_partitions("kprio_batches", list(planned.partitions))
+        add_partitions(kafka_settings, hi, 2)  # ... when partition 1 is added and takes records: drained after it
+        produce_acked(kafka_settings, hi, [r._replace(partition=1) for r in generated_records(3, start=50)])
         assert drain_loop.drain(env.defs, instance).ok
         first = files(env.config.drain.output_path, topic.name)
         add_partitions(kafka_settings, hi, 3)
@@ -162,7 +166,7 @@ def test_partitions_added_between_ticks_are_drained_from_their_start_within_one_
         instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
         [batch] = [env.ledger.get(b) for b in turn.partitions]
         ranges = {(r.topic, r.partition): (r.start, r.end) for r in batch.plan.offset_ranges() if r.count}
-        assert ranges == {(hi, 1): (0, 4), (hi, 2): (0, 4), (lo, 0): (10, 15)}, ranges
+        assert ranges == {(hi, 1): (3, 7), (hi, 2): (0, 4), (lo, 0): (10, 15)}, ranges
         added = [(e.topic, e.partition, e.state, e.outcome) for e in env.ledger.log_events(topic.name)]
         assert added == [(hi, 1, "partition added", "drain"), (hi, 2, "partition added", "drain")]
         report = drain_loop.drain(env.defs, instance)
@@ -171,7 +175,7 @@ def test_partitions_added_between_ticks_are_drained_from_their_start_within_one_
     after = files(env.config.drain.output_path, topic.name)
     assert {n: t for n, t in after.items() if n in first} == first, "nothing else disturbed"
     check = conservation(env.config, topic, env.edge)
-    assert check.ok and check.output == 10 + 10 + 8 + 5, check
+    assert check.ok and check.output == 10 + 10 + 3 + 8 + 5, check
     assert lag(topic, env.edge) == {1: 0, 0: 0}
 
 
