@@ -25,7 +25,8 @@ earlier rule holds):
 7. :func:`~kprio_core.lifecycle.log_rules.log_decisions` — changes of the log kprio did not make
    (see :mod:`kprio_core.lifecycle.log_rules`; a hold that asked a person stands until a person or
    the configured policy decides); a batch with ranges only on a deleted priority topic, or only on
-   topics recreated since it was planned (their topic ids changed), gets no run (the hold says why);
+   topics recreated since it was planned (their topic ids changed), gets no run and holds nothing of its own
+   there (the change's hold says why, for a person);
    :func:`~kprio_core.lifecycle.holds.lost_partitions` — offsets deleted by retention before
    they were drained hold their partition (or are drained past and recorded when ``drain.allow_data_loss``);
    a failed batch whose partition lost offsets so is not retried into the gap until that setting is made
@@ -371,6 +372,9 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
                           + ", ".join(f"{t} ({why})" for t, why in sorted(other_log[x.batch.batch_id].items()))
                           for x in draft.launches if x.batch.batch_id in other_log]
         draft.launches = [x for x in draft.launches if x.batch.batch_id not in other_log]
+        # Nor does it hold those partitions for a retry that never comes: the change's hold does, for a person.
+        draft.holds = tuple(h for h in draft.holds
+                            if h.batch_id not in other_log or h.topic not in other_log[h.batch_id])
     redrains = [b for d in log.decided for b in d.redrain]
     if redrains:  # a re-drain takes its priorities' slots like any batch: the plan below sees them taken
         for b in redrains:

@@ -232,6 +232,24 @@ def test_a_priority_topic_deleted_while_draining_is_held_and_the_others_drain_on
     doc = json.loads(invoke("lag", "--json", "--config", path).output)
     assert [(d["topic"], d["state"], d["decision"]) for d in doc["deleted"]] == [(gone, "topic deleted", "hold")]
 
+    # Created again later (not by kprio topics create) and written: still held, once, for the person's reset;
+    # nothing of the new log is published meanwhile.
+    from confluent_kafka.admin import NewTopic
+
+    for f in admin.create_topics([NewTopic(gone, 1, 1, config={"retention.ms": "-1"})]).values():
+        f.result(timeout=30)
+    wait_until_served(kafka_settings, [gone])
+    fill(kafka_settings, gone, 3, partitions=1)
+    began = time.monotonic()
+    result = invoke("drain", "--until-empty", "--config", path)
+    assert result.exit_code == 1 and f"then kprio reset {gone}[0] --to" in result.output, result.output
+    # At once, not after 120 s waiting for a retry of the in-flight batch that never comes (it read the old log).
+    assert "only held partitions are left" in result.output and "retried by itself" not in result.output, result.output
+    assert time.monotonic() - began < 60, result.output
+    assert [(e.topic, e.state, e.outcome) for e in env.ledger.log_events(topic.name)] == [
+        (gone, "topic deleted", "hold")]
+    assert published_offsets(env.config.drain.output_path, topic.name) == out, "nothing of the new log published"
+
 
 def test_the_policy_resets_a_recreated_topic_to_earliest_and_a_log_overtaken_to_latest(make_topic, kprio_env,
                                                                                         kafka_settings, tmp_path,
