@@ -171,6 +171,7 @@ def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
     stats = [s for s in result.ranges if s.range in chosen]
     roots = {OUTPUT: output_root, DEAD_LETTERS: dead_letter_root}
     published: list[str] = []
+    stage = base = rel = ""
     try:
         for kind, root in roots.items():
             fs, base = filesystem(root)
@@ -184,6 +185,12 @@ def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
             _remove_overlapping(fs, base, result.logical_topic, stats, names, incarnations or {})
         discard(result, output_root=output_root, dead_letter_root=dead_letter_root)
     except OSError as err:
+        if err.errno == errno.EXDEV:  # a layout mistake, not a passing fault: a person moves the mount
+            raise OutputPublishFailed(
+                f"publishing batch {result.batch_id!r} attempt {result.attempt} of {result.logical_topic!r}: the "
+                f"staging directory {stage} and the output directory {base}/{rel.rsplit('/', 1)[0]} are on different "
+                f"file systems; a publish renames staged files into place, so everything below {base} must be on one "
+                "file system (a separate mount below the output root is a layout mistake)") from err
         # An output that cannot be written for now (full, read-only, ...) is typed so here: it passes by itself.
         # pyarrow's filesystems give the number as the error's errno.
         unavailable = err.errno in TRANSIENT_ERRNOS

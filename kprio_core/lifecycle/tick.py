@@ -25,9 +25,12 @@ earlier rule holds):
 7. :func:`~kprio_core.lifecycle.log_rules.log_decisions` — changes of the log kprio did not make
    (see :mod:`kprio_core.lifecycle.log_rules`; a hold that asked a person stands until a person or
    the configured policy decides); a batch with ranges only on a deleted priority topic, or only on
-   topics recreated since it was planned (their topic ids changed), gets no run (the hold says why);
+   topics recreated since it was planned (their topic ids changed), gets no run and holds nothing of its own
+   there (the change's hold says why, for a person);
    :func:`~kprio_core.lifecycle.holds.lost_partitions` — offsets deleted by retention before
    they were drained hold their partition (or are drained past and recorded when ``drain.allow_data_loss``);
+   a failed batch whose partition lost offsets so is not retried into the gap until that setting is made
+   (:func:`_wait_for_the_loss_decision`);
 8. :func:`free_priorities` — a priority whose ``planner.max_in_flight`` slots are taken sits
    this plan out, so urgent work never waits for a bulk batch of another priority;
 9. :func:`throttled_priorities` — a priority over its rate quota sits this plan out;
@@ -100,6 +103,7 @@ from kprio_core.model.drain_plan import DrainPlan
 from kprio_core.model.priority import Priority
 from kprio_core.model.records import Batch, Hold
 from kprio_core.model.recovery import may_retry, parse_owner
+from kprio_core.model.snapshot import LagSnapshot
 from kprio_core.model.states import BatchState
 from kprio_core.planner import plan_batch
 
@@ -184,6 +188,23 @@ def launch_commits(ready: Iterable[Batch], runs: BatchRuns) -> list[Launch]:
         if b.lease is None and runs.active(b.batch_id) is None
         and run_key_of(b.batch_id, Why.COMMIT, b.attempts) not in runs.run_keys
     ]
+
+
+def _wait_for_the_loss_decision(draft: _Draft, snapshot: LagSnapshot) -> None:
+    """No retry of a failed batch into offsets retention deleted under it: the read would fail alike (each retry
+    an attempt spent, then a person's ``kprio retry``). The batch waits for the one decision the loss's hold asks
+    for (``drain.allow_data_loss``), then is retried by itself. That hold says so for its lost partitions; its
+    others (if any) wait for the same person."""
+    lost = {(r.topic, r.partition): r for r in snapshot.lost_to_retention()}
+    gaps = {h.batch_id: lost[(h.topic, h.partition)] for h in draft.holds
+            if h.batch_id is not None and (h.topic, h.partition) in lost}
+    for x in [x for x in draft.launches if x.why is Why.RETRY and x.batch.batch_id in gaps]:
+        draft.launches.remove(x)
+        gap = gaps[x.batch.batch_id]
+        draft.waiting.append(f"{x.batch.batch_id} waits for drain.allow_data_loss: offsets "
+                             f"[{gap.start},{gap.end}) of {gap.topic}[{gap.partition}] were lost to retention")
+    draft.holds = tuple(dataclasses.replace(h, exhausted=True) if h.batch_id in gaps else h for h in draft.holds
+                        if h.batch_id not in gaps or (h.topic, h.partition) not in lost)
 
 
 def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max_attempts: int,
@@ -351,6 +372,9 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
                           + ", ".join(f"{t} ({why})" for t, why in sorted(other_log[x.batch.batch_id].items()))
                           for x in draft.launches if x.batch.batch_id in other_log]
         draft.launches = [x for x in draft.launches if x.batch.batch_id not in other_log]
+        # Nor does it hold those partitions for a retry that never comes: the change's hold does, for a person.
+        draft.holds = tuple(h for h in draft.holds
+                            if h.batch_id not in other_log or h.topic not in other_log[h.batch_id])
     redrains = [b for d in log.decided for b in d.redrain]
     if redrains:  # a re-drain takes its priorities' slots like any batch: the plan below sees them taken
         for b in redrains:
@@ -358,6 +382,8 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
                 slots.setdefault(p, []).append(b.batch_id)
         full = {p: ids for p, ids in slots.items() if len(ids) >= max_in_flight}
     snapshot = after_decisions(snapshot, log.decided)
+    if not config.drain.allow_data_loss:
+        _wait_for_the_loss_decision(draft, snapshot)
     draft.holds += log.holds + lost_partitions(snapshot, config.drain.allow_data_loss)
     draft.more.update(changes=log.changes, decided=log.decided, snapshot=snapshot)
     draft.launches += [Launch(b, Why.REDRAIN, b.attempts + 1) for b in redrains]

@@ -7,7 +7,9 @@ once, the core rules of ``kprio_core.lifecycle``, the one applier) over the inst
 need, or a skip reason that says why nothing was launched and which partitions wait. ``kprio
 drain`` runs the same tick in process. Before it, the probe of :mod:`orchestration.runtime.healing`
 retries a transient failure at once when its cause has passed; the sensor's cursor remembers
-that a probe failed (:data:`~orchestration.runtime.healing.CAUSE_SEEN`).
+that a probe failed (:data:`~orchestration.runtime.healing.CAUSE_SEEN`). A ledger that does not answer
+(``LedgerUnavailable``: a database down, a SQLite file turned read-only) is a skip that says so, not a
+failed tick; the next evaluation asks again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dagster as dg
 
 from kprio_core.config import KprioConfig
+from kprio_core.errors import LedgerUnavailable
 from kprio_core.ledger import Ledger
 from orchestration.dagster.partitions import batch_partitions
 from orchestration.dagster.resources import KafkaResource, KprioSettings, LedgerResource
@@ -49,13 +52,17 @@ def build_priority_lag_sensor(drain_job, interval_s: int) -> dg.SensorDefinition
         kprio: KprioSettings,
     ) -> dg.SensorResult:
         config, seen = kprio.config(kafka), context.cursor == CAUSE_SEEN
-        probed = probe_causes(ledger.ledger, config, seen)
-        if probed.problem:
-            context.log.info(f"transient failures wait: {probed.problem}")
-        elif probed.passed:
-            context.log.info("the cause of the transient failures passed: retrying them now, not at their backoff")
-        result = tick(context.instance, kafka.edge, ledger.ledger, config, log=context.log, fresh_start=probed.passed,
-                      cause=probed.problem)
+        try:
+            probed = probe_causes(ledger.ledger, config, seen)
+            if probed.problem:
+                context.log.info(f"transient failures wait: {probed.problem}")
+            elif probed.passed:
+                context.log.info("the cause of the transient failures passed: retrying them now, not at their backoff")
+            result = tick(context.instance, kafka.edge, ledger.ledger, config, log=context.log,
+                          fresh_start=probed.passed, cause=probed.problem)
+        except LedgerUnavailable as err:  # passes by itself: a skip saying so (not a failed tick), asked again next
+            return dg.SensorResult(skip_reason=f"the ledger does not answer: {err}; the sensor waits for it",
+                                   cursor=context.cursor or "")
         cursor = CAUSE_SEEN if cause_seen_after(seen, probed, result) else ""
         if not result.requests:
             return dg.SensorResult(skip_reason=result.skip_reason, cursor=cursor)

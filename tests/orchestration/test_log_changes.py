@@ -10,11 +10,12 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
+from confluent_kafka.admin import NewTopic
 from typer.testing import CliRunner
 
 from kprio_core.kafka.client import Deadline, new_admin
 from kprio_core.kafka.topics import ensure_topics
-from kprio_core.ledger import Ledger
+from kprio_core.ledger import BatchState, Ledger
 from kprio_core.model.results import CheckReport
 from orchestration.cli.main import app
 from orchestration.dagster import drain_loop
@@ -116,7 +117,7 @@ def test_offsets_moved_expired_and_beyond_the_log_are_named_and_never_doubled(ma
         assert states[(hi, 2)] == ("ahead of the log", "hold")
         assert {states[(lo, q)] for q in range(3)} == {("committed offsets gone", "restore")}
         skipped = next(e for e in env.ledger.log_events(topic.name) if e.state == "reset forward outside kprio")
-        assert skipped.note and f"[30,36) skipped by the operator" in skipped.note
+        assert skipped.note and "[30,36) skipped by the operator" in skipped.note
         assert any(c.startswith(f"{hi}[1] ") and "reset forward outside kprio -> accept" in c
                    for b in env.ledger.batches(topic.name) for c in b.plan.log_changes), "shown in the next batch"
         reset_partition(env.edge, env.ledger, env.config, hi, 2, "latest", now_ms=0)
@@ -145,12 +146,16 @@ def add_partitions(kafka, name: str, total: int) -> None:
     wait_until_served(kafka, [name])
 
 
-def test_partitions_added_between_ticks_are_drained_from_their_start_within_one_tick(make_topic, kprio_env,
-                                                                                    kafka_settings):
+def test_partitions_added_in_flight_and_between_ticks_are_drained_from_their_start_within_one_tick(
+        make_topic, kprio_env, kafka_settings):
     topic = make_topic(priorities=2, partitions=1, records={1: 10, 0: 10})
     env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
     hi, lo = topic.priority_topic(1), topic.priority_topic(0)
     with dg.instance_for_test() as instance:
+        planned = tick(instance, env.edge, env.ledger, env.config)  # a batch in flight over partition 0 ...
+        instance.add_dynamic_partitions("kprio_batches", list(planned.partitions))
+        add_partitions(kafka_settings, hi, 2)  # ... when partition 1 is added and takes records: drained after it
+        produce_acked(kafka_settings, hi, [r._replace(partition=1) for r in generated_records(3, start=50)])
         assert drain_loop.drain(env.defs, instance).ok
         first = files(env.config.drain.output_path, topic.name)
         add_partitions(kafka_settings, hi, 3)
@@ -162,7 +167,7 @@ def test_partitions_added_between_ticks_are_drained_from_their_start_within_one_
         instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
         [batch] = [env.ledger.get(b) for b in turn.partitions]
         ranges = {(r.topic, r.partition): (r.start, r.end) for r in batch.plan.offset_ranges() if r.count}
-        assert ranges == {(hi, 1): (0, 4), (hi, 2): (0, 4), (lo, 0): (10, 15)}, ranges
+        assert ranges == {(hi, 1): (3, 7), (hi, 2): (0, 4), (lo, 0): (10, 15)}, ranges
         added = [(e.topic, e.partition, e.state, e.outcome) for e in env.ledger.log_events(topic.name)]
         assert added == [(hi, 1, "partition added", "drain"), (hi, 2, "partition added", "drain")]
         report = drain_loop.drain(env.defs, instance)
@@ -171,7 +176,7 @@ def test_partitions_added_between_ticks_are_drained_from_their_start_within_one_
     after = files(env.config.drain.output_path, topic.name)
     assert {n: t for n, t in after.items() if n in first} == first, "nothing else disturbed"
     check = conservation(env.config, topic, env.edge)
-    assert check.ok and check.output == 10 + 10 + 8 + 5, check
+    assert check.ok and check.output == 10 + 10 + 3 + 8 + 5, check
     assert lag(topic, env.edge) == {1: 0, 0: 0}
 
 
@@ -227,6 +232,21 @@ def test_a_priority_topic_deleted_while_draining_is_held_and_the_others_drain_on
 
     doc = json.loads(invoke("lag", "--json", "--config", path).output)
     assert [(d["topic"], d["state"], d["decision"]) for d in doc["deleted"]] == [(gone, "topic deleted", "hold")]
+
+    # Created again later (not by kprio topics create) and written: still held, once, for the person's reset;
+    # nothing of the new log is published meanwhile.
+    for f in admin.create_topics([NewTopic(gone, 1, 1, config={"retention.ms": "-1"})]).values():
+        f.result(timeout=30)
+    wait_until_served(kafka_settings, [gone])
+    fill(kafka_settings, gone, 3, partitions=1)
+    began = time.monotonic()
+    result = invoke("drain", "--until-empty", "--config", path)
+    assert result.exit_code == 1 and f"then kprio reset {gone}[0] --to" in result.output, result.output
+    # At once, not after 120 s waiting for a retry of the in-flight batch that never comes (it read the old log).
+    assert "only held partitions are left" in result.output and "retried by itself" not in result.output, result.output
+    assert time.monotonic() - began < 60, result.output
+    assert [(e.topic, e.state, e.outcome) for e in env.ledger.log_events(topic.name)] == events, "still held once"
+    assert published_offsets(env.config.drain.output_path, topic.name) == out, "nothing of the new log published"
 
 
 def test_the_policy_resets_a_recreated_topic_to_earliest_and_a_log_overtaken_to_latest(make_topic, kprio_env,
@@ -449,3 +469,32 @@ def test_a_hold_that_asks_a_person_stays_when_the_log_later_grows_past_the_moved
     assert lag(topic, env.edge) == {0: 0}
     check = conservation(env.config, topic, env.edge)
     assert check.ok and check.output == 571, check
+
+
+def test_retention_under_a_planned_batch_fails_it_once_then_waits_for_the_decision_and_drains_past_the_gap(
+        make_topic, kprio_env, dagster_instance):
+    """Retention deletes records beyond the start of a planned batch: its read names the gap and splits the range
+    off into a failed batch; no retry goes into the gap (each would fail alike); it waits for the one decision the
+    hold asks for, ``drain.allow_data_loss``, then is retried by itself, recording the gap; nothing lost or doubled."""
+    topic = make_topic(priorities=2, partitions=2, records={1: 12})
+    env = kprio_env(topic, recovery={"max_attempts": 3, "backoff_s": 0.5, "backoff_max_s": 0.5})
+    name = topic.priority_topic(1)
+    turn = tick(dagster_instance, env.edge, env.ledger, env.config)
+    dagster_instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
+    env.edge.delete_records({(name, 0): 3})  # under the planned range [0,6) of partition 0
+    report = drain_loop.drain(env.defs, dagster_instance)
+    assert report.stopped.startswith("only held partitions are left, they need a person"), report.stopped
+    assert f"{name}[0] from 0 (offsets [0,3) lost to retention before they were drained; set drain.allow_data_" \
+           in report.stopped, report.stopped
+    [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+    assert "deleted by retention: the log starts at 3" in failed.reason, failed.reason
+    assert failed.attempts == 1, "no retry into the gap"
+    assert conservation(env.config, topic, env.edge).ok and lag(topic, env.edge) == {1: 3, 0: 0}
+
+    allowed = env.rebuild(drain={**env.config.drain.model_dump(mode="json", by_alias=True), "allow_data_loss": True})
+    report = drain_loop.drain(allowed.defs, dagster_instance)  # the person's decision, and no kprio retry
+    assert report.ok and report.stopped == "no backlog left", report.stopped
+    assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+    check = conservation(env.config, topic, env.edge)
+    assert check.ok and check.output == 12 - 3, check

@@ -21,7 +21,7 @@ from orchestration.dagster import drain_loop
 from orchestration.dagster.sensors import SENSOR_NAME, tick
 from orchestration.runtime.healing import CAUSE_SEEN, probe_causes
 from orchestration.services.process import wait_for
-from tests.fixtures.small_disks import read_only_dir, tiny_disk
+from tests.fixtures.small_disks import read_only_dir, read_only_in_place, tiny_disk
 from tests.orchestration.conservation import conservation, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
@@ -175,3 +175,42 @@ def test_the_sensor_retries_the_first_failure_as_soon_as_the_probe_passes(make_t
     with dg.build_sensor_context(instance=dagster_instance, cursor=None, resources=env.defs.resources) as context:
         result = sensor(context)
     assert [r.partition_key for r in result.run_requests] == [failed.batch_id], result.skip_reason
+
+
+def test_a_sqlite_ledger_read_only_for_a_while_under_the_sensor_is_a_skip_that_says_so_and_heals(
+        make_topic, kprio_env, dagster_instance, tmp_path):
+    """The daemon's path (its sensor evaluated and its run executed in process): the ledger's directory turns
+    read-only (a remount) after the sensor planned a batch, then writable again. The run fails, the sensor skips
+    with one line naming the ledger (not a failed tick); once fixed, the next evaluation launches the batch again
+    and the topic drains, with no person."""
+    topic = make_topic(priorities=2, partitions=1, records={1: 20, 0: 20})
+    place = tmp_path / "ledger"
+    place.mkdir()
+    url = f"sqlite:///{place / 'ledger.db'}"
+    env = kprio_env(topic, ledger={"url": url}, recovery={"lease_s": 5, "backoff_s": 60, "backoff_max_s": 60})
+    sensor = env.defs.resolve_sensor_def(SENSOR_NAME)
+
+    def evaluate() -> dg.SensorResult:
+        with dg.build_sensor_context(instance=dagster_instance, cursor=None, resources=env.defs.resources) as context:
+            result = sensor(context)
+        dagster_instance.add_dynamic_partitions("kprio_batches", [r.partition_key for r in result.run_requests or ()])
+        return result
+
+    def run(request) -> bool:
+        return env.defs.resolve_job_def("drain_job").execute_in_process(
+            instance=dagster_instance, partition_key=request.partition_key, tags=request.tags,
+            raise_on_error=False).success
+
+    [planned] = evaluate().run_requests
+    with read_only_in_place(place):
+        assert not run(planned)
+        waiting = evaluate()
+        said = waiting.skip_reason.skip_message
+        assert not waiting.run_requests and said.startswith("the ledger does not answer: "), said
+        assert "\n" not in said and str(place) in said, said
+    [again] = evaluate().run_requests  # fixed: the same batch, launched again by the sensor alone
+    assert again.partition_key == planned.partition_key and run(again)
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+    fixed = env.config.model_copy(update={"ledger": env.config.ledger.model_copy(update={"url": url})})
+    check = conservation(fixed, topic, env.edge)
+    assert check.ok and check.output == 40, check

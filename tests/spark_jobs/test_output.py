@@ -8,13 +8,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kprio_core.errors import OutputUnavailable
+from kprio_core.errors import OutputPublishFailed, OutputUnavailable, is_transient
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import DrainResult, RangeStats
 from spark_jobs.layout import RangeFile, filesystem, relative_path, staging_dir
 from spark_jobs.output import discard, live_files, prepare_staging, publish, read_table, staging_dirs, sweep_staging
 from spark_jobs.staged_writer import StagedWriter
-from tests.fixtures.small_disks import read_only_dir
+from tests.fixtures.small_disks import read_only_dir, tiny_disk
 
 TOPIC = "orders"
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("batch_id", pa.string())])
@@ -126,6 +126,20 @@ def test_an_unwritable_root_is_refused_naming_root_path_and_cause(tmp_path):
     assert re.match(rf"the dead-letters root {re.escape(str(ro))}/dead (is read-only|is not writable "
                     r"\(permission denied\)): ", str(caught.value)), str(caught.value)
     assert str(ro) in str(caught.value).split(": ", 1)[1]
+
+
+def test_a_priority_directory_on_a_mount_of_its_own_is_a_layout_mistake_named_in_one_line(roots):
+    """EXDEV: a separate file system at <output>/<topic>/priority=<p> cannot take a rename from <output>/_staging."""
+    a = OffsetRange("orders-2", 0, 0, 10)
+    result = _result("b-1", 1, {a: [f"output/{_stage(roots[0], 'b-1', 1, a)}"]})
+    with tiny_disk(roots[0] / TOPIC / "priority=2", size="1m") as mount, pytest.raises(OutputPublishFailed) as caught:
+        _publish(result, roots)
+    message = str(caught.value)
+    assert not isinstance(caught.value, OutputUnavailable) and not is_transient(caught.value), message
+    assert "\n" not in message and "are on different file systems" in message, message
+    assert f"staging directory {roots[0]}/_staging/b-1.1 " in message and f"directory {mount} " in message, message
+    assert f"everything below {roots[0]} must be on one file system" in message, message
+    assert _live(roots[0]) == [] and [n for n, _ in staging_dirs(str(roots[0]))] == ["b-1.1"]  # the staged file kept
 
 
 def test_a_publish_keeps_the_rows_of_an_overlapped_file_outside_its_ranges(roots):
