@@ -200,8 +200,8 @@ def parse_config_sources(raw: Mapping | None, source: str = "configuration", env
                          *, on_this_host: bool = False) -> tuple[KprioConfig, ConfigSources]:
     """:func:`parse_config`, and where its settings came from; ``on_this_host``: the configuration runs here (it
     was loaded from a file and the environment), so the files its settings name and the credentials its client
-    settings need are checked too (:mod:`kprio_core.config.files`)."""
-    from kprio_core.config.files import credential_problem, file_problem
+    settings need are checked too (:func:`kprio_core.config.files.config_problem`)."""
+    from kprio_core.config.files import config_problem
 
     if raw is not None and not isinstance(raw, Mapping):
         raise ConfigError(f"the top level must be a mapping of sections, not {kind_of(raw)}", where=source)
@@ -222,7 +222,7 @@ def parse_config_sources(raw: Mapping | None, source: str = "configuration", env
         config = KprioConfig.model_validate(data)
     except ValidationError as err:
         raise config_error(err, source, origins) from None
-    found = (file_problem(config) or credential_problem(config)) if on_this_host else None
+    found = config_problem(config) if on_this_host else None
     if found is not None:
         loc, what = found
         raise ConfigError(f"{_key(loc)}: {what}", where=origin_of(loc, source, origins))

@@ -88,7 +88,7 @@ def _build(client_class: Callable[[ClientConfig], Any], conf: ClientConfig) -> A
 
 def refused_settings(conf: ClientConfig, err: BaseException) -> ConfigError:
     """The ConfigError of client settings ``conf`` librdkafka refused to build a client with (``err``)."""
-    from kprio_core.kafka.client_files import settings_problem
+    from kprio_core.config.files import settings_problem
 
     # A file or secret the settings need, said in kprio's words (librdkafka's are OpenSSL's: "BIO lib");
     # else librdkafka's message, which names the setting ("No such configuration property: ...") and

@@ -146,8 +146,8 @@ def java_client_config(kafka: KafkaSettings) -> dict[str, str]:
     """Kafka's Java client settings of ``kafka``, secrets included (never log this): the translation of
     :meth:`~kprio_core.config.KafkaSettings.client_config`, the one set every kprio client is built from; a
     file or secret the settings need and do not have is a ConfigError naming it
-    (:func:`~kprio_core.kafka.client_files.settings_problem`), not the Java client's failure in the Spark job."""
-    from kprio_core.kafka.client_files import settings_problem
+    (:func:`~kprio_core.config.files.settings_problem`), not the Java client's failure in the Spark job."""
+    from kprio_core.config.files import settings_problem
 
     conf = kafka.client_config()
     problem = settings_problem(conf)

@@ -59,7 +59,7 @@ def test_a_full_file_is_read(in_tmp: Path):
         """
 kafka:
   bootstrap_servers: broker-1:9092,broker-2:9092
-  client: {security.protocol: SASL_SSL, sasl.mechanism: PLAIN}
+  client: {security.protocol: SASL_SSL, sasl.mechanism: PLAIN, sasl.username: kprio}
   timeout_s: 5
 topics:
   - name: orders
@@ -74,11 +74,13 @@ ordering: {mode: key, lanes: 8}
 ledger: {url: "postgresql+psycopg://kprio@db/kprio"}
 """,
     )
-    cfg = load_config(path, env={})
+    cfg = load_config(path, env={"KPRIO_KAFKA_SASL_PASSWORD": "pw"})  # PLAIN logs in with a user and a password
     assert cfg.kafka.client_config() == {
         "bootstrap.servers": "broker-1:9092,broker-2:9092",
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
+        "sasl.username": "kprio",
+        "sasl.password": "pw",
     }
     orders = cfg.topic("orders")
     assert (orders.priorities, orders.partitions, orders.required_fields) == (4, 6, ("id",))

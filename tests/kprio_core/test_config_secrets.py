@@ -34,12 +34,14 @@ def test_environment_overrides_win_over_the_file(in_tmp: Path):
         "KPRIO_BOOTSTRAP_SERVERS": "env:9093",
         "KPRIO_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "KPRIO_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+        "KPRIO_KAFKA_SASL_USERNAME": "kprio",
         "KPRIO_KAFKA_SASL_PASSWORD": SECRET,
         "UNRELATED": "ignored",
     }
     kafka = load_config(path, env=env).kafka
     assert kafka.bootstrap_servers == "env:9093"
-    assert kafka.client == {"security.protocol": "SASL_SSL", "client.id": "kprio", "sasl.mechanism": "SCRAM-SHA-512"}
+    assert kafka.client == {"security.protocol": "SASL_SSL", "client.id": "kprio", "sasl.mechanism": "SCRAM-SHA-512",
+                            "sasl.username": "kprio"}
     assert kafka.client_config()["sasl.password"] == SECRET
     assert kafka.redacted()["sasl.password"] == "***"
 

@@ -1,6 +1,6 @@
 """A file or secret a Kafka client's security settings need, missing or wrong, in one line naming the setting
-(kprio_core/kafka/client_files.py): what librdkafka says in OpenSSL's words, and the native reader's Java client
-in a failed Spark job. Real files, made here with ``cryptography``; the secured brokers' tests prove the lines
+(kprio_core/config/files.py): what librdkafka says in OpenSSL's words, and the native reader's Java client
+in a failed Spark job; the same line at load, from the settings of a file and the environment. Real files, made here with ``cryptography``; the secured brokers' tests prove the lines
 through ``kprio lag``."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from datetime import UTC, datetime
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from kprio_core.config import KafkaSettings
+from kprio_core.config import KafkaSettings, setting_variable
+from kprio_core.config.files import settings_problem
+from kprio_core.config.load import parse_config_sources
 from kprio_core.errors import ConfigError
 from kprio_core.kafka.client import new_admin
-from kprio_core.kafka.client_files import settings_problem
 from kprio_core.kafka.java_client import java_client_config
 from orchestration.services.tls import TlsFiles, issue, make_files
 
@@ -42,35 +43,39 @@ SASL = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sas
 
 # name: (client settings, the line); paths: TLS (the broker's files), DIR (this module's folder)
 CASES = {
-    "no password variable": (SASL, "kafka.client.sasl.username is set (SCRAM-SHA-512) but KPRIO_KAFKA_SASL_PASSWORD "
-                                   "is not in the environment, where kprio reads the user's password"),
+    "no password variable": (SASL, "kafka.client.sasl.username: SCRAM-SHA-512 logs in with its password: set "
+                                   "KPRIO_KAFKA_SASL_PASSWORD in the environment"),
     "mechanism in lower case": ({**SASL, "sasl.mechanism": "scram-sha-512", "sasl.password": SECRET},
                                 "kafka.client.sasl.mechanism: write scram-sha-512 as SCRAM-SHA-512 (librdkafka's names "
                                 "are case-sensitive)"),
     "no user name": ({**SASL, "sasl.username": None, "sasl.password": SECRET},
-                     "kafka.client.sasl.username is not set: SCRAM-SHA-512 logs in with a user name and a password"),
-    "CA file missing": ({"ssl.ca.location": "DIR/nowhere.pem"}, "kafka.client.ssl.ca.location: no file DIR/nowhere.pem"),
+                     "kafka.client.sasl.username: not set: SCRAM-SHA-512 logs in with a user name and a password"),
+    "CA file missing": ({"ssl.ca.location": "DIR/nowhere.pem"}, "kafka.client.ssl.ca.location: 'DIR/nowhere.pem': no such file or directory"),
     "CA file not PEM": ({"ssl.ca.location": "DIR/not-pem.txt"},
-                        "kafka.client.ssl.ca.location: DIR/not-pem.txt holds no PEM certificate"),
+                        "kafka.client.ssl.ca.location: 'DIR/not-pem.txt': holds no PEM certificate"),
     "CA file a keystore": ({"ssl.ca.location": "TLS/client.p12"},
-                           "kafka.client.ssl.ca.location: TLS/client.p12 holds a PKCS#12 keystore (DER), not PEM"),
+                           "kafka.client.ssl.ca.location: 'TLS/client.p12': holds a PKCS#12 keystore (DER), not PEM"),
     "CA file a private key": ({"ssl.ca.location": "DIR/client.key"},
-                              "kafka.client.ssl.ca.location: DIR/client.key holds a private key"),
+                              "kafka.client.ssl.ca.location: 'DIR/client.key': holds a private key"),
     "keystore wrong password": ({"ssl.keystore.location": "TLS/client.p12", "ssl.keystore.password": "wrong"},
-                                "kafka.client.ssl.keystore.location: TLS/client.p12 does not open with the password "
+                                "kafka.client.ssl.keystore.location: 'TLS/client.p12': does not open with the password "
                                 "in KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD"),
     "keystore no password": ({"ssl.keystore.location": "TLS/client.p12"},
-                             "kafka.client.ssl.keystore.location is set (TLS/client.p12) but "
-                             "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD is not in the environment"),
+                             "kafka.client.ssl.keystore.location: 'TLS/client.p12': a keystore needs its password: "
+                             "set KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD in the environment"),
     "key wrong password": ({"ssl.certificate.location": "DIR/client.crt", "ssl.key.location": "DIR/client.key",
                             "ssl.key.password": "wrong"},
-                           "kafka.client.ssl.key.location: DIR/client.key does not decrypt with the password in "
+                           "kafka.client.ssl.key.location: 'DIR/client.key': does not decrypt with the password in "
                            "KPRIO_KAFKA_SSL_KEY_PASSWORD"),
     "key no password": ({"ssl.certificate.location": "DIR/client.crt", "ssl.key.location": "DIR/client.key"},
-                        "kafka.client.ssl.key.location: DIR/client.key is encrypted and KPRIO_KAFKA_SSL_KEY_PASSWORD is "
-                        "not in the environment"),
+                        "kafka.client.ssl.key.location: 'DIR/client.key': is encrypted: set KPRIO_KAFKA_SSL_KEY_PASSWORD "
+                        "in the environment"),
+    "CRL file missing": ({"ssl.crl.location": "DIR/nowhere.crl"},
+                         "kafka.client.ssl.crl.location: 'DIR/nowhere.crl': no such file or directory"),
+    "CRL file not PEM": ({"ssl.crl.location": "DIR/not-pem.txt"},
+                         "kafka.client.ssl.crl.location: 'DIR/not-pem.txt': holds no PEM text (-----BEGIN ...)"),
     "certificate not PEM": ({"ssl.certificate.location": "DIR/not-pem.txt", "ssl.key.location": "DIR/client.key"},
-                            "kafka.client.ssl.certificate.location: DIR/not-pem.txt holds no PEM certificate"),
+                            "kafka.client.ssl.certificate.location: 'DIR/not-pem.txt': holds no PEM certificate"),
 }
 
 
@@ -104,6 +109,15 @@ def test_a_missing_or_wrong_file_or_secret_is_one_line_naming_the_setting(files,
                                                  if "password" not in k and k != "bootstrap.servers"},
                                          secrets={k: v for k, v in conf.items() if "password" in k}))
     assert str(translated.value) == problem
+    # At load (a configuration that runs on this host), the same line: the settings from the file, the secrets
+    # from the environment.
+    with pytest.raises(ConfigError) as loaded:
+        parse_config_sources({"kafka": {"bootstrap_servers": "127.0.0.1:9",
+                                        "client": {k: v for k, v in conf.items()
+                                                   if "password" not in k and k != "bootstrap.servers"}}},
+                             "kprio.yaml", {setting_variable(k): str(v) for k, v in conf.items() if "password" in k},
+                             on_this_host=True)
+    assert loaded.value.what == problem
 
 
 def test_settings_a_client_takes_have_no_problem(files):
@@ -113,3 +127,4 @@ def test_settings_a_client_takes_have_no_problem(files):
     assert settings_problem({"ssl.certificate.location": str(folder / "client.crt"),
                              "ssl.key.location": str(folder / "client.key"), "ssl.key.password": SECRET}) is None
     assert settings_problem({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}) is None
+    assert settings_problem({"ssl.ca.location": str(tls.folder)}) is None  # a folder of CA certificates

@@ -110,8 +110,8 @@ def test_a_wrong_key_password_names_its_variable_and_shows_no_secret(tmp_path):
                           secrets={"ssl.key.password": "wrong-s3cret"})
     with pytest.raises(ConfigError) as err:
         java_client_config(kafka)
-    # The admin client's line (kprio_core/kafka/client_files.py), said before any translation.
-    assert str(err.value) == (f"kafka.client.ssl.key.location: {pem} does not decrypt with the password in "
+    # The admin client's line (kprio_core/config/files.py), said before any translation.
+    assert str(err.value) == (f"kafka.client.ssl.key.location: {str(pem)!r}: does not decrypt with the password in "
                               f"KPRIO_KAFKA_SSL_KEY_PASSWORD (or holds no PEM private key)")
     assert "s3cret" not in str(err.value)
 

@@ -63,7 +63,8 @@ KAFKA = rotating([
     ("kafka ca missing", "kafka.client.ssl.ca.location: '/nonexistent/ca.pem': no such file", "config_invalid",
      "librdkafka said 'error:05880020:x509 certificate routines::BIO lib'",
      client(**SSL, ssl_ca_location="/nonexistent/ca.pem")),
-    ("kafka ca not PEM", "kafka.client.ssl.ca.location: '{tmp}/ca.pem': holds no PEM text", "config_invalid",
+    ("kafka ca not PEM", "kafka.client.ssl.ca.location: '{tmp}/ca.pem': holds no PEM certificate: it takes "
+     "the certificates of the CAs", "config_invalid",
      "librdkafka said 'no certificate or crl found'", {**client(**SSL, ssl_ca_location="{tmp}/ca.pem"),
                                                        "files": {"ca.pem": "hello\n"}}),
     ("kafka certificate missing", "kafka.client.ssl.certificate.location: '{tmp}/c.pem'", "config_invalid",
@@ -76,9 +77,13 @@ KAFKA = rotating([
      "a directory where the key file goes", {**client(**SSL, ssl_key_location="{tmp}/keys"), "files": {"keys/k": ""}}),
     ("kafka keystore missing", "kafka.client.ssl.keystore.location: '{tmp}/ks.p12'", "config_invalid",
      "librdkafka asked for the password of a file that is not there", client(**SSL, ssl_keystore_location="{tmp}/ks.p12")),
-    ("kafka keystore without password", "kafka.client.ssl.keystore.location: a keystore needs its password: set "
-     "KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD", "config_invalid", "librdkafka's message said not where it goes",
+    ("kafka keystore without password", "kafka.client.ssl.keystore.location: '{tmp}/ks.p12': a keystore needs its "
+     "password: set KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD in the environment", "config_invalid", "librdkafka's message said not where it goes",
      {**client(**SSL, ssl_keystore_location="{tmp}/ks.p12"), "files": {"ks.p12": "x"}}),
+    ("kafka sasl password without user", "kafka.client.sasl.username: not set: SCRAM-SHA-512 logs in with a user "
+     "name and a password", "config_invalid", "librdkafka said 'sasl.username and "
+     "sasl.password must be set' at the first client (KPRIO_KAFKA_SASL_PASSWORD is in every case's environment)",
+     client(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512")),
     ("kafka crl missing", "kafka.client.ssl.crl.location", "config_invalid", "the CRL file",
      client(**SSL, ssl_crl_location="{tmp}/crl.pem")),
     ("kafka keytab missing", "kafka.client.sasl.kerberos.keytab", "config_invalid", "librdkafka blamed its build",

@@ -43,7 +43,7 @@ def test_options_merge_splits_and_carry_limits_and_client_settings(tmp_path):
 
     from orchestration.services.tls import make_ca
 
-    ca = tmp_path / "ca.pem"  # the files the settings name are read on the driver first (client_files.py)
+    ca = tmp_path / "ca.pem"  # the files the settings name are read on the driver first (kprio_core/config/files.py)
     ca.write_bytes(make_ca(datetime.now(UTC))[1].public_bytes(Encoding.PEM))
     config = KprioConfig(
         kafka={"bootstrap_servers": "b1:9092,b2:9092",
