@@ -7,18 +7,23 @@ password from ``KPRIO_KAFKA_SASL_PASSWORD``. Proven here:
 
 - both readers drain to zero lag with conservation, through the Dagster sensor's tick and drain_job
   (the admin client's lag snapshots, the executors' consumers or Spark's Java client, the commits);
-- the Airflow trigger finds the backlog on the secured cluster;
+- the Airflow trigger finds the backlog on the secured cluster, and Airflow's ``kprio_drain`` DAG (under
+  ``dag.test()``: the deferred wait, plan, the mapped drain and commit tasks) drains it to zero lag with
+  conservation, every batch committed;
 - a wrong password, a mechanism the broker does not enable, a CA that did not sign the broker's
   certificate, a host name the certificate does not hold, a certificate that expired (a second listener
   of the broker, ``EXPIRED``, has one) and a client of another security protocol each fail in one line
   naming the setting, well before the timeout, through the CLI and in a drain's read with either reader;
 - no secret is in any file the module wrote (the broker's data dir and log, the ledger, the Dagster
-  instance, the output, the Spark event log), nor in a command's output.
+  instance, the output, the Spark event log, the Airflow tasks' logs, Airflow's home), nor in what Airflow
+  stored (every row of its metadata database: XComs, serialized DAGs, rendered fields, the audit log), nor
+  in a command's output.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import time
 from pathlib import Path
 
@@ -31,6 +36,7 @@ from orchestration.services.broker import BrokerSecurity, Security
 from orchestration.services.process import wait_for
 from orchestration.services.tls import TlsFiles, make_files
 from tests.fixtures.secured_broker import files_holding, secured_kafka
+from tests.orchestration.conservation import conservation
 from tests.orchestration.secured_drains import drain_to_zero_lag, secured_config
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
@@ -80,6 +86,48 @@ def test_the_airflow_trigger_finds_the_backlog_of_a_sasl_ssl_cluster(secured, mo
     lines = WaitForBatches(task_id="wait", config_path=str(path)).execute({})
     stored = repr(trigger.serialize()) + repr(event.payload) + repr(lines) + path.read_text()
     assert not [s for s in secured.secrets if s in stored]
+
+
+AIRFLOW_RECORDS = {2: 60, 1: 90, 0: 150}
+
+
+@pytest.mark.airflow
+def test_the_airflow_drain_dag_drains_a_sasl_ssl_cluster_to_zero_lag(secured, module_dir, spark, kprio_dag, monkeypatch,
+                                                                      capfd, caplog):
+    """kprio_drain under ``dag.test()`` (the trigger deferred and run inline, plan, the mapped drain and commit
+    tasks), every client on the secured broker with the secrets from the environment only. The tasks' logs
+    (``dag.test()`` writes them to this process's output) are kept in the module's folder for the sweep."""
+    pytest.importorskip("airflow")
+    from kprio_core.kafka import KafkaEdge
+    from kprio_core.ledger import BatchState, Ledger
+    from tests.under_airflow.test_dag_runs import drain_to_zero, task_states, xcom
+
+    for name, value in secured.env.items():
+        monkeypatch.setenv(name, value)
+    folder = module_dir / "airflow-drain"
+    topic = secured.make_topic("orders-airflow-drain", AIRFLOW_RECORDS)
+    config = secured_config(secured, folder, topic)
+    config = config.model_copy(update={"planner": config.planner.model_copy(update={"record_budget": 300})})
+    folder.mkdir()
+    path = folder / "kprio.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})))
+
+    with KafkaEdge(config.kafka) as edge, Ledger(config.ledger.url) as ledger:
+        runs = drain_to_zero(kprio_dag(path, "kprio_drain"), topic, config, edge)
+        check = conservation(config, topic, edge)
+        assert check.ok and check.expected == sum(AIRFLOW_RECORDS.values()), str(check)
+        batches = ledger.batches(topic.name)
+        assert batches and all(b.state is BatchState.COMMITTED for b in batches)
+        assert sum(sum(b.plan.records_by_priority().values()) for b in batches) == sum(AIRFLOW_RECORDS.values())
+    for run in runs:
+        states = task_states(run)
+        assert states["batch.commit"] == states["batch.drain"] and set(states["batch.drain"]) == {"success"}
+        assert all(c["state"] == "committed" for c in xcom(run, "batch.commit"))
+    out, err = capfd.readouterr()
+    task_logs = out + err + caplog.text
+    assert "check row_count_matches_plan: passed" in task_logs, "the tasks' logs were not captured"
+    (folder / "task-logs.txt").write_text(task_logs)
+    assert not [s for s in secured.secrets if s in task_logs], "a secret reached the task logs"
 
 
 MISTAKES = {
@@ -227,13 +275,27 @@ def test_broker_status_prints_the_client_settings_and_names_the_secrets_without_
     assert not [s for s in secured.secrets if s in result.output]
 
 
-def test_no_secret_is_in_any_file_this_module_wrote(secured, module_dir, spark_files):
+def test_no_secret_is_in_any_file_this_module_wrote(secured, module_dir, spark_files, request):
     """Runs last in the module: the broker's data dir and log, server.properties, the keystores, the
-    ledgers, Dagster's instances (runs, event logs), the outputs, the Airflow test's files, and the
-    session's Spark event log and scratch files."""
+    ledgers, Dagster's instances (runs, event logs), the outputs, the Airflow tests' files and task logs, the
+    session's Spark event log and scratch files; and what Airflow stored: its home (the metadata database
+    and its write-ahead log, its config, the dags folder, logs), every row of its database read back (XComs
+    deserialized, the serialized DAGs, rendered fields, the audit log, Variables, connections)."""
     assert (secured.broker.data_dir / "server.properties").is_file() and secured.broker.log_path.is_file()
     assert list(module_dir.glob("drain-*/dagster/*")), "run the whole module: the sweep reads what its drains wrote"
     # Spark's event log holds the native reader's plan, options and all (its Kafka client's settings redacted).
     assert wait_for(lambda: any(b"orders-native" in f.read_bytes() for f in (spark_files / "events").rglob("*")
                                 if f.is_file()), 30), "the native drain is not in Spark's event log"
-    assert files_holding([module_dir, spark_files], secured.secrets) == {}
+    roots = [module_dir, spark_files]
+    if importlib.util.find_spec("airflow") is not None:
+        from tests.fixtures.airflow import stored_by_airflow
+
+        assert (module_dir / "airflow-drain" / "task-logs.txt").is_file(), "run the whole module: the Airflow drain"
+        home = request.getfixturevalue("airflow_home").home
+        roots.append(home)
+        stored = stored_by_airflow(home)
+        assert "orders-airflow-drain" in stored["xcom (deserialized)"], "the Airflow drain's XComs are not stored"
+        assert "kprio_drain" in stored["serialized_dag (data)"]
+        assert {table: [s for s in secured.secrets if s in text] for table, text in stored.items()
+                if any(s in text for s in secured.secrets)} == {}
+    assert files_holding(roots, secured.secrets) == {}
