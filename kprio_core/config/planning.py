@@ -84,7 +84,14 @@ class RecoverySettings(Section):
         3, ge=1, description="Attempts of a batch (the first included) before its partitions wait for an operator."
     )
     backoff_s: float = Field(5.0, ge=0, description="Wait before the first retry; doubles per attempt.")
-    backoff_max_s: float = Field(60.0, ge=0, description="Longest wait between two attempts.")
+    backoff_max_s: float = Field(60.0, ge=0, description="Longest wait between two attempts (at least backoff_s).")
+
+    @model_validator(mode="after")
+    def _longest_wait_not_shorter_than_the_first(self) -> RecoverySettings:
+        if self.backoff_max_s < self.backoff_s:
+            raise ValueError(f"backoff_max_s ({self.backoff_max_s:g}) is shorter than backoff_s ({self.backoff_s:g}): "
+                             f"the longest wait cannot be shorter than the first")
+        return self
 
 
 class SplitSettings(Section):

@@ -77,6 +77,8 @@ NUMBERS = rotating([
     ("number lease huge", "recovery.lease_s", "config_invalid", "a lease of 1e300 s", section("recovery", lease_s=1e300)),
     ("number backoff huge", "recovery.backoff_max_s", "config_invalid", "a backoff of 1e12 s",
      section("recovery", backoff_max_s=1e12)),
+    ("backoff max below start", "recovery: backoff_max_s (1) is shorter than backoff_s (100)", "config_invalid",
+     "a longest wait shorter than the first", section("recovery", backoff_s=100, backoff_max_s=1)),
     ("number retention huge", "drain.maintenance.retention_s", "config_invalid", "inside a nested section",
      {"config": {"drain": {"maintenance": {"retention_s": 1e15}}}}),
     ("number watch huge", "sensor.watch_s", "config_invalid", "an optional duration",
