@@ -319,7 +319,7 @@ def test_kprio_reset_through_the_cli_names_bad_targets_and_releases_the_hold(mak
 
     # The command line's own mistakes are usage errors (exit 2); what the log says of a good one is exit 1.
     assert "'nope-0' is not a priority topic of the configuration" in refused("nope-0[0]", "earliest", 2)
-    assert f"{name}[3] does not exist on {kafka_settings.bootstrap_servers}" in refused(f"{name}[3]", "earliest")
+    assert f"{name} has no partition 3 (it has 0) (PARTITION of kprio reset)" in refused(f"{name}[3]", "earliest", 2)
     assert "--to must be earliest, latest or an offset from 0 to 2**63-1, not 'soon'" in refused(f"{name}[0]", "soon", 2)
     assert f"offset 11 is outside the log [0,10]: choose an offset in it, earliest or latest ({name}[0]) " \
            "[reset_refused]" in refused(f"{name}[0]", "11")
