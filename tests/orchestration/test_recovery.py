@@ -95,10 +95,10 @@ def assert_healed(env, topic, config: Path) -> None:
 
 
 def make_backlog(make_topic, kprio_env, tmp_path, spark_conf, records: dict[int, int], record_budget: int,
-                 output_format: str = "parquet", lease_s: float = 6):
+                 output_format: str = "parquet"):
     topic = make_topic(priorities=3, partitions=2, records=records, schema={"i": "long", "amount": "double"})
     env = kprio_env(topic, planner={"record_budget": record_budget, "target_batch_s": None},
-                    recovery={"lease_s": lease_s, "backoff_s": 0.2, "backoff_max_s": 1, "max_attempts": 5},
+                    recovery={"lease_s": 6, "backoff_s": 0.2, "backoff_max_s": 1, "max_attempts": 5},
                     drain={"format": output_format})
     (tmp_path / "home").mkdir()
     return env, topic, child_config(env, tmp_path, spark_conf)
@@ -115,10 +115,9 @@ def backlog(request, make_topic, kprio_env, tmp_path, spark, child_spark_conf):
 @pytest.fixture
 def two_batches(request, make_topic, kprio_env, tmp_path, spark, child_spark_conf):
     """Two batches, each with every priority: the first one in flight, one more after it. Parquet output, or the
-    format an indirect parameter names. Leases of 3 s (renewed every second): the paused run's test waits one out,
-    and a live run's lease is taken over only once it expired, whatever its length."""
+    format an indirect parameter names."""
     return make_backlog(make_topic, kprio_env, tmp_path, child_spark_conf, {2: 200, 1: 500, 0: 1000}, 1000,
-                        getattr(request, "param", "parquet"), lease_s=3)
+                        getattr(request, "param", "parquet"))
 
 
 def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_path):
