@@ -47,10 +47,11 @@ def child_config(env, tmp_path: Path, spark_conf: dict[str, str]) -> Path:
 
 
 def start(config: Path, tmp_path: Path, *args: str, **env: str) -> subprocess.Popen:
-    """``kprio drain <args>`` in its own process group (so a kill takes its JVM and workers too)."""
+    """``kprio drain <args>`` in its own process group (so a kill takes its JVM and workers too); ``--verbose``:
+    the runs' log lines (a write refused, a stale lease) come on its stderr too, for :func:`output_of`."""
     log = open(tmp_path / f"drain-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115 (closed with the process)
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestration.cli", "drain", "--config", str(config), *args],
+        [sys.executable, "-m", "orchestration.cli", "--verbose", "drain", "--config", str(config), *args],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO), **env},
     )
