@@ -81,24 +81,24 @@ def assert_done(env, topic) -> None:
         assert ledger.in_flight(topic.name) == [] and ledger.batches(topic.name, states=[BatchState.FAILED]) == []
 
 
-@pytest.mark.parametrize(("fault", "point"), [("outage", "before-kafka-commit"), ("hang", "before-kafka-commit"),
-                                               ("hang", "before-drain")],
-                         ids=["refused-at-commit", "hangs-at-commit", "hangs-at-read"])
+@pytest.mark.parametrize(("fault", "point"), [("outage", "before-kafka-commit"), ("hang", "before-kafka-commit")],
+                         ids=["refused-at-commit", "hangs-at-commit"])
 def test_a_broker_outage_heals_under_until_empty_with_no_command_run(
         make_topic, kprio_env, faulty_kafka, tmp_path, spark, child_spark_conf, fault, point):
     """A broker that refuses (down), or hangs (no answer on open connections: its JVM stopped), when the batch
-    commits or reads. A commit into it fails the batch as transient; a read may fail so, or ride the hang out."""
+    commits: the commit fails the batch as transient, and it heals. (A hang during the read heals too, tried with
+    the point ``before-drain``: the read may also ride it out; left out of the suite for its 40 s.)"""
     env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark_conf,
                                  kafka={"bootstrap_servers": faulty_kafka.bootstrap, "timeout_s": BROKER_TIMEOUT_S})
     proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"{point}:{topic.name}",
                  KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
-    lasts = OUTAGE_S if point.endswith("commit") else FOLLOW_OUTAGE_S
+    lasts = OUTAGE_S
     try:
         assert wait_for(lambda: stopped(proc) or proc.poll() is not None, CHILD_TIMEOUT_S, interval_s=0.2), \
             output_of(proc)[-2000:]
         with Ledger(env.config.ledger.url) as ledger, getattr(faulty_kafka, fault)():
             began = time.monotonic()
-            os.kill(proc.pid, signal.SIGCONT)  # into the fault: its commit (or read) finds no broker answering
+            os.kill(proc.pid, signal.SIGCONT)  # into the fault: its commit finds no broker answering
             wait_for(lambda: any(b.transient for b in ledger.batches(topic.name, states=[BatchState.FAILED])),
                      lasts, interval_s=0.5)
             failed = ledger.batches(topic.name, states=[BatchState.FAILED])
@@ -109,8 +109,7 @@ def test_a_broker_outage_heals_under_until_empty_with_no_command_run(
         assert time.monotonic() - healed < HEALED_WITHIN_S, "retried as soon as the broker was back, not after its backoff"
     finally:
         kill_group(proc)
-    if point.endswith("commit"):
-        assert len(failed) == 1, output_of(proc)[-3000:]
+    assert len(failed) == 1, output_of(proc)[-3000:]
     for batch in failed:
         assert batch.transient and "broker" in batch.reason and "\n" not in batch.reason, batch.reason
     assert_done(env, topic)
