@@ -35,10 +35,15 @@ def warm_up(remote: str) -> int:
     spark = SparkSession.builder.appName("kprio-warm-up").remote(shared_remote(remote)).getOrCreate()
     spark.release_session_on_close = False  # the drains share this session: stop() closes this client only
     try:
-        frame = spark.range(ROWS, numPartitions=2).repartition(2, "id").sortWithinPartitions("id")
-        return frame.mapInArrow(pass_through, "id long").count()
+        return warm_job(spark)
     finally:
         spark.stop()
+
+
+def warm_job(spark: Any) -> int:
+    """The job on ``spark`` (a classic session or a Connect client): the rows it saw (:data:`ROWS`)."""
+    frame = spark.range(ROWS, numPartitions=2).repartition(2, "id").sortWithinPartitions("id")
+    return frame.mapInArrow(pass_through, "id long").count()
 
 
 def cause(error: BaseException) -> str:

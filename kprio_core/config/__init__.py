@@ -86,7 +86,14 @@ from kprio_core.config.planning import (
     RecoverySettings,
     SplitSettings,
 )
-from kprio_core.config.services import SPARK_MASTERS, LedgerSettings, SchemaRegistrySettings, SparkReader, SparkSettings
+from kprio_core.config.services import (
+    SPARK_MASTERS,
+    LedgerSettings,
+    SchemaRegistrySettings,
+    SparkReader,
+    SparkSettings,
+    WorkersSettings,
+)
 from kprio_core.config.topics import (
     KAFKA_TOPIC_NAME,
     MAX_PRIORITIES,
@@ -153,6 +160,7 @@ __all__ = [
     "SparkReader",
     "SPARK_MASTERS",
     "SparkSettings",
+    "WorkersSettings",
     "LedgerSettings",
     "SchemaRegistrySettings",
     "SensorSettings",

@@ -19,7 +19,13 @@ from kprio_core.config.planning import (
     RecoverySettings,
     SplitSettings,
 )
-from kprio_core.config.services import LedgerSettings, SchemaRegistrySettings, SparkReader, SparkSettings
+from kprio_core.config.services import (
+    LedgerSettings,
+    SchemaRegistrySettings,
+    SparkReader,
+    SparkSettings,
+    WorkersSettings,
+)
 from kprio_core.config.topics import TopicSettings
 from kprio_core.errors import ConfigError
 
@@ -37,6 +43,7 @@ class KprioConfig(Section):
     ordering: OrderingSettings = OrderingSettings()
     drain: DrainSettings = DrainSettings()
     spark: SparkSettings = SparkSettings()
+    workers: WorkersSettings = WorkersSettings()
     ledger: LedgerSettings = LedgerSettings()
     sensor: SensorSettings = SensorSettings()
     slo: SloSettings = SloSettings()

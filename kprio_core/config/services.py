@@ -1,4 +1,4 @@
-"""Where kprio's parts run: the ``spark``, ``ledger`` and ``schema_registry`` sections."""
+"""Where kprio's parts run: the ``spark``, ``workers``, ``ledger`` and ``schema_registry`` sections."""
 
 from __future__ import annotations
 
@@ -116,6 +116,23 @@ def _spark_secret(name: str) -> bool:
     key = name.lower()
     return ("password" in key or "passwd" in key or key.endswith((".secret", "secret.key", ".token", "access.key"))
             or ".secret." in key)
+
+
+class WorkersSettings(Section):
+    """The warm run workers: long-lived processes that execute every run of a batch (under the Dagster daemon
+    through kprio's run launcher, and under ``kprio drain``), each with Dagster, Great Expectations and kprio
+    imported and a Spark client warm."""
+
+    count: int = Field(2, ge=1, le=64, description="Workers, so runs at once. With 2 or more, the first is kept "
+                       "for runs that drain a logical topic's most urgent priority (the urgent lane) and the others "
+                       "run the bulk, with a lower CPU priority (bulk_nice).")
+    bulk_nice: int = Field(10, ge=0, le=19, description="How much nicer (lower CPU priority) the bulk lane's "
+                           "workers, their Spark JVM and its Python workers run than the urgent lane's.")
+    max_runs: int = Field(200, ge=1, description="A worker is replaced by a fresh one after this many runs.")
+    max_rss_mib: int = Field(4096, ge=256, description="A worker is replaced after a run that left it (with its "
+                             "Spark JVM and Python workers) above this resident memory, in MiB.")
+    start_timeout_s: float = Field(180.0, gt=0, le=3600, description="Longest a new worker may take to import "
+                                   "and start its Spark client before it is counted as failed.")
 
 
 class LedgerSettings(Section):

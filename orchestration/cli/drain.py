@@ -1,4 +1,4 @@
-"""``kprio drain``: the sensor's logic and the runs it requests, in this process, on one warm Spark session.
+"""``kprio drain``: the sensor's logic in this process, and the runs it requests on warm workers it starts.
 
 The config is loaded once here and handed to the loop (the Dagster definitions get the same one).
 Two ``kprio drain`` on one config share the work: each launches only what it claimed, and its
@@ -32,7 +32,7 @@ from orchestration.cli.common import (
 from orchestration.cli.paused_gc import imports
 
 if TYPE_CHECKING:
-    from spark_jobs.session import SparkProvider
+    from orchestration.dagster.workers.pool import WorkerPool
 
 TopicOption = Annotated[
     str | None, typer.Option("--topic", "-t", help="Drain only this logical topic (default: every configured topic).")
@@ -69,11 +69,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 def stop_on_signals(stop: threading.Event, running: set[str]) -> Iterator[None]:
     """SIGTERM / SIGINT set ``stop`` (the batches in flight finish); a second one abandons them.
 
-    The loop runs each batch in a worker thread, where Dagster leaves signal handlers alone, so
-    these handlers (in the main thread) always see the signal first. Abandoning exits at once
-    with status 0: the batches stay where they were, and since this process is gone the next start
-    takes them over without waiting for their leases to expire. ``running``: the batches whose runs
-    execute now.
+    The loop's runs execute in its warm workers, child processes that ignore SIGINT and SIGTERM (a Ctrl-C in
+    the terminal reaches the whole process group), so a stop request reaches only these handlers and the
+    batches in flight finish. Abandoning exits at once with status 0: the batches stay where they were, and
+    the workers, left without their pool, end once their run did; the next start takes the batches over.
+    ``running``: the batches whose runs execute now.
     """
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -127,12 +127,9 @@ def drain(
                     edge.partitions(logical)
                 except (TopicMissing, PartitionCountMismatch):
                     pass  # a priority topic deleted or grown under kprio: the tick holds or picks it up, and says so
-        spark = start_spark(settings)
-        try:
-            _drain(settings, spark, json_out=json_out, until_empty=until_empty, follow=follow,
+        with start_workers(settings) as pool:
+            _drain(settings, pool, json_out=json_out, until_empty=until_empty, follow=follow,
                    max_batches=max_batches, metrics=metrics)
-        finally:
-            spark.stop()  # only a session it started: one that was running already (a test's) is left running
 
 
 @contextmanager
@@ -159,20 +156,22 @@ def release() -> str | None:
         return None
 
 
-def start_spark(settings: Any) -> SparkProvider:
-    """The loop's one Spark session provider, its session started in the background now, before Dagster is
-    imported (about a second and a half), so its JVM starts while the first tick runs (a session that is
-    running already, a test's, is reused)."""
-    from spark_jobs.session import SparkProvider
+def start_workers(settings: Any) -> WorkerPool:
+    """The loop's warm workers, started now, before Dagster is imported here (about a second and a half), so they
+    import and start their Spark clients while this process imports and the first tick runs; their log lines go
+    where this command's go."""
+    from orchestration.cli.boundary import RUN
+    from orchestration.dagster.workers.pool import WorkerPool
+    from orchestration.dagster.workers.protocol import LogRoute
 
-    spark = SparkProvider(settings.spark)
-    spark.start_in_background()
-    return spark
+    log = LogRoute(log_file=str(RUN.log_file) if RUN.log_file else None, verbose=RUN.verbose, debug=RUN.debug,
+                   inherit=False)
+    return WorkerPool(settings.spark, settings.workers, log=log).start()
 
 
-def _drain(settings: Any, spark: SparkProvider, *, json_out: bool, until_empty: bool, follow: bool,
+def _drain(settings: Any, pool: WorkerPool, *, json_out: bool, until_empty: bool, follow: bool,
            max_batches: int | None, metrics: Any = None) -> None:
-    with imports():  # Dagster's: about 1.5 s, while the JVM starts
+    with imports():  # Dagster's: about 1.5 s, while the workers warm up
         from kprio_core.kafka import KafkaEdge
         from orchestration.cli.outage import outage_lines
         from orchestration.dagster.definitions import build_definitions
@@ -203,7 +202,7 @@ def _drain(settings: Any, spark: SparkProvider, *, json_out: bool, until_empty: 
         report = run_drain(defs, instance, config=settings, until=until, max_batches=max_batches, stop=stop,
                            log_level="WARNING",
                            on_batch=show, guard=lambda: stop_on_signals(stop, running), on_start=running.add,
-                           on_event=lambda line: say(f"kprio drain: {line}"), spark=spark,
+                           on_event=lambda line: say(f"kprio drain: {line}"), workers=pool,
                            on_tick=feed.on_tick if feed is not None else None)
     committed: dict[str, dict[str, int | None]] = {}
     with KafkaEdge(settings.kafka) as edge:

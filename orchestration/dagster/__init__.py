@@ -8,7 +8,7 @@ tick of the runtime's applier); ``batch_asset``: the drain multi-asset that runs
 the jobs, the batch and replay partitions, the replayed window; ``runs``: the runtime's ``Runs``
 port on a Dagster instance; ``tags``: Dagster's own run tags; ``resources``: plain typed
 ``ConfigurableResource``\\s; ``instance``, ``instance_yaml``: the Dagster instance and its
-``dagster.yaml``; ``drain_loop``: ``kprio drain``'s loop, which runs the same tick in process, its
-runs in threads (``run_threads``) on a copy of the instance made for them (``threaded_instance``), and
-what it reports (``drain_report``).
+``dagster.yaml``; ``workers``: the warm run workers every run executes on, their pool and kprio's run
+launcher; ``drain_loop``: ``kprio drain``'s loop, which runs the same tick in process and hands its runs to
+a pool of warm workers, and what it reports (``drain_report``).
 """

@@ -2,10 +2,14 @@
 configuration.
 
 The code location (:mod:`orchestration.definitions`, loaded by ``workspace.yaml``) builds them from
-kprio.yaml; tests and ``kprio drain`` build them from the configuration they hold.
+kprio.yaml; tests and ``kprio drain`` build them from the configuration they hold, and a warm run worker
+(:mod:`orchestration.dagster.workers.worker`) from the configuration a run came with, its Spark resource
+over the worker's own warm session.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
@@ -24,9 +28,12 @@ from orchestration.dagster.replay_asset import build_replayed_window
 from orchestration.dagster.resources import resources_from_config
 from orchestration.dagster.sensors import build_priority_lag_sensor
 
+if TYPE_CHECKING:
+    from spark_jobs.session import SparkProvider
 
-def build_definitions(config: KprioConfig) -> dg.Definitions:
-    """Everything Dagster shows for ``config``."""
+
+def build_definitions(config: KprioConfig, spark: SparkProvider | None = None) -> dg.Definitions:
+    """Everything Dagster shows for ``config``; ``spark``: the session every run's Spark resource shares (a worker's)."""
     replayed_window = build_replayed_window(replay_partitions(config.drain.replay_start))
     drain_job = build_drain_job()
     lag_job = build_priority_lag_job()
@@ -36,7 +43,7 @@ def build_definitions(config: KprioConfig) -> dg.Definitions:
               tables_maintenance_job],
         sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s), build_freshness_sensor(lag_job, config)],
         schedules=[build_maintenance_schedule(config)],
-        resources=resources_from_config(config),
+        resources=resources_from_config(config, spark=spark),
         # A batch is one step (the drain_batch multi-asset): the multiprocess default would only add a
         # child process, with its imports, to every run the UI launches (backfills, Materialize).
         executor=dg.in_process_executor,

@@ -1,20 +1,21 @@
-"""The in-process drain loop behind ``kprio drain``: the sensor's tick and the runs it requests, in one process.
+"""The drain loop behind ``kprio drain``: the sensor's tick, and the runs it requests handed to warm workers.
 
 Each turn evaluates :func:`orchestration.runtime.tick.tick` over the instance's runs
 (:class:`orchestration.dagster.runs.DagsterRuns`; the same gather, core rules and
-applier as the sensor: heal, retry, plan; no rule of its own here) and executes the requested
-runs of ``drain_job`` here with ``execute_in_process``, tagged as a daemon-launched run is (so
-neither the sensor nor the daemon launches them again), on one warm Spark session. Each run
-executes in a thread of its own (:class:`~orchestration.dagster.run_threads.RunThread`, on the instance of
-:mod:`orchestration.dagster.threaded_instance`) and the loop ticks on while runs execute, so
-a batch of priorities no running batch holds (``planner.max_in_flight`` slots: an urgent batch while
-a bulk one drains) starts at once beside them, its Spark jobs in its priority's scheduler pool.
+applier as the sensor: heal, retry, plan; no rule of its own here), creates a Dagster run of
+``drain_job`` for each requested run, tagged as a daemon-launched run is (so neither the sensor nor
+the daemon launches it again), and hands it to the loop's :class:`~orchestration.dagster.workers.pool.WorkerPool`,
+the same warm workers kprio's run launcher hands the daemon's runs to: a run executes one way whichever
+driver launched it. The pool is started with the loop (its workers warm up while the first tick reads the
+ledger and the broker) and stopped with it, unless the caller passes one in (the tests share one). The loop
+ticks on while runs execute, so a batch of priorities no running batch holds (``planner.max_in_flight``
+slots: an urgent batch while a bulk one drains) starts at once beside them, on the pool's urgent lane.
 Between ticks the loop watches the priority partitions' ends (``sensor.watch_s``) and ticks as soon
 as records arrive on a priority with a free slot, or a run ends; after a tick the watch woke that
 launched nothing (the slot is another driver's, the partitions are held), the watch rests until the
 next tick the interval or a run's end brings. A request
 whose launch claim another driver took meanwhile (a second ``kprio drain`` on the same config),
-or whose run key already has a run, is not executed. Each line and total reports only what this
+or whose run key already has a run, is not launched. Each line and total reports only what this
 process's runs drained and committed. After each tick, :func:`kprio_core.lifecycle.loop.next_step`
 says whether to tick again (and when) or stop (and why); three ways to run it:
 
@@ -45,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -66,92 +68,99 @@ from kprio_core.lifecycle.loop import (
 from orchestration.dagster.drain_report import BatchOutcome, DrainReport, outcome_of
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
 from orchestration.dagster.run_logs import logged_job
-from orchestration.dagster.run_threads import Running, RunThread, slot_priorities
 from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.sensors import SENSOR_NAME
-from orchestration.dagster.tags import MAX_RETRIES_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
-from orchestration.dagster.threaded_instance import for_runs_in_threads
+from orchestration.dagster.tags import MAX_RETRIES_TAG, PARTITION_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
+from orchestration.dagster.workers import dagster_api
+from orchestration.dagster.workers.pool import BULK, Submission, WorkerPool
+from orchestration.dagster.workers.protocol import ByConfig, LogRoute
 from orchestration.runtime.healing import cause_seen_after, probe_causes
 from orchestration.runtime.leases import this_owner
 from orchestration.runtime.runs import RunOrder
-from orchestration.runtime.tags import RUNNER_TAG, TOPIC_TAG
+from orchestration.runtime.tags import LANE_TAG, RUNNER_TAG, TOPIC_TAG, slot_priorities
 from orchestration.runtime.tick import Tick, still_launchable, tick
-from spark_jobs.session import SparkProvider
 
 IN_PROCESS_TAGS = {MAX_RETRIES_TAG: "0"}
-"""What every run executed here carries: no retry by Dagster's daemon (the loop's tick retries it)."""
+"""What every run the loop launches carries: no retry by Dagster's daemon (the loop's tick retries it)."""
+JOB = "drain_job"
 
 
 @contextmanager
-def spark_for_the_loop(defs: dg.Definitions, spark: SparkProvider | None = None) -> Iterator[SparkProvider]:
-    """The one Spark session of every run of the loop, as a provider each run's Spark resource shares
-    (:func:`execute`); without it each run's resource would start and stop its own session.
-
-    ``spark``: the caller's, left to it (``kprio drain`` starts it before it imports Dagster, and stops
-    it). Else a provider of the Spark resource's settings, started here in the background, so the JVM
-    starts while the first tick reads the ledger and the broker (the first run waits for it), and stopped
-    at the end. A session that was already active (a test's) is reused and left to whoever started it.
-    """
-    if spark is not None:
-        yield spark
+def workers_for(config: KprioConfig, workers: WorkerPool | None = None,
+                log: LogRoute = LogRoute()) -> Iterator[WorkerPool]:
+    """The loop's worker pool: the caller's (left to it), else one of ``config``'s ``workers`` and ``spark``
+    settings, started now (its workers warm up while the loop's first tick runs) and stopped at the end."""
+    if workers is not None:
+        yield workers
         return
-    resource = defs.resources["spark"]
-    provider = SparkProvider(resource.settings(), app_name=resource.app_name)
-    provider.start_in_background()
-    try:
-        yield provider
-    finally:
-        provider.stop()
+    with WorkerPool(config.spark, config.workers, log=log) as pool:
+        yield pool
 
 
-def shared_spark(defs: dg.Definitions, spark: SparkProvider | None) -> dict[str, dg.ResourceDefinition] | None:
-    """The resources a run executed here gets instead of the definitions': the Spark resource over the
-    loop's provider ``spark`` (none given: the run's resource makes its own)."""
-    if spark is None:
-        return None
-    return {"spark": dg.ResourceDefinition.hardcoded_resource(defs.resources["spark"].sharing(spark))}
+@dataclass
+class Launched:
+    """A run the loop handed to its pool: the request, the Dagster run, when, the priority slots it holds."""
+
+    request: RunOrder
+    run_id: str
+    started: float
+    priorities: frozenset[int]
 
 
-def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrder,
-            log_level: str = "DEBUG", spark: SparkProvider | None = None) -> dg.ExecuteInProcessResult:
-    """Execute one requested run of ``drain_job`` in this process, tagged as the daemon would tag it.
+def launch(defs: dg.Definitions, instance: dg.DagsterInstance, pool: WorkerPool, request: RunOrder,
+           config: KprioConfig, *, log_level: str = "DEBUG", runner: str | None = None) -> str:
+    """Create the Dagster run of ``request`` (tagged as the daemon would tag it) and hand it to ``pool``; its id.
 
-    Except for one tag: Dagster's run retries are off for it (``dagster/max_retries=0``). A run that
-    fails here is retried by the loop's own tick; the daemon that would honour a retry may not be
-    running at all, and a failed run marked ``dagster/will_retry=true`` would make every tick wait for
-    a retry that never comes.
+    Dagster's run retries are off for it (``dagster/max_retries=0``): a run that fails is retried by the loop's
+    own tick; the daemon that would honour a retry may not be running at all, and a failed run marked
+    ``dagster/will_retry=true`` would make every tick wait for a retry that never comes.
     """
-    job = logged_job(defs, "drain_job")
-    tags = {**request.tags, RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: SENSOR_NAME, RUNNER_TAG: this_owner(""),
-            **IN_PROCESS_TAGS}
-    return job.execute_in_process(
-        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-        instance=instance, partition_key=request.partition_key, tags=tags, raise_on_error=False,
-        resources=shared_spark(defs, spark),
-    )
+    tags = {**request.tags, PARTITION_TAG: request.partition_key, RUN_KEY_TAG: request.run_key,
+            SENSOR_NAME_TAG: SENSOR_NAME, RUNNER_TAG: runner or this_owner(""), **IN_PROCESS_TAGS}
+    return submit(defs, instance, pool, config, tags, log_level=log_level)
 
+
+def submit(defs: dg.Definitions, instance: dg.DagsterInstance, pool: WorkerPool, config: KprioConfig,
+           tags: dict[str, str], *, log_level: str = "DEBUG") -> str:
+    """A new run of ``drain_job`` with ``tags``, STARTING, handed to ``pool``; its id."""
+    job = dagster_api.in_memory(logged_job(defs, JOB))
+    run = dagster_api.create_run(instance, job, tags=tags,
+                                 run_config={"loggers": {"console": {"config": {"log_level": log_level}}}})
+    dagster_api.mark_starting(instance, run)
+    pool.submit(Submission(run.run_id, instance, ByConfig(config, JOB), lane=tags.get(LANE_TAG, BULK)))
+    return run.run_id
+
+
+def wait_for_run(instance: dg.DagsterInstance, run_id: str, poll_s: float = 0.05) -> dg.DagsterRun:
+    """``run_id`` once it ended (a worker executes it, or its death failed it)."""
+    while True:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.is_finished:
+            return run
+        time.sleep(poll_s)
+
+
+def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrder, pool: WorkerPool,
+            log_level: str = "DEBUG", config: KprioConfig | None = None) -> dg.DagsterRun:
+    """Launch one requested run on ``pool`` and wait for its end (a test's way to run one batch at a chosen time)."""
+    run_id = launch(defs, instance, pool, request, config or config_of(defs), log_level=log_level)
+    return wait_for_run(instance, run_id)
 
 
 def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
             log_level: str = "WARNING", config: KprioConfig | None = None,
-            spark: SparkProvider | None = None) -> BatchOutcome:
-    """An operator's re-drain of one batch, here: a failed one is retried whatever its attempts, a
+            workers: WorkerPool | None = None) -> BatchOutcome:
+    """An operator's re-drain of one batch, on a warm worker: a failed one is retried whatever its attempts, a
     committed one re-drained (its output replaced, nothing new committed)."""
     config = config or config_of(defs)
-    with Ledger(config.ledger.url) as ledger, spark_for_the_loop(defs, spark) as provider:
+    with Ledger(config.ledger.url) as ledger, workers_for(config, workers) as pool:
         topic = ledger.get(batch_id).logical_topic
-        job = logged_job(defs, "drain_job")
         started = time.monotonic()
-        result = job.execute_in_process(
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-            instance=instance, partition_key=batch_id,
-            tags={TOPIC_TAG: topic, RUNNER_TAG: this_owner(""), **IN_PROCESS_TAGS},
-            raise_on_error=False, resources=shared_spark(defs, provider),
-        )
-        return outcome_of(ledger, batch_id, topic, result, time.monotonic() - started)
-
-
-    return "the run failed"
+        run_id = submit(defs, instance, pool, config, {PARTITION_TAG: batch_id, TOPIC_TAG: topic,
+                                                       RUNNER_TAG: this_owner(""), **IN_PROCESS_TAGS},
+                        log_level=log_level)
+        wait_for_run(instance, run_id)
+        return outcome_of(ledger, batch_id, topic, instance, run_id, time.monotonic() - started)
 
 
 class DrainLoop:
@@ -161,22 +170,23 @@ class DrainLoop:
                  edge, *, until: Until, max_batches: int | None, stop: threading.Event, log_level: str,
                  on_batch: Callable[[BatchOutcome], None] | None,
                  on_start: Callable[[str], None] | None = None,
-                 on_event: Callable[[str], None] | None = None, spark: SparkProvider | None = None,
+                 on_event: Callable[[str], None] | None = None, pool: WorkerPool,
                  on_tick: Callable[[Tick, float], None] | None = None) -> None:
         self.config, self.defs, self.instance, self.ledger, self.edge = config, defs, instance, ledger, edge
-        self.spark = spark
+        self.pool = pool
         self.on_tick = on_tick
         """Told each tick and its seconds (the metrics' plan phase), from the loop's thread."""
         self.runs = DagsterRuns(instance)
         self.until, self.max_batches, self.stop = until, max_batches, stop
         self.log_level, self.on_batch, self.on_start, self.on_event = log_level, on_batch, on_start, on_event
         self.driver = this_owner("")
-        """This process as a launch claimant (and as the runner of the runs it executes)."""
+        """This process as a launch claimant (and as the runner of the runs it launches, until a worker takes one)."""
         self.report = DrainReport()
-        self.running: dict[str, Running] = {}
+        self.running: dict[str, Launched] = {}
         """This loop's runs still executing, by batch."""
         self._ended = threading.Event()
-        """Set by a run's thread when it ends (the loop's wait wakes on it)."""
+        """Set when a run of the pool ends (the loop's wait wakes on it)."""
+        self._ended_runs: set[str] = set()
         self._watched: dict = {}
         """The partitions of the last tick's lag snapshots and their readable ends (see :meth:`_wait`)."""
         self._throttled: set[tuple[str, int]] = set()
@@ -195,6 +205,7 @@ class DrainLoop:
 
     def run(self) -> DrainReport:
         self.sweep_staging()
+        unlisten = self.pool.listen(self._on_end)
         woke = Woke.TIME
         try:
             while not self._done():
@@ -230,6 +241,7 @@ class DrainLoop:
                 woke = self._wait(step.after_s)
         finally:
             self._finish_running()
+            unlisten()
         if self.stop.is_set():
             return self._stop(self._stopped_on_request())
         return self._stop(f"stopped after {len(self.report.batches)} runs (--max-batches)")
@@ -315,8 +327,8 @@ class DrainLoop:
                     raise
 
     def _start(self, request: RunOrder) -> bool:
-        """Start the run of ``request`` in a thread of its own, unless it runs here already or another
-        driver launched it meanwhile (its run, its report)."""
+        """Hand the run of ``request`` to the pool, unless it runs already or another driver launched it meanwhile
+        (its run, its report)."""
         if request.partition_key in self.running:
             return False
         if not still_launchable(self.runs, self.ledger, self.config, request, self.driver):
@@ -324,20 +336,26 @@ class DrainLoop:
         if self.on_start is not None:
             self.on_start(request.partition_key)
         self._started += 1
-        self.running[request.partition_key] = Running(
-            request, time.monotonic(), slot_priorities(request.tags),
-            RunThread(lambda: execute(self.defs, self.instance, request, self.log_level, self.spark),
-                      on_end=self._ended.set, name=f"kprio-run-{request.partition_key}"))
+        run_id = launch(self.defs, self.instance, self.pool, request, self.config, log_level=self.log_level,
+                        runner=self.driver)
+        self.running[request.partition_key] = Launched(request, run_id, time.monotonic(),
+                                                       slot_priorities(request.tags))
         return True
+
+    def _on_end(self, run_id: str, _status: str) -> None:
+        """The pool's word that a run ended (its thread): the loop's wait wakes."""
+        self._ended_runs.add(run_id)
+        self._ended.set()
 
     def _reap(self) -> None:
         """Report every run of this loop that ended, in the order they started."""
         self._ended.clear()
         for key, run in list(self.running.items()):
-            if not run.thread.done.is_set():
+            if run.run_id not in self._ended_runs:
                 continue
+            self._ended_runs.discard(run.run_id)
             del self.running[key]
-            outcome = outcome_of(self.ledger, key, run.request.tags[TOPIC_TAG], run.thread.result(),
+            outcome = outcome_of(self.ledger, key, run.request.tags[TOPIC_TAG], self.instance, run.run_id,
                                  time.monotonic() - run.started)
             self.report.batches.append(outcome)
             if outcome.state is BatchState.COMMITTED:
@@ -403,7 +421,7 @@ def drain(
     on_start: Callable[[str], None] | None = None,
     on_event: Callable[[str], None] | None = None,
     guard: Callable[[], AbstractContextManager] | None = None,
-    spark: SparkProvider | None = None,
+    workers: WorkerPool | None = None,
     on_tick: Callable[[Tick, float], None] | None = None,
 ) -> DrainReport:
     """Run the loop on ``instance`` until ``until`` says stop, ``max_batches`` ran, or ``stop`` is set.
@@ -412,13 +430,12 @@ def drain(
     from ``defs``). ``guard`` is entered around the loop (the CLI's stop-on-signal handlers);
     ``on_start`` / ``on_batch`` are called before and after each run, ``on_event`` with a line for a person
     (the ledger's database gone and back), ``on_tick`` with each tick and its seconds (the metrics).
-    ``spark``: the session's provider, the caller's (see :func:`spark_for_the_loop`).
+    ``workers``: the pool the runs execute on, the caller's (see :func:`workers_for`).
     """
     config = config or config_of(defs)
     with (Ledger(config.ledger.url) as ledger, KafkaEdge(config.kafka) as edge,
-          spark_for_the_loop(defs, spark) as provider,
-          for_runs_in_threads(instance) as threaded, (guard or nullcontext)()):
-        loop = DrainLoop(config, defs, threaded, ledger, edge, until=until, max_batches=max_batches,
+          workers_for(config, workers) as pool, (guard or nullcontext)()):
+        loop = DrainLoop(config, defs, instance, ledger, edge, until=until, max_batches=max_batches,
                          stop=stop or threading.Event(), log_level=log_level, on_batch=on_batch,
-                         on_start=on_start, on_event=on_event, spark=provider, on_tick=on_tick)
+                         on_start=on_start, on_event=on_event, pool=pool, on_tick=on_tick)
         return loop.run()

@@ -88,13 +88,15 @@ class DrainReport:
         return dict(sorted(totals.items(), reverse=True))
 
 
-def materialized(result: dg.ExecuteInProcessResult, asset: str) -> set[str]:
-    """The batch partitions of ``asset`` this run materialized (outputs and logged events alike)."""
-    return {e.partition for e in result.get_asset_materialization_events()
-            if e.asset_key.to_user_string() == asset and e.partition}
+def materialized(instance: dg.DagsterInstance, run_id: str, asset: str) -> set[str]:
+    """The batch partitions of ``asset`` the run materialized (outputs and logged events alike)."""
+    events = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+    return {e.dagster_event.partition for e in events
+            if e.dagster_event and e.dagster_event.asset_key and e.dagster_event.asset_key.to_user_string() == asset
+            and e.dagster_event.partition}
 
 
-def outcome_of(ledger: Ledger, batch_id: str, topic: str, result: dg.ExecuteInProcessResult,
+def outcome_of(ledger: Ledger, batch_id: str, topic: str, instance: dg.DagsterInstance, run_id: str,
                seconds: float) -> BatchOutcome:
     """Where a run left its batch, what the batch drained per priority, and what this run itself did.
 
@@ -102,8 +104,10 @@ def outcome_of(ledger: Ledger, batch_id: str, topic: str, result: dg.ExecuteInPr
     taken by another run (``own`` False): its numbers are that other run's, not this process's.
     """
     batch = ledger.get(batch_id)
-    drained, committed = materialized(result, DRAINED_ASSET), materialized(result, COMMITTED_ASSET)
-    own = not result.success or batch_id in drained | committed
+    run = instance.get_run_by_id(run_id)
+    success = run is not None and run.status is dg.DagsterRunStatus.SUCCESS
+    drained, committed = materialized(instance, run_id, DRAINED_ASSET), materialized(instance, run_id, COMMITTED_ASSET)
+    own = not success or batch_id in drained | committed
     drain = batch.drain if own else None
     here: dict[int, int] = {}
     for b in sorted(committed):
@@ -111,15 +115,21 @@ def outcome_of(ledger: Ledger, batch_id: str, topic: str, result: dg.ExecuteInPr
         for p, n in (done.written_by_priority() if done is not None else {}).items():
             here[p] = here.get(p, 0) + n
     return BatchOutcome(
-        batch_id=batch.batch_id, logical_topic=topic, run_id=result.run_id, success=result.success,
+        batch_id=batch.batch_id, logical_topic=topic, run_id=run_id, success=success,
         state=batch.state, records=drain.written_by_priority() if drain is not None else {},
         dead_letters=drain.dead if drain is not None else 0,
-        reason=batch.reason or (None if result.success else first_failure(result)), seconds=seconds,
+        reason=batch.reason or (None if success else first_failure(instance, run_id)), seconds=seconds,
         own=own, committed_here=dict(sorted(here.items(), reverse=True)),
     )
 
 
-def first_failure(result: dg.ExecuteInProcessResult) -> str:
-    for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            return event.step_failure_data.error.message.strip().splitlines()[0]
+def first_failure(instance: dg.DagsterInstance, run_id: str) -> str:
+    """The first line of the run's first step failure (or of what failed the run: a worker that died)."""
+    for kind in (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ENGINE_EVENT):
+        for entry in instance.all_logs(run_id, of_type=kind):
+            event = entry.dagster_event
+            if event is not None and event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+                return event.step_failure_data.error.message.strip().splitlines()[0]
+            if kind is dg.DagsterEventType.ENGINE_EVENT and entry.user_message.startswith("kprio: "):
+                return entry.user_message.strip().splitlines()[0]
+    return "the run failed"

@@ -141,14 +141,14 @@ class SparkResource(fields_class("SparkFields", SparkSettings)):
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         # Stop only a session this resource's provider started: a session that was already active (the
-        # test session) or a provider shared with it (kprio drain's loop) belongs to whoever started it.
+        # test session) or a provider shared with it (a warm worker's) belongs to whoever started it.
         if self._provider is not None and not self._shared:
             self._provider.stop()
             self._provider = None
 
     def sharing(self, provider: "SparkProvider") -> "SparkResource":
-        """This resource over ``provider``'s session, which it never stops: ``kprio drain``'s loop hands its one
-        provider to every run it executes (:func:`orchestration.dagster.drain_loop.execute`)."""
+        """This resource over ``provider``'s session, which it never stops: a warm worker hands its one provider
+        to every run it executes (:func:`orchestration.dagster.definitions.build_definitions`)."""
         shared = SparkResource(**_values(self, SparkResource.model_fields))
         shared._provider, shared._shared = provider, True
         return shared
@@ -156,8 +156,7 @@ class SparkResource(fields_class("SparkFields", SparkSettings)):
     @property
     def session(self) -> "SparkSession":
         """The run's SparkSession, from the resource's :class:`~spark_jobs.session.SparkProvider`: its own, made
-        on first use (an active session is reused), or the one ``kprio drain``'s loop shares with it
-        (:meth:`sharing`), waited for while it starts in the background."""
+        on first use (an active session is reused), or the one a warm worker shares with it (:meth:`sharing`)."""
         if self._provider is None:
             from spark_jobs.session import SparkProvider
 
@@ -221,8 +220,12 @@ class KprioSettings(fields_class("KprioSections", KprioConfig, exclude=RESOURCE_
 KPRIO_FIELDS = tuple(name for name in KprioConfig.model_fields if name not in RESOURCE_SECTIONS)
 
 
-def resources_from_config(config: KprioConfig, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def resources_from_config(config: KprioConfig, env: Mapping[str, str] | None = None,
+                          spark: "SparkProvider | None" = None) -> dict[str, Any]:
     """The four resources, keyed as the assets, checks, sensor and jobs expect them.
+
+    ``spark``: a session provider every run's Spark resource shares and never stops (a warm worker's),
+    instead of a session of each run's own.
 
     Every secret setting present in the configuration, or whose variable is set in ``env``,
     becomes a ``dg.EnvVar`` of its ``KPRIO_KAFKA_*`` variable, so Dagster reads it at run time
@@ -240,12 +243,13 @@ def resources_from_config(config: KprioConfig, env: Mapping[str, str] | None = N
     }
     # As kprio.yaml writes them: enums by value, tuples as lists, the topics' `schema` by its name.
     kafka = KafkaResource(**config.kafka.model_dump(mode="json", include=set(KAFKA_FIELDS)), **secrets)
-    spark = SparkResource(**config.spark.model_dump(mode="json"))
     ledger = LedgerResource(**config.ledger.model_dump(mode="json"))
     sections = config.model_dump(mode="json", by_alias=True, include=set(KPRIO_FIELDS))
+    settings = SparkResource(**config.spark.model_dump(mode="json"))
+    shared = None if spark is None else dg.ResourceDefinition.hardcoded_resource(settings.sharing(spark))
     return {
         "kafka": kafka,
-        "spark": spark,
+        "spark": shared or settings,
         "ledger": ledger,
-        "kprio": KprioSettings(kafka=kafka, spark=spark, ledger=ledger, **sections),
+        "kprio": KprioSettings(kafka=kafka, spark=settings, ledger=ledger, **sections),
     }

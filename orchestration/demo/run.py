@@ -395,7 +395,7 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
     from orchestration.dagster.definitions import build_definitions
-    from orchestration.dagster.drain_loop import Until, drain
+    from orchestration.dagster.drain_loop import Until, drain, workers_for
     from orchestration.dagster.instance import open_instance
     from orchestration.demo.plot import backlog_series, plot_backlog
     from spark_jobs.delta_table import table_batches
@@ -431,10 +431,12 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
         defs = build_definitions(config)
         stopped, ok = "", True
         # The demo's own Dagster home, with the dagster.yaml of its configuration (`dagster dev` uses it too).
-        with open_instance(config, env={"DAGSTER_HOME": str(layout.dagster_home)}) as instance:
+        # One pool of warm workers for every drain of the demo (a late wave drains on the same workers).
+        with open_instance(config, env={"DAGSTER_HOME": str(layout.dagster_home)}) as instance, \
+                workers_for(config) as workers:
             while True:
                 listener.stage("draining through priority_lag_sensor's tick and drain_job")
-                report = drain(defs, instance, until=Until.EMPTY, log_level="INFO", on_batch=on_batch)
+                report = drain(defs, instance, until=Until.EMPTY, log_level="INFO", on_batch=on_batch, workers=workers)
                 stopped, ok = report.stopped, report.ok
                 left = [w for w in workload.waves if w not in produced]
                 if not ok or not left:

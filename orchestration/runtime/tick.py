@@ -61,7 +61,7 @@ from orchestration.runtime.leases import this_owner
 from orchestration.runtime.log_changes import carry_out
 from orchestration.runtime.ports import Edge, LedgerPort, LedgerReads
 from orchestration.runtime.runs import NoRuns, RunOrder, Runs
-from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG, slot_tags
+from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG, lane_tag, slot_tags
 
 # --- gathering the inputs ---------------------------------------------------------------------
 
@@ -168,14 +168,15 @@ class Applied:
     """Another driver got a plan or a launch first: tick again soon (the work is under way elsewhere)."""
 
 
-def run_order(launch: Launch) -> RunOrder:
-    """The run of ``launch``: its run key, its batch, the attempt and why, one tag per priority slot it takes."""
+def run_order(launch: Launch, priorities: int) -> RunOrder:
+    """The run of ``launch``: its run key, its batch, the attempt and why, one tag per priority slot it takes, and
+    its lane (``priorities``: the levels of its logical topic)."""
     batch = launch.batch
     return RunOrder(
         run_key=launch.run_key,
         partition_key=batch.batch_id,
         tags={TOPIC_TAG: batch.logical_topic, ATTEMPT_TAG: str(launch.attempt), WHY_TAG: launch.why.value,
-              **slot_tags(batch.logical_topic, batch.priorities)},
+              **slot_tags(batch.logical_topic, batch.priorities), **lane_tag(batch.priorities, priorities)},
     )
 
 
@@ -226,7 +227,7 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
         if launch.early:  # a fresh driver retries a transient failure now: its run must not wait the backoff out
             ledger.retry_now(launch.batch.batch_id)
         _info(log, f"{name}: {launch.describe()}: run requested")
-        requests.append(run_order(launch))
+        requests.append(run_order(launch, topic.priorities))
     if not requests:
         reasons.append(decision.describe() if several_topics else decision.summary())
     return Applied(tuple(requests), tuple(recorded), tuple(reasons), contended)

@@ -1,0 +1,402 @@
+"""A pool of warm run workers: it starts them, hands each one run at a time, and replaces the ones that die or retire.
+
+Every run of a batch executes on one of these workers, whichever driver launched it: ``kprio drain``'s
+loop owns a pool for its life; under the Dagster daemon kprio's run launcher hands its runs to the pool
+of the instance's home (:mod:`orchestration.dagster.workers.server`). A worker
+(:mod:`orchestration.dagster.workers.worker`) is a child process with one end of a socket pair.
+
+``workers.count`` workers, so that many runs at once. With two or more, worker 0 is the urgent lane:
+it takes the runs that drain a logical topic's most urgent priority (the run's ``kprio/lane`` tag), and
+the others are the bulk lane, started ``workers.bulk_nice`` steps nicer, so their Spark JVM and its Python
+workers yield the CPU to an urgent run beside them (:func:`pick`). A bulk run never takes the urgent
+worker: an urgent run never waits behind one.
+
+One thread of the pool watches every worker's socket and process. A worker that dies (kill -9, OOM)
+fails its run in Dagster at once, as the default launcher's code server fails a run whose process
+died, and kprio's tick resumes its batch (the run's ``kprio/runner`` is the dead worker); a new
+worker takes its place. A worker that cannot start fails the runs waiting for it with its one line,
+and is started again after a backoff. A worker that retires (``workers.max_runs``, ``workers.max_rss_mib``)
+is replaced. The runs a worker's tick created after its run (under the daemon) are launched here at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from kprio_core.config import SparkSettings, WorkersSettings
+from orchestration.runtime.tags import LANE_TAG
+from orchestration.dagster.workers.protocol import (
+    CannotStart,
+    Ended,
+    Execute,
+    JobSource,
+    LogRoute,
+    Ready,
+    Stop,
+    Warm,
+)
+
+LOGGER = logging.getLogger("kprio.workers")
+URGENT, BULK, BOTH = "urgent", "bulk", "both"
+"""The lanes, as the runs' ``kprio/lane`` tag names them (:data:`orchestration.runtime.tags.LANE_TAG`); a pool
+of one worker has one lane for both."""
+RESTART_BACKOFF_S = (1.0, 5.0, 30.0)
+"""Waits before a worker that could not start is started again (the last one repeats)."""
+
+
+def lanes(count: int) -> tuple[str, ...]:
+    """The lane of each worker: the first is the urgent lane once there are two or more.
+
+    >>> lanes(1), lanes(3)
+    (('both',), ('urgent', 'bulk', 'bulk'))
+    """
+    return (BOTH,) if count == 1 else (URGENT, *(BULK,) * (count - 1))
+
+
+def pick(lane: str, free: Sequence[tuple[int, str]]) -> int | None:
+    """The free worker (index, lane) a run of ``lane`` goes to, None: it waits.
+
+    An urgent run takes the urgent worker, else any free one; a bulk run takes a bulk worker, never the
+    urgent one; the one worker of a pool of one takes either.
+
+    >>> pick("urgent", [(1, "bulk"), (0, "urgent")]), pick("urgent", [(1, "bulk")]), pick("bulk", [(0, "urgent")])
+    (0, 1, None)
+    >>> pick("bulk", [(0, "urgent"), (2, "bulk")]), pick("bulk", []), pick("bulk", [(0, "both")])
+    (2, None, 0)
+    """
+    same = [i for i, worker_lane in free if worker_lane in (lane, BOTH)]
+    if same:
+        return same[0]
+    if lane == URGENT and free:
+        return free[0][0]
+    return None
+
+
+@dataclass
+class Submission:
+    """A run handed to the pool: its instance (to report what happens to it), how to execute it, its lane."""
+
+    run_id: str
+    instance: Any
+    job: JobSource
+    lane: str = BULK
+    tick_after: bool = False
+    queued_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Slot:
+    """One worker of the pool, by index: its process and socket, its lane, what it runs now."""
+
+    index: int
+    lane: str
+    proc: subprocess.Popen | None = None
+    conn: Connection | None = None
+    ready: bool = False
+    running: Submission | None = None
+    started_at: float = 0.0
+    failures: int = 0
+    restart_at: float = 0.0
+    pid: int | None = None
+
+
+class WorkerPool:
+    """``limits.count`` warm workers with the Spark client of ``spark`` (see the module docstring).
+
+    Each listener (:meth:`listen`; ``on_end``) is called with ``(run_id, status)`` from the pool's thread when
+    a run it executed ended (status: the Dagster run status' value); ``on_event(line)`` with a line for a person
+    (a worker that could not start).
+    """
+
+    def __init__(self, spark: SparkSettings, limits: WorkersSettings, *, log: LogRoute = LogRoute(),
+                 on_end: Callable[[str, str], None] | None = None, on_event: Callable[[str], None] | None = None,
+                 name: str = "kprio-worker", env: dict[str, str] | None = None) -> None:
+        self.spark, self.limits, self.log, self.name = spark, limits, log, name
+        self.on_event = on_event
+        self.env = env
+        self._listeners: list[Callable[[str, str], None]] = [on_end] if on_end is not None else []
+        self._slots = [Slot(i, lane) for i, lane in enumerate(lanes(limits.count))]
+        self._queue: deque[Submission] = deque()
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"{name}-pool", daemon=True)
+
+    # --- life ----------------------------------------------------------------------------------------
+
+    def start(self) -> WorkerPool:
+        """Start every worker (they warm up in the background) and the pool's thread; once."""
+        with self._lock:
+            if self._thread.is_alive():
+                return self
+            for slot in self._slots:
+                self._spawn(slot)
+        self._thread.start()
+        return self
+
+    def __enter__(self) -> WorkerPool:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Ask every worker to leave once its run ended; kill those still there after ``timeout_s``."""
+        self._closing.set()
+        self._wake()
+        self._thread.join(timeout=timeout_s)
+        with self._lock:
+            for slot in self._slots:
+                self._send(slot, Stop())
+        deadline = time.monotonic() + timeout_s
+        for slot in self._slots:
+            if slot.proc is None:
+                continue
+            try:
+                slot.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                slot.proc.kill()
+                slot.proc.wait()
+            if slot.conn is not None:
+                slot.conn.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # --- what callers ask ----------------------------------------------------------------------------
+
+    def listen(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
+        """Call ``listener(run_id, status)`` whenever a run ends here; returns what stops that."""
+        with self._lock:
+            self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def submit(self, submission: Submission) -> None:
+        """Execute the run on the next free worker of its lane (in the order runs were submitted)."""
+        with self._lock:
+            self._queue.append(submission)
+        self._wake()
+
+    def ready(self, timeout_s: float) -> bool:
+        """Wait until every worker is warm (or ``timeout_s`` passed); whether they are."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if all(slot.ready for slot in self._slots):
+                    return True
+            time.sleep(0.05)
+        return False
+
+    def worker_of(self, run_id: str) -> int | None:
+        """The pid of the worker executing ``run_id`` now (None: it waits, or is not this pool's)."""
+        with self._lock:
+            return next((s.pid for s in self._slots if s.running and s.running.run_id == run_id), None)
+
+    def queued(self, run_id: str) -> bool:
+        with self._lock:
+            return any(s.run_id == run_id for s in self._queue)
+
+    def pids(self) -> list[int]:
+        """The pids of the workers alive now."""
+        with self._lock:
+            return [s.pid for s in self._slots if s.pid is not None and s.proc is not None and s.proc.poll() is None]
+
+    # --- the pool's thread ---------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._closing.is_set():
+            with self._lock:
+                conns = [s.conn for s in self._slots if s.conn is not None]
+            for ready in wait([*conns, self._wake_r], timeout=0.5):
+                if ready is self._wake_r:
+                    self._wake_r.recv(4096)
+                    continue
+                self._hear(ready)
+            with self._lock:
+                self._reap_dead()
+                self._restart_due()
+                self._dispatch()
+
+    def _hear(self, conn: Connection) -> None:
+        with self._lock:
+            slot = next((s for s in self._slots if s.conn is conn), None)
+        if slot is None:
+            return
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            with self._lock:
+                self._lost(slot, "its connection closed")
+            return
+        with self._lock:
+            if isinstance(message, Ready):
+                slot.ready, slot.failures = True, 0
+                LOGGER.info("%s %d (%s lane, pid %d) is warm after %.1f s", self.name, slot.index, slot.lane,
+                            message.pid, message.seconds)
+            elif isinstance(message, CannotStart):
+                self._cannot_start(slot, message.why)
+            elif isinstance(message, Ended):
+                self._ended(slot, message)
+
+    def _ended(self, slot: Slot, message: Ended) -> None:
+        done = slot.running
+        slot.running = None
+        if done is not None and message.status == "FAILURE":
+            self._fail(done, f"the kprio worker (pid {slot.pid}) could not execute it: {message.retire}")
+        elif done is not None:
+            self._tell_end(done.run_id, message.status)
+        if done is not None:
+            for run_id in message.launched:  # the tick after it (under the daemon): launched at once, as the daemon would
+                self._launch_follow_up(done, run_id)
+        if message.retire:
+            LOGGER.info("%s %d retires after %s; a fresh one takes its place", self.name, slot.index, message.retire)
+            self._stop_slot(slot)
+            self._spawn(slot)
+
+    def _launch_follow_up(self, parent: Submission, run_id: str) -> None:
+        from orchestration.dagster.workers import dagster_api
+
+        run = parent.instance.get_run_by_id(run_id)
+        if run is None:
+            return
+        dagster_api.mark_starting(parent.instance, run)
+        self._queue.append(Submission(run_id, parent.instance, parent.job, lane=run.tags.get(LANE_TAG, BULK),
+                                      tick_after=parent.tick_after))
+
+    def _dispatch(self) -> None:
+        for submission in list(self._queue):
+            free = [(s.index, s.lane) for s in self._slots if s.ready and s.running is None]
+            chosen = pick(submission.lane, free)
+            if chosen is None:
+                continue
+            slot = self._slots[chosen]
+            self._queue.remove(submission)
+            slot.running = submission
+            if not self._send(slot, Execute(submission.run_id, submission.instance.get_ref(), submission.job,
+                                            submission.tick_after)):
+                self._lost(slot, "it could not be handed the run")
+
+    def _reap_dead(self) -> None:
+        for slot in self._slots:
+            if slot.proc is None:
+                continue
+            code = slot.proc.poll()
+            if code is not None:
+                self._lost(slot, f"it exited with status {code}" if code >= 0 else f"it was killed by signal {-code}")
+            elif not slot.ready and time.monotonic() - slot.started_at > self.limits.start_timeout_s:
+                slot.proc.kill()
+                slot.proc.wait()
+                self._cannot_start(slot, f"it was not warm after {self.limits.start_timeout_s:.0f} s "
+                                         "(workers.start_timeout_s)")
+
+    def _restart_due(self) -> None:
+        if self._closing.is_set():
+            return
+        for slot in self._slots:
+            if slot.proc is None and time.monotonic() >= slot.restart_at:
+                self._spawn(slot)
+
+    # --- one worker ----------------------------------------------------------------------------------
+
+    def _spawn(self, slot: Slot) -> None:
+        mine, theirs = socket.socketpair()
+        env = dict(self.env if self.env is not None else os.environ)
+        out, err = self._output()
+        # A session of its own: a Ctrl-C in the terminal reaches the pool's process, which finishes the runs in
+        # flight, not the workers executing them (the worker dies with the pool's process: see its main).
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestration.dagster.workers.worker", str(theirs.fileno()), str(os.getpid())],
+            pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            start_new_session=True,
+        )
+        if hasattr(out, "close"):
+            out.close()  # the child holds its own copy
+        theirs.close()
+        slot.proc, slot.conn, slot.pid = proc, Connection(mine.detach()), proc.pid
+        slot.ready, slot.running, slot.started_at = False, None, time.monotonic()
+        nice = self.limits.bulk_nice if slot.lane == BULK else 0
+        self._send(slot, Warm(self.spark, self.limits, f"{self.name}-{slot.index}", nice, self.log))
+
+    def _output(self) -> tuple[Any, Any]:
+        """A worker's standard output and error: the log file, the pool's own (inherited), or nowhere."""
+        if self.log.log_file:
+            return open(self.log.log_file, "ab"), subprocess.STDOUT  # noqa: SIM115 - closed once the child has it
+        if self.log.inherit or self.log.verbose:
+            return None, None
+        return subprocess.DEVNULL, subprocess.DEVNULL
+
+    def _send(self, slot: Slot, message: object) -> bool:
+        if slot.conn is None:
+            return False
+        try:
+            slot.conn.send(message)
+            return True
+        except OSError:
+            return False
+
+    def _lost(self, slot: Slot, why: str) -> None:
+        """The worker of ``slot`` is gone: its run fails (as a dead run process's does), a new one is started."""
+        LOGGER.warning("%s %d (pid %s) is gone: %s", self.name, slot.index, slot.pid, why)
+        lost = slot.running
+        self._stop_slot(slot)
+        if lost is not None:
+            self._fail(lost, f"the kprio worker executing it (pid {slot.pid}) died: {why}")
+        if not self._closing.is_set():
+            self._spawn(slot)
+
+    def _cannot_start(self, slot: Slot, why: str) -> None:
+        slot.failures += 1
+        wait_s = RESTART_BACKOFF_S[min(slot.failures, len(RESTART_BACKOFF_S)) - 1]
+        line = f"{self.name} {slot.index} could not start: {why}; started again in {wait_s:.0f} s"
+        LOGGER.warning(line)
+        if self.on_event is not None:
+            self.on_event(line)
+        self._stop_slot(slot)
+        slot.restart_at = time.monotonic() + wait_s
+        if not any(s.ready or s.proc is not None for s in self._slots if s is not slot):
+            while self._queue:  # no worker can take them: each fails with why, and its batch is retried by kprio
+                self._fail(self._queue.popleft(), f"no kprio worker could start: {why}")
+
+    def _stop_slot(self, slot: Slot) -> None:
+        if slot.proc is not None and slot.proc.poll() is None:
+            self._send(slot, Stop())
+            try:
+                slot.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                slot.proc.kill()
+                slot.proc.wait()
+        if slot.conn is not None:
+            slot.conn.close()
+        slot.proc, slot.conn, slot.ready, slot.running = None, None, False, None
+
+    def _fail(self, submission: Submission, why: str) -> None:
+        """Fail ``submission``'s run in Dagster with ``why`` (unless it ended meanwhile), and say it ended."""
+        instance = submission.instance
+        run = instance.get_run_by_id(submission.run_id)
+        if run is not None and not run.is_finished:
+            instance.report_engine_event(f"kprio: {why}; kprio's tick resumes its batch with the same ranges", run)
+            instance.report_run_failed(run)
+        self._tell_end(submission.run_id, "FAILURE")
+
+    def _tell_end(self, run_id: str, status: str) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(run_id, status)
+            except Exception:  # noqa: BLE001 - a caller's callback must not stop the pool
+                LOGGER.exception("a listener of the pool failed for run %s", run_id)
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
