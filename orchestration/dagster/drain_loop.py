@@ -88,8 +88,10 @@ JOB = "drain_job"
 @contextmanager
 def workers_for(config: KprioConfig, workers: WorkerPool | None = None,
                 log: LogRoute = LogRoute()) -> Iterator[WorkerPool]:
-    """The loop's worker pool: the caller's (left to it), else one of ``config``'s ``workers`` and ``spark``
-    settings, started now (its workers warm up while the loop's first tick runs) and stopped at the end."""
+    """The loop's worker pool: the caller's, else the one this process made active (a test session's), both left to
+    whoever started them; else one of ``config``'s ``workers`` and ``spark`` settings, started now (its workers warm
+    up while the loop's first tick runs) and stopped at the end."""
+    workers = workers or WorkerPool.active()
     if workers is not None:
         yield workers
         return
@@ -140,11 +142,17 @@ def wait_for_run(instance: dg.DagsterInstance, run_id: str, poll_s: float = 0.05
         time.sleep(poll_s)
 
 
-def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrder, pool: WorkerPool,
-            log_level: str = "DEBUG", config: KprioConfig | None = None) -> dg.DagsterRun:
-    """Launch one requested run on ``pool`` and wait for its end (a test's way to run one batch at a chosen time)."""
-    run_id = launch(defs, instance, pool, request, config or config_of(defs), log_level=log_level)
-    return wait_for_run(instance, run_id)
+def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrder, log_level: str = "DEBUG",
+            config: KprioConfig | None = None, workers: WorkerPool | None = None) -> BatchOutcome:
+    """Launch one requested run on a warm worker and wait for its end: what it did (a test's way to run one batch at
+    a chosen time)."""
+    config = config or config_of(defs)
+    with Ledger(config.ledger.url) as ledger, workers_for(config, workers) as pool:
+        started = time.monotonic()
+        run_id = launch(defs, instance, pool, request, config, log_level=log_level)
+        wait_for_run(instance, run_id)
+        return outcome_of(ledger, request.partition_key, request.tags[TOPIC_TAG], instance, run_id,
+                          time.monotonic() - started)
 
 
 def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,

@@ -62,6 +62,13 @@ class Enabled(_Block):
     enabled: bool
 
 
+class RunLauncherBlock(_Block):
+    """Dagster's ``run_launcher`` block: a class by its module and name."""
+
+    module: str = "orchestration.dagster.workers.launcher"
+    class_: str = Field("WarmRunLauncher", alias="class")
+
+
 class RunMonitoring(_Block):
     enabled: bool = True
     poll_interval_seconds: int = 5  # a run whose process died is failed within a few of these
@@ -166,16 +173,20 @@ class InstanceSettings(_Block):
 
     telemetry: Enabled = Field(Enabled(enabled=False), description="No usage statistics sent to Dagster Labs.")
     nux: Enabled = Field(Enabled(enabled=False), description='No "Join the community" modal on the UI\'s first visit.')
+    run_launcher: RunLauncherBlock | None = Field(RunLauncherBlock(), description=(
+        "kprio's run launcher: every run (the sensor's, a backfill's, the UI's) executes on a warm worker of this "
+        "home's pool, a long-lived process with Dagster, Great Expectations and kprio imported and a Spark client "
+        "warm (kprio.yaml's `workers:` settings), started with the code location. Delete this block for Dagster's "
+        "DefaultRunLauncher: a new process per run, asked of the code server."))
     run_monitoring: RunMonitoring = Field(RunMonitoring(), description=(
-        "Run monitoring (a daemon: `dagster dev` or `dagster-daemon run`). With the default run launcher a run "
-        "executes in a child process of the code server that launched it; the code server checks its children "
-        "every 0.5 s and marks the run FAILURE as soon as that process is gone (kill -9, OOM), whether or not this "
-        "block is here. The DefaultRunLauncher has no worker health check, so nothing sees a dead run whose code "
-        "server died with it (machine loss, `dagster dev` killed) or a run `kprio drain` executed in its own "
-        "killed process: the daemon fails those only at max_runtime_seconds, a generous bound on any run (kprio "
+        "Run monitoring (a daemon: `dagster dev` or `dagster-daemon run`). kprio's launcher answers its health "
+        "check: a run whose worker died (kill -9, OOM) is FAILURE (its pool failed it already, and kprio's tick "
+        "resumes its batch). With the DefaultRunLauncher a run executes in a child process of the code server, which "
+        "fails the run as soon as that process is gone; nothing sees a dead run whose code server died with it "
+        "(machine loss): the daemon fails those only at max_runtime_seconds, a generous bound on any run (kprio "
         "batches take seconds); kprio's batch lease (recovery.lease_s) retries their batches long before that. "
         "A run still STARTING after start_timeout_seconds is failed, one still CANCELING after "
-        "cancel_timeout_seconds is marked canceled. The DefaultRunLauncher cannot resume a run in a new worker "
+        "cancel_timeout_seconds is marked canceled. Neither launcher resumes a run in a new worker "
         "(max_resume_run_attempts 0): it fails it, then retries it. Op-granularity pool slots a run still claims "
         "after it ended are freed after free_slots_after_run_end_seconds (kprio's own pool counts runs and claims "
         "none)."))
@@ -196,9 +207,11 @@ class InstanceSettings(_Block):
         "time, whatever launched it. The drain op declares pool `kprio_drain`; a pool without a limit of its own "
         "(set with `dagster instance concurrency set`) gets default_limit. Run granularity: the queue starts a run "
         "using the pool only while fewer than sum(priorities) x max_in_flight runs using it are in progress. It "
-        "counts runs, it stores no slot claims: op granularity would leave the slot of a killed in-process run "
+        "counts runs, it stores no slot claims: op granularity would leave the slot of a killed run "
         "(`kprio drain`, kill -9) claimed until a daemon freed it, and the next drain would wait for it. Runs "
-        "`kprio drain` executes in process bypass the queue: kprio's ledger holds them to planner.max_in_flight."))
+        "`kprio drain` launches, and those a worker's tick requests after a commit, bypass the queue: kprio's ledger "
+        "holds them to planner.max_in_flight, and the workers run at most workers.count of them at once, the urgent "
+        "lane's worker kept for the most urgent priorities."))
     sensors: Workers = Field(Workers(num_workers=4, num_submit_workers=4), description=(
         "The sensor daemon evaluates sensors every 5 s at most (Dagster's loop); threads keep a slow tick from "
         "delaying the others, and the runs of one tick are submitted in parallel."))

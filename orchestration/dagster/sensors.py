@@ -9,7 +9,8 @@ drain`` runs the same tick in process. Before it, the probe of :mod:`orchestrati
 retries a transient failure at once when its cause has passed; the sensor's cursor remembers
 that a probe failed (:data:`~orchestration.runtime.healing.CAUSE_SEEN`). A ledger that does not answer
 (``LedgerUnavailable``: a database down, a SQLite file turned read-only) is a skip that says so, not a
-failed tick; the next evaluation asks again.
+failed tick; the next evaluation asks again. Each evaluation also makes sure the home's pool of warm
+workers runs when the instance uses kprio's run launcher (started with the code location; again if it stopped).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kprio_core.ledger import Ledger
 from orchestration.dagster.partitions import batch_partitions
 from orchestration.dagster.resources import KafkaResource, KprioSettings, LedgerResource
 from orchestration.dagster.runs import DagsterRuns, run_request
+from orchestration.dagster.workers.server import warm_for_code_location
 from orchestration.runtime import tick as runtime
 from orchestration.runtime.healing import CAUSE_SEEN, cause_seen_after, probe_causes
 
@@ -52,6 +54,7 @@ def build_priority_lag_sensor(drain_job, interval_s: int) -> dg.SensorDefinition
         kprio: KprioSettings,
     ) -> dg.SensorResult:
         config, seen = kprio.config(kafka), context.cursor == CAUSE_SEEN
+        warm_for_code_location()  # the home's warm workers, started again should they have stopped
         try:
             probed = probe_causes(ledger.ledger, config, seen)
             if probed.problem:

@@ -51,7 +51,7 @@ def dagster_instance() -> Iterator[dg.DagsterInstance]:
 
 
 @pytest.fixture
-def kprio_env(tmp_path: Path, kafka_settings: KafkaSettings, spark) -> Iterator[Callable[..., KprioEnv]]:
+def kprio_env(tmp_path: Path, kafka_settings: KafkaSettings, spark, warm_workers) -> Iterator[Callable[..., KprioEnv]]:
     """Factory: ``kprio_env(topic_settings, planner={...}, ...)`` -> KprioEnv (ledgers closed at teardown)."""
     made: list[KprioEnv] = []
 

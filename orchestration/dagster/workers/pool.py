@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -51,6 +52,8 @@ LOGGER = logging.getLogger("kprio.workers")
 URGENT, BULK, BOTH = "urgent", "bulk", "both"
 """The lanes, as the runs' ``kprio/lane`` tag names them (:data:`orchestration.runtime.tags.LANE_TAG`); a pool
 of one worker has one lane for both."""
+_ACTIVE: list[WorkerPool] = []
+"""The pool this process made active (:meth:`WorkerPool.activate`), as Spark keeps an active session."""
 RESTART_BACKOFF_S = (1.0, 5.0, 30.0)
 """Waits before a worker that could not start is started again (the last one repeats)."""
 
@@ -109,6 +112,8 @@ class Slot:
     failures: int = 0
     restart_at: float = 0.0
     pid: int | None = None
+    recycle: bool = False
+    """Replace this worker once its run ended (:meth:`WorkerPool.recycle`)."""
 
 
 class WorkerPool:
@@ -145,6 +150,17 @@ class WorkerPool:
         self._thread.start()
         return self
 
+    def activate(self) -> WorkerPool:
+        """Make this pool the one every drain of this process that is handed none runs on (until it closes), as
+        Spark's ``getOrCreate`` reuses the active session: a test session's pool, which every test's drain shares."""
+        _ACTIVE[:] = [self]
+        return self
+
+    @staticmethod
+    def active() -> WorkerPool | None:
+        """The pool this process made active, if it is still open."""
+        return next((pool for pool in _ACTIVE if not pool._closing.is_set()), None)
+
     def __enter__(self) -> WorkerPool:
         return self.start()
 
@@ -154,6 +170,8 @@ class WorkerPool:
     def close(self, timeout_s: float = 30.0) -> None:
         """Ask every worker to leave once its run ended; kill those still there after ``timeout_s``."""
         self._closing.set()
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         self._wake()
         self._thread.join(timeout=timeout_s)
         with self._lock:
@@ -166,8 +184,8 @@ class WorkerPool:
             try:
                 slot.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                slot.proc.kill()
-                slot.proc.wait()
+                pass
+            self._kill(slot)
             if slot.conn is not None:
                 slot.conn.close()
         self._wake_r.close()
@@ -186,6 +204,42 @@ class WorkerPool:
         with self._lock:
             self._queue.append(submission)
         self._wake()
+
+    def terminate(self, run_id: str, why: str = "terminated") -> bool:
+        """Stop ``run_id``: canceled in Dagster, then its worker killed (a fresh one takes its place) or the run
+        taken out of the queue; whether it was this pool's."""
+        with self._lock:
+            queued = next((s for s in self._queue if s.run_id == run_id), None)
+            slot = next((s for s in self._slots if s.running and s.running.run_id == run_id), None)
+            submission = queued or (slot.running if slot else None)
+            if submission is None:
+                return False
+            run = submission.instance.get_run_by_id(run_id)
+            if run is not None and not run.is_finished:
+                submission.instance.report_run_canceled(run, f"kprio: {why}")
+            if queued is not None:
+                self._queue.remove(queued)
+                self._tell_end(run_id, "CANCELED")
+            elif slot is not None:
+                slot.running = None
+                self._kill(slot)
+                self._lost(slot, f"it was killed: {why}")
+                self._tell_end(run_id, "CANCELED")
+        return True
+
+    def recycle(self) -> None:
+        """Replace every worker by a fresh one (the code they run changed): idle ones now, busy ones after their run."""
+        with self._lock:
+            for slot in self._slots:
+                slot.recycle = True
+                if slot.running is None and slot.proc is not None:
+                    self._stop_slot(slot)
+                    self._spawn(slot)
+
+    def idle(self) -> bool:
+        """No run waits or executes here."""
+        with self._lock:
+            return not self._queue and all(s.running is None for s in self._slots)
 
     def ready(self, timeout_s: float) -> bool:
         """Wait until every worker is warm (or ``timeout_s`` passed); whether they are."""
@@ -258,8 +312,9 @@ class WorkerPool:
         if done is not None:
             for run_id in message.launched:  # the tick after it (under the daemon): launched at once, as the daemon would
                 self._launch_follow_up(done, run_id)
-        if message.retire:
-            LOGGER.info("%s %d retires after %s; a fresh one takes its place", self.name, slot.index, message.retire)
+        if message.retire or slot.recycle:
+            LOGGER.info("%s %d retires (%s); a fresh one takes its place", self.name, slot.index,
+                        message.retire or "the code location changed")
             self._stop_slot(slot)
             self._spawn(slot)
 
@@ -323,7 +378,7 @@ class WorkerPool:
             out.close()  # the child holds its own copy
         theirs.close()
         slot.proc, slot.conn, slot.pid = proc, Connection(mine.detach()), proc.pid
-        slot.ready, slot.running, slot.started_at = False, None, time.monotonic()
+        slot.ready, slot.running, slot.started_at, slot.recycle = False, None, time.monotonic(), False
         nice = self.limits.bulk_nice if slot.lane == BULK else 0
         self._send(slot, Warm(self.spark, self.limits, f"{self.name}-{slot.index}", nice, self.log))
 
@@ -373,11 +428,23 @@ class WorkerPool:
             try:
                 slot.proc.wait(5)
             except subprocess.TimeoutExpired:
-                slot.proc.kill()
-                slot.proc.wait()
+                self._kill(slot)
+        if slot.proc is not None:
+            self._kill(slot)  # what it started and left behind: its Spark JVM, the JVM's Python workers
         if slot.conn is not None:
             slot.conn.close()
         slot.proc, slot.conn, slot.ready, slot.running = None, None, False, None
+
+    @staticmethod
+    def _kill(slot: Slot) -> None:
+        """SIGKILL the worker's process group (it, its Spark JVM and the JVM's Python workers), and reap it."""
+        if slot.proc is None:
+            return
+        try:
+            os.killpg(slot.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        slot.proc.wait()
 
     def _fail(self, submission: Submission, why: str) -> None:
         """Fail ``submission``'s run in Dagster with ``why`` (unless it ended meanwhile), and say it ended."""

@@ -105,3 +105,36 @@ class Ended:
     status: str
     launched: tuple[str, ...] = ()
     retire: str | None = None
+
+
+# --- what a launcher asks the pool of a Dagster home (orchestration/dagster/workers/server.py) ---------------------
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A process that will hand the pool runs (the code location, a daemon): the pool lives while one of them does.
+
+    ``code_location``: the process loaded kprio's code; a new one (a reload) makes every worker load it again.
+    """
+
+    pid: int
+    code_location: bool = False
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Execute run ``run_id`` of ``instance`` (an ``InstanceRef``) with ``job`` on the pool, in ``lane``."""
+
+    pid: int
+    run_id: str
+    instance: Any
+    job: JobSource
+    lane: str
+    tick_after: bool = True
+
+
+@dataclass(frozen=True)
+class Terminate:
+    """Stop run ``run_id``: its worker is killed (a fresh one takes its place), or it leaves the queue."""
+
+    run_id: str

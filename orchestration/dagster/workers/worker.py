@@ -74,7 +74,8 @@ class Worker:
         self.provider: Any = None
         self._instances: list[tuple[Any, Any]] = []
         """The instances opened, by their ``InstanceRef`` (a value, not hashable)."""
-        self._jobs: dict[Any, Any] = {}
+        self._jobs: list[tuple[Any, Any]] = []
+        """The jobs loaded by their code origins (values, not hashable)."""
         self._defs: tuple[Any, Any] | None = None
         """The last ``(config, definitions)`` built for :class:`ByConfig` runs (a drain has one configuration)."""
         self._drivers: dict[Any, Any] = {}
@@ -138,9 +139,11 @@ class Worker:
         from orchestration.dagster.workers import dagster_api
 
         if isinstance(source, ByOrigin):
-            if source.origin not in self._jobs:
-                self._jobs[source.origin] = dagster_api.from_origin(source.origin)
-            return self._jobs[source.origin]
+            found = next((job for origin, job in self._jobs if origin == source.origin), None)
+            if found is None:
+                found = dagster_api.from_origin(source.origin)
+                self._jobs.append((source.origin, found))
+            return found
         from orchestration.dagster.definitions import build_definitions
         from orchestration.dagster.run_logs import logged_job
 
@@ -220,11 +223,16 @@ def serve(conn: Connection) -> int:
     started = time.monotonic()
     if warm.nice:
         os.nice(warm.nice)
-    with ExitStack() as stack:
-        if not warm.log.inherit:
-            from orchestration.cli.logs import routed_logs
-            from orchestration.cli.redaction import Redactor
+    from orchestration.cli.logs import RedactingFormatter, routed_logs
+    from orchestration.cli.redaction import Redactor
 
+    with ExitStack() as stack:
+        if warm.log.inherit:  # kprio's own lines on the standard error it inherited (the pool's)
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(RedactingFormatter(Redactor.of(os.environ)))
+            logging.getLogger("kprio").addHandler(handler)
+            logging.getLogger("kprio").setLevel(logging.INFO)
+        else:
             stack.enter_context(routed_logs(
                 verbose=warm.log.verbose, log_file=Path(warm.log.log_file) if warm.log.log_file else None,
                 log_file_from="the pool's log file", debug=warm.log.debug, redact=Redactor.of(os.environ)))

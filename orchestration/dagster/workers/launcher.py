@@ -1,0 +1,101 @@
+"""``WarmRunLauncher``: kprio's Dagster run launcher, which hands every run to a warm worker of the home's pool.
+
+Set in the ``dagster.yaml`` ``kprio instance init`` writes (Dagster's ``DefaultRunLauncher`` stays a
+choice: delete the block)::
+
+    run_launcher:
+      module: orchestration.dagster.workers.launcher
+      class: WarmRunLauncher
+
+Dagster's default launcher asks the code server to start ``dagster api execute_run``, a new process that
+imports Dagster, Great Expectations, PySpark and kprio again and starts its own Spark JVM, for every run.
+This one hands the run to the pool of the instance's home (:mod:`orchestration.dagster.workers.server`),
+whose workers have all of that loaded and warm; the run executes there as Dagster's run worker would execute
+it (its code origin, its events, logs, asset events and checks in the instance, as the UI shows them). The
+workers' number and lanes (urgent, bulk) are kprio.yaml's ``workers`` settings.
+
+Run monitoring (the daemon) asks :meth:`WarmRunLauncher.check_run_worker_health`: a run whose worker died
+is FAILED (its pool has failed it already; kprio's tick resumes its batch), as the default launcher's code
+server fails a run whose process died. Terminating a run from the UI kills its worker (a fresh one takes
+its place); the run is CANCELED.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from orchestration.dagster.workers.dagster_api import (
+    CheckRunHealthResult,
+    ConfigurableClass,
+    LaunchRunContext,
+    RunLauncher,
+    WorkerStatus,
+)
+from orchestration.dagster.workers.pool import BULK
+from orchestration.dagster.workers.protocol import ByOrigin, Hello, Submit, Terminate
+from orchestration.dagster.workers.server import WorkerPoolUnavailable, call, ensure
+from orchestration.runtime.leases import owner_dead
+from orchestration.runtime.tags import LANE_TAG, RUNNER_TAG
+
+
+class WarmRunLauncher(RunLauncher, ConfigurableClass):
+    """Launches each run on a warm worker of the Dagster home's pool (see the module docstring)."""
+
+    def __init__(self, inst_data: Any = None) -> None:
+        self._inst_data = inst_data
+        super().__init__()
+
+    @property
+    def inst_data(self) -> Any:
+        return self._inst_data
+
+    @classmethod
+    def config_type(cls) -> dict:
+        return {}
+
+    @classmethod
+    def from_config_value(cls, inst_data: Any, config_value: Mapping[str, Any]) -> WarmRunLauncher:
+        return cls(inst_data=inst_data)
+
+    @property
+    def home(self) -> Path:
+        return Path(self._instance.root_directory)
+
+    def launch_run(self, context: LaunchRunContext) -> None:
+        run = context.dagster_run
+        if run.job_code_origin is None:
+            raise dg.DagsterInvariantViolationError(f"run {run.run_id} has no code origin: kprio's workers load the "
+                                                    "job from the code location that created the run")
+        ensure(self.home)
+        call(self.home, Submit(os.getpid(), run.run_id, self._instance.get_ref(), ByOrigin(run.job_code_origin),
+                               run.tags.get(LANE_TAG, BULK)))
+
+    def terminate(self, run_id: str) -> bool:
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return False
+        self._instance.report_run_canceling(run)
+        try:
+            return bool(call(self.home, Terminate(run_id)))
+        except WorkerPoolUnavailable:
+            return False
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        runner = run.tags.get(RUNNER_TAG)
+        if runner is not None and owner_dead(runner):
+            return CheckRunHealthResult(WorkerStatus.FAILED, f"the kprio worker executing it ({runner}) is gone")
+        if runner is None:  # waiting for a worker: the pool must be there
+            try:
+                call(self.home, Hello(os.getpid()), timeout_s=2.0)
+            except WorkerPoolUnavailable as err:
+                return CheckRunHealthResult(WorkerStatus.FAILED, str(err))
+        return CheckRunHealthResult(WorkerStatus.RUNNING)
