@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -127,7 +127,7 @@ def drain(
                     edge.partitions(logical)
                 except (TopicMissing, PartitionCountMismatch):
                     pass  # a priority topic deleted or grown under kprio: the tick holds or picks it up, and says so
-        with start_workers(settings) as pool:
+        with workers(settings) as pool:
             _drain(settings, pool, json_out=json_out, until_empty=until_empty, follow=follow,
                    max_batches=max_batches, metrics=metrics)
 
@@ -156,17 +156,17 @@ def release() -> str | None:
         return None
 
 
-def start_workers(settings: Any) -> WorkerPool:
+def workers(settings: Any) -> AbstractContextManager[WorkerPool]:
     """The loop's warm workers, started now, before Dagster is imported here (about a second and a half), so they
     import and start their Spark clients while this process imports and the first tick runs; their log lines go
-    where this command's go."""
+    where this command's go. A pool this process made active already (a test session's) is used instead."""
     from orchestration.cli.boundary import RUN
-    from orchestration.dagster.workers.pool import WorkerPool
+    from orchestration.dagster.workers.pool import workers_for
     from orchestration.dagster.workers.protocol import LogRoute
 
     log = LogRoute(log_file=str(RUN.log_file) if RUN.log_file else None, verbose=RUN.verbose, debug=RUN.debug,
                    inherit=False)
-    return WorkerPool(settings.spark, settings.workers, log=log).start()
+    return workers_for(settings.spark, settings.workers, log=log)
 
 
 def _drain(settings: Any, pool: WorkerPool, *, json_out: bool, until_empty: bool, follow: bool,

@@ -9,8 +9,8 @@ from typing import Any
 
 import dagster as dg
 
-from kprio_core.model.results import CheckOutcome, CheckReport
-from orchestration.runtime.checks import CHECK_DESCRIPTIONS, CHECK_NAMES, UNIQUE
+from kprio_core.model.results import CheckReport
+from orchestration.runtime.checks import CHECK_DESCRIPTIONS, CHECK_NAMES
 
 __all__ = ["check_results", "check_specs"]
 

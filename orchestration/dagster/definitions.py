@@ -15,14 +15,21 @@ import dagster as dg
 
 from kprio_core.config import KprioConfig
 from orchestration.dagster.batch_asset import drain_batch_assets
-from orchestration.dagster.freshness import build_freshness_sensor, build_priority_lag_asset, build_priority_lag_job
+from orchestration.dagster.freshness import (
+    build_freshness_sensor,
+    build_priority_lag_asset,
+    build_priority_lag_job,
+)
 from orchestration.dagster.jobs import (
     build_drain_job,
     build_replay_window_job,
     plan_batch_job,
     reset_partition_job,
 )
-from orchestration.dagster.maintenance import build_maintenance_schedule, tables_maintenance_job
+from orchestration.dagster.maintenance import (
+    build_maintenance_schedule,
+    tables_maintenance_job,
+)
 from orchestration.dagster.partitions import replay_partitions
 from orchestration.dagster.replay_asset import build_replayed_window
 from orchestration.dagster.resources import resources_from_config

@@ -44,8 +44,8 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -70,10 +70,15 @@ from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
 from orchestration.dagster.run_logs import logged_job
 from orchestration.dagster.runs import DagsterRuns
 from orchestration.dagster.sensors import SENSOR_NAME
-from orchestration.dagster.tags import MAX_RETRIES_TAG, PARTITION_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
+from orchestration.dagster.tags import (
+    MAX_RETRIES_TAG,
+    PARTITION_TAG,
+    RUN_KEY_TAG,
+    SENSOR_NAME_TAG,
+)
 from orchestration.dagster.workers import dagster_api
-from orchestration.dagster.workers.pool import BULK, Submission, WorkerPool
-from orchestration.dagster.workers.protocol import ByConfig, LogRoute
+from orchestration.dagster.workers.pool import BULK, Submission, WorkerPool, workers_for
+from orchestration.dagster.workers.protocol import ByConfig
 from orchestration.runtime.healing import cause_seen_after, probe_causes
 from orchestration.runtime.leases import this_owner
 from orchestration.runtime.runs import RunOrder
@@ -83,20 +88,6 @@ from orchestration.runtime.tick import Tick, still_launchable, tick
 IN_PROCESS_TAGS = {MAX_RETRIES_TAG: "0"}
 """What every run the loop launches carries: no retry by Dagster's daemon (the loop's tick retries it)."""
 JOB = "drain_job"
-
-
-@contextmanager
-def workers_for(config: KprioConfig, workers: WorkerPool | None = None,
-                log: LogRoute = LogRoute()) -> Iterator[WorkerPool]:
-    """The loop's worker pool: the caller's, else the one this process made active (a test session's), both left to
-    whoever started them; else one of ``config``'s ``workers`` and ``spark`` settings, started now (its workers warm
-    up while the loop's first tick runs) and stopped at the end."""
-    workers = workers or WorkerPool.active()
-    if workers is not None:
-        yield workers
-        return
-    with WorkerPool(config.spark, config.workers, log=log) as pool:
-        yield pool
 
 
 @dataclass
@@ -147,7 +138,7 @@ def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrde
     """Launch one requested run on a warm worker and wait for its end: what it did (a test's way to run one batch at
     a chosen time)."""
     config = config or config_of(defs)
-    with Ledger(config.ledger.url) as ledger, workers_for(config, workers) as pool:
+    with Ledger(config.ledger.url) as ledger, workers_for(config.spark, config.workers, workers) as pool:
         started = time.monotonic()
         run_id = launch(defs, instance, pool, request, config, log_level=log_level)
         wait_for_run(instance, run_id)
@@ -161,7 +152,7 @@ def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
     """An operator's re-drain of one batch, on a warm worker: a failed one is retried whatever its attempts, a
     committed one re-drained (its output replaced, nothing new committed)."""
     config = config or config_of(defs)
-    with Ledger(config.ledger.url) as ledger, workers_for(config, workers) as pool:
+    with Ledger(config.ledger.url) as ledger, workers_for(config.spark, config.workers, workers) as pool:
         topic = ledger.get(batch_id).logical_topic
         started = time.monotonic()
         run_id = submit(defs, instance, pool, config, {PARTITION_TAG: batch_id, TOPIC_TAG: topic,
@@ -438,11 +429,11 @@ def drain(
     from ``defs``). ``guard`` is entered around the loop (the CLI's stop-on-signal handlers);
     ``on_start`` / ``on_batch`` are called before and after each run, ``on_event`` with a line for a person
     (the ledger's database gone and back), ``on_tick`` with each tick and its seconds (the metrics).
-    ``workers``: the pool the runs execute on, the caller's (see :func:`workers_for`).
+    ``workers``: the pool the runs execute on, the caller's (see :func:`~orchestration.dagster.workers.pool.workers_for`).
     """
     config = config or config_of(defs)
     with (Ledger(config.ledger.url) as ledger, KafkaEdge(config.kafka) as edge,
-          workers_for(config, workers) as pool, (guard or nullcontext)()):
+          workers_for(config.spark, config.workers, workers) as pool, (guard or nullcontext)()):
         loop = DrainLoop(config, defs, instance, ledger, edge, until=until, max_batches=max_batches,
                          stop=stop or threading.Event(), log_level=log_level, on_batch=on_batch,
                          on_start=on_start, on_event=on_event, pool=pool, on_tick=on_tick)

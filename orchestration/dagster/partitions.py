@@ -17,7 +17,7 @@ replays what has arrived so far.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 import dagster as dg
 

@@ -395,8 +395,9 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
     from orchestration.dagster.definitions import build_definitions
-    from orchestration.dagster.drain_loop import Until, drain, workers_for
+    from orchestration.dagster.drain_loop import Until, drain
     from orchestration.dagster.instance import open_instance
+    from orchestration.dagster.workers.pool import workers_for
     from orchestration.demo.plot import backlog_series, plot_backlog
     from spark_jobs.delta_table import table_batches
     from spark_jobs.layout import DEAD_LETTERS, OUTPUT
@@ -433,7 +434,7 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
         # The demo's own Dagster home, with the dagster.yaml of its configuration (`dagster dev` uses it too).
         # One pool of warm workers for every drain of the demo (a late wave drains on the same workers).
         with open_instance(config, env={"DAGSTER_HOME": str(layout.dagster_home)}) as instance, \
-                workers_for(config) as workers:
+                workers_for(config.spark, config.workers) as workers:
             while True:
                 listener.stage("draining through priority_lag_sensor's tick and drain_job")
                 report = drain(defs, instance, until=Until.EMPTY, log_level="INFO", on_batch=on_batch, workers=workers)

@@ -21,7 +21,8 @@ from kprio_core.ledger import Ledger
 from orchestration.dagster.definitions import build_definitions
 from tests.fixtures.spark import TEST_SPARK
 
-__all__ = ["KprioEnv", "dagster_instance", "kprio_env", "read_all_dead_letters", "read_all_output"]
+__all__ = ["KprioEnv", "check_evaluations", "dagster_instance", "kprio_env", "materialized_assets",
+           "read_all_dead_letters", "read_all_output"]
 
 
 @dataclass
@@ -97,3 +98,15 @@ def read_all_dead_letters(spark, root: str, topic: TopicSettings) -> list[tuple[
 
     rows = read_dead_letters(spark, root, topic.name).select("topic", "partition", "offset", "error")
     return sorted((r["topic"], r["partition"], r["offset"], r["error"]) for r in rows.collect())
+
+
+def check_evaluations(instance: dg.DagsterInstance, run_id: str) -> dict[str, dg.AssetCheckEvaluation]:
+    """The asset check evaluations a run recorded (it executed on a warm worker: its events are in the instance)."""
+    entries = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    return {e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data for e in entries}
+
+
+def materialized_assets(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    """The assets a run materialized, in order."""
+    entries = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+    return [e.dagster_event.asset_key.to_user_string() for e in entries]

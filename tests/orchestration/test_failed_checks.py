@@ -11,7 +11,7 @@ from orchestration.dagster.drain_loop import execute
 from orchestration.dagster.sensors import tick
 from tests.fixtures.kafka import BASE_TS_MS
 from tests.orchestration.conservation import conservation
-from tests.orchestration.dagster_env import read_all_output
+from tests.orchestration.dagster_env import check_evaluations, materialized_assets, read_all_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -33,11 +33,11 @@ def test_failed_check_blocks_the_commit_and_a_retry_after_the_fix_commits(
     first = execute(env.defs, dagster_instance, request)
 
     assert not first.success
-    verdicts = {e.check_name: e for e in first.get_asset_check_evaluations()}
+    verdicts = check_evaluations(dagster_instance, first.run_id)
     assert {name for name, e in verdicts.items() if not e.passed} == {"values_match_schema"}
     assert verdicts["values_match_schema"].metadata["invalid_records"].value == 2
     # Nothing was published or committed; the ledger says why the batch failed.
-    assert [m.asset_key.to_user_string() for m in first.asset_materializations_for_node("drain_batch")] == []
+    assert materialized_assets(dagster_instance, first.run_id) == []
     failed = env.ledger.get(request.partition_key)
     assert (failed.batch_id, failed.state.value) == ("b-000001", "failed")
     assert failed.reason.startswith(f"values_match_schema failed on {topic.priority_topic(1)}[0]@[0,6) (")

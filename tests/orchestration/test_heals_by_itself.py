@@ -37,6 +37,7 @@ from orchestration.dagster.definitions import build_definitions
 from orchestration.services.process import wait_for
 from tests.fixtures.postgres import postgres_server  # noqa: F401 (fixture)
 from tests.fixtures.small_disks import read_only_dir, read_only_in_place
+from tests.fixtures.paused import paused, resume
 from tests.orchestration.conservation import conservation, lag
 from tests.orchestration.test_recovery import CHILD_TIMEOUT_S, child_config, kill_group, output_of, start
 
@@ -70,7 +71,8 @@ def backlog(make_topic, kprio_env, tmp_path, child_spark_conf, **sections):
 
 
 def stopped(proc) -> bool:
-    return psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+    """Whether the run's worker (a child of ``proc``) stopped at its pause point."""
+    return paused(proc) is not None
 
 
 def assert_done(env, topic) -> None:
@@ -98,7 +100,7 @@ def test_a_broker_outage_heals_under_until_empty_with_no_command_run(
             output_of(proc)[-2000:]
         with Ledger(env.config.ledger.url) as ledger, getattr(faulty_kafka, fault)():
             began = time.monotonic()
-            os.kill(proc.pid, signal.SIGCONT)  # into the fault: its commit finds no broker answering
+            resume(paused(proc))  # into the fault: its commit finds no broker answering
             wait_for(lambda: any(b.transient for b in ledger.batches(topic.name, states=[BatchState.FAILED])),
                      lasts, interval_s=0.5)
             failed = ledger.batches(topic.name, states=[BatchState.FAILED])
@@ -162,7 +164,7 @@ def test_a_read_only_output_a_person_fixes_heals_under_until_empty_with_no_comma
         assert wait_for(lambda: stopped(proc) or proc.poll() is not None, CHILD_TIMEOUT_S, interval_s=0.2), \
             output_of(proc)[-2000:]
         with Ledger(env.config.ledger.url) as ledger, read_only_dir(out):
-            os.kill(proc.pid, signal.SIGCONT)  # into a read-only output: its publish is refused
+            resume(paused(proc))  # into a read-only output: its publish is refused
             assert wait_for(lambda: any(b.transient for b in ledger.batches(topic.name, states=[BatchState.FAILED])),
                             60, interval_s=0.5), output_of(proc)[-3000:]
             [failed] = ledger.batches(topic.name, states=[BatchState.FAILED])
@@ -194,7 +196,7 @@ def test_a_sqlite_ledger_made_read_only_a_person_fixes_heals_under_until_empty_w
         assert wait_for(lambda: stopped(proc) or proc.poll() is not None, CHILD_TIMEOUT_S, interval_s=0.2), \
             output_of(proc)[-2000:]
         with read_only_in_place(place):
-            os.kill(proc.pid, signal.SIGCONT)  # into a ledger that takes no write: its moves after the publish fail
+            resume(paused(proc))  # into a ledger that takes no write: its moves after the publish fail
             time.sleep(SLOW_BACKOFF["lease_s"] * 1.5)  # read-only for longer than a lease, whatever the drain does
             assert proc.poll() is None, f"the drain waits for the ledger instead of giving up: {output_of(proc)[-3000:]}"
         healed = time.monotonic()

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from kprio_core.ledger import Ledger
 from orchestration.cli.main import app
 from orchestration.services.process import wait_for
+from tests.fixtures.paused import paused, resume
 from tests.orchestration.conservation import conservation, iceberg_publishes, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
@@ -191,8 +192,8 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
     env, topic, config = two_batches
     proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=point, KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
     try:
-        assert wait_for(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED, CHILD_TIMEOUT_S,
-                        interval_s=0.2), output_of(proc)[-2000:]
+        assert wait_for(lambda: paused(proc), CHILD_TIMEOUT_S, interval_s=0.2), output_of(proc)[-2000:]
+        stopped = paused(proc)  # the worker executing the run
         with Ledger(env.config.ledger.url) as ledger:
             [paused] = [b for b in ledger.in_flight(topic.name) if b.lease]
             # Paused past its lease: nobody renews it any more.
@@ -201,7 +202,7 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
         committed = env.edge.committed(topic)
         with Ledger(env.config.ledger.url) as ledger:
             events = ledger.events(paused.batch_id)
-        os.kill(proc.pid, signal.SIGCONT)
+        resume(stopped)
         proc.wait(timeout=120)
         text = output_of(proc)
     finally:

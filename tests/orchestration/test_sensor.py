@@ -64,7 +64,8 @@ def test_tick_records_the_planners_plan_and_requests_its_run(make_topic, kprio_e
     [batch] = env.ledger.batches(topic.name)
     assert (request.run_key, request.partition_key) == (batch.batch_id, batch.batch_id) == ("b-000001",) * 2
     assert request.tags == {"kprio/logical_topic": topic.name, "kprio/attempt": "1", "kprio/why": "new",
-                            "kprio/slot-p0": topic.name, "kprio/slot-p1": topic.name, "kprio/slot-p2": topic.name}
+                            "kprio/slot-p0": topic.name, "kprio/slot-p1": topic.name, "kprio/slot-p2": topic.name,
+                            "kprio/lane": "urgent"}  # it drains the most urgent priority: the workers' urgent lane
     assert batch.state.value == "planned"
     assert batch.plan.offset_ranges() == expected.offset_ranges()
     assert batch.plan.records_by_priority() == expected.records_by_priority() == {2: 10, 1: 5, 0: 5}

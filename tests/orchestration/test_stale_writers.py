@@ -37,6 +37,7 @@ def test_a_plan_made_before_another_drivers_commit_is_refused_and_nothing_is_los
     a = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"after-snapshot:{topic.name}",
               KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
     try:
+        # after-snapshot is a point of the tick: kprio drain itself stops there
         assert wait_for(lambda: psutil.Process(a.pid).status() == psutil.STATUS_STOPPED, CHILD_TIMEOUT_S,
                         interval_s=0.2), output_of(a)[-2000:]
         produce(env.config.kafka, topic.priority_topic(0),

@@ -19,7 +19,12 @@ import dagster as dg
 from dagster._core.definitions.job_base import IJob, InMemoryJob
 from dagster._core.events import EngineEventData
 from dagster._core.execution.api import create_execution_plan, execute_run_iterator
-from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, RunLauncher, WorkerStatus
+from dagster._core.launcher import (
+    CheckRunHealthResult,
+    LaunchRunContext,
+    RunLauncher,
+    WorkerStatus,
+)
 from dagster._core.origin import JobPythonOrigin
 from dagster._serdes import ConfigurableClass
 from dagster._utils.hosted_user_process import recon_job_from_origin

@@ -30,13 +30,13 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from kprio_core.config import SparkSettings, WorkersSettings
-from orchestration.runtime.tags import LANE_TAG
 from orchestration.dagster.workers.protocol import (
     CannotStart,
     Ended,
@@ -47,6 +47,7 @@ from orchestration.dagster.workers.protocol import (
     Stop,
     Warm,
 )
+from orchestration.runtime.tags import LANE_TAG
 
 LOGGER = logging.getLogger("kprio.workers")
 URGENT, BULK, BOTH = "urgent", "bulk", "both"
@@ -56,6 +57,20 @@ _ACTIVE: list[WorkerPool] = []
 """The pool this process made active (:meth:`WorkerPool.activate`), as Spark keeps an active session."""
 RESTART_BACKOFF_S = (1.0, 5.0, 30.0)
 """Waits before a worker that could not start is started again (the last one repeats)."""
+
+
+@contextmanager
+def workers_for(spark: SparkSettings, limits: WorkersSettings, workers: WorkerPool | None = None,
+                log: LogRoute = LogRoute()) -> Iterator[WorkerPool]:
+    """A driver's worker pool: ``workers`` (the caller's), else the one this process made active (a test session's),
+    both left to whoever started them; else a pool of ``limits`` workers with Spark ``spark``, started now (they warm
+    up while the driver does its first work) and stopped at the end."""
+    workers = workers or WorkerPool.active()
+    if workers is not None:
+        yield workers
+        return
+    with WorkerPool(spark, limits, log=log) as pool:
+        yield pool
 
 
 def lanes(count: int) -> tuple[str, ...]:

@@ -158,7 +158,11 @@ class Worker:
         from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
         from orchestration.dagster.runs import DagsterRuns
         from orchestration.dagster.sensors import SENSOR_NAME
-        from orchestration.dagster.tags import PARTITION_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
+        from orchestration.dagster.tags import (
+            PARTITION_TAG,
+            RUN_KEY_TAG,
+            SENSOR_NAME_TAG,
+        )
         from orchestration.dagster.workers import dagster_api
         from orchestration.runtime.leases import this_owner
         from orchestration.runtime.tick import tick
