@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from kprio_core.config.base import Section, a_path
 from kprio_core.errors import HandlerError
+from kprio_core.extras import OUTPUT_FORMATS, missing
 
 OUTPUT_SCHEMES = ("file", "s3", "s3a", "gs", "hdfs", "abfs", "abfss", "wasbs")
 """The URL schemes of an output root: the file systems Hadoop (Spark's writers) and Arrow (kprio's) both reach."""
@@ -30,18 +31,15 @@ class OnOffsetOutOfRange(StrEnum):
     LATEST = "latest"
 
 
-class OutputFormat(StrEnum):
-    """How a batch's checked rows land under the output and dead-letter roots (see ``spark_jobs.tables``).
+OutputFormat = StrEnum("OutputFormat", {name.upper(): name for name in OUTPUT_FORMATS})  # type: ignore[misc]
+OutputFormat.__doc__ = """How a batch's checked rows land under the output and dead-letter roots (one module each behind
+``spark_jobs.tables.Output``, registered in ``kprio_core.extras.OUTPUT_FORMATS``).
 
-    ``parquet`` (the default): Parquet files moved into place one by one, named by their ranges;
-    ``delta``: one Delta Lake table per logical topic and root, one commit per batch and table;
-    ``iceberg``: one Apache Iceberg table per logical topic and root in a catalog (``drain.iceberg``),
-    one snapshot per batch and table.
-    """
-
-    PARQUET = "parquet"
-    DELTA = "delta"
-    ICEBERG = "iceberg"
+``parquet`` (the default): Parquet files moved into place one by one, named by their ranges;
+``delta``: one Delta Lake table per logical topic and root, one commit per batch and table;
+``iceberg``: one Apache Iceberg table per logical topic and root in a catalog (``drain.iceberg``),
+one snapshot per batch and table.
+"""
 
 
 class TimePartition(StrEnum):
@@ -176,6 +174,15 @@ class DrainSettings(Section):
             raise ValueError(f"{scheme}:// is no file system Spark and Arrow write to: a local path, or "
                              f"{', '.join(s + '://' for s in OUTPUT_SCHEMES)}")
         return a_path(value)
+
+    @field_validator("format")
+    @classmethod
+    def _format_installed(cls, value: OutputFormat) -> OutputFormat:
+        """A format whose library is not installed fails at load, naming the extra that brings it."""
+        why = missing(OUTPUT_FORMATS[value.value].part, value.value)
+        if why:
+            raise ValueError(why)
+        return value
 
     @field_validator("handler")
     @classmethod

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from kprio_core.config.base import Section
+from kprio_core.extras import LINEAGE, missing
 from kprio_core.model.priority import Priority
 
 
@@ -72,6 +73,14 @@ class LineageSettings(Section):
         "(OPENLINEAGE_CONFIG, openlineage.yml, OPENLINEAGE__TRANSPORT__* variables). No secrets here: an HTTP "
         "transport's api key comes from OPENLINEAGE__TRANSPORT__AUTH__API_KEY."
     )
+
+    @field_validator("enabled")
+    @classmethod
+    def _lineage_installed(cls, value: bool) -> bool:
+        why = missing(LINEAGE, "OpenLineage events") if value else None
+        if why:
+            raise ValueError(why)
+        return value
 
     @field_validator("transport")
     @classmethod

@@ -16,6 +16,7 @@ import typer
 
 from kprio_core.config import OutputFormat, ValueFormat
 from kprio_core.errors import UsageError
+from kprio_core.extras import OUTPUT_FORMATS, REGISTRY, REPORT, require
 from orchestration.cli.common import JsonOption, print_json
 from orchestration.services.broker_security import Security
 
@@ -117,6 +118,9 @@ def demo(
     from orchestration.services.broker_security import BrokerSecurity
 
     cluster_settings(config)  # a bad --config fails here, before anything starts
+    require(REPORT, "kprio demo's report")  # so do the parts an option needs that are not installed
+    require(OUTPUT_FORMATS[output_format.value].part, output_format.value, where="kprio demo --format")
+    require(REGISTRY if values is DemoValues.AVRO else None, "--values avro", where="kprio demo --values")
     try:
         secured = BrokerSecurity(security, mtls)
     except ValueError as err:
@@ -149,7 +153,7 @@ def print_result(result, *, as_json: bool) -> None:  # noqa: ANN001 - DemoResult
                                f"{result.batch_count} batches ({result.seconds:.0f} s)"))
     console.print(result.conservation.line(), style="green" if result.conservation.ok else "red", highlight=False,
                   soft_wrap=True)
-    for line in [*result.column_lines(), *result.table_lines(), *result.duckdb_lines(), *result.dead_letter_lines()]:
+    for line in [*result.column_lines(), *result.table_lines, *result.duckdb_lines(), *result.dead_letter_lines()]:
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"backlog plot: {result.layout.plot}   log: {result.layout.log}", highlight=False, soft_wrap=True)
     for step in result.next_steps():

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kprio_core.extras import METRICS, require
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
@@ -141,6 +142,7 @@ def serving_metrics(port: int | None, host: str) -> Iterator[Any]:
     if port is None:
         yield None
         return
+    require(METRICS, "--metrics-port", where="--metrics-port")
     from orchestration.observe.endpoint import serve_metrics
     from orchestration.observe.metrics import KprioMetrics
 

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from kprio_core.errors import UsageError
+from kprio_core.extras import PLOT, require
 from kprio_core.simulator import POLICIES, PolicyResult, simulate_all
 from kprio_core.traces import BUILT_IN, Trace, built_in, load_trace_file
 from orchestration.cli.common import JsonOption, print_json, using_path
@@ -156,6 +157,7 @@ def simulate(
     results = {name: simulate_all(t, policy) for name, t in traces.items()}
 
     if plot is not None:  # first: a plot that cannot be written fails before anything is printed
+        require(PLOT, "--plot", where="--plot")
         with using_path("--plot", plot, doing="write"):
             plot_backlogs(results, plot)
     if as_json:

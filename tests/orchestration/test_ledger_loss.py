@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from kprio_core.extras import OUTPUT_FORMATS
 from kprio_core.ledger import Ledger, parse_batch_id
 from orchestration.dagster import drain_loop
 from orchestration.dagster.definitions import build_definitions
@@ -30,7 +31,7 @@ def batch_ids_in(drain, logical_topic: str) -> set[str]:  # noqa: ANN001 - Drain
     return set(tables.read_rows(drain, OUTPUT, logical_topic, columns=["batch_id"]).column("batch_id").to_pylist())
 
 
-@pytest.mark.parametrize("output_format", ["parquet", "delta", "iceberg"])
+@pytest.mark.parametrize("output_format", list(OUTPUT_FORMATS))
 def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing(
     make_topic, kprio_env, kafka_settings, spark, output_format
 ):
