@@ -134,9 +134,6 @@ class RegistryStatus:
 def answers(base: str, timeout_s: float = 2.0, auth: tuple[str, str] | None = None) -> bool:
     """True when the registry at ``base`` (``http://host:port``, or ``https://``) says it is ready and serves the
     ccompat API (as ``auth``'s user, when it has users)."""
-    from kprio_core.extras import REGISTRY, require
-
-    require(REGISTRY, "the embedded schema registry")
     import httpx
 
     try:

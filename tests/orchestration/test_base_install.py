@@ -158,6 +158,26 @@ def test_a_setting_that_needs_a_missing_extra_fails_at_load_naming_the_install(b
         "'kprio[observe]' (kprio.yaml)"]
 
 
+OPTIONS = [
+    ("simulate --plot {tmp}/p.png", "--plot needs matplotlib, which is not installed: pip install 'kprio[report]' "
+     "(--plot)"),
+    ("demo --data-dir {tmp}/demo", "kprio demo's report needs matplotlib, which is not installed: pip install "
+     "'kprio[report]' (kprio demo)"),
+    ("registry start --data-dir {tmp}/registry", "the embedded schema registry needs httpx, which is not installed: "
+     "pip install 'kprio[registry]' (kprio registry start)"),
+    ("metrics --port 0", "kprio metrics needs prometheus_client, which is not installed: pip install "
+     "'kprio[observe]' (kprio metrics)"),
+]
+
+
+@pytest.mark.parametrize(("argv", "line"), OPTIONS, ids=[a.split(" -")[0] for a, _ in OPTIONS])
+def test_an_option_that_needs_a_missing_extra_fails_in_one_line_before_it_starts_anything(base_env, tmp_path, argv,
+                                                                                         line):
+    done = run(base_env, "-m", "orchestration.cli", *argv.format(tmp=tmp_path).split())
+    assert (done.returncode, done.stdout, done.stderr.strip()) == (1, "", f"kprio: error: {line} [extra_missing]")
+    assert list(tmp_path.iterdir()) == [], "nothing made"
+
+
 @pytest.mark.broker
 @pytest.mark.spark
 @pytest.mark.slow
