@@ -63,7 +63,9 @@ class Publication:
 
 
 class Output(Protocol):
-    """An output format over the roots of ``drain``: a frozen value, made once by :func:`output_of`."""
+    """An output format over the roots of ``drain``: a frozen value, made by :func:`output_of`. Every format stages
+    alike (a batch's rows and dead letters as Parquet files under each root's ``_staging``, :mod:`spark_jobs.output`);
+    a format says what its publish makes of them, and how they are read, kept and shown."""
 
     drain: DrainSettings
     tables: ClassVar[bool]

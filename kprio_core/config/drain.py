@@ -32,14 +32,8 @@ class OnOffsetOutOfRange(StrEnum):
 
 
 OutputFormat = StrEnum("OutputFormat", {name.upper(): name for name in OUTPUT_FORMATS})  # type: ignore[misc]
-OutputFormat.__doc__ = """How a batch's checked rows land under the output and dead-letter roots (one module each behind
-``spark_jobs.tables.Output``, registered in ``kprio_core.extras.OUTPUT_FORMATS``).
-
-``parquet`` (the default): Parquet files moved into place one by one, named by their ranges;
-``delta``: one Delta Lake table per logical topic and root, one commit per batch and table;
-``iceberg``: one Apache Iceberg table per logical topic and root in a catalog (``drain.iceberg``),
-one snapshot per batch and table.
-"""
+OutputFormat.__doc__ = """How a batch's checked rows land (``drain.format``): ``parquet`` files (the default), one ``delta``
+or ``iceberg`` table per logical topic and root; one module each behind ``spark_jobs.tables.Output``."""
 
 
 class TimePartition(StrEnum):

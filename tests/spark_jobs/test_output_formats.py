@@ -93,6 +93,18 @@ def every(*ranges: OffsetRange, but: set[int] = frozenset()) -> list[tuple[str, 
     return sorted((r.topic, r.partition, o) for r in ranges for o in range(r.start, r.end) if o not in but)
 
 
+def test_every_format_has_the_whole_interface_with_its_parameters(out):
+    import inspect
+
+    methods = {name: f for name, f in vars(Output).items() if inspect.isfunction(f) and not name.startswith("_")}
+    assert {"publish", "read_rows", "live_files", "publishes", "maintain", "scan_sql", "describe"} <= set(methods)
+    for name, f in methods.items():
+        mine = inspect.signature(getattr(type(out), name))
+        assert list(mine.parameters) == list(inspect.signature(f).parameters), f"{type(out).__name__}.{name}"
+    for name in Output.__annotations__:
+        assert hasattr(out, name), f"{type(out).__name__} has no {name}"
+
+
 def test_a_publish_lands_each_offset_once_in_one_root_and_every_reader_sees_it(out, tmp_path):
     low, high = R("orders-0", 0, 0, 40), R("orders-2", 1, 10, 20)
     out.publish(staged(out, "b-000001", 1, {0: low, 2: high}, dead={0: {3, 30}}))
