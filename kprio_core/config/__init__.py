@@ -74,7 +74,6 @@ from kprio_core.config.load import (
     kind_of,
     load_config,
     parse_config,
-    read_yaml,
 )
 from kprio_core.config.operate import LINEAGE_SECRET_KEYS, LineageSettings, SensorSettings, SloSettings, VerdictSettings
 from kprio_core.config.planning import (
@@ -87,6 +86,7 @@ from kprio_core.config.planning import (
     SplitSettings,
 )
 from kprio_core.config.services import SPARK_MASTERS, LedgerSettings, SchemaRegistrySettings, SparkReader, SparkSettings
+from kprio_core.config.yaml_file import read_yaml
 from kprio_core.config.topics import (
     KAFKA_TOPIC_NAME,
     MAX_PRIORITIES,

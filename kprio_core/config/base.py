@@ -55,25 +55,60 @@ class Section(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _numbers_are_numbers(cls, data: Any) -> Any:
-        """A boolean (YAML's ``yes``, ``on``, ``true``) is no number, though pydantic reads it as 1; a duration
-        (``*_s``) is at most :data:`MAX_DURATION_S`; an integer fits 64 bits."""
-        if not isinstance(data, dict):
-            return data
+        """A boolean (YAML's ``yes``, ``on``, ``true``) is no number, though pydantic reads it as 1; a number is one
+        a setting takes (:func:`number_problem`)."""
+        if isinstance(data, dict):
+            for name, value in cls._numbers(data):
+                if isinstance(value, bool):
+                    raise SettingError(f"is a boolean ({str(value).lower()}), not a number", key=name)
+                problem = number_problem(value, duration=_duration(name))
+                if problem is not None:
+                    raise SettingError(problem, key=name)
+        return data
+
+    @model_validator(mode="after")
+    def _numbers_read_fit(self) -> Any:
+        """The same of the numbers pydantic read from text (a quoted ``"1e30"``, an environment variable)."""
+        for name, value in self._numbers({name: getattr(self, name) for name in type(self).model_fields}):
+            problem = number_problem(value, duration=_duration(name))
+            if problem is not None:
+                raise SettingError(problem, key=name)
+        return self
+
+    @classmethod
+    def _numbers(cls, data: dict) -> list[tuple[str, Any]]:
+        """(field, value) of every value in ``data`` of a numeric field, a mapping of numbers' values included."""
+        out = []
         for name, value in data.items():
             field = cls.model_fields.get(name)
-            if field is None:
-                continue
-            number, mapping = _numeric(field.annotation)
-            values = list(value.values()) if mapping and isinstance(value, dict) else [value] if number else []
-            for v in values:
-                if isinstance(v, bool):
-                    raise SettingError(f"is a boolean ({str(v).lower()}), not a number", key=name)
-                if isinstance(v, int | float) and _duration(name) and math.isfinite(v) and v > MAX_DURATION_S:
-                    raise SettingError(f"{v:g} s is longer than a year ({MAX_DURATION_S} s): a slip of the pen?",
-                                       key=name)
-                if isinstance(v, int) and abs(v) > MAX_INTEGER:
-                    raise SettingError(f"{v:.3g} does not fit a 64-bit integer", key=name)
-        return data
+            if field is not None:
+                number, mapping = _numeric(field.annotation)
+                values = list(value.values()) if mapping and isinstance(value, dict) else [value] if number else []
+                out += [(name, v) for v in values]
+        return out
+
+
+def number_problem(value: object, *, duration: bool = False) -> str | None:
+    """What no setting takes in a number (any value of the file, a mapping's key too), or None: an integer beyond 64
+    bits (:data:`MAX_INTEGER`), a float that is not finite (``.inf``, ``.nan``, one beyond 1.8e308), a duration
+    (``*_s``) over :data:`MAX_DURATION_S`.
+
+    >>> number_problem(10**40), number_problem(10**400), number_problem(float("inf")), number_problem(7)
+    ('1e+40 does not fit a 64-bit integer', 'a number of over 300 digits does not fit a 64-bit integer', \
+'Input should be a finite number', None)
+    >>> number_problem(1e300, duration=True)
+    '1e+300 s is longer than a year (31622400 s): a slip of the pen?'
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_INTEGER:
+        shown = f"{value:.3g}" if abs(value) < 1e300 else "a number of over 300 digits"
+        return f"{shown} does not fit a 64-bit integer"
+    if not math.isfinite(value):
+        return "Input should be a finite number"  # pydantic's words, as every typed setting says it
+    if duration and value > MAX_DURATION_S:
+        return f"{value:g} s is longer than a year ({MAX_DURATION_S} s): a slip of the pen?"
+    return None
 
 
 def a_path(value: str) -> str:
