@@ -75,7 +75,14 @@ from kprio_core.config.load import (
     load_config,
     parse_config,
 )
-from kprio_core.config.operate import LINEAGE_SECRET_KEYS, LineageSettings, SensorSettings, SloSettings, VerdictSettings
+from kprio_core.config.operate import (
+    LINEAGE_TRANSPORTS,
+    LineageSettings,
+    SensorSettings,
+    SloSettings,
+    VerdictSettings,
+    lineage_secret_key,
+)
 from kprio_core.config.planning import (
     OrderingSettings,
     PlannerSettings,
@@ -158,7 +165,8 @@ __all__ = [
     "SensorSettings",
     "SloSettings",
     "VerdictSettings",
-    "LINEAGE_SECRET_KEYS",
+    "LINEAGE_TRANSPORTS",
+    "lineage_secret_key",
     "LineageSettings",
     "KprioConfig",
     "config_error",

@@ -8,6 +8,7 @@ import re
 import types
 import typing
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -131,4 +132,47 @@ def a_path(value: str) -> str:
     found = _VARIABLE.search(value)
     if found:
         raise ValueError(f"holds {found.group()}, which kprio does not expand: write the path in full")
+    return value
+
+
+LOCAL_SCHEMES = ("file", "sqlite")
+"""URL schemes that name a file of this host (``sqlite+pysqlite`` too): its path is held to :func:`a_path`."""
+
+
+def a_url(value: str, *, secrets: str) -> str:
+    """``value`` if kprio can use it as the URL a setting names (a schema registry, a lineage transport, a catalog),
+    else ValueError: its port is a number from 1 to 65535, it holds no password and no credential in its query
+    (:func:`kprio_core.urls.secret_parameter`; ``secrets`` says where such a secret goes instead), and a local
+    file's path (``sqlite:///``, ``file://``) is one kprio takes as written (:func:`a_path`).
+
+    >>> a_url("http://127.0.0.1:8081/apis/ccompat/v7", secrets=""), a_url("sqlite:////var/kprio/c.db", secrets="")
+    ('http://127.0.0.1:8081/apis/ccompat/v7', 'sqlite:////var/kprio/c.db')
+    >>> for url in ("http://h:port/x", "http://h/lineage?api_key=k3y", "sqlite:///~/catalog.db"):
+    ...     try:
+    ...         a_url(url, secrets="set it in the environment")
+    ...     except ValueError as err:
+    ...         print(err)
+    has a port that is not a number from 1 to 65535
+    holds a credential in its query (api_key=): set it in the environment
+    starts with '~', which kprio does not expand: write the path in full
+    """
+    from kprio_core.urls import secret_parameter
+
+    parts = urlsplit(value)
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError("has a port that is not a number from 1 to 65535")
+    if parts.password is not None:
+        raise ValueError(f"holds a password: {secrets}")
+    named = [key for key, _ in parse_qsl(parts.query, keep_blank_values=True) if secret_parameter(key)]
+    if named:
+        raise ValueError(f"holds a credential in its query ({named[0]}=): {secrets}")
+    if parts.scheme.split("+")[0] in LOCAL_SCHEMES:
+        local = parts.netloc + parts.path
+        local = local[1:] if parts.scheme.startswith("sqlite") else local  # sqlite:///relative.db
+        if local and local != ":memory:":
+            a_path(local)
     return value

@@ -255,7 +255,7 @@ def parse_config_sources(raw: Mapping | None, source: str = "configuration", env
         config = KprioConfig.model_validate(data)
     except ValidationError as err:
         raise config_error(err, source, origins) from None
-    found = config_problem(config) if on_this_host else None
+    found = config_problem(config, os.environ if env is None else env) if on_this_host else None
     if found is not None:
         loc, what = found
         raise ConfigError(f"{_key(loc)}: {what}", where=origin_of(loc, source, origins))
