@@ -8,6 +8,7 @@ one JSON document. Exits 1 when the drain stopped early or conservation failed.
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -112,17 +113,18 @@ def demo(
     from orchestration.demo.layout import DemoLayout
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to
-    from orchestration.demo.run import DemoOptions, cluster_settings, run_demo
+    from orchestration.demo.run import DemoOptions, check_options, cluster_settings, run_demo
     from orchestration.demo.workload import PRIORITIES
     from orchestration.services.broker_security import BrokerSecurity
 
-    cluster_settings(config)  # a bad --config fails here, before anything starts
+    cluster = cluster_settings(config)  # a bad --config fails here, before anything starts
     try:
         secured = BrokerSecurity(security, mtls)
     except ValueError as err:
         raise UsageError(str(err), where="kprio demo --security") from None
     options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config, poison=poison,
                           output_format=output_format, security=secured, values=ValueFormat(values.value))
+    check_options(options, cluster, os.environ)  # and options that cannot be together, before the progress bars
     log = DemoLayout(data_dir.resolve()).log
     # Dagster's event log and Spark's warnings would bury the progress bars: they go to the log.
     with logs_to(log) as terminal, DemoProgress(PRIORITIES, enabled=not as_json, file=terminal) as progress:
