@@ -140,7 +140,8 @@ def _table(doc: dict[str, Any]) -> Any:
         waiting = prio["behind_open_transactions"]
         verdict = prio.get("verdict", {}).get("state")
         table.add_row(p, "all", "", "", "", f"[bold]{prio['backlog']}[/bold]",
-                      f"[bold]{age_text(prio['oldest_age_s'])}", f"[bold]{waiting}[/bold]" if waiting else "", "", freshness_text(prio.get("freshness")),
+                      f"[bold]{age_text(prio['oldest_age_s'])}", f"[bold]{waiting}[/bold]" if waiting else "", "",
+                      freshness_text(prio.get("freshness")),
                       f"[bold]{styled(verdict)}[/bold]" if verdict else "", end_section=True)
     for part in doc.get("deleted", []):
         table.add_row("", str(part["partition"]), "-", "-", "-", "-", "-", "", "", f"{part['topic']}: {_state(part)}")
