@@ -107,6 +107,10 @@ URLS = rotating([
      "accepted, failing at the first commit", lineage(type="htp", url="http://127.0.0.1:1")),
     ("lineage composite child typo", "transport.transports.audit.type: 'fiel'", "config_invalid",
      "a composite's transports too", lineage(type="composite", transports={"audit": {"type": "fiel"}})),
+    ("kafka client url secret", "kafka.client.sasl.oauthbearer.token.endpoint.url: holds a credential in its query "
+     "(client_secret=)", "config_invalid", "a Kafka client's URL: the same check as every URL's",
+     {"config": {"kafka": {"client": {"sasl.oauthbearer.token.endpoint.url":
+                                      f"https://idp.example/token?client_secret={URL_SECRET}"}}}}),
     ("registry url port", "schema_registry.url: has a port that is not a number", "config_invalid",
      "accepted in silence, failing on the first schema", section("schema_registry", url="http://127.0.0.1:port/x")),
     ("registry url api key", "schema_registry.url: holds a credential in its query (api_key=)", "config_invalid",
