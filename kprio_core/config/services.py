@@ -73,6 +73,12 @@ class SparkSettings(Section):
             if _spark_secret(name):
                 raise SettingError("is a credential: set it in Spark's own spark-defaults.conf ($SPARK_CONF_DIR) "
                                    "or the cluster's secrets, never in kprio.yaml", key=name)
+            if "://" in value[name]:  # spark.jars.repositories, spark.eventLog.dir, an endpoint, ...
+                try:
+                    a_url(value[name], secrets="set it in Spark's own spark-defaults.conf ($SPARK_CONF_DIR) or the "
+                          "cluster's secrets, never in kprio.yaml")
+                except ValueError as err:
+                    raise SettingError(str(err), key=name) from None
         return value
 
     @field_validator("master")

@@ -111,6 +111,9 @@ URLS = rotating([
      "(client_secret=)", "config_invalid", "a Kafka client's URL: the same check as every URL's",
      {"config": {"kafka": {"client": {"sasl.oauthbearer.token.endpoint.url":
                                       f"https://idp.example/token?client_secret={URL_SECRET}"}}}}),
+    ("spark conf url password", "spark.conf.spark.jars.repositories: holds a password", "config_invalid",
+     "a repository's password in a Spark setting's URL, accepted", section("spark", conf={
+         "spark.jars.repositories": f"https://kprio:{URL_SECRET}@repo.example/maven"})),
     ("registry url port", "schema_registry.url: has a port that is not a number", "config_invalid",
      "accepted in silence, failing on the first schema", section("schema_registry", url="http://127.0.0.1:port/x")),
     ("registry url api key", "schema_registry.url: holds a credential in its query (api_key=)", "config_invalid",
