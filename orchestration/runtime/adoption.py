@@ -135,7 +135,7 @@ def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config:
     except LedgerNotFresh:
         return None  # another kprio on this ledger (a second kprio drain) recorded its first batch meanwhile
 
-    adopted, moved, incarnations, moved_by_topic = [], [], [], Counter()
+    adopted, moved, incarnations = [], [], []
     for topic in config.topics:
         snapshot = snapshots[topic.name]
         beliefs, moves, was = [], {}, {}
@@ -150,8 +150,7 @@ def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config:
                 moves[(p.topic, p.partition)] = end
                 was[(p.topic, p.partition)] = p.committed
                 before = "none" if p.committed is None else p.committed
-                moved.append(f"{p.topic}[{p.partition}] {before} -> {end}")
-                moved_by_topic[p.topic] += 1
+                moved.append((p.topic, p.partition, before, end))
             if incarnation > 1:
                 incarnations.append(f"{p.topic}[{p.partition}] incarnation {incarnation}")
             if end is not None or incarnation > 1:
@@ -167,13 +166,19 @@ def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config:
 
     note = (f"fresh ledger: batch ids continue after b-{number:06d}; adopted committed offsets "
             f"{', '.join(sorted(adopted)) or 'none'}; committed the published output that follows on "
-            f"{', '.join(moved) or 'none'}; incarnations {', '.join(incarnations) or 'none above 1'}; "
-            "nothing removed")
+            f"{', '.join(f'{t}[{n}] {b} -> {e}' for t, n, b, e in moved) or 'none'}; "
+            f"incarnations {', '.join(incarnations) or 'none above 1'}; nothing removed")
     ledger.mark_adopted(note)
     if number or adopted or moved:
-        said = f"the ledger {ledger!r} is new but an earlier one drained here: {note}"
-        if log is LOGGER:  # kprio's own logger (kprio drain): its record carries the line for the terminal
-            log.warning(said, extra={ADOPTED: adoption_line(number, moved_by_topic, len(incarnations))})
-        else:
-            log.warning(said)
+        _tell(log, f"the ledger {ledger!r} is new but an earlier one drained here: {note}",
+              adoption_line(number, Counter(topic for topic, *_ in moved), len(incarnations)))
     return note
+
+
+def _tell(log, said: str, line: str | None) -> None:  # noqa: ANN001 - a logger, Dagster's or the standard one
+    """Log what an adoption did; the record of kprio's own logger (``kprio drain``'s) carries its line for a person
+    (:data:`ADOPTED`)."""
+    if log is LOGGER:
+        log.warning(said, extra={ADOPTED: line})
+    else:
+        log.warning(said)
