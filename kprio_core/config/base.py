@@ -1,5 +1,6 @@
 """What every section of the configuration shares: frozen, no unknown key, no infinite number, no boolean where a
-number goes, no duration beyond a year; a path's check; an error about one key inside a mapping."""
+number goes, no duration beyond a year, no integer beyond 64 bits; a path's check and a URL's; an error about one key
+inside a mapping."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from kprio_core.urls import secret_parameter
 
 MAX_DURATION_S = 366 * 24 * 3600
 """The longest duration (a ``*_s`` setting) kprio takes: one longer is a slip of the pen (milliseconds written as
@@ -156,8 +159,6 @@ def a_url(value: str, *, secrets: str) -> str:
     holds a credential in its query (api_key=): set it in the environment
     starts with '~', which kprio does not expand: write the path in full
     """
-    from kprio_core.urls import secret_parameter
-
     parts = urlsplit(value)
     try:
         port = parts.port

@@ -99,8 +99,8 @@ OPENLINEAGE__TRANSPORT__CUSTOM_HEADERS__AUTHORIZATION instead'
     if not isinstance(transport, dict):
         return None
     kind = transport.get("type")
-    if kind is not None and (not isinstance(kind, str) or (kind not in LINEAGE_TRANSPORTS and not _DOTTED.fullmatch(
-            kind))):
+    known = isinstance(kind, str) and (kind in LINEAGE_TRANSPORTS or _DOTTED.fullmatch(kind) is not None)
+    if kind is not None and not known:
         return (f"{path}.type: {kind!r} is no transport of openlineage-python's (composite, console, file, http, "
                 "kafka, ...) nor a dotted path to a class of one's own")
     children = transport.get("transports") if kind == "composite" else None
