@@ -111,7 +111,7 @@ def config_problem(config: KprioConfig, env: Mapping[str, str] | None = None) ->
 def registry_problem(registry: Any, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     """The first file setting of the schema registry's settings (:data:`REGISTRY_FILES`) whose file is missing or
     wrong, as the Kafka client's are checked (a CA file holds certificates, not a private key; a key decrypts with
-    the password in ``KPRIO_SCHEMA_REGISTRY_KEY_PASSWORD``), and why; or None."""
+    the password in :data:`~kprio_core.config.environment.ENV_REGISTRY_KEY_PASSWORD`), and why; or None."""
     env = os.environ if env is None else env
     conf: dict[str, Any] = {kafka: getattr(registry, name) for name, kafka in REGISTRY_FILES.items()
                             if getattr(registry, name)}
