@@ -262,11 +262,16 @@ def trace_from_json(data: Any, name: str = "file") -> Trace:
 def load_trace_file(path: Path) -> Trace:
     """Read and validate a JSON trace file; every problem is a :class:`TraceInvalid` naming the file."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise TraceInvalid(f"cannot read trace file {path}: {os_reason(err)}") from None
+    except UnicodeDecodeError:
+        raise TraceInvalid(f"{path}: is not UTF-8 text") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise TraceInvalid(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    except (ValueError, RecursionError):  # Python's limits: 4,300 digits in an integer, its stack for nesting
+        raise TraceInvalid(f"{path}: JSON no trace holds (a number of thousands of digits, or lists nested "
+                           "thousands deep)") from None
     return trace_from_json(data, name=str(path))

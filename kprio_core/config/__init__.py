@@ -74,9 +74,15 @@ from kprio_core.config.load import (
     kind_of,
     load_config,
     parse_config,
-    read_yaml,
 )
-from kprio_core.config.operate import LINEAGE_SECRET_KEYS, LineageSettings, SensorSettings, SloSettings, VerdictSettings
+from kprio_core.config.operate import (
+    LINEAGE_TRANSPORTS,
+    LineageSettings,
+    SensorSettings,
+    SloSettings,
+    VerdictSettings,
+    lineage_secret_key,
+)
 from kprio_core.config.planning import (
     OrderingSettings,
     PlannerSettings,
@@ -87,6 +93,7 @@ from kprio_core.config.planning import (
     SplitSettings,
 )
 from kprio_core.config.services import SPARK_MASTERS, LedgerSettings, SchemaRegistrySettings, SparkReader, SparkSettings
+from kprio_core.config.yaml_file import read_yaml
 from kprio_core.config.topics import (
     KAFKA_TOPIC_NAME,
     MAX_PRIORITIES,
@@ -158,7 +165,8 @@ __all__ = [
     "SensorSettings",
     "SloSettings",
     "VerdictSettings",
-    "LINEAGE_SECRET_KEYS",
+    "LINEAGE_TRANSPORTS",
+    "lineage_secret_key",
     "LineageSettings",
     "KprioConfig",
     "config_error",

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from kprio_core.config.base import Section, a_path
+from kprio_core.config.base import Section, SettingError, a_path, a_url
 from kprio_core.errors import HandlerError
 from kprio_core.extras import OUTPUT_FORMATS, missing
 
@@ -58,6 +58,10 @@ def iceberg_secret_property(name: str) -> bool:
     return any(word in name.lower() for word in ICEBERG_SECRET_WORDS)
 
 
+ICEBERG_CATALOG_TYPES = ("rest", "hive", "glue", "dynamodb", "sql", "in-memory", "bigquery")
+"""pyiceberg's catalog types (its ``CatalogType``, checked by a test): ``drain.iceberg.catalog.type`` is one of them."""
+
+
 class IcebergSettings(Section):
     """The Iceberg catalog and tables of ``drain.format: iceberg`` (spark_jobs/iceberg_table.py)."""
 
@@ -77,7 +81,9 @@ class IcebergSettings(Section):
     @field_validator("catalog")
     @classmethod
     def _no_secret_in_the_file(cls, value: dict[str, str]) -> dict[str, str]:
-        """A credential in the file would sit in kprio.yaml and in the resource config Dagster shows.
+        """A credential in the file would sit in kprio.yaml and in the resource config Dagster shows; a URL
+        (``uri``, ``warehouse``, ...) is held to :func:`~kprio_core.config.base.a_url`, a ``warehouse`` path to
+        :func:`~kprio_core.config.base.a_path`, a ``type`` is one of :data:`ICEBERG_CATALOG_TYPES`.
 
         >>> IcebergSettings(catalog={"type": "sql", "uri": "postgresql+psycopg://kprio:hunter2@db/cat"})
         Traceback (most recent call last):
@@ -87,13 +93,23 @@ class IcebergSettings(Section):
           Value error, holds a password in uri: remove it and set PYICEBERG_CATALOG__<NAME>__URI in the environment ...
         """
         for name, text in value.items():
+            variable = f"PYICEBERG_CATALOG__<NAME>__{name.upper().replace('.', '_').replace('-', '_')}"
             if iceberg_secret_property(name):
-                raise ValueError(f"{name} is a secret: set it in the environment as PYICEBERG_CATALOG__<NAME>__"
-                                 f"{name.upper().replace('.', '_').replace('-', '_')}, never in the file")
+                raise ValueError(f"{name} is a secret: set it in the environment as {variable}, never in the file")
             if "://" in text and urlsplit(text).password:
-                raise ValueError(f"holds a password in {name}: remove it and set PYICEBERG_CATALOG__<NAME>__"
-                                 f"{name.upper().replace('.', '_').replace('-', '_')} in the environment (the whole "
-                                 "value, password included)")
+                raise ValueError(f"holds a password in {name}: remove it and set {variable} in the environment (the "
+                                 "whole value, password included)")
+            try:
+                if "://" in text:
+                    a_url(text, secrets=f"set {variable} in the environment (the whole value) instead")
+                elif name == "warehouse":
+                    a_path(text)
+            except ValueError as err:
+                raise SettingError(str(err), key=name) from None
+        kind = value.get("type")
+        if kind is not None and kind not in ICEBERG_CATALOG_TYPES and "py-catalog-impl" not in value:
+            raise SettingError(f"{kind!r} is no catalog type of pyiceberg's: {', '.join(ICEBERG_CATALOG_TYPES)} (or "
+                               "name a class of one's own as py-catalog-impl)", key="type")
         return value
 
 

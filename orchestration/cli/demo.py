@@ -8,6 +8,7 @@ one JSON document. Exits 1 when the drain stopped early or conservation failed.
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -113,11 +114,11 @@ def demo(
     from orchestration.demo.layout import DemoLayout
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to
-    from orchestration.demo.run import DemoOptions, cluster_settings, run_demo
+    from orchestration.demo.run import DemoOptions, check_options, cluster_settings, run_demo
     from orchestration.demo.workload import PRIORITIES
     from orchestration.services.broker_security import BrokerSecurity
 
-    cluster_settings(config)  # a bad --config fails here, before anything starts
+    cluster = cluster_settings(config)  # a bad --config fails here, before anything starts
     require(REPORT, "kprio demo's report")  # so do the parts an option needs that are not installed
     require(OUTPUT_FORMATS[output_format.value].part, output_format.value, where="kprio demo --format")
     require(REGISTRY if values is DemoValues.AVRO else None, "--values avro", where="kprio demo --values")
@@ -127,6 +128,7 @@ def demo(
         raise UsageError(str(err), where="kprio demo --security") from None
     options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config, poison=poison,
                           output_format=output_format, security=secured, values=ValueFormat(values.value))
+    check_options(options, cluster, os.environ)  # and options that cannot be together, before the progress bars
     log = DemoLayout(data_dir.resolve()).log
     # Dagster's event log and Spark's warnings would bury the progress bars: they go to the log.
     with logs_to(log) as terminal, DemoProgress(PRIORITIES, enabled=not as_json, file=terminal) as progress:

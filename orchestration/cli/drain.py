@@ -191,7 +191,7 @@ def _drain(settings: Any, spark: SparkProvider, *, json_out: bool, until_empty: 
         print(line, file=sys.stderr, flush=True)
 
     # A broker outage the loop rides out is two lines (orchestration/cli/outage.py), not librdkafka's.
-    with open_instance(settings) as instance, outage_lines(settings.kafka, say), \
+    with open_instance(settings) as instance, outage_lines(settings.kafka, say), adoption_lines(say), \
             feeding(metrics, settings, instance, say) as feed:
 
         def show(batch: Any) -> None:
@@ -232,6 +232,28 @@ def _drain(settings: Any, spark: SparkProvider, *, json_out: bool, until_empty: 
         from kprio_core.errors import DrainStopped
 
         raise typer.Exit(1) if json_out else DrainStopped(report.stopped)  # its text names the partitions
+
+
+@contextmanager
+def adoption_lines(say: Any) -> Iterator[None]:
+    """A new ledger that took over an earlier one's output and moved the consumer groups says so in one line
+    (:func:`orchestration.runtime.adoption.adoption_line`; every move is in the log)."""
+    import logging
+
+    from orchestration.runtime.adoption import ADOPTED, LOGGER
+
+    class Line(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            line = getattr(record, ADOPTED, None)
+            if line:
+                say(f"kprio drain: {line}")
+
+    handler = Line()
+    LOGGER.addHandler(handler)
+    try:
+        yield
+    finally:
+        LOGGER.removeHandler(handler)
 
 
 @contextmanager

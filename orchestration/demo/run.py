@@ -43,6 +43,7 @@ from kprio_core.config import (
     load_config,
     parse_config,
 )
+from kprio_core.errors import UsageError
 from orchestration.demo import DemoFailed
 from orchestration.demo.layout import (
     LOGICAL_TOPIC,
@@ -254,6 +255,17 @@ def cluster_settings(config: Path | None, env: Mapping[str, str] | None = None) 
     return None
 
 
+def check_options(options: DemoOptions, cluster: KafkaSettings | None, env: Mapping[str, str]) -> None:
+    """Refuse what the options ask for together that cannot be, before anything starts (``kprio demo`` asks before
+    its progress bars): ``--security`` for a cluster of ``--config`` (:class:`UsageError`), ``--keep-broker`` of a
+    secured broker whose secrets ``env`` lacks (:class:`DemoFailed`, :func:`one_off_secrets`)."""
+    if cluster is not None and options.security.secured:
+        raise UsageError("--security secures the embedded broker: a cluster given by --config or "
+                         f"{ENV_BOOTSTRAP} has its own security settings", where="kprio demo --security")
+    if cluster is None:
+        one_off_secrets(options.security, dict(env), keep_broker=options.keep_broker)  # a copy: only its refusal
+
+
 def one_off_secrets(security: BrokerSecurity, env: MutableMapping[str, str], *, keep_broker: bool) -> list[str]:
     """Set in ``env`` a random value for each secret ``security`` needs that is not set; the names set.
 
@@ -298,9 +310,7 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
     workload = demo_workload(options.records, steady_waves=options.steady_waves, burst_after=options.burst_after,
                              poison=options.poison)
     cluster = cluster_settings(options.config)
-    if cluster is not None and options.security.secured:
-        raise DemoFailed("--security secures the embedded broker: a cluster given by --config or "
-                         f"{ENV_BOOTSTRAP} has its own security settings")
+    check_options(options, cluster, os.environ)
     made_up = one_off_secrets(options.security, os.environ, keep_broker=options.keep_broker) if cluster is None else []
     broker = (EmbeddedBroker(layout.broker, port=None, start_timeout_s=60, security=options.security)
               if cluster is None else None)

@@ -1,7 +1,8 @@
 """Every mistake a user can make gets one line: a table of bad inputs over every ``kprio`` command.
 
-Each case is run once as a real ``kprio`` process (so librdkafka's, the JVM's or py4j's writes to the
-file descriptors are seen too), in a directory of its own, with secrets in the environment
+Each case is run once by a real ``kprio`` process (so librdkafka's, the JVM's or py4j's writes to the
+file descriptors are seen too; the cases that fail on the configuration's load share one process, each with its
+own file descriptors 1 and 2), in a directory of its own, with secrets in the environment
 (``SECRETS``) and a configuration whose broker and PostgreSQL ports are closed (nothing here needs a
 broker, Spark or a database server). Every case asserts:
 
