@@ -261,12 +261,16 @@ POLICIES: dict[str, Callable[[Trace], Policy]] = {
 }
 """Policy factories by name; each run gets a fresh policy (policies may keep history)."""
 EDF = "edf"
-"""The reference of a trace with objectives (:class:`EdfPolicy`), run before the others."""
+WITH_OBJECTIVES: dict[str, Callable[[Trace], Policy]] = {
+    EDF: lambda trace: EdfPolicy(trace.objectives or (None,) * trace.n_priorities),
+    "kprio_quotas": lambda trace: KprioPolicy(),
+}
+"""On a trace with objectives, beside :data:`POLICIES`: the reference (``edf``, run first) and kprio's planner as it
+plans without objectives (``kprio_quotas``: today's split)."""
 
 
 def make_policy(name: str, trace: Trace) -> Policy:
-    if name == EDF:
-        return EdfPolicy(trace.objectives or (None,) * trace.n_priorities)
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}: choose one of {', '.join([EDF, *POLICIES])}")
-    return POLICIES[name](trace)
+    factories = POLICIES | WITH_OBJECTIVES
+    if name not in factories:
+        raise ValueError(f"unknown policy {name!r}: choose one of {', '.join(factories)}")
+    return factories[name](trace)

@@ -5,8 +5,8 @@ runs of ``(arrival tick, count)`` so long traces stay cheap); the policy sees th
 says how many records to drain from each partition; the queues give up their oldest records.
 
 Policies (:data:`POLICIES`, :mod:`kprio_core.policies`): ``strict``, ``round_robin``, ``flipkart`` and
-``kprio``; on a trace with objectives, ``edf`` first, the bound the others are judged against. Order is FIFO
-per partition; metrics are per priority.
+``kprio``; on a trace with objectives, ``edf`` first, the bound the others are judged against, and
+``kprio_quotas`` last, the planner without objectives. Order is FIFO per partition; metrics are per priority.
 
 Metrics, per policy:
 
@@ -42,6 +42,7 @@ from kprio_core.model.priority import Priority, most_urgent_first
 from kprio_core.policies import (  # noqa: F401 - the policies, where the simulator's users find them
     EDF,
     POLICIES,
+    WITH_OBJECTIVES,
     EdfPolicy,
     FlipkartPolicy,
     Grid,
@@ -262,6 +263,7 @@ def lateness(histogram: Mapping[int, int], objective: int | None) -> tuple[int |
 
 
 def simulate_all(trace: Trace, policies: Iterable[str] | None = None) -> dict[str, PolicyResult]:
-    """Every policy (default: all of :data:`POLICIES`, after :data:`EDF` on a trace with objectives), by name."""
-    chosen = policies or ([EDF] if trace.objectives else []) + list(POLICIES)
+    """Every policy (default: all of :data:`POLICIES`; on a trace with objectives, :data:`EDF` first and today's
+    split last, :data:`WITH_OBJECTIVES`), by name."""
+    chosen = policies or ([EDF, *POLICIES, *list(WITH_OBJECTIVES)[1:]] if trace.objectives else list(POLICIES))
     return {name: simulate(trace, name) for name in chosen}

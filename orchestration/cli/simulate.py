@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from kprio_core.errors import UsageError
-from kprio_core.simulator import POLICIES, PolicyResult, simulate_all
+from kprio_core.simulator import POLICIES, WITH_OBJECTIVES, PolicyResult, simulate_all
 from kprio_core.traces import BUILT_IN, Trace, built_in, load_trace_file
 from orchestration.cli.common import JsonOption, print_json, using_path
 
@@ -29,6 +29,11 @@ def _waits(result: PolicyResult, p: int) -> str:
 
 def _starved(result: PolicyResult) -> str:
     return "/".join(str(n) for n in result.starved.values())
+
+
+def _late(result: PolicyResult, p: int) -> str:
+    late = result.late[p]
+    return "-" if late is None else f"{late}/{result.max_lateness[p]}"
 
 
 def results_json(results: Results, single: bool) -> dict[str, object]:
@@ -46,20 +51,30 @@ def markdown_report(results: Results, traces: Mapping[str, Trace]) -> str:
     parts: list[str] = []
     for name, policies in results.items():
         trace, order = traces[name], list(next(iter(policies.values())).wait)
+        late = order if trace.objectives else []
         header = ["policy", "utilization", "cap violations", *(f"wait p{p} (p50/p95/max)" for p in order),
-                  f"starved ({'/'.join(f'p{p}' for p in order)})"]
-        rows = [[f"`{pol}`", f"{r.utilization:.3f}", r.cap_violations, *(_waits(r, p) for p in order), _starved(r)]
-                for pol, r in policies.items()]
+                  *(f"late p{p} (records/max)" for p in late), f"starved ({'/'.join(f'p{p}' for p in order)})"]
+        rows = [[f"`{pol}`", f"{r.utilization:.3f}", r.cap_violations, *(_waits(r, p) for p in order),
+                 *(_late(r, p) for p in late), _starved(r)] for pol, r in policies.items()]
         # "pipe", not "github": tabulate's github tables have no alignment colons.
         table = tabulate(rows, header, "pipe", colalign=["left"] + ["right"] * (len(header) - 1), disable_numparse=True)
+        goals = f", objectives {_objectives(trace)} ticks" if trace.objectives else ""
         parts.append(f"**{name}** (budget {trace.budget}, {trace.ticks} ticks, {trace.n_partitions} partition"
-                     f"{'s' if trace.n_partitions > 1 else ''} per priority): {trace.about}\n\n{table}\n")
+                     f"{'s' if trace.n_partitions > 1 else ''} per priority{goals}): {trace.about}\n\n{table}\n")
     parts.append(
         "Waits in ticks (drained in the tick of arrival = 0; records left at the end count their wait so far); "
         "utilization = drained / sum of min(budget, backlog) per tick; starved = longest run of ticks with "
-        "backlog and nothing drained."
+        "backlog and nothing drained"
+        + ("; late = records that waited longer than their objective / the largest wait beyond it."
+           if any(t.objectives for t in traces.values()) else ".")
     )
     return "\n".join(parts)
+
+
+def _objectives(trace: Trace) -> str:
+    """``p2 60 / p1 30 / p0 6`` (most urgent first; ``-``: none)."""
+    goals = trace.objectives or ()
+    return " / ".join(f"p{p} {'-' if goals[p] is None else goals[p]}" for p in reversed(range(len(goals))))
 
 
 def _print_tables(results: Results, traces: Mapping[str, Trace]) -> None:
@@ -70,25 +85,30 @@ def _print_tables(results: Results, traces: Mapping[str, Trace]) -> None:
     for name, policies in results.items():
         trace = traces[name]
         order = list(next(iter(policies.values())).wait)
+        late = order if trace.objectives else []
+        goals = f", objectives {_objectives(trace)}" if trace.objectives else ""
         table = Table(
-            title=f"{name}: budget {trace.budget}, {trace.ticks} ticks",
-            caption=f"{trace.about}\nwait = p50/p95/max in ticks; starved = longest run of ticks drained nothing",
+            title=f"{name}: budget {trace.budget}, {trace.ticks} ticks{goals}",
+            caption=f"{trace.about}\nwait = p50/p95/max in ticks; starved = longest run of ticks drained nothing"
+            + ("; late = records late/largest lateness in ticks" if late else ""),
         )
         table.add_column("policy", no_wrap=True)
         table.add_column("util.", justify="right")
         table.add_column("over\ncap", justify="right")
         for p in order:
             table.add_column(f"wait p{p}", justify="right", no_wrap=True)
+        for p in late:
+            table.add_column(f"late p{p}", justify="right", no_wrap=True)
         table.add_column(f"starved\n{'/'.join(f'p{p}' for p in order)}", justify="right", no_wrap=True)
         for pol, r in policies.items():
-            table.add_row(
-                pol, f"{r.utilization:.3f}", str(r.cap_violations), *(_waits(r, p) for p in order), _starved(r)
-            )
+            table.add_row(pol, f"{r.utilization:.3f}", str(r.cap_violations), *(_waits(r, p) for p in order),
+                          *(_late(r, p) for p in late), _starved(r))
         console.print(table)
 
 
-def plot_backlogs(results: Results, out: Path) -> None:
-    """Backlog per priority over time: one row of subplots per trace, one subplot per policy."""
+def plot_backlogs(results: Results, out: Path, traces: Mapping[str, Trace] | None = None) -> None:
+    """Backlog per priority over time (on a trace with objectives: the oldest pending record's age against each
+    objective, dashed): one row of subplots per trace, one subplot per policy."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,12 +120,16 @@ def plot_backlogs(results: Results, out: Path) -> None:
         for c, (pol, result) in enumerate(policies.items()):
             ax = axes[r][c]
             ticks = range(len(result.backlog_by_tick))
+            goals = traces[name].objectives if traces else None
             for p in result.wait:  # most urgent first
-                ax.plot(ticks, [row[p] for row in result.backlog_by_tick], label=f"p{p}")
+                line, = ax.plot(ticks, [row[p] for row in (result.oldest_by_tick if goals else result.backlog_by_tick)],
+                                label=f"p{p}")
+                if goals and goals[p] is not None:
+                    ax.axhline(goals[p], linestyle="--", linewidth=0.8, color=line.get_color())
             ax.set_title(f"{name}: {pol}", fontsize=9)
             ax.set_xlabel("tick")
             if c == 0:
-                ax.set_ylabel("backlog (records)")
+                ax.set_ylabel("oldest pending record's age (ticks)" if goals else "backlog (records)")
             ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, format="png")
@@ -121,7 +145,8 @@ def simulate(
         Path | None,
         typer.Option(
             "--trace-file",
-            help='JSON trace {"budget": int, "arrivals": \\[\\[n_p0, n_p1, ...], ...]} (one row per tick).',
+            help='JSON trace {"budget": int, "arrivals": \\[\\[n_p0, n_p1, ...], ...]} (one row per tick); optional '
+            '"objectives": \\[ticks or null per priority] adds lateness and the edf reference.',
         ),
     ] = None,
     ticks: Annotated[
@@ -130,13 +155,17 @@ def simulate(
     ] = None,
     budget: Annotated[int | None, typer.Option("--budget", min=1, help="Records each policy may drain per tick.")] = None,
     policy: Annotated[
-        list[str] | None, typer.Option("--policy", help=f"Policy to run, repeatable: {', '.join(POLICIES)} (default: all).")
+        list[str] | None, typer.Option("--policy", help=f"Policy to run, repeatable: {', '.join(POLICIES)}, "
+                                       f"{', '.join(WITH_OBJECTIVES)} (default: all; the last two on a trace with "
+                                       "objectives: the reference and the planner without them).")
     ] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of backlog per priority over time.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of backlog per priority over time (with "
+                                              "objectives: the oldest pending record's age against each).")] = None,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print markdown tables (for docs/benchmarks.md).")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Replay record arrivals against the strict, round_robin, flipkart and kprio drain policies.
+    """Replay record arrivals against the strict, round_robin, flipkart and kprio drain policies (on a trace with
+    objectives also the earliest-deadline-first reference, edf, and kprio without them, kprio_quotas).
 
     Example: kprio simulate --trace late_burst --budget 200 --json
     """
@@ -144,9 +173,10 @@ def simulate(
         raise UsageError("give either --trace or --trace-file, not both", where="kprio simulate")
     if as_json and markdown:
         raise UsageError("give either --json or --markdown, not both", where="kprio simulate")
-    unknown = [p for p in policy or () if p not in POLICIES]
+    unknown = [p for p in policy or () if p not in POLICIES | WITH_OBJECTIVES]
     if unknown:
-        raise UsageError(f"unknown policy {', '.join(unknown)}: choose from {', '.join(POLICIES)}", where="--policy")
+        raise UsageError(f"unknown policy {', '.join(unknown)}: choose from {', '.join(POLICIES | WITH_OBJECTIVES)}",
+                         where="--policy")
     if trace_file is not None:
         chosen = [load_trace_file(trace_file).with_overrides(budget=budget, ticks=ticks)]
     else:
@@ -157,7 +187,7 @@ def simulate(
 
     if plot is not None:  # first: a plot that cannot be written fails before anything is printed
         with using_path("--plot", plot, doing="write"):
-            plot_backlogs(results, plot)
+            plot_backlogs(results, plot, traces)
     if as_json:
         print_json(results_json(results, single=len(traces) == 1))
     elif markdown:

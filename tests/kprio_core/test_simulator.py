@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -290,7 +291,7 @@ def test_lateness_is_the_wait_beyond_the_objective_and_edf_is_the_bound() -> Non
     # three wait 1 tick: all late by 1. edf drains p0 first (deadline tick 0), p1 next tick (deadline tick 3).
     trace = Trace("t", 3, ((3, 3), (0, 0)), objectives=(0, 3))
     results = simulate_all(trace)
-    assert list(results) == ["edf", *POLICIES]
+    assert list(results) == ["edf", *POLICIES, "kprio_quotas"]
     strict, edf = results["strict"], results["edf"]
     assert (strict.late, strict.max_lateness) == ({1: 0, 0: 3}, {1: 0, 0: 1})
     assert (edf.late, edf.max_lateness) == ({1: 0, 0: 0}, {1: 0, 0: 0})
@@ -324,3 +325,31 @@ def test_bad_objectives_say_what(objectives: object, message: str) -> None:
 def test_objectives_survive_overrides() -> None:
     trace = trace_from_json({"budget": 5, "arrivals": [[1, 2]], "objectives": [None, 2], "about": "two"})
     assert trace.with_overrides(budget=9, ticks=3).objectives == (None, 2) and trace.about == "two"
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "traces").glob("*.json"))
+
+
+@pytest.mark.parametrize("budget", [None, 60, 150])
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_kprio_keeps_every_objective_edf_keeps_on_the_shipped_traces(path: Path, budget: int | None) -> None:
+    trace = load_trace_file(path).with_overrides(budget=budget)
+    results = simulate_all(trace)
+    edf, kprio = results["edf"], results["kprio"]
+    assert kprio.utilization == 1.0 and kprio.cap_violations == 0
+    assert all(kprio.max_lateness[p] <= edf.max_lateness[p] + 1 for p in kprio.late)
+    if not any(edf.late.values()):
+        assert not any(kprio.late.values()), "late where earliest deadline first is not"
+        assert all(kprio.starved[p] <= o for p, o in enumerate(trace.objectives)), "drained by its deadlines"
+
+
+def test_the_shipped_traces_show_what_objectives_change() -> None:
+    """Today's split breaks an objective that a plan of the same budget keeps (the issue's two cases)."""
+    floods = simulate_all(load_trace_file(SHIPPED[0]))
+    assert SHIPPED[0].stem == "floods" and floods["kprio_quotas"].late[0] > 0 and floods["flipkart"].late[0] > 0
+    late = simulate_all(load_trace_file(SHIPPED[1]))
+    assert SHIPPED[1].stem == "late_urgent" and late["kprio_quotas"].late[2] > 0 and late["flipkart"].late[2] > 0
+    assert late["kprio"].late[2] == 0
+    overload = simulate_all(load_trace_file(SHIPPED[2]))
+    assert SHIPPED[2].stem == "overload" and all(overload["edf"].late.values())  # none can keep every objective
+    assert max(overload["kprio"].max_lateness.values()) < max(overload["strict"].max_lateness.values())

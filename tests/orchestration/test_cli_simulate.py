@@ -126,3 +126,41 @@ def test_markdown_table_keeps_the_readme_columns_and_alignment() -> None:
     assert cells[2][:3] == ["`strict`", "1.000", "0"]
     assert all(re.fullmatch(r"\d+/\d+/\d+", c) for c in cells[2][3:]), cells[2]
     assert lines[0].startswith("**steady** (budget 100, 20 ticks, 1 partition per priority): ") and lines[1] == ""
+
+
+TRACES = Path(__file__).resolve().parents[2] / "benchmarks" / "traces"
+
+
+def test_a_trace_with_objectives_reports_lateness_beside_the_waits_and_runs_edf_first() -> None:
+    result = run("--trace-file", str(TRACES / "floods.json"), "--json")
+    assert result.exit_code == 0, result.output
+    policies = json.loads(result.stdout)["policies"]
+    assert list(policies) == ["edf", *POLICIES, "kprio_quotas"]
+    for stats in policies.values():
+        assert set(stats) == {"utilization", "cap_violations", "wait", "late", "max_lateness", "starved"}
+        assert list(stats["late"]) == list(stats["max_lateness"]) == list(stats["wait"]) == ["2", "1", "0"]
+    # The issue's floods: today's split left priority 0 late; the planner steered by the objectives is edf.
+    assert policies["kprio"]["late"] == policies["edf"]["late"] == {"2": 0, "1": 0, "0": 0}
+    assert policies["kprio_quotas"]["late"]["0"] > 0 and policies["flipkart"]["late"]["0"] > 0
+
+
+def test_markdown_and_table_of_a_trace_with_objectives_have_late_columns(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"budget": 3, "arrivals": [[3, 3], [0, 0]], "objectives": [0, None]}))
+    result = run("--trace-file", str(trace), "--markdown", "--policy", "strict", "--policy", "edf")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    assert cells[0][-3:] == ["late p1 (records/max)", "late p0 (records/max)", "starved (p1/p0)"]
+    assert cells[2][0] == "`strict`" and cells[2][-3:-1] == ["-", "3/1"]  # p0's 3 records wait 1 tick, objective 0
+    assert cells[3][0] == "`edf`" and cells[3][-3:-1] == ["-", "0/0"]
+    assert "objectives p1 - / p0 0 ticks" in result.stdout
+    table = run("--trace-file", str(trace))
+    assert table.exit_code == 0 and "late p0" in table.stdout
+
+
+def test_plot_of_a_trace_with_objectives_shows_ages(tmp_path: Path) -> None:
+    out = tmp_path / "ages.png"
+    result = run("--trace-file", str(TRACES / "late_urgent.json"), "--ticks", "70", "--plot", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == PNG_MAGIC
