@@ -68,6 +68,25 @@ class Objectives:
         return cls({p: math.ceil(s * 1000) for p, s in max_age_s.items()}, max(1, math.ceil(every_s * 1000)))
 
 
+MARK_STEP = 4
+"""Each time mark a tick reads is this many times further from now than the one before it: a few requests for
+any objective (0, 1, 4, 16, 64, 256, 1,024 batch intervals), fine where deadlines are near, coarse where far."""
+
+
+def mark_times(objectives: Objectives, now_ms: int) -> dict[Priority, list[int]]:
+    """The times whose offsets a tick reads from Kafka's time index, per priority with an objective: the records
+    at most that old break it now, within one batch interval, 4, 16, ... (:data:`MARK_STEP`).
+
+    >>> mark_times(Objectives({2: 10_000, 0: 3_000}, every_ms=1_000), now_ms=100_000)
+    {2: [90000, 91000, 94000], 0: [97000, 98000]}
+    """
+    horizons, h = [0], objectives.every_ms
+    while h < max(objectives.max_age_ms.values(), default=0):
+        horizons.append(h)
+        h *= MARK_STEP
+    return {p: [now_ms + h - age for h in horizons if h < age] for p, age in objectives.max_age_ms.items()}
+
+
 def segments(slot: Slot, objective_ms: int, now_ms: int) -> list[tuple[int, int]]:
     """``(deadline, records)`` of a partition's plannable records in offset order, deadlines never decreasing.
 
@@ -78,7 +97,7 @@ def segments(slot: Slot, objective_ms: int, now_ms: int) -> list[tuple[int, int]
     """
     part = slot.part
     start, end = slot.start, slot.start + slot.capacity
-    marks = sorted(part.times, key=lambda m: m[1])
+    marks = list(part.times)
     if part.oldest_pending_ms is not None:
         marks.insert(0, (part.oldest_pending_ms, part.next_offset + 1))  # the record at the committed offset
     out: list[list[int]] = []
@@ -222,6 +241,7 @@ def due_reasons(shares: Mapping[Priority, DeadlineShare], granted: Mapping[Prior
             out[p] = f"{head} past {their} objective"
             continue
         within = math.ceil((last - now_ms) / 1000)
-        out[p] = f"{head} due within {within:,} s of {their} objective" + (
+        due = f"due within {within:,} s of {their} objective" if within else f"at {their} objective now"
+        out[p] = f"{head} {due}" + (
             f" ({min(n, late):,} past it)" if late else "")
     return out

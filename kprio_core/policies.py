@@ -211,7 +211,7 @@ class KprioPolicy:
 
 
 def _marks(drained: int, runs: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """A simulated partition's time marks: the records arrived by each tick end at these offsets (Kafka's time index)."""
+    """A simulated partition's time marks: the records arrived by each tick end at these offsets (its time index)."""
     out, end = [], drained
     for tick, count in runs:
         end += count

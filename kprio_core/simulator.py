@@ -122,7 +122,7 @@ class PolicyResult:
         >>> simulate(Trace("t", budget=2, arrivals=((1, 2),)), "strict").to_dict()["wait"]
         {'1': {'p50': 0, 'p95': 0, 'max': 0}, '0': {'p50': 1, 'p95': 1, 'max': 1}}
         """
-        shown = {"utilization", "cap_violations", "wait", "starved"} | ({"late", "max_lateness"} if self.late else set())
+        shown = {"utilization", "cap_violations", "wait", "starved", *(("late", "max_lateness") if self.late else ())}
         return _json().dump_python(self, mode="json", include=shown)
 
 
@@ -201,7 +201,8 @@ def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> Pol
             tuple(tuple(q.size for q in queues[p]) for p in range(n_pri)),
             tuple(map(tuple, drained_so_far)),
             tuple(tuple(q.runs[0][0] if q.runs else None for q in queues[p]) for p in range(n_pri)),
-            tuple(tuple(tuple(map(tuple, q.runs)) for q in queues[p]) for p in range(n_pri)) if trace.objectives else (),
+            tuple(tuple(tuple(map(tuple, q.runs)) for q in queues[p]) for p in range(n_pri))
+            if trace.objectives else (),
         )
         available += min(budget, sum(map(sum, view.backlog)))
         try:

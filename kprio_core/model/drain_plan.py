@@ -111,6 +111,14 @@ class DrainPlan:
                 changed[topic] = f"recreated: topic id {planned}, now {current}"
         return changed
 
+    def due_line(self) -> str:
+        """Why the priorities with an objective got their records, on one line (empty without objectives).
+
+        >>> DrainPlan("o", "lag-aware", 10, None, {}, {}, (), due={0: "4 records past their objective"}).due_line()
+        'priority 0: 4 records past their objective'
+        """
+        return "; ".join(f"priority {p}: {why}" for p, why in self.due.items())
+
     def incarnation_of(self, topic: str, partition: int) -> int:
         """The incarnation of ``topic[partition]`` this plan drains (1 unless recorded otherwise)."""
         return self.incarnations.get(f"{topic}[{partition}]", 1)

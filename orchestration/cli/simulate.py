@@ -7,16 +7,20 @@ Output: a rich table per trace (default), ``--json`` (one trace: ``{"policies": 
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kprio_core.errors import UsageError
+from kprio_core.config import KprioConfig
+from kprio_core.errors import TraceInvalid, UsageError
 from kprio_core.simulator import POLICIES, WITH_OBJECTIVES, PolicyResult, simulate_all
 from kprio_core.traces import BUILT_IN, Trace, built_in, load_trace_file
-from orchestration.cli.common import JsonOption, print_json, using_path
+from orchestration.cli.common import ConfigOption, JsonOption, config_from, print_json, using_path
 
 Results = Mapping[str, Mapping[str, PolicyResult]]
 """Policy results by trace name, then policy name."""
@@ -162,13 +166,30 @@ def simulate(
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of backlog per priority over time (with "
                                               "objectives: the oldest pending record's age against each).")] = None,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print markdown tables (for docs/benchmarks.md).")] = False,
+    from_ledger: Annotated[
+        str | None, typer.Option("--from-ledger", help="Replay the arrivals the ledger recorded for this logical topic "
+                                 "and recommend the smallest budget per batch (and batch interval) that keeps every "
+                                 "objective (slo.max_age_s).")
+    ] = None,
+    since: Annotated[str | None, typer.Option("--since", help="With --from-ledger: the window's start, an ISO time "
+                                              "or how long ago (90m, 6h, 2d; default 1d).")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="With --from-ledger: the window's end (default "
+                                              "now).")] = None,
+    config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Replay record arrivals against the strict, round_robin, flipkart and kprio drain policies (on a trace with
     objectives also the earliest-deadline-first reference, edf, and kprio without them, kprio_quotas).
 
-    Example: kprio simulate --trace late_burst --budget 200 --json
+    Example: kprio simulate --trace late_burst --budget 200 --json; kprio simulate --from-ledger orders --since 6h
     """
+    if from_ledger is not None:
+        if trace or trace_file or ticks or budget or policy or plot or markdown:
+            raise UsageError("--from-ledger takes only --since, --until, --config and --json", where="kprio simulate")
+        from_the_ledger(config_from(config), from_ledger, since, until, as_json)
+        return
+    if since or until:
+        raise UsageError("--since and --until go with --from-ledger", where="kprio simulate")
     if trace and trace_file:
         raise UsageError("give either --trace or --trace-file, not both", where="kprio simulate")
     if as_json and markdown:
@@ -196,3 +217,77 @@ def simulate(
         _print_tables(results, traces)
     if plot is not None and not as_json:
         typer.echo(f"wrote {plot}")
+
+
+AGO = re.compile(r"(\d+)([smhd])")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def when(text: str | None, now: datetime, default: timedelta, option: str) -> datetime:
+    """``--since`` / ``--until``: an ISO time (UTC unless it says otherwise) or how long before ``now`` (``6h``)."""
+    if text is None:
+        return now - default
+    if m := AGO.fullmatch(text.strip()):
+        return now - timedelta(seconds=int(m[1]) * UNITS[m[2]])
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{text!r} is neither an ISO time nor a duration like 90m, 6h or 2d", where=option) from None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def from_the_ledger(config: KprioConfig, name: str, since_text: str | None, until_text: str | None,
+                    as_json: bool) -> None:
+    """Replay what arrived on ``name`` and recommend a budget (and interval) that keeps every objective."""
+    from kprio_core.ledger import Ledger, ledger_exists
+    from kprio_core.lifecycle import batch_fixed_cost, drain_rate
+    from kprio_core.replay import MIN_SAMPLES, arrivals, candidates, recommended
+
+    topic = config.topic(name)
+    now = datetime.now(UTC)
+    start, end = when(since_text, now, timedelta(days=1), "--since"), when(until_text, now, timedelta(0), "--until")
+    goals = {p: s for p, s in config.slo.max_age_s.items() if p < topic.priorities}
+    where = "kprio simulate --from-ledger"
+    if not goals:
+        raise UsageError(f"{name} has no objective to keep: set slo.max_age_s", where=where)
+    samples, drained, measured = [], [], []
+    if ledger_exists(config.ledger.url):
+        with Ledger(config.ledger.url) as ledger:
+            samples = ledger.backlog_samples(name, start, end)
+            drained = [d for d in ledger.drained_since(name, start) if d.at <= end]
+            measured = ledger.drain_samples(name)
+    seen_s = (samples[-1].at - samples[0].at).total_seconds() if samples else 0.0
+    if len(samples) < MIN_SAMPLES or seen_s < 2 * max(goals.values()):
+        raise TraceInvalid(f"{name}: {len(samples)} plan{'s' if len(samples) != 1 else ''} over {seen_s:.0f} s recorded "
+                           f"from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC: too little history to replay "
+                           f"(at least {MIN_SAMPLES} plans over twice the largest objective, "
+                           f"{2 * max(goals.values()):g} s)", where=where)
+    rate, fixed = drain_rate(measured), batch_fixed_cost(measured)
+    found = candidates(name, arrivals(samples, drained, topic.priorities), goals, rate=rate, fixed_cost_s=fixed)
+    best = recommended(found)
+    doc = {"topic": name, "since": start.isoformat(), "until": end.isoformat(), "snapshots": len(samples),
+           "objectives_s": {str(p): goals[p] for p in sorted(goals, reverse=True)}, "drain_rate": rate,
+           "fixed_cost_s": fixed, "candidates": [dataclasses.asdict(c) for c in found],
+           "recommended": None if best is None else dataclasses.asdict(best)}
+    if as_json:
+        print_json(doc)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{name}: {len(samples)} snapshots, {start:%Y-%m-%d %H:%M} - {end:%Y-%m-%d %H:%M} UTC",
+                  caption="budget = the smallest record budget per batch under which no record breaks its objective")
+    for column in ("batch every", "ticks", "budget", "records/s", "a batch drains in", "late without objectives"):
+        table.add_column(column, justify="right")
+    for c in found:
+        table.add_row(f"{c.interval_s:g} s", f"{c.ticks:,}", f"{c.budget:,}", f"{c.budget / c.interval_s:,.0f}",
+                      "-" if c.drain_s is None else f"{c.drain_s:.1f} s", f"{c.late_today:,}")
+    console = Console()
+    console.print(table)
+    if best is None:
+        console.print(f"{name}: no batch interval drains its budget within it at the measured "
+                      f"{rate or 0:,.0f} records/s: the objectives need a faster drain")
+    else:
+        speed = "" if best.drain_s is None else f" (a batch drains in about {best.drain_s:.1f} s)"
+        console.print(f"{name}: a batch of {best.budget:,} records every {best.interval_s:g} s keeps every "
+                      f"objective{speed}: planner.record_budget {best.budget}")
