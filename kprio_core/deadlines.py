@@ -241,7 +241,8 @@ def due_reasons(shares: Mapping[Priority, DeadlineShare], granted: Mapping[Prior
             out[p] = f"{head} past {their} objective"
             continue
         within = math.ceil((last - now_ms) / 1000)
-        due = f"due within {within:,} s of {their} objective" if within else f"at {their} objective now"
+        # A deadline of now is the earliest time mark's: those records are at their objective or past it.
+        due = f"due within {within:,} s of {their} objective" if within else f"at or past {their} objective"
         out[p] = f"{head} {due}" + (
             f" ({min(n, late):,} past it)" if late else "")
     return out
