@@ -183,10 +183,11 @@ def simulate(
 
     Example: kprio simulate --trace late_burst --budget 200 --json; kprio simulate --from-ledger orders --since 6h
     """
+    settings = config_from(config) if config is not None or from_ledger is not None else None  # read only if asked
     if from_ledger is not None:
         if trace or trace_file or ticks or budget or policy or plot or markdown:
             raise UsageError("--from-ledger takes only --since, --until, --config and --json", where="kprio simulate")
-        from_the_ledger(config_from(config), from_ledger, since, until, as_json)
+        from_the_ledger(settings, from_ledger, since, until, as_json)
         return
     if since or until:
         raise UsageError("--since and --until go with --from-ledger", where="kprio simulate")

@@ -3,12 +3,17 @@ instance, the drain's runs in process, the freshness checks of ``priority_lag``,
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from kprio_core.planner import Budget, plan_batch
+from orchestration.cli.main import app
 from orchestration.dagster.freshness import check_name
 from orchestration.dagster.sensors import SENSOR_NAME
 from tests.fixtures.kafka import fill
@@ -44,8 +49,14 @@ def freshness(env, instance: dg.DagsterInstance, topic) -> dict[int, dg.AssetChe
     return {p: checks[check_name(topic.name, p)] for p in OBJECTIVES["max_age_s"]}
 
 
+def config_file(env, tmp_path: Path) -> str:
+    path = tmp_path / "kprio-steered.yaml"
+    path.write_text(yaml.safe_dump(env.config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})))
+    return str(path)
+
+
 def test_the_plan_steered_by_the_objectives_keeps_the_one_the_fixed_split_breaks(
-        make_topic, kprio_env, kafka_settings, dagster_instance, spark):
+        make_topic, kprio_env, kafka_settings, dagster_instance, spark, tmp_path):
     # Each topic: 30 fresh records of priority 2, and 12 of priority 0 an hour old (its objective: 10 minutes).
     # A batch of 20 records: the fixed split gives priority 0 its quota (2 of 20), the deadlines all 12.
     now_ms = int(time.time() * 1000)
@@ -67,6 +78,8 @@ def test_the_plan_steered_by_the_objectives_keeps_the_one_the_fixed_split_breaks
     assert broken[0].description.startswith(f"{fixed_topic.name} priority 0: oldest pending record ")
     assert broken[2].passed
 
+    shown = json.loads(CliRunner().invoke(app, ["plan", "--json", "--config", config_file(steered, tmp_path)]).stdout)
+    assert shown[0]["plan"]["due"]["0"] == "12 records at or past their objective"  # kprio plan says why, too
     [request] = one_sensor_evaluation(steered, dagster_instance)
     batch = steered.ledger.get(request.partition_key)
     assert batch.plan.records_by_priority() == {2: 8, 1: 0, 0: 12}
