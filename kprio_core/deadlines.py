@@ -8,8 +8,8 @@ objective whenever any schedule of the same budget can, and keeps the largest la
 Which records are due when comes from the partitions' *time marks* (:attr:`PartitionLag.times`): ``(timestamp,
 offset)`` points saying that the records below ``offset`` are at most that old, which Kafka's time index answers
 exactly (ListOffsets by timestamp) and the simulator knows. A record between two marks is given the later mark's
-timestamp (its deadline is never earlier than the one planned for it, and the marks of a tick are as fine as it
-asks); a record after the last mark, the snapshot's time. Deadlines never decrease along a partition: a record
+timestamp, so it is due by its planned deadline at the latest (the marks a tick reads are finer the nearer they
+are, :func:`mark_times`); a record after the last mark, the snapshot's time. Deadlines never decrease along a partition: a record
 cannot be drained before the ones in front of it, so it is as due as the most due one behind it.
 
 The rules (:func:`deadline_targets`, in :func:`kprio_core.planner.plan_batch`'s order):
