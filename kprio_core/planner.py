@@ -9,6 +9,10 @@ budgets); they differ only in how many records each priority is granted:
 - ``flipkart`` grants what flipkart's window rule gives (base quota + burst from the poll
   history, :mod:`kprio_core.burst`), capped by backlog, with no redistribution.
 
+With freshness objectives, a ``lag-aware`` plan gives the budget first to the records closest to
+breaking their priority's objective, a priority's partitions in deadline order
+(:mod:`kprio_core.deadlines`); without any, it is the quotas' alone.
+
 3 priorities, 50 records (quotas 29/14/7), priority 1 has only 4 records waiting: its 10 unused
 records go to priority 2.
 

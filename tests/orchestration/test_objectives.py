@@ -19,7 +19,7 @@ from orchestration.dagster.sensors import SENSOR_NAME
 from tests.fixtures.kafka import fill
 from tests.orchestration.conservation import conservation
 
-pytestmark = [pytest.mark.broker, pytest.mark.dagster, pytest.mark.spark]
+pytestmark = pytest.mark.broker
 
 HOUR_MS = 3_600_000
 OBJECTIVES = {"max_age_s": {2: 86_400, 0: 600}}
@@ -55,6 +55,8 @@ def config_file(env, tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.dagster
+@pytest.mark.spark
 def test_the_plan_steered_by_the_objectives_keeps_the_one_the_fixed_split_breaks(
         make_topic, kprio_env, kafka_settings, dagster_instance, spark, tmp_path):
     # Each topic: 30 fresh records of priority 2, and 12 of priority 0 an hour old (its objective: 10 minutes).
@@ -95,3 +97,34 @@ def test_the_plan_steered_by_the_objectives_keeps_the_one_the_fixed_split_breaks
             pass
         check = conservation(env.config, topic, env.edge)
         assert check.ok, check
+
+
+def test_the_airflow_plan_task_logs_why_the_objectives_planned_as_they_did(make_topic, kafka_settings, tmp_path):
+    """One line of the plan task's log (Airflow shows it in the task's log): the plan's reason per priority."""
+    import logging
+
+    from orchestration.airflow.tasks import TaskIdentity, plan_batches
+
+    now_ms = int(time.time() * 1000)
+    topic = make_topic(priorities=3, partitions=1, records={2: 30}, base_ts_ms=now_ms)
+    fill(kafka_settings, topic.priority_topic(0), 12, 1, base_ts_ms=now_ms - HOUR_MS)
+    path = tmp_path / "kprio.yaml"
+    path.write_text(yaml.safe_dump({
+        "kafka": {"bootstrap_servers": kafka_settings.bootstrap_servers}, "topics": [topic.model_dump(mode="json")],
+        "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}"}, "drain": {"output_path": str(tmp_path / "out")},
+        "planner": {"record_budget": 20, "target_batch_s": None}, "slo": OBJECTIVES}))
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    log = logging.getLogger("kprio.airflow")
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)  # as in an Airflow task
+    try:
+        [order] = plan_batches(str(path), False, TaskIdentity("plan-1")).orders
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    [line] = [s for s in said if "planned by the objectives" in s]
+    assert line.startswith(f"{topic.name}: planned by the objectives: priority 2: 8 records due within ")
+    assert line.endswith("; priority 0: 12 records at or past their objective"), line
