@@ -181,6 +181,7 @@ def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> Pol
         policy = make_policy(policy, trace)
     name = name or type(policy).__name__
     n_pri, n_part, budget = trace.n_priorities, trace.n_partitions, trace.budget
+    deadlines = bool(trace.objectives) or isinstance(policy, EdfPolicy)  # the policies that see arrival ticks
     queues = [[_Queue() for _ in range(n_part)] for _ in range(n_pri)]
     drained_so_far = [[0] * n_part for _ in range(n_pri)]
     waits: list[dict[int, int]] = [{} for _ in range(n_pri)]
@@ -201,8 +202,7 @@ def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> Pol
             tuple(tuple(q.size for q in queues[p]) for p in range(n_pri)),
             tuple(map(tuple, drained_so_far)),
             tuple(tuple(q.runs[0][0] if q.runs else None for q in queues[p]) for p in range(n_pri)),
-            tuple(tuple(tuple(map(tuple, q.runs)) for q in queues[p]) for p in range(n_pri))
-            if trace.objectives else (),
+            tuple(tuple(tuple(map(tuple, q.runs)) for q in queues[p]) for p in range(n_pri)) if deadlines else (),
         )
         available += min(budget, sum(map(sum, view.backlog)))
         try:

@@ -309,6 +309,7 @@ def test_a_priority_without_an_objective_has_no_lateness_and_edf_serves_it_last(
     # A trace without objectives: no edf, no lateness in the JSON (the shape of the issue before objectives).
     plain = simulate_all(Trace("t", 3, ((2, 2),)))
     assert list(plain) == list(POLICIES) and "late" not in plain["kprio"].to_dict()
+    assert simulate(Trace("t", 3, ((2, 2),)), "edf").drained_by_tick == (3,), "asked for, edf drains (most urgent first)"
 
 
 @pytest.mark.parametrize(("objectives", "message"), [
