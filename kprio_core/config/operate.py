@@ -28,7 +28,8 @@ class SloSettings(Section):
 
     max_age_s: dict[Priority, float] = Field(
         default_factory=dict, description="Per priority, the largest age in seconds of its oldest pending record "
-        "(e.g. {2: 10, 0: 3600}); a priority absent has no objective."
+        "(e.g. {2: 10, 0: 3600}); a priority absent has no objective. A lag-aware plan gives the budget first to "
+        "the records closest to breaking their objective (deadline = timestamp + max_age_s)."
     )
     warn_fraction: float = Field(
         0.8, gt=0, le=1, description="Warn once the age passes this share of max_age_s (fail above max_age_s)."

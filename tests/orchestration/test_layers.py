@@ -74,6 +74,8 @@ CORE_FLOORS = {
     "kprio_core.values": "adapter",  # record values decoded with the schemas a registry serves (httpx)
     "kprio_core.simulator": "simulator",
     "kprio_core.traces": "simulator",  # the simulator's traces, read from files
+    "kprio_core.policies": "simulator",  # the drain policies the simulator replays traces against
+    "kprio_core.replay": "simulator",  # the ledger's arrivals replayed (kprio simulate --from-ledger)
     # Everything else: the pure rules (lifecycle, planner, quota, burst, rate, splits, lanes, log changes). The
     # settings model (config/) reads kprio.yaml when asked to; the rules take it as an input.
     "kprio_core": "rules",
