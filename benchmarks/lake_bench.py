@@ -86,29 +86,9 @@ def scan_s(drain: DrainSettings, logical_topic: str, *, repeat: int = 3) -> tupl
 
 def table_figures(drain: DrainSettings, logical_topic: str) -> tuple[int, int, int]:
     """(files, bytes, versions) of the output as a reader meets it (Parquet: the files, no versions)."""
-    import pyarrow.fs as pafs
+    from spark_jobs.tables import output_of
 
-    from spark_jobs import tables
-
-    if drain.format.value == "parquet":
-        files = tables.live_files(drain, logical_topic)
-        fs = pafs.LocalFileSystem()
-        return len(files), sum(fs.get_file_info(f.path).size for f in files), 0
-    from spark_jobs import maintenance
-
-    if drain.format.value == "delta":
-        from deltalake import DeltaTable
-
-        from spark_jobs.delta_table import table_uri
-        from spark_jobs.layout import filesystem
-
-        uri = table_uri(drain.output_path, logical_topic)
-        fs, base = filesystem(uri)
-        f = maintenance._delta_figures(DeltaTable(uri), fs, base)
-    else:
-        from spark_jobs import iceberg_table
-
-        f = maintenance._iceberg_figures(iceberg_table.load(drain.iceberg, "output", logical_topic))
+    f = output_of(drain).figures("output", logical_topic)
     return f.files, f.bytes, f.snapshots
 
 

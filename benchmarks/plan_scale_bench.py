@@ -12,7 +12,10 @@ record size to sample; every write acknowledged), and measures:
 - in one warm process, what one sensor tick decides for every logical topic
   (:func:`orchestration.runtime.tick.decide_all` over every topic within ``KafkaEdge.one_view``, as a tick
   does: the ledger view, the lag snapshot and the rules; nothing recorded): the median of three,
-  with the broker requests it made (the lag snapshot's functions that send them, counted).
+  with the broker requests it made (the lag snapshot's functions that send them, counted);
+- the same tick with freshness objectives set (``--objectives``, ``slo.max_age_s``; default 2: 10 s, 1: 60 s,
+  0: 3,600 s): the plan steered by deadlines, whose time marks come from Kafka's time index (one ListOffsets
+  by timestamp per mark time, sent side by side: ``time_marks``).
 
 The goal (the speed-of-the-loop issue): ``kprio plan`` and one tick over 1,920 partitions in
 <= 1 s including the process, and cost growing no worse than linearly in partitions (the broker
@@ -91,14 +94,16 @@ def drop_topics(kafka: KafkaSettings, topics: list[dict]) -> None:
             future.result(120)
 
 
-def config_for(kafka: KafkaSettings, topics: list[dict], root: Path) -> Path:
+def config_for(kafka: KafkaSettings, topics: list[dict], root: Path, objectives: dict[int, float] | None = None,
+               name: str = "kprio.yaml") -> Path:
     config = KprioConfig.model_validate({
         "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "timeout_s": 60},
         "topics": topics, "ledger": {"url": f"sqlite:///{root / 'ledger.db'}"},
         "drain": {"output_path": str(root / "out"), "dead_letter_path": str(root / "dead"),
                   "replay_path": str(root / "replay")},
+        "slo": {"max_age_s": objectives or {}},
     })
-    path = root / "kprio.yaml"
+    path = root / name
     path.write_text(json.dumps(config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})))
     return path
 
@@ -138,8 +143,11 @@ def in_process_tick(config_file: Path, home: Path) -> tuple[float, dict[str, int
     calls.wrap(edge_module, "cluster_metadata")  # a metadata request, counted where the edge or the snapshot asks
     calls.wrap(lag, "cluster_metadata")
     for name in ("log_starts", "high_watermarks", "stable_offsets", "topic_ids",
-                 "sample_record_bytes"):
+                 "sample_record_bytes", "time_marks"):
         calls.wrap(lag, name)
+    import kprio_core.kafka.times as times
+
+    calls.wrap(times, "list_offsets")  # one per time the objectives' marks are read at
     from kprio_core.kafka.reads import GroupOffsets
 
     calls.wrap(GroupOffsets, "fetch")
@@ -174,7 +182,10 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
                         help="logical topics per size, each 3 x 64 partitions (default 1,10,100)")
     parser.add_argument("--json-file", help="also write the figures to this file (a list, one entry per size)")
+    parser.add_argument("--objectives", default="2:10,1:60,0:3600",
+                        help="slo.max_age_s of the tick with objectives, priority:seconds,... (default 2:10,1:60,0:3600)")
     args = parser.parse_args()
+    objectives = {int(p): float(s) for p, s in (pair.split(":") for pair in args.objectives.split(","))}
     with tempfile.TemporaryDirectory(prefix="kprio-plan-bench-") as tmp:
         root = Path(tmp)
         broker = None
@@ -186,7 +197,7 @@ def main() -> None:
             broker = EmbeddedBroker(root / "broker", port=None, start_timeout_s=120).start()
             bootstrap = broker.bootstrap
         try:
-            figures = run(KafkaSettings(bootstrap_servers=bootstrap), root, sizes)
+            figures = run(KafkaSettings(bootstrap_servers=bootstrap), root, sizes, objectives)
             if args.json_file:
                 Path(args.json_file).write_text(json.dumps(figures, indent=2))
         finally:
@@ -194,7 +205,7 @@ def main() -> None:
                 broker.stop()
 
 
-def run(kafka: KafkaSettings, root: Path, sizes: list[int]) -> list[dict]:
+def run(kafka: KafkaSettings, root: Path, sizes: list[int], objectives: dict[int, float]) -> list[dict]:
     """Measure each size, print the table; the figures, one dict per size."""
     from tabulate import tabulate
 
@@ -208,9 +219,11 @@ def run(kafka: KafkaSettings, root: Path, sizes: list[int]) -> list[dict]:
         made = time.perf_counter() - started
         config_file = config_for(kafka, topics, where)
         tick_s, calls, partitions = in_process_tick(config_file, where / "home")
+        steered = config_for(kafka, topics, where, objectives, name="kprio-objectives.yaml")
+        objectives_s, objective_calls, _ = in_process_tick(steered, where / "home")
         close_shared_group_offsets()  # this process's group consumers hold connections (file descriptors) no more
-        print(f"{partitions:,} partitions: topics made in {made:.1f} s; tick {tick_s:.3f} s; broker calls {calls}",
-              flush=True)
+        print(f"{partitions:,} partitions: topics made in {made:.1f} s; tick {tick_s:.3f} s; broker calls {calls}; "
+              f"with objectives {objectives_s:.3f} s, {objective_calls}", flush=True)
         try:
             process_s: float | None = plan_process(config_file, where / "home")
         except AssertionError as failed:  # at 19,200 partitions a single node may run out of file descriptors
@@ -220,14 +233,16 @@ def run(kafka: KafkaSettings, root: Path, sizes: list[int]) -> list[dict]:
         else:
             print(f"{partitions:,} partitions: kprio plan {process_s:.2f} s", flush=True)
         figures.append({"partitions": partitions, "logical_topics": logical, "plan_process_s": process_s,
-                        "tick_s": tick_s, "broker_calls": calls})
+                        "tick_s": tick_s, "broker_calls": calls, "tick_with_objectives_s": objectives_s})
         drop_topics(kafka, topics)
         rows.append([f"{partitions:,}", logical, "failed" if process_s is None else f"{process_s:.2f}",
                      f"{tick_s:.3f}", f"{tick_s / partitions * 1e6:.0f}",
-                     ", ".join(f"{k} {v}" for k, v in sorted(calls.items()))])
+                     ", ".join(f"{k} {v}" for k, v in sorted(calls.items())), f"{objectives_s:.3f}",
+                     f"{(objectives_s - tick_s) * 1000:+.0f}"])
     print()
     print(tabulate(rows, headers=["partitions", "logical topics", "kprio plan s (process)", "one tick s (warm)",
-                                  "tick us/partition", "broker calls of one tick"],
+                                  "tick us/partition", "broker calls of one tick", "one tick with objectives s",
+                                  "objectives' cost ms"],
                    tablefmt="github", disable_numparse=True))
     print("\ngoal: kprio plan and one tick over 1,920 partitions <= 1 s including the process; no worse than linear")
     return figures

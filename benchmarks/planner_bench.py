@@ -5,8 +5,10 @@ depend on the machine. Target: under 20 ms at 512 partitions, growing no worse t
 
 Each snapshot has skewed backlogs (most partitions a few hundred records, one in ten a hundred
 thousand), a quarter of the partitions with a batch in flight, and avg record sizes; the budget
-is 50 000 records. Three planner calls are timed: lag-aware without a byte budget, lag-aware
-with a byte budget that binds (the byte search runs), and flipkart mode with a full history.
+is 50 000 records. Four planner calls are timed: lag-aware without a byte budget, lag-aware
+with a byte budget that binds (the byte search runs), flipkart mode with a full history, and
+lag-aware steered by objectives (10 s / 60 s / 3,600 s, a batch every 4 s) over the time marks a
+tick reads (:func:`kprio_core.deadlines.mark_times`, offsets spread evenly over each backlog).
 "no-GC" repeats the lag-aware call with Python's cyclic garbage collector paused: the gap at
 4096 partitions is the collector walking the ~30k objects a plan allocates, not the algorithm
 (sorting aside, every step is linear in partitions); "us/part" is lag-aware time per partition.
@@ -15,12 +17,14 @@ with a byte budget that binds (the byte search runs), and flipkart mode with a f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import random
 import statistics
 import time
 
 from kprio_core.burst import PollHistory
+from kprio_core.deadlines import Objectives, mark_times
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 from kprio_core.planner import Budget, plan_batch
@@ -29,6 +33,8 @@ from kprio_core.quota import exponential_quotas
 N_PRIORITIES = 3
 RECORDS = 50_000
 SIZES = (8, 64, 512, 4096)
+NOW_MS = 10_000_000
+OBJECTIVES = Objectives.of({2: 10, 1: 60, 0: 3600}, every_s=4)
 
 
 def scenario(partitions: int, seed: int = 7) -> tuple[LagSnapshot, list[OffsetRange]]:
@@ -43,10 +49,13 @@ def scenario(partitions: int, seed: int = 7) -> tuple[LagSnapshot, list[OffsetRa
                 committed=committed, avg_record_bytes=rng.choice([0.0, 180.0, 512.5, 2048.0]),
                 oldest_pending_ms=rng.choice([None, rng.randint(0, 10**6)]),
             )
+            backlog_times = mark_times(OBJECTIVES, NOW_MS)[prio]
+            lag = dataclasses.replace(lag, times=tuple(
+                (t, committed + backlog * (k + 1) // (len(backlog_times) + 1)) for k, t in enumerate(backlog_times)))
             parts.append(lag)
             if rng.random() < 0.25 and backlog:
                 reserved.append(OffsetRange(lag.topic, p, committed, committed + rng.randint(1, backlog)))
-    return LagSnapshot.of("orders", N_PRIORITIES, parts, taken_at_ms=1), reserved
+    return LagSnapshot.of("orders", N_PRIORITIES, parts, taken_at_ms=NOW_MS), reserved
 
 
 def median_ms(call, repeats: int, collect: bool = True) -> tuple[float, float]:
@@ -80,7 +89,7 @@ def main() -> None:
     history = PollHistory.from_counts({2: [quotas[2]] * 6, 1: [100] * 6, 0: [quotas[0]] * 6}, quotas)
     header = (
         f"{'partitions':>10} {'total':>6} {'wall ms':>8} | {'CPU ms':>7} {'+bytes':>7} {'flipkart':>9}"
-        f" {'no-GC':>7} {'us/part':>8}"
+        f" {'no-GC':>7} {'us/part':>8} {'objectives':>10}"
     )
     print("3 priorities x N partitions each; median of", args.repeats, "repeats; CPU columns in ms")
     print(header)
@@ -98,11 +107,13 @@ def main() -> None:
         _, nogc = median_ms(
             lambda: plan_batch(snap, Budget(RECORDS), reserved=reserved), args.repeats, collect=False
         )
+        _, steered = median_ms(lambda: plan_batch(snap, Budget(RECORDS), reserved=reserved, objectives=OBJECTIVES),
+                               args.repeats)
         plan = plan_batch(snap, byte_budget, reserved=reserved)
         assert plan.records <= RECORDS and plan.est_bytes <= 4_000_000
         print(
             f"{size:>10} {total:>6} {lag_wall:>8.2f} | {lag:>7.2f} {lagb:>7.2f} {flip:>9.2f}"
-            f" {nogc:>7.2f} {1000 * lag / total:>8.2f}"
+            f" {nogc:>7.2f} {1000 * lag / total:>8.2f} {steered:>10.2f}"
         )
 
 if __name__ == "__main__":

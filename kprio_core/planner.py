@@ -9,6 +9,10 @@ budgets); they differ only in how many records each priority is granted:
 - ``flipkart`` grants what flipkart's window rule gives (base quota + burst from the poll
   history, :mod:`kprio_core.burst`), capped by backlog, with no redistribution.
 
+With freshness objectives, a ``lag-aware`` plan gives the budget first to the records closest to
+breaking their priority's objective, a priority's partitions in deadline order
+(:mod:`kprio_core.deadlines`); without any, it is the quotas' alone.
+
 3 priorities, 50 records (quotas 29/14/7), priority 1 has only 4 records waiting: its 10 unused
 records go to priority 2.
 
@@ -40,12 +44,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kprio_core.burst import PollHistory, burst_capacities
+from kprio_core.deadlines import DeadlineShare, Objectives, deadline_targets, due_reasons
 from kprio_core.errors import QuotaError
 from kprio_core.model.drain_plan import BurstDecision, DrainPlan, PlanMode, PlannedRange
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.priority import Priority, most_urgent_first
 from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 from kprio_core.quota import Distribution, base_quotas
+from kprio_core.shares import FairShare, Share, Slot, estimate_bytes
 
 
 @dataclass(frozen=True)
@@ -78,17 +84,6 @@ def min_share_records(budget: Budget) -> int:
     if budget.min_share <= 0:
         return 0
     return max(1, math.floor(budget.min_share * budget.records))
-
-
-def estimate_bytes(count: int, avg_record_bytes: float) -> int:
-    """Estimated bytes of ``count`` records: ``ceil(count * avg)`` (0 when the size is unknown).
-
-    >>> estimate_bytes(3, 100.5), estimate_bytes(10, 0.0)
-    (302, 0)
-    """
-    if count <= 0 or avg_record_bytes <= 0:
-        return 0
-    return math.ceil(count * avg_record_bytes)
 
 
 # --- where each partition starts ---------------------------------------------------------------
@@ -127,135 +122,6 @@ def plan_start(part: PartitionLag, reserved_end: int | None) -> int:
     if reserved_end is not None and reserved_end > start:
         start = reserved_end
     return start
-
-
-# --- fair share over the partitions of one priority --------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Slot:
-    part: PartitionLag
-    start: int
-    capacity: int
-
-
-def _tie_break(slot: _Slot) -> tuple[bool, int, int, str, int]:
-    """Oldest backlog first: known oldest timestamps first, then the longest backlog."""
-    ts = slot.part.oldest_pending_ms
-    return (ts is None, ts or 0, -slot.capacity, slot.part.topic, slot.part.partition)
-
-
-class FairShare:
-    """Max-min fair split of a priority's records over its partitions.
-
-    Every partition gets the same level ``L`` or its whole backlog if smaller; the few records
-    the integer level leaves go one each to the partitions with the oldest backlog. So a skewed
-    partition cannot take the whole quota while others wait.
-
-    >>> parts = [PartitionLag("t", i, 0, 0, hw, 0) for i, hw in enumerate([1000, 3, 1000])]
-    >>> FairShare([_Slot(p, 0, p.backlog) for p in parts]).counts(20)
-    [9, 3, 8]
-    """
-
-    def __init__(self, slots: Sequence[_Slot]) -> None:
-        self.slots = list(slots)
-        self.capacity = sum(s.capacity for s in self.slots)
-        self._by_capacity = sorted(range(len(self.slots)), key=lambda i: self.slots[i].capacity)
-        self._caps = [self.slots[i].capacity for i in self._by_capacity]
-        self._rank = [0] * len(self.slots)
-        for r, i in enumerate(self._by_capacity):
-            self._rank[i] = r
-        self._by_age = sorted(range(len(self.slots)), key=lambda i: _tie_break(self.slots[i]))
-        self._avgs = [s.part.avg_record_bytes for s in self.slots]
-        self._sized = any(a > 0 for a in self._avgs)
-        self._full_bytes: list[int] = []  # filled on first use: only a byte budget needs it
-        self._bytes_memo: dict[int, int] = {}
-
-    def _split(self, total: int) -> tuple[int, int, int]:
-        """``(k, level, extra)``: the k smallest backlogs are taken whole, the others get ``level``
-        records and ``extra`` of them (oldest backlog first) one more."""
-        caps = self._caps
-        remaining, left, k = min(total, self.capacity), len(caps), 0
-        # Saturate the smallest backlogs while they are below the even level of what remains.
-        while k < len(caps) and caps[k] <= remaining // left:
-            remaining -= caps[k]
-            left -= 1
-            k += 1
-        if left == 0:
-            return k, 0, 0
-        level, extra = divmod(remaining, left)
-        return k, level, extra
-
-    def _extras(self, k: int, extra: int) -> list[int]:
-        """Slots (not among the k saturated) that get one record above the level."""
-        out: list[int] = []
-        rank = self._rank
-        for i in self._by_age:
-            if len(out) == extra:
-                break
-            if rank[i] >= k:
-                out.append(i)
-        return out
-
-    def counts(self, total: int) -> list[int]:
-        """Records per slot (in slot order) for ``total`` records, ``0 <= total <= capacity``."""
-        k, level, extra = self._split(total)
-        counts = [0] * len(self.slots)
-        for r, i in enumerate(self._by_capacity):
-            counts[i] = self._caps[r] if r < k else level
-        for i in self._extras(k, extra):
-            counts[i] += 1
-        return counts
-
-    def bytes_for(self, total: int) -> int:
-        """Estimated bytes of the split of ``total`` records (monotone in ``total``)."""
-        if not self._sized or total <= 0:
-            return 0
-        memo = self._bytes_memo.get(total)
-        if memo is not None:
-            return memo
-        if not self._full_bytes:
-            # bytes of the k smallest partitions taken whole, in capacity order
-            self._full_bytes = [0]
-            for i in self._by_capacity:
-                self._full_bytes.append(self._full_bytes[-1] + estimate_bytes(self.slots[i].capacity, self._avgs[i]))
-        k, level, extra = self._split(total)
-        avgs = self._avgs
-        result = self._full_bytes[k]
-        if level:
-            result += sum(math.ceil(level * avgs[i]) for i in self._by_capacity[k:] if avgs[i] > 0)
-        for i in self._extras(k, extra):
-            a = avgs[i]
-            if a > 0:
-                result += math.ceil((level + 1) * a) - math.ceil(level * a)
-        self._bytes_memo[total] = result
-        return result
-
-    def most_within_bytes(self, base: int, want: int, byte_room: int) -> int:
-        """Largest ``t <= want`` such that ``total base + t`` costs at most ``byte_room`` more bytes."""
-        if not self._sized:
-            return want
-        before = self.bytes_for(base)
-        limit = before + byte_room
-        hi_bytes = self.bytes_for(base + want)
-        if hi_bytes <= limit:
-            return want
-        # Invariant: t = lo fits, t = hi does not. Bytes grow almost linearly with records, so
-        # interpolate; every other step bisects, which bounds the steps at twice a binary search.
-        lo, hi, lo_bytes = 0, want, before
-        bisect = False
-        while hi - lo > 1:
-            guess = (lo + hi) // 2
-            if not bisect:
-                guess = lo + (hi - lo) * (limit - lo_bytes) // (hi_bytes - lo_bytes)
-                guess = min(max(guess, lo + 1), hi - 1)
-            bisect = not bisect
-            b = self.bytes_for(base + guess)
-            if b <= limit:
-                lo, lo_bytes = guess, b
-            else:
-                hi, hi_bytes = guess, b
-        return lo
 
 
 # --- grant rules: one small pure function each --------------------------------------------------
@@ -315,7 +181,7 @@ def window_rule_targets(available: Mapping[Priority, int], capacities: Mapping[P
 
 def fill_stages(
     stages: Sequence[Mapping[Priority, int]],
-    shares: Mapping[Priority, FairShare],
+    shares: Mapping[Priority, Share],
     budget: Budget,
 ) -> dict[Priority, int]:
     """Raise each priority toward each stage's target, stage by stage, most urgent first.
@@ -350,6 +216,7 @@ def plan_batch(
     distribution: Distribution | str = Distribution.EXP,
     history: PollHistory | None = None,
     reserved: Iterable[OffsetRange] = (),
+    objectives: Objectives | None = None,
 ) -> DrainPlan:
     """Plan the next batch: contiguous ranges from each partition's start, within both budgets.
 
@@ -358,6 +225,8 @@ def plan_batch(
     at most its backlog and, for the burst, what the other priorities left of the record budget.
     ``history`` is read only in ``flipkart`` mode (an empty history there means no burst); the
     caller records each drained batch into it (``history.record(drained, plan.quotas)``).
+    ``objectives`` (``slo.max_age_s``) steer a ``lag-aware`` plan by the records' deadlines
+    (:mod:`kprio_core.deadlines`); without any, the plan is the quotas' alone.
     """
     n = snapshot.n_priorities
     try:
@@ -373,6 +242,7 @@ def plan_batch(
     available = {p: shares[p].capacity for p in most_urgent_first(n)}
 
     burst: BurstDecision | None
+    due: dict[Priority, str] = {}
     if mode is PlanMode.FLIPKART:
         history = history if history is not None else PollHistory(n)
         if history.n_priorities != n:
@@ -396,7 +266,17 @@ def plan_batch(
         # Order: the minimum share first, so no priority with backlog starves whatever the others
         # want; then base quotas, so urgency decides when everyone is busy; then whatever is left
         # (quota of idle priorities) goes most urgent first, so the budget is never wasted.
+        # With objectives, the priorities that have one take their most due records before the quotas
+        # (kprio_core.deadlines: all of the budget by deadline when every priority with backlog has one).
         floors = min_share_targets(available, budget)
+        now = snapshot.taken_at_ms
+        timed = deadline_shares(shares, objectives, now) if objectives else {}
+        every_priority = bool(timed) and not any(a for p, a in available.items() if p not in timed)
+        if timed:
+            floors = {p: 0 if p in timed else f for p, f in floors.items()}
+            first = deadline_targets(timed, floors, budget.records, objectives, now, every_priority=every_priority)
+            floors = {p: max(f, first.get(p, 0)) for p, f in floors.items()}
+            shares = {**shares, **timed}
         stages = [
             floors,
             quota_targets(available, quotas, floors, budget.records),
@@ -404,7 +284,8 @@ def plan_batch(
         ]
         granted = fill_stages(stages, shares, budget)
         grants = granted
-        burst = water_fill_decision(quotas, granted, available)
+        burst = None if every_priority else water_fill_decision(quotas, granted, available)
+        due = due_reasons(timed, granted, now)
 
     return DrainPlan(
         logical_topic=snapshot.logical_topic,
@@ -418,6 +299,7 @@ def plan_batch(
         lost=snapshot.lost_to_retention(),
         backlog_before=snapshot.backlog_by_priority(),
         snapshot_taken_at_ms=snapshot.taken_at_ms,
+        due=due,
     )
 
 
@@ -451,18 +333,23 @@ def fair_shares(snapshot: LagSnapshot, reserved: Iterable[OffsetRange] = ()) -> 
     open transaction are not planned until it ends (:attr:`PartitionLag.readable_end`).
     """
     ends = reserved_ends(reserved)
-    slots: dict[Priority, list[_Slot]] = {p: [] for p in range(snapshot.n_priorities)}
+    slots: dict[Priority, list[Slot]] = {p: [] for p in range(snapshot.n_priorities)}
     for part in snapshot.partitions:
         if part.priority not in slots:
             raise QuotaError(
                 f"{part.topic}[{part.partition}] has priority {part.priority}, outside 0..{snapshot.n_priorities - 1}"
             )
         start = plan_start(part, ends.get((part.topic, part.partition)))
-        slots[part.priority].append(_Slot(part, start, max(0, part.readable_end - start)))
+        slots[part.priority].append(Slot(part, start, max(0, part.readable_end - start)))
     return {p: FairShare(s) for p, s in slots.items()}
 
 
-def _ranges(shares: Mapping[Priority, FairShare], granted: Mapping[Priority, int]) -> tuple[PlannedRange, ...]:
+def deadline_shares(shares: Mapping[Priority, Share], objectives: Objectives, now_ms: int) -> dict[Priority, Share]:
+    """The partitions of each priority with an objective, in deadline order (:class:`DeadlineShare`)."""
+    return {p: DeadlineShare(shares[p].slots, age, now_ms) for p, age in objectives.max_age_ms.items() if p in shares}
+
+
+def _ranges(shares: Mapping[Priority, Share], granted: Mapping[Priority, int]) -> tuple[PlannedRange, ...]:
     out: list[PlannedRange] = []
     for p in sorted(shares, reverse=True):
         share = shares[p]

@@ -4,11 +4,9 @@ Each tick: the tick's arrivals join FIFO queues (one per partition of each prior
 runs of ``(arrival tick, count)`` so long traces stay cheap); the policy sees the backlog and
 says how many records to drain from each partition; the queues give up their oldest records.
 
-Policies (:data:`POLICIES`): ``strict`` (most urgent first), ``round_robin`` (max-min fair
-shares), ``flipkart`` (exponential quotas + window burst, as flipkart's client) and ``kprio``
-(the real lag-aware :func:`~kprio_core.planner.plan_batch` on a snapshot of the simulated
-partitions). Baselines spread a priority's records max-min fairly over its partitions; kprio
-drains exactly the planner's ranges. Order is FIFO per partition; metrics are per priority.
+Policies (:data:`POLICIES`, :mod:`kprio_core.policies`): ``strict``, ``round_robin``, ``flipkart`` and
+``kprio``; on a trace with objectives, ``edf`` first, the bound the others are judged against, and
+``kprio_quotas`` last, the planner without objectives. Order is FIFO per partition; metrics are per priority.
 
 Metrics, per policy:
 
@@ -18,7 +16,9 @@ Metrics, per policy:
 - ``utilization`` = records drained / sum over ticks of min(budget, backlog after arrivals);
 - ``starved[p]`` = longest run of consecutive ticks in which p had backlog and drained nothing;
 - ``cap_violations`` = ticks in which the policy drained more than the budget (counted, never
-  clamped away).
+  clamped away);
+- on a trace with objectives, ``late[p]`` = records that waited longer than p's objective and
+  ``max_lateness[p]`` = the largest wait beyond it (0: none late).
 
 >>> from kprio_core.traces import Trace
 >>> r = simulate(Trace("t", budget=2, arrivals=((1, 2), (0, 0))), "strict")
@@ -31,199 +31,30 @@ Metrics, per policy:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Protocol
 
 from pydantic import TypeAdapter
 
-from kprio_core.burst import PollHistory, burst_capacities
 from kprio_core.errors import PolicyBroke, QuotaError
-from kprio_core.model.drain_plan import PlanMode
 from kprio_core.model.priority import Priority, most_urgent_first
-from kprio_core.model.snapshot import LagSnapshot, PartitionLag
-from kprio_core.planner import Budget, plan_batch
-from kprio_core.quota import Distribution, exponential_quotas
+from kprio_core.policies import (  # noqa: F401 - the policies, where the simulator's users find them
+    EDF,
+    POLICIES,
+    WITH_OBJECTIVES,
+    EdfPolicy,
+    FlipkartPolicy,
+    Grid,
+    KprioPolicy,
+    Policy,
+    RoundRobinPolicy,
+    StrictPolicy,
+    TickView,
+    fair_split,
+    make_policy,
+)
 from kprio_core.traces import Trace
-
-Grid = tuple[tuple[int, ...], ...]
-"""Numbers per ``[priority][partition]``."""
-
-
-@dataclass(frozen=True)
-class TickView:
-    """What a policy sees at one tick: backlog and drained-so-far per partition of each priority."""
-
-    tick: int
-    budget: int
-    backlog: Grid
-    drained: Grid
-    """Records drained so far per partition: the committed offset of a simulated partition."""
-    oldest: tuple[tuple[int | None, ...], ...]
-    """Arrival tick of the oldest waiting record per partition (None: nothing waiting)."""
-
-    @property
-    def n_priorities(self) -> int:
-        return len(self.backlog)
-
-    def backlog_of(self, priority: Priority) -> int:
-        return sum(self.backlog[priority])
-
-
-class Policy(Protocol):
-    """Decides per tick how many records to drain from every partition of every priority."""
-
-    def drain(self, view: TickView) -> Sequence[Sequence[int]]: ...
-
-
-def fair_split(amount: int, caps: Sequence[int], start: int = 0) -> list[int]:
-    """Split ``amount`` max-min fairly under ``caps``: equal shares, what a small cap leaves goes to the others.
-
-    Records that do not divide evenly go one each, in index order rotated to begin at ``start``.
-
-    >>> fair_split(10, [2, 10, 10])
-    [2, 4, 4]
-    >>> fair_split(5, [9, 9, 9], start=2)
-    [2, 1, 2]
-    >>> fair_split(50, [3, 4])
-    [3, 4]
-    """
-    alloc = [0] * len(caps)
-    left = min(amount, sum(caps))
-    open_ = [i for i, cap in enumerate(caps) if cap > 0]
-    while left > 0 and open_:
-        share = left // len(open_)
-        if share == 0:
-            for i in sorted(open_, key=lambda i: (i - start) % len(caps))[:left]:
-                alloc[i] += 1
-            break
-        for i in open_:
-            give = min(share, caps[i] - alloc[i])
-            alloc[i] += give
-            left -= give
-        open_ = [i for i in open_ if alloc[i] < caps[i]]
-    return alloc
-
-
-def _over_partitions(grants: Mapping[Priority, int], view: TickView) -> list[list[int]]:
-    # Baselines spread a priority's grant over its partitions max-min fairly, rotating the
-    # odd records with the tick, so only the priority-level decision differs between policies.
-    return [fair_split(grants.get(p, 0), view.backlog[p], start=view.tick) for p in range(view.n_priorities)]
-
-
-class StrictPolicy:
-    """Highest priority first: each priority takes all it can of what the more urgent ones left.
-
-    >>> v = TickView(0, 10, ((5,), (4,), (8,)), ((0,), (0,), (0,)), ((0,), (0,), (0,)))
-    >>> StrictPolicy().drain(v)
-    [[0], [2], [8]]
-    """
-
-    def drain(self, view: TickView) -> list[list[int]]:
-        left, grants = view.budget, {}
-        for p in most_urgent_first(view.n_priorities):
-            grants[p] = min(left, view.backlog_of(p))
-            left -= grants[p]
-        return _over_partitions(grants, view)
-
-
-class RoundRobinPolicy:
-    """Equal shares of the budget; what a priority with less backlog leaves goes to the others.
-
-    This is max-min fairness, so the policy is work-conserving; records that do not divide
-    evenly go one each to the priorities in turn, the starting priority rotating every tick.
-
-    >>> v = TickView(0, 10, ((2,), (9,), (9,)), ((0,), (0,), (0,)), ((0,), (0,), (0,)))
-    >>> RoundRobinPolicy().drain(v)
-    [[2], [4], [4]]
-    """
-
-    def __init__(self) -> None:
-        self._turn = 0
-
-    def drain(self, view: TickView) -> list[list[int]]:
-        backlog = [view.backlog_of(p) for p in range(view.n_priorities)]
-        split = fair_split(view.budget, backlog, start=self._turn)
-        self._turn = (self._turn + 1) % view.n_priorities
-        return _over_partitions(dict(enumerate(split)), view)
-
-
-class FlipkartPolicy:
-    """Flipkart's client: exponential base quotas plus the poll-history window burst.
-
-    Each priority drains min(capacity, backlog); the history records what was drained, so a
-    priority "maxes out" only when it drained its whole quota. Capacities come from the past
-    window, not from the backlog, so the total may exceed the budget.
-
-    >>> v = TickView(0, 50, ((3,), (30,), (90,)), ((0,), (0,), (0,)), ((0,), (0,), (0,)))
-    >>> FlipkartPolicy(3).drain(v)
-    [[3], [14], [29]]
-    """
-
-    def __init__(self, n_priorities: int) -> None:
-        self.history = PollHistory(n_priorities)
-
-    def drain(self, view: TickView) -> list[list[int]]:
-        quotas = exponential_quotas(view.n_priorities, view.budget)
-        capacities, _ = burst_capacities(quotas, self.history)
-        grants = {p: min(capacities[p], view.backlog_of(p)) for p in range(view.n_priorities)}
-        self.history.record(grants, quotas)
-        return _over_partitions(grants, view)
-
-
-class KprioPolicy:
-    """kprio's lag-aware planner, fed a :class:`LagSnapshot` of the simulated partitions each tick.
-
-    A simulated partition is topic ``sim-{priority}``: log start 0, committed offset = records
-    drained so far, high watermark = records arrived so far. The plan's ranges must start at
-    the committed offset and be contiguous, or the policy broke (records skipped or repeated).
-
-    >>> v = TickView(0, 50, ((3,), (30,), (90,)), ((0,), (0,), (0,)), ((0,), (0,), (0,)))
-    >>> [sum(row) for row in KprioPolicy().drain(v)]
-    [3, 14, 33]
-    """
-
-    def __init__(self, distribution: Distribution = Distribution.EXP, min_share: float = 0.05) -> None:
-        self.distribution = distribution
-        self.min_share = min_share
-
-    def snapshot(self, view: TickView) -> LagSnapshot:
-        """The lag snapshot of the simulated partitions at this tick (a tick is 1000 ms)."""
-        parts = [
-            PartitionLag(
-                f"sim-{p}", i, priority=p, log_start=0,
-                high_watermark=view.drained[p][i] + view.backlog[p][i], committed=view.drained[p][i],
-                oldest_pending_ms=None if view.oldest[p][i] is None else view.oldest[p][i] * 1000,
-            )
-            for p in range(view.n_priorities)
-            for i in range(len(view.backlog[p]))
-        ]
-        oldest = {
-            p: min((t * 1000 for t in view.oldest[p] if t is not None), default=None)
-            for p in range(view.n_priorities)
-        }
-        return LagSnapshot("sim", view.n_priorities, tuple(parts), view.tick * 1000, oldest)
-
-    def drain(self, view: TickView) -> list[list[int]]:
-        plan = plan_batch(
-            self.snapshot(view),
-            Budget(records=view.budget, min_share=self.min_share),
-            mode=PlanMode.LAG_AWARE,
-            distribution=self.distribution,
-        )
-        taken = [[0] * len(row) for row in view.backlog]
-        for planned in sorted(plan.ranges, key=lambda r: r.range):
-            rng = planned.range
-            p, i = int(rng.topic.removeprefix("sim-")), rng.partition
-            expected = view.drained[p][i] + taken[p][i]
-            if planned.priority != p or rng.start != expected:
-                raise PolicyBroke(
-                    f"policy 'kprio' at tick {view.tick}: planned {rng} for priority {planned.priority}, "
-                    f"expected a range of priority {p} starting at offset {expected}"
-                )
-            taken[p][i] += rng.count
-        return taken
 
 
 @dataclass
@@ -277,6 +108,12 @@ class PolicyResult:
     """Backlog per priority at the end of each tick ``[tick][priority]`` (after draining)."""
     waits: dict[Priority, dict[int, int]] = field(repr=False)
     """Full wait histogram ``{wait: records}`` per priority."""
+    late: dict[Priority, int | None] = field(default_factory=dict)
+    """Records per priority that waited longer than its objective (None: no objective; ``{}``: a trace without)."""
+    max_lateness: dict[Priority, int | None] = field(default_factory=dict)
+    """The largest wait beyond the objective per priority, in ticks (0: none late)."""
+    oldest_by_tick: Grid = field(default=(), repr=False)
+    """Per tick ``[tick][priority]``, the wait the oldest pending record would have if drained next tick (0: none)."""
 
     def to_dict(self) -> dict[str, object]:
         """The JSON shape of ``kprio simulate --json``: priorities as string keys, most urgent first.
@@ -285,7 +122,8 @@ class PolicyResult:
         >>> simulate(Trace("t", budget=2, arrivals=((1, 2),)), "strict").to_dict()["wait"]
         {'1': {'p50': 0, 'p95': 0, 'max': 0}, '0': {'p50': 1, 'p95': 1, 'max': 1}}
         """
-        return _json().dump_python(self, mode="json", include={"utilization", "cap_violations", "wait", "starved"})
+        shown = {"utilization", "cap_violations", "wait", "starved", *(("late", "max_lateness") if self.late else ())}
+        return _json().dump_python(self, mode="json", include=shown)
 
 
 @cache
@@ -343,6 +181,7 @@ def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> Pol
         policy = make_policy(policy, trace)
     name = name or type(policy).__name__
     n_pri, n_part, budget = trace.n_priorities, trace.n_partitions, trace.budget
+    deadlines = bool(trace.objectives) or isinstance(policy, EdfPolicy)  # the policies that see arrival ticks
     queues = [[_Queue() for _ in range(n_part)] for _ in range(n_pri)]
     drained_so_far = [[0] * n_part for _ in range(n_pri)]
     waits: list[dict[int, int]] = [{} for _ in range(n_pri)]
@@ -351,6 +190,7 @@ def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> Pol
     available = drained_total = violations = 0
     drained_by_tick: list[int] = []
     backlog_by_tick: list[tuple[int, ...]] = []
+    oldest_by_tick: list[tuple[int, ...]] = []
 
     for tick, row in enumerate(trace.arrivals):
         for p, n in enumerate(row):
@@ -362,6 +202,7 @@ def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> Pol
             tuple(tuple(q.size for q in queues[p]) for p in range(n_pri)),
             tuple(map(tuple, drained_so_far)),
             tuple(tuple(q.runs[0][0] if q.runs else None for q in queues[p]) for p in range(n_pri)),
+            tuple(tuple(tuple(map(tuple, q.runs)) for q in queues[p]) for p in range(n_pri)) if deadlines else (),
         )
         available += min(budget, sum(map(sum, view.backlog)))
         try:
@@ -383,6 +224,8 @@ def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> Pol
         drained_total += tick_total
         drained_by_tick.append(tick_total)
         backlog_by_tick.append(tuple(sum(q.size for q in queues[p]) for p in range(n_pri)))
+        oldest_by_tick.append(tuple(tick + 1 - min((q.runs[0][0] for q in queues[p] if q.runs), default=tick + 1)
+                                    for p in range(n_pri)))
 
     end = trace.ticks
     for p in range(n_pri):
@@ -400,24 +243,28 @@ def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> Pol
         drained_by_tick=tuple(drained_by_tick),
         backlog_by_tick=tuple(backlog_by_tick),
         waits={p: dict(sorted(waits[p].items())) for p in most_urgent_first(n_pri)},
+        late={p: lateness(waits[p], trace.objectives[p])[0] for p in most_urgent_first(n_pri)} if trace.objectives
+        else {},
+        max_lateness={p: lateness(waits[p], trace.objectives[p])[1] for p in most_urgent_first(n_pri)}
+        if trace.objectives else {},
+        oldest_by_tick=tuple(oldest_by_tick),
     )
 
 
-POLICIES: dict[str, Callable[[Trace], Policy]] = {
-    "strict": lambda trace: StrictPolicy(),
-    "round_robin": lambda trace: RoundRobinPolicy(),
-    "flipkart": lambda trace: FlipkartPolicy(trace.n_priorities),
-    "kprio": lambda trace: KprioPolicy(),
-}
-"""Policy factories by name; each run gets a fresh policy (policies may keep history)."""
+def lateness(histogram: Mapping[int, int], objective: int | None) -> tuple[int | None, int | None]:
+    """``(records late, largest lateness)`` of a wait histogram under an objective in ticks (None: no objective).
 
-
-def make_policy(name: str, trace: Trace) -> Policy:
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}")
-    return POLICIES[name](trace)
+    >>> lateness({0: 5, 3: 2, 7: 1}, 2), lateness({0: 5}, 2), lateness({0: 5}, None)
+    ((3, 5), (0, 0), (None, None))
+    """
+    if objective is None:
+        return None, None
+    late = [w for w in histogram if w > objective]
+    return sum(histogram[w] for w in late), max(late, default=objective) - objective
 
 
 def simulate_all(trace: Trace, policies: Iterable[str] | None = None) -> dict[str, PolicyResult]:
-    """Every policy (default: all of :data:`POLICIES`) on one trace, by policy name."""
-    return {name: simulate(trace, name) for name in (policies or POLICIES)}
+    """Every policy (default: all of :data:`POLICIES`; on a trace with objectives, :data:`EDF` first and today's
+    split last, :data:`WITH_OBJECTIVES`), by name."""
+    chosen = policies or ([EDF, *POLICIES, *list(WITH_OBJECTIVES)[1:]] if trace.objectives else list(POLICIES))
+    return {name: simulate(trace, name) for name in chosen}

@@ -36,6 +36,9 @@ class Trace:
     arrivals: tuple[tuple[int, ...], ...]
     partition_weights: tuple[int, ...] = (1,)
     about: str = ""
+    objectives: tuple[int | None, ...] | None = None
+    """Per priority (indexed like a row of ``arrivals``), the largest wait in ticks its records may have (None:
+    no objective); a record drained later is late. The ``kprio`` policy plans with them as ``slo.max_age_s``."""
 
     def __post_init__(self) -> None:
         where = f"trace {self.name!r}"
@@ -58,6 +61,10 @@ class Trace:
             not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in self.partition_weights
         ):
             raise TraceInvalid(f"{where}: partition weights must be integers >= 1, got {self.partition_weights!r}")
+        if self.objectives is not None and (len(self.objectives) != width or any(
+                o is not None and (not isinstance(o, int) or isinstance(o, bool) or o < 0) for o in self.objectives)):
+            raise TraceInvalid(f"{where}: objectives must be one integer >= 0 (ticks) or null per priority ({width}), "
+                               f"got {list(self.objectives)!r}")
 
     @property
     def n_priorities(self) -> int:
@@ -112,6 +119,7 @@ class Trace:
             arrivals,
             self.partition_weights,
             self.about,
+            self.objectives,
         )
 
 
@@ -231,16 +239,18 @@ def built_in(name: str, *, budget: int | None = None, ticks: int | None = None) 
 def trace_from_json(data: Any, name: str = "file") -> Trace:
     """A trace from ``{"budget": int, "arrivals": [[n_p0, n_p1, ...], ...]}``.
 
-    Optional ``"partition_weights": [int, ...]`` splits every priority over weighted partitions.
+    Optional ``"partition_weights": [int, ...]`` splits every priority over weighted partitions, and
+    ``"objectives": [ticks or null, ...]`` gives each priority the largest wait its records may have.
 
-    >>> trace_from_json({"budget": 5, "arrivals": [[1, 2], [0, 3]]}).arrivals
-    ((1, 2), (0, 3))
+    >>> trace_from_json({"budget": 5, "arrivals": [[1, 2], [0, 3]], "objectives": [4, 1]}).objectives
+    (4, 1)
     """
     if not isinstance(data, dict):
         raise TraceInvalid(f"{name}: expected a JSON object with 'budget' and 'arrivals', got {type(data).__name__}")
-    unknown = set(data) - {"budget", "arrivals", "partition_weights"}
+    unknown = set(data) - {"budget", "arrivals", "partition_weights", "objectives", "about"}
     if unknown:
-        raise TraceInvalid(f"{name}: unknown key(s) {', '.join(sorted(unknown))}; expected budget, arrivals")
+        raise TraceInvalid(f"{name}: unknown key(s) {', '.join(sorted(unknown))}; expected budget, arrivals "
+                           "(optional: partition_weights, objectives, about)")
     for key in ("budget", "arrivals"):
         if key not in data:
             raise TraceInvalid(f"{name}: missing key {key!r}")
@@ -250,23 +260,32 @@ def trace_from_json(data: Any, name: str = "file") -> Trace:
     weights = data.get("partition_weights", [1])
     if not isinstance(weights, list):
         raise TraceInvalid(f"{name}: 'partition_weights' must be a list of integers")
+    objectives = data.get("objectives")
+    if objectives is not None and not isinstance(objectives, list):
+        raise TraceInvalid(f"{name}: 'objectives' must be a list of ticks (or null) per priority")
     return Trace(
         name,
         data["budget"],
         tuple(tuple(row) for row in arrivals),
         tuple(weights),
-        about=f"trace file {name}",
+        about=str(data.get("about") or f"trace file {name}"),
+        objectives=None if objectives is None else tuple(objectives),
     )
 
 
 def load_trace_file(path: Path) -> Trace:
     """Read and validate a JSON trace file; every problem is a :class:`TraceInvalid` naming the file."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise TraceInvalid(f"cannot read trace file {path}: {os_reason(err)}") from None
+    except UnicodeDecodeError:
+        raise TraceInvalid(f"{path}: is not UTF-8 text") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise TraceInvalid(f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    except (ValueError, RecursionError):  # Python's limits: 4,300 digits in an integer, its stack for nesting
+        raise TraceInvalid(f"{path}: JSON no trace holds (a number of thousands of digits, or lists nested "
+                           "thousands deep)") from None
     return trace_from_json(data, name=str(path))

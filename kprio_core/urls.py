@@ -27,9 +27,9 @@ from urllib.parse import quote, quote_plus
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
-SECRET_PARAMETER_WORDS = ("password", "passwd", "pwd", "secret", "token", "credential")
+SECRET_PARAMETER_WORDS = ("password", "passwd", "pwd", "secret", "token", "credential", "apikey", "api_key", "api-key")
 """A query parameter whose name holds one of these carries a credential (``password``, ``sslpassword``,
-``client_secret``, ``access_token``, ...)."""
+``client_secret``, ``access_token``, ``api_key``, ...)."""
 
 UNPARSABLE = "(not a URL)"
 
@@ -47,10 +47,16 @@ def secret_parameters(url: URL) -> list[str]:
     >>> secret_parameters(parsed_url("postgresql://u@h/db?sslpassword=x&passfile=/p&sslmode=verify-full"))
     ['sslpassword']
     """
-    return [key for key in url.query if _secret_name(key)]
+    return [key for key in url.query if secret_parameter(key)]
 
 
-def _secret_name(key: str) -> bool:
+def secret_parameter(key: str) -> bool:
+    """Whether a URL's query parameter ``key`` carries a credential (:data:`SECRET_PARAMETER_WORDS`; libpq's
+    ``passfile`` is a path).
+
+    >>> [secret_parameter(k) for k in ("api_key", "sslpassword", "passfile", "sslmode")]
+    [True, True, False, False]
+    """
     name = key.lower()
     return name != "passfile" and any(word in name for word in SECRET_PARAMETER_WORDS)
 

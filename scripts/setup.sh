@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for kprio: Java 17 and Maven, one editable install of everything, then the
+# Sets up a fresh machine for kprio: Java 17 and Maven, one editable install of everything (every extra), then the
 # Java artifacts resolved once into ~/.cache/kprio (Apache Kafka for the embedded broker, Spark's
 # Kafka connector for the native reader, Apicurio Registry built for the embedded schema registry) and
 # the class-data archive a local Spark driver JVM maps to start in about 4 s instead of 6.5 (about 25 s
@@ -16,7 +16,7 @@ if ! command -v mvn >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven
 fi
 
-python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[browser,test,airflow]'
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[all,browser,test]'
 python3 -m orchestration.services.jars
 # The embedded schema registry (Apicurio Registry, with basic auth) built into a runnable application: 10-50 s once
 # Maven has its jars (about 210 MB the first time).

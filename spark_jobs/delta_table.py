@@ -45,10 +45,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kprio_core.errors import LeaseLost
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import DrainResult
 from spark_jobs.layout import PRIORITY_DIR, RangeFile, filesystem, staging_dir
+from spark_jobs.tables import refuse_if_stale
 
 APP_PREFIX = "kprio:"
 BATCH_KEY, ATTEMPT_KEY, RANGES_KEY = "kprio.batch_id", "kprio.attempt", "kprio.ranges"
@@ -125,25 +125,6 @@ def parse_published(file_name: str) -> tuple[RangeFile, str, int] | None:
     return name, batch_id, int(attempt)
 
 
-def published_epoch(root: str, logical_topic: str, batch_id: str) -> int | None:
-    """The epoch of the batch's transaction the table under ``root`` holds (None: no table, or no publish of it)."""
-    from deltalake import DeltaTable
-
-    uri = table_uri(root, logical_topic)
-    if not DeltaTable.is_deltatable(uri):
-        return None
-    return DeltaTable(uri).transaction_version(app_id(batch_id))
-
-
-def refuse_if_stale(held: int, epoch: int, result: DrainResult, uri: str) -> None:
-    """Raise :class:`~kprio_core.errors.LeaseLost` when the table holds the batch's transaction at a later epoch
-    than ``epoch``: a newer run owns the batch, and this one writes nothing."""
-    if held > epoch:
-        raise LeaseLost(f"the publish of batch {result.batch_id} refused by the Delta table {uri}: it holds the "
-                        f"batch's transaction at epoch {held}, newer than this run's {epoch} (another run owns the "
-                        "batch now); nothing was written")
-
-
 def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[OffsetRange] | None = None,
             incarnations: Mapping[str, int] | None = None, metadata: Mapping[str, Any] | None = None,
             epoch: int | None = None) -> Published | None:
@@ -151,8 +132,8 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
     without failure) into the table of the batch's logical topic under ``root``, in one Delta commit.
 
     ``epoch`` (default: the attempt) is the version of the batch's transaction the commit carries: the
-    table refuses a run whose epoch is below the one it holds (:func:`refuse_if_stale`), and a publish at
-    the epoch it holds is done already. The check and the commit are one step: the commit is made on
+    table refuses a run whose epoch is below the one it holds (:func:`~spark_jobs.tables.refuse_if_stale`), and a
+    publish at the epoch it holds is done already. The check and the commit are one step: the commit is made on
     the table version the check read, and fails if another commit landed in between (it is then read
     and checked again). None when the attempt staged no file of this kind and the table has nothing to
     replace.
@@ -167,7 +148,7 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
     table = DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
     if table is not None and (held := table.transaction_version(app_id(result.batch_id))) is not None \
             and held >= fence:
-        refuse_if_stale(held, fence, result, uri)
+        refuse_if_stale(held, fence, result, f"Delta table {uri}")
         return Published(uri, table.version(), (), (), already=True)
     fs, base = filesystem(root)
     stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
@@ -209,8 +190,8 @@ def _commit(uri: str, result: DrainResult, adds: list[Any], stats: list[Any], in
             properties: Any, schema: Any, fence: int) -> Published | None:
     """Commit ``adds``, the removes of what they replace and the rows kept of what they overlap, to the table.
 
-    Each try reads the table, checks the batch's transaction there (:func:`refuse_if_stale`) and commits on
-    the version it read; a commit that lost the race to another (another batch's, or a newer run of this
+    Each try reads the table, checks the batch's transaction there (:func:`~spark_jobs.tables.refuse_if_stale`) and
+    commits on the version it read; a commit that lost the race to another (another batch's, or a newer run of this
     one) is tried again on the table read again, its check and its removes made anew.
     """
     from deltalake import DeltaTable
@@ -221,7 +202,7 @@ def _commit(uri: str, result: DrainResult, adds: list[Any], stats: list[Any], in
         table = DeltaTable(uri)
         held = table.transaction_version(app_id(result.batch_id))
         if held is not None and held >= fence:
-            refuse_if_stale(held, fence, result, uri)
+            refuse_if_stale(held, fence, result, f"Delta table {uri}")
             return Published(uri, table.version(), (), (), already=True)
         removes, kept = _overlapping(table, fs, base, stats, {a.path for a in adds}, incarnations)
         if not adds and not removes:

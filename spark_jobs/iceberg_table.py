@@ -55,7 +55,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kprio_core.errors import LeaseLost
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import DrainResult
 from spark_jobs.delta_table import published_name
@@ -75,6 +74,7 @@ from spark_jobs.iceberg_catalog import (  # the table as kprio finds and reads i
     parse_data_file,
 )
 from spark_jobs.layout import RangeFile, filesystem, staging_dir
+from spark_jobs.tables import refuse_if_stale
 
 if TYPE_CHECKING:
     from kprio_core.config import IcebergSettings
@@ -115,20 +115,6 @@ def held_epoch(table: Any, batch_id: str) -> int | None:
     """The newest epoch the table's snapshots record for the batch (None: none publishes it)."""
     epochs = [int(s.summary[EPOCH_KEY]) for s in _publishes(table) if s.summary[BATCH_KEY] == batch_id]
     return max(epochs, default=None)
-
-
-def published_epoch(settings: IcebergSettings, kind: str, logical_topic: str, batch_id: str) -> int | None:
-    """The epoch the table of ``kind`` records for the batch (None: no table, or no publish of it)."""
-    table = load(settings, kind, logical_topic)
-    return None if table is None else held_epoch(table, batch_id)
-
-
-def refuse_if_stale(held: int, epoch: int, result: DrainResult, name: str) -> None:
-    """Raise :class:`~kprio_core.errors.LeaseLost` when the table records the batch at a later epoch than ``epoch``."""
-    if held > epoch:
-        raise LeaseLost(f"the publish of batch {result.batch_id} refused by the Iceberg table {name}: its snapshots "
-                        f"record the batch at epoch {held}, newer than this run's {epoch} (another run owns the batch "
-                        "now); nothing was written")
 
 
 def time_bucket(kind: str, micros: int | None) -> int | None:
@@ -227,7 +213,7 @@ def publish(settings: IcebergSettings, result: DrainResult, *, root: str, kind: 
     table = load(settings, kind, result.logical_topic)
     name = ".".join(identifier(settings, kind, result.logical_topic))
     if table is not None and (held := held_epoch(table, result.batch_id)) is not None and held >= fence:
-        refuse_if_stale(held, fence, result, name)
+        refuse_if_stale(held, fence, result, f"Iceberg table {name}")
         return Published(name, table.metadata.current_snapshot_id, (), (), already=True)
     fs, base = filesystem(root)
     stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
@@ -269,7 +255,7 @@ def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, 
         table = load(settings, kind, result.logical_topic)
         held = held_epoch(table, result.batch_id)
         if held is not None and held >= fence:
-            refuse_if_stale(held, fence, result, name)
+            refuse_if_stale(held, fence, result, f"Iceberg table {name}")
             return Published(name, table.metadata.current_snapshot_id, (), (), already=True)
         if files_schema is not None and _evolve(table, files_schema, result):
             continue  # the schema changed in a commit of its own: commit on the new state

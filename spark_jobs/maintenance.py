@@ -14,13 +14,11 @@ table, in steps that each commit as a transaction of their own and never remove 
    again on the new state, so a publish in flight never waits and never loses a row. Not delta-rs'
    ``optimize.compact``: its files are named by delta-rs, and kprio's names are the evidence a publish
    replaces by (a re-drain removes the files of its ranges) and an adoption after a lost ledger reads;
-2. **Delta**: the files no version within the retention needs vacuumed (``vacuum``), then a
-   checkpoint (``create_checkpoint``) and the log entries older than the retention cleaned up
-   (``cleanup_metadata``, the table's ``delta.logRetentionDuration`` set to it);
-   **Iceberg**: the snapshots older than the retention expired, the newest
-   ``drain.maintenance.keep_snapshots`` always kept (``table.maintenance.expire_snapshots``), then the
-   data and manifest files only expired snapshots named deleted (pyiceberg expires snapshots from the
-   metadata only).
+2. what no version within ``drain.maintenance.retention_s`` needs is removed, as the format does it
+   (:meth:`spark_jobs.tables.Output.maintain`): Delta vacuums, checkpoints and cleans its log
+   (:mod:`spark_jobs.formats.delta`); Iceberg expires its old snapshots, the newest
+   ``drain.maintenance.keep_snapshots`` always kept, and deletes the files only they named
+   (:mod:`spark_jobs.formats.iceberg`).
 
 A reader of the current state or of an older one within ``drain.maintenance.retention_s`` never
 notices: compaction changes which files hold the rows, not the rows; what a vacuum or an expiry
@@ -35,17 +33,17 @@ deletes is older than the retention.
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kprio_core.config import DrainSettings, MaintenanceSettings, OutputFormat
+from kprio_core.config import DrainSettings
+from kprio_core.errors import MaintenanceFailed, PathUnusable
 from kprio_core.model.offsets import OffsetRange
 from spark_jobs.delta_table import parse_published, published_name
-from spark_jobs.layout import DEAD_LETTERS, OUTPUT, RANGE_KEY, RangeFile
+from spark_jobs.layout import OUTPUT, RANGE_KEY, RangeFile
 
 MAINTENANCE_KEY = "kprio.maintenance"
 """Commit metadata (Delta) or snapshot summary (Iceberg) of a maintenance commit: what it did."""
@@ -154,7 +152,7 @@ def merged_name(run: Sequence[TableFile]) -> str:
     return published_name(covered, newest.batch_id, newest.attempt, tag=uuid.uuid4().hex[:8])
 
 
-def _write_merged(fs: Any, sources: list[str], target: str) -> int:
+def write_merged(fs: Any, sources: list[str], target: str) -> int:
     """Write the rows of ``sources`` (Parquet files of kprio's) to ``target`` in offset order; the rows written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -176,209 +174,36 @@ def _write_merged(fs: Any, sources: list[str], target: str) -> int:
 
 
 def maintain(drain: DrainSettings, logical_topic: str, *, now: float | None = None) -> list[Maintained]:
-    """Maintain the output and dead-letter tables of a logical topic (none for Parquet, or before a table exists)."""
-    if drain.format is OutputFormat.PARQUET:
+    """Maintain the output and dead-letter tables of a logical topic in ``drain.format`` (none for Parquet, or before a
+    table exists). A root that is a file, or a topic's directory that holds files but no table of the format (a
+    Delta root holding Parquet files), fails in one line: nothing would be maintained."""
+    from spark_jobs.tables import output_of, roots
+
+    out = output_of(drain)
+    if not out.tables:
         return []
     now = time.time() if now is None else now
-    out = []
-    for kind, root in ((OUTPUT, drain.output_path), (DEAD_LETTERS, drain.dead_letter_path)):
-        done = (_maintain_delta(root, logical_topic, drain.maintenance, now) if drain.format is OutputFormat.DELTA
-                else _maintain_iceberg(drain, kind, root, logical_topic, now))
-        if done is not None:
-            out.append(done)
-    return out
+    done = []
+    for kind, root in roots(drain).items():
+        maintained = out.maintain(kind, logical_topic, now)
+        if maintained is None:
+            _no_table(drain, kind, root, logical_topic)
+        else:
+            done.append(maintained)
+    return done
 
 
-# --- Delta -------------------------------------------------------------------------------------------------------
-
-def _delta_files(table: Any) -> list[TableFile]:
-    from spark_jobs.layout import PRIORITY_DIR
-
-    actions = table.get_add_actions(flatten=True)
-    out = []
-    for path, size in zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist(), strict=True):
-        priority_dir, _, file_name = path.partition("/")
-        parsed, match = parse_published(file_name), PRIORITY_DIR.match(priority_dir)
-        if parsed is None or match is None:
-            continue
-        name, batch_id, attempt = parsed
-        out.append(TableFile(path, (int(match.group(1)), name.incarnation), name.range, batch_id, attempt, size))
-    return out
-
-
-def _delta_figures(table: Any, fs: Any, base: str) -> Figures:
+def _no_table(drain: DrainSettings, kind: str, root: str, logical_topic: str) -> None:
+    """Nothing published there yet, or one line saying what is there instead of a table."""
     import pyarrow.fs as pafs
 
-    actions = table.get_add_actions(flatten=True)
-    log = [f for f in fs.get_file_info(pafs.FileSelector(f"{base}/_delta_log", allow_not_found=True))
-           if f.path.endswith(".json")]
-    return Figures(actions.num_rows, sum(actions.column("size_bytes").to_pylist()), len(log))
-
-
-def _maintain_delta(root: str, logical_topic: str, settings: MaintenanceSettings, now: float) -> Maintained | None:
-    from deltalake import DeltaTable
-    from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import AddAction, CommitProperties, RemoveAction
-
-    from spark_jobs.delta_table import table_uri
     from spark_jobs.layout import filesystem
 
-    uri = table_uri(root, logical_topic)
-    if not DeltaTable.is_deltatable(uri):
-        return None
-    fs, base = filesystem(uri)
-    before = _delta_figures(DeltaTable(uri), fs, base)
-    compacted, retries = 0, 0
-    for tries in range(COMMIT_RETRIES):
-        table = DeltaTable(uri)
-        runs = compaction_runs(_delta_files(table), target_bytes=settings.target_file_mb << 20,
-                               min_files=settings.min_files)
-        if not runs:
-            break
-        actions, now_ms = [], int(time.time() * 1000)
-        for run in runs:
-            priority_dir = run[0].path.partition("/")[0]
-            rel = f"{priority_dir}/{merged_name(run)}"
-            rows = _write_merged(fs, [f"{base}/{f.path}" for f in run], f"{base}/{rel}")
-            info = fs.get_file_info(f"{base}/{rel}")
-            actions.append(AddAction(rel, info.size, {"priority": priority_dir.split("=", 1)[1]}, now_ms, False,
-                                     f'{{"numRecords": {rows}}}'))
-            actions += [RemoveAction(path=f.path, data_change=False, deletion_timestamp=now_ms, size=f.size,
-                                     partition_values={"priority": priority_dir.split("=", 1)[1]}) for f in run]
-        try:
-            table.create_write_transaction(actions, mode="append", schema=table.schema(), partition_by=["priority"],
-                                           commit_properties=CommitProperties(
-                                               custom_metadata={MAINTENANCE_KEY: f"compact {len(runs)} runs"},
-                                               max_commit_retries=0))
-        except CommitFailedError:  # a publish landed meanwhile: plan again on its version (the new files stay unread)
-            retries += 1
-            continue
-        compacted = len(runs)
-        break
-    table = DeltaTable(uri)
-    retention = f"interval {math.ceil(settings.retention_s)} seconds"
-    wanted = {"delta.logRetentionDuration": retention, "delta.deletedFileRetentionDuration": retention}
-    if any(table.metadata().configuration.get(k) != v for k, v in wanted.items()):
-        table.alter.set_table_properties(wanted, commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
-        table = DeltaTable(uri)
-    # The vacuum reads the removes in the log: before the cleanup takes the log entries that hold them.
-    deleted = table.vacuum(retention_hours=math.ceil(settings.retention_s / 3600), dry_run=False,
-                           enforce_retention_duration=False, commit_properties=CommitProperties(
-                               max_commit_retries=COMMIT_RETRIES))
-    table = DeltaTable(uri)
-    table.create_checkpoint()
-    table.cleanup_metadata()
-    return Maintained(uri, before, _delta_figures(table, fs, base), compacted, len(deleted), 0, retries)
-
-
-# --- Iceberg -----------------------------------------------------------------------------------------------------
-
-def _iceberg_files(table: Any) -> list[TableFile]:
-    from spark_jobs.iceberg_table import live_data_files, parse_data_file
-
-    out = []
-    for data_file in live_data_files(table):
-        parsed = parse_data_file(data_file.file_path)
-        if parsed is None:
-            continue
-        priority, name, batch_id, attempt = parsed
-        # An Iceberg file lies in one partition (priority, hour): only files of one partition share a file.
-        out.append(TableFile(data_file.file_path, (priority, str(data_file.partition), name.incarnation), name.range,
-                             batch_id, attempt, data_file.file_size_in_bytes, data_file))
-    return out
-
-
-def _iceberg_figures(table: Any) -> Figures:
-    from spark_jobs.iceberg_table import live_data_files
-
-    files = live_data_files(table)
-    return Figures(len(files), sum(f.file_size_in_bytes for f in files), len(table.metadata.snapshots))
-
-
-def _referenced(table: Any, snapshots: Iterable[Any]) -> set[str]:
-    """Every file the snapshots name: their manifest lists, manifests and data files."""
-    out: set[str] = set()
-    for snapshot in snapshots:
-        out.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(table.io):
-            out.add(manifest.manifest_path)
-            out |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False)}
-    return out
-
-
-def _maintain_iceberg(drain: DrainSettings, kind: str, root: str, logical_topic: str, now: float) -> Maintained | None:
-    from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
-    from spark_jobs import iceberg_table
-    from spark_jobs.layout import filesystem
-
-    settings = drain.maintenance
-    table = iceberg_table.load(drain.iceberg, kind, logical_topic)
-    if table is None:
-        return None
-    name = ".".join(iceberg_table.identifier(drain.iceberg, kind, logical_topic))
-    fs, _ = filesystem(root)
-    before = _iceberg_figures(table)
-    compacted, retries = 0, 0
-    for _ in range(COMMIT_RETRIES):
-        table = iceberg_table.load(drain.iceberg, kind, logical_topic)
-        runs = compaction_runs(_iceberg_files(table), target_bytes=settings.target_file_mb << 20,
-                               min_files=settings.min_files)
-        if not runs:
-            break
-        tx = table.transaction()
-        with tx.update_snapshot(snapshot_properties={MAINTENANCE_KEY: f"compact {len(runs)} runs"}).overwrite() as o:
-            for run in runs:
-                target = f"{iceberg_table._path(run[0].path).rpartition('/')[0]}/{merged_name(run)}"
-                _write_merged(fs, [iceberg_table._path(f.path) for f in run], target)
-                o.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata,
-                                                             iceberg_table._uri(fs, target)))
-                for f in run:
-                    o.delete_data_file(f.handle)
-        try:
-            tx.commit_transaction()
-        except CommitFailedException:  # a publish landed meanwhile: plan again on its snapshot
-            retries += 1
-            continue
-        compacted = len(runs)
-        break
-    expired, deleted = _expire(drain, kind, logical_topic, fs, now)
-    table = iceberg_table.load(drain.iceberg, kind, logical_topic)
-    return Maintained(name, before, _iceberg_figures(table), compacted, deleted, expired, retries)
-
-
-def _expire(drain: DrainSettings, kind: str, logical_topic: str, fs: Any, now: float) -> tuple[int, int]:
-    """Expire the snapshots older than the retention but the newest ``keep_snapshots``, then delete the files only
-    they named (under the table's location only); ``(snapshots expired, files deleted)``."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    from spark_jobs import iceberg_table
-
-    settings = drain.maintenance
-    for _ in range(COMMIT_RETRIES):
-        table = iceberg_table.load(drain.iceberg, kind, logical_topic)
-        snapshots = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
-        keep = {s.snapshot_id for s in snapshots[-settings.keep_snapshots:]} | {table.metadata.current_snapshot_id}
-        cutoff_ms = (now - settings.retention_s) * 1000
-        old = [s for s in snapshots if s.snapshot_id not in keep and s.timestamp_ms < cutoff_ms]
-        if not old:
-            return 0, 0
-        candidates = _referenced(table, old)
-        try:
-            table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in old]).commit()
-        except CommitFailedException:
-            continue
-        table = iceberg_table.load(drain.iceberg, kind, logical_topic)
-        still = _referenced(table, table.metadata.snapshots)
-        prefix = table.metadata.location.rstrip("/") + "/"
-        gone = 0
-        for uri in sorted(candidates - still):
-            if uri.startswith(prefix):
-                try:
-                    fs.delete_file(iceberg_table._path(uri))
-                    gone += 1
-                except FileNotFoundError:
-                    pass
-        return len(old), gone
-    return 0, 0
+    fs, base = filesystem(root)
+    if fs.get_file_info(base).type == pafs.FileType.File:
+        raise PathUnusable(f"cannot maintain the tables under {root!r}: it is a file, not a directory",
+                           setting="drain.output_path" if kind == OUTPUT else "drain.dead_letter_path")
+    inside = fs.get_file_info(pafs.FileSelector(f"{base}/{logical_topic}", recursive=True, allow_not_found=True))
+    if any(i.type == pafs.FileType.File for i in inside):
+        raise MaintenanceFailed(f"{base}/{logical_topic} holds files but no {drain.format.value} table: it was written "
+                                "in another drain.format", setting="drain.format")

@@ -2,8 +2,8 @@
 
 Layout and names: :mod:`spark_jobs.layout`. Every operation goes through ``pyarrow.fs``.
 
-**What readers see.** Readers read ``<root>/<logical>/`` (:func:`read_output`,
-:func:`read_dead_letters`, :func:`read_table`); a drain writes only below ``<root>/_staging/``,
+**What readers see.** Readers read ``<root>/<logical>/`` (:func:`read_table`); a drain writes only below
+``<root>/_staging/``,
 which no reader looks at. Files appear under ``<root>/<logical>/`` only through :func:`publish`,
 which the orchestration calls after the blocking checks passed: a reader never sees an unchecked
 row, and never a partly written file (a staged file is complete before it is published).
@@ -50,7 +50,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kprio_core.errors import TRANSIENT_ERRNOS, OutputPublishFailed, OutputUnavailable
 from kprio_core.model.offsets import OffsetRange
@@ -68,8 +68,6 @@ from spark_jobs.layout import (
     staging_dir,
 )
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 def prepare_staging(roots: Mapping[str, str], batch_id: str, attempt: int) -> tuple[str, ...]:
     """Create the attempt's staging directory under each root and prove it writable (a probe file).
@@ -338,32 +336,6 @@ def live_files(root: str, logical_topic: str) -> tuple[LiveFile, ...]:
                                 name.part, batch_id.decode() if batch_id is not None else None,
                                 int(attempt) if attempt is not None else None, name.incarnation))
     return tuple(sorted(out, key=lambda f: (f.topic, f.partition, f.start, f.end, f.part or 0, f.path)))
-
-
-def read_output(spark: SparkSession, root: str, logical_topic: str, batch_id: str | None = None,
-                schema: Mapping[str, str] | None = None) -> DataFrame:
-    """The published output rows of a topic (or of one batch), decoded fields typed by ``schema``."""
-    from spark_jobs.columns import drain_struct
-
-    return _read(spark, root, logical_topic, batch_id, drain_struct(schema or {}))
-
-
-def read_dead_letters(spark: SparkSession, root: str, logical_topic: str, batch_id: str | None = None) -> DataFrame:
-    """The published dead letters of a topic (or of one batch): raw records with their ``error``."""
-    from spark_jobs.columns import dead_letter_struct
-
-    return _read(spark, root, logical_topic, batch_id, dead_letter_struct())
-
-
-def _read(spark: SparkSession, root: str, logical_topic: str, batch_id: str | None, struct: Any) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    from spark_jobs.layout import absolute
-
-    topic_root = f"{absolute(root).rstrip('/')}/{logical_topic}"
-    # ``priority`` is in the files and in the directory names: typed by the schema either way.
-    df = spark.read.schema(struct).option("basePath", topic_root).parquet(topic_root)
-    return df if batch_id is None else df.where(F.col("batch_id") == batch_id)
 
 
 def read_table(root: str, logical_topic: str, *, batch_id: str | None = None,

@@ -1,86 +1,122 @@
-"""Where a batch's checked rows land, by ``drain.format``: Parquet files, Delta Lake or Iceberg tables.
+"""Where a batch's checked rows land: one interface, :class:`Output`, and one module per format behind it.
 
-Every caller that publishes, reads back or lists the output goes through here, so the
-formats differ in this module only. Both roots (output and dead letters) are in the chosen
-format; the executors stage Parquet files under ``<root>/_staging/`` either way, and the checks
-read those staged files before anything is published.
-
-=================  ======================================  ===========================================
-                   ``parquet`` (:mod:`spark_jobs.output`)  ``delta`` (:mod:`spark_jobs.delta_table`)
-=================  ======================================  ===========================================
-a publish          files moved into place one by one        one Delta commit per batch and root
-a reader sees      new files as they land (half a batch     the table version before the commit or
-                   for a moment, a leftover beside its      after it: whole batches, each offset once
-                   replacement)
-a publish again    same names: the files are replaced       the run's epoch is the batch's transaction
-                                                            in the log: a no-op; a later epoch removes
-                                                            and adds in one commit, an earlier one is
-                                                            refused
-who wrote a row    ``batch_id`` column, file metadata       ``batch_id`` column, the commit's metadata
-                                                            (batch, attempt, ranges, check results)
-after a lost       the files' names and footers             the table's log (its live files and the
-ledger                                                      batches its commits name)
-=================  ======================================  ===========================================
-
-``iceberg`` (:mod:`spark_jobs.iceberg_table`) is Delta's column with a snapshot for a commit: one
-snapshot per batch and table, the run's epoch in its summary (``kprio.epoch``) as the batch's
-fencing token, the tables in the catalog ``drain.iceberg`` names.
+``drain.format`` names the format once (:func:`output_of`; the registry is :data:`kprio_core.extras.OUTPUT_FORMATS`):
+Parquet files moved into place one by one (:mod:`spark_jobs.formats.parquet`: a reader may meet half a batch for a
+moment; idempotent by construction, the files named by their ranges), or a Delta Lake or Iceberg table per logical
+topic and root with one commit (snapshot) per batch (:mod:`~spark_jobs.formats.delta`,
+:mod:`~spark_jobs.formats.iceberg`: a reader sees whole batches, each offset once; the run's epoch is the batch's
+fencing token in the table, so a publish again is a no-op, a later epoch replaces in one commit, an earlier one is
+refused). Every caller that
+publishes, reads back, lists, maintains or describes the output goes through it, so the formats differ in their modules
+only. Both roots (output and dead letters) are in the chosen format; the executors stage Parquet files under
+``<root>/_staging/`` in every format (:mod:`spark_jobs.output`), and the checks read them before anything is published.
 
 >>> import tempfile
 >>> from kprio_core.config import DrainSettings
 >>> root = tempfile.mkdtemp()
 >>> drain = DrainSettings(format="delta", output_path=f"{root}/out", dead_letter_path=f"{root}/dead")
->>> read_rows(drain, "output", "orders").num_rows, live_files(drain, "orders")
-(0, ())
+>>> read_rows(drain, "output", "orders").num_rows, live_files(drain, "orders"), output_of(drain).versions
+(0, (), 'log entries')
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from kprio_core.config import DrainSettings, OutputFormat
+from kprio_core.config import DrainSettings
 from kprio_core.errors import TRANSIENT_ERRNOS, LeaseLost, OutputPublishFailed, OutputUnavailable
+from kprio_core.extras import OUTPUT_FORMATS
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import CheckReport, DrainResult
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT
 
 if TYPE_CHECKING:
+    from spark_jobs.maintenance import Figures, Maintained
     from spark_jobs.output import LiveFile
 
 CHECKS_KEY = "kprio.checks"
-"""Commit metadata of a Delta publish: each check's verdict and numbers."""
+"""Commit metadata (Delta) or snapshot summary (Iceberg) of a publish: each check's verdict and numbers."""
 
 
 @dataclass(frozen=True)
 class Publication:
-    """What a publish committed: the table versions (Delta; none for Parquet's file moves)."""
+    """What a publish committed: the tables' versions per root kind (none for Parquet's file moves)."""
 
-    versions: Mapping[str, int] = field(default_factory=dict)
-    """Delta: the table version after the publish, per root kind (``output``, ``dead-letters``); Iceberg: the
-    snapshot id."""
+    versions: Mapping[str, int | str] = field(default_factory=dict)
+    key: str = "version"
+    """What a version is (``version``: Delta's; ``snapshot_id``: Iceberg's)."""
     already: bool = False
-    """Delta, Iceberg: the output table held the batch at this run's epoch already: nothing was written."""
-    snapshots: bool = False
-    """The versions are Iceberg snapshot ids."""
+    """The output table held the batch at this run's epoch already: nothing was written."""
 
     def metadata(self) -> dict[str, object]:
-        """What a run reports of it: the table versions (Delta), nothing for Parquet.
+        """What a run reports of it, the output table's first.
 
-        >>> Publication({"output": 7, "dead-letters": 2}).metadata()
+        >>> Publication({"dead-letters": 2, "output": 7}).metadata()
         {'table_version': 7, 'dead_letter_table_version': 2}
         """
-        out: dict[str, object] = {}
-        if self.snapshots:
-            return {f"{'table' if kind == OUTPUT else 'dead_letter_table'}_snapshot_id": str(v)
-                    for kind, v in sorted(self.versions.items(), key=lambda kv: kv[0] != OUTPUT)}
-        if OUTPUT in self.versions:
-            out["table_version"] = self.versions[OUTPUT]
-        if DEAD_LETTERS in self.versions:
-            out["dead_letter_table_version"] = self.versions[DEAD_LETTERS]
-        return out
+        return {f"{'table' if kind == OUTPUT else 'dead_letter_table'}_{self.key}": v
+                for kind, v in sorted(self.versions.items(), key=lambda kv: kv[0] != OUTPUT)}
+
+
+class Output(Protocol):
+    """An output format over the roots of ``drain``: a frozen value, made by :func:`output_of`. Every format stages
+    alike (a batch's rows and dead letters as Parquet files under each root's ``_staging``, :mod:`spark_jobs.output`);
+    a format says what its publish makes of them, and how they are read, kept and shown."""
+
+    drain: DrainSettings
+    tables: ClassVar[bool]
+    """It keeps tables, whose upkeep runs by itself (:meth:`maintain`); Parquet files have none."""
+    versions: ClassVar[str]
+    """What a table's versions are called (the maintenance's report: ``log entries``, ``snapshots``)."""
+    data_dir: ClassVar[str]
+    """Below a topic's directory, the one holding its ``priority=<p>`` directories (Iceberg's ``data``)."""
+    duckdb_extensions: ClassVar[tuple[str, ...]]
+    """The DuckDB extensions :meth:`scan_sql` needs, in the order they load."""
+
+    def publish(self, result: DrainResult, *, ranges: Iterable[OffsetRange] | None = None,
+                incarnations: Mapping[str, int] | None = None, checks: CheckReport | None = None,
+                epoch: int | None = None) -> Publication:
+        """Publish the staged rows and dead letters of ``ranges`` (default: every range without failure) as one
+        decision fenced by ``epoch`` (default: the attempt), then remove the attempt's staging."""
+
+    def read_rows(self, kind: str, logical_topic: str, *, batch_id: str | None = None,
+                  columns: Iterable[str] | None = None) -> Any:
+        """The published rows of ``kind`` as a ``pyarrow.Table`` (empty, no columns, when nothing is published)."""
+
+    def live_files(self, kind: str, logical_topic: str) -> tuple[LiveFile, ...]:
+        """Every published file of ``kind`` (a table's: those its current version holds)."""
+
+    def publishes(self, kind: str, logical_topic: str) -> list[dict[str, Any]]:
+        """The publishes the output records, oldest first (batch id, attempt, ranges, its version): what a lost
+        ledger adopts beside the live files; none for files without a log."""
+
+    def figures(self, kind: str, logical_topic: str) -> Figures | None:
+        """The output's size as a reader meets it: files, bytes, versions (None: no table yet)."""
+
+    def maintain(self, kind: str, logical_topic: str, now: float) -> Maintained | None:
+        """Compact, then remove what no version within ``drain.maintenance`` needs (None: no table)."""
+
+    def scan_sql(self, kind: str, logical_topic: str) -> str:
+        """DuckDB's table function over the published rows."""
+
+    def data_files(self, kind: str, logical_topic: str) -> list[str]:
+        """The data files of the current state: what an engine without a reader of the format reads."""
+
+    def describe(self, logical_topic: str, publishes: list[dict[str, Any]]) -> list[str]:
+        """What a report shows of the output and its ``publishes`` (none for files)."""
+
+    def how_to_query(self, logical_topic: str) -> list[str]:
+        """How a person reads the output with other tools."""
+
+
+def output_of(drain: DrainSettings) -> Output:
+    """The format ``drain.format`` names, over ``drain``'s roots."""
+    module, _, name = OUTPUT_FORMATS[drain.format.value].implementation.partition(":")
+    return getattr(importlib.import_module(module), name)(drain)
 
 
 def roots(drain: DrainSettings) -> dict[str, str]:
@@ -88,92 +124,114 @@ def roots(drain: DrainSettings) -> dict[str, str]:
     return {OUTPUT: drain.output_path, DEAD_LETTERS: drain.dead_letter_path}
 
 
-def publish(drain: DrainSettings, result: DrainResult, *, ranges: Iterable[OffsetRange] | None = None,
-            incarnations: Mapping[str, int] | None = None, checks: CheckReport | None = None,
-            epoch: int | None = None) -> Publication:
-    """Publish the staged files of ``ranges`` (default: every range without failure) in ``drain.format``,
-    then remove the attempt's staging.
-
-    ``epoch``: the run's lease epoch (default: the attempt), the fencing token the output's own
-    system checks. Output and dead letters are one decision: a publish replaces what any earlier
-    publish of its ranges left in either root, and never removes a row outside its ranges.
-
-    Delta: the dead-letter table's commit, then the output table's, each carrying the batch, the
-    attempt, the ranges, ``checks`` and the batch's transaction at version ``epoch``. The output
-    table's commit is the decision: when it holds the batch's transaction at ``epoch`` the publish
-    is done (``already``); at a later epoch, a newer run owns the batch and this one is refused
-    (:class:`~kprio_core.errors.LeaseLost`, nothing written). A crash between the two commits leaves
-    the output table without the batch; the next run (a later epoch) publishes both again, its
-    dead letters replacing those of the run that died in one commit. :class:`~kprio_core.errors.
-    OutputUnavailable` when the output cannot be written for now, else :class:`~kprio_core.errors.
-    OutputPublishFailed`, each naming the batch and the cause.
-    """
-    from spark_jobs import output
-
-    fence = result.attempt if epoch is None else epoch
-    if drain.format is OutputFormat.PARQUET:
-        # Idempotent by construction: files named by their ranges, each publish replacing every file of its
-        # ranges in both roots (a stale run's late publish leaves the same log's records, each once).
-        output.publish(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path,
-                       ranges=ranges, incarnations=incarnations)
-        return Publication()
-    if drain.format is OutputFormat.ICEBERG:
-        return _publish_iceberg(drain, result, ranges, incarnations, checks, fence)
-    from spark_jobs import delta_table
-
-    chosen = list(ranges) if ranges is not None else None
-    metadata = {CHECKS_KEY: check_metadata(checks)} if checks is not None else {}
-    versions: dict[str, int] = {}
-    try:
-        decided = delta_table.published_epoch(roots(drain)[OUTPUT], result.logical_topic, result.batch_id)
-        if decided is not None and decided >= fence:
-            delta_table.refuse_if_stale(decided, fence, result, roots(drain)[OUTPUT])
-            output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
-            return Publication(already=True)
-        for kind in (DEAD_LETTERS, OUTPUT):
-            done = delta_table.publish(result, root=roots(drain)[kind], kind=kind, ranges=chosen,
-                                       incarnations=incarnations, metadata=metadata, epoch=fence)
-            if done is not None:
-                versions[kind] = done.version
-    except LeaseLost:
-        raise
-    except Exception as err:  # delta-rs raises its own types: typed by their cause below
-        raise _publish_failed(result, err) from err
-    output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
-    return Publication(versions)
+def publish(drain: DrainSettings, result: DrainResult, **how: Any) -> Publication:
+    """:meth:`Output.publish` in ``drain.format``."""
+    return output_of(drain).publish(result, **how)
 
 
-def _publish_iceberg(drain: DrainSettings, result: DrainResult, ranges: Iterable[OffsetRange] | None,
-                     incarnations: Mapping[str, int] | None, checks: CheckReport | None, fence: int) -> Publication:
-    """Iceberg: the dead-letter table's snapshot, then the output table's, the decision (as Delta's two commits)."""
-    import json
-
-    from spark_jobs import iceberg_table, output
-
-    chosen = list(ranges) if ranges is not None else None
-    summary = {CHECKS_KEY: json.dumps(check_metadata(checks))} if checks is not None else {}
-    versions: dict[str, int] = {}
-    try:
-        decided = iceberg_table.published_epoch(drain.iceberg, OUTPUT, result.logical_topic, result.batch_id)
-        if decided is not None and decided >= fence:
-            iceberg_table.refuse_if_stale(decided, fence, result, ".".join(
-                iceberg_table.identifier(drain.iceberg, OUTPUT, result.logical_topic)))
-            output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
-            return Publication(already=True, snapshots=True)
-        for kind in (DEAD_LETTERS, OUTPUT):
-            done = iceberg_table.publish(drain.iceberg, result, root=roots(drain)[kind], kind=kind, ranges=chosen,
-                                         incarnations=incarnations, summary=summary, epoch=fence)
-            if done is not None and done.snapshot_id is not None:
-                versions[kind] = done.snapshot_id
-    except LeaseLost:
-        raise
-    except Exception as err:  # pyiceberg and the catalog raise their own types: typed by their cause below
-        raise _publish_failed(result, err) from err
-    output.discard(result, output_root=drain.output_path, dead_letter_root=drain.dead_letter_path)
-    return Publication(versions, snapshots=True)
+def read_rows(drain: DrainSettings, kind: str, logical_topic: str, **which: Any) -> Any:
+    """:meth:`Output.read_rows` in ``drain.format``."""
+    return output_of(drain).read_rows(kind, logical_topic, **which)
 
 
-def _publish_failed(result: DrainResult, err: BaseException) -> Exception:
+def live_files(drain: DrainSettings, logical_topic: str) -> tuple[LiveFile, ...]:
+    """Every published file of a topic under both roots."""
+    out = output_of(drain)
+    return tuple(f for kind in (OUTPUT, DEAD_LETTERS) for f in out.live_files(kind, logical_topic))
+
+
+def batch_ids(drain: DrainSettings, logical_topic: str, live: Iterable[LiveFile] | None = None) -> set[str]:
+    """Every batch id the published output of a topic names: its live files' writers (``live`` when read
+    already) and every batch a publish the tables record names (a replaced batch too)."""
+    out = output_of(drain)
+    ids = {f.batch_id for f in (live_files(drain, logical_topic) if live is None else live) if f.batch_id}
+    return ids | {b["batch_id"] for kind in (OUTPUT, DEAD_LETTERS) for b in out.publishes(kind, logical_topic)}
+
+
+class TableOutput:
+    """What the table formats share: the publish into two tables, the dead letters' first, as one decision; the
+    report of their publishes. A format says how it reads the epoch a table holds and how it commits."""
+
+    drain: DrainSettings
+    tables: ClassVar[bool] = True
+    data_dir: ClassVar[str] = ""
+    version_key: ClassVar[str] = "version"
+    version_word: ClassVar[str] = "version"
+    history: ClassVar[str] = ""
+    """Where a person finds every publish (``DeltaTable(path).history()``)."""
+
+    def publish(self, result: DrainResult, *, ranges: Iterable[OffsetRange] | None = None,
+                incarnations: Mapping[str, int] | None = None, checks: CheckReport | None = None,
+                epoch: int | None = None) -> Publication:
+        """The dead-letter table's commit, then the output table's, each carrying the batch, the attempt, the ranges,
+        ``checks`` and the run's epoch. The output table's commit is the decision: when it holds the batch at ``epoch``
+        the publish is done (``already``); a later epoch there refuses this run (:func:`refuse_if_stale`). A crash
+        between the two commits leaves the output table without the batch: the next run publishes both again.
+        :class:`~kprio_core.errors.OutputUnavailable` when the output cannot be written for now, else
+        :class:`~kprio_core.errors.OutputPublishFailed`, each naming the batch and the cause.
+        """
+        from spark_jobs.output import discard
+
+        fence = result.attempt if epoch is None else epoch
+        chosen = list(ranges) if ranges is not None else None
+        versions: dict[str, int | str] = {}
+        try:
+            decided = self.held_epoch(result)
+            if decided is None or decided < fence:
+                for kind in (DEAD_LETTERS, OUTPUT):
+                    done = self.commit(kind, result, chosen, incarnations, checks, fence)
+                    if done is not None:
+                        versions[kind] = done
+            else:
+                refuse_if_stale(decided, fence, result, self.label(OUTPUT, result.logical_topic))
+        except LeaseLost:
+            raise
+        except Exception as err:  # delta-rs, pyiceberg and the catalogs raise their own types: typed by their cause
+            raise publish_failed(result, err) from err
+        discard(result, output_root=self.drain.output_path, dead_letter_root=self.drain.dead_letter_path)
+        return Publication(versions, self.version_key, already=decided is not None and decided >= fence)
+
+    def held_epoch(self, result: DrainResult) -> int | None:
+        """The epoch the output table holds the batch at (None: no table, or no publish of it)."""
+        raise NotImplementedError
+
+    def label(self, kind: str, logical_topic: str) -> str:
+        """The table as a person finds it (``Delta table /data/out/orders``)."""
+        raise NotImplementedError
+
+    def commit(self, kind: str, result: DrainResult, ranges: list[OffsetRange] | None,
+               incarnations: Mapping[str, int] | None, checks: CheckReport | None, fence: int) -> int | str | None:
+        """One table's commit of the batch; its version (None: nothing to publish, nothing to replace)."""
+        raise NotImplementedError
+
+    def headline(self, logical_topic: str, publishes: int, batches: int) -> str:
+        raise NotImplementedError
+
+    def describe(self, logical_topic: str, publishes: list[dict[str, Any]]) -> list[str]:
+        """The output table and its publishes, the first three with the ranges each published."""
+        lines = [self.headline(logical_topic, len(publishes), len({e["batch_id"] for e in publishes}))]
+        for entry in publishes[:3]:
+            ranges = entry["ranges"]
+            shown = ", ".join(ranges[:2]) + (f" and {len(ranges) - 2} more" if len(ranges) > 2 else "")
+            lines.append(f"  {self.version_word} {entry[self.version_key]}: {entry['batch_id']} attempt "
+                         f"{entry['attempt']}: {shown}")
+        if len(publishes) > 3:
+            lines.append(f"  ... {len(publishes) - 3} more ({self.history})")
+        return lines
+
+    def root_of(self, kind: str) -> str:
+        return roots(self.drain)[kind]
+
+
+def refuse_if_stale(held: int, epoch: int, result: DrainResult, table: str) -> None:
+    """Raise :class:`~kprio_core.errors.LeaseLost` when ``table`` holds the batch at a later epoch than ``epoch``: a
+    newer run owns the batch, and this one writes nothing."""
+    if held > epoch:
+        raise LeaseLost(f"the publish of batch {result.batch_id} refused by the {table}: it holds the batch at epoch "
+                        f"{held}, newer than this run's {epoch} (another run owns the batch now); nothing was written")
+
+
+def publish_failed(result: DrainResult, err: BaseException) -> Exception:
     """The publish's failure typed by its cause: OutputUnavailable when the storage refuses for now."""
     code = err.errno if isinstance(err, OSError) and err.errno else delta_errno(err)
     kind = OutputUnavailable if code in TRANSIENT_ERRNOS else OutputPublishFailed
@@ -204,59 +262,10 @@ def delta_errno(err: BaseException) -> int | None:
 
 
 def check_metadata(report: CheckReport) -> dict[str, dict[str, Any]]:
-    """Each check's verdict and numbers, as a Delta commit's metadata carries them.
+    """Each check's verdict and numbers, as a publish's commit carries them.
 
     >>> from kprio_core.model.results import CheckOutcome
     >>> check_metadata(CheckReport((CheckOutcome("offsets_are_unique", True, {"duplicate_rows": 0}),)))
     {'offsets_are_unique': {'passed': True, 'duplicate_rows': 0}}
     """
     return {o.name: {"passed": o.passed, **o.metadata} for o in report.outcomes}
-
-
-def read_rows(drain: DrainSettings, kind: str, logical_topic: str, *, batch_id: str | None = None,
-              columns: Iterable[str] | None = None) -> Any:
-    """The published rows of one kind (``output`` or ``dead-letters``) of a topic as a ``pyarrow.Table``
-    (empty, with no columns, when nothing is published); Delta: the table's current version."""
-    root = roots(drain)[kind]
-    if drain.format is OutputFormat.ICEBERG:
-        from spark_jobs.iceberg_catalog import read_table as read_iceberg
-
-        return read_iceberg(drain.iceberg, root, kind, logical_topic, batch_id=batch_id, columns=columns)
-    if drain.format is OutputFormat.DELTA:
-        from spark_jobs.delta_table import read_table as read_delta
-
-        return read_delta(root, logical_topic, batch_id=batch_id, columns=columns)
-    from spark_jobs.output import read_table
-
-    return read_table(root, logical_topic, batch_id=batch_id, columns=list(columns) if columns else None)
-
-
-def live_files(drain: DrainSettings, logical_topic: str) -> tuple[LiveFile, ...]:
-    """Every published file of a topic under both roots (Delta, Iceberg: those the tables' current versions hold)."""
-    if drain.format is OutputFormat.ICEBERG:
-        from spark_jobs.iceberg_catalog import live_files as live_iceberg
-
-        return tuple(f for kind, root in roots(drain).items() for f in live_iceberg(drain.iceberg, root, kind,
-                                                                                    logical_topic))
-    if drain.format is OutputFormat.DELTA:
-        from spark_jobs.delta_table import live_files as live
-    else:
-        from spark_jobs.output import live_files as live
-    return tuple(f for root in roots(drain).values() for f in live(root, logical_topic))
-
-
-def batch_ids(drain: DrainSettings, logical_topic: str, live: Iterable[LiveFile] | None = None) -> set[str]:
-    """Every batch id the published output of a topic names: its live files' writers (``live`` when read
-    already) and, for Delta and Iceberg, every batch a commit (a snapshot) in the tables names (a replaced batch
-    too)."""
-    ids = {f.batch_id for f in (live_files(drain, logical_topic) if live is None else live) if f.batch_id}
-    if drain.format is OutputFormat.DELTA:
-        from spark_jobs.delta_table import table_batches
-
-        ids |= {b["batch_id"] for root in roots(drain).values() for b in table_batches(root, logical_topic)}
-    if drain.format is OutputFormat.ICEBERG:
-        from spark_jobs.iceberg_catalog import table_batches as snapshots
-
-        ids |= {b["batch_id"] for kind, root in roots(drain).items() for b in snapshots(drain.iceberg, root, kind,
-                                                                                       logical_topic)}
-    return ids

@@ -74,9 +74,15 @@ from kprio_core.config.load import (
     kind_of,
     load_config,
     parse_config,
-    read_yaml,
 )
-from kprio_core.config.operate import LINEAGE_SECRET_KEYS, LineageSettings, SensorSettings, SloSettings, VerdictSettings
+from kprio_core.config.operate import (
+    LINEAGE_TRANSPORTS,
+    LineageSettings,
+    SensorSettings,
+    SloSettings,
+    VerdictSettings,
+    lineage_secret_key,
+)
 from kprio_core.config.planning import (
     OrderingSettings,
     PlannerSettings,
@@ -94,6 +100,7 @@ from kprio_core.config.services import (
     SparkSettings,
     WorkersSettings,
 )
+from kprio_core.config.yaml_file import read_yaml
 from kprio_core.config.topics import (
     KAFKA_TOPIC_NAME,
     MAX_PRIORITIES,
@@ -166,7 +173,8 @@ __all__ = [
     "SensorSettings",
     "SloSettings",
     "VerdictSettings",
-    "LINEAGE_SECRET_KEYS",
+    "LINEAGE_TRANSPORTS",
+    "lineage_secret_key",
     "LineageSettings",
     "KprioConfig",
     "config_error",

@@ -1,5 +1,6 @@
 """What every section of the configuration shares: frozen, no unknown key, no infinite number, no boolean where a
-number goes, no duration beyond a year; a path's check; an error about one key inside a mapping."""
+number goes, no duration beyond a year, no integer beyond 64 bits; a path's check and a URL's; an error about one key
+inside a mapping."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import re
 import types
 import typing
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from kprio_core.urls import secret_parameter
 
 MAX_DURATION_S = 366 * 24 * 3600
 """The longest duration (a ``*_s`` setting) kprio takes: one longer is a slip of the pen (milliseconds written as
@@ -55,25 +59,60 @@ class Section(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _numbers_are_numbers(cls, data: Any) -> Any:
-        """A boolean (YAML's ``yes``, ``on``, ``true``) is no number, though pydantic reads it as 1; a duration
-        (``*_s``) is at most :data:`MAX_DURATION_S`; an integer fits 64 bits."""
-        if not isinstance(data, dict):
-            return data
+        """A boolean (YAML's ``yes``, ``on``, ``true``) is no number, though pydantic reads it as 1; a number is one
+        a setting takes (:func:`number_problem`)."""
+        if isinstance(data, dict):
+            for name, value in cls._numbers(data):
+                if isinstance(value, bool):
+                    raise SettingError(f"is a boolean ({str(value).lower()}), not a number", key=name)
+                problem = number_problem(value, duration=_duration(name))
+                if problem is not None:
+                    raise SettingError(problem, key=name)
+        return data
+
+    @model_validator(mode="after")
+    def _numbers_read_fit(self) -> Any:
+        """The same of the numbers pydantic read from text (a quoted ``"1e30"``, an environment variable)."""
+        for name, value in self._numbers({name: getattr(self, name) for name in type(self).model_fields}):
+            problem = number_problem(value, duration=_duration(name))
+            if problem is not None:
+                raise SettingError(problem, key=name)
+        return self
+
+    @classmethod
+    def _numbers(cls, data: dict) -> list[tuple[str, Any]]:
+        """(field, value) of every value in ``data`` of a numeric field, a mapping of numbers' values included."""
+        out = []
         for name, value in data.items():
             field = cls.model_fields.get(name)
-            if field is None:
-                continue
-            number, mapping = _numeric(field.annotation)
-            values = list(value.values()) if mapping and isinstance(value, dict) else [value] if number else []
-            for v in values:
-                if isinstance(v, bool):
-                    raise SettingError(f"is a boolean ({str(v).lower()}), not a number", key=name)
-                if isinstance(v, int | float) and _duration(name) and math.isfinite(v) and v > MAX_DURATION_S:
-                    raise SettingError(f"{v:g} s is longer than a year ({MAX_DURATION_S} s): a slip of the pen?",
-                                       key=name)
-                if isinstance(v, int) and abs(v) > MAX_INTEGER:
-                    raise SettingError(f"{v:.3g} does not fit a 64-bit integer", key=name)
-        return data
+            if field is not None:
+                number, mapping = _numeric(field.annotation)
+                values = list(value.values()) if mapping and isinstance(value, dict) else [value] if number else []
+                out += [(name, v) for v in values]
+        return out
+
+
+def number_problem(value: object, *, duration: bool = False) -> str | None:
+    """What no setting takes in a number (any value of the file, a mapping's key too), or None: an integer beyond 64
+    bits (:data:`MAX_INTEGER`), a float that is not finite (``.inf``, ``.nan``, one beyond 1.8e308), a duration
+    (``*_s``) over :data:`MAX_DURATION_S`.
+
+    >>> number_problem(10**40), number_problem(10**400), number_problem(float("inf")), number_problem(7)
+    ('1e+40 does not fit a 64-bit integer', 'a number of over 300 digits does not fit a 64-bit integer', \
+'Input should be a finite number', None)
+    >>> number_problem(1e300, duration=True)
+    '1e+300 s is longer than a year (31622400 s): a slip of the pen?'
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_INTEGER:
+        shown = f"{value:.3g}" if abs(value) < 1e300 else "a number of over 300 digits"
+        return f"{shown} does not fit a 64-bit integer"
+    if not math.isfinite(value):
+        return "Input should be a finite number"  # pydantic's words, as every typed setting says it
+    if duration and value > MAX_DURATION_S:
+        return f"{value:g} s is longer than a year ({MAX_DURATION_S} s): a slip of the pen?"
+    return None
 
 
 def a_path(value: str) -> str:
@@ -96,4 +135,45 @@ def a_path(value: str) -> str:
     found = _VARIABLE.search(value)
     if found:
         raise ValueError(f"holds {found.group()}, which kprio does not expand: write the path in full")
+    return value
+
+
+LOCAL_SCHEMES = ("file", "sqlite")
+"""URL schemes that name a file of this host (``sqlite+pysqlite`` too): its path is held to :func:`a_path`."""
+
+
+def a_url(value: str, *, secrets: str) -> str:
+    """``value`` if kprio can use it as the URL a setting names (a schema registry, a lineage transport, a catalog),
+    else ValueError: its port is a number from 1 to 65535, it holds no password and no credential in its query
+    (:func:`kprio_core.urls.secret_parameter`; ``secrets`` says where such a secret goes instead), and a local
+    file's path (``sqlite:///``, ``file://``) is one kprio takes as written (:func:`a_path`).
+
+    >>> a_url("http://127.0.0.1:8081/apis/ccompat/v7", secrets=""), a_url("sqlite:////var/kprio/c.db", secrets="")
+    ('http://127.0.0.1:8081/apis/ccompat/v7', 'sqlite:////var/kprio/c.db')
+    >>> for url in ("http://h:port/x", "http://h/lineage?api_key=k3y", "sqlite:///~/catalog.db"):
+    ...     try:
+    ...         a_url(url, secrets="set it in the environment")
+    ...     except ValueError as err:
+    ...         print(err)
+    has a port that is not a number from 1 to 65535
+    holds a credential in its query (api_key=): set it in the environment
+    starts with '~', which kprio does not expand: write the path in full
+    """
+    parts = urlsplit(value)
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError("has a port that is not a number from 1 to 65535")
+    if parts.password is not None:
+        raise ValueError(f"holds a password: {secrets}")
+    named = [key for key, _ in parse_qsl(parts.query, keep_blank_values=True) if secret_parameter(key)]
+    if named:
+        raise ValueError(f"holds a credential in its query ({named[0]}=): {secrets}")
+    if parts.scheme.split("+")[0] in LOCAL_SCHEMES:
+        local = parts.netloc + parts.path
+        local = local[1:] if parts.scheme.startswith("sqlite") else local  # sqlite:///relative.db
+        if local and local != ":memory:":
+            a_path(local)
     return value

@@ -11,8 +11,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from kprio_core.config.base import Section, a_path
+from kprio_core.config.base import Section, SettingError, a_path, a_url
 from kprio_core.errors import HandlerError
+from kprio_core.extras import OUTPUT_FORMATS, missing
 
 OUTPUT_SCHEMES = ("file", "s3", "s3a", "gs", "hdfs", "abfs", "abfss", "wasbs")
 """The URL schemes of an output root: the file systems Hadoop (Spark's writers) and Arrow (kprio's) both reach."""
@@ -30,18 +31,9 @@ class OnOffsetOutOfRange(StrEnum):
     LATEST = "latest"
 
 
-class OutputFormat(StrEnum):
-    """How a batch's checked rows land under the output and dead-letter roots (see ``spark_jobs.tables``).
-
-    ``parquet`` (the default): Parquet files moved into place one by one, named by their ranges;
-    ``delta``: one Delta Lake table per logical topic and root, one commit per batch and table;
-    ``iceberg``: one Apache Iceberg table per logical topic and root in a catalog (``drain.iceberg``),
-    one snapshot per batch and table.
-    """
-
-    PARQUET = "parquet"
-    DELTA = "delta"
-    ICEBERG = "iceberg"
+OutputFormat = StrEnum("OutputFormat", {name.upper(): name for name in OUTPUT_FORMATS})  # type: ignore[misc]
+OutputFormat.__doc__ = """How a batch's checked rows land (``drain.format``): ``parquet`` files (the default), one ``delta``
+or ``iceberg`` table per logical topic and root; one module each behind ``spark_jobs.tables.Output``."""
 
 
 class TimePartition(StrEnum):
@@ -66,6 +58,10 @@ def iceberg_secret_property(name: str) -> bool:
     return any(word in name.lower() for word in ICEBERG_SECRET_WORDS)
 
 
+ICEBERG_CATALOG_TYPES = ("rest", "hive", "glue", "dynamodb", "sql", "in-memory", "bigquery")
+"""pyiceberg's catalog types (its ``CatalogType``, checked by a test): ``drain.iceberg.catalog.type`` is one of them."""
+
+
 class IcebergSettings(Section):
     """The Iceberg catalog and tables of ``drain.format: iceberg`` (spark_jobs/iceberg_table.py)."""
 
@@ -85,7 +81,9 @@ class IcebergSettings(Section):
     @field_validator("catalog")
     @classmethod
     def _no_secret_in_the_file(cls, value: dict[str, str]) -> dict[str, str]:
-        """A credential in the file would sit in kprio.yaml and in the resource config Dagster shows.
+        """A credential in the file would sit in kprio.yaml and in the resource config Dagster shows; a URL
+        (``uri``, ``warehouse``, ...) is held to :func:`~kprio_core.config.base.a_url`, a ``warehouse`` path to
+        :func:`~kprio_core.config.base.a_path`, a ``type`` is one of :data:`ICEBERG_CATALOG_TYPES`.
 
         >>> IcebergSettings(catalog={"type": "sql", "uri": "postgresql+psycopg://kprio:hunter2@db/cat"})
         Traceback (most recent call last):
@@ -95,13 +93,23 @@ class IcebergSettings(Section):
           Value error, holds a password in uri: remove it and set PYICEBERG_CATALOG__<NAME>__URI in the environment ...
         """
         for name, text in value.items():
+            variable = f"PYICEBERG_CATALOG__<NAME>__{name.upper().replace('.', '_').replace('-', '_')}"
             if iceberg_secret_property(name):
-                raise ValueError(f"{name} is a secret: set it in the environment as PYICEBERG_CATALOG__<NAME>__"
-                                 f"{name.upper().replace('.', '_').replace('-', '_')}, never in the file")
+                raise ValueError(f"{name} is a secret: set it in the environment as {variable}, never in the file")
             if "://" in text and urlsplit(text).password:
-                raise ValueError(f"holds a password in {name}: remove it and set PYICEBERG_CATALOG__<NAME>__"
-                                 f"{name.upper().replace('.', '_').replace('-', '_')} in the environment (the whole "
-                                 "value, password included)")
+                raise ValueError(f"holds a password in {name}: remove it and set {variable} in the environment (the "
+                                 "whole value, password included)")
+            try:
+                if "://" in text:
+                    a_url(text, secrets=f"set {variable} in the environment (the whole value) instead")
+                elif name == "warehouse":
+                    a_path(text)
+            except ValueError as err:
+                raise SettingError(str(err), key=name) from None
+        kind = value.get("type")
+        if kind is not None and kind not in ICEBERG_CATALOG_TYPES and "py-catalog-impl" not in value:
+            raise SettingError(f"{kind!r} is no catalog type of pyiceberg's: {', '.join(ICEBERG_CATALOG_TYPES)} (or "
+                               "name a class of one's own as py-catalog-impl)", key="type")
         return value
 
 
@@ -176,6 +184,15 @@ class DrainSettings(Section):
             raise ValueError(f"{scheme}:// is no file system Spark and Arrow write to: a local path, or "
                              f"{', '.join(s + '://' for s in OUTPUT_SCHEMES)}")
         return a_path(value)
+
+    @field_validator("format")
+    @classmethod
+    def _format_installed(cls, value: OutputFormat) -> OutputFormat:
+        """A format whose library is not installed fails at load, naming the extra that brings it."""
+        why = missing(OUTPUT_FORMATS[value.value].part, value.value)
+        if why:
+            raise ValueError(why)
+        return value
 
     @field_validator("handler")
     @classmethod

@@ -27,7 +27,7 @@ import stat
 from collections.abc import Mapping
 from typing import Any
 
-from kprio_core.config.environment import setting_variable
+from kprio_core.config.environment import ENV_REGISTRY_KEY_PASSWORD, setting_variable
 from kprio_core.config.kafka import SASL_MECHANISMS
 from kprio_core.config.kprio_config import KprioConfig
 from kprio_core.errors import os_reason
@@ -42,7 +42,9 @@ OTHER_FILES = ("ssl.keystore.location", "sasl.kerberos.keytab", "sasl.oauthbeare
 DIRECTORY_ALLOWED = frozenset({"ssl.ca.location"})
 """Settings that may name a directory (of CA certificates, hashed as OpenSSL's c_rehash names them)."""
 
-REGISTRY_FILES = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
+REGISTRY_FILES = {"ssl_ca_location": "ssl.ca.location", "ssl_certificate_location": "ssl.certificate.location",
+                  "ssl_key_location": "ssl.key.location"}
+"""The schema registry's file settings, and the Kafka client's of the same meaning (checked alike)."""
 
 PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
 
@@ -94,21 +96,31 @@ def security_problem(conf: Mapping[str, Any]) -> tuple[str, str] | None:
             or _pem_problem(lowered) or _other_files_problem(lowered))
 
 
-def config_problem(config: KprioConfig) -> tuple[tuple, str] | None:
+def config_problem(config: KprioConfig, env: Mapping[str, str] | None = None) -> tuple[tuple, str] | None:
     """The first client or schema registry setting of ``config`` whose file or secret is missing or wrong, as a
-    location (``("kafka", "client", name)``) and why; or None. Checked at load, on the host that runs it."""
+    location (``("kafka", "client", name)``) and why; or None. Checked at load, on the host that runs it, with its
+    environment ``env`` (default: this process's)."""
     found = security_problem(config.kafka.client_config())
     if found is not None:
         name = next((n for n in config.kafka.client if n.lower() == found[0]), found[0])
         return ("kafka", "client", name), found[1]
-    registry = config.schema_registry
-    for name in REGISTRY_FILES:
-        value = getattr(registry, name, None) if registry is not None else None
-        if value:
-            data = read_file(value, pem=True)
-            if isinstance(data, str):
-                return ("schema_registry", name), data
-    return None
+    found = registry_problem(config.schema_registry, env) if config.schema_registry is not None else None
+    return None if found is None else (("schema_registry", found[0]), found[1])
+
+
+def registry_problem(registry: Any, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """The first file setting of the schema registry's settings (:data:`REGISTRY_FILES`) whose file is missing or
+    wrong, as the Kafka client's are checked (a CA file holds certificates, not a private key; a key decrypts with
+    the password in :data:`~kprio_core.config.environment.ENV_REGISTRY_KEY_PASSWORD`), and why; or None."""
+    env = os.environ if env is None else env
+    conf: dict[str, Any] = {kafka: getattr(registry, name) for name, kafka in REGISTRY_FILES.items()
+                            if getattr(registry, name)}
+    if env.get(ENV_REGISTRY_KEY_PASSWORD):
+        conf["ssl.key.password"] = env[ENV_REGISTRY_KEY_PASSWORD]
+    ca = conf.get("ssl.ca.location")
+    problem = _ca_text_problem(ca, read_file(ca)) if ca is not None else None  # a file: Python's cafile
+    found = ("ssl.ca.location", problem) if problem else _pem_problem(conf, key_variable=ENV_REGISTRY_KEY_PASSWORD)
+    return None if found is None else (next(n for n, k in REGISTRY_FILES.items() if k == found[0]), found[1])
 
 
 def _sasl_problem(conf: dict[str, Any]) -> tuple[str, str] | None:
@@ -133,15 +145,20 @@ def _ca_problem(conf: dict[str, Any]) -> tuple[str, str] | None:
     path = conf.get("ssl.ca.location")
     if path is None or str(path).lower() == "probe":  # librdkafka's "find the system's CA store"
         return None
-    data = read_file(str(path), directory=True)
+    problem = _ca_text_problem(str(path), read_file(str(path), directory=True))
+    return None if problem is None else ("ssl.ca.location", problem)
+
+
+def _ca_text_problem(path: str, data: bytes | str | None) -> str | None:
+    """What is wrong with a CA file's ``data`` (:func:`read_file`'s), or None for certificates (or a directory)."""
     if data is None or (isinstance(data, bytes) and PEM_CERTIFICATE in data):
         return None
     if isinstance(data, str):
-        return "ssl.ca.location", data
+        return data
     what = ("a private key" if b"PRIVATE KEY-----" in data else
             "a PKCS#12 keystore (DER), not PEM" if data[:1] == b"\x30" else "no PEM certificate")
-    return "ssl.ca.location", (f"{str(path)!r}: holds {what}: it takes the certificates of the CAs that sign the "
-                               "brokers' certificates, in PEM (-----BEGIN CERTIFICATE-----)")
+    return (f"{path!r}: holds {what}: it takes the certificates of the CAs that sign the servers' certificates, in "
+            "PEM (-----BEGIN CERTIFICATE-----)")
 
 
 def _keystore_problem(conf: dict[str, Any]) -> tuple[str, str] | None:
@@ -166,7 +183,7 @@ def _keystore_problem(conf: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _pem_problem(conf: dict[str, Any]) -> tuple[str, str] | None:
+def _pem_problem(conf: dict[str, Any], key_variable: str | None = None) -> tuple[str, str] | None:
     cert, key = conf.get("ssl.certificate.location"), conf.get("ssl.key.location")
     if cert is not None:
         data = read_file(str(cert))
@@ -181,7 +198,7 @@ def _pem_problem(conf: dict[str, Any]) -> tuple[str, str] | None:
         return "ssl.key.location", data
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-    variable = setting_variable("ssl.key.password")
+    variable = key_variable or setting_variable("ssl.key.password")
     password = conf.get("ssl.key.password")
     try:
         with open(str(key), "rb") as file:

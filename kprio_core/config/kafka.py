@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, SerializationInfo, field_serializer, field_validator
 
-from kprio_core.config.base import Section, SettingError
+from kprio_core.config.base import Section, SettingError, a_url
 from kprio_core.config.environment import JAVA_ONLY_SETTINGS, WITH_SECRETS, is_secret_setting, setting_variable
 
 
@@ -126,6 +126,12 @@ class KafkaSettings(Section):
             why = client_problem(name, setting)
             if why:
                 raise SettingError(why, key=name)
+            if isinstance(setting, str) and "://" in setting:  # sasl.oauthbearer.token.endpoint.url, ...
+                try:
+                    a_url(setting, secrets="a secret goes in the environment, as the KPRIO_KAFKA_* variable of its "
+                          "own setting (sasl.oauthbearer.client.secret: KPRIO_KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET)")
+                except ValueError as err:
+                    raise SettingError(str(err), key=name) from None
             if name.lower() == "isolation.level":
                 raise SettingError("set the isolation level as kafka.isolation_level, not kafka.client: it decides "
                                    "where lag and plans end as well as what readers see", key=name)

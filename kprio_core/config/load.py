@@ -4,14 +4,13 @@ and one line per validation failure naming the key and where it came from."""
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
+from kprio_core.config.base import number_problem
 from kprio_core.config.environment import (
     DEFAULT_CONFIG_FILE,
     ENV_BOOTSTRAP,
@@ -22,7 +21,8 @@ from kprio_core.config.environment import (
     variable_setting,
 )
 from kprio_core.config.kprio_config import KprioConfig
-from kprio_core.errors import ConfigError, os_reason
+from kprio_core.config.yaml_file import read_yaml
+from kprio_core.errors import ConfigError
 
 
 def _key(loc: tuple) -> str:
@@ -191,6 +191,35 @@ def kind_of(value: object) -> str:
 BUILT_IN = "built-in defaults"
 
 
+def numbers_problem(data: object, loc: tuple = ()) -> tuple[tuple, str] | None:
+    """The first number anywhere in ``data`` (a value, or a mapping's key) that no setting takes
+    (:func:`~kprio_core.config.base.number_problem`: beyond 64 bits, not finite), and where; or None. Every value,
+    whatever its setting's type (``kafka.client``'s, ``lineage.transport``'s, a priority as a key), so a number
+    too large for a float or an integer fits no setting by its key before any setting reads it.
+
+    >>> numbers_problem({"slo": {"max_age_s": {10**40: 5}}}), numbers_problem({"kafka": {"client": {"a": [1e400]}}})
+    ((('slo', 'max_age_s'), 'a key: 1e+40 does not fit a 64-bit integer'), (('kafka', 'client', 'a', 0), \
+'Input should be a finite number'))
+    """
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            problem = number_problem(key)
+            if problem is not None:
+                return loc, f"a key: {problem}"
+            found = numbers_problem(value, (*loc, key))
+            if found is not None:
+                return found
+    elif isinstance(data, list | tuple):
+        for i, value in enumerate(data):
+            found = numbers_problem(value, (*loc, i))
+            if found is not None:
+                return found
+    else:
+        problem = number_problem(data)
+        return None if problem is None else (loc, problem)
+    return None
+
+
 def parse_config(raw: Mapping | None, source: str = "configuration", env: Mapping[str, str] | None = None) -> KprioConfig:
     """Validate a mapping (as read from YAML) plus environment overrides into a config."""
     return parse_config_sources(raw, source, env)[0]
@@ -218,11 +247,15 @@ def parse_config_sources(raw: Mapping | None, source: str = "configuration", env
     written = {f"{section}.{key}" for section, values in data.items() if isinstance(values, Mapping)
                for key in values} | set(data)
     data, origins = _environment_overrides(data, os.environ if env is None else env)
+    found = numbers_problem(data)
+    if found is not None:
+        loc, what = found
+        raise ConfigError(f"{_key(loc)}: {what}" if loc else what, where=origin_of(loc, source, origins))
     try:
         config = KprioConfig.model_validate(data)
     except ValidationError as err:
         raise config_error(err, source, origins) from None
-    found = config_problem(config) if on_this_host else None
+    found = config_problem(config, os.environ if env is None else env) if on_this_host else None
     if found is not None:
         loc, what = found
         raise ConfigError(f"{_key(loc)}: {what}", where=origin_of(loc, source, origins))
@@ -238,52 +271,6 @@ def config_path(explicit: str | os.PathLike | None = None, env: Mapping[str, str
         return Path(env[ENV_CONFIG_PATH])
     default = Path(DEFAULT_CONFIG_FILE)
     return default if default.exists() else None
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[object, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.setdefault(key, key_node.start_mark.line)
-            except TypeError:
-                continue  # an unhashable key: SafeLoader's own error says so below
-            if first != key_node.start_mark.line:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice (first on line {first + 1})", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def read_yaml(path: Path, where: str) -> object:
-    """The YAML document in the regular file ``path``; ConfigError saying what is wrong with the file, and where."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise ConfigError("configuration file not found", where=where) from None
-    except OSError as err:
-        raise ConfigError(f"cannot read the configuration file: {os_reason(err)}", where=where) from None
-    if stat.S_ISDIR(mode):
-        raise ConfigError("is a directory, not a configuration file", where=where)
-    if not stat.S_ISREG(mode):
-        raise ConfigError("is not a regular file (a device, a pipe or a socket): name a YAML file", where=where)
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"cannot read the configuration file: {os_reason(err)}", where=where) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise ConfigError(f"is not UTF-8 text (byte 0x{data[err.start]:02x} on line {line})", where=where) from None
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"not valid YAML: {getattr(err, 'problem', None) or err}", where=f"{where}{at}") from None
 
 
 def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> KprioConfig:

@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from kprio_core.config.base import Section
+from kprio_core.config.base import Section, a_url
+from kprio_core.extras import LINEAGE, missing
 from kprio_core.model.priority import Priority
 
 
@@ -27,7 +28,8 @@ class SloSettings(Section):
 
     max_age_s: dict[Priority, float] = Field(
         default_factory=dict, description="Per priority, the largest age in seconds of its oldest pending record "
-        "(e.g. {2: 10, 0: 3600}); a priority absent has no objective."
+        "(e.g. {2: 10, 0: 3600}); a priority absent has no objective. A lag-aware plan gives the budget first to "
+        "the records closest to breaking their objective (deadline = timestamp + max_age_s)."
     )
     warn_fraction: float = Field(
         0.8, gt=0, le=1, description="Warn once the age passes this share of max_age_s (fail above max_age_s)."
@@ -57,8 +59,78 @@ class VerdictSettings(Section):
     )
 
 
-LINEAGE_SECRET_KEYS = ("auth", "api_key", "apikey", "token", "password", "secret")
-"""Keys of ``lineage.transport`` that hold a secret: openlineage-python reads those from its environment."""
+LINEAGE_SECRET_WORDS = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials",
+                        "authorization", "cookie")
+"""A key of ``lineage.transport`` holds a secret when one of its words (split at ``.``, ``_``, ``-``) is one of these,
+or it is ``auth`` or names an API key (``api_key``, ``x-api-key``): openlineage-python reads those from its
+environment. A key naming where a secret is (``..._url``, ``..._file``) holds none."""
+LINEAGE_TRANSPORTS = ("amazon_datazone_api", "async_http", "composite", "console", "datadog", "file", "gcplineage",
+                      "http", "kafka", "msk-iam", "noop", "transform")
+"""openlineage-python's transports (its ``get_default_factory().transports``, checked by a test); any other
+``type`` is a class of one's own, named by its dotted path."""
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
+def lineage_secret_key(name: str) -> bool:
+    """Whether a key of ``lineage.transport`` holds a secret (:data:`LINEAGE_SECRET_WORDS`).
+
+    >>> [lineage_secret_key(k) for k in ("auth", "Authorization", "X-API-Key", "sasl.password", "api_key", "url",
+    ...                                  "sasl.oauthbearer.token.endpoint.url", "oauth")]
+    [True, True, True, True, True, False, False, False]
+    """
+    words = re.split(r"[._-]", name.lower())
+    if words[-1] in ("url", "uri", "endpoint", "location", "file", "path"):
+        return False
+    return (name.lower() == "auth" or any(w in LINEAGE_SECRET_WORDS for w in words)
+            or any(a == "api" and b == "key" for a, b in zip(words, words[1:], strict=False)))
+
+
+def transport_problem(transport: Any, path: str = "transport") -> str | None:
+    """What kprio refuses in a ``lineage.transport`` (or one of a composite's ``transports``), or None: a ``type``
+    that is none of :data:`LINEAGE_TRANSPORTS` nor a dotted class path (a typo: openlineage-python would fail on the
+    first commit), a key that holds a secret (:func:`lineage_secret_key`), a URL a setting of it names that
+    :func:`~kprio_core.config.base.a_url` refuses (a port that is no number, a password, ``?api_key=``).
+
+    >>> transport_problem({"type": "htp", "url": "http://lineage:5000"})
+    "transport.type: 'htp' is no transport of openlineage-python's (composite, console, file, http, kafka, ...) nor \
+a dotted path to a class of one's own"
+    >>> transport_problem({"type": "http", "url": "http://h:5000", "custom_headers": {"Authorization": "Bearer x"}})
+    'transport.custom_headers.Authorization holds a secret: set it in the environment as \
+OPENLINEAGE__TRANSPORT__CUSTOM_HEADERS__AUTHORIZATION instead'
+    """
+    if not isinstance(transport, dict):
+        return None
+    kind = transport.get("type")
+    known = isinstance(kind, str) and (kind in LINEAGE_TRANSPORTS or _DOTTED.fullmatch(kind) is not None)
+    if kind is not None and not known:
+        return (f"{path}.type: {kind!r} is no transport of openlineage-python's (composite, console, file, http, "
+                "kafka, ...) nor a dotted path to a class of one's own")
+    children = transport.get("transports") if kind == "composite" else None
+    named = children.items() if isinstance(children, dict) else enumerate(children or ())
+    for key, child in named:
+        found = transport_problem(child, f"{path}.transports.{key}")
+        if found is not None:
+            return found
+    return _secret_problem(transport, path)
+
+
+def _secret_problem(node: Any, path: str) -> str | None:
+    """The first secret in ``node`` (keys, and URLs in its values) at ``path``."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        here = f"{path}.{key}"
+        variable = "OPENLINEAGE__" + here.upper().replace(".", "__")
+        if isinstance(key, str) and lineage_secret_key(key):
+            return f"{here} holds a secret: set it in the environment as {variable} instead"
+        if isinstance(value, str) and "://" in value:
+            try:
+                a_url(value, secrets=f"give the whole value in the environment as {variable} instead")
+            except ValueError as err:
+                return f"{here} {err}"
+        found = _secret_problem(value, here) if isinstance(value, dict | list) else None
+        if found is not None:
+            return found
+    return None
 
 
 class LineageSettings(Section):
@@ -73,32 +145,18 @@ class LineageSettings(Section):
         "transport's api key comes from OPENLINEAGE__TRANSPORT__AUTH__API_KEY."
     )
 
+    @field_validator("enabled")
+    @classmethod
+    def _lineage_installed(cls, value: bool) -> bool:
+        why = missing(LINEAGE, "OpenLineage events") if value else None
+        if why:
+            raise ValueError(why)
+        return value
+
     @field_validator("transport")
     @classmethod
-    def _no_secrets(cls, value: dict[str, Any]) -> dict[str, Any]:
-        def keys(node: Any, path: str) -> list[str]:
-            if not isinstance(node, dict):
-                return []
-            found = []
-            for k, v in node.items():
-                here = f"{path}.{k}" if path else str(k)
-                if str(k).lower().replace("-", "_") in LINEAGE_SECRET_KEYS:
-                    found.append(here)
-                found += keys(v, here)
-            return found
-
-        def passwords(node: Any, path: str) -> list[str]:
-            if isinstance(node, dict):
-                return [p for k, v in node.items() for p in passwords(v, f"{path}.{k}" if path else str(k))]
-            return [path] if isinstance(node, str) and re.match(r"^[a-z][a-z0-9+.-]*://[^/@\s]*:[^/@\s]*@", node,
-                                                                re.IGNORECASE) else []
-
-        with_password = passwords(value, "")
-        if with_password:
-            raise ValueError(f"transport.{with_password[0]} holds a password in its URL: give it in the environment "
-                             "(OPENLINEAGE__TRANSPORT__AUTH__API_KEY) instead")
-        secret = keys(value, "")
-        if secret:
-            raise ValueError(f"transport.{secret[0]} holds a secret: set it in the environment as "
-                             f"OPENLINEAGE__TRANSPORT__{secret[0].upper().replace('.', '__')} instead")
+    def _a_transport_without_secrets(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = transport_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from kprio_core.config.base import Section, SettingError, a_path
+from kprio_core.config.base import Section, SettingError, a_path, a_url
 from kprio_core.config.environment import ENV_LEDGER_PASSWORD, ENV_REGISTRY_KEY_PASSWORD, ENV_REGISTRY_PASSWORD
 
 if TYPE_CHECKING:
@@ -73,6 +73,12 @@ class SparkSettings(Section):
             if _spark_secret(name):
                 raise SettingError("is a credential: set it in Spark's own spark-defaults.conf ($SPARK_CONF_DIR) "
                                    "or the cluster's secrets, never in kprio.yaml", key=name)
+            if "://" in value[name]:  # spark.jars.repositories, spark.eventLog.dir, an endpoint, ...
+                try:
+                    a_url(value[name], secrets="set it in Spark's own spark-defaults.conf ($SPARK_CONF_DIR) or the "
+                          "cluster's secrets, never in kprio.yaml")
+                except ValueError as err:
+                    raise SettingError(str(err), key=name) from None
         return value
 
     @field_validator("master")
@@ -255,7 +261,7 @@ class SchemaRegistrySettings(Section):
     @field_validator("url")
     @classmethod
     def _plain_url(cls, value: str) -> str:
-        """An http(s) URL with no credentials in it.
+        """An http(s) URL with no credentials in it, held to :func:`~kprio_core.config.base.a_url`.
 
         >>> from pydantic import ValidationError
         >>> from kprio_core.config.load import format_validation_error
@@ -269,23 +275,21 @@ class SchemaRegistrySettings(Section):
         url: holds credentials: remove them from the URL (https://sr.example) and set schema_registry.username and
         KPRIO_SCHEMA_REGISTRY_PASSWORD (kprio.yaml)
         url: is not an http(s) URL: write http://host:port[/path] (kprio.yaml)
+        >>> SchemaRegistrySettings(url="http://sr.example:port/apis/ccompat/v7")
+        Traceback (most recent call last):
+        ...
+        pydantic_core._pydantic_core.ValidationError: 1 validation error for SchemaRegistrySettings
+        url
+          Value error, has a port that is not a number from 1 to 65535 ...
         """
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("is not an http(s) URL: write http://host:port[/path]")
-        from urllib.parse import parse_qsl
-
-        from kprio_core.urls import SECRET_PARAMETER_WORDS
-
-        named = [k for k, _ in parse_qsl(parts.query) if any(w in k.lower() for w in SECRET_PARAMETER_WORDS)]
-        if named:
-            raise ValueError(f"holds a credential in its query ({named[0]}=): remove it and set "
-                             f"schema_registry.username and {ENV_REGISTRY_PASSWORD}")
         if parts.username or parts.password:
             bare = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
             raise ValueError(f"holds credentials: remove them from the URL ({bare}) and set schema_registry.username "
                              f"and {ENV_REGISTRY_PASSWORD}")
-        return value
+        return a_url(value, secrets=f"remove it and set schema_registry.username and {ENV_REGISTRY_PASSWORD}")
 
     def endpoint(self, env: Mapping[str, str] | None = None) -> RegistryEndpoint:
         """Where and how to reach the registry, its secrets from the environment (never log its password).

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from kprio_core.config.base import Section
+from kprio_core.extras import REGISTRY, missing
 from kprio_core.model.priority import Priority
 
 MAX_PRIORITIES = 16
@@ -128,6 +129,15 @@ class TopicSettings(Section):
             raise ValueError(f"template {value!r} is not a valid format string: {err}") from None
         if unknown:
             raise ValueError(f"template {value!r} uses unknown field {{{unknown[0]}}} (allowed: {', '.join(names)})")
+        return value
+
+    @field_validator("value_format", "key_format")
+    @classmethod
+    def _registry_installed(cls, value: ValueFormat | KeyFormat) -> ValueFormat | KeyFormat:
+        """A format read through a schema registry needs its libraries: a missing one fails at load, naming the extra."""
+        why = missing(REGISTRY, value.value) if value.registry_type else None
+        if why:
+            raise ValueError(why)
         return value
 
     @model_validator(mode="after")

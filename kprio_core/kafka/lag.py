@@ -29,10 +29,12 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from kprio_core.config import IsolationLevel, KafkaSettings, TopicSettings
+from kprio_core.deadlines import Objectives, mark_times
 from kprio_core.errors import DataLostToRetention, KprioError
 from kprio_core.kafka.client import Deadline, cluster_metadata
 from kprio_core.kafka.fetch import peek
 from kprio_core.kafka.reads import GroupOffsets, high_watermarks, log_starts, stable_offsets
+from kprio_core.kafka.times import time_marks
 from kprio_core.kafka.topics import snapshot_counts, topic_ids, topic_sizes
 from kprio_core.model.offsets import TopicPartitionKey
 from kprio_core.model.priority import Priority
@@ -50,6 +52,8 @@ class SnapshotAsk(NamedTuple):
     """Average record size per priority topic, known from earlier batches; the others are sampled."""
     deleted_ok: Collection[str] = ()
     """Priority topics kprio drained before: one the cluster no longer has is listed in ``deleted``."""
+    objectives: Objectives | None = None
+    """The objectives that steer the plan: the partitions of their priorities get time marks (Kafka's time index)."""
 
 
 Shaped = tuple[SnapshotAsk, dict[Priority, list[TopicPartitionKey]], tuple[str, ...]]
@@ -135,7 +139,7 @@ def _batched(admin: Any, kafka: KafkaSettings, shaped: Sequence[Shaped], deadlin
     by_group = {ask.topic.priority_group(p): parts for ask, parts_of, _ in shaped for p, parts in parts_of.items()}
     # The requests are independent: sent at once, their round trips overlap (a new process's first tick
     # also connects to the coordinator of every group meanwhile).
-    with ThreadPoolExecutor(max_workers=5, thread_name_prefix="kprio-snapshot") as pool:
+    with ThreadPoolExecutor(max_workers=6, thread_name_prefix="kprio-snapshot") as pool:
         asked_starts = pool.submit(log_starts, admin, every, deadline)
         asked_highs = pool.submit(high_watermarks, admin, every, deadline)
         asked_stables = pool.submit(stable_offsets, admin, every, deadline) if committed_only else None
@@ -145,26 +149,41 @@ def _batched(admin: Any, kafka: KafkaSettings, shaped: Sequence[Shaped], deadlin
         starts, highs, committed = asked_starts.result(), asked_highs.result(), asked_committed.result()
         stables = asked_stables.result() if asked_stables is not None else {}
         ids = asked_ids.result()
-    sizes: dict[str, float] = {}
-    unknown = []
-    for ask, _, _ in shaped:
-        sizes.update(ask.avg_record_bytes)
-        unknown += [name for name in ask.topic.priority_topics().values() if name not in ask.avg_record_bytes]
-    # A read_committed reader sees nothing past the last stable offset: sample below it.
-    ends = {tp: min(stables.get(tp, high), high) for tp, high in highs.items()}
-    sizes.update(sample_record_bytes(kafka, unknown, starts, ends, deadline))
+        lag_of = {(t, q): PartitionLag(t, q, priority=p, log_start=starts[(t, q)], high_watermark=highs[(t, q)],
+                                       committed=committed.get((t, q)), stable_offset=stables.get((t, q)))
+                  for _, parts_of, _ in shaped for p, parts in parts_of.items() for t, q in parts}
+        # The time marks of the partitions with backlog, beside the sample of record sizes.
+        asked_marks = pool.submit(time_marks, admin, _mark_times(shaped, lag_of, now_ms), deadline)
+        sizes: dict[str, float] = {}
+        unknown = []
+        for ask, _, _ in shaped:
+            sizes.update(ask.avg_record_bytes)
+            unknown += [name for name in ask.topic.priority_topics().values() if name not in ask.avg_record_bytes]
+        # A read_committed reader sees nothing past the last stable offset: sample below it.
+        ends = {tp: min(stables.get(tp, high), high) for tp, high in highs.items()}
+        sizes.update(sample_record_bytes(kafka, unknown, starts, ends, deadline))
+        marks = asked_marks.result()
     out = {}
     for ask, parts_of, deleted in shaped:
         topic = ask.topic
-        lags = tuple(
-            PartitionLag(t, q, priority=p, log_start=starts[(t, q)], high_watermark=highs[(t, q)],
-                         committed=committed.get((t, q)), avg_record_bytes=float(sizes.get(t, 0.0)),
-                         stable_offset=stables.get((t, q)))
-            for p, parts in parts_of.items() for t, q in parts
-        )
+        lags = tuple(dataclasses.replace(lag_of[tp], avg_record_bytes=float(sizes.get(tp[0], 0.0)),
+                                         times=marks.get(tp, ()))
+                     for parts in parts_of.values() for tp in parts)
         mine = {name: ids[name] for name in (topic.priority_topic(p) for p in parts_of)}
         out[topic.name] = LagSnapshot(topic.name, topic.priorities, lags, taken_at_ms=now_ms, topic_ids=mine,
                                       deleted=deleted)
+    return out
+
+
+def _mark_times(shaped: Sequence[Shaped], lag_of: Mapping[TopicPartitionKey, PartitionLag],
+                now_ms: int) -> dict[TopicPartitionKey, list[int]]:
+    """The times each partition with backlog of a priority with an objective is asked for (:func:`mark_times`)."""
+    out = {}
+    for ask, parts_of, _ in shaped:
+        if ask.objectives is not None:
+            times = mark_times(ask.objectives, now_ms)
+            out.update((tp, times[p]) for p, parts in parts_of.items() if p in times for tp in parts
+                       if lag_of[tp].backlog)
     return out
 
 

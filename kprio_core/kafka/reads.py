@@ -53,10 +53,11 @@ request one by one: one request for 19,200 partitions took 1.6 s where 20 of 960
 chunks are all sent before any answer is awaited."""
 
 
-def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey], spec: Any, deadline: Deadline,
-                 what: str, *, committed_only: bool = False, negative_ok: bool = False) -> dict[TopicPartitionKey, int]:
-    """One ListOffsets call for every partition with the same OffsetSpec (in chunks of
-    :data:`LIST_OFFSETS_CHUNK`, sent at once); offset per partition.
+def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey] | Mapping[TopicPartitionKey, Any], spec: Any,
+                 deadline: Deadline, what: str, *, committed_only: bool = False,
+                 negative_ok: bool = False) -> dict[TopicPartitionKey, int]:
+    """One ListOffsets call for every partition with the same OffsetSpec, or each its own when ``partitions`` maps
+    them to one (in chunks of :data:`LIST_OFFSETS_CHUNK`, sent at once); offset per partition.
 
     ``committed_only``: read_committed isolation (latest then answers the last stable offset).
     Partitions whose leader is moving (:data:`LEADER_MOVING`), or that have none (an answer of
@@ -70,7 +71,8 @@ def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey], spec: Any,
 
     from kprio_core.kafka.client import error_name
 
-    todo = {TopicPartition(t, p): spec for t, p in partitions}
+    own = partitions if isinstance(partitions, Mapping) else dict.fromkeys(partitions, spec)
+    todo = {TopicPartition(t, p): own[(t, p)] for t, p in own}
     isolation = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
     out: dict[TopicPartitionKey, int] = {}
     while todo:
@@ -90,13 +92,13 @@ def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey], spec: Any,
                     if deadline.remaining() <= RETRY_PAUSE_S:
                         raise BrokerUnreachable(deadline.bootstrap, deadline.timeout_s,
                                                 f"{name}: no leader of the partition answered (it has none now)")
-                    again[TopicPartition(tp.topic, tp.partition)] = spec
+                    again[TopicPartition(tp.topic, tp.partition)] = own[(tp.topic, tp.partition)]
                     continue
                 out[(tp.topic, tp.partition)] = offset
             except KafkaException as exc:
                 if error_name(exc) not in LEADER_MOVING or deadline.remaining() <= RETRY_PAUSE_S:
                     deadline.result(future, name)  # raises kprio's error for it
-                again[TopicPartition(tp.topic, tp.partition)] = spec
+                again[TopicPartition(tp.topic, tp.partition)] = own[(tp.topic, tp.partition)]
             except concurrent.futures.TimeoutError:
                 deadline.result(future, name)  # BrokerUnreachable naming the call
         todo = again

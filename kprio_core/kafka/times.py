@@ -13,12 +13,12 @@ OffsetRange(topic='orders-2', partition=0, start=12, end=30)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kprio_core.kafka.client import Deadline
 from kprio_core.kafka.reads import list_offsets
-from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.model.offsets import END_OF_LOG, OffsetRange, TopicPartitionKey
 
 
 def offsets_for_time(admin: Any, partitions: Iterable[TopicPartitionKey], timestamp_ms: int,
@@ -29,6 +29,32 @@ def offsets_for_time(admin: Any, partitions: Iterable[TopicPartitionKey], timest
     found = list_offsets(admin, partitions, OffsetSpec.for_timestamp(timestamp_ms), deadline,
                          f"list offsets for time {timestamp_ms}", negative_ok=True)
     return {tp: (offset if offset >= 0 else None) for tp, offset in found.items()}
+
+
+def time_marks(admin: Any, asked: Mapping[TopicPartitionKey, Sequence[int]],
+               deadline: Deadline) -> dict[TopicPartitionKey, tuple[tuple[int, int], ...]]:
+    """Per partition, a time mark ``(T, offset)`` for each asked time ``T``: the records below ``offset`` are at most
+    ``T`` ms old (:attr:`~kprio_core.model.snapshot.PartitionLag.times`). One ListOffsets request per asked time of
+    a partition, sent side by side (a request holds a partition once); a time no record passes marks the whole log.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from confluent_kafka.admin import OffsetSpec
+
+    rounds = max((len(times) for times in asked.values()), default=0)
+
+    def one(k: int) -> dict[TopicPartitionKey, tuple[int, int]]:
+        specs = {tp: OffsetSpec.for_timestamp(times[k] + 1) for tp, times in asked.items() if k < len(times)}
+        found = list_offsets(admin, specs, None, deadline, "list offsets for the objectives' times", negative_ok=True)
+        return {tp: (asked[tp][k], offset if offset >= 0 else END_OF_LOG) for tp, offset in found.items()}
+
+    marks: dict[TopicPartitionKey, list[tuple[int, int]]] = {tp: [] for tp in asked}
+    if rounds:
+        with ThreadPoolExecutor(max_workers=rounds, thread_name_prefix="kprio-marks") as pool:
+            for found in pool.map(one, range(rounds)):
+                for tp, mark in found.items():
+                    marks[tp].append(mark)
+    return {tp: tuple(m) for tp, m in marks.items()}
 
 
 def window_range(topic: str, partition: int, *, start: int | None, end: int | None,

@@ -1,4 +1,4 @@
-"""State derived from the ledger on read: burst windows, rate samples, record sizes, throughput.
+"""State derived from the ledger on read: burst windows, rate samples, record sizes, throughput, backlog samples.
 
 Nothing here is stored apart from the batches, so a crash between a commit and any bookkeeping
 cannot leave these a batch behind. A batch counts at its first commit (when its offsets were
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, func, select
 
@@ -20,7 +20,7 @@ from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us, quotas_of, to_us
 from kprio_core.ledger.schema import batches, ranges
 from kprio_core.model.priority import Priority
-from kprio_core.model.records import DrainedSample, DrainSample
+from kprio_core.model.records import BacklogSample, DrainedSample, DrainSample
 from kprio_core.rate import DEFAULT_SAMPLES, DEFAULT_WINDOW_S, RateQuotaTracker
 
 _RECORDS = func.coalesce(ranges.c.output, 0) + func.coalesce(ranges.c.dead, 0)
@@ -29,7 +29,7 @@ _COMMITTED = batches.c.committed_us.is_not(None)
 
 
 class DerivedReads(LedgerBase):
-    """poll_history / drained_since / rate_tracker / avg_record_bytes / throughput / drain_samples."""
+    """poll_history / drained_since / backlog_samples / rate_tracker / avg_record_bytes / throughput / drain_samples."""
 
     def poll_history(self, logical_topic: str, n_priorities: int, window_size: int = DEFAULT_WINDOW_SIZE,
                      maxed_out_threshold: int = DEFAULT_MAXED_OUT_THRESHOLD) -> PollHistory:
@@ -68,6 +68,24 @@ class DerivedReads(LedgerBase):
         with self._tx() as (conn, _):
             rows = conn.execute(query).all()
         return [DrainedSample(from_us(at), p, int(records), int(size)) for at, p, records, size in rows]
+
+    def backlog_samples(self, logical_topic: str, since: datetime, until: datetime) -> list[BacklogSample]:
+        """The backlog each plan of the topic saw in ``[since, until)``, by snapshot, oldest first (a plan split in
+        two is one snapshot)."""
+        # A plan is recorded right after its snapshot: the batches created in the window (and a minute around it).
+        query = (select(batches.c.plan_json)
+                 .where(batches.c.logical_topic == logical_topic,
+                        batches.c.created_us >= to_us(since - timedelta(minutes=1)),
+                        batches.c.created_us < to_us(until + timedelta(minutes=1)))
+                 .order_by(batches.c.id))
+        with self._tx() as (conn, _):
+            plans = [json.loads(text) for text, in conn.execute(query)]
+        seen = {}
+        for plan in plans:
+            at = datetime.fromtimestamp(plan.get("snapshot_taken_at_ms", 0) / 1000, UTC)
+            if since <= at < until:
+                seen[at] = BacklogSample(at, {int(p): int(n) for p, n in plan.get("backlog_before", {}).items()})
+        return [seen[at] for at in sorted(seen)]
 
     def rate_tracker(
         self,

@@ -30,6 +30,7 @@ the inputs once (:class:`TickInputs`) and carry out the decision's actions (``or
 from kprio_core.lifecycle.budget import (
     batch_budget,
     batch_fixed_cost,
+    batch_objectives,
     drain_rate,
     rate_tracker,
     rate_window,
@@ -131,6 +132,7 @@ __all__ = [
     "after_drain",
     "batch_budget",
     "batch_fixed_cost",
+    "batch_objectives",
     "decide_run",
     "decide_tick",
     "describe_hold",

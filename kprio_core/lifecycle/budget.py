@@ -14,7 +14,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import timedelta
 
 from kprio_core.config import KprioConfig
-from kprio_core.model.drain_plan import DrainPlan
+from kprio_core.deadlines import Objectives
+from kprio_core.model.drain_plan import DrainPlan, PlanMode
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.priority import Priority
 from kprio_core.model.records import DrainedSample, DrainSample
@@ -79,6 +80,20 @@ def batch_budget(config: KprioConfig, throughput: float | None, record_budget: i
             target = max(target, backlog)
         records = min(records, max(MIN_TARGET_RECORDS, target))
     return Budget(records=records, bytes=planner.byte_budget, min_share=planner.min_share)
+
+
+def batch_objectives(config: KprioConfig) -> Objectives | None:
+    """The objectives that steer a lag-aware plan (``slo.max_age_s``; none: the quotas alone), with a priority's
+    batches about one tick and one batch apart (``sensor.interval_s`` + ``planner.target_batch_s``).
+
+    >>> batch_objectives(KprioConfig.model_validate({"slo": {"max_age_s": {2: 10}}}))
+    Objectives(max_age_ms={2: 10000}, every_ms=4000)
+    >>> batch_objectives(KprioConfig()) is None
+    True
+    """
+    if not config.slo.max_age_s or config.planner.mode is not PlanMode.LAG_AWARE:
+        return None
+    return Objectives.of(config.slo.max_age_s, config.sensor.interval_s + (config.planner.target_batch_s or 0))
 
 
 def batch_fixed_cost(samples: Sequence[DrainSample]) -> float | None:
@@ -180,7 +195,8 @@ def split_caught_up(plan: DrainPlan, backlog: Mapping[Priority, int], throughput
         return [plan]
     parts = [tuple(r for r in plan.ranges if (r.priority in caught_up) == first) for first in (True, False)]
     return [dataclasses.replace(plan, ranges=part, topic_ids={t: i for t, i in plan.topic_ids.items()
-                                                              if t in {r.range.topic for r in part}})
+                                                              if t in {r.range.topic for r in part}},
+                                due={p: why for p, why in plan.due.items() if p in {r.priority for r in part}})
             for part in parts]
 
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kprio_core.lifecycle.decision import Decision, Verdict
-from kprio_core.lifecycle.holds import describe_holds
+from kprio_core.lifecycle.holds import describe_hold, describe_holds, hold_cause
 from kprio_core.model.offsets import TopicPartitionKey
 from kprio_core.model.priority import Priority
 from kprio_core.model.records import Hold
@@ -175,16 +175,16 @@ def next_step(decisions: Sequence[Decision], seen: LoopInputs) -> LoopStep:
     waits = _waits(decisions, held, seen, interval)
     if waits and seen.since_progress_s > BLOCKED_GIVE_UP_S and not seen.others.working:  # 7
         if held:
-            return StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s; still held: {describe_holds(held)}",
-                            ok=False, held=_each(held))
+            return StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s; still held: "
+                            f"{held_line(held, priorities_of(decisions))}", ok=False, held=_each(held))
         if busy:
             return StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s and no process works on the batches in "
                             f"flight: {'; '.join(busy)}", ok=False)
     if waits:  # 8
         return TickAgain(min(max(min(waits), MIN_WAIT_S), MAX_WAIT_S))
     if held:  # 9
-        return StopLoop(f"only held partitions are left, they need a person: {describe_holds(held)}", ok=False,
-                        held=_each(held))
+        return StopLoop("only held partitions are left, they need a person: "
+                        f"{held_line(held, priorities_of(decisions))}", ok=False, held=_each(held))
     return StopLoop("no backlog left")  # 10
 
 
@@ -243,3 +243,50 @@ def _waits(decisions: Sequence[Decision], held: Sequence[Hold], seen: LoopInputs
 
 def _each(held: Sequence[Hold]) -> tuple[str, ...]:
     return tuple(describe_holds([h]) for h in held)
+
+
+HELD_CAUSES_SHOWN = 3
+"""The causes a stopped loop's line names; the others are counted (``kprio lag`` shows every partition)."""
+
+
+def held_line(holds: Sequence[Hold], priorities: Mapping[str, Priority]) -> str:
+    """The holds a stopped loop names, in one line a person reads: each cause (a failed batch, a change of the log)
+    once, with its partitions: one by name and offset, several counted by priority and priority topic (the line
+    listed every partition: 1,000 characters and more); at most :data:`HELD_CAUSES_SHOWN` causes, the rest counted.
+    ``priorities``: the priority of each priority topic (:func:`priorities_of`).
+
+    >>> from types import SimpleNamespace as H
+    >>> failed = dict(batch_id="b-000009", attempts=1, reason="drain failed: disk full", exhausted=False,
+    ...               retry_at=None, transient=True)
+    >>> held_line([H(topic=f"o-{p % 2}", partition=p, start=10 * p, **failed) for p in range(48)], {"o-0": 0, "o-1": 1})
+    'held: 48 partitions of priorities 1, 0 (o-0: 24, o-1: 24) by b-000009 (failed once: drain failed: disk full; \
+retried by itself once its cause has passed)'
+    >>> held_line([H(topic="o-1", partition=3, start=120, **failed)], {"o-1": 1})
+    'held: o-1[3] from 120 by b-000009 (failed once: drain failed: disk full; retried by itself once its cause has passed)'
+    >>> lost = [H(topic="o-0", partition=p, start=0, batch_id=None, reason=f"offsets [0,{p + 5}) lost to retention")
+    ...         for p in range(5)]
+    >>> held_line(lost, {"o-0": 0})
+    'held: o-0[0] from 0 (offsets [0,5) lost to retention); o-0[1] from 0 (offsets [0,6) lost to retention); \
+o-0[2] from 0 (offsets [0,7) lost to retention); 2 more held for other causes (kprio lag shows each)'
+    """
+    causes: dict[str, list[Hold]] = {}
+    for h in holds:
+        causes.setdefault(hold_cause(h), []).append(h)
+    clauses = []
+    for cause, same in list(causes.items())[:HELD_CAUSES_SHOWN]:
+        if len(same) == 1:
+            clauses.append(describe_hold(same[0]))
+            continue
+        topics = sorted({h.topic for h in same})
+        levels = sorted({priorities[t] for t in topics if t in priorities}, reverse=True)
+        of = f" of priorit{'y' if len(levels) == 1 else 'ies'} {', '.join(map(str, levels))}" if levels else ""
+        counts = ", ".join(f"{t}: {sum(h.topic == t for h in same)}" for t in topics)
+        clauses.append(f"{len(same)} partitions{of} ({counts}) {cause}")
+    more = sum(len(same) for same in list(causes.values())[HELD_CAUSES_SHOWN:])
+    return "held: " + "; ".join(clauses) + (f"; {more} more held for other causes (kprio lag shows each)"
+                                            if more else "")
+
+
+def priorities_of(decisions: Sequence[Decision]) -> dict[str, Priority]:
+    """The priority of each priority topic the decisions' snapshots saw."""
+    return {p.topic: p.priority for d in decisions if d.snapshot is not None for p in d.snapshot.partitions}

@@ -77,6 +77,7 @@ from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import BrokerUnreachable, KprioError
 from kprio_core.lifecycle.budget import (
     batch_budget,
+    batch_objectives,
     free_priorities,
     only,
     open_backlog,
@@ -415,7 +416,8 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
     budget = batch_budget(config, view.throughput, record_budget, backlog=sum(backlog.get(p, 0) for p in usable),
                           fixed_cost_s=view.fixed_cost_s)  # 10
     plan = plan_batch(only(snapshot, usable), budget, mode=config.planner.mode,  # 11
-                      distribution=config.planner.distribution, history=view.poll_history, reserved=reserved)
+                      distribution=config.planner.distribution, history=view.poll_history, reserved=reserved,
+                      objectives=batch_objectives(config))
     # The plan saw excluded priorities as idle; its record of the backlog must not.
     plan = dataclasses.replace(plan, backlog_before=snapshot.backlog_by_priority(),
                                lost=() if not config.drain.allow_data_loss else plan.lost,

@@ -81,6 +81,9 @@ class DrainPlan:
     """The Kafka topic id of each priority topic of the plan when it was planned (where the cluster reports
     ids): a batch whose topic is recreated while it is in flight reads another log, and must find out
     before it publishes or commits anything (:meth:`changed_logs`)."""
+    due: Mapping[Priority, str] = field(default_factory=dict)
+    """Per priority with an objective (``slo.max_age_s``), how close its planned records are to breaking it
+    (``2,400 records due within 4 s of their objective``)."""
 
     def __post_init__(self) -> None:
         # A plan written by hand (a replay, a test, a benchmark) may name its mode by value: hold the member.
@@ -107,6 +110,14 @@ class DrainPlan:
             elif current != planned:
                 changed[topic] = f"recreated: topic id {planned}, now {current}"
         return changed
+
+    def due_line(self) -> str:
+        """Why the priorities with an objective got their records, on one line (empty without objectives).
+
+        >>> DrainPlan("o", "lag-aware", 10, None, {}, {}, (), due={0: "4 records past their objective"}).due_line()
+        'priority 0: 4 records past their objective'
+        """
+        return "; ".join(f"priority {p}: {why}" for p, why in self.due.items())
 
     def incarnation_of(self, topic: str, partition: int) -> int:
         """The incarnation of ``topic[partition]`` this plan drains (1 unless recorded otherwise)."""

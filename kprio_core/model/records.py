@@ -186,6 +186,15 @@ class DrainedSample(NamedTuple):
     bytes: int
 
 
+class BacklogSample(NamedTuple):
+    """The backlog per priority a plan's lag snapshot saw (an arrival sample: what arrived since the one before is
+    the backlog's growth plus what was committed in between)."""
+
+    at: datetime
+    """When the snapshot was taken."""
+    backlog: dict[Priority, int]
+
+
 @dataclass(frozen=True, slots=True)
 class LogEvent:
     """A change of the log kprio did not make, or a decision about one, as the ledger recorded it."""

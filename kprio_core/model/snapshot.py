@@ -60,6 +60,9 @@ class PartitionLag:
     transaction, the high watermark when none is open. None: reads go to the high watermark."""
     open_transaction_ms: int | None = None
     """Timestamp of the first record of the transaction open at :attr:`stable_offset`, when read."""
+    times: tuple[tuple[int, int], ...] = ()
+    """Time marks ``(timestamp_ms, offset)``: the records below ``offset`` are at most that old (Kafka's time
+    index), read when objectives steer the plan (:mod:`kprio_core.deadlines`)."""
 
     @property
     def readable_end(self) -> int:

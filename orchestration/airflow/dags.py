@@ -206,11 +206,11 @@ def freshness_dag(config: KprioConfig, path: str | None) -> DAG:
 
 def maintain_dag(config: KprioConfig, path: str | None) -> DAG:
     """``kprio_maintain``: the tables' maintenance on ``drain.maintenance.schedule``."""
-    from kprio_core.config import OutputFormat
+    from spark_jobs.tables import output_of
 
     with DAG(
         MAINTAIN_DAG, schedule=config.drain.maintenance.schedule, catchup=False, tags=TAGS, max_active_runs=1,
-        start_date=START_DATE, is_paused_upon_creation=config.drain.format is OutputFormat.PARQUET,
+        start_date=START_DATE, is_paused_upon_creation=not output_of(config.drain).tables,
         description="kprio: compact the Delta or Iceberg tables' small files, vacuum or expire old snapshots "
         "(drain.maintenance)",
         doc_md=__doc__,

@@ -132,6 +132,8 @@ def plan_batches(config_path: str | None, cause_seen: bool, me: TaskIdentity) ->
         for turn in range(turns):
             done = tick(NoRuns(), edge, ledger, config, log=LOG, driver=driver, fresh_start=turn == 0 and probed.passed,
                         cause=probed.problem)
+            for plan in (p for d in done.decisions for p in d.plans if p.due):  # slo.max_age_s steered the plan
+                LOG.info(f"{plan.logical_topic}: planned by the objectives: {plan.due_line()}")
             if turn == 0:
                 seen = cause_seen_after(cause_seen, probed, done)
             new = {r.run_key: as_xcom(r) for r in done.requests if r.run_key not in orders}

@@ -78,6 +78,9 @@ class Run:
     redact: Redactor = field(default_factory=lambda: Redactor(()))
     sources: ConfigSources | None = None
     """Where the configuration the command loaded came from (:func:`orchestration.cli.common.config_from`)."""
+    logs: Any = None
+    """The handler of the command's log lines (:func:`orchestration.cli.logs.routed_logs`): a log file's failed
+    write is the line of a command that otherwise succeeded."""
 
 
 RUN = Run()
@@ -176,6 +179,9 @@ class KprioGroup(typer.core.TyperGroup):
             result = super().main(args=argv, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                                   **extra)
             code = result if isinstance(result, int) else EXIT_OK
+            failed = getattr(RUN.logs, "failed", None)
+            if code == EXIT_OK and failed is not None:  # the log file's lines were lost (a full disk)
+                code = report(failed)
             if code == EXIT_INTERRUPTED:  # typer's form of KeyboardInterrupt (Ctrl-C): Exit(130)
                 interrupted()
         except click_errors.NoArgsIsHelpError as err:
@@ -207,5 +213,5 @@ def take_options(ctx: typer.Context, *, debug: bool, verbose: bool, log_file: Pa
     RUN.verbose = verbose
     if log_file is not None:
         RUN.log_file, RUN.log_file_from = log_file, "--log-file"
-    ctx.with_resource(routed_logs(verbose=RUN.verbose, log_file=RUN.log_file, log_file_from=RUN.log_file_from,
-                                  debug=RUN.debug, redact=RUN.redact))
+    RUN.logs = ctx.with_resource(routed_logs(verbose=RUN.verbose, log_file=RUN.log_file,
+                                             log_file_from=RUN.log_file_from, debug=RUN.debug, redact=RUN.redact))

@@ -1,8 +1,8 @@
 r"""``kprio dead-letters``: the records a drain quarantined, with where they came from and why.
 
 Reads the published dead letters (``drain.dead_letter_path``, the same layout as the output:
-``<root>/<logical>/priority=<p>/<topic>+<partition>+<start>+<end>.parquet``, or with
-``drain.format: delta`` the Delta table ``<root>/<logical>``'s current version) with pyarrow; no
+``<root>/<logical>/priority=<p>/<topic>+<partition>+<start>+<end>.parquet``, or the current version of
+the dead-letter table of ``drain.format``) with pyarrow; no
 Spark, no broker. A dead letter is shown as it was read from Kafka: raw key, value and headers,
 the batch that drained it, and the error. The table shows the first bytes of the value safely
 (invalid UTF-8 and control characters escaped); ``--json`` gives every field, raw bytes as
@@ -184,7 +184,7 @@ def dead_letters(
 ) -> None:
     """Show the quarantined records (dead letters) of a logical topic or one batch: where from, and why.
 
-    Reads the published dead letters under drain.dead_letter_path (files, or the Delta table with drain.format delta) with pyarrow (no Spark, no broker). The table shows the batch, the priority, where the record was (topic, partition, offset), its key, the error and the first bytes of its raw value; --json gives every field, with key, value and headers as base64 and as text when they decode.
+    Reads the published dead letters under drain.dead_letter_path (files, or the dead-letter table of drain.format) with pyarrow (no Spark, no broker). The table shows the batch, the priority, where the record was (topic, partition, offset), its key, the error and the first bytes of its raw value; --json gives every field, with key, value and headers as base64 and as text when they decode.
 
     Example: kprio dead-letters --config kprio-data/demo/kprio.yaml --topic orders --limit 20
     """

@@ -8,6 +8,7 @@ one JSON document. Exits 1 when the drain stopped early or conservation failed.
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +17,7 @@ import typer
 
 from kprio_core.config import OutputFormat, ValueFormat
 from kprio_core.errors import UsageError
+from kprio_core.extras import OUTPUT_FORMATS, REGISTRY, REPORT, require
 from orchestration.cli.common import JsonOption, print_json
 from orchestration.services.broker_security import Security
 
@@ -112,17 +114,21 @@ def demo(
     from orchestration.demo.layout import DemoLayout
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to
-    from orchestration.demo.run import DemoOptions, cluster_settings, run_demo
+    from orchestration.demo.run import DemoOptions, check_options, cluster_settings, run_demo
     from orchestration.demo.workload import PRIORITIES
     from orchestration.services.broker_security import BrokerSecurity
 
-    cluster_settings(config)  # a bad --config fails here, before anything starts
+    cluster = cluster_settings(config)  # a bad --config fails here, before anything starts
+    require(REPORT, "kprio demo's report")  # so do the parts an option needs that are not installed
+    require(OUTPUT_FORMATS[output_format.value].part, output_format.value, where="kprio demo --format")
+    require(REGISTRY if values is DemoValues.AVRO else None, "--values avro", where="kprio demo --values")
     try:
         secured = BrokerSecurity(security, mtls)
     except ValueError as err:
         raise UsageError(str(err), where="kprio demo --security") from None
     options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config, poison=poison,
                           output_format=output_format, security=secured, values=ValueFormat(values.value))
+    check_options(options, cluster, os.environ)  # and options that cannot be together, before the progress bars
     log = DemoLayout(data_dir.resolve()).log
     # Dagster's event log and Spark's warnings would bury the progress bars: they go to the log.
     with logs_to(log) as terminal, DemoProgress(PRIORITIES, enabled=not as_json, file=terminal) as progress:
@@ -149,7 +155,7 @@ def print_result(result, *, as_json: bool) -> None:  # noqa: ANN001 - DemoResult
                                f"{result.batch_count} batches ({result.seconds:.0f} s)"))
     console.print(result.conservation.line(), style="green" if result.conservation.ok else "red", highlight=False,
                   soft_wrap=True)
-    for line in [*result.column_lines(), *result.table_lines(), *result.duckdb_lines(), *result.dead_letter_lines()]:
+    for line in [*result.column_lines(), *result.table_lines, *result.duckdb_lines(), *result.dead_letter_lines()]:
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"backlog plot: {result.layout.plot}   log: {result.layout.log}", highlight=False, soft_wrap=True)
     for step in result.next_steps():

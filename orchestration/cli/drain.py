@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kprio_core.extras import METRICS, require
 from orchestration.cli.common import (
     ConfigOption,
     JsonOption,
@@ -138,6 +139,7 @@ def serving_metrics(port: int | None, host: str) -> Iterator[Any]:
     if port is None:
         yield None
         return
+    require(METRICS, "--metrics-port", where="--metrics-port")
     from orchestration.observe.endpoint import serve_metrics
     from orchestration.observe.metrics import KprioMetrics
 
@@ -188,7 +190,7 @@ def _drain(settings: Any, pool: WorkerPool, *, json_out: bool, until_empty: bool
         print(line, file=sys.stderr, flush=True)
 
     # A broker outage the loop rides out is two lines (orchestration/cli/outage.py), not librdkafka's.
-    with open_instance(settings) as instance, outage_lines(settings.kafka, say), \
+    with open_instance(settings) as instance, outage_lines(settings.kafka, say), adoption_lines(say), \
             feeding(metrics, settings, instance, say) as feed:
 
         def show(batch: Any) -> None:
@@ -229,6 +231,28 @@ def _drain(settings: Any, pool: WorkerPool, *, json_out: bool, until_empty: bool
         from kprio_core.errors import DrainStopped
 
         raise typer.Exit(1) if json_out else DrainStopped(report.stopped)  # its text names the partitions
+
+
+@contextmanager
+def adoption_lines(say: Any) -> Iterator[None]:
+    """A new ledger that took over an earlier one's output and moved the consumer groups says so in one line
+    (:func:`orchestration.runtime.adoption.adoption_line`; every move is in the log)."""
+    import logging
+
+    from orchestration.runtime.adoption import ADOPTED, LOGGER
+
+    class Line(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            line = getattr(record, ADOPTED, None)
+            if line:
+                say(f"kprio drain: {line}")
+
+    handler = Line()
+    LOGGER.addHandler(handler)
+    try:
+        yield
+    finally:
+        LOGGER.removeHandler(handler)
 
 
 @contextmanager

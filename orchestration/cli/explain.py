@@ -88,6 +88,9 @@ def parse_history(text: str, n_priorities: int) -> dict[Priority, list[int]]:
     except json.JSONDecodeError as err:
         raise UsageError(f"--history is not valid JSON ({err.msg} at character {err.pos}): {text!r}",
                          where=HISTORY) from None
+    except (ValueError, RecursionError):  # Python's limits: 4,300 digits in an integer, its stack for nesting
+        raise UsageError("--history holds a number of thousands of digits, or lists nested thousands deep",
+                         where=HISTORY) from None
     if not isinstance(raw, dict):
         raise UsageError(f'--history must be a JSON object like {{"2": [29, 29], "1": [14]}}, got {text!r}',
                          where=HISTORY)

@@ -14,6 +14,7 @@ from orchestration.cli.common import (
     config_from,
     print_json,
 )
+from orchestration.observe.watch import age_text, freshness_text, styled
 
 TopicOption = Annotated[
     str | None, typer.Option("--topic", "-t", help="Logical topic to show (default: every configured topic).")
@@ -122,16 +123,6 @@ def log_states(config: Any, topic: Any, snapshot: Any, ledger: Any | None
     return out
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def _table(doc: dict[str, Any]) -> Any:
     from rich.table import Table
 
@@ -144,44 +135,17 @@ def _table(doc: dict[str, Any]) -> Any:
         for part in prio["partitions"]:
             committed = "none" if part["committed"] is None else str(part["committed"])
             table.add_row(p, str(part["partition"]), str(part["log_start"]), str(part["high_watermark"]), committed,
-                          str(part["backlog"]), _age(part["oldest_age_s"]), _open_transaction(part),
-                          str(part["lost_to_retention"] or ""), _state(part), _styled(part.get("verdict")))
+                          str(part["backlog"]), age_text(part["oldest_age_s"]), _open_transaction(part),
+                          str(part["lost_to_retention"] or ""), _state(part), styled(part.get("verdict")))
         waiting = prio["behind_open_transactions"]
         verdict = prio.get("verdict", {}).get("state")
-        table.add_row(p, "all", "", "", "", f"[bold]{prio['backlog']}[/bold]", f"[bold]{_age(prio['oldest_age_s'])}",
-                      f"[bold]{waiting}[/bold]" if waiting else "", "", _freshness(prio.get("freshness")),
-                      f"[bold]{_styled(verdict)}[/bold]" if verdict else "", end_section=True)
+        table.add_row(p, "all", "", "", "", f"[bold]{prio['backlog']}[/bold]",
+                      f"[bold]{age_text(prio['oldest_age_s'])}", f"[bold]{waiting}[/bold]" if waiting else "", "",
+                      freshness_text(prio.get("freshness")),
+                      f"[bold]{styled(verdict)}[/bold]" if verdict else "", end_section=True)
     for part in doc.get("deleted", []):
         table.add_row("", str(part["partition"]), "-", "-", "-", "-", "-", "", "", f"{part['topic']}: {_state(part)}")
     return table
-
-
-VERDICT_STYLES = {"OK": "green", "WARN": "yellow", "REWIND": "yellow", "STALL": "red", "ERR": "red", "STOP": "red"}
-FRESHNESS_STYLES = {"pass": "green", "warn": "yellow", "fail": "red"}
-
-
-def _styled(state: str | None) -> str:
-    """A verdict in its colour (rich markup).
-
-    >>> _styled("STOP"), _styled(None)
-    ('[red]STOP[/red]', '')
-    """
-    if not state:
-        return ""
-    style = VERDICT_STYLES.get(state, "white")
-    return f"[{style}]{state}[/{style}]"
-
-
-def _freshness(fresh: dict[str, Any] | None) -> str:
-    """A priority's freshness outcome against its objective (empty: no objective).
-
-    >>> _freshness({"status": "fail", "age_s": 95.0, "objective_s": 60.0})
-    'freshness [red]fail[/red] (95.0 s / 60 s)'
-    """
-    if not fresh:
-        return ""
-    style = FRESHNESS_STYLES[fresh["status"]]
-    return f"freshness [{style}]{fresh['status']}[/{style}] ({_age(fresh['age_s'])} / {fresh['objective_s']:g} s)"
 
 
 def reasons(doc: dict[str, Any]) -> list[str]:
@@ -224,7 +188,7 @@ def _open_transaction(part: dict[str, Any]) -> str:
     if not part["behind_open_transaction"]:
         return ""
     since = part.get("open_transaction_age_s")
-    age = "" if since is None else f", open {_age(since)}"
+    age = "" if since is None else f", open {age_text(since)}"
     return f"{part['behind_open_transaction']} from {part['last_stable_offset']}{age}"
 
 
@@ -300,7 +264,7 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
     opened = Ledger(cfg.ledger.url) if ledger_exists(cfg.ledger.url) else nullcontext()
     with KafkaEdge(cfg.kafka) as edge, opened as ledger:
         if watch:
-            from orchestration.observe.watch import watch_lag
+            from orchestration.observe.watch import watch_lag  # rich's Live only when watching
 
             history: dict = {}
 

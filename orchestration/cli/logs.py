@@ -44,13 +44,45 @@ class RedactingFormatter(logging.Formatter):
         return self._redact(super().format(record))
 
 
+class LogFile(logging.FileHandler):
+    """The command's log file. Its first write that fails (a full disk, ``/dev/full``) is kept as :attr:`failed`,
+    the command's one line when the command succeeds otherwise (:class:`~orchestration.cli.boundary.KprioGroup`),
+    instead of Python logging's traceback on stderr for every line; the lines after it are dropped."""
+
+    def __init__(self, path: Path, named: str) -> None:
+        super().__init__(path, encoding="utf-8")
+        self.named = named
+        self.failed: PathUnusable | None = None
+
+    def _failing(self, err: OSError) -> None:
+        self.failed = self.failed or PathUnusable.of(err, self.named, self.baseFilename, doing="write")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failed is None:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        err = sys.exc_info()[1]
+        if isinstance(err, OSError):
+            self._failing(err)
+        else:  # a record that cannot be formatted: logging's own report
+            super().handleError(record)
+
+    def close(self) -> None:
+        try:
+            super().close()  # flushes what a failed write left in the buffer: fails again
+        except OSError as err:
+            self._failing(err)
+
+
 def _handler(verbose: bool, log_file: Path | None, log_file_from: str) -> logging.Handler:
     if log_file is not None:
+        named = f"{log_file_from} {log_file}"
         try:
             log_file.parent.mkdir(parents=True, exist_ok=True)
-            return logging.FileHandler(log_file, encoding="utf-8")
+            return LogFile(log_file, named)
         except OSError as err:
-            raise PathUnusable.of(err, f"{log_file_from} {log_file}", log_file, doing="write") from None
+            raise PathUnusable.of(err, named, log_file, doing="write") from None
     if verbose:
         return logging.StreamHandler(sys.stderr)
     return logging.NullHandler()
@@ -58,9 +90,9 @@ def _handler(verbose: bool, log_file: Path | None, log_file_from: str) -> loggin
 
 @contextlib.contextmanager
 def routed_logs(*, verbose: bool, log_file: Path | None, log_file_from: str, debug: bool,
-                redact: Redactor) -> Iterator[None]:
-    """Within the block the :data:`ROUTED` loggers write to the command's one handler (see the module docstring);
-    ``log_file_from``: the option or variable that named ``log_file``."""
+                redact: Redactor) -> Iterator[logging.Handler]:
+    """Within the block the :data:`ROUTED` loggers write to the command's one handler, which it yields (see the
+    module docstring); ``log_file_from``: the option or variable that named ``log_file``."""
     handler = _handler(verbose, log_file, log_file_from)
     handler.setFormatter(RedactingFormatter(redact))
     level = logging.DEBUG if debug else logging.INFO
@@ -77,7 +109,7 @@ def routed_logs(*, verbose: bool, log_file: Path | None, log_file_from: str, deb
     if log_file is not None or not verbose:
         os.environ[ENV_JVM_STDERR] = str(log_file) if log_file is not None else os.devnull
     try:
-        yield
+        yield handler
     finally:
         if jvm_saved is None:
             os.environ.pop(ENV_JVM_STDERR, None)

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from kprio_core.extras import METRICS, require
 from orchestration.cli.common import ConfigOption, config_from
 
 HostOption = Annotated[
@@ -36,6 +37,8 @@ def metrics(config: ConfigOption = None, port: PortOption = 9466, host: HostOpti
     from kprio_core.errors import PartitionCountMismatch, TopicMissing
     from kprio_core.kafka import KafkaEdge
     from orchestration.cli.drain import release
+
+    require(METRICS, "kprio metrics")
     from orchestration.observe.endpoint import serve_metrics
     from orchestration.observe.feed import MetricsFeed
     from orchestration.observe.metrics import KprioMetrics

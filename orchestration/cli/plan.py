@@ -77,6 +77,7 @@ def _plan_doc(plan: DrainPlan) -> dict[str, Any]:
         "burst": None if plan.burst is None else {
             "priority": plan.burst.priority, "extra": plan.burst.extra, "reason": plan.burst.reason,
         },
+        "due": {str(p): why for p, why in plan.due.items()},
         "ranges": [
             {"priority": r.priority, "topic": r.range.topic, "partition": r.range.partition,
              "start": r.range.start, "end": r.range.end, "records": r.range.count, "est_bytes": r.est_bytes}
@@ -106,6 +107,8 @@ def _print(doc: dict[str, Any]) -> None:
         console.print(table)
         if plan["burst"]:
             console.print(f"burst: {plan['burst']['reason']}")
+        for p, why in plan["due"].items():
+            console.print(f"objective of priority {p}: {why}")
     if not doc.get("plans") and not doc["launch"]:
         console.print(f"{name}: {doc['reason']}")
     for c in doc.get("log_changes", []):

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from kprio_core.extras import REGISTRY, require
 from orchestration.cli.boundary import KprioSubgroup
 from orchestration.cli.common import JsonOption, existing_directory, print_json, using_path
 from orchestration.services.registry import DEFAULT_DATA_DIR, DEFAULT_PORT
@@ -50,6 +51,7 @@ def start(port: PortOption = DEFAULT_PORT, data_dir: DataDirOption = DEFAULT_DAT
     """
     from orchestration.services.registry import EmbeddedRegistry
 
+    require(REGISTRY, "the embedded schema registry")  # it is asked whether it is ready over httpx
     existing_directory("--data-dir", data_dir)
     registry = EmbeddedRegistry(data_dir, port=port, start_timeout_s=timeout, stop_timeout_s=timeout)
     with using_path("--data-dir", data_dir, doing="write"):

@@ -12,9 +12,10 @@ planned again when a batch's publish lands meanwhile: batches in flight keep dra
 import dagster as dg
 from pydantic import Field
 
-from kprio_core.config import KprioConfig, OutputFormat
+from kprio_core.config import KprioConfig
 from kprio_core.errors import KprioError
 from orchestration.dagster.resources import KprioSettings
+from spark_jobs.tables import output_of
 
 JOB = "tables_maintenance_job"
 SCHEDULE = "tables_maintenance_schedule"
@@ -60,7 +61,7 @@ def tables_maintenance_job() -> None:
 
 def build_maintenance_schedule(config: KprioConfig) -> dg.ScheduleDefinition:
     """The job on ``drain.maintenance.schedule`` (UTC); running by default for the table formats."""
-    tables = config.drain.format in (OutputFormat.DELTA, OutputFormat.ICEBERG)
+    tables = output_of(config.drain).tables
     return dg.ScheduleDefinition(
         name=SCHEDULE, job=tables_maintenance_job, cron_schedule=config.drain.maintenance.schedule,
         execution_timezone="UTC",

@@ -1,4 +1,4 @@
-"""The fields of kprio's Dagster resources, made from the pydantic models of kprio_core/config.py.
+"""The fields of kprio's Dagster resources, made from the pydantic models of kprio_core/config/.
 
 A setting is written once, in its model: its type, default and description. The resources
 (:mod:`orchestration.dagster.resources`) take their fields from here, so a new setting of the

@@ -13,7 +13,7 @@ the section, named as in kprio.yaml, so the UI shows every setting where it acts
   configuration with each section taken from the one resource that holds it.
 
 The fields are made from the models (:mod:`orchestration.dagster.resource_fields`), so a setting
-is written once, in ``kprio_core/config.py``, and a new one is a resource field with no edit here:
+is written once, in its model in ``kprio_core/config/``, and a new one is a resource field with no edit here:
 a field holds the value as kprio.yaml writes it (an enum by its value, a section as a mapping),
 its description and default are the config field's (a section's: the first paragraph of its
 model's docstring). Each resource turns its fields back into the pydantic model

@@ -25,8 +25,10 @@ def output_columns(drain: DrainSettings, logical_topic: str) -> list[tuple[str, 
 
 def duckdb_report(drain: DrainSettings, logical_topic: str) -> tuple[str, list[tuple]]:
     """:data:`DUCKDB_QUERY` over the published output, as shown (the table's reader in it) and its rows."""
-    from spark_jobs import lake_readers
+    from spark_jobs.lake_readers import duckdb_connection
     from spark_jobs.layout import OUTPUT
+    from spark_jobs.tables import output_of
 
-    query = DUCKDB_QUERY.format(table=lake_readers.scan_sql(drain, OUTPUT, logical_topic))
-    return query, [tuple(r) for r in lake_readers.duckdb_connection().sql(query).fetchall()]
+    tables = output_of(drain)
+    query = DUCKDB_QUERY.format(table=tables.scan_sql(OUTPUT, logical_topic))
+    return query, [tuple(r) for r in duckdb_connection(extensions=tables.duckdb_extensions).sql(query).fetchall()]

@@ -43,6 +43,7 @@ from kprio_core.config import (
     load_config,
     parse_config,
 )
+from kprio_core.errors import UsageError
 from orchestration.demo import DemoFailed
 from orchestration.demo.layout import (
     LOGICAL_TOPIC,
@@ -67,8 +68,6 @@ if TYPE_CHECKING:
     from orchestration.dagster.drain_report import BatchOutcome
 
 DEFAULT_RECORDS = 20_000
-ICEBERG_NAMESPACE = "kprio"
-"""The namespace of the demo's Iceberg tables (``drain.iceberg.namespace``'s default)."""
 
 
 class DemoListener(Protocol):
@@ -141,8 +140,12 @@ class DemoResult:
     arrivals: list[Arrival] = field(default_factory=list)
     output_format: OutputFormat = OutputFormat.PARQUET
     table_log: list[dict[str, Any]] = field(default_factory=list)
-    """Delta: the output table's publishes, oldest first (batch, attempt, ranges, version: its log); Iceberg: its
-    snapshots that publish a batch (batch, attempt, epoch, ranges, snapshot id)."""
+    """The publishes the output table records, oldest first (Delta's log: batch, attempt, ranges, version; Iceberg's
+    snapshots: batch, attempt, epoch, ranges, snapshot id); none for Parquet files."""
+    table_lines: list[str] = field(default_factory=list)
+    """What the report shows of the output table and its publishes, in the format's words."""
+    query_lines: list[str] = field(default_factory=list)
+    """How to query the output with other tools."""
     duckdb_query: str = ""
     """The DuckDB query the report shows, over the output as published (:data:`output_view.DUCKDB_QUERY`)."""
     duckdb_rows: list[tuple] = field(default_factory=list)
@@ -194,7 +197,7 @@ class DemoResult:
             steps.append(f"restart the demo broker: kprio broker start --data-dir {self.layout.broker} --port {port}")
         steps += [f"open the UI on this instance: {self.ui_command()}",
                   f"show the lag: kprio lag --config {self.layout.config_file}"]
-        return steps + self.query_lines()
+        return steps + self.query_lines
 
     def column_lines(self) -> list[str]:
         """The decoded columns of the output and their types (from the registry's schema with --values avro)."""
@@ -204,32 +207,6 @@ class DemoResult:
             else "from the topic's JSON schema"
         return [f"typed columns ({source}): " + ", ".join(f"{name} {kind}" for name, kind in self.columns)]
 
-    def table_lines(self) -> list[str]:
-        """Delta: the output table and its log, one commit per batch with the ranges it published; Iceberg: the
-        table and its snapshots, one per batch with the ranges in its summary."""
-        if self.output_format is OutputFormat.PARQUET:
-            return []
-        table = self.layout.output / self.logical_topic
-        batches = len({entry["batch_id"] for entry in self.table_log})
-        if self.output_format is OutputFormat.ICEBERG:
-            lines = [f"Iceberg table {ICEBERG_NAMESPACE}.{self.logical_topic} ({table}, catalog "
-                     f"{self.layout.iceberg_catalog}): {len(self.table_log)} snapshots for {batches} batches (each "
-                     "snapshot's summary names its batch, attempt, epoch and ranges)"]
-            version, more = "snapshot", "table.snapshots()"
-        else:
-            lines = [f"Delta table {table}: {len(self.table_log)} commits for {batches} batches (each commit's "
-                     "metadata names its batch, attempt and ranges; a retried batch replaces its rows in a commit "
-                     "more)"]
-            version, more = "version", "DeltaTable(path).history()"
-        for entry in self.table_log[:3]:
-            ranges = entry["ranges"]
-            shown = ", ".join(ranges[:2]) + (f" and {len(ranges) - 2} more" if len(ranges) > 2 else "")
-            lines.append(f"  {version} {entry.get('version', entry.get('snapshot_id'))}: {entry['batch_id']} attempt "
-                         f"{entry['attempt']}: {shown}")
-        if len(self.table_log) > 3:
-            lines.append(f"  ... {len(self.table_log) - 3} more ({more})")
-        return lines
-
     def duckdb_lines(self) -> list[str]:
         """The DuckDB query over the output and its rows."""
         if not self.duckdb_query:
@@ -237,23 +214,6 @@ class DemoResult:
         lines = [f"DuckDB: {self.duckdb_query}"]
         lines += [f"  priority {p}: {n:,} records, {first} .. {last}" for p, n, first, last in self.duckdb_rows]
         return lines
-
-    def query_lines(self) -> list[str]:
-        """Delta: how to read the table with pandas, polars, deltalake, and Spark with the Delta jars; Iceberg: with
-        pyiceberg and DuckDB."""
-        table = self.layout.output / self.logical_topic
-        if self.output_format is OutputFormat.ICEBERG:
-            return [f"query the table: python -c \"from pyiceberg.catalog.sql import SqlCatalog; print(SqlCatalog("
-                    f"'kprio', uri='sqlite:///{self.layout.iceberg_catalog}').load_table('{ICEBERG_NAMESPACE}."
-                    f"{self.logical_topic}').scan().to_pandas().groupby('priority').size())\"",
-                    "  DuckDB (its iceberg extension): SELECT count(*) FROM iceberg_scan('<the table's "
-                    "metadata_location>'); kprio's connection: spark_jobs.lake_readers.duckdb_connection()"]
-        if self.output_format is not OutputFormat.DELTA:
-            return []
-        return [f"query the table: python -c \"from deltalake import DeltaTable; "
-                f"print(DeltaTable('{table}').to_pandas().groupby('priority').size())\"",
-                f"  polars: pl.read_delta('{table}'); its log: DeltaTable('{table}').history()",
-                f"  Spark with the Delta jars (io.delta:delta-spark): spark.read.format('delta').load('{table}')"]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -295,6 +255,17 @@ def cluster_settings(config: Path | None, env: Mapping[str, str] | None = None) 
     return None
 
 
+def check_options(options: DemoOptions, cluster: KafkaSettings | None, env: Mapping[str, str]) -> None:
+    """Refuse what the options ask for together that cannot be, before anything starts (``kprio demo`` asks before
+    its progress bars): ``--security`` for a cluster of ``--config`` (:class:`UsageError`), ``--keep-broker`` of a
+    secured broker whose secrets ``env`` lacks (:class:`DemoFailed`, :func:`one_off_secrets`)."""
+    if cluster is not None and options.security.secured:
+        raise UsageError("--security secures the embedded broker: a cluster given by --config or "
+                         f"{ENV_BOOTSTRAP} has its own security settings", where="kprio demo --security")
+    if cluster is None:
+        one_off_secrets(options.security, dict(env), keep_broker=options.keep_broker)  # a copy: only its refusal
+
+
 def one_off_secrets(security: BrokerSecurity, env: MutableMapping[str, str], *, keep_broker: bool) -> list[str]:
     """Set in ``env`` a random value for each secret ``security`` needs that is not set; the names set.
 
@@ -317,7 +288,7 @@ def published_offsets(drain: DrainSettings, kind: str, logical_topic: str) -> li
     """(topic, partition, offset) of every published row of the topic (``kind``: output or dead letters).
 
     What a reader sees, in the configured format (:func:`spark_jobs.tables.read_rows`): the Parquet
-    files under ``<root>/<logical>/`` (staging is never read), or the Delta table's current version.
+    files under ``<root>/<logical>/`` (staging is never read), or the table's current version.
     """
     from spark_jobs.tables import read_rows
 
@@ -339,9 +310,7 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
     workload = demo_workload(options.records, steady_waves=options.steady_waves, burst_after=options.burst_after,
                              poison=options.poison)
     cluster = cluster_settings(options.config)
-    if cluster is not None and options.security.secured:
-        raise DemoFailed("--security secures the embedded broker: a cluster given by --config or "
-                         f"{ENV_BOOTSTRAP} has its own security settings")
+    check_options(options, cluster, os.environ)
     made_up = one_off_secrets(options.security, os.environ, keep_broker=options.keep_broker) if cluster is None else []
     broker = (EmbeddedBroker(layout.broker, port=None, start_timeout_s=60, security=options.security)
               if cluster is None else None)
@@ -399,8 +368,8 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
     from orchestration.dagster.instance import open_instance
     from orchestration.dagster.workers.pool import workers_for
     from orchestration.demo.plot import backlog_series, plot_backlog
-    from spark_jobs.delta_table import table_batches
     from spark_jobs.layout import DEAD_LETTERS, OUTPUT
+    from spark_jobs.tables import output_of
 
     topic = config.topics[0]
     with KafkaEdge(config.kafka) as edge:
@@ -464,16 +433,12 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
                            f"{len({r.batch_id for r in runs})} batches)", arrivals=labels)
     if not runs:
         raise DemoFailed(f"{topic.name}: the drain ran no batch ({stopped})")
-    table_log: list[dict[str, Any]] = []
-    if config.drain.format is OutputFormat.DELTA:
-        table_log = table_batches(config.drain.output_path, topic.name)
-    elif config.drain.format is OutputFormat.ICEBERG:
-        from spark_jobs.iceberg_catalog import table_batches as snapshots
-
-        table_log = snapshots(config.drain.iceberg, config.drain.output_path, OUTPUT, topic.name)
+    tables = output_of(config.drain)
+    table_log = tables.publishes(OUTPUT, topic.name)
     query, answer = duckdb_report(config.drain, topic.name)
     return {"rows": rows, "conservation": conservation, "batches": runs, "drain_stopped": stopped,
             "drain_ok": ok, "arrivals": list(producer.arrivals), "table_log": table_log,
+            "table_lines": tables.describe(topic.name, table_log), "query_lines": tables.how_to_query(topic.name),
             "columns": output_columns(config.drain, topic.name), "duckdb_query": query, "duckdb_rows": answer}
 
 

@@ -3,7 +3,9 @@
 A picture for a person without a metrics stack: one row per priority of each topic, most urgent first,
 with the reason of a verdict other than OK and the objective's outcome, redrawn every interval from a
 fresh lag snapshot. The verdict's window grows with every redraw (the snapshots seen so far and the
-ledger's commits), so a drain that stops turns STOP on screen once it has been stuck long enough.
+ledger's commits), so a drain that stops turns STOP on screen once it has been stuck long enough. The cells
+(an age, a verdict in its colour, a freshness outcome) read the same in ``kprio lag``'s table, which imports them
+from here.
 
 >>> doc = {"topic": "orders", "priorities": {"2": {"backlog": 40, "oldest_age_s": 95.0,
 ...        "verdict": {"state": "STOP", "reason": "orders-2[0]: 40 records waiting, no commit for 200 s"},
@@ -20,16 +22,57 @@ from datetime import UTC, datetime
 from typing import Any
 
 
+def age_text(seconds: float | None) -> str:
+    """An age as a person reads it.
+
+    >>> age_text(95.0), age_text(600.0), age_text(None)
+    ('95.0 s', '10.0 min', '-')
+    """
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+VERDICT_STYLES = {"OK": "green", "WARN": "yellow", "REWIND": "yellow", "STALL": "red", "ERR": "red", "STOP": "red"}
+FRESHNESS_STYLES = {"pass": "green", "warn": "yellow", "fail": "red"}
+
+
+def styled(state: str | None) -> str:
+    """A verdict in its colour (rich markup).
+
+    >>> styled("STOP"), styled(None)
+    ('[red]STOP[/red]', '')
+    """
+    if not state:
+        return ""
+    style = VERDICT_STYLES.get(state, "white")
+    return f"[{style}]{state}[/{style}]"
+
+
+def freshness_text(fresh: dict[str, Any] | None) -> str:
+    """A priority's freshness outcome against its objective (empty: no objective).
+
+    >>> freshness_text({"status": "fail", "age_s": 95.0, "objective_s": 60.0})
+    'freshness [red]fail[/red] (95.0 s / 60 s)'
+    """
+    if not fresh:
+        return ""
+    style = FRESHNESS_STYLES[fresh["status"]]
+    return f"freshness [{style}]{fresh['status']}[/{style}] ({age_text(fresh['age_s'])} / {fresh['objective_s']:g} s)"
+
+
 def rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     """(priority, backlog, oldest age, verdict, freshness, reason) per priority of one lag document."""
-    from orchestration.cli.lag import _age, _freshness, _styled
-
     out = []
     for p, prio in doc["priorities"].items():
         verdict = prio.get("verdict") or {}
         reason = verdict.get("reason", "") if verdict.get("state") not in (None, "OK") else ""
-        out.append((p, f"{prio['backlog']:,}", _age(prio["oldest_age_s"]), _styled(verdict.get("state")),
-                    _freshness(prio.get("freshness")).removeprefix("freshness "), reason))
+        out.append((p, f"{prio['backlog']:,}", age_text(prio["oldest_age_s"]), styled(verdict.get("state")),
+                    freshness_text(prio.get("freshness")).removeprefix("freshness "), reason))
     return out
 
 

@@ -21,15 +21,16 @@ What the output holds is read in its format (:mod:`spark_jobs.tables`): the Parq
 names and footers, or a Delta table's log (the files its current version holds, and every batch
 its commits name).
 
-Everything it did is recorded (``Ledger.mark_adopted``) and logged; an adopted ledger is not
-fresh any more, so this runs once.
+Everything it did is recorded (``Ledger.mark_adopted``) and logged, its gist in one line a driver shows a person
+(:func:`adoption_line`: ``kprio drain`` on its terminal); an adopted ledger is not fresh any more, so this runs once.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 
 from kprio_core.config import KprioConfig
 from kprio_core.errors import KprioError, LedgerNotFresh
@@ -39,6 +40,9 @@ from kprio_core.model.offsets import OffsetRange
 from orchestration.runtime.ports import Edge, LedgerPort
 
 LOGGER = logging.getLogger("kprio.adoption")
+ADOPTED = "kprio_adopted"
+"""The attribute of :data:`LOGGER`'s record of an adoption that changed something: its line for a person
+(:func:`adoption_line`; ``kprio drain`` prints it, :mod:`orchestration.cli.drain`)."""
 _WAITING: set[str] = set()
 """Ledgers whose adoption already said it waits for the broker."""
 
@@ -50,6 +54,29 @@ def known_batch_number(known: Iterable[str], published: Iterable[str]) -> int:
     12
     """
     return max((n for n in map(parse_batch_id, [*known, *published]) if n is not None), default=0)
+
+
+def adoption_line(number: int, moved: Mapping[str, int], incarnations: int) -> str | None:
+    """What an adoption did, in one line for a person: where batch ids go on, how many partitions' consumer groups
+    it moved to the end of the output an earlier ledger published, by priority topic (every move is in the log);
+    None when it changed nothing a person acts on.
+
+    >>> adoption_line(12, {"orders-2": 1, "orders-0": 3}, 0)
+    'a new ledger took over what an earlier one drained here: batch ids go on after b-000012; the consumer groups \
+of 4 partitions moved forward to the end of the output it published (orders-0: 3, orders-2: 1); nothing removed'
+    >>> adoption_line(0, {}, 0) is None
+    True
+    """
+    if not (number or moved or incarnations):
+        return None
+    parts = [f"batch ids go on after b-{number:06d}"] if number else []
+    if moved:
+        counts = ", ".join(f"{topic}: {n}" for topic, n in sorted(moved.items()))
+        parts.append(f"the consumer groups of {sum(moved.values())} partitions moved forward to the end of the output "
+                     f"it published ({counts})")
+    if incarnations:
+        parts.append(f"{incarnations} partitions drain on as the later incarnation their output names")
+    return f"a new ledger took over what an earlier one drained here: {'; '.join(parts)}; nothing removed"
 
 
 def adopted_end(committed: int | None, log_start: int, published: Sequence[OffsetRange]) -> int | None:
@@ -123,7 +150,7 @@ def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config:
                 moves[(p.topic, p.partition)] = end
                 was[(p.topic, p.partition)] = p.committed
                 before = "none" if p.committed is None else p.committed
-                moved.append(f"{p.topic}[{p.partition}] {before} -> {end}")
+                moved.append((p.topic, p.partition, before, end))
             if incarnation > 1:
                 incarnations.append(f"{p.topic}[{p.partition}] incarnation {incarnation}")
             if end is not None or incarnation > 1:
@@ -139,9 +166,19 @@ def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config:
 
     note = (f"fresh ledger: batch ids continue after b-{number:06d}; adopted committed offsets "
             f"{', '.join(sorted(adopted)) or 'none'}; committed the published output that follows on "
-            f"{', '.join(moved) or 'none'}; incarnations {', '.join(incarnations) or 'none above 1'}; "
-            "nothing removed")
+            f"{', '.join(f'{t}[{n}] {b} -> {e}' for t, n, b, e in moved) or 'none'}; "
+            f"incarnations {', '.join(incarnations) or 'none above 1'}; nothing removed")
     ledger.mark_adopted(note)
     if number or adopted or moved:
-        log.warning(f"the ledger {ledger!r} is new but an earlier one drained here: {note}")
+        _tell(log, f"the ledger {ledger!r} is new but an earlier one drained here: {note}",
+              adoption_line(number, Counter(topic for topic, *_ in moved), len(incarnations)))
     return note
+
+
+def _tell(log, said: str, line: str | None) -> None:  # noqa: ANN001 - a logger, Dagster's or the standard one
+    """Log what an adoption did; the record of kprio's own logger (``kprio drain``'s) carries its line for a person
+    (:data:`ADOPTED`)."""
+    if log is LOGGER:
+        log.warning(said, extra={ADOPTED: line})
+    else:
+        log.warning(said)

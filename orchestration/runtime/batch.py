@@ -339,8 +339,7 @@ class BatchRun:
                                    incarnations=batch.plan.incarnations, checks=report, epoch=self.token.epoch)
         self.timings.time("publish", started)
         if published.already:
-            self.log.info(f"{self.batch_id}: the Delta tables held this run's publish (epoch {self.token.epoch}) "
-                          "already")
+            self.log.info(f"{self.batch_id}: the tables held this run's publish (epoch {self.token.epoch}) already")
         self.ledger.mark_checked(self.batch_id, report, fence=self.token)
         crash_point("after-publish", batch.logical_topic)
         yield Drained({**drained_metadata(config, batch, result, kept, split, self.timings), **published.metadata()})

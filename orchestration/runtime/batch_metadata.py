@@ -104,6 +104,7 @@ def drained_metadata(config: KprioConfig, batch: Batch, result: DrainResult, kep
         meta["drain_records_s"] = round(result.record_seconds, 3)
     if split:
         meta["split_off"] = ", ".join(split)
+    meta.update({f"due_p{p}": why for p, why in batch.plan.due.items()})  # why the objectives took these records
     if batch.plan.log_changes:  # changes of the log kprio did not make, and what was decided
         meta["log_changes"] = Markdown("\n".join(f"- {c}" for c in batch.plan.log_changes))
     return meta

@@ -51,13 +51,14 @@ def probe_causes(ledger: LedgerReads, config: KprioConfig, cause_seen: bool) -> 
     Proven on real mounts by ``tests/orchestration/test_transient.py``.
     """
     from spark_jobs.output import probe  # pyarrow's file systems: imported when there is something to probe
+    from spark_jobs.tables import output_of
 
     waiting = [b for b in ledger.batches(states=[BatchState.FAILED]) if b.transient]
     if not cause_seen and not waiting:
         return Probed(None, passed=False)
     need = max((sum(r.est_bytes for r in b.plan.ranges) for b in waiting), default=0)
     roots = (config.drain.output_path, config.drain.dead_letter_path)
-    problem = probe(probed_dirs(roots, waiting, config.drain.format), need_bytes=need) or probe_registry(
+    problem = probe(probed_dirs(roots, waiting, output_of(config.drain).data_dir), need_bytes=need) or probe_registry(
         config, {b.logical_topic for b in waiting})
     return Probed(problem, passed=cause_seen and problem is None)
 
@@ -88,22 +89,23 @@ def probe_registry(config: KprioConfig, topics: set[str]) -> str | None:
     return None
 
 
-def probed_dirs(roots: Sequence[str], waiting: Sequence[Batch], output_format: str) -> list[str]:
+def probed_dirs(roots: Sequence[str], waiting: Sequence[Batch], data_dir: str) -> list[str]:
     """The roots, and every directory below them the waiting batches write into (a mount, or a person's ``chmod``,
-    may cover one of them only): the staging, each logical topic, and each priority's directory of it.
+    may cover one of them only): the staging, each logical topic, and each priority's directory of it (below the
+    format's ``data_dir``).
 
     A cause in a directory the probe does not try passes unseen: the retry fails alike, and the next one
     waits out the streak's backoff after the fault was fixed.
 
     >>> from kprio_core.lifecycle.examples import batch
-    >>> probed_dirs(["/o"], [batch("b-000004")], "parquet")
+    >>> probed_dirs(["/o"], [batch("b-000004")], "")
     ['/o', '/o/_staging', '/o/orders', '/o/orders/priority=2']
-    >>> probed_dirs(["/o"], [batch("b-000004")], "iceberg")[-1]
+    >>> probed_dirs(["/o"], [batch("b-000004")], "data")[-1]
     '/o/orders/data/priority=2'
     """
     from spark_jobs.layout import STAGING
 
-    data = "/data" if output_format == "iceberg" else ""  # Iceberg's data files: <table>/data/priority=<p>
+    data = f"/{data_dir}" if data_dir else ""
     dirs = []
     for root in (r.rstrip("/") for r in roots):
         dirs += [root, f"{root}/{STAGING}"]

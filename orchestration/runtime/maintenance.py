@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kprio_core.config import KprioConfig, OutputFormat
+from kprio_core.config import KprioConfig
 from kprio_core.errors import KprioError, MaintenanceFailed
 
 
@@ -23,6 +23,8 @@ class MaintenanceReport:
     """What one maintenance did to every table it visited, with the figures before and after."""
 
     format: str
+    versions: str | None = None
+    """What the format's tables keep versions as (``log entries``, ``snapshots``); None: it keeps no table."""
     tables: tuple[Any, ...] = field(default_factory=tuple)
     """:class:`spark_jobs.maintenance.Maintained`, one per table."""
     seconds: float = 0.0
@@ -45,13 +47,12 @@ class MaintenanceReport:
         >>> MaintenanceReport("parquet").lines()
         ['drain.format is parquet: no table to maintain']
         """
-        if self.format == OutputFormat.PARQUET.value:
-            return ["drain.format is parquet: no table to maintain"]
+        if self.versions is None:
+            return [f"drain.format is {self.format}: no table to maintain"]
         if not self.tables:
             return ["no table yet: nothing published"]
-        versions = "snapshots" if self.format == OutputFormat.ICEBERG.value else "log entries"
         return [f"{d.table}: files {d.before.files} -> {d.after.files}, bytes {d.before.bytes} -> {d.after.bytes}, "
-                f"{versions} {d.before.snapshots} -> {d.after.snapshots}; {d.compacted_runs} runs compacted, "
+                f"{self.versions} {d.before.snapshots} -> {d.after.snapshots}; {d.compacted_runs} runs compacted, "
                 f"{d.files_deleted} files deleted, {d.snapshots_expired} snapshots expired" for d in self.tables]
 
 
@@ -62,6 +63,7 @@ def maintain_tables(config: KprioConfig, topics: Iterable[str] | None = None) ->
     fails (the tables maintained before it stay maintained; a rerun takes up where it left off).
     """
     from spark_jobs.maintenance import maintain
+    from spark_jobs.tables import output_of
 
     names = list(topics) if topics is not None else [t.name for t in config.topics]
     started = time.monotonic()
@@ -75,4 +77,6 @@ def maintain_tables(config: KprioConfig, topics: Iterable[str] | None = None) ->
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise MaintenanceFailed(f"maintaining the {config.drain.format.value} tables of {name!r} failed: {first}",
                                     where=config.drain.output_path) from err
-    return MaintenanceReport(config.drain.format.value, tuple(done), time.monotonic() - started)
+    tables = output_of(config.drain)
+    return MaintenanceReport(config.drain.format.value, tables.versions if tables.tables else None, tuple(done),
+                             time.monotonic() - started)

@@ -49,6 +49,7 @@ from kprio_core.lifecycle import (
     TickInputs,
     Why,
     batch_fixed_cost,
+    batch_objectives,
     decide_tick,
     drain_rate,
     needs_committed,
@@ -125,8 +126,8 @@ def gather_all(runs: Runs | None, edge: Edge, ledger: LedgerPort, config: KprioC
         watched = (*ledger.in_flight(topic.name), *ledger.batches(topic.name, states=[BatchState.FAILED]))
         seen, dead = runs.of(watched), dead_owners(runs, watched, ledger.launch_claims(topic.name).values())
         read.append((topic, seen, dead, read_view(ledger, config, topic, now)))
-    asks = [SnapshotAsk(topic, dict(view.avg_record_bytes), {b.topic for b in view.beliefs.values()})
-            for topic, _, _, view in read]
+    asks = [SnapshotAsk(topic, dict(view.avg_record_bytes), {b.topic for b in view.beliefs.values()},
+                        batch_objectives(config)) for topic, _, _, view in read]
     try:
         lags = edge.snapshots(asks, now_ms=int(now.timestamp() * 1000))
     except KprioError as err:  # an unreachable broker or a missing topic is a reason, not a crash

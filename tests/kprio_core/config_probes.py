@@ -66,10 +66,11 @@ def read_splits(config: KprioConfig) -> list[PlannedRange]:
 
 
 def freshness_objectives(config: KprioConfig) -> object:
-    """Each priority's freshness objective, as every driver evaluates it."""
+    """Each priority's freshness objective, as every driver evaluates it and the planner steers by it."""
+    from kprio_core.lifecycle import batch_objectives
     from orchestration.observe.judging import objectives
 
-    return objectives(config)
+    return objectives(config), batch_objectives(config)
 
 
 def lag_verdict_policy(config: KprioConfig) -> object:

@@ -71,3 +71,32 @@ def drain_and_check(ledger: Ledger, batch: Batch, **kw) -> Batch:
 def drain_check_commit(ledger: Ledger, batch: Batch, **kw) -> Batch:
     batch = drain_and_check(ledger, batch, **kw)
     return ledger.mark_committed(batch.batch_id, commit_report(batch))
+
+
+def record_history(ledger: Ledger, clock: Clock, arrivals: list[dict[int, int]], step_s: float = 2.0,
+                   topic: str = "orders", budget: int | None = None) -> None:
+    """A topic's life as kprio records it: each step, ``arrivals[i]`` records arrive per priority (partition 0 of
+    each priority topic), a tick snapshots the backlog and plans up to ``budget`` records of it (most urgent first;
+    all without a budget), and the batch commits a second later."""
+    arrived: dict[int, int] = {}
+    committed: dict[int, int] = {}
+    for step in arrivals:
+        clock.tick(step_s - 1.0)
+        for p, n in step.items():
+            arrived[p] = arrived.get(p, 0) + n
+        backlog = {p: arrived[p] - committed.get(p, 0) for p in sorted(arrived, reverse=True)}
+        left, spans = budget, []
+        for p, n in backlog.items():
+            take = n if left is None else min(n, left)
+            if take:
+                start = committed.get(p, 0)
+                spans.append(OffsetRange(f"{topic}-{p}", 0, start, start + take))
+                committed[p] = start + take
+                left = None if left is None else left - take
+        plan = make_plan(*spans, topic=topic)
+        plan = DrainPlan(**{**plan.__dict__, "backlog_before": backlog,
+                            "snapshot_taken_at_ms": int(clock.now.timestamp() * 1000)})
+        batch = ledger.record_plan(plan)
+        clock.tick(1.0)
+        if spans:
+            drain_check_commit(ledger, batch)

@@ -277,3 +277,15 @@ def test_a_file_that_is_no_config_says_what_it_is_and_where(in_tmp: Path, make, 
         load_config(path, env={})
     assert err.value.what == message or err.value.what.startswith(message), err.value
     assert err.value.where == str(path)
+
+
+def test_the_transport_and_catalog_types_are_the_libraries_own():
+    """lineage.transport's type and drain.iceberg.catalog's are checked at load against kprio's lists, so loading a
+    configuration imports neither openlineage-python (0.4 s) nor pyiceberg (0.8 s): the lists are theirs."""
+    from kprio_core.config import LINEAGE_TRANSPORTS
+    from kprio_core.config.drain import ICEBERG_CATALOG_TYPES
+
+    transport = pytest.importorskip("openlineage.client.transport")
+    catalog = pytest.importorskip("pyiceberg.catalog")
+    assert sorted(LINEAGE_TRANSPORTS) == sorted(transport.get_default_factory().transports)
+    assert sorted(ICEBERG_CATALOG_TYPES) == sorted(t.value for t in catalog.CatalogType)

@@ -197,3 +197,17 @@ def test_range_stats_round_trip_through_the_range_rows(ledger: Ledger):
                        nulls=(("id", 1),), lost=(R("orders-2", 0, 3, 4),), files=("orders/priority=2/a.parquet",))
     result = replace(result_for(batch), ranges=(stats,), reader="python", ordering=Ordering.KEY, lanes=4, seconds=2.5)
     assert ledger.mark_drained(batch.batch_id, result).drain == result
+
+
+def test_backlog_samples_are_what_each_plan_saw_by_snapshot(ledger: Ledger, clock: Clock):
+    from kprio_core.model.records import BacklogSample
+    from tests.kprio_core.ledger_support import record_history
+
+    start = clock.now
+    record_history(ledger, clock, [{2: 3, 0: 10}, {2: 1}, {0: 5}], budget=8)
+    samples = ledger.backlog_samples("orders", start, clock.now)
+    assert [s.backlog for s in samples] == [{2: 3, 0: 10}, {2: 1, 0: 5}, {2: 0, 0: 5}]
+    assert [s.at for s in samples] == [start + timedelta(seconds=s) for s in (1, 3, 5)]
+    assert isinstance(samples[0], BacklogSample)
+    assert ledger.backlog_samples("orders", start + timedelta(seconds=2), clock.now) == samples[1:], "the window"
+    assert ledger.backlog_samples("payments", start, clock.now) == []

@@ -137,3 +137,19 @@ def test_loop_rules(case, decisions, seen, expected):
 
 def test_every_rule_has_a_case():
     assert {int(c[0].split("-")[0]) for c in CASES} == set(range(0, 9))
+
+
+def test_a_stop_says_each_cause_once_and_counts_its_partitions():
+    """A batch of 400 partitions failed for good: the stop's line named every partition, over 1,000 characters; it
+    says which batch holds how many partitions of which priorities, and why, once (the JSON's ``held`` keeps each)."""
+    from kprio_core.model.snapshot import LagSnapshot, PartitionLag
+
+    holds = [replace(hold(retry_in_s=None, exhausted=True), topic=f"orders-{p % 2}", partition=p, start=100 + p)
+             for p in range(400)]
+    parts = tuple(PartitionLag(f"orders-{p % 2}", p, p % 2, 0, 1000, 100) for p in range(400))
+    held = replace(decision(Verdict.HELD, *holds), snapshot=LagSnapshot("orders", 2, parts))
+    step = next_step([held], EMPTY)
+    assert isinstance(step, StopLoop) and not step.ok and len(step.held) == 400
+    assert step.why == ("only held partitions are left, they need a person: held: 400 partitions of priorities 1, 0 "
+                        "(orders-0: 200, orders-1: 200) by b-000007 (failed once: disk full; fix the cause, then kprio "
+                        "retry b-000007)"), step.why

@@ -240,6 +240,21 @@ def test_a_backlog_tail_shorter_than_a_batch_fixed_cost_is_planned_now():
     assert plans({0: 1_100_000}, 7.0) == [{0: 1_000_000}], "a tail of 500,000 joins, up to planner.record_budget"
 
 
+def test_objectives_steer_the_plan_by_the_records_deadlines():
+    """slo.max_age_s reaches the planner: priority 0's 40 records (6 s objective) are 5 s old, priority 2's 100 (60 s)
+    30 s old: priority 0's are due first, the rest of the budget goes to priority 2, and the plan says why."""
+    now_ms = int(NOW.timestamp() * 1000)
+    parts = (PartitionLag("orders-2", 0, 2, 0, 100, 0, times=((now_ms - 30_000, 100),)),
+             PartitionLag("orders-1", 0, 1, 0, 0, 0), PartitionLag("orders-0", 0, 0, 0, 40, 0, times=((now_ms - 5_000, 40),)))
+    lag = dataclasses.replace(snapshot(), partitions=parts, taken_at_ms=now_ms)
+    config = CONFIG.model_copy(update={"slo": CONFIG.slo.model_copy(update={"max_age_s": {2: 60, 0: 6}})})
+    d = decide_tick(config, TOPIC, inputs(lag=lag))
+    assert d.plan.records_by_priority() == {2: 10, 1: 0, 0: 40}
+    assert d.plan.due == {2: "10 records due within 30 s of their objective",
+                          0: "40 records due within 1 s of their objective"}
+    assert decide_tick(CONFIG, TOPIC, inputs(lag=lag)).plan.records_by_priority() == {2: 43, 1: 0, 0: 7}, "today's"
+
+
 def test_the_manual_plan_narrows_priorities_and_budget():
     d = decide_tick(CONFIG, TOPIC, inputs(lag=snapshot(backlog={2: 30, 1: 20, 0: 10})), priorities={1},
                     record_budget=10)

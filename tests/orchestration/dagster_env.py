@@ -86,7 +86,7 @@ def kprio_env(tmp_path: Path, kafka_settings: KafkaSettings, spark, warm_workers
 
 def read_all_output(spark, root: str, topic: TopicSettings) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of every record in the output of ``topic`` under ``root``, sorted."""
-    from spark_jobs.output import read_output
+    from tests.spark_jobs.on_disk import read_output
 
     rows = read_output(spark, root, topic.name, schema=dict(topic.schema_)).select("topic", "partition", "offset")
     return sorted((r["topic"], r["partition"], r["offset"]) for r in rows.collect())
@@ -94,7 +94,7 @@ def read_all_output(spark, root: str, topic: TopicSettings) -> list[tuple[str, i
 
 def read_all_dead_letters(spark, root: str, topic: TopicSettings) -> list[tuple[str, int, int, str]]:
     """(topic, partition, offset, error) of every dead letter of ``topic`` under ``root``, sorted."""
-    from spark_jobs.output import read_dead_letters
+    from tests.spark_jobs.on_disk import read_dead_letters
 
     rows = read_dead_letters(spark, root, topic.name).select("topic", "partition", "offset", "error")
     return sorted((r["topic"], r["partition"], r["offset"], r["error"]) for r in rows.collect())

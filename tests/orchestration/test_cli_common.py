@@ -36,7 +36,7 @@ SECRET = "hunter2-secret"
 NO_KAFKA: dict[tuple[str, ...], str] = {
     ("quota",): "pure computation of the base quota split",
     ("burst",): "pure computation of flipkart's burst rule on a typed poll history",
-    ("simulate",): "replays traces in the simulator, no cluster involved",
+    ("simulate",): "replays traces in the simulator, no cluster involved (--from-ledger reads the ledger of kprio.yaml)",
     ("broker", "start"): "starts the local embedded broker process; reads no kprio.yaml",
     ("broker", "stop"): "stops the local embedded broker process; reads no kprio.yaml",
     ("broker", "status"): "reads the embedded broker's state file; reads no kprio.yaml",

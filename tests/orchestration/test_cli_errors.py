@@ -1,7 +1,8 @@
 """Every mistake a user can make gets one line: a table of bad inputs over every ``kprio`` command.
 
-Each case is run once as a real ``kprio`` process (so librdkafka's, the JVM's or py4j's writes to the
-file descriptors are seen too), in a directory of its own, with secrets in the environment
+Each case is run once by a real ``kprio`` process (so librdkafka's, the JVM's or py4j's writes to the
+file descriptors are seen too; the cases that fail on the configuration's load share one process, each with its
+own file descriptors 1 and 2), in a directory of its own, with secrets in the environment
 (``SECRETS``) and a configuration whose broker and PostgreSQL ports are closed (nothing here needs a
 broker, Spark or a database server). Every case asserts:
 
@@ -291,6 +292,13 @@ PATHS = [
     C("dead letters root under a file", "dead-letters", "drain.dead_letter_path {tmp}/afile/dead", "path_unusable",
       "under a file", config={"drain": {"dead_letter_path": "{tmp}/afile/dead"}}, files={"afile": "x"},
       read_only=True),
+    C("tables root a file", "tables maintain", "drain.output_path", "path_unusable",
+      "the reported 'nothing published' (exit 0) for an output root that is a file",
+      config={"drain": {"format": "delta", "output_path": "{tmp}/afile"}}, files={"afile": "x"}, read_only=True),
+    C("tables delta root holds parquet files", "tables maintain", "drain.format", "maintenance_failed",
+      "the reported 'nothing published' (exit 0) for a Delta root that holds Parquet files: another format's output",
+      config={"drain": {"format": "delta"}},
+      files={"data/output/orders/priority=0/orders-0+0+0000000000+0000000010.parquet": "x"}, read_only=True),
     C("dead letters of no batch, no ledger", "dead-letters --batch b-999999", "ledger.url", "batch_not_found",
       "the reported exit 0 for a batch that does not exist", read_only=True),
     C("dead letters of no batch", "dead-letters --batch b-999999", "b-999999", "batch_not_found",

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
+import typer
 
+from orchestration.cli.boundary import EXIT_FAILED, KprioGroup, take_options
 from orchestration.cli.logs import routed_logs
 from orchestration.cli.redaction import Redactor
 
@@ -57,3 +60,32 @@ def test_a_local_spark_jvm_writes_its_stderr_to_the_log_file(tmp_path, capfd):
                        check=True)
     assert "NativeCodeLoader" not in capfd.readouterr().err
     assert "NativeCodeLoader" in log.read_text()
+
+
+def test_a_log_file_that_cannot_be_written_is_one_line_not_a_traceback_per_line(capfd):
+    """/dev/full takes the open and fails every write: Python logging printed its traceback on stderr for each line
+    (886 lines for a kprio topics verify without a broker). Now the lines are dropped, and a command that otherwise
+    succeeds fails with the one line naming the file and the option (a command that fails says its own line: the
+    table of bad inputs, 'log file full')."""
+    app = typer.Typer(cls=KprioGroup, add_completion=False)
+
+    @app.callback()
+    def root(ctx: typer.Context, log_file: Path = typer.Option(None, "--log-file")) -> None:  # noqa: B008
+        take_options(ctx, debug=False, verbose=False, log_file=log_file)
+
+    @app.command()
+    def talk() -> None:
+        for n in range(30):
+            logging.getLogger("kprio.test").warning("line %d of a command that logs", n)
+
+    @app.command()
+    def other() -> None:
+        pass
+
+    code = app(["--log-file", "/dev/full", "talk"], prog_name="kprio", standalone_mode=False)
+    err = capfd.readouterr().err
+    assert code == EXIT_FAILED
+    assert err.splitlines() == ["kprio: error: cannot write '/dev/full': no space left on the device (--log-file "
+                                "/dev/full) [path_unusable]"], err
+    assert app(["--log-file", "/dev/full", "other"], prog_name="kprio", standalone_mode=False) == 0
+    assert capfd.readouterr().err == "", "nothing logged, nothing lost"

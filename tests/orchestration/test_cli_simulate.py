@@ -126,3 +126,93 @@ def test_markdown_table_keeps_the_readme_columns_and_alignment() -> None:
     assert cells[2][:3] == ["`strict`", "1.000", "0"]
     assert all(re.fullmatch(r"\d+/\d+/\d+", c) for c in cells[2][3:]), cells[2]
     assert lines[0].startswith("**steady** (budget 100, 20 ticks, 1 partition per priority): ") and lines[1] == ""
+
+
+TRACES = Path(__file__).resolve().parents[2] / "benchmarks" / "traces"
+
+
+def test_a_trace_with_objectives_reports_lateness_beside_the_waits_and_runs_edf_first() -> None:
+    result = run("--trace-file", str(TRACES / "floods.json"), "--json")
+    assert result.exit_code == 0, result.output
+    policies = json.loads(result.stdout)["policies"]
+    assert list(policies) == ["edf", *POLICIES, "kprio_quotas"]
+    for stats in policies.values():
+        assert set(stats) == {"utilization", "cap_violations", "wait", "late", "max_lateness", "starved"}
+        assert list(stats["late"]) == list(stats["max_lateness"]) == list(stats["wait"]) == ["2", "1", "0"]
+    # The issue's floods: today's split left priority 0 late; the planner steered by the objectives is edf.
+    assert policies["kprio"]["late"] == policies["edf"]["late"] == {"2": 0, "1": 0, "0": 0}
+    assert policies["kprio_quotas"]["late"]["0"] > 0 and policies["flipkart"]["late"]["0"] > 0
+
+
+def test_markdown_and_table_of_a_trace_with_objectives_have_late_columns(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"budget": 3, "arrivals": [[3, 3], [0, 0]], "objectives": [0, None]}))
+    result = run("--trace-file", str(trace), "--markdown", "--policy", "strict", "--policy", "edf")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    assert cells[0][-3:] == ["late p1 (records/max)", "late p0 (records/max)", "starved (p1/p0)"]
+    assert cells[2][0] == "`strict`" and cells[2][-3:-1] == ["-", "3/1"]  # p0's 3 records wait 1 tick, objective 0
+    assert cells[3][0] == "`edf`" and cells[3][-3:-1] == ["-", "0/0"]
+    assert "objectives p1 - / p0 0 ticks" in result.stdout
+    table = run("--trace-file", str(trace))
+    assert table.exit_code == 0 and "late p0" in table.stdout
+
+
+def test_plot_of_a_trace_with_objectives_shows_ages(tmp_path: Path) -> None:
+    out = tmp_path / "ages.png"
+    result = run("--trace-file", str(TRACES / "late_urgent.json"), "--ticks", "70", "--plot", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def ledger_with_history(tmp_path: Path, steps: int = 60):  # noqa: ANN201
+    """A ledger where 60 ticks, 2 s apart, saw 10 records of priority 2 arrive each and 300 of priority 0 every
+    tenth, and a config whose objectives are 4 s (priority 2) and 30 s (priority 0)."""
+    from kprio_core.ledger import Ledger
+    from tests.kprio_core.ledger_support import Clock, record_history
+
+    url, clock = f"sqlite:///{tmp_path / 'ledger.db'}", Clock()
+    start = clock.now
+    with Ledger(url, clock=clock) as ledger:
+        record_history(ledger, clock, [{2: 10, 0: 300 if i % 10 == 0 else 0} for i in range(steps)])
+    config = tmp_path / "kprio.yaml"
+    config.write_text(json.dumps({"topics": [{"name": "orders", "priorities": 3}], "ledger": {"url": url},
+                                  "slo": {"max_age_s": {2: 4, 0: 30}}}))
+    return config, start, clock.now
+
+
+def test_from_ledger_recommends_the_smallest_budget_that_keeps_every_objective(tmp_path: Path) -> None:
+    from kprio_core.replay import arrivals, keeps_every_objective, ledger_trace
+
+    config, start, end = ledger_with_history(tmp_path)
+    window = ("--since", start.isoformat(), "--until", end.isoformat(), "--config", str(config))
+    result = run("--from-ledger", "orders", *window, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["snapshots"] == 60 and doc["objectives_s"] == {"2": 4.0, "0": 30.0}
+    best = doc["recommended"]
+    assert best == doc["candidates"][0] and best["interval_s"] == 1 and best["drain_s"] <= 1
+    # The figures that show it: the replay keeps every objective at that budget, not at one record less.
+    from kprio_core.ledger import Ledger
+
+    with Ledger(json.loads(config.read_text())["ledger"]["url"]) as ledger:
+        spans = arrivals(ledger.backlog_samples("orders", start, end), ledger.drained_since("orders", start), 3)
+    assert sum(sum(row) for _, _, row in spans) == 60 * 10 + 6 * 300, "every record that arrived, once"
+    trace = ledger_trace("orders", spans, 1, {2: 4, 0: 30})
+    assert keeps_every_objective(trace, best["budget"], "kprio")
+    assert not keeps_every_objective(trace, best["budget"] - 1, "edf")
+    table = run("--from-ledger", "orders", *window)
+    assert table.exit_code == 0 and f"a batch of {best['budget']:,} records every 1 s keeps every objective" in table.stdout
+
+
+def test_from_ledger_with_too_little_history_says_so_in_one_line(tmp_path: Path) -> None:
+    config, start, end = ledger_with_history(tmp_path, steps=3)
+    result = run("--from-ledger", "orders", "--since", start.isoformat(), "--until", end.isoformat(),
+                 "--config", str(config))
+    assert result.exit_code == 1 and result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert "orders: 3 plans over 4 s recorded from 2025-01-02 03:04 to 2025-01-02 03:04 UTC: too little history" in line
+    assert line.startswith("kprio: error: ") and line.endswith("(kprio simulate --from-ledger) [trace_invalid]")
+    assert run("--since", "1h").exit_code == 2, "--since without --from-ledger"
+    assert run("--from-ledger", "orders", "--since", "yesterday", "--config", str(config)).exit_code == 2

@@ -185,7 +185,7 @@ def test_secrets_stay_out_of_run_config_and_logs(monkeypatch):
 
 
 def test_every_config_field_has_its_resource_field():
-    # A setting is defined once, in config.py: each field of a section is one field of the resource
+    # A setting is defined once, in kprio_core/config/: each field of a section is one field of the resource
     # holding that section (the Kafka secrets one EnvVar field each), each other section one field of
     # KprioSettings, and no resource field carries anything else.
     assert set(RESOURCE_SECTIONS) == {"kafka", "spark", "ledger"} <= set(KprioConfig.model_fields)

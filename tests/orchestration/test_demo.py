@@ -54,7 +54,7 @@ def test_the_workload_of_this_test_is_the_one_the_docstring_computes() -> None:
         (0, 60, 5, 0), (1, 13, 0, 0), (1, 12, 0, 1), (2, 15, 0, 1)]
 
 
-@pytest.mark.parametrize("output_format", [OutputFormat.PARQUET, OutputFormat.DELTA, OutputFormat.ICEBERG])
+@pytest.mark.parametrize("output_format", list(OutputFormat))
 def test_demo_drains_everything_with_the_burst_first_and_the_poison_quarantined(
         kafka_bootstrap: str, spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys,
         output_format: OutputFormat) -> None:

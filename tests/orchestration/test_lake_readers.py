@@ -24,8 +24,10 @@ from kprio_core.ledger import BatchState
 from orchestration.dagster import drain_loop
 from spark_jobs import lake_readers
 from spark_jobs.layout import DEAD_LETTERS, OUTPUT
+from spark_jobs.tables import output_of
 from tests.fixtures.kafka import BASE_TS_MS
 from tests.orchestration.conservation import conservation, iceberg_publishes, iceberg_table, lag
+from tests.spark_jobs.test_output_formats import TABLE_FORMATS
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -74,7 +76,7 @@ class SnapshotReader(threading.Thread):
             self.seen[snapshot.snapshot_id] = (Counter(r["batch_id"] for r in rows), max(offsets.values(), default=0))
 
 
-@pytest.mark.parametrize("output_format", ["delta", "iceberg"])
+@pytest.mark.parametrize("output_format", TABLE_FORMATS)  # Parquet files' readers: tests/spark_jobs/test_output_formats.py
 def test_duckdb_and_spark_read_every_committed_record_once_with_the_columns_and_types_the_drain_wrote(
         make_topic, kprio_env, dagster_instance, spark, tmp_path, output_format):
     topic = make_topic(priorities=2, partitions=2, records={1: 90, 0: with_poison(100)},
@@ -131,12 +133,11 @@ def test_duckdb_and_spark_read_every_committed_record_once_with_the_columns_and_
             assert sorted(json.loads(s["kprio.ranges"])) == sorted(str(r.range) for r in batch.drain.ranges)
             assert int(s["kprio.attempt"]) == batch.attempts == 1 and int(s["kprio.epoch"]) == batch.lease_epoch
         # DuckDB sees the same snapshots.
-        metadata = lake_readers.scan_sql(drain, OUTPUT, topic.name).removeprefix("iceberg_scan")
+        metadata = output_of(drain).scan_sql(OUTPUT, topic.name).removeprefix("iceberg_scan")
         [(count,)] = con.sql(f"SELECT count(*) FROM iceberg_snapshots{metadata}").fetchall()
         assert count == len(snapshots)
     # Spark, in the session it has, reads the files the table's current state names (Delta's log, Iceberg's snapshot).
-    files = (lake_readers.iceberg_data_files if output_format == "iceberg" else lake_readers.delta_data_files)(
-        drain, OUTPUT, topic.name)
+    files = output_of(drain).data_files(OUTPUT, topic.name)
     frame = spark.read.parquet(*files)
     spark_seen = {"rows": frame.count(), "distinct": frame.select("topic", "partition", "offset").distinct().count(),
                   "dtypes": dict(frame.dtypes),

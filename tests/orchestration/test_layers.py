@@ -74,8 +74,10 @@ CORE_FLOORS = {
     "kprio_core.values": "adapter",  # record values decoded with the schemas a registry serves (httpx)
     "kprio_core.simulator": "simulator",
     "kprio_core.traces": "simulator",  # the simulator's traces, read from files
+    "kprio_core.policies": "simulator",  # the drain policies the simulator replays traces against
+    "kprio_core.replay": "simulator",  # the ledger's arrivals replayed (kprio simulate --from-ledger)
     # Everything else: the pure rules (lifecycle, planner, quota, burst, rate, splits, lanes, log changes). The
-    # settings model (config.py) reads kprio.yaml when asked to; the rules take it as an input.
+    # settings model (config/) reads kprio.yaml when asked to; the rules take it as an input.
     "kprio_core": "rules",
 }
 MAY_IMPORT = {
@@ -106,7 +108,9 @@ def house_modules() -> dict[str, Path]:
 
 def imported_names(name: str, path: Path, modules: Collection[str]) -> list[tuple[str, int, bool]]:
     """(dotted name, line, only for type checkers) of every import of the module ``name`` at ``path``, at any depth
-    (inside functions and classes too); ``from package import module`` names the module, relative imports resolved."""
+    (inside functions and classes too); ``from package import module`` names the module, ``from module import name``
+    the module (a private ``_name`` too: importing it makes a cycle as any other import does), relative imports
+    resolved."""
     tree = ast.parse(path.read_text(), filename=str(path))
     typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
                    and "TYPE_CHECKING" in ast.unparse(block.test) for node in ast.walk(block)}
@@ -121,7 +125,7 @@ def imported_names(name: str, path: Path, modules: Collection[str]) -> list[tupl
                 base = ".".join([*package[:len(package) - node.level + 1], *([base] if base else [])])
             for alias in node.names:
                 full = f"{base}.{alias.name}"
-                found.append((full if full in modules or alias.name.startswith("_") else base, node.lineno,
+                found.append((full if full in modules else base, node.lineno,
                               id(node) in typing_only))
     return found
 

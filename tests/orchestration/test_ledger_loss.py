@@ -6,12 +6,15 @@ does) and Iceberg tables (their snapshots' summaries do, read back from the cata
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
+from kprio_core.extras import OUTPUT_FORMATS
 from kprio_core.ledger import Ledger, parse_batch_id
+from orchestration.cli.drain import adoption_lines
 from orchestration.dagster import drain_loop
 from orchestration.dagster.definitions import build_definitions
 from orchestration.dagster.sensors import tick
@@ -30,7 +33,7 @@ def batch_ids_in(drain, logical_topic: str) -> set[str]:  # noqa: ANN001 - Drain
     return set(tables.read_rows(drain, OUTPUT, logical_topic, columns=["batch_id"]).column("batch_id").to_pylist())
 
 
-@pytest.mark.parametrize("output_format", ["parquet", "delta", "iceberg"])
+@pytest.mark.parametrize("output_format", list(OUTPUT_FORMATS))
 def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing(
     make_topic, kprio_env, kafka_settings, spark, output_format
 ):
@@ -53,7 +56,8 @@ def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing
     env.ledger.close()
     Path(env.config.ledger.url.removeprefix("sqlite:///")).unlink()  # the ledger file is gone
     fill(kafka_settings, topic.priority_topic(2), 30, partitions=2)
-    with dg.instance_for_test() as second_life, Ledger(env.config.ledger.url) as fresh:
+    said: list[str] = []
+    with dg.instance_for_test() as second_life, Ledger(env.config.ledger.url) as fresh, adoption_lines(said.append):
         assert fresh.is_fresh()
         report = drain_loop.drain(build_definitions(env.config), second_life)
         assert report.ok, report.stopped
@@ -70,6 +74,12 @@ def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing
     # The first life's output that follows on from the committed offsets (published, its commit lost with the
     # container) is adopted as committed, not deleted: its records are in the output once, and not drained again.
     assert batch_ids_in(env.config.drain, topic.name) == first_ids | second_ids
+    # kprio drain says so on its terminal, in one line (it said nothing; the log holds every move).
+    moved = sorted({(r.topic, r.partition) for r in last.plan.offset_ranges() if r.count})
+    counts = ", ".join(f"{t}: {n}" for t, n in sorted(Counter(t for t, _ in moved).items()))
+    assert said == [f"kprio drain: a new ledger took over what an earlier one drained here: batch ids go on after "
+                    f"b-{max(map(parse_batch_id, first_ids)):06d}; the consumer groups of {len(moved)} partitions "
+                    f"moved forward to the end of the output it published ({counts}); nothing removed"], said
     with Ledger(env.config.ledger.url) as ledger:
         assert "nothing removed" in ledger.identity().adopted_note
         again = [r for b in ledger.batches(topic.name) for r in b.plan.offset_ranges()

@@ -20,7 +20,8 @@ from kprio_core.model.drain_plan import DrainPlan, PlannedRange
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import DrainResult
 from spark_jobs.drain import drain_batch
-from spark_jobs.output import publish, read_dead_letters, read_output
+from spark_jobs.output import publish
+from tests.spark_jobs.on_disk import read_dead_letters, read_output
 from spark_jobs.session import build_session
 from tests.spark_jobs.plans import plan_of
 

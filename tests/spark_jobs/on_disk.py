@@ -75,3 +75,30 @@ def assert_conserved(result: DrainResult, rows: Mapping[str, list[dict]],
             assert s.complete, s
             assert_stats_match(s, [r for r in rows["output"]], [r for r in rows["dead-letters"]])
 
+
+
+def read_output(spark, root: str, logical_topic: str, batch_id: str | None = None,  # noqa: ANN001 - a SparkSession
+                schema: Mapping[str, str] | None = None):  # noqa: ANN201 - a DataFrame
+    """The published Parquet output rows of a topic (or of one batch) read by Spark, decoded fields typed by
+    ``schema``."""
+    from spark_jobs.columns import drain_struct
+
+    return _read(spark, root, logical_topic, batch_id, drain_struct(schema or {}))
+
+
+def read_dead_letters(spark, root: str, logical_topic: str, batch_id: str | None = None):  # noqa: ANN001, ANN201
+    """The published Parquet dead letters of a topic (or of one batch) read by Spark, with their ``error``."""
+    from spark_jobs.columns import dead_letter_struct
+
+    return _read(spark, root, logical_topic, batch_id, dead_letter_struct())
+
+
+def _read(spark, root: str, logical_topic: str, batch_id: str | None, struct):  # noqa: ANN001, ANN202
+    from pyspark.sql import functions as F
+
+    from spark_jobs.layout import absolute
+
+    topic_root = f"{absolute(root).rstrip('/')}/{logical_topic}"
+    # ``priority`` is in the files and in the directory names: typed by the schema either way.
+    df = spark.read.schema(struct).option("basePath", topic_root).parquet(topic_root)
+    return df if batch_id is None else df.where(F.col("batch_id") == batch_id)

@@ -10,7 +10,8 @@ import pytest
 
 import spark_jobs
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(spark_jobs.__path__, "spark_jobs."))
+MODULES = sorted(m.name for m in pkgutil.walk_packages(spark_jobs.__path__, "spark_jobs.") if not m.ispkg)
+"""Every module, those of its packages (``spark_jobs.formats``) too."""
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -22,9 +22,9 @@ from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import DrainResult
 from kprio_core.splits import split_ranges
 from spark_jobs.drain import drain_batch, handler_in_read
-from spark_jobs.output import live_files, publish, read_dead_letters, read_output, read_table
+from spark_jobs.output import live_files, publish, read_table
 from tests.fixtures.small_disks import read_only_dir, tiny_disk
-from tests.spark_jobs.on_disk import assert_conserved, file_metadata, staged_rows
+from tests.spark_jobs.on_disk import assert_conserved, file_metadata, read_dead_letters, read_output, staged_rows
 from tests.spark_jobs.plans import plan_of, whole_plan
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]

@@ -17,8 +17,7 @@ from kprio_core.model.offsets import OffsetRange
 from spark_jobs import maintenance, tables
 from spark_jobs.layout import OUTPUT
 from tests.spark_jobs.test_iceberg_table import LOGICAL, staged
-
-FORMATS = ["delta", "iceberg"]
+from tests.spark_jobs.test_output_formats import TABLE_FORMATS as FORMATS
 
 
 def drain_settings(tmp_path, output_format: str, **maintenance_settings) -> DrainSettings:
