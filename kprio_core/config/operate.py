@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -15,7 +15,12 @@ from kprio_core.model.priority import Priority
 class SensorSettings(Section):
     """How often the sensor looks at the lag."""
 
-    interval_s: int = Field(2, ge=1, description="Minimum seconds between sensor ticks.")
+    interval_s: int = Field(2, ge=1, description="Minimum seconds between sensor ticks (the Dagster daemon evaluates a "
+                            "sensor every 5 s at most: a worker ticks after each run it executes meanwhile).")
+    default_status: Literal["running", "stopped"] = Field(
+        "running", description="Whether priority_lag_sensor runs when the code location first loads (the UI's "
+        "toggle decides from then on)."
+    )
     watch_s: float | None = Field(
         0.1, gt=0, description="kprio drain: between ticks, how often to read the priority partitions' ends (one "
         "ListOffsets request) and tick at once when records arrived on a priority with a free slot; null: tick "

@@ -48,7 +48,8 @@ def build_definitions(config: KprioConfig, spark: SparkProvider | None = None) -
         assets=[drain_batch_assets, replayed_window, build_priority_lag_asset(config)],
         jobs=[drain_job, build_replay_window_job(replayed_window), plan_batch_job, reset_partition_job, lag_job,
               tables_maintenance_job],
-        sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s), build_freshness_sensor(lag_job, config)],
+        sensors=[build_priority_lag_sensor(drain_job, config.sensor.interval_s,
+                                           config.sensor.default_status == "running"), build_freshness_sensor(lag_job, config)],
         schedules=[build_maintenance_schedule(config)],
         resources=resources_from_config(config, spark=spark),
         # A batch is one step (the drain_batch multi-asset): the multiprocess default would only add a

@@ -130,6 +130,7 @@ def first_failure(instance: dg.DagsterInstance, run_id: str) -> str:
             event = entry.dagster_event
             if event is not None and event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
                 return event.step_failure_data.error.message.strip().splitlines()[0]
-            if kind is dg.DagsterEventType.ENGINE_EVENT and entry.user_message.startswith("kprio: "):
-                return entry.user_message.strip().splitlines()[0]
+            said = event.message if event is not None else None
+            if kind is dg.DagsterEventType.ENGINE_EVENT and said and said.startswith("kprio: "):
+                return said.strip().splitlines()[0]
     return "the run failed"

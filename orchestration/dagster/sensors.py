@@ -35,14 +35,14 @@ def tick(instance: dg.DagsterInstance, edge, ledger: Ledger, config: KprioConfig
     return runtime.tick(DagsterRuns(instance), edge, ledger, config, **kwargs)
 
 
-def build_priority_lag_sensor(drain_job, interval_s: int) -> dg.SensorDefinition:
-    """The sensor, ticking at most every ``interval_s`` seconds, on by default."""
+def build_priority_lag_sensor(drain_job, interval_s: int, running: bool = True) -> dg.SensorDefinition:
+    """The sensor, ticking at most every ``interval_s`` seconds, on by default (``sensor.default_status``)."""
 
     @dg.sensor(
         name=SENSOR_NAME,
         target=drain_job,
         minimum_interval_seconds=interval_s,
-        default_status=dg.DefaultSensorStatus.RUNNING,
+        default_status=dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED,
         description="Watches the lag of every priority topic; heals batches whose run died, retries failed ones, "
         "plans the next batch (rate quotas, burst, budgets, free priority slots), records it in the ledger and "
         "launches drain_job for it. Skips say why nothing was launched and which partitions wait.",

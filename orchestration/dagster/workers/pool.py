@@ -238,7 +238,7 @@ class WorkerPool:
             elif slot is not None:
                 slot.running = None
                 self._kill(slot)
-                self._lost(slot, f"it was killed: {why}")
+                self._lost(slot, f"it was killed: {why}", known=True)
                 self._tell_end(run_id, "CANCELED")
         return True
 
@@ -360,9 +360,8 @@ class WorkerPool:
         for slot in self._slots:
             if slot.proc is None:
                 continue
-            code = slot.proc.poll()
-            if code is not None:
-                self._lost(slot, f"it exited with status {code}" if code >= 0 else f"it was killed by signal {-code}")
+            if slot.proc.poll() is not None:
+                self._lost(slot, "its process ended")
             elif not slot.ready and time.monotonic() - slot.started_at > self.limits.start_timeout_s:
                 slot.proc.kill()
                 slot.proc.wait()
@@ -414,8 +413,10 @@ class WorkerPool:
         except OSError:
             return False
 
-    def _lost(self, slot: Slot, why: str) -> None:
-        """The worker of ``slot`` is gone: its run fails (as a dead run process's does), a new one is started."""
+    def _lost(self, slot: Slot, why: str, *, known: bool = False) -> None:
+        """The worker of ``slot`` is gone: its run fails (as a dead run process's does), a new one is started.
+        ``why``: what was seen, unless how its process ended says more (``known``: the pool itself killed it)."""
+        why = why if known else self._exit_of(slot) or why
         LOGGER.warning("%s %d (pid %s) is gone: %s", self.name, slot.index, slot.pid, why)
         lost = slot.running
         self._stop_slot(slot)
@@ -423,6 +424,17 @@ class WorkerPool:
             self._fail(lost, f"the kprio worker executing it (pid {slot.pid}) died: {why}")
         if not self._closing.is_set():
             self._spawn(slot)
+
+    @staticmethod
+    def _exit_of(slot: Slot) -> str | None:
+        """How the worker's process ended, once it has (a closed socket comes a moment before the exit)."""
+        if slot.proc is None:
+            return None
+        try:
+            code = slot.proc.wait(1.0)
+        except subprocess.TimeoutExpired:
+            return None
+        return f"it exited with status {code}" if code >= 0 else f"it was killed by signal {-code}"
 
     def _cannot_start(self, slot: Slot, why: str) -> None:
         slot.failures += 1
