@@ -182,7 +182,8 @@ class DrainLoop:
         """This process as a launch claimant (and as the runner of the runs it launches, until a worker takes one)."""
         self.report = DrainReport()
         self.running: dict[str, Launched] = {}
-        """This loop's runs still executing, by batch."""
+        """This loop's runs still executing, by run key: a batch whose run a stopped worker holds (past its lease)
+        is resumed by a run of its next attempt beside it, and the stale run's writes are refused when it wakes."""
         self._ended = threading.Event()
         """Set when a run of the pool ends (the loop's wait wakes on it)."""
         self._ended_runs: set[str] = set()
@@ -328,7 +329,7 @@ class DrainLoop:
     def _start(self, request: RunOrder) -> bool:
         """Hand the run of ``request`` to the pool, unless it runs already or another driver launched it meanwhile
         (its run, its report)."""
-        if request.partition_key in self.running:
+        if request.run_key in self.running:
             return False
         if not still_launchable(self.runs, self.ledger, self.config, request, self.driver):
             return False
@@ -337,7 +338,7 @@ class DrainLoop:
         self._started += 1
         run_id = launch(self.defs, self.instance, self.pool, request, self.config, log_level=self.log_level,
                         runner=self.driver)
-        self.running[request.partition_key] = Launched(request, run_id, time.monotonic(),
+        self.running[request.run_key] = Launched(request, run_id, time.monotonic(),
                                                        slot_priorities(request.tags))
         return True
 
@@ -354,8 +355,8 @@ class DrainLoop:
                 continue
             self._ended_runs.discard(run.run_id)
             del self.running[key]
-            outcome = outcome_of(self.ledger, key, run.request.tags[TOPIC_TAG], self.instance, run.run_id,
-                                 time.monotonic() - run.started)
+            outcome = outcome_of(self.ledger, run.request.partition_key, run.request.tags[TOPIC_TAG], self.instance,
+                                 run.run_id, time.monotonic() - run.started)
             self.report.batches.append(outcome)
             if outcome.state is BatchState.COMMITTED:
                 self._progress = time.monotonic()

@@ -179,8 +179,14 @@ CHANGES: dict[str, Any] = {
     "spark.connect_port": 15099,
     "spark.connect_dir": "/tmp/kprio-connect-probe",
     "ledger.url": "postgresql+psycopg://kprio@db/kprio",
+    "workers.count": 3,
+    "workers.bulk_nice": 5,
+    "workers.max_runs": 7,
+    "workers.max_rss_mib": 1024,
+    "workers.start_timeout_s": 30.0,
     "sensor.interval_s": 30,
     "sensor.watch_s": None,
+    "sensor.default_status": "stopped",
     "slo.max_age_s": {2: 10.0},
     "slo.warn_fraction": 0.5,
     "verdict.expected_commit_s": 5.0,
@@ -294,6 +300,7 @@ NEEDS_SPARK = "needs a Spark session and a drained batch (tests/spark_jobs cover
 NEEDS_COMMIT = "acts on a committed batch: a broker and Spark (tests/orchestration/observe/test_lineage.py)"
 NEEDS_RUN = "acts inside a batch's Dagster run (tests/orchestration/test_recovery.py covers it)"
 NEEDS_TABLE = "acts on a table's published files (tests/spark_jobs/test_maintenance.py covers it)"
+STARTS_WORKERS = "starts worker processes (tests/orchestration/test_workers.py covers it)"
 
 ACTS_IN: dict[str, tuple[str, str, str]] = {
     "topics[].partitions": ("kprio_core.kafka.topics", "topic_mismatches", NEEDS_BROKER),
@@ -345,8 +352,16 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "lineage.transport": ("orchestration.observe.lineage", "client_of", NEEDS_COMMIT),
     "sensor.watch_s": ("orchestration.dagster.drain_loop", "DrainLoop._wait",
                        "acts between the ticks of kprio drain's loop (tests/orchestration/test_drain_overlap.py)"),
+    "sensor.default_status": ("orchestration.dagster.definitions", "build_definitions", "the sensor's state "
+                              "when a code location first loads, in a Dagster instance"),
+    "workers.count": ("orchestration.dagster.workers.pool", "WorkerPool.__init__", STARTS_WORKERS),
+    "workers.bulk_nice": ("orchestration.dagster.workers.pool", "WorkerPool._spawn", STARTS_WORKERS),
+    "workers.start_timeout_s": ("orchestration.dagster.workers.pool", "WorkerPool._reap_dead", STARTS_WORKERS),
+    "workers.max_runs": ("orchestration.dagster.workers.worker", "Worker._retire", STARTS_WORKERS),
+    "workers.max_rss_mib": ("orchestration.dagster.workers.worker", "Worker._retire", STARTS_WORKERS),
 }
 """Leaf -> (module, function reading it, why no probe here)."""
+
 
 
 def _definition(module: str, qualname: str) -> ast.AST | None:

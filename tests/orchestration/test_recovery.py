@@ -26,7 +26,8 @@ from typer.testing import CliRunner
 from kprio_core.ledger import Ledger
 from orchestration.cli.main import app
 from orchestration.services.process import wait_for
-from tests.fixtures.paused import paused, resume
+from tests.fixtures.paused import paused as stopped_process
+from tests.fixtures.paused import resume
 from tests.orchestration.conservation import conservation, iceberg_publishes, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
@@ -195,8 +196,8 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
     env, topic, config = two_batches
     proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=point, KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
     try:
-        assert wait_for(lambda: paused(proc), CHILD_TIMEOUT_S, interval_s=0.2), output_of(proc)[-2000:]
-        stopped = paused(proc)  # the worker executing the run
+        assert wait_for(lambda: stopped_process(proc), CHILD_TIMEOUT_S, interval_s=0.2), output_of(proc)[-2000:]
+        stopped = stopped_process(proc)  # the worker executing the run
         with Ledger(env.config.ledger.url) as ledger:
             [paused] = [b for b in ledger.in_flight(topic.name) if b.lease]
             # Paused past its lease: nobody renews it any more.
