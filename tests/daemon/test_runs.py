@@ -1,7 +1,8 @@
 """Under the real Dagster daemon (``dagster dev``, the shipped dagster.yaml, Spark Connect): drains, heals, replays.
 
-Every run is a new process launched by the daemon (the sensor's, Dagster's retries, backfills),
-draining through the one Spark Connect server; the tests only produce records and watch (the
+Every run the daemon launches (the sensor's, Dagster's retries, backfills) and every run a worker's tick requests
+after its run executes on a warm worker of the home's pool, draining through the one Spark Connect server; the
+tests only produce records and watch (the
 backlogs were produced and drained, and the replay of the hour launched, by the
 deployment's thread while the rest of the suite ran: tests/fixtures/daemon.py).
 """
@@ -12,7 +13,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from kprio_core.ledger import BatchState, Ledger
-from tests.fixtures.daemon import DRAIN_TIMEOUT_S
+from tests.fixtures.daemon import DRAIN_TIMEOUT_S, WORKER_RUNS
 from tests.fixtures.dagster_dev import wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.dagster, pytest.mark.slow, pytest.mark.deployment("dagster")]
@@ -30,6 +31,26 @@ def test_the_daemon_drains_every_priority_with_spark_connect(kprio_daemon, bulk_
     # Each batch's first run is the sensor's (test_ui re-drains some of them from backfills later).
     assert all(kprio_daemon.deployment.runs(b.batch_id)[-1]["tags"].get("dagster/sensor_name") == "priority_lag_sensor"
                for b in batches)
+
+
+def test_the_runs_execute_on_warm_workers_replaced_every_few_runs(kprio_daemon, bulk_drained, crash_drained):
+    """Each run names its worker (``kprio/runner``) and says where it ran (Dagster's "Started process for run"): a
+    handful of processes ran every run of the drains, each at most ``workers.max_runs`` of them."""
+    deployment = kprio_daemon.deployment
+    with Ledger(kprio_daemon.config.ledger.url) as ledger:
+        batch_ids = [b.batch_id for t in (bulk_drained, crash_drained) for b in ledger.batches(t.name)]
+    runs = [r for b in batch_ids for r in deployment.runs(b) if r["job"] == "drain_job"]
+    by_worker: dict[str, int] = {}
+    for run in runs:
+        runner = run["tags"]["kprio/runner"]
+        assert runner.startswith(run["run_id"] + "@"), runner
+        pid = runner.rsplit(":", 1)[1]
+        events = deployment.graphql('{ logsForRun(runId: "' + run["run_id"] + '") { ... on EventConnection { events '
+                                    "{ ... on MessageEvent { message } } } } }")["logsForRun"]["events"]
+        assert f"Started process for run (pid: {pid})." in [e.get("message") for e in events]
+        by_worker[pid] = by_worker.get(pid, 0) + 1
+    assert len(runs) > len(by_worker) >= 2, by_worker  # warm: a worker ran several runs, and some were replaced
+    assert max(by_worker.values()) <= WORKER_RUNS, by_worker
 
 
 def test_a_killed_run_is_failed_by_dagster_and_its_batch_retried_by_itself(kprio_daemon, crash_drained):
