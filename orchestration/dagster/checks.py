@@ -9,8 +9,8 @@ from typing import Any
 
 import dagster as dg
 
-from kprio_core.model.results import CheckReport
-from orchestration.runtime.checks import CHECK_DESCRIPTIONS, CHECK_NAMES
+from kprio_core.model.results import CheckOutcome, CheckReport  # noqa: F401 - CheckOutcome, UNIQUE: the doctest's
+from orchestration.runtime.checks import CHECK_DESCRIPTIONS, CHECK_NAMES, UNIQUE  # noqa: F401
 
 __all__ = ["check_results", "check_specs"]
 

@@ -17,7 +17,7 @@ replays what has arrived so far.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime  # noqa: F401 - UTC: the doctest's
 
 import dagster as dg
 

@@ -36,6 +36,7 @@ MODULES = [
     "orchestration.dagster.resources",
     "orchestration.dagster.tags",
     "orchestration.dagster.workers.pool",
+    "orchestration.dagster.workers.server",
     "orchestration.demo.avro_values",
     "orchestration.demo.layout",
     "orchestration.demo.output_view",
