@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from kprio_core.verdict import (
@@ -39,6 +39,9 @@ from tests.kprio_core.verdict_support import (
 )
 
 POLICY = VerdictPolicy(expected_commit_s=20)
+STEADY = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.filter_too_much]}
+"""The same windows every run (a property that found a difference says which), and the windows a property's
+difference does not apply to are filtered out: about four in five for the rarer ones."""
 
 
 @pytest.mark.parametrize("case", sorted(burrow.BURROW_CASES))
@@ -90,7 +93,7 @@ def test_kprios_rules_give_burrows_answers_on_burrows_cases(case: int) -> None:
 
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, **STEADY)
 @given(traces())
 def test_kprio_is_burrow_wherever_no_difference_applies(drawn) -> None:
     w, policy = drawn
@@ -100,7 +103,7 @@ def test_kprio_is_burrow_wherever_no_difference_applies(drawn) -> None:
     assert v.state.value == burrow_on(w, now_s, policy), v.reason
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, **STEADY)
 @given(traces())
 def test_difference_1_is_burrows_rule_on_the_draining_span(drawn) -> None:
     """Where commits came in steps, kprio is Burrow on the ring without the waits between them."""
@@ -111,7 +114,7 @@ def test_difference_1_is_burrows_rule_on_the_draining_span(drawn) -> None:
     assert v.state.value == burrow_without_the_waits(w, now_s, policy), v.reason
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, **STEADY)
 @given(traces())
 def test_difference_2_is_burrows_rule_without_its_vacuous_stall_and_warn(drawn) -> None:
     """With fewer than two commits (or known lags), kprio is Burrow (on the draining span, difference 1 applies
@@ -125,7 +128,7 @@ def test_difference_2_is_burrows_rule_without_its_vacuous_stall_and_warn(drawn) 
     assert v.state.value == theirs or theirs in ("STALL", "WARN") and v.state is LagState.OK, v.reason
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, **STEADY)
 @given(traces(holds=True))
 def test_holds_ahead_of_log_and_unknown_partitions_are_their_differences(drawn) -> None:
     w, policy = drawn
@@ -167,7 +170,7 @@ def test_a_simulated_drain_that_stops_reads_stop_when_burrow_does() -> None:
     assert {states[t] for t in range(350, 400)} == {LagState.OK}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, **STEADY)
 @given(traces())
 def test_zero_lag_is_always_ok(drawn) -> None:
     """Burrow's gate: whatever the history, a partition with nothing waiting (and not ahead of the log) is OK."""
@@ -179,7 +182,7 @@ def test_zero_lag_is_always_ok(drawn) -> None:
     assert v.state is LagState.OK and v.lag == 0
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, **STEADY)
 @given(traces(rewinds=False))
 def test_monotone_commits_never_rewind(drawn) -> None:
     w, policy = drawn
@@ -188,7 +191,7 @@ def test_monotone_commits_never_rewind(drawn) -> None:
     assert judge_partition(w, now_s=now_s, policy=policy, others_commit_s=None).state is not LagState.REWIND
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, **STEADY)
 @given(traces(), st.sampled_from([0, 10, 100, 10_000]))
 def test_waiting_longer_never_ends_a_stop(drawn, later: float) -> None:
     w, policy = drawn
@@ -197,7 +200,7 @@ def test_waiting_longer_never_ends_a_stop(drawn, later: float) -> None:
         assert judge_partition(w, now_s=now_s + later, policy=policy, others_commit_s=None).state is LagState.STOP
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, **STEADY)
 @given(st.lists(traces(holds=True), min_size=1, max_size=5))
 def test_the_worst_partition_decides(drawn) -> None:
     ws = [PartitionWindow(w.topic, i, w.priority, w.observations) for i, (w, _) in enumerate(drawn)]
