@@ -102,7 +102,7 @@ from kprio_core.lifecycle.view import TickInputs
 from kprio_core.log_changes import Outcome, Superseded
 from kprio_core.model.drain_plan import DrainPlan
 from kprio_core.model.priority import Priority
-from kprio_core.model.records import Batch, Hold
+from kprio_core.model.records import Batch, Hold, batch_number
 from kprio_core.model.recovery import may_retry, parse_owner
 from kprio_core.model.snapshot import LagSnapshot
 from kprio_core.model.states import BatchState
@@ -210,13 +210,17 @@ def _wait_for_the_loss_decision(draft: _Draft, snapshot: LagSnapshot) -> None:
 
 def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max_attempts: int,
                  full: Mapping[Priority, Sequence[str]], fresh_start: bool = False,
-                 cause: str | None = None) -> tuple[list[Launch], list[str]]:
-    """Failed batches to retry now, and why the others that may be retried still wait.
+                 cause: str | None = None, in_flight: Collection[str] = ()) -> tuple[list[Launch], list[str]]:
+    """Failed batches to retry now, oldest first, and why the others that may be retried still wait.
 
     A transient failure waits while a probe sees a passing cause (``cause``: an output root that
     takes no file, the broker unreachable): its retry would fail alike. Once the probes pass, it is
     retried when due (the first of a streak at once, :func:`~kprio_core.lifecycle.run.retry_at`), and
     before its backoff on a driver's ``fresh_start`` (a driver just started, or a cause it saw passed).
+    A batch split off another waits while that one drains (``in_flight``, or retried here): split off to
+    find the cause of a drain that died, it may die again, and a Python worker that dies can fail the
+    tasks of a batch draining beside it (Spark hands a worker on to the next task while the task it
+    served still reads from it), so the part kept (the most urgent records) drains first, alone.
 
     >>> from kprio_core.lifecycle.examples import T0, batch
     >>> from kprio_core.model.states import BatchState
@@ -226,12 +230,16 @@ def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max
     >>> [x.run_key for x in retry_failed([full_disk], BatchRuns(), now=T0, max_attempts=3, full={})[0]]
     ['b-000004.attempt-2']
     """
-    launches, waiting = [], []
-    for b in failed:
+    launches: list[Launch] = []
+    waiting: list[str] = []
+    for b in sorted(failed, key=lambda b: batch_number(b.batch_id)):  # a parent before the batches split off it
         if not b.holds or (not b.transient and not may_retry(attempts=b.attempts, max_attempts=max_attempts)):
             continue
         if runs.active(b.batch_id) is not None or runs.will_retry(b.batch_id, now):
             continue  # a run (or the orchestrator's own retry) is on it
+        if b.parent is not None and (b.parent in in_flight or any(x.batch.batch_id == b.parent for x in launches)):
+            waiting.append(f"{b.batch_id} waits for {b.parent}, which it was split from, to drain first")
+            continue
         if b.transient and cause is not None:
             waiting.append(f"{b.batch_id} waits for its cause to pass ({cause})")
             continue
@@ -336,7 +344,7 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
     gone = {s.batch_id for s in view.superseded}  # failed on an earlier incarnation: no run, no hold (the ledger's)
     retries, waiting = retry_failed([b for b in view.failed if b.batch_id not in gone], runs, now=now,  # 4
                                     max_attempts=recovery.max_attempts, full=full, fresh_start=inputs.fresh_start,
-                                    cause=passing_cause(inputs))
+                                    cause=passing_cause(inputs), in_flight={b.batch_id for b in in_flight})
     launch += retries
     for b in (x.batch for x in retries):  # a retry is older work: it takes its priorities' slots before any plan
         for p in b.priorities:

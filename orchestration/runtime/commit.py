@@ -4,7 +4,8 @@ Offsets never move backwards and only a contiguous prefix is committed (``KafkaE
 so a re-drain of an old batch commits nothing new; the write is fenced per group by Kafka itself
 (a transaction of the group's transactional id: two kprio processes never interleave a read and a
 write of one group). One lag snapshot after the commit both proves what the broker holds and
-gives the lag after, for the metadata Dagster plots.
+gives the lag after: for the metadata Dagster plots, and with each commit sample of the ledger (the lag
+verdict's window: the lag at commit time, as Burrow stores it with each commit).
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ def commit_batch(edge: Edge, ledger: LedgerPort, topic: TopicSettings, batch: Ba
             f"batch {batch.batch_id}: offsets not committed for {', '.join(map(str, short))} ({report})"
         )
     crash_point("after-kafka-commit", topic.name)
-    ledger.mark_committed(batch.batch_id, report, fence=token)
+    ends = {(p.topic, p.partition): p.readable_end for p in snapshot.partitions}
+    ledger.mark_committed(batch.batch_id, report, fence=token,
+                          log_ends={tp: ends[tp] for tp in report.moves() if tp in ends})
     drained = batch.drain.written_by_priority() if batch.drain is not None else {}
     meta = commit_metadata(report, snapshot.backlog_by_priority(), drained, replay=batch.replay_of_committed)
     return CommitOutcome(report, {**meta, "logical_topic": topic.name})

@@ -306,6 +306,24 @@ def test_retry_failed(b, full, cause, fresh, launched, waits, why):
     assert ([x.run_key for x in launches], waiting) == (launched, waits), why
 
 
+def test_a_batch_split_off_another_retries_once_that_one_has_drained():
+    """After a drain that died was split apart (the most urgent records kept, the rest split off), the part split
+    off waits while the part kept drains: a Python worker of its own that dies could fail the kept part's Spark tasks
+    too (Spark hands a worker on to the next task while the task it served still reads from it), and the urgent
+    records would wait a second attempt (test_isolation's dying worker, seen once in 6 to 10 runs)."""
+    kept = dataclasses.replace(TRANSIENT_DUE, batch_id="b-000001")
+    split_off = dataclasses.replace(TRANSIENT_DUE, batch_id="b-000002", parent="b-000001", plan=dataclasses.replace(
+        TRANSIENT_DUE.plan, ranges=tuple(dataclasses.replace(r, priority=0) for r in TRANSIENT_DUE.plan.ranges)))
+    newest_first = [split_off, kept]  # as the ledger lists them
+    launches, waiting = retry_failed(newest_first, BatchRuns(), now=NOW, max_attempts=1, full={})
+    assert [x.run_key for x in launches] == ["b-000001.attempt-2"]
+    assert waiting == ["b-000002 waits for b-000001, which it was split from, to drain first"]
+    launches, waiting = retry_failed([split_off], BatchRuns(), now=NOW, max_attempts=1, full={}, in_flight={"b-000001"})
+    assert (launches, waiting) == ([], ["b-000002 waits for b-000001, which it was split from, to drain first"])
+    launches, _ = retry_failed([split_off], BatchRuns(), now=NOW, max_attempts=1, full={})  # b-000001 committed
+    assert [x.run_key for x in launches] == ["b-000002.attempt-2"]
+
+
 @pytest.mark.parametrize("summary, retried_by_the_tick, why", [
     (RunSummary("r1", RunState.FAILURE, will_retry=True, ended_at=NOW - timedelta(seconds=20)), False,
      "1. Dagster's retry daemon said it retries the run, 20 s ago: its retry is on its way"),

@@ -157,6 +157,26 @@ def test_a_v2_ledger_without_the_new_tables_gets_them(tmp_path):
     engine.dispose()
 
 
+def test_a_v2_ledger_without_commit_samples_gets_them_from_its_committed_batches(tmp_path):
+    """The verdict's window of a ledger made before kprio kept commit samples: its committed batches' commits,
+    at their commit time, log end unknown."""
+    from tests.kprio_core.ledger_support import drain_check_commit, make_plan
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with Ledger(url) as ledger:
+        first = drain_check_commit(ledger, ledger.record_plan(make_plan((0, 10))))
+        second = drain_check_commit(ledger, ledger.record_plan(make_plan((10, 25))))
+        ledger.record_plan(make_plan((25, 30)))  # not committed: no sample
+    engine = create_engine(url)
+    with engine.begin() as conn:  # the ledger as a kprio before the samples wrote it
+        conn.exec_driver_sql("DROP TABLE kprio_commit_samples")
+    with Ledger(url) as ledger:
+        samples = ledger.commit_samples("orders", 10)
+    assert [(s.topic, s.partition, s.at, s.committed, s.log_end) for s in samples] == [
+        ("orders-2", 0, first.committed_at, 10, None), ("orders-2", 0, second.committed_at, 25, None)]
+    engine.dispose()
+
+
 def test_a_v2_ledger_without_the_new_columns_gets_them_and_its_rows_read_as_they_meant(tmp_path):
     from tests.kprio_core.ledger_support import make_plan
 
