@@ -40,8 +40,9 @@ class LedgerView:
     beliefs: Mapping[TopicPartitionKey, Belief] = field(default_factory=dict)
     """What kprio believes about each partition (as the ledger stores it)."""
     committed: Mapping[TopicPartitionKey, tuple[Batch, ...]] = field(default_factory=dict)
-    """Committed batches with a range on the partitions whose group moved back (newest first): only those
-    partitions' (:func:`kprio_core.lifecycle.log_rules.needs_committed` says which), read after the snapshot."""
+    """Committed batches, and failed re-drains of committed offsets, with a range on the partitions whose group
+    moved back (oldest first): only those partitions' (:func:`kprio_core.lifecycle.log_rules.needs_committed`
+    says which), read after the snapshot."""
     reserved: tuple[OffsetRange, ...] = ()
     """Non-empty ranges of the batches in flight."""
     throughput: float | None = None
@@ -57,6 +58,9 @@ class LedgerView:
     """Unexpired launch claims of the topic's batches, by run key."""
     open_holds: Mapping[TopicPartitionKey, LogEvent] = field(default_factory=dict)
     """Partitions a person was asked to decide about and did not yet: the recorded hold, per partition."""
+    last_changes: Mapping[TopicPartitionKey, LogEvent] = field(default_factory=dict)
+    """Per partition, the last change of its log recorded with what was decided (a wait left aside): a move
+    whose re-drain it decided is carried on, not decided again."""
 
     def believed(self) -> dict[TopicPartitionKey, Belief]:
         """The beliefs with the commits of checked batches under way (Kafka is told before the ledger:
