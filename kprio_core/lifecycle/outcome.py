@@ -4,8 +4,9 @@ A run drains its batch's ranges, then checks what the drain wrote; a replay of a
 the same with no batch in the ledger. Both ask these rules what comes next, in this order:
 
 1. **after the drain** (:func:`after_drain`): ranges on a topic deleted or recreated since the plan
-   (``moved``: they read another log) and ranges whose drain failed are split off, each kind into a
-   batch of its own that holds only their partitions, and the rest goes on to the checks; when no
+   (``moved``: they read another log) and ranges whose drain failed are split off, each kind (and each
+   priority's failed drains) into a batch of its own that holds only their partitions, and the rest
+   goes on to the checks; when no
    range is left, the whole batch fails, for the log change if there was one (a person decides),
    else for the failed drains. A replay records no batch, so it cannot split: any failed range fails
    it whole (``may_split=False``);
@@ -17,8 +18,9 @@ the same with no batch in the ledger. Both ask these rules what comes next, in t
    checks' are per range: a partition the commit wrote, or found committed already, is committed; one
    whose group stands below the batch's start (moved back outside kprio, or its offsets gone, after the
    plan) is split off to wait for the group (the log-change rules re-drain or restore it first); one on
-   a topic deleted or recreated since the plan is split off for a person; so one priority's group moved
-   under a batch never fails or holds another priority's ranges of it. Nothing committed: the whole fails;
+   a topic deleted or recreated since the plan is split off for a person, one split per cause and
+   priority; so one priority's group moved under a batch never fails, holds or waits for another
+   priority's ranges of it. Nothing committed: the whole fails;
 4. **whether a failure passes by itself** (:func:`passes_by_itself`): a split or a whole failure of
    failed drains is transient only when every cause is (:func:`~kprio_core.lifecycle.run.transient_failure`);
    a group moved under the batch always is (the re-drain brings it back by itself); a log change and a
@@ -167,8 +169,10 @@ def after_drain(ranges: Sequence[RangeDrained], *, moved: Collection[OffsetRange
     splits = []
     if set_apart:
         splits.append(SplitOff(tuple(set_apart), Cause.LOG_CHANGED, False))
-    if failed:
-        splits.append(SplitOff(tuple(r.range for r in failed), Cause.DRAIN, transient))
+    for topic in sorted({r.range.topic for r in failed}):  # one split per priority: each passes by itself or not
+        mine = [r for r in failed if r.range.topic == topic]
+        splits.append(SplitOff(tuple(r.range for r in mine), Cause.DRAIN, passes_by_itself(Cause.DRAIN,
+                                                                                           [r.transient for r in mine])))
     return GoOn(kept, tuple(splits))
 
 
@@ -221,9 +225,10 @@ cause=<Cause.GROUP_BEHIND: 'group-behind'>, transient=True),))
     why = {tp: commit_cause(tp, starts[tp], ends[tp], written=written, stands=stands.get(tp), other_log=other_log)
            for tp in starts}
     kept = tuple(r for r in ranges if why.get(r.topic_partition) is None)
-    splits = tuple(SplitOff(tuple(r for r in ranges if why.get(r.topic_partition) is cause), cause,
+    splits = tuple(SplitOff(tuple(r for r in ranges if why.get(r.topic_partition) is cause and r.topic == topic), cause,
                             passes_by_itself(cause))
-                   for cause in (Cause.LOG_CHANGED, Cause.GROUP_BEHIND, Cause.COMMIT) if cause in why.values())
+                   for cause in (Cause.LOG_CHANGED, Cause.GROUP_BEHIND, Cause.COMMIT)
+                   for topic in sorted({tp[0] for tp, c in why.items() if c is cause}))
     if not kept and splits:
         return FailWhole(splits[0].cause, all(s.transient for s in splits))
     return MarkCommitted(kept, splits)

@@ -25,8 +25,9 @@ earlier rule holds):
    resume or launch) and holds nothing, so the new incarnation drains on;
 6. the lag snapshot (an unreachable broker or a missing topic is a reason, not a crash);
 7. :func:`~kprio_core.lifecycle.log_rules.log_decisions` — changes of the log kprio did not make
-   (see :mod:`kprio_core.lifecycle.log_rules`; a hold that asked a person stands until a person or
-   the configured policy decides); a batch with ranges only on a deleted priority topic, or only on
+   (see :mod:`kprio_core.lifecycle.log_rules`; each decided once, when first seen; a hold that asked a
+   person stands until a person or the configured policy decides; a group moved back is re-drained step
+   by step, only the ranges of the partitions it moved, each step in a free slot of the moved priority); a batch with ranges only on a deleted priority topic, or only on
    topics recreated since it was planned (their topic ids changed), gets no run and holds nothing of its own
    there (the change's hold says why, for a person);
    :func:`~kprio_core.lifecycle.holds.lost_partitions` — offsets deleted by retention before

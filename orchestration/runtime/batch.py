@@ -309,7 +309,8 @@ class BatchRun:
             raise _BatchFailed(failure_reason(result), transient=after.transient,
                                cause=first.error() if first is not None else None)
         split = [self._split(list(off.ranges), log_changed(self.batch_id, changed, "published")
-                             if off.cause is Cause.LOG_CHANGED else failure_reason(result), transient=off.transient)
+                             if off.cause is Cause.LOG_CHANGED else failure_reason(result, off.ranges),
+                             transient=off.transient)
                  for off in after.splits]
 
         started = time.monotonic()

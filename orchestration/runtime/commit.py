@@ -86,7 +86,12 @@ def commit_batch(edge: Edge, ledger: LedgerPort, topic: TopicSettings, batch: Ba
         return Uncommitted(left_reason(batch.batch_id, after.cause, short, stands, changed, report), after.transient)
     left = tuple(split(list(off.ranges), left_reason(batch.batch_id, off.cause, off.ranges, stands, changed, report),
                        off.transient) for off in after.splits)
-    ledger.mark_committed(batch.batch_id, report, fence=token)
+    ends: dict[TopicPartitionKey, int] = {}
+    for r in after.kept:
+        ends[r.topic_partition] = max(r.end, ends.get(r.topic_partition, r.end))
+    # Found committed at or past its end already (moved forward by someone): kprio drained up to its end there.
+    reached = {tp: end for tp, end in ends.items() if tp not in report.moves() and (stands.get(tp) or 0) >= end}
+    ledger.mark_committed(batch.batch_id, report, fence=token, reached=reached)
     drained = batch.drain.written_by_priority() if batch.drain is not None else {}
     meta = commit_metadata(report, snapshot.backlog_by_priority(), drained, replay=batch.replay_of_committed)
     return CommitOutcome(report, {**meta, "logical_topic": topic.name}, left)

@@ -24,6 +24,8 @@ from kprio_core.model.offsets import OffsetRange
 A, B, C = (OffsetRange("orders-2", p, 0, 10) for p in range(3))
 R = OffsetRange("gone-1", 0, 0, 10)
 """A range on a topic recreated since the plan."""
+P0 = OffsetRange("orders-0", 0, 0, 10)
+"""A range of another priority."""
 
 
 def ok(rng: OffsetRange) -> RangeDrained:
@@ -65,6 +67,10 @@ DRAIN_CASES = [
      [ok(A), failed(B, True)], (), False, FailWhole(Cause.DRAIN, True)),
     (14, "a replay whose every range drained goes on",
      [ok(A), ok(B)], (), False, GoOn((A, B))),
+    (15, "two priorities' drains failed, priority 2's for a passing cause, priority 0's not: one split per priority, "
+         "so priority 2's is retried by itself and never waits for the person priority 0's needs",
+     [failed(A, True), failed(P0, False), ok(B)], (), True,
+     GoOn((B,), (SplitOff((P0,), Cause.DRAIN, False), SplitOff((A,), Cause.DRAIN, True)))),
 ]
 
 
@@ -166,6 +172,14 @@ COMMIT_CASES = [
     (10, "not written and the group inside the batch's range (its records below the log's start now): split, "
          "not transient",
      [HI, LO], {P2}, {P2: 50, P1: 85}, (), MarkCommitted((HI,), (SplitOff((LO,), Cause.COMMIT, False),))),
+    (13, "both priorities' groups moved under a batch of only their ranges (two moves at once): nothing to commit, "
+         "it fails whole, transient, and waits for both re-drains",
+     [HI, LO], set(), {P2: 10, P1: 30}, (), FailWhole(Cause.GROUP_BEHIND, True)),
+    (14, "two priorities' groups moved, a third range committed: one split per priority, so neither waits for the "
+         "other's re-drain",
+     [HI, LO, OffsetRange("orders-0", 0, 0, 5)], {("orders-0", 0)}, {P2: 10, P1: 30, ("orders-0", 0): 5}, (),
+     MarkCommitted((OffsetRange("orders-0", 0, 0, 5),), (SplitOff((LO,), Cause.GROUP_BEHIND, True),
+                                                         SplitOff((HI,), Cause.GROUP_BEHIND, True)))),
     (11, "another log and a group behind: two splits, another log's first",
      [HI, LO, GONE], {P2}, {P2: 50, P1: 30}, ("gone-1",),
      MarkCommitted((HI,), (SplitOff((GONE,), Cause.LOG_CHANGED, False), SplitOff((LO,), Cause.GROUP_BEHIND, True)))),

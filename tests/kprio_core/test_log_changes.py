@@ -144,6 +144,29 @@ def test_beliefs_follow_kprio_commits_and_recorded_decisions(tmp_path):
         assert ledger.beliefs("orders")[r.topic_partition].topic_id == "ID"
 
 
+def test_a_commit_that_finds_the_group_past_its_end_raises_the_belief_to_its_end():
+    """Someone moved the group forward past a batch in flight: its commit writes nothing there, yet kprio drained
+    up to the batch's end; only the offsets beyond it are someone else's skip (never lowered: a re-drain's end)."""
+    from kprio_core.model.results import CheckReport, CommitReport
+    from tests.kprio_core.ledger_support import make_plan, result_for
+
+    with Ledger("sqlite://") as ledger:
+        b = ledger.record_plan(make_plan((0, 10)))
+        [r] = b.plan.offset_ranges()
+        ledger.mark_drained(b.batch_id, result_for(b))
+        ledger.mark_checked(b.batch_id, CheckReport(()))
+        ledger.remember("orders", [Belief(r.topic, r.partition, None, 1, 0)])
+        ledger.mark_committed(b.batch_id, CommitReport.of({}, {r.topic_partition: "already committed at 25"}),
+                              reached={r.topic_partition: 10})
+        assert ledger.beliefs("orders")[r.topic_partition].committed == 10
+        ledger.remember("orders", [Belief(r.topic, r.partition, None, 1, 40)])
+        replay = ledger.replay(b.batch_id)
+        ledger.mark_drained(replay.batch_id, result_for(replay))
+        ledger.mark_checked(replay.batch_id, CheckReport(()))
+        ledger.mark_committed(replay.batch_id, CommitReport(), reached={r.topic_partition: 10})
+        assert ledger.beliefs("orders")[r.topic_partition].committed == 40
+
+
 def test_a_v2_ledger_without_the_new_tables_gets_them(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.db'}"
     Ledger(url).close()
