@@ -295,9 +295,10 @@ def redrain_steps(steps: Sequence[RedrainStep], slots: Mapping[Priority, Sequenc
     partitions or priorities stay as they are): so every re-drain commits from exactly where its group
     stands, on every partition it re-drains (never a gap), and takes the slot of no priority the move
     did not touch. A re-drain that failed is drained again after its backoff while it has attempts
-    left (a person's ``kprio retry`` after that). Why one at a time per slot: the re-drains of one
-    partition then commit in offset order, and each takes a slot like any batch (``slots``: the batches
-    in flight per priority); a re-drain whose priority has no free slot waits, held, for a later tick.
+    left (a person's ``kprio retry`` after that: :func:`redrain_due`). Why one at a time per slot: the
+    re-drains of one partition then commit in offset order, and each takes a slot like any batch
+    (``slots``: the batches in flight per priority); a re-drain whose priority has no free slot waits,
+    held, for a later tick.
     """
     in_use = {p: list(ids) for p, ids in slots.items()}
     decided: list[Decided] = []
@@ -308,41 +309,48 @@ def redrain_steps(steps: Sequence[RedrainStep], slots: Mapping[Priority, Sequenc
     for batch_id in sorted(by_batch, key=batch_number):
         mine = by_batch[batch_id]
         step = Redrain(mine[0].batch, tuple(sorted({s.range for s in mine})))
-        wait, person = redrain_waits(step, in_use, max_in_flight, now=now, max_attempts=max_attempts)
-        if wait is None:
+        due = redrain_due(step.batch, now=now, max_attempts=max_attempts)
+        busy = sorted(p for p in step.priorities
+                      if max_in_flight is not None and len(in_use.get(p, ())) >= max_in_flight)
+        go = due is None and not busy
+        if go:
             for p in step.priorities:
                 in_use.setdefault(p, []).append(batch_id)
-        said = wait or f"re-draining {batch_id}'s {', '.join(map(str, step.ranges))}"
         for i, s in enumerate(mine):
             c = s.change
             decided.append(Decided(c, Outcome.REDRAIN, incarnation=c.incarnation, continuing=s.continuing,
-                                   redrain=(step,) if wait is None and i == 0 else ()))
-            holds.append(change_hold(c, c.committed or 0, f"{said} after: {c.describe()}", person=person))
+                                   redrain=(step,) if go and i == 0 else ()))
+            if due is not None:  # held as its failed batch holds: the loop waits for its retry, or names kprio retry
+                holds.append(dataclasses.replace(due, topic=c.topic, partition=c.partition, start=c.committed or 0))
+                continue
+            said = (f"re-drain of {batch_id} waits for a slot of priority {', '.join(map(str, busy))} "
+                    f"({', '.join(in_use[busy[0]])} in flight)") if busy else \
+                f"re-draining {batch_id}'s {', '.join(map(str, step.ranges))}"
+            holds.append(change_hold(c, c.committed or 0, f"{said} after: {c.describe()}", person=False))
     return decided, holds
 
 
-def redrain_waits(step: Redrain, in_use: Mapping[Priority, Sequence[str]], max_in_flight: int | None, *,
-                  now: datetime | None, max_attempts: int | None) -> tuple[str | None, bool]:
-    """Why ``step`` does not re-drain this tick (None: it does), and whether only a person ends the wait.
+def redrain_due(b: Batch, *, now: datetime | None, max_attempts: int | None) -> Hold | None:
+    """None when ``b``, a committed batch or a failed re-drain, may be re-drained now; else how it holds the
+    partition meanwhile: a failed re-drain backing off (retried by itself at its ``retry_at``), or out of
+    attempts (a person's ``kprio retry``), as the ledger's holds of failed batches say it.
 
     >>> from kprio_core.lifecycle.examples import T0, batch
-    >>> r = batch("b-000004", state=BatchState.FAILED, replay_of_committed=True, attempts=3)
-    >>> redrain_waits(Redrain(r, tuple(r.plan.offset_ranges())), {}, 1, now=T0, max_attempts=3)
-    ('re-drain b-000004 failed 3 times (failed); fix the cause, then kprio retry b-000004', True)
+    >>> spent = batch("b-000004", state=BatchState.FAILED, replay_of_committed=True, attempts=3)
+    >>> h = redrain_due(spent, now=T0, max_attempts=3)
+    >>> h.batch_id, h.exhausted, redrain_due(batch("b-000005", state=BatchState.COMMITTED), now=T0, max_attempts=3)
+    ('b-000004', True, None)
     """
-    b = step.batch
-    if b.state is BatchState.FAILED and not b.transient and max_attempts is not None \
-            and not may_retry(attempts=b.attempts, max_attempts=max_attempts):
-        return f"re-drain {b.batch_id} failed {b.attempts} times ({b.reason}); fix the cause, then kprio retry " \
-               f"{b.batch_id}", True
-    if b.state is BatchState.FAILED and b.retry_at is not None and now is not None and b.retry_at > now:
-        return f"re-drain {b.batch_id} retries at {b.retry_at:%H:%M:%S} UTC ({b.reason})", False
-    busy = sorted(p for p in step.priorities if max_in_flight is not None and len(in_use.get(p, ())) >= max_in_flight)
-    if busy:
-        taken = ", ".join(in_use[busy[0]])
-        return (f"re-drain of {b.batch_id} waits for a slot of priority {', '.join(map(str, busy))} "
-                f"({taken} in flight)"), False
-    return None, False
+    if b.state is not BatchState.FAILED:
+        return None
+    spent = not b.transient and max_attempts is not None and not may_retry(attempts=b.attempts,
+                                                                           max_attempts=max_attempts)
+    early = b.retry_at is not None and now is not None and b.retry_at > now
+    if not spent and not early:
+        return None
+    first = min(b.plan.offset_ranges())
+    return Hold(first.topic, first.partition, first.start, b.batch_id, BatchState.FAILED, b.reason, b.attempts,
+                b.retry_at, spent, b.transient)
 
 
 def standing_hold(c: Change, held: LogEvent, policy: OnOffsetOutOfRange,
