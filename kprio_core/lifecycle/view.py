@@ -19,7 +19,6 @@ from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.model.priority import Priority
 from kprio_core.model.records import Batch, DrainedSample, Hold, LaunchClaim, LogEvent, batch_number
 from kprio_core.model.snapshot import LagSnapshot
-from kprio_core.model.states import BatchState
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,12 @@ class LedgerView:
     whose re-drain it decided is carried on, not decided again."""
 
     def believed(self) -> dict[TopicPartitionKey, Belief]:
-        """The beliefs with the commits of checked batches under way (Kafka is told before the ledger:
-        a group standing at a checked range's end is kprio's own commit)."""
-        checked = [r for b in self.in_flight if b.state is BatchState.CHECKED for r in b.plan.offset_ranges()]
-        return with_commits_under_way(self.beliefs, checked)
+        """The beliefs with the commits of batches in flight under way (Kafka is told before the ledger, and a
+        batch drained when the view was read may have published and committed before the lag snapshot: a group
+        standing at the end of a range in flight is kprio's own commit). A re-drain's commits are left out: they
+        land below what kprio committed, and the group is still moved back until it is there again."""
+        ranges = [r for b in self.in_flight if not b.replay_of_committed for r in b.plan.offset_ranges()]
+        return with_commits_under_way(self.beliefs, ranges)
 
     def slots(self) -> dict[Priority, list[str]]:
         """Per priority, the batches in flight with a range of it (each takes one slot), oldest first."""

@@ -39,7 +39,7 @@ def belief(committed=None, topic_id="A", incarnation=1):
 
 
 def committing(committed, *ends):
-    """A belief with checked batches whose ranges end at ``ends`` (their commits may be under way)."""
+    """A belief with batches in flight whose ranges end at ``ends`` (their commits may be under way)."""
     return with_commits_under_way({("o-2", 0): belief(committed)}, [R("o-2", 0, committed, e) for e in ends])[("o-2", 0)]
 
 
