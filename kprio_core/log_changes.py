@@ -92,18 +92,19 @@ def partition_added(belief: Belief | None, topic_known: bool) -> bool:
 
 
 def with_commits_under_way(beliefs: Mapping[TopicPartitionKey, Belief],
-                           checked: Iterable[OffsetRange]) -> dict[TopicPartitionKey, Belief]:
-    """``beliefs`` with, per partition, the ends of the ranges of kprio's checked batches (:attr:`Belief.committing`).
+                           in_flight: Iterable[OffsetRange]) -> dict[TopicPartitionKey, Belief]:
+    """``beliefs`` with, per partition, the ends of the ranges of kprio's batches in flight
+    (:attr:`Belief.committing`).
 
-    A checked batch commits its ranges to Kafka, then tells the ledger; the group standing at one
-    of their ends is kprio's own commit, not someone else's move.
+    A batch commits its ranges to Kafka, then tells the ledger; the group standing at one of their
+    ends is kprio's own commit, not someone else's move.
 
     >>> b = with_commits_under_way({("t", 0): Belief("t", 0, committed=60)}, [OffsetRange("t", 0, 60, 90)])
     >>> sorted(b[("t", 0)].committing)
     [90]
     """
     ends: dict[TopicPartitionKey, set[int]] = {}
-    for r in checked:
+    for r in in_flight:
         ends.setdefault(r.topic_partition, set()).add(r.end)
     return {tp: (b if tp not in ends else replace(b, committing=b.committing | frozenset(ends[tp])))
             for tp, b in beliefs.items()}

@@ -1,68 +1,59 @@
-"""The lag verdict: whether each priority partition keeps up, from a window of observations (Burrow, for batches).
+"""The lag verdict: whether each priority partition keeps up, from a window of its commits (LinkedIn's Burrow).
 
-LinkedIn's Burrow (``core/internal/evaluator/caching.go``) judges a consumer group from a window of its
-commits: OK, WARN (lag growing), STALL (commits without progress), STOP (no commits lately), REWIND (the
-offset moved back), and ERR for the group when a partition is in one of the last three. kprio drains in
-batches on a schedule, so the rules are adapted; each is one small function below, applied in the order of
-:func:`judge_partition`.
+Burrow judges each partition of a consumer group (linkedin/Burrow, ``core/internal/evaluator/caching.go``,
+``calculatePartitionStatus``) from the ring of its last ``intervals`` commits, each stored with its lag at
+commit time (the broker's end offset Burrow last saw minus the committed offset), the broker's recent end
+offsets (a ring of ``intervals`` samples, one every ``offset-refresh``), the current lag and the clock, in
+this order:
 
-The input is a window of :class:`Observation` per partition, oldest first: when it was seen, the group's
-committed offset, where the readable log ends (the last stable offset, else the high watermark), the log
-start, and why kprio holds the partition if it does. A lag snapshot is an observation; a commit the ledger
-recorded is one too, with ``end`` None (its lag unknown, as Burrow's commits without a broker offset). The
-newest observation with an ``end`` is the partition's present: the caller takes a snapshot when it asks.
+- ``currentLag > allowedLag`` gates every rule: a partition with no more than that waiting is OK;
+- STOP: ``checkIfOffsetsStopped`` (the time since the last commit exceeds the ring's span, last minus
+  first commit) and not ``checkIfRecentLagZero`` (no recent broker end offset at or below the last
+  committed offset: records that arrived at a caught-up partition are not late yet);
+- REWIND: ``checkIfOffsetsRewind`` (the first commit below the one before it) and not
+  ``checkIfRewindRecovered`` (no later commit back at the offset before it; Burrow v1.3.7 on, d69a8ec);
+- when ``isLagAlwaysNotZero`` (no commit of the ring caught up): STALL when ``checkIfOffsetsStalled``
+  (every commit the same offset), WARN when ``checkIfLagNotDecreasing`` (the lag at commits never fell);
+- otherwise OK. The group is ERR when a partition is STOP, STALL or REWIND, WARN when one is WARN.
 
-How each of Burrow's rules maps to kprio, in the order they are applied:
+kprio applies these rules, with Burrow's names, to the same inputs: the ring is the partition's last
+``intervals`` commits (the ledger's commit samples, each with the log end seen right after it, and the
+moves of the group a look saw: a person's reset); the recent end offsets are those seen within ``recent_s``
+and, when the oldest pending record arrived within it, the group's offset (the log ended there just before
+it). Where a batch drainer must differ, it does so in :func:`judge_partition` only, each difference a row
+of the case table (``tests/kprio_core/test_verdict.py``; ``test_verdict_burrow.py`` holds every other
+window to a transcription of Burrow's evaluator):
 
-1. **Zero lag is OK, whatever happened before** (Burrow: ``currentLag > allowedLag`` gates every rule). A
-   partition whose current backlog is at most ``allowed_lag`` is OK. Except a committed offset *ahead* of
-   the log end: that is not a partition caught up but a log truncated or recreated under kprio, which
-   kprio holds for a person: ERR.
-2. **A held partition is ERR.** Burrow's ERR is the group's word for "some partition is broken"; kprio
-   knows why it does not drain a partition (a failed batch holds it, offsets were lost to retention, a
-   change of the log waits for a person), so a held partition with backlog is ERR with the hold's words.
-   A reset back outside kprio that kprio holds is ERR too: the hold already names the reset, and a
-   person must act.
-3. **STOP and STALL: backlog without a commit for longer than the expected cadence.** Burrow's STOP is
-   "the time since the last commit exceeds the window's span", and STALL "commits that do not move". kprio
-   commits a partition only when a batch drains it, so no commit is not itself a fault; a partition is
-   *stuck* when it has had backlog and no commit for more than ``stop_factor`` times the expected commit
-   cadence (``expected_commit_s``: how often a priority with backlog commits when it keeps up, e.g. a tick
-   plus a batch's target time), counted from the later of its last commit and the moment its backlog
-   began (Burrow's "recent lag zero": records that just arrived at a caught-up partition are not late).
-   A stuck partition is STALL when its priority committed some other partition within that time (the
-   drain runs and leaves this partition behind: Burrow's commits without progress, seen at the group),
-   and STOP when the priority committed nothing (the drain of this priority stopped).
-4. **REWIND: the committed offset moved back and has not come back.** As Burrow: the first decrease in
-   the window, and not recovered while no later commit reaches the offset before it. kprio never commits
-   backwards, so a rewind is a person's reset or another committer; it lasts while the records are
-   drained again.
-5. **WARN: the backlog grows while it drains.** Burrow warns when the lag never decreased over the
-   window. A batch drainer's lag falls at each commit and climbs between them, so kprio compares the
-   window's ends instead: the backlog never came down to ``allowed_lag`` in the window, and the newest
-   backlog exceeds the oldest (arrivals outpace the drain).
-6. Otherwise OK.
+1. **Commits come in steps.** Burrow's consumers commit on a clock, records or not, so the ring's span is
+   their cadence. kprio commits a partition only when a batch drained it; after a batch that caught up,
+   the next commit waits for records. The span counts the intervals that began with records waiting
+   (:func:`draining_span`); without any, ``recent_s`` (the cadence expected of a priority with records,
+   ``verdict.stop_factor`` x ``verdict.expected_commit_s``) stands in.
+2. **Commits always move.** kprio never commits an offset twice; a ring of one commit is no evidence of a
+   stall nor a trend (Burrow's rules say STALL or WARN on it): STALL and WARN need two.
+3. **A partition never committed** is its group's all the same (kprio drains every partition of a priority
+   topic; Burrow shows only partitions its group committed): STOP once its backlog was seen waiting longer
+   than ``recent_s``.
+4. **A partition left behind** (no commit for longer than its span while its priority committed others) is
+   STALL, where Burrow says STOP: a consumer's commit would have repeated its offset, Burrow's STALL.
+5. **Holds.** kprio knows why it does not drain a partition. A hold that waits for a person (retries spent,
+   offsets lost to retention, a change of the log kprio did not make) is ERR with the hold's words at once,
+   where Burrow would say OK, then STOP. A hold kprio lifts by itself (a failed batch it retries) is judged
+   by the rules like any partition, its words added to the reason.
+6. **Held for a move back**: a group moved back that waits for ``kprio reset`` is REWIND (the hold's words
+   in the reason), where Burrow, seeing no commit follow the move, says STOP.
+7. **A committed offset ahead of the log end** is a log truncated or recreated: ERR, where Burrow reads OK.
+8. **A priority** is one group; its verdict is its worst partition's state (:attr:`LagState.severity`),
+   where Burrow's group says ERR for any of STOP, STALL, REWIND.
 
-Burrow's minimum completeness becomes the span of the window: a partition observed for less than the stuck
-limit cannot be STOP (it has not waited that long as far as anyone knows).
+The worked example: commits every 20 s with records waiting, then none for 70 s (the span is 60 s):
 
-**Severity** (a priority's verdict is its worst partition's, Burrow's group rule):
-``OK < WARN < REWIND < STALL < ERR < STOP``. WARN still drains; a REWIND drains again what it drained
-before; a STALL leaves one partition behind while the priority drains; an ERR partition waits for a cause
-to pass or a person, by kprio's own decision, and only that partition (isolation); STOP means the
-priority commits nothing at all, every partition with backlog waits. The order of the rules above differs
-on purpose: a partition gets the most specific explanation (its hold), a priority the widest harm.
-
-Worked example: a partition with 400 records of backlog, last committed at t=0, expected cadence 60 s
-(stuck after 180 s); another partition of the priority committed at t=190:
-
->>> policy = VerdictPolicy(expected_commit_s=60)
->>> seen = (Observation(0, 100, 500), Observation(100, 100, 500), Observation(200, 100, 500))
->>> v = judge_partition(PartitionWindow("orders-2", 0, 2, seen), now_s=200, policy=policy, priority_commit_s=190)
+>>> ring = tuple(Observation(t, 100 * t, 100 * t + 400, commit=True) for t in (0, 20, 40, 60))
+>>> now = Observation(130, 6000, 7000)
+>>> v = judge_partition(PartitionWindow("orders-2", 0, 2, (*ring, now)), now_s=130,
+...                     policy=VerdictPolicy(expected_commit_s=10), others_commit_s=None)
 >>> v.state.value, v.reason
-('STALL', 'orders-2[0]: 400 records waiting, no commit for 200 s (expected every 60 s) while priority 2 committed other partitions 10 s ago')
->>> judge_partition(PartitionWindow("orders-2", 0, 2, seen), now_s=200, policy=policy, priority_commit_s=None).state.value
-'STOP'
+('STOP', 'orders-2[0]: 1000 records waiting, no commit for 70 s (committed every 20 s over 60 s before); priority 2 committed nothing meanwhile')
 """
 
 from __future__ import annotations
@@ -73,6 +64,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from kprio_core.model.priority import Priority
+from kprio_core.model.records import HoldReason
 
 
 class LagState(enum.Enum):
@@ -87,7 +79,11 @@ class LagState(enum.Enum):
 
     @property
     def severity(self) -> int:
-        """0 (OK) .. 5 (STOP), see the module docstring for why this order.
+        """0 (OK) .. 5 (STOP): which partition a priority's verdict names (difference 8).
+
+        WARN still drains; a REWIND drains again what it drained before; a STALL leaves one partition
+        behind while the priority drains; an ERR partition waits for a person, and only that partition
+        (isolation); STOP means commits stopped while records wait.
 
         >>> [s.value for s in sorted(LagState, key=lambda s: s.severity)]
         ['OK', 'WARN', 'REWIND', 'STALL', 'ERR', 'STOP']
@@ -100,16 +96,22 @@ _SEVERITY = (LagState.OK, LagState.WARN, LagState.REWIND, LagState.STALL, LagSta
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """One partition as seen at ``at_s`` (epoch seconds): a lag snapshot, or a commit the ledger recorded."""
+    """One partition at ``at_s`` (epoch seconds): a look (a lag snapshot), or a commit sample of the ledger."""
 
     at_s: float
     committed: int | None
     """The group's committed offset (None: never committed; draining starts at the log start)."""
     end: int | None
-    """Where a read ends (the last stable offset, else the high watermark); None: not seen (a ledger commit)."""
+    """Where a read ends (the last stable offset, else the high watermark); None: not seen."""
     log_start: int = 0
     held: str | None = None
-    """Why kprio holds the partition (a failed batch, lost offsets, a change of the log); None: not held."""
+    """Why kprio holds the partition, in a person's words; None: not held."""
+    hold: HoldReason | None = None
+    """The kind of that hold (None with ``held``: taken as one that waits for a person)."""
+    commit: bool = False
+    """A commit kprio made (a sample of Burrow's ring), not a look at the group."""
+    oldest_pending_s: float | None = None
+    """The timestamp of the oldest record waiting (a look that read it; None: not read, or none waits)."""
 
     @property
     def next_offset(self) -> int:
@@ -130,10 +132,14 @@ class Observation:
         """The committed offset is beyond the log end: the log was truncated or recreated."""
         return self.committed is not None and self.end is not None and self.committed > self.end
 
+    @property
+    def waits_for_person(self) -> bool:
+        return self.held is not None and (self.hold is None or self.hold.waits_for_person)
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionWindow:
-    """The observations of one priority partition, oldest first (the evaluator sorts them by time)."""
+    """The observations of one priority partition (the evaluator sorts them by time)."""
 
     topic: str
     partition: int
@@ -150,18 +156,20 @@ class PartitionWindow:
 
 @dataclass(frozen=True, slots=True)
 class VerdictPolicy:
-    """What keeping up means for a priority: its commit cadence, how many cadences make it stuck, the lag allowed.
+    """The lag allowed, the ring's size, and the cadence expected of a priority with records waiting.
 
-    >>> VerdictPolicy(expected_commit_s=20, stop_factor=3).stuck_after_s
+    >>> VerdictPolicy(expected_commit_s=20, stop_factor=3).recent_s
     60.0
     """
 
     expected_commit_s: float
-    """How often a priority with backlog commits when it keeps up (a tick plus a batch's target time)."""
+    """How often a priority with records waiting commits when it keeps up (a tick plus a batch)."""
     stop_factor: float = 3.0
-    """Backlog without a commit for this many cadences is stuck (STALL or STOP)."""
+    """``recent_s`` is this many ``expected_commit_s``."""
     allowed_lag: int = 0
-    """A backlog up to this many records counts as caught up (Burrow's ``allowed_lag``)."""
+    """A backlog up to this many records counts as caught up (Burrow's ``allowed-lag``)."""
+    intervals: int = 10
+    """The commits of a partition the verdict looks at, the newest (Burrow's storage ``intervals``)."""
 
     def __post_init__(self) -> None:
         if not self.expected_commit_s > 0:
@@ -170,9 +178,13 @@ class VerdictPolicy:
             raise ValueError(f"stop_factor must be >= 1, got {self.stop_factor}")
         if self.allowed_lag < 0:
             raise ValueError(f"allowed_lag must be >= 0, got {self.allowed_lag}")
+        if self.intervals < 2:
+            raise ValueError(f"intervals must be >= 2, got {self.intervals}")
 
     @property
-    def stuck_after_s(self) -> float:
+    def recent_s(self) -> float:
+        """Burrow's "recent" (its broker offsets' span): records younger than this at a caught-up partition
+        are not late, and it is the span of a ring with no interval that began with records waiting."""
         return float(self.stop_factor * self.expected_commit_s)
 
 
@@ -186,15 +198,13 @@ class PartitionVerdict:
     state: LagState
     reason: str
     lag: int | None
-    """The current backlog (None: no observation saw the log end)."""
+    """The current backlog (None: no look saw the log end)."""
     committed: int | None
     end: int | None
     since_commit_s: float | None
-    """Seconds since the committed offset last moved forward in the window (None: it did not)."""
-    stuck_s: float | None
-    """Seconds the partition has had backlog without a commit (None: no backlog)."""
-    window_s: float
-    """The span of the window of observations."""
+    """Seconds since the ring's last commit (None: no commit in the window)."""
+    span_s: float | None
+    """How long commits may stop while records wait (the draining span, or ``recent_s``): set when stopped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,145 +222,227 @@ class PriorityVerdict:
         return max(self.partitions, key=lambda v: (v.state.severity, v.lag or 0), default=None)
 
 
-# ------------------------------------------------------------------------------------------- the rules
+# ------------------------------------------------------------------------- Burrow's rules, on kprio's ring
+
+
+def is_lag_always_not_zero(offsets: Sequence[Observation], allowed_lag: int) -> bool:
+    """No commit of the ring caught up (a commit whose lag is unknown says nothing)."""
+    return not any(o.lag is not None and o.lag <= allowed_lag for o in offsets)
+
+
+def check_if_offsets_rewind(offsets: Sequence[Observation]) -> int:
+    """The index of the first commit below the one before it; -1: none."""
+    return next((i for i in range(1, len(offsets)) if _at(offsets[i]) < _at(offsets[i - 1])), -1)
+
+
+def check_if_rewind_recovered(offsets: Sequence[Observation], rewind_index: int) -> bool:
+    """A commit from the rewind on reached the offset committed before it."""
+    before = _at(offsets[rewind_index - 1])
+    return any(_at(o) >= before for o in offsets[rewind_index:])
+
+
+def check_if_offsets_stalled(offsets: Sequence[Observation]) -> bool:
+    """Every commit of the ring at the same offset (kprio: of two commits at least, difference 2)."""
+    return len(offsets) >= 2 and all(_at(a) == _at(b) for a, b in pairwise(offsets))
+
+
+def check_if_lag_not_decreasing(offsets: Sequence[Observation]) -> bool:
+    """The lag at commits never fell (kprio: two known lags at least, difference 2).
+
+    >>> check_if_lag_not_decreasing([Observation(0, 0, 100), Observation(9, 80, 250), Observation(19, 90, None)])
+    True
+    """
+    lags = [o.lag for o in offsets if o.lag is not None]
+    return len(lags) >= 2 and all(b >= a for a, b in pairwise(lags))
+
+
+def check_if_recent_lag_zero(last_offset: int, broker_offsets: Iterable[int]) -> bool:
+    """A recent end of the log at or below the last committed offset: caught up lately."""
+    return any(b <= last_offset for b in broker_offsets)
+
+
+def _at(o: Observation) -> int:
+    return o.committed or 0  # the ring holds commits only: never None
+
+
+# ------------------------------------------------------------------------- kprio's inputs and differences
 
 
 def current(seen: Sequence[Observation]) -> Observation | None:
-    """The newest observation that saw the log end: the partition's present."""
-    return next((o for o in reversed(seen) if o.end is not None), None)
+    """The newest look that saw the log end: the partition's present."""
+    return next((o for o in reversed(seen) if o.end is not None and not o.commit), None)
 
 
-def caught_up(now: Observation, allowed_lag: int) -> bool:
-    """Rule 1: nothing (or no more than allowed) waits, and the committed offset is not ahead of the log."""
-    return not now.ahead_of_log and (now.lag or 0) <= allowed_lag
+def commits_of(seen: Sequence[Observation], intervals: int) -> tuple[Observation, ...]:
+    """Burrow's ring: kprio's commits and each move of the group a look saw, the newest ``intervals``.
 
-
-def commit_times(seen: Sequence[Observation]) -> tuple[float, ...]:
-    """When the committed offset moved forward (a first commit counts), in the order seen.
-
-    >>> commit_times((Observation(0, None, 9), Observation(5, 3, 9), Observation(9, 3, 9), Observation(12, 1, 9)))
-    (5,)
+    >>> ring = commits_of((Observation(0, 5, 9), Observation(5, 7, 9, commit=True), Observation(9, 7, 9),
+    ...                    Observation(12, 2, 9)), 10)
+    >>> [(o.at_s, o.committed) for o in ring]
+    [(5, 7), (12, 2)]
     """
-    out = []
-    for before, after in pairwise(seen):
-        if after.committed is not None and (before.committed is None or after.committed > before.committed):
-            out.append(after.at_s)
-    return tuple(out)
+    out: list[Observation] = []
+    before: int | None = None
+    for o in seen:
+        if o.committed is None:
+            continue
+        if o.commit or (before is not None and o.committed != before):
+            out.append(o)
+        before = o.committed
+    return tuple(out[-intervals:])
 
 
-def backlog_since(seen: Sequence[Observation], allowed_lag: int) -> float:
-    """Since when the partition has had backlog: the first observation after the last one caught up.
+def draining_span(offsets: Sequence[Observation], allowed_lag: int) -> float:
+    """Difference 1: the ring's span over the intervals that began with records waiting (an unknown lag counts).
 
-    The window's start when it never caught up in the window (it waited at least that long).
+    >>> draining_span([Observation(0, 0, 50), Observation(20, 50, 50), Observation(300, 60, 90),
+    ...                Observation(320, 90, 95)], 0)
+    40
+    """
+    return sum(b.at_s - a.at_s for a, b in pairwise(offsets) if a.lag is None or a.lag > allowed_lag)
 
-    >>> backlog_since((Observation(0, 0, 5), Observation(10, 5, 5), Observation(20, 5, 9)), 0)
+
+def recent_log_ends(seen: Sequence[Observation], now: Observation, now_s: float, recent_s: float) -> tuple[int, ...]:
+    """Burrow's recent broker offsets: the log ends seen within ``recent_s``, and the group's offset when the
+    oldest pending record arrived within it (the log ended there just before it)."""
+    ends = [o.end for o in seen if o.end is not None and o.at_s >= now_s - recent_s]
+    if now.oldest_pending_s is not None and now.oldest_pending_s >= now_s - recent_s:
+        ends.append(now.next_offset)
+    return tuple(ends)
+
+
+def backlog_seen_since(seen: Sequence[Observation], allowed_lag: int) -> float:
+    """Difference 3: since when looks have seen records wait without a break (the present's time at least).
+
+    >>> backlog_seen_since((Observation(0, 0, 5), Observation(10, 0, 0), Observation(20, 0, 9), Observation(30, 0, 9)), 0)
     20
     """
-    since = seen[0].at_s
-    for before, after in pairwise(seen):
-        if before.lag is not None and before.lag <= allowed_lag:
-            since = after.at_s
+    since = seen[-1].at_s
+    for o in reversed(seen):
+        if o.lag is None:
+            continue
+        if o.lag <= allowed_lag:
+            break
+        since = o.at_s
     return since
 
 
-def stuck_for(seen: Sequence[Observation], now_s: float, allowed_lag: int) -> float:
-    """Rule 3's measure: seconds with backlog and no commit, since the later of the last commit and the backlog's start."""
-    commits = commit_times(seen)
-    last_commit = commits[-1] if commits else seen[0].at_s
-    return max(0.0, now_s - max(last_commit, backlog_since(seen, allowed_lag)))
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """Commits stopped while records wait: since when, and how long the window allows."""
+
+    since_s: float
+    """The ring's last commit; without one, since when looks saw the records wait."""
+    span_s: float
+    cadence_s: float | None = None
+    """The ring's mean interval while records waited (None: no such interval)."""
+    committed: bool = True
+    """False: no commit in the window (difference 3)."""
 
 
-def rewound(seen: Sequence[Observation]) -> tuple[Observation, Observation] | None:
-    """Rule 4: the first move back of the committed offset that no later observation came back from.
+def stopped(seen: Sequence[Observation], offsets: Sequence[Observation], now: Observation, now_s: float,
+            policy: VerdictPolicy) -> Stopped | None:
+    """Burrow's STOP (``checkIfOffsetsStopped`` and not ``checkIfRecentLagZero``), with differences 1 and 3."""
+    if check_if_recent_lag_zero(now.next_offset, recent_log_ends(seen, now, now_s, policy.recent_s)):
+        return None
+    if not offsets:
+        since = backlog_seen_since(seen, policy.allowed_lag)
+        return Stopped(since, policy.recent_s, committed=False) if now_s - since > policy.recent_s else None
+    span = draining_span(offsets, policy.allowed_lag)
+    steps = sum(1 for a, _ in pairwise(offsets) if a.lag is None or a.lag > policy.allowed_lag)
+    found = Stopped(offsets[-1].at_s, span or policy.recent_s, span / steps if steps else None)
+    return found if now_s - found.since_s > found.span_s else None
 
-    Returns (before, after) of the move. As Burrow's ``checkIfOffsetsRewind`` and ``checkIfRewindRecovered``.
+
+def rewound(offsets: Sequence[Observation]) -> tuple[Observation, Observation] | None:
+    """Burrow's REWIND: (before, after) of the first move back that no later commit recovered from.
 
     >>> rewound((Observation(0, 500, 900), Observation(5, 100, 900), Observation(9, 300, 900)))[1].committed
     100
     >>> rewound((Observation(0, 500, 900), Observation(5, 100, 900), Observation(9, 600, 900))) is None
     True
     """
-    offsets = [o for o in seen if o.committed is not None]
-    for i in range(1, len(offsets)):
-        before, after = offsets[i - 1], offsets[i]
-        assert before.committed is not None and after.committed is not None
-        if after.committed < before.committed:
-            if any((o.committed or 0) >= before.committed for o in offsets[i:]):
-                return None
-            return before, after
+    index = check_if_offsets_rewind(offsets)
+    if index > 0 and not check_if_rewind_recovered(offsets, index):
+        return offsets[index - 1], offsets[index]
     return None
-
-
-def growing(seen: Sequence[Observation], allowed_lag: int) -> tuple[int, int] | None:
-    """Rule 5: (oldest, newest) backlog when it never came down to ``allowed_lag`` in the window and grew.
-
-    >>> growing((Observation(0, 0, 100), Observation(5, 80, 150), Observation(9, 120, 260)), 0)
-    (100, 140)
-    >>> growing((Observation(0, 0, 100), Observation(5, 100, 100), Observation(9, 100, 260)), 0) is None
-    True
-    """
-    lags = [o.lag for o in seen if o.lag is not None]
-    if len(lags) < 2 or min(lags) <= allowed_lag or lags[-1] <= lags[0]:
-        return None
-    return lags[0], lags[-1]
 
 
 # ------------------------------------------------------------------------------------------- the verdicts
 
 
 def judge_partition(window: PartitionWindow, *, now_s: float, policy: VerdictPolicy,
-                    priority_commit_s: float | None) -> PartitionVerdict:
-    """The verdict of one partition: the rules of the module docstring, in that order (the first that holds).
+                    others_commit_s: float | None) -> PartitionVerdict:
+    """The verdict of one partition: Burrow's rules in Burrow's order, with the differences numbered above.
 
-    ``priority_commit_s``: when the partition's priority last committed any partition (None: not in the
-    window); it tells a STALL from a STOP.
+    ``others_commit_s``: when its priority last committed another partition (None: not in the window); it
+    tells a partition left behind (STALL) from a stopped drain (STOP).
     """
     seen = window.in_order()
-    name = window.name
+    offsets = commits_of(seen, policy.intervals)
+    now = current(seen)
 
-    def verdict(state: LagState, reason: str, now: Observation | None = None, stuck: float | None = None
-                ) -> PartitionVerdict:
-        commits = commit_times(seen)
+    def verdict(state: LagState, reason: str, span: float | None = None) -> PartitionVerdict:
+        if now is not None and now.held and not now.waits_for_person and state is not LagState.ERR:
+            reason = f"{reason}; held: {now.held}"  # a hold kprio lifts by itself: the rules judged it
         return PartitionVerdict(
-            window.topic, window.partition, window.priority, state, f"{name}: {reason}",
+            window.topic, window.partition, window.priority, state, f"{window.name}: {reason}",
             lag=None if now is None else now.lag, committed=None if now is None else now.committed,
             end=None if now is None else now.end,
-            since_commit_s=now_s - commits[-1] if commits else None, stuck_s=stuck,
-            window_s=(seen[-1].at_s - seen[0].at_s) if seen else 0.0)
+            since_commit_s=now_s - offsets[-1].at_s if offsets else None, span_s=span)
 
-    now = current(seen)
     if now is None:  # Burrow returns OK for a partition it cannot judge; so do we, saying so
         return verdict(LagState.OK, "not observed yet" if not seen else "log end not observed yet")
-    if now.ahead_of_log:
+    if now.ahead_of_log:  # difference 7, before the gate: zero lag here is no partition caught up
         held = f"; {now.held}" if now.held else ""
         return verdict(LagState.ERR, f"committed offset {now.committed} is ahead of the log end {now.end} "
-                                     f"(the log was truncated or recreated){held}", now)
-    if caught_up(now, policy.allowed_lag):
-        return verdict(LagState.OK, "caught up" if not now.lag else f"{now.lag} records waiting (allowed)", now)
+                                     f"(the log was truncated or recreated){held}")
     lag = now.lag or 0
-    stuck = stuck_for(seen, now_s, policy.allowed_lag)
-    if now.held:
-        return verdict(LagState.ERR, f"{lag} records waiting, held: {now.held}", now, stuck)
-    if stuck > policy.stuck_after_s:
-        waited = (f"{lag} records waiting, no commit for {stuck:.0f} s "
-                  f"(expected every {policy.expected_commit_s:g} s)")
-        if priority_commit_s is not None and now_s - priority_commit_s <= policy.stuck_after_s:
+    if lag <= policy.allowed_lag:  # Burrow's gate: currentLag > allowedLag, or OK whatever happened before
+        return verdict(LagState.OK, "caught up" if not lag else f"{lag} records waiting (allowed)")
+    back = rewound(offsets)
+    if now.waits_for_person:  # differences 5 and 6: kprio knows no commit comes before a person acts
+        if back is not None and now.hold is HoldReason.LOG_CHANGE:
+            return verdict(LagState.REWIND, f"{_moved_back(back, now_s)}; {lag} records waiting, held: {now.held}")
+        return verdict(LagState.ERR, f"{lag} records waiting, held: {now.held}")
+    stop = stopped(seen, offsets, now, now_s, policy)  # Burrow's first rule: a stop outweighs a rewind
+    if stop is not None:
+        waited = f"{lag} records waiting, {_evidence(stop, now_s)}"
+        if others_commit_s is not None and now_s - others_commit_s <= max(stop.span_s, policy.recent_s):
             return verdict(LagState.STALL, f"{waited} while priority {window.priority} committed other "
-                                           f"partitions {now_s - priority_commit_s:.0f} s ago", now, stuck)
+                                           f"partitions {now_s - others_commit_s:.0f} s ago", stop.span_s)
         return verdict(LagState.STOP, f"{waited}; priority {window.priority} committed nothing meanwhile",
-                       now, stuck)
-    back = rewound(seen)
-    if back is not None:
-        before, after = back
-        return verdict(LagState.REWIND, f"committed offset moved back from {before.committed} to "
-                                        f"{after.committed} {now_s - after.at_s:.0f} s ago; {lag} records "
-                                        "waiting (drained again)", now, stuck)
-    grew = growing(seen, policy.allowed_lag)
-    if grew is not None:
-        span = seen[-1].at_s - seen[0].at_s
-        return verdict(LagState.WARN, f"backlog grew from {grew[0]} to {grew[1]} records in {span:.0f} s "
-                                      "while draining (arrivals outpace the drain)", now, stuck)
-    return verdict(LagState.OK, f"draining, {lag} records waiting", now, stuck)
+                       stop.span_s)
+    if back is not None:  # before STALL and WARN: the rewind explains a lag that grew
+        return verdict(LagState.REWIND, f"{_moved_back(back, now_s)}; {lag} records waiting (drained again)")
+    if is_lag_always_not_zero(offsets, policy.allowed_lag):
+        if check_if_offsets_stalled(offsets):
+            return verdict(LagState.STALL, f"{lag} records waiting, {len(offsets)} commits at offset "
+                                           f"{offsets[-1].committed}")
+        if check_if_lag_not_decreasing(offsets):
+            lags = [o.lag for o in offsets if o.lag is not None]
+            return verdict(LagState.WARN, f"the lag at commits did not fall in {offsets[-1].at_s - offsets[0].at_s:.0f} s "
+                                          f"({lags[0]} then {lags[-1]} records: the drain does not gain on arrivals)")
+    return verdict(LagState.OK, f"draining, {lag} records waiting")
+
+
+def _moved_back(back: tuple[Observation, Observation], now_s: float) -> str:
+    before, after = back
+    return f"committed offset moved back from {before.committed} to {after.committed} {now_s - after.at_s:.0f} s ago"
+
+
+def _evidence(stop: Stopped, now_s: float) -> str:
+    """Why the records wait too long: since when, and what the window allows.
+
+    >>> _evidence(Stopped(10, 60, 20), 100), _evidence(Stopped(10, 90), 100), _evidence(Stopped(5, 90, committed=False), 100)
+    ('no commit for 90 s (committed every 20 s over 60 s before)', 'no commit for 90 s (expected within 90 s)', 'no commit in the window, waiting for 95 s (expected within 90 s)')
+    """
+    waited = now_s - stop.since_s
+    if not stop.committed:
+        return f"no commit in the window, waiting for {waited:.0f} s (expected within {stop.span_s:g} s)"
+    if stop.cadence_s is None:
+        return f"no commit for {waited:.0f} s (expected within {stop.span_s:g} s)"
+    return f"no commit for {waited:.0f} s (committed every {stop.cadence_s:.0f} s over {stop.span_s:.0f} s before)"
 
 
 def judge_priority(priority: Priority, windows: Iterable[PartitionWindow], *, now_s: float,
@@ -365,9 +457,12 @@ def judge_priority(priority: Priority, windows: Iterable[PartitionWindow], *, no
     ('ERR', 5, 'o-1[1]: 5 records waiting, held: by b-000007')
     """
     windows = [w for w in windows if w.priority == priority]
-    commits = [t for w in windows for t in commit_times(w.in_order())]
-    last = max(commits, default=None)
-    verdicts = tuple(sorted((judge_partition(w, now_s=now_s, policy=policy, priority_commit_s=last)
+    last = {w.name: max((o.at_s for o in w.observations if o.commit), default=None) for w in windows}
+
+    def others(w: PartitionWindow) -> float | None:
+        return max((t for name, t in last.items() if name != w.name and t is not None), default=None)
+
+    verdicts = tuple(sorted((judge_partition(w, now_s=now_s, policy=policy, others_commit_s=others(w))
                              for w in windows), key=lambda v: (v.topic, v.partition)))
     lag = sum(v.lag or 0 for v in verdicts)
     result = PriorityVerdict(priority, LagState.OK, "no partitions", lag, verdicts)

@@ -50,17 +50,24 @@ class SloSettings(Section):
 
 
 class VerdictSettings(Section):
-    """The lag verdict (``kprio_core.verdict``): what keeping up means for a priority."""
+    """The lag verdict (``kprio_core.verdict``, Burrow's rules): what keeping up means for a priority."""
 
     expected_commit_s: float = Field(
-        30.0, gt=0, description="How often a priority with backlog commits when it keeps up (a tick plus a batch)."
+        30.0, gt=0, description="How often a priority with records waiting commits when it keeps up (a tick plus a "
+        "batch)."
     )
     stop_factor: float = Field(
-        3.0, ge=1, description="Backlog without a commit for this many expected_commit_s is STALL or STOP."
+        3.0, ge=1, description="Records that arrived at a caught-up partition less than this many expected_commit_s "
+        "ago are not late (Burrow's recent lag zero); it is also the span of a window without commits of a draining "
+        "partition."
     )
     allowed_lag: int = Field(0, ge=0, description="A backlog of up to this many records counts as caught up.")
+    intervals: int = Field(
+        10, ge=2, le=64, description="The newest commits of each partition the verdict judges (Burrow's intervals): "
+        "a partition whose commits stop for longer than they took is STOP."
+    )
     window_s: float = Field(
-        900.0, gt=0, description="How far back the verdict looks at commits and lag snapshots."
+        900.0, gt=0, description="How far back kprio lag --watch and the metrics keep the lag snapshots they took."
     )
 
 

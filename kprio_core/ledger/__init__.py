@@ -6,7 +6,8 @@ re-exported here, and the pure rules import them from the model, never through t
 schema (tables), engine (SQLite BEGIN IMMEDIATE, dialect INSERT), meta (identity, numbering,
 refusing other schemas), codec
 (rows <-> values), rules (slots, overlap, holds, commit order), base (transactions), leases,
-launches (one driver launches a run key), attempts (retry, replay, split), derived (burst windows, rate samples, record sizes, throughput),
+launches (one driver launches a run key), attempts (retry, replay, split), derived (burst windows, rate samples, record sizes, throughput,
+the commit samples), samples (writing the commit samples),
 gate (the process's open transactions, which a pause point waits out)
 and ledger (the Ledger itself: recording, transitions, commit order, reading).
 """
@@ -18,6 +19,7 @@ from kprio_core.ledger.schema import SCHEMA_VERSION
 from kprio_core.model.records import (
     Batch,
     BatchEvent,
+    CommitSample,
     DrainedSample,
     DrainSample,
     Hold,
@@ -35,6 +37,7 @@ __all__ = [
     "Batch",
     "BatchEvent",
     "BatchState",
+    "CommitSample",
     "DrainSample",
     "DrainedSample",
     "Hold",

@@ -1,7 +1,9 @@
-"""New attempts of a batch: retry (a failed or stuck one), replay (an operator's re-drain), split.
+"""New attempts of a batch: retry (a failed or stuck one), replay (an operator's re-drain), split, redrain.
 
 A retry or replay keeps the batch's id and ranges and adds one to ``attempts``; a split moves
-failing ranges to a new failed batch, so the rest of the batch can publish and commit.
+failing ranges to a new failed batch, so the rest of the batch can publish and commit; a redrain
+(a group moved back outside kprio) puts some ranges of a committed batch back to planned: the whole
+batch, as a replay does, or only those ranges, moved to a new planned batch of their own.
 """
 
 from __future__ import annotations
@@ -70,6 +72,57 @@ class AttemptMethods(LedgerBase):
             now = self._now_us()
             row = self._row(conn, numbering, batch_id)
             return self._back_to_planned(conn, numbering, row, REPLAYABLE, max_in_flight, now, None)
+
+    def redrain(self, batch_id: str, wanted: Iterable[OffsetRange], *, max_in_flight: int | None = None) -> Batch:
+        """Re-drain ``wanted``, ranges of a committed batch (or of a failed re-drain), after their group moved back
+        outside kprio; the batch put back to planned.
+
+        When ``wanted`` is every range of the batch, it is :meth:`replay`. Otherwise those range rows
+        move (never copied, as in :meth:`split`) to a new batch: planned, ``replay_of_committed``, its
+        parent the batch, its attempt 1. So a re-drain takes the slots of only the priorities its
+        group moved in, and commits on only the partitions moved back: the batch's other ranges stay
+        where they are. Refused as a replay is: a superseded batch, a slot taken, a range in flight.
+        """
+        wanted = {r for r in wanted if r.count}
+        if not wanted:
+            raise ValueError(f"re-drain of {batch_id}: no range given")
+        with self._tx(lock_numbering=True) as (conn, numbering):
+            now = self._now_us()
+            first = self._row(conn, numbering, batch_id)
+            self._lock_topic(conn, first.logical_topic)
+            row = self._row(conn, numbering, batch_id, for_update=True)
+            rows = self._range_rows(conn, [row.id])[row.id]
+            have = {offset_range(r) for r in rows if r.start_offset < r.end_offset}
+            if wanted - have:
+                raise ValueError(f"re-drain of {batch_id}: {', '.join(map(str, sorted(wanted - have)))} is not a "
+                                 "range of the batch")
+            if wanted == have:
+                return self._back_to_planned(conn, numbering, row, REPLAYABLE, max_in_flight, now, None)
+            current = S(row.state)
+            if current not in REPLAYABLE:
+                raise InvalidTransition(f"batch {batch_id} is {current.value}: only a committed or failed batch's "
+                                        "ranges are re-drained")
+            gone = self._superseded(conn, numbering, row)
+            if gone:
+                raise BatchSuperseded(gone[0].describe())
+            moving = [r for r in rows if offset_range(r) in wanted]
+            others = [t for t in self._taken(conn, numbering, row.logical_topic) if t.batch_id != batch_id]
+            room_for(f"re-drain of {batch_id}", [offset_range(r) for r in moving], {r.priority for r in moving},
+                     others, max_in_flight, new=False)
+            child = conn.execute(insert(batches).values(
+                logical_topic=row.logical_topic, state=S.PLANNED.value, plan_json=row.plan_json, attempts=1,
+                replay_of_committed=True, parent_id=row.id, created_us=now, updated_us=now,
+                committed_us=row.committed_us,
+            )).inserted_primary_key[0]
+            conn.execute(update(ranges).where(ranges.c.id.in_([r.id for r in moving])).values(batch_id=child))
+            conn.execute(update(batches).where(batches.c.id == row.id).values(updated_us=now))
+            moved = ", ".join(str(offset_range(r)) for r in moving)
+            self._log(conn, child, None, S.PLANNED, 1, now, f"re-drain of {moved} of {batch_id}: its group was moved "
+                      "back outside kprio")
+            self._log(conn, row.id, current, current, row.attempts, now,
+                      f"{moved} moved to {numbering.batch_id(child)} to be re-drained (its group was moved back "
+                      "outside kprio)")
+            return self._batch(conn, numbering, child)
 
     def _back_to_planned(self, conn: Connection, numbering: Numbering, first: Row, allowed: Collection[BatchState],
                          max_in_flight: int | None, now: int, reason: str | None) -> Batch:

@@ -82,11 +82,15 @@ class BeliefMethods(LedgerBase):
         """Per partition, the hold a person was asked to decide and has not yet: its partition's last event (a
         wait left aside: kprio decides those again by itself) is a ``hold``. A person's ``kprio reset``, or a
         decision of the configured policy, records a later event and ends it."""
+        return {tp: e for tp, e in self.last_changes(logical_topic).items() if e.outcome == Outcome.HOLD.value}
+
+    def last_changes(self, logical_topic: str) -> dict[TopicPartitionKey, LogEvent]:
+        """Per partition, its last recorded change and decision, a wait left aside (kprio decides those again)."""
         last: dict[TopicPartitionKey, LogEvent] = {}
         for event in self.log_events(logical_topic):
             if event.outcome != Outcome.WAIT.value:
                 last[(event.topic, event.partition)] = event
-        return {tp: e for tp, e in last.items() if e.outcome == Outcome.HOLD.value}
+        return last
 
     def log_events(self, logical_topic: str | None = None, *, after: int = 0) -> list[LogEvent]:
         """Recorded log changes and decisions, oldest first, of one logical topic or all, after ``seq``."""

@@ -1,6 +1,8 @@
-"""State derived from the ledger on read: burst windows, rate samples, record sizes, throughput, backlog samples.
+"""State derived from the ledger on read: burst windows, rate samples, record sizes, throughput, backlog samples,
+commit samples.
 
-Nothing here is stored apart from the batches, so a crash between a commit and any bookkeeping
+Nothing here but the commit samples is stored apart from the batches (and those are written in the
+transaction that marks a batch committed), so a crash between a commit and any bookkeeping
 cannot leave these a batch behind. A batch counts at its first commit (when its offsets were
 committed; a later re-drain of them consumes nothing new) with its last drain's numbers. A
 *poll* is such a batch that was planned as one: not split off another batch (its parent was
@@ -18,9 +20,9 @@ from sqlalchemy import Connection, func, select
 from kprio_core.burst import DEFAULT_MAXED_OUT_THRESHOLD, DEFAULT_WINDOW_SIZE, PollHistory
 from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us, quotas_of, to_us
-from kprio_core.ledger.schema import batches, ranges
+from kprio_core.ledger.schema import batches, commit_samples, ranges
 from kprio_core.model.priority import Priority
-from kprio_core.model.records import BacklogSample, DrainedSample, DrainSample
+from kprio_core.model.records import BacklogSample, CommitSample, DrainedSample, DrainSample
 from kprio_core.rate import DEFAULT_SAMPLES, DEFAULT_WINDOW_S, RateQuotaTracker
 
 _RECORDS = func.coalesce(ranges.c.output, 0) + func.coalesce(ranges.c.dead, 0)
@@ -29,7 +31,24 @@ _COMMITTED = batches.c.committed_us.is_not(None)
 
 
 class DerivedReads(LedgerBase):
-    """poll_history / drained_since / backlog_samples / rate_tracker / avg_record_bytes / throughput / drain_samples."""
+    """poll_history / drained_since / backlog_samples / rate_tracker / avg_record_bytes / throughput / drain_samples
+    / commit_samples."""
+
+    def commit_samples(self, logical_topic: str, per_partition: int) -> list[CommitSample]:
+        """The newest ``per_partition`` commits of each partition of the topic, oldest first (the verdict's ring)."""
+        ranked = select(
+            commit_samples, func.row_number().over(
+                partition_by=(commit_samples.c.topic, commit_samples.c.kafka_partition),
+                order_by=(commit_samples.c.at_us.desc(), commit_samples.c.id.desc())).label("rank"),
+        ).where(commit_samples.c.logical_topic == logical_topic).subquery()
+        query = (select(ranked.c.topic, ranked.c.kafka_partition, ranked.c.at_us, ranked.c.committed,
+                        ranked.c.log_end)
+                 .where(ranked.c.rank <= per_partition)
+                 .order_by(ranked.c.topic, ranked.c.kafka_partition, ranked.c.at_us, ranked.c.id))
+        with self._tx() as (conn, _):
+            rows = conn.execute(query).all()
+        return [CommitSample(t, p, from_us(at), int(c), None if end is None else int(end))
+                for t, p, at, c, end in rows]
 
     def poll_history(self, logical_topic: str, n_priorities: int, window_size: int = DEFAULT_WINDOW_SIZE,
                      maxed_out_threshold: int = DEFAULT_MAXED_OUT_THRESHOLD) -> PollHistory:

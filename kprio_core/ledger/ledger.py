@@ -30,7 +30,7 @@ True
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -59,11 +59,12 @@ from kprio_core.ledger.launches import LaunchMethods
 from kprio_core.ledger.leases import LeaseMethods, check_token
 from kprio_core.ledger.meta import Identity, Numbering, has_batches, number_after, open_schema, read_identity
 from kprio_core.ledger.rules import below_committed, full, predecessors, room_for, self_overlap, slots_in_use
+from kprio_core.ledger.samples import record as record_samples
 from kprio_core.ledger.schema import batches, events, meta, ranges
 from kprio_core.log_changes import superseded
 from kprio_core.model.drain_plan import DrainPlan
 from kprio_core.model.log_state import Superseded
-from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.model.priority import Priority
 from kprio_core.model.records import Batch, BatchEvent, Hold
 from kprio_core.model.recovery import LeaseToken, may_retry
@@ -240,14 +241,23 @@ class Ledger(AttemptMethods, LeaseMethods, LaunchMethods, DerivedReads, BeliefMe
 
         return self._move(batch_id, S.CHECKED, apply, fence=fence)
 
-    def mark_committed(self, batch_id: str, report: CommitReport, *, fence: LeaseToken | None = None) -> Batch:
+    def mark_committed(self, batch_id: str, report: CommitReport, *, fence: LeaseToken | None = None,
+                       log_ends: Mapping[TopicPartitionKey, int] | None = None,
+                       reached: Mapping[TopicPartitionKey, int] | None = None) -> Batch:
         """The offsets were committed (check :meth:`ready_to_commit` first); the batch releases its lease.
 
         ``committed_at`` stays the first commit's time: a re-drain's commit commits nothing new.
-        What the commit moved raises the partitions' believed committed offsets (:meth:`beliefs`).
+        What the commit moved raises the partitions' believed committed offsets (:meth:`beliefs`), and is
+        a commit sample per partition (:meth:`commit_samples`), with its log end seen after the commit
+        (``log_ends``; unknown when absent). ``reached`` raises the beliefs too: per partition the batch's
+        end, where its commit found the group at or past it already (moved forward by someone while the
+        batch was in flight: its offsets up to there are kprio's, drained; only what lies beyond is someone
+        else's skip).
         """
         def apply(conn: Connection, row: Row, now: int) -> dict[str, Any]:
-            note_commits(conn, row.logical_topic, report.moves(), now)
+            note_commits(conn, row.logical_topic, {**{tp: (None, end) for tp, end in (reached or {}).items()},
+                                                   **report.moves()}, now)
+            record_samples(conn, row.logical_topic, row.id, report.moves(), log_ends or {}, now)
             return {"commit_json": report.to_json(), "committed_us": row.committed_us or now,
                     "lease_owner": None, "lease_until_us": None}
 

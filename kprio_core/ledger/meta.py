@@ -32,7 +32,16 @@ from sqlalchemy.engine import make_url
 
 from kprio_core.errors import BatchNotFound, LedgerNotFresh, LedgerSchemaOutdated
 from kprio_core.ledger.codec import from_us
-from kprio_core.ledger.schema import ADDED_IN_V2, COLUMNS_ADDED_IN_V2, METADATA, SCHEMA_VERSION, batches, meta
+from kprio_core.ledger.samples import backfill
+from kprio_core.ledger.schema import (
+    ADDED_IN_V2,
+    COLUMNS_ADDED_IN_V2,
+    METADATA,
+    SCHEMA_VERSION,
+    batches,
+    commit_samples,
+    meta,
+)
 from kprio_core.model.records import format_batch_id, parse_batch_id
 
 
@@ -72,9 +81,9 @@ class Identity:
 def open_schema(conn: Connection, url: str, now_us: int) -> None:
     """Create the schema v2 tables and identity in an empty database; refuse any other kprio schema.
 
-    A v2 ledger made before :data:`ADDED_IN_V2` existed gets those tables created, and the columns
-    of :data:`COLUMNS_ADDED_IN_V2` added: they are additive (every earlier row reads as it meant),
-    so no version bump and no upgrade step is needed.
+    A v2 ledger made before :data:`ADDED_IN_V2` existed gets those tables created (the commit samples
+    filled from its committed batches), and the columns of :data:`COLUMNS_ADDED_IN_V2` added: they are
+    additive (every earlier row reads as it meant), so no version bump and no upgrade step is needed.
     """
     inspector = inspect(conn)
     names = set(inspector.get_table_names())
@@ -85,6 +94,8 @@ def open_schema(conn: Connection, url: str, now_us: int) -> None:
             if missing:
                 METADATA.create_all(conn, tables=missing)
             add_missing_columns(conn, inspector)
+            if commit_samples in missing:
+                backfill(conn)
             return
         if version is None:
             raise LedgerSchemaOutdated(outdated_message(url, "has an empty kprio_meta table (no ledger identity)"))

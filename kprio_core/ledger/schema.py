@@ -12,9 +12,11 @@ this kprio gets them created (:data:`ADDED_IN_V2`) and every earlier one keeps w
 ``kprio_launches`` (who claimed the launch of a run key, so two drivers never launch one run)
 was added the same way, and two columns of ``kprio_batches`` (``lease_epoch``, ``transient_streak``),
 each with a default that reads an earlier row as it meant (:data:`COLUMNS_ADDED_IN_V2`).
+``kprio_commit_samples`` (each partition's newest commits with the log end after each, the lag verdict's
+window) too; a ledger that gets it fills it from its committed batches (:func:`kprio_core.ledger.samples.backfill`).
 
 >>> sorted(t.name for t in METADATA.sorted_tables)
-['kprio_batches', 'kprio_events', 'kprio_launches', 'kprio_log_events', 'kprio_meta', 'kprio_partitions', 'kprio_ranges', 'kprio_topic_locks']
+['kprio_batches', 'kprio_commit_samples', 'kprio_events', 'kprio_launches', 'kprio_log_events', 'kprio_meta', 'kprio_partitions', 'kprio_ranges', 'kprio_topic_locks']
 """
 
 from __future__ import annotations
@@ -179,7 +181,25 @@ launches = Table(
     Column("until_us", BigInteger, nullable=False),
 )
 
-ADDED_IN_V2 = (partitions, log_events, launches)
+commit_samples = Table(
+    "kprio_commit_samples",
+    METADATA,
+    # One row per partition a commit moved: the group's new offset, when, and where the log ended right
+    # after (so the lag at commit time, which Burrow stores with each commit). The lag verdict's window is
+    # a partition's newest rows; only the newest SAMPLES_KEPT of a partition are kept.
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("logical_topic", String(255), nullable=False),
+    Column("topic", String(255), nullable=False),
+    Column("kafka_partition", Integer, nullable=False),
+    Column("batch_id", Integer, ForeignKey("kprio_batches.id"), nullable=False),
+    Column("at_us", BigInteger, nullable=False),
+    Column("committed", BigInteger, nullable=False),
+    Column("log_end", BigInteger),  # NULL: not seen (a commit recorded before the ledger kept it)
+    Index("ix_kprio_commit_samples_partition", "topic", "kafka_partition", "at_us"),
+    sqlite_autoincrement=True,
+)
+
+ADDED_IN_V2 = (partitions, log_events, launches, commit_samples)
 """Tables added to schema v2 after its first release: created when a v2 ledger lacks them."""
 COLUMNS_ADDED_IN_V2 = ((batches, ("lease_epoch", "transient_streak")),)
 """Columns added to schema v2 tables after its first release, each with a default (so every earlier row

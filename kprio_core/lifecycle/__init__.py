@@ -4,8 +4,9 @@ Three modules decide, one per moment of a batch's life: :mod:`kprio_core.lifecyc
 tick (the Dagster sensor, ``kprio drain``) does for one logical topic (heal, launch, plan, wait),
 and :mod:`kprio_core.lifecycle.run`, what one run of a batch does given the ledger and its lease
 (drain, re-drain, take over, commit only, wait, nothing, fail); :mod:`kprio_core.lifecycle.outcome`
-decides what follows a run's drain and its checks (go on, split off, fail whole, publish, transient
-or not), for a replay too. :mod:`kprio_core.lifecycle.loop` decides what ``kprio drain``'s loop
+decides what follows a run's drain, its checks and its commit (go on, split off, fail whole, publish,
+mark committed, transient or not), for a replay too. :mod:`kprio_core.lifecycle.loop` decides what
+``kprio drain``'s loop
 does after a tick (tick again, when, or stop and why).
 
 A batch's states are :class:`kprio_core.model.states.BatchState` and the one table of allowed moves is
@@ -21,7 +22,8 @@ failed and committed go back to planned only through retry and replay). Who may 
 - **in flight, next attempt (resume; the state stays)**: the run launched after the tick found the run
   before it dead (:class:`FailDeadRun`, then a :class:`Launch` why ``resume``);
 - **committed -> planned (re-drain)**: a run the tick launched after the group moved back
-  (why ``redrain``), or a person's re-drain (a backfill, ``kprio retry``).
+  (why ``redrain``; only the ranges the move touched, split off into a batch of their own when the
+  batch has others), or a person's re-drain (a backfill, ``kprio retry``).
 
 Nothing in this package reads the ledger, the broker, an orchestrator or the clock: drivers gather
 the inputs once (:class:`TickInputs`) and carry out the decision's actions (``orchestration.runtime``).

@@ -3,8 +3,13 @@
 A held partition waits for ``kprio reset``; a policy reset that would start a new incarnation under
 a batch in flight on the partition waits (held) until that batch fails or finishes; a restore, a
 policy reset or an accepted move is decided here and carried out by the driver (which records it)
-before the plan; a moved-back offset re-drains its committed batches' exact ranges, one batch at a
-time in a free slot.
+before the plan; a moved-back offset re-drains its committed batches' exact ranges, one step at a
+time in a free slot (:func:`redrain_steps`).
+
+Each change is decided once, when it is first seen: a group moved back is re-drained (or held for a
+person when the ledger has no exact ranges covering it), and the ticks after carry that decision on,
+step by step, without deciding or recording it again (:func:`same_move`), until the group stands
+where kprio left it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from kprio_core.config import KprioConfig, OnOffsetOutOfRange
 from kprio_core.lifecycle.view import LedgerView
@@ -27,14 +33,32 @@ from kprio_core.log_changes import (
     redrain_ranges,
     reset_target,
 )
-from kprio_core.model.offsets import TopicPartitionKey
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.model.priority import Priority
-from kprio_core.model.records import Batch, Hold, LogEvent
+from kprio_core.model.records import Batch, Hold, LogEvent, batch_number
+from kprio_core.model.recovery import may_retry
 from kprio_core.model.snapshot import LagSnapshot
+from kprio_core.model.states import BatchState
 
 RESETS = (Outcome.RESET_EARLIEST, Outcome.RESET_LATEST)
 NEW_LOG = (LogState.AHEAD_OF_LOG, LogState.TOPIC_RECREATED)
 """States where the log below the old committed offset is another log: a reset starts a new incarnation."""
+
+
+@dataclass(frozen=True)
+class Redrain:
+    """Ranges of one drained batch to drain again after their group moved back outside kprio: every range of
+    it (a replay of the batch), or those ranges alone, split off it into a batch of their own
+    (:meth:`kprio_core.ledger.Ledger.redrain`)."""
+
+    batch: Batch
+    ranges: tuple[OffsetRange, ...]
+
+    @property
+    def priorities(self) -> frozenset[Priority]:
+        """The priorities of these ranges: the slots their re-drain takes."""
+        mine = set(self.ranges)
+        return frozenset(r.priority for r in self.batch.plan.ranges if r.range in mine)
 
 
 @dataclass(frozen=True)
@@ -49,10 +73,12 @@ class Decided:
     """The offset a restore or a reset commits."""
     incarnation: int = 1
     """The incarnation drained after this decision (+1 after a reset of a recreated or truncated log)."""
-    redrain: tuple[Batch, ...] = ()
-    """Committed batches re-drained (their exact ranges) after the committed offset moved back."""
+    redrain: tuple[Redrain, ...] = ()
+    """Drained ranges re-drained (exactly) after the committed offset moved back: this tick's step."""
     standing: bool = False
     """A hold a person was asked to decide, still standing: nothing new to record (its event is in the ledger)."""
+    continuing: bool = False
+    """A re-drain decided on an earlier tick for this same move, carried on: nothing new to record."""
 
     def describe(self) -> str:
         """What was seen and what is done.
@@ -65,7 +91,7 @@ class Decided:
         if self.target is not None:
             what += f" {self.target}"
         if self.redrain:
-            what += " " + ", ".join(f"{b.batch_id}" for b in self.redrain)
+            what += " " + ", ".join(f"{r.batch.batch_id}" for r in self.redrain)
         if self.incarnation > self.change.incarnation:
             what += f", incarnation {self.incarnation}"
         return f"{self.change.describe()} -> {what} ({self.decided_by})"
@@ -101,7 +127,8 @@ def needs_committed(snapshot: LagSnapshot, view: LedgerView, config: KprioConfig
 
 def committed_on(view: LedgerView, beliefs: Mapping[TopicPartitionKey, Belief], topic: str,
                  partition: int) -> list[Batch]:
-    """Committed batches with a range on ``topic[partition]`` of its current incarnation, oldest first."""
+    """Committed batches (and failed re-drains of committed offsets) with a range on ``topic[partition]`` of its
+    current incarnation, oldest first."""
     belief = beliefs.get((topic, partition))
     incarnation = belief.incarnation if belief is not None else 1
     return [b for b in view.committed.get((topic, partition), ())
@@ -110,7 +137,7 @@ def committed_on(view: LedgerView, beliefs: Mapping[TopicPartitionKey, Belief], 
 
 
 def log_decisions(config: KprioConfig, view: LedgerView, snapshot: LagSnapshot, *,
-                  max_in_flight: int | None = None) -> LogDecisions:
+                  max_in_flight: int | None = None, now: datetime | None = None) -> LogDecisions:
     """Rule 7 over the topic's snapshot: observe every partition, decide about every change."""
     beliefs = view.believed()
     changes = observe(snapshot, beliefs)
@@ -123,7 +150,8 @@ def log_decisions(config: KprioConfig, view: LedgerView, snapshot: LagSnapshot, 
         changes, config.drain.on_offset_out_of_range, config.drain.allow_data_loss,
         drained=lambda t, q: committed_on(view, beliefs, t, q), redraining=redraining, slots=view.slots(),
         max_in_flight=config.planner.max_in_flight if max_in_flight is None else max_in_flight,
-        in_flight_on=in_flight_on, open_holds=view.open_holds)
+        in_flight_on=in_flight_on, open_holds=view.open_holds, last=view.last_changes, now=now,
+        max_attempts=config.recovery.max_attempts)
     return LogDecisions(changes, decided, holds, redraining)
 
 
@@ -134,21 +162,20 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
                        max_in_flight: int | None = None,
                        in_flight_on: Mapping[tuple[str, int], Sequence[str]] | None = None,
                        open_holds: Mapping[tuple[str, int], LogEvent] | None = None,
+                       last: Mapping[tuple[str, int], LogEvent] | None = None,
+                       now: datetime | None = None, max_attempts: int | None = None,
                        ) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
     """What to do about every change that is not ok, and the partitions it holds.
 
     ``drained(topic, partition)``: the committed batches of that partition's current incarnation
-    (a moved-back offset re-drains their exact ranges); ``redraining``: partitions whose re-drain
-    is in flight (held until it is done, without deciding again). Retention gaps are left to
-    :func:`kprio_core.lifecycle.holds.lost_partitions`.
+    (a moved-back offset re-drains their exact ranges), with the failed re-drains; ``redraining``:
+    partitions whose re-drain is in flight (held until it is done, without deciding again). Retention
+    gaps are left to :func:`kprio_core.lifecycle.holds.lost_partitions`.
 
-    A moved-back partition re-drains one committed batch at a time, oldest first: the one covering
-    the offset the group stands at. Its commit moves the group to that batch's end, so the next
-    tick sees the partition still moved back and re-drains the next one. Why: the re-drains of one
-    partition then commit in offset order (two at once could commit the later first and fail with
-    a gap under the Dagster daemon), and each takes a ``planner.max_in_flight`` slot of its
-    priorities like any batch (``slots``: the batches in flight per priority); a re-drain whose
-    priority has no free slot waits, held, for the next tick.
+    A moved-back partition is re-drained one step at a time (:func:`redrain_steps`): the drained range
+    covering the offset the group stands at. Its commit moves the group to that range's end, so the
+    next tick sees the partition still moved back and carries the same decision on (``last``: the
+    partition's last recorded change, :func:`same_move`), until the group stands where kprio left it.
 
     ``in_flight_on``: the batches in flight per partition. A policy reset that would start a new
     incarnation waits, held, while one is (it fails or finishes on its own; a new incarnation
@@ -166,8 +193,7 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
     """
     decided: list[Decided] = []
     holds: list[Hold] = []
-    in_use = {p: list(ids) for p, ids in (slots or {}).items()}
-    picked: set[str] = set()
+    back: list[RedrainStep] = []
     for c in changes:
         tp = (c.topic, c.partition)
         held = (open_holds or {}).get(tp)
@@ -188,33 +214,13 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
             holds.append(change_hold(c, c.committed or 0, f"re-draining after: {c.describe()}", person=False))
             continue
         if outcome is Outcome.REDRAIN:
-            batches = drained(c.topic, c.partition)
-            by_range = {r: b for b in batches for r in b.plan.offset_ranges() if r.topic_partition == tp}
-            chosen = redrain_ranges(c.committed or 0, c.believed or 0, by_range)
-            if chosen is None:
-                outcome = Outcome.HOLD
+            step = redrain_step(c, drained(c.topic, c.partition), continuing=same_move(c, (last or {}).get(tp)))
+            if step is None:
                 holds.append(change_hold(c, c.committed or 0, hold_reason(c) + " (the ledger has no drained "
                                          "ranges covering it to re-drain exactly)"))
-                decided.append(Decided(c, outcome, incarnation=c.incarnation))
-                continue
-            first = by_range[chosen[0]]
-            busy = [] if first.batch_id in picked else sorted(
-                p for p in first.priorities if max_in_flight is not None and len(in_use.get(p, ())) >= max_in_flight)
-            if busy:
-                taken = ", ".join(in_use[busy[0]])
-                holds.append(change_hold(c, c.committed or 0, f"re-drain of {first.batch_id} waits for a slot of "
-                                         f"priority {', '.join(map(str, busy))} ({taken} in flight) after: "
-                                         f"{c.describe()}", person=False))
-                decided.append(Decided(c, outcome, incarnation=c.incarnation))
-                continue
-            again = () if first.batch_id in picked else (first,)
-            picked.add(first.batch_id)
-            for p in first.priorities:
-                in_use.setdefault(p, []).append(first.batch_id)
-            rest = f" (then {len(chosen) - 1} more range(s), one batch at a time)" if len(chosen) > 1 else ""
-            holds.append(change_hold(c, c.committed or 0, f"re-draining {first.batch_id}{rest} after: "
-                                     f"{c.describe()}", person=False))
-            decided.append(Decided(c, outcome, incarnation=c.incarnation, redrain=again))
+                decided.append(Decided(c, Outcome.HOLD, incarnation=c.incarnation))
+            else:
+                back.append(step)
             continue
         if outcome in RESETS and (wait := in_flight_blocks_reset(c, c.state in NEW_LOG,
                                                                   (in_flight_on or {}).get(tp, ()))):
@@ -227,7 +233,124 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
             holds.append(change_hold(c, start, hold_reason(c)))
         incarnation = c.incarnation + 1 if outcome in RESETS and c.state in NEW_LOG else c.incarnation
         decided.append(Decided(c, outcome, by, reset_target(c, outcome), incarnation))
-    return tuple(decided), tuple(holds)
+    more, waits = redrain_steps(back, slots or {}, max_in_flight, now=now, max_attempts=max_attempts)
+    return (tuple(sorted([*decided, *more], key=lambda d: (d.change.topic, d.change.partition))),
+            tuple(sorted([*holds, *waits], key=lambda h: (h.topic, h.partition))))
+
+
+@dataclass(frozen=True)
+class RedrainStep:
+    """A moved-back partition's next re-drain step: the drained range covering where its group stands, and its batch."""
+
+    change: Change
+    range: OffsetRange
+    batch: Batch
+    continuing: bool
+    """The re-drain of this move was decided on an earlier tick (:func:`same_move`)."""
+
+
+def redrain_step(c: Change, batches: Sequence[Batch], *, continuing: bool) -> RedrainStep | None:
+    """The next step of re-draining ``c``'s partition from where its group stands back to what kprio committed,
+    or None when ``batches`` (its drained batches) do not cover that span with exact ranges.
+
+    >>> from kprio_core.lifecycle.examples import batch
+    >>> done = [batch(f"b-00000{i}", state=BatchState.COMMITTED, start=10 * i, end=10 * i + 10) for i in range(3)]
+    >>> step = redrain_step(Change("orders-2", 0, LogState.MOVED_BACK, 30, 14, 0, 40), done, continuing=False)
+    >>> step.batch.batch_id, str(step.range)
+    ('b-000001', 'orders-2[0]@[10,20)')
+    >>> redrain_step(Change("orders-2", 0, LogState.MOVED_BACK, 40, 14, 0, 40), done, continuing=False) is None
+    True
+    """
+    tp = (c.topic, c.partition)
+    by_range = {r: b for b in batches for r in b.plan.offset_ranges() if r.topic_partition == tp and r.count}
+    chosen = redrain_ranges(c.committed or 0, c.believed or 0, by_range)
+    if not chosen:
+        return None
+    return RedrainStep(c, chosen[0], by_range[chosen[0]], continuing)
+
+
+def same_move(c: Change, last: LogEvent | None) -> bool:
+    """Whether ``c`` (a group moved back) is the move whose re-drain the partition's ``last`` recorded change decided:
+    the same incarnation and offset kprio committed, the group moved forward since only (by the re-drain's
+    commits). Its re-drain is then carried on, not decided again.
+
+    >>> from datetime import UTC, datetime
+    >>> decided = LogEvent(7, "o", "o-1", 0, 1, "reset back outside kprio", "redrain", "rule", 792, 392, None, 0,
+    ...                    900, datetime(2026, 1, 1, tzinfo=UTC), None)
+    >>> [same_move(Change("o-1", 0, LogState.MOVED_BACK, 792, g, 0, 950), decided) for g in (392, 420, 100)]
+    [True, True, False]
+    """
+    return (last is not None and last.state == LogState.MOVED_BACK.value and last.outcome == Outcome.REDRAIN.value
+            and last.incarnation == c.incarnation and last.believed == c.believed and last.committed is not None
+            and c.committed is not None and last.committed <= c.committed)
+
+
+def redrain_steps(steps: Sequence[RedrainStep], slots: Mapping[Priority, Sequence[str]], max_in_flight: int | None, *,
+                  now: datetime | None = None, max_attempts: int | None = None,
+                  ) -> tuple[list[Decided], list[Hold]]:
+    """This tick's re-drains of moved-back partitions: one per drained batch that covers some of them, oldest first,
+    each in a free ``planner.max_in_flight`` slot of the priorities of the ranges it re-drains.
+
+    Only the ranges covering where each moved group stands are re-drained (a batch's ranges on other
+    partitions or priorities stay as they are): so every re-drain commits from exactly where its group
+    stands, on every partition it re-drains (never a gap), and takes the slot of no priority the move
+    did not touch. A re-drain that failed is drained again after its backoff while it has attempts
+    left (a person's ``kprio retry`` after that: :func:`redrain_due`). Why one at a time per slot: the
+    re-drains of one partition then commit in offset order, and each takes a slot like any batch
+    (``slots``: the batches in flight per priority); a re-drain whose priority has no free slot waits,
+    held, for a later tick.
+    """
+    in_use = {p: list(ids) for p, ids in slots.items()}
+    decided: list[Decided] = []
+    holds: list[Hold] = []
+    by_batch: dict[str, list[RedrainStep]] = {}
+    for s in steps:
+        by_batch.setdefault(s.batch.batch_id, []).append(s)
+    for batch_id in sorted(by_batch, key=batch_number):
+        mine = by_batch[batch_id]
+        step = Redrain(mine[0].batch, tuple(sorted({s.range for s in mine})))
+        due = redrain_due(step.batch, now=now, max_attempts=max_attempts)
+        busy = sorted(p for p in step.priorities
+                      if max_in_flight is not None and len(in_use.get(p, ())) >= max_in_flight)
+        go = due is None and not busy
+        if go:
+            for p in step.priorities:
+                in_use.setdefault(p, []).append(batch_id)
+        for i, s in enumerate(mine):
+            c = s.change
+            decided.append(Decided(c, Outcome.REDRAIN, incarnation=c.incarnation, continuing=s.continuing,
+                                   redrain=(step,) if go and i == 0 else ()))
+            if due is not None:  # held as its failed batch holds: the loop waits for its retry, or names kprio retry
+                holds.append(dataclasses.replace(due, topic=c.topic, partition=c.partition, start=c.committed or 0))
+                continue
+            said = (f"re-drain of {batch_id} waits for a slot of priority {', '.join(map(str, busy))} "
+                    f"({', '.join(in_use[busy[0]])} in flight)") if busy else \
+                f"re-draining {batch_id}'s {', '.join(map(str, step.ranges))}"
+            holds.append(change_hold(c, c.committed or 0, f"{said} after: {c.describe()}", person=False))
+    return decided, holds
+
+
+def redrain_due(b: Batch, *, now: datetime | None, max_attempts: int | None) -> Hold | None:
+    """None when ``b``, a committed batch or a failed re-drain, may be re-drained now; else how it holds the
+    partition meanwhile: a failed re-drain backing off (retried by itself at its ``retry_at``), or out of
+    attempts (a person's ``kprio retry``), as the ledger's holds of failed batches say it.
+
+    >>> from kprio_core.lifecycle.examples import T0, batch
+    >>> spent = batch("b-000004", state=BatchState.FAILED, replay_of_committed=True, attempts=3)
+    >>> h = redrain_due(spent, now=T0, max_attempts=3)
+    >>> h.batch_id, h.exhausted, redrain_due(batch("b-000005", state=BatchState.COMMITTED), now=T0, max_attempts=3)
+    ('b-000004', True, None)
+    """
+    if b.state is not BatchState.FAILED:
+        return None
+    spent = not b.transient and max_attempts is not None and not may_retry(attempts=b.attempts,
+                                                                           max_attempts=max_attempts)
+    early = b.retry_at is not None and now is not None and b.retry_at > now
+    if not spent and not early:
+        return None
+    first = min(b.plan.offset_ranges())
+    return Hold(first.topic, first.partition, first.start, b.batch_id, BatchState.FAILED, b.reason, b.attempts,
+                b.retry_at, spent, b.transient)
 
 
 def standing_hold(c: Change, held: LogEvent, policy: OnOffsetOutOfRange,

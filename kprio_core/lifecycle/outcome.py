@@ -4,8 +4,9 @@ A run drains its batch's ranges, then checks what the drain wrote; a replay of a
 the same with no batch in the ledger. Both ask these rules what comes next, in this order:
 
 1. **after the drain** (:func:`after_drain`): ranges on a topic deleted or recreated since the plan
-   (``moved``: they read another log) and ranges whose drain failed are split off, each kind into a
-   batch of its own that holds only their partitions, and the rest goes on to the checks; when no
+   (``moved``: they read another log) and ranges whose drain failed are split off, each kind (and each
+   priority's failed drains) into a batch of its own that holds only their partitions, and the rest
+   goes on to the checks; when no
    range is left, the whole batch fails, for the log change if there was one (a person decides),
    else for the failed drains. A replay records no batch, so it cannot split: any failed range fails
    it whole (``may_split=False``);
@@ -13,14 +14,23 @@ the same with no batch in the ledger. Both ask these rules what comes next, in t
    that failed a check are split off, and the rest is checked again, once, while some range passes
    and each failure names its ranges; otherwise (every range failed, a failure names no range, or
    the second check failed) the whole fails and nothing is published;
-3. **whether a failure passes by itself** (:func:`passes_by_itself`): a split or a whole failure of
+3. **after the commit** (:func:`after_commit`): each partition's outcome on its own, as the drain's and the
+   checks' are per range: a partition the commit wrote, or found committed already, is committed; one
+   whose group stands below the batch's start (moved back outside kprio, or its offsets gone, after the
+   plan) is split off to wait for the group (the log-change rules re-drain or restore it first); one on
+   a topic deleted or recreated since the plan is split off for a person, one split per cause and
+   priority; so one priority's group moved under a batch never fails, holds or waits for another
+   priority's ranges of it. Nothing committed: the whole fails;
+4. **whether a failure passes by itself** (:func:`passes_by_itself`): a split or a whole failure of
    failed drains is transient only when every cause is (:func:`~kprio_core.lifecycle.run.transient_failure`);
-   a log change and a check's verdict never are; a run that died with an error is transient when its
+   a group moved under the batch always is (the re-drain brings it back by itself); a log change and a
+   check's verdict never are; a run that died with an error is transient when its
    error's type says so, or when the batch was split apart to find the cause (both parts are retried
    without spending ``recovery.max_attempts``).
 
 The order matters: what read another log is set apart before a failed drain is judged (its failure
-says nothing of this log's records), and a range is checked only once its drain succeeded.
+says nothing of this log's records), and a range is checked only once its drain succeeded; at the
+commit, another log first (no offset of it may be written), then a group behind the batch.
 
 Nothing here reads the ledger, Spark or a clock; the runtime (``orchestration.runtime.batch``,
 ``orchestration.runtime.replay``) writes the reasons (what failed, where) and carries the answer out.
@@ -44,11 +54,11 @@ FailWhole(cause=<Cause.DRAIN: 'drain'>, transient=True)
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from kprio_core.lifecycle.run import transient_failure
-from kprio_core.model.offsets import OffsetRange
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
 
 
 class Cause(str, enum.Enum):
@@ -60,6 +70,11 @@ class Cause(str, enum.Enum):
     """Their drain failed (its typed error says why)."""
     CHECKS = "checks"
     """They failed a blocking check."""
+    GROUP_BEHIND = "group-behind"
+    """Their group stands below their start when they commit: moved back outside kprio (or its offsets gone)
+    while the batch was in flight. Committing them would skip what the move asks to read again."""
+    COMMIT = "commit"
+    """Their commit wrote nothing for another reason (their records are below the log's start by now)."""
 
 
 # -- the inputs ------------------------------------------------------------------------------------
@@ -119,8 +134,17 @@ class Publish:
     ranges: tuple[OffsetRange, ...]
 
 
+@dataclass(frozen=True)
+class MarkCommitted:
+    """Mark the batch committed with ``kept`` after splitting off ``splits`` (ranges its commit left for later)."""
+
+    kept: tuple[OffsetRange, ...]
+    splits: tuple[SplitOff, ...] = ()
+
+
 AfterDrain = GoOn | FailWhole
 AfterChecks = Publish | Recheck | FailWhole
+AfterCommit = MarkCommitted | FailWhole
 
 
 # -- the rules -------------------------------------------------------------------------------------
@@ -145,8 +169,10 @@ def after_drain(ranges: Sequence[RangeDrained], *, moved: Collection[OffsetRange
     splits = []
     if set_apart:
         splits.append(SplitOff(tuple(set_apart), Cause.LOG_CHANGED, False))
-    if failed:
-        splits.append(SplitOff(tuple(r.range for r in failed), Cause.DRAIN, transient))
+    for topic in sorted({r.range.topic for r in failed}):  # one split per priority: each passes by itself or not
+        mine = [r for r in failed if r.range.topic == topic]
+        splits.append(SplitOff(tuple(r.range for r in mine), Cause.DRAIN, passes_by_itself(Cause.DRAIN,
+                                                                                           [r.transient for r in mine])))
     return GoOn(kept, tuple(splits))
 
 
@@ -174,6 +200,61 @@ transient=False))
     return FailWhole(Cause.CHECKS, passes_by_itself(Cause.CHECKS))
 
 
+def after_commit(ranges: Sequence[OffsetRange], *, written: Collection[TopicPartitionKey],
+                 stands: Mapping[TopicPartitionKey, int | None], other_log: Collection[str] = ()) -> AfterCommit:
+    """What follows the Kafka commit of a batch's ``ranges``, partition by partition (the module docstring, rule 3).
+
+    ``written``: the partitions whose end this commit wrote; ``stands``: each partition's committed
+    offset after the commit (None: the group has none); ``other_log``: the topics deleted or recreated
+    since the plan (nothing written there). A partition written, or whose group stands at its end or
+    beyond, is committed, whatever the group shows after the write (a move that came after it is the
+    log-change rules' to see).
+
+    >>> a, b = OffsetRange("o-2", 0, 40, 50), OffsetRange("o-1", 0, 80, 90)
+    >>> after_commit([a, b], written={("o-2", 0)}, stands={("o-2", 0): 50, ("o-1", 0): 30})
+    MarkCommitted(kept=(OffsetRange(topic='o-2', partition=0, start=40, end=50),), \
+splits=(SplitOff(ranges=(OffsetRange(topic='o-1', partition=0, start=80, end=90),), \
+cause=<Cause.GROUP_BEHIND: 'group-behind'>, transient=True),))
+    """
+    starts: dict[TopicPartitionKey, int] = {}
+    ends: dict[TopicPartitionKey, int] = {}
+    for r in ranges:
+        if r.count:
+            starts[r.topic_partition] = min(r.start, starts.get(r.topic_partition, r.start))
+            ends[r.topic_partition] = max(r.end, ends.get(r.topic_partition, r.end))
+    why = {tp: commit_cause(tp, starts[tp], ends[tp], written=written, stands=stands.get(tp), other_log=other_log)
+           for tp in starts}
+    kept = tuple(r for r in ranges if why.get(r.topic_partition) is None)
+    splits = tuple(SplitOff(tuple(r for r in ranges if why.get(r.topic_partition) is cause and r.topic == topic), cause,
+                            passes_by_itself(cause))
+                   for cause in (Cause.LOG_CHANGED, Cause.GROUP_BEHIND, Cause.COMMIT)
+                   for topic in sorted({tp[0] for tp, c in why.items() if c is cause}))
+    if not kept and splits:
+        return FailWhole(splits[0].cause, all(s.transient for s in splits))
+    return MarkCommitted(kept, splits)
+
+
+def commit_cause(tp: TopicPartitionKey, start: int, end: int, *, written: Collection[TopicPartitionKey],
+                 stands: int | None, other_log: Collection[str]) -> Cause | None:
+    """Why one partition of a batch, its ranges ``[start, end)``, is not committed by its commit (None: it is).
+
+    >>> tp = ("o-1", 0)
+    >>> [commit_cause(tp, 80, 90, written=(), stands=s, other_log=()) for s in (95, 90, None, 30)]
+    [None, None, <Cause.GROUP_BEHIND: 'group-behind'>, <Cause.GROUP_BEHIND: 'group-behind'>]
+    >>> commit_cause(tp, 80, 90, written=[tp], stands=30, other_log=())   # the move came after the write
+    >>> commit_cause(tp, 80, 90, written=(), stands=85, other_log=()), commit_cause(tp, 80, 90, written=(),
+    ...                                                                            stands=95, other_log=["o-1"])
+    (<Cause.COMMIT: 'commit'>, <Cause.LOG_CHANGED: 'log-changed'>)
+    """
+    if tp[0] in other_log:
+        return Cause.LOG_CHANGED
+    if tp in written or (stands is not None and stands >= end):
+        return None
+    if stands is None or stands < start:
+        return Cause.GROUP_BEHIND
+    return Cause.COMMIT
+
+
 def passes_by_itself(cause: Cause, transient: Sequence[bool | None] = ()) -> bool:
     """Whether a split or a whole failure for ``cause`` is retried as a passing one (rule 3).
 
@@ -183,7 +264,11 @@ def passes_by_itself(cause: Cause, transient: Sequence[bool | None] = ()) -> boo
     (True, False)
     >>> passes_by_itself(Cause.CHECKS), passes_by_itself(Cause.LOG_CHANGED, [True])
     (False, False)
+    >>> passes_by_itself(Cause.GROUP_BEHIND)
+    True
     """
+    if cause is Cause.GROUP_BEHIND:
+        return True  # the log-change rules bring the group back (a re-drain, a restore); no attempt is spent meanwhile
     return cause is Cause.DRAIN and transient_failure(transient)
 
 

@@ -13,7 +13,9 @@ earlier rule holds):
    over and its priorities have a free slot; a transient failure (a passing cause) never while a
    probe sees its cause, and then at once when it is the first of a streak, on a driver's first
    tick (``kprio drain`` restarted after the disk or the broker was fixed), or once a cause the
-   driver saw has passed; the retry takes those slots
+   driver saw has passed; never while a group it commits to stands below it, moved back outside kprio
+   (:func:`~kprio_core.lifecycle.holds.waits_for_the_group`: the move's re-drain comes first); the retry
+   takes those slots
    at once, so the plan of the same tick (rule 8) leaves them to it: the oldest work of a priority
    is served first, and no retry run finds its slot taken by a batch planned after it;
 5. the ledger's holds — every failed batch holds its partitions from its failed range's
@@ -23,8 +25,9 @@ earlier rule holds):
    resume or launch) and holds nothing, so the new incarnation drains on;
 6. the lag snapshot (an unreachable broker or a missing topic is a reason, not a crash);
 7. :func:`~kprio_core.lifecycle.log_rules.log_decisions` — changes of the log kprio did not make
-   (see :mod:`kprio_core.lifecycle.log_rules`; a hold that asked a person stands until a person or
-   the configured policy decides); a batch with ranges only on a deleted priority topic, or only on
+   (see :mod:`kprio_core.lifecycle.log_rules`; each decided once, when first seen; a hold that asked a
+   person stands until a person or the configured policy decides; a group moved back is re-drained step
+   by step, only the ranges of the partitions it moved, each step in a free slot of the moved priority); a batch with ranges only on a deleted priority topic, or only on
    topics recreated since it was planned (their topic ids changed), gets no run and holds nothing of its own
    there (the change's hold says why, for a person);
    :func:`~kprio_core.lifecycle.holds.lost_partitions` — offsets deleted by retention before
@@ -95,14 +98,15 @@ from kprio_core.lifecycle.decision import (
     TickAction,
     Verdict,
 )
-from kprio_core.lifecycle.holds import held_partitions, lost_partitions
+from kprio_core.lifecycle.holds import held_partitions, lost_partitions, moved_back, waits_for_the_group
 from kprio_core.lifecycle.log_rules import after_decisions, incarnations, log_decisions
 from kprio_core.lifecycle.runs import BatchRuns, Launch, LaunchReason, run_key_of
 from kprio_core.lifecycle.view import TickInputs
 from kprio_core.log_changes import Outcome, Superseded
 from kprio_core.model.drain_plan import DrainPlan
+from kprio_core.model.offsets import TopicPartitionKey
 from kprio_core.model.priority import Priority
-from kprio_core.model.records import Batch, Hold
+from kprio_core.model.records import Batch, Hold, batch_number
 from kprio_core.model.recovery import may_retry, parse_owner
 from kprio_core.model.snapshot import LagSnapshot
 from kprio_core.model.states import BatchState
@@ -210,13 +214,20 @@ def _wait_for_the_loss_decision(draft: _Draft, snapshot: LagSnapshot) -> None:
 
 def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max_attempts: int,
                  full: Mapping[Priority, Sequence[str]], fresh_start: bool = False,
-                 cause: str | None = None) -> tuple[list[Launch], list[str]]:
-    """Failed batches to retry now, and why the others that may be retried still wait.
+                 cause: str | None = None, in_flight: Collection[str] = (),
+                 behind: Mapping[TopicPartitionKey, int] | None = None) -> tuple[list[Launch], list[str]]:
+    """Failed batches to retry now, oldest first, and why the others that may be retried still wait.
 
     A transient failure waits while a probe sees a passing cause (``cause``: an output root that
     takes no file, the broker unreachable): its retry would fail alike. Once the probes pass, it is
     retried when due (the first of a streak at once, :func:`~kprio_core.lifecycle.run.retry_at`), and
     before its backoff on a driver's ``fresh_start`` (a driver just started, or a cause it saw passed).
+    A batch split off another waits while that one drains (``in_flight``, or retried here): split off to
+    find the cause of a drain that died, it may die again, and a Python worker that dies can fail the
+    tasks of a batch draining beside it (Spark hands a worker on to the next task while the task it
+    served still reads from it), so the part kept (the most urgent records) drains first, alone.
+    Any failed batch waits while a group it commits to stands below it, moved back outside kprio
+    (``behind``, :func:`waits_for_the_group`): the re-drain of the move comes first.
 
     >>> from kprio_core.lifecycle.examples import T0, batch
     >>> from kprio_core.model.states import BatchState
@@ -226,14 +237,21 @@ def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max
     >>> [x.run_key for x in retry_failed([full_disk], BatchRuns(), now=T0, max_attempts=3, full={})[0]]
     ['b-000004.attempt-2']
     """
-    launches, waiting = [], []
-    for b in failed:
+    launches: list[Launch] = []
+    waiting: list[str] = []
+    for b in sorted(failed, key=lambda b: batch_number(b.batch_id)):  # a parent before the batches split off it
         if not b.holds or (not b.transient and not may_retry(attempts=b.attempts, max_attempts=max_attempts)):
             continue
         if runs.active(b.batch_id) is not None or runs.will_retry(b.batch_id, now):
             continue  # a run (or the orchestrator's own retry) is on it
+        if b.parent is not None and (b.parent in in_flight or any(x.batch.batch_id == b.parent for x in launches)):
+            waiting.append(f"{b.batch_id} waits for {b.parent}, which it was split from, to drain first")
+            continue
         if b.transient and cause is not None:
             waiting.append(f"{b.batch_id} waits for its cause to pass ({cause})")
+            continue
+        if (group := waits_for_the_group(b, behind or {})) is not None:
+            waiting.append(group)
             continue
         early = b.retry_at is not None and b.retry_at > now
         if early and not (b.transient and fresh_start):
@@ -336,7 +354,8 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
     gone = {s.batch_id for s in view.superseded}  # failed on an earlier incarnation: no run, no hold (the ledger's)
     retries, waiting = retry_failed([b for b in view.failed if b.batch_id not in gone], runs, now=now,  # 4
                                     max_attempts=recovery.max_attempts, full=full, fresh_start=inputs.fresh_start,
-                                    cause=passing_cause(inputs))
+                                    cause=passing_cause(inputs), in_flight={b.batch_id for b in in_flight},
+                                    behind=moved_back(inputs.lag, view.believed()))
     launch += retries
     for b in (x.batch for x in retries):  # a retry is older work: it takes its priorities' slots before any plan
         for p in b.priorities:
@@ -353,7 +372,7 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
         return draft.done(Verdict.BLOCKED, f"cannot take the lag snapshot: {snapshot} [{snapshot.code}]",
                           error=snapshot)
 
-    log = log_decisions(config, view, snapshot)  # 7
+    log = log_decisions(config, view, snapshot, now=now)  # 7
     if snapshot.deleted:
         # A batch with ranges only on a deleted priority topic cannot run (its retries would fail alike until
         # the loop gives up): no run for it, and its partitions wait under the topic-deleted hold, for a person.
@@ -376,18 +395,19 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
         # Nor does it hold those partitions for a retry that never comes: the change's hold does, for a person.
         draft.holds = tuple(h for h in draft.holds
                             if h.batch_id not in other_log or h.topic not in other_log[h.batch_id])
-    redrains = [b for d in log.decided for b in d.redrain]
-    if redrains:  # a re-drain takes its priorities' slots like any batch: the plan below sees them taken
-        for b in redrains:
-            for p in b.priorities:
-                slots.setdefault(p, []).append(b.batch_id)
+    redrains = [r for d in log.decided for r in d.redrain]
+    if redrains:  # a re-drain takes its ranges' priorities' slots like any batch: the plan below sees them taken
+        for r in redrains:
+            for p in r.priorities:
+                slots.setdefault(p, []).append(r.batch.batch_id)
         full = {p: ids for p, ids in slots.items() if len(ids) >= max_in_flight}
     snapshot = after_decisions(snapshot, log.decided)
     if not config.drain.allow_data_loss:
         _wait_for_the_loss_decision(draft, snapshot)
     draft.holds += log.holds + lost_partitions(snapshot, config.drain.allow_data_loss)
     draft.more.update(changes=log.changes, decided=log.decided, snapshot=snapshot)
-    draft.launches += [Launch(b, Why.REDRAIN, b.attempts + 1) for b in redrains]
+    # The batch a re-drain runs is the one the driver puts back: this one (a replay), or its ranges split off it.
+    draft.launches += [Launch(r.batch, Why.REDRAIN, r.batch.attempts + 1) for r in redrains]
     reserved = [*view.reserved, *held_partitions(draft.holds)]
     backlog = open_backlog(snapshot, reserved)
     wanted = set(range(topic.priorities)) if priorities is None else set(priorities)

@@ -19,7 +19,6 @@ from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.model.priority import Priority
 from kprio_core.model.records import Batch, DrainedSample, Hold, LaunchClaim, LogEvent, batch_number
 from kprio_core.model.snapshot import LagSnapshot
-from kprio_core.model.states import BatchState
 
 
 @dataclass(frozen=True)
@@ -40,8 +39,9 @@ class LedgerView:
     beliefs: Mapping[TopicPartitionKey, Belief] = field(default_factory=dict)
     """What kprio believes about each partition (as the ledger stores it)."""
     committed: Mapping[TopicPartitionKey, tuple[Batch, ...]] = field(default_factory=dict)
-    """Committed batches with a range on the partitions whose group moved back (newest first): only those
-    partitions' (:func:`kprio_core.lifecycle.log_rules.needs_committed` says which), read after the snapshot."""
+    """Committed batches, and failed re-drains of committed offsets, with a range on the partitions whose group
+    moved back (oldest first): only those partitions' (:func:`kprio_core.lifecycle.log_rules.needs_committed`
+    says which), read after the snapshot."""
     reserved: tuple[OffsetRange, ...] = ()
     """Non-empty ranges of the batches in flight."""
     throughput: float | None = None
@@ -57,12 +57,17 @@ class LedgerView:
     """Unexpired launch claims of the topic's batches, by run key."""
     open_holds: Mapping[TopicPartitionKey, LogEvent] = field(default_factory=dict)
     """Partitions a person was asked to decide about and did not yet: the recorded hold, per partition."""
+    last_changes: Mapping[TopicPartitionKey, LogEvent] = field(default_factory=dict)
+    """Per partition, the last change of its log recorded with what was decided (a wait left aside): a move
+    whose re-drain it decided is carried on, not decided again."""
 
     def believed(self) -> dict[TopicPartitionKey, Belief]:
-        """The beliefs with the commits of checked batches under way (Kafka is told before the ledger:
-        a group standing at a checked range's end is kprio's own commit)."""
-        checked = [r for b in self.in_flight if b.state is BatchState.CHECKED for r in b.plan.offset_ranges()]
-        return with_commits_under_way(self.beliefs, checked)
+        """The beliefs with the commits of batches in flight under way (Kafka is told before the ledger, and a
+        batch drained when the view was read may have published and committed before the lag snapshot: a group
+        standing at the end of a range in flight is kprio's own commit). A re-drain's commits are left out: they
+        land below what kprio committed, and the group is still moved back until it is there again."""
+        ranges = [r for b in self.in_flight if not b.replay_of_committed for r in b.plan.offset_ranges()]
+        return with_commits_under_way(self.beliefs, ranges)
 
     def slots(self) -> dict[Priority, list[str]]:
         """Per priority, the batches in flight with a range of it (each takes one slot), oldest first."""

@@ -72,7 +72,8 @@ class Belief:
     """The offset kprio last committed itself (None: kprio never committed this partition)."""
     committing: frozenset[int] = frozenset()
     """Offsets kprio may have committed without its ledger knowing yet: the ends of the ranges of its
-    checked batches (Kafka is told first, then the ledger; a crash or a tick may fall in between)."""
+    batches in flight (Kafka is told first, then the ledger; a tick, whose ledger view is read before its
+    lag snapshot, or a crash may fall in between)."""
 
 
 @dataclass(frozen=True, slots=True)

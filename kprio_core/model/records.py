@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -121,6 +122,27 @@ class BatchEvent:
     reason: str | None
 
 
+class HoldReason(enum.Enum):
+    """Why kprio holds a partition, in a few words a metric label can carry (the full words go with it)."""
+
+    FAILED_BATCH = "failed_batch"
+    """A failed batch holds it and is retried by itself."""
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    """A failed batch holds it and only a person's ``kprio retry`` moves it."""
+    LOST_TO_RETENTION = "lost_to_retention"
+    LOG_CHANGE = "log_change"
+    """A change of the log kprio did not make waits for a person (or the configured policy)."""
+
+    @classmethod
+    def of_batch_hold(cls, exhausted: bool) -> HoldReason:
+        """The reason of a hold the ledger made (a failed batch's): retried by itself or not."""
+        return cls.RETRIES_EXHAUSTED if exhausted else cls.FAILED_BATCH
+
+    @property
+    def waits_for_person(self) -> bool:
+        return self is not HoldReason.FAILED_BATCH
+
+
 @dataclass(frozen=True, slots=True)
 class Hold:
     """A partition held from ``start`` on: nothing later on it is planned (a later batch could not commit past it).
@@ -193,6 +215,17 @@ class BacklogSample(NamedTuple):
     at: datetime
     """When the snapshot was taken."""
     backlog: dict[Priority, int]
+
+
+class CommitSample(NamedTuple):
+    """One partition as a commit left it: the group's offset, when, and where the log ended right after."""
+
+    topic: str
+    partition: int
+    at: datetime
+    committed: int
+    log_end: int | None
+    """None: not seen (a commit recorded before the ledger kept it)."""
 
 
 @dataclass(frozen=True, slots=True)

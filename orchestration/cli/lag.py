@@ -209,7 +209,7 @@ def look(cfg: Any, topics: Any, edge: Any, ledger: Any, *, with_age: bool, now_s
 
     ``history``: the earlier observations of a caller that looks again (``--watch``), extended here.
     """
-    from orchestration.observe.judging import judge_topic, snapshot_observations, trimmed
+    from orchestration.observe.judging import judge_topic, remember
 
     now_ms = int(now_s * 1000)
     docs = []
@@ -219,8 +219,7 @@ def look(cfg: Any, topics: Any, edge: Any, ledger: Any, *, with_age: bool, now_s
         judged = judge_topic(cfg, t, snap, ledger, now_s=now_s, history=history)
         docs.append(lag_doc(snap, now_ms, log_states(cfg, t, snap, ledger), judged))
         if history is not None:
-            for tp, (_, seen) in snapshot_observations(snap, judged.held, now_s).items():
-                history[tp] = trimmed([*history.get(tp, ()), seen], now_s, cfg.verdict.window_s)
+            remember(cfg, history, snap, judged, now_s)
     return docs
 
 
@@ -237,8 +236,8 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
     The backlog ends at the last stable offset (read_committed, the default): records of a
     transaction still open wait apart, in "in open txn" (how many, from which offset, open since).
 
-    The verdict (OK, WARN, REWIND, STALL, ERR, STOP, as LinkedIn's Burrow) judges the ledger's commits of the
-    last verdict.window_s and the present; freshness compares the oldest pending record's age with
+    The verdict (OK, WARN, REWIND, STALL, ERR, STOP, by LinkedIn's Burrow's rules) judges each partition's
+    last verdict.intervals commits and the present; freshness compares the oldest pending record's age with
     slo.max_age_s. A verdict other than OK and an objective not met are said in a line under the table.
 
     With --json: {"topic": ..., "priorities": {"2": {"backlog": n, "oldest_age_s": x, "verdict": {...},

@@ -36,7 +36,7 @@ from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import KprioError
 from kprio_core.model.offsets import TopicPartitionKey
 from kprio_core.verdict import Observation
-from orchestration.observe.judging import HoldReason, judge_topic, trimmed
+from orchestration.observe.judging import HoldReason, judge_topic, remember
 from orchestration.observe.metrics import KprioMetrics, LineageOutcome, Outcome, backlog_of
 
 STOP_TIMEOUT_S = 10.0
@@ -150,7 +150,7 @@ class MetricsFeed:
             known = {b.topic for b in ledger.beliefs(topic.name).values()} if ledger is not None else set()
             snap = edge.snapshot(topic, now_ms=now_ms, avg_record_bytes={}, with_age=True, deleted_ok=known)
             judged = judge_topic(self.config, topic, snap, ledger, now_s=now_s, history=self._history)
-            self._keep(snap, judged, now_s)
+            remember(self.config, self._history, snap, judged, now_s)
             m = self.metrics
             m.set_backlog(topic.name, backlog_of(snap, now_ms))
             counts: dict[tuple[int, HoldReason], int] = {}
@@ -160,13 +160,6 @@ class MetricsFeed:
             m.set_runs_in_flight(topic.name, len(ledger.in_flight(topic.name)) if ledger is not None else 0)
             m.set_verdicts(topic.name, judged.verdicts)
             m.set_freshness(topic.name, judged.freshness)
-
-    def _keep(self, snap: Any, judged: Any, now_s: float) -> None:
-        """Keep this snapshot's observations as the next verdicts' window."""
-        from orchestration.observe.judging import snapshot_observations
-
-        for tp, (_, seen) in snapshot_observations(snap, judged.held, now_s).items():
-            self._history[tp] = trimmed([*self._history.get(tp, ()), seen], now_s, self.config.verdict.window_s)
 
     # -------------------------------------------------------------------------- the runs that ended
 

@@ -3,53 +3,32 @@
 The rules are pure code (:mod:`kprio_core.verdict`, :mod:`kprio_core.freshness`); this module gathers
 their inputs the same way for every driver that shows them (``kprio lag``, the metrics of ``kprio drain
 --follow``, the Dagster asset checks, the Airflow task): a window of observations per partition made of
-the ledger's commits (each committed batch's offset moves, at its commit time) and lag snapshots (the
-present, and, for a long-running process, the earlier ones it kept), why kprio holds a partition (a
-failed batch, offsets lost to retention, a change of the log waiting for a person), and the facts a
-freshness breach's likely cause is told from.
+the ledger's commit samples (each partition's newest ``verdict.intervals`` commits, each with the log end
+seen right after it: Burrow's ring) and lag snapshots (the present, and, for a long-running process, the
+earlier ones it kept for ``verdict.window_s``), why kprio holds a partition (a failed batch, offsets lost
+to retention, a change of the log waiting for a person), and the facts a freshness breach's likely cause
+is told from.
 
 The settings are read once: ``verdict.*`` make the policy, ``slo.*`` the objectives.
 
 >>> from kprio_core.config import KprioConfig
 >>> cfg = KprioConfig.model_validate({"slo": {"max_age_s": {2: 10, 0: 600}}, "verdict": {"expected_commit_s": 20}})
->>> verdict_policy(cfg).stuck_after_s, sorted(objectives(cfg).items())
+>>> verdict_policy(cfg).recent_s, sorted(objectives(cfg).items())
 (60.0, [(0, Objective(max_age_s=600.0, warn_fraction=0.8)), (2, Objective(max_age_s=10.0, warn_fraction=0.8))])
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.freshness import FreshnessFacts, FreshnessResult, Objective, evaluate_freshness
-from kprio_core.ledger import BatchState, Ledger
+from kprio_core.ledger import Ledger
 from kprio_core.model.offsets import TopicPartitionKey
 from kprio_core.model.priority import Priority
 from kprio_core.model.snapshot import LagSnapshot
-from kprio_core.verdict import Observation, PartitionWindow, PriorityVerdict, VerdictPolicy, judge
-
-COMMITTED_BATCHES_READ = 500
-"""The newest committed batches of a topic whose commits make the window (its span is ``verdict.window_s``)."""
-
-
-class HoldReason(enum.Enum):
-    """Why a partition is held, in a few words a metric label can carry (the full words go with it)."""
-
-    FAILED_BATCH = "failed_batch"
-    """A failed batch holds it and is retried by itself."""
-    RETRIES_EXHAUSTED = "retries_exhausted"
-    """A failed batch holds it and only a person's ``kprio retry`` moves it."""
-    LOST_TO_RETENTION = "lost_to_retention"
-    LOG_CHANGE = "log_change"
-    """A change of the log kprio did not make waits for a person (or the configured policy)."""
-
-    @classmethod
-    def of_batch_hold(cls, exhausted: bool) -> HoldReason:
-        """The reason of a hold the ledger made (a failed batch's): retried by itself or not."""
-        return cls.RETRIES_EXHAUSTED if exhausted else cls.FAILED_BATCH
+from kprio_core.verdict import HoldReason, Observation, PartitionWindow, PriorityVerdict, VerdictPolicy, judge
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +59,8 @@ class TopicJudgement:
 def verdict_policy(config: KprioConfig) -> VerdictPolicy:
     """The verdict's policy from ``verdict.*``."""
     v = config.verdict
-    return VerdictPolicy(expected_commit_s=v.expected_commit_s, stop_factor=v.stop_factor, allowed_lag=v.allowed_lag)
+    return VerdictPolicy(expected_commit_s=v.expected_commit_s, stop_factor=v.stop_factor, allowed_lag=v.allowed_lag,
+                         intervals=v.intervals)
 
 
 def objectives(config: KprioConfig) -> dict[Priority, Objective]:
@@ -115,50 +95,42 @@ def held_partitions(config: KprioConfig, topic: TopicSettings, snapshot: LagSnap
 
 def snapshot_observations(snapshot: LagSnapshot, held: Mapping[TopicPartitionKey, Held], at_s: float
                           ) -> dict[TopicPartitionKey, tuple[Priority, Observation]]:
-    """Each partition of a lag snapshot as an observation of the verdict, with its hold's words.
+    """Each partition of a lag snapshot as a look of the verdict, with its hold and its oldest pending record's time.
 
     >>> from kprio_core.model.snapshot import PartitionLag
-    >>> snap = LagSnapshot("orders", 3, (PartitionLag("orders-2", 0, 2, 0, 1000, 880),))
+    >>> snap = LagSnapshot("orders", 3, (PartitionLag("orders-2", 0, 2, 0, 1000, 880, oldest_pending_ms=55_000),))
     >>> snapshot_observations(snap, {}, at_s=60.0)[("orders-2", 0)]
-    (2, Observation(at_s=60.0, committed=880, end=1000, log_start=0, held=None))
+    (2, Observation(at_s=60.0, committed=880, end=1000, log_start=0, held=None, hold=None, commit=False, oldest_pending_s=55.0))
     """
     out = {}
     for part in snapshot.partitions:
         tp = (part.topic, part.partition)
         hold = held.get(tp)
+        oldest = part.oldest_pending_ms / 1000 if part.backlog and part.oldest_pending_ms is not None else None
         out[tp] = (part.priority, Observation(at_s, part.committed, part.readable_end, part.log_start,
-                                              held=hold.text if hold is not None else None))
+                                              held=hold.text if hold is not None else None,
+                                              hold=hold.reason if hold is not None else None, oldest_pending_s=oldest))
     return out
 
 
-def commit_observations(ledger: Ledger, topic: TopicSettings, since_s: float
+def commit_observations(ledger: Ledger, topic: TopicSettings, intervals: int
                         ) -> dict[TopicPartitionKey, list[Observation]]:
-    """The ledger's commits of ``topic`` since ``since_s``: per partition, the offset before (a hair earlier) and
-    after each move, at its commit time, log end unseen (as Burrow's commits without a broker offset)."""
-    since = datetime.fromtimestamp(since_s, UTC)
+    """The ledger's newest ``intervals`` commit samples of each partition of ``topic``, as commits of the verdict."""
     out: dict[TopicPartitionKey, list[Observation]] = {}
-    for batch in ledger.batches(topic.name, states=[BatchState.COMMITTED], limit=COMMITTED_BATCHES_READ):
-        if batch.committed_at is None or batch.commit is None or batch.committed_at < since:
-            continue
-        at = batch.committed_at.timestamp()
-        for tp, (old, new) in batch.commit.moves().items():
-            seen = out.setdefault(tp, [])
-            seen.append(Observation(at - 1e-3, old, None))
-            seen.append(Observation(at, new, None))
+    for s in ledger.commit_samples(topic.name, intervals):
+        out.setdefault((s.topic, s.partition), []).append(
+            Observation(s.at.timestamp(), s.committed, s.log_end, commit=True))
     return out
 
 
-def last_commits(ledger: Ledger, topic: TopicSettings, since_s: float) -> dict[Priority, float]:
-    """When each priority of ``topic`` last committed (Unix seconds), over the ledger's newest commits."""
-    since = datetime.fromtimestamp(since_s, UTC)
+def last_commits(topic: TopicSettings, commits: Mapping[TopicPartitionKey, Sequence[Observation]]
+                 ) -> dict[Priority, float]:
+    """When each priority of ``topic`` last committed (Unix seconds), over its partitions' commit samples."""
+    priority_of = {name: p for p, name in topic.priority_topics().items()}
     out: dict[Priority, float] = {}
-    for batch in ledger.batches(topic.name, states=[BatchState.COMMITTED], limit=COMMITTED_BATCHES_READ):
-        if batch.committed_at is None or batch.committed_at < since or batch.commit is None:
-            continue
-        moved = {tp[0] for tp in batch.commit.moves()}
-        for r in batch.plan.ranges:
-            if r.range.topic in moved:
-                out[r.priority] = max(out.get(r.priority, 0.0), batch.committed_at.timestamp())
+    for (name, _), seen in commits.items():
+        if name in priority_of and seen:
+            out[priority_of[name]] = max(out.get(priority_of[name], 0.0), seen[-1].at_s)
     return out
 
 
@@ -202,20 +174,27 @@ def judge_topic(config: KprioConfig, topic: TopicSettings, snapshot: LagSnapshot
                 ) -> TopicJudgement:
     """The verdicts and freshness outcomes of ``topic`` at ``now_s`` (the snapshot is the present).
 
-    ``history``: earlier snapshot observations a long-running caller kept (the ledger's commits are read here).
+    ``history``: earlier looks a long-running caller kept (:func:`remember`; the ledger's commits are read here).
     """
-    since = now_s - config.verdict.window_s
     held = held_partitions(config, topic, snapshot, ledger)
     present = snapshot_observations(snapshot, held, now_s)
-    commits = commit_observations(ledger, topic, since) if ledger is not None else {}
+    commits = commit_observations(ledger, topic, config.verdict.intervals) if ledger is not None else {}
     verdicts = judge(windows_of(topic.name, present, history or {}, commits), now_s=now_s,
                      policy=verdict_policy(config))
-    last = last_commits(ledger, topic, since) if ledger is not None else {}
+    last = last_commits(topic, commits)
     results = tuple(
         evaluate_freshness(topic.name, p, age_s=oldest_age_s(snapshot, p, now_s), objective=goal,
                            facts=freshness_facts(config, topic, p, snapshot, held, ledger, last.get(p), now_s))
         for p, goal in sorted(objectives(config).items(), reverse=True) if p < topic.priorities)
     return TopicJudgement(topic.name, verdicts, results, held)
+
+
+def remember(config: KprioConfig, history: dict[TopicPartitionKey, list[Observation]], snapshot: LagSnapshot,
+             judged: TopicJudgement, now_s: float) -> None:
+    """Keep a snapshot's looks in a long-running caller's ``history``, for ``verdict.window_s`` (the next
+    verdicts' recent log ends, moves of the group, and the backlog of partitions never committed)."""
+    for tp, (_, seen) in snapshot_observations(snapshot, judged.held, now_s).items():
+        history[tp] = trimmed([*history.get(tp, ()), seen], now_s, config.verdict.window_s)
 
 
 def trimmed(history: Iterable[Observation], now_s: float, window_s: float, keep: int = 240) -> list[Observation]:
@@ -225,4 +204,3 @@ def trimmed(history: Iterable[Observation], now_s: float, window_s: float, keep:
     [50, 90, 100]
     """
     return [o for o in history if o.at_s >= now_s - window_s][-keep:]
-

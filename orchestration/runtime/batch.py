@@ -83,7 +83,7 @@ from kprio_core.model.recovery import LeaseToken
 from kprio_core.model.results import CheckReport
 from orchestration.runtime.batch_metadata import Timings, drained_metadata, failure_reason, one_line
 from orchestration.runtime.checks import check_batch, warm_up
-from orchestration.runtime.commit import commit_batch, log_changed, other_logs
+from orchestration.runtime.commit import CommitOutcome, Uncommitted, commit_batch, log_changed, other_logs
 from orchestration.runtime.faults import crash_point
 from orchestration.runtime.leases import Heartbeat, this_owner
 from orchestration.runtime.ports import Edge, LedgerPort
@@ -309,7 +309,8 @@ class BatchRun:
             raise _BatchFailed(failure_reason(result), transient=after.transient,
                                cause=first.error() if first is not None else None)
         split = [self._split(list(off.ranges), log_changed(self.batch_id, changed, "published")
-                             if off.cause is Cause.LOG_CHANGED else failure_reason(result), transient=off.transient)
+                             if off.cause is Cause.LOG_CHANGED else failure_reason(result, off.ranges),
+                             transient=off.transient)
                  for off in after.splits]
 
         started = time.monotonic()
@@ -344,12 +345,15 @@ class BatchRun:
         crash_point("after-publish", batch.logical_topic)
         yield Drained({**drained_metadata(config, batch, result, kept, split, self.timings), **published.metadata()})
 
-    def _split(self, failing: list, reason: str, *, transient: bool) -> str:
-        batch = self.ledger.get(self.batch_id)
-        child = self.ledger.split(self.batch_id, failing, reason, transient=transient, fence=self.token,
+    def _split(self, failing: list, reason: str, *, transient: bool, batch_id: str | None = None,
+               token: LeaseToken | None = None) -> str:
+        """Split ``failing`` off this run's batch (or ``batch_id``, under ``token``) into a new failed batch."""
+        batch_id = batch_id or self.batch_id
+        batch = self.ledger.get(batch_id)
+        child = self.ledger.split(batch_id, failing, reason, transient=transient, fence=token or self.token,
                                   retry_at=self._retry_at(batch, transient))
         self.add_batch(child.batch_id)
-        self.log.warning(f"{self.batch_id}: {', '.join(map(str, failing))} split off into {child.batch_id}, which "
+        self.log.warning(f"{batch_id}: {', '.join(map(str, failing))} split off into {child.batch_id}, which "
                          f"holds only those partitions: {reason}")
         return child.batch_id
 
@@ -377,12 +381,19 @@ class BatchRun:
             return
         heartbeat.check()
         started = time.monotonic()
-        outcome = commit_batch(self.edge(), self.ledger, topic, self.ledger.get(self.batch_id), self.token,
-                               now_s=time.time())
+        outcome = self._commit_one(topic, self.ledger.get(self.batch_id), self.token)
+        if isinstance(outcome, Uncommitted):
+            raise _BatchFailed(outcome.reason, transient=outcome.transient)
         self.timings.time("commit", started)
         yield Committed(self.batch_id, {**outcome.metadata, **self.timings.metadata(),
                                         **self._lineage(topic, self.batch_id)})
         yield from self._commit_successors(topic)
+
+    def _commit_one(self, topic: TopicSettings, batch: Batch, token: LeaseToken) -> CommitOutcome | Uncommitted:
+        """Commit ``batch`` under ``token``; the ranges its commit leaves are split off it (``commit_batch``)."""
+        return commit_batch(self.edge(), self.ledger, topic, batch, token, now_s=time.time(),
+                            split=lambda ranges, reason, transient: self._split(
+                                ranges, reason, transient=transient, batch_id=batch.batch_id, token=token))
 
     def _lineage(self, topic: TopicSettings, batch_id: str) -> dict[str, str]:
         """The committed batch's OpenLineage event, when ``lineage.enabled`` (a failure is logged, never raised:
@@ -408,7 +419,12 @@ class BatchRun:
                 later = self.ledger.claim(later.batch_id, self.owner, self.config.recovery.lease_s)
             except BatchBusy:
                 continue
-            outcome = commit_batch(self.edge(), self.ledger, topic, later, later.token, now_s=time.time())
+            outcome = self._commit_one(topic, later, later.token)
+            if isinstance(outcome, Uncommitted):  # nothing of it committed: it fails alone, as its own run's would
+                self.ledger.mark_failed(later.batch_id, outcome.reason, transient=outcome.transient, fence=later.token,
+                                        retry_at=self._retry_at(later, outcome.transient))
+                self.log.warning(f"{later.batch_id} failed: {outcome.reason}")
+                continue
             yield Committed(later.batch_id, {**outcome.metadata, **self._lineage(topic, later.batch_id)},
                             note=f"committed by run {run_label(self.owner)} once {self.batch_id}, before it, committed")
             self.log.info(f"{later.batch_id} committed after {self.batch_id}")

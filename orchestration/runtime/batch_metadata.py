@@ -8,7 +8,7 @@ path and as Markdown.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kprio_core.config import KprioConfig
@@ -34,8 +34,9 @@ def per_priority(prefix: str, values: Mapping[int, int]) -> dict[str, int]:
     return {f"{prefix}_p{p}": int(values[p]) for p in sorted(values, reverse=True)}
 
 
-def failure_reason(result: DrainResult) -> str:
-    """One line for the ranges whose drain failed: where and why (the first few named, each range once).
+def failure_reason(result: DrainResult, ranges: Collection[OffsetRange] | None = None) -> str:
+    """One line for the ranges whose drain failed (of ``ranges`` only, when given): where and why (the first few
+    named, each range once).
 
     >>> from kprio_core.model.results import RangeStats
     >>> r = OffsetRange("tx-0", 0, 0, 224)
@@ -43,7 +44,7 @@ def failure_reason(result: DrainResult) -> str:
     >>> failure_reason(DrainResult("b-1", 1, "tx", (s,), staging=""))
     'drain failed: range tx-0[0]@[0,224) is incomplete: 1 of 224 offsets missing'
     """
-    failed = result.failed_ranges
+    failed = [s for s in result.failed_ranges if ranges is None or s.range in ranges]
     head = "; ".join(_range_failure(s.range, s.failure or "") for s in failed[:3])
     more = f" (and {len(failed) - 3} more ranges)" if len(failed) > 3 else ""
     return f"drain failed: {head}{more}"

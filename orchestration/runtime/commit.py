@@ -4,17 +4,22 @@ Offsets never move backwards and only a contiguous prefix is committed (``KafkaE
 so a re-drain of an old batch commits nothing new; the write is fenced per group by Kafka itself
 (a transaction of the group's transactional id: two kprio processes never interleave a read and a
 write of one group). One lag snapshot after the commit both proves what the broker holds and
-gives the lag after, for the metadata Dagster plots.
+gives the lag after: for the metadata Dagster plots, and with each commit sample of the ledger (the lag
+verdict's window: the lag at commit time, as Burrow stores it with each commit). Partitions it could not commit
+(their group moved back under the batch, their topic recreated) are split off, one partition's outcome apart
+from the others', as a drain's failed ranges are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from kprio_core.config import TopicSettings
-from kprio_core.errors import KafkaOperationFailed, LogChanged
+from kprio_core.errors import LogChanged
 from kprio_core.ledger import Batch
+from kprio_core.lifecycle.outcome import Cause, FailWhole, after_commit
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.model.recovery import LeaseToken
 from kprio_core.model.results import CommitReport
 from orchestration.runtime.faults import crash_point
@@ -27,20 +32,39 @@ class CommitOutcome:
 
     report: CommitReport
     metadata: Mapping[str, int | str]
+    left: tuple[str, ...] = ()
+    """Batches split off with the ranges this commit left (their group moved under them, their log changed)."""
+
+
+@dataclass(frozen=True)
+class Uncommitted:
+    """Nothing of the batch could be committed: why, in one line, and whether it passes by itself."""
+
+    reason: str
+    transient: bool
+
+
+Split = Callable[[list[OffsetRange], str, bool], str]
+"""Split these ranges off the batch into a new failed batch (``reason``, ``transient``); the new batch's id."""
 
 
 def commit_batch(edge: Edge, ledger: LedgerPort, topic: TopicSettings, batch: Batch, token: LeaseToken, *,
-                 now_s: float) -> CommitOutcome:
+                 now_s: float, split: Split) -> CommitOutcome | Uncommitted:
     """Commit ``batch``'s ranges, check the broker holds them, and mark the batch committed.
 
     Fenced by the run's lease ``token``, with no lock held: the Kafka commit is a transaction of the
     group's own transactional id (a newer writer of the group fences this one, and the broker refuses
     its write), and between its read of the group and its write it asks the ledger whether the run
     still holds the batch (a run that lost it writes nothing).
+
+    Each partition's outcome is its own (:func:`~kprio_core.lifecycle.outcome.after_commit`): the ranges
+    whose group stands below them (moved back outside kprio while the batch was in flight) or whose topic
+    was recreated are split off (``split``), never committed over the move, and the rest is committed;
+    :class:`Uncommitted` when nothing is.
     """
     ranges = [r for r in batch.plan.offset_ranges() if r.count]
     changed = other_logs(edge, batch)  # after the publish: a recreation now would commit another log's offsets
-    if changed:
+    if changed and all(r.topic in changed for r in ranges):
         raise LogChanged(log_changed(batch.batch_id, changed, "committed"))
     crash_point("before-kafka-commit", topic.name)
     ledger.check_lease(batch.batch_id, token, "the Kafka commit")  # a run paused past its lease stops here
@@ -49,24 +73,56 @@ def commit_batch(edge: Edge, ledger: LedgerPort, topic: TopicSettings, batch: Ba
         ledger.check_lease(batch.batch_id, token, "the Kafka commit")
         crash_point("during-kafka-commit", topic.name)  # read, checked, not yet written: the window fencing closes
 
-    report = edge.commit(topic, ranges, before_write=still_mine)
+    report = edge.commit(topic, [r for r in ranges if r.topic not in changed], before_write=still_mine)
     # A priority topic this batch commits nothing to may be gone (deleted while draining): its
     # partitions are held by the tick; the batch's own partitions commit on.
-    mine = {r.topic for r in ranges}
+    mine = {r.topic for r in ranges if r.topic not in changed}
     snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000),
                              deleted_ok={n for n in topic.priority_topics().values() if n not in mine})
-    committed = {(p.topic, p.partition): p.committed for p in snapshot.partitions}
-    short = [r for r in ranges if (committed.get(r.topic_partition) or 0) < r.end]
-    if short:
-        # Checked but not committed: the batch keeps its ranges; committing later is safe.
-        raise KafkaOperationFailed(
-            f"batch {batch.batch_id}: offsets not committed for {', '.join(map(str, short))} ({report})"
-        )
+    stands = {(p.topic, p.partition): p.committed for p in snapshot.partitions}
+    after = after_commit(ranges, written=report.moves(), stands=stands, other_log=changed)
     crash_point("after-kafka-commit", topic.name)
-    ledger.mark_committed(batch.batch_id, report, fence=token)
+    if isinstance(after, FailWhole):
+        short = [r for r in ranges if r.topic not in changed]
+        return Uncommitted(left_reason(batch.batch_id, after.cause, short, stands, changed, report), after.transient)
+    left = tuple(split(list(off.ranges), left_reason(batch.batch_id, off.cause, off.ranges, stands, changed, report),
+                       off.transient) for off in after.splits)
+    ends: dict[TopicPartitionKey, int] = {}
+    for r in after.kept:
+        ends[r.topic_partition] = max(r.end, ends.get(r.topic_partition, r.end))
+    # Found committed at or past its end already (moved forward by someone): kprio drained up to its end there.
+    reached = {tp: end for tp, end in ends.items() if tp not in report.moves() and (stands.get(tp) or 0) >= end}
+    log_ends = {(p.topic, p.partition): p.readable_end for p in snapshot.partitions}
+    ledger.mark_committed(batch.batch_id, report, fence=token, reached=reached,
+                          log_ends={tp: log_ends[tp] for tp in report.moves() if tp in log_ends})
     drained = batch.drain.written_by_priority() if batch.drain is not None else {}
     meta = commit_metadata(report, snapshot.backlog_by_priority(), drained, replay=batch.replay_of_committed)
-    return CommitOutcome(report, {**meta, "logical_topic": topic.name})
+    return CommitOutcome(report, {**meta, "logical_topic": topic.name}, left)
+
+
+def left_reason(batch_id: str, cause: Cause, ranges: Iterable[OffsetRange],
+                stands: Mapping[TopicPartitionKey, int | None], changed: Mapping[str, str],
+                report: CommitReport) -> str:
+    """The one line of ranges a commit left, by their cause (:func:`~kprio_core.lifecycle.outcome.commit_cause`).
+
+    >>> from kprio_core.model.offsets import OffsetRange as R
+    >>> print(left_reason("b-000038", Cause.GROUP_BEHIND, [R("o-1", 0, 792, 820)], {("o-1", 0): 392}, {},
+    ...                   CommitReport()))  # doctest: +NORMALIZE_WHITESPACE
+    o-1[0]@[792,820) not committed: the group stands below the batch (o-1[0] at 392), moved back outside kprio
+    while b-000038 was in flight (committing it would skip what the move asks to read again); retried by itself
+    once the group is back at the batch's start
+    """
+    ranges = sorted(ranges)
+    if cause is Cause.LOG_CHANGED:
+        return log_changed(batch_id, {t: why for t, why in changed.items() if any(r.topic == t for r in ranges)},
+                           "committed")
+    if cause is Cause.GROUP_BEHIND:
+        where = ", ".join(f"{tp[0]}[{tp[1]}] at {stands.get(tp) if stands.get(tp) is not None else 'none'}"
+                          for tp in sorted({r.topic_partition for r in ranges}))
+        return (f"{', '.join(map(str, ranges))} not committed: the group stands below the batch ({where}), moved "
+                f"back outside kprio while {batch_id} was in flight (committing it would skip what the move asks to "
+                "read again); retried by itself once the group is back at the batch's start")
+    return f"batch {batch_id}: offsets not committed for {', '.join(map(str, ranges))} ({report})"
 
 
 def other_logs(edge: Edge, batch: Batch) -> dict[str, str]:

@@ -9,7 +9,9 @@ records the plan, so the plan's offsets stand on what was committed here:
 - an accepted forward move records the skipped offsets and the new belief;
 - offsets retention took with nothing after them to drain (``drain.allow_data_loss``) move the group to the
   log's start, and the gap is recorded;
-- a moved-back offset puts the committed batches it covers back to planned (their exact ranges);
+- a moved-back offset puts the drained ranges covering where the group stands back to planned (their exact
+  ranges: the whole batch, or those ranges split off it); the re-drain is recorded when it is decided, not
+  again at each of its steps;
 - a hold records the change once (the event is not repeated while the hold stands);
 - what kprio sees for the first time (a topic id, a partition added) becomes a belief;
 - a failed batch superseded by a new incarnation is said once (logged in its events and warned).
@@ -23,6 +25,7 @@ import logging
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import ConfigError, KafkaOperationFailed
+from kprio_core.ledger import Batch
 from kprio_core.lifecycle import CarryOutLogChanges
 from kprio_core.lifecycle.log_rules import NEW_LOG
 from kprio_core.log_changes import (
@@ -42,8 +45,9 @@ LOGGER = logging.getLogger("kprio.log_changes")
 
 
 def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: CarryOutLogChanges, *, log=None,
-              max_in_flight: int | None = None) -> None:
-    """Commit, replay and record what the tick decided about the log (see the module docstring).
+              max_in_flight: int | None = None) -> dict[str, Batch]:
+    """Commit, re-drain and record what the tick decided about the log (see the module docstring); the batches put
+    back to planned for a re-drain, by the id of the batch the rules chose (itself, or the part split off it).
 
     A re-drain is put back to planned under the same ``planner.max_in_flight`` rule as any batch
     (the ledger refuses it with RangeConflict when another planner took the slot meanwhile).
@@ -57,6 +61,7 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
         edge.set_committed(topic, commits, expect={tp: decided[tp].change.committed for tp in commits})
     beliefs = ledger.beliefs(name)
     fresh: list[Belief] = []
+    put_back: dict[str, Batch] = {}
     for c in decision.changes:
         tp = (c.topic, c.partition)
         d = decided.get(tp)
@@ -81,16 +86,20 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
             fresh.append(Belief(c.topic, c.partition, old.topic_id if old else c.topic_id, c.incarnation, c.committed))
         elif c.state is LogState.PARTITION_ADDED:
             fresh.append(Belief(c.topic, c.partition, c.topic_id, 1, None))
-        for b in d.redrain:
-            ledger.replay(b.batch_id, max_in_flight=max_in_flight)
+        for r in d.redrain:
+            put_back[r.batch.batch_id] = ledger.redrain(r.batch.batch_id, r.ranges, max_in_flight=max_in_flight)
+        if d.continuing:
+            continue  # a step of a re-drain decided (and recorded) when the move was first seen
         if c.state in NEEDS_RECORD or d.outcome is Outcome.RECORD_GAP:
-            ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, committed_after=d.target, note=note)
-            log.warning(f"{name}: {note}")
+            if ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, committed_after=d.target,
+                                    note=note) is not None:
+                log.warning(f"{name}: {note}")
     if fresh:
         ledger.remember(name, fresh)
     for s in decision.superseded:
         if ledger.note_superseded(s):
             log.warning(f"{name}: {s.describe()}")
+    return put_back
 
 
 def owner_of(config: KprioConfig, priority_topic: str) -> TopicSettings:

@@ -87,15 +87,18 @@ def read_view(ledger: LedgerReads, config: KprioConfig, topic: TopicSettings, no
         rate_samples=tuple(ledger.drained_since(name, now - rate_window(config))),
         claims=ledger.launch_claims(name),
         open_holds=ledger.open_holds(name),
+        last_changes=ledger.last_changes(name),
     )
 
 
 def with_committed(view: LedgerView, ledger: LedgerReads, partitions: Iterable[tuple[str, int]]) -> LedgerView:
-    """The view with the committed batches of ``partitions`` (oldest first), which rule 7 reads."""
+    """The view with the committed batches of ``partitions``, and their failed re-drains (oldest first), which
+    rule 7 re-drains exactly."""
     wanted = set(partitions)
     if not wanted:
         return view
-    committed = ledger.batches(view.logical_topic, states=[BatchState.COMMITTED])[::-1]
+    drained = ledger.batches(view.logical_topic, states=[BatchState.COMMITTED, BatchState.FAILED])[::-1]
+    committed = [b for b in drained if b.state is BatchState.COMMITTED or b.replay_of_committed]
     return replace(view, committed={tp: tuple(b for b in committed if tp in b.partitions) for tp in wanted})
 
 
@@ -196,17 +199,21 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
     reasons: list[str] = []
     recorded: list[str] = []
     contended = False
+    put_back: dict[str, Batch] = {}
     for action in decision.actions:
         if isinstance(action, FailDeadRun):
             for run_id in runs.fail(action.batch.batch_id, action.run_ids, action.why):
                 _info(log, f"{name}: run {run_id[:8]} of {action.batch.batch_id} marked failed: {action.why}")
         elif isinstance(action, CarryOutLogChanges):
             try:
-                carry_out(edge, ledger, topic, action, log=log, max_in_flight=config.planner.max_in_flight)
+                put_back = carry_out(edge, ledger, topic, action, log=log, max_in_flight=config.planner.max_in_flight)
             except KprioError as err:  # nothing launched or planned on a decision that could not be carried out
                 done = ", ".join(d.describe() for d in action.decided)
                 return Applied(reasons=(f"{name}: could not carry out {done}: {err}",))
         elif isinstance(action, Launch):
+            if action.why is Why.REDRAIN and action.batch.batch_id in put_back:  # the batch carry_out put back
+                again = put_back[action.batch.batch_id]
+                action = Launch(again, Why.REDRAIN, again.attempts)
             launches.append(action)
         elif isinstance(action, RecordPlan):
             try:

@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,14 +94,24 @@ def spawn_detached(cmd: Sequence[str], log_path: Path, *, env: Mapping[str, str]
     """Start ``cmd`` in its own session and process group, output appended to ``log_path``.
 
     Returns the process and the log offset its output starts at. Its own session: the server
-    outlives the command that started it and ignores that terminal's Ctrl-C.
+    outlives the command that started it and ignores that terminal's Ctrl-C. It stops on SIGTERM
+    whatever this process does with it (:data:`WITH_SIGTERM`).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        cmd = [sys.executable, "-c", WITH_SIGTERM, *cmd]  # the same pid: it execs the server
     with open(log_path, "ab") as log:
         offset = log.tell()
         proc = psutil.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                             start_new_session=True, cwd=cwd, env=dict(env) if env is not None else None)
     return proc, offset
+
+
+WITH_SIGTERM = ("import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+                "os.execvp(sys.argv[1], sys.argv[1:])")
+"""Runs a server with SIGTERM at its default when this process ignores it (Dagster maps SIGTERM to SIGINT's handler,
+so an ignored SIGINT makes it ignored): an ignored signal is inherited, and a JVM keeps an ignored SIGTERM ignored,
+so every stop would wait out its deadline and kill the server (a broker's logs, a registry's store closed unclean)."""
 
 
 def _group_members(pgid: int) -> list[psutil.Process]:

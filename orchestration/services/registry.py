@@ -5,13 +5,18 @@ put in kprio's cache (``scripts/setup.sh`` builds it; the first start builds it 
 detached and bound to 127.0.0.1. Clients speak the Confluent-compatible API at
 ``http://127.0.0.1:<port>/apis/ccompat/v7`` (confluent-kafka's ``SchemaRegistryClient`` and
 serializers work against it). Its storage is an H2 database in the data dir, so schemas and their
-ids survive a restart: a record's schema id must still resolve after the registry comes back.
+ids survive a restart: a record's schema id must still resolve after the registry comes back. H2
+writes each commit before the registry answers (``WRITE_DELAY=0``; by default it wrote up to half a
+second later, so a registry killed then lost schemas a serializer had been told were registered), and a
+restarted registry is ready once its store serves every subject it held when it stopped (it is stopped
+again, and says so, when it does not: left serving, it would make the records naming them dead letters).
 
 A data dir holds::
 
     registry.log          the JVM's output
     db/                   the H2 database (schemas, versions, ids, compatibility settings)
     kprio-registry.json   while it runs: port, pid and start time, for status/stop from another process
+    kprio-registry-held.json  from a stop to the next start: how many subjects it held then
 
 A state file whose process is gone (a killed registry) is stale: it is removed and never blocks a
 start. A pid counts only while its process is the JVM of this data dir started at the recorded time.
@@ -62,6 +67,7 @@ DEFAULT_DATA_DIR = Path("kprio-data/registry")
 DEFAULT_PORT = 8081
 LOG_FILE = "registry.log"
 STATE_FILE = "kprio-registry.json"
+HELD_FILE = "kprio-registry-held.json"
 LOCK_FILE = ".kprio-registry.lock"
 DB_DIR = "db"
 CCOMPAT_PATH = "/apis/ccompat/v7"
@@ -268,7 +274,7 @@ class EmbeddedRegistry:
             cmd = [self._java(), *JVM_OPTIONS, *os.environ.get(ENV_JVM_OPTIONS, "").split(),
                    f"-Dkprio.registry.dir={self.data_dir}",
                    f"-Dquarkus.http.host={self.host}", f"-Dquarkus.http.port={port}",
-                   f"-Dquarkus.datasource.jdbc.url=jdbc:h2:file:{database}",
+                   f"-Dquarkus.datasource.jdbc.url=jdbc:h2:file:{database};WRITE_DELAY=0",
                    # A small pool: the defaults (20 to 100 connections) are for a shared server.
                    "-Dquarkus.datasource.jdbc.initial-size=2", "-Dquarkus.datasource.jdbc.min-size=2",
                    "-Dquarkus.datasource.jdbc.max-size=16",
@@ -284,7 +290,8 @@ class EmbeddedRegistry:
                 return process.poll() is not None or answers(self._base(), timeout_s=1.0, auth=self._probe_auth())
 
             up = wait_for(ready, self.start_timeout_s, interval_s=0.2)
-            if up and process.poll() is None:
+            short = self._short_of_held() if up and process.poll() is None else None
+            if up and process.poll() is None and short is None:
                 return self
             code = process.poll()
             with contextlib.suppress(TimeoutError):
@@ -294,6 +301,8 @@ class EmbeddedRegistry:
                               skip=lambda line: not any(m in line for m in ("ERROR", "Exception", "Error")))
             if reason in ("(empty log)", "(no log)"):
                 reason = log_tail(self.log_path, log_from, lines=3)
+            if short is not None:
+                raise self._error(short)
             if code is not None:
                 raise self._error(f"it exited with code {code} (log {self.log_path}): {reason}")
             raise self._error(f"it did not answer at {self._base()} within {self.start_timeout_s:g} s "
@@ -317,6 +326,34 @@ class EmbeddedRegistry:
                         for i, name in enumerate(self._users)]
         return options
 
+    def _subjects(self) -> list[str] | None:
+        """The subjects the running registry serves (None: it does not answer)."""
+        import httpx
+
+        try:
+            with httpx.Client(timeout=5.0, auth=self._probe_auth(), verify=self.tls is None) as client:
+                response = client.get(f"{self._base()}{CCOMPAT_PATH}/subjects")
+        except httpx.HTTPError:
+            return None
+        return response.json() if response.status_code == 200 else None
+
+    def _short_of_held(self) -> str | None:
+        """Why the store of a registry just started does not serve what it held when it stopped (None: it does)."""
+        record = StateFile(self.data_dir / HELD_FILE)
+        held = int((record.read() or {}).get("subjects", 0))
+        found: list[int] = []
+
+        def serves_all() -> bool:
+            found[:] = [len(self._subjects() or ())]
+            return found[0] >= held
+
+        if not held or wait_for(serves_all, self.start_timeout_s, interval_s=0.2):
+            record.remove()  # checked: a later crash and start have nothing to compare with
+            return None
+        return (f"its store serves {found[0]} of the {held} subjects it held when it stopped "
+                f"({self.data_dir / DB_DIR}: lost or not loaded); to start it with what it has, remove "
+                f"{self.data_dir / HELD_FILE}")
+
     def _probe_auth(self) -> tuple[str, str] | None:
         return next(iter(self._users.items()), None)
 
@@ -331,8 +368,13 @@ class EmbeddedRegistry:
         if self._read_state() is None:
             return False  # nothing recorded runs here: a stop writes nothing
         with self._locked():
-            proc = self._process(self._read_state())
+            state = self._read_state()
+            proc = self._process(state)
             if proc is not None:
+                self.port = state.port
+                subjects = self._subjects()
+                if subjects is not None:  # what a restart must serve again (a registry that does not answer: as before)
+                    StateFile(self.data_dir / HELD_FILE).write({"subjects": len(subjects)})
                 try:
                     stop_process(proc, self.stop_timeout_s)
                 except TimeoutError as err:

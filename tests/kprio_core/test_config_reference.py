@@ -192,6 +192,7 @@ CHANGES: dict[str, Any] = {
     "verdict.expected_commit_s": 5.0,
     "verdict.stop_factor": 5.0,
     "verdict.allowed_lag": 100,
+    "verdict.intervals": 5,
     "verdict.window_s": 60.0,
     "lineage.enabled": True,
     "lineage.namespace": "billing",
@@ -289,6 +290,7 @@ PROBES: dict[str, Callable[[KprioConfig], object]] = {
     "verdict.expected_commit_s": lag_verdict_policy,
     "verdict.stop_factor": lag_verdict_policy,
     "verdict.allowed_lag": lag_verdict_policy,
+    "verdict.intervals": lag_verdict_policy,
 }
 
 
@@ -346,7 +348,7 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "spark.connect_port": ("orchestration.services.spark_connect", "SparkConnectServer.__init__", "starts a server"),
     "spark.connect_dir": ("orchestration.services.spark_connect", "SparkConnectServer.__init__", "starts a server"),
     "ledger.url": ("kprio_core.ledger.ledger", "Ledger.from_settings", "the changed URL names a Postgres server"),
-    "verdict.window_s": ("orchestration.observe.judging", "judge_topic", NEEDS_SNAPSHOT),
+    "verdict.window_s": ("orchestration.observe.judging", "remember", NEEDS_SNAPSHOT),
     "lineage.enabled": ("orchestration.observe.lineage", "emit_committed", NEEDS_COMMIT),
     "lineage.namespace": ("orchestration.observe.lineage", "batch_event", NEEDS_COMMIT),
     "lineage.transport": ("orchestration.observe.lineage", "client_of", NEEDS_COMMIT),

@@ -211,3 +211,41 @@ def test_backlog_samples_are_what_each_plan_saw_by_snapshot(ledger: Ledger, cloc
     assert isinstance(samples[0], BacklogSample)
     assert ledger.backlog_samples("orders", start + timedelta(seconds=2), clock.now) == samples[1:], "the window"
     assert ledger.backlog_samples("payments", start, clock.now) == []
+
+
+# --------------------------------------------------------------------------------- commit samples
+
+
+def test_each_commit_is_a_sample_per_moved_partition_with_its_log_end(ledger: Ledger, clock: Clock):
+    """The lag verdict's ring: the newest commits of each partition, oldest first, with the lag at commit time."""
+    from kprio_core.ledger import CommitSample
+    from kprio_core.model.results import CommitReport
+
+    started = clock.now
+    for i in range(4):
+        batch = drain_and_check(ledger, ledger.record_plan(make_plan((10 * i, 10 * i + 10))))
+        clock.tick(10)
+        moves = {("orders-2", 0): (10 * i or None, 10 * i + 10)}
+        if i == 3:  # one commit moves another partition too, and one partition's end is not known
+            moves[("orders-2", 1)] = (None, 5)
+        ledger.mark_committed(batch.batch_id, CommitReport.of(moves, {}), log_ends={("orders-2", 0): 10 * i + 25})
+    other = drain_and_check(ledger, ledger.record_plan(make_plan((0, 3), topic="payments")))
+    ledger.mark_committed(other.batch_id, CommitReport.of({("payments-2", 0): (None, 3)}, {}))
+
+    at = [started + timedelta(seconds=10 * (i + 1)) for i in range(4)]
+    assert ledger.commit_samples("orders", 3) == [
+        CommitSample("orders-2", 0, at[1], 20, 35), CommitSample("orders-2", 0, at[2], 30, 45),
+        CommitSample("orders-2", 0, at[3], 40, 55), CommitSample("orders-2", 1, at[3], 5, None)]
+    assert [s.committed for s in ledger.commit_samples("payments", 10)] == [3]
+
+
+def test_only_the_newest_commit_samples_of_a_partition_are_kept(ledger: Ledger, clock: Clock):
+    from kprio_core.ledger.samples import SAMPLES_KEPT
+
+    for i in range(SAMPLES_KEPT + 3):
+        clock.tick()
+        drain_check_commit(ledger, ledger.record_plan(make_plan((i, i + 1))))
+    with ledger._engine.begin() as conn:
+        kept = conn.exec_driver_sql("SELECT committed FROM kprio_commit_samples ORDER BY id").scalars().all()
+    assert kept == list(range(4, SAMPLES_KEPT + 4))
+    assert [s.committed for s in ledger.commit_samples("orders", 2)] == [SAMPLES_KEPT + 2, SAMPLES_KEPT + 3]

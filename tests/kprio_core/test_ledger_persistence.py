@@ -74,7 +74,7 @@ def test_ranges_are_stored_once(ledger: Ledger):
     assert not {"records", "est_bytes"} & columns
     assert {t for t in tables if t.startswith("kprio_")} == {
         "kprio_meta", "kprio_batches", "kprio_ranges", "kprio_events", "kprio_topic_locks", "kprio_partitions",
-        "kprio_log_events", "kprio_launches"}
+        "kprio_log_events", "kprio_launches", "kprio_commit_samples"}
 
 
 def test_from_settings_creates_the_parent_directory(tmp_path: Path):

@@ -61,6 +61,8 @@ def test_lifecycle_holds_leases_split_and_derived_state_on_postgres(pg_url: str)
         assert ledger.poll_history("orders", 3).counts(2) == [10], "the split-off batch was part of its parent's poll"
         assert ledger.throughput("orders") == 5.0, "20 records in 4 s"
         assert [s.records for s in ledger.drained_since("orders", clock.now)] == [10, 10]
+        assert [(s.partition, s.committed) for s in ledger.commit_samples("orders", 5)] == [(0, 10), (1, 10)], (
+            "the lag verdict's window: each partition's commits")
         ledger_id = ledger.ledger_id
     with Ledger(pg_url) as again:
         assert again.ledger_id == ledger_id and again.get("b-000502").state is S.COMMITTED

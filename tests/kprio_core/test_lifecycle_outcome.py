@@ -1,4 +1,4 @@
-"""What follows a drain and its checks, case by case: one numbered row per situation, with why."""
+"""What follows a drain, its checks and its commit, case by case: one numbered row per situation, with why."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from kprio_core.lifecycle.outcome import (
     Cause,
     FailWhole,
     GoOn,
+    MarkCommitted,
     Publish,
     RangeDrained,
     Recheck,
     SplitOff,
     after_checks,
+    after_commit,
     after_drain,
     passes_by_itself,
     run_failure_passes,
@@ -22,6 +24,8 @@ from kprio_core.model.offsets import OffsetRange
 A, B, C = (OffsetRange("orders-2", p, 0, 10) for p in range(3))
 R = OffsetRange("gone-1", 0, 0, 10)
 """A range on a topic recreated since the plan."""
+P0 = OffsetRange("orders-0", 0, 0, 10)
+"""A range of another priority."""
 
 
 def ok(rng: OffsetRange) -> RangeDrained:
@@ -63,6 +67,10 @@ DRAIN_CASES = [
      [ok(A), failed(B, True)], (), False, FailWhole(Cause.DRAIN, True)),
     (14, "a replay whose every range drained goes on",
      [ok(A), ok(B)], (), False, GoOn((A, B))),
+    (15, "two priorities' drains failed, priority 2's for a passing cause, priority 0's not: one split per priority, "
+         "so priority 2's is retried by itself and never waits for the person priority 0's needs",
+     [failed(A, True), failed(P0, False), ok(B)], (), True,
+     GoOn((B,), (SplitOff((P0,), Cause.DRAIN, False), SplitOff((A,), Cause.DRAIN, True)))),
 ]
 
 
@@ -129,3 +137,58 @@ RUN_FAILURE_CASES = [
                          ids=[f"{c[0]}" for c in RUN_FAILURE_CASES])
 def test_whether_a_run_that_died_fails_its_batch_as_passing(n, why, error_transient, isolated, expected):
     assert run_failure_passes(error_transient, isolated=isolated) is expected, f"case {n}: {why}"
+
+
+# --- after the commit -----------------------------------------------------------------------------
+
+HI, LO = OffsetRange("orders-2", 0, 40, 50), OffsetRange("orders-1", 0, 80, 90)
+LO2 = OffsetRange("orders-1", 1, 80, 90)
+GONE = OffsetRange("gone-1", 0, 80, 90)
+P2, P1, P1B = ("orders-2", 0), ("orders-1", 0), ("orders-1", 1)
+
+# (n, why, ranges, written, stands after the commit, topics of another log, expected)
+COMMIT_CASES = [
+    (1, "every partition written: the batch is committed whole",
+     [HI, LO], {P2, P1}, {P2: 50, P1: 90}, (), MarkCommitted((HI, LO))),
+    (2, "a partition committed already (a re-drain, a group moved forward past it): committed, nothing split",
+     [HI, LO], {P2}, {P2: 50, P1: 120}, (), MarkCommitted((HI, LO))),
+    (3, "priority 1's group moved back below the batch while it was in flight: only its range is split off, to wait "
+        "for the re-drain (transient: no attempt spent); priority 2's commits",
+     [HI, LO], {P2}, {P2: 50, P1: 30}, (),
+     MarkCommitted((HI,), (SplitOff((LO,), Cause.GROUP_BEHIND, True),))),
+    (4, "the whole group moved back (both partitions of priority 1): both ranges in one split",
+     [HI, LO, LO2], {P2}, {P2: 50, P1: 30, P1B: 10}, (),
+     MarkCommitted((HI,), (SplitOff((LO, LO2), Cause.GROUP_BEHIND, True),))),
+    (5, "one partition of the moved group only: its other partition commits",
+     [LO, LO2], {P1B}, {P1: 30, P1B: 90}, (), MarkCommitted((LO2,), (SplitOff((LO,), Cause.GROUP_BEHIND, True),))),
+    (6, "the group's offsets gone under the batch (nothing committed): it waits for the restore alike",
+     [HI, LO], {P2}, {P2: 50, P1: None}, (), MarkCommitted((HI,), (SplitOff((LO,), Cause.GROUP_BEHIND, True),))),
+    (7, "the move came after this commit wrote it: committed (the tick sees the move and re-drains it)",
+     [HI, LO], {P2, P1}, {P2: 50, P1: 30}, (), MarkCommitted((HI, LO))),
+    (8, "nothing of the batch committed, its groups behind it: it fails whole, transient, for the move",
+     [LO, LO2], set(), {P1: 30, P1B: 10}, (), FailWhole(Cause.GROUP_BEHIND, True)),
+    (9, "a topic recreated since the plan: its range split off for a person, never written; the rest commits",
+     [HI, GONE], {P2}, {P2: 50}, ("gone-1",), MarkCommitted((HI,), (SplitOff((GONE,), Cause.LOG_CHANGED, False),))),
+    (10, "not written and the group inside the batch's range (its records below the log's start now): split, "
+         "not transient",
+     [HI, LO], {P2}, {P2: 50, P1: 85}, (), MarkCommitted((HI,), (SplitOff((LO,), Cause.COMMIT, False),))),
+    (13, "both priorities' groups moved under a batch of only their ranges (two moves at once): nothing to commit, "
+         "it fails whole, transient, and waits for both re-drains",
+     [HI, LO], set(), {P2: 10, P1: 30}, (), FailWhole(Cause.GROUP_BEHIND, True)),
+    (14, "two priorities' groups moved, a third range committed: one split per priority, so neither waits for the "
+         "other's re-drain",
+     [HI, LO, OffsetRange("orders-0", 0, 0, 5)], {("orders-0", 0)}, {P2: 10, P1: 30, ("orders-0", 0): 5}, (),
+     MarkCommitted((OffsetRange("orders-0", 0, 0, 5),), (SplitOff((LO,), Cause.GROUP_BEHIND, True),
+                                                         SplitOff((HI,), Cause.GROUP_BEHIND, True)))),
+    (11, "another log and a group behind: two splits, another log's first",
+     [HI, LO, GONE], {P2}, {P2: 50, P1: 30}, ("gone-1",),
+     MarkCommitted((HI,), (SplitOff((GONE,), Cause.LOG_CHANGED, False), SplitOff((LO,), Cause.GROUP_BEHIND, True)))),
+    (12, "nothing committed, one range behind, one on another log: fails whole, not transient (a person decides)",
+     [LO, GONE], set(), {P1: 30}, ("gone-1",), FailWhole(Cause.LOG_CHANGED, False)),
+]
+
+
+@pytest.mark.parametrize(("n", "why", "ranges", "written", "stands", "other_log", "expected"), COMMIT_CASES,
+                         ids=[f"{c[0]}" for c in COMMIT_CASES])
+def test_what_follows_the_commit(n, why, ranges, written, stands, other_log, expected):
+    assert after_commit(ranges, written=written, stands=stands, other_log=other_log) == expected, f"case {n}: {why}"

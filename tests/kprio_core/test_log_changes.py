@@ -39,7 +39,7 @@ def belief(committed=None, topic_id="A", incarnation=1):
 
 
 def committing(committed, *ends):
-    """A belief with checked batches whose ranges end at ``ends`` (their commits may be under way)."""
+    """A belief with batches in flight whose ranges end at ``ends`` (their commits may be under way)."""
     return with_commits_under_way({("o-2", 0): belief(committed)}, [R("o-2", 0, committed, e) for e in ends])[("o-2", 0)]
 
 
@@ -144,6 +144,29 @@ def test_beliefs_follow_kprio_commits_and_recorded_decisions(tmp_path):
         assert ledger.beliefs("orders")[r.topic_partition].topic_id == "ID"
 
 
+def test_a_commit_that_finds_the_group_past_its_end_raises_the_belief_to_its_end():
+    """Someone moved the group forward past a batch in flight: its commit writes nothing there, yet kprio drained
+    up to the batch's end; only the offsets beyond it are someone else's skip (never lowered: a re-drain's end)."""
+    from kprio_core.model.results import CheckReport, CommitReport
+    from tests.kprio_core.ledger_support import make_plan, result_for
+
+    with Ledger("sqlite://") as ledger:
+        b = ledger.record_plan(make_plan((0, 10)))
+        [r] = b.plan.offset_ranges()
+        ledger.mark_drained(b.batch_id, result_for(b))
+        ledger.mark_checked(b.batch_id, CheckReport(()))
+        ledger.remember("orders", [Belief(r.topic, r.partition, None, 1, 0)])
+        ledger.mark_committed(b.batch_id, CommitReport.of({}, {r.topic_partition: "already committed at 25"}),
+                              reached={r.topic_partition: 10})
+        assert ledger.beliefs("orders")[r.topic_partition].committed == 10
+        ledger.remember("orders", [Belief(r.topic, r.partition, None, 1, 40)])
+        replay = ledger.replay(b.batch_id)
+        ledger.mark_drained(replay.batch_id, result_for(replay))
+        ledger.mark_checked(replay.batch_id, CheckReport(()))
+        ledger.mark_committed(replay.batch_id, CommitReport(), reached={r.topic_partition: 10})
+        assert ledger.beliefs("orders")[r.topic_partition].committed == 40
+
+
 def test_a_v2_ledger_without_the_new_tables_gets_them(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.db'}"
     Ledger(url).close()
@@ -154,6 +177,26 @@ def test_a_v2_ledger_without_the_new_tables_gets_them(tmp_path):
     with Ledger(url) as ledger:
         assert ledger.beliefs("orders") == {} and ledger.log_events() == []
     assert {"kprio_partitions", "kprio_log_events"} <= set(inspect(engine).get_table_names())
+    engine.dispose()
+
+
+def test_a_v2_ledger_without_commit_samples_gets_them_from_its_committed_batches(tmp_path):
+    """The verdict's window of a ledger made before kprio kept commit samples: its committed batches' commits,
+    at their commit time, log end unknown."""
+    from tests.kprio_core.ledger_support import drain_check_commit, make_plan
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with Ledger(url) as ledger:
+        first = drain_check_commit(ledger, ledger.record_plan(make_plan((0, 10))))
+        second = drain_check_commit(ledger, ledger.record_plan(make_plan((10, 25))))
+        ledger.record_plan(make_plan((25, 30)))  # not committed: no sample
+    engine = create_engine(url)
+    with engine.begin() as conn:  # the ledger as a kprio before the samples wrote it
+        conn.exec_driver_sql("DROP TABLE kprio_commit_samples")
+    with Ledger(url) as ledger:
+        samples = ledger.commit_samples("orders", 10)
+    assert [(s.topic, s.partition, s.at, s.committed, s.log_end) for s in samples] == [
+        ("orders-2", 0, first.committed_at, 10, None), ("orders-2", 0, second.committed_at, 25, None)]
     engine.dispose()
 
 
@@ -296,3 +339,141 @@ def test_a_gap_retention_left_with_nothing_after_it_is_recorded_when_allowed(all
     assert [d.outcome for d in decided] == ([outcome] if outcome else []), why
     if outcome:
         assert (decided[0].target, decided[0].decided_by, holds) == (400, "policy", ()), why
+
+
+# --- a group moved back: re-drained once per move, step by step, only what the move touched -------
+
+def drained(batch_id, *ranges, state=None, **more):
+    """A drained batch of ``ranges`` (``(priority, partition, start, end)``) of the logical topic ``o``."""
+    from kprio_core.ledger import BatchState
+    from kprio_core.lifecycle.examples import T0
+    from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+    from kprio_core.model.records import Batch
+
+    planned = tuple(PlannedRange(p, R(f"o-{p}", q, s, e), est_bytes=e - s) for p, q, s, e in ranges)
+    plan = DrainPlan("o", "lag-aware", 50, None, {}, {}, planned)
+    return Batch(batch_id, "o", state or BatchState.COMMITTED, plan, more.pop("attempts", 1), T0, T0, **more)
+
+
+def moved(partition, group, believed=30, priority=1):
+    return Change(f"o-{priority}", partition, S.MOVED_BACK, believed, group, 0, 50)
+
+
+def recorded(change, group):
+    """The partition's last recorded change: the re-drain decided when the group stood at ``group``."""
+    from datetime import UTC, datetime
+
+    from kprio_core.model.records import LogEvent
+
+    return LogEvent(1, "o", change.topic, change.partition, 1, S.MOVED_BACK.value, O.REDRAIN.value, "rule",
+                    change.believed, group, None, 0, 50, datetime(2026, 1, 1, tzinfo=UTC), None)
+
+
+def _failed_redrain(**more):
+    from kprio_core.ledger import BatchState
+
+    return drained("b-000001", (1, 0, 0, 10), (2, 0, 0, 10), state=BatchState.FAILED, replay_of_committed=True,
+                   reason="values_match_schema failed", **more)
+
+
+B1 = drained("b-000001", (1, 0, 0, 10), (1, 1, 0, 10), (2, 0, 0, 10))   # every priority, both partitions of o-1
+B2 = drained("b-000002", (1, 0, 10, 20), (1, 1, 10, 20))
+B3 = drained("b-000003", (1, 0, 20, 30), (1, 1, 20, 30))
+
+
+def redrain_cases():
+    from kprio_core.lifecycle.examples import T0
+
+    soon = T0.replace(minute=5)
+    return [
+        # (n, why, changes, drained batches, slots in use, last recorded, expected [(partition, batch, ranges, new
+        #  decision)], a phrase of a hold, a person needed)
+        (1, "one partition moved back: the range covering where its group stands is re-drained; a new decision",
+         [moved(0, 5)], [B1, B2, B3], {}, {}, [(0, "b-000001", ["o-1[0]@[0,10)"], True)], None, False),
+        (2, "the same move a tick later, the group moved by the re-drain's commit: carried on, not decided again",
+         [moved(0, 10)], [B1, B2, B3], {}, {0: 5}, [(0, "b-000002", ["o-1[0]@[10,20)"], False)], None, False),
+        (3, "moved back below where the re-drain had reached: a move of its own, decided (and recorded) again",
+         [moved(0, 3)], [B1, B2, B3], {}, {0: 10}, [(0, "b-000001", ["o-1[0]@[0,10)"], True)], None, False),
+        (4, "a batch over two priorities: only the moved priority's range is re-drained, priority 2's range stays "
+            "and its slot, full, does not stop it",
+         [moved(0, 5, believed=10)], [B1], {2: ["b-000009"]}, {}, [(0, "b-000001", ["o-1[0]@[0,10)"], True)], None,
+         False),
+        (5, "the whole group moved back, one batch covers both partitions: one re-drain of both ranges",
+         [moved(0, 5), moved(1, 2)], [B1, B2, B3], {}, {},
+         [(0, "b-000001", ["o-1[0]@[0,10)", "o-1[1]@[0,10)"], True), (1, None, [], True)], None, False),
+        (6, "the partitions stand in different batches: the older batch first; the other waits for the slot, so "
+            "every re-drain commits from where its group stands (never a gap)",
+         [moved(0, 15), moved(1, 5)], [B1, B2, B3], {}, {},
+         [(0, None, [], True), (1, "b-000001", ["o-1[1]@[0,10)"], True)], "waits for a slot of priority 1", False),
+        (7, "the moved priority's slot is taken (the batch the move overtook is in flight): it waits, held",
+         [moved(0, 5)], [B1, B2, B3], {1: ["b-000004"]}, {}, [(0, None, [], True)],
+         "re-drain of b-000001 waits for a slot of priority 1 (b-000004 in flight)", False),
+        (8, "a failed re-drain covers it and its backoff is over: it is drained again",
+         [moved(0, 5, believed=10)], [_failed_redrain(retry_at=T0)], {}, {0: 5},
+         [(0, "b-000001", ["o-1[0]@[0,10)"], False)], None, False),
+        (9, "a failed re-drain still backing off: it waits, held by it as by a failed batch (retried at its time)",
+         [moved(0, 5, believed=10)], [_failed_redrain(retry_at=soon)], {}, {0: 5}, [(0, None, [], False)],
+         "retried by itself at 00:05:00 UTC", False),
+        (10, "a failed re-drain out of attempts: held for a person, naming the batch to retry",
+         [moved(0, 5, believed=10)], [_failed_redrain(attempts=3)], {}, {0: 5}, [(0, None, [], False)],
+         "fix the cause, then kprio retry b-000001", True),
+    ]
+
+
+@pytest.mark.parametrize(("n", "why", "changes", "batches", "slots", "last", "expected", "phrase", "person"),
+                         redrain_cases(), ids=[f"{c[0]}" for c in redrain_cases()])
+def test_a_moved_back_group_is_re_drained_once_per_move_step_by_step(n, why, changes, batches, slots, last,
+                                                                   expected, phrase, person):
+    from kprio_core.lifecycle.examples import T0
+    from kprio_core.lifecycle.log_rules import decide_log_changes
+
+    events = {(c.topic, c.partition): recorded(c, last[c.partition]) for c in changes if c.partition in last}
+    decided, holds = decide_log_changes(
+        changes, P.HOLD, False, drained=lambda t, q: [b for b in batches if (t, q) in b.partitions], redraining=(),
+        slots=slots, max_in_flight=1, last=events, now=T0.replace(minute=1), max_attempts=3)
+    got = [(d.change.partition, d.redrain[0].batch.batch_id if d.redrain else None,
+            [str(r) for r in d.redrain[0].ranges] if d.redrain else [], not d.continuing) for d in decided]
+    assert got == expected, f"case {n}: {why}"
+    assert {d.outcome for d in decided} == {O.REDRAIN}, f"case {n}: {why}"
+    assert [(h.topic, h.partition) for h in holds] == [(c.topic, c.partition) for c in changes], "each one held"
+    assert any(h.exhausted for h in holds) is person, f"case {n}: {why}"
+    if phrase is not None:
+        from kprio_core.lifecycle.holds import describe_holds
+
+        assert phrase in describe_holds(holds), (f"case {n}: {why}", describe_holds(holds))
+
+
+def test_a_move_back_with_no_drained_range_under_it_is_held_for_a_person():
+    from kprio_core.lifecycle.log_rules import decide_log_changes
+
+    [d], [h] = decide_log_changes([moved(0, 5)], P.HOLD, False, drained=lambda t, q: [B2, B3], redraining=())
+    assert d.outcome is O.HOLD and h.exhausted and "no drained ranges covering it" in h.reason
+
+
+def test_the_ledger_re_drains_a_part_of_a_committed_batch_as_a_batch_of_its_own():
+    """Priority 1's group moved back under a batch that also drained priority 2: its priority-1 range alone is
+    put back (a new planned batch, the committed one keeps the rest); all of a batch's ranges: the batch itself."""
+    from kprio_core.ledger import BatchState
+    from kprio_core.model.drain_plan import DrainPlan, PlannedRange
+    from kprio_core.model.results import CheckReport, CommitReport
+    from tests.kprio_core.ledger_support import result_for
+
+    both = DrainPlan("o", "lag-aware", 50, None, {}, {}, (PlannedRange(2, R("o-2", 0, 0, 10), est_bytes=10),
+                                                         PlannedRange(1, R("o-1", 0, 0, 10), est_bytes=10)))
+    with Ledger("sqlite://") as ledger:
+        b = ledger.record_plan(both)
+        ledger.mark_drained(b.batch_id, result_for(b))
+        ledger.mark_checked(b.batch_id, CheckReport(()))
+        ledger.mark_committed(b.batch_id, CommitReport.of({("o-2", 0): (None, 10), ("o-1", 0): (None, 10)}, {}))
+        with pytest.raises(ValueError, match="is not a range of the batch"):
+            ledger.redrain(b.batch_id, [R("o-1", 0, 0, 5)])
+        part = ledger.redrain(b.batch_id, [R("o-1", 0, 0, 10)], max_in_flight=1)
+        assert (part.state, part.replay_of_committed, part.parent, part.attempts, part.priorities) == (
+            BatchState.PLANNED, True, b.batch_id, 1, frozenset({1}))
+        assert [str(r) for r in part.plan.offset_ranges()] == ["o-1[0]@[0,10)"]
+        assert part.committed_at == ledger.get(b.batch_id).committed_at, "its offsets were committed before"
+        rest = ledger.get(b.batch_id)
+        assert rest.state is BatchState.COMMITTED and [str(r) for r in rest.plan.offset_ranges()] == ["o-2[0]@[0,10)"]
+        assert ledger.blocking_predecessors(part.batch_id) == [], "a re-drain blocks nothing and waits for nothing"
+        assert ledger.redrain(b.batch_id, [R("o-2", 0, 0, 10)]).batch_id == b.batch_id, "all its ranges: a replay"
+        assert ledger.get(b.batch_id).state is BatchState.PLANNED

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 
 import pytest
 from typer.testing import CliRunner
 
 from orchestration.cli.main import app
 from orchestration.services.process import pid_alive
+from orchestration.services.registry import EmbeddedRegistry, RegistryProcessError
 
 pytestmark = pytest.mark.registry
 
@@ -91,3 +94,77 @@ def test_a_build_maven_cannot_do_fails_in_one_line_naming_its_log(tmp_path, monk
     assert line.startswith("Maven could not build Apicurio Registry 0.0.1.Nope: ")
     assert "io.apicurio:apicurio-registry:pom:0.0.1.Nope" in line
     assert caught.value.where.endswith("/build/maven.log") and (tmp_path / "cache").exists()
+
+
+# --- a restart keeps what the registry acknowledged (issue 53: Avro records dead-lettered after a restart) -------
+
+
+def registered(url: str, subjects: list[str]) -> dict[str, int]:
+    """Register a schema of its own under each subject; the ids the registry answered."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": url})
+    return {s: client.register_schema(s, Schema(json.dumps({**ORDER_V1, "name": f"Order{i}"}), "AVRO"))
+            for i, s in enumerate(subjects)}
+
+
+def served(url: str) -> dict[str, int]:
+    """Each subject the registry serves, with its latest schema id (a fresh client: nothing cached)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": url})
+    return {s: client.get_latest_version(s).schema_id for s in client.get_subjects()}
+
+
+def test_a_schema_the_registry_acknowledged_survives_a_kill(tmp_path):
+    """Its H2 store writes a commit before the registry answers: a crash, or a stop that had to kill it, loses no
+    schema a serializer was told is registered (H2 wrote them up to half a second later: a kill lost them)."""
+    registry = EmbeddedRegistry(tmp_path / "registry", start_timeout_s=120)
+    acknowledged: dict[str, int] = {}
+    try:
+        registry.start()
+        for i in range(4):
+            acknowledged |= registered(registry.url, [f"killed-{i}-value"])
+            registry.kill()  # at once, as a crash would
+            registry.start()
+        assert served(registry.url) == acknowledged
+    finally:
+        registry.stop()
+
+
+def test_a_stop_is_graceful_when_the_process_that_started_it_ignores_sigterm(tmp_path):
+    """Dagster maps SIGTERM to SIGINT's handler (an ignored SIGINT: an ignored SIGTERM), and a JVM keeps a SIGTERM it
+    was started with ignored: every stop of such a registry waited out its deadline and killed it (its store closed
+    unclean). It is started with SIGTERM as it should be, and stops gracefully."""
+    registry = EmbeddedRegistry(tmp_path / "registry", start_timeout_s=120, stop_timeout_s=60)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        registry.start()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    try:
+        acknowledged = registered(registry.url, ["graceful-value"])
+    finally:
+        registry.stop()
+    assert "kprio-registry stopped in" in registry.log_path.read_text(), "Quarkus' own shutdown, not a SIGKILL"
+    with registry:
+        assert served(registry.url) == acknowledged
+
+
+def test_a_restarted_registry_serves_what_it_held_or_does_not_start(tmp_path):
+    """Ready means its store serves every subject it held when it stopped: one that came back without them (its
+    store lost, or not loaded) is not left serving (it would make every record naming them a dead letter)."""
+    registry = EmbeddedRegistry(tmp_path / "registry", start_timeout_s=120)
+    with registry:
+        acknowledged = registered(registry.url, ["held-a-value", "held-b-value"])
+    with registry:
+        assert served(registry.url) == acknowledged
+    shutil.rmtree(tmp_path / "registry" / "db")  # the store lost between a stop and a start
+    try:
+        with pytest.raises(RegistryProcessError) as caught:
+            registry.start()
+    finally:
+        registry.stop()  # nothing to stop when it refused, as it must
+    line = str(caught.value)
+    assert "\n" not in line and "its store serves 0 of the 2 subjects it held when it stopped" in line, line
+    assert not registry.status().running

@@ -6,8 +6,9 @@ ledger's commits as the verdict's window and the broker's present:
 - caught up: every priority OK, freshness passes;
 - records arrive and nothing drains them for longer than the expected cadence: STOP (the drain stopped),
   and the urgent priority's freshness objective fails, its likely cause "no commit lately";
-- the group's offset of the bulk priority moved back outside kprio: REWIND, until the drain took the
-  records again;
+- the group's offset of the bulk priority moved back outside kprio (Kafka's admin API): REWIND, until the
+  drain took the records again, while the other priority keeps its own verdict; and a move back kprio holds
+  for ``kprio reset`` (below what kprio drained): REWIND with the hold's words, the other priority OK;
 - a batch fails its checks (a record that is no JSON, ``quality.invalid: block``) and holds its partition:
   ERR, with the hold's words;
 - ``kprio lag --watch`` draws the same per-priority verdicts;
@@ -43,6 +44,18 @@ def write(env, tmp_path, **sections) -> str:
     path = tmp_path / f"kprio-{len(list(tmp_path.glob('kprio-*.yaml')))}.yaml"
     path.write_text(yaml.safe_dump(raw))
     return str(path)
+
+
+def move_group(kafka_settings, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Move a consumer group's committed offsets as an operator does (``kafka-consumer-groups --reset-offsets``):
+    Kafka's admin API, outside kprio."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka_settings.client_config())  # kept until the answer: a client gone takes its future
+    tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+    moved = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result(timeout=60)
+    assert [tp.error for tp in moved.topic_partitions] == [None] * len(tps)
 
 
 def lag_json(config: str) -> dict:
@@ -106,14 +119,17 @@ def test_each_verdict_from_a_real_scenario(make_topic, kprio_env, kafka_settings
     assert "STOP" in table.stdout and f"priority 1: STOP: {topic.priority_topic(1)}[0]: 10 records" in table.stdout
     assert "priority 1: freshness fail: " in table.stdout
 
-    # The bulk priority's group moved back by a person, outside kprio; a slow cadence keeps STOP out of it.
+    # The bulk priority's group moved back by a person with Kafka's admin API, outside kprio; a slow cadence
+    # (records younger than 30 min at a caught-up partition are not late) keeps STOP out of both priorities.
     slow = write(env, tmp_path, verdict={"expected_commit_s": 600})
     t0 = topic.priority_topic(0)
-    env.edge.set_committed(topic, {(t0, 0): 20})
-    rewound = lag_json(slow)["priorities"]["0"]
+    move_group(kafka_settings, topic.priority_group(0), {(t0, 0): 20})
+    moved = lag_json(slow)["priorities"]
+    rewound = moved["0"]
     assert rewound["verdict"]["state"] == "REWIND", rewound
     assert "committed offset moved back from 60 to 20" in rewound["verdict"]["reason"]
     assert rewound["partitions"][0]["state"] == "reset back outside kprio"
+    assert moved["1"]["verdict"]["state"] == "OK", "the other priority keeps its own verdict"
 
     # The drain takes the records moved back again (kprio's rule for a reset back), and the verdict is OK again.
     report = drain_loop.drain(env.defs, dagster_instance, config=env.config, until=Until.EMPTY, log_level="WARNING")
@@ -132,6 +148,35 @@ def test_each_verdict_from_a_real_scenario(make_topic, kprio_env, kafka_settings
                             terminal_width=200)
     assert watched.exit_code == 0, watched.output
     assert "redraw 2" in watched.stdout and "ERR" in watched.stdout and topic.name in watched.stdout
+
+
+def test_a_group_moved_back_and_held_for_the_move_is_rewind_and_the_other_priority_keeps_its_verdict(
+        make_topic, kprio_env, kafka_settings, dagster_instance, tmp_path):
+    now_ms = int(time.time() * 1000)
+    topic = make_topic(priorities=2, partitions=1, records={1: 30, 0: 30}, base_ts_ms=now_ms)
+    t1, group = topic.priority_topic(1), topic.priority_group(1)
+    move_group(kafka_settings, group, {(t1, 0): 10})  # a consumer took [0,10) before kprio
+    env = kprio_env(topic, verdict={"expected_commit_s": 600})
+    report = drain_loop.drain(env.defs, dagster_instance, config=env.config, until=Until.EMPTY, log_level="WARNING")
+    assert report.ok, report.stopped
+    config = write(env, tmp_path)
+    assert {p: d["verdict"]["state"] for p, d in lag_json(config)["priorities"].items()} == {"1": "OK", "0": "OK"}
+
+    # An operator moves priority 1's group back to 5, below what kprio drained ([10,30)): no batch of kprio's to
+    # re-drain [5,10) with, so its tick holds the partition for kprio reset.
+    move_group(kafka_settings, group, {(t1, 0): 5})
+    moved = lag_json(config)["priorities"]
+    assert moved["1"]["verdict"]["state"] == "REWIND", moved["1"]
+    assert f"{t1}[0]: committed offset moved back from 30 to 5 " in moved["1"]["verdict"]["reason"]
+    assert moved["0"]["verdict"]["state"] == "OK", moved["0"]
+
+    drain_loop.drain(env.defs, dagster_instance, config=env.config, until=Until.ONCE, log_level="WARNING")
+    held = lag_json(config)["priorities"]
+    assert held["1"]["verdict"]["state"] == "REWIND", held["1"]
+    assert "committed offset moved back from 30 to 5" in held["1"]["verdict"]["reason"]
+    assert "waits for kprio reset" in held["1"]["verdict"]["reason"], "the hold's words, for the person it waits for"
+    assert held["1"]["partitions"][0]["verdict"] == "REWIND"
+    assert held["0"]["verdict"] == {"state": "OK", "reason": "1 partition OK, 0 records waiting"}
 
 
 def test_watch_and_json_do_not_go_together(tmp_path):

@@ -44,7 +44,7 @@ def full_metrics() -> KprioMetrics:
     m.record_commit("orders", 2, at_s=1_700_000_000.0, latency_s=3.2)
     m.set_holds("orders", {(0, HoldReason.FAILED_BATCH): 1})
     m.set_runs_in_flight("orders", 2)
-    seen = (Observation(0, 0, 100), Observation(50, 80, 200))
+    seen = (Observation(0, 0, 100, commit=True), Observation(30, 80, 200, commit=True), Observation(50, 80, 260))
     m.set_verdicts("orders", [judge_priority(2, [PartitionWindow("orders-2", 0, 2, seen)], now_s=60,
                                              policy=VerdictPolicy(20))])
     m.set_freshness("orders", [FreshnessResult("orders", 2, Freshness.WARN, 50.0, Objective(60), None, "line")])
