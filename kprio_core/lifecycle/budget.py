@@ -41,6 +41,18 @@ def free_priorities(wanted: Collection[Priority], full: Mapping[Priority, Sequen
     return {p for p in wanted if p not in full}
 
 
+def bulk_lane_free(workers: int, bulk_running: int) -> bool:
+    """Whether a batch that drains none of its topic's most urgent priority may start: the warm workers run
+    ``workers.count`` runs at once, the first kept for the most urgent priorities (the urgent lane), so the bulk
+    lane takes ``workers - 1`` (a lone worker takes either); a bulk batch planned beyond that would wait for a
+    worker while it holds its slots.
+
+    >>> bulk_lane_free(2, 0), bulk_lane_free(2, 1), bulk_lane_free(1, 0), bulk_lane_free(3, 1)
+    (True, False, True, True)
+    """
+    return bulk_running < max(1, workers - 1)
+
+
 def throttled_priorities(tracker: RateQuotaTracker, backlog: Mapping[Priority, int], wanted: Collection[Priority],
                          now_s: float) -> dict[Priority, float]:
     """Priorities with backlog that are over their rate quota, with the seconds they must wait."""

@@ -35,7 +35,9 @@ earlier rule holds):
    a failed batch whose partition lost offsets so is not retried into the gap until that setting is made
    (:func:`_wait_for_the_loss_decision`);
 8. :func:`free_priorities` — a priority whose ``planner.max_in_flight`` slots are taken sits
-   this plan out, so urgent work never waits for a bulk batch of another priority;
+   this plan out, so urgent work never waits for a bulk batch of another priority; and while the warm
+   workers' bulk lane runs as many batches as it has workers (:func:`bulk_lane_free`), only the most urgent
+   priority is planned: the pool's size and the slots agree on what runs at once;
 9. :func:`throttled_priorities` — a priority over its rate quota sits this plan out;
 10. :func:`batch_budget` — the record budget, sized to ``planner.target_batch_s`` from the
     throughput the ledger measured;
@@ -81,6 +83,7 @@ from kprio_core.errors import BrokerUnreachable, KprioError
 from kprio_core.lifecycle.budget import (
     batch_budget,
     batch_objectives,
+    bulk_lane_free,
     free_priorities,
     only,
     open_backlog,
@@ -424,6 +427,11 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
     free = free_priorities(with_backlog, full)  # 8
     draft.waiting += [f"priority {p} waits for its slot ({', '.join(full[p])} in flight)"
                       for p in sorted(with_backlog - free, reverse=True)]
+    if not bulk_lane_free(config.workers.count, inputs.bulk_running):  # 8b: only the urgent lane has a worker
+        draft.waiting += [f"priority {p} waits for a worker of the bulk lane ({inputs.bulk_running} bulk batches run, "
+                          f"workers.count {config.workers.count})" for p in sorted(free - {topic.priorities - 1},
+                                                                                    reverse=True)]
+        free &= {topic.priorities - 1}
     throttled = throttled_priorities(rate_tracker(config, view.rate_samples), backlog, free, now.timestamp())  # 9
     usable = free - set(throttled)
     if not usable:

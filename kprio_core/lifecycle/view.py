@@ -104,3 +104,6 @@ class TickInputs:
     cause: str | None = None
     """What the driver's probe before the tick found wrong with the outputs (None: nothing, or not probed):
     transient failures wait for it to pass (``orchestration.runtime.healing``)."""
+    bulk_running: int = 0
+    """Batches in flight of every logical topic that drain none of their topic's most urgent priority: the runs the
+    bulk lane of the warm workers holds (:func:`~kprio_core.lifecycle.budget.bulk_lane_free`)."""

@@ -135,12 +135,13 @@ def gather_all(runs: Runs | None, edge: Edge, ledger: LedgerPort, config: KprioC
         lags = edge.snapshots(asks, now_ms=int(now.timestamp() * 1000))
     except KprioError as err:  # an unreachable broker or a missing topic is a reason, not a crash
         lags = {topic.name: err for topic in topics}
+    bulk = sum(1 for topic, _, _, view in read for b in view.in_flight if topic.priorities - 1 not in b.priorities)
     out = []
     for topic, seen, dead, view in read:
         lag = lags[topic.name]
         if not isinstance(lag, KprioError):
             view = with_committed(view, ledger, needs_committed(lag, view, config))
-        out.append(TickInputs(view, lag, seen, dead, now, driver or this_owner(""), fresh_start, cause))
+        out.append(TickInputs(view, lag, seen, dead, now, driver or this_owner(""), fresh_start, cause, bulk))
     return out
 
 

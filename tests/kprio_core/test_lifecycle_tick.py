@@ -202,6 +202,13 @@ CASES = [
      moved_back(5, 20, others=7, committed=COVERED, in_flight=(two_priorities("b-000003", BatchState.DRAINED, 20,
                                                                                30, owner="r1@host-a:100"),)),
      Verdict.BUSY, [], None, "priority 2 waits for its slot (b-000003 in flight)"),
+    (33, "the warm workers' bulk lane runs its one batch (workers.count 2, one bulk batch of another topic in "
+         "flight): only the most urgent priority is planned, the others wait for a bulk worker",
+     inputs(lag=snapshot(backlog={2: 30, 1: 20, 0: 10}), bulk_running=1), Verdict.PLAN, [], {2},
+     "priority 1 waits for a worker of the bulk lane (1 bulk batches run, workers.count 2)"),
+    (34, "the bulk lane busy and nothing urgent waiting: nothing is planned, and the reason says why",
+     inputs(lag=snapshot(backlog={1: 20, 0: 10}), bulk_running=1), Verdict.BUSY, [], None,
+     "priority 0 waits for a worker of the bulk lane"),
 ]
 
 
