@@ -77,7 +77,8 @@ from orchestration.dagster.tags import (
     SENSOR_NAME_TAG,
 )
 from orchestration.dagster.workers import dagster_api
-from orchestration.dagster.workers.pool import BULK, Submission, WorkerPool, workers_for
+from orchestration.dagster.workers.lanes import BULK
+from orchestration.dagster.workers.pool import Submission, WorkerPool, workers_for
 from orchestration.dagster.workers.protocol import ByConfig
 from orchestration.runtime.healing import cause_seen_after, probe_causes
 from orchestration.runtime.leases import this_owner

@@ -35,7 +35,7 @@ MODULES = [
     "orchestration.dagster.resource_fields",
     "orchestration.dagster.resources",
     "orchestration.dagster.tags",
-    "orchestration.dagster.workers.pool",
+    "orchestration.dagster.workers.lanes",
     "orchestration.dagster.workers.server",
     "orchestration.demo.avro_values",
     "orchestration.demo.layout",

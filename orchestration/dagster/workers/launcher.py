@@ -36,7 +36,7 @@ from orchestration.dagster.workers.dagster_api import (
     RunLauncher,
     WorkerStatus,
 )
-from orchestration.dagster.workers.pool import BULK
+from orchestration.dagster.workers.lanes import BULK
 from orchestration.dagster.workers.protocol import ByOrigin, Hello, Submit, Terminate
 from orchestration.dagster.workers.server import WorkerPoolUnavailable, call, ensure
 from orchestration.runtime.leases import owner_dead

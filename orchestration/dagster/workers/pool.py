@@ -8,7 +8,7 @@ of the instance's home (:mod:`orchestration.dagster.workers.server`). A worker
 ``workers.count`` workers, so that many runs at once. With two or more, worker 0 is the urgent lane:
 it takes the runs that drain a logical topic's most urgent priority (the run's ``kprio/lane`` tag), and
 the others are the bulk lane, started ``workers.bulk_nice`` steps nicer, so their Spark JVM and its Python
-workers yield the CPU to an urgent run beside them (:func:`pick`). A bulk run never takes the urgent
+workers yield the CPU to an urgent run beside them (:func:`~orchestration.dagster.workers.lanes.pick`). A bulk run never takes the urgent
 worker: an urgent run never waits behind one.
 
 One thread of the pool watches every worker's socket and process. A worker that dies (kill -9, OOM)
@@ -30,9 +30,9 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -42,17 +42,16 @@ from orchestration.dagster.workers.protocol import (
     Ended,
     Execute,
     JobSource,
+    Launched,
     LogRoute,
     Ready,
     Stop,
     Warm,
 )
+from orchestration.dagster.workers.lanes import BULK, lanes, pick
 from orchestration.runtime.tags import LANE_TAG
 
 LOGGER = logging.getLogger("kprio.workers")
-URGENT, BULK, BOTH = "urgent", "bulk", "both"
-"""The lanes, as the runs' ``kprio/lane`` tag names them (:data:`orchestration.runtime.tags.LANE_TAG`); a pool
-of one worker has one lane for both."""
 _ACTIVE: list[WorkerPool] = []
 """The pool this process made active (:meth:`WorkerPool.activate`), as Spark keeps an active session."""
 RESTART_BACKOFF_S = (1.0, 5.0, 30.0)
@@ -73,34 +72,6 @@ def workers_for(spark: SparkSettings, limits: WorkersSettings, workers: WorkerPo
         yield pool
 
 
-def lanes(count: int) -> tuple[str, ...]:
-    """The lane of each worker: the first is the urgent lane once there are two or more.
-
-    >>> lanes(1), lanes(3)
-    (('both',), ('urgent', 'bulk', 'bulk'))
-    """
-    return (BOTH,) if count == 1 else (URGENT, *(BULK,) * (count - 1))
-
-
-def pick(lane: str, free: Sequence[tuple[int, str]]) -> int | None:
-    """The free worker (index, lane) a run of ``lane`` goes to, None: it waits.
-
-    An urgent run takes the urgent worker, else any free one; a bulk run takes a bulk worker, never the
-    urgent one; the one worker of a pool of one takes either.
-
-    >>> pick("urgent", [(1, "bulk"), (0, "urgent")]), pick("urgent", [(1, "bulk")]), pick("bulk", [(0, "urgent")])
-    (0, 1, None)
-    >>> pick("bulk", [(0, "urgent"), (2, "bulk")]), pick("bulk", []), pick("bulk", [(0, "both")])
-    (2, None, 0)
-    """
-    same = [i for i, worker_lane in free if worker_lane in (lane, BOTH)]
-    if same:
-        return same[0]
-    if lane == URGENT and free:
-        return free[0][0]
-    return None
-
-
 @dataclass
 class Submission:
     """A run handed to the pool: its instance (to report what happens to it), how to execute it, its lane."""
@@ -110,7 +81,6 @@ class Submission:
     job: JobSource
     lane: str = BULK
     tick_after: bool = False
-    queued_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -129,6 +99,8 @@ class Slot:
     pid: int | None = None
     recycle: bool = False
     """Replace this worker once its run ended (:meth:`WorkerPool.recycle`)."""
+    last: Submission | None = None
+    """The run it executed last (what the runs its idle tick launches share: the instance, the job)."""
 
 
 class WorkerPool:
@@ -316,10 +288,13 @@ class WorkerPool:
                 self._cannot_start(slot, message.why)
             elif isinstance(message, Ended):
                 self._ended(slot, message)
+            elif isinstance(message, Launched) and slot.last is not None:  # its idle tick (records arrived)
+                for run_id in message.run_ids:
+                    self._launch_follow_up(slot.last, run_id)
 
     def _ended(self, slot: Slot, message: Ended) -> None:
         done = slot.running
-        slot.running = None
+        slot.running, slot.last = None, done or slot.last
         if done is not None and message.status == "FAILURE":
             self._fail(done, f"the kprio worker (pid {slot.pid}) could not execute it: {message.retire}")
         elif done is not None:
@@ -394,7 +369,8 @@ class WorkerPool:
         slot.proc, slot.conn, slot.pid = proc, Connection(mine.detach()), proc.pid
         slot.ready, slot.running, slot.started_at, slot.recycle = False, None, time.monotonic(), False
         nice = self.limits.bulk_nice if slot.lane == BULK else 0
-        self._send(slot, Warm(self.spark, self.limits, f"{self.name}-{slot.index}", nice, self.log))
+        self._send(slot, Warm(self.spark, self.limits, f"{self.name}-{slot.index}", nice, self.log,
+                              watch=slot.lane != BULK))
 
     def _output(self) -> tuple[Any, Any]:
         """A worker's standard output and error: the log file, the pool's own (inherited), or nowhere."""

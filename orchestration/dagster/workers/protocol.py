@@ -56,6 +56,9 @@ class Warm:
     name: str
     nice: int = 0
     log: LogRoute = LogRoute()
+    watch: bool = False
+    """Between runs under the daemon, watch the ends of the most urgent priorities' partitions (every
+    ``sensor.watch_s``) and tick as soon as records arrive there with their slot free (the urgent lane's worker)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,13 @@ class CannotStart:
     """The worker could not warm up: one line of why (its Spark client, an import)."""
 
     why: str
+
+
+@dataclass(frozen=True)
+class Launched:
+    """Runs an idle worker's tick created (records arrived on an urgent priority): the pool launches them."""
+
+    run_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)

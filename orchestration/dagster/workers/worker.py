@@ -44,6 +44,7 @@ from orchestration.dagster.workers.protocol import (
     Ended,
     Execute,
     JobSource,
+    Launched,
     Ready,
     Stop,
     Warm,
@@ -80,6 +81,9 @@ class Worker:
         """The last ``(config, definitions)`` built for :class:`ByConfig` runs (a drain has one configuration)."""
         self._drivers: dict[Any, Any] = {}
         """Per configuration, what a tick needs that outlives it: the ledger and the Kafka edge."""
+        self._watching: tuple[Execute, Any, Any, Any, dict] | None = None
+        """After a tick under the daemon (``Warm.watch``): the run it followed, its instance, job and ended run, and
+        the most urgent priorities' partition ends it saw, which :meth:`idle` watches."""
         self._stack = ExitStack()
 
     def start(self) -> None:
@@ -178,6 +182,8 @@ class Worker:
         missing = runs.missing_partitions([*turn.partitions, *(r.partition_key for r in turn.requests)])
         if missing:
             instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, missing)
+        if self.warm.watch:
+            self._watching = (order, instance, job, ended, urgent_ends(turn.decisions, config))
         created = []
         for request in turn.requests:
             tags = {**request.tags, PARTITION_TAG: request.partition_key, RUN_KEY_TAG: request.run_key,
@@ -185,6 +191,35 @@ class Worker:
             created.append(dagster_api.create_run(instance, job, tags=tags, run_config=ended.run_config,
                                                   like=ended).run_id)
         return tuple(created)
+
+    def idle(self) -> tuple[str, ...]:
+        """Between runs: when records arrived on a most urgent priority whose slot no batch in flight holds, the
+        tick that plans them, and the runs it created (a tick as after a run); else nothing."""
+        if self._watching is None:
+            return ()
+        order, instance, job, ended, seen = self._watching
+        config = order.job.config if isinstance(order.job, ByConfig) else self._code_location_config()
+        ledger, edge = self._driver(config)
+        from kprio_core.errors import KprioError
+
+        try:
+            ends = edge.ends(seen)
+        except KprioError:
+            return ()  # the broker does not answer: the sensor's tick says so
+        arrived = {key[0] for key, end in ends.items() if end > seen[key]}
+        seen.update(ends)
+        tops = {t.priority_topic(t.priorities - 1): t for t in config.topics}
+        free = [t for name, t in tops.items() if name in arrived
+                and sum(t.priorities - 1 in b.priorities for b in ledger.in_flight(t.name)) < config.planner.max_in_flight]
+        return self._tick(order, instance, job, ended) if free else ()
+
+    def watch_s(self) -> float | None:
+        """How long to wait for the pool's next message before :meth:`idle` looks again (None: just wait)."""
+        if self._watching is None:
+            return None
+        order = self._watching[0]
+        config = order.job.config if isinstance(order.job, ByConfig) else self._code_location_config()
+        return config.sensor.watch_s
 
     def _code_location_config(self) -> Any:
         from kprio_core.config import load_config
@@ -209,10 +244,24 @@ class Worker:
             self.provider.stop()
 
 
-def orders(conn: Connection) -> Iterator[Execute]:
-    """The runs the pool hands this worker, until it says stop or goes away."""
+def urgent_ends(decisions: Any, config: Any) -> dict[tuple[str, int], int]:
+    """The readable end of every partition of each logical topic's most urgent priority, as a tick saw them."""
+    tops = {t.name: t.priorities - 1 for t in config.topics}
+    return {(p.topic, p.partition): p.readable_end for d in decisions if d.snapshot is not None
+            for p in d.snapshot.partitions if p.priority == tops.get(d.topic)}
+
+
+def orders(conn: Connection, worker: Worker | None = None) -> Iterator[Execute]:
+    """The runs the pool hands this worker, until it says stop or goes away; while none comes, the worker watches
+    (:meth:`Worker.idle`, every ``sensor.watch_s``) and tells the pool what its tick launched."""
     while True:
         try:
+            watch_s = worker.watch_s() if worker is not None else None
+            if watch_s is not None and not conn.poll(watch_s):
+                launched = worker.idle()
+                if launched:
+                    conn.send(Launched(launched))
+                continue
             message = conn.recv()
         except (EOFError, OSError):  # the pool is gone: nobody would hear of another run
             return
@@ -252,7 +301,7 @@ def _serve(conn: Connection, warm: Warm, started: float) -> int:
         return 1
     conn.send(Ready(os.getpid(), time.monotonic() - started))
     try:
-        for order in orders(conn):
+        for order in orders(conn, worker):
             try:
                 ended = worker.execute(order)
             except Exception as err:  # noqa: BLE001 - a fault of the worker, not of the run: it fails, the worker leaves
