@@ -3,7 +3,8 @@
 Someone moves a priority's group with Kafka's admin API (what ``kafka-consumer-groups --reset-offsets``
 does): back, forward, to the earliest or the latest offset, one partition or the whole group. Each case
 forces the move at a named point of the batch in flight: a real ``kprio drain --follow`` child process is
-stopped there (``KPRIO_PAUSE_AT``, orchestration/runtime/faults.py), the group is moved, the process resumed:
+stopped there (``KPRIO_PAUSE_AT``, orchestration/runtime/faults.py: the drain itself at a point of its tick, the warm
+worker executing the run at a point of a run, while the drain ticks on), the group is moved, the process resumed:
 
 - ``after-snapshot``: the tick took its lag snapshot and plans from it after the move (a stale plan);
 - ``before-publish``: the batch drained its ranges, publishes after the move;
@@ -17,17 +18,16 @@ them; no more batches fail than moves were made; and the move is decided (and re
 
 from __future__ import annotations
 
-import os
 import signal
 from dataclasses import dataclass
 
-import psutil
 import pytest
 
 from kprio_core.kafka.client import new_admin
 from kprio_core.ledger import BatchState, Ledger
 from orchestration.services.process import wait_for
 from tests.fixtures.kafka import fill
+from tests.fixtures.paused import paused, resume
 from tests.orchestration.conservation import conservation, lag
 from tests.orchestration.test_recovery import CHILD_TIMEOUT_S, child_config, finish, kill_group, output_of, start
 
@@ -92,12 +92,12 @@ def test_a_group_moved_while_a_batch_is_in_flight_converges_and_holds_no_other_p
     proc = start(config, tmp_path, "--follow", KPRIO_PAUSE_AT=f"{move.point}:{topic.name}",
                  KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
     try:
-        assert wait_for(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED, CHILD_TIMEOUT_S,
-                        interval_s=0.2), output_of(proc)[-2000:]
+        assert wait_for(lambda: paused(proc), CHILD_TIMEOUT_S, interval_s=0.2), output_of(proc)[-2000:]
+        stopped = paused(proc)
         snap = {(p.topic, p.partition): p for p in env.edge.snapshot(topic, now_ms=0).partitions}
         offsets = {tp: target(move.how, snap[tp].committed, snap[tp].high_watermark) for tp in moved}
         move_group(kafka_settings, topic.priority_group(move.moved), offsets)
-        os.kill(proc.pid, signal.SIGCONT)
+        resume(stopped)
         with Ledger(env.config.ledger.url) as ledger:
             assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not ledger.in_flight(topic.name)
                             and not ledger.batches(topic.name, states=[BatchState.FAILED]),
@@ -108,7 +108,7 @@ def test_a_group_moved_while_a_batch_is_in_flight_converges_and_holds_no_other_p
         assert proc.wait(timeout=120) == 0, output_of(proc)[-3000:]
     finally:
         if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGCONT)
+            resume(paused(proc))
         kill_group(proc)
 
     with Ledger(env.config.ledger.url) as ledger:
