@@ -258,7 +258,11 @@ def orders(conn: Connection, worker: Worker | None = None) -> Iterator[Execute]:
         try:
             watch_s = worker.watch_s() if worker is not None else None
             if watch_s is not None and not conn.poll(watch_s):
-                launched = worker.idle()
+                try:
+                    launched = worker.idle()
+                except Exception:  # noqa: BLE001 - the watch is a shortcut: the sensor's tick still comes
+                    LOGGER.exception("the idle watch of kprio worker %s failed", worker.warm.name)
+                    launched = ()
                 if launched:
                     conn.send(Launched(launched))
                 continue
