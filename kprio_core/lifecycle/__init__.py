@@ -44,20 +44,11 @@ from kprio_core.lifecycle.decision import (
     RecordPlan,
     Skip,
     TickAction,
+    TickState,
     Verdict,
 )
-from kprio_core.lifecycle.holds import (
-    describe_hold,
-    describe_holds,
-    held_partitions,
-    lost_partitions,
-)
-from kprio_core.lifecycle.log_rules import (
-    Decided,
-    LogDecisions,
-    log_decisions,
-    needs_committed,
-)
+from kprio_core.lifecycle.holds import describe_hold, describe_holds, held_partitions
+from kprio_core.lifecycle.log_rules import log_decisions, lost_partitions, needs_committed
 from kprio_core.lifecycle.outcome import (
     Cause,
     FailWhole,
@@ -93,6 +84,7 @@ from kprio_core.lifecycle.runs import (
 )
 from kprio_core.lifecycle.tick import decide_tick
 from kprio_core.lifecycle.view import Lag, LedgerView, TickInputs
+from kprio_core.model.log_state import Decided, LogDecisions
 
 __all__ = [
     "BatchRuns",
@@ -126,6 +118,7 @@ __all__ = [
     "Step",
     "TickAction",
     "TickInputs",
+    "TickState",
     "Verdict",
     "Wait",
     "WaitWhy",
