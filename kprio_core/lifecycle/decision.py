@@ -113,11 +113,6 @@ class Decision:
     """What a probe sees now that transient failures wait for (an output root, the broker), if anything."""
 
     @property
-    def action(self) -> Verdict:
-        """The verdict (the name ``kprio plan --json`` shows it under)."""
-        return self.verdict
-
-    @property
     def acts(self) -> bool:
         """True when a driver has something to carry out for the topic (anything but a skip).
 
