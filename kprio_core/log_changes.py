@@ -362,8 +362,3 @@ def in_flight_blocks_reset(change: Change, new_incarnation: bool, in_flight: Seq
 
 NEEDS_RECORD: frozenset[LogState] = frozenset(LogState) - {LogState.OK, LogState.LOST_TO_RETENTION}
 """States recorded in the ledger as events (retention gaps have their own record: the plan's ``lost``)."""
-
-
-def changes_of(changes: Sequence[Change]) -> tuple[Change, ...]:
-    """The changes worth saying (every state but ok), in partition order."""
-    return tuple(sorted((c for c in changes if c.state is not LogState.OK), key=lambda c: (c.topic, c.partition)))

@@ -5,8 +5,9 @@ tick (the Dagster sensor, ``kprio drain``) does for one logical topic (heal, lau
 and :mod:`kprio_core.lifecycle.run`, what one run of a batch does given the ledger and its lease
 (drain, re-drain, take over, commit only, wait, nothing, fail); :mod:`kprio_core.lifecycle.outcome`
 decides what follows a run's drain, its checks and its commit (go on, split off, fail whole, publish,
-mark committed, transient or not), for a replay too. :mod:`kprio_core.lifecycle.loop` decides what
-``kprio drain``'s loop
+mark committed, transient or not), for a replay too; :mod:`kprio_core.lifecycle.run_machine` is the order of a
+run's stages, which the runtime executes. :mod:`kprio_core.lifecycle.log_rules` holds the tick's rules about
+changes of the log kprio did not make. :mod:`kprio_core.lifecycle.loop` decides what ``kprio drain``'s loop
 does after a tick (tick again, when, or stop and why).
 
 A batch's states are :class:`kprio_core.model.states.BatchState` and the one table of allowed moves is
@@ -44,20 +45,11 @@ from kprio_core.lifecycle.decision import (
     RecordPlan,
     Skip,
     TickAction,
+    TickState,
     Verdict,
 )
-from kprio_core.lifecycle.holds import (
-    describe_hold,
-    describe_holds,
-    held_partitions,
-    lost_partitions,
-)
-from kprio_core.lifecycle.log_rules import (
-    Decided,
-    LogDecisions,
-    log_decisions,
-    needs_committed,
-)
+from kprio_core.lifecycle.holds import describe_hold, describe_holds, held_partitions
+from kprio_core.lifecycle.log_rules import log_decisions, lost_partitions, needs_committed
 from kprio_core.lifecycle.outcome import (
     Cause,
     FailWhole,
@@ -93,6 +85,7 @@ from kprio_core.lifecycle.runs import (
 )
 from kprio_core.lifecycle.tick import decide_tick
 from kprio_core.lifecycle.view import Lag, LedgerView, TickInputs
+from kprio_core.model.log_state import Decided, LogDecisions
 
 __all__ = [
     "BatchRuns",
@@ -126,6 +119,7 @@ __all__ = [
     "Step",
     "TickAction",
     "TickInputs",
+    "TickState",
     "Verdict",
     "Wait",
     "WaitWhy",

@@ -1,4 +1,5 @@
-"""What one tick decided for one logical topic: typed actions for a driver to carry out, and what waits.
+"""What one tick decided for one logical topic: typed actions for a driver to carry out, and what waits; and the
+decision in the making, :class:`TickState`, which the tick's rules pass on (:mod:`kprio_core.lifecycle.tick`).
 
 The actions, in the order a driver carries them out (``orchestration.runtime.tick.apply``):
 
@@ -12,15 +13,17 @@ The actions, in the order a driver carries them out (``orchestration.runtime.tic
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
+from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import KprioError
 from kprio_core.lifecycle.holds import describe_holds
-from kprio_core.lifecycle.log_rules import Decided
 from kprio_core.lifecycle.runs import Launch
-from kprio_core.log_changes import Change, Superseded
+from kprio_core.lifecycle.view import TickInputs, passing_cause
 from kprio_core.model.drain_plan import DrainPlan
+from kprio_core.model.log_state import Change, Decided, LogDecisions, Superseded
+from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.priority import Priority
 from kprio_core.model.records import Batch, Hold
 from kprio_core.model.snapshot import LagSnapshot
@@ -110,11 +113,6 @@ class Decision:
     """What a probe sees now that transient failures wait for (an output root, the broker), if anything."""
 
     @property
-    def action(self) -> Verdict:
-        """The verdict (the name ``kprio plan --json`` shows it under)."""
-        return self.verdict
-
-    @property
     def acts(self) -> bool:
         """True when a driver has something to carry out for the topic (anything but a skip).
 
@@ -164,3 +162,86 @@ class Decision:
         if self.holds:
             parts.append(describe_holds(self.holds))
         return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class TickState:
+    """One tick of one logical topic as its rules pass it on: the inputs, and what the rules before decided.
+
+    Each rule of :data:`kprio_core.lifecycle.tick.RULES` returns a new state; the first that settles the
+    verdict ends the planning, and :meth:`decision` is the answer.
+    """
+
+    config: KprioConfig
+    topic: TopicSettings
+    inputs: TickInputs
+    wanted: frozenset[Priority]
+    """The priorities a plan may take: every one, or those a person asked for (the manual plan job)."""
+    record_budget: int | None = None
+    """A person's record budget (the manual plan job); None: the configured one."""
+    manual: bool = False
+    """A person's plan: the one batch asked for, never split."""
+    dead_runs: tuple[FailDeadRun, ...] = ()
+    launches: tuple[Launch, ...] = ()
+    waiting: tuple[str, ...] = ()
+    holds: tuple[Hold, ...] = ()
+    slots: Mapping[Priority, tuple[str, ...]] = field(default_factory=dict)
+    """Per priority, the batches that take its slots: in flight, then those this tick retries or re-drains."""
+    log: LogDecisions = LogDecisions()
+    snapshot: LagSnapshot | None = None
+    """The lag snapshot as it stands once the log's decisions are carried out (None: there is none)."""
+    reserved: tuple[OffsetRange, ...] = ()
+    """What no plan takes: the ranges in flight and the held partitions."""
+    backlog: Mapping[Priority, int] = field(default_factory=dict)
+    free: frozenset[Priority] = frozenset()
+    """The priorities the plan takes: with backlog outside the reservations, then a free slot, not throttled."""
+    throttled: Mapping[Priority, float] = field(default_factory=dict)
+    plans: tuple[DrainPlan, ...] = ()
+    verdict: Verdict | None = None
+    reason: str | None = None
+    error: KprioError | None = None
+    retry_in_s: float | None = None
+
+    @classmethod
+    def start(cls, config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *,
+              priorities: Iterable[Priority] | None = None, record_budget: int | None = None) -> TickState:
+        """Nothing decided yet: the slots the batches in flight take."""
+        wanted = frozenset(range(topic.priorities) if priorities is None else priorities)
+        return cls(config, topic, inputs, wanted, record_budget, priorities is not None or record_budget is not None,
+                   slots={p: tuple(ids) for p, ids in inputs.view.slots().items()})
+
+    @property
+    def full(self) -> dict[Priority, tuple[str, ...]]:
+        """The priorities whose ``planner.max_in_flight`` slots are all taken, with the batches taking them."""
+        return {p: ids for p, ids in self.slots.items() if len(ids) >= self.config.planner.max_in_flight}
+
+    def taking(self, taken: Iterable[tuple[str, Iterable[Priority]]]) -> dict[Priority, tuple[str, ...]]:
+        """The slots once each batch of ``taken`` (its id, its priorities) takes one of each of its priorities."""
+        slots = dict(self.slots)
+        for batch_id, priorities in taken:
+            for p in priorities:
+                slots[p] = (*slots.get(p, ()), batch_id)
+        return slots
+
+    def ends(self, verdict: Verdict, reason: str | None = None, **more: object) -> TickState:
+        """The state with its verdict settled: no rule after this one plans."""
+        return replace(self, verdict=verdict, reason=reason, **more)
+
+    def decision(self) -> Decision:
+        """The answer: a plan-less verdict becomes LAUNCH when runs are to be requested (not when blocked)."""
+        assert self.verdict is not None, "a tick ends with a verdict"
+        verdict, superseded = self.verdict, tuple(self.inputs.view.superseded)
+        if self.plans:
+            verdict = Verdict.LAUNCH if self.launches else Verdict.PLAN
+        elif self.launches and verdict is not Verdict.BLOCKED:
+            verdict = Verdict.LAUNCH
+        actions: list[TickAction] = [*self.dead_runs]
+        if self.log.changes or self.log.decided or superseded:
+            actions.append(CarryOutLogChanges(self.log.changes, self.log.decided, superseded))
+        actions += [*self.launches, *(RecordPlan(p) for p in self.plans)]
+        if not self.launches and not self.plans:
+            actions.append(Skip(self.reason or str(verdict)))
+        return Decision(self.inputs.view.logical_topic, verdict, tuple(actions), self.holds, self.waiting, self.reason,
+                        snapshot=self.snapshot, throttled=self.throttled, retry_in_s=self.retry_in_s, error=self.error,
+                        changes=self.log.changes, decided=self.log.decided, superseded=superseded,
+                        cause=passing_cause(self.inputs))

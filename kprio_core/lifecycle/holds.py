@@ -1,19 +1,16 @@
 """Held partitions: what the planner skips, and the words that tell a person why and what to do.
 
 A partition is held from an offset on by a failed batch (retried by itself, or after a person's
-``kprio retry``), by offsets lost to retention, or by a change of the log only a person decides. A
-failed batch on a partition whose group was moved back under it waits for the move's re-drain
-(:func:`waits_for_the_group`).
+``kprio retry``), by offsets lost to retention, or by a change of the log only a person decides (the
+log's holds are :mod:`kprio_core.lifecycle.log_rules`').
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
-from kprio_core.log_changes import Belief, LogState, observe
-from kprio_core.model.offsets import OffsetRange, TopicPartitionKey, held_range
-from kprio_core.model.records import Batch, Hold
-from kprio_core.model.snapshot import LagSnapshot
+from kprio_core.model.offsets import OffsetRange, held_range
+from kprio_core.model.records import Hold
 
 
 def describe_holds(holds: Sequence[Hold]) -> str:
@@ -67,58 +64,3 @@ def held_partitions(holds: Iterable[Hold]) -> tuple[OffsetRange, ...]:
     [('o-0', 1, 1200)]
     """
     return tuple(held_range(h.topic, h.partition, h.start) for h in holds)
-
-
-def lost_partitions(snapshot: LagSnapshot, allow_data_loss: bool) -> tuple[Hold, ...]:
-    """Partitions whose undrained offsets retention deleted, held unless ``drain.allow_data_loss``.
-
-    Reported alike whether or not the partition was ever committed.
-    """
-    if allow_data_loss:
-        return ()
-    return tuple(
-        Hold(topic=r.topic, partition=r.partition, start=r.start, batch_id=None, state=None,
-             reason=f"offsets [{r.start},{r.end}) lost to retention before they were drained; set "
-                    "drain.allow_data_loss to drain past them (the gap is recorded)",
-             attempts=0, retry_at=None, exhausted=True)
-        for r in snapshot.lost_to_retention()
-    )
-
-
-def moved_back(snapshot: object, beliefs: Mapping[TopicPartitionKey, Belief]) -> dict[TopicPartitionKey, int]:
-    """Partitions whose group stands below the offset kprio committed, moved back outside kprio: where it stands
-    (none when ``snapshot`` is not a lag snapshot: the broker could not be asked).
-
-    Their re-drain brings the group back to what kprio committed; until then nothing of kprio's
-    beyond it commits there (it would skip what the move asks to read again).
-
-    >>> from kprio_core.model.snapshot import PartitionLag
-    >>> lag = LagSnapshot("o", 2, (PartitionLag("o-1", 0, 1, 0, 900, 392), PartitionLag("o-0", 0, 0, 0, 900, 792)))
-    >>> moved_back(lag, {("o-1", 0): Belief("o-1", 0, committed=792), ("o-0", 0): Belief("o-0", 0, committed=792)})
-    {('o-1', 0): 392}
-    """
-    if not isinstance(snapshot, LagSnapshot):
-        return {}
-    return {(c.topic, c.partition): c.committed for c in observe(snapshot, beliefs)
-            if c.state is LogState.MOVED_BACK and c.committed is not None}
-
-
-def waits_for_the_group(batch: Batch, behind: Mapping[TopicPartitionKey, int]) -> str | None:
-    """Why a failed ``batch`` is not retried now: on a partition moved back under it (``behind``: where its group
-    stands), its range starts above the group (its commit would fail alike, an attempt spent each time); None:
-    nothing stops it.
-
-    >>> from kprio_core.lifecycle.examples import batch
-    >>> from kprio_core.model.states import BatchState
-    >>> left = batch("b-000039", state=BatchState.FAILED, priority=1, start=792, end=820, transient=True)
-    >>> print(waits_for_the_group(left, {("orders-1", 0): 392}))
-    b-000039 waits for the re-drain of orders-1[0] up to 792 (its group was moved back outside kprio to 392)
-    >>> waits_for_the_group(left, {("orders-1", 0): 792}) is None, waits_for_the_group(left, {}) is None
-    (True, True)
-    """
-    for r in sorted(batch.plan.offset_ranges()):
-        stands = behind.get(r.topic_partition)
-        if r.count and stands is not None and r.start > stands:
-            return (f"{batch.batch_id} waits for the re-drain of {r.topic}[{r.partition}] up to {r.start} (its group "
-                    f"was moved back outside kprio to {stands})")
-    return None

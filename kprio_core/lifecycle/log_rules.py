@@ -1,25 +1,25 @@
-"""Rule 7 of the tick: what to do about changes of the log kprio did not make (``kprio_core.log_changes``).
+"""The tick's rules about changes of the log kprio did not make (rule 7 of :mod:`kprio_core.lifecycle.tick`).
 
-A held partition waits for ``kprio reset``; a policy reset that would start a new incarnation under
-a batch in flight on the partition waits (held) until that batch fails or finishes; a restore, a
-policy reset or an accepted move is decided here and carried out by the driver (which records it)
-before the plan; a moved-back offset re-drains its committed batches' exact ranges, one step at a
-time in a free slot (:func:`redrain_steps`).
-
-Each change is decided once, when it is first seen: a group moved back is re-drained (or held for a
-person when the ledger has no exact ranges covering it), and the ticks after carry that decision on,
-step by step, without deciding or recording it again (:func:`same_move`), until the group stands
-where kprio left it.
+:mod:`kprio_core.log_changes` compares what kprio believes about each partition with what the cluster says;
+the rules here decide what a tick does about it, in this order (why: what is decided is carried out before
+anything is planned, so the rules after see the log as it will stand; a batch that cannot succeed on the
+log as it is gets no run before the holds are counted; the re-drains take their slots before the plan):
+:func:`decide_changes` (each change decided once, when first seen: :func:`log_decisions`),
+:func:`no_run_on_a_deleted_topic`, :func:`no_run_on_another_log`, :func:`wait_for_the_loss_decision`,
+:func:`hold_what_changed`, :func:`redrain_moved`. A failed batch whose group was moved back under it waits for
+the move's re-drain (:func:`waits_for_the_group`, which the tick's retry rule asks).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from kprio_core.config import KprioConfig, OnOffsetOutOfRange
+from kprio_core.lifecycle.decision import TickState
+from kprio_core.lifecycle.runs import Launch, Why
 from kprio_core.lifecycle.view import LedgerView
 from kprio_core.log_changes import (
     Belief,
@@ -33,6 +33,7 @@ from kprio_core.log_changes import (
     redrain_ranges,
     reset_target,
 )
+from kprio_core.model.log_state import Decided, LogDecisions, Redrain
 from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
 from kprio_core.model.priority import Priority
 from kprio_core.model.records import Batch, Hold, LogEvent, batch_number
@@ -45,66 +46,129 @@ NEW_LOG = (LogState.AHEAD_OF_LOG, LogState.TOPIC_RECREATED)
 """States where the log below the old committed offset is another log: a reset starts a new incarnation."""
 
 
-@dataclass(frozen=True)
-class Redrain:
-    """Ranges of one drained batch to drain again after their group moved back outside kprio: every range of
-    it (a replay of the batch), or those ranges alone, split off it into a batch of their own
-    (:meth:`kprio_core.ledger.Ledger.redrain`)."""
-
-    batch: Batch
-    ranges: tuple[OffsetRange, ...]
-
-    @property
-    def priorities(self) -> frozenset[Priority]:
-        """The priorities of these ranges: the slots their re-drain takes."""
-        mine = set(self.ranges)
-        return frozenset(r.priority for r in self.batch.plan.ranges if r.range in mine)
+# --- the rules of the tick, in their order --------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Decided:
-    """One change of the log and what this tick does about it (carried out by the driver, shown by ``kprio plan``)."""
-
-    change: Change
-    outcome: Outcome
-    decided_by: str = "rule"
-    """``rule`` or ``policy`` (``drain.on_offset_out_of_range``)."""
-    target: int | None = None
-    """The offset a restore or a reset commits."""
-    incarnation: int = 1
-    """The incarnation drained after this decision (+1 after a reset of a recreated or truncated log)."""
-    redrain: tuple[Redrain, ...] = ()
-    """Drained ranges re-drained (exactly) after the committed offset moved back: this tick's step."""
-    standing: bool = False
-    """A hold a person was asked to decide, still standing: nothing new to record (its event is in the ledger)."""
-    continuing: bool = False
-    """A re-drain decided on an earlier tick for this same move, carried on: nothing new to record."""
-
-    def describe(self) -> str:
-        """What was seen and what is done.
-
-        >>> c = Change("o-2", 0, LogState.COMMITTED_GONE, 70, None, 0, 90)
-        >>> Decided(c, Outcome.RESTORE, target=70).describe()
-        'o-2[0] committed offsets gone: the group has no committed offset, kprio committed 70 (expired after offsets.retention.minutes without a commit); log [0,90) -> restore 70 (rule)'
-        """
-        what = str(self.outcome)
-        if self.target is not None:
-            what += f" {self.target}"
-        if self.redrain:
-            what += " " + ", ".join(f"{r.batch.batch_id}" for r in self.redrain)
-        if self.incarnation > self.change.incarnation:
-            what += f", incarnation {self.incarnation}"
-        return f"{self.change.describe()} -> {what} ({self.decided_by})"
+def decide_changes(state: TickState) -> TickState:
+    """What to do about every change of the log (:func:`log_decisions`); what follows sees the snapshot as the
+    driver leaves it, once it committed the restores and resets decided."""
+    log = log_decisions(state.config, state.inputs.view, state.snapshot, now=state.inputs.now)
+    return replace(state, log=log, snapshot=after_decisions(state.snapshot, log.decided))
 
 
-@dataclass(frozen=True)
-class LogDecisions:
-    """Every partition's log state this tick, what is done about the changes, and the partitions they hold."""
+def no_run_on_a_deleted_topic(state: TickState) -> TickState:
+    """A batch with ranges only on a deleted priority topic cannot run (its retries would fail alike until the
+    loop gives up): no run for it, and its partitions wait under the topic-deleted hold, for a person."""
+    deleted = set(state.snapshot.deleted)
+    only_gone = {b.batch_id for b in state.inputs.view.watched() if (on := _topics_of(b)) and on <= deleted}
+    return replace(state, launches=tuple(x for x in state.launches if x.batch.batch_id not in only_gone),
+                   holds=tuple(h for h in state.holds if h.topic not in deleted))
 
-    changes: tuple[Change, ...] = ()
-    decided: tuple[Decided, ...] = ()
-    holds: tuple[Hold, ...] = ()
-    redraining: frozenset[TopicPartitionKey] = frozenset()
+
+def no_run_on_another_log(state: TickState) -> TickState:
+    """A batch whose every range is on a log recreated since it was planned (its topic id changed) cannot succeed:
+    no run for it, nor does it hold those partitions for a retry that never comes; the recreation's hold says what
+    a person decides, and the reset supersedes the batch. (A batch with other ranges runs: it splits those off
+    before it publishes.)"""
+    other = {b.batch_id: changed for b in state.inputs.view.watched()
+             if (changed := b.plan.changed_logs(state.snapshot.topic_ids)) and _topics_of(b) <= set(changed)}
+    waits = tuple(f"{x.describe()} waits: it was planned on another log of "
+                  + ", ".join(f"{t} ({why})" for t, why in sorted(other[x.batch.batch_id].items()))
+                  for x in state.launches if x.batch.batch_id in other)
+    return replace(state, launches=tuple(x for x in state.launches if x.batch.batch_id not in other),
+                   waiting=state.waiting + waits,
+                   holds=tuple(h for h in state.holds if h.batch_id not in other or h.topic not in other[h.batch_id]))
+
+
+def wait_for_the_loss_decision(state: TickState) -> TickState:
+    """No retry of a failed batch into offsets retention deleted under it: the read would fail alike (each retry
+    an attempt spent, then a person's ``kprio retry``). The batch waits for the one decision the loss's hold asks
+    for (``drain.allow_data_loss``), then is retried by itself. That hold says so for its lost partitions; its
+    others (if any) wait for the same person."""
+    if state.config.drain.allow_data_loss:
+        return state
+    lost = {(r.topic, r.partition): r for r in state.snapshot.lost_to_retention()}
+    gaps = {h.batch_id: lost[(h.topic, h.partition)] for h in state.holds
+            if h.batch_id is not None and (h.topic, h.partition) in lost}
+    stopped = [x for x in state.launches if x.why is Why.RETRY and x.batch.batch_id in gaps]
+    waits = tuple(f"{x.batch.batch_id} waits for drain.allow_data_loss: offsets [{g.start},{g.end}) of "
+                  f"{g.topic}[{g.partition}] were lost to retention" for x in stopped if (g := gaps[x.batch.batch_id]))
+    return replace(state, launches=tuple(x for x in state.launches if x not in stopped), waiting=state.waiting + waits,
+                   holds=tuple(replace(h, exhausted=True) if h.batch_id in gaps else h for h in state.holds
+                               if h.batch_id not in gaps or (h.topic, h.partition) not in lost))
+
+
+def hold_what_changed(state: TickState) -> TickState:
+    """The partitions the log's changes hold join the failed batches', and those whose offsets retention deleted
+    before they were drained (:func:`lost_partitions`)."""
+    lost = lost_partitions(state.snapshot, state.config.drain.allow_data_loss)
+    return replace(state, holds=state.holds + state.log.holds + lost)
+
+
+def redrain_moved(state: TickState) -> TickState:
+    """A re-drain decided this tick is launched (the batch the driver puts back: this one, a replay, or its ranges
+    split off it), and takes its ranges' priorities' slots like any batch: the plan sees them taken."""
+    redrains = [r for d in state.log.decided for r in d.redrain]
+    return replace(state, launches=state.launches + tuple(Launch(r.batch, Why.REDRAIN, r.batch.attempts + 1)
+                                                          for r in redrains),
+                   slots=state.taking((r.batch.batch_id, r.priorities) for r in redrains))
+
+
+def _topics_of(b: Batch) -> set[str]:
+    """The priority topics ``b`` reads records of."""
+    return {r.topic for r in b.plan.offset_ranges() if r.count}
+
+
+# --- what they decide from ------------------------------------------------------------------------
+
+
+def lost_partitions(snapshot: LagSnapshot, allow_data_loss: bool) -> tuple[Hold, ...]:
+    """Partitions whose undrained offsets retention deleted, held unless ``drain.allow_data_loss``.
+
+    Reported alike whether or not the partition was ever committed.
+    """
+    return () if allow_data_loss else tuple(
+        Hold(r.topic, r.partition, r.start, None, None, f"offsets [{r.start},{r.end}) lost to retention before they "
+             "were drained; set drain.allow_data_loss to drain past them (the gap is recorded)", 0, None, True)
+        for r in snapshot.lost_to_retention())
+
+
+def moved_back(snapshot: object, beliefs: Mapping[TopicPartitionKey, Belief]) -> dict[TopicPartitionKey, int]:
+    """Partitions whose group stands below the offset kprio committed, moved back outside kprio: where it stands
+    (none when ``snapshot`` is not a lag snapshot: the broker could not be asked).
+
+    Their re-drain brings the group back to what kprio committed; until then nothing of kprio's
+    beyond it commits there (it would skip what the move asks to read again).
+
+    >>> from kprio_core.model.snapshot import PartitionLag
+    >>> lag = LagSnapshot("o", 2, (PartitionLag("o-1", 0, 1, 0, 900, 392), PartitionLag("o-0", 0, 0, 0, 900, 792)))
+    >>> moved_back(lag, {("o-1", 0): Belief("o-1", 0, committed=792), ("o-0", 0): Belief("o-0", 0, committed=792)})
+    {('o-1', 0): 392}
+    """
+    if not isinstance(snapshot, LagSnapshot):
+        return {}
+    return {(c.topic, c.partition): c.committed for c in observe(snapshot, beliefs)
+            if c.state is LogState.MOVED_BACK and c.committed is not None}
+
+
+def waits_for_the_group(batch: Batch, behind: Mapping[TopicPartitionKey, int]) -> str | None:
+    """Why a failed ``batch`` is not retried now: on a partition moved back under it (``behind``: where its group
+    stands), its range starts above the group (its commit would fail alike, an attempt spent each time); None:
+    nothing stops it.
+
+    >>> from kprio_core.lifecycle.examples import batch
+    >>> left = batch("b-000039", state=BatchState.FAILED, priority=1, start=792, end=820, transient=True)
+    >>> print(waits_for_the_group(left, {("orders-1", 0): 392}))
+    b-000039 waits for the re-drain of orders-1[0] up to 792 (its group was moved back outside kprio to 392)
+    >>> waits_for_the_group(left, {("orders-1", 0): 792}) is None, waits_for_the_group(left, {}) is None
+    (True, True)
+    """
+    for r in sorted(batch.plan.offset_ranges()):
+        stands = behind.get(r.topic_partition)
+        if r.count and stands is not None and r.start > stands:
+            return (f"{batch.batch_id} waits for the re-drain of {r.topic}[{r.partition}] up to {r.start} (its group "
+                    f"was moved back outside kprio to {stands})")
+    return None
 
 
 def redraining_partitions(in_flight: Iterable[Batch]) -> frozenset[TopicPartitionKey]:
@@ -165,25 +229,15 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
                        last: Mapping[tuple[str, int], LogEvent] | None = None,
                        now: datetime | None = None, max_attempts: int | None = None,
                        ) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
-    """What to do about every change that is not ok, and the partitions it holds.
+    """What to do about every change that is not ok (:func:`decide_change`), and the partitions it holds; the
+    moved-back partitions' re-drains together (:func:`redrain_steps`: ``slots``, ``max_in_flight``, ``now`` and
+    ``max_attempts`` say which step goes now).
 
-    ``drained(topic, partition)``: the committed batches of that partition's current incarnation
-    (a moved-back offset re-drains their exact ranges), with the failed re-drains; ``redraining``:
-    partitions whose re-drain is in flight (held until it is done, without deciding again). Retention
-    gaps are left to :func:`kprio_core.lifecycle.holds.lost_partitions`.
-
-    A moved-back partition is re-drained one step at a time (:func:`redrain_steps`): the drained range
-    covering the offset the group stands at. Its commit moves the group to that range's end, so the
-    next tick sees the partition still moved back and carries the same decision on (``last``: the
-    partition's last recorded change, :func:`same_move`), until the group stands where kprio left it.
-
-    ``in_flight_on``: the batches in flight per partition. A policy reset that would start a new
-    incarnation waits, held, while one is (it fails or finishes on its own; a new incarnation
-    never starts under a batch that may still publish or commit the earlier one's offsets).
-
-    ``open_holds``: per partition, the hold a person was asked to decide and did not yet
-    (:meth:`kprio_core.ledger.Ledger.open_holds`). It stands whatever the log does meanwhile
-    (:func:`standing_hold`): only a person's ``kprio reset``, or the rule the user configured, ends it.
+    ``drained(topic, partition)``: the committed batches of that partition's current incarnation (a
+    moved-back offset re-drains their exact ranges), with the failed re-drains; ``redraining``: partitions
+    whose re-drain is in flight; ``in_flight_on``: the batches in flight per partition; ``open_holds``: per
+    partition, the hold a person was asked to decide and did not yet (:meth:`kprio_core.ledger.Ledger.open_holds`);
+    ``last``: the partition's last recorded change. Retention gaps are left to :func:`lost_partitions`.
 
     >>> c = Change("o-2", 0, LogState.COMMITTED_GONE, 70, None, 0, 90)
     >>> decided, holds = decide_log_changes([c], OnOffsetOutOfRange.HOLD, False, drained=lambda t, q: [],
@@ -191,51 +245,57 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
     >>> [(str(d.outcome), d.target) for d in decided], holds
     ([('restore', 70)], ())
     """
-    decided: list[Decided] = []
-    holds: list[Hold] = []
-    back: list[RedrainStep] = []
+    found = []
     for c in changes:
         tp = (c.topic, c.partition)
-        held = (open_holds or {}).get(tp)
-        if held is not None:
-            d, h = standing_hold(c, held, policy, (in_flight_on or {}).get(tp, ()))
-            decided.append(d)
-            holds += [h] if h is not None else []
-            continue
-        if c.state is LogState.LOST_TO_RETENTION and allow_data_loss and c.high_watermark == c.log_start:
-            # Nothing after the gap to drain: no batch would record it, so the gap is recorded here.
-            decided.append(Decided(c, Outcome.RECORD_GAP, "policy", c.log_start, c.incarnation))
-            continue
-        if c.state in (LogState.OK, LogState.LOST_TO_RETENTION):
-            continue
-        outcome = outcome_of(c, policy, allow_data_loss=allow_data_loss)
-        by = "policy" if outcome in RESETS else "rule"
-        if outcome is Outcome.REDRAIN and tp in redraining:
-            holds.append(change_hold(c, c.committed or 0, f"re-draining after: {c.describe()}", person=False))
-            continue
-        if outcome is Outcome.REDRAIN:
-            step = redrain_step(c, drained(c.topic, c.partition), continuing=same_move(c, (last or {}).get(tp)))
-            if step is None:
-                holds.append(change_hold(c, c.committed or 0, hold_reason(c) + " (the ledger has no drained "
-                                         "ranges covering it to re-drain exactly)"))
-                decided.append(Decided(c, Outcome.HOLD, incarnation=c.incarnation))
-            else:
-                back.append(step)
-            continue
-        if outcome in RESETS and (wait := in_flight_blocks_reset(c, c.state in NEW_LOG,
-                                                                  (in_flight_on or {}).get(tp, ()))):
-            start = c.committed if c.committed is not None else (c.believed or 0)
-            holds.append(change_hold(c, start, f"{wait}; after: {c.describe()}", person=False))
-            decided.append(Decided(c, Outcome.WAIT, by, incarnation=c.incarnation))
-            continue
-        if outcome is Outcome.HOLD:
-            start = c.committed if c.committed is not None else (c.believed or 0)
-            holds.append(change_hold(c, start, hold_reason(c)))
-        incarnation = c.incarnation + 1 if outcome in RESETS and c.state in NEW_LOG else c.incarnation
-        decided.append(Decided(c, outcome, by, reset_target(c, outcome), incarnation))
-    more, waits = redrain_steps(back, slots or {}, max_in_flight, now=now, max_attempts=max_attempts)
-    return (tuple(sorted([*decided, *more], key=lambda d: (d.change.topic, d.change.partition))),
-            tuple(sorted([*holds, *waits], key=lambda h: (h.topic, h.partition))))
+        found.append(decide_change(c, policy, allow_data_loss, held=(open_holds or {}).get(tp), drained=drained,
+                                   redraining=tp in redraining, in_flight=(in_flight_on or {}).get(tp, ()),
+                                   last=(last or {}).get(tp)))
+    more, waits = redrain_steps([s for _, _, s in found if s], slots or {}, max_in_flight, now=now,
+                                max_attempts=max_attempts)
+    return (tuple(sorted([*(d for d, _, _ in found if d), *more], key=lambda d: (d.change.topic, d.change.partition))),
+            tuple(sorted([*(h for _, h, _ in found if h), *waits], key=lambda h: (h.topic, h.partition))))
+
+
+def decide_change(c: Change, policy: OnOffsetOutOfRange, allow_data_loss: bool, *, held: LogEvent | None,
+                  drained: Callable[[str, int], list[Batch]], redraining: bool, in_flight: Sequence[str],
+                  last: LogEvent | None) -> tuple[Decided | None, Hold | None, RedrainStep | None]:
+    """What to do about one change, the hold it makes, or the step of its re-drain (none for an ok partition).
+
+    A hold a person was asked to decide (``held``) stands whatever the log does meanwhile
+    (:func:`standing_hold`). A moved-back partition is re-drained one step at a time: the drained range
+    covering the offset the group stands at; its commit moves the group to that range's end, so the next
+    tick sees the partition still moved back and carries the same decision on (``last``: :func:`same_move`),
+    and while its re-drain is in flight (``redraining``) it is held without deciding again. A policy reset
+    that would start a new incarnation waits, held, while a batch is in flight on the partition (it fails
+    or finishes on its own; a new incarnation never starts under a batch that may still publish or commit
+    the earlier one's offsets).
+    """
+    if held is not None:
+        return (*standing_hold(c, held, policy, in_flight), None)
+    if c.state is LogState.LOST_TO_RETENTION and allow_data_loss and c.high_watermark == c.log_start:
+        # Nothing after the gap to drain: no batch would record it, so the gap is recorded here.
+        return Decided(c, Outcome.RECORD_GAP, "policy", c.log_start, c.incarnation), None, None
+    if c.state in (LogState.OK, LogState.LOST_TO_RETENTION):
+        return None, None, None
+    outcome = outcome_of(c, policy, allow_data_loss=allow_data_loss)
+    if outcome is Outcome.REDRAIN and redraining:
+        return None, change_hold(c, c.committed or 0, f"re-draining after: {c.describe()}", person=False), None
+    if outcome is Outcome.REDRAIN:
+        step = redrain_step(c, drained(c.topic, c.partition), continuing=same_move(c, last))
+        if step is not None:
+            return None, None, step
+        return (Decided(c, Outcome.HOLD, incarnation=c.incarnation), change_hold(
+            c, c.committed or 0, hold_reason(c) + " (the ledger has no drained ranges covering it to re-drain exactly)"),
+            None)
+    by = "policy" if outcome in RESETS else "rule"
+    start = c.committed if c.committed is not None else (c.believed or 0)
+    if outcome in RESETS and (wait := in_flight_blocks_reset(c, c.state in NEW_LOG, in_flight)):
+        return (Decided(c, Outcome.WAIT, by, incarnation=c.incarnation),
+                change_hold(c, start, f"{wait}; after: {c.describe()}", person=False), None)
+    hold = change_hold(c, start, hold_reason(c)) if outcome is Outcome.HOLD else None
+    incarnation = c.incarnation + 1 if outcome in RESETS and c.state in NEW_LOG else c.incarnation
+    return Decided(c, outcome, by, reset_target(c, outcome), incarnation), hold, None
 
 
 @dataclass(frozen=True)
@@ -264,9 +324,7 @@ def redrain_step(c: Change, batches: Sequence[Batch], *, continuing: bool) -> Re
     tp = (c.topic, c.partition)
     by_range = {r: b for b in batches for r in b.plan.offset_ranges() if r.topic_partition == tp and r.count}
     chosen = redrain_ranges(c.committed or 0, c.believed or 0, by_range)
-    if not chosen:
-        return None
-    return RedrainStep(c, chosen[0], by_range[chosen[0]], continuing)
+    return RedrainStep(c, chosen[0], by_range[chosen[0]], continuing) if chosen else None
 
 
 def same_move(c: Change, last: LogEvent | None) -> bool:
@@ -291,14 +349,13 @@ def redrain_steps(steps: Sequence[RedrainStep], slots: Mapping[Priority, Sequenc
     """This tick's re-drains of moved-back partitions: one per drained batch that covers some of them, oldest first,
     each in a free ``planner.max_in_flight`` slot of the priorities of the ranges it re-drains.
 
-    Only the ranges covering where each moved group stands are re-drained (a batch's ranges on other
-    partitions or priorities stay as they are): so every re-drain commits from exactly where its group
-    stands, on every partition it re-drains (never a gap), and takes the slot of no priority the move
-    did not touch. A re-drain that failed is drained again after its backoff while it has attempts
-    left (a person's ``kprio retry`` after that: :func:`redrain_due`). Why one at a time per slot: the
-    re-drains of one partition then commit in offset order, and each takes a slot like any batch
-    (``slots``: the batches in flight per priority); a re-drain whose priority has no free slot waits,
-    held, for a later tick.
+    Only the ranges covering where each moved group stands are re-drained (a batch's ranges on other partitions
+    or priorities stay as they are): so every re-drain commits from exactly where its group stands, on every
+    partition it re-drains (never a gap), and takes the slot of no priority the move did not touch. A re-drain
+    that failed is drained again after its backoff while it has attempts left (a person's ``kprio retry`` after
+    that: :func:`redrain_due`). Why one at a time per slot: the re-drains of one partition then commit in offset
+    order, and each takes a slot like any batch (``slots``: the batches in flight per priority); a re-drain whose
+    priority has no free slot waits, held, for a later tick.
     """
     in_use = {p: list(ids) for p, ids in slots.items()}
     decided: list[Decided] = []
@@ -410,8 +467,7 @@ def _now_words(c: Change) -> str:
 
 def change_hold(c: Change, start: int, reason: str, *, person: bool = True) -> Hold:
     """A hold of a change of the log: from ``start``, ``exhausted`` when only a person ends it."""
-    return Hold(topic=c.topic, partition=c.partition, start=start, batch_id=None, state=None, reason=reason,
-                attempts=0, retry_at=None, exhausted=person)
+    return Hold(c.topic, c.partition, start, None, None, reason, 0, None, person)
 
 
 def after_decisions(snapshot: LagSnapshot, decided: Iterable[Decided]) -> LagSnapshot:
@@ -431,7 +487,4 @@ def incarnations(beliefs: Mapping[tuple[str, int], Belief], decided: Iterable[De
     {'o-2[0]': 2}
     """
     out = {f"{b.topic}[{b.partition}]": b.incarnation for b in beliefs.values() if b.incarnation > 1}
-    for d in decided:
-        if d.incarnation > 1:
-            out[d.change.where] = d.incarnation
-    return out
+    return out | {d.change.where: d.incarnation for d in decided if d.incarnation > 1}

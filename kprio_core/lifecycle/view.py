@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kprio_core.burst import PollHistory
-from kprio_core.errors import KprioError
+from kprio_core.errors import BrokerUnreachable, KprioError
 from kprio_core.lifecycle.runs import BatchRuns
 from kprio_core.log_changes import Belief, Superseded, with_commits_under_way
 from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
@@ -107,3 +107,12 @@ class TickInputs:
     bulk_running: int = 0
     """Batches in flight of every logical topic that drain none of their topic's most urgent priority: the runs the
     bulk lane of the warm workers holds (:func:`~kprio_core.lifecycle.budget.bulk_lane_free`)."""
+
+
+def passing_cause(inputs: TickInputs) -> str | None:
+    """What a probe sees now that fails a transient retry alike: the outputs' probe, or an unreachable broker."""
+    if inputs.cause is not None:
+        return inputs.cause
+    if isinstance(inputs.lag, BrokerUnreachable):
+        return f"the broker is unreachable: {inputs.lag}"
+    return None

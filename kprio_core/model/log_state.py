@@ -1,5 +1,5 @@
-"""What kprio believes about a partition's log and what it finds changed: the values the log rules
-(:mod:`kprio_core.log_changes`, :mod:`kprio_core.lifecycle.log_rules`) and the ledger pass around.
+"""What kprio believes about a partition's log, what it finds changed and what a tick decides about it: the values
+the log rules (:mod:`kprio_core.log_changes`, :mod:`kprio_core.lifecycle.log_rules`) and the ledger pass around.
 
 >>> b = Belief("orders-2", 0, topic_id="A", incarnation=1, committed=100)
 >>> print(Change(b.topic, b.partition, LogState.TOPIC_RECREATED, b.committed, 100, 0, 30,
@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import Batch, Hold
 
 
 class LogState(str, enum.Enum):
@@ -129,6 +133,71 @@ class Change:
 
 def _offset(offset: int | None) -> str:
     return "none" if offset is None else str(offset)
+
+
+# --- what a tick decides about the changes -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Redrain:
+    """Ranges of one drained batch to drain again after their group moved back outside kprio: every range of
+    it (a replay of the batch), or those ranges alone, split off it into a batch of their own
+    (:meth:`kprio_core.ledger.Ledger.redrain`)."""
+
+    batch: Batch
+    ranges: tuple[OffsetRange, ...]
+
+    @property
+    def priorities(self) -> frozenset[Priority]:
+        """The priorities of these ranges: the slots their re-drain takes."""
+        mine = set(self.ranges)
+        return frozenset(r.priority for r in self.batch.plan.ranges if r.range in mine)
+
+
+@dataclass(frozen=True)
+class Decided:
+    """One change of the log and what this tick does about it (carried out by the driver, shown by ``kprio plan``)."""
+
+    change: Change
+    outcome: Outcome
+    decided_by: str = "rule"
+    """``rule`` or ``policy`` (``drain.on_offset_out_of_range``)."""
+    target: int | None = None
+    """The offset a restore or a reset commits."""
+    incarnation: int = 1
+    """The incarnation drained after this decision (+1 after a reset of a recreated or truncated log)."""
+    redrain: tuple[Redrain, ...] = ()
+    """Drained ranges re-drained (exactly) after the committed offset moved back: this tick's step."""
+    standing: bool = False
+    """A hold a person was asked to decide, still standing: nothing new to record (its event is in the ledger)."""
+    continuing: bool = False
+    """A re-drain decided on an earlier tick for this same move, carried on: nothing new to record."""
+
+    def describe(self) -> str:
+        """What was seen and what is done.
+
+        >>> c = Change("o-2", 0, LogState.COMMITTED_GONE, 70, None, 0, 90)
+        >>> Decided(c, Outcome.RESTORE, target=70).describe()
+        'o-2[0] committed offsets gone: the group has no committed offset, kprio committed 70 (expired after offsets.retention.minutes without a commit); log [0,90) -> restore 70 (rule)'
+        """
+        what = str(self.outcome)
+        if self.target is not None:
+            what += f" {self.target}"
+        if self.redrain:
+            what += " " + ", ".join(f"{r.batch.batch_id}" for r in self.redrain)
+        if self.incarnation > self.change.incarnation:
+            what += f", incarnation {self.incarnation}"
+        return f"{self.change.describe()} -> {what} ({self.decided_by})"
+
+
+@dataclass(frozen=True)
+class LogDecisions:
+    """Every partition's log state this tick, what is done about the changes, and the partitions they hold."""
+
+    changes: tuple[Change, ...] = ()
+    decided: tuple[Decided, ...] = ()
+    holds: tuple[Hold, ...] = ()
+    redraining: frozenset[TopicPartitionKey] = frozenset()
 
 
 # --- batches planned on an earlier incarnation ------------------------------------------------

@@ -1,48 +1,35 @@
-"""One run of one batch, free of any orchestrator: take, drain, isolate, check, publish, commit.
+"""One run of one batch, free of any orchestrator: take, drain, isolate, check, publish, commit, later batches.
 
-:class:`BatchRun` carries out what :mod:`kprio_core.lifecycle.run` decides, with ledger calls,
-Spark, Great Expectations and Kafka, and reports what happened as typed events (:class:`Checked`,
-:class:`Drained`, :class:`Committed`) that a driver turns into its own (the Dagster adapter:
-``orchestration.dagster.batch_asset``). In order:
+:class:`BatchRun` executes the run's state machine (:mod:`kprio_core.lifecycle.run_machine`, where each stage
+and the order are said): each stage is one step, a method here doing its I/O (ledger calls, Spark, Great
+Expectations, Kafka) and asking the stage's rule, and :func:`~kprio_core.lifecycle.run_machine.next_stage`
+says what follows. It reports what happened as typed events (:class:`~.batch_metadata.Checked`, ``Drained``,
+``Committed``) that a driver turns into its own (the Dagster adapter: ``orchestration.dagster.batch_asset``).
 
-1. **take the batch**: ask :func:`~kprio_core.lifecycle.run.decide_run` what this run is for and
-   do it (retry, take over, re-drain, go on as is), waiting as it says (another live run owns the
-   batch, a priority slot is taken, a backoff) and asking again after each wait; then claim the
-   batch's lease and keep it renewed (:class:`~orchestration.runtime.leases.Heartbeat`); the lease's
-   token (owner, attempt, epoch) fences every ledger move, the publish and the Kafka commit that
-   follow, with no lock held: the ledger refuses a stale token, a Delta table a stale epoch, Kafka
-   a writer of the group that a newer one fenced; once another run holds the batch this one stops
-   having written nothing more. A run with nothing to do says why and succeeds; a run that must not try fails
-   with the rule's one line;
-2. **drain** the ranges to staged files (output and dead letters), nothing visible yet; ranges on a
-   topic deleted or recreated since the plan (its topic id changed) are split off before anything
-   is published;
-3. **isolate**: ranges whose drain failed, then ranges that failed a check, are split off into a
-   new failed batch that holds only their partitions; the rest goes on, or the whole batch fails, as
-   :mod:`kprio_core.lifecycle.outcome` decides (:func:`~kprio_core.lifecycle.outcome.after_drain`,
-   :func:`~kprio_core.lifecycle.outcome.after_checks`);
-4. **check** the rest with the Great Expectations suite;
-5. **publish** the checked files (readers see them only now): the batch is drained;
-6. **commit** each range's end to its priority's group, never backwards, once the batches before
-   it on the same partitions committed (:func:`~kprio_core.lifecycle.run.before_commit`); then
-   commit later batches that were waiting for this one.
+The take asks :func:`~kprio_core.lifecycle.run.decide_run` what this run is for and does it (retry, take
+over, re-drain, go on as is), waiting as it says and asking again after each wait; then it claims the
+batch's lease and keeps it renewed (:class:`~orchestration.runtime.leases.Heartbeat`). The lease's token
+(owner, attempt, epoch) fences every ledger move, the publish and the Kafka commit that follow, with no
+lock held: the ledger refuses a stale token, a Delta table a stale epoch, Kafka a writer of the group that
+a newer one fenced; once another run holds the batch this one stops having written nothing more.
 
 Any failure marks the batch failed (unless it moved on: :func:`~kprio_core.lifecycle.run.marks_failed`)
-with one line naming the topic, partitions and offsets, and the cause, then raises
-:class:`RunFailed`; whether it passes by itself is its type's verdict (the executors' typed records,
-:func:`kprio_core.errors.is_transient`), combined by the outcome rules
-(:func:`~kprio_core.lifecycle.outcome.passes_by_itself`, :func:`~kprio_core.lifecycle.outcome.run_failure_passes`). A drain that died as a whole is split first
-(:func:`~kprio_core.lifecycle.run.isolating_split`), so the cause is narrowed down attempt by attempt. An interrupted run (SIGTERM, a terminated run) releases the
-lease and leaves the batch where it was, for the next run to resume.
+with one line naming the topic, partitions and offsets, and the cause, then raises ``RunFailed``; whether
+it passes by itself is its type's verdict (the executors' typed records, :func:`kprio_core.errors.is_transient`),
+combined by the outcome rules (:func:`~kprio_core.lifecycle.outcome.passes_by_itself`,
+:func:`~kprio_core.lifecycle.outcome.run_failure_passes`). A drain that died as a whole is split first
+(:func:`~kprio_core.lifecycle.run.isolating_split`), so the cause is narrowed down attempt by attempt. An
+interrupted run (SIGTERM, a terminated run) releases the lease and leaves the batch where it was, for the
+next run to resume.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import BatchBusy, KprioError, LeaseLost, RangeConflict, is_transient
@@ -50,6 +37,7 @@ from kprio_core.ledger import Batch, BatchState
 from kprio_core.lifecycle.outcome import (
     Cause,
     FailWhole,
+    GoOn,
     RangeDrained,
     Recheck,
     after_checks,
@@ -76,12 +64,23 @@ from kprio_core.lifecycle.run import (
     refused,
     retry_at,
     run_label,
-    waited_too_long,
     work_left,
 )
+from kprio_core.lifecycle.run_machine import ENDS, BatchFails, Stage, next_stage
 from kprio_core.model.recovery import LeaseToken
-from kprio_core.model.results import CheckReport
-from orchestration.runtime.batch_metadata import Timings, drained_metadata, failure_reason, one_line
+from kprio_core.model.results import CheckReport, DrainResult, RangeStats
+from orchestration.runtime.batch_metadata import (
+    Checked,
+    Committed,
+    Drained,
+    Event,
+    Log,
+    RunFailed,
+    Timings,
+    drained_metadata,
+    failure_reason,
+    one_line,
+)
 from orchestration.runtime.checks import check_batch, warm_up
 from orchestration.runtime.commit import CommitOutcome, Uncommitted, commit_batch, log_changed, other_logs
 from orchestration.runtime.faults import crash_point
@@ -97,45 +96,20 @@ LINEAGE_KEY = "lineage"
 """The committed asset's metadata key that says whether the batch's lineage event was emitted or failed."""
 
 
-class Log(Protocol):
-    def info(self, msg: str) -> None: ...
-    def warning(self, msg: str) -> None: ...
+@dataclass
+class _Work:
+    """What the stages of one run hand on: the batch as drained, its topic, the lease's heartbeat, the drain's
+    result and what of it was kept, split off and checked."""
 
-
-@dataclass(frozen=True)
-class Checked:
-    """The blocking checks' verdicts on the batch's output (this run's, or the published one's)."""
-
-    report: CheckReport
-
-
-@dataclass(frozen=True)
-class Drained:
-    """The batch's output is published: its numbers (:func:`~.batch_metadata.drained_metadata`)."""
-
-    metadata: dict[str, object]
-
-
-@dataclass(frozen=True)
-class Committed:
-    """A batch's offsets are committed: this run's batch, or a later one that only waited for it (``note`` says)."""
-
-    batch_id: str
-    metadata: dict[str, object]
-    note: str | None = None
-
-
-Event = Checked | Drained | Committed
-
-
-class RunFailed(Exception):
-    """The run fails with this one line (the batch marked failed, or left as the rules say); its cause chained."""
-
-
-class _BatchFailed(Exception):
-    def __init__(self, reason: str, *, transient: bool = False, cause: BaseException | None = None) -> None:
-        super().__init__(reason)
-        self.reason, self.transient, self.cause = reason, transient, cause
+    batch: Batch
+    topic: TopicSettings
+    heartbeat: Heartbeat
+    result: DrainResult | None = None
+    changed: dict[str, str] = field(default_factory=dict)
+    """The priority topics deleted or recreated since the plan, with what changed."""
+    kept: list[RangeStats] = field(default_factory=list)
+    split: list[str] = field(default_factory=list)
+    report: CheckReport | None = None
 
 
 class BatchRun:
@@ -152,6 +126,7 @@ class BatchRun:
         self.owner = this_owner(run_id)
         self.token: LeaseToken | None = None  # this run's lease of the batch, once taken: fences its writes
         self.timings = Timings()
+        self.refusal: KprioError | None = None  # the ledger's refusal of the last take, if it refused
 
     # -- the whole run ---------------------------------------------------------------------------
 
@@ -172,51 +147,120 @@ class BatchRun:
         topic = self.config.topic(taken.logical_topic)
         self.token = taken.token
         with Heartbeat(self.ledger_url, self.batch_id, self.token, self.config.recovery.lease_s) as heartbeat:
-            yield from self._work(taken, topic, heartbeat, commit=commit)
+            yield from self._work(_Work(taken, topic, heartbeat), commit=commit)
         self._release()  # a batch left in flight (waiting to commit) is free for whoever moves it next
 
-    # -- 1. take the batch -----------------------------------------------------------------------
+    def _work(self, work: _Work, *, commit: bool) -> Iterator[Event]:
+        """The stages after the take, as the machine says, under the lease; any failure fails the batch."""
+        try:
+            at, found = yield from self._stages(work, commit=commit)
+        except LeaseLost as lost:
+            # Fenced: another run owns the batch now; this one wrote nothing more and leaves it alone.
+            self.log.warning(f"{self.batch_id}: {lost}")
+            raise RunFailed(f"{self.batch_id}: this run lost its lease and stopped: {one_line(str(lost))}") from lost
+        except (KprioError, OSError) as err:
+            reason = one_line(f"{err} [{err.code}]" if isinstance(err, KprioError) else f"{type(err).__name__}: {err}")
+            split = self._isolate(err, reason)
+            self._fail(reason, transient=run_failure_passes(is_transient(err), isolated=split))
+            raise RunFailed(f"{self.batch_id} failed: {reason}") from err
+        except Exception as err:
+            reason = one_line(f"{type(err).__name__}: {err}")
+            split = self._isolate(err, reason)
+            self._fail(reason, transient=run_failure_passes(is_transient(err), isolated=split))
+            raise
+        except BaseException:
+            # Interrupted (SIGTERM, a terminated run): leave the batch where it is for the next run.
+            self._release()
+            raise
+        if at is Stage.REFUSED:
+            raise RunFailed(found.message)
+        if at is Stage.FAILED:
+            self._fail(found.reason, transient=found.transient)
+            raise RunFailed(f"{self.batch_id} failed: {found.reason}") from found.error
+        if isinstance(found, NothingToDo):
+            self.log.info(found.message)
+
+    def _stages(self, work: _Work, *, commit: bool) -> Iterator[Event]:
+        """Each stage's step, then the next stage as :func:`next_stage` says, until the run ends; how it ended."""
+        at, found, since = next_stage(Stage.TAKE, work_left(work.batch.state), commit=commit), None, time.monotonic()
+        while at not in ENDS:
+            waited = time.monotonic() - since
+            found = yield from self._step(at, found, work, waited_out=waited > SLOT_WAIT_S)
+            then = next_stage(at, found, commit=commit, waited_s=waited)
+            if then is at:
+                time.sleep(POLL_S)  # a wait for the batches before it: asked again after a poll
+            at, since = then, since if then is at else time.monotonic()
+        return at, found
+
+    def _step(self, at: Stage, found: object, work: _Work, *, waited_out: bool) -> Iterator[Event]:
+        """Carry stage ``at`` out (``found``: what the stage before found); what it found."""
+        match at:
+            case Stage.DRAIN:
+                return self._drain(work)
+            case Stage.ISOLATE:
+                return self._split_off(work, found)
+            case Stage.CHECK | Stage.RECHECK:
+                return (yield from self._check(work, found, again=at is Stage.RECHECK))
+            case Stage.PUBLISH:
+                return (yield from self._publish(work))
+            case Stage.REPORT:  # only the commit is left: its output passed these
+                yield from self._checks_of(work.batch)
+                return self.ledger.get(self.batch_id).state
+            case Stage.ORDER:
+                blocking = [BatchView.of(b) for b in self.ledger.blocking_predecessors(self.batch_id)]
+                return before_commit(self.batch_id, blocking, self.intent, now=self.ledger.now(), waited_out=waited_out)
+            case Stage.COMMIT:
+                return (yield from self._commit(work))
+            case Stage.LATER:
+                yield from self._commit_successors(work.topic)
+        return None
+
+    # -- take the batch --------------------------------------------------------------------------
 
     def take(self) -> Batch | NothingToDo:
-        """The batch, moved to the attempt this run works on and leased to it, or why there is nothing to do."""
+        """The batch, moved to the attempt this run works on and leased to it, or why there is nothing to do: the
+        take stage, carried out until the machine leaves it."""
         started = time.monotonic()
         said: set[str] = set()
         waited_on: str | None = None
         while True:
-            batch = self.ledger.get(self.batch_id)
-            step = decide_run(self._view(batch), self.intent, owner=self.owner, recovery=self.config.recovery,
-                              now=self.ledger.now(), dead=self._dead(batch), waited_on=waited_on)
-            refusal: KprioError | None = None
-            if isinstance(step, NothingToDo):
-                return step
-            if isinstance(step, Fail):
-                raise RunFailed(step.message)
-            if isinstance(step, Drain):
-                if step.note and step.note not in said:
-                    self.log.info(step.note)
-                    said.add(step.note)
-                try:
-                    return self._take(step, batch)
-                except (RangeConflict, BatchBusy) as err:
-                    refusal = err
-                    step = refused(WaitWhy.SLOT_TAKEN if isinstance(err, RangeConflict) else WaitWhy.LEASE_HELD,
-                                   str(err))
-            if step.owner is not None:
-                waited_on = step.owner  # its outcome is reported, once it is known
-            if waited_too_long(time.monotonic() - started, step):
-                raise refusal or BatchBusy(step.message)
-            self._wait(step, said)
+            found = self._take(said, waited_on)
+            at = next_stage(Stage.TAKE, work_left(found.state) if isinstance(found, Batch) else found,
+                            waited_s=time.monotonic() - started)
+            if at is Stage.REFUSED:
+                raise RunFailed(found.message)
+            if at is Stage.GAVE_UP:
+                raise self.refusal or BatchBusy(found.message)
+            if at is not Stage.TAKE:
+                return found
+            if found.owner is not None:
+                waited_on = found.owner  # its outcome is reported, once it is known
+            self._wait(found, said)
 
-    def _take(self, step: Drain, batch: Batch) -> Batch:
-        """Move the batch to the attempt the step names (ledger refusals raise), then claim its lease."""
+    def _take(self, said: set[str], waited_on: str | None) -> Batch | Wait | NothingToDo | Fail:
+        """Ask :func:`decide_run`; when it says drain, move the batch to the attempt it names and claim its lease.
+        A ledger refusal is a wait (:attr:`refusal` says which)."""
+        self.refusal = None
+        batch = self.ledger.get(self.batch_id)
+        step = decide_run(self._view(batch), self.intent, owner=self.owner, recovery=self.config.recovery,
+                          now=self.ledger.now(), dead=self._dead(batch), waited_on=waited_on)
+        if not isinstance(step, Drain):
+            return step
+        if step.note and step.note not in said:
+            self.log.info(step.note)
+            said.add(step.note)
         max_in_flight = self.config.planner.max_in_flight
-        if step.how is DrainFrom.REDRAIN:
-            batch = self.ledger.replay(self.batch_id, max_in_flight=max_in_flight)
-        elif step.how in (DrainFrom.RETRY, DrainFrom.TAKE_OVER):
-            batch = self.ledger.retry(self.batch_id, max_in_flight=max_in_flight, take_over=step.take_over,
-                                      reason=step.reason)
-        return self.ledger.claim(self.batch_id, self.owner, self.config.recovery.lease_s,
-                                 take_over=tuple(self._dead(batch)))
+        try:
+            if step.how is DrainFrom.REDRAIN:
+                batch = self.ledger.replay(self.batch_id, max_in_flight=max_in_flight)
+            elif step.how in (DrainFrom.RETRY, DrainFrom.TAKE_OVER):
+                batch = self.ledger.retry(self.batch_id, max_in_flight=max_in_flight, take_over=step.take_over,
+                                          reason=step.reason)
+            return self.ledger.claim(self.batch_id, self.owner, self.config.recovery.lease_s,
+                                     take_over=tuple(self._dead(batch)))
+        except (RangeConflict, BatchBusy) as err:
+            self.refusal = err
+            return refused(WaitWhy.SLOT_TAKEN if isinstance(err, RangeConflict) else WaitWhy.LEASE_HELD, str(err))
 
     def _wait(self, step: Wait, said: set[str]) -> None:
         """Say why once, then sleep: until the backoff's end, or one poll."""
@@ -243,47 +287,13 @@ class BatchRun:
             return frozenset()
         return frozenset({lease.owner})
 
-    # -- 2-5. drain, isolate, check, publish -----------------------------------------------------
+    # -- drain, isolate, check, publish ----------------------------------------------------------
 
-    def _work(self, batch: Batch, topic: TopicSettings, heartbeat: Heartbeat, *, commit: bool) -> Iterator[Event]:
-        """Drain, check, publish and commit as far as the batch's state asks; any failure fails the batch."""
-        try:
-            if work_left(batch.state) is Work.DRAIN:
-                yield from self._drain_and_check(batch, topic, heartbeat)
-            else:
-                yield from self._checks_of(batch)  # only the commit is left: its output passed these
-            if commit and self.ledger.get(self.batch_id).state is BatchState.CHECKED:
-                yield from self._commit(topic, heartbeat)
-        except _BatchFailed as failed:
-            self._fail(failed.reason, transient=failed.transient)
-            raise RunFailed(f"{self.batch_id} failed: {failed.reason}") from failed.cause
-        except RunFailed:
-            raise
-        except LeaseLost as lost:
-            # Fenced: another run owns the batch now; this one wrote nothing more and leaves it alone.
-            self.log.warning(f"{self.batch_id}: {lost}")
-            raise RunFailed(f"{self.batch_id}: this run lost its lease and stopped: {one_line(str(lost))}") from lost
-        except (KprioError, OSError) as err:
-            reason = one_line(f"{err} [{err.code}]" if isinstance(err, KprioError) else f"{type(err).__name__}: {err}")
-            split = self._isolate(err, reason)
-            self._fail(reason, transient=run_failure_passes(is_transient(err), isolated=split))
-            raise RunFailed(f"{self.batch_id} failed: {reason}") from err
-        except Exception as err:
-            reason = one_line(f"{type(err).__name__}: {err}")
-            split = self._isolate(err, reason)
-            self._fail(reason, transient=run_failure_passes(is_transient(err), isolated=split))
-            raise
-        except BaseException:
-            # Interrupted (SIGTERM, a terminated run): leave the batch where it is for the next run.
-            self._release()
-            raise
+    def _drain(self, work: _Work) -> GoOn | BatchFails:
+        """Drain the ranges to staged files and mark the batch drained; :func:`after_drain` says what goes on."""
+        from spark_jobs.drain import drain_batch, sweep_staging
 
-    def _drain_and_check(self, batch: Batch, topic: TopicSettings, heartbeat: Heartbeat) -> Iterator[Event]:
-        from spark_jobs import tables
-        from spark_jobs.drain import discard, drain_batch, sweep_staging
-
-        config, roots = self.config, {"output_root": self.config.drain.output_path,
-                                      "dead_letter_root": self.config.drain.dead_letter_path}
+        config, batch = self.config, work.batch
         # Earlier attempts of this batch that died left their staging: this attempt replaces it.
         sweep_staging((config.drain.output_path, config.drain.dead_letter_path),
                       keep=lambda batch_id, attempt: batch_id != self.batch_id or attempt == batch.attempts)
@@ -291,59 +301,75 @@ class BatchRun:
         started = time.monotonic()
         with spark_boundary():  # a Spark Connect server gone before the drain: SparkUnavailable
             session = self.spark()
-        result = drain_batch(session, config, topic, self.batch_id, batch.attempts, batch.plan)
+        result = work.result = drain_batch(session, config, work.topic, self.batch_id, batch.attempts, batch.plan)
         self.timings.time("drain", started)
         # What was read on a topic deleted or recreated since the plan is another log's: those ranges are split
         # off before anything is published (checked after the read: a recreation after it came after the read).
-        changed = other_logs(self.edge(), batch)
-        moved = {s.range for s in result.ranges if s.range.topic in changed}
-        batch = self.ledger.mark_drained(self.batch_id, result, fence=self.token)
+        work.changed = other_logs(self.edge(), batch)
+        moved = {s.range for s in result.ranges if s.range.topic in work.changed}
+        work.batch = self.ledger.mark_drained(self.batch_id, result, fence=self.token)
         crash_point("after-drain", batch.logical_topic)
-        drained = [RangeDrained(s.range, s.failure is not None, s.error.transient if s.error else None)
-                   for s in result.ranges]
-        after = after_drain(drained, moved=moved)
-        if isinstance(after, FailWhole):
-            if after.cause is Cause.LOG_CHANGED:
-                raise _BatchFailed(log_changed(self.batch_id, changed, "published"))
-            first = next((s.error for s in result.failed_ranges if s.error is not None and s.range not in moved), None)
-            raise _BatchFailed(failure_reason(result), transient=after.transient,
-                               cause=first.error() if first is not None else None)
-        split = [self._split(list(off.ranges), log_changed(self.batch_id, changed, "published")
-                             if off.cause is Cause.LOG_CHANGED else failure_reason(result, off.ranges),
-                             transient=off.transient)
-                 for off in after.splits]
+        after = after_drain([RangeDrained(s.range, s.failure is not None, s.error.transient if s.error else None)
+                             for s in result.ranges], moved=moved)
+        if isinstance(after, GoOn):
+            return after
+        if after.cause is Cause.LOG_CHANGED:
+            return BatchFails(log_changed(self.batch_id, work.changed, "published"))
+        first = next((s.error for s in result.failed_ranges if s.error is not None and s.range not in moved), None)
+        return BatchFails(failure_reason(result), after.transient, first.error() if first is not None else None)
 
-        started = time.monotonic()
-        keep = set(after.kept)
-        kept = [s for s in result.ranges if s.failure is None and s.range in keep]
-        report = check_batch(kept, quality=config.quality, required_fields=topic.required_fields)
-        step = after_checks(after.kept, passed=report.passed, failing=report.failed_ranges())
-        if isinstance(step, Recheck):
-            split.append(self._split(list(step.split.ranges), report.reason(), transient=step.split.transient))
-            keep = set(step.kept)
-            kept = [s for s in kept if s.range in keep]
-            report = check_batch(kept, quality=config.quality, required_fields=topic.required_fields)
-            step = after_checks(step.kept, passed=report.passed, failing=report.failed_ranges(), may_split=False)
+    def _split_off(self, work: _Work, found: GoOn | Recheck) -> GoOn | Recheck:
+        """Split off what the drain set apart or failed on, or what a check failed on; hand the answer on."""
+        if isinstance(found, Recheck):
+            work.split.append(self._split(list(found.split.ranges), work.report.reason(),
+                                          transient=found.split.transient))
+            return found
+        work.split += [self._split(list(off.ranges), log_changed(self.batch_id, work.changed, "published")
+                                   if off.cause is Cause.LOG_CHANGED else failure_reason(work.result, off.ranges),
+                                   transient=off.transient) for off in found.splits]
+        return found
+
+    def _check(self, work: _Work, found: GoOn | Recheck, *, again: bool) -> Iterator[Event]:
+        """The blocking checks on the ranges kept; :func:`after_checks` says what follows (publish, split off and
+        check again once, or fail whole: the staged files are discarded)."""
+        started, keep = time.monotonic(), set(found.kept)
+        work.kept = [s for s in (work.kept if again else work.result.ranges) if s.failure is None and s.range in keep]
+        report = work.report = check_batch(work.kept, quality=self.config.quality,
+                                           required_fields=work.topic.required_fields)
+        step = after_checks(found.kept, passed=report.passed, failing=report.failed_ranges(), may_split=not again)
         self.timings.time("check", started)
+        if isinstance(step, Recheck):
+            return step
         yield Checked(report)
         if isinstance(step, FailWhole):
-            discard(result, **roots)
-            raise _BatchFailed(report.reason(), transient=step.transient)
+            from spark_jobs.drain import discard
 
-        heartbeat.check()
-        crash_point("before-publish", batch.logical_topic)
+            discard(work.result, output_root=self.config.drain.output_path,
+                    dead_letter_root=self.config.drain.dead_letter_path)
+            return BatchFails(report.reason(), step.transient)
+        return step
+
+    def _publish(self, work: _Work) -> Iterator[Event]:
+        """Publish the checked files, fenced by the lease, and mark the batch checked; its state then."""
+        from spark_jobs import tables
+
+        work.heartbeat.check()
+        crash_point("before-publish", work.batch.logical_topic)
         started = time.monotonic()
         # No lock is held across the publish: the ledger says whether this run still holds the batch, and the
         # output refuses a stale owner itself (a Delta table by the epoch it holds as the batch's transaction).
         self.ledger.check_lease(self.batch_id, self.token, "the publish")
-        published = tables.publish(config.drain, result, ranges=[s.range for s in kept],
-                                   incarnations=batch.plan.incarnations, checks=report, epoch=self.token.epoch)
+        published = tables.publish(self.config.drain, work.result, ranges=[s.range for s in work.kept],
+                                   incarnations=work.batch.plan.incarnations, checks=work.report,
+                                   epoch=self.token.epoch)
         self.timings.time("publish", started)
         if published.already:
             self.log.info(f"{self.batch_id}: the tables held this run's publish (epoch {self.token.epoch}) already")
-        self.ledger.mark_checked(self.batch_id, report, fence=self.token)
-        crash_point("after-publish", batch.logical_topic)
-        yield Drained({**drained_metadata(config, batch, result, kept, split, self.timings), **published.metadata()})
+        state = self.ledger.mark_checked(self.batch_id, work.report, fence=self.token).state
+        crash_point("after-publish", work.batch.logical_topic)
+        yield Drained({**drained_metadata(self.config, work.batch, work.result, work.kept, work.split, self.timings),
+                       **published.metadata()})
+        return state
 
     def _split(self, failing: list, reason: str, *, transient: bool, batch_id: str | None = None,
                token: LeaseToken | None = None) -> str:
@@ -363,31 +389,19 @@ class BatchRun:
         if batch.checks is not None:
             yield Checked(batch.checks)
 
-    # -- 6. commit -------------------------------------------------------------------------------
+    # -- commit ----------------------------------------------------------------------------------
 
-    def _commit(self, topic: TopicSettings, heartbeat: Heartbeat) -> Iterator[Event]:
+    def _commit(self, work: _Work) -> Iterator[Event]:
+        """Commit the batch's offsets (the ranges its commit leaves are split off); the outcome."""
+        work.heartbeat.check()
         started = time.monotonic()
-        while True:
-            blocking = [BatchView.of(b) for b in self.ledger.blocking_predecessors(self.batch_id)]
-            step = before_commit(self.batch_id, blocking, self.intent, now=self.ledger.now(),
-                                 waited_out=time.monotonic() - started > SLOT_WAIT_S)
-            if not isinstance(step, Wait):
-                break
-            time.sleep(POLL_S)
-        if isinstance(step, Fail):
-            raise RunFailed(step.message)
-        if isinstance(step, NothingToDo):
-            self.log.info(step.message)
-            return
-        heartbeat.check()
-        started = time.monotonic()
-        outcome = self._commit_one(topic, self.ledger.get(self.batch_id), self.token)
+        outcome = self._commit_one(work.topic, self.ledger.get(self.batch_id), self.token)
         if isinstance(outcome, Uncommitted):
-            raise _BatchFailed(outcome.reason, transient=outcome.transient)
+            return BatchFails(outcome.reason, outcome.transient)
         self.timings.time("commit", started)
         yield Committed(self.batch_id, {**outcome.metadata, **self.timings.metadata(),
-                                        **self._lineage(topic, self.batch_id)})
-        yield from self._commit_successors(topic)
+                                        **self._lineage(work.topic, self.batch_id)})
+        return outcome
 
     def _commit_one(self, topic: TopicSettings, batch: Batch, token: LeaseToken) -> CommitOutcome | Uncommitted:
         """Commit ``batch`` under ``token``; the ranges its commit leaves are split off it (``commit_batch``)."""

@@ -1,4 +1,4 @@
-"""What a run of a batch reports: one-line failure reasons, step timings and the drained batch's numbers.
+"""What a run of a batch reports: its events, one-line failure reasons, step timings and the drained batch's numbers.
 
 Plain values any driver shows as it likes; the two that are more than text say so by type
 (:class:`PathText`, :class:`Markdown`, both ``str``), so the Dagster adapter renders them as a
@@ -10,11 +10,47 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kprio_core.config import KprioConfig
 from kprio_core.ledger import Batch
 from kprio_core.model.offsets import OffsetRange
-from kprio_core.model.results import DrainResult, RangeStats
+from kprio_core.model.results import CheckReport, DrainResult, RangeStats
+
+
+class Log(Protocol):
+    def info(self, msg: str) -> None: ...
+    def warning(self, msg: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The blocking checks' verdicts on the batch's output (this run's, or the published one's)."""
+
+    report: CheckReport
+
+
+@dataclass(frozen=True)
+class Drained:
+    """The batch's output is published: its numbers (:func:`drained_metadata`)."""
+
+    metadata: dict[str, object]
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A batch's offsets are committed: this run's batch, or a later one that only waited for it (``note`` says)."""
+
+    batch_id: str
+    metadata: dict[str, object]
+    note: str | None = None
+
+
+Event = Checked | Drained | Committed
+
+
+class RunFailed(Exception):
+    """The run fails with this one line (the batch marked failed, or left as the rules say); its cause chained."""
 
 
 class PathText(str):

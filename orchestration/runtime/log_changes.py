@@ -39,6 +39,7 @@ from kprio_core.log_changes import (
     parse_target,
     resolve_target,
 )
+from kprio_core.model.log_state import Decided
 from orchestration.runtime.ports import Edge, LedgerPort
 
 LOGGER = logging.getLogger("kprio.log_changes")
@@ -65,41 +66,48 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
     for c in decision.changes:
         tp = (c.topic, c.partition)
         d = decided.get(tp)
-        old = beliefs.get(tp)
-        if d is None:
-            # ok, or retention (its own rule): remember what kprio sees for the first time.
-            if c.state is LogState.OK and (old is None or (old.topic_id is None and c.topic_id is not None)):
-                fresh.append(Belief(c.topic, c.partition, c.topic_id, c.incarnation,
-                                    old.committed if old is not None else c.committed))
-            continue
-        if d.standing:
+        if d is not None and d.standing:
             continue  # a person's decision still awaited: recorded when it was asked for
-        note = d.describe()
-        if d.outcome in (Outcome.HOLD, Outcome.WAIT) or c.state is LogState.TOPIC_DELETED:
-            if ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, note=note) is not None:
-                log.warning(f"{name}: {note}")
+        if d is not None and (d.outcome in (Outcome.HOLD, Outcome.WAIT) or c.state is LogState.TOPIC_DELETED):
+            if ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, note=d.describe()) is not None:
+                log.warning(f"{name}: {d.describe()}")
             continue
-        if d.target is not None:
-            topic_id = c.topic_id if d.incarnation > c.incarnation or old is None else old.topic_id
-            fresh.append(Belief(c.topic, c.partition, topic_id or c.topic_id, d.incarnation, d.target))
-        elif d.outcome is Outcome.ACCEPT:
-            fresh.append(Belief(c.topic, c.partition, old.topic_id if old else c.topic_id, c.incarnation, c.committed))
-        elif c.state is LogState.PARTITION_ADDED:
-            fresh.append(Belief(c.topic, c.partition, c.topic_id, 1, None))
+        if (belief := belief_after(c, d, beliefs.get(tp))) is not None:
+            fresh.append(belief)
+        if d is None:
+            continue
         for r in d.redrain:
             put_back[r.batch.batch_id] = ledger.redrain(r.batch.batch_id, r.ranges, max_in_flight=max_in_flight)
         if d.continuing:
             continue  # a step of a re-drain decided (and recorded) when the move was first seen
         if c.state in NEEDS_RECORD or d.outcome is Outcome.RECORD_GAP:
             if ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, committed_after=d.target,
-                                    note=note) is not None:
-                log.warning(f"{name}: {note}")
+                                    note=d.describe()) is not None:
+                log.warning(f"{name}: {d.describe()}")
     if fresh:
         ledger.remember(name, fresh)
     for s in decision.superseded:
         if ledger.note_superseded(s):
             log.warning(f"{name}: {s.describe()}")
     return put_back
+
+
+def belief_after(c: Change, d: Decided | None, old: Belief | None) -> Belief | None:
+    """What kprio believes about ``c``'s partition once ``d`` (None: nothing to decide) is carried out, when that
+    is new: what it sees for the first time, the offset a restore or a reset committed (the incarnation after it),
+    a move it accepted, a partition added."""
+    if d is None:  # ok, or retention (its own rule): remember what kprio sees for the first time
+        first = c.state is LogState.OK and (old is None or (old.topic_id is None and c.topic_id is not None))
+        return Belief(c.topic, c.partition, c.topic_id, c.incarnation,
+                      old.committed if old is not None else c.committed) if first else None
+    if d.target is not None:
+        topic_id = c.topic_id if d.incarnation > c.incarnation or old is None else old.topic_id
+        return Belief(c.topic, c.partition, topic_id or c.topic_id, d.incarnation, d.target)
+    if d.outcome is Outcome.ACCEPT:
+        return Belief(c.topic, c.partition, old.topic_id if old else c.topic_id, c.incarnation, c.committed)
+    if c.state is LogState.PARTITION_ADDED:
+        return Belief(c.topic, c.partition, c.topic_id, 1, None)
+    return None
 
 
 def owner_of(config: KprioConfig, priority_topic: str) -> TopicSettings:
