@@ -1,7 +1,7 @@
 """What kprio believes about each partition, and the log changes and decisions it recorded.
 
 A belief is the topic's identity, the incarnation kprio drains and the committed offset kprio
-itself last wrote (kept by :meth:`Ledger.mark_committed`, never lowered by a commit: only a
+itself last wrote (kept by ``Moves.mark_committed``, never lowered by a commit: only a
 recorded decision lowers it). A ledger of an earlier kprio has no belief rows yet: the committed
 offset is then derived from its committed batches (the highest range end per partition).
 """
@@ -12,24 +12,23 @@ from collections.abc import Iterable, Mapping
 
 from sqlalchemy import Connection, func, insert, select, update
 
-from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us
 from kprio_core.ledger.schema import batches, log_events, partitions, ranges
+from kprio_core.ledger.store import Repository
 from kprio_core.model.drain_plan import DrainPlan
 from kprio_core.model.log_state import Belief, Change, Outcome
 from kprio_core.model.offsets import TopicPartitionKey
 from kprio_core.model.records import LogEvent
-from kprio_core.model.states import BatchState
 
 DECIDED_BY = ("rule", "policy", "person")
 
 
-class BeliefMethods(LedgerBase):
-    """Beliefs per partition and log events; mixed into :class:`kprio_core.ledger.Ledger`."""
+class Beliefs(Repository):
+    """What kprio believes about each partition's log, and the changes of it that kprio saw and decided."""
 
-    def beliefs(self, logical_topic: str) -> dict[TopicPartitionKey, Belief]:
+    def of(self, logical_topic: str) -> dict[TopicPartitionKey, Belief]:
         """Every partition kprio believes something about (its rows, else what its committed batches say)."""
-        with self._tx() as (conn, _):
+        with self._store.tx() as (conn, _):
             found = {(r.topic, r.kafka_partition): Belief(r.topic, r.kafka_partition, r.topic_id, r.incarnation,
                                                           r.committed)
                      for r in conn.execute(select(partitions).where(partitions.c.logical_topic == logical_topic))}
@@ -44,15 +43,15 @@ class BeliefMethods(LedgerBase):
 
     def remember(self, logical_topic: str, beliefs: Iterable[Belief]) -> None:
         """Store these beliefs as they are (identity, incarnation, committed), one row per partition."""
-        now = self._now_us()
-        with self._tx() as (conn, _):
+        now = self._store.now_us()
+        with self._store.tx() as (conn, _):
             for b in beliefs:
                 _upsert(conn, logical_topic, b.topic, b.partition, now, topic_id=b.topic_id,
                         incarnation=b.incarnation, committed=b.committed)
 
     def forget(self, topic: str) -> None:
         """Drop the beliefs about every partition of ``topic`` (a person confirmed it is gone for good)."""
-        with self._tx() as (conn, _):
+        with self._store.tx() as (conn, _):
             conn.execute(partitions.delete().where(partitions.c.topic == topic))
 
     def record_change(self, logical_topic: str, change: Change, outcome: Outcome, *, decided_by: str,
@@ -60,13 +59,13 @@ class BeliefMethods(LedgerBase):
         """Record a change and its outcome; None when it repeats the partition's last event (a hold seen again)."""
         if decided_by not in DECIDED_BY:
             raise ValueError(f"decided_by must be one of {DECIDED_BY}, not {decided_by!r}")
-        now = self._now_us()
+        now = self._store.now_us()
         values = {"logical_topic": logical_topic, "topic": change.topic, "kafka_partition": change.partition,
                   "incarnation": change.incarnation, "state": change.state.value, "outcome": outcome.value,
                   "decided_by": decided_by, "believed": change.believed, "committed": change.committed,
                   "committed_after": committed_after, "log_start": change.log_start,
                   "high_watermark": change.high_watermark, "note": note}
-        with self._tx() as (conn, _):
+        with self._store.tx() as (conn, _):
             last = conn.execute(
                 select(log_events).where(log_events.c.topic == change.topic,
                                          log_events.c.kafka_partition == change.partition)
@@ -97,7 +96,7 @@ class BeliefMethods(LedgerBase):
         query = select(log_events).where(log_events.c.id > after).order_by(log_events.c.id)
         if logical_topic is not None:
             query = query.where(log_events.c.logical_topic == logical_topic)
-        with self._tx() as (conn, _):
+        with self._store.tx() as (conn, _):
             return [_event(r) for r in conn.execute(query)]
 
 
@@ -115,7 +114,7 @@ def note_commits(conn: Connection, logical_topic: str, moves: Mapping[TopicParti
 
 def believed_offsets(conn: Connection, plan: DrainPlan) -> dict[TopicPartitionKey, tuple[int, int | None]]:
     """Per partition of ``plan``'s ranges, the incarnation kprio drains and the offset it last committed, read
-    in the caller's transaction (as :meth:`BeliefMethods.beliefs` reads them: a partition without a belief row
+    in the caller's transaction (as :meth:`Beliefs.of` reads them: a partition without a belief row
     by its committed batches' highest range end; one kprio knows nothing about is left out)."""
     wanted = {r.topic_partition for r in plan.offset_ranges() if r.count}
     found: dict[TopicPartitionKey, tuple[int, int | None]] = {}
@@ -153,6 +152,3 @@ def _event(r) -> LogEvent:
     return LogEvent(r.id, r.logical_topic, r.topic, r.kafka_partition, r.incarnation, r.state, r.outcome,
                     r.decided_by, r.believed, r.committed, r.committed_after, r.log_start, r.high_watermark,
                     from_us(r.at_us), r.note)
-
-
-__all__ = ["BeliefMethods", "BatchState", "note_commits"]

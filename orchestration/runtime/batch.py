@@ -141,13 +141,13 @@ class _BatchFailed(Exception):
 class BatchRun:
     """Everything one run does to one batch (see the module docstring for the order)."""
 
-    def __init__(self, *, batch_id: str, intent: Intent, run_id: str, ledger: LedgerPort, ledger_url: str,
-                 config: KprioConfig, spark: Callable[[], SparkSession], edge: Callable[[], Edge],
-                 owner_dead: Callable[[str], bool], add_batch: Callable[[str], None], log: Log) -> None:
+    def __init__(self, *, batch_id: str, intent: Intent, run_id: str, ledger: LedgerPort, config: KprioConfig,
+                 spark: Callable[[], SparkSession], edge: Callable[[], Edge], owner_dead: Callable[[str], bool],
+                 add_batch: Callable[[str], None], log: Log) -> None:
         """``spark`` and ``edge`` give the Spark session and the Kafka edge when first needed; ``owner_dead``
         tells a lease owner known gone; ``add_batch`` makes a batch split off known to the driver."""
         self.batch_id, self.intent, self.run_id = batch_id, intent, run_id
-        self.ledger, self.ledger_url, self.config = ledger, ledger_url, config
+        self.ledger, self.config = ledger, config
         self.spark, self.edge, self.owner_dead, self.add_batch, self.log = spark, edge, owner_dead, add_batch, log
         self.owner = this_owner(run_id)
         self.token: LeaseToken | None = None  # this run's lease of the batch, once taken: fences its writes
@@ -162,16 +162,16 @@ class BatchRun:
         as a step of its own (an Airflow task) starts another run of the batch for it, which finds
         only the commit left (:func:`~kprio_core.lifecycle.run.work_left`).
         """
-        if commit or work_left(self.ledger.get(self.batch_id).state) is Work.DRAIN:
+        if commit or work_left(self.ledger.batches.get(self.batch_id).state) is Work.DRAIN:
             warm_up()  # Great Expectations' import overlaps the drain
         taken = self.take()
         if isinstance(taken, NothingToDo):
             self.log.info(taken.message)
-            yield from self._checks_of(self.ledger.get(self.batch_id))
+            yield from self._checks_of(self.ledger.batches.get(self.batch_id))
             return
         topic = self.config.topic(taken.logical_topic)
         self.token = taken.token
-        with Heartbeat(self.ledger_url, self.batch_id, self.token, self.config.recovery.lease_s) as heartbeat:
+        with Heartbeat(self.ledger.leases, self.batch_id, self.token, self.config.recovery.lease_s) as heartbeat:
             yield from self._work(taken, topic, heartbeat, commit=commit)
         self._release()  # a batch left in flight (waiting to commit) is free for whoever moves it next
 
@@ -183,7 +183,7 @@ class BatchRun:
         said: set[str] = set()
         waited_on: str | None = None
         while True:
-            batch = self.ledger.get(self.batch_id)
+            batch = self.ledger.batches.get(self.batch_id)
             step = decide_run(self._view(batch), self.intent, owner=self.owner, recovery=self.config.recovery,
                               now=self.ledger.now(), dead=self._dead(batch), waited_on=waited_on)
             refusal: KprioError | None = None
@@ -211,12 +211,12 @@ class BatchRun:
         """Move the batch to the attempt the step names (ledger refusals raise), then claim its lease."""
         max_in_flight = self.config.planner.max_in_flight
         if step.how is DrainFrom.REDRAIN:
-            batch = self.ledger.replay(self.batch_id, max_in_flight=max_in_flight)
+            batch = self.ledger.attempts.replay(self.batch_id, max_in_flight=max_in_flight)
         elif step.how in (DrainFrom.RETRY, DrainFrom.TAKE_OVER):
-            batch = self.ledger.retry(self.batch_id, max_in_flight=max_in_flight, take_over=step.take_over,
-                                      reason=step.reason)
-        return self.ledger.claim(self.batch_id, self.owner, self.config.recovery.lease_s,
-                                 take_over=tuple(self._dead(batch)))
+            batch = self.ledger.attempts.retry(self.batch_id, max_in_flight=max_in_flight, take_over=step.take_over,
+                                               reason=step.reason)
+        return self.ledger.leases.claim(self.batch_id, self.owner, self.config.recovery.lease_s,
+                                        take_over=tuple(self._dead(batch)))
 
     def _wait(self, step: Wait, said: set[str]) -> None:
         """Say why once, then sleep: until the backoff's end, or one poll."""
@@ -232,7 +232,7 @@ class BatchRun:
     def _view(self, batch: Batch) -> BatchView:
         gone = None
         if batch.state in (BatchState.FAILED, BatchState.COMMITTED):
-            found = self.ledger.superseded_batch(batch.batch_id)
+            found = self.ledger.batches.superseded_batch(batch.batch_id)
             gone = found[0].describe() if found else None
         return BatchView.of(batch, superseded=gone)
 
@@ -252,7 +252,7 @@ class BatchRun:
                 yield from self._drain_and_check(batch, topic, heartbeat)
             else:
                 yield from self._checks_of(batch)  # only the commit is left: its output passed these
-            if commit and self.ledger.get(self.batch_id).state is BatchState.CHECKED:
+            if commit and self.ledger.batches.get(self.batch_id).state is BatchState.CHECKED:
                 yield from self._commit(topic, heartbeat)
         except _BatchFailed as failed:
             self._fail(failed.reason, transient=failed.transient)
@@ -297,7 +297,7 @@ class BatchRun:
         # off before anything is published (checked after the read: a recreation after it came after the read).
         changed = other_logs(self.edge(), batch)
         moved = {s.range for s in result.ranges if s.range.topic in changed}
-        batch = self.ledger.mark_drained(self.batch_id, result, fence=self.token)
+        batch = self.ledger.moves.mark_drained(self.batch_id, result, fence=self.token)
         crash_point("after-drain", batch.logical_topic)
         drained = [RangeDrained(s.range, s.failure is not None, s.error.transient if s.error else None)
                    for s in result.ranges]
@@ -335,13 +335,13 @@ class BatchRun:
         started = time.monotonic()
         # No lock is held across the publish: the ledger says whether this run still holds the batch, and the
         # output refuses a stale owner itself (a Delta table by the epoch it holds as the batch's transaction).
-        self.ledger.check_lease(self.batch_id, self.token, "the publish")
+        self.ledger.leases.check(self.batch_id, self.token, "the publish")
         published = tables.publish(config.drain, result, ranges=[s.range for s in kept],
                                    incarnations=batch.plan.incarnations, checks=report, epoch=self.token.epoch)
         self.timings.time("publish", started)
         if published.already:
             self.log.info(f"{self.batch_id}: the tables held this run's publish (epoch {self.token.epoch}) already")
-        self.ledger.mark_checked(self.batch_id, report, fence=self.token)
+        self.ledger.moves.mark_checked(self.batch_id, report, fence=self.token)
         crash_point("after-publish", batch.logical_topic)
         yield Drained({**drained_metadata(config, batch, result, kept, split, self.timings), **published.metadata()})
 
@@ -349,9 +349,9 @@ class BatchRun:
                token: LeaseToken | None = None) -> str:
         """Split ``failing`` off this run's batch (or ``batch_id``, under ``token``) into a new failed batch."""
         batch_id = batch_id or self.batch_id
-        batch = self.ledger.get(batch_id)
-        child = self.ledger.split(batch_id, failing, reason, transient=transient, fence=token or self.token,
-                                  retry_at=self._retry_at(batch, transient))
+        batch = self.ledger.batches.get(batch_id)
+        child = self.ledger.attempts.split(batch_id, failing, reason, transient=transient, fence=token or self.token,
+                                           retry_at=self._retry_at(batch, transient))
         self.add_batch(child.batch_id)
         self.log.warning(f"{batch_id}: {', '.join(map(str, failing))} split off into {child.batch_id}, which "
                          f"holds only those partitions: {reason}")
@@ -368,7 +368,7 @@ class BatchRun:
     def _commit(self, topic: TopicSettings, heartbeat: Heartbeat) -> Iterator[Event]:
         started = time.monotonic()
         while True:
-            blocking = [BatchView.of(b) for b in self.ledger.blocking_predecessors(self.batch_id)]
+            blocking = [BatchView.of(b) for b in self.ledger.batches.blocking_predecessors(self.batch_id)]
             step = before_commit(self.batch_id, blocking, self.intent, now=self.ledger.now(),
                                  waited_out=time.monotonic() - started > SLOT_WAIT_S)
             if not isinstance(step, Wait):
@@ -381,7 +381,7 @@ class BatchRun:
             return
         heartbeat.check()
         started = time.monotonic()
-        outcome = self._commit_one(topic, self.ledger.get(self.batch_id), self.token)
+        outcome = self._commit_one(topic, self.ledger.batches.get(self.batch_id), self.token)
         if isinstance(outcome, Uncommitted):
             raise _BatchFailed(outcome.reason, transient=outcome.transient)
         self.timings.time("commit", started)
@@ -403,7 +403,7 @@ class BatchRun:
         from orchestration.observe.lineage import emit_committed
 
         try:
-            if not emit_committed(self.config, topic, self.ledger.get(batch_id), self.ledger.ledger_id):
+            if not emit_committed(self.config, topic, self.ledger.batches.get(batch_id), self.ledger.ledger_id):
                 return {}
         except KprioError as err:
             self.log.warning(f"{batch_id}: {err} [{err.code}]")
@@ -412,17 +412,17 @@ class BatchRun:
 
     def _commit_successors(self, topic: TopicSettings) -> Iterator[Event]:
         """Commit later batches that only waited for this one (``planner.max_in_flight`` > 1)."""
-        for later in self.ledger.ready_to_commit(topic.name):
+        for later in self.ledger.batches.ready_to_commit(topic.name):
             if not commits_for_another(BatchView.of(later), self.ledger.now()):
                 continue  # its own run is on it
             try:
-                later = self.ledger.claim(later.batch_id, self.owner, self.config.recovery.lease_s)
+                later = self.ledger.leases.claim(later.batch_id, self.owner, self.config.recovery.lease_s)
             except BatchBusy:
                 continue
             outcome = self._commit_one(topic, later, later.token)
             if isinstance(outcome, Uncommitted):  # nothing of it committed: it fails alone, as its own run's would
-                self.ledger.mark_failed(later.batch_id, outcome.reason, transient=outcome.transient, fence=later.token,
-                                        retry_at=self._retry_at(later, outcome.transient))
+                self.ledger.moves.mark_failed(later.batch_id, outcome.reason, transient=outcome.transient,
+                                              fence=later.token, retry_at=self._retry_at(later, outcome.transient))
                 self.log.warning(f"{later.batch_id} failed: {outcome.reason}")
                 continue
             yield Committed(later.batch_id, {**outcome.metadata, **self._lineage(topic, later.batch_id)},
@@ -438,7 +438,7 @@ class BatchRun:
         Neither part is to blame yet, so both are retried as a passing failure would be (without
         using up ``recovery.max_attempts``); a part that cannot be split further fails as its cause says.
         """
-        batch = self.ledger.get(self.batch_id)
+        batch = self.ledger.batches.get(self.batch_id)
         if not marks_failed(BatchView.of(batch), self.owner) or not isolates(err, batch.state):
             return False
         apart = isolating_split(batch.plan.ranges)
@@ -454,12 +454,12 @@ class BatchRun:
 
     def _fail(self, reason: str, *, transient: bool) -> None:
         """Mark the batch failed (it holds its partitions; retried after a backoff) unless it moved on."""
-        batch = self.ledger.get(self.batch_id)
+        batch = self.ledger.batches.get(self.batch_id)
         if not marks_failed(BatchView.of(batch), self.owner):
             return
         try:
-            self.ledger.mark_failed(self.batch_id, reason, transient=transient, fence=self.token,
-                                    retry_at=self._retry_at(batch, transient))
+            self.ledger.moves.mark_failed(self.batch_id, reason, transient=transient, fence=self.token,
+                                          retry_at=self._retry_at(batch, transient))
         except LeaseLost as lost:
             self.log.warning(f"{self.batch_id}: {lost}")  # its staging is the new owner's to replace
             return
@@ -476,6 +476,6 @@ class BatchRun:
 
     def _release(self) -> None:
         try:
-            self.ledger.release(self.batch_id, self.owner)
+            self.ledger.leases.release(self.batch_id, self.owner)
         except KprioError:
             pass

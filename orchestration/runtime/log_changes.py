@@ -59,7 +59,7 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
     if commits:
         # Fenced as a batch's commit is; refused (nothing written) when the group moved since the tick saw it.
         edge.set_committed(topic, commits, expect={tp: decided[tp].change.committed for tp in commits})
-    beliefs = ledger.beliefs(name)
+    beliefs = ledger.beliefs.of(name)
     fresh: list[Belief] = []
     put_back: dict[str, Batch] = {}
     for c in decision.changes:
@@ -76,7 +76,7 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
             continue  # a person's decision still awaited: recorded when it was asked for
         note = d.describe()
         if d.outcome in (Outcome.HOLD, Outcome.WAIT) or c.state is LogState.TOPIC_DELETED:
-            if ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, note=note) is not None:
+            if ledger.beliefs.record_change(name, c, d.outcome, decided_by=d.decided_by, note=note) is not None:
                 log.warning(f"{name}: {note}")
             continue
         if d.target is not None:
@@ -87,17 +87,18 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
         elif c.state is LogState.PARTITION_ADDED:
             fresh.append(Belief(c.topic, c.partition, c.topic_id, 1, None))
         for r in d.redrain:
-            put_back[r.batch.batch_id] = ledger.redrain(r.batch.batch_id, r.ranges, max_in_flight=max_in_flight)
+            put_back[r.batch.batch_id] = ledger.attempts.redrain(r.batch.batch_id, r.ranges,
+                                                                 max_in_flight=max_in_flight)
         if d.continuing:
             continue  # a step of a re-drain decided (and recorded) when the move was first seen
         if c.state in NEEDS_RECORD or d.outcome is Outcome.RECORD_GAP:
-            if ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, committed_after=d.target,
-                                    note=note) is not None:
+            if ledger.beliefs.record_change(name, c, d.outcome, decided_by=d.decided_by, committed_after=d.target,
+                                            note=note) is not None:
                 log.warning(f"{name}: {note}")
     if fresh:
-        ledger.remember(name, fresh)
+        ledger.beliefs.remember(name, fresh)
     for s in decision.superseded:
-        if ledger.note_superseded(s):
+        if ledger.moves.note_superseded(s):
             log.warning(f"{name}: {s.describe()}")
     return put_back
 
@@ -125,7 +126,7 @@ def reset_partition(edge: Edge, ledger: LedgerPort, config: KprioConfig, topic_n
     """
     target = parse_target(to)
     topic = owner_of(config, topic_name)
-    beliefs = ledger.beliefs(topic.name)
+    beliefs = ledger.beliefs.of(topic.name)
     snapshot = edge.snapshot(topic, now_ms=now_ms, deleted_ok={b.topic for b in beliefs.values()})
     lag = next((p for p in snapshot.partitions if (p.topic, p.partition) == (topic_name, partition)), None)
     if lag is None:
@@ -137,7 +138,7 @@ def reset_partition(edge: Edge, ledger: LedgerPort, config: KprioConfig, topic_n
                       topic_known=any(b.topic == topic_name for b in beliefs.values()))
     offset = resolve_target(target, lag.log_start, lag.high_watermark)
     new_log = change.state in NEW_LOG
-    busy = [b.batch_id for b in ledger.in_flight(topic.name)
+    busy = [b.batch_id for b in ledger.batches.in_flight(topic.name)
             if any(r.topic_partition == (topic_name, partition) and r.count for r in b.plan.offset_ranges())]
     wait = in_flight_blocks_reset(change, new_log, busy)
     if wait is not None:
@@ -149,15 +150,15 @@ def reset_partition(edge: Edge, ledger: LedgerPort, config: KprioConfig, topic_n
     believed = belief.committed if belief is not None else None
     # Backwards on the same log: the belief stays, so the next tick re-drains what is moved back over, exactly.
     keep = not new_log and believed is not None and offset < believed
-    ledger.remember(topic.name, [Belief(topic_name, partition, change.topic_id if new_log or belief is None
-                                        else belief.topic_id, incarnation, believed if keep else offset)])
+    ledger.beliefs.remember(topic.name, [Belief(topic_name, partition, change.topic_id if new_log or belief is None
+                                                else belief.topic_id, incarnation, believed if keep else offset)])
     was = "none" if change.committed is None else change.committed
     mine = "" if believed is None else f" (kprio committed {believed})"
     note = (f"kprio reset {topic_name}[{partition}] --to {to}: committed {was} -> {offset}{mine}"
             + (f", incarnation {incarnation}" if new_log else "")
             + (f" (was {change.state})" if change.state is not LogState.OK else ""))
-    ledger.record_change(topic.name, Change(topic_name, partition, change.state, believed, change.committed,
-                                            lag.log_start, lag.high_watermark, change.incarnation,
-                                            change.old_topic_id, change.topic_id),
-                         outcome, decided_by="person", committed_after=offset, note=note)
+    ledger.beliefs.record_change(topic.name, Change(topic_name, partition, change.state, believed, change.committed,
+                                                    lag.log_start, lag.high_watermark, change.incarnation,
+                                                    change.old_topic_id, change.topic_id),
+                                 outcome, decided_by="person", committed_after=offset, note=note)
     return note

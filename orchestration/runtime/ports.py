@@ -1,18 +1,18 @@
-"""What the runtime needs of the Kafka edge and of the ledger: two ports, each a ``typing.Protocol``.
+"""What the runtime needs of the Kafka edge and of the ledger: ports, each a ``typing.Protocol``.
 
-The runtime (``tick``, ``batch``, ``commit``, ``log_changes``, ``adoption``, ``replay``, ``healing``) is
-handed an edge and a ledger by its driver and calls only the methods named here, so a reader sees what
-it asks of each without reading two adapters of some forty methods each. The adapters are
-:class:`kprio_core.kafka.KafkaEdge` and :class:`kprio_core.ledger.Ledger`; they satisfy these ports
-structurally (same names, parameters and annotations: ``tests/orchestration/test_ports.py``), and no
-runtime module names them in an annotation. A default written ``...`` is the adapter's: it is
-written there once.
+The runtime (``tick``, ``batch``, ``commit``, ``log_changes``, ``adoption``, ``replay``, ``healing``,
+``leases``) is handed an edge and a ledger by its driver and calls only the methods named here, so a
+reader sees what it asks of each without reading the adapters. The adapters are
+:class:`kprio_core.kafka.KafkaEdge` and :class:`kprio_core.ledger.Ledger` with its repositories; they
+satisfy these ports structurally (same names, parameters and annotations:
+``tests/orchestration/test_ports.py``), and no runtime module names them in an annotation. A default
+written ``...`` is the adapter's: it is written there once.
 
-:class:`LedgerPort` groups its methods by what they do: :class:`LedgerReads` (the batches and what
-the rules read), :class:`LedgerMoves` (a batch's state moves), :class:`LedgerLeases` (leases and
-launch claims, which fence a run's writes) and :class:`LedgerMemory` (beliefs about the log, the
-events of its changes, a fresh ledger's adoption). A function that only reads takes
-:class:`LedgerReads`.
+:class:`LedgerPort` is the ledger's clock and identity and one port per repository of the ledger, each
+naming what the runtime asks of that part: :class:`BatchesPort` (record a plan, read the batches),
+:class:`MovesPort` (a batch's state moves), :class:`AttemptsPort` (new attempts), :class:`LeasesPort`
+(which fence a run's writes; the heartbeat is handed this one only), :class:`LaunchesPort`,
+:class:`BeliefsPort` (about the log, and its changes) and :class:`SamplesPort` (what the rules plan with).
 
 The third port, Spark, is a getter of the session (``Callable[[], SparkSession]``) its driver passes in.
 """
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from kprio_core.model.drain_plan import DrainPlan
     from kprio_core.model.offsets import OffsetRange, TopicPartitionKey
     from kprio_core.model.priority import Priority
-    from kprio_core.model.recovery import LeaseToken
+    from kprio_core.model.recovery import Lease, LeaseToken
     from kprio_core.model.results import CheckReport, CommitReport, DrainResult
     from kprio_core.model.snapshot import LagSnapshot
 
@@ -73,23 +73,15 @@ class Edge(Protocol):
         """The offsets of records with timestamps in ``[start_ms, end_ms)``, per priority."""
 
 
-class LedgerReads(Protocol):
-    """The ledger's reads: batches, holds, beliefs, claims and the numbers the rules plan with."""
+class BatchesPort(Protocol):
+    """The batches: a plan recorded, and the batches read back with what they reserve and hold."""
 
-    @property
-    def ledger_id(self) -> str:
-        """Random hex made when the ledger was created."""
-
-    def now(self) -> datetime:
-        """The ledger's clock (the database's): leases, backoffs and claims are judged by it."""
-
-    def is_fresh(self) -> bool:
-        """True while no batch was ever recorded and no earlier life was adopted."""
+    def record_plan(self, plan: DrainPlan, *, max_in_flight: int | None = ...) -> Batch: ...
 
     def get(self, batch_id: str) -> Batch: ...
 
-    def batches(self, logical_topic: str | None = ..., states: Iterable[BatchState] | None = ...,
-                limit: int | None = ...) -> list[Batch]: ...
+    def find(self, logical_topic: str | None = ..., states: Iterable[BatchState] | None = ...,
+             limit: int | None = ...) -> list[Batch]: ...
 
     def in_flight(self, logical_topic: str | None = ...) -> list[Batch]: ...
 
@@ -105,30 +97,9 @@ class LedgerReads(Protocol):
 
     def superseded_batch(self, batch_id: str) -> tuple[Superseded, ...]: ...
 
-    def beliefs(self, logical_topic: str) -> dict[TopicPartitionKey, Belief]: ...
 
-    def open_holds(self, logical_topic: str) -> dict[TopicPartitionKey, LogEvent]: ...
-
-    def last_changes(self, logical_topic: str) -> dict[TopicPartitionKey, LogEvent]: ...
-
-    def log_events(self, logical_topic: str | None = ..., *, after: int = ...) -> list[LogEvent]: ...
-
-    def launch_claims(self, logical_topic: str) -> dict[str, LaunchClaim]: ...
-
-    def drain_samples(self, logical_topic: str, last_batches: int = ...) -> list[DrainSample]: ...
-
-    def drained_since(self, logical_topic: str, since: datetime) -> list[DrainedSample]: ...
-
-    def poll_history(self, logical_topic: str, n_priorities: int, window_size: int = ...,
-                     maxed_out_threshold: int = ...) -> PollHistory: ...
-
-    def avg_record_bytes(self, logical_topic: str, last_batches: int = ...) -> dict[str, float]: ...
-
-
-class LedgerMoves(Protocol):
+class MovesPort(Protocol):
     """A batch's state moves (``TRANSITIONS``); a run's carry its lease token as ``fence``."""
-
-    def record_plan(self, plan: DrainPlan, *, max_in_flight: int | None = ...) -> Batch: ...
 
     def mark_drained(self, batch_id: str, result: DrainResult, *, fence: LeaseToken | None = ...) -> Batch: ...
 
@@ -140,6 +111,12 @@ class LedgerMoves(Protocol):
 
     def mark_failed(self, batch_id: str, reason: str, *, retry_at: datetime | None, transient: bool = ...,
                     fence: LeaseToken | None = ...) -> Batch: ...
+
+    def note_superseded(self, found: Superseded) -> bool: ...
+
+
+class AttemptsPort(Protocol):
+    """A batch's new attempts, and the ranges split off or re-drained apart."""
 
     def retry(self, batch_id: str, *, reason: str, max_in_flight: int | None = ...,
               take_over: Collection[str] = ...) -> Batch: ...
@@ -154,33 +131,92 @@ class LedgerMoves(Protocol):
               transient: bool = ..., fence: LeaseToken | None = ...) -> Batch: ...
 
 
-class LedgerLeases(Protocol):
-    """Who works on a batch (its lease) and who launches a run key (its claim)."""
+class LeasesPort(Protocol):
+    """Who works on a batch: its lease, which fences a run's writes."""
 
     def claim(self, batch_id: str, owner: str, lease_s: float, *, take_over: Collection[str] = ...) -> Batch: ...
 
+    def renew(self, batch_id: str, owner: str, lease_s: float, *, attempt: int | None = ...,
+              epoch: int | None = ...) -> Lease: ...
+
     def release(self, batch_id: str, owner: str) -> bool: ...
 
-    def check_lease(self, batch_id: str, token: LeaseToken, what: str) -> Batch: ...
-
-    def claim_launch(self, batch_id: str, run_key: str, owner: str, claim_s: float, *,
-                     take_over: Collection[str] = ...) -> LaunchClaim: ...
+    def check(self, batch_id: str, token: LeaseToken, what: str) -> Batch: ...
 
 
-class LedgerMemory(Protocol):
-    """What kprio believes about each partition's log, the changes it saw, and a fresh ledger's adoption."""
+class LaunchesPort(Protocol):
+    """Who launches a run key: its claim."""
+
+    def claim(self, batch_id: str, run_key: str, owner: str, claim_s: float, *,
+              take_over: Collection[str] = ...) -> LaunchClaim: ...
+
+    def claims(self, logical_topic: str) -> dict[str, LaunchClaim]: ...
+
+
+class BeliefsPort(Protocol):
+    """What kprio believes about each partition's log, and the changes of it that kprio saw and decided."""
+
+    def of(self, logical_topic: str) -> dict[TopicPartitionKey, Belief]: ...
 
     def remember(self, logical_topic: str, beliefs: Iterable[Belief]) -> None: ...
 
     def record_change(self, logical_topic: str, change: Change, outcome: Outcome, *, decided_by: str,
                       committed_after: int | None = ..., note: str | None = ...) -> LogEvent | None: ...
 
-    def note_superseded(self, found: Superseded) -> bool: ...
+    def open_holds(self, logical_topic: str) -> dict[TopicPartitionKey, LogEvent]: ...
+
+    def last_changes(self, logical_topic: str) -> dict[TopicPartitionKey, LogEvent]: ...
+
+    def log_events(self, logical_topic: str | None = ..., *, after: int = ...) -> list[LogEvent]: ...
+
+
+class SamplesPort(Protocol):
+    """The numbers the rules plan with: what drains took and drained, burst windows, record sizes."""
+
+    def drains(self, logical_topic: str, last_batches: int = ...) -> list[DrainSample]: ...
+
+    def drained_since(self, logical_topic: str, since: datetime) -> list[DrainedSample]: ...
+
+    def poll_history(self, logical_topic: str, n_priorities: int, window_size: int = ...,
+                     maxed_out_threshold: int = ...) -> PollHistory: ...
+
+    def avg_record_bytes(self, logical_topic: str, last_batches: int = ...) -> dict[str, float]: ...
+
+
+class LedgerPort(Protocol):
+    """The batch ledger as the runtime uses it: its clock and identity, a fresh ledger's adoption, and its parts."""
+
+    @property
+    def ledger_id(self) -> str:
+        """Random hex made when the ledger was created."""
+
+    def now(self) -> datetime:
+        """The ledger's clock (the database's): leases, backoffs and claims are judged by it."""
+
+    def is_fresh(self) -> bool:
+        """True while no batch was ever recorded and no earlier life was adopted."""
 
     def number_batches_after(self, n: int) -> None: ...
 
     def mark_adopted(self, note: str) -> None: ...
 
+    @property
+    def batches(self) -> BatchesPort: ...
 
-class LedgerPort(LedgerReads, LedgerMoves, LedgerLeases, LedgerMemory, Protocol):
-    """The batch ledger as the runtime uses it: every group above."""
+    @property
+    def moves(self) -> MovesPort: ...
+
+    @property
+    def attempts(self) -> AttemptsPort: ...
+
+    @property
+    def leases(self) -> LeasesPort: ...
+
+    @property
+    def launches(self) -> LaunchesPort: ...
+
+    @property
+    def beliefs(self) -> BeliefsPort: ...
+
+    @property
+    def samples(self) -> SamplesPort: ...
