@@ -9,8 +9,9 @@ batch, as a replay does, or only those ranges, moved to a new planned batch of t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, Row, insert, update
 
@@ -118,27 +119,13 @@ class Attempts(Repository):
             if current not in REPLAYABLE:
                 raise InvalidTransition(f"batch {batch_id} is {current.value}: only a committed or failed batch's "
                                         "ranges are re-drained")
-            gone = superseded_at(conn, numbering, row)
-            if gone:
-                raise BatchSuperseded(gone[0].describe())
             moving = [r for r in rows if offset_range(r) in wanted]
-            others = [t for t in taken_ranges(conn, numbering, row.logical_topic) if t.batch_id != batch_id]
-            room_for(f"re-drain of {batch_id}", [offset_range(r) for r in moving], {r.priority for r in moving},
-                     others, max_in_flight, new=False)
-            child = conn.execute(insert(batches).values(
-                logical_topic=row.logical_topic, state=S.PLANNED.value, plan_json=row.plan_json, attempts=1,
-                replay_of_committed=True, parent_id=row.id, created_us=now, updated_us=now,
-                committed_us=row.committed_us,
-            )).inserted_primary_key[0]
-            conn.execute(update(ranges).where(ranges.c.id.in_([r.id for r in moving])).values(batch_id=child))
-            conn.execute(update(batches).where(batches.c.id == row.id).values(updated_us=now))
-            moved = ", ".join(str(offset_range(r)) for r in moving)
-            log_event(conn, child, None, S.PLANNED, 1, now, f"re-drain of {moved} of {batch_id}: its group was moved "
-                      "back outside kprio")
-            log_event(conn, row.id, current, current, row.attempts, now,
-                      f"{moved} moved to {numbering.batch_id(child)} to be re-drained (its group was moved back "
-                      "outside kprio)")
-            return load_one(conn, numbering, child)
+            _room_again(conn, numbering, row, moving, f"re-drain of {batch_id}", max_in_flight)
+            moved, why = ", ".join(str(offset_range(r)) for r in moving), "its group was moved back outside kprio"
+            return _split_off(conn, numbering, row, moving, now,
+                              {"state": S.PLANNED.value, "attempts": 1, "replay_of_committed": True},
+                              f"re-drain of {moved} of {batch_id}: {why}",
+                              lambda child: f"{moved} moved to {child} to be re-drained ({why})")
 
     def split(self, batch_id: str, failing: Iterable[OffsetRange], reason: str, *,
               retry_at: datetime | None, transient: bool = False, fence: LeaseToken | None = None) -> Batch:
@@ -170,20 +157,13 @@ class Attempts(Repository):
             moving = [r for r in rows if offset_range(r) in failing]
             if len(moving) == len(rows):
                 raise ValueError(f"split of {batch_id}: every range fails; fail the batch instead")
-            child = conn.execute(insert(batches).values(
-                logical_topic=row.logical_topic, state=S.FAILED.value, plan_json=row.plan_json,
-                attempts=row.attempts, replay_of_committed=row.replay_of_committed, parent_id=row.id, reason=reason,
-                transient=transient, transient_streak=streak_after(row.transient_streak, transient),
-                retry_at_us=maybe_us(retry_at), created_us=now, updated_us=now, drained_us=row.drained_us,
-                drain_seconds=row.drain_seconds, drain_json=row.drain_json, committed_us=row.committed_us,
-            )).inserted_primary_key[0]
-            conn.execute(update(ranges).where(ranges.c.id.in_([r.id for r in moving])).values(batch_id=child))
-            conn.execute(update(batches).where(batches.c.id == row.id).values(updated_us=now))
             moved = ", ".join(str(offset_range(r)) for r in moving)
-            log_event(conn, child, None, S.FAILED, row.attempts, now, f"split from {batch_id}: {reason}")
-            log_event(conn, row.id, state, state, row.attempts, now,
-                      f"split: {moved} moved to {numbering.batch_id(child)}: {reason}")
-            return load_one(conn, numbering, child)
+            return _split_off(conn, numbering, row, moving, now, {
+                "state": S.FAILED.value, "attempts": row.attempts, "replay_of_committed": row.replay_of_committed,
+                "reason": reason, "transient": transient, "retry_at_us": maybe_us(retry_at),
+                "transient_streak": streak_after(row.transient_streak, transient), "drained_us": row.drained_us,
+                "drain_seconds": row.drain_seconds, "drain_json": row.drain_json,
+            }, f"split from {batch_id}: {reason}", lambda child: f"split: {moved} moved to {child}: {reason}")
 
 
 def _back_to_planned(conn: Connection, numbering: Numbering, first: Row, allowed: Collection[BatchState],
@@ -201,13 +181,8 @@ def _back_to_planned(conn: Connection, numbering: Numbering, first: Row, allowed
             "stuck, or fail it first)"
         )
     check_transition(batch_id, current, S.PLANNED)
-    gone = superseded_at(conn, numbering, row)
-    if gone:
-        raise BatchSuperseded(gone[0].describe())
-    mine = range_rows(conn, [row.id])[row.id]
-    others = [t for t in taken_ranges(conn, numbering, row.logical_topic) if t.batch_id != batch_id]
-    room_for(f"{'retry' if reason else 'replay'} of {batch_id}", [offset_range(r) for r in mine],
-             {r.priority for r in mine}, others, max_in_flight, new=False)
+    _room_again(conn, numbering, row, range_rows(conn, [row.id])[row.id],
+                f"{'retry' if reason else 'replay'} of {batch_id}", max_in_flight)
     attempt = row.attempts + 1
     conn.execute(update(batches).where(batches.c.id == row.id).values(
         **CLEARED_ATTEMPT, state=S.PLANNED.value, attempts=attempt, updated_us=now,
@@ -215,3 +190,29 @@ def _back_to_planned(conn: Connection, numbering: Numbering, first: Row, allowed
     ))
     log_event(conn, row.id, current, S.PLANNED, attempt, now, reason or f"replay of a {current.value} batch")
     return load_one(conn, numbering, row.id)
+
+
+def _room_again(conn: Connection, numbering: Numbering, row: Row, mine: list[Row], what: str,
+                max_in_flight: int | None) -> None:
+    """Refuse to put ``mine``, range rows of the batch of ``row``, in flight again: the batch is superseded
+    (:class:`BatchSuperseded`), or a slot or a range is taken (:class:`RangeConflict`, as ``what``)."""
+    gone = superseded_at(conn, numbering, row)
+    if gone:
+        raise BatchSuperseded(gone[0].describe())
+    others = [t for t in taken_ranges(conn, numbering, row.logical_topic) if t.batch_id != numbering.batch_id(row.id)]
+    room_for(what, [offset_range(r) for r in mine], {r.priority for r in mine}, others, max_in_flight, new=False)
+
+
+def _split_off(conn: Connection, numbering: Numbering, row: Row, moving: list[Row], now: int, values: dict[str, Any],
+               why: str, parent_why: Callable[[str], str]) -> Batch:
+    """Move the ``moving`` range rows (never copied) of the batch of ``row`` to a new batch of ``values``, its parent
+    that batch; log ``why`` in the new batch's events, ``parent_why(its id)`` in the parent's."""
+    child = conn.execute(insert(batches).values(
+        logical_topic=row.logical_topic, plan_json=row.plan_json, parent_id=row.id, created_us=now, updated_us=now,
+        committed_us=row.committed_us, **values,
+    )).inserted_primary_key[0]
+    conn.execute(update(ranges).where(ranges.c.id.in_([r.id for r in moving])).values(batch_id=child))
+    conn.execute(update(batches).where(batches.c.id == row.id).values(updated_us=now))
+    log_event(conn, child, None, S(values["state"]), values["attempts"], now, why)
+    log_event(conn, row.id, S(row.state), S(row.state), row.attempts, now, parent_why(numbering.batch_id(child)))
+    return load_one(conn, numbering, child)

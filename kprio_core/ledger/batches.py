@@ -1,9 +1,5 @@
-"""The batches: a plan recorded as a batch reserving its ranges, and the batches read back (in flight, failed and
-holding, superseded, ready to commit, their events).
-
-A plan is refused in the transaction that records it (:meth:`Batches.record_plan`): under the topic's lock, its
-ranges are checked against every batch in flight or holding (:func:`~kprio_core.ledger.rules.room_for`) and against
-what kprio committed (:func:`~kprio_core.ledger.rules.below_committed`).
+"""The batches: a plan recorded as a batch reserving its ranges, refused in that transaction under the topic's lock
+(``room_for``, ``below_committed``); and the batches read back (in flight, holding, superseded, ready to commit).
 """
 
 from __future__ import annotations

@@ -49,11 +49,6 @@ class Beliefs(Repository):
                 _upsert(conn, logical_topic, b.topic, b.partition, now, topic_id=b.topic_id,
                         incarnation=b.incarnation, committed=b.committed)
 
-    def forget(self, topic: str) -> None:
-        """Drop the beliefs about every partition of ``topic`` (a person confirmed it is gone for good)."""
-        with self._store.tx() as (conn, _):
-            conn.execute(partitions.delete().where(partitions.c.topic == topic))
-
     def record_change(self, logical_topic: str, change: Change, outcome: Outcome, *, decided_by: str,
                       committed_after: int | None = None, note: str | None = None) -> LogEvent | None:
         """Record a change and its outcome; None when it repeats the partition's last event (a hold seen again)."""
@@ -106,9 +101,7 @@ def note_commits(conn: Connection, logical_topic: str, moves: Mapping[TopicParti
     for (topic, partition), (_, new) in moves.items():
         row = conn.execute(select(partitions.c.committed).where(
             partitions.c.topic == topic, partitions.c.kafka_partition == partition)).first()
-        if row is None:
-            _upsert(conn, logical_topic, topic, partition, now, committed=new)
-        elif row.committed is None or row.committed < new:
+        if row is None or row.committed is None or row.committed < new:
             _upsert(conn, logical_topic, topic, partition, now, committed=new)
 
 

@@ -51,14 +51,6 @@ class Ledger(Store):
     """The ledger at ``url`` (:class:`Store`: its engine, clock and identity) with a repository per part, all on
     its one engine: ``batches``, ``moves``, ``attempts``, ``leases``, ``launches``, ``beliefs``, ``samples``."""
 
-    batches: Batches
-    moves: Moves
-    attempts: Attempts
-    leases: Leases
-    launches: Launches
-    beliefs: Beliefs
-    samples: Samples
-
     def __init__(self, url: str, *, clock: Callable[[], datetime] | None = None,
                  busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
         super().__init__(url, clock=clock, busy_timeout_s=busy_timeout_s)

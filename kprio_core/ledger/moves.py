@@ -1,9 +1,6 @@
-"""A run's moves of a batch through its states (``TRANSITIONS``), each fenced by the run's lease token.
-
-Every move is one transaction on the batch's row, locked: the token (owner, attempt, epoch) must hold the
-batch now (:func:`~kprio_core.ledger.leases.check_token`, else :class:`LeaseLost` and nothing changed), the
-move must be allowed (:func:`~kprio_core.model.states.check_transition`), and it is logged in the batch's events.
-A move without a token is an operator's.
+"""A batch's moves through its states (``TRANSITIONS``): one transaction on its locked row each, allowed by
+``check_transition``, logged in its events, and fenced: a run's lease token must hold the batch now (``check_token``,
+else :class:`LeaseLost` and nothing changed). A move without a token is an operator's.
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
-"""One ledger database, which every repository of the ledger shares: its engine, its clock, one transaction, and
-who the ledger is (``kprio_meta``: its id, where batch numbers start, an adopted earlier life).
+"""The ledger's database, which its repositories share: the engine, the clock, one transaction, and who the ledger
+is (``kprio_meta``: its id, where batch numbers start, an adopted earlier life).
 
-Every public method of a repository is one :meth:`Store.tx` transaction (BEGIN IMMEDIATE on SQLite), so a
-process that dies between two calls leaves the last committed truth behind. A store may serve several threads
-(a run and its lease heartbeat): each transaction checks a connection out of the engine's pool for itself, and
-passes the process's :data:`~kprio_core.ledger.gate.TRANSACTIONS` from whichever thread.
+Every public method of a repository is one :meth:`Store.tx` transaction (BEGIN IMMEDIATE on SQLite), so a process
+that dies between two calls leaves the last committed truth behind. Threads share a store (a run and its lease
+heartbeat): each transaction takes a pooled connection of its own and passes the process's gate (``gate.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Self
 
 from sqlalchemy import Connection, update
@@ -25,11 +24,6 @@ from kprio_core.ledger.meta import (Identity, Numbering, has_batches, number_aft
                                     read_numbering)
 from kprio_core.ledger.rows import need_reason
 from kprio_core.ledger.schema import meta
-
-
-def utc_now() -> datetime:
-    """This host's clock: the ledger's clock on SQLite (every process that opens the file runs on this host)."""
-    return datetime.now(UTC)
 
 
 class Store:

@@ -56,14 +56,12 @@ def owner_dead(owner: str, run_ended: Callable[[str], bool] | None = None) -> bo
 class Heartbeat:
     """Renews a run's lease of ``batch_id`` (its ``token``: owner and attempt) every ``lease_s / 3`` until stopped.
 
-    ``leases``: the run's lease repository, shared with the run: each renewal is one transaction on a
-    connection of the ledger's pool, which hands a connection to one thread at a time, as SQLite and
-    PostgreSQL connections need (an in-memory SQLite ledger is one database per thread: nothing to
-    renew there). ``lost`` is set when the lease turns out to be someone else's (it expired and
-    another run took the batch over, or a retry moved the batch to a later attempt), or when
-    renewals kept failing (the ledger unreachable) for longer than the lease: by then another run
-    may hold it. The run must stop before it publishes or commits anything; should it not notice
-    in time, the ledger refuses its stale token anyway (fencing).
+    ``leases``: the run's own, shared with the run (each renewal is one transaction on a pooled connection
+    of its own; an in-memory SQLite ledger is one database per thread). ``lost`` is set when the lease
+    turns out to be someone else's (it expired and another run took the batch over, or a retry moved the
+    batch to a later attempt), or when renewals kept failing (the ledger unreachable) for longer than the
+    lease: by then another run may hold it. The run must stop before it publishes or commits anything;
+    should it not notice in time, the ledger refuses its stale token anyway (fencing).
     """
 
     def __init__(self, leases: LeasesPort, batch_id: str, token: LeaseToken, lease_s: float, *,
