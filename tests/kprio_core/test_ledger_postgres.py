@@ -150,7 +150,7 @@ import datetime
 from kprio_core.ledger import Ledger
 print(datetime.datetime.now(datetime.UTC).isoformat())
 with Ledger({pg_url!r}) as ledger:
-    print(ledger.claim({batch.batch_id!r}, "run-late@skewed:1", 30).lease.until.isoformat())
+    print(ledger.leases.claim({batch.batch_id!r}, "run-late@skewed:1", 30).lease.until.isoformat())
 """)
     repo = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, str(script)], cwd=repo, capture_output=True, text=True, timeout=120,
