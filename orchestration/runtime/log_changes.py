@@ -87,8 +87,7 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
         elif c.state is LogState.PARTITION_ADDED:
             fresh.append(Belief(c.topic, c.partition, c.topic_id, 1, None))
         for r in d.redrain:
-            put_back[r.batch.batch_id] = ledger.attempts.redrain(r.batch.batch_id, r.ranges,
-                                                                 max_in_flight=max_in_flight)
+            put_back[r.batch.batch_id] = ledger.attempts.redrain(r.batch.batch_id, r.ranges, max_in_flight=max_in_flight)
         if d.continuing:
             continue  # a step of a re-drain decided (and recorded) when the move was first seen
         if c.state in NEEDS_RECORD or d.outcome is Outcome.RECORD_GAP:

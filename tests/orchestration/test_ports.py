@@ -143,6 +143,18 @@ def test_no_runtime_module_annotates_with_an_adapter():
             assert not names & CONCRETE, f"{path.name}: annotated with {text}, an adapter, not its port"
 
 
+def test_no_runtime_module_builds_a_ledger_nor_imports_one():
+    """The runtime is handed its ledger (and the heartbeat its driver's lease repository): it opens no connection
+    of its own, so it never needs a URL."""
+    for path in sorted(RUNTIME.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kprio_core.ledger"):
+                assert not {a.name for a in node.names} & CONCRETE, f"{path.name} imports {ast.unparse(node)}"
+            if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in CONCRETE - {"KafkaEdge"}:
+                raise AssertionError(f"{path.name}:{node.lineno} builds {ast.unparse(node.func)}")
+
+
 def called_by_the_runtime() -> dict[str, set[str]]:
     """What the runtime calls on the edge, the ledger and each repository of the ledger it is handed: ``edge.x``,
     ``ledger.x``, ``ledger.batches.x`` and ``leases.x`` in a function with such a parameter, and the same on
