@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Select, func, insert, select, update
 
 from kprio_core.ledger.codec import from_us
 from kprio_core.ledger.schema import batches, log_events, partitions, ranges
@@ -32,12 +32,7 @@ class Beliefs(Repository):
             found = {(r.topic, r.kafka_partition): Belief(r.topic, r.kafka_partition, r.topic_id, r.incarnation,
                                                           r.committed)
                      for r in conn.execute(select(partitions).where(partitions.c.logical_topic == logical_topic))}
-            derived = (select(ranges.c.topic, ranges.c.kafka_partition, func.max(ranges.c.end_offset))
-                       .join(batches, batches.c.id == ranges.c.batch_id)
-                       .where(batches.c.logical_topic == logical_topic,
-                              batches.c.committed_us.is_not(None))
-                       .group_by(ranges.c.topic, ranges.c.kafka_partition))
-            for topic, partition, end in conn.execute(derived):
+            for topic, partition, end in conn.execute(_committed_ends(logical_topic)):
                 found.setdefault((topic, partition), Belief(topic, partition, None, 1, int(end)))
         return found
 
@@ -115,15 +110,19 @@ def believed_offsets(conn: Connection, plan: DrainPlan) -> dict[TopicPartitionKe
     for row in conn.execute(select(partitions).where(partitions.c.topic.in_(topics))):
         if (row.topic, row.kafka_partition) in wanted:
             found[(row.topic, row.kafka_partition)] = (int(row.incarnation or 1), row.committed)
-    derived = (select(ranges.c.topic, ranges.c.kafka_partition, func.max(ranges.c.end_offset))
-               .join(batches, batches.c.id == ranges.c.batch_id)
-               .where(batches.c.logical_topic == plan.logical_topic, batches.c.committed_us.is_not(None),
-                      ranges.c.topic.in_(topics))
-               .group_by(ranges.c.topic, ranges.c.kafka_partition))
-    for topic, partition, end in conn.execute(derived):
+    for topic, partition, end in conn.execute(_committed_ends(plan.logical_topic, ranges.c.topic.in_(topics))):
         if (topic, partition) in wanted:
             found.setdefault((topic, partition), (1, int(end)))
     return found
+
+
+def _committed_ends(logical_topic: str, *where: ColumnElement[bool]) -> Select:
+    """Per partition, the highest range end of the topic's committed batches: what a ledger of an earlier kprio,
+    without belief rows, believes kprio committed there."""
+    return (select(ranges.c.topic, ranges.c.kafka_partition, func.max(ranges.c.end_offset))
+            .join(batches, batches.c.id == ranges.c.batch_id)
+            .where(batches.c.logical_topic == logical_topic, batches.c.committed_us.is_not(None), *where)
+            .group_by(ranges.c.topic, ranges.c.kafka_partition))
 
 
 def plan_incarnations(plan: DrainPlan) -> dict[TopicPartitionKey, int]:

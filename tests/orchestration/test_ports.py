@@ -40,7 +40,7 @@ PORT_OF = {"edge": {"Edge", "Callable[[], Edge]"}, "ledger": {"LedgerPort"}, "le
 
 
 def members(port: type) -> dict[str, object]:
-    """The methods and properties ``port`` declares (its own and its groups'), by name."""
+    """The methods and properties ``port`` declares, by name."""
     found: dict[str, object] = {}
     for cls in reversed(port.__mro__):
         if cls is object or not issubclass(cls, ports.Protocol) or cls.__module__ != ports.__name__:
