@@ -461,7 +461,7 @@ def batch_rows(ledger_url: str, home: Path, topic: TopicSettings, timeline: Comm
 
     rows: dict[str, dict] = {}
     with Ledger(ledger_url) as ledger:
-        for batch in ledger.batches(topic.name):
+        for batch in ledger.batches.find(topic.name):
             by_p = batch.plan.records_by_priority()
             rows[batch.batch_id] = {
                 "batch_id": batch.batch_id, "state": batch.state.value, "attempts": batch.attempts,
@@ -471,7 +471,7 @@ def batch_rows(ledger_url: str, home: Path, topic: TopicSettings, timeline: Comm
                 "budget": batch.plan.record_budget,
                 "ledger": {},
             }
-        for event in ledger.events(logical_topic=topic.name):
+        for event in ledger.batches.events(logical_topic=topic.name):
             row = rows.get(event.batch_id)
             if row is not None:
                 row["ledger"].setdefault(event.to_state.value, event.at.timestamp())
@@ -983,7 +983,7 @@ class FollowDrainer:
         deadline = time.monotonic() + 60
         with Ledger(self.ledger_url) as ledger:
             while time.monotonic() < deadline and in_flight is None:
-                batches = ledger.in_flight(self.topic.name)
+                batches = ledger.batches.in_flight(self.topic.name)
                 in_flight = batches[0].batch_id if batches else None
                 time.sleep(0.05)
         sent = time.time()
@@ -1002,7 +1002,7 @@ class FollowDrainer:
         state = None
         if finished:
             with Ledger(self.ledger_url) as ledger:
-                state = ledger.get(finished).state.value
+                state = ledger.batches.get(finished).state.value
         result.stop = {"signal_during_batch": in_flight, "exit_code": rc, "exit_s": time.time() - sent,
                        "stderr": err[:2], "last_line": last, "finished": finished, "finished_state": state,
                        "ok": rc == 0 and finished is not None and state == "committed"}
@@ -1205,7 +1205,7 @@ def probe_main(args: argparse.Namespace) -> None:
                 for key, value in entry.dagster_event.event_specific_data.materialization.metadata.items():
                     if key in ("drain_s", "check_s", "publish_s", "commit_s"):
                         steps[key[:-2]] = float(value.value)
-            batch = ledger.get(request.partition_key)
+            batch = ledger.batches.get(request.partition_key)
             batches.append({"batch_id": batch.batch_id, "state": batch.state.value, "records": batch.plan.records,
                             "ranges": sum(1 for r in batch.plan.ranges if r.range.count),
                             "plan_s": plan_s, "run_s": run_s, "steps": steps,

@@ -2,51 +2,24 @@
 
 ``from kprio_core.ledger import Ledger, Batch, BatchState`` is the public surface for the ledger's callers: the
 values it hands out live in the model (:mod:`kprio_core.model.records`, :mod:`kprio_core.model.states`), are
-re-exported here, and the pure rules import them from the model, never through this adapter. The submodules:
-schema (tables), engine (SQLite BEGIN IMMEDIATE, dialect INSERT), meta (identity, numbering,
-refusing other schemas), codec
-(rows <-> values), rules (slots, overlap, holds, commit order), base (transactions), leases,
-launches (one driver launches a run key), attempts (retry, replay, split), derived (burst windows, rate samples, record sizes, throughput,
-the commit samples), samples (writing the commit samples),
-gate (the process's open transactions, which a pause point waits out)
-and ledger (the Ledger itself: recording, transitions, commit order, reading).
+re-exported here, and the pure rules import them from the model, never through this adapter. The submodules: ledger
+(the Ledger: the store and its repositories), store (engine, clock, one transaction, identity), a repository per part
+(batches, moves, attempts, leases, launches, beliefs, samples), and what they share: rows (a batch's rows), rules
+(slots, overlaps, holds, commit order), commit_samples (writing them), schema, engine (SQLite BEGIN IMMEDIATE,
+dialect INSERT), meta (identity, numbering, other schemas refused), codec (rows <-> values), gate (the process's
+open transactions, which a pause point waits out).
 """
 
 from kprio_core.ledger.engine import ledger_exists
-from kprio_core.ledger.ledger import Ledger, utc_now
+from kprio_core.ledger.ledger import Ledger
 from kprio_core.ledger.meta import Identity
 from kprio_core.ledger.schema import SCHEMA_VERSION
-from kprio_core.model.records import (
-    Batch,
-    BatchEvent,
-    CommitSample,
-    DrainedSample,
-    DrainSample,
-    Hold,
-    LaunchClaim,
-    LogEvent,
-    format_batch_id,
-    parse_batch_id,
-)
+from kprio_core.model.records import (Batch, BatchEvent, CommitSample, DrainedSample, DrainSample, Hold, LaunchClaim,
+                                      LogEvent, format_batch_id, parse_batch_id)
 from kprio_core.model.states import IN_FLIGHT, TRANSITIONS, BatchState
 
 __all__ = [
-    "IN_FLIGHT",
-    "SCHEMA_VERSION",
-    "TRANSITIONS",
-    "Batch",
-    "BatchEvent",
-    "BatchState",
-    "CommitSample",
-    "DrainSample",
-    "DrainedSample",
-    "Hold",
-    "Identity",
-    "LaunchClaim",
-    "Ledger",
-    "LogEvent",
-    "format_batch_id",
-    "ledger_exists",
+    "IN_FLIGHT", "SCHEMA_VERSION", "TRANSITIONS", "Batch", "BatchEvent", "BatchState", "CommitSample", "DrainSample",
+    "DrainedSample", "Hold", "Identity", "LaunchClaim", "Ledger", "LogEvent", "format_batch_id", "ledger_exists",
     "parse_batch_id",
-    "utc_now",
 ]

@@ -1,7 +1,7 @@
 """What kprio believes about each partition, and the log changes and decisions it recorded.
 
 A belief is the topic's identity, the incarnation kprio drains and the committed offset kprio
-itself last wrote (kept by :meth:`Ledger.mark_committed`, never lowered by a commit: only a
+itself last wrote (kept by ``Moves.mark_committed``, never lowered by a commit: only a
 recorded decision lowers it). A ledger of an earlier kprio has no belief rows yet: the committed
 offset is then derived from its committed batches (the highest range end per partition).
 """
@@ -10,63 +10,52 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Select, func, insert, select, update
 
-from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us
 from kprio_core.ledger.schema import batches, log_events, partitions, ranges
+from kprio_core.ledger.store import Repository
 from kprio_core.model.drain_plan import DrainPlan
 from kprio_core.model.log_state import Belief, Change, Outcome
 from kprio_core.model.offsets import TopicPartitionKey
 from kprio_core.model.records import LogEvent
-from kprio_core.model.states import BatchState
 
 DECIDED_BY = ("rule", "policy", "person")
 
 
-class BeliefMethods(LedgerBase):
-    """Beliefs per partition and log events; mixed into :class:`kprio_core.ledger.Ledger`."""
+class Beliefs(Repository):
+    """What kprio believes about each partition's log, and the changes of it that kprio saw and decided."""
 
-    def beliefs(self, logical_topic: str) -> dict[TopicPartitionKey, Belief]:
+    def of(self, logical_topic: str) -> dict[TopicPartitionKey, Belief]:
         """Every partition kprio believes something about (its rows, else what its committed batches say)."""
-        with self._tx() as (conn, _):
+        with self._store.tx() as (conn, _):
             found = {(r.topic, r.kafka_partition): Belief(r.topic, r.kafka_partition, r.topic_id, r.incarnation,
                                                           r.committed)
                      for r in conn.execute(select(partitions).where(partitions.c.logical_topic == logical_topic))}
-            derived = (select(ranges.c.topic, ranges.c.kafka_partition, func.max(ranges.c.end_offset))
-                       .join(batches, batches.c.id == ranges.c.batch_id)
-                       .where(batches.c.logical_topic == logical_topic,
-                              batches.c.committed_us.is_not(None))
-                       .group_by(ranges.c.topic, ranges.c.kafka_partition))
-            for topic, partition, end in conn.execute(derived):
+            for topic, partition, end in conn.execute(_committed_ends(logical_topic)):
                 found.setdefault((topic, partition), Belief(topic, partition, None, 1, int(end)))
         return found
 
     def remember(self, logical_topic: str, beliefs: Iterable[Belief]) -> None:
         """Store these beliefs as they are (identity, incarnation, committed), one row per partition."""
-        now = self._now_us()
-        with self._tx() as (conn, _):
+        now = self._store.now_us()
+        with self._store.tx() as (conn, _):
             for b in beliefs:
                 _upsert(conn, logical_topic, b.topic, b.partition, now, topic_id=b.topic_id,
                         incarnation=b.incarnation, committed=b.committed)
-
-    def forget(self, topic: str) -> None:
-        """Drop the beliefs about every partition of ``topic`` (a person confirmed it is gone for good)."""
-        with self._tx() as (conn, _):
-            conn.execute(partitions.delete().where(partitions.c.topic == topic))
 
     def record_change(self, logical_topic: str, change: Change, outcome: Outcome, *, decided_by: str,
                       committed_after: int | None = None, note: str | None = None) -> LogEvent | None:
         """Record a change and its outcome; None when it repeats the partition's last event (a hold seen again)."""
         if decided_by not in DECIDED_BY:
             raise ValueError(f"decided_by must be one of {DECIDED_BY}, not {decided_by!r}")
-        now = self._now_us()
+        now = self._store.now_us()
         values = {"logical_topic": logical_topic, "topic": change.topic, "kafka_partition": change.partition,
                   "incarnation": change.incarnation, "state": change.state.value, "outcome": outcome.value,
                   "decided_by": decided_by, "believed": change.believed, "committed": change.committed,
                   "committed_after": committed_after, "log_start": change.log_start,
                   "high_watermark": change.high_watermark, "note": note}
-        with self._tx() as (conn, _):
+        with self._store.tx() as (conn, _):
             last = conn.execute(
                 select(log_events).where(log_events.c.topic == change.topic,
                                          log_events.c.kafka_partition == change.partition)
@@ -97,7 +86,7 @@ class BeliefMethods(LedgerBase):
         query = select(log_events).where(log_events.c.id > after).order_by(log_events.c.id)
         if logical_topic is not None:
             query = query.where(log_events.c.logical_topic == logical_topic)
-        with self._tx() as (conn, _):
+        with self._store.tx() as (conn, _):
             return [_event(r) for r in conn.execute(query)]
 
 
@@ -107,15 +96,13 @@ def note_commits(conn: Connection, logical_topic: str, moves: Mapping[TopicParti
     for (topic, partition), (_, new) in moves.items():
         row = conn.execute(select(partitions.c.committed).where(
             partitions.c.topic == topic, partitions.c.kafka_partition == partition)).first()
-        if row is None:
-            _upsert(conn, logical_topic, topic, partition, now, committed=new)
-        elif row.committed is None or row.committed < new:
+        if row is None or row.committed is None or row.committed < new:
             _upsert(conn, logical_topic, topic, partition, now, committed=new)
 
 
 def believed_offsets(conn: Connection, plan: DrainPlan) -> dict[TopicPartitionKey, tuple[int, int | None]]:
     """Per partition of ``plan``'s ranges, the incarnation kprio drains and the offset it last committed, read
-    in the caller's transaction (as :meth:`BeliefMethods.beliefs` reads them: a partition without a belief row
+    in the caller's transaction (as :meth:`Beliefs.of` reads them: a partition without a belief row
     by its committed batches' highest range end; one kprio knows nothing about is left out)."""
     wanted = {r.topic_partition for r in plan.offset_ranges() if r.count}
     found: dict[TopicPartitionKey, tuple[int, int | None]] = {}
@@ -123,15 +110,19 @@ def believed_offsets(conn: Connection, plan: DrainPlan) -> dict[TopicPartitionKe
     for row in conn.execute(select(partitions).where(partitions.c.topic.in_(topics))):
         if (row.topic, row.kafka_partition) in wanted:
             found[(row.topic, row.kafka_partition)] = (int(row.incarnation or 1), row.committed)
-    derived = (select(ranges.c.topic, ranges.c.kafka_partition, func.max(ranges.c.end_offset))
-               .join(batches, batches.c.id == ranges.c.batch_id)
-               .where(batches.c.logical_topic == plan.logical_topic, batches.c.committed_us.is_not(None),
-                      ranges.c.topic.in_(topics))
-               .group_by(ranges.c.topic, ranges.c.kafka_partition))
-    for topic, partition, end in conn.execute(derived):
+    for topic, partition, end in conn.execute(_committed_ends(plan.logical_topic, ranges.c.topic.in_(topics))):
         if (topic, partition) in wanted:
             found.setdefault((topic, partition), (1, int(end)))
     return found
+
+
+def _committed_ends(logical_topic: str, *where: ColumnElement[bool]) -> Select:
+    """Per partition, the highest range end of the topic's committed batches: what a ledger of an earlier kprio,
+    without belief rows, believes kprio committed there."""
+    return (select(ranges.c.topic, ranges.c.kafka_partition, func.max(ranges.c.end_offset))
+            .join(batches, batches.c.id == ranges.c.batch_id)
+            .where(batches.c.logical_topic == logical_topic, batches.c.committed_us.is_not(None), *where)
+            .group_by(ranges.c.topic, ranges.c.kafka_partition))
 
 
 def plan_incarnations(plan: DrainPlan) -> dict[TopicPartitionKey, int]:
@@ -153,6 +144,3 @@ def _event(r) -> LogEvent:
     return LogEvent(r.id, r.logical_topic, r.topic, r.kafka_partition, r.incarnation, r.state, r.outcome,
                     r.decided_by, r.believed, r.committed, r.committed_after, r.log_start, r.high_watermark,
                     from_us(r.at_us), r.note)
-
-
-__all__ = ["BeliefMethods", "BatchState", "note_commits"]

@@ -15,17 +15,17 @@ which then dedupes the run key by itself) and ends early when its owner is known
 >>> r = PlannedRange(2, OffsetRange("orders-2", 0, 0, 29), est_bytes=5800)
 >>> t = [datetime(2026, 1, 1, tzinfo=UTC)]
 >>> ledger = Ledger("sqlite://", clock=lambda: t[0])
->>> b = ledger.record_plan(DrainPlan("orders", "lag-aware", 50, None, {2: 29}, {2: 29}, (r,)))
->>> ledger.claim_launch(b.batch_id, "b-000001", "@host-a:11", 30).owner
+>>> b = ledger.batches.record_plan(DrainPlan("orders", "lag-aware", 50, None, {2: 29}, {2: 29}, (r,)))
+>>> ledger.launches.claim(b.batch_id, "b-000001", "@host-a:11", 30).owner
 '@host-a:11'
->>> ledger.claim_launch(b.batch_id, "b-000001", "@host-b:22", 30).owner   # b loses: a launches it
+>>> ledger.launches.claim(b.batch_id, "b-000001", "@host-b:22", 30).owner   # b loses: a launches it
 '@host-a:11'
->>> ledger.claim_launch(b.batch_id, "b-000001", "@host-b:22", 30, take_over={"@host-a:11"}).owner
+>>> ledger.launches.claim(b.batch_id, "b-000001", "@host-b:22", 30, take_over={"@host-a:11"}).owner
 '@host-b:22'
 >>> t[0] += timedelta(seconds=31)   # b's claim expired: a may claim again
->>> ledger.claim_launch(b.batch_id, "b-000001", "@host-a:11", 30).owner
+>>> ledger.launches.claim(b.batch_id, "b-000001", "@host-a:11", 30).owner
 '@host-a:11'
->>> sorted(ledger.launch_claims("orders"))
+>>> sorted(ledger.launches.claims("orders"))
 ['b-000001']
 >>> ledger.close()
 """
@@ -36,19 +36,20 @@ from collections.abc import Collection
 
 from sqlalchemy import delete, select, update
 
-from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us
 from kprio_core.ledger.engine import insert_for
+from kprio_core.ledger.rows import batch_row
 from kprio_core.ledger.schema import batches, launches
+from kprio_core.ledger.store import Repository
 from kprio_core.model.records import LaunchClaim
 
 _US = 1_000_000
 
 
-class LaunchMethods(LedgerBase):
-    """claim_launch / launch_claims."""
+class Launches(Repository):
+    """Who launches each run key: claim one, read the live claims."""
 
-    def claim_launch(self, batch_id: str, run_key: str, owner: str, claim_s: float, *,
+    def claim(self, batch_id: str, run_key: str, owner: str, claim_s: float, *,
                      take_over: Collection[str] = ()) -> LaunchClaim:
         """Claim the launch of ``run_key`` (a run of ``batch_id``) for ``owner`` until now + ``claim_s``.
 
@@ -58,10 +59,10 @@ class LaunchMethods(LedgerBase):
         """
         if not owner or claim_s <= 0:
             raise ValueError(f"a launch claim needs an owner and claim_s > 0, got {owner!r}, {claim_s}")
-        with self._tx() as (conn, numbering):
-            now = self._now_us()
+        with self._store.tx() as (conn, numbering):
+            now = self._store.now_us()
             until = now + round(claim_s * _US)
-            key = self._row(conn, numbering, batch_id).id
+            key = batch_row(conn, numbering, batch_id).id
             conn.execute(delete(launches).where(launches.c.until_us <= now, launches.c.run_key != run_key))
             conn.execute(insert_for(conn, launches).values(
                 run_key=run_key, batch_id=key, owner=owner, claimed_us=now, until_us=until).on_conflict_do_nothing())
@@ -75,11 +76,11 @@ class LaunchMethods(LedgerBase):
             return LaunchClaim(row.run_key, numbering.batch_id(row.batch_id), row.owner, from_us(row.claimed_us),
                                from_us(row.until_us))
 
-    def launch_claims(self, logical_topic: str) -> dict[str, LaunchClaim]:
+    def claims(self, logical_topic: str) -> dict[str, LaunchClaim]:
         """The unexpired launch claims of the topic's batches, by run key."""
-        now = self._now_us()
+        now = self._store.now_us()
         query = (select(launches).join(batches, batches.c.id == launches.c.batch_id)
                  .where(batches.c.logical_topic == logical_topic, launches.c.until_us > now))
-        with self._tx() as (conn, numbering):
+        with self._store.tx() as (conn, numbering):
             return {r.run_key: LaunchClaim(r.run_key, numbering.batch_id(r.batch_id), r.owner, from_us(r.claimed_us),
                                            from_us(r.until_us)) for r in conn.execute(query)}

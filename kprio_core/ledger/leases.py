@@ -1,13 +1,13 @@
 """Leases on batches in flight: a run claims its batch, renews the lease while it works, releases it.
 
-A lease that was not renewed in time means its run died: :meth:`LeaseMethods.expired` lists
-those batches and :meth:`Ledger.retry` retries them with the same ranges. A live lease of another
-owner makes :meth:`LeaseMethods.claim` raise :class:`BatchBusy`, unless the caller knows that
-owner is dead (its Dagster run ended, its pid is gone) and names it in ``take_over``.
+A lease that was not renewed in time means its run died: :meth:`Leases.expired` lists those
+batches and ``Attempts.retry`` retries them with the same ranges. A live lease of another owner
+makes :meth:`Leases.claim` raise :class:`BatchBusy`, unless the caller knows that owner is dead
+(its Dagster run ended, its pid is gone) and names it in ``take_over``.
 
 Every write of a run is *fenced* by its :class:`~kprio_core.model.recovery.LeaseToken` (owner, attempt
 and epoch): the ledger's moves take it as ``fence=`` and refuse a stale one with :class:`LeaseLost`.
-Outside the ledger no lock is held: a run asks :meth:`LeaseMethods.check_lease` right before a
+Outside the ledger no lock is held: a run asks :meth:`Leases.check` right before a
 publish or a Kafka commit (a short read), and the system written to refuses a stale owner itself
 (a Delta table by the epoch it holds as the batch's transaction, Kafka by the transactional id of the
 group's offsets, fenced by the next writer): see docs/architecture.md, "Fenced writes".
@@ -21,9 +21,10 @@ from datetime import timedelta
 from sqlalchemy import Row, select, update
 
 from kprio_core.errors import BatchBusy, InvalidTransition, LeaseLost
-from kprio_core.ledger.base import LedgerBase
 from kprio_core.ledger.codec import from_us
+from kprio_core.ledger.rows import batch_row, load, load_one, log_event
 from kprio_core.ledger.schema import batches
+from kprio_core.ledger.store import Repository
 from kprio_core.model.records import Batch
 from kprio_core.model.recovery import Lease, LeaseToken
 from kprio_core.model.states import IN_FLIGHT_VALUES, BatchState
@@ -31,8 +32,8 @@ from kprio_core.model.states import IN_FLIGHT_VALUES, BatchState
 _US = 1_000_000
 
 
-class LeaseMethods(LedgerBase):
-    """claim / renew / release / expired."""
+class Leases(Repository):
+    """Who works on each batch in flight: claim, renew, release and check a lease; the expired ones."""
 
     def claim(self, batch_id: str, owner: str, lease_s: float, *, take_over: Collection[str] = ()) -> Batch:
         """Hold the lease of a batch in flight until now + ``lease_s``; :class:`BatchBusy` if another owner does.
@@ -41,9 +42,9 @@ class LeaseMethods(LedgerBase):
         of an owner in ``take_over``, is logged as an event naming both owners.
         """
         _check_lease(owner, lease_s)
-        with self._tx() as (conn, numbering):
-            now = self._now_us()
-            row = self._row(conn, numbering, batch_id, for_update=True)
+        with self._store.tx() as (conn, numbering):
+            now = self._store.now_us()
+            row = batch_row(conn, numbering, batch_id, for_update=True)
             state = BatchState(row.state)
             if not state.in_flight:
                 raise InvalidTransition(f"batch {batch_id} is {state.value} and cannot be claimed "
@@ -51,14 +52,14 @@ class LeaseMethods(LedgerBase):
             if row.lease_owner not in (None, owner):
                 check_free(batch_id, row, now, take_over)
                 why = "expired" if row.lease_until_us <= now else "declared dead"
-                self._log(conn, row.id, state, state, row.attempts, now,
+                log_event(conn, row.id, state, state, row.attempts, now,
                           f"lease of {row.lease_owner} ({why}, until {from_us(row.lease_until_us):%Y-%m-%d %H:%M:%S} "
                           f"UTC) taken over by {owner}")
             values = {"lease_owner": owner, "lease_until_us": now + round(lease_s * _US)}
             if row.lease_owner != owner:
                 values["lease_epoch"] = next_epoch(row.lease_epoch, row.attempts)
             conn.execute(update(batches).where(batches.c.id == row.id).values(**values))
-            return self._batch(conn, numbering, row.id)
+            return load_one(conn, numbering, row.id)
 
     def renew(self, batch_id: str, owner: str, lease_s: float, *, attempt: int | None = None,
               epoch: int | None = None) -> Lease:
@@ -68,9 +69,9 @@ class LeaseMethods(LedgerBase):
         retry), or a lease that passed to another owner and back, ends its lease too.
         """
         _check_lease(owner, lease_s)
-        with self._tx() as (conn, numbering):
-            now = self._now_us()
-            row = self._row(conn, numbering, batch_id, for_update=True)
+        with self._store.tx() as (conn, numbering):
+            now = self._store.now_us()
+            row = batch_row(conn, numbering, batch_id, for_update=True)
             moved_on = ((attempt is not None and row.attempts != attempt)
                         or (epoch is not None and (row.lease_epoch or 0) != epoch))
             if row.lease_owner != owner or moved_on or not BatchState(row.state).in_flight:
@@ -84,31 +85,31 @@ class LeaseMethods(LedgerBase):
 
     def release(self, batch_id: str, owner: str) -> bool:
         """Give up ``owner``'s lease; False (and nothing changed) when it was not theirs any more."""
-        with self._tx() as (conn, numbering):
+        with self._store.tx() as (conn, numbering):
             key = numbering.key(batch_id)
-            self._row(conn, numbering, batch_id)  # BatchNotFound for an unknown id
+            batch_row(conn, numbering, batch_id)  # BatchNotFound for an unknown id
             done = conn.execute(update(batches).where(batches.c.id == key, batches.c.lease_owner == owner)
                                 .values(lease_owner=None, lease_until_us=None))
             return bool(done.rowcount)
 
-    def check_lease(self, batch_id: str, token: LeaseToken, what: str) -> Batch:
+    def check(self, batch_id: str, token: LeaseToken, what: str) -> Batch:
         """The batch, when ``token`` holds it now; :class:`LeaseLost` (naming ``what``, the write the run was about
         to make outside the ledger) when it is stale. One short read: no lock outlives it."""
-        with self._tx() as (conn, numbering):
-            row = self._row(conn, numbering, batch_id)
+        with self._store.tx() as (conn, numbering):
+            row = batch_row(conn, numbering, batch_id)
             check_token(batch_id, row, token, what)
-            return self._batch(conn, numbering, row.id)
+            return load_one(conn, numbering, row.id)
 
     def expired(self, logical_topic: str | None = None) -> list[Batch]:
         """Batches in flight whose lease ran out (their run died): retry them. Oldest first."""
-        now = self._now_us()
+        now = self._store.now_us()
         query = (select(batches)
                  .where(batches.c.state.in_(IN_FLIGHT_VALUES), batches.c.lease_until_us <= now)
                  .order_by(batches.c.id))
         if logical_topic is not None:
             query = query.where(batches.c.logical_topic == logical_topic)
-        with self._tx() as (conn, numbering):
-            return self._load(conn, numbering, query)
+        with self._store.tx() as (conn, numbering):
+            return load(conn, numbering, query)
 
 
 def _check_lease(owner: str, lease_s: float) -> None:

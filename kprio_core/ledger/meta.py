@@ -32,7 +32,7 @@ from sqlalchemy.engine import make_url
 
 from kprio_core.errors import BatchNotFound, LedgerNotFresh, LedgerSchemaOutdated
 from kprio_core.ledger.codec import from_us
-from kprio_core.ledger.samples import backfill
+from kprio_core.ledger.commit_samples import backfill
 from kprio_core.ledger.schema import (
     ADDED_IN_V2,
     COLUMNS_ADDED_IN_V2,

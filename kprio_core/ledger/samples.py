@@ -1,57 +1,205 @@
-"""The commit samples (``kprio_commit_samples``): each partition's newest commits, the lag verdict's window.
+"""The ledger's samples, derived from it on read: burst windows, rate samples, record sizes, throughput, what
+drains took, the backlog each plan saw, and the commit samples.
 
-A commit writes one row per partition it moved (:func:`record`, in the transaction that marks its batch
-committed): the new offset, the time, and the log end seen right after, so the lag at commit time, which
-Burrow stores with each commit of its ring. Only the newest :data:`SAMPLES_KEPT` of a partition stay.
-A ledger made before the table existed gets it filled from its committed batches when it is opened
-(:func:`backfill`: their last commit's offsets at their commit time, log end unknown).
+Nothing here but the commit samples is stored apart from the batches (and those are written in the
+transaction that marks a batch committed: :mod:`kprio_core.ledger.commit_samples`), so a crash between
+a commit and any bookkeeping cannot leave these a batch behind. A batch counts at its first commit
+(when its offsets were committed; a later re-drain of them consumes nothing new) with its last
+drain's numbers. A *poll* is such a batch that was planned as one: not split off another batch (its
+parent was the poll). Records count output rows plus dead letters: both were consumed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Connection, delete, func, insert, select
+from sqlalchemy import Connection, func, select
 
-from kprio_core.ledger.schema import batches, commit_samples
-from kprio_core.model.offsets import TopicPartitionKey
-from kprio_core.model.results import CommitReport
+from kprio_core.burst import DEFAULT_MAXED_OUT_THRESHOLD, DEFAULT_WINDOW_SIZE, PollHistory
+from kprio_core.ledger.codec import from_us, quotas_of, to_us
+from kprio_core.ledger.schema import batches, commit_samples, ranges
+from kprio_core.ledger.store import Repository
+from kprio_core.model.priority import Priority
+from kprio_core.model.records import BacklogSample, CommitSample, DrainedSample, DrainSample
+from kprio_core.rate import DEFAULT_SAMPLES, DEFAULT_WINDOW_S, RateQuotaTracker
 
-SAMPLES_KEPT = 64
-"""The commits kept per partition (``verdict.intervals`` may not ask for more)."""
-
-
-def record(conn: Connection, logical_topic: str, batch_key: int, moves: Mapping[TopicPartitionKey, tuple],
-           log_ends: Mapping[TopicPartitionKey, int], at_us: int) -> None:
-    """A sample per moved partition (``moves``: ``(old, new)``), then drop what falls out of the kept ones."""
-    if not moves:
-        return
-    conn.execute(insert(commit_samples), [
-        {"logical_topic": logical_topic, "topic": topic, "kafka_partition": partition, "batch_id": batch_key,
-         "at_us": at_us, "committed": new, "log_end": log_ends.get((topic, partition))}
-        for (topic, partition), (_, new) in sorted(moves.items())])
-    for topic, partition in sorted(moves):
-        here = (commit_samples.c.topic == topic, commit_samples.c.kafka_partition == partition)
-        oldest_kept = conn.execute(select(commit_samples.c.id).where(*here).order_by(commit_samples.c.id.desc())
-                                   .offset(SAMPLES_KEPT - 1).limit(1)).scalar()
-        if oldest_kept is not None:
-            conn.execute(delete(commit_samples).where(*here, commit_samples.c.id < oldest_kept))
+_RECORDS = func.coalesce(ranges.c.output, 0) + func.coalesce(ranges.c.dead, 0)
+_BYTES = func.coalesce(ranges.c.bytes, 0)
+_COMMITTED = batches.c.committed_us.is_not(None)
 
 
-def backfill(conn: Connection) -> None:
-    """Fill an empty table from the committed batches (their last commit's moves, at their commit time).
+class Samples(Repository):
+    """What the topic's batches drained and committed, read as the rules plan and judge with it."""
 
-    Only the newest :data:`SAMPLES_KEPT` committed batches of each topic are read: older ones would be
-    dropped at once.
-    """
-    if conn.execute(select(func.count()).select_from(commit_samples)).scalar():
-        return
-    topics = conn.execute(select(batches.c.logical_topic).distinct()).scalars().all()
-    for topic in topics:
-        rows = conn.execute(
-            select(batches.c.id, batches.c.committed_us, batches.c.commit_json)
-            .where(batches.c.logical_topic == topic, batches.c.committed_us.is_not(None),
-                   batches.c.commit_json.is_not(None))
-            .order_by(batches.c.committed_us.desc(), batches.c.id.desc()).limit(SAMPLES_KEPT)).all()
-        for key, at_us, text in reversed(rows):
-            record(conn, topic, key, CommitReport.from_json(text).moves(), {}, at_us)
+    def commits(self, logical_topic: str, per_partition: int) -> list[CommitSample]:
+        """The newest ``per_partition`` commits of each partition of the topic, oldest first (the verdict's ring)."""
+        ranked = select(
+            commit_samples, func.row_number().over(
+                partition_by=(commit_samples.c.topic, commit_samples.c.kafka_partition),
+                order_by=(commit_samples.c.at_us.desc(), commit_samples.c.id.desc())).label("rank"),
+        ).where(commit_samples.c.logical_topic == logical_topic).subquery()
+        query = (select(ranked.c.topic, ranked.c.kafka_partition, ranked.c.at_us, ranked.c.committed,
+                        ranked.c.log_end)
+                 .where(ranked.c.rank <= per_partition)
+                 .order_by(ranked.c.topic, ranked.c.kafka_partition, ranked.c.at_us, ranked.c.id))
+        with self._store.tx() as (conn, _):
+            rows = conn.execute(query).all()
+        return [CommitSample(t, p, from_us(at), int(c), None if end is None else int(end))
+                for t, p, at, c, end in rows]
+
+    def poll_history(self, logical_topic: str, n_priorities: int, window_size: int = DEFAULT_WINDOW_SIZE,
+                     maxed_out_threshold: int = DEFAULT_MAXED_OUT_THRESHOLD) -> PollHistory:
+        """The burst windows of the last ``window_size`` polls of the topic, in commit order.
+
+        Each poll adds (records drained, base quota) per priority of its plan. Polls planned for
+        another number of priorities end the window (it starts afresh after such a change).
+        """
+        history = PollHistory(n_priorities, window_size, maxed_out_threshold)
+        query = (select(batches.c.id, batches.c.plan_json)
+                 .where(batches.c.logical_topic == logical_topic, _COMMITTED, batches.c.parent_id.is_(None))
+                 .order_by(batches.c.committed_us.desc(), batches.c.id.desc())
+                 .limit(window_size))
+        with self._store.tx() as (conn, _):
+            polls = conn.execute(query).all()
+            written = _written(conn, [key for key, _ in polls])
+        window = []
+        for key, plan_text in polls:  # newest first
+            quotas = quotas_of(plan_text)
+            if set(quotas) != set(range(n_priorities)):
+                break
+            window.append((key, quotas))
+        for key, quotas in reversed(window):
+            history.record({p: records for p, (records, _) in written.get(key, {}).items()}, quotas)
+        return history
+
+    def drained_since(self, logical_topic: str, since: datetime) -> list[DrainedSample]:
+        """What the topic's batches committed since ``since`` drained per priority, in commit order."""
+        query = (
+            select(batches.c.committed_us, ranges.c.priority, func.sum(_RECORDS), func.sum(_BYTES))
+            .join(batches, batches.c.id == ranges.c.batch_id)
+            .where(batches.c.logical_topic == logical_topic, _COMMITTED, batches.c.committed_us >= to_us(since))
+            .group_by(batches.c.id, batches.c.committed_us, ranges.c.priority)
+            .order_by(batches.c.committed_us, batches.c.id, ranges.c.priority.desc())
+        )
+        with self._store.tx() as (conn, _):
+            rows = conn.execute(query).all()
+        return [DrainedSample(from_us(at), p, int(records), int(size)) for at, p, records, size in rows]
+
+    def backlogs(self, logical_topic: str, since: datetime, until: datetime) -> list[BacklogSample]:
+        """The backlog each plan of the topic saw in ``[since, until)``, by snapshot, oldest first (a plan split in
+        two is one snapshot)."""
+        # A plan is recorded right after its snapshot: the batches created in the window (and a minute around it).
+        query = (select(batches.c.plan_json)
+                 .where(batches.c.logical_topic == logical_topic,
+                        batches.c.created_us >= to_us(since - timedelta(minutes=1)),
+                        batches.c.created_us < to_us(until + timedelta(minutes=1)))
+                 .order_by(batches.c.id))
+        with self._store.tx() as (conn, _):
+            plans = [json.loads(text) for text, in conn.execute(query)]
+        seen = {}
+        for plan in plans:
+            at = datetime.fromtimestamp(plan.get("snapshot_taken_at_ms", 0) / 1000, UTC)
+            if since <= at < until:
+                seen[at] = BacklogSample(at, {int(p): int(n) for p, n in plan.get("backlog_before", {}).items()})
+        return [seen[at] for at in sorted(seen)]
+
+    def rate_tracker(
+        self,
+        logical_topic: str,
+        *,
+        records_per_s: Mapping[Priority, float] | None = None,
+        bytes_per_s: Mapping[Priority, float] | None = None,
+        samples: int = DEFAULT_SAMPLES,
+        window_s: float = DEFAULT_WINDOW_S,
+    ) -> RateQuotaTracker:
+        """A rate-quota tracker fed with the batches committed within its window (``samples * window_s``).
+
+        Its time is epoch seconds: ask it ``throttle_time(p, now.timestamp())``.
+        """
+        tracker = RateQuotaTracker(records_per_s, bytes_per_s, samples, window_s)
+        since = self._store.now() - timedelta(seconds=samples * window_s)
+        for s in self.drained_since(logical_topic, since):
+            tracker.record_batch(s.priority, s.records, s.bytes, s.at.timestamp())
+        return tracker
+
+    def avg_record_bytes(self, logical_topic: str, last_batches: int = 20) -> dict[str, float]:
+        """Bytes per record of each priority topic over the last ``last_batches`` batches that drained it.
+
+        A topic drained 29 records in 5800 B then 1 record in 400 B -> 6200 / 30 = 206.67 B.
+        Topics never drained (or drained with 0 records) are absent.
+        """
+        if last_batches < 1:
+            raise ValueError(f"avg_record_bytes({logical_topic!r}): last_batches must be >= 1, got {last_batches}")
+        per_batch = (
+            select(ranges.c.topic, ranges.c.batch_id, batches.c.drained_us,
+                   func.sum(_RECORDS).label("records"), func.sum(ranges.c.bytes).label("bytes"))
+            .join(batches, batches.c.id == ranges.c.batch_id)
+            .where(batches.c.logical_topic == logical_topic, ranges.c.output.is_not(None))
+            .group_by(ranges.c.topic, ranges.c.batch_id, batches.c.drained_us)
+            .subquery()
+        )
+        order = (per_batch.c.drained_us.desc(), per_batch.c.batch_id.desc())
+        ranked = select(
+            per_batch.c.topic, per_batch.c.records, per_batch.c.bytes,
+            func.row_number().over(partition_by=per_batch.c.topic, order_by=order).label("rank"),
+        ).subquery()
+        query = (select(ranked.c.topic, func.sum(ranked.c.records), func.sum(ranked.c.bytes))
+                 .where(ranked.c.rank <= last_batches).group_by(ranked.c.topic).order_by(ranked.c.topic))
+        with self._store.tx() as (conn, _):
+            rows = conn.execute(query).all()
+        return {topic: int(size) / int(records) for topic, records, size in rows if records}
+
+    def throughput(self, logical_topic: str, last_batches: int = 10) -> float | None:
+        """The best drain rate (records per second of drain time) of the topic's last committed batches.
+
+        None without any. The best, not the mean: every drain pays a fixed cost (a Spark job; the
+        first one of a process also Spark's start), so a trickle of urgent records measures that
+        cost, not the rate, and a mean over them would shrink every later batch, which would
+        then measure the fixed cost too. The best recent rate is what a warm batch of some size
+        achieved, fixed cost included, so a budget sized from it stays on the safe side and
+        grows as batches do.
+
+        Batches of 3000 records in 2 s and 1000 in 2 s -> max(1500, 500) = 1500.0 records/s.
+        """
+        rates = [s.records / s.seconds for s in self.drains(logical_topic, last_batches)]
+        return max(rates) if rates else None
+
+    def drains(self, logical_topic: str, last_batches: int = 10) -> list[DrainSample]:
+        """What the topic's last committed batches took (:class:`DrainSample`), newest first."""
+        if last_batches < 1:
+            raise ValueError(f"throughput({logical_topic!r}): last_batches must be >= 1, got {last_batches}")
+        query = (select(batches.c.id, batches.c.drain_seconds, batches.c.drain_json, batches.c.attempts,
+                        batches.c.created_us, batches.c.committed_us)
+                 .where(batches.c.logical_topic == logical_topic, _COMMITTED, batches.c.drain_seconds > 0)
+                 .order_by(batches.c.committed_us.desc(), batches.c.id.desc())
+                 .limit(last_batches))
+        with self._store.tx() as (conn, _):
+            recent = conn.execute(query).all()
+            written = _written(conn, [row.id for row in recent])
+        return [DrainSample(sum(n for n, _ in written.get(row.id, {}).values()), row.drain_seconds,
+                            _record_seconds(row.drain_json),
+                            (row.committed_us - row.created_us) / 1e6 if row.attempts == 1 else None)
+                for row in recent]
+
+
+def _record_seconds(drain_json: str | None) -> float | None:
+    """The records' share of a drain's seconds, as its drain result recorded it (older results: None)."""
+    if drain_json is None:
+        return None
+    value = json.loads(drain_json).get("record_seconds")
+    return float(value) if value else None
+
+
+def _written(conn: Connection, keys: Iterable[int]) -> dict[int, dict[Priority, tuple[int, int]]]:
+    """(records, bytes) per priority of each batch."""
+    keys = list(keys)
+    if not keys:
+        return {}
+    query = (select(ranges.c.batch_id, ranges.c.priority, func.sum(_RECORDS), func.sum(_BYTES))
+             .where(ranges.c.batch_id.in_(keys)).group_by(ranges.c.batch_id, ranges.c.priority))
+    out: dict[int, dict[Priority, tuple[int, int]]] = {}
+    for key, p, records, size in conn.execute(query):
+        out.setdefault(key, {})[p] = (int(records), int(size))
+    return out

@@ -13,7 +13,7 @@ this kprio gets them created (:data:`ADDED_IN_V2`) and every earlier one keeps w
 was added the same way, and two columns of ``kprio_batches`` (``lease_epoch``, ``transient_streak``),
 each with a default that reads an earlier row as it meant (:data:`COLUMNS_ADDED_IN_V2`).
 ``kprio_commit_samples`` (each partition's newest commits with the log end after each, the lag verdict's
-window) too; a ledger that gets it fills it from its committed batches (:func:`kprio_core.ledger.samples.backfill`).
+window) too; a ledger that gets it fills it from its committed batches (:func:`.commit_samples.backfill`).
 
 >>> sorted(t.name for t in METADATA.sorted_tables)
 ['kprio_batches', 'kprio_commit_samples', 'kprio_events', 'kprio_launches', 'kprio_log_events', 'kprio_meta', 'kprio_partitions', 'kprio_ranges', 'kprio_topic_locks']

@@ -215,7 +215,7 @@ def check_freshness(config_path: str | None, me: TaskIdentity) -> dict[str, Any]
     opened = Ledger.from_settings(config.ledger) if ledger_exists(config.ledger.url) else contextlib.nullcontext()
     with opened as ledger, contextlib.closing(KafkaEdge(config.kafka)) as edge:
         for topic in config.topics:
-            known = {b.topic for b in ledger.beliefs(topic.name).values()} if ledger is not None else set()
+            known = {b.topic for b in ledger.beliefs.of(topic.name).values()} if ledger is not None else set()
             snap = edge.snapshot(topic, now_ms=int(now_s * 1000), avg_record_bytes={}, with_age=True,
                                  deleted_ok=known)
             judged = judge_topic(config, topic, snap, ledger, now_s=now_s)
@@ -292,10 +292,9 @@ def _run(config_path: str | None, batch_id: str, intent: Intent, me: TaskIdentit
     result: dict[str, Any] = {"batch_id": batch_id}
     with Ledger.from_settings(config.ledger) as ledger, _lazy(lambda: KafkaEdge(config.kafka)) as edge, \
             _spark(config) as spark:
-        run = BatchRun(batch_id=batch_id, intent=intent, run_id=me.run_id, ledger=ledger,
-                       ledger_url=config.ledger.url, config=config, spark=spark.session, edge=edge,
-                       owner_dead=NoRuns().owner_dead, add_batch=lambda split: LOG.info(f"{split} split off"),
-                       log=LOG)
+        run = BatchRun(batch_id=batch_id, intent=intent, run_id=me.run_id, ledger=ledger, config=config,
+                       spark=spark.session, edge=edge, owner_dead=NoRuns().owner_dead,
+                       add_batch=lambda split: LOG.info(f"{split} split off"), log=LOG)
         try:
             for event in run.events(commit=commit):
                 if isinstance(event, Checked):
@@ -313,7 +312,7 @@ def _run(config_path: str | None, batch_id: str, intent: Intent, me: TaskIdentit
         except BatchNotFound:
             raise TaskFailed(f"{batch_id} is not a batch of {ledger!r}: name one the drain DAG recorded "
                              "(kprio lag, a plan task's XCom)", retry=False) from None
-        result["state"] = ledger.get(batch_id).state.value
+        result["state"] = ledger.batches.get(batch_id).state.value
     return result
 
 

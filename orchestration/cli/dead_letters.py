@@ -165,7 +165,7 @@ def batch_known(ledger_url: str, batch_id: str) -> None:
         raise BatchNotFound(f"no batch {batch_id}: there is no ledger yet", where=where)
     with Ledger(ledger_url) as ledger:
         try:
-            ledger.get(batch_id)
+            ledger.batches.get(batch_id)
         except BatchNotFound as err:
             raise BatchNotFound(err.what, where=where) from None
 

@@ -214,7 +214,7 @@ def look(cfg: Any, topics: Any, edge: Any, ledger: Any, *, with_age: bool, now_s
     now_ms = int(now_s * 1000)
     docs = []
     for t in topics:
-        known = {b.topic for b in ledger.beliefs(t.name).values()} if ledger is not None else set()
+        known = {b.topic for b in ledger.beliefs.of(t.name).values()} if ledger is not None else set()
         snap = edge.snapshot(t, now_ms=now_ms, avg_record_bytes={}, with_age=with_age, deleted_ok=known)
         judged = judge_topic(cfg, t, snap, ledger, now_s=now_s, history=history)
         docs.append(lag_doc(snap, now_ms, log_states(cfg, t, snap, ledger), judged))

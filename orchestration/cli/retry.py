@@ -42,8 +42,7 @@ def retry(batch_id: BatchArgument, config: ConfigOption = None, json_out: JsonOp
         for topic in settings.topics:
             edge.partitions(topic)
     with Ledger(settings.ledger.url) as ledger:
-        ledger.get(batch_id)
-        gone = ledger.superseded_batch(batch_id)  # planned on an earlier incarnation: it never runs again
+        gone = ledger.batches.superseded_batch(batch_id)  # planned on an earlier incarnation: it never runs again
     if gone:
         raise BatchSuperseded(gone[0].describe(), where=batch_id)
     defs = build_definitions(settings)

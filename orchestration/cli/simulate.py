@@ -256,9 +256,9 @@ def from_the_ledger(config: KprioConfig, name: str, since_text: str | None, unti
     samples, drained, measured = [], [], []
     if ledger_exists(config.ledger.url):
         with Ledger(config.ledger.url) as ledger:
-            samples = ledger.backlog_samples(name, start, end)
-            drained = [d for d in ledger.drained_since(name, start) if d.at <= end]
-            measured = ledger.drain_samples(name)
+            samples = ledger.samples.backlogs(name, start, end)
+            drained = [d for d in ledger.samples.drained_since(name, start) if d.at <= end]
+            measured = ledger.samples.drains(name)
     seen_s = (samples[-1].at - samples[0].at).total_seconds() if samples else 0.0
     if len(samples) < MIN_SAMPLES or seen_s < 2 * max(goals.values()):
         raise TraceInvalid(f"{name}: {len(samples)} plan{'s' if len(samples) != 1 else ''} over {seen_s:.0f} s recorded "

@@ -88,8 +88,7 @@ def drain_batch_assets(
 ) -> Iterator:
     run = BatchRun(
         batch_id=context.partition_key, intent=intent_of(context.run.tags), run_id=context.run.run_id,
-        ledger=ledger.ledger, ledger_url=ledger.url, config=kprio.config(kafka),
-        spark=lambda: spark.session, edge=lambda: kafka.edge,
+        ledger=ledger.ledger, config=kprio.config(kafka), spark=lambda: spark.session, edge=lambda: kafka.edge,
         owner_dead=DagsterRuns(context.instance).owner_dead,
         add_batch=lambda batch_id: context.instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, [batch_id]),
         log=context.log,

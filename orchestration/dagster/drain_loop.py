@@ -154,7 +154,7 @@ def redrain(defs: dg.Definitions, instance: dg.DagsterInstance, batch_id: str,
     committed one re-drained (its output replaced, nothing new committed)."""
     config = config or config_of(defs)
     with Ledger(config.ledger.url) as ledger, workers_for(config.spark, config.workers, workers) as pool:
-        topic = ledger.get(batch_id).logical_topic
+        topic = ledger.batches.get(batch_id).logical_topic
         started = time.monotonic()
         run_id = submit(defs, instance, pool, config, {PARTITION_TAG: batch_id, TOPIC_TAG: topic,
                                                        RUNNER_TAG: this_owner(""), **IN_PROCESS_TAGS},
@@ -374,19 +374,19 @@ class DrainLoop:
         """Live leases of batches in flight, and other drivers' live launch claims of them."""
         ends, claimed = [], False
         for t in self.config.topics:
-            in_flight = self.ledger.in_flight(t.name)
+            in_flight = self.ledger.batches.in_flight(t.name)
             ends += [(b.lease.until - now).total_seconds() for b in in_flight
                      if b.lease is not None and not b.lease.expired(now)]
             ids = {b.batch_id for b in in_flight}
             claimed = claimed or any(c.batch_id in ids and c.owner != self.driver and c.live(now)
-                                     for c in self.ledger.launch_claims(t.name).values())
+                                     for c in self.ledger.launches.claims(t.name).values())
         return Others(tuple(ends), claimed)
 
     def sweep_staging(self) -> list[str]:
         """Remove the staging of attempts that are no longer in flight (killed runs leave theirs)."""
         from spark_jobs.drain import sweep_staging
 
-        live = {(b.batch_id, b.attempts) for t in self.config.topics for b in self.ledger.in_flight(t.name)}
+        live = {(b.batch_id, b.attempts) for t in self.config.topics for b in self.ledger.batches.in_flight(t.name)}
         drain = self.config.drain
         return sweep_staging((drain.output_path, drain.dead_letter_path),
                              keep=lambda batch_id, attempt: (batch_id, attempt) in live)

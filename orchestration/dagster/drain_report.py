@@ -103,7 +103,7 @@ def outcome_of(ledger: Ledger, batch_id: str, topic: str, instance: dg.DagsterIn
     A run that succeeded without draining or committing anything found its batch's work done or
     taken by another run (``own`` False): its numbers are that other run's, not this process's.
     """
-    batch = ledger.get(batch_id)
+    batch = ledger.batches.get(batch_id)
     run = instance.get_run_by_id(run_id)
     success = run is not None and run.status is dg.DagsterRunStatus.SUCCESS
     drained, committed = materialized(instance, run_id, DRAINED_ASSET), materialized(instance, run_id, COMMITTED_ASSET)
@@ -111,7 +111,7 @@ def outcome_of(ledger: Ledger, batch_id: str, topic: str, instance: dg.DagsterIn
     drain = batch.drain if own else None
     here: dict[int, int] = {}
     for b in sorted(committed):
-        done = ledger.get(b).drain if b != batch_id else batch.drain
+        done = ledger.batches.get(b).drain if b != batch_id else batch.drain
         for p, n in (done.written_by_priority() if done is not None else {}).items():
             here[p] = here.get(p, 0) + n
     return BatchOutcome(

@@ -79,7 +79,7 @@ def build_priority_lag_asset(config: KprioConfig) -> dg.AssetsDefinition:
         metadata: dict[str, Any] = {}
         results = []
         for topic in settings.topics:
-            known = {b.topic for b in ledger.ledger.beliefs(topic.name).values()}
+            known = {b.topic for b in ledger.ledger.beliefs.of(topic.name).values()}
             snap = kafka.edge.snapshot(topic, now_ms=int(now_s * 1000), avg_record_bytes={}, with_age=True,
                                        deleted_ok=known)
             judged = judge_topic(settings, topic, snap, ledger.ledger, now_s=now_s)

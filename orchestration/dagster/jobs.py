@@ -79,7 +79,7 @@ def plan_batch_op(
                       priorities=config.priorities, record_budget=config.record_budget)
     if decision.plan is None:
         raise dg.Failure(description=f"{topic.name}: nothing planned: {decision.summary()}")
-    batch = book.record_plan(decision.plan, max_in_flight=settings.planner.max_in_flight)
+    batch = book.batches.record_plan(decision.plan, max_in_flight=settings.planner.max_in_flight)
     context.instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, [batch.batch_id])
     by_p = batch.plan.records_by_priority()
     context.add_output_metadata(

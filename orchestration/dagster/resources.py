@@ -180,7 +180,7 @@ class LedgerResource(fields_class("LedgerFields", LedgerSettings)):
 
     @property
     def ledger(self) -> "Ledger":
-        """The ledger, opened on first use (a lease heartbeat thread may be the first)."""
+        """The ledger, opened on first use; the run's threads share it (its lease heartbeat renews through it)."""
         with self._lock:
             if self._ledger is None:
                 from kprio_core.ledger import Ledger

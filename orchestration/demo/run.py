@@ -416,7 +416,7 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
 
         listener.stage("checking conservation")
         with Ledger(config.ledger.url) as ledger:
-            batches = ledger.batches(topic.name)
+            batches = ledger.batches.find(topic.name)
         rows = priority_rows(producer.arrivals, drains_of(batches), topic.priorities)
         high = high_watermarks(edge, topic)
         conservation = check_conservation(

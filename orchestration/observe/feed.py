@@ -147,7 +147,7 @@ class MetricsFeed:
         """Take every topic's snapshot and set the gauges (backlog, age, holds, in flight, verdicts, freshness)."""
         now_ms = int(now_s * 1000)
         for topic in self.config.topics:
-            known = {b.topic for b in ledger.beliefs(topic.name).values()} if ledger is not None else set()
+            known = {b.topic for b in ledger.beliefs.of(topic.name).values()} if ledger is not None else set()
             snap = edge.snapshot(topic, now_ms=now_ms, avg_record_bytes={}, with_age=True, deleted_ok=known)
             judged = judge_topic(self.config, topic, snap, ledger, now_s=now_s, history=self._history)
             remember(self.config, self._history, snap, judged, now_s)
@@ -157,7 +157,7 @@ class MetricsFeed:
             for held in judged.held.values():
                 counts[(held.priority, held.reason)] = counts.get((held.priority, held.reason), 0) + 1
             m.set_holds(topic.name, counts)
-            m.set_runs_in_flight(topic.name, len(ledger.in_flight(topic.name)) if ledger is not None else 0)
+            m.set_runs_in_flight(topic.name, len(ledger.batches.in_flight(topic.name)) if ledger is not None else 0)
             m.set_verdicts(topic.name, judged.verdicts)
             m.set_freshness(topic.name, judged.freshness)
 
@@ -177,7 +177,7 @@ class MetricsFeed:
         from kprio_core.ledger import BatchState
 
         for topic in self.config.topics:
-            ended = ledger.batches(topic.name, states=[BatchState.COMMITTED, BatchState.FAILED], limit=500)
+            ended = ledger.batches.find(topic.name, states=[BatchState.COMMITTED, BatchState.FAILED], limit=500)
             for batch in reversed(ended):  # oldest first
                 key = (batch.batch_id, batch.attempts, batch.state.value)
                 if key in self._counted or batch.updated_at < self._since:
@@ -187,7 +187,7 @@ class MetricsFeed:
 
     def count(self, edge: Any, ledger: Any, outcome: Any) -> None:
         """Count one run's batch: its outcome and phases, and, committed, its records, bytes and latency."""
-        batch = ledger.get(outcome.batch_id)
+        batch = ledger.batches.get(outcome.batch_id)
         phases, lineage = self._of_run(outcome.run_id)
         self._counted.add((batch.batch_id, batch.attempts, batch.state.value))
         self._count_batch(edge, ledger, batch, phases, lineage)
@@ -199,7 +199,7 @@ class MetricsFeed:
         topic = self.config.topic(batch.logical_topic)
         committed = batch.state is BatchState.COMMITTED
         kind = Outcome.COMMITTED if committed else Outcome.FAILED
-        if not committed and ledger.superseded_batch(batch.batch_id):
+        if not committed and ledger.batches.superseded_batch(batch.batch_id):
             kind = Outcome.SUPERSEDED
         self.metrics.record_batch(topic.name, kind, phases)
         if lineage is not None:

@@ -82,11 +82,11 @@ def held_partitions(config: KprioConfig, topic: TopicSettings, snapshot: LagSnap
                                                          f"{lost} lost to retention")
     if ledger is None:
         return out
-    for tp, event in ledger.open_holds(topic.name).items():
+    for tp, event in ledger.beliefs.open_holds(topic.name).items():
         if tp[0] in priority_of:
             out[tp] = Held(priority_of[tp[0]], HoldReason.LOG_CHANGE,
                            f"{tp[0]}[{tp[1]}] {event.state}: waits for kprio reset")
-    for hold in ledger.holds(topic.name, max_attempts=config.recovery.max_attempts):
+    for hold in ledger.batches.holds(topic.name, max_attempts=config.recovery.max_attempts):
         if hold.topic in priority_of and (hold.topic, hold.partition) not in out:
             out[(hold.topic, hold.partition)] = Held(priority_of[hold.topic], HoldReason.of_batch_hold(hold.exhausted),
                                                      describe_hold(hold))
@@ -117,7 +117,7 @@ def commit_observations(ledger: Ledger, topic: TopicSettings, intervals: int
                         ) -> dict[TopicPartitionKey, list[Observation]]:
     """The ledger's newest ``intervals`` commit samples of each partition of ``topic``, as commits of the verdict."""
     out: dict[TopicPartitionKey, list[Observation]] = {}
-    for s in ledger.commit_samples(topic.name, intervals):
+    for s in ledger.samples.commits(topic.name, intervals):
         out.setdefault((s.topic, s.partition), []).append(
             Observation(s.at.timestamp(), s.committed, s.log_end, commit=True))
     return out
@@ -153,7 +153,7 @@ def freshness_facts(config: KprioConfig, topic: TopicSettings, priority: Priorit
     """What is known of ``priority`` for a breach's likely cause: its holds, full slots, last commit, backlog."""
     busy: tuple[str, ...] = ()
     if ledger is not None:
-        busy = tuple(ledger.full_priorities(topic.name, config.planner.max_in_flight).get(priority, ()))
+        busy = tuple(ledger.batches.full_priorities(topic.name, config.planner.max_in_flight).get(priority, ()))
     return FreshnessFacts(
         held=tuple(h.text for tp, h in sorted(held.items()) if h.priority == priority
                    and any(p.backlog for p in snapshot.of_priority(priority) if (p.topic, p.partition) == tp)),

@@ -21,7 +21,7 @@ What the output holds is read in its format (:mod:`spark_jobs.tables`): the Parq
 names and footers, or a Delta table's log (the files its current version holds, and every batch
 its commits name).
 
-Everything it did is recorded (``Ledger.mark_adopted``) and logged, its gist in one line a driver shows a person
+Everything it did is recorded (``ledger.mark_adopted``) and logged, its gist in one line a driver shows a person
 (:func:`adoption_line`: ``kprio drain`` on its terminal); an adopted ledger is not fresh any more, so this runs once.
 """
 
@@ -162,7 +162,7 @@ def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config:
                 log.warning(f"the ledger is new; adopting the published output of {topic.name} waits: {err}")
                 return None
         if beliefs:
-            ledger.remember(topic.name, beliefs)
+            ledger.beliefs.remember(topic.name, beliefs)
 
     note = (f"fresh ledger: batch ids continue after b-{number:06d}; adopted committed offsets "
             f"{', '.join(sorted(adopted)) or 'none'}; committed the published output that follows on "

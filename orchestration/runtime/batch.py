@@ -115,13 +115,13 @@ class _Work:
 class BatchRun:
     """Everything one run does to one batch (see the module docstring for the order)."""
 
-    def __init__(self, *, batch_id: str, intent: Intent, run_id: str, ledger: LedgerPort, ledger_url: str,
+    def __init__(self, *, batch_id: str, intent: Intent, run_id: str, ledger: LedgerPort,
                  config: KprioConfig, spark: Callable[[], SparkSession], edge: Callable[[], Edge],
                  owner_dead: Callable[[str], bool], add_batch: Callable[[str], None], log: Log) -> None:
         """``spark`` and ``edge`` give the Spark session and the Kafka edge when first needed; ``owner_dead``
         tells a lease owner known gone; ``add_batch`` makes a batch split off known to the driver."""
         self.batch_id, self.intent, self.run_id = batch_id, intent, run_id
-        self.ledger, self.ledger_url, self.config = ledger, ledger_url, config
+        self.ledger, self.config = ledger, config
         self.spark, self.edge, self.owner_dead, self.add_batch, self.log = spark, edge, owner_dead, add_batch, log
         self.owner = this_owner(run_id)
         self.token: LeaseToken | None = None  # this run's lease of the batch, once taken: fences its writes
@@ -137,16 +137,16 @@ class BatchRun:
         as a step of its own (an Airflow task) starts another run of the batch for it, which finds
         only the commit left (:func:`~kprio_core.lifecycle.run.work_left`).
         """
-        if commit or work_left(self.ledger.get(self.batch_id).state) is Work.DRAIN:
+        if commit or work_left(self.ledger.batches.get(self.batch_id).state) is Work.DRAIN:
             warm_up()  # Great Expectations' import overlaps the drain
         taken = self.take()
         if isinstance(taken, NothingToDo):
             self.log.info(taken.message)
-            yield from self._checks_of(self.ledger.get(self.batch_id))
+            yield from self._checks_of(self.ledger.batches.get(self.batch_id))
             return
         topic = self.config.topic(taken.logical_topic)
         self.token = taken.token
-        with Heartbeat(self.ledger_url, self.batch_id, self.token, self.config.recovery.lease_s) as heartbeat:
+        with Heartbeat(self.ledger.leases, self.batch_id, self.token, self.config.recovery.lease_s) as heartbeat:
             yield from self._work(_Work(taken, topic, heartbeat), commit=commit)
         self._release()  # a batch left in flight (waiting to commit) is free for whoever moves it next
 
@@ -205,9 +205,9 @@ class BatchRun:
                 return (yield from self._publish(work))
             case Stage.REPORT:  # only the commit is left: its output passed these
                 yield from self._checks_of(work.batch)
-                return self.ledger.get(self.batch_id).state
+                return self.ledger.batches.get(self.batch_id).state
             case Stage.ORDER:
-                blocking = [BatchView.of(b) for b in self.ledger.blocking_predecessors(self.batch_id)]
+                blocking = [BatchView.of(b) for b in self.ledger.batches.blocking_predecessors(self.batch_id)]
                 return before_commit(self.batch_id, blocking, self.intent, now=self.ledger.now(), waited_out=waited_out)
             case Stage.COMMIT:
                 return (yield from self._commit(work))
@@ -241,7 +241,7 @@ class BatchRun:
         """Ask :func:`decide_run`; when it says drain, move the batch to the attempt it names and claim its lease.
         A ledger refusal is a wait (:attr:`refusal` says which)."""
         self.refusal = None
-        batch = self.ledger.get(self.batch_id)
+        batch = self.ledger.batches.get(self.batch_id)
         step = decide_run(self._view(batch), self.intent, owner=self.owner, recovery=self.config.recovery,
                           now=self.ledger.now(), dead=self._dead(batch), waited_on=waited_on)
         if not isinstance(step, Drain):
@@ -252,11 +252,11 @@ class BatchRun:
         max_in_flight = self.config.planner.max_in_flight
         try:
             if step.how is DrainFrom.REDRAIN:
-                batch = self.ledger.replay(self.batch_id, max_in_flight=max_in_flight)
+                batch = self.ledger.attempts.replay(self.batch_id, max_in_flight=max_in_flight)
             elif step.how in (DrainFrom.RETRY, DrainFrom.TAKE_OVER):
-                batch = self.ledger.retry(self.batch_id, max_in_flight=max_in_flight, take_over=step.take_over,
+                batch = self.ledger.attempts.retry(self.batch_id, max_in_flight=max_in_flight, take_over=step.take_over,
                                           reason=step.reason)
-            return self.ledger.claim(self.batch_id, self.owner, self.config.recovery.lease_s,
+            return self.ledger.leases.claim(self.batch_id, self.owner, self.config.recovery.lease_s,
                                      take_over=tuple(self._dead(batch)))
         except (RangeConflict, BatchBusy) as err:
             self.refusal = err
@@ -276,7 +276,7 @@ class BatchRun:
     def _view(self, batch: Batch) -> BatchView:
         gone = None
         if batch.state in (BatchState.FAILED, BatchState.COMMITTED):
-            found = self.ledger.superseded_batch(batch.batch_id)
+            found = self.ledger.batches.superseded_batch(batch.batch_id)
             gone = found[0].describe() if found else None
         return BatchView.of(batch, superseded=gone)
 
@@ -307,7 +307,7 @@ class BatchRun:
         # off before anything is published (checked after the read: a recreation after it came after the read).
         work.changed = other_logs(self.edge(), batch)
         moved = {s.range for s in result.ranges if s.range.topic in work.changed}
-        work.batch = self.ledger.mark_drained(self.batch_id, result, fence=self.token)
+        work.batch = self.ledger.moves.mark_drained(self.batch_id, result, fence=self.token)
         crash_point("after-drain", batch.logical_topic)
         after = after_drain([RangeDrained(s.range, s.failure is not None, s.error.transient if s.error else None)
                              for s in result.ranges], moved=moved)
@@ -358,14 +358,14 @@ class BatchRun:
         started = time.monotonic()
         # No lock is held across the publish: the ledger says whether this run still holds the batch, and the
         # output refuses a stale owner itself (a Delta table by the epoch it holds as the batch's transaction).
-        self.ledger.check_lease(self.batch_id, self.token, "the publish")
+        self.ledger.leases.check(self.batch_id, self.token, "the publish")
         published = tables.publish(self.config.drain, work.result, ranges=[s.range for s in work.kept],
                                    incarnations=work.batch.plan.incarnations, checks=work.report,
                                    epoch=self.token.epoch)
         self.timings.time("publish", started)
         if published.already:
             self.log.info(f"{self.batch_id}: the tables held this run's publish (epoch {self.token.epoch}) already")
-        state = self.ledger.mark_checked(self.batch_id, work.report, fence=self.token).state
+        state = self.ledger.moves.mark_checked(self.batch_id, work.report, fence=self.token).state
         crash_point("after-publish", work.batch.logical_topic)
         yield Drained({**drained_metadata(self.config, work.batch, work.result, work.kept, work.split, self.timings),
                        **published.metadata()})
@@ -375,8 +375,8 @@ class BatchRun:
                token: LeaseToken | None = None) -> str:
         """Split ``failing`` off this run's batch (or ``batch_id``, under ``token``) into a new failed batch."""
         batch_id = batch_id or self.batch_id
-        batch = self.ledger.get(batch_id)
-        child = self.ledger.split(batch_id, failing, reason, transient=transient, fence=token or self.token,
+        batch = self.ledger.batches.get(batch_id)
+        child = self.ledger.attempts.split(batch_id, failing, reason, transient=transient, fence=token or self.token,
                                   retry_at=self._retry_at(batch, transient))
         self.add_batch(child.batch_id)
         self.log.warning(f"{batch_id}: {', '.join(map(str, failing))} split off into {child.batch_id}, which "
@@ -395,7 +395,7 @@ class BatchRun:
         """Commit the batch's offsets (the ranges its commit leaves are split off); the outcome."""
         work.heartbeat.check()
         started = time.monotonic()
-        outcome = self._commit_one(work.topic, self.ledger.get(self.batch_id), self.token)
+        outcome = self._commit_one(work.topic, self.ledger.batches.get(self.batch_id), self.token)
         if isinstance(outcome, Uncommitted):
             return BatchFails(outcome.reason, outcome.transient)
         self.timings.time("commit", started)
@@ -417,7 +417,7 @@ class BatchRun:
         from orchestration.observe.lineage import emit_committed
 
         try:
-            if not emit_committed(self.config, topic, self.ledger.get(batch_id), self.ledger.ledger_id):
+            if not emit_committed(self.config, topic, self.ledger.batches.get(batch_id), self.ledger.ledger_id):
                 return {}
         except KprioError as err:
             self.log.warning(f"{batch_id}: {err} [{err.code}]")
@@ -426,17 +426,17 @@ class BatchRun:
 
     def _commit_successors(self, topic: TopicSettings) -> Iterator[Event]:
         """Commit later batches that only waited for this one (``planner.max_in_flight`` > 1)."""
-        for later in self.ledger.ready_to_commit(topic.name):
+        for later in self.ledger.batches.ready_to_commit(topic.name):
             if not commits_for_another(BatchView.of(later), self.ledger.now()):
                 continue  # its own run is on it
             try:
-                later = self.ledger.claim(later.batch_id, self.owner, self.config.recovery.lease_s)
+                later = self.ledger.leases.claim(later.batch_id, self.owner, self.config.recovery.lease_s)
             except BatchBusy:
                 continue
             outcome = self._commit_one(topic, later, later.token)
             if isinstance(outcome, Uncommitted):  # nothing of it committed: it fails alone, as its own run's would
-                self.ledger.mark_failed(later.batch_id, outcome.reason, transient=outcome.transient, fence=later.token,
-                                        retry_at=self._retry_at(later, outcome.transient))
+                self.ledger.moves.mark_failed(later.batch_id, outcome.reason, transient=outcome.transient,
+                                              fence=later.token, retry_at=self._retry_at(later, outcome.transient))
                 self.log.warning(f"{later.batch_id} failed: {outcome.reason}")
                 continue
             yield Committed(later.batch_id, {**outcome.metadata, **self._lineage(topic, later.batch_id)},
@@ -452,7 +452,7 @@ class BatchRun:
         Neither part is to blame yet, so both are retried as a passing failure would be (without
         using up ``recovery.max_attempts``); a part that cannot be split further fails as its cause says.
         """
-        batch = self.ledger.get(self.batch_id)
+        batch = self.ledger.batches.get(self.batch_id)
         if not marks_failed(BatchView.of(batch), self.owner) or not isolates(err, batch.state):
             return False
         apart = isolating_split(batch.plan.ranges)
@@ -468,12 +468,12 @@ class BatchRun:
 
     def _fail(self, reason: str, *, transient: bool) -> None:
         """Mark the batch failed (it holds its partitions; retried after a backoff) unless it moved on."""
-        batch = self.ledger.get(self.batch_id)
+        batch = self.ledger.batches.get(self.batch_id)
         if not marks_failed(BatchView.of(batch), self.owner):
             return
         try:
-            self.ledger.mark_failed(self.batch_id, reason, transient=transient, fence=self.token,
-                                    retry_at=self._retry_at(batch, transient))
+            self.ledger.moves.mark_failed(self.batch_id, reason, transient=transient, fence=self.token,
+                                          retry_at=self._retry_at(batch, transient))
         except LeaseLost as lost:
             self.log.warning(f"{self.batch_id}: {lost}")  # its staging is the new owner's to replace
             return
@@ -490,6 +490,6 @@ class BatchRun:
 
     def _release(self) -> None:
         try:
-            self.ledger.release(self.batch_id, self.owner)
+            self.ledger.leases.release(self.batch_id, self.owner)
         except KprioError:
             pass

@@ -67,10 +67,10 @@ def commit_batch(edge: Edge, ledger: LedgerPort, topic: TopicSettings, batch: Ba
     if changed and all(r.topic in changed for r in ranges):
         raise LogChanged(log_changed(batch.batch_id, changed, "committed"))
     crash_point("before-kafka-commit", topic.name)
-    ledger.check_lease(batch.batch_id, token, "the Kafka commit")  # a run paused past its lease stops here
+    ledger.leases.check(batch.batch_id, token, "the Kafka commit")  # a run paused past its lease stops here
 
     def still_mine() -> None:
-        ledger.check_lease(batch.batch_id, token, "the Kafka commit")
+        ledger.leases.check(batch.batch_id, token, "the Kafka commit")
         crash_point("during-kafka-commit", topic.name)  # read, checked, not yet written: the window fencing closes
 
     report = edge.commit(topic, [r for r in ranges if r.topic not in changed], before_write=still_mine)
@@ -93,8 +93,8 @@ def commit_batch(edge: Edge, ledger: LedgerPort, topic: TopicSettings, batch: Ba
     # Found committed at or past its end already (moved forward by someone): kprio drained up to its end there.
     reached = {tp: end for tp, end in ends.items() if tp not in report.moves() and (stands.get(tp) or 0) >= end}
     log_ends = {(p.topic, p.partition): p.readable_end for p in snapshot.partitions}
-    ledger.mark_committed(batch.batch_id, report, fence=token, reached=reached,
-                          log_ends={tp: log_ends[tp] for tp in report.moves() if tp in log_ends})
+    ledger.moves.mark_committed(batch.batch_id, report, fence=token, reached=reached,
+                                log_ends={tp: log_ends[tp] for tp in report.moves() if tp in log_ends})
     drained = batch.drain.written_by_priority() if batch.drain is not None else {}
     meta = commit_metadata(report, snapshot.backlog_by_priority(), drained, replay=batch.replay_of_committed)
     return CommitOutcome(report, {**meta, "logical_topic": topic.name}, left)

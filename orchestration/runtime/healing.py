@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from kprio_core.config import KprioConfig
 from kprio_core.errors import BrokerUnreachable
 from kprio_core.ledger import Batch, BatchState
-from orchestration.runtime.ports import LedgerReads
+from orchestration.runtime.ports import LedgerPort
 from orchestration.runtime.tick import Tick
 
 CAUSE_SEEN = "cause-seen"
@@ -45,7 +45,7 @@ class Probed:
     """A cause seen before is gone: the tick retries transient failures at once."""
 
 
-def probe_causes(ledger: LedgerReads, config: KprioConfig, cause_seen: bool) -> Probed:
+def probe_causes(ledger: LedgerPort, config: KprioConfig, cause_seen: bool) -> Probed:
     """Probe the output roots for the batches that wait for a passing cause (nothing waits, nothing seen: no write).
 
     Proven on real mounts by ``tests/orchestration/test_transient.py``.
@@ -53,7 +53,7 @@ def probe_causes(ledger: LedgerReads, config: KprioConfig, cause_seen: bool) -> 
     from spark_jobs.output import probe  # pyarrow's file systems: imported when there is something to probe
     from spark_jobs.tables import output_of
 
-    waiting = [b for b in ledger.batches(states=[BatchState.FAILED]) if b.transient]
+    waiting = [b for b in ledger.batches.find(states=[BatchState.FAILED]) if b.transient]
     if not cause_seen and not waiting:
         return Probed(None, passed=False)
     need = max((sum(r.est_bytes for r in b.plan.ranges) for b in waiting), default=0)

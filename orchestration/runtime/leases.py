@@ -2,7 +2,7 @@
 
 A run claims its batch's lease in the ledger (``owner = "<run id>@<host>:<pid>"``, at the batch's
 attempt: its :class:`~kprio_core.model.recovery.LeaseToken`) and a :class:`Heartbeat` thread renews it
-every ``lease_s / 3``. When the process dies (kill -9, OOM,
+every ``lease_s / 3``, through the run's own lease repository. When the process dies (kill -9, OOM,
 a lost machine) the renewals stop and the lease expires; :func:`owner_dead` tells sooner when
 it can: the owner's Dagster run has ended, or its process is gone from this host.
 """
@@ -19,8 +19,8 @@ from collections.abc import Callable
 import psutil
 
 from kprio_core.errors import LeaseLost
-from kprio_core.ledger import Ledger
 from kprio_core.model.recovery import LeaseToken, lease_owner, parse_owner
+from orchestration.runtime.ports import LeasesPort
 
 LOGGER = logging.getLogger("kprio.lease")
 
@@ -56,20 +56,21 @@ def owner_dead(owner: str, run_ended: Callable[[str], bool] | None = None) -> bo
 class Heartbeat:
     """Renews a run's lease of ``batch_id`` (its ``token``: owner and attempt) every ``lease_s / 3`` until stopped.
 
-    Uses its own ledger connection. ``lost`` is set when the lease turns out to be someone else's
-    (it expired and another run took the batch over, or a retry moved the batch to a later
-    attempt), or when renewals kept failing (the ledger unreachable) for longer than the lease:
-    by then another run may hold it. The run must stop before it publishes or commits anything;
+    ``leases``: the run's own, shared with the run (each renewal is one transaction on a pooled connection
+    of its own; an in-memory SQLite ledger is one database per thread). ``lost`` is set when the lease
+    turns out to be someone else's (it expired and another run took the batch over, or a retry moved the
+    batch to a later attempt), or when renewals kept failing (the ledger unreachable) for longer than the
+    lease: by then another run may hold it. The run must stop before it publishes or commits anything;
     should it not notice in time, the ledger refuses its stale token anyway (fencing).
     """
 
-    def __init__(self, ledger_url: str, batch_id: str, token: LeaseToken, lease_s: float, *,
+    def __init__(self, leases: LeasesPort, batch_id: str, token: LeaseToken, lease_s: float, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.batch_id, self.token, self.lease_s = batch_id, token, lease_s
         self.lost = threading.Event()
         self.why: str | None = None
         self._stop = threading.Event()
-        self._ledger_url, self._clock = ledger_url, clock
+        self.leases, self._clock = leases, clock
         self._thread = threading.Thread(target=self._run, name=f"kprio-lease-{batch_id}", daemon=True)
 
     def __enter__(self) -> Heartbeat:
@@ -87,24 +88,22 @@ class Heartbeat:
                             "this run stops without publishing or committing")
 
     def _run(self) -> None:
-        ledger = Ledger(self._ledger_url)  # between transactions only may a pause point stop it (ledger/gate.py)
-        with ledger:
-            renewed = self._clock()
-            while not self._stop.wait(self.lease_s / 3):
-                try:
-                    ledger.renew(self.batch_id, self.token.owner, self.lease_s, attempt=self.token.attempt,
-                                 epoch=self.token.epoch)
-                    renewed = self._clock()
-                except LeaseLost as err:
-                    self._lose(str(err))
+        renewed = self._clock()
+        while not self._stop.wait(self.lease_s / 3):
+            try:  # one transaction: between transactions only may a pause point stop it (ledger/gate.py)
+                self.leases.renew(self.batch_id, self.token.owner, self.lease_s, attempt=self.token.attempt,
+                                  epoch=self.token.epoch)
+                renewed = self._clock()
+            except LeaseLost as err:
+                self._lose(str(err))
+                return
+            except Exception as err:  # noqa: BLE001 - a renewal that fails now may work next time
+                unrenewed = self._clock() - renewed
+                LOGGER.warning("batch %s: lease renewal failed (%.0f s since the last one): %s",
+                               self.batch_id, unrenewed, err)
+                if unrenewed >= self.lease_s:
+                    self._lose(f"not renewed for {unrenewed:.0f} s, longer than its {self.lease_s:g} s: {err}")
                     return
-                except Exception as err:  # noqa: BLE001 - a renewal that fails now may work next time
-                    unrenewed = self._clock() - renewed
-                    LOGGER.warning("batch %s: lease renewal failed (%.0f s since the last one): %s",
-                                   self.batch_id, unrenewed, err)
-                    if unrenewed >= self.lease_s:
-                        self._lose(f"not renewed for {unrenewed:.0f} s, longer than its {self.lease_s:g} s: {err}")
-                        return
 
     def _lose(self, why: str) -> None:
         self.why = why

@@ -60,7 +60,7 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
     if commits:
         # Fenced as a batch's commit is; refused (nothing written) when the group moved since the tick saw it.
         edge.set_committed(topic, commits, expect={tp: decided[tp].change.committed for tp in commits})
-    beliefs = ledger.beliefs(name)
+    beliefs = ledger.beliefs.of(name)
     fresh: list[Belief] = []
     put_back: dict[str, Batch] = {}
     for c in decision.changes:
@@ -69,7 +69,7 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
         if d is not None and d.standing:
             continue  # a person's decision still awaited: recorded when it was asked for
         if d is not None and (d.outcome in (Outcome.HOLD, Outcome.WAIT) or c.state is LogState.TOPIC_DELETED):
-            if ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, note=d.describe()) is not None:
+            if ledger.beliefs.record_change(name, c, d.outcome, decided_by=d.decided_by, note=d.describe()) is not None:
                 log.warning(f"{name}: {d.describe()}")
             continue
         if (belief := belief_after(c, d, beliefs.get(tp))) is not None:
@@ -77,17 +77,18 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
         if d is None:
             continue
         for r in d.redrain:
-            put_back[r.batch.batch_id] = ledger.redrain(r.batch.batch_id, r.ranges, max_in_flight=max_in_flight)
+            put_back[r.batch.batch_id] = ledger.attempts.redrain(r.batch.batch_id, r.ranges,
+                                                                 max_in_flight=max_in_flight)
         if d.continuing:
             continue  # a step of a re-drain decided (and recorded) when the move was first seen
         if c.state in NEEDS_RECORD or d.outcome is Outcome.RECORD_GAP:
-            if ledger.record_change(name, c, d.outcome, decided_by=d.decided_by, committed_after=d.target,
+            if ledger.beliefs.record_change(name, c, d.outcome, decided_by=d.decided_by, committed_after=d.target,
                                     note=d.describe()) is not None:
                 log.warning(f"{name}: {d.describe()}")
     if fresh:
-        ledger.remember(name, fresh)
+        ledger.beliefs.remember(name, fresh)
     for s in decision.superseded:
-        if ledger.note_superseded(s):
+        if ledger.moves.note_superseded(s):
             log.warning(f"{name}: {s.describe()}")
     return put_back
 
@@ -133,7 +134,7 @@ def reset_partition(edge: Edge, ledger: LedgerPort, config: KprioConfig, topic_n
     """
     target = parse_target(to)
     topic = owner_of(config, topic_name)
-    beliefs = ledger.beliefs(topic.name)
+    beliefs = ledger.beliefs.of(topic.name)
     snapshot = edge.snapshot(topic, now_ms=now_ms, deleted_ok={b.topic for b in beliefs.values()})
     lag = next((p for p in snapshot.partitions if (p.topic, p.partition) == (topic_name, partition)), None)
     if lag is None:
@@ -145,7 +146,7 @@ def reset_partition(edge: Edge, ledger: LedgerPort, config: KprioConfig, topic_n
                       topic_known=any(b.topic == topic_name for b in beliefs.values()))
     offset = resolve_target(target, lag.log_start, lag.high_watermark)
     new_log = change.state in NEW_LOG
-    busy = [b.batch_id for b in ledger.in_flight(topic.name)
+    busy = [b.batch_id for b in ledger.batches.in_flight(topic.name)
             if any(r.topic_partition == (topic_name, partition) and r.count for r in b.plan.offset_ranges())]
     wait = in_flight_blocks_reset(change, new_log, busy)
     if wait is not None:
@@ -157,14 +158,14 @@ def reset_partition(edge: Edge, ledger: LedgerPort, config: KprioConfig, topic_n
     believed = belief.committed if belief is not None else None
     # Backwards on the same log: the belief stays, so the next tick re-drains what is moved back over, exactly.
     keep = not new_log and believed is not None and offset < believed
-    ledger.remember(topic.name, [Belief(topic_name, partition, change.topic_id if new_log or belief is None
+    ledger.beliefs.remember(topic.name, [Belief(topic_name, partition, change.topic_id if new_log or belief is None
                                         else belief.topic_id, incarnation, believed if keep else offset)])
     was = "none" if change.committed is None else change.committed
     mine = "" if believed is None else f" (kprio committed {believed})"
     note = (f"kprio reset {topic_name}[{partition}] --to {to}: committed {was} -> {offset}{mine}"
             + (f", incarnation {incarnation}" if new_log else "")
             + (f" (was {change.state})" if change.state is not LogState.OK else ""))
-    ledger.record_change(topic.name, Change(topic_name, partition, change.state, believed, change.committed,
+    ledger.beliefs.record_change(topic.name, Change(topic_name, partition, change.state, believed, change.committed,
                                             lag.log_start, lag.high_watermark, change.incarnation,
                                             change.old_topic_id, change.topic_id),
                          outcome, decided_by="person", committed_after=offset, note=note)

@@ -11,9 +11,9 @@ Dagster's in ``orchestration/dagster/runs.py``), so nothing here speaks an orche
 - marks failed the runs of batches whose run died (their lease expired or their process is
   gone), so the orchestrator's UI tells the truth;
 - carries out what was decided about changes of the log (``orchestration.runtime.log_changes``);
-- claims each launch in the ledger (``Ledger.claim_launch``: one driver launches a run key, a second
+- claims each launch in the ledger (``ledger.launches.claim``: one driver launches a run key, a second
   ``kprio drain`` or the sensor deciding the same launch does not), ends the backoff of an early
-  retry (``Ledger.retry_now``: a transient failure on a driver's first tick) and turns it into a run request,
+  retry (``ledger.attempts.retry_now``: a transient failure on a driver's first tick) and turns it into a run request,
   (a :class:`~orchestration.runtime.runs.RunOrder`) with a deterministic run key per attempt, the
   attempt and why as tags, and one tag per priority slot the batch takes (the shipped
   ``dagster.yaml`` limits those to ``planner.max_in_flight``);
@@ -60,44 +60,45 @@ from orchestration.runtime.adoption import ensure_adopted
 from orchestration.runtime.faults import crash_point
 from orchestration.runtime.leases import this_owner
 from orchestration.runtime.log_changes import carry_out
-from orchestration.runtime.ports import Edge, LedgerPort, LedgerReads
+from orchestration.runtime.ports import Edge, LedgerPort
 from orchestration.runtime.runs import NoRuns, RunOrder, Runs
 from orchestration.runtime.tags import ATTEMPT_TAG, TOPIC_TAG, WHY_TAG, lane_tag, slot_tags
 
 # --- gathering the inputs ---------------------------------------------------------------------
 
 
-def read_view(ledger: LedgerReads, config: KprioConfig, topic: TopicSettings, now: datetime) -> LedgerView:
+def read_view(ledger: LedgerPort, config: KprioConfig, topic: TopicSettings, now: datetime) -> LedgerView:
     """Everything the rules read from the ledger about ``topic`` (committed batches come with :func:`gather_all`)."""
     name, planner = topic.name, config.planner
-    samples = ledger.drain_samples(name)
+    samples = ledger.samples.drains(name)
     return LedgerView(
         logical_topic=name,
-        in_flight=tuple(ledger.in_flight(name)),
-        failed=tuple(ledger.batches(name, states=[BatchState.FAILED])),
-        ready_to_commit=tuple(ledger.ready_to_commit(name)),
-        holds=tuple(ledger.holds(name, max_attempts=config.recovery.max_attempts)),
-        superseded=tuple(ledger.superseded(name)),
-        beliefs=ledger.beliefs(name),
-        reserved=tuple(ledger.reserved_ranges(name)),
+        in_flight=tuple(ledger.batches.in_flight(name)),
+        failed=tuple(ledger.batches.find(name, states=[BatchState.FAILED])),
+        ready_to_commit=tuple(ledger.batches.ready_to_commit(name)),
+        holds=tuple(ledger.batches.holds(name, max_attempts=config.recovery.max_attempts)),
+        superseded=tuple(ledger.batches.superseded(name)),
+        beliefs=ledger.beliefs.of(name),
+        reserved=tuple(ledger.batches.reserved_ranges(name)),
         throughput=drain_rate(samples),
         fixed_cost_s=batch_fixed_cost(samples),
-        poll_history=ledger.poll_history(name, topic.priorities, planner.window_size, planner.maxed_out_threshold),
-        avg_record_bytes=ledger.avg_record_bytes(name),
-        rate_samples=tuple(ledger.drained_since(name, now - rate_window(config))),
-        claims=ledger.launch_claims(name),
-        open_holds=ledger.open_holds(name),
-        last_changes=ledger.last_changes(name),
+        poll_history=ledger.samples.poll_history(name, topic.priorities, planner.window_size,
+                                                 planner.maxed_out_threshold),
+        avg_record_bytes=ledger.samples.avg_record_bytes(name),
+        rate_samples=tuple(ledger.samples.drained_since(name, now - rate_window(config))),
+        claims=ledger.launches.claims(name),
+        open_holds=ledger.beliefs.open_holds(name),
+        last_changes=ledger.beliefs.last_changes(name),
     )
 
 
-def with_committed(view: LedgerView, ledger: LedgerReads, partitions: Iterable[tuple[str, int]]) -> LedgerView:
+def with_committed(view: LedgerView, ledger: LedgerPort, partitions: Iterable[tuple[str, int]]) -> LedgerView:
     """The view with the committed batches of ``partitions``, and their failed re-drains (oldest first), which
     rule 7 re-drains exactly."""
     wanted = set(partitions)
     if not wanted:
         return view
-    drained = ledger.batches(view.logical_topic, states=[BatchState.COMMITTED, BatchState.FAILED])[::-1]
+    drained = ledger.batches.find(view.logical_topic, states=[BatchState.COMMITTED, BatchState.FAILED])[::-1]
     committed = [b for b in drained if b.state is BatchState.COMMITTED or b.replay_of_committed]
     return replace(view, committed={tp: tuple(b for b in committed if tp in b.partitions) for tp in wanted})
 
@@ -126,8 +127,8 @@ def gather_all(runs: Runs | None, edge: Edge, ledger: LedgerPort, config: KprioC
     runs = runs or NoRuns()
     read = []
     for topic in topics:
-        watched = (*ledger.in_flight(topic.name), *ledger.batches(topic.name, states=[BatchState.FAILED]))
-        seen, dead = runs.of(watched), dead_owners(runs, watched, ledger.launch_claims(topic.name).values())
+        watched = (*ledger.batches.in_flight(topic.name), *ledger.batches.find(topic.name, states=[BatchState.FAILED]))
+        seen, dead = runs.of(watched), dead_owners(runs, watched, ledger.launches.claims(topic.name).values())
         read.append((topic, seen, dead, read_view(ledger, config, topic, now)))
     asks = [SnapshotAsk(topic, dict(view.avg_record_bytes), {b.topic for b in view.beliefs.values()},
                         batch_objectives(config)) for topic, _, _, view in read]
@@ -187,8 +188,8 @@ def run_order(launch: Launch, priorities: int) -> RunOrder:
 
 def claim(ledger: LedgerPort, config: KprioConfig, launch: Launch, inputs: TickInputs) -> str | None:
     """Claim ``launch`` for this driver; None when claimed, else who launches it instead."""
-    held = ledger.claim_launch(launch.batch.batch_id, launch.run_key, inputs.driver, config.recovery.lease_s,
-                               take_over=inputs.dead)
+    held = ledger.launches.claim(launch.batch.batch_id, launch.run_key, inputs.driver, config.recovery.lease_s,
+                                 take_over=inputs.dead)
     return None if held.owner == inputs.driver else f"{launch.describe()} is launched by {held.owner}"
 
 
@@ -218,8 +219,8 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
             launches.append(action)
         elif isinstance(action, RecordPlan):
             try:
-                batch = ledger.record_plan(with_log_changes(ledger, action.plan),
-                                           max_in_flight=config.planner.max_in_flight)
+                batch = ledger.batches.record_plan(with_log_changes(ledger, action.plan),
+                                                   max_in_flight=config.planner.max_in_flight)
             except RangeConflict as err:  # another planner (a second kprio drain, the manual job) got there first
                 reasons.append(f"{name}: {err}")
                 contended = True
@@ -234,7 +235,7 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
             contended = True
             continue
         if launch.early:  # a fresh driver retries a transient failure now: its run must not wait the backoff out
-            ledger.retry_now(launch.batch.batch_id)
+            ledger.attempts.retry_now(launch.batch.batch_id)
         _info(log, f"{name}: {launch.describe()}: run requested")
         requests.append(run_order(launch, topic.priorities))
     if not requests:
@@ -242,15 +243,15 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
     return Applied(tuple(requests), tuple(recorded), tuple(reasons), contended)
 
 
-def with_log_changes(ledger: LedgerReads, plan: DrainPlan) -> DrainPlan:
+def with_log_changes(ledger: LedgerPort, plan: DrainPlan) -> DrainPlan:
     """The plan with every log change recorded since the topic's newest batch (its metadata shows them).
 
     The rules fill the plan's changes with this tick's decisions (what ``kprio plan`` previews); the
     batch records what the ledger holds, which also covers changes of ticks that planned nothing.
     """
-    newest = ledger.batches(plan.logical_topic, limit=1)
+    newest = ledger.batches.find(plan.logical_topic, limit=1)
     since = newest[0].created_at if newest else None
-    recent = tuple(e.line() for e in ledger.log_events(plan.logical_topic) if since is None or e.at > since)
+    recent = tuple(e.line() for e in ledger.beliefs.log_events(plan.logical_topic) if since is None or e.at > since)
     return replace(plan, log_changes=recent) if recent else plan
 
 
@@ -259,7 +260,7 @@ def still_launchable(runs: Runs, ledger: LedgerPort, config: KprioConfig, reques
     """Just before executing a request decided earlier: its claim is still this driver's (renewed) and no
     run of its run key exists (another driver may have launched it after the claim expired)."""
     driver = driver or this_owner("")
-    held = ledger.claim_launch(request.partition_key, request.run_key, driver, config.recovery.lease_s)
+    held = ledger.launches.claim(request.partition_key, request.run_key, driver, config.recovery.lease_s)
     if held.owner != driver:
         return False
     return not runs.launched(request.run_key)

@@ -27,7 +27,7 @@ OUTAGE_S = 30.0
 
 def in_flight(daemon, topic) -> bool:
     with Ledger(daemon.config.ledger.url) as ledger:
-        return any(b.lease for b in ledger.in_flight(topic.name))
+        return any(b.lease for b in ledger.batches.in_flight(topic.name))
 
 
 def assert_healed(daemon, topic) -> None:
@@ -35,7 +35,7 @@ def assert_healed(daemon, topic) -> None:
     check = daemon.conservation(topic)
     assert check.ok, check
     with Ledger(daemon.config.ledger.url) as ledger:
-        assert all(b.state is BatchState.COMMITTED for b in ledger.batches(topic.name))
+        assert all(b.state is BatchState.COMMITTED for b in ledger.batches.find(topic.name))
 
 
 def test_a_broker_outage_of_30_s_under_the_daemon_heals_by_itself(kprio_daemon):
@@ -62,7 +62,7 @@ def test_a_read_only_output_a_person_fixes_under_the_daemon_heals_by_itself(kpri
         def failed_for_it() -> bool:
             with Ledger(kprio_daemon.config.ledger.url) as ledger:
                 return any(b.transient and "read-only" in (b.reason or "").lower()
-                           for b in ledger.batches(topic.name, states=[BatchState.FAILED]))
+                           for b in ledger.batches.find(topic.name, states=[BatchState.FAILED]))
 
         wait_until(failed_for_it, DRAIN_TIMEOUT_S, interval_s=0.5, what="a batch failed on the read-only output")
     assert_healed(kprio_daemon, topic)  # a person made it writable again

@@ -24,7 +24,7 @@ def test_the_daemon_drains_every_priority_with_spark_connect(kprio_daemon, bulk_
 
     assert kprio_daemon.conservation(topic).ok, kprio_daemon.conservation(topic)
     with Ledger(kprio_daemon.config.ledger.url) as ledger:
-        batches = ledger.batches(topic.name)
+        batches = ledger.batches.find(topic.name)
     assert batches and all(b.state is BatchState.COMMITTED for b in batches)
     runs = [r for b in batches for r in kprio_daemon.deployment.runs(b.batch_id)]
     assert {r["status"] for r in runs} == {"SUCCESS"}
@@ -38,7 +38,7 @@ def test_the_runs_execute_on_warm_workers_replaced_every_few_runs(kprio_daemon, 
     handful of processes ran every run of the drains, each at most ``workers.max_runs`` of them."""
     deployment = kprio_daemon.deployment
     with Ledger(kprio_daemon.config.ledger.url) as ledger:
-        batch_ids = [b.batch_id for t in (bulk_drained, crash_drained) for b in ledger.batches(t.name)]
+        batch_ids = [b.batch_id for t in (bulk_drained, crash_drained) for b in ledger.batches.find(t.name)]
     runs = [r for b in batch_ids for r in deployment.runs(b) if r["job"] == "drain_job"]
     by_worker: dict[str, int] = {}
     for run in runs:
@@ -59,7 +59,7 @@ def test_a_killed_run_is_failed_by_dagster_and_its_batch_retried_by_itself(kprio
     assert kprio_daemon.crash_marker.exists()  # one run really was killed after publishing
     assert kprio_daemon.conservation(topic).ok, kprio_daemon.conservation(topic)
     with Ledger(kprio_daemon.config.ledger.url) as ledger:
-        first = ledger.get(min(b.batch_id for b in ledger.batches(topic.name)))
+        first = ledger.batches.get(min(b.batch_id for b in ledger.batches.find(topic.name)))
     assert first.state is BatchState.COMMITTED and first.attempts >= 2
     deployment = kprio_daemon.deployment
     runs = wait_until(lambda: (rs := deployment.runs(first.batch_id)) and all(

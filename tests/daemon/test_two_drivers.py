@@ -58,7 +58,7 @@ def test_a_follow_drain_paused_after_its_snapshot_beside_the_daemon_records_no_s
         daemon.wait_zero_lag(topic, DRAIN_TIMEOUT_S, None, deployment.log_tail())
         deployment.sensor_running(False)
         with Ledger(daemon.config.ledger.url) as ledger:
-            by_daemon = {b.batch_id: b for b in ledger.batches(topic.name)}
+            by_daemon = {b.batch_id: b for b in ledger.batches.find(topic.name)}
         # The daemon drained [0,200), in one batch or more (a tick begun before the stop may have planned [0,100)).
         assert tiles(by_daemon.values(), 0, 200), [str(r) for b in by_daemon.values() for r in b.plan.offset_ranges()]
 
@@ -74,7 +74,7 @@ def test_a_follow_drain_paused_after_its_snapshot_beside_the_daemon_records_no_s
         log.close()
         deployment.sensor_running(True)
     with Ledger(daemon.config.ledger.url) as ledger:
-        batches = ledger.batches(topic.name)
+        batches = ledger.batches.find(topic.name)
     # The follow drain recorded one batch only, [200,250): its stale plan [0,100) was refused, never recorded.
     added = [b for b in batches if b.batch_id not in by_daemon]
     assert [[str(r) for r in b.plan.offset_ranges()] for b in added] == [[f"{name}[0]@[200,250)"]]

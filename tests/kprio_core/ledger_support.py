@@ -64,13 +64,13 @@ def commit_report(batch: Batch) -> CommitReport:
 
 
 def drain_and_check(ledger: Ledger, batch: Batch, **kw) -> Batch:
-    batch = ledger.mark_drained(batch.batch_id, result_for(batch, **kw))
-    return ledger.mark_checked(batch.batch_id, CHECKS_PASSED)
+    batch = ledger.moves.mark_drained(batch.batch_id, result_for(batch, **kw))
+    return ledger.moves.mark_checked(batch.batch_id, CHECKS_PASSED)
 
 
 def drain_check_commit(ledger: Ledger, batch: Batch, **kw) -> Batch:
     batch = drain_and_check(ledger, batch, **kw)
-    return ledger.mark_committed(batch.batch_id, commit_report(batch))
+    return ledger.moves.mark_committed(batch.batch_id, commit_report(batch))
 
 
 def record_history(ledger: Ledger, clock: Clock, arrivals: list[dict[int, int]], step_s: float = 2.0,
@@ -96,7 +96,7 @@ def record_history(ledger: Ledger, clock: Clock, arrivals: list[dict[int, int]],
         plan = make_plan(*spans, topic=topic)
         plan = DrainPlan(**{**plan.__dict__, "backlog_before": backlog,
                             "snapshot_taken_at_ms": int(clock.now.timestamp() * 1000)})
-        batch = ledger.record_plan(plan)
+        batch = ledger.batches.record_plan(plan)
         clock.tick(1.0)
         if spans:
             drain_check_commit(ledger, batch)

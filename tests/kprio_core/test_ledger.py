@@ -34,14 +34,14 @@ ACTIONS = ("drain", "check", "commit", "fail", "replay")
 
 def act(ledger: Ledger, batch: Batch, action: str) -> Batch:
     if action == "drain":
-        return ledger.mark_drained(batch.batch_id, result_for(batch))
+        return ledger.moves.mark_drained(batch.batch_id, result_for(batch))
     if action == "check":
-        return ledger.mark_checked(batch.batch_id, CHECKS_PASSED)
+        return ledger.moves.mark_checked(batch.batch_id, CHECKS_PASSED)
     if action == "commit":
-        return ledger.mark_committed(batch.batch_id, commit_report(batch))
+        return ledger.moves.mark_committed(batch.batch_id, commit_report(batch))
     if action == "fail":
-        return ledger.mark_failed(batch.batch_id, "checks failed: 3 null ids", retry_at=None)
-    return ledger.replay(batch.batch_id)
+        return ledger.moves.mark_failed(batch.batch_id, "checks failed: 3 null ids", retry_at=None)
+    return ledger.attempts.replay(batch.batch_id)
 
 
 PATH_TO = {
@@ -84,7 +84,7 @@ TRANSITION_CASES = [
 
 @pytest.mark.parametrize(("start", "action", "expected", "why"), TRANSITION_CASES, ids=[c[3] for c in TRANSITION_CASES])
 def test_transition_table(ledger: Ledger, start: BatchState, action: str, expected: BatchState | None, why: str):
-    batch = ledger.record_plan(make_plan((0, 10), (20, 30)))
+    batch = ledger.batches.record_plan(make_plan((0, 10), (20, 30)))
     for step in PATH_TO[start]:
         batch = act(ledger, batch, step)
     assert batch.state is start
@@ -92,13 +92,14 @@ def test_transition_table(ledger: Ledger, start: BatchState, action: str, expect
         with pytest.raises(InvalidTransition) as err:
             act(ledger, batch, action)
         assert batch.batch_id in str(err.value) and start.value in str(err.value)
-        assert ledger.get(batch.batch_id) == batch, "a refused transition changes nothing"
+        assert ledger.batches.get(batch.batch_id) == batch, "a refused transition changes nothing"
         return
     after = act(ledger, batch, action)
     assert after.state is expected
-    assert ledger.get(batch.batch_id) == after
-    assert ledger.reserved_ranges("orders") == (sorted(batch.plan.offset_ranges()) if expected.in_flight else [])
-    held = [(h.topic, h.partition, h.start) for h in ledger.holds("orders")]
+    assert ledger.batches.get(batch.batch_id) == after
+    assert ledger.batches.reserved_ranges("orders") == (sorted(batch.plan.offset_ranges()) if expected.in_flight
+                                                         else [])
+    held = [(h.topic, h.partition, h.start) for h in ledger.batches.holds("orders")]
     assert held == ([("orders-2", 0, 0)] if expected is S.FAILED else []), "a failed batch holds its partition"
 
 
@@ -111,46 +112,46 @@ def test_transition_cases_cover_the_table():
 
 
 def test_invalid_transition_message_names_batch_state_and_asked_state(ledger: Ledger):
-    batch = ledger.record_plan(make_plan((0, 10)))
+    batch = ledger.batches.record_plan(make_plan((0, 10)))
     with pytest.raises(InvalidTransition, match=r"batch b-000001 is planned and cannot become committed"):
-        ledger.mark_committed(batch.batch_id, CommitReport())
+        ledger.moves.mark_committed(batch.batch_id, CommitReport())
 
 
 def test_lifecycle_keeps_typed_outcomes_times_and_events(ledger: Ledger, clock: Clock):
     plan = make_plan((0, 10), R("orders-0", 3, 5, 9))
     created = clock.now
-    batch = ledger.record_plan(plan)
+    batch = ledger.batches.record_plan(plan)
     assert (batch.created_at, batch.updated_at, batch.attempts, batch.reason, batch.parent) == (created, created, 1,
                                                                                                  None, None)
     assert batch.plan == plan and batch.in_flight and not batch.holds and not batch.replay_of_committed
     assert (batch.priorities, batch.drain, batch.checks, batch.commit, batch.lease) == ({2, 0}, None, None, None, None)
     clock.tick()
-    drained = ledger.mark_drained(batch.batch_id, result_for(batch, dead=1))
+    drained = ledger.moves.mark_drained(batch.batch_id, result_for(batch, dead=1))
     assert drained.drain == result_for(batch, dead=1) and drained.updated_at == created + timedelta(seconds=1)
     assert drained.drain.by_priority() == {2: (9, 1), 0: (3, 1)}
-    batch = ledger.mark_checked(batch.batch_id, CHECKS_PASSED)
+    batch = ledger.moves.mark_checked(batch.batch_id, CHECKS_PASSED)
     assert batch.checks == CHECKS_PASSED
-    batch = ledger.mark_drained(batch.batch_id, result_for(batch, 120))
+    batch = ledger.moves.mark_drained(batch.batch_id, result_for(batch, 120))
     assert batch.checks is None and batch.drain.bytes == 120 * 14, "a re-drain replaces the drain and voids the checks"
-    batch = ledger.mark_checked(batch.batch_id, CHECKS_PASSED)
+    batch = ledger.moves.mark_checked(batch.batch_id, CHECKS_PASSED)
     clock.tick()
-    batch = ledger.mark_committed(batch.batch_id, commit_report(batch))
+    batch = ledger.moves.mark_committed(batch.batch_id, commit_report(batch))
     assert batch.commit == commit_report(batch) and batch.committed_at == clock.now and not batch.in_flight
-    moves = [(e.from_state, e.to_state) for e in ledger.events(batch.batch_id)]
+    moves = [(e.from_state, e.to_state) for e in ledger.batches.events(batch.batch_id)]
     assert moves == [(None, S.PLANNED), (S.PLANNED, S.DRAINED), (S.DRAINED, S.CHECKED), (S.CHECKED, S.DRAINED),
                      (S.DRAINED, S.CHECKED), (S.CHECKED, S.COMMITTED)]
 
 
 def test_mark_failed_needs_a_reason_and_keeps_when_to_retry(ledger: Ledger, clock: Clock):
-    batch = ledger.record_plan(make_plan((0, 10)))
+    batch = ledger.batches.record_plan(make_plan((0, 10)))
     with pytest.raises(ValueError, match="needs a reason"):
-        ledger.mark_failed(batch.batch_id, "  ", retry_at=None)
-    ledger.claim(batch.batch_id, "run-1@h:1", 30)
+        ledger.moves.mark_failed(batch.batch_id, "  ", retry_at=None)
+    ledger.leases.claim(batch.batch_id, "run-1@h:1", 30)
     retry_at = clock.now + timedelta(seconds=5)
-    failed = ledger.mark_failed(batch.batch_id, "drain failed: No space left on device: /out", retry_at=retry_at)
+    failed = ledger.moves.mark_failed(batch.batch_id, "drain failed: No space left on device: /out", retry_at=retry_at)
     assert (failed.state, failed.reason, failed.retry_at, failed.lease) == (
         S.FAILED, "drain failed: No space left on device: /out", retry_at, None)
-    assert ledger.events(batch.batch_id)[-1].reason == "drain failed: No space left on device: /out"
+    assert ledger.batches.events(batch.batch_id)[-1].reason == "drain failed: No space left on device: /out"
 
 
 # --------------------------------------------------------------------------------- drain results and checks
@@ -176,10 +177,10 @@ DRAIN_RESULT_CASES = [
                          ids=[c[3] for c in DRAIN_RESULT_CASES])
 def test_a_drain_result_not_of_this_attempt_is_refused_and_changes_nothing(ledger: Ledger, spoil, error, message,
                                                                            why):
-    batch = ledger.record_plan(make_plan((0, 10), (20, 30)))
+    batch = ledger.batches.record_plan(make_plan((0, 10), (20, 30)))
     with pytest.raises(error, match=message):
-        ledger.mark_drained(batch.batch_id, spoil(result_for(batch)))
-    assert ledger.get(batch.batch_id) == batch
+        ledger.moves.mark_drained(batch.batch_id, spoil(result_for(batch)))
+    assert ledger.batches.get(batch.batch_id) == batch
 
 
 @pytest.mark.parametrize(
@@ -191,55 +192,55 @@ def test_a_drain_result_not_of_this_attempt_is_refused_and_changes_nothing(ledge
     ],
 )
 def test_checked_needs_every_failed_check_to_be_on_ranges_split_off(ledger: Ledger, failed_ranges, accepted, why):
-    batch = ledger.record_plan(make_plan((0, 10), R("orders-2", 1, 0, 10)))
-    batch = ledger.mark_drained(batch.batch_id, result_for(batch))
-    ledger.split(batch.batch_id, [R("orders-2", 1, 0, 10)], "invalid records", retry_at=None)
+    batch = ledger.batches.record_plan(make_plan((0, 10), R("orders-2", 1, 0, 10)))
+    batch = ledger.moves.mark_drained(batch.batch_id, result_for(batch))
+    ledger.attempts.split(batch.batch_id, [R("orders-2", 1, 0, 10)], "invalid records", retry_at=None)
     report = CheckReport((CheckOutcome("values_match_schema", False, {"invalid_records": 7}, failed_ranges),))
     if accepted:
-        assert ledger.mark_checked(batch.batch_id, report).checks == report
+        assert ledger.moves.mark_checked(batch.batch_id, report).checks == report
     else:
         with pytest.raises(InvalidTransition, match="cannot become checked: values_match_schema failed"):
-            ledger.mark_checked(batch.batch_id, report)
+            ledger.moves.mark_checked(batch.batch_id, report)
 
 
 # --------------------------------------------------------------------------------- replay
 
 def test_replay_of_a_failed_batch_reserves_the_same_ranges(ledger: Ledger):
     plan = make_plan((0, 10), R("orders-1", 3, 7, 9))
-    batch = ledger.record_plan(plan)
-    batch = ledger.mark_drained(batch.batch_id, result_for(batch))
-    ledger.mark_failed(batch.batch_id, "row count 9 != 10", retry_at=datetime(2030, 1, 1, tzinfo=UTC))
-    again = ledger.replay(batch.batch_id)
+    batch = ledger.batches.record_plan(plan)
+    batch = ledger.moves.mark_drained(batch.batch_id, result_for(batch))
+    ledger.moves.mark_failed(batch.batch_id, "row count 9 != 10", retry_at=datetime(2030, 1, 1, tzinfo=UTC))
+    again = ledger.attempts.replay(batch.batch_id)
     assert (again.state, again.attempts, again.reason, again.drain, again.retry_at) == (S.PLANNED, 2, None, None, None)
     assert again.plan == plan and not again.replay_of_committed
-    assert ledger.reserved_ranges("orders") == sorted(plan.offset_ranges())
-    assert ledger.events(batch.batch_id)[-1].reason == "replay of a failed batch"
+    assert ledger.batches.reserved_ranges("orders") == sorted(plan.offset_ranges())
+    assert ledger.batches.events(batch.batch_id)[-1].reason == "replay of a failed batch"
 
 
 def test_replay_of_a_committed_batch_is_flagged_for_good(ledger: Ledger):
-    batch = ledger.record_plan(make_plan((0, 10)))
+    batch = ledger.batches.record_plan(make_plan((0, 10)))
     for step in ("drain", "check", "commit", "replay"):
         batch = act(ledger, batch, step)
     assert (batch.state, batch.attempts, batch.replay_of_committed, batch.commit) == (S.PLANNED, 2, True, None)
-    assert ledger.reserved_ranges("orders") == [OffsetRange("orders-2", 0, 0, 10)]
+    assert ledger.batches.reserved_ranges("orders") == [OffsetRange("orders-2", 0, 0, 10)]
     for step in ("drain", "fail", "replay"):
         batch = act(ledger, batch, step)
     assert (batch.attempts, batch.replay_of_committed) == (3, True), "a failed re-drain stays flagged"
 
 
 def test_replay_conflicts_with_a_newer_batch_taking_the_slot(ledger: Ledger):
-    old = drain_check_commit(ledger, ledger.record_plan(make_plan((0, 10))))
-    ledger.record_plan(make_plan((10, 20)))
+    old = drain_check_commit(ledger, ledger.batches.record_plan(make_plan((0, 10))))
+    ledger.batches.record_plan(make_plan((10, 20)))
     with pytest.raises(RangeConflict, match="max_in_flight=1 per priority"):
-        ledger.replay(old.batch_id, max_in_flight=1)  # the newer batch already takes priority 2's one slot
-    assert ledger.get(old.batch_id).state is S.COMMITTED
+        ledger.attempts.replay(old.batch_id, max_in_flight=1)  # the newer batch already takes priority 2's one slot
+    assert ledger.batches.get(old.batch_id).state is S.COMMITTED
     # No newer batch can take the old one's offsets: a plan over them is refused as below the committed offset.
     with pytest.raises(RangeConflict, match="starts below offset 10, which kprio committed"):
-        ledger.record_plan(make_plan((3, 7), OffsetRange("orders-2", 1, 0, 10)))
-    assert ledger.replay(old.batch_id).state is S.PLANNED
+        ledger.batches.record_plan(make_plan((3, 7), OffsetRange("orders-2", 1, 0, 10)))
+    assert ledger.attempts.replay(old.batch_id).state is S.PLANNED
 
 
 def test_replay_of_an_in_flight_batch_says_retry_or_fail_it_first(ledger: Ledger):
-    batch = ledger.record_plan(make_plan((0, 10)))
+    batch = ledger.batches.record_plan(make_plan((0, 10)))
     with pytest.raises(InvalidTransition, match="b-000001 is planned and cannot be replayed.*fail it first"):
-        ledger.replay(batch.batch_id)
+        ledger.attempts.replay(batch.batch_id)

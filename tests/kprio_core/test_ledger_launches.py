@@ -17,7 +17,7 @@ def claim_at_once(url: str, batch_id: str, run_key: str, owners: list[str]) -> l
     def claim(owner: str) -> None:
         with Ledger(url) as ledger:
             start.wait()
-            seen[owner] = ledger.claim_launch(batch_id, run_key, owner, 30).owner
+            seen[owner] = ledger.launches.claim(batch_id, run_key, owner, 30).owner
 
     threads = [threading.Thread(target=claim, args=(o,)) for o in owners]
     for t in threads:
@@ -29,7 +29,7 @@ def claim_at_once(url: str, batch_id: str, run_key: str, owners: list[str]) -> l
 
 def assert_one_winner(url: str) -> None:
     with Ledger(url) as ledger:
-        batch = ledger.record_plan(make_plan((0, 10)))
+        batch = ledger.batches.record_plan(make_plan((0, 10)))
     owners = [f"@host-{i}:{100 + i}" for i in range(6)]
     seen = claim_at_once(url, batch.batch_id, batch.batch_id, owners)
     assert len(set(seen)) == 1 and seen[0] in owners, seen  # every driver sees the same single winner
@@ -41,13 +41,13 @@ def test_of_drivers_claiming_one_run_key_at_once_exactly_one_wins(url: str):
 
 def test_a_claim_expires_is_taken_over_from_a_dead_owner_and_is_forgotten_once_expired(ledger: Ledger,
                                                                                       clock: Clock):
-    batch = ledger.record_plan(make_plan((0, 10)))
+    batch = ledger.batches.record_plan(make_plan((0, 10)))
     b = batch.batch_id
-    assert ledger.claim_launch(b, b, "@a:1", 30).owner == "@a:1"
-    assert ledger.claim_launch(b, b, "@b:2", 30).owner == "@a:1", "a live claim of another driver stands"
-    assert ledger.claim_launch(b, b, "@a:1", 30).until == clock.now + timedelta(seconds=30), "its owner renews it"
-    assert ledger.claim_launch(b, b, "@b:2", 30, take_over={"@a:1"}).owner == "@b:2", "a dead owner's is taken"
+    assert ledger.launches.claim(b, b, "@a:1", 30).owner == "@a:1"
+    assert ledger.launches.claim(b, b, "@b:2", 30).owner == "@a:1", "a live claim of another driver stands"
+    assert ledger.launches.claim(b, b, "@a:1", 30).until == clock.now + timedelta(seconds=30), "its owner renews it"
+    assert ledger.launches.claim(b, b, "@b:2", 30, take_over={"@a:1"}).owner == "@b:2", "a dead owner's is taken"
     clock.tick(31)
-    assert ledger.launch_claims("orders") == {}, "an expired claim stops nobody"
-    assert ledger.claim_launch(b, f"{b}.attempt-2", "@a:1", 30).owner == "@a:1"
-    assert set(ledger.launch_claims("orders")) == {f"{b}.attempt-2"}, "expired claims are deleted"
+    assert ledger.launches.claims("orders") == {}, "an expired claim stops nobody"
+    assert ledger.launches.claim(b, f"{b}.attempt-2", "@a:1", 30).owner == "@a:1"
+    assert set(ledger.launches.claims("orders")) == {f"{b}.attempt-2"}, "expired claims are deleted"

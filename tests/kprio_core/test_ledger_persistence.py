@@ -23,27 +23,27 @@ S = BatchState
 
 def test_unknown_and_malformed_ids_are_not_found(ledger: Ledger):
     with pytest.raises(BatchNotFound, match="no batch b-000009"):
-        ledger.get("b-000009")
+        ledger.batches.get("b-000009")
     with pytest.raises(BatchNotFound, match="'42' is not a ledger batch id"):
-        ledger.mark_failed("42", "x", retry_at=None)
+        ledger.moves.mark_failed("42", "x", retry_at=None)
     with pytest.raises(BatchNotFound):
-        ledger.events("b-000003")
+        ledger.batches.events("b-000003")
 
 
 def test_listing_filters_and_orders(ledger: Ledger):
-    a = ledger.record_plan(make_plan((0, 10)))
-    b = ledger.record_plan(make_plan((0, 10), topic="payments"))
-    c = ledger.record_plan(make_plan(R("orders-2", 1, 10, 20)))
-    ledger.mark_failed(a.batch_id, "x", retry_at=None)
+    a = ledger.batches.record_plan(make_plan((0, 10)))
+    b = ledger.batches.record_plan(make_plan((0, 10), topic="payments"))
+    c = ledger.batches.record_plan(make_plan(R("orders-2", 1, 10, 20)))
+    ledger.moves.mark_failed(a.batch_id, "x", retry_at=None)
     ids = lambda bs: [x.batch_id for x in bs]  # noqa: E731
-    assert ids(ledger.batches()) == [c.batch_id, b.batch_id, a.batch_id], "newest first"
-    assert ids(ledger.batches("orders")) == [c.batch_id, a.batch_id]
-    assert ids(ledger.batches(states=[S.FAILED])) == [a.batch_id]
-    assert ids(ledger.batches(limit=1)) == [c.batch_id]
-    assert ids(ledger.in_flight()) == [b.batch_id, c.batch_id], "oldest first"
-    assert ids(ledger.in_flight("payments")) == [b.batch_id]
-    assert ledger.reserved_ranges("orders") == [OffsetRange("orders-2", 1, 10, 20)]
-    assert ledger.reserved_ranges("nobody") == []
+    assert ids(ledger.batches.find()) == [c.batch_id, b.batch_id, a.batch_id], "newest first"
+    assert ids(ledger.batches.find("orders")) == [c.batch_id, a.batch_id]
+    assert ids(ledger.batches.find(states=[S.FAILED])) == [a.batch_id]
+    assert ids(ledger.batches.find(limit=1)) == [c.batch_id]
+    assert ids(ledger.batches.in_flight()) == [b.batch_id, c.batch_id], "oldest first"
+    assert ids(ledger.batches.in_flight("payments")) == [b.batch_id]
+    assert ledger.batches.reserved_ranges("orders") == [OffsetRange("orders-2", 1, 10, 20)]
+    assert ledger.batches.reserved_ranges("nobody") == []
 
 
 def test_plan_round_trips_with_every_decision(ledger: Ledger):
@@ -60,12 +60,12 @@ def test_plan_round_trips_with_every_decision(ledger: Ledger):
         backlog_before={2: 100, 1: 0, 0: 10},
         snapshot_taken_at_ms=1_735_787_045_000,
     )
-    assert ledger.get(ledger.record_plan(plan).batch_id).plan == plan
+    assert ledger.batches.get(ledger.batches.record_plan(plan).batch_id).plan == plan
 
 
 def test_ranges_are_stored_once(ledger: Ledger):
-    batch = ledger.record_plan(make_plan((0, 10), (20, 30)))
-    ledger.mark_drained(batch.batch_id, result_for(batch))
+    batch = ledger.batches.record_plan(make_plan((0, 10), (20, 30)))
+    ledger.moves.mark_drained(batch.batch_id, result_for(batch))
     with ledger._engine.begin() as conn:
         plan_json = conn.exec_driver_sql("SELECT plan_json FROM kprio_batches").scalar()
         columns = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(kprio_batches)")}
@@ -80,7 +80,7 @@ def test_ranges_are_stored_once(ledger: Ledger):
 def test_from_settings_creates_the_parent_directory(tmp_path: Path):
     target = tmp_path / "a" / "b" / "ledger.db"
     with Ledger.from_settings(LedgerSettings(url=f"sqlite:///{target}")) as led:
-        led.record_plan(make_plan((0, 1)))
+        led.batches.record_plan(make_plan((0, 1)))
     assert target.is_file()
 
 
@@ -94,35 +94,36 @@ def test_repr_hides_a_database_password():
 
 def test_a_restarted_process_sees_the_truth(url: str, clock: Clock):
     first = Ledger(url, clock=clock)
-    drained = first.record_plan(make_plan((0, 10)))
-    first.mark_drained(drained.batch_id, result_for(drained))
-    failed = first.record_plan(make_plan(R("orders-2", 1, 10, 20)))
-    first.mark_failed(failed.batch_id, "handler raised ValueError", retry_at=None)
+    drained = first.batches.record_plan(make_plan((0, 10)))
+    first.moves.mark_drained(drained.batch_id, result_for(drained))
+    failed = first.batches.record_plan(make_plan(R("orders-2", 1, 10, 20)))
+    first.moves.mark_failed(failed.batch_id, "handler raised ValueError", retry_at=None)
     ledger_id = first.ledger_id
     first.close()  # the process dies here: nothing else is written
 
     restarted = Ledger(url, clock=clock)
     assert restarted.ledger_id == ledger_id
-    assert [(b.batch_id, b.state) for b in restarted.in_flight()] == [(drained.batch_id, S.DRAINED)]
-    assert restarted.get(failed.batch_id).reason == "handler raised ValueError"
-    assert restarted.reserved_ranges("orders") == [OffsetRange("orders-2", 0, 0, 10)], "a dead run keeps its ranges"
-    assert [h.batch_id for h in restarted.holds("orders")] == [failed.batch_id]
+    assert [(b.batch_id, b.state) for b in restarted.batches.in_flight()] == [(drained.batch_id, S.DRAINED)]
+    assert restarted.batches.get(failed.batch_id).reason == "handler raised ValueError"
+    assert restarted.batches.reserved_ranges("orders") == [OffsetRange("orders-2", 0, 0, 10)], (
+        "a dead run keeps its ranges")
+    assert [h.batch_id for h in restarted.batches.holds("orders")] == [failed.batch_id]
     with pytest.raises(RangeConflict):
-        restarted.record_plan(make_plan((5, 6)))
-    restarted.mark_failed(drained.batch_id, "run died before the checks", retry_at=None)
-    assert restarted.reserved_ranges("orders") == []
-    assert restarted.record_plan(make_plan(R("orders-2", 2, 0, 10))).batch_id == "b-000003"
+        restarted.batches.record_plan(make_plan((5, 6)))
+    restarted.moves.mark_failed(drained.batch_id, "run died before the checks", retry_at=None)
+    assert restarted.batches.reserved_ranges("orders") == []
+    assert restarted.batches.record_plan(make_plan(R("orders-2", 2, 0, 10))).batch_id == "b-000003"
     restarted.close()
 
 
 def test_two_open_ledgers_on_one_file_see_each_other(url: str):
     a, b = Ledger(url), Ledger(url)
     try:
-        batch = a.record_plan(make_plan((0, 10)))
+        batch = a.batches.record_plan(make_plan((0, 10)))
         with pytest.raises(RangeConflict, match=batch.batch_id):
-            b.record_plan(make_plan((9, 11)))
-        b.mark_failed(batch.batch_id, "stopped from process b", retry_at=None)
-        assert a.get(batch.batch_id).state is S.FAILED
+            b.batches.record_plan(make_plan((9, 11)))
+        b.moves.mark_failed(batch.batch_id, "stopped from process b", retry_at=None)
+        assert a.batches.get(batch.batch_id).state is S.FAILED
         assert a.ledger_id == b.ledger_id
     finally:
         a.close()
@@ -135,7 +136,7 @@ def test_a_new_ledger_has_a_random_id_and_is_fresh_until_it_records(tmp_path: Pa
     with Ledger(f"sqlite:///{tmp_path / 'a.db'}", clock=clock) as a, Ledger(f"sqlite:///{tmp_path / 'b.db'}") as b:
         assert len(a.ledger_id) == 16 and int(a.ledger_id, 16) >= 0 and a.ledger_id != b.ledger_id
         assert a.is_fresh() and a.identity().created_at == clock.now and a.identity().schema_version == 2
-        a.record_plan(make_plan((0, 10)))
+        a.batches.record_plan(make_plan((0, 10)))
         assert not a.is_fresh()
         b.mark_adopted("adopted committed offsets of orders-2[0..2] and 3 output files")
         assert not b.is_fresh() and b.identity().adopted_note.startswith("adopted committed offsets")
@@ -157,20 +158,20 @@ def test_batch_numbers_follow_an_earlier_life(ledger: Ledger, after, adopted, ne
         ledger.mark_adopted("earlier life adopted")
     for n in after:
         ledger.number_batches_after(n)
-    first = ledger.record_plan(make_plan((0, 10)))
-    second = ledger.record_plan(make_plan((10, 20)))
-    assert first.batch_id == next_id and ledger.get(next_id) == first
+    first = ledger.batches.record_plan(make_plan((0, 10)))
+    second = ledger.batches.record_plan(make_plan((10, 20)))
+    assert first.batch_id == next_id and ledger.batches.get(next_id) == first
     assert int(second.batch_id[2:]) == int(next_id[2:]) + 1
-    assert [e.batch_id for e in ledger.events()] == [first.batch_id, second.batch_id]
+    assert [e.batch_id for e in ledger.batches.events()] == [first.batch_id, second.batch_id]
     with pytest.raises(LedgerNotFresh, match="has recorded batches already"):
         ledger.number_batches_after(10_000)
 
 
 def test_ids_below_the_first_number_are_not_found(ledger: Ledger):
     ledger.number_batches_after(500)
-    ledger.record_plan(make_plan((0, 10)))
+    ledger.batches.record_plan(make_plan((0, 10)))
     with pytest.raises(BatchNotFound, match=r"no batch b-000001 \(its batches are numbered from b-000501\)"):
-        ledger.get("b-000001")
+        ledger.batches.get("b-000001")
 
 
 # --------------------------------------------------------------------------------- other schemas

@@ -31,41 +31,43 @@ def test_lifecycle_holds_leases_split_and_derived_state_on_postgres(pg_url: str)
     with Ledger(pg_url, clock=clock) as ledger:
         assert ledger.is_fresh()
         ledger.number_batches_after(500)
-        batch = ledger.record_plan(make_plan(R("orders-2", 0, 0, 10), R("orders-2", 1, 0, 10)), max_in_flight=1)
+        batch = ledger.batches.record_plan(make_plan(R("orders-2", 0, 0, 10), R("orders-2", 1, 0, 10)), max_in_flight=1)
         assert batch.batch_id == "b-000501" and not ledger.is_fresh()
         with pytest.raises(RangeConflict, match="held by batch b-000501"):
-            ledger.record_plan(make_plan(R("orders-2", 0, 9, 12)))
+            ledger.batches.record_plan(make_plan(R("orders-2", 0, 9, 12)))
         with pytest.raises(RangeConflict, match="priority 2 already has 1 batch"):
-            ledger.record_plan(make_plan(R("orders-2", 2, 0, 10)), max_in_flight=1)
-        ledger.claim(batch.batch_id, "run-a@h:1", 30)
+            ledger.batches.record_plan(make_plan(R("orders-2", 2, 0, 10)), max_in_flight=1)
+        ledger.leases.claim(batch.batch_id, "run-a@h:1", 30)
         with pytest.raises(BatchBusy, match="held by run-a@h:1"):
-            ledger.claim(batch.batch_id, "run-b@h:2", 30)
+            ledger.leases.claim(batch.batch_id, "run-b@h:2", 30)
 
-        ledger.mark_drained(batch.batch_id, result_for(batch, 250, seconds=2.0))
-        child = ledger.split(batch.batch_id, [R("orders-2", 1, 0, 10)], "values_match_schema failed", retry_at=None)
+        ledger.moves.mark_drained(batch.batch_id, result_for(batch, 250, seconds=2.0))
+        child = ledger.attempts.split(batch.batch_id, [R("orders-2", 1, 0, 10)], "values_match_schema failed",
+                                      retry_at=None)
         assert (child.batch_id, child.parent, child.state) == ("b-000502", batch.batch_id, S.FAILED)
-        assert [(h.batch_id, h.partition, h.start) for h in ledger.holds("orders")] == [(child.batch_id, 1, 0)]
+        assert [(h.batch_id, h.partition, h.start) for h in ledger.batches.holds("orders")] == [(child.batch_id, 1, 0)]
         with pytest.raises(RangeConflict, match="held from offset 0 by failed batch b-000502"):
-            ledger.record_plan(make_plan(R("orders-2", 1, 10, 20)))
+            ledger.batches.record_plan(make_plan(R("orders-2", 1, 10, 20)))
         report = CheckReport((CheckOutcome("values_match_schema", False, {"invalid": 3}, (R("orders-2", 1, 0, 10),)),))
-        ledger.mark_checked(batch.batch_id, report)
-        assert [b.batch_id for b in ledger.ready_to_commit("orders")] == [batch.batch_id]
+        ledger.moves.mark_checked(batch.batch_id, report)
+        assert [b.batch_id for b in ledger.batches.ready_to_commit("orders")] == [batch.batch_id]
         clock.tick()
-        done = ledger.mark_committed(batch.batch_id, commit_report(ledger.get(batch.batch_id)))
+        done = ledger.moves.mark_committed(batch.batch_id, commit_report(ledger.batches.get(batch.batch_id)))
         assert done.committed_at == clock.now and done.lease is None
 
-        drain_check_commit(ledger, ledger.retry(child.batch_id, reason="automatic retry"), seconds=2.0)
-        replayed = ledger.replay(batch.batch_id)
+        drain_check_commit(ledger, ledger.attempts.retry(child.batch_id, reason="automatic retry"), seconds=2.0)
+        replayed = ledger.attempts.replay(batch.batch_id)
         assert (replayed.state, replayed.attempts, replayed.replay_of_committed) == (S.PLANNED, 2, True)
-        assert ledger.avg_record_bytes("orders") == {"orders-2": 175.0}, "(10 * 250 + 10 * 100) / 20"
-        assert ledger.poll_history("orders", 3).counts(2) == [10], "the split-off batch was part of its parent's poll"
-        assert ledger.throughput("orders") == 5.0, "20 records in 4 s"
-        assert [s.records for s in ledger.drained_since("orders", clock.now)] == [10, 10]
-        assert [(s.partition, s.committed) for s in ledger.commit_samples("orders", 5)] == [(0, 10), (1, 10)], (
+        assert ledger.samples.avg_record_bytes("orders") == {"orders-2": 175.0}, "(10 * 250 + 10 * 100) / 20"
+        assert ledger.samples.poll_history("orders", 3).counts(2) == [10], (
+            "the split-off batch was part of its parent's poll")
+        assert ledger.samples.throughput("orders") == 5.0, "20 records in 4 s"
+        assert [s.records for s in ledger.samples.drained_since("orders", clock.now)] == [10, 10]
+        assert [(s.partition, s.committed) for s in ledger.samples.commits("orders", 5)] == [(0, 10), (1, 10)], (
             "the lag verdict's window: each partition's commits")
         ledger_id = ledger.ledger_id
     with Ledger(pg_url) as again:
-        assert again.ledger_id == ledger_id and again.get("b-000502").state is S.COMMITTED
+        assert again.ledger_id == ledger_id and again.batches.get("b-000502").state is S.COMMITTED
 
 
 def test_a_ledger_of_the_previous_kprio_on_postgres_is_refused(postgres_server: PostgresServer):  # noqa: F811
@@ -85,7 +87,7 @@ def test_two_processes_racing_on_postgres_never_hold_the_same_offsets(pg_url: st
     Ledger(pg_url).close()
     race(pg_url, seeds=(3, 4))
     with Ledger(pg_url) as ledger:
-        assert_disjoint(ledger.reserved_ranges("orders"), "at the end")
+        assert_disjoint(ledger.batches.reserved_ranges("orders"), "at the end")
         assert_never_taken_twice(ledger, commit_order=False)
 
 
@@ -105,21 +107,21 @@ def test_a_session_waits_a_bounded_time_for_a_lock_a_stopped_process_holds(pg_ur
     from kprio_core.ledger.engine import POSTGRES_SESSION
 
     with Ledger(pg_url) as ledger:
-        ledger.record_plan(make_plan(R("orders-2", 0, 0, 10)))
+        ledger.batches.record_plan(make_plan(R("orders-2", 0, 0, 10)))
         stopped = psycopg.connect(pg_url.replace("postgresql+psycopg", "postgresql"))
         stopped.execute("SELECT logical_topic FROM kprio_topic_locks WHERE logical_topic = 'orders' FOR UPDATE")
         try:
             started = time.monotonic()
             with pytest.raises(LedgerUnavailable, match=r"a row of the ledger stayed locked longer than lock_timeout "
                                                         r"\(10s\) by another session") as err:
-                ledger.record_plan(make_plan(R("orders-2", 0, 10, 20)))
+                ledger.batches.record_plan(make_plan(R("orders-2", 0, 10, 20)))
             assert err.value.transient and err.value.code == "ledger_unavailable"
             waited = time.monotonic() - started
             assert waited < float(POSTGRES_SESSION["lock_timeout"].removesuffix("s")) + 5, waited
-            assert ledger.get("b-000001").state is S.PLANNED, "reads go on meanwhile"
+            assert ledger.batches.get("b-000001").state is S.PLANNED, "reads go on meanwhile"
         finally:
             stopped.close()
-        assert ledger.record_plan(make_plan(R("orders-2", 0, 10, 20))).batch_id == "b-000002"
+        assert ledger.batches.record_plan(make_plan(R("orders-2", 0, 10, 20))).batch_id == "b-000002"
 
 
 def test_leases_expire_by_the_database_clock_not_by_a_host_whose_clock_is_off(pg_url: str, tmp_path):
@@ -141,14 +143,14 @@ def test_leases_expire_by_the_database_clock_not_by_a_host_whose_clock_is_off(pg
                                                 installed=lambda: found() is not None)):
         pytest.skip(why)
     with Ledger(pg_url) as ledger:
-        batch = ledger.record_plan(make_plan(R("orders-2", 0, 0, 10)))
+        batch = ledger.batches.record_plan(make_plan(R("orders-2", 0, 0, 10)))
     script = tmp_path / "claim.py"
     script.write_text(f"""
 import datetime
 from kprio_core.ledger import Ledger
 print(datetime.datetime.now(datetime.UTC).isoformat())
 with Ledger({pg_url!r}) as ledger:
-    print(ledger.claim({batch.batch_id!r}, "run-late@skewed:1", 30).lease.until.isoformat())
+    print(ledger.leases.claim({batch.batch_id!r}, "run-late@skewed:1", 30).lease.until.isoformat())
 """)
     repo = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, str(script)], cwd=repo, capture_output=True, text=True, timeout=120,
@@ -161,4 +163,4 @@ with Ledger({pg_url!r}) as ledger:
         assert now - host_now > timedelta(minutes=55), "the subprocess's clock was an hour behind"
         assert timedelta(seconds=0) < until - now <= timedelta(seconds=30), (until, now)
         with pytest.raises(BatchBusy, match="held by run-late@skewed:1"):
-            ledger.claim(batch.batch_id, "run-b@h:2", 30)
+            ledger.leases.claim(batch.batch_id, "run-b@h:2", 30)

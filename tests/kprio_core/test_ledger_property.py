@@ -124,7 +124,7 @@ class LedgerRules(RuleBasedStateMachine):
         refused = (self_overlap or slots_full({int(r.topic[-1]) for r in ranges if r.count}, self.model, limit)
                    or overlapping(ranges, self.model, None, new=True) or stale)
         try:
-            batch = self.ledger.record_plan(plan_of(ranges), max_in_flight=limit)
+            batch = self.ledger.batches.record_plan(plan_of(ranges), max_in_flight=limit)
         except RangeConflict:
             assert refused, f"refused a plan the rules allow: {ranges}"
             event("record: refused")
@@ -138,7 +138,7 @@ class LedgerRules(RuleBasedStateMachine):
     def claim(self, batch_id, owner):
         m = self.model[batch_id]
         try:
-            self.ledger.claim(batch_id, owner, LEASE_S)
+            self.ledger.leases.claim(batch_id, owner, LEASE_S)
         except InvalidTransition:
             assert not m.state.in_flight
             return
@@ -160,11 +160,11 @@ class LedgerRules(RuleBasedStateMachine):
         allowed = (m.state, asked) in TRANSITIONS
         try:
             if action == "drain":
-                self.ledger.mark_drained(batch_id, drained(batch_id, m.attempts, m.ranges))
+                self.ledger.moves.mark_drained(batch_id, drained(batch_id, m.attempts, m.ranges))
             elif action == "check":
-                self.ledger.mark_checked(batch_id, CheckReport(()))
+                self.ledger.moves.mark_checked(batch_id, CheckReport(()))
             else:
-                self.ledger.mark_failed(batch_id, "property test", retry_at=None)
+                self.ledger.moves.mark_failed(batch_id, "property test", retry_at=None)
         except InvalidTransition:
             assert not allowed, f"{m.state.value} -> {asked.value} was refused but is allowed"
             return
@@ -176,7 +176,7 @@ class LedgerRules(RuleBasedStateMachine):
     @rule(batch_id=batch_ids)
     def commit(self, batch_id):
         m = self.model[batch_id]
-        blocking = {b.batch_id for b in self.ledger.blocking_predecessors(batch_id)}
+        blocking = {b.batch_id for b in self.ledger.batches.blocking_predecessors(batch_id)}
         assert blocking == self.predecessors(batch_id)
         if blocking and m.state is S.CHECKED:
             event("commit: waits for a predecessor")
@@ -186,7 +186,7 @@ class LedgerRules(RuleBasedStateMachine):
             ends[r.topic_partition] = max(r.end, ends.get(r.topic_partition, 0))
         report = CommitReport.of({tp: (self.committed.get(tp), end) for tp, end in ends.items()}, {})
         try:
-            self.ledger.mark_committed(batch_id, report)
+            self.ledger.moves.mark_committed(batch_id, report)
         except InvalidTransition:
             assert m.state is not S.CHECKED
             return
@@ -208,14 +208,14 @@ class LedgerRules(RuleBasedStateMachine):
     @rule()
     def commit_ready(self):
         """What the sensor does: commit every batch ready to commit, oldest first."""
-        for batch in self.ledger.ready_to_commit("orders"):
+        for batch in self.ledger.batches.ready_to_commit("orders"):
             self.commit(batch.batch_id)
 
     @rule(batch_id=batch_ids, limit=limits)
     def retry(self, batch_id, limit):
         m = self.model[batch_id]
         try:
-            got = self.ledger.retry(batch_id, reason="property retry", max_in_flight=limit)
+            got = self.ledger.attempts.retry(batch_id, reason="property retry", max_in_flight=limit)
         except InvalidTransition:
             assert m.state is S.COMMITTED
             return
@@ -240,7 +240,7 @@ class LedgerRules(RuleBasedStateMachine):
     def replay(self, batch_id, limit):
         m = self.model[batch_id]
         try:
-            self.ledger.replay(batch_id, max_in_flight=limit)
+            self.ledger.attempts.replay(batch_id, max_in_flight=limit)
         except InvalidTransition:
             assert m.state.in_flight
             return
@@ -258,7 +258,7 @@ class LedgerRules(RuleBasedStateMachine):
         m = self.model[batch_id]
         failing = [r for r, p in zip(m.ranges, pick) if p]
         try:
-            child = self.ledger.split(batch_id, failing, "property split", retry_at=None)
+            child = self.ledger.attempts.split(batch_id, failing, "property split", retry_at=None)
         except InvalidTransition:
             assert not m.state.in_flight
             return multiple()
@@ -277,7 +277,7 @@ class LedgerRules(RuleBasedStateMachine):
 
     @invariant()
     def no_offset_is_taken_or_committed_twice(self):
-        batches = self.ledger.batches()  # one read for both (the invariants run after every step)
+        batches = self.ledger.batches.find()  # one read for both (the invariants run after every step)
         taken = sorted(r for b in batches if b.in_flight or b.holds for r in b.plan.offset_ranges() if r.count)
         for a, b in pairwise(taken):
             assert not a.overlaps(b), f"{a} and {b} are both in flight or held"
@@ -287,12 +287,13 @@ class LedgerRules(RuleBasedStateMachine):
 
     @invariant()
     def the_ledger_matches_the_model(self):
-        assert {b.batch_id for b in self.ledger.in_flight()} == {b for b, m in self.model.items() if m.state.in_flight}
-        assert self.ledger.reserved_ranges("orders") == sorted(
+        assert {b.batch_id for b in self.ledger.batches.in_flight()} == {
+            b for b, m in self.model.items() if m.state.in_flight}
+        assert self.ledger.batches.reserved_ranges("orders") == sorted(
             r for m in self.model.values() if m.state.in_flight for r in m.ranges if r.count)
-        assert {h.batch_id for h in self.ledger.holds("orders")} == {
+        assert {h.batch_id for h in self.ledger.batches.holds("orders")} == {
             b for b, m in self.model.items() if m.holding and any(r.count for r in m.ranges)}
-        ready = [b.batch_id for b in self.ledger.ready_to_commit("orders")]
+        ready = [b.batch_id for b in self.ledger.batches.ready_to_commit("orders")]
         assert set(ready) == {b for b, m in self.model.items() if m.state is S.CHECKED and not self.predecessors(b)}
 
     def teardown(self) -> None:

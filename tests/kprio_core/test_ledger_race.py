@@ -44,9 +44,9 @@ def drained(batch_id: str, attempt: int, plan: DrainPlan) -> DrainResult:
 
 
 def finish(ledger: Ledger, batch: Batch) -> None:
-    ledger.mark_drained(batch.batch_id, drained(batch.batch_id, batch.attempts, batch.plan))
-    ledger.mark_checked(batch.batch_id, CheckReport(()))
-    ledger.mark_committed(batch.batch_id, CommitReport())
+    ledger.moves.mark_drained(batch.batch_id, drained(batch.batch_id, batch.attempts, batch.plan))
+    ledger.moves.mark_checked(batch.batch_id, CheckReport(()))
+    ledger.moves.mark_committed(batch.batch_id, CommitReport())
 
 
 def race_worker(url: str, seed: int, barrier, results) -> None:  # noqa: ANN001 (multiprocessing proxies)
@@ -58,15 +58,15 @@ def race_worker(url: str, seed: int, barrier, results) -> None:  # noqa: ANN001 
     barrier.wait(timeout=120)
     for _ in range(ATTEMPTS):
         try:
-            if rng.random() < 0.5 and (holds := ledger.holds("orders")):
+            if rng.random() < 0.5 and (holds := ledger.batches.holds("orders")):
                 first = min(holds, key=lambda h: h.start)  # the hold no other hold waits behind
-                finish(ledger, ledger.retry(first.batch_id, reason="race: retry"))
+                finish(ledger, ledger.attempts.retry(first.batch_id, reason="race: retry"))
         except (InvalidTransition, RangeConflict, LeaseLost):
             outcomes["lost a race"] += 1  # the other process retried or moved that batch first
         except Exception as err:  # noqa: BLE001 (any other error is what the test looks for)
             errors.append(f"retry: {err!r}")
         # As a planner does, from where the partition's committed offset stands (the ledger refuses a plan below it).
-        committed = {tp: b.committed or 0 for tp, b in ledger.beliefs("orders").items()}
+        committed = {tp: b.committed or 0 for tp, b in ledger.beliefs.of("orders").items()}
         spans = []
         for start in sorted(rng.sample(range(0, 60), 2)):
             partition = rng.randrange(2)
@@ -75,7 +75,7 @@ def race_worker(url: str, seed: int, barrier, results) -> None:  # noqa: ANN001 
         if spans[0].overlaps(spans[1]):
             spans = spans[:1]
         try:
-            batch = ledger.record_plan(plan_of(*spans))
+            batch = ledger.batches.record_plan(plan_of(*spans))
             outcomes["recorded"] += 1
         except RangeConflict:
             outcomes["conflict"] += 1
@@ -86,11 +86,11 @@ def race_worker(url: str, seed: int, barrier, results) -> None:  # noqa: ANN001 
         try:
             roll = rng.random()
             if roll < 0.2:
-                ledger.mark_failed(batch.batch_id, "race: failed", retry_at=None)
+                ledger.moves.mark_failed(batch.batch_id, "race: failed", retry_at=None)
             elif roll < 0.8:
                 finish(ledger, batch)
-            if rng.random() < 0.3 and (flying := ledger.in_flight("orders")):
-                ledger.mark_failed(rng.choice(flying).batch_id, "race: given up", retry_at=None)
+            if rng.random() < 0.3 and (flying := ledger.batches.in_flight("orders")):
+                ledger.moves.mark_failed(rng.choice(flying).batch_id, "race: given up", retry_at=None)
         except (InvalidTransition, RangeConflict, LeaseLost):
             outcomes["lost a race"] += 1  # the other process moved that batch first
         except Exception as err:  # noqa: BLE001
@@ -136,11 +136,11 @@ def assert_never_taken_twice(ledger: Ledger, *, commit_order: bool) -> None:
     when a batch takes ranges: a release can only appear earlier than it committed, never later,
     so any overlap seen then is real.
     """
-    batches = ledger.batches()
+    batches = ledger.batches.find()
     ranges = {b.batch_id: b.plan.offset_ranges() for b in batches}  # no split in the race: ranges never move
     state: dict[str, BatchState] = {}
     redrains: set[str] = set()
-    for event in ledger.events(logical_topic="orders"):
+    for event in ledger.batches.events(logical_topic="orders"):
         before = state.get(event.batch_id)
         if before is S.COMMITTED and event.to_state is S.PLANNED:
             redrains.add(event.batch_id)
@@ -150,9 +150,9 @@ def assert_never_taken_twice(ledger: Ledger, *, commit_order: bool) -> None:
             taken = [r for b, s in state.items() if s.in_flight or (s is S.FAILED and b not in redrains)
                      for r in ranges[b]]
             assert_disjoint(taken, f"after event {event.seq} ({event.batch_id} {before} -> {event.to_state})")
-    assert {b for b, s in state.items() if s.in_flight} == {b.batch_id for b in ledger.in_flight("orders")}
+    assert {b for b, s in state.items() if s.in_flight} == {b.batch_id for b in ledger.batches.in_flight("orders")}
     assert {b for b, s in state.items() if s is S.FAILED and b not in redrains} == {
-        h.batch_id for h in ledger.holds("orders")}
+        h.batch_id for h in ledger.batches.holds("orders")}
 
 
 @pytest.mark.slow
@@ -162,37 +162,35 @@ def test_two_processes_racing_never_hold_the_same_offsets(tmp_path: Path):
     totals = race(url, seeds=(1, 2))
 
     with Ledger(url) as ledger:
-        assert_disjoint(ledger.reserved_ranges("orders"), "at the end")
-        assert sorted(int(b.batch_id[2:]) for b in ledger.batches()) == list(range(1, totals["recorded"] + 1))
+        assert_disjoint(ledger.batches.reserved_ranges("orders"), "at the end")
+        assert sorted(int(b.batch_id[2:]) for b in ledger.batches.find()) == list(range(1, totals["recorded"] + 1))
         assert_never_taken_twice(ledger, commit_order=True)
 
 
 CRASH_SCRIPT = textwrap.dedent(
     """
     import os, sys
+    from sqlalchemy import event
     from kprio_core.model.drain_plan import DrainPlan
     from kprio_core.ledger import Ledger
-    from kprio_core.ledger.base import LedgerBase
     from kprio_core.model.offsets import OffsetRange
     from kprio_core.model.results import DrainResult
 
     url, point, plan_json, result_json = sys.argv[1:5]
     led = Ledger(url)
     if point != "record_plan":
-        batch = led.record_plan(DrainPlan.from_json(plan_json))
-    real = LedgerBase._log
+        batch = led.batches.record_plan(DrainPlan.from_json(plan_json))
 
-    def write_then_die(*args):
-        real(*args)   # the rows are written inside the open transaction ...
+    def die(conn):   # the rows are written inside the open transaction ...
         os._exit(17)  # ... and the process dies before COMMIT
 
-    LedgerBase._log = staticmethod(write_then_die)
+    event.listen(led._engine, "commit", die)
     if point == "record_plan":
-        led.record_plan(DrainPlan.from_json(plan_json))
+        led.batches.record_plan(DrainPlan.from_json(plan_json))
     elif point == "mark_drained":
-        led.mark_drained(batch.batch_id, DrainResult.from_json(result_json))
+        led.moves.mark_drained(batch.batch_id, DrainResult.from_json(result_json))
     else:
-        led.split(batch.batch_id, [OffsetRange("orders-2", 1, 0, 10)], "checks failed", retry_at=None)
+        led.attempts.split(batch.batch_id, [OffsetRange("orders-2", 1, 0, 10)], "checks failed", retry_at=None)
     """
 )
 
@@ -218,12 +216,13 @@ def test_a_crash_inside_a_transaction_leaves_the_last_committed_truth(tmp_path: 
     assert died.returncode == 17, died.stderr
     with Ledger(url, busy_timeout_s=5) as ledger:
         if point == "record_plan":
-            assert ledger.batches() == [] and ledger.reserved_ranges("orders") == []
-            assert ledger.record_plan(plan).batch_id == "b-000001", "the database is neither locked nor half-written"
+            assert ledger.batches.find() == [] and ledger.batches.reserved_ranges("orders") == []
+            assert ledger.batches.record_plan(plan).batch_id == "b-000001", (
+                "the database is neither locked nor half-written")
             return
-        assert [b.batch_id for b in ledger.batches()] == ["b-000001"]
-        batch = ledger.get("b-000001")
+        assert [b.batch_id for b in ledger.batches.find()] == ["b-000001"]
+        batch = ledger.batches.get("b-000001")
         assert (batch.state, batch.drain, batch.plan) == (S.PLANNED, None, plan)
-        assert ledger.avg_record_bytes("orders") == {}
-        assert ledger.reserved_ranges("orders") == sorted(plan.offset_ranges())
-        assert ledger.mark_failed(batch.batch_id, "run died", retry_at=None).state is S.FAILED
+        assert ledger.samples.avg_record_bytes("orders") == {}
+        assert ledger.batches.reserved_ranges("orders") == sorted(plan.offset_ranges())
+        assert ledger.moves.mark_failed(batch.batch_id, "run died", retry_at=None).state is S.FAILED

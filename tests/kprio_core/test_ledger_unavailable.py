@@ -21,19 +21,19 @@ def test_a_sqlite_ledger_whose_directory_turns_read_only_is_unavailable_and_writ
     place.mkdir()
     url = f"sqlite:///{place / 'ledger.db'}"
     with Ledger(url) as running:
-        first = running.record_plan(make_plan((0, 10)))
+        first = running.batches.record_plan(make_plan((0, 10)))
         with read_only_in_place(place):
             # A process that had it open (a drain running): it waits for the ledger, as for a database down.
             with pytest.raises(LedgerUnavailable) as seen:
-                running.record_plan(make_plan((10, 20)))
+                running.batches.record_plan(make_plan((10, 20)))
             assert seen.value.transient and "\n" not in str(seen.value), seen.value
             # One that opens it meanwhile (a driver's tick, a heartbeat's own connection): SQLite opens it read-only.
             late = Ledger(url)
             with pytest.raises(LedgerUnavailable):
-                late.record_plan(make_plan((10, 20)))
+                late.batches.record_plan(make_plan((10, 20)))
         # Fixed by a person: both write again, no restart (the connections that failed were not kept).
-        second = running.record_plan(make_plan((10, 20)))
+        second = running.batches.record_plan(make_plan((10, 20)))
         with late:
-            third = late.record_plan(make_plan((20, 30)))
-        assert [b.state for b in running.batches()] == [BatchState.PLANNED] * 3
-        assert sorted(b.batch_id for b in running.batches()) == [first.batch_id, second.batch_id, third.batch_id]
+            third = late.batches.record_plan(make_plan((20, 30)))
+        assert [b.state for b in running.batches.find()] == [BatchState.PLANNED] * 3
+        assert sorted(b.batch_id for b in running.batches.find()) == [first.batch_id, second.batch_id, third.batch_id]

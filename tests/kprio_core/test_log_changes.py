@@ -129,19 +129,19 @@ def test_beliefs_follow_kprio_commits_and_recorded_decisions(tmp_path):
     from tests.kprio_core.ledger_support import make_plan, result_for
 
     with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
-        b = ledger.record_plan(make_plan((0, 10)))
-        ledger.mark_drained(b.batch_id, result_for(b))
-        ledger.mark_checked(b.batch_id, CheckReport(()))
+        b = ledger.batches.record_plan(make_plan((0, 10)))
+        ledger.moves.mark_drained(b.batch_id, result_for(b))
+        ledger.moves.mark_checked(b.batch_id, CheckReport(()))
         [r] = b.plan.offset_ranges()
-        ledger.mark_committed(b.batch_id, CommitReport.of({r.topic_partition: (None, 10)}, {}))
-        assert ledger.beliefs("orders")[r.topic_partition].committed == 10
+        ledger.moves.mark_committed(b.batch_id, CommitReport.of({r.topic_partition: (None, 10)}, {}))
+        assert ledger.beliefs.of("orders")[r.topic_partition].committed == 10
         # A commit never lowers the belief (a replay's commit from a moved-back offset).
-        ledger.remember("orders", [Belief(r.topic, r.partition, "ID", 1, 10)])
+        ledger.beliefs.remember("orders", [Belief(r.topic, r.partition, "ID", 1, 10)])
         change = Change(r.topic, r.partition, S.MOVED_FORWARD, 10, 30, 0, 40)
-        first = ledger.record_change("orders", change, O.ACCEPT, decided_by="rule", note="skipped [10,30)")
-        assert first is not None and ledger.record_change("orders", change, O.ACCEPT, decided_by="rule") is None
-        assert [e.outcome for e in ledger.log_events("orders")] == ["accept"]
-        assert ledger.beliefs("orders")[r.topic_partition].topic_id == "ID"
+        first = ledger.beliefs.record_change("orders", change, O.ACCEPT, decided_by="rule", note="skipped [10,30)")
+        assert first is not None and ledger.beliefs.record_change("orders", change, O.ACCEPT, decided_by="rule") is None
+        assert [e.outcome for e in ledger.beliefs.log_events("orders")] == ["accept"]
+        assert ledger.beliefs.of("orders")[r.topic_partition].topic_id == "ID"
 
 
 def test_a_commit_that_finds_the_group_past_its_end_raises_the_belief_to_its_end():
@@ -151,20 +151,20 @@ def test_a_commit_that_finds_the_group_past_its_end_raises_the_belief_to_its_end
     from tests.kprio_core.ledger_support import make_plan, result_for
 
     with Ledger("sqlite://") as ledger:
-        b = ledger.record_plan(make_plan((0, 10)))
+        b = ledger.batches.record_plan(make_plan((0, 10)))
         [r] = b.plan.offset_ranges()
-        ledger.mark_drained(b.batch_id, result_for(b))
-        ledger.mark_checked(b.batch_id, CheckReport(()))
-        ledger.remember("orders", [Belief(r.topic, r.partition, None, 1, 0)])
-        ledger.mark_committed(b.batch_id, CommitReport.of({}, {r.topic_partition: "already committed at 25"}),
-                              reached={r.topic_partition: 10})
-        assert ledger.beliefs("orders")[r.topic_partition].committed == 10
-        ledger.remember("orders", [Belief(r.topic, r.partition, None, 1, 40)])
-        replay = ledger.replay(b.batch_id)
-        ledger.mark_drained(replay.batch_id, result_for(replay))
-        ledger.mark_checked(replay.batch_id, CheckReport(()))
-        ledger.mark_committed(replay.batch_id, CommitReport(), reached={r.topic_partition: 10})
-        assert ledger.beliefs("orders")[r.topic_partition].committed == 40
+        ledger.moves.mark_drained(b.batch_id, result_for(b))
+        ledger.moves.mark_checked(b.batch_id, CheckReport(()))
+        ledger.beliefs.remember("orders", [Belief(r.topic, r.partition, None, 1, 0)])
+        ledger.moves.mark_committed(b.batch_id, CommitReport.of({}, {r.topic_partition: "already committed at 25"}),
+                                    reached={r.topic_partition: 10})
+        assert ledger.beliefs.of("orders")[r.topic_partition].committed == 10
+        ledger.beliefs.remember("orders", [Belief(r.topic, r.partition, None, 1, 40)])
+        replay = ledger.attempts.replay(b.batch_id)
+        ledger.moves.mark_drained(replay.batch_id, result_for(replay))
+        ledger.moves.mark_checked(replay.batch_id, CheckReport(()))
+        ledger.moves.mark_committed(replay.batch_id, CommitReport(), reached={r.topic_partition: 10})
+        assert ledger.beliefs.of("orders")[r.topic_partition].committed == 40
 
 
 def test_a_v2_ledger_without_the_new_tables_gets_them(tmp_path):
@@ -175,7 +175,7 @@ def test_a_v2_ledger_without_the_new_tables_gets_them(tmp_path):
         conn.exec_driver_sql("DROP TABLE kprio_log_events")
         conn.exec_driver_sql("DROP TABLE kprio_partitions")
     with Ledger(url) as ledger:
-        assert ledger.beliefs("orders") == {} and ledger.log_events() == []
+        assert ledger.beliefs.of("orders") == {} and ledger.beliefs.log_events() == []
     assert {"kprio_partitions", "kprio_log_events"} <= set(inspect(engine).get_table_names())
     engine.dispose()
 
@@ -187,14 +187,14 @@ def test_a_v2_ledger_without_commit_samples_gets_them_from_its_committed_batches
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     with Ledger(url) as ledger:
-        first = drain_check_commit(ledger, ledger.record_plan(make_plan((0, 10))))
-        second = drain_check_commit(ledger, ledger.record_plan(make_plan((10, 25))))
-        ledger.record_plan(make_plan((25, 30)))  # not committed: no sample
+        first = drain_check_commit(ledger, ledger.batches.record_plan(make_plan((0, 10))))
+        second = drain_check_commit(ledger, ledger.batches.record_plan(make_plan((10, 25))))
+        ledger.batches.record_plan(make_plan((25, 30)))  # not committed: no sample
     engine = create_engine(url)
     with engine.begin() as conn:  # the ledger as a kprio before the samples wrote it
         conn.exec_driver_sql("DROP TABLE kprio_commit_samples")
     with Ledger(url) as ledger:
-        samples = ledger.commit_samples("orders", 10)
+        samples = ledger.samples.commits("orders", 10)
     assert [(s.topic, s.partition, s.at, s.committed, s.log_end) for s in samples] == [
         ("orders-2", 0, first.committed_at, 10, None), ("orders-2", 0, second.committed_at, 25, None)]
     engine.dispose()
@@ -205,15 +205,15 @@ def test_a_v2_ledger_without_the_new_columns_gets_them_and_its_rows_read_as_they
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     with Ledger(url) as ledger:
-        ledger.record_plan(make_plan((0, 10)))
+        ledger.batches.record_plan(make_plan((0, 10)))
     engine = create_engine(url)
     with engine.begin() as conn:  # the table as a kprio before the columns wrote it
         conn.exec_driver_sql("ALTER TABLE kprio_batches DROP COLUMN lease_epoch")
         conn.exec_driver_sql("ALTER TABLE kprio_batches DROP COLUMN transient_streak")
     with Ledger(url) as ledger:
-        [old] = ledger.batches()
+        [old] = ledger.batches.find()
         assert (old.lease_epoch, old.transient_streak) == (0, 0)
-        assert ledger.claim(old.batch_id, "r@h:1", 30).lease_epoch == 2, "above the epoch and the attempt"
+        assert ledger.leases.claim(old.batch_id, "r@h:1", 30).lease_epoch == 2, "above the epoch and the attempt"
     assert {"lease_epoch", "transient_streak"} <= {c["name"] for c in inspect(engine).get_columns("kprio_batches")}
     engine.dispose()
 
@@ -234,10 +234,10 @@ def test_a_hold_that_asks_a_person_stays_whatever_the_log_does_until_a_person_de
                                   open_holds=open_holds)
 
     with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
-        [held], [hold] = decide(ahead, ledger.open_holds("orders"))
+        [held], [hold] = decide(ahead, ledger.beliefs.open_holds("orders"))
         assert held.outcome is O.HOLD and hold.exhausted
-        ledger.record_change("orders", ahead, held.outcome, decided_by=held.decided_by, note=held.describe())
-        open_holds = ledger.open_holds("orders")
+        ledger.beliefs.record_change("orders", ahead, held.outcome, decided_by=held.decided_by, note=held.describe())
+        open_holds = ledger.beliefs.open_holds("orders")
         assert set(open_holds) == {("o-2", 0)}
 
         [still], [hold] = decide(later, open_holds)
@@ -248,15 +248,15 @@ def test_a_hold_that_asks_a_person_stays_whatever_the_log_does_until_a_person_de
         assert unheld.outcome is O.ACCEPT, "without the recorded hold the same change reads as accepted"
 
         # A decision kprio waits for by itself records a wait, which leaves the person's hold open.
-        ledger.record_change("orders", ahead, O.WAIT, decided_by="policy")
-        assert set(ledger.open_holds("orders")) == {("o-2", 0)}
+        ledger.beliefs.record_change("orders", ahead, O.WAIT, decided_by="policy")
+        assert set(ledger.beliefs.open_holds("orders")) == {("o-2", 0)}
         # The rule the user configured decides it: a reset of the log that became another log.
-        [reset], holds = decide(later, ledger.open_holds("orders"), P.EARLIEST)
+        [reset], holds = decide(later, ledger.beliefs.open_holds("orders"), P.EARLIEST)
         assert (reset.outcome, reset.target, reset.incarnation, reset.decided_by, holds) == (
             O.RESET_EARLIEST, 0, 2, "policy", ())
         # A person's kprio reset ends it.
-        ledger.record_change("orders", later, O.RESET_TO_OFFSET, decided_by="person", committed_after=121)
-        assert ledger.open_holds("orders") == {}
+        ledger.beliefs.record_change("orders", later, O.RESET_TO_OFFSET, decided_by="person", committed_after=121)
+        assert ledger.beliefs.open_holds("orders") == {}
 
 
 # --- batches planned on an earlier incarnation ------------------------------------------------
@@ -307,23 +307,23 @@ def test_a_superseded_failed_batch_holds_nothing_and_is_never_retried_by_the_led
                          tuple(PlannedRange(2, r, est_bytes=10) for r in ranges), incarnations=incarnations or {})
 
     with Ledger("sqlite://") as ledger:
-        failed = ledger.record_plan(plan(R("o-2", 0, 10, 20), R("o-2", 1, 0, 5)))
-        ledger.mark_failed(failed.batch_id, "check failed", retry_at=None)
-        assert {h.partition for h in ledger.holds("o")} == {0, 1}
-        ledger.remember("o", [Belief("o-2", 0, "B", 2, 0)])  # a reset of o-2[0] started incarnation 2
-        assert [(s.batch_id, s.where, s.planned, s.current) for s in ledger.superseded("o")] == \
+        failed = ledger.batches.record_plan(plan(R("o-2", 0, 10, 20), R("o-2", 1, 0, 5)))
+        ledger.moves.mark_failed(failed.batch_id, "check failed", retry_at=None)
+        assert {h.partition for h in ledger.batches.holds("o")} == {0, 1}
+        ledger.beliefs.remember("o", [Belief("o-2", 0, "B", 2, 0)])  # a reset of o-2[0] started incarnation 2
+        assert [(s.batch_id, s.where, s.planned, s.current) for s in ledger.batches.superseded("o")] == \
             [(failed.batch_id, "o-2[0]", 1, 2)]
-        assert ledger.holds("o") == [], "superseded whole: it holds neither partition"
+        assert ledger.batches.holds("o") == [], "superseded whole: it holds neither partition"
         with pytest.raises(BatchSuperseded, match=r"b-000001 is superseded on o-2\[0\]: planned on incarnation 1"):
-            ledger.retry(failed.batch_id, reason="automatic retry")
+            ledger.attempts.retry(failed.batch_id, reason="automatic retry")
         with pytest.raises(BatchSuperseded):
-            ledger.replay(failed.batch_id)
-        assert ledger.get(failed.batch_id).attempts == 1
+            ledger.attempts.replay(failed.batch_id)
+        assert ledger.batches.get(failed.batch_id).attempts == 1
         # The new incarnation and the other partition are planned anew over the failed batch's offsets.
-        fresh = ledger.record_plan(plan(R("o-2", 0, 0, 12), R("o-2", 1, 0, 5), incarnations={"o-2[0]": 2}))
-        assert ledger.superseded_batch(fresh.batch_id) == ()
-        assert ledger.note_superseded(ledger.superseded("o")[0]) is True
-        assert ledger.note_superseded(ledger.superseded("o")[0]) is False, "said once"
+        fresh = ledger.batches.record_plan(plan(R("o-2", 0, 0, 12), R("o-2", 1, 0, 5), incarnations={"o-2[0]": 2}))
+        assert ledger.batches.superseded_batch(fresh.batch_id) == ()
+        assert ledger.moves.note_superseded(ledger.batches.superseded("o")[0]) is True
+        assert ledger.moves.note_superseded(ledger.batches.superseded("o")[0]) is False, "said once"
 
 
 @pytest.mark.parametrize("allow, high, outcome, why", [
@@ -461,19 +461,21 @@ def test_the_ledger_re_drains_a_part_of_a_committed_batch_as_a_batch_of_its_own(
     both = DrainPlan("o", "lag-aware", 50, None, {}, {}, (PlannedRange(2, R("o-2", 0, 0, 10), est_bytes=10),
                                                          PlannedRange(1, R("o-1", 0, 0, 10), est_bytes=10)))
     with Ledger("sqlite://") as ledger:
-        b = ledger.record_plan(both)
-        ledger.mark_drained(b.batch_id, result_for(b))
-        ledger.mark_checked(b.batch_id, CheckReport(()))
-        ledger.mark_committed(b.batch_id, CommitReport.of({("o-2", 0): (None, 10), ("o-1", 0): (None, 10)}, {}))
+        b = ledger.batches.record_plan(both)
+        ledger.moves.mark_drained(b.batch_id, result_for(b))
+        ledger.moves.mark_checked(b.batch_id, CheckReport(()))
+        ledger.moves.mark_committed(b.batch_id, CommitReport.of({("o-2", 0): (None, 10), ("o-1", 0): (None, 10)}, {}))
         with pytest.raises(ValueError, match="is not a range of the batch"):
-            ledger.redrain(b.batch_id, [R("o-1", 0, 0, 5)])
-        part = ledger.redrain(b.batch_id, [R("o-1", 0, 0, 10)], max_in_flight=1)
+            ledger.attempts.redrain(b.batch_id, [R("o-1", 0, 0, 5)])
+        part = ledger.attempts.redrain(b.batch_id, [R("o-1", 0, 0, 10)], max_in_flight=1)
         assert (part.state, part.replay_of_committed, part.parent, part.attempts, part.priorities) == (
             BatchState.PLANNED, True, b.batch_id, 1, frozenset({1}))
         assert [str(r) for r in part.plan.offset_ranges()] == ["o-1[0]@[0,10)"]
-        assert part.committed_at == ledger.get(b.batch_id).committed_at, "its offsets were committed before"
-        rest = ledger.get(b.batch_id)
+        assert part.committed_at == ledger.batches.get(b.batch_id).committed_at, "its offsets were committed before"
+        rest = ledger.batches.get(b.batch_id)
         assert rest.state is BatchState.COMMITTED and [str(r) for r in rest.plan.offset_ranges()] == ["o-2[0]@[0,10)"]
-        assert ledger.blocking_predecessors(part.batch_id) == [], "a re-drain blocks nothing and waits for nothing"
-        assert ledger.redrain(b.batch_id, [R("o-2", 0, 0, 10)]).batch_id == b.batch_id, "all its ranges: a replay"
-        assert ledger.get(b.batch_id).state is BatchState.PLANNED
+        assert ledger.batches.blocking_predecessors(part.batch_id) == [], (
+            "a re-drain blocks nothing and waits for nothing")
+        assert ledger.attempts.redrain(b.batch_id, [R("o-2", 0, 0, 10)]).batch_id == b.batch_id, (
+            "all its ranges: a replay")
+        assert ledger.batches.get(b.batch_id).state is BatchState.PLANNED

@@ -8,7 +8,7 @@ from kprio_core.model.results import CheckReport, CommitReport, DrainResult, Ran
 
 def drained_as_planned(ledger: Ledger, batch_id: str, *, seconds: float = 1.0) -> DrainResult:
     """The drain result of a batch whose every planned range came back whole, all valid."""
-    batch = ledger.get(batch_id)
+    batch = ledger.batches.get(batch_id)
     stats = tuple(
         RangeStats(p.priority, p.range, output=p.range.count, dead=0, distinct=p.range.count,
                    first=p.range.start if p.range.count else None,
@@ -23,9 +23,9 @@ def commit_as_drained(ledger: Ledger, batch_id: str, edge=None, topic=None) -> N
 
     With ``edge`` and ``topic`` the offsets are committed to Kafka too (the planner plans from there).
     """
-    ledger.mark_drained(batch_id, drained_as_planned(ledger, batch_id))
-    ledger.mark_checked(batch_id, CheckReport(()))
+    ledger.moves.mark_drained(batch_id, drained_as_planned(ledger, batch_id))
+    ledger.moves.mark_checked(batch_id, CheckReport(()))
     report = CommitReport()
     if edge is not None:
-        report = edge.commit(topic, [r for r in ledger.get(batch_id).plan.offset_ranges() if r.count])
-    ledger.mark_committed(batch_id, report)
+        report = edge.commit(topic, [r for r in ledger.batches.get(batch_id).plan.offset_ranges() if r.count])
+    ledger.moves.mark_committed(batch_id, report)

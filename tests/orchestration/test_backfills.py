@@ -29,7 +29,7 @@ def test_redrain_of_a_committed_batch_leaves_one_copy_and_commits_nothing_new(
     before = env.edge.committed(topic)
     output = read_all_output(spark, env.config.drain.output_path, topic)
     assert len(output) == 14
-    history = env.ledger.poll_history(topic.name, 2, 6, 4)
+    history = env.ledger.samples.poll_history(topic.name, 2, 6, 4)
 
     # What each run of a backfill over the partition b-000001 executes, whichever asset the user picked:
     # the two assets are one op, so the job page and the asset page run the same single drain.
@@ -38,12 +38,12 @@ def test_redrain_of_a_committed_batch_leaves_one_copy_and_commits_nothing_new(
     )
 
     assert result.success
-    batch = env.ledger.get("b-000001")
+    batch = env.ledger.batches.get("b-000001")
     assert (batch.state.value, batch.attempts, batch.replay_of_committed) == ("committed", 2, True)
     assert batch.commit.moved == ()  # every range was committed already
     assert read_all_output(spark, env.config.drain.output_path, topic) == output  # replaced, not added
     assert env.edge.committed(topic) == before
-    assert env.ledger.poll_history(topic.name, 2, 6, 4) == history  # a re-drain is not a new poll
+    assert env.ledger.samples.poll_history(topic.name, 2, 6, 4) == history  # a re-drain is not a new poll
     assert conservation(env.config, topic, env.edge).ok
     commit = {m.asset_key.to_user_string(): m for m in result.asset_materializations_for_node("drain_batch")}
     assert commit["committed_offsets"].metadata["replay"].value == 1
@@ -72,7 +72,7 @@ def test_a_backfill_that_selects_one_asset_of_the_batch_still_runs_the_one_whole
     )
 
     assert result.success
-    batch = env.ledger.get("b-000001")
+    batch = env.ledger.batches.get("b-000001")
     assert (batch.state.value, batch.attempts, batch.replay_of_committed) == ("committed", 2, True)
     assert read_all_output(spark, env.config.drain.output_path, topic) == output
     assert env.edge.committed(topic) == before and conservation(env.config, topic, env.edge).ok
@@ -149,7 +149,7 @@ def test_a_partition_added_by_hand_in_the_ui_fails_saying_it_is_no_batch(make_to
     failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
     assert "b-999999 is not a batch of Ledger(" in failure.message
     assert "Pick an existing partition of drained_batch" in failure.message
-    assert env.ledger.batches(topic.name) == [] and not any(env.edge.committed(topic).values())
+    assert env.ledger.batches.find(topic.name) == [] and not any(env.edge.committed(topic).values())
 
 
 def test_a_sensor_run_whose_work_is_done_or_moved_on_says_so_and_succeeds(
@@ -165,7 +165,7 @@ def test_a_sensor_run_whose_work_is_done_or_moved_on_says_so_and_succeeds(
     # A late run of attempt 1 of a committed batch (a duplicate launch): it reports the stored checks.
     late = job.execute_in_process(instance=dagster_instance, partition_key="b-000001",
                                   tags={"kprio/attempt": "1", "kprio/why": "new"})
-    assert late.success and env.ledger.get("b-000001").attempts == 1
+    assert late.success and env.ledger.batches.get("b-000001").attempts == 1
     assert [e.passed for e in late.get_asset_check_evaluations()] == [True] * 6
     assert late.asset_materializations_for_node("drain_batch") == []  # nothing drained, nothing committed
 
@@ -174,15 +174,15 @@ def test_a_sensor_run_whose_work_is_done_or_moved_on_says_so_and_succeeds(
     turn = tick(dagster_instance, env.edge, env.ledger, env.config)
     dagster_instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
     [batch_id] = turn.partitions
-    env.ledger.mark_failed(batch_id, "test: failed once", retry_at=None)
-    env.ledger.retry(batch_id, reason="test: the sensor's retry")
+    env.ledger.moves.mark_failed(batch_id, "test: failed once", retry_at=None)
+    env.ledger.attempts.retry(batch_id, reason="test: the sensor's retry")
     stale = job.execute_in_process(instance=dagster_instance, partition_key=batch_id,
                                    tags={"kprio/attempt": "1", "kprio/why": "new"})
     assert stale.success and stale.get_asset_check_evaluations() == []
-    batch = env.ledger.get(batch_id)
+    batch = env.ledger.batches.get(batch_id)
     assert (batch.state.value, batch.attempts, batch.lease) == ("planned", 2, None)
     # The run of attempt 2 drains and commits it.
     assert job.execute_in_process(instance=dagster_instance, partition_key=batch_id,
                                   tags={"kprio/attempt": "2", "kprio/why": "retry"}).success
-    assert env.ledger.get(batch_id).state.value == "committed"
+    assert env.ledger.batches.get(batch_id).state.value == "committed"
     assert conservation(env.config, topic, env.edge).ok

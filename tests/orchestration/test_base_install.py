@@ -200,7 +200,7 @@ def test_a_base_install_plans_and_drains_json_into_parquet(base_env, make_topic,
     assert summary["ok"] and summary["stopped"] == "no backlog left", summary
 
     assert lag(topic, env.edge) == {1: 0, 0: 0}, drained.stderr[-6000:]
-    assert {b.state for b in env.ledger.batches(topic.name)} == {BatchState.COMMITTED}
+    assert {b.state for b in env.ledger.batches.find(topic.name)} == {BatchState.COMMITTED}
     check = conservation(env.config, topic, env.edge)
     assert check.ok and check.output == 100, check
     assert tables.read_rows(env.config.drain, OUTPUT, topic.name).num_rows == 100

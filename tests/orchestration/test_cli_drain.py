@@ -42,7 +42,7 @@ def test_plan_shows_the_next_batch_without_recording_it(cli_config):
     assert doc["plan"]["records"] == 15
     assert doc["plan"]["records_by_priority"]["2"] == 9
     assert sum(r["records"] for r in doc["plan"]["ranges"]) == 15
-    assert env.ledger.batches() == []  # nothing recorded
+    assert env.ledger.batches.find() == []  # nothing recorded
 
     table = invoke("plan", "--config", str(path), "--topic", env.topic().name)
     assert table.exit_code == 0
@@ -107,7 +107,7 @@ def test_two_drains_started_together_drain_every_batch_once_and_report_only_thei
         if not ledger_exists(env.config.ledger.url):
             return False
         with Ledger(env.config.ledger.url) as ledger:
-            return bool(ledger.batches())
+            return bool(ledger.batches.find())
 
     try:
         assert wait_for(planned, 300, interval_s=0.1), err.read_text(errors="replace")[-3000:]
@@ -125,11 +125,11 @@ def test_two_drains_started_together_drain_every_batch_once_and_report_only_thei
 
     # Every batch was drained once, by one run of its partition.
     with Ledger(env.config.ledger.url) as ledger:
-        batches = ledger.batches()
+        batches = ledger.batches.find()
         assert batches and {b.state for b in batches} == {BatchState.COMMITTED}
         for b in batches:
-            drained = [e for e in ledger.events(b.batch_id) if e.to_state is BatchState.DRAINED]
-            assert (b.attempts, len(drained)) == (1, 1), (b.batch_id, ledger.events(b.batch_id))
+            drained = [e for e in ledger.batches.events(b.batch_id) if e.to_state is BatchState.DRAINED]
+            assert (b.attempts, len(drained)) == (1, 1), (b.batch_id, ledger.batches.events(b.batch_id))
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     with open_instance(env.config) as instance:
         runs = {b.batch_id: len(instance.get_run_records(dg.RunsFilter(tags={"dagster/partition": b.batch_id})))

@@ -197,7 +197,8 @@ def test_from_ledger_recommends_the_smallest_budget_that_keeps_every_objective(t
     from kprio_core.ledger import Ledger
 
     with Ledger(json.loads(config.read_text())["ledger"]["url"]) as ledger:
-        spans = arrivals(ledger.backlog_samples("orders", start, end), ledger.drained_since("orders", start), 3)
+        spans = arrivals(ledger.samples.backlogs("orders", start, end),
+                         ledger.samples.drained_since("orders", start), 3)
     assert sum(sum(row) for _, _, row in spans) == 60 * 10 + 6 * 300, "every record that arrived, once"
     trace = ledger_trace("orders", spans, 1, {2: 4, 0: 30})
     assert keeps_every_objective(trace, best["budget"], "kprio")

@@ -21,19 +21,19 @@ def test_a_later_batch_commits_by_itself_once_the_earlier_one_on_its_partitions_
     [second] = [r for r in tick(dagster_instance, env.edge, env.ledger, env.config).requests
                 if r.partition_key != first.partition_key]
     dagster_instance.add_dynamic_partitions("kprio_batches", [first.partition_key, second.partition_key])
-    assert env.ledger.get(second.partition_key).plan.offset_ranges()[0].start == 10  # behind the first
+    assert env.ledger.batches.get(second.partition_key).plan.offset_ranges()[0].start == 10  # behind the first
 
     # The later batch runs first: drained, checked and published, but it cannot commit past a hole.
     later = drain_loop.execute(env.defs, dagster_instance, second)
     assert later.success
-    assert env.ledger.get(second.partition_key).state is BatchState.CHECKED
+    assert env.ledger.batches.get(second.partition_key).state is BatchState.CHECKED
     assert later.committed_here == {}, "no committed_offsets materialized by the later run"
 
     # The earlier one commits, and with it the later one: nobody re-materializes anything.
     earlier = drain_loop.execute(env.defs, dagster_instance, first)
     assert earlier.success
-    assert env.ledger.get(first.partition_key).state is BatchState.COMMITTED
-    assert env.ledger.get(second.partition_key).state is BatchState.COMMITTED
+    assert env.ledger.batches.get(first.partition_key).state is BatchState.COMMITTED
+    assert env.ledger.batches.get(second.partition_key).state is BatchState.COMMITTED
     assert env.edge.committed(topic)[(topic.priority_topic(1), 0)] == 20
 
     report = drain_loop.drain(env.defs, dagster_instance)

@@ -50,6 +50,6 @@ def test_a_compacted_topic_drains_every_surviving_record_once(kafka_settings, to
         (name, p, offset) for p in range(2) for offset, key, _ in survivors[p] if key != ROLL_KEY.encode())
     assert [row[:3] for row in read_all_dead_letters(spark, env.config.drain.dead_letter_path, topic)] == sorted(
         (name, p, offset) for p in range(2) for offset, key, _ in survivors[p] if key == ROLL_KEY.encode())
-    batches = env.ledger.batches(topic.name)
+    batches = env.ledger.batches.find(topic.name)
     assert sum(b.drain.no_record_offsets for b in batches) == sum(compacted.high_watermarks.values()) - 22
     assert sum(b.drain.lost_offsets for b in batches) == 0

@@ -70,6 +70,6 @@ def test_a_run_of_the_default_launcher_drains_checks_and_commits_its_batch(
         finally:
             server.terminate()
             server.wait(timeout=60)
-    assert env.ledger.get(request.partition_key).state.value == "committed"
+    assert env.ledger.batches.get(request.partition_key).state.value == "committed"
     assert lag(topic, env.edge) == {1: 0, 0: 0}
     assert conservation(env.config, topic, env.edge).ok

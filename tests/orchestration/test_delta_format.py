@@ -91,7 +91,7 @@ def test_a_delta_drain_commits_once_per_batch_readers_see_whole_batches_and_a_re
     assert check.ok and check.dead_letters == 4 and check.output == 120 + 300 + 800 - 4, check
 
     # One commit per batch, naming the batch, its attempt, its ranges and its checks; its transaction id.
-    batches = {b.batch_id: b for b in env.ledger.batches(topic.name)}
+    batches = {b.batch_id: b for b in env.ledger.batches.find(topic.name)}
     assert len(batches) >= 3 and all(b.state is BatchState.COMMITTED for b in batches.values())
     table = DeltaTable(uri)
     commits = [h for h in reversed(table.history()) if "kprio.batch_id" in h]

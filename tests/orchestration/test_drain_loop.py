@@ -33,11 +33,11 @@ def test_drain_to_empty_conserves_every_offset(make_topic, kprio_env, dagster_in
         (p.topic, p.partition, p.high_watermark) for p in snapshot.partitions
     ]
     # Each batch stayed within its record budget, and the ledger holds them all as committed.
-    batches = env.ledger.batches(topic.name)
+    batches = env.ledger.batches.find(topic.name)
     assert all(b.plan.records <= 40 for b in batches)
     assert sum(b.plan.records for b in batches) == 67
     assert conservation(env.config, topic, env.edge).ok
     # The burst windows hold one entry per committed batch, with what each batch drained.
-    history = env.ledger.poll_history(topic.name, 3, 6, 4)
+    history = env.ledger.samples.poll_history(topic.name, 3, 6, 4)
     for p in range(3):
         assert history.counts(p) == [b.drain.written_by_priority().get(p, 0) for b in reversed(batches)][-6:]

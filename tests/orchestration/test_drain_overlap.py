@@ -37,7 +37,7 @@ def test_an_urgent_batch_drains_and_commits_while_a_bulk_batch_still_drains(make
     loop.start()
 
     def bulk_draining() -> bool:  # its run took the lease: the drain is under way
-        return any(b.state is BatchState.PLANNED and b.lease is not None for b in env.ledger.batches(topic.name))
+        return any(b.state is BatchState.PLANNED and b.lease is not None for b in env.ledger.batches.find(topic.name))
 
     assert wait_for(bulk_draining, 120, interval_s=0.05)
     fill(kafka_settings, topic.priority_topic(2), 6, partitions=2)
@@ -47,13 +47,13 @@ def test_an_urgent_batch_drains_and_commits_while_a_bulk_batch_still_drains(make
 
     assert report.ok and report.stopped == "no backlog left", report.stopped
     assert report.records() == {2: 6, 0: 40}
-    bulk, urgent = sorted(env.ledger.batches(topic.name), key=lambda b: b.batch_id)
+    bulk, urgent = sorted(env.ledger.batches.find(topic.name), key=lambda b: b.batch_id)
     assert [{r.priority for r in b.plan.ranges if r.range.count} for b in (bulk, urgent)] == [{0}, {2}]
 
     def committed_at(batch_id: str):
-        return next(e.at for e in env.ledger.events(batch_id) if e.to_state is BatchState.COMMITTED)
+        return next(e.at for e in env.ledger.batches.events(batch_id) if e.to_state is BatchState.COMMITTED)
 
-    urgent_planned = next(e.at for e in env.ledger.events(urgent.batch_id))
+    urgent_planned = next(e.at for e in env.ledger.batches.events(urgent.batch_id))
     # Planned and committed while the bulk batch drained (its handler still held a core).
     assert urgent_planned < committed_at(urgent.batch_id) < committed_at(bulk.batch_id)
     # The report lists each run once, in the order the runs ended.

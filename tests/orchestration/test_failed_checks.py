@@ -38,7 +38,7 @@ def test_failed_check_blocks_the_commit_and_a_retry_after_the_fix_commits(
     assert verdicts["values_match_schema"].metadata["invalid_records"].value == 2
     # Nothing was published or committed; the ledger says why the batch failed.
     assert materialized_assets(dagster_instance, first.run_id) == []
-    failed = env.ledger.get(request.partition_key)
+    failed = env.ledger.batches.get(request.partition_key)
     assert (failed.batch_id, failed.state.value) == ("b-000001", "failed")
     assert failed.reason.startswith(f"values_match_schema failed on {topic.priority_topic(1)}[0]@[0,6) (")
     assert "invalid_records=2" in failed.reason
@@ -55,7 +55,7 @@ def test_failed_check_blocks_the_commit_and_a_retry_after_the_fix_commits(
         instance=dagster_instance, partition_key="b-000001", raise_on_error=False)
 
     assert retry.success
-    batch = env.ledger.get("b-000001")
+    batch = env.ledger.batches.get("b-000001")
     assert (batch.state.value, batch.attempts) == ("committed", 2)
     schema_check = batch.checks.outcome("values_match_schema")
     assert schema_check.passed and schema_check.metadata["invalid_records"] == 0

@@ -99,10 +99,10 @@ def test_a_group_moved_while_a_batch_is_in_flight_converges_and_holds_no_other_p
         move_group(kafka_settings, topic.priority_group(move.moved), offsets)
         resume(stopped)
         with Ledger(env.config.ledger.url) as ledger:
-            assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not ledger.in_flight(topic.name)
-                            and not ledger.batches(topic.name, states=[BatchState.FAILED]),
+            assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not ledger.batches.in_flight(topic.name)
+                            and not ledger.batches.find(topic.name, states=[BatchState.FAILED]),
                             CHILD_TIMEOUT_S, interval_s=0.5), (
-                [(b.batch_id, b.state.value, b.reason) for b in ledger.batches(topic.name)][:8],
+                [(b.batch_id, b.state.value, b.reason) for b in ledger.batches.find(topic.name)][:8],
                 output_of(proc)[-3000:])
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0, output_of(proc)[-3000:]
@@ -112,9 +112,10 @@ def test_a_group_moved_while_a_batch_is_in_flight_converges_and_holds_no_other_p
         kill_group(proc)
 
     with Ledger(env.config.ledger.url) as ledger:
-        batches = ledger.batches(topic.name)
-        failed = {e.batch_id for e in ledger.events(logical_topic=topic.name) if e.to_state is BatchState.FAILED}
-        events = ledger.log_events(topic.name)
+        batches = ledger.batches.find(topic.name)
+        failed = {e.batch_id for e in ledger.batches.events(logical_topic=topic.name)
+                  if e.to_state is BatchState.FAILED}
+        events = ledger.beliefs.log_events(topic.name)
     # No more failed batches than moves; what failed is the moved priority's ranges alone (split off its batch).
     assert len(failed) <= 1, [(b.batch_id, b.reason) for b in batches if b.batch_id in failed]
     by_id = {b.batch_id: b for b in batches}

@@ -80,7 +80,8 @@ def assert_done(env, topic) -> None:
     check = conservation(env.config, topic, env.edge)
     assert check.ok, check
     with Ledger(env.config.ledger.url) as ledger:
-        assert ledger.in_flight(topic.name) == [] and ledger.batches(topic.name, states=[BatchState.FAILED]) == []
+        assert ledger.batches.in_flight(topic.name) == []
+        assert ledger.batches.find(topic.name, states=[BatchState.FAILED]) == []
 
 
 @pytest.mark.parametrize(("fault", "point"), [("outage", "before-kafka-commit"), ("hang", "before-kafka-commit")],
@@ -101,9 +102,9 @@ def test_a_broker_outage_heals_under_until_empty_with_no_command_run(
         with Ledger(env.config.ledger.url) as ledger, getattr(faulty_kafka, fault)():
             began = time.monotonic()
             resume(paused(proc))  # into the fault: its commit finds no broker answering
-            wait_for(lambda: any(b.transient for b in ledger.batches(topic.name, states=[BatchState.FAILED])),
+            wait_for(lambda: any(b.transient for b in ledger.batches.find(topic.name, states=[BatchState.FAILED])),
                      lasts, interval_s=0.5)
-            failed = ledger.batches(topic.name, states=[BatchState.FAILED])
+            failed = ledger.batches.find(topic.name, states=[BatchState.FAILED])
             time.sleep(max(0.0, lasts - (time.monotonic() - began)))  # the fault lasts its time, whatever happens
             assert proc.poll() is None, "the drain waits the outage out instead of giving up"
         healed = time.monotonic()
@@ -116,7 +117,8 @@ def test_a_broker_outage_heals_under_until_empty_with_no_command_run(
         assert batch.transient and "broker" in batch.reason and "\n" not in batch.reason, batch.reason
     assert_done(env, topic)
     with Ledger(env.config.ledger.url) as ledger:
-        assert all(ledger.get(b.batch_id).attempts > b.attempts for b in failed), "the failed batch itself was retried"
+        assert all(ledger.batches.get(b.batch_id).attempts > b.attempts for b in failed), (
+            "the failed batch itself was retried")
 
 
 def test_a_broker_outage_of_30_s_heals_under_follow(make_topic, kprio_env, faulty_kafka, tmp_path, dagster_instance):
@@ -137,14 +139,14 @@ def test_a_broker_outage_of_30_s_heals_under_follow(make_topic, kprio_env, fault
     with Ledger(env.config.ledger.url) as ledger:
         follow.start()
         try:
-            assert wait_for(lambda: any(b.lease for b in ledger.in_flight(topic.name)), CHILD_TIMEOUT_S,
+            assert wait_for(lambda: any(b.lease for b in ledger.batches.in_flight(topic.name)), CHILD_TIMEOUT_S,
                             interval_s=0.1), "a batch in flight"
             with faulty_kafka.outage():
                 time.sleep(FOLLOW_OUTAGE_S)  # the outage lasts its 30 s, whatever the drain does meanwhile
             healed = time.monotonic()
-            assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not ledger.in_flight(topic.name)
-                            and not ledger.batches(topic.name, states=[BatchState.FAILED]),
-                            HEALED_WITHIN_S + 30, interval_s=0.5), [b.reason for b in ledger.batches(topic.name)]
+            assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not ledger.batches.in_flight(topic.name)
+                            and not ledger.batches.find(topic.name, states=[BatchState.FAILED]),
+                            HEALED_WITHIN_S + 30, interval_s=0.5), [b.reason for b in ledger.batches.find(topic.name)]
             assert time.monotonic() - healed < HEALED_WITHIN_S
         finally:
             stop.set()
@@ -165,11 +167,11 @@ def test_a_read_only_output_a_person_fixes_heals_under_until_empty_with_no_comma
             output_of(proc)[-2000:]
         with Ledger(env.config.ledger.url) as ledger, read_only_dir(out):
             resume(paused(proc))  # into a read-only output: its publish is refused
-            assert wait_for(lambda: any(b.transient for b in ledger.batches(topic.name, states=[BatchState.FAILED])),
-                            60, interval_s=0.5), output_of(proc)[-3000:]
-            [failed] = ledger.batches(topic.name, states=[BatchState.FAILED])
+            failed_now = lambda: ledger.batches.find(topic.name, states=[BatchState.FAILED])  # noqa: E731
+            assert wait_for(lambda: any(b.transient for b in failed_now()), 60, interval_s=0.5), output_of(proc)[-3000:]
+            [failed] = ledger.batches.find(topic.name, states=[BatchState.FAILED])
             time.sleep(5)  # the drain's ticks meanwhile find the output still read-only: none retries into it
-            assert ledger.get(failed.batch_id).attempts == failed.attempts
+            assert ledger.batches.get(failed.batch_id).attempts == failed.attempts
         healed = time.monotonic()  # a person made the output writable again
         assert proc.wait(timeout=CHILD_TIMEOUT_S) == 0, output_of(proc)[-3000:]
         assert time.monotonic() - healed < HEALED_WITHIN_S, "retried as soon as the output took files again"
@@ -210,7 +212,8 @@ def test_a_sqlite_ledger_made_read_only_a_person_fixes_heals_under_until_empty_w
     check = conservation(fixed, topic, env.edge)
     assert check.ok, check
     with Ledger(url) as ledger:
-        assert ledger.in_flight(topic.name) == [] and ledger.batches(topic.name, states=[BatchState.FAILED]) == []
+        assert ledger.batches.in_flight(topic.name) == []
+        assert ledger.batches.find(topic.name, states=[BatchState.FAILED]) == []
 
 
 LEDGER_LEASE_S = 6
@@ -236,7 +239,7 @@ def test_the_ledger_database_down_longer_than_a_lease_heals_under_follow(
         on_event=said.append)))
     follow.start()
     try:
-        assert wait_for(lambda: any(b.lease for b in env.ledger.in_flight(topic.name)), CHILD_TIMEOUT_S,
+        assert wait_for(lambda: any(b.lease for b in env.ledger.batches.in_flight(topic.name)), CHILD_TIMEOUT_S,
                         interval_s=0.1), "a batch in flight"
         postgres_server.stop()
         down = time.monotonic()
@@ -246,9 +249,9 @@ def test_the_ledger_database_down_longer_than_a_lease_heals_under_follow(
             time.sleep(max(0.0, down + LEDGER_DOWN_S - time.monotonic()))
         finally:
             postgres_server.start()
-        assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not env.ledger.in_flight(topic.name)
-                        and not env.ledger.batches(topic.name, states=[BatchState.FAILED]),
-                        HEALED_WITHIN_S + 30, interval_s=0.5), [b.reason for b in env.ledger.batches(topic.name)]
+        assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not env.ledger.batches.in_flight(topic.name)
+                        and not env.ledger.batches.find(topic.name, states=[BatchState.FAILED]),
+                        HEALED_WITHIN_S + 30, interval_s=0.5), [b.reason for b in env.ledger.batches.find(topic.name)]
     finally:
         stop.set()
         follow.join(timeout=120)

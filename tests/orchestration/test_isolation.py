@@ -108,7 +108,7 @@ def test_a_partition_above_the_invalid_ratio_waits_alone_while_every_other_parti
     assert f"{p0}[0] from 0" in report.stopped and "kprio retry" in report.stopped
     snap = {(p.topic, p.partition): p.backlog for p in env.edge.snapshot(topic, now_ms=0).partitions}
     assert {tp: n for tp, n in snap.items() if n} == {(p0, 0): 80}  # only the broken partition waits
-    held = [b for b in env.ledger.batches(topic.name, states=[BatchState.FAILED])]
+    held = [b for b in env.ledger.batches.find(topic.name, states=[BatchState.FAILED])]
     assert len(held) == 1 and held[0].attempts == 2
     assert [r.range.topic_partition for r in held[0].plan.ranges] == [(p0, 0)]
     assert "values_match_schema" in held[0].reason and f"{p0}[0]" in held[0].reason
@@ -142,19 +142,20 @@ def test_a_spark_job_dying_on_priority_0_holds_priority_2_one_attempt_at_most(
     # Splitting spends no attempt: each part of priority 0 that cannot be split further fails once, and waits.
     assert not report.ok and "kprio retry" in report.stopped
     assert lag(topic, env.edge) == {2: 0, 1: 0, 0: 40}
-    batches = env.ledger.batches(topic.name)
+    batches = env.ledger.batches.find(topic.name)
     shown = [(b.batch_id, b.state.value, b.attempts, [str(r.range) for r in b.plan.ranges], b.reason) for b in batches]
     urgents = [b for b in batches if {r.priority for r in b.plan.ranges} == {2}]
     assert len(urgents) == 1, shown  # once (of 3 full runs) two batches of priority 2 alone: the ledger, to see why
     [urgent] = urgents
     assert (urgent.batch_id, urgent.state, urgent.attempts) == ("b-000001", BatchState.COMMITTED, 2), urgent
     assert {r.priority for b in batches if b.state is BatchState.COMMITTED for r in b.plan.ranges} == {2, 1}
-    held = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+    held = env.ledger.batches.find(topic.name, states=[BatchState.FAILED])
     assert {r.range.topic_partition for b in held for r in b.plan.ranges} == {
         (topic.priority_topic(0), 0), (topic.priority_topic(0), 1)}
     assert all(len(b.plan.ranges) == 1 for b in held), "bisected down to one partition each"
     assert all("Python worker exited unexpectedly (crashed) [spark_job_failed]" in b.reason for b in held), held
-    splits = [e.reason for b in batches for e in env.ledger.events(b.batch_id) if e.reason and "retried apart" in e.reason]
+    splits = [e.reason for b in batches for e in env.ledger.batches.events(b.batch_id)
+              if e.reason and "retried apart" in e.reason]
     assert splits, "the failure split the batch"
     check = conservation(env.config, topic, env.edge)
     assert check.ok, check

@@ -96,7 +96,7 @@ def test_duckdb_and_spark_read_every_committed_record_once_with_the_columns_and_
     assert lag(topic, env.edge) == {1: 0, 0: 0}
     check = conservation(env.config, topic, env.edge)
     assert check.ok and check.dead_letters == 4 and check.output == 90 + 200 - 4, check
-    batches = {b.batch_id: b for b in env.ledger.batches(topic.name)}
+    batches = {b.batch_id: b for b in env.ledger.batches.find(topic.name)}
     assert len(batches) >= 2 and all(b.state is BatchState.COMMITTED for b in batches.values())
     per_batch = {b.batch_id: sum(s.output for s in b.drain.ranges) for b in batches.values()}
     drain = env.config.drain

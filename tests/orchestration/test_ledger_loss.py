@@ -46,10 +46,10 @@ def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing
         fill(kafka_settings, topic.priority_topic(0), 50, partitions=2)
         turn = tick(first_life, env.edge, env.ledger, env.config)
         [request] = turn.requests
-        last = env.ledger.get(request.partition_key)
+        last = env.ledger.batches.get(request.partition_key)
         result = drain_batch(spark, env.config, topic, last.batch_id, last.attempts, last.plan)
         tables.publish(env.config.drain, result)
-    first_ids = {b.batch_id for b in env.ledger.batches(topic.name)}
+    first_ids = {b.batch_id for b in env.ledger.batches.find(topic.name)}
     assert batch_ids_in(env.config.drain, topic.name) == first_ids
     assert not conservation(env.config, topic, env.edge).ok  # 50 uncommitted records are visible
 
@@ -61,7 +61,7 @@ def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing
         assert fresh.is_fresh()
         report = drain_loop.drain(build_definitions(env.config), second_life)
         assert report.ok, report.stopped
-        second_ids = {b.batch_id for b in fresh.batches(topic.name)}
+        second_ids = {b.batch_id for b in fresh.batches.find(topic.name)}
         # New ids never reuse an id the output already names.
         assert second_ids and not second_ids & first_ids
         assert min(map(parse_batch_id, second_ids)) > max(map(parse_batch_id, first_ids))
@@ -82,7 +82,7 @@ def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing
                     f"moved forward to the end of the output it published ({counts}); nothing removed"], said
     with Ledger(env.config.ledger.url) as ledger:
         assert "nothing removed" in ledger.identity().adopted_note
-        again = [r for b in ledger.batches(topic.name) for r in b.plan.offset_ranges()
+        again = [r for b in ledger.batches.find(topic.name) for r in b.plan.offset_ranges()
                  if any(r.overlaps(x) for x in last.plan.offset_ranges())]
         assert again == [], "no batch of the second life re-drained them"
     if output_format == "delta":  # nothing left the table
@@ -142,7 +142,8 @@ def test_a_ledger_lost_after_the_groups_expired_and_retention_took_the_records_k
     with dg.instance_for_test() as third, Ledger(env.config.ledger.url) as ledger:
         report = drain_loop.drain(build_definitions(allowed), third, config=allowed)
         assert report.ok, report.stopped
-        assert [str(r) for b in ledger.batches(topic.name) for r in b.plan.lost] == []  # no batch drained past it
-        gaps = [(e.committed, e.committed_after) for e in ledger.log_events(topic.name) if e.outcome == "record the gap"]
+        assert [str(r) for b in ledger.batches.find(topic.name) for r in b.plan.lost] == []  # no batch drained past it
+        gaps = [(e.committed, e.committed_after) for e in ledger.beliefs.log_events(topic.name)
+                if e.outcome == "record the gap"]
     assert gaps == [(300, 400)], "the gap is recorded, once"
     assert env.edge.committed(topic) == {(name, 0): 400, (name, 1): 350}

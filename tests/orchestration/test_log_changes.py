@@ -78,7 +78,7 @@ def test_a_recreated_topic_is_held_then_reset_into_a_new_incarnation(make_topic,
         assert f"{recreated}[0] topic recreated" in report.stopped
         assert f"kprio reset {recreated}[0] --to earliest|latest|<offset>" in report.stopped
         assert lag(topic, env.edge)[0] == 0, "the other priority drained on"
-        assert [e.state for e in env.ledger.log_events(topic.name)] == ["topic recreated"]
+        assert [e.state for e in env.ledger.beliefs.log_events(topic.name)] == ["topic recreated"]
 
         line = reset_partition(env.edge, env.ledger, env.config, recreated, 0, "earliest", now_ms=0)
         # Deleting a topic deletes its group offsets too: the group had none, kprio had committed 30.
@@ -91,7 +91,7 @@ def test_a_recreated_topic_is_held_then_reset_into_a_new_incarnation(make_topic,
     assert any(n.startswith(f"{recreated}+0+0000000000+0000000012+i2") for n in after)
     check = conservation(env.config, topic, env.edge, incarnations={f"{recreated}[0]": 2})
     assert check.ok and check.output == 12 + 37, check
-    assert [e.decided_by for e in env.ledger.log_events(topic.name)] == ["rule", "person"]
+    assert [e.decided_by for e in env.ledger.beliefs.log_events(topic.name)] == ["rule", "person"]
 
 
 def test_offsets_moved_expired_and_beyond_the_log_are_named_and_never_doubled(make_topic, kprio_env, kafka_settings):
@@ -111,15 +111,15 @@ def test_offsets_moved_expired_and_beyond_the_log_are_named_and_never_doubled(ma
         assert not report.ok
         assert f"{hi}[2] ahead of the log: committed 10000 is beyond the log's end 40" in report.stopped
         assert f"kprio reset {hi}[2]" in report.stopped and f"{hi}[0]" not in report.stopped
-        states = {(e.topic, e.partition): (e.state, e.outcome) for e in env.ledger.log_events(topic.name)}
+        states = {(e.topic, e.partition): (e.state, e.outcome) for e in env.ledger.beliefs.log_events(topic.name)}
         assert states[(hi, 0)] == ("reset back outside kprio", "redrain")
         assert states[(hi, 1)] == ("reset forward outside kprio", "accept")
         assert states[(hi, 2)] == ("ahead of the log", "hold")
         assert {states[(lo, q)] for q in range(3)} == {("committed offsets gone", "restore")}
-        skipped = next(e for e in env.ledger.log_events(topic.name) if e.state == "reset forward outside kprio")
+        skipped = next(e for e in env.ledger.beliefs.log_events(topic.name) if e.state == "reset forward outside kprio")
         assert skipped.note and "[30,36) skipped by the operator" in skipped.note
         assert any(c.startswith(f"{hi}[1] ") and "reset forward outside kprio -> accept" in c
-                   for b in env.ledger.batches(topic.name) for c in b.plan.log_changes), "shown in the next batch"
+                   for b in env.ledger.batches.find(topic.name) for c in b.plan.log_changes), "shown in the next batch"
         reset_partition(env.edge, env.ledger, env.config, hi, 2, "latest", now_ms=0)
         assert drain_loop.drain(env.defs, instance).ok
 
@@ -165,10 +165,10 @@ def test_partitions_added_in_flight_and_between_ticks_are_drained_from_their_sta
 
         turn = tick(instance, env.edge, env.ledger, env.config)  # one tick picks the new partitions up
         instance.add_dynamic_partitions("kprio_batches", list(turn.partitions))
-        [batch] = [env.ledger.get(b) for b in turn.partitions]
+        [batch] = [env.ledger.batches.get(b) for b in turn.partitions]
         ranges = {(r.topic, r.partition): (r.start, r.end) for r in batch.plan.offset_ranges() if r.count}
         assert ranges == {(hi, 1): (3, 7), (hi, 2): (0, 4), (lo, 0): (10, 15)}, ranges
-        added = [(e.topic, e.partition, e.state, e.outcome) for e in env.ledger.log_events(topic.name)]
+        added = [(e.topic, e.partition, e.state, e.outcome) for e in env.ledger.beliefs.log_events(topic.name)]
         assert added == [(hi, 1, "partition added", "drain"), (hi, 2, "partition added", "drain")]
         report = drain_loop.drain(env.defs, instance)
         assert report.ok and report.stopped == "no backlog left", report.stopped
@@ -220,7 +220,7 @@ def test_a_priority_topic_deleted_while_draining_is_held_and_the_others_drain_on
     assert time.monotonic() - started < 60, "held at once, not retried until the loop gives up"
     assert f"{gone}[0] topic deleted: the topic no longer exists on the cluster" in result.output
     assert f"kprio topics create (the topic again), then kprio reset {gone}[0] --to" in result.output
-    events = [(e.topic, e.state, e.outcome) for e in env.ledger.log_events(topic.name)]
+    events = [(e.topic, e.state, e.outcome) for e in env.ledger.beliefs.log_events(topic.name)]
     assert events == [(gone, "topic deleted", "hold")], "held, recorded once"
     # Every other priority drained to zero lag, each record once.
     snap = env.edge.snapshot(topic, now_ms=0, deleted_ok={gone})
@@ -245,7 +245,7 @@ def test_a_priority_topic_deleted_while_draining_is_held_and_the_others_drain_on
     # At once, not after 120 s waiting for a retry of the in-flight batch that never comes (it read the old log).
     assert "only held partitions are left" in result.output and "retried by itself" not in result.output, result.output
     assert time.monotonic() - began < 60, result.output
-    assert [(e.topic, e.state, e.outcome) for e in env.ledger.log_events(topic.name)] == events, "still held once"
+    assert [(e.topic, e.state, e.outcome) for e in env.ledger.beliefs.log_events(topic.name)] == events, "still held once"
     assert published_offsets(env.config.drain.output_path, topic.name) == out, "nothing of the new log published"
 
 
@@ -267,10 +267,10 @@ def test_the_policy_resets_a_recreated_topic_to_earliest_and_a_log_overtaken_to_
         [row] = json.loads(invoke("lag", "--json", "--config", path).output)["priorities"]["1"]["partitions"]
         assert (row["state"], row["decision"]) == ("topic recreated", "reset to earliest")
         assert drain_loop.drain(env.defs, instance).ok  # reset by the policy, drained: no person needed
-        [event] = env.ledger.log_events(topic.name)
+        [event] = env.ledger.beliefs.log_events(topic.name)
         assert (event.topic, event.state, event.outcome, event.decided_by, event.committed_after) == (
             hi, "topic recreated", "reset to earliest", "policy", 0)
-        [newest] = env.ledger.batches(topic.name, limit=1)
+        [newest] = env.ledger.batches.find(topic.name, limit=1)
         assert any(c.startswith(f"{hi}[0] ") and " topic recreated " in c
                    and "-> reset to earliest 0, incarnation 2 (policy)" in c
                    for c in newest.plan.log_changes), newest.plan.log_changes
@@ -280,7 +280,7 @@ def test_the_policy_resets_a_recreated_topic_to_earliest_and_a_log_overtaken_to_
         fill(kafka_settings, lo, 5, partitions=1)  # [10,15): skipped by the reset below
         set_committed(kafka_settings, topic.priority_group(0), {(lo, 0): 500})
         assert drain_loop.drain(latest.defs, instance).ok
-        event = env.ledger.log_events(topic.name)[-1]
+        event = env.ledger.beliefs.log_events(topic.name)[-1]
         assert (event.topic, event.state, event.outcome, event.decided_by, event.committed, event.committed_after) == (
             lo, "ahead of the log", "reset to latest", "policy", 500, 15)
 
@@ -334,7 +334,7 @@ def test_kprio_reset_through_the_cli_names_bad_targets_and_releases_the_hold(mak
     plan = json.loads(invoke("plan", "--json", "--config", path).output)[0]
     assert plan["action"] == "plan" and plan["plan"]["records"] == 10, plan  # the hold is released
     with Ledger(env.config.ledger.url) as ledger:
-        [event] = ledger.log_events(topic.name)
+        [event] = ledger.beliefs.log_events(topic.name)
         assert (event.decided_by, event.outcome, event.committed_after) == ("person", "reset to earliest", 0)
 
 
@@ -350,18 +350,18 @@ def test_a_moved_back_offset_re_drains_one_batch_at_a_time_in_a_free_slot(make_t
         turn = tick(instance, env.edge, env.ledger, env.config)
         # Only the batch covering offset 5 is re-drained now: one slot, and the later one commits after it.
         assert [r.run_key for r in turn.requests] == ["b-000001.attempt-2"]
-        assert [b.batch_id for b in env.ledger.in_flight(topic.name)] == ["b-000001"]
+        assert [b.batch_id for b in env.ledger.batches.in_flight(topic.name)] == ["b-000001"]
         assert "re-draining b-000001 (then 1 more range(s), one batch at a time)" in turn.skip_reason or any(
             "re-draining b-000001" in h.reason for d in turn.decisions for h in d.holds)
         drain_loop.execute(env.defs, instance, turn.requests[0], "WARNING")
         report = drain_loop.drain(env.defs, instance)
         assert report.ok, report.stopped
         assert [b.batch_id for b in report.batches] == ["b-000002"], "then the next one, alone"
-    assert {b.batch_id: b.attempts for b in env.ledger.batches(topic.name)} == {"b-000002": 2, "b-000001": 2}
+    assert {b.batch_id: b.attempts for b in env.ledger.batches.find(topic.name)} == {"b-000002": 2, "b-000001": 2}
     assert set(files(env.config.drain.output_path, topic.name)) == set(first), "re-drained under the same names"
     check = conservation(env.config, topic, env.edge)
     assert check.ok and check.output == 30, check
-    moves = [(e.committed, e.outcome) for e in env.ledger.log_events(topic.name)]
+    moves = [(e.committed, e.outcome) for e in env.ledger.beliefs.log_events(topic.name)]
     assert moves == [(5, "redrain")], "decided once per move: its second step, from 15, carries the decision on"
 
 
@@ -386,20 +386,20 @@ def test_a_failed_batch_of_an_earlier_incarnation_is_superseded_never_run_again_
         # A reset to a new incarnation waits while the batch is in flight (it fails or finishes on its own).
         refused = invoke("reset", f"{hi}[0]", "--to", "earliest", "--config", path)
         assert refused.exit_code == 1 and f"waits for {old} in flight on {hi}[0]" in refused.output, refused.output
-        env.ledger.mark_failed(old, "values_match_schema failed (injected)", retry_at=None)
-        assert any(h.batch_id == old for h in env.ledger.holds(topic.name)), "held by the failed batch until reset"
+        env.ledger.moves.mark_failed(old, "values_match_schema failed (injected)", retry_at=None)
+        assert old in {h.batch_id for h in env.ledger.batches.holds(topic.name)}, "held by the failed batch until reset"
 
         done = invoke("reset", f"{hi}[0]", "--to", "earliest", "--config", path)
         assert done.exit_code == 0 and "incarnation 2" in done.output, done.output
-        attempts = env.ledger.get(old).attempts
+        attempts = env.ledger.batches.get(old).attempts
         report = drain_loop.drain(env.defs, instance)
         assert report.ok, report.stopped  # not held from 30 by the failed batch: the new incarnation drains on
         assert [b.batch_id for b in report.batches if b.batch_id == old] == [], "the failed batch never ran again"
 
-    batch = env.ledger.get(old)
+    batch = env.ledger.batches.get(old)
     assert (batch.state.value, batch.attempts) == ("failed", attempts)
-    assert env.ledger.holds(topic.name) == []
-    said = [e.reason for e in env.ledger.events(old) if e.reason and "superseded" in e.reason]
+    assert env.ledger.batches.holds(topic.name) == []
+    said = [e.reason for e in env.ledger.batches.events(old) if e.reason and "superseded" in e.reason]
     assert said == [f"{old} is superseded on {hi}[0]: planned on incarnation 1, the partition is at incarnation 2 "
                     "(its log was replaced and reset); it never runs again and holds no partition (the rest of its "
                     "offsets are planned anew)"], "said once"
@@ -407,7 +407,7 @@ def test_a_failed_batch_of_an_earlier_incarnation_is_superseded_never_run_again_
     assert retried.exit_code == 1, retried.output
     assert f"{old} is superseded on {hi}[0]: planned on incarnation 1, the partition is at incarnation 2" in \
         retried.output
-    assert env.ledger.get(old).attempts == attempts
+    assert env.ledger.batches.get(old).attempts == attempts
     assert lag(topic, env.edge) == {1: 0, 0: 0}
     after = files(env.config.drain.output_path, topic.name)
     assert {n: t for n, t in after.items() if n in first} == first, "incarnation 1's files untouched"
@@ -426,13 +426,13 @@ def test_a_commit_of_kprio_that_reached_kafka_before_its_ledger_is_no_move_by_so
     def plan_next():
         decision = decide(None, env.edge, env.ledger, env.config, topic, now_s=time.time())
         assert decision.plan is not None, decision.describe()
-        return env.ledger.record_plan(decision.plan).batch_id
+        return env.ledger.batches.record_plan(decision.plan).batch_id
 
     commit_as_drained(env.ledger, plan_next(), env.edge, topic)  # [0,10): Kafka and the ledger agree
     second = plan_next()  # [10,20)
-    env.ledger.mark_drained(second, drained_as_planned(env.ledger, second))
-    env.ledger.mark_checked(second, CheckReport(()))
-    env.edge.commit(topic, env.ledger.get(second).plan.offset_ranges())  # Kafka told; the ledger not yet
+    env.ledger.moves.mark_drained(second, drained_as_planned(env.ledger, second))
+    env.ledger.moves.mark_checked(second, CheckReport(()))
+    env.edge.commit(topic, env.ledger.batches.get(second).plan.offset_ranges())  # Kafka told; the ledger not yet
 
     decision = decide(None, env.edge, env.ledger, env.config, topic, now_s=time.time())
     [change] = decision.changes
@@ -461,7 +461,7 @@ def test_a_hold_that_asks_a_person_stays_when_the_log_later_grows_past_the_moved
         assert "committed 421 is beyond the log's end 121" in report.stopped and "held since" in report.stopped
         assert f"kprio reset {name}[0] --to" in report.stopped
         assert lag(topic, env.edge) == {0: 150}, "nothing drained from 421 on"
-        assert not [e for e in env.ledger.log_events(topic.name) if e.outcome == "accept"], "no skip recorded"
+        assert not [e for e in env.ledger.beliefs.log_events(topic.name) if e.outcome == "accept"], "no skip recorded"
 
         # The person decides: drain on from where kprio left off.
         reset_partition(env.edge, env.ledger, env.config, name, 0, "121", now_ms=int(time.time() * 1000))
@@ -486,7 +486,7 @@ def test_retention_under_a_planned_batch_fails_it_once_then_waits_for_the_decisi
     assert report.stopped.startswith("only held partitions are left, they need a person"), report.stopped
     assert f"{name}[0] from 0 (offsets [0,3) lost to retention before they were drained; set drain.allow_data_" \
            in report.stopped, report.stopped
-    [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+    [failed] = env.ledger.batches.find(topic.name, states=[BatchState.FAILED])
     assert "deleted by retention: the log starts at 3" in failed.reason, failed.reason
     assert failed.attempts == 1, "no retry into the gap"
     assert conservation(env.config, topic, env.edge).ok and lag(topic, env.edge) == {1: 3, 0: 0}
@@ -494,7 +494,7 @@ def test_retention_under_a_planned_batch_fails_it_once_then_waits_for_the_decisi
     allowed = env.rebuild(drain={**env.config.drain.model_dump(mode="json", by_alias=True), "allow_data_loss": True})
     report = drain_loop.drain(allowed.defs, dagster_instance)  # the person's decision, and no kprio retry
     assert report.ok and report.stopped == "no backlog left", report.stopped
-    assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED
+    assert env.ledger.batches.get(failed.batch_id).state is BatchState.COMMITTED
     assert lag(topic, env.edge) == {1: 0, 0: 0}
     check = conservation(env.config, topic, env.edge)
     assert check.ok and check.output == 12 - 3, check

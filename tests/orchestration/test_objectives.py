@@ -74,7 +74,7 @@ def test_the_plan_steered_by_the_objectives_keeps_the_one_the_fixed_split_breaks
     assert today.records_by_priority() == {2: 18, 1: 0, 0: 2}
 
     [request] = one_sensor_evaluation(fixed, dagster_instance)
-    assert fixed.ledger.get(request.partition_key).plan.records_by_priority() == {2: 13, 1: 0, 0: 2}
+    assert fixed.ledger.batches.get(request.partition_key).plan.records_by_priority() == {2: 13, 1: 0, 0: 2}
     broken = freshness(fixed, dagster_instance, fixed_topic)
     assert not broken[0].passed and broken[0].severity == dg.AssetCheckSeverity.ERROR
     assert broken[0].description.startswith(f"{fixed_topic.name} priority 0: oldest pending record ")
@@ -83,7 +83,7 @@ def test_the_plan_steered_by_the_objectives_keeps_the_one_the_fixed_split_breaks
     shown = json.loads(CliRunner().invoke(app, ["plan", "--json", "--config", config_file(steered, tmp_path)]).stdout)
     assert shown[0]["plan"]["due"]["0"] == "12 records at or past their objective"  # kprio plan says why, too
     [request] = one_sensor_evaluation(steered, dagster_instance)
-    batch = steered.ledger.get(request.partition_key)
+    batch = steered.ledger.batches.get(request.partition_key)
     assert batch.plan.records_by_priority() == {2: 8, 1: 0, 0: 12}
     assert batch.plan.due[0] == "12 records at or past their objective"
     assert batch.plan.due[2].startswith("8 records due within ")

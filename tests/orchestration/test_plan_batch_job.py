@@ -27,7 +27,7 @@ def test_manual_plan_is_drained_through_the_same_assets(make_topic, kprio_env, d
 
     assert result.success
     batch_id = result.output_for_node("plan_batch_op")
-    batch = env.ledger.get(batch_id)
+    batch = env.ledger.batches.get(batch_id)
     assert batch.state.value == "planned"
     assert {r.priority for r in batch.plan.ranges} == {2, 0}  # priority 1 left out as asked
     assert batch.plan.records == 8
@@ -57,4 +57,4 @@ def test_manual_plan_says_why_it_planned_nothing(make_topic, kprio_env, dagster_
     assert not result.success
     [failure] = [e for e in result.all_events if e.is_step_failure]
     assert message in failure.step_failure_data.user_failure_data.description
-    assert env.ledger.batches(topic.name) == []
+    assert env.ledger.batches.find(topic.name) == []

@@ -91,7 +91,7 @@ def assert_healed(env, topic, config: Path) -> None:
     check = conservation(env.config, topic, env.edge)
     assert check.ok, check
     with Ledger(env.config.ledger.url) as ledger:
-        assert ledger.in_flight(topic.name) == []
+        assert ledger.batches.in_flight(topic.name) == []
     for root in (env.config.drain.output_path, env.config.drain.dead_letter_path):
         staging = Path(root) / "_staging"
         assert not staging.exists() or not any(staging.iterdir()), list(staging.rglob("*"))[:5]
@@ -132,17 +132,17 @@ def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_pat
     killed_in_flight = 0
     with Ledger(env.config.ledger.url) as ledger:
         for _ in range(int(os.environ.get("KPRIO_TEST_KILLS", "3"))):  # 6 for the figure; 3 keeps CI short
-            before = {b.batch_id: b.attempts for b in ledger.batches(topic.name)}
+            before = {b.batch_id: b.attempts for b in ledger.batches.find(topic.name)}
             proc = start(config, tmp_path, "--until-empty")
             # A batch of this child's: a lease on an attempt that was not there before it started.
             taken = wait_for(lambda: proc.poll() is not None or any(
-                b.lease and before.get(b.batch_id) != b.attempts for b in ledger.in_flight(topic.name)),
+                b.lease and before.get(b.batch_id) != b.attempts for b in ledger.batches.in_flight(topic.name)),
                 CHILD_TIMEOUT_S, interval_s=0.1)
             assert taken, output_of(proc)[-2000:]
             if proc.poll() is not None:  # it drained everything by itself before a kill could land
                 break
             time.sleep(rng.uniform(0.0, 2.5))
-            killed_in_flight += any(b.lease for b in ledger.in_flight(topic.name))
+            killed_in_flight += any(b.lease for b in ledger.batches.in_flight(topic.name))
             kill_group(proc)
     assert killed_in_flight >= 1, "no kill landed while a batch was in flight"
     finish(config, tmp_path)
@@ -168,8 +168,8 @@ def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path,
     assert_healed(env, topic, config)
     with Ledger(env.config.ledger.url) as ledger:
         # The group moved by kprio's own commit before its ledger knew: no change of the log to report.
-        assert ledger.log_events(topic.name) == []
-        committed = sorted(b.batch_id for b in ledger.batches(topic.name))
+        assert ledger.beliefs.log_events(topic.name) == []
+        committed = sorted(b.batch_id for b in ledger.batches.find(topic.name))
     if env.config.drain.format == "delta":  # the killed run's publish was its batch's only commit
         from deltalake import DeltaTable
 
@@ -199,13 +199,14 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
         assert wait_for(lambda: stopped_process(proc), CHILD_TIMEOUT_S, interval_s=0.2), output_of(proc)[-2000:]
         stopped = stopped_process(proc)  # the worker executing the run
         with Ledger(env.config.ledger.url) as ledger:
-            [paused] = [b for b in ledger.in_flight(topic.name) if b.lease]
+            [paused] = [b for b in ledger.batches.in_flight(topic.name) if b.lease]
             # Paused past its lease: nobody renews it any more.
-            assert wait_for(lambda: ledger.get(paused.batch_id).lease.expired(datetime.now(UTC)), 30, interval_s=0.2)
+            assert wait_for(lambda: ledger.batches.get(paused.batch_id).lease.expired(datetime.now(UTC)), 30,
+                            interval_s=0.2)
         finish(config, tmp_path)  # takes the batch over (its lease expired), then drains everything
         committed = env.edge.committed(topic)
         with Ledger(env.config.ledger.url) as ledger:
-            events = ledger.events(paused.batch_id)
+            events = ledger.batches.events(paused.batch_id)
         resume(stopped)
         proc.wait(timeout=120)
         text = output_of(proc)
@@ -216,9 +217,9 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
     assert env.edge.committed(topic) == committed, "the stale run moved no offset (least of all backwards)"
     assert_healed(env, topic, config)
     with Ledger(env.config.ledger.url) as ledger:
-        assert ledger.events(paused.batch_id) == events, "and the ledger heard nothing from it"
-        assert ledger.get(paused.batch_id).attempts > paused.attempts
-        committed = sorted(b.batch_id for b in ledger.batches(topic.name))
+        assert ledger.batches.events(paused.batch_id) == events, "and the ledger heard nothing from it"
+        assert ledger.batches.get(paused.batch_id).attempts > paused.attempts
+        committed = sorted(b.batch_id for b in ledger.batches.find(topic.name))
     if env.config.drain.format == "iceberg":  # the stale attempt appended no second snapshot of its batch
         snapshots = iceberg_publishes(env.config.drain.iceberg, "output", topic.name)
         assert sorted(s["kprio.batch_id"] for s in snapshots) == committed, snapshots
@@ -228,13 +229,13 @@ def test_sigterm_finishes_the_batch_in_flight_and_exits_0(backlog, tmp_path):
     env, topic, config = backlog
     proc = start(config, tmp_path, "--follow")
     with Ledger(env.config.ledger.url) as ledger:
-        assert wait_for(lambda: any(b.lease for b in ledger.in_flight(topic.name)), 120, interval_s=0.2), \
+        assert wait_for(lambda: any(b.lease for b in ledger.batches.in_flight(topic.name)), 120, interval_s=0.2), \
             output_of(proc)[-2000:]
-        [working] = [b.batch_id for b in ledger.in_flight(topic.name) if b.lease]
+        [working] = [b.batch_id for b in ledger.batches.in_flight(topic.name) if b.lease]
         proc.send_signal(signal.SIGTERM)  # to kprio drain itself, as `kill <pid>` does
         assert proc.wait(timeout=120) == 0
         text = output_of(proc)
         assert f"stopped on request after finishing {working} (committed)" in text, text[-2000:]
-        assert ledger.get(working).state.value == "committed"
+        assert ledger.batches.get(working).state.value == "committed"
     finish(config, tmp_path)
     assert_healed(env, topic, config)

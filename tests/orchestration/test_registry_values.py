@@ -239,12 +239,13 @@ def test_registry_values_drain_into_delta_with_typed_columns_and_the_new_column_
         assert down["batches"] and all(b["state"] == "failed" for b in down["batches"]), down
         assert all(b["reason"].endswith("[schema_registry_unavailable]") for b in down["batches"]), down
         failed = [b["batch_id"] for b in down["batches"]]
-        assert all(env.ledger.get(b).transient for b in failed)
-        assert sorted(b.batch_id for b in env.ledger.batches(topic.name, states=[BatchState.FAILED])) == sorted(failed)
+        assert all(env.ledger.batches.get(b).transient for b in failed)
+        held = env.ledger.batches.find(topic.name, states=[BatchState.FAILED])
+        assert sorted(b.batch_id for b in held) == sorted(failed)
     with open_instance(env.config) as instance:  # the instance `kprio drain` ran on: the daemon's
         requested, skipped = sensor_drains(env.defs, instance)
     assert requested and skipped == "no backlog", (requested, skipped)
-    drained = [env.ledger.get(r.partition_key) for r in requested]
+    drained = [env.ledger.batches.get(r.partition_key) for r in requested]
     assert all(b.state is BatchState.COMMITTED for b in drained)
     assert sorted(r.partition_key for r in requested if r.tags["kprio/why"] == "retry") == sorted(failed)
     assert lag(topic, env.edge) == {1: 0, 0: 0}

@@ -116,7 +116,7 @@ def test_the_airflow_drain_dag_drains_a_sasl_ssl_cluster_to_zero_lag(secured, mo
         runs = drain_to_zero(kprio_dag(path, "kprio_drain"), topic, config, edge)
         check = conservation(config, topic, edge)
         assert check.ok and check.expected == sum(AIRFLOW_RECORDS.values()), str(check)
-        batches = ledger.batches(topic.name)
+        batches = ledger.batches.find(topic.name)
         assert batches and all(b.state is BatchState.COMMITTED for b in batches)
         assert sum(sum(b.plan.records_by_priority().values()) for b in batches) == sum(AIRFLOW_RECORDS.values())
     for run in runs:

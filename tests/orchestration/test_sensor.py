@@ -61,7 +61,7 @@ def test_tick_records_the_planners_plan_and_requests_its_run(make_topic, kprio_e
     turn = run_tick(env, dagster_instance)
 
     [request] = turn.requests
-    [batch] = env.ledger.batches(topic.name)
+    [batch] = env.ledger.batches.find(topic.name)
     assert (request.run_key, request.partition_key) == (batch.batch_id, batch.batch_id) == ("b-000001",) * 2
     assert request.tags == {"kprio/logical_topic": topic.name, "kprio/attempt": "1", "kprio/why": "new",
                             "kprio/slot-p0": topic.name, "kprio/slot-p1": topic.name, "kprio/slot-p2": topic.name,
@@ -75,7 +75,7 @@ def test_tick_records_the_planners_plan_and_requests_its_run(make_topic, kprio_e
     # (each priority's one slot is taken by the planned batch).
     again = run_tick(env, dagster_instance)
     assert [r.run_key for r in again.requests] == ["b-000001"]
-    assert len(env.ledger.batches(topic.name)) == 1
+    assert len(env.ledger.batches.find(topic.name)) == 1
 
 
 @pytest.mark.spark
@@ -91,7 +91,7 @@ def test_a_burst_in_priority_2_goes_first_while_priority_0_keeps_its_share(
     fill(kafka_settings, topic.priority_topic(2), 40, partitions=1)
     [request] = run_tick(env, dagster_instance).requests
 
-    plan = env.ledger.get(request.partition_key).plan
+    plan = env.ledger.batches.get(request.partition_key).plan
     by_p = plan.records_by_priority()
     assert by_p[2] > by_p[0] >= 1  # the burst first, and no starvation of the old backlog
     assert sum(by_p.values()) == 20
@@ -110,14 +110,14 @@ def test_an_urgent_priority_is_planned_while_a_bulk_batch_holds_its_slot(make_to
     topic = make_topic(priorities=3, partitions=1, records={0: 50})
     env = kprio_env(topic)
     [bulk] = run_tick(env, dagster_instance).requests  # a p0 batch, in flight from now on
-    env.ledger.claim(bulk.partition_key, lease_owner("r1", host="elsewhere", pid=1), 60)
+    env.ledger.leases.claim(bulk.partition_key, lease_owner("r1", host="elsewhere", pid=1), 60)
     fill(kafka_settings, topic.priority_topic(2), 5, partitions=1)
 
     [urgent] = run_tick(env, dagster_instance).requests
 
-    assert env.ledger.get(urgent.partition_key).plan.records_by_priority() == {2: 5, 1: 0, 0: 0}
+    assert env.ledger.batches.get(urgent.partition_key).plan.records_by_priority() == {2: 5, 1: 0, 0: 0}
     assert urgent.tags["kprio/slot-p2"] == topic.name and "kprio/slot-p0" not in urgent.tags
-    env.ledger.claim(urgent.partition_key, lease_owner("r2", host="elsewhere", pid=2), 60)  # its run took it
+    env.ledger.leases.claim(urgent.partition_key, lease_owner("r2", host="elsewhere", pid=2), 60)  # its run took it
     fill(kafka_settings, topic.priority_topic(0), 5, partitions=1)
     assert skip(env, dagster_instance).startswith("priority 0 waits for its slot (b-000001 in flight)")
 
@@ -126,14 +126,14 @@ def test_a_failed_batch_holds_only_its_partitions(make_topic, kprio_env, dagster
     topic = make_topic(priorities=2, partitions=2, records={1: 10, 0: 10})
     env = kprio_env(topic, planner={"record_budget": 4}, recovery={"max_attempts": 1})
     [request] = run_tick(env, dagster_instance).requests
-    failed = env.ledger.get(request.partition_key)
+    failed = env.ledger.batches.get(request.partition_key)
     held = {r.range.topic_partition for r in failed.plan.ranges}
-    env.ledger.mark_failed(failed.batch_id, "values_match_schema failed (invalid_records=5)", retry_at=None)
+    env.ledger.moves.mark_failed(failed.batch_id, "values_match_schema failed (invalid_records=5)", retry_at=None)
 
     # The other partitions keep draining, batch after batch, until only the held ones are left.
     while (turn := run_tick(env, dagster_instance)).requests:
         for request in turn.requests:
-            again = env.ledger.get(request.partition_key)
+            again = env.ledger.batches.get(request.partition_key)
             assert again.batch_id != failed.batch_id
             assert not {r.range.topic_partition for r in again.plan.ranges} & held
             commit_as_drained(env.ledger, again.batch_id, env.edge, topic)  # as its run would
@@ -154,7 +154,7 @@ def test_a_failed_batch_with_attempts_left_is_retried_after_its_backoff(make_top
     now = datetime(2026, 3, 1, 12, tzinfo=UTC)  # the sensor's clock: the retry is due 30 s later
     [request] = run_tick(env, dagster_instance, now.timestamp()).requests
     soon = now + timedelta(seconds=30)
-    env.ledger.mark_failed(request.partition_key, "drain failed: broker restarted", retry_at=soon)
+    env.ledger.moves.mark_failed(request.partition_key, "drain failed: broker restarted", retry_at=soon)
     assert "retried by itself at" in skip(env, dagster_instance, now.timestamp())
 
     # Once the backoff is over the retry is due.
@@ -203,7 +203,7 @@ def test_offsets_lost_to_retention_hold_their_partition_whether_or_not_it_was_co
     turn = run_tick(env, dagster_instance)
 
     [request] = turn.requests  # partition 1 drains; partition 0 waits
-    assert {r.range.topic_partition for r in env.ledger.get(request.partition_key).plan.ranges} == {(name, 1)}
+    assert {r.range.topic_partition for r in env.ledger.batches.get(request.partition_key).plan.ranges} == {(name, 1)}
     lost = f"{name}[0] from {1 if committed else 0} (offsets [{1 if committed else 0},3) lost to retention"
     assert lost in turn.decisions[0].describe()
     assert "set drain.allow_data_loss" in turn.decisions[0].describe()
@@ -217,7 +217,7 @@ def test_a_batch_whose_run_died_is_resumed_and_its_run_marked_failed(make_topic,
     # A run of that partition took the batch's lease, then its process died (kill -9): it stays STARTED.
     run = stand_in_run(dagster_instance, "drain_job", request.partition_key)
     dead = lease_owner(run.run_id, host=socket.gethostname(), pid=2 ** 22 + 17)  # no such process
-    env.ledger.claim(request.partition_key, dead, 600)
+    env.ledger.leases.claim(request.partition_key, dead, 600)
 
     turn = run_tick(env, dagster_instance)
 

@@ -49,7 +49,7 @@ def test_a_plan_made_before_another_drivers_commit_is_refused_and_nothing_is_los
     finally:
         kill_group(a)
     with Ledger(env.config.ledger.url) as ledger:
-        batches = ledger.batches(topic.name)
+        batches = ledger.batches.find(topic.name)
     assert [(b.state, [str(r) for r in b.plan.offset_ranges()]) for b in batches] == [
         (BatchState.COMMITTED, [f"{topic.priority_topic(0)}[0]@[0,200)"])], "A recorded no batch"
     check = conservation(env.config, topic, env.edge)
@@ -83,7 +83,7 @@ def test_a_topic_recreated_while_its_batch_is_in_flight_publishes_nothing_of_the
     dagster_instance.add_dynamic_partitions("kprio_batches", [request.partition_key])
     result = drain_loop.execute(env.defs, dagster_instance, request, log_level="WARNING")
     assert not result.success
-    batch = env.ledger.get(request.partition_key)
+    batch = env.ledger.batches.get(request.partition_key)
     assert batch.state is BatchState.FAILED and f"the log of {name} changed while" in batch.reason, batch.reason
     assert "nothing of it was published" in batch.reason and "\n" not in batch.reason
     from spark_jobs import tables

@@ -89,7 +89,7 @@ def test_the_maintenance_job_compacts_a_drain_s_small_files_keeping_every_row_an
     assert lag(topic, env.edge) == {1: 0, 0: 0}
     check = conservation(env.config, topic, env.edge)
     assert check.ok and check.output == 260, check
-    assert all(b.state is BatchState.COMMITTED for b in env.ledger.batches(topic.name))
+    assert all(b.state is BatchState.COMMITTED for b in env.ledger.batches.find(topic.name))
     after = all_rows(drain, topic.name)
     assert [r for r in after if r["offset"] < (60 if r["priority"] == 1 else 100)] == before
 

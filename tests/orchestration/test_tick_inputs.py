@@ -49,7 +49,7 @@ def test_a_run_that_commits_its_batch_and_ends_while_the_tick_reads_is_not_taken
     topic = make_topic(priorities=2, partitions=1, records={0: 30})
     env = kprio_env(topic)
     [order] = tick(NoRuns(), env.edge, env.ledger, env.config).requests  # the batch, recorded
-    env.ledger.claim(order.partition_key, OWNER, 60)  # its run took it
+    env.ledger.leases.claim(order.partition_key, OWNER, 60)  # its run took it
 
     runs = FinishesWhenAsked(lambda: commit_as_drained(env.ledger, order.partition_key, env.edge, topic))
     decision = decide(runs, env.edge, env.ledger, env.config, topic)
@@ -66,7 +66,7 @@ def test_a_batch_committed_while_the_tick_reads_another_topic_is_never_planned_a
     quiet, busy = make_topic(priorities=2, partitions=1), make_topic(priorities=2, partitions=1, records={0: 30})
     env = kprio_env(quiet, busy)
     [order] = tick(NoRuns(), env.edge, env.ledger, env.config).requests  # busy's batch, recorded
-    env.ledger.claim(order.partition_key, OWNER, 60)  # its run took it
+    env.ledger.leases.claim(order.partition_key, OWNER, 60)  # its run took it
 
     runs = FinishesWhenAsked(lambda: commit_as_drained(env.ledger, order.partition_key, env.edge, busy))
     first, second = decide_all(runs, env.edge, env.ledger, env.config, [quiet, busy])

@@ -60,7 +60,7 @@ def test_transactional_priorities_drain_to_zero_lag_with_every_committed_record_
     assert check.expected == 2 * (15 + 14 + 13)
     assert not _aborted_in_output(env, topic, aborted)
     # The markers and aborted records were counted, not lost.
-    batches = env.ledger.batches(topic.name)
+    batches = env.ledger.batches.find(topic.name)
     assert sum(b.drain.no_record_offsets for b in batches if b.drain) == 3 * 2 * (3 + 3)
     assert sum(b.drain.lost_offsets for b in batches if b.drain) == 0
 
@@ -91,7 +91,7 @@ def test_an_open_transaction_holds_back_only_its_own_records(make_topic, kprio_e
         second = drain_loop.drain(env.defs, dagster_instance)
         assert second.ok and second.records() == {2: 7}
         assert all(c == h for (t, _), (c, h) in _committed(env, topic).items() if t == urgent)
-        assert env.ledger.holds(topic.name) == []
+        assert env.ledger.batches.holds(topic.name) == []
 
         tx.commit_open()
 

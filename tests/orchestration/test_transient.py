@@ -59,7 +59,7 @@ def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_it
                     recovery={"max_attempts": 1, "backoff_s": 60, "backoff_max_s": 60, "lease_s": 15})
     with broken(out):
         first = drain_loop.drain(env.defs, dagster_instance, max_batches=1)
-        [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+        [failed] = env.ledger.batches.find(topic.name, states=[BatchState.FAILED])
         assert f"{cause}: {out}" in failed.reason and "\n" not in failed.reason, failed.reason
         assert failed.transient and failed.transient_streak == 1
         assert failed.retry_at <= datetime.now(UTC), "the first failure of a streak is due as soon as its cause passes"
@@ -72,7 +72,7 @@ def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_it
         assert not held.requests and "retried by itself once its cause has passed" in held.skip_reason
         # An operator's re-drain in the same state fails alike: the streak's second failure backs off a minute.
         drain_loop.redrain(env.defs, dagster_instance, failed.batch_id, config=env.config)
-        again = env.ledger.get(failed.batch_id)
+        again = env.ledger.batches.get(failed.batch_id)
         assert again.state is BatchState.FAILED and again.transient_streak == 2 and again.retry_at > datetime.now(UTC)
 
     # The cause is gone; a fresh `kprio drain --until-empty` retries the batch on its first tick, its backoff
@@ -82,7 +82,7 @@ def test_the_attempt_fails_in_one_line_naming_the_path_and_the_batch_heals_by_it
     assert report.ok, report.stopped
     assert report.batches[0].batch_id == failed.batch_id and report.batches[0].success, report.batches[0]
     assert datetime.now(UTC) < waiting_until, waiting_until  # the whole drain ended before the backoff would have
-    assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED
+    assert env.ledger.batches.get(failed.batch_id).state is BatchState.COMMITTED
     assert lag(topic, env.edge) == {1: 0, 0: 0}
     check = conservation(env.config, topic, env.edge)
     assert check.ok, check
@@ -103,15 +103,18 @@ def test_a_follow_drain_retries_at_once_when_the_output_takes_files_again(
     try:
         with broken(out):
             follow.start()
-            assert wait_for(lambda: env.ledger.batches(topic.name, states=[BatchState.FAILED]), 180, interval_s=0.5)
-            [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+            assert wait_for(lambda: env.ledger.batches.find(topic.name, states=[BatchState.FAILED]), 180,
+                            interval_s=0.5)
+            [failed] = env.ledger.batches.find(topic.name, states=[BatchState.FAILED])
             assert failed.transient and said in failed.reason, failed.reason
             failed_at = datetime.now(UTC)
             time.sleep(3)  # a few of the loop's turns find the output still read-only: none retries into it
-            assert env.ledger.get(failed.batch_id).state is BatchState.FAILED
-            assert env.ledger.get(failed.batch_id).attempts == failed.attempts, "no retry while the cause is seen"
+            assert env.ledger.batches.get(failed.batch_id).state is BatchState.FAILED
+            assert env.ledger.batches.get(failed.batch_id).attempts == failed.attempts, (
+                "no retry while the cause is seen")
         # The mount is gone, the directory writable: the loop's next probe passes, and it retries at once.
-        assert wait_for(lambda: env.ledger.get(failed.batch_id).state is BatchState.COMMITTED, 50, interval_s=0.5)
+        assert wait_for(lambda: env.ledger.batches.get(failed.batch_id).state is BatchState.COMMITTED, 50,
+                        interval_s=0.5)
         assert datetime.now(UTC) < failed_at + timedelta(seconds=60), "retried long before a backoff of a minute"
         assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0}, 30, interval_s=0.5)
     finally:
@@ -139,13 +142,13 @@ def test_the_sensor_retries_at_once_when_a_probe_that_failed_passes_again(make_t
 
     with read_only_dir(out):
         drain_loop.drain(env.defs, dagster_instance, max_batches=1)
-        [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+        [failed] = env.ledger.batches.find(topic.name, states=[BatchState.FAILED])
         assert failed.transient
         still = evaluate(None)
         assert not still.run_requests and still.cursor == CAUSE_SEEN, (still.skip_reason, still.cursor)
         # A second failure in a row (an operator's re-drain, in the same state) backs off a minute.
         drain_loop.redrain(env.defs, dagster_instance, failed.batch_id, config=env.config)
-        failed = env.ledger.get(failed.batch_id)
+        failed = env.ledger.batches.get(failed.batch_id)
         assert failed.transient_streak == 2 and failed.retry_at > datetime.now(UTC)
     # Never seen failing, the probe retries nothing early: the backoff of a minute holds.
     calm = evaluate(None)
@@ -157,7 +160,7 @@ def test_the_sensor_retries_at_once_when_a_probe_that_failed_passes_again(make_t
     result = env.defs.resolve_job_def("drain_job").execute_in_process(
         instance=dagster_instance, partition_key=retry.partition_key, tags=retry.tags, raise_on_error=False)
     assert result.success
-    assert env.ledger.get(failed.batch_id).state is BatchState.COMMITTED
+    assert env.ledger.batches.get(failed.batch_id).state is BatchState.COMMITTED
 
 
 def test_the_sensor_retries_the_first_failure_as_soon_as_the_probe_passes(make_topic, kprio_env, dagster_instance,
@@ -171,7 +174,7 @@ def test_the_sensor_retries_the_first_failure_as_soon_as_the_probe_passes(make_t
     sensor = env.defs.resolve_sensor_def(SENSOR_NAME)
     with read_only_dir(out):
         drain_loop.drain(env.defs, dagster_instance, max_batches=1)
-    [failed] = env.ledger.batches(topic.name, states=[BatchState.FAILED])
+    [failed] = env.ledger.batches.find(topic.name, states=[BatchState.FAILED])
     with dg.build_sensor_context(instance=dagster_instance, cursor=None, resources=env.defs.resources) as context:
         result = sensor(context)
     assert [r.partition_key for r in result.run_requests] == [failed.batch_id], result.skip_reason

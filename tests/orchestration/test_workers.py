@@ -101,7 +101,7 @@ def test_a_worker_killed_mid_run_fails_its_run_and_its_batch_heals_with_the_same
     assert run.status is dg.DagsterRunStatus.FAILURE
     said = [e.message for e in dagster_instance.all_logs(died.run_id) if e.message]
     assert any("the kprio worker executing it" in m and "killed by signal 9" in m for m in said), said
-    batch = env.ledger.get(died.batch_id)
+    batch = env.ledger.batches.get(died.batch_id)
     assert batch.state.value == "committed" and batch.attempts == 2, "resumed, not planned again"
     assert pool.pids() != [first_worker], "a fresh worker took the dead one's place"
     assert lag(topic, env.edge) == {1: 0, 0: 0}

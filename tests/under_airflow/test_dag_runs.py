@@ -81,14 +81,14 @@ def test_the_drain_dag_drains_three_priorities_quarantines_poison_and_lets_urgen
             fill(kafka_settings, topic.priority_topic(2), 30, partitions=2)
             second = dag.test()
             assert str(second.state) == "success", task_states(second)
-            planned = [ledger.get(o["batch_id"]) for o in xcom(second, "plan")[0]]
+            planned = [ledger.batches.get(o["batch_id"]) for o in xcom(second, "plan")[0]]
             assert sum(b.plan.records_by_priority().get(2, 0) for b in planned) == 30
             assert lag(topic, edge)[2] == 0 and lag(topic, edge)[0] > 0  # urgent done, bulk not yet
 
             drain_to_zero(dag, topic, config, edge)
             check = conservation(config, topic, edge)
             assert check.ok, check
-            assert all(b.state is BatchState.COMMITTED for b in ledger.batches(topic.name))
+            assert all(b.state is BatchState.COMMITTED for b in ledger.batches.find(topic.name))
     dead = read_all_dead_letters(spark, config.drain.dead_letter_path, topic)
     assert {(t, p, o) for t, p, o, _ in dead} == set(poison)
 
@@ -102,7 +102,7 @@ def test_a_redrain_triggered_with_a_conf_drains_the_batch_once_and_commits_nothi
     path, config = airflow_config(topic)
     with KafkaEdge(config.kafka) as edge, Ledger(config.ledger.url) as ledger:
         drain_to_zero(kprio_dag(path, "kprio_drain"), topic, config, edge)
-        [batch] = ledger.batches(topic.name)
+        [batch] = ledger.batches.find(topic.name)
         committed, rows = edge.committed(topic), len(read_all_output(spark, config.drain.output_path, topic))
         redrain = kprio_dag(path, "kprio_redrain")
 
@@ -111,7 +111,7 @@ def test_a_redrain_triggered_with_a_conf_drains_the_batch_once_and_commits_nothi
         assert str(run.state) == "success", task_states(run)
         [done] = xcom(run, "redrain")
         assert done["state"] == "committed" and all(c["passed"] for c in done["checks"].values())
-        again = ledger.get(batch.batch_id)
+        again = ledger.batches.get(batch.batch_id)
         assert again.state is BatchState.COMMITTED and again.replay_of_committed
         assert again.attempts == batch.attempts + 1  # one drain more, no other
         assert edge.committed(topic) == committed  # nothing new committed, nothing moved back
@@ -194,8 +194,8 @@ def test_a_batch_another_driver_holds_waits_in_the_airflow_task_which_names_the_
     dagster_run = lease_owner(str(uuid.uuid4()), host=socket.gethostname(), pid=os.getpid())
     try:
         with Ledger(config.ledger.url) as ledger:
-            held = ledger.claim(order["batch_id"], dagster_run, config.recovery.lease_s)
-            with Heartbeat(config.ledger.url, order["batch_id"], held.token, config.recovery.lease_s):
+            held = ledger.leases.claim(order["batch_id"], dagster_run, config.recovery.lease_s)
+            with Heartbeat(ledger.leases, order["batch_id"], held.token, config.recovery.lease_s):
                 result: dict = {}
                 task = threading.Thread(target=lambda: result.update(
                     drain_batch(str(path), order, TaskIdentity("drain-1"))))
@@ -205,11 +205,12 @@ def test_a_batch_another_driver_holds_waits_in_the_airflow_task_which_names_the_
                 while waits not in said and time.monotonic() < deadline:
                     task.join(0.2)
                 assert waits in said, said
-                assert ledger.get(order["batch_id"]).state is BatchState.PLANNED  # the Airflow task drained nothing
-                ledger.release(order["batch_id"], dagster_run)  # the other run ends, leaving the batch to it
+                # the Airflow task drained nothing
+                assert ledger.batches.get(order["batch_id"]).state is BatchState.PLANNED
+                ledger.leases.release(order["batch_id"], dagster_run)  # the other run ends, leaving the batch to it
             task.join(120)
             assert result.get("state") == "checked", result  # then it drained it, once: attempt 1
-            assert ledger.get(order["batch_id"]).attempts == 1
+            assert ledger.batches.get(order["batch_id"]).attempts == 1
     finally:
         airflow_log.removeHandler(handler)
         airflow_log.setLevel(level)
@@ -234,7 +235,7 @@ def test_the_plan_task_retries_a_transient_failure_at_once_when_the_probe_that_f
         waiting = plan_batches(str(path), False, TaskIdentity("plan-2"))
         assert waiting.orders == [] and waiting.cause_seen  # the probe sees the cause: nothing launched
     with Ledger(config.ledger.url) as ledger:
-        assert ledger.get(order["batch_id"]).state is BatchState.FAILED
+        assert ledger.batches.get(order["batch_id"]).state is BatchState.FAILED
 
         healed = plan_batches(str(path), waiting.cause_seen, TaskIdentity("plan-3"))
 

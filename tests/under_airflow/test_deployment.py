@@ -32,7 +32,7 @@ def test_kprio_drain_drains_three_priorities_to_zero_lag_by_itself(airflow_in_ba
     check = kprio.conservation(topic)
     assert check.ok, check
     with Ledger(kprio.config.ledger.url) as ledger:
-        batches = ledger.batches(topic.name)
+        batches = ledger.batches.find(topic.name)
     assert batches and all(b.state is BatchState.COMMITTED for b in batches), batches
     assert {p for b in batches for p in b.priorities} == {0, 1, 2}
     # The DAG runs that drained them: continuous kprio_drain runs, each wait -> plan -> batch groups.
@@ -52,7 +52,7 @@ def test_a_killed_drain_task_is_healed_by_airflow_s_retry_and_the_lease_rules(ai
     check = kprio.conservation(topic)
     assert check.ok, check
     with Ledger(kprio.config.ledger.url) as ledger:
-        batches = sorted(ledger.batches(topic.name), key=lambda b: b.batch_id)
+        batches = sorted(ledger.batches.find(topic.name), key=lambda b: b.batch_id)
     assert all(b.state is BatchState.COMMITTED for b in batches), batches
     assert batches[0].attempts >= 2, batches[0]
     # Airflow saw the task die and tried it again: a drain task instance on its second try, succeeded.
@@ -71,9 +71,9 @@ def test_a_read_only_output_a_person_fixes_heals_under_airflow_with_no_command_r
     check = kprio.conservation(topic)
     assert check.ok, check
     with Ledger(kprio.config.ledger.url) as ledger:
-        batches = ledger.batches(topic.name)
+        batches = ledger.batches.find(topic.name)
         assert all(b.state is BatchState.COMMITTED for b in batches), batches
-        assert all(ledger.get(b.batch_id).state is BatchState.COMMITTED for b in healed["failed"])
+        assert all(ledger.batches.get(b.batch_id).state is BatchState.COMMITTED for b in healed["failed"])
     assert healed["healed_after_s"] < DRAIN_TIMEOUT_S, healed
 
 
@@ -88,7 +88,7 @@ def test_a_redrain_triggered_through_the_rest_api_drains_the_batch_once_and_comm
     assert seen["ended"]["state"] == "success", seen["tasks"]
     assert [(t["task_id"], t["state"], t["try_number"]) for t in seen["tasks"]] == [("redrain", "success", 1)]
     with Ledger(kprio.config.ledger.url) as ledger:
-        again = ledger.get(batch.batch_id)
+        again = ledger.batches.get(batch.batch_id)
     assert again.state is BatchState.COMMITTED and again.replay_of_committed
     assert again.attempts == batch.attempts + 1  # one drain more, no other
     assert kprio.committed(topic) == before["committed"]  # nothing new committed, nothing moved back

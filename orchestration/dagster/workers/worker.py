@@ -210,7 +210,8 @@ class Worker:
         seen.update(ends)
         tops = {t.priority_topic(t.priorities - 1): t for t in config.topics}
         free = [t for name, t in tops.items() if name in arrived
-                and sum(t.priorities - 1 in b.priorities for b in ledger.in_flight(t.name)) < config.planner.max_in_flight]
+                and sum(t.priorities - 1 in b.priorities for b in ledger.batches.in_flight(t.name))
+                < config.planner.max_in_flight]
         return self._tick(order, instance, job, ended) if free else ()
 
     def watch_s(self) -> float | None:

@@ -126,7 +126,7 @@ def test_each_committed_batch_emits_one_valid_event(make_topic, kprio_env, dagst
         report = drain_loop.drain(env.defs, dagster_instance, config=env.config, until=Until.EMPTY,
                                   log_level="WARNING")
         assert report.ok, report.stopped
-        committed = {b.batch_id: b for b in env.ledger.batches(topic.name, states=[BatchState.COMMITTED])}
+        committed = {b.batch_id: b for b in env.ledger.batches.find(topic.name, states=[BatchState.COMMITTED])}
         watched.finished(topic, RECORDS, len(committed))
 
     docs = read_events(events)
