@@ -28,6 +28,8 @@ Spark redacts the values of settings and source options whose names match
 secret (:data:`~kprio_core.config.SECRET_SETTINGS`, and the Java client's
 :data:`~kprio_core.config.JAVA_SECRETS` the native reader is given) that Spark's own pattern misses,
 such as ``sasl.jaas.config`` and ``ssl.keystore.key``, since both readers pass them as ``kafka.*`` options.
+Over Spark Connect a query's plan is shown as text (its statement, call site and stage details in the UI and
+the event log), secret options' values included: ``spark.sql.redaction.string.regex`` redacts them there.
 
 Over Spark Connect every kprio process joins ONE shared server-side session (a session id
 derived from the remote URL, unless the URL names one): a run process then finds the data source
@@ -57,6 +59,10 @@ workers, need kprio installed (or on their ``PYTHONPATH``) too.
 ...                    "kafka.ssl.keystore.certificate.chain", "kafka.bootstrap.servers", "kafka.ssl.keystore.location")
 ...  if re.search(session_conf(SparkSettings())["spark.redaction.regex"], name)]
 ['kafka.sasl.jaas.config', 'kafka.ssl.keystore.key', 'kafka.ssl.key.pem', 'kafka.sasl.password', 'kafka.ssl.keystore.certificate.chain']
+>>> plan = r'''options { key: "settings" value: "{\\"kafka\\":{\\"secrets\\":{\\"sasl.password\\":\\"p}w\\"},\\"timeout_s\\":20}" }
+... options { key: "kafka.sasl.jaas.config" value: "ScramLoginModule required password=\\"p}w\\";" }'''
+>>> "p}w" in re.sub(session_conf(SparkSettings())["spark.sql.redaction.string.regex"], "*", plan)
+False
 >>> with_jars({"spark.jars": "/opt/udf.jar"}, ["/cache/kafka-clients-3.9.2.jar"])["spark.jars"]
 '/opt/udf.jar,/cache/kafka-clients-3.9.2.jar'
 >>> with_jars({}, []) == {}
@@ -101,6 +107,16 @@ def _redaction_regex() -> str:
     return "|".join([SPARK_REDACTION_REGEX, *(name.replace(".", "[.]") for name in missed)])
 
 
+def _string_redaction_regex() -> str:
+    """Text that carries a Kafka secret in a plan's string (Spark Connect shows a query's whole plan as its
+    statement, call site and details): the python reader's ``secrets`` object in its ``settings`` option, and
+    the value of every secret ``kafka.*`` option of the native reader."""
+    names = "|".join(re.escape(name) for name in SECRET_SETTINGS + JAVA_SECRETS)
+    secrets = r"secrets\W{0,8}\{(?:.*?\}(?=\W{0,8}timeout_s)|[^}]*)"
+    option = r'key: \\?"kafka[.](?:' + names + r')\\?"\s*value: \\?"(?:[^"\\]|\\.)*'
+    return f"(?is){secrets}|{option}"
+
+
 DEFAULT_CONF = {
     # Kafka timestamps are UTC instants; a UTC session shows them unshifted.
     "spark.sql.session.timeZone": "UTC",
@@ -113,6 +129,8 @@ DEFAULT_CONF = {
     # The native reader's kafka.* options carry the client's secrets: keep them out of the UI,
     # the event log and explain output.
     "spark.redaction.regex": _redaction_regex(),
+    # ... and the values of the options that carry them, where a plan is shown as text.
+    "spark.sql.redaction.string.regex": _string_redaction_regex(),
 }
 
 

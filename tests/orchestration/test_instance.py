@@ -73,6 +73,7 @@ def test_dagster_loads_the_shipped_yaml_and_holds_each_setting(name, tmp_path):
         assert instance.run_retries_max_retries == retries
         assert instance.run_retries_retry_on_asset_or_op_failure is True
 
+        assert type(instance.run_launcher).__name__ == "WarmRunLauncher", "runs execute on warm workers"
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
         assert instance.run_coordinator.dequeue_interval_seconds == 1
         concurrency = instance.get_concurrency_config()
@@ -98,8 +99,8 @@ def test_dagster_loads_the_shipped_yaml_and_holds_each_setting(name, tmp_path):
 def test_every_setting_line_is_explained_by_a_comment():
     text = dagster_yaml(CONFIGS["defaults"])
     blocks = [line for line in text.splitlines() if line and not line.startswith((" ", "#"))]
-    assert sorted(blocks) == sorted(["telemetry:", "nux:", "run_monitoring:", "run_retries:", "run_queue:",
-                                     "concurrency:", "sensors:", "backfills:", "retention:"])
+    assert sorted(blocks) == sorted(["telemetry:", "nux:", "run_launcher:", "run_monitoring:", "run_retries:",
+                                     "run_queue:", "concurrency:", "sensors:", "backfills:", "retention:"])
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line in blocks:
@@ -136,7 +137,9 @@ def test_the_typed_yaml_holds_what_the_joined_strings_held(name):
     before = yaml.safe_load((Path(__file__).parent / "dagster_yaml_before.yaml").read_text())
     document, options = YAML_CASES[name]
     text = dagster_yaml(KprioConfig.model_validate(document), **options)
-    assert yaml.safe_load(text) == {**before["defaults"], **before[name]}
+    # The one block the joined strings did not have: kprio's warm run launcher (issue 50).
+    launcher = {"run_launcher": {"module": "orchestration.dagster.workers.launcher", "class": "WarmRunLauncher"}}
+    assert yaml.safe_load(text) == {**before["defaults"], **before[name], **launcher}
     assert "s3cret" not in text, "a password is never written"
 
 
