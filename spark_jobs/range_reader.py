@@ -219,89 +219,121 @@ def read_range(
     tracker = tracker if tracker is not None else RangeTracker(rng)
     if rng.count == 0:
         return
-    from kprio_core.kafka.client import refused_settings
-    from kprio_core.kafka.security import SecurityWatch
+    read = _RangeRead(ck, rng, client, settings, tracker)
+    try:
+        yield from read.batches(schema, clock)
+    finally:
+        read.consumer.close()
+    read.account_for_losses()
 
-    try:
-        consumer = ck.Consumer(consumer_conf(client, settings.spark))
-    except (ck.KafkaException, ValueError, TypeError) as err:  # a file or secret missing or wrong, named
-        raise refused_settings(dict(client), err) from None
-    watch = SecurityWatch(client)  # a refused login or certificate, or a listener of another protocol, typed
-    committed_only = str(client.get("isolation.level", "read_committed")) == "read_committed"
-    end_name = "last stable offset" if committed_only else "high watermark"
-    tp = ck.TopicPartition(rng.topic, rng.partition, rng.start)
-    position = rng.start
-    reason = ""  # why the read stopped before ``end``
-    stalled = False
-    notes: list[str] = []  # why offsets were lost while reading on
-    checked = False  # the topic and partition exist (asked of the broker once the first slice brought nothing)
-    try:
-        consumer.assign([tp])
+
+class _RangeRead:
+    """One read of a range under way: its consumer, its position, why it stopped before ``end``, what it lost."""
+
+    def __init__(self, ck: Any, rng: OffsetRange, client: Mapping[str, Any], settings: ReadSettings,
+                 tracker: RangeTracker) -> None:
+        from kprio_core.kafka.client import refused_settings
+        from kprio_core.kafka.security import SecurityWatch
+
+        try:
+            self.consumer = ck.Consumer(consumer_conf(client, settings.spark))
+        except (ck.KafkaException, ValueError, TypeError) as err:  # a file or secret missing or wrong, named
+            raise refused_settings(dict(client), err) from None
+        self.watch = SecurityWatch(client)  # a refused login or certificate, or a listener of another protocol, typed
+        committed_only = str(client.get("isolation.level", "read_committed")) == "read_committed"
+        self.end_name = "last stable offset" if committed_only else "high watermark"
+        self.ck = ck
+        self.rng = rng
+        self.client = client
+        self.settings = settings
+        self.tracker = tracker
+        self.position = rng.start
+        self.reason = ""  # why the read stopped before ``end``
+        self.stalled = False
+        self.notes: list[str] = []  # why offsets were lost while reading on
+        self.checked = False  # the topic and partition exist (asked of the broker once the first slice brought nothing)
+
+    def batches(self, schema: Any, clock: Callable[[], float]) -> Iterator[Any]:
+        """The Arrow batches of the read, ``batch_records`` records each but the last, until ``end`` or a stop."""
+        rng, settings = self.rng, self.settings
+        self.consumer.assign([self.ck.TopicPartition(rng.topic, rng.partition, rng.start)])
         deadline = clock() + settings.stall_timeout_s
         headers_type = schema.field("headers").type
         columns = _Columns(headers_type)
-        while position < rng.end:
+        while self.position < rng.end:
             now = clock()
             if now >= deadline:
-                reason = f"no progress for {settings.stall_timeout_s:g} s at offset {position}"
-                stalled = True
+                self.reason = f"no progress for {settings.stall_timeout_s:g} s at offset {self.position}"
+                self.stalled = True
                 break
-            want = min(settings.batch_records - len(columns), rng.end - position)
-            seen: list[int] = []
-            with _collector_paused():
-                messages = consumer.consume(max(1, want), timeout=min(POLL_SLICE_S, deadline - now))
-                if not messages and not checked:
-                    _check_partition(consumer, rng, client, settings.stall_timeout_s, watch)
-                    checked = True
-                if _plain(messages, position, rng.end):
-                    seen = columns.take(messages)
-                    position = seen[-1] + 1
-                    messages = []
-            taken = []
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    stop, position, note = _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name,
-                                                     where=(str(client.get("bootstrap.servers", "?")),
-                                                            settings.stall_timeout_s), watch=watch)
-                    if stop:
-                        reason = note or "done"
-                        break
-                    if note:
-                        notes.append(note)
-                    continue
-                offset = msg.offset()
-                if offset < position:
-                    continue  # re-delivered after a re-assign: already taken
-                if offset >= rng.end:
-                    position = rng.end
-                    break
-                seen.append(offset)
-                taken.append(msg)
-                position = offset + 1
-            if taken:
-                columns.take(taken)
+            seen = self._consume(columns, timeout=min(POLL_SLICE_S, deadline - now))
             if seen:
-                tracker.observe(seen)
-            if position > tracker.position or seen:
-                tracker.reach(position)
+                self.tracker.observe(seen)
+            if self.position > self.tracker.position or seen:
+                self.tracker.reach(self.position)
                 deadline = clock() + settings.stall_timeout_s
             if len(columns) >= settings.batch_records:
                 yield columns.to_batch(rng, schema)
                 columns = _Columns(headers_type)
-            if reason:
+            if self.reason:
                 break
-        reason = "" if reason == "done" else reason
+        self.reason = "" if self.reason == "done" else self.reason
         if len(columns):
             yield columns.to_batch(rng, schema)
-    finally:
-        consumer.close()
-    lost = tracker.lost()
-    if lost:
-        why = "; ".join([*notes, reason] if reason else notes)
-        if stalled or not settings.allow_data_loss:
-            raise incomplete_error(rng, lost, why, stalled=stalled)
-        LOGGER.warning("%s: %d offsets lost (%s)", rng, sum(g.count for g in lost), why)
+
+    def _consume(self, columns: _Columns, timeout: float) -> list[int]:
+        """One consume() slice into ``columns``: the offsets of the records taken (the position moves past them)."""
+        want = min(self.settings.batch_records - len(columns), self.rng.end - self.position)
+        seen: list[int] = []
+        with _collector_paused():
+            messages = self.consumer.consume(max(1, want), timeout=timeout)
+            if not messages and not self.checked:
+                _check_partition(self.consumer, self.rng, self.client, self.settings.stall_timeout_s, self.watch)
+                self.checked = True
+            if _plain(messages, self.position, self.rng.end):
+                seen = columns.take(messages)
+                self.position = seen[-1] + 1
+                messages = []
+        taken = self._one_by_one(messages, seen)
+        if taken:
+            columns.take(taken)
+        return seen
+
+    def _one_by_one(self, messages: list[Any], seen: list[int]) -> list[Any]:
+        """The records of a chunk that is not plain, taken one at a time: error events, re-deliveries, the end."""
+        taken = []
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                stop, self.position, note = _on_event(
+                    self.consumer, self.ck, self.rng, self.tracker, err, msg, self.position, seen, self.end_name,
+                    where=(str(self.client.get("bootstrap.servers", "?")), self.settings.stall_timeout_s),
+                    watch=self.watch)
+                if stop:
+                    self.reason = note or "done"
+                    break
+                if note:
+                    self.notes.append(note)
+                continue
+            offset = msg.offset()
+            if offset < self.position:
+                continue  # re-delivered after a re-assign: already taken
+            if offset >= self.rng.end:
+                self.position = self.rng.end
+                break
+            seen.append(offset)
+            taken.append(msg)
+            self.position = offset + 1
+        return taken
+
+    def account_for_losses(self) -> None:
+        """Offsets lost fail the read (always after a stall); read on past them only when data loss is allowed."""
+        lost = self.tracker.lost()
+        if lost:
+            why = "; ".join([*self.notes, self.reason] if self.reason else self.notes)
+            if self.stalled or not self.settings.allow_data_loss:
+                raise incomplete_error(self.rng, lost, why, stalled=self.stalled)
+            LOGGER.warning("%s: %d offsets lost (%s)", self.rng, sum(g.count for g in lost), why)
 
 
 def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any], timeout_s: float,
