@@ -229,64 +229,16 @@ def plan_batch(
     (:mod:`kprio_core.deadlines`); without any, the plan is the quotas' alone.
     """
     n = snapshot.n_priorities
-    try:
-        mode = PlanMode(mode)
-    except ValueError:
-        raise QuotaError(f"unknown plan mode {mode!r}: use one of {', '.join(PlanMode)}") from None
-    if mode is PlanMode.LAG_AWARE and budget.min_share * n > 1.0:
-        raise QuotaError(
-            f"min_share {budget.min_share} x {n} priorities exceeds the whole budget: use at most {1 / n:.4f}"
-        )
+    mode = _plan_mode(mode, budget, n)
     quotas = base_quotas(n, budget.records, distribution)
-    shares = fair_shares(snapshot, reserved)
+    shares: Mapping[Priority, Share] = fair_shares(snapshot, reserved)
     available = {p: shares[p].capacity for p in most_urgent_first(n)}
-
-    burst: BurstDecision | None
     due: dict[Priority, str] = {}
     if mode is PlanMode.FLIPKART:
-        history = history if history is not None else PollHistory(n)
-        if history.n_priorities != n:
-            raise QuotaError(
-                f"poll history has {history.n_priorities} priorities, snapshot of "
-                f"{snapshot.logical_topic!r} has {n}"
-            )
-        capacities, burst = burst_capacities(quotas, history)
-        # Order: base quotas first (they sum to the record budget, so they always fit), then the
-        # burst. The burst is priced on the others' *expected* unused capacity; when they do use
-        # it, the record budget caps the burst rather than the others' quotas (flipkart's client
-        # would overshoot max.poll.records here, kprio keeps the budget invariant).
-        no_floors = {p: 0 for p in available}
-        stages = [
-            quota_targets(available, quotas, no_floors, budget.records),
-            window_rule_targets(available, capacities),
-        ]
-        granted = fill_stages(stages, shares, budget)
-        grants = capacities
+        granted, grants, burst = _flipkart_grants(snapshot, budget, quotas, shares, available, history)
     else:
-        # Order: the minimum share first, so no priority with backlog starves whatever the others
-        # want; then base quotas, so urgency decides when everyone is busy; then whatever is left
-        # (quota of idle priorities) goes most urgent first, so the budget is never wasted.
-        # With objectives, the priorities that have one take their most due records before the quotas
-        # (kprio_core.deadlines: all of the budget by deadline when every priority with backlog has one).
-        floors = min_share_targets(available, budget)
-        now = snapshot.taken_at_ms
-        timed = deadline_shares(shares, objectives, now) if objectives else {}
-        every_priority = bool(timed) and not any(a for p, a in available.items() if p not in timed)
-        if timed:
-            floors = {p: 0 if p in timed else f for p, f in floors.items()}
-            first = deadline_targets(timed, floors, budget.records, objectives, now, every_priority=every_priority)
-            floors = {p: max(f, first.get(p, 0)) for p, f in floors.items()}
-            shares = {**shares, **timed}
-        stages = [
-            floors,
-            quota_targets(available, quotas, floors, budget.records),
-            water_fill_targets(available),
-        ]
-        granted = fill_stages(stages, shares, budget)
+        shares, granted, burst, due = _lag_aware_grants(snapshot, budget, quotas, shares, available, objectives)
         grants = granted
-        burst = None if every_priority else water_fill_decision(quotas, granted, available)
-        due = due_reasons(timed, granted, now)
-
     return DrainPlan(
         logical_topic=snapshot.logical_topic,
         mode=mode,
@@ -301,6 +253,81 @@ def plan_batch(
         snapshot_taken_at_ms=snapshot.taken_at_ms,
         due=due,
     )
+
+
+def _plan_mode(mode: PlanMode | str, budget: Budget, n: int) -> PlanMode:
+    """The plan mode named, and the budget it can keep: n minimum shares must fit in the whole budget."""
+    try:
+        mode = PlanMode(mode)
+    except ValueError:
+        raise QuotaError(f"unknown plan mode {mode!r}: use one of {', '.join(PlanMode)}") from None
+    if mode is PlanMode.LAG_AWARE and budget.min_share * n > 1.0:
+        raise QuotaError(
+            f"min_share {budget.min_share} x {n} priorities exceeds the whole budget: use at most {1 / n:.4f}"
+        )
+    return mode
+
+
+def _flipkart_grants(
+    snapshot: LagSnapshot,
+    budget: Budget,
+    quotas: Mapping[Priority, int],
+    shares: Mapping[Priority, Share],
+    available: Mapping[Priority, int],
+    history: PollHistory | None,
+) -> tuple[dict[Priority, int], Mapping[Priority, int], BurstDecision | None]:
+    """``flipkart`` mode: (records granted, the window rule's capacities, the burst) from the poll history."""
+    n = snapshot.n_priorities
+    history = history if history is not None else PollHistory(n)
+    if history.n_priorities != n:
+        raise QuotaError(
+            f"poll history has {history.n_priorities} priorities, snapshot of "
+            f"{snapshot.logical_topic!r} has {n}"
+        )
+    capacities, burst = burst_capacities(quotas, history)
+    # Order: base quotas first (they sum to the record budget, so they always fit), then the
+    # burst. The burst is priced on the others' *expected* unused capacity; when they do use
+    # it, the record budget caps the burst rather than the others' quotas (flipkart's client
+    # would overshoot max.poll.records here, kprio keeps the budget invariant).
+    no_floors = {p: 0 for p in available}
+    stages = [
+        quota_targets(available, quotas, no_floors, budget.records),
+        window_rule_targets(available, capacities),
+    ]
+    return fill_stages(stages, shares, budget), capacities, burst
+
+
+def _lag_aware_grants(
+    snapshot: LagSnapshot,
+    budget: Budget,
+    quotas: Mapping[Priority, int],
+    shares: Mapping[Priority, Share],
+    available: Mapping[Priority, int],
+    objectives: Objectives | None,
+) -> tuple[Mapping[Priority, Share], dict[Priority, int], BurstDecision | None, dict[Priority, str]]:
+    """``lag-aware`` mode: (the shares, deadline-ordered where timed; records granted; the burst; why due)."""
+    # Order: the minimum share first, so no priority with backlog starves whatever the others
+    # want; then base quotas, so urgency decides when everyone is busy; then whatever is left
+    # (quota of idle priorities) goes most urgent first, so the budget is never wasted.
+    # With objectives, the priorities that have one take their most due records before the quotas
+    # (kprio_core.deadlines: all of the budget by deadline when every priority with backlog has one).
+    floors = min_share_targets(available, budget)
+    now = snapshot.taken_at_ms
+    timed = deadline_shares(shares, objectives, now) if objectives else {}
+    every_priority = bool(timed) and not any(a for p, a in available.items() if p not in timed)
+    if timed:
+        floors = {p: 0 if p in timed else f for p, f in floors.items()}
+        first = deadline_targets(timed, floors, budget.records, objectives, now, every_priority=every_priority)
+        floors = {p: max(f, first.get(p, 0)) for p, f in floors.items()}
+        shares = {**shares, **timed}
+    stages = [
+        floors,
+        quota_targets(available, quotas, floors, budget.records),
+        water_fill_targets(available),
+    ]
+    granted = fill_stages(stages, shares, budget)
+    burst = None if every_priority else water_fill_decision(quotas, granted, available)
+    return shares, granted, burst, due_reasons(timed, granted, now)
 
 
 def water_fill_decision(
