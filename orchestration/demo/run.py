@@ -301,9 +301,6 @@ def published_offsets(drain: DrainSettings, kind: str, logical_topic: str) -> li
 
 def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> DemoResult:
     """Run the whole demo (see the module docstring); raises kprio's typed errors on failure."""
-    from orchestration.services.broker import EmbeddedBroker
-    from orchestration.services.registry import EmbeddedRegistry
-
     listener = listener or _Silent()
     started = time.monotonic()
     layout = DemoLayout(Path(options.data_dir).resolve())
@@ -312,29 +309,12 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
     cluster = cluster_settings(options.config)
     check_options(options, cluster, os.environ)
     made_up = one_off_secrets(options.security, os.environ, keep_broker=options.keep_broker) if cluster is None else []
-    broker = (EmbeddedBroker(layout.broker, port=None, start_timeout_s=60, security=options.security)
-              if cluster is None else None)
-    registry_settings = demo_registry(options.config) if options.values is ValueFormat.AVRO else None
-    registry = (EmbeddedRegistry(layout.registry, port=None, start_timeout_s=120)
-                if options.values is ValueFormat.AVRO and registry_settings is None else None)
-    if broker is not None:
-        broker.stop()  # a broker an earlier `--keep-broker` run left behind holds the old data
-    if registry is not None:
-        registry.stop()  # as the broker: an earlier run's registry holds the old schemas
+    broker, registry, registry_settings = _embedded_services(options, layout, cluster)
     layout.clear()
     layout.root.mkdir(parents=True, exist_ok=True)
     kept = False
     try:
-        if broker is not None:
-            listener.stage(f"starting the embedded Kafka broker ({options.security.describe()})")
-            bootstrap = broker.start().bootstrap
-            topic_name = LOGICAL_TOPIC
-            cluster = parse_config({"kafka": {"bootstrap_servers": bootstrap, "client": broker.client_settings(),
-                                              "timeout_s": 20.0}}, "the embedded broker").kafka
-        else:
-            bootstrap = cluster.bootstrap_servers
-            # A real cluster keeps topics across runs: a fresh logical topic keeps each run's counts exact.
-            topic_name = f"{LOGICAL_TOPIC}-{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid.uuid4().hex[:4]}"
+        bootstrap, topic_name, cluster = _demo_kafka(broker, cluster, options.security, listener)
         if registry is not None:
             listener.stage("starting the embedded schema registry (Apicurio Registry)")
             registry_settings = SchemaRegistrySettings(url=registry.start().url)
@@ -351,86 +331,69 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
         layout.report.write_text(json.dumps(demo.to_dict(), indent=2))
         return demo
     finally:
-        if registry is not None and not kept:
-            listener.stage("stopping the embedded schema registry")
-            registry.stop()
-        if broker is not None and not kept:
-            listener.stage("stopping the embedded Kafka broker")
-            broker.stop()
+        if not kept:
+            _stop_services(broker, registry, listener)
+
+
+def _embedded_services(options: DemoOptions, layout: DemoLayout, cluster: KafkaSettings | None) -> tuple[Any, Any, Any]:
+    """(broker, registry, registry settings): the embedded services the demo needs, not started yet.
+
+    The broker without a cluster; the registry for Avro values when ``--config`` names none (then its settings
+    come once it started). What an earlier ``--keep-broker`` run left behind is stopped: it holds the old data.
+    """
+    from orchestration.services.broker import EmbeddedBroker
+    from orchestration.services.registry import EmbeddedRegistry
+
+    broker = (EmbeddedBroker(layout.broker, port=None, start_timeout_s=60, security=options.security)
+              if cluster is None else None)
+    registry_settings = demo_registry(options.config) if options.values is ValueFormat.AVRO else None
+    registry = (EmbeddedRegistry(layout.registry, port=None, start_timeout_s=120)
+                if options.values is ValueFormat.AVRO and registry_settings is None else None)
+    if broker is not None:
+        broker.stop()  # a broker an earlier `--keep-broker` run left behind holds the old data
+    if registry is not None:
+        registry.stop()  # as the broker: an earlier run's registry holds the old schemas
+    return broker, registry, registry_settings
+
+
+def _demo_kafka(broker: Any, cluster: KafkaSettings | None, security: BrokerSecurity,
+                listener: DemoListener) -> tuple[str, str, KafkaSettings]:
+    """(bootstrap, logical topic, Kafka settings): the embedded broker started, or the cluster given."""
+    if broker is None:
+        # A real cluster keeps topics across runs: a fresh logical topic keeps each run's counts exact.
+        topic_name = f"{LOGICAL_TOPIC}-{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid.uuid4().hex[:4]}"
+        return cluster.bootstrap_servers, topic_name, cluster
+    listener.stage(f"starting the embedded Kafka broker ({security.describe()})")
+    bootstrap = broker.start().bootstrap
+    kafka = parse_config({"kafka": {"bootstrap_servers": bootstrap, "client": broker.client_settings(),
+                                    "timeout_s": 20.0}}, "the embedded broker").kafka
+    return bootstrap, LOGICAL_TOPIC, kafka
+
+
+def _stop_services(broker: Any, registry: Any, listener: DemoListener) -> None:
+    """Stop the embedded services the demo started (the registry first), unless they are kept."""
+    if registry is not None:
+        listener.stage("stopping the embedded schema registry")
+        registry.stop()
+    if broker is not None:
+        listener.stage("stopping the embedded Kafka broker")
+        broker.stop()
 
 
 def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOptions,  # noqa: ANN001
                 listener: DemoListener) -> dict[str, Any]:
+    """The demo's topics filled and drained through Dagster until empty; what it left, for :class:`DemoResult`."""
     from kprio_core.kafka import KafkaEdge
-    from kprio_core.ledger import Ledger
-    from orchestration.dagster.definitions import build_definitions
-    from orchestration.dagster.drain_loop import Until, drain
-    from orchestration.dagster.instance import open_instance
-    from orchestration.dagster.workers.pool import workers_for
-    from orchestration.demo.plot import backlog_series, plot_backlog
-    from spark_jobs.layout import DEAD_LETTERS, OUTPUT
+    from spark_jobs.layout import OUTPUT
     from spark_jobs.tables import output_of
 
     topic = config.topics[0]
     with KafkaEdge(config.kafka) as edge:
-        listener.stage(f"creating {', '.join(topic.priority_topics().values())}")
-        # retention.ms -1: the demo's records must not expire while the user looks at them.
-        edge.ensure_topics(topic, PARTITIONS, config={"retention.ms": "-1"})
-        encode = None
-        if config.schema_registry is not None:
-            from orchestration.demo.avro_values import AvroOrders
-
-            encode = AvroOrders(config.schema_registry.endpoint()).encode
-        producer = WaveProducer(config, topic, edge, seed=options.seed, encode=encode)
-        produced = set()
-
-        def produce_due(batches_done: int, waves) -> None:  # noqa: ANN001
-            for wave in waves:
-                listener.produced(producer.produce(wave, batches_done))
-                produced.add(wave)
-
-        listener.stage("producing the backlog")
-        produce_due(0, workload.due(0))
-        runs: list[BatchOutcome] = []
-
-        def on_batch(run: BatchOutcome) -> None:
-            runs.append(run)
-            listener.drained(run)
-            produce_due(len(runs), workload.due(len(runs)))
-
-        defs = build_definitions(config)
-        stopped, ok = "", True
-        # The demo's own Dagster home, with the dagster.yaml of its configuration (`dagster dev` uses it too).
-        # One pool of warm workers for every drain of the demo (a late wave drains on the same workers).
-        with open_instance(config, env={"DAGSTER_HOME": str(layout.dagster_home)}) as instance, \
-                workers_for(config.spark, config.workers) as workers:
-            while True:
-                listener.stage("draining through priority_lag_sensor's tick and drain_job")
-                report = drain(defs, instance, until=Until.EMPTY, log_level="INFO", on_batch=on_batch, workers=workers)
-                stopped, ok = report.stopped, report.ok
-                left = [w for w in workload.waves if w not in produced]
-                if not ok or not left:
-                    break
-                # Drained dry before a late wave was due (a tiny --records): it arrives now.
-                produce_due(len(runs), left)
-
+        producer = _demo_producer(config, topic, edge, options, listener)
+        runs, stopped, ok = _drain_waves(config, layout, workload, producer, listener)
         listener.stage("checking conservation")
-        with Ledger(config.ledger.url) as ledger:
-            batches = ledger.batches.find(topic.name)
-        rows = priority_rows(producer.arrivals, drains_of(batches), topic.priorities)
-        high = high_watermarks(edge, topic)
-        conservation = check_conservation(
-            producer.start, high, edge.committed(topic),
-            published_offsets(config.drain, OUTPUT, topic.name), published_offsets(config.drain, DEAD_LETTERS, topic.name))
-        after = edge.snapshot(topic, now_ms=int(time.time() * 1000)).backlog_by_priority()
-        arrivals_at: dict[int, set[int]] = {}
-        for a in producer.arrivals:
-            if a.first_batch > 1:
-                arrivals_at.setdefault(a.first_batch, set()).add(a.priority)
-        labels = {b: "+ " + ", ".join(f"p{p}" for p in sorted(ps, reverse=True)) for b, ps in arrivals_at.items()}
-        plot_backlog(backlog_series(batches, after, topic.priorities), layout.plot,
-                     title=f"{topic.name}: backlog per priority ({sum(r.records for r in rows):,} records, "
-                           f"{len({r.batch_id for r in runs})} batches)", arrivals=labels)
+        batches, rows, conservation = _conservation(config, topic, edge, producer)
+        _plot(layout, topic, edge, producer, batches, rows, runs)
     if not runs:
         raise DemoFailed(f"{topic.name}: the drain ran no batch ({stopped})")
     tables = output_of(config.drain)
@@ -440,6 +403,93 @@ def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOpt
             "drain_ok": ok, "arrivals": list(producer.arrivals), "table_log": table_log,
             "table_lines": tables.describe(topic.name, table_log), "query_lines": tables.how_to_query(topic.name),
             "columns": output_columns(config.drain, topic.name), "duckdb_query": query, "duckdb_rows": answer}
+
+
+def _demo_producer(config, topic, edge, options: DemoOptions, listener: DemoListener) -> WaveProducer:  # noqa: ANN001
+    """The demo's priority topics created, and the producer of its waves (Avro values through the registry)."""
+    listener.stage(f"creating {', '.join(topic.priority_topics().values())}")
+    # retention.ms -1: the demo's records must not expire while the user looks at them.
+    edge.ensure_topics(topic, PARTITIONS, config={"retention.ms": "-1"})
+    encode = None
+    if config.schema_registry is not None:
+        from orchestration.demo.avro_values import AvroOrders
+
+        encode = AvroOrders(config.schema_registry.endpoint()).encode
+    return WaveProducer(config, topic, edge, seed=options.seed, encode=encode)
+
+
+def _drain_waves(config, layout: DemoLayout, workload: Workload, producer: WaveProducer,  # noqa: ANN001
+                 listener: DemoListener) -> tuple[list[BatchOutcome], str, bool]:
+    """(runs, why the drain stopped, ok): the backlog produced, then drained, each later wave when it is due."""
+    from orchestration.dagster.definitions import build_definitions
+    from orchestration.dagster.drain_loop import Until, drain
+    from orchestration.dagster.instance import open_instance
+    from orchestration.dagster.workers.pool import workers_for
+
+    produced = set()
+
+    def produce_due(batches_done: int, waves) -> None:  # noqa: ANN001
+        for wave in waves:
+            listener.produced(producer.produce(wave, batches_done))
+            produced.add(wave)
+
+    listener.stage("producing the backlog")
+    produce_due(0, workload.due(0))
+    runs: list[BatchOutcome] = []
+
+    def on_batch(run: BatchOutcome) -> None:
+        runs.append(run)
+        listener.drained(run)
+        produce_due(len(runs), workload.due(len(runs)))
+
+    defs = build_definitions(config)
+    stopped, ok = "", True
+    # The demo's own Dagster home, with the dagster.yaml of its configuration (`dagster dev` uses it too).
+    # One pool of warm workers for every drain of the demo (a late wave drains on the same workers).
+    with open_instance(config, env={"DAGSTER_HOME": str(layout.dagster_home)}) as instance, \
+            workers_for(config.spark, config.workers) as workers:
+        while True:
+            listener.stage("draining through priority_lag_sensor's tick and drain_job")
+            report = drain(defs, instance, until=Until.EMPTY, log_level="INFO", on_batch=on_batch, workers=workers)
+            stopped, ok = report.stopped, report.ok
+            left = [w for w in workload.waves if w not in produced]
+            if not ok or not left:
+                break
+            # Drained dry before a late wave was due (a tiny --records): it arrives now.
+            produce_due(len(runs), left)
+    return runs, stopped, ok
+
+
+def _conservation(config, topic, edge,  # noqa: ANN001
+                  producer: WaveProducer) -> tuple[list, list[PriorityRow], Conservation]:
+    """(the ledger's batches, the rows per priority, conservation): every record produced is published exactly once."""
+    from kprio_core.ledger import Ledger
+    from spark_jobs.layout import DEAD_LETTERS, OUTPUT
+
+    with Ledger(config.ledger.url) as ledger:
+        batches = ledger.batches.find(topic.name)
+    rows = priority_rows(producer.arrivals, drains_of(batches), topic.priorities)
+    high = high_watermarks(edge, topic)
+    conservation = check_conservation(
+        producer.start, high, edge.committed(topic),
+        published_offsets(config.drain, OUTPUT, topic.name), published_offsets(config.drain, DEAD_LETTERS, topic.name))
+    return batches, rows, conservation
+
+
+def _plot(layout: DemoLayout, topic, edge, producer: WaveProducer, batches: list,  # noqa: ANN001
+          rows: list[PriorityRow], runs: list[BatchOutcome]) -> None:
+    """The backlog per priority after each batch, the later waves marked where they arrived."""
+    from orchestration.demo.plot import backlog_series, plot_backlog
+
+    after = edge.snapshot(topic, now_ms=int(time.time() * 1000)).backlog_by_priority()
+    arrivals_at: dict[int, set[int]] = {}
+    for a in producer.arrivals:
+        if a.first_batch > 1:
+            arrivals_at.setdefault(a.first_batch, set()).add(a.priority)
+    labels = {b: "+ " + ", ".join(f"p{p}" for p in sorted(ps, reverse=True)) for b, ps in arrivals_at.items()}
+    plot_backlog(backlog_series(batches, after, topic.priorities), layout.plot,
+                 title=f"{topic.name}: backlog per priority ({sum(r.records for r in rows):,} records, "
+                       f"{len({r.batch_id for r in runs})} batches)", arrivals=labels)
 
 
 def demo_registry(config: Path | None, env: Mapping[str, str] | None = None) -> SchemaRegistrySettings | None:
