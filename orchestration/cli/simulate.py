@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -141,6 +141,16 @@ def plot_backlogs(results: Results, out: Path, traces: Mapping[str, Trace] | Non
     plt.close(fig)
 
 
+FromLedgerOption = Annotated[
+    str | None, typer.Option("--from-ledger", help="Replay the arrivals the ledger recorded for this logical topic "
+                             "and recommend the smallest budget per batch (and batch interval) that keeps every "
+                             "objective (slo.max_age_s).")
+]
+SinceOption = Annotated[str | None, typer.Option("--since", help="With --from-ledger: the window's start, an ISO time "
+                                                 "or how long ago (90m, 6h, 2d; default 1d).")]
+UntilOption = Annotated[str | None, typer.Option("--until", help="With --from-ledger: the window's end (default now).")]
+
+
 def simulate(
     trace: Annotated[
         str | None,
@@ -167,15 +177,9 @@ def simulate(
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of backlog per priority over time (with "
                                               "objectives: the oldest pending record's age against each).")] = None,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print markdown tables (for docs/benchmarks.md).")] = False,
-    from_ledger: Annotated[
-        str | None, typer.Option("--from-ledger", help="Replay the arrivals the ledger recorded for this logical topic "
-                                 "and recommend the smallest budget per batch (and batch interval) that keeps every "
-                                 "objective (slo.max_age_s).")
-    ] = None,
-    since: Annotated[str | None, typer.Option("--since", help="With --from-ledger: the window's start, an ISO time "
-                                              "or how long ago (90m, 6h, 2d; default 1d).")] = None,
-    until: Annotated[str | None, typer.Option("--until", help="With --from-ledger: the window's end (default "
-                                              "now).")] = None,
+    from_ledger: FromLedgerOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
     config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -190,6 +194,15 @@ def simulate(
             raise UsageError("--from-ledger takes only --since, --until, --config and --json", where="kprio simulate")
         from_the_ledger(settings, from_ledger, since, until, as_json)
         return
+    _check_trace_options(trace, trace_file, since, until, as_json, markdown, policy)
+    traces = _traces(trace, trace_file, budget, ticks)
+    results = {name: simulate_all(t, policy) for name, t in traces.items()}
+    _report(results, traces, plot, as_json, markdown)
+
+
+def _check_trace_options(trace: str | None, trace_file: Path | None, since: str | None, until: str | None,
+                         as_json: bool, markdown: bool, policy: list[str] | None) -> None:
+    """Refuse the options of a trace replay that cannot go together, before any trace is read."""
     if since or until:
         raise UsageError("--since and --until go with --from-ledger", where="kprio simulate")
     if trace and trace_file:
@@ -200,14 +213,20 @@ def simulate(
     if unknown:
         raise UsageError(f"unknown policy {', '.join(unknown)}: choose from {', '.join(POLICIES | WITH_OBJECTIVES)}",
                          where="--policy")
+
+
+def _traces(trace: str | None, trace_file: Path | None, budget: int | None, ticks: int | None) -> dict[str, Trace]:
+    """The traces to replay by name: the file's, the built-in one named, or every built-in one."""
     if trace_file is not None:
         chosen = [load_trace_file(trace_file).with_overrides(budget=budget, ticks=ticks)]
     else:
         names = [trace] if trace else list(BUILT_IN)
         chosen = [built_in(name, budget=budget, ticks=ticks) for name in names]
-    traces = {t.name: t for t in chosen}
-    results = {name: simulate_all(t, policy) for name, t in traces.items()}
+    return {t.name: t for t in chosen}
 
+
+def _report(results: Results, traces: Mapping[str, Trace], plot: Path | None, as_json: bool, markdown: bool) -> None:
+    """The results as asked: the plot written, then JSON, markdown or the tables."""
     if plot is not None:  # first: a plot that cannot be written fails before anything is printed
         require(PLOT, "--plot", where="--plot")
         with using_path("--plot", plot, doing="write"):
@@ -242,9 +261,8 @@ def when(text: str | None, now: datetime, default: timedelta, option: str) -> da
 def from_the_ledger(config: KprioConfig, name: str, since_text: str | None, until_text: str | None,
                     as_json: bool) -> None:
     """Replay what arrived on ``name`` and recommend a budget (and interval) that keeps every objective."""
-    from kprio_core.ledger import Ledger, ledger_exists
     from kprio_core.lifecycle import batch_fixed_cost, drain_rate
-    from kprio_core.replay import MIN_SAMPLES, arrivals, candidates, recommended
+    from kprio_core.replay import arrivals, candidates, recommended
 
     topic = config.topic(name)
     now = datetime.now(UTC)
@@ -253,18 +271,8 @@ def from_the_ledger(config: KprioConfig, name: str, since_text: str | None, unti
     where = "kprio simulate --from-ledger"
     if not goals:
         raise UsageError(f"{name} has no objective to keep: set slo.max_age_s", where=where)
-    samples, drained, measured = [], [], []
-    if ledger_exists(config.ledger.url):
-        with Ledger(config.ledger.url) as ledger:
-            samples = ledger.samples.backlogs(name, start, end)
-            drained = [d for d in ledger.samples.drained_since(name, start) if d.at <= end]
-            measured = ledger.samples.drains(name)
-    seen_s = (samples[-1].at - samples[0].at).total_seconds() if samples else 0.0
-    if len(samples) < MIN_SAMPLES or seen_s < 2 * max(goals.values()):
-        raise TraceInvalid(f"{name}: {len(samples)} plan{'s' if len(samples) != 1 else ''} over {seen_s:.0f} s recorded "
-                           f"from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC: too little history to replay "
-                           f"(at least {MIN_SAMPLES} plans over twice the largest objective, "
-                           f"{2 * max(goals.values()):g} s)", where=where)
+    samples, drained, measured = _ledger_history(config, name, start, end)
+    _check_enough_history(name, samples, goals, start, end, where)
     rate, fixed = drain_rate(measured), batch_fixed_cost(measured)
     found = candidates(name, arrivals(samples, drained, topic.priorities), goals, rate=rate, fixed_cost_s=fixed)
     best = recommended(found)
@@ -275,6 +283,38 @@ def from_the_ledger(config: KprioConfig, name: str, since_text: str | None, unti
     if as_json:
         print_json(doc)
         return
+    _print_candidates(name, samples, start, end, found, best, rate)
+
+
+def _ledger_history(config: KprioConfig, name: str, start: datetime, end: datetime) -> tuple[list, list, list]:
+    """(backlog samples, drained batches, measured drains) the ledger recorded of ``name`` between start and end."""
+    from kprio_core.ledger import Ledger, ledger_exists
+
+    samples, drained, measured = [], [], []
+    if ledger_exists(config.ledger.url):
+        with Ledger(config.ledger.url) as ledger:
+            samples = ledger.samples.backlogs(name, start, end)
+            drained = [d for d in ledger.samples.drained_since(name, start) if d.at <= end]
+            measured = ledger.samples.drains(name)
+    return samples, drained, measured
+
+
+def _check_enough_history(name: str, samples: list, goals: Mapping[int, float], start: datetime, end: datetime,
+                          where: str) -> None:
+    """At least MIN_SAMPLES plans over twice the largest objective: less is too little to say what a budget would do."""
+    from kprio_core.replay import MIN_SAMPLES
+
+    seen_s = (samples[-1].at - samples[0].at).total_seconds() if samples else 0.0
+    if len(samples) < MIN_SAMPLES or seen_s < 2 * max(goals.values()):
+        raise TraceInvalid(f"{name}: {len(samples)} plan{'s' if len(samples) != 1 else ''} over {seen_s:.0f} s "
+                           f"recorded from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC: too little history to "
+                           f"replay (at least {MIN_SAMPLES} plans over twice the largest objective, "
+                           f"{2 * max(goals.values()):g} s)", where=where)
+
+
+def _print_candidates(name: str, samples: list, start: datetime, end: datetime, found: list, best: Any,
+                      rate: float | None) -> None:
+    """The candidates as a table, then the recommendation (or why there is none)."""
     from rich.console import Console
     from rich.table import Table
 
