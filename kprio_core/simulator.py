@@ -174,6 +174,73 @@ def _checked(decision: Sequence[Sequence[int]], view: TickView, name: str) -> li
     return out
 
 
+class _Replay:
+    """Where a replay is: the queues of each priority's partitions, what each partition drained so far, and each
+    priority's waits (a histogram) and starvation runs (ticks in a row with backlog and nothing drained)."""
+
+    def __init__(self, n_pri: int, n_part: int) -> None:
+        self.queues = [[_Queue() for _ in range(n_part)] for _ in range(n_pri)]
+        self.drained_so_far = [[0] * n_part for _ in range(n_pri)]
+        self.waits: list[dict[int, int]] = [{} for _ in range(n_pri)]
+        self.run = [0] * n_pri
+        self.starved = [0] * n_pri
+
+    def arrive(self, trace: Trace, tick: int, row: Sequence[int]) -> None:
+        """Queue a tick's arrivals, each priority's split over its partitions as the trace splits them."""
+        for p, n in enumerate(row):
+            for i, part in enumerate(trace.split(n, tick)):
+                self.queues[p][i].push(tick, part)
+
+    def view(self, tick: int, budget: int, deadlines: bool) -> TickView:
+        """What a policy sees at ``tick``; the queued runs themselves only for a policy that sees arrival ticks."""
+        queues, n_pri = self.queues, len(self.queues)
+        return TickView(
+            tick,
+            budget,
+            tuple(tuple(q.size for q in queues[p]) for p in range(n_pri)),
+            tuple(map(tuple, self.drained_so_far)),
+            tuple(tuple(q.runs[0][0] if q.runs else None for q in queues[p]) for p in range(n_pri)),
+            tuple(tuple(tuple(map(tuple, q.runs)) for q in queues[p]) for p in range(n_pri)) if deadlines else (),
+        )
+
+    def drain(self, decision: Sequence[Sequence[int]], tick: int, view: TickView) -> int:
+        """Take what the policy decided from the queues (oldest first); the records drained in the tick."""
+        tick_total = 0
+        for p in range(len(self.queues)):
+            for i, n in enumerate(decision[p]):
+                if n:
+                    self.queues[p][i].pop(n, tick, self.waits[p])
+                    self.drained_so_far[p][i] += n
+            drained_p = sum(decision[p])
+            tick_total += drained_p
+            # A tick without backlog ends a starvation run: the priority was not waiting.
+            self.run[p] = self.run[p] + 1 if view.backlog_of(p) and not drained_p else 0
+            self.starved[p] = max(self.starved[p], self.run[p])
+        return tick_total
+
+    def backlogs(self) -> tuple[int, ...]:
+        return tuple(sum(q.size for q in ps) for ps in self.queues)
+
+    def oldest_ages(self, tick: int) -> tuple[int, ...]:
+        """Per priority, the age of its oldest queued record at the end of ``tick`` (0: nothing queued)."""
+        return tuple(tick + 1 - min((q.runs[0][0] for q in ps if q.runs), default=tick + 1) for ps in self.queues)
+
+    def count_left(self, end: int) -> None:
+        """Records still queued after the last tick count ``end - arrival``: their wait if drained at ``end``."""
+        for p in range(len(self.queues)):
+            for q in self.queues[p]:
+                for arrived, count in q.runs:
+                    self.waits[p][end - arrived] = self.waits[p].get(end - arrived, 0) + count
+
+
+def _decided(policy: Policy, view: TickView, name: str, trace: Trace) -> list[list[int]]:
+    """The policy's decision at this tick, checked; a quota error names the policy and the trace."""
+    try:
+        return _checked(policy.drain(view), view, name)
+    except QuotaError as err:
+        raise QuotaError(f"policy {name!r} on trace {trace.name!r}: {err}") from None
+
+
 def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> PolicyResult:
     """Replay ``trace`` against ``policy`` (a name of :data:`POLICIES` or a policy object)."""
     if isinstance(policy, str):
@@ -182,64 +249,32 @@ def simulate(trace: Trace, policy: str | Policy, name: str | None = None) -> Pol
     name = name or type(policy).__name__
     n_pri, n_part, budget = trace.n_priorities, trace.n_partitions, trace.budget
     deadlines = bool(trace.objectives) or isinstance(policy, EdfPolicy)  # the policies that see arrival ticks
-    queues = [[_Queue() for _ in range(n_part)] for _ in range(n_pri)]
-    drained_so_far = [[0] * n_part for _ in range(n_pri)]
-    waits: list[dict[int, int]] = [{} for _ in range(n_pri)]
-    run = [0] * n_pri
-    starved = [0] * n_pri
+    replay = _Replay(n_pri, n_part)
     available = drained_total = violations = 0
     drained_by_tick: list[int] = []
     backlog_by_tick: list[tuple[int, ...]] = []
     oldest_by_tick: list[tuple[int, ...]] = []
 
     for tick, row in enumerate(trace.arrivals):
-        for p, n in enumerate(row):
-            for i, part in enumerate(trace.split(n, tick)):
-                queues[p][i].push(tick, part)
-        view = TickView(
-            tick,
-            budget,
-            tuple(tuple(q.size for q in queues[p]) for p in range(n_pri)),
-            tuple(map(tuple, drained_so_far)),
-            tuple(tuple(q.runs[0][0] if q.runs else None for q in queues[p]) for p in range(n_pri)),
-            tuple(tuple(tuple(map(tuple, q.runs)) for q in queues[p]) for p in range(n_pri)) if deadlines else (),
-        )
+        replay.arrive(trace, tick, row)
+        view = replay.view(tick, budget, deadlines)
         available += min(budget, sum(map(sum, view.backlog)))
-        try:
-            decision = _checked(policy.drain(view), view, name)
-        except QuotaError as err:
-            raise QuotaError(f"policy {name!r} on trace {trace.name!r}: {err}") from None
-        tick_total = 0
-        for p in range(n_pri):
-            for i, n in enumerate(decision[p]):
-                if n:
-                    queues[p][i].pop(n, tick, waits[p])
-                    drained_so_far[p][i] += n
-            drained_p = sum(decision[p])
-            tick_total += drained_p
-            # A tick without backlog ends a starvation run: the priority was not waiting.
-            run[p] = run[p] + 1 if view.backlog_of(p) and not drained_p else 0
-            starved[p] = max(starved[p], run[p])
+        tick_total = replay.drain(_decided(policy, view, name, trace), tick, view)
         violations += tick_total > budget
         drained_total += tick_total
         drained_by_tick.append(tick_total)
-        backlog_by_tick.append(tuple(sum(q.size for q in queues[p]) for p in range(n_pri)))
-        oldest_by_tick.append(tuple(tick + 1 - min((q.runs[0][0] for q in queues[p] if q.runs), default=tick + 1)
-                                    for p in range(n_pri)))
+        backlog_by_tick.append(replay.backlogs())
+        oldest_by_tick.append(replay.oldest_ages(tick))
 
-    end = trace.ticks
-    for p in range(n_pri):
-        for q in queues[p]:
-            for arrived, count in q.runs:
-                waits[p][end - arrived] = waits[p].get(end - arrived, 0) + count
-
+    replay.count_left(trace.ticks)
+    waits = replay.waits
     return PolicyResult(
         policy=name,
         budget=budget,
         utilization=drained_total / available if available else 1.0,
         cap_violations=violations,
         wait={p: wait_stats(waits[p]) for p in most_urgent_first(n_pri)},
-        starved={p: starved[p] for p in most_urgent_first(n_pri)},
+        starved={p: replay.starved[p] for p in most_urgent_first(n_pri)},
         drained_by_tick=tuple(drained_by_tick),
         backlog_by_tick=tuple(backlog_by_tick),
         waits={p: dict(sorted(waits[p].items())) for p in most_urgent_first(n_pri)},
