@@ -247,20 +247,7 @@ class EmbeddedRegistry:
         with self._locked():
             state = self._read_state()
             if self._process(state) is not None:
-                if self.port is not None and state.port != self.port:
-                    raise RegistryProcessError(
-                        f"an embedded schema registry already runs in {self.data_dir} on port {state.port}, not "
-                        f"{self.port}: stop it first (kprio registry stop --data-dir {self.data_dir})")
-                if (state.scheme, tuple(state.users)) != (self._scheme, tuple(sorted(self._users))):
-                    raise RegistryProcessError(
-                        f"an embedded schema registry already runs in {self.data_dir} with other security "
-                        f"({state.scheme}, users {list(state.users)}): stop it first (kprio registry stop --data-dir "
-                        f"{self.data_dir})")
-                self.port = state.port
-                if not wait_for(lambda: answers(self._base(), auth=self._probe_auth()), self.start_timeout_s,
-                                interval_s=0.2):
-                    raise self._error(f"it runs (pid {state.pid}) but does not answer at {self._base()}")
-                return self
+                return self._reused(state)
             self.state_path.unlink(missing_ok=True)  # stale: its process is gone
             try:
                 jar = build()
@@ -270,19 +257,9 @@ class EmbeddedRegistry:
             if not port_free(self.host, port, wait_s=2.0):
                 raise self._error(f"port {port} of {self.host} is already in use")
             self.port = port
-            database = self.data_dir / DB_DIR / "registry"
-            cmd = [self._java(), *JVM_OPTIONS, *os.environ.get(ENV_JVM_OPTIONS, "").split(),
-                   f"-Dkprio.registry.dir={self.data_dir}",
-                   f"-Dquarkus.http.host={self.host}", f"-Dquarkus.http.port={port}",
-                   f"-Dquarkus.datasource.jdbc.url=jdbc:h2:file:{database};WRITE_DELAY=0",
-                   # A small pool: the defaults (20 to 100 connections) are for a shared server.
-                   "-Dquarkus.datasource.jdbc.initial-size=2", "-Dquarkus.datasource.jdbc.min-size=2",
-                   "-Dquarkus.datasource.jdbc.max-size=16",
-                   *self._security_options(port),
-                   "-jar", str(jar)]
             env = {k: v for k, v in os.environ.items() if k not in ("HTTP_PORT", "REGISTRY_DATASOURCE_URL")}
             env.update({PASSWORD_VARIABLE.format(i): password for i, password in enumerate(self._users.values())})
-            process, log_from = spawn_detached(cmd, self.log_path, cwd=self.data_dir, env=env)
+            process, log_from = spawn_detached(self._command(port, jar), self.log_path, cwd=self.data_dir, env=env)
             self._write_state(RegistryState(port, process.pid, process.create_time(), REGISTRY_VERSION,
                                             self._scheme, tuple(sorted(self._users))))
 
@@ -293,20 +270,53 @@ class EmbeddedRegistry:
             short = self._short_of_held() if up and process.poll() is None else None
             if up and process.poll() is None and short is None:
                 return self
-            code = process.poll()
-            with contextlib.suppress(TimeoutError):
-                stop_process(process, self.stop_timeout_s)
-            self.state_path.unlink(missing_ok=True)
-            reason = log_tail(self.log_path, log_from, lines=3,
-                              skip=lambda line: not any(m in line for m in ("ERROR", "Exception", "Error")))
-            if reason in ("(empty log)", "(no log)"):
-                reason = log_tail(self.log_path, log_from, lines=3)
-            if short is not None:
-                raise self._error(short)
-            if code is not None:
-                raise self._error(f"it exited with code {code} (log {self.log_path}): {reason}")
-            raise self._error(f"it did not answer at {self._base()} within {self.start_timeout_s:g} s "
-                              f"(log {self.log_path}): {reason}")
+            raise self._failed_start(process, log_from, short)
+
+    def _reused(self, state: RegistryState) -> EmbeddedRegistry:
+        """The registry already running here, once it answers; refused when it runs on another port or security."""
+        if self.port is not None and state.port != self.port:
+            raise RegistryProcessError(
+                f"an embedded schema registry already runs in {self.data_dir} on port {state.port}, not "
+                f"{self.port}: stop it first (kprio registry stop --data-dir {self.data_dir})")
+        if (state.scheme, tuple(state.users)) != (self._scheme, tuple(sorted(self._users))):
+            raise RegistryProcessError(
+                f"an embedded schema registry already runs in {self.data_dir} with other security "
+                f"({state.scheme}, users {list(state.users)}): stop it first (kprio registry stop --data-dir "
+                f"{self.data_dir})")
+        self.port = state.port
+        if not wait_for(lambda: answers(self._base(), auth=self._probe_auth()), self.start_timeout_s, interval_s=0.2):
+            raise self._error(f"it runs (pid {state.pid}) but does not answer at {self._base()}")
+        return self
+
+    def _command(self, port: int, jar: Path) -> list[str]:
+        """The registry's java command line: its data in H2 under the data dir, on ``port``, with its security."""
+        database = self.data_dir / DB_DIR / "registry"
+        return [self._java(), *JVM_OPTIONS, *os.environ.get(ENV_JVM_OPTIONS, "").split(),
+                f"-Dkprio.registry.dir={self.data_dir}",
+                f"-Dquarkus.http.host={self.host}", f"-Dquarkus.http.port={port}",
+                f"-Dquarkus.datasource.jdbc.url=jdbc:h2:file:{database};WRITE_DELAY=0",
+                # A small pool: the defaults (20 to 100 connections) are for a shared server.
+                "-Dquarkus.datasource.jdbc.initial-size=2", "-Dquarkus.datasource.jdbc.min-size=2",
+                "-Dquarkus.datasource.jdbc.max-size=16",
+                *self._security_options(port),
+                "-jar", str(jar)]
+
+    def _failed_start(self, process: psutil.Popen, log_from: int, short: str | None) -> RegistryProcessError:
+        """Stop a registry that did not come up (its state forgotten); the error says why, from its log."""
+        code = process.poll()
+        with contextlib.suppress(TimeoutError):
+            stop_process(process, self.stop_timeout_s)
+        self.state_path.unlink(missing_ok=True)
+        reason = log_tail(self.log_path, log_from, lines=3,
+                          skip=lambda line: not any(m in line for m in ("ERROR", "Exception", "Error")))
+        if reason in ("(empty log)", "(no log)"):
+            reason = log_tail(self.log_path, log_from, lines=3)
+        if short is not None:
+            return self._error(short)
+        if code is not None:
+            return self._error(f"it exited with code {code} (log {self.log_path}): {reason}")
+        return self._error(f"it did not answer at {self._base()} within {self.start_timeout_s:g} s "
+                           f"(log {self.log_path}): {reason}")
 
     def _security_options(self, port: int) -> list[str]:
         """The JVM's options of ``tls`` and ``users`` (Quarkus 2.16's names); passwords only as ``${VARIABLE}``."""
