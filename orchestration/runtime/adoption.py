@@ -120,12 +120,8 @@ def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config:
 
     log = log or LOGGER
     files = {topic.name: tables.live_files(config.drain, topic.name) for topic in config.topics}
-    try:
-        snapshots = {topic.name: edge.snapshot(topic, now_ms=int(time.time() * 1000)) for topic in config.topics}
-    except KprioError as err:
-        if ledger.ledger_id not in _WAITING:  # once per ledger: every tick would repeat it
-            _WAITING.add(ledger.ledger_id)
-            log.warning(f"the ledger is new; adopting the committed offsets waits for the broker: {err}")
+    snapshots = _snapshots_or_wait(ledger, edge, config, log)
+    if snapshots is None:
         return None
     number = known_batch_number(known, (b for logical, live in files.items()
                                         for b in tables.batch_ids(config.drain, logical, live)))
@@ -137,24 +133,8 @@ def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config:
 
     adopted, moved, incarnations = [], [], []
     for topic in config.topics:
-        snapshot = snapshots[topic.name]
-        beliefs, moves, was = [], {}, {}
-        for p in snapshot.partitions:
-            mine = [f for f in files[topic.name] if (f.topic, f.partition) == (p.topic, p.partition)]
-            incarnation = max((f.incarnation for f in mine), default=1)
-            end = adopted_end(p.committed, p.log_start, [f.range for f in mine if f.incarnation == incarnation])
-            committed = p.committed if end is None else end
-            if committed is not None:
-                adopted.append(f"{p.topic}[{p.partition}]={committed}")
-            if end is not None:
-                moves[(p.topic, p.partition)] = end
-                was[(p.topic, p.partition)] = p.committed
-                before = "none" if p.committed is None else p.committed
-                moved.append((p.topic, p.partition, before, end))
-            if incarnation > 1:
-                incarnations.append(f"{p.topic}[{p.partition}] incarnation {incarnation}")
-            if end is not None or incarnation > 1:
-                beliefs.append(Belief(p.topic, p.partition, snapshot.topic_ids.get(p.topic), incarnation, committed))
+        beliefs, moves, was = _partitions_adopted(snapshots[topic.name], files[topic.name],
+                                                  adopted, moved, incarnations)
         if moves:
             try:  # forward only: each end is above the group's offset, as the snapshot saw it
                 edge.set_committed(topic, moves, expect=was)
@@ -173,6 +153,46 @@ def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config:
         _tell(log, f"the ledger {ledger!r} is new but an earlier one drained here: {note}",
               adoption_line(number, Counter(topic for topic, *_ in moved), len(incarnations)))
     return note
+
+
+def _snapshots_or_wait(ledger: LedgerPort, edge: Edge, config: KprioConfig, log) -> dict | None:  # noqa: ANN001
+    """Every topic's lag snapshot; None while the broker cannot answer (said once per ledger: every tick would
+    repeat it)."""
+    try:
+        return {topic.name: edge.snapshot(topic, now_ms=int(time.time() * 1000)) for topic in config.topics}
+    except KprioError as err:
+        if ledger.ledger_id not in _WAITING:
+            _WAITING.add(ledger.ledger_id)
+            log.warning(f"the ledger is new; adopting the committed offsets waits for the broker: {err}")
+        return None
+
+
+def _partitions_adopted(snapshot, files: Sequence, adopted: list[str], moved: list[tuple],  # noqa: ANN001
+                        incarnations: list[str]) -> tuple[list[Belief], dict, dict]:
+    """What adopting one topic's partitions takes: (the beliefs to remember, the group's offsets to move forward,
+    what they were). The note's lines go to ``adopted``, ``moved`` and ``incarnations``.
+
+    Only the output of a partition's latest incarnation counts: an earlier log's offsets (a recreated topic) are not
+    this one's.
+    """
+    beliefs, moves, was = [], {}, {}
+    for p in snapshot.partitions:
+        mine = [f for f in files if (f.topic, f.partition) == (p.topic, p.partition)]
+        incarnation = max((f.incarnation for f in mine), default=1)
+        end = adopted_end(p.committed, p.log_start, [f.range for f in mine if f.incarnation == incarnation])
+        committed = p.committed if end is None else end
+        if committed is not None:
+            adopted.append(f"{p.topic}[{p.partition}]={committed}")
+        if end is not None:
+            moves[(p.topic, p.partition)] = end
+            was[(p.topic, p.partition)] = p.committed
+            before = "none" if p.committed is None else p.committed
+            moved.append((p.topic, p.partition, before, end))
+        if incarnation > 1:
+            incarnations.append(f"{p.topic}[{p.partition}] incarnation {incarnation}")
+        if end is not None or incarnation > 1:
+            beliefs.append(Belief(p.topic, p.partition, snapshot.topic_ids.get(p.topic), incarnation, committed))
+    return beliefs, moves, was
 
 
 def _tell(log, said: str, line: str | None) -> None:  # noqa: ANN001 - a logger, Dagster's or the standard one
