@@ -263,18 +263,29 @@ def lag(topic: TopicOption = None, config: ConfigOption = None, as_json: JsonOpt
     opened = Ledger(cfg.ledger.url) if ledger_exists(cfg.ledger.url) else nullcontext()
     with KafkaEdge(cfg.kafka) as edge, opened as ledger:
         if watch:
-            from orchestration.observe.watch import watch_lag  # rich's Live only when watching
-
-            history: dict = {}
-
-            def looked() -> list[dict[str, Any]]:
-                with edge.one_view():
-                    return look(cfg, topics, edge, ledger, with_age=age, now_s=time.time(), history=history)
-
-            watch_lag(looked, interval_s=interval, iterations=iterations)
+            _watch(cfg, topics, edge, ledger, age=age, interval=interval, iterations=iterations)
             return
         with edge.one_view():
             docs = look(cfg, topics, edge, ledger, with_age=age, now_s=time.time())
+    _show(docs, as_json)
+
+
+def _watch(cfg: Any, topics: Any, edge: Any, ledger: Any, *, age: bool, interval: float,
+           iterations: int | None) -> None:
+    """``--watch``: the lag looked at again and redrawn every ``interval`` seconds (each look one view of Kafka)."""
+    from orchestration.observe.watch import watch_lag  # rich's Live only when watching
+
+    history: dict = {}
+
+    def looked() -> list[dict[str, Any]]:
+        with edge.one_view():
+            return look(cfg, topics, edge, ledger, with_age=age, now_s=time.time(), history=history)
+
+    watch_lag(looked, interval_s=interval, iterations=iterations)
+
+
+def _show(docs: list[dict[str, Any]], as_json: bool) -> None:
+    """The lag as JSON (one topic's document alone), or a table per topic with its reasons under it."""
     if as_json:
         print_json(docs[0] if len(docs) == 1 else docs)
         return
