@@ -174,7 +174,6 @@ def workers(settings: Any) -> AbstractContextManager[WorkerPool]:
 def _drain(settings: Any, pool: WorkerPool, *, json_out: bool, until_empty: bool, follow: bool,
            max_batches: int | None, metrics: Any = None) -> None:
     with imports():  # Dagster's: about 1.5 s, while the workers warm up
-        from kprio_core.kafka import KafkaEdge
         from orchestration.cli.outage import outage_lines
         from orchestration.dagster.definitions import build_definitions
         from orchestration.dagster.drain_loop import Until
@@ -206,6 +205,13 @@ def _drain(settings: Any, pool: WorkerPool, *, json_out: bool, until_empty: bool
                            on_batch=show, guard=lambda: stop_on_signals(stop, running), on_start=running.add,
                            on_event=lambda line: say(f"kprio drain: {line}"), workers=pool,
                            on_tick=feed.on_tick if feed is not None else None)
+    _summarize(report, _committed_offsets(settings), json_out=json_out)
+
+
+def _committed_offsets(settings: Any) -> dict[str, dict[str, int | None]]:
+    """Every priority topic's committed offsets after the drain, by topic and partition."""
+    from kprio_core.kafka import KafkaEdge
+
     committed: dict[str, dict[str, int | None]] = {}
     with KafkaEdge(settings.kafka) as edge:
         for logical in settings.topics:
@@ -213,6 +219,11 @@ def _drain(settings: Any, pool: WorkerPool, *, json_out: bool, until_empty: bool
             snap = edge.snapshot(logical, now_ms=0, deleted_ok=set(logical.priority_topics().values()))
             for p in sorted(snap.partitions, key=lambda p: (p.topic, p.partition)):
                 committed.setdefault(p.topic, {})[str(p.partition)] = p.committed
+    return committed
+
+
+def _summarize(report: Any, committed: dict[str, dict[str, int | None]], *, json_out: bool) -> None:
+    """What the drain did, as JSON or one line; a drain that stopped short fails the command."""
     summary = {
         "batches": [b.to_dict() for b in report.batches],
         "records": {str(p): n for p, n in report.records().items()},
