@@ -139,7 +139,7 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
     replace.
     """
     from deltalake import DeltaTable
-    from deltalake.transaction import CommitProperties, Transaction, create_table_with_add_actions
+    from deltalake.transaction import CommitProperties, Transaction
 
     fence = result.attempt if epoch is None else epoch
     chosen = set(ranges) if ranges is not None else {s.range for s in result.ranges if s.failure is None}
@@ -151,18 +151,7 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
         refuse_if_stale(held, fence, result, f"Delta table {uri}")
         return Published(uri, table.version(), (), (), already=True)
     fs, base = filesystem(root)
-    stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
-    prefix = f"{kind}/{result.logical_topic}/"
-    moved: list[tuple[int, str, Any]] = []  # (priority, path in the table, file info)
-    for s in stats:
-        for rel in (f[len(prefix):] for f in s.files if f.startswith(prefix)):
-            priority_dir, _, file_name = rel.partition("/")
-            name = RangeFile.parse(file_name)
-            if name is None:
-                continue
-            target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt, epoch=epoch)}"
-            _move(fs, f"{stage}/{rel}", f"{base}/{result.logical_topic}/{target}")
-            moved.append((s.priority, target, fs.get_file_info(f"{base}/{result.logical_topic}/{target}")))
+    moved = _move_staged(fs, base, result, stats, kind, epoch)
     if table is None and not moved:
         return None
     adds = [_add_action(fs, f"{base}/{result.logical_topic}/{target}", target, priority, info)
@@ -175,15 +164,45 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
     )
     schema = _files_schema(fs, [f"{base}/{result.logical_topic}/{target}" for _, target, _ in moved])
     if table is None:
-        try:
-            create_table_with_add_actions(uri, schema, adds, mode="error", partition_by=["priority"],
-                                          commit_properties=properties)
-            return Published(uri, DeltaTable(uri).version(), tuple(a.path for a in adds), ())
-        except Exception:
-            if not DeltaTable.is_deltatable(uri):
-                raise
-            # Another batch's publish created the table first (two batches in flight): commit to it.
+        created = _create(uri, schema, adds, properties)
+        if created is not None:
+            return created
     return _commit(uri, result, adds, stats, incarnations or {}, properties, schema, fence)
+
+
+def _move_staged(fs: Any, base: str, result: DrainResult, stats: list, kind: str,
+                 epoch: int | None) -> list[tuple[int, str, Any]]:
+    """Move the staged ``kind`` files of ``stats`` into the table's directory under their published names:
+    (priority, path in the table, file info) of each."""
+    stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
+    prefix = f"{kind}/{result.logical_topic}/"
+    moved: list[tuple[int, str, Any]] = []
+    for s in stats:
+        for rel in (f[len(prefix):] for f in s.files if f.startswith(prefix)):
+            priority_dir, _, file_name = rel.partition("/")
+            name = RangeFile.parse(file_name)
+            if name is None:
+                continue
+            target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt, epoch=epoch)}"
+            _move(fs, f"{stage}/{rel}", f"{base}/{result.logical_topic}/{target}")
+            moved.append((s.priority, target, fs.get_file_info(f"{base}/{result.logical_topic}/{target}")))
+    return moved
+
+
+def _create(uri: str, schema: Any, adds: list, properties: Any) -> Published | None:
+    """The table created by this publish's commit; None when another batch's publish created it first (two batches
+    in flight): then this one commits to it."""
+    from deltalake import DeltaTable
+    from deltalake.transaction import create_table_with_add_actions
+
+    try:
+        create_table_with_add_actions(uri, schema, adds, mode="error", partition_by=["priority"],
+                                      commit_properties=properties)
+        return Published(uri, DeltaTable(uri).version(), tuple(a.path for a in adds), ())
+    except Exception:
+        if not DeltaTable.is_deltatable(uri):
+            raise
+        return None
 
 
 def _commit(uri: str, result: DrainResult, adds: list[Any], stats: list[Any], incarnations: Mapping[str, int],
