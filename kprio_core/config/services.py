@@ -6,7 +6,7 @@ import os
 import re
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -188,25 +188,38 @@ class LedgerSettings(Section):
         if backend not in ("sqlite", "postgresql"):
             raise ValueError(f"the batch ledger runs on SQLite or PostgreSQL, not {backend} ({bare_url(parsed)})")
         if backend == "sqlite":
-            database = parsed.database or ""
-            if database in ("", ":memory:") or "mode=memory" in database:
-                raise ValueError(f"{value!r} is a SQLite database in memory, gone when the command ends: name a file, "
-                                 "sqlite:///path/to/ledger.db")
-            a_path(database)
+            _a_sqlite_file(value, parsed.database or "")
         else:
-            unknown = sorted(set(parsed.query) - _libpq_keywords())
-            if unknown:
-                raise ValueError(f"{', '.join(unknown)} is no connection parameter of PostgreSQL's (libpq's) "
-                                 f"({bare_url(parsed)})")
-            sslmode = parsed.query.get("sslmode")
-            if sslmode is not None and sslmode not in _SSLMODES:
-                raise ValueError(f"sslmode={sslmode} is none of libpq's: {', '.join(_SSLMODES)} ({bare_url(parsed)})")
+            _libpq_parameters(parsed)
         try:
             parsed.get_dialect()
         except NoSuchModuleError:
             raise ValueError(f"SQLAlchemy has no driver {parsed.drivername!r}: write sqlite:///path or "
                              "postgresql+psycopg://user@host:5432/db") from None
         return value
+
+
+def _a_sqlite_file(value: str, database: str) -> None:
+    """A SQLite ledger is a file: one in memory would be gone when the command ends."""
+    if database in ("", ":memory:") or "mode=memory" in database:
+        raise ValueError(f"{value!r} is a SQLite database in memory, gone when the command ends: name a file, "
+                         "sqlite:///path/to/ledger.db")
+    a_path(database)
+
+
+def _libpq_parameters(parsed: Any) -> None:
+    """A PostgreSQL URL's query holds libpq's connection parameters only, and an sslmode libpq knows: the driver
+    would refuse any other only when it connects, in words that name no setting (an unknown parameter as an internal
+    error, a wrong sslmode as a database that does not answer)."""
+    from kprio_core.urls import bare_url
+
+    unknown = sorted(set(parsed.query) - _libpq_keywords())
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)} is no connection parameter of PostgreSQL's (libpq's) "
+                         f"({bare_url(parsed)})")
+    sslmode = parsed.query.get("sslmode")
+    if sslmode is not None and sslmode not in _SSLMODES:
+        raise ValueError(f"sslmode={sslmode} is none of libpq's: {', '.join(_SSLMODES)} ({bare_url(parsed)})")
 
 
 _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
