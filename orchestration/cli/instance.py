@@ -88,14 +88,7 @@ def init(home: HomeOption = None, config: ConfigOption = None, postgres_url: Pos
     storage = _storage(postgres_url, postgres_url_env, postgres_password_env)
     text = _yaml(config, storage)
     # Dagster only once the options and the configuration were read: a mistake there is told without its import.
-    from orchestration.dagster.instance import (
-        DAGSTER_YAML,
-        ENV_HOME,
-        dagster_home,
-        open_instance,
-        probe_storage,
-        write_dagster_yaml,
-    )
+    from orchestration.dagster.instance import DAGSTER_YAML, ENV_HOME, dagster_home, probe_storage
     home = (home or dagster_home()).absolute()
     target = home / DAGSTER_YAML
     with using_path("--home", home):
@@ -107,16 +100,34 @@ def init(home: HomeOption = None, config: ConfigOption = None, postgres_url: Pos
         probe_storage(storage, given)  # before anything is written: a storage that does not answer leaves nothing
     db = storage.postgres_db if storage is not None else None
     variable = db.password.env if db is not None and db.password is not None else None
+    before = _write_keeping_the_old(home, target, text)
+    _create_storage(home, target, before, {variable: given} if variable and given else {})
+    typer.echo(f"wrote {target}")
+    if variable and given and not os.environ.get(variable):
+        typer.echo(f"the storage's password is read from {variable} when the instance loads: set it there")
+    typer.echo(f"use it with: export {ENV_HOME}={home}   (then dagster dev, kprio drain, ...)")
+
+
+def _write_keeping_the_old(home: Path, target: Path, text: str) -> bytes | None:
+    """Write dagster.yaml into ``home``, the one it replaces kept as .bak; that one's bytes (None: there was none)."""
+    from orchestration.dagster.instance import DAGSTER_YAML, write_dagster_yaml
+
     with using_path("--home", home, doing="write"):
         home.mkdir(parents=True, exist_ok=True)
         before = target.read_bytes() if target.exists() else None
         if before is not None:
             target.with_name(DAGSTER_YAML + ".bak").write_bytes(before)
         write_dagster_yaml(home, text, force=True)
+    return before
+
+
+def _create_storage(home: Path, target: Path, before: bytes | None, env: dict[str, str]) -> None:
+    """Create the instance's storage, once, under the home's lock (``env``: the password given on the command line);
+    on a failure the dagster.yaml written is taken back (``before``: the one it replaced)."""
+    from orchestration.dagster.instance import ENV_HOME, open_instance
+
     try:
-        # The storage is created now, once, under the home's lock; with the password given on the command line.
-        with _environment({variable: given} if variable and given else {}), \
-                open_instance(env={ENV_HOME: str(home)}):
+        with _environment(env), open_instance(env={ENV_HOME: str(home)}):
             pass
     except BaseException:
         if before is None:
@@ -124,10 +135,6 @@ def init(home: HomeOption = None, config: ConfigOption = None, postgres_url: Pos
         else:
             target.write_bytes(before)
         raise
-    typer.echo(f"wrote {target}")
-    if variable and given and not os.environ.get(variable):
-        typer.echo(f"the storage's password is read from {variable} when the instance loads: set it there")
-    typer.echo(f"use it with: export {ENV_HOME}={home}   (then dagster dev, kprio drain, ...)")
 
 
 @contextlib.contextmanager
