@@ -169,6 +169,11 @@ def burst(
     if as_json:
         print_json(report)
         return
+    _print_burst(report, max_records, window_size, threshold)
+
+
+def _print_burst(report: dict[str, Any], max_records: int, window_size: int, threshold: int) -> None:
+    """The window facts per priority as a table, then who bursts and why."""
     from rich.console import Console
     from rich.table import Table
 
