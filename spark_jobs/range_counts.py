@@ -237,12 +237,7 @@ def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRang
     partition (with ``allow_data_loss``; without it the read failed).
     A row naming a range the plan does not hold is a drain bug: DrainOutputInvalid.
     """
-    by_range: dict[OffsetRange, list[Mapping[str, Any]]] = {p.range: [] for p in ranges}
-    for row in rows:
-        rng = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
-        if rng not in by_range:
-            raise DrainOutputInvalid(f"a drain task reported {rng}, which is not a planned range")
-        by_range[rng].append(row)
+    by_range = _rows_by_range(rows, ranges)
     stats = []
     for planned in ranges:
         rng = planned.range
@@ -250,22 +245,9 @@ def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRang
         present, found = _bits(parts, "offsets", rng.count), _bits(parts, "found", rng.count)
         lost = _lost_bits(rng, parts, (log_bounds or {}).get(rng.topic_partition), found | present)
         written = np.flatnonzero(present)
-        missing = _gaps(rng, found & ~present)
-        failed = next((r for r in parts if r["failure"]), None)
-        failure, error = (failed["failure"], error_of(failed.get("error"))) if failed else (None, None)
-        if failure is None and not parts and rng.count and every_range_reported:
-            failure = f"{rng}: no drain task reported this range"
-            error = ErrorRecord.of(DrainOutputInvalid(failure), where=rng)
-        if failure is None and missing:
-            gap = incomplete_error(rng, missing, "found by the read, missing from the drained output")
-            failure, error = str(gap), ErrorRecord.of(gap, where=rng)
-        if failure is None and lost.any() and not allow_data_loss:
-            gap = incomplete_error(rng, _gaps(rng, lost), "lost before the read")
-            failure, error = str(gap), ErrorRecord.of(gap, where=rng)
-        nulls: dict[str, int] = {}
-        for r in parts:
-            for item in r["nulls"] or ():
-                nulls[item["field"]] = nulls.get(item["field"], 0) + item["count"]
+        failure, error = _range_failure(rng, parts, _gaps(rng, found & ~present), lost,
+                                        allow_data_loss=allow_data_loss, every_range_reported=every_range_reported)
+        nulls = _null_counts(parts)
         stats.append(RangeStats(
             planned.priority, rng,
             output=sum(r["output"] for r in parts), dead=sum(r["dead"] for r in parts), distinct=len(written),
@@ -278,6 +260,46 @@ def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRang
             files=tuple(f for r in parts for f in r["files"] or ()),
         ))
     return tuple(stats)
+
+
+def _rows_by_range(rows: Iterable[Mapping[str, Any]],
+                   ranges: Sequence[PlannedRange]) -> dict[OffsetRange, list[Mapping[str, Any]]]:
+    """The stats rows of each planned range; a row naming a range the plan does not hold is a drain bug."""
+    by_range: dict[OffsetRange, list[Mapping[str, Any]]] = {p.range: [] for p in ranges}
+    for row in rows:
+        rng = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
+        if rng not in by_range:
+            raise DrainOutputInvalid(f"a drain task reported {rng}, which is not a planned range")
+        by_range[rng].append(row)
+    return by_range
+
+
+def _range_failure(rng: OffsetRange, parts: Sequence[Mapping[str, Any]], missing: Any, lost: Any, *,
+                   allow_data_loss: bool, every_range_reported: bool) -> tuple[str | None, ErrorRecord | None]:
+    """Why a range failed (its text and error record), or (None, None); the first that holds of, in order: a task's
+    own failure, no task reporting it (where every range is reported), records found but ``missing`` from the output,
+    records ``lost`` before the read (unless data loss is allowed)."""
+    failed = next((r for r in parts if r["failure"]), None)
+    failure, error = (failed["failure"], error_of(failed.get("error"))) if failed else (None, None)
+    if failure is None and not parts and rng.count and every_range_reported:
+        failure = f"{rng}: no drain task reported this range"
+        error = ErrorRecord.of(DrainOutputInvalid(failure), where=rng)
+    if failure is None and missing:
+        gap = incomplete_error(rng, missing, "found by the read, missing from the drained output")
+        failure, error = str(gap), ErrorRecord.of(gap, where=rng)
+    if failure is None and lost.any() and not allow_data_loss:
+        gap = incomplete_error(rng, _gaps(rng, lost), "lost before the read")
+        failure, error = str(gap), ErrorRecord.of(gap, where=rng)
+    return failure, error
+
+
+def _null_counts(parts: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Null values per field, over every task's rows of a range."""
+    nulls: dict[str, int] = {}
+    for r in parts:
+        for item in r["nulls"] or ():
+            nulls[item["field"]] = nulls.get(item["field"], 0) + item["count"]
+    return nulls
 
 
 def _bits(parts: Sequence[Mapping[str, Any]], column: str, count: int) -> Any:
