@@ -59,6 +59,7 @@ The worked example: commits every 20 s with records waiting, then none for 70 s 
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -381,16 +382,7 @@ def judge_partition(window: PartitionWindow, *, now_s: float, policy: VerdictPol
     seen = window.in_order()
     offsets = commits_of(seen, policy.intervals)
     now = current(seen)
-
-    def verdict(state: LagState, reason: str, span: float | None = None) -> PartitionVerdict:
-        if now is not None and now.held and not now.waits_for_person and state is not LagState.ERR:
-            reason = f"{reason}; held: {now.held}"  # a hold kprio lifts by itself: the rules judged it
-        return PartitionVerdict(
-            window.topic, window.partition, window.priority, state, f"{window.name}: {reason}",
-            lag=None if now is None else now.lag, committed=None if now is None else now.committed,
-            end=None if now is None else now.end,
-            since_commit_s=now_s - offsets[-1].at_s if offsets else None, span_s=span)
-
+    verdict = functools.partial(_verdict, window, now, now_s - offsets[-1].at_s if offsets else None)
     if now is None:  # Burrow returns OK for a partition it cannot judge; so do we, saying so
         return verdict(LagState.OK, "not observed yet" if not seen else "log end not observed yet")
     if now.ahead_of_log:  # difference 7, before the gate: zero lag here is no partition caught up
@@ -424,6 +416,17 @@ def judge_partition(window: PartitionWindow, *, now_s: float, policy: VerdictPol
             return verdict(LagState.WARN, f"the lag at commits did not fall in {offsets[-1].at_s - offsets[0].at_s:.0f} s "
                                           f"({lags[0]} then {lags[-1]} records: the drain does not gain on arrivals)")
     return verdict(LagState.OK, f"draining, {lag} records waiting")
+
+
+def _verdict(window: PartitionWindow, now: Observation | None, since_commit_s: float | None, state: LagState,
+             reason: str, span: float | None = None) -> PartitionVerdict:
+    """A partition's verdict as it reads: its name, then the rule's reason (and a hold the rules judged)."""
+    if now is not None and now.held and not now.waits_for_person and state is not LagState.ERR:
+        reason = f"{reason}; held: {now.held}"  # a hold kprio lifts by itself: the rules judged it
+    return PartitionVerdict(
+        window.topic, window.partition, window.priority, state, f"{window.name}: {reason}",
+        lag=None if now is None else now.lag, committed=None if now is None else now.committed,
+        end=None if now is None else now.end, since_commit_s=since_commit_s, span_s=span)
 
 
 def _moved_back(back: tuple[Observation, Observation], now_s: float) -> str:
