@@ -76,11 +76,7 @@ def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey] | Mapping[T
     isolation = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
     out: dict[TopicPartitionKey, int] = {}
     while todo:
-        asked = list(todo.items())
-        futures = {}
-        for start in range(0, len(asked), LIST_OFFSETS_CHUNK):
-            futures.update(admin.list_offsets(dict(asked[start:start + LIST_OFFSETS_CHUNK]), isolation_level=isolation,
-                                              request_timeout=deadline.left(what)))
+        futures = _ask_in_chunks(admin, todo, isolation, deadline, what)
         again: dict[Any, Any] = {}
         for tp, future in futures.items():
             name = f"{what} ({tp.topic}[{tp.partition}])"
@@ -105,6 +101,17 @@ def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey] | Mapping[T
         if todo:
             time.sleep(RETRY_PAUSE_S)
     return out
+
+
+def _ask_in_chunks(admin: Any, todo: Mapping[Any, Any], isolation: Any, deadline: Deadline, what: str) -> dict:
+    """Send the ListOffsets requests of ``todo``, :data:`LIST_OFFSETS_CHUNK` partitions each, all before any answer
+    is awaited; the future of each partition."""
+    asked = list(todo.items())
+    futures = {}
+    for start in range(0, len(asked), LIST_OFFSETS_CHUNK):
+        futures.update(admin.list_offsets(dict(asked[start:start + LIST_OFFSETS_CHUNK]), isolation_level=isolation,
+                                          request_timeout=deadline.left(what)))
+    return futures
 
 
 def log_starts(admin: Any, partitions: Iterable[TopicPartitionKey], deadline: Deadline) -> dict[TopicPartitionKey, int]:
