@@ -72,14 +72,7 @@ def _compile(schema: Any, names: Names, space: str | None, open_records: tuple) 
         return ("nullable", inner[1], (schema.index("null"), inner))
     kind, logical = schema["type"], schema.get("logicalType")
     if kind in ("record", "error"):
-        full = names.define(schema, space)
-        if id(schema) in open_records:
-            raise Unsupported("a recursive record")
-        fields = [(f["name"], _compile(f["type"], names, full, (*open_records, id(schema)))) for f in
-                  schema["fields"]]
-        import pyarrow as pa
-
-        return ("record", pa.struct([pa.field(n, node[1]) for n, node in fields]), fields)
+        return _compile_record(schema, names, space, open_records)
     if kind == "enum":
         names.define(schema, space)
         return ("enum", arrow_type("string"), list(schema["symbols"]))
@@ -107,6 +100,19 @@ def _compile(schema: Any, names: Names, space: str | None, open_records: tuple) 
             raise Unsupported(f"{logical} on {kind}")
         return ("scaled", arrow_type("long"), (kind, 1000 if logical == "time-millis" else 1))
     return _compile(kind, names, space, open_records)
+
+
+def _compile_record(schema: Any, names: Names, space: str | None, open_records: tuple) -> Node:
+    """The node of a record: its fields' nodes in its own namespace. A record inside itself is refused
+    (``open_records``: the records being compiled around it): its column would have no end."""
+    full = names.define(schema, space)
+    if id(schema) in open_records:
+        raise Unsupported("a recursive record")
+    fields = [(f["name"], _compile(f["type"], names, full, (*open_records, id(schema)))) for f in
+              schema["fields"]]
+    import pyarrow as pa
+
+    return ("record", pa.struct([pa.field(n, node[1]) for n, node in fields]), fields)
 
 
 def resolution(writer: Any, reader: Any, writer_plan: VectorPlan, reader_plan: VectorPlan) -> list | None:
