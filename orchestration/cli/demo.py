@@ -19,7 +19,7 @@ from kprio_core.config import OutputFormat, ValueFormat
 from kprio_core.errors import UsageError
 from kprio_core.extras import OUTPUT_FORMATS, REGISTRY, REPORT, require
 from orchestration.cli.common import JsonOption, print_json
-from orchestration.services.broker_security import Security
+from orchestration.services.broker_security import BrokerSecurity, Security
 
 RecordsOption = Annotated[
     int,
@@ -110,22 +110,15 @@ def demo(
     Example: kprio demo --values avro --format delta
     Example: kprio demo --format iceberg
     """
-    from orchestration.demo import DemoFailed
     from orchestration.demo.layout import DemoLayout
     from orchestration.demo.progress import DemoProgress
     from orchestration.demo.quiet import logs_to
     from orchestration.demo.run import DemoOptions, check_options, cluster_settings, run_demo
     from orchestration.demo.workload import PRIORITIES
-    from orchestration.services.broker_security import BrokerSecurity
 
     cluster = cluster_settings(config)  # a bad --config fails here, before anything starts
-    require(REPORT, "kprio demo's report")  # so do the parts an option needs that are not installed
-    require(OUTPUT_FORMATS[output_format.value].part, output_format.value, where="kprio demo --format")
-    require(REGISTRY if values is DemoValues.AVRO else None, "--values avro", where="kprio demo --values")
-    try:
-        secured = BrokerSecurity(security, mtls)
-    except ValueError as err:
-        raise UsageError(str(err), where="kprio demo --security") from None
+    _require_parts(output_format, values)  # so do the parts an option needs that are not installed
+    secured = _broker_security(security, mtls)
     options = DemoOptions(records=records, data_dir=data_dir, keep_broker=keep_broker, config=config, poison=poison,
                           output_format=output_format, security=secured, values=ValueFormat(values.value))
     check_options(options, cluster, os.environ)  # and options that cannot be together, before the progress bars
@@ -134,6 +127,28 @@ def demo(
     with logs_to(log) as terminal, DemoProgress(PRIORITIES, enabled=not as_json, file=terminal) as progress:
         result = run_demo(options, progress)
     print_result(result, as_json=as_json)
+    _fail_unless_whole(result, data_dir)
+
+
+def _require_parts(output_format: OutputFormat, values: DemoValues) -> None:
+    """The parts the demo needs installed: its report's, the output format's, the registry's for --values avro."""
+    require(REPORT, "kprio demo's report")
+    require(OUTPUT_FORMATS[output_format.value].part, output_format.value, where="kprio demo --format")
+    require(REGISTRY if values is DemoValues.AVRO else None, "--values avro", where="kprio demo --values")
+
+
+def _broker_security(security: Security, mtls: bool) -> BrokerSecurity:
+    """``--security`` and ``--mtls`` as the embedded broker's security; a combination that cannot be: a usage error."""
+    try:
+        return BrokerSecurity(security, mtls)
+    except ValueError as err:
+        raise UsageError(str(err), where="kprio demo --security") from None
+
+
+def _fail_unless_whole(result, data_dir: Path) -> None:  # noqa: ANN001 - DemoResult, imported lazily
+    """After its report, a demo whose drain stopped early or whose conservation check failed fails the command."""
+    from orchestration.demo import DemoFailed
+
     if not result.drain_ok:
         raise DemoFailed(f"the drain stopped early: {result.drain_stopped}", where=str(data_dir))
     if not result.conservation.ok:
