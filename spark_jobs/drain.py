@@ -96,24 +96,7 @@ def drain_batch(
         ordering, lanes, plan.ranges, staging[0], staging[1], config.spark.arrow_batch_records,
         tuple(sorted(plan.incarnations.items())), values, keys,
     )
-    top = max((r.priority for r in plan.ranges), default=0)
-    # Spark gone (a Connect server stopped, a lost gateway): SparkUnavailable. The batch's jobs share the
-    # cores with batches of other priorities draining at once in the scheduler pool of its highest one.
-    native = config.kafka if config.spark.reader is SparkReader.NATIVE else None
-    with spark_boundary(native), priority_pool(spark, top):
-        cores = _parallelism(spark)
-        fused = config.spark.reader is SparkReader.PYTHON and handler_in_read(lanes, splits, cores or 1)
-        record_seconds = None
-        if not splits:
-            rows: list[dict[str, Any]] = []
-        elif fused:
-            from spark_jobs.source import drain_stats
-
-            tasks = drain_tasks(cores, splits)
-            rows = _collect(drain_stats(spark, config, splits, spec, tasks=tasks))
-            record_seconds = _record_seconds(rows, cores, tasks)
-        else:
-            rows = _shuffled(spark, config, plan, spec)
+    rows, fused, record_seconds = _drain_rows(spark, config, plan, spec, splits, lanes)
     # The shuffle path reads in another stage, whose losses (allowed) do not reach the stats rows:
     # what nobody found below the log start or past the log's end is what the log no longer holds.
     bounds = _log_bounds(config, plan) if splits and not fused and config.drain.allow_data_loss else None
@@ -121,6 +104,27 @@ def drain_batch(
                          log_bounds=bounds)
     return DrainResult(batch_id, attempt, topic.name, stats, staging=staging[0], seconds=time.monotonic() - started,
                        record_seconds=record_seconds, reader=config.spark.reader, ordering=ordering, lanes=lanes)
+
+
+def _drain_rows(spark: SparkSession, config: KprioConfig, plan: DrainPlan, spec: DrainSpec,
+                splits: Sequence[PlannedRange], lanes: int) -> tuple[list[dict[str, Any]], bool, float | None]:
+    """The drain's Spark jobs: (the tasks' stats rows, whether the handler ran in the read, its time on records)."""
+    top = max((r.priority for r in plan.ranges), default=0)
+    # Spark gone (a Connect server stopped, a lost gateway): SparkUnavailable. The batch's jobs share the
+    # cores with batches of other priorities draining at once in the scheduler pool of its highest one.
+    native = config.kafka if config.spark.reader is SparkReader.NATIVE else None
+    with spark_boundary(native), priority_pool(spark, top):
+        cores = _parallelism(spark)
+        fused = config.spark.reader is SparkReader.PYTHON and handler_in_read(lanes, splits, cores or 1)
+        if not splits:
+            return [], fused, None
+        if fused:
+            from spark_jobs.source import drain_stats
+
+            tasks = drain_tasks(cores, splits)
+            rows = _collect(drain_stats(spark, config, splits, spec, tasks=tasks))
+            return rows, fused, _record_seconds(rows, cores, tasks)
+        return _shuffled(spark, config, plan, spec), fused, None
 
 
 def _record_seconds(rows: Sequence[dict[str, Any]], cores: int | None, tasks: int | None) -> float | None:
