@@ -269,12 +269,8 @@ def _plan_mode(mode: PlanMode | str, budget: Budget, n: int) -> PlanMode:
 
 
 def _flipkart_grants(
-    snapshot: LagSnapshot,
-    budget: Budget,
-    quotas: Mapping[Priority, int],
-    shares: Mapping[Priority, Share],
-    available: Mapping[Priority, int],
-    history: PollHistory | None,
+    snapshot: LagSnapshot, budget: Budget, quotas: Mapping[Priority, int], shares: Mapping[Priority, Share],
+    available: Mapping[Priority, int], history: PollHistory | None,
 ) -> tuple[dict[Priority, int], Mapping[Priority, int], BurstDecision | None]:
     """``flipkart`` mode: (records granted, the window rule's capacities, the burst) from the poll history."""
     n = snapshot.n_priorities
@@ -298,12 +294,8 @@ def _flipkart_grants(
 
 
 def _lag_aware_grants(
-    snapshot: LagSnapshot,
-    budget: Budget,
-    quotas: Mapping[Priority, int],
-    shares: Mapping[Priority, Share],
-    available: Mapping[Priority, int],
-    objectives: Objectives | None,
+    snapshot: LagSnapshot, budget: Budget, quotas: Mapping[Priority, int], shares: Mapping[Priority, Share],
+    available: Mapping[Priority, int], objectives: Objectives | None,
 ) -> tuple[Mapping[Priority, Share], dict[Priority, int], BurstDecision | None, dict[Priority, str]]:
     """``lag-aware`` mode: (the shares, deadline-ordered where timed; records granted; the burst; why due)."""
     # Order: the minimum share first, so no priority with backlog starves whatever the others

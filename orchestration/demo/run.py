@@ -331,8 +331,12 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
         layout.report.write_text(json.dumps(demo.to_dict(), indent=2))
         return demo
     finally:
-        if not kept:
-            _stop_services(broker, registry, listener)
+        if registry is not None and not kept:
+            listener.stage("stopping the embedded schema registry")
+            registry.stop()
+        if broker is not None and not kept:
+            listener.stage("stopping the embedded Kafka broker")
+            broker.stop()
 
 
 def _embedded_services(options: DemoOptions, layout: DemoLayout, cluster: KafkaSettings | None) -> tuple[Any, Any, Any]:
@@ -368,16 +372,6 @@ def _demo_kafka(broker: Any, cluster: KafkaSettings | None, security: BrokerSecu
     kafka = parse_config({"kafka": {"bootstrap_servers": bootstrap, "client": broker.client_settings(),
                                     "timeout_s": 20.0}}, "the embedded broker").kafka
     return bootstrap, LOGICAL_TOPIC, kafka
-
-
-def _stop_services(broker: Any, registry: Any, listener: DemoListener) -> None:
-    """Stop the embedded services the demo started (the registry first), unless they are kept."""
-    if registry is not None:
-        listener.stage("stopping the embedded schema registry")
-        registry.stop()
-    if broker is not None:
-        listener.stage("stopping the embedded Kafka broker")
-        broker.stop()
 
 
 def _drain_demo(config, layout: DemoLayout, workload: Workload, options: DemoOptions,  # noqa: ANN001
