@@ -185,7 +185,7 @@ def test_a_base_install_plans_and_drains_json_into_parquet(base_env, make_topic,
                                                           tmp_path):
     topic = make_topic(priorities=2, partitions=2, records={1: 40, 0: 60}, schema={"i": "long", "amount": "double"})
     env = kprio_env(topic, planner={"record_budget": 60, "target_batch_s": None})
-    config = child_config(env, tmp_path, child_spark_conf)
+    config = child_config(env, tmp_path, {"master": "local[1]", "conf": child_spark_conf})
     home = tmp_path / "home"
     home.mkdir()
     drain_env = {**base_env, "DAGSTER_HOME": str(home)}

@@ -77,7 +77,7 @@ def test_drain_until_empty_prints_a_json_summary(cli_config, spark):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_two_drains_started_together_drain_every_batch_once_and_report_only_their_own(make_topic, kprio_env, spark,
-                                                                                        child_spark_conf, tmp_path,
+                                                                                        child_spark, tmp_path,
                                                                                         monkeypatch):
     # As a user would: two `kprio drain --until-empty` on one config, one ledger, one Dagster home, at once. Two
     # logical topics, so one tick requests two runs and a process executes the second while the first drains:
@@ -93,7 +93,7 @@ def test_two_drains_started_together_drain_every_batch_once_and_report_only_thei
     produced = {2: 60, 1: 80, 0: 100}
     topics = [make_topic(priorities=3, partitions=2, records=produced) for _ in range(2)]
     env = kprio_env(*topics, planner={"record_budget": 120, "target_batch_s": None})
-    config = child_config(env, tmp_path, child_spark_conf)
+    config = child_config(env, tmp_path, child_spark)
     home = tmp_path / "home"
     home.mkdir()
     err = tmp_path / "drain-child.err"

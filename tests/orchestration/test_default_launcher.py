@@ -29,10 +29,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_run_of_the_default_launcher_drains_checks_and_commits_its_batch(
-        make_topic, kprio_env, tmp_path, spark, child_spark_conf):
+        make_topic, kprio_env, tmp_path, spark, child_spark):
     topic = make_topic(priorities=2, partitions=1, records={1: 10, 0: 20}, schema={"i": "long", "amount": "double"})
     env = kprio_env(topic)
-    config = child_config(env, tmp_path, child_spark_conf)
+    config = child_config(env, tmp_path, child_spark)
     home = tmp_path / "home"
     process_env = {**os.environ, "DAGSTER_HOME": str(home), "KPRIO_CONFIG": str(config), "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-m", "orchestration.cli", "instance", "init", "--home", str(home), "--config",

@@ -77,12 +77,12 @@ def target(how: str, committed: int, high: int) -> int:
 
 @pytest.mark.parametrize("move", MOVES, ids=str)
 def test_a_group_moved_while_a_batch_is_in_flight_converges_and_holds_no_other_priority(
-        move, make_topic, kprio_env, kafka_settings, tmp_path, spark, child_spark_conf):
+        move, make_topic, kprio_env, kafka_settings, tmp_path, spark, child_spark):
     topic = make_topic(priorities=2, partitions=2, records={1: FIRST, 0: FIRST}, schema={"i": "long", "amount": "double"})
     env = kprio_env(topic, planner={"record_budget": 100, "target_batch_s": None},
                     recovery={"lease_s": 60, "backoff_s": 0.2, "backoff_max_s": 1}, spark={"reader": move.reader})
     (tmp_path / "home").mkdir()
-    config = child_config(env, tmp_path, child_spark_conf)
+    config = child_config(env, tmp_path, child_spark)
     finish(config, tmp_path)  # the history a move back re-drains: several committed batches over both priorities
     for p in (1, 0):
         fill(kafka_settings, topic.priority_topic(p), MORE, partitions=2)

@@ -57,12 +57,12 @@ after an outage would not). The drain of what is left takes a few seconds; a loa
 SLOW_BACKOFF = {"lease_s": 15, "backoff_s": 60, "backoff_max_s": 60, "max_attempts": 3}
 
 
-def backlog(make_topic, kprio_env, tmp_path, child_spark_conf, **sections):
+def backlog(make_topic, kprio_env, tmp_path, child_spark, **sections):
     """Two batches of every priority; a child's kprio.yaml for them (``sections`` override its own)."""
     topic = make_topic(priorities=2, partitions=2, records={1: 400, 0: 800}, schema={"i": "long", "amount": "double"})
     env = kprio_env(topic, planner={"record_budget": 600, "target_batch_s": None}, recovery=SLOW_BACKOFF)
     (tmp_path / "home").mkdir()
-    config = child_config(env, tmp_path, child_spark_conf)
+    config = child_config(env, tmp_path, child_spark)
     raw = yaml.safe_load(config.read_text())
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value}
@@ -87,11 +87,11 @@ def assert_done(env, topic) -> None:
 @pytest.mark.parametrize(("fault", "point"), [("outage", "before-kafka-commit"), ("hang", "before-kafka-commit")],
                          ids=["refused-at-commit", "hangs-at-commit"])
 def test_a_broker_outage_heals_under_until_empty_with_no_command_run(
-        make_topic, kprio_env, faulty_kafka, tmp_path, spark, child_spark_conf, fault, point):
+        make_topic, kprio_env, faulty_kafka, tmp_path, spark, child_spark, fault, point):
     """A broker that refuses (down), or hangs (no answer on open connections: its JVM stopped), when the batch
     commits: the commit fails the batch as transient, and it heals. (A hang during the read heals too, tried with
     the point ``before-drain``: the read may also ride it out; left out of the suite for its 40 s.)"""
-    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark_conf,
+    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark,
                                  kafka={"bootstrap_servers": faulty_kafka.bootstrap, "timeout_s": BROKER_TIMEOUT_S})
     proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"{point}:{topic.name}",
                  KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
@@ -156,9 +156,9 @@ def test_a_broker_outage_of_30_s_heals_under_follow(make_topic, kprio_env, fault
 
 
 def test_a_read_only_output_a_person_fixes_heals_under_until_empty_with_no_command_run(
-        make_topic, kprio_env, tmp_path, spark, child_spark_conf):
+        make_topic, kprio_env, tmp_path, spark, child_spark):
     out = tmp_path / "mounted" / "out"
-    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark_conf,
+    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark,
                                  drain={"output_path": str(out)})
     proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"before-publish:{topic.name}",
                  KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
@@ -185,13 +185,13 @@ def test_a_read_only_output_a_person_fixes_heals_under_until_empty_with_no_comma
 
 
 def test_a_sqlite_ledger_made_read_only_a_person_fixes_heals_under_until_empty_with_no_command_run(
-        make_topic, kprio_env, tmp_path, spark, child_spark_conf):
+        make_topic, kprio_env, tmp_path, spark, child_spark):
     """The SQLite ledger's directory turns read-only (a remount, a person's chmod) while the drain publishes, for
     longer than a lease; a person makes it writable again. The drain rides it out, no restart."""
     place = tmp_path / "ledger"
     place.mkdir()
     url = f"sqlite:///{place / 'ledger.db'}"
-    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark_conf, ledger={"url": url})
+    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark, ledger={"url": url})
     proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"before-publish:{topic.name}",
                  KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
     try:

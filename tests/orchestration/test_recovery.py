@@ -36,13 +36,14 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT_S = 420  # a loaded 2-core CI machine: Spark start, several batches
 
 
-def child_config(env, tmp_path: Path, spark_conf: dict[str, str]) -> Path:
-    """The test's kprio.yaml for child processes: one local core each and ``spark_conf`` (the
-    ``child_spark_conf`` fixture's quicker JVM start), so children stay light."""
+def child_config(env, tmp_path: Path, spark: dict) -> Path:
+    """The test's kprio.yaml for child processes, ``spark`` over its Spark settings: the ``child_spark`` fixture's (the
+    children's warm workers are Spark Connect clients of the test session's Spark, so a child starts no JVM), or a
+    local session's (``master`` and ``conf``: ``child_spark``'s quicker JVM start)."""
     raw = env.config.model_dump(mode="json", by_alias=True, exclude={"kafka": {"secrets"}})
-    raw["spark"]["master"] = "local[1]"
     raw["spark"]["conf"].pop("spark.executorEnv.PYTHONPATH", None)
-    raw["spark"]["conf"].update(spark_conf)
+    raw["spark"].update({key: value for key, value in spark.items() if key != "conf"})
+    raw["spark"]["conf"].update(spark.get("conf", {}))
     path = tmp_path / "kprio.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -108,18 +109,18 @@ def make_backlog(make_topic, kprio_env, tmp_path, spark_conf, records: dict[int,
 
 
 @pytest.fixture
-def backlog(request, make_topic, kprio_env, tmp_path, spark, child_spark_conf):
+def backlog(request, make_topic, kprio_env, tmp_path, spark, child_spark):
     """Several batches of every priority: kills at random moments find work in flight. Parquet output, or
     the format an indirect parameter names."""
-    return make_backlog(make_topic, kprio_env, tmp_path, child_spark_conf, {2: 600, 1: 1500, 0: 3000}, 1800,
+    return make_backlog(make_topic, kprio_env, tmp_path, child_spark, {2: 600, 1: 1500, 0: 3000}, 1800,
                         getattr(request, "param", "parquet"))
 
 
 @pytest.fixture
-def two_batches(request, make_topic, kprio_env, tmp_path, spark, child_spark_conf):
+def two_batches(request, make_topic, kprio_env, tmp_path, spark, child_spark):
     """Two batches, each with every priority: the first one in flight, one more after it. Parquet output, or the
     format an indirect parameter names."""
-    return make_backlog(make_topic, kprio_env, tmp_path, child_spark_conf, {2: 200, 1: 500, 0: 1000}, 1000,
+    return make_backlog(make_topic, kprio_env, tmp_path, child_spark, {2: 200, 1: 500, 0: 1000}, 1000,
                         getattr(request, "param", "parquet"))
 
 

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest
 
 
 def test_a_plan_made_before_another_drivers_commit_is_refused_and_nothing_is_lost(
-        make_topic, kprio_env, tmp_path, spark, child_spark_conf):
+        make_topic, kprio_env, tmp_path, spark, child_spark):
     """Driver A takes its lag snapshot (100 records) and stops there; driver B plans, drains, publishes and
     commits all 200 records; A wakes and records its plan from the old snapshot: [0,100). Recorded, that
     batch would publish over B's file of [0,200) and skip its commit as a replay: offsets 100-199 gone.
@@ -33,7 +33,7 @@ def test_a_plan_made_before_another_drivers_commit_is_refused_and_nothing_is_los
     topic = make_topic(priorities=1, partitions=1, records={0: 100}, schema={"i": "long", "amount": "double"})
     env = kprio_env(topic, planner={"record_budget": 10_000, "target_batch_s": None})
     (tmp_path / "home").mkdir()
-    config = child_config(env, tmp_path, child_spark_conf)
+    config = child_config(env, tmp_path, child_spark)
     a = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"after-snapshot:{topic.name}",
               KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
     try:
