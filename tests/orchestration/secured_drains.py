@@ -42,8 +42,9 @@ def drain_to_zero_lag(config: KprioConfig, topic: TopicSettings, records: Mappin
     (folder / "dagster").mkdir(parents=True)
     with dg.instance_for_test(temp_dir=str(folder / "dagster")) as instance:
         report = drain_loop.drain(build_definitions(config), instance)
-    assert report.ok, report.stopped
-    assert report.records() == dict(records)
+    runs = [(b.batch_id, b.state.value, b.success, b.reason) for b in report.batches]
+    assert report.ok, (report.stopped, runs)
+    assert report.records() == dict(records), (report.records(), runs)
     assert {b.state.value for b in report.batches} == {"committed"}
     with KafkaEdge(config.kafka) as edge:
         assert lag(topic, edge) == dict.fromkeys(range(topic.priorities - 1, -1, -1), 0)

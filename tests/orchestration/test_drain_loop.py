@@ -41,3 +41,17 @@ def test_drain_to_empty_conserves_every_offset(make_topic, kprio_env, dagster_in
     history = env.ledger.samples.poll_history(topic.name, 3, 6, 4)
     for p in range(3):
         assert history.counts(p) == [b.drain.written_by_priority().get(p, 0) for b in reversed(batches)][-6:]
+
+
+def test_a_run_that_fails_before_it_takes_its_batch_stops_the_drain_not_ok_naming_the_batch(
+        make_topic, kprio_env, dagster_instance):
+    """A run that fails before it starts (here Dagster refuses its run config) leaves its batch planned, and the
+    next tick's run would fail alike: the drain does not say "no backlog left" while that batch holds it."""
+    topic = make_topic(priorities=2, partitions=1, records={1: 5, 0: 5})
+    env = kprio_env(topic)
+
+    report = drain_loop.drain(env.defs, dagster_instance, log_level="NOT-A-LEVEL")
+
+    assert not report.ok
+    assert "b-000001 is still planned: its run" in report.stopped and "failed before it took it" in report.stopped
+    assert env.ledger.batches.get("b-000001").state.value == "planned"

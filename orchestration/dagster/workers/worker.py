@@ -54,6 +54,17 @@ LOGGER = logging.getLogger("kprio.worker")
 MIB = 1024 * 1024
 
 
+def export_secrets(config: Any) -> None:
+    """Put the Kafka secrets of ``config`` (a :class:`ByConfig` run's) in this worker's environment: its Dagster
+    resource reads each as a ``dg.EnvVar`` of its ``KPRIO_KAFKA_*`` variable, and the driver that handed the
+    configuration over may hold secrets its environment did not give (a configuration parsed with ``env=``), or
+    have started this worker before they were set. They stay in this private process's memory."""
+    from kprio_core.config.environment import setting_variable
+
+    secrets = config.kafka.secrets.items()
+    os.environ.update({setting_variable(name): value.get_secret_value() for name, value in secrets})
+
+
 def family_rss_mib(pid: int | None = None) -> float:
     """Resident memory of a process and every process it started (a worker: its Spark JVM, the JVM's Python workers)."""
     root = psutil.Process(pid)
@@ -152,6 +163,7 @@ class Worker:
         from orchestration.dagster.run_logs import logged_job
 
         if self._defs is None or self._defs[0] != source.config:
+            export_secrets(source.config)
             self._defs = (source.config, build_definitions(source.config, spark=self.provider))
         return dagster_api.in_memory(logged_job(self._defs[1], source.job_name))
 
