@@ -52,8 +52,6 @@ class TopicJudgement:
     def verdict(self, priority: Priority) -> PriorityVerdict | None:
         return next((v for v in self.verdicts if v.priority == priority), None)
 
-    def freshness_of(self, priority: Priority) -> FreshnessResult | None:
-        return next((r for r in self.freshness if r.priority == priority), None)
 
 
 def verdict_policy(config: KprioConfig) -> VerdictPolicy:
