@@ -12,19 +12,8 @@ does after a tick (tick again, when, or stop and why).
 
 A batch's states are :class:`kprio_core.model.states.BatchState` and the one table of allowed moves is
 :data:`kprio_core.model.states.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
-failed and committed go back to planned only through retry and replay). Who may move each:
-
-- **recorded (-> planned)**: the tick (:mod:`kprio_core.lifecycle.tick` decides a
-  :class:`RecordPlan`; the driver's applier records it), or the manual ``plan_batch_job``;
-- **planned -> drained -> checked -> committed, -> failed**: only the run of the batch that holds
-  its lease (the run's decision; the batch runtime carries it out), after the tick launched it;
-- **failed -> planned (retry)**: the run launched by the tick's :class:`Launch` (why ``retry``), or
-  a person's ``kprio retry``;
-- **in flight, next attempt (resume; the state stays)**: the run launched after the tick found the run
-  before it dead (:class:`FailDeadRun`, then a :class:`Launch` why ``resume``);
-- **committed -> planned (re-drain)**: a run the tick launched after the group moved back
-  (why ``redrain``; only the ranges the move touched, split off into a batch of their own when the
-  batch has others), or a person's re-drain (a backfill, ``kprio retry``).
+failed and committed go back to planned only through retry and replay). Who may move each, and
+through which ledger method: docs/architecture.md, "Who may move each".
 
 Nothing in this package reads the ledger, the broker, an orchestrator or the clock: drivers gather
 the inputs once (:class:`TickInputs`) and carry out the decision's actions (``orchestration.runtime``).
