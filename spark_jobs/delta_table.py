@@ -138,7 +138,7 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
     and checked again). None when the attempt staged no file of this kind and the table has nothing to
     replace.
     """
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, Schema
     from deltalake.transaction import CommitProperties, Transaction
 
     fence = result.attempt if epoch is None else epoch
@@ -162,7 +162,8 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
         max_commit_retries=0,  # a commit on the version the check read, or none: conflicts are read again here
         app_transactions=[Transaction(app_id(result.batch_id), fence)],
     )
-    schema = _files_schema(fs, [f"{base}/{result.logical_topic}/{target}" for _, target, _ in moved])
+    paths = [f"{base}/{result.logical_topic}/{target}" for _, target, _ in moved]
+    schema = Schema.from_arrow(files_schema(fs, paths)) if paths else None
     if table is None:
         created = _create(uri, schema, adds, properties)
         if created is not None:
@@ -260,17 +261,16 @@ def _add_action(fs: Any, path: str, rel: str, priority: int, info: Any) -> Any:
                      json.dumps({"numRecords": rows}))
 
 
-def _files_schema(fs: Any, paths: list[str]) -> Any:
-    """The Delta schema of the files a publish adds (their Parquet schemas unified); None for no file."""
+def files_schema(fs: Any, paths: list[str]) -> Any:
+    """The Arrow schema of the files a publish adds (their Parquet schemas unified, metadata left out)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from deltalake import Schema
 
     schemas = []
     for path in paths:
         with fs.open_input_file(path) as f:
             schemas.append(pq.read_schema(f).remove_metadata())
-    return Schema.from_arrow(pa.unify_schemas(schemas)) if schemas else None
+    return pa.unify_schemas(schemas)
 
 
 def _delta_type(field: Any) -> Any:

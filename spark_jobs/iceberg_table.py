@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import DrainResult
-from spark_jobs.delta_table import published_name
+from spark_jobs.delta_table import files_schema, published_name
 from spark_jobs.iceberg_catalog import (  # the table as kprio finds and reads it
     ATTEMPT_KEY,
     BATCH_KEY,
@@ -231,7 +231,7 @@ def publish(settings: IcebergSettings, result: DrainResult, *, root: str, kind: 
     if table is None and not moved:
         return None
     if table is None:
-        table = _create(settings, kind, result.logical_topic, root, _files_schema(fs, moved))
+        table = _create(settings, kind, result.logical_topic, root, files_schema(fs, moved))
     properties = {BATCH_KEY: result.batch_id, ATTEMPT_KEY: str(result.attempt), EPOCH_KEY: str(fence),
                   RANGES_KEY: json.dumps([str(s.range) for s in stats]), **(summary or {})}
     return _commit(settings, kind, result, fs, base, moved, stats, incarnations or {}, properties, fence, name)
@@ -250,14 +250,14 @@ def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, 
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     uris = [_uri(fs, path) for path in moved]
-    files_schema = _files_schema(fs, moved) if moved else None
+    incoming = files_schema(fs, moved) if moved else None
     for tries in range(COMMIT_RETRIES):
         table = load(settings, kind, result.logical_topic)
         held = held_epoch(table, result.batch_id)
         if held is not None and held >= fence:
             refuse_if_stale(held, fence, result, f"Iceberg table {name}")
             return Published(name, table.metadata.current_snapshot_id, (), (), already=True)
-        if files_schema is not None and _evolve(table, files_schema, result):
+        if incoming is not None and _evolve(table, incoming, result):
             continue  # the schema changed in a commit of its own: commit on the new state
         keys = {s.range: water_key(s.range, incarnations) for s in stats}
         water = high_water(table)
@@ -346,18 +346,6 @@ def _overlapping(table: Any, fs: Any, base: str, logical_topic: str, stats: Iter
 
         kept += [_uri(fs, path) for _, path, _ in keep_outside(fs, source, pieces, target_of)]
     return removes, kept, water
-
-
-def _files_schema(fs: Any, paths: list[str]) -> Any:
-    """The Arrow schema of the files (their Parquet schemas unified, metadata left out)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    schemas = []
-    for path in paths:
-        with fs.open_input_file(path) as f:
-            schemas.append(pq.read_schema(f).remove_metadata())
-    return pa.unify_schemas(schemas)
 
 
 def type_text(kind: Any) -> str:
