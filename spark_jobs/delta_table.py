@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,22 +171,28 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
     return _commit(uri, result, adds, stats, incarnations or {}, properties, schema, fence)
 
 
-def _move_staged(fs: Any, base: str, result: DrainResult, stats: list, kind: str,
-                 epoch: int | None) -> list[tuple[int, str, Any]]:
-    """Move the staged ``kind`` files of ``stats`` into the table's directory under their published names:
-    (priority, path in the table, file info) of each."""
+def staged_files(base: str, result: DrainResult, stats: list,
+                 kind: str) -> Iterator[tuple[Any, str, str, RangeFile]]:
+    """The staged ``kind`` files of ``stats``: (its stats, staged path, priority directory, name) of each."""
     stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
     prefix = f"{kind}/{result.logical_topic}/"
-    moved: list[tuple[int, str, Any]] = []
     for s in stats:
         for rel in (f[len(prefix):] for f in s.files if f.startswith(prefix)):
             priority_dir, _, file_name = rel.partition("/")
             name = RangeFile.parse(file_name)
-            if name is None:
-                continue
-            target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt, epoch=epoch)}"
-            _move(fs, f"{stage}/{rel}", f"{base}/{result.logical_topic}/{target}")
-            moved.append((s.priority, target, fs.get_file_info(f"{base}/{result.logical_topic}/{target}")))
+            if name is not None:
+                yield s, f"{stage}/{rel}", priority_dir, name
+
+
+def _move_staged(fs: Any, base: str, result: DrainResult, stats: list, kind: str,
+                 epoch: int | None) -> list[tuple[int, str, Any]]:
+    """Move the staged ``kind`` files of ``stats`` into the table's directory under their published names:
+    (priority, path in the table, file info) of each."""
+    moved: list[tuple[int, str, Any]] = []
+    for s, source, priority_dir, name in staged_files(base, result, stats, kind):
+        target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt, epoch=epoch)}"
+        _move(fs, source, f"{base}/{result.logical_topic}/{target}")
+        moved.append((s.priority, target, fs.get_file_info(f"{base}/{result.logical_topic}/{target}")))
     return moved
 
 

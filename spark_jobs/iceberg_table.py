@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import DrainResult
-from spark_jobs.delta_table import files_schema, published_name
+from spark_jobs.delta_table import files_schema, published_name, staged_files
 from spark_jobs.iceberg_catalog import (  # the table as kprio finds and reads it
     ATTEMPT_KEY,
     BATCH_KEY,
@@ -73,7 +73,7 @@ from spark_jobs.iceberg_catalog import (  # the table as kprio finds and reads i
     location,
     parse_data_file,
 )
-from spark_jobs.layout import RangeFile, filesystem, staging_dir
+from spark_jobs.layout import RangeFile, filesystem
 from spark_jobs.tables import refuse_if_stale
 
 if TYPE_CHECKING:
@@ -216,18 +216,11 @@ def publish(settings: IcebergSettings, result: DrainResult, *, root: str, kind: 
         refuse_if_stale(held, fence, result, f"Iceberg table {name}")
         return Published(name, table.metadata.current_snapshot_id, (), (), already=True)
     fs, base = filesystem(root)
-    stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
-    prefix = f"{kind}/{result.logical_topic}/"
     table_dir = f"{base}/{result.logical_topic}/data"
     moved: list[str] = []
-    for s in stats:
-        for rel in (f[len(prefix):] for f in s.files if f.startswith(prefix)):
-            priority_dir, _, file_name = rel.partition("/")
-            range_name = RangeFile.parse(file_name)
-            if range_name is None:
-                continue
-            target = f"{table_dir}/{priority_dir}/{published_name(range_name, result.batch_id, result.attempt, epoch=fence)}"
-            moved += _split_by_time(fs, f"{stage}/{rel}", target, settings.time_partition.value)
+    for _, source, priority_dir, range_name in staged_files(base, result, stats, kind):
+        published = published_name(range_name, result.batch_id, result.attempt, epoch=fence)
+        moved += _split_by_time(fs, source, f"{table_dir}/{priority_dir}/{published}", settings.time_partition.value)
     if table is None and not moved:
         return None
     if table is None:
