@@ -1,14 +1,7 @@
 """The life of a batch, as pure rules: what a tick decides, what a run of a batch does, and who may move it.
 
-Three modules decide, one per moment of a batch's life: :mod:`kprio_core.lifecycle.tick`, what a
-tick (the Dagster sensor, ``kprio drain``) does for one logical topic (heal, launch, plan, wait),
-and :mod:`kprio_core.lifecycle.run`, what one run of a batch does given the ledger and its lease
-(drain, re-drain, take over, commit only, wait, nothing, fail); :mod:`kprio_core.lifecycle.outcome`
-decides what follows a run's drain, its checks and its commit (go on, split off, fail whole, publish,
-mark committed, transient or not), for a replay too; :mod:`kprio_core.lifecycle.run_machine` is the order of a
-run's stages, which the runtime executes. :mod:`kprio_core.lifecycle.log_rules` holds the tick's rules about
-changes of the log kprio did not make. :mod:`kprio_core.lifecycle.loop` decides what ``kprio drain``'s loop
-does after a tick (tick again, when, or stop and why).
+Which module holds which rules (the tick's, the run's, what follows a drain, the log's, the loop's):
+docs/architecture.md, "kprio_core/lifecycle: the rules of a batch's life".
 
 A batch's states are :class:`kprio_core.model.states.BatchState` and the one table of allowed moves is
 :data:`kprio_core.model.states.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
