@@ -227,10 +227,10 @@ def publish(settings: IcebergSettings, result: DrainResult, *, root: str, kind: 
         table = _create(settings, kind, result.logical_topic, root, files_schema(fs, moved))
     properties = {BATCH_KEY: result.batch_id, ATTEMPT_KEY: str(result.attempt), EPOCH_KEY: str(fence),
                   RANGES_KEY: json.dumps([str(s.range) for s in stats]), **(summary or {})}
-    return _commit(settings, kind, result, fs, base, moved, stats, incarnations or {}, properties, fence, name)
+    return _commit(settings, kind, result, fs, moved, stats, incarnations or {}, properties, fence, name)
 
 
-def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, base: str, moved: list[str],
+def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, moved: list[str],
             stats: list[Any], incarnations: Mapping[str, int], properties: dict[str, str], fence: int,
             name: str) -> Published | None:
     """Commit the moved files, the removes of what they replace and the rows kept of what they overlap.
@@ -257,7 +257,7 @@ def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, 
         if water is not None and all(r.start >= water.get(key, 0) for r, key in keys.items()):
             removes, kept = [], []  # nothing live reaches into the published ranges: nothing to replace
         else:
-            removes, kept, water = _overlapping(table, fs, base, result.logical_topic, stats, set(uris), incarnations)
+            removes, kept, water = _overlapping(table, fs, stats, set(uris), incarnations)
         if not uris and not removes:
             return None
         for r, key in keys.items():
@@ -296,7 +296,7 @@ def high_water(table: Any) -> dict[str, int] | None:
     return None if text is None else {k: int(v) for k, v in json.loads(text).items()}
 
 
-def _overlapping(table: Any, fs: Any, base: str, logical_topic: str, stats: Iterable[Any], keep: set[str],
+def _overlapping(table: Any, fs: Any, stats: Iterable[Any], keep: set[str],
                  incarnations: Mapping[str, int]) -> tuple[list[Any], list[str], dict[str, int]]:
     """The table's live data files overlapping a published range (same priority, incarnation), the files of the
     rows such a file holds outside the published ranges (:func:`spark_jobs.keep_rows.keep_outside`), and the high
