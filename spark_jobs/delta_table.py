@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,7 +138,7 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
     and checked again). None when the attempt staged no file of this kind and the table has nothing to
     replace.
     """
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, Schema
     from deltalake.transaction import CommitProperties, Transaction
 
     fence = result.attempt if epoch is None else epoch
@@ -162,7 +162,8 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
         max_commit_retries=0,  # a commit on the version the check read, or none: conflicts are read again here
         app_transactions=[Transaction(app_id(result.batch_id), fence)],
     )
-    schema = _files_schema(fs, [f"{base}/{result.logical_topic}/{target}" for _, target, _ in moved])
+    paths = [f"{base}/{result.logical_topic}/{target}" for _, target, _ in moved]
+    schema = Schema.from_arrow(files_schema(fs, paths)) if paths else None
     if table is None:
         created = _create(uri, schema, adds, properties)
         if created is not None:
@@ -170,22 +171,28 @@ def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[Offse
     return _commit(uri, result, adds, stats, incarnations or {}, properties, schema, fence)
 
 
-def _move_staged(fs: Any, base: str, result: DrainResult, stats: list, kind: str,
-                 epoch: int | None) -> list[tuple[int, str, Any]]:
-    """Move the staged ``kind`` files of ``stats`` into the table's directory under their published names:
-    (priority, path in the table, file info) of each."""
+def staged_files(base: str, result: DrainResult, stats: list,
+                 kind: str) -> Iterator[tuple[Any, str, str, RangeFile]]:
+    """The staged ``kind`` files of ``stats``: (its stats, staged path, priority directory, name) of each."""
     stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
     prefix = f"{kind}/{result.logical_topic}/"
-    moved: list[tuple[int, str, Any]] = []
     for s in stats:
         for rel in (f[len(prefix):] for f in s.files if f.startswith(prefix)):
             priority_dir, _, file_name = rel.partition("/")
             name = RangeFile.parse(file_name)
-            if name is None:
-                continue
-            target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt, epoch=epoch)}"
-            _move(fs, f"{stage}/{rel}", f"{base}/{result.logical_topic}/{target}")
-            moved.append((s.priority, target, fs.get_file_info(f"{base}/{result.logical_topic}/{target}")))
+            if name is not None:
+                yield s, f"{stage}/{rel}", priority_dir, name
+
+
+def _move_staged(fs: Any, base: str, result: DrainResult, stats: list, kind: str,
+                 epoch: int | None) -> list[tuple[int, str, Any]]:
+    """Move the staged ``kind`` files of ``stats`` into the table's directory under their published names:
+    (priority, path in the table, file info) of each."""
+    moved: list[tuple[int, str, Any]] = []
+    for s, source, priority_dir, name in staged_files(base, result, stats, kind):
+        target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt, epoch=epoch)}"
+        _move(fs, source, f"{base}/{result.logical_topic}/{target}")
+        moved.append((s.priority, target, fs.get_file_info(f"{base}/{result.logical_topic}/{target}")))
     return moved
 
 
@@ -260,17 +267,16 @@ def _add_action(fs: Any, path: str, rel: str, priority: int, info: Any) -> Any:
                      json.dumps({"numRecords": rows}))
 
 
-def _files_schema(fs: Any, paths: list[str]) -> Any:
-    """The Delta schema of the files a publish adds (their Parquet schemas unified); None for no file."""
+def files_schema(fs: Any, paths: list[str]) -> Any:
+    """The Arrow schema of the files a publish adds (their Parquet schemas unified, metadata left out)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from deltalake import Schema
 
     schemas = []
     for path in paths:
         with fs.open_input_file(path) as f:
             schemas.append(pq.read_schema(f).remove_metadata())
-    return Schema.from_arrow(pa.unify_schemas(schemas)) if schemas else None
+    return pa.unify_schemas(schemas)
 
 
 def _delta_type(field: Any) -> Any:

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import DrainResult
-from spark_jobs.delta_table import published_name
+from spark_jobs.delta_table import files_schema, published_name, staged_files
 from spark_jobs.iceberg_catalog import (  # the table as kprio finds and reads it
     ATTEMPT_KEY,
     BATCH_KEY,
@@ -73,7 +73,7 @@ from spark_jobs.iceberg_catalog import (  # the table as kprio finds and reads i
     location,
     parse_data_file,
 )
-from spark_jobs.layout import RangeFile, filesystem, staging_dir
+from spark_jobs.layout import RangeFile, filesystem
 from spark_jobs.tables import refuse_if_stale
 
 if TYPE_CHECKING:
@@ -216,28 +216,21 @@ def publish(settings: IcebergSettings, result: DrainResult, *, root: str, kind: 
         refuse_if_stale(held, fence, result, f"Iceberg table {name}")
         return Published(name, table.metadata.current_snapshot_id, (), (), already=True)
     fs, base = filesystem(root)
-    stage = f"{staging_dir(base, result.batch_id, result.attempt)}/{result.logical_topic}"
-    prefix = f"{kind}/{result.logical_topic}/"
     table_dir = f"{base}/{result.logical_topic}/data"
     moved: list[str] = []
-    for s in stats:
-        for rel in (f[len(prefix):] for f in s.files if f.startswith(prefix)):
-            priority_dir, _, file_name = rel.partition("/")
-            range_name = RangeFile.parse(file_name)
-            if range_name is None:
-                continue
-            target = f"{table_dir}/{priority_dir}/{published_name(range_name, result.batch_id, result.attempt, epoch=fence)}"
-            moved += _split_by_time(fs, f"{stage}/{rel}", target, settings.time_partition.value)
+    for _, source, priority_dir, range_name in staged_files(base, result, stats, kind):
+        published = published_name(range_name, result.batch_id, result.attempt, epoch=fence)
+        moved += _split_by_time(fs, source, f"{table_dir}/{priority_dir}/{published}", settings.time_partition.value)
     if table is None and not moved:
         return None
     if table is None:
-        table = _create(settings, kind, result.logical_topic, root, _files_schema(fs, moved))
+        table = _create(settings, kind, result.logical_topic, root, files_schema(fs, moved))
     properties = {BATCH_KEY: result.batch_id, ATTEMPT_KEY: str(result.attempt), EPOCH_KEY: str(fence),
                   RANGES_KEY: json.dumps([str(s.range) for s in stats]), **(summary or {})}
-    return _commit(settings, kind, result, fs, base, moved, stats, incarnations or {}, properties, fence, name)
+    return _commit(settings, kind, result, fs, moved, stats, incarnations or {}, properties, fence, name)
 
 
-def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, base: str, moved: list[str],
+def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, moved: list[str],
             stats: list[Any], incarnations: Mapping[str, int], properties: dict[str, str], fence: int,
             name: str) -> Published | None:
     """Commit the moved files, the removes of what they replace and the rows kept of what they overlap.
@@ -250,21 +243,21 @@ def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, 
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     uris = [_uri(fs, path) for path in moved]
-    files_schema = _files_schema(fs, moved) if moved else None
+    incoming = files_schema(fs, moved) if moved else None
     for tries in range(COMMIT_RETRIES):
         table = load(settings, kind, result.logical_topic)
         held = held_epoch(table, result.batch_id)
         if held is not None and held >= fence:
             refuse_if_stale(held, fence, result, f"Iceberg table {name}")
             return Published(name, table.metadata.current_snapshot_id, (), (), already=True)
-        if files_schema is not None and _evolve(table, files_schema, result):
+        if incoming is not None and _evolve(table, incoming, result):
             continue  # the schema changed in a commit of its own: commit on the new state
         keys = {s.range: water_key(s.range, incarnations) for s in stats}
         water = high_water(table)
         if water is not None and all(r.start >= water.get(key, 0) for r, key in keys.items()):
             removes, kept = [], []  # nothing live reaches into the published ranges: nothing to replace
         else:
-            removes, kept, water = _overlapping(table, fs, base, result.logical_topic, stats, set(uris), incarnations)
+            removes, kept, water = _overlapping(table, fs, stats, set(uris), incarnations)
         if not uris and not removes:
             return None
         for r, key in keys.items():
@@ -303,7 +296,7 @@ def high_water(table: Any) -> dict[str, int] | None:
     return None if text is None else {k: int(v) for k, v in json.loads(text).items()}
 
 
-def _overlapping(table: Any, fs: Any, base: str, logical_topic: str, stats: Iterable[Any], keep: set[str],
+def _overlapping(table: Any, fs: Any, stats: Iterable[Any], keep: set[str],
                  incarnations: Mapping[str, int]) -> tuple[list[Any], list[str], dict[str, int]]:
     """The table's live data files overlapping a published range (same priority, incarnation), the files of the
     rows such a file holds outside the published ranges (:func:`spark_jobs.keep_rows.keep_outside`), and the high
@@ -346,18 +339,6 @@ def _overlapping(table: Any, fs: Any, base: str, logical_topic: str, stats: Iter
 
         kept += [_uri(fs, path) for _, path, _ in keep_outside(fs, source, pieces, target_of)]
     return removes, kept, water
-
-
-def _files_schema(fs: Any, paths: list[str]) -> Any:
-    """The Arrow schema of the files (their Parquet schemas unified, metadata left out)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    schemas = []
-    for path in paths:
-        with fs.open_input_file(path) as f:
-            schemas.append(pq.read_schema(f).remove_metadata())
-    return pa.unify_schemas(schemas)
 
 
 def type_text(kind: Any) -> str:

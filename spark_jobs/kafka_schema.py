@@ -1,13 +1,11 @@
 """The row shape of a Kafka record, as Spark's own Kafka source defines it.
 
 ``timestampType`` follows Kafka's ``TimestampType.id`` (0 = CreateTime, 1 = LogAppendTime,
--1 = none); confluent-kafka numbers them one higher, hence :func:`spark_timestamp_type`.
+-1 = none); confluent-kafka numbers them one higher (range_reader.py subtracts one).
 ``headers`` is null for a record without headers (as Spark's source with ``includeHeaders``).
 
 >>> KAFKA_COLUMNS
 ('key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType', 'headers')
->>> [spark_timestamp_type(t) for t in (0, 1, 2)]
-[-1, 0, 1]
 """
 
 from __future__ import annotations
@@ -19,17 +17,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
-
-KAFKA_DDL = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
-)
-
-
-def spark_timestamp_type(confluent_type: int) -> int:
-    """confluent-kafka's TIMESTAMP_* constant -> Kafka's TimestampType id used by Spark."""
-    return confluent_type - 1
-
 
 def kafka_struct() -> StructType:
     """The Spark schema of Spark's Kafka source (every field nullable, as there)."""

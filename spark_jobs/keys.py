@@ -1,25 +1,12 @@
 """Record keys decoded per topic (``topics[].key_format``) into one more column, ``decoded_key``, beside the raw key.
 
-The raw ``key`` column (bytes, as Kafka holds them) is never changed: key lanes hash it, the dead letters keep it,
-and a topic with ``key_format: raw`` (the default) has no other key column, exactly as before. Any other format adds
-the ``decoded_key`` column to the output, after the value's columns:
-
-- ``string``: the key as UTF-8 text (kind ``string``), as Kafka's ``StringSerializer`` writes it;
-- ``avro``, ``protobuf``, ``json_schema``: the key in the schema registry's wire format, decoded by the values'
-  decoders (:mod:`kprio_core.values`: a writer's schema fetched once per schema id per executor, the latest version
-  of each priority topic's key subject, ``<topic>-key`` by default, as the reader's schema, read once per batch on
-  the driver): a ``struct<...>`` of the key schema's fields (an Avro record's, a Protobuf message's, a JSON Schema
-  object's properties), or, for an Avro key schema that is not a record (a ``string``, a ``long``, an enum...),
-  that one value's kind (read as a record of one field: :func:`kprio_core.values.avro.as_record`). When the
-  registry has no key subject of any topic of the batch, the batch has no ``decoded_key`` column (its keys are
-  dead letters).
-
-Decoding runs in the drain task on the handler's answer (:meth:`KeyDecoder.apply`), whatever the handler: a user's
-handler neither sees nor has to give ``decoded_key``. A null key is a null ``decoded_key`` and no error
-(``quality.null_keys`` says whether it is valid). A key that does not decode makes its record a dead letter:
-``key: <why>`` in its ``error``, after the value's own reason when the value is bad too. A registry that cannot be
-reached raises :class:`~kprio_core.errors.SchemaRegistryUnavailable` (transient: the batch waits, no record is
-blamed), as for values.
+What each format gives and what becomes of a key that does not decode: docs/configuration.md, "Keys
+(``key_format``)". Here: the raw ``key`` column is never changed (key lanes hash it, the dead letters keep it);
+the registry formats use the values' decoders (:mod:`kprio_core.values`), each priority topic's key subject's
+latest version read once per batch on the driver, an Avro key schema that is not a record read as a record of
+one field (:func:`kprio_core.values.avro.as_record`). Decoding runs in the drain task on the handler's answer
+(:meth:`KeyDecoder.apply`), whatever the handler; a registry that cannot be reached raises
+:class:`~kprio_core.errors.SchemaRegistryUnavailable` (transient: the batch waits, no record is blamed).
 
 >>> from kprio_core.config import KprioConfig, TopicSettings
 >>> keys = key_decoding(KprioConfig(), TopicSettings(name="o", key_format="string"), ())

@@ -3,21 +3,10 @@
 One module per group of sections (``kafka``, ``topics``, ``planning``, ``drain``, ``services``, ``operate``), the whole
 in ``kprio_config``, reading and errors in ``load``; every public name is here too, where its users import it.
 
-Where it comes from, first match wins: ``--config PATH``, ``$KPRIO_CONFIG``, ``./kprio.yaml``,
-else the built-in defaults (one demo topic on the embedded broker). Environment overrides:
-
-- ``KPRIO_BOOTSTRAP_SERVERS`` replaces ``kafka.bootstrap_servers``; ``KPRIO_KAFKA_TIMEOUT_S``
-  replaces ``kafka.timeout_s``;
-- ``KPRIO_KAFKA_<SETTING>`` sets any Kafka client setting, ``_`` read as ``.``
-  (``KPRIO_KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL`` -> ``sasl.oauthbearer.token.endpoint.url``).
-  The settings of :data:`SECRET_SETTINGS` go to ``kafka.secrets`` and are accepted **only** from
-  the environment: a secret in the file is an error naming the variable to use. They are held as
-  ``SecretStr`` so no repr, log line, error or Dagster metadata ever shows them. Every other
-  setting goes to ``kafka.client`` and may be written in the file as well.
-- ``KPRIO_LEDGER_PASSWORD`` is the password of a PostgreSQL ledger: ``ledger.url`` names the
-  user, never the password (one in the URL is an error naming the variable), so neither
-  ``kprio.yaml`` nor the ledger resource's config shown by Dagster holds it; the ledger's engine
-  adds it when it connects (:func:`kprio_core.ledger.engine.make_engine`).
+Where it comes from (``--config``, ``$KPRIO_CONFIG``, ``./kprio.yaml``, else built-in defaults) and the
+environment overrides (``KPRIO_BOOTSTRAP_SERVERS``, ``KPRIO_KAFKA_<SETTING>``; the :data:`SECRET_SETTINGS` and
+``KPRIO_LEDGER_PASSWORD`` only from the environment, so no file, log or Dagster page holds a secret):
+docs/configuration.md.
 
 >>> cfg = KprioConfig.model_validate({"topics": [{"name": "orders", "priorities": 3}]})
 >>> t = cfg.topic("orders")

@@ -39,9 +39,6 @@ OTHER_FILES = ("ssl.keystore.location", "sasl.kerberos.keytab", "sasl.oauthbeare
                "sasl.oauthbearer.assertion.file", "sasl.oauthbearer.assertion.jwt.template.file")
 """librdkafka's other file settings (PKCS#12, a keytab, JWT parts): they must be readable files."""
 
-DIRECTORY_ALLOWED = frozenset({"ssl.ca.location"})
-"""Settings that may name a directory (of CA certificates, hashed as OpenSSL's c_rehash names them)."""
-
 REGISTRY_FILES = {"ssl_ca_location": "ssl.ca.location", "ssl_certificate_location": "ssl.certificate.location",
                   "ssl_key_location": "ssl.key.location"}
 """The schema registry's file settings, and the Kafka client's of the same meaning (checked alike)."""

@@ -7,8 +7,6 @@ within that time even when each call on its own could wait that long.
 >>> d = Deadline(10.0, "127.0.0.1:9092", started=100.0, clock=lambda: 104.0)
 >>> d.remaining()
 6.0
->>> client_config_for("127.0.0.1:9092", {"security.protocol": "SSL"}, {"group.id": "g"})["group.id"]
-'g'
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,14 +36,6 @@ LOGGER = logging.getLogger("kprio.kafka")
 LOGGER.addHandler(logging.NullHandler())
 
 ClientConfig = dict[str, Any]
-
-
-def client_config_for(bootstrap: str, client: Mapping[str, Any], overrides: Mapping[str, Any]) -> ClientConfig:
-    """Plain librdkafka settings: bootstrap, the user's settings, then ``overrides``."""
-    conf: ClientConfig = {"bootstrap.servers": bootstrap}
-    conf.update(client)
-    conf.update(overrides)
-    return conf
 
 
 def client_config(kafka: KafkaSettings, **overrides: Any) -> ClientConfig:

@@ -43,7 +43,7 @@ ignores the librdkafka-only ones, with a warning in the executors' logs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +69,11 @@ def jaas_line(mechanism: str, username: str, password: str) -> str:
     return f"{module} required username={quoted(username)} password={quoted(password)};"
 
 
-def java_settings(conf: Mapping[str, Any], pem_key: Callable[[bytes, str | None], str] | None = None,
-                  read: Callable[[str], bytes] = lambda path: Path(path).read_bytes()) -> dict[str, str]:
+def java_settings(conf: Mapping[str, Any]) -> dict[str, str]:
     """The Java client's settings for librdkafka's ``conf`` (see the module docstring); values as strings.
 
-    ``pem_key(key, password)`` turns a PEM private key into the unencrypted PKCS#8 PEM the Java client
-    reads (default: :func:`pkcs8_pem`); ``read`` reads the files ``ssl.certificate.location`` and
-    ``ssl.key.location`` name. A setting that cannot be translated raises ConfigError naming it.
+    A PEM private key becomes the unencrypted PKCS#8 PEM the Java client reads (:func:`pkcs8_pem`). A
+    setting that cannot be translated raises ConfigError naming it.
     """
     problems = java_untranslatable(conf)
     if problems:
@@ -99,8 +97,8 @@ def java_settings(conf: Mapping[str, Any], pem_key: Callable[[bytes, str | None]
         out["ssl.keystore.type"] = "PKCS12"
     elif "ssl.keystore.password" in out:
         del out["ssl.keystore.password"]  # no keystore: the Java client refuses a password without one
-    key = _pem(lowered, "key", read)
-    chain = _pem(lowered, "certificate", read)
+    key = _pem(lowered, "key")
+    chain = _pem(lowered, "certificate")
     if key is not None or chain is not None:
         if key is None or chain is None:
             given = "ssl.key" if key is not None else "ssl.certificate"
@@ -108,13 +106,13 @@ def java_settings(conf: Mapping[str, Any], pem_key: Callable[[bytes, str | None]
                               f"{'certificate' if key is not None else 'private key'}: mutual TLS needs both")
         password = lowered.get("ssl.key.password")
         out.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": chain.decode(),
-                    "ssl.keystore.key": (pem_key or pkcs8_pem)(key, None if password is None else str(password))})
+                    "ssl.keystore.key": pkcs8_pem(key, None if password is None else str(password))})
     if str(lowered.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
         out["ssl.endpoint.identification.algorithm"] = ""
     return out
 
 
-def _pem(conf: Mapping[str, Any], what: str, read: Callable[[str], bytes]) -> bytes | None:
+def _pem(conf: Mapping[str, Any], what: str) -> bytes | None:
     """The PEM text of ``ssl.<what>.pem``, or of the file ``ssl.<what>.location`` names."""
     if f"ssl.{what}.pem" in conf:
         return str(conf[f"ssl.{what}.pem"]).encode()
@@ -122,7 +120,7 @@ def _pem(conf: Mapping[str, Any], what: str, read: Callable[[str], bytes]) -> by
     if location is None:
         return None
     try:
-        return read(str(location))
+        return Path(str(location)).read_bytes()
     except OSError as err:
         raise ConfigError(f"kafka.client.ssl.{what}.location: cannot read {location}: {err.strerror}") from None
 

@@ -2,12 +2,8 @@
 
 ``from kprio_core.ledger import Ledger, Batch, BatchState`` is the public surface for the ledger's callers: the
 values it hands out live in the model (:mod:`kprio_core.model.records`, :mod:`kprio_core.model.states`), are
-re-exported here, and the pure rules import them from the model, never through this adapter. The submodules: ledger
-(the Ledger: the store and its repositories), store (engine, clock, one transaction, identity), a repository per part
-(batches, moves, attempts, leases, launches, beliefs, samples), and what they share: rows (a batch's rows), rules
-(slots, overlaps, holds, commit order), commit_samples (writing them), schema, engine (SQLite BEGIN IMMEDIATE,
-dialect INSERT), meta (identity, numbering, other schemas refused), codec (rows <-> values), gate (the process's
-open transactions, which a pause point waits out).
+re-exported here, and the pure rules import them from the model, never through this adapter. The submodules, a
+repository per part of the ledger and what they share: docs/architecture.md, the row of ``ledger/``.
 """
 
 from kprio_core.ledger.engine import ledger_exists

@@ -1,30 +1,12 @@
 """The life of a batch, as pure rules: what a tick decides, what a run of a batch does, and who may move it.
 
-Three modules decide, one per moment of a batch's life: :mod:`kprio_core.lifecycle.tick`, what a
-tick (the Dagster sensor, ``kprio drain``) does for one logical topic (heal, launch, plan, wait),
-and :mod:`kprio_core.lifecycle.run`, what one run of a batch does given the ledger and its lease
-(drain, re-drain, take over, commit only, wait, nothing, fail); :mod:`kprio_core.lifecycle.outcome`
-decides what follows a run's drain, its checks and its commit (go on, split off, fail whole, publish,
-mark committed, transient or not), for a replay too; :mod:`kprio_core.lifecycle.run_machine` is the order of a
-run's stages, which the runtime executes. :mod:`kprio_core.lifecycle.log_rules` holds the tick's rules about
-changes of the log kprio did not make. :mod:`kprio_core.lifecycle.loop` decides what ``kprio drain``'s loop
-does after a tick (tick again, when, or stop and why).
+Which module holds which rules (the tick's, the run's, what follows a drain, the log's, the loop's):
+docs/architecture.md, "kprio_core/lifecycle: the rules of a batch's life".
 
 A batch's states are :class:`kprio_core.model.states.BatchState` and the one table of allowed moves is
 :data:`kprio_core.model.states.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
-failed and committed go back to planned only through retry and replay). Who may move each:
-
-- **recorded (-> planned)**: the tick (:mod:`kprio_core.lifecycle.tick` decides a
-  :class:`RecordPlan`; the driver's applier records it), or the manual ``plan_batch_job``;
-- **planned -> drained -> checked -> committed, -> failed**: only the run of the batch that holds
-  its lease (the run's decision; the batch runtime carries it out), after the tick launched it;
-- **failed -> planned (retry)**: the run launched by the tick's :class:`Launch` (why ``retry``), or
-  a person's ``kprio retry``;
-- **in flight, next attempt (resume; the state stays)**: the run launched after the tick found the run
-  before it dead (:class:`FailDeadRun`, then a :class:`Launch` why ``resume``);
-- **committed -> planned (re-drain)**: a run the tick launched after the group moved back
-  (why ``redrain``; only the ranges the move touched, split off into a batch of their own when the
-  batch has others), or a person's re-drain (a backfill, ``kprio retry``).
+failed and committed go back to planned only through retry and replay). Who may move each, and
+through which ledger method: docs/architecture.md, "Who may move each".
 
 Nothing in this package reads the ledger, the broker, an orchestrator or the clock: drivers gather
 the inputs once (:class:`TickInputs`) and carry out the decision's actions (``orchestration.runtime``).
@@ -44,101 +26,42 @@ from kprio_core.lifecycle.decision import (
     FailDeadRun,
     RecordPlan,
     Skip,
-    TickAction,
-    TickState,
     Verdict,
 )
-from kprio_core.lifecycle.holds import describe_hold, describe_holds, held_partitions
-from kprio_core.lifecycle.log_rules import log_decisions, lost_partitions, needs_committed
-from kprio_core.lifecycle.outcome import (
-    Cause,
-    FailWhole,
-    GoOn,
-    Publish,
-    RangeDrained,
-    Recheck,
-    SplitOff,
-    after_checks,
-    after_drain,
-)
-from kprio_core.lifecycle.run import (
-    BatchView,
-    Drain,
-    DrainFrom,
-    Fail,
-    Intent,
-    Launcher,
-    NothingToDo,
-    Step,
-    Wait,
-    WaitWhy,
-    decide_run,
-)
+from kprio_core.lifecycle.holds import describe_hold
+from kprio_core.lifecycle.log_rules import log_decisions, needs_committed
 from kprio_core.lifecycle.runs import (
     BatchRuns,
     Launch,
-    LaunchReason,
     RunState,
     RunSummary,
     Why,
-    run_key_of,
 )
 from kprio_core.lifecycle.tick import decide_tick
-from kprio_core.lifecycle.view import Lag, LedgerView, TickInputs
-from kprio_core.model.log_state import Decided, LogDecisions
+from kprio_core.lifecycle.view import LedgerView, TickInputs
 
 __all__ = [
     "BatchRuns",
-    "BatchView",
     "CarryOutLogChanges",
-    "Cause",
-    "Decided",
     "Decision",
-    "Drain",
-    "DrainFrom",
-    "Fail",
     "FailDeadRun",
-    "FailWhole",
-    "GoOn",
-    "Intent",
-    "Lag",
     "Launch",
-    "LaunchReason",
-    "Launcher",
     "LedgerView",
-    "LogDecisions",
-    "NothingToDo",
-    "Publish",
-    "RangeDrained",
-    "Recheck",
     "RecordPlan",
     "RunState",
     "RunSummary",
     "Skip",
-    "SplitOff",
-    "Step",
-    "TickAction",
     "TickInputs",
-    "TickState",
     "Verdict",
-    "Wait",
-    "WaitWhy",
     "Why",
-    "after_checks",
-    "after_drain",
     "batch_budget",
     "batch_fixed_cost",
     "batch_objectives",
-    "decide_run",
     "decide_tick",
     "describe_hold",
-    "describe_holds",
     "drain_rate",
-    "held_partitions",
     "log_decisions",
-    "lost_partitions",
     "needs_committed",
     "rate_tracker",
     "rate_window",
-    "run_key_of",
 ]

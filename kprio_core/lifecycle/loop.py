@@ -172,7 +172,7 @@ def next_step(decisions: Sequence[Decision], seen: LoopInputs) -> LoopStep:
         return TickAgain(min(interval * 2, MAX_WAIT_S))
     held = [h for d in decisions for h in d.holds]
     busy = [d.reason for d in decisions if d.verdict is Verdict.BUSY]
-    waits = _waits(decisions, held, seen, interval)
+    waits = _waits(decisions, seen, interval)
     if waits and seen.since_progress_s > BLOCKED_GIVE_UP_S and not seen.others.working:  # 7
         if held:
             return StopLoop(f"no progress for {BLOCKED_GIVE_UP_S:.0f} s; still held: "
@@ -219,7 +219,7 @@ def records_arrived(at_tick: Watched, ends: Mapping[TopicPartitionKey, int],
     return False
 
 
-def _waits(decisions: Sequence[Decision], held: Sequence[Hold], seen: LoopInputs, interval: float) -> list[float]:
+def _waits(decisions: Sequence[Decision], seen: LoopInputs, interval: float) -> list[float]:
     """Seconds until something the loop waits for can go on (rule 8)."""
     waits = [d.retry_in_s for d in decisions if d.verdict is Verdict.THROTTLED and d.retry_in_s]
     for d in decisions:

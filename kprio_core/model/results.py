@@ -30,7 +30,7 @@ which the driver rebuilds the typed error (no message is parsed):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
@@ -396,11 +396,6 @@ class CommitReport:
     @classmethod
     def from_json(cls, text: str | bytes) -> CommitReport:
         return _COMMIT.validate_json(text)
-
-
-def ranges_of(stats: Iterable[RangeStats]) -> tuple[OffsetRange, ...]:
-    """The planned ranges of some stats, in order."""
-    return tuple(s.range for s in stats)
 
 
 _ERROR: TypeAdapter[ErrorRecord] = TypeAdapter(ErrorRecord)

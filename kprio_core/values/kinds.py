@@ -24,8 +24,6 @@ import re
 from typing import Any
 
 SCALARS = ("string", "long", "double", "boolean", "timestamp", "int", "float", "bytes", "date")
-JSON_KINDS = ("string", "long", "double", "boolean", "timestamp")
-"""The kinds a JSON topic's ``schema`` may name."""
 
 _DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

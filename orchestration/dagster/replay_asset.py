@@ -1,16 +1,11 @@
 """``replayed_window``: the records of one UTC hour of every priority topic, drained again into the replay output.
 
-Each hour maps to offsets with offsets-for-times on every priority topic and is drained like a
-batch (same drain, same handler, invalid records to the replay's dead letters) into
-``drain.replay_path``; no consumer group offset is touched, so live draining is unaffected. The
-hour running now replays what has arrived so far and says so in its metadata (``partial_hour``);
-materializing it again later adds what arrived since. A rerun replaces the hour's files.
-
-The replay itself is :func:`orchestration.runtime.replay.replay_window` (Airflow's ``kprio_replay``
-runs it too): it runs the checks a drained batch runs, per logical topic, here the same six
-blocking checks as asset checks of ``replayed_window``; a topic's output is published only when
-every check passed on it; otherwise nothing of that topic is published, the failed checks are
-recorded on the replay's partition, and the run fails saying which check failed where.
+The replay itself is :func:`orchestration.runtime.replay.replay_window` (Airflow's ``kprio_replay`` runs it
+too; its module says how a window is drained and when it is published). The hour running now replays what
+has arrived so far and says so in its metadata (``partial_hour``); materializing it again later adds what
+arrived since. The six blocking checks are asset checks of ``replayed_window``: a topic failing one
+publishes nothing, the failed checks are recorded on the replay's partition, and the run fails saying
+which check failed where.
 """
 
 

@@ -25,7 +25,6 @@ RETRY_NUMBER_TAG = "dagster/retry_number"
 MAX_RETRIES_TAG = "dagster/max_retries"
 """How many times Dagster's run-retry daemon re-executes a failed run; ``"0"`` on the runs ``kprio drain``
 executes in process (its own tick retries them: no daemon may be there to honour a retry)."""
-BACKFILL_TAG = "dagster/backfill"
 SENSOR_NAME_TAG = "dagster/sensor_name"
 
 

@@ -104,11 +104,6 @@ class Workload:
     def poison(self) -> int:
         return sum(w.poison for w in self.waves)
 
-    @property
-    def last_after_batch(self) -> int:
-        """The number of batches after which the last wave arrives."""
-        return max((w.after_batch for w in self.waves), default=0)
-
     def records_by_priority(self) -> dict[Priority, int]:
         """Records produced per priority (poison included), most urgent first."""
         out = dict.fromkeys(range(PRIORITIES - 1, -1, -1), 0)

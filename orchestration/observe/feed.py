@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from kprio_core.config import KprioConfig, TopicSettings
+from kprio_core.config import KprioConfig
 from kprio_core.errors import KprioError
 from kprio_core.model.offsets import TopicPartitionKey
 from kprio_core.verdict import Observation
@@ -215,7 +215,7 @@ class MetricsFeed:
         for priority, (records, size, dead) in per.items():
             self.metrics.record_drained(topic.name, priority, records=records, size=size, dead_letters=dead)
         at_s = (batch.committed_at.timestamp() if batch.committed_at is not None else time.time())
-        for priority, oldest_ms in self._first_timestamps(edge, topic, batch).items():
+        for priority, oldest_ms in self._first_timestamps(edge, batch).items():
             latency = None if oldest_ms is None else at_s - oldest_ms / 1000
             self.metrics.record_commit(topic.name, priority, at_s=at_s, latency_s=latency)
 
@@ -240,7 +240,7 @@ class MetricsFeed:
                 lineage = str(metadata[LINEAGE_KEY].value)
         return found, lineage
 
-    def _first_timestamps(self, edge: Any, topic: TopicSettings, batch: Any) -> dict[int, int | None]:
+    def _first_timestamps(self, edge: Any, batch: Any) -> dict[int, int | None]:
         """Per priority of a committed batch, the timestamp of its oldest first record (None: none read)."""
         from kprio_core.kafka.fetch import peek
 

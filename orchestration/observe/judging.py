@@ -52,8 +52,6 @@ class TopicJudgement:
     def verdict(self, priority: Priority) -> PriorityVerdict | None:
         return next((v for v in self.verdicts if v.priority == priority), None)
 
-    def freshness_of(self, priority: Priority) -> FreshnessResult | None:
-        return next((r for r in self.freshness if r.priority == priority), None)
 
 
 def verdict_policy(config: KprioConfig) -> VerdictPolicy:
@@ -134,7 +132,7 @@ def last_commits(topic: TopicSettings, commits: Mapping[TopicPartitionKey, Seque
     return out
 
 
-def windows_of(topic: str, present: Mapping[TopicPartitionKey, tuple[Priority, Observation]],
+def windows_of(present: Mapping[TopicPartitionKey, tuple[Priority, Observation]],
                *histories: Mapping[TopicPartitionKey, Sequence[Observation]]) -> list[PartitionWindow]:
     """One window per partition of the present snapshot: its earlier observations from ``histories``, then now.
 
@@ -179,7 +177,7 @@ def judge_topic(config: KprioConfig, topic: TopicSettings, snapshot: LagSnapshot
     held = held_partitions(config, topic, snapshot, ledger)
     present = snapshot_observations(snapshot, held, now_s)
     commits = commit_observations(ledger, topic, config.verdict.intervals) if ledger is not None else {}
-    verdicts = judge(windows_of(topic.name, present, history or {}, commits), now_s=now_s,
+    verdicts = judge(windows_of(present, history or {}, commits), now_s=now_s,
                      policy=verdict_policy(config))
     last = last_commits(topic, commits)
     results = tuple(

@@ -169,15 +169,17 @@ def _quietly(action: Callable[[], None]) -> None:
 
 
 @contextlib.contextmanager
-def data_dir_lock(data_dir: Path, lock_file: str, wait_s: float, busy: Callable[[float], Exception]) -> Iterator[None]:
-    """One start or stop at a time per data dir, across processes; ``busy(wait_s)`` is raised after ``wait_s``."""
+def data_dir_lock(data_dir: Path, lock_file: str, wait_s: float, busy: type[Exception], what: str) -> Iterator[None]:
+    """One start or stop at a time per data dir, across processes; ``busy`` naming ``what`` is raised after
+    ``wait_s``."""
     from filelock import FileLock, Timeout  # here: every kprio start would pay it
 
     data_dir.mkdir(parents=True, exist_ok=True)
     try:
         lock = FileLock(str(data_dir / lock_file), timeout=wait_s).acquire()
     except Timeout:
-        raise busy(wait_s) from None
+        raise busy(f"another process has been starting or stopping the {what} in {data_dir} for over {wait_s:g} s "
+                   f"(lock {lock_file})") from None
     with lock:
         yield
 

@@ -158,11 +158,8 @@ class EmbeddedBroker:
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
         """One start or stop at a time per data dir, across processes."""
-        def busy(wait_s: float) -> BrokerProcessError:
-            return BrokerProcessError(f"another process has been starting or stopping the embedded broker in "
-                                      f"{self.data_dir} for over {wait_s:g} s (lock {LOCK_FILE})")
-
-        return data_dir_lock(self.data_dir, LOCK_FILE, self.start_timeout_s + self.stop_timeout_s, busy)
+        return data_dir_lock(self.data_dir, LOCK_FILE, self.start_timeout_s + self.stop_timeout_s, BrokerProcessError,
+                             "embedded broker")
 
     # -- status -----------------------------------------------------------------------------------
 
