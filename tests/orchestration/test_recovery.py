@@ -27,7 +27,7 @@ from kprio_core.ledger import Ledger
 from orchestration.cli.main import app
 from orchestration.services.process import wait_for
 from tests.fixtures.paused import paused as stopped_process
-from tests.fixtures.paused import resume
+from tests.fixtures.paused import freeze, resume, thaw
 from tests.orchestration.conservation import conservation, iceberg_publishes, lag
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
@@ -188,7 +188,8 @@ def test_a_kill_at_the_worst_moment_loses_and_doubles_nothing(backlog, tmp_path,
                          indirect=["two_batches"], ids=["before-publish", "before-kafka-commit", "during-kafka-commit",
                                                         "before-publish-iceberg"])
 def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, tmp_path, point, write):
-    """A process stopped (a GC pause, a stopped VM) right before a write, while another run takes its batch over.
+    """A process stopped (a GC pause, a stopped VM) right before a write, while another run takes its batch over:
+    the warm worker executing the run stops itself at the point, then the rest of its host is stopped too.
 
     ``during-kafka-commit`` stops it after it read the group's offsets and checked its lease, with the write
     about to be sent: the run that takes the batch over and the batch after it commit meanwhile, so the stale
@@ -199,6 +200,7 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
     try:
         assert wait_for(lambda: stopped_process(proc), CHILD_TIMEOUT_S, interval_s=0.2), output_of(proc)[-2000:]
         stopped = stopped_process(proc)  # the worker executing the run
+        frozen = freeze(proc)  # and the rest of its host: kprio drain's loop and its other worker
         with Ledger(env.config.ledger.url) as ledger:
             [paused] = [b for b in ledger.batches.in_flight(topic.name) if b.lease]
             # Paused past its lease: nobody renews it any more.
@@ -209,6 +211,7 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
         with Ledger(env.config.ledger.url) as ledger:
             events = ledger.batches.events(paused.batch_id)
         resume(stopped)
+        thaw(frozen)
         proc.wait(timeout=120)
         text = output_of(proc)
     finally:

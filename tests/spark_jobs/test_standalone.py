@@ -75,7 +75,7 @@ def test_drain_on_a_standalone_cluster_runs_in_executor_processes(kafka_settings
     assert handler_pids and all(handler_pids.values()), handler_pids  # every handler ran under an executor
     assert not set(map(int, handler_pids)) & set(report["driver_pids"])
     # The files are there and hold each planned offset once (read with the test session's Spark).
-    from spark_jobs.output import read_output
+    from tests.spark_jobs.on_disk import read_output
 
     rows = read_output(spark, str(tmp_path / "out"), topic.name, "standalone", topic.schema_).collect()
     assert sorted((r.topic, r.partition, r.offset) for r in rows) == sorted(
