@@ -936,6 +936,8 @@ class FollowDrainer:
         self.env = env_for(root, self.config_file)
         self.proc: subprocess.Popen | None = None
         self.ready: float | None = None
+        self.started: float | None = None
+        """None: the drain's start is the process's (a daemon's is when its sensor is turned on)."""
         self.lines: list[tuple[float, str]] = []
         self.stderr_path = root / "drain.stderr"
 
