@@ -18,7 +18,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 from typer.testing import CliRunner

@@ -56,7 +56,7 @@ def secured(module_dir: Path):
 
 
 @pytest.mark.parametrize("reader", ["python", "native"])
-def test_both_readers_drain_a_sasl_ssl_cluster_to_zero_lag_through_the_sensor(secured, module_dir, spark, reader,
+def test_both_readers_drain_a_sasl_ssl_cluster_to_zero_lag_through_the_sensor(secured, module_dir, warm_workers, reader,
                                                                                caplog):
     folder = module_dir / f"drain-{reader}"
     topic = secured.make_topic(f"orders-{reader}", RECORDS)

@@ -72,7 +72,7 @@ def pem_client(secured, module_dir: Path):
     return folder, password, clear
 
 
-def test_the_python_reader_drains_with_the_pkcs12_keystore_the_broker_made(secured, module_dir, spark):
+def test_the_python_reader_drains_with_the_pkcs12_keystore_the_broker_made(secured, module_dir, warm_workers):
     # The settings `kprio broker start --security ssl --mtls` prints, as they are.
     assert set(secured.broker.client_settings()) == {"security.protocol", "ssl.ca.location", "ssl.keystore.location"}
     topic = secured.make_topic("orders-pkcs12", RECORDS)
@@ -80,7 +80,7 @@ def test_the_python_reader_drains_with_the_pkcs12_keystore_the_broker_made(secur
     drain_to_zero_lag(secured_config(secured, folder, topic), topic, RECORDS, folder)
 
 
-def test_the_native_reader_drains_with_pem_files_and_an_encrypted_key(secured, module_dir, spark, pem_client,
+def test_the_native_reader_drains_with_pem_files_and_an_encrypted_key(secured, module_dir, warm_workers, pem_client,
                                                                        monkeypatch):
     folder, password, _ = pem_client
     client = {"ssl.keystore.location": None, "ssl.certificate.location": str(folder / "client.crt"),
