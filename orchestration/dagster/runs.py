@@ -17,7 +17,7 @@ from kprio_core.ledger import Batch
 from kprio_core.lifecycle import BatchRuns, RunState, RunSummary
 from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
 from orchestration.dagster.tags import PARTITION_TAG, RUN_KEY_TAG
-from orchestration.runtime.leases import owner_dead
+from orchestration.runtime.leases import owner_dead, parse_owner
 from orchestration.runtime.runs import RunOrder
 from orchestration.runtime.tags import RUNNER_TAG
 
@@ -27,11 +27,26 @@ WILL_RETRY_TAG = "dagster/will_retry"
 """Dagster's run-retry daemon sets it to "true" on a failed run it is about to retry."""
 
 
+def runner_of(run: dg.DagsterRun) -> str | None:
+    """The process working on ``run`` (its ``kprio/runner``), None while no kprio process has taken it.
+
+    Dagster copies a run's tags to its retries and re-executions, so a runner naming another run (a
+    worker's is ``<run id>@<host>:<pid>``) or, on a retry, a driver (``@<host>:<pid>``) is the parent's
+    and says nothing of this run: the retry of a run whose worker was killed is not dead with it.
+    """
+    runner = run.tags.get(RUNNER_TAG)
+    owner = parse_owner(runner) if runner else None
+    if owner is None:
+        return runner
+    mine = owner.run_id == run.run_id or (not owner.run_id and run.parent_run_id is None)
+    return runner if mine else None
+
+
 def run_summary(run: dg.DagsterRun, end_time: float | None = None) -> RunSummary:
     """A Dagster run as the rules see it (``end_time``: its record's, in seconds); one a killed kprio process
-    executed in process is ``orphaned``."""
+    executed is ``orphaned``."""
     tags = dict(run.tags)
-    runner = tags.get(RUNNER_TAG)
+    runner = runner_of(run)
     orphaned = not run.is_finished and runner is not None and owner_dead(runner)
     ended = datetime.fromtimestamp(end_time, UTC) if end_time is not None else None
     return RunSummary(run.run_id, RunState(run.status.value), tags.get(RUN_KEY_TAG), runner,

@@ -124,9 +124,10 @@ def two_batches(request, make_topic, kprio_env, tmp_path, spark, child_spark):
 
 
 def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_path):
-    """Each kill lands a random moment (up to 2.5 s) after the child's run took a batch: while it drains,
-    checks, publishes or commits it, or after, whatever the machine's speed (a kill at a fixed time after
-    the start found the whole backlog drained on a fast machine, or Spark still starting on a slow one)."""
+    """Each kill lands a random moment (up to 2.5 s) after the child's run took a batch, while one is in flight:
+    while it drains, checks, publishes or commits it, whatever the machine's speed (a kill at a fixed time after
+    the start found the whole backlog drained on a fast machine, or Spark still starting on a slow one; one
+    between two batches proves nothing)."""
     env, topic, config = backlog
     rng = random.Random(20261122)
     killed_in_flight = 0
@@ -142,8 +143,14 @@ def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_pat
             if proc.poll() is not None:  # it drained everything by itself before a kill could land
                 break
             time.sleep(rng.uniform(0.0, 2.5))
-            killed_in_flight += any(b.lease for b in ledger.batches.in_flight(topic.name))
+            # Between two batches (a warm worker drains one in well under a second): the kill waits for the next.
+            wait_for(lambda: proc.poll() is not None or any(b.lease for b in ledger.batches.in_flight(topic.name)),
+                     CHILD_TIMEOUT_S, interval_s=0.02)
+            if proc.poll() is not None:
+                break
             kill_group(proc)
+            # The dead child's lease stays behind until the restart finds its owner gone.
+            killed_in_flight += any(b.lease for b in ledger.batches.in_flight(topic.name))
     assert killed_in_flight >= 1, "no kill landed while a batch was in flight"
     finish(config, tmp_path)
     assert_healed(env, topic, config)

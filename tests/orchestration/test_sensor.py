@@ -35,8 +35,10 @@ def skip(env, instance, now_s: float | None = None) -> str:
     return turn.skip_reason
 
 
-def stand_in_run(instance, job_name: str, batch_id: str, **tags: str) -> dg.DagsterRun:
-    """A STARTED run of ``job_name`` for the batch's partition (its process is never started)."""
+def stand_in_run(instance, job_name: str, batch_id: str, parent_run_id: str | None = None,
+                 **tags: str) -> dg.DagsterRun:
+    """A STARTED run of ``job_name`` for the batch's partition (its process is never started); with
+    ``parent_run_id``, a retry or re-execution of that run."""
 
     @dg.op
     def noop() -> None:
@@ -46,8 +48,8 @@ def stand_in_run(instance, job_name: str, batch_id: str, **tags: str) -> dg.Dags
     def job() -> None:
         noop()
 
-    return instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED,
-                                       tags={"dagster/partition": batch_id, **tags})
+    return instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED, parent_run_id=parent_run_id,
+                                       root_run_id=parent_run_id, tags={"dagster/partition": batch_id, **tags})
 
 
 def test_tick_records_the_planners_plan_and_requests_its_run(make_topic, kprio_env, dagster_instance):
@@ -254,6 +256,24 @@ def test_a_run_a_killed_kprio_drain_left_started_before_taking_the_lease_is_resu
     assert dagster_instance.get_run_by_id(run.run_id).status is dg.DagsterRunStatus.FAILURE
     [(_, why)] = turn.decisions[0].stuck
     assert f"the process running it ({runner}) is gone" in why
+
+
+@pytest.mark.parametrize("parent_runner", ["worker", "driver"])
+def test_a_retry_is_not_dead_with_the_runner_its_parent_had(make_topic, kprio_env, dagster_instance, parent_runner):
+    """Dagster's run retries copy the failed run's tags, its ``kprio/runner`` too: the retry waiting for a worker
+    names the killed parent's, but is its batch's live run, neither failed nor doubled by a resume."""
+    topic = make_topic(priorities=2, partitions=1, records={1: 5})
+    env = kprio_env(topic)
+    [request] = run_tick(env, dagster_instance).requests
+    parent = "0b0e5c1e-dead-4000-8000-00000000beef"
+    dead = lease_owner(parent if parent_runner == "worker" else "", host=socket.gethostname(), pid=2 ** 22 + 17)
+    retry = stand_in_run(dagster_instance, "drain_job", request.partition_key, parent_run_id=parent,
+                         **{"kprio/runner": dead, "dagster/run_key": request.run_key})
+
+    turn = run_tick(env, dagster_instance)
+
+    assert turn.requests == () and turn.decisions[0].stuck == ()
+    assert dagster_instance.get_run_by_id(retry.run_id).status is dg.DagsterRunStatus.STARTED
 
 
 def test_a_run_launched_from_the_ui_is_the_batchs_run(make_topic, kprio_env, dagster_instance, kafka_settings):

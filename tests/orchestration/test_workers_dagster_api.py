@@ -66,12 +66,15 @@ def test_kprios_launcher_loads_from_a_dagster_yaml_and_answers_run_monitoring():
         launcher = instance.run_launcher
         assert isinstance(launcher, WarmRunLauncher) and isinstance(launcher, dagster_api.RunLauncher)
         assert launcher.supports_check_run_worker_health
-        run = dagster_api.create_run(instance, dagster_api.in_memory(hello_job),
-                                     tags={"kprio/runner": "run-1@nohost-that-is-not-this-one:1"})
-        # A runner on another host is left to its lease; one of this host whose process is gone is a dead worker.
-        assert launcher.check_run_worker_health(run).status is dagster_api.WorkerStatus.RUNNING
         import socket
 
-        gone = dagster_api.create_run(instance, dagster_api.in_memory(hello_job),
-                                      tags={"kprio/runner": f"run-2@{socket.gethostname()}:999999999"})
-        assert launcher.check_run_worker_health(gone).status is dagster_api.WorkerStatus.FAILED
+        run = dagster_api.create_run(instance, dagster_api.in_memory(hello_job), tags={})
+        instance.add_run_tags(run.run_id, {"kprio/runner": f"{run.run_id}@nohost-that-is-not-this-one:1"})
+        # A runner on another host is left to its lease; one of this host whose process is gone is a dead worker.
+        health = launcher.check_run_worker_health(instance.get_run_by_id(run.run_id))
+        assert health.status is dagster_api.WorkerStatus.RUNNING, health
+
+        gone = dagster_api.create_run(instance, dagster_api.in_memory(hello_job), tags={})
+        instance.add_run_tags(gone.run_id, {"kprio/runner": f"{gone.run_id}@{socket.gethostname()}:999999999"})
+        health = launcher.check_run_worker_health(instance.get_run_by_id(gone.run_id))
+        assert health.status is dagster_api.WorkerStatus.FAILED and "is gone" in health.msg, health

@@ -39,8 +39,9 @@ from orchestration.dagster.workers.dagster_api import (
 from orchestration.dagster.workers.lanes import BULK
 from orchestration.dagster.workers.protocol import ByOrigin, Hello, Submit, Terminate
 from orchestration.dagster.workers.server import WorkerPoolUnavailable, call, ensure
+from orchestration.dagster.runs import runner_of
 from orchestration.runtime.leases import owner_dead
-from orchestration.runtime.tags import LANE_TAG, RUNNER_TAG
+from orchestration.runtime.tags import LANE_TAG
 
 
 class WarmRunLauncher(RunLauncher, ConfigurableClass):
@@ -90,7 +91,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         return True
 
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
-        runner = run.tags.get(RUNNER_TAG)
+        runner = runner_of(run)
         if runner is not None and owner_dead(runner):
             return CheckRunHealthResult(WorkerStatus.FAILED, f"the kprio worker executing it ({runner}) is gone")
         if runner is None:  # waiting for a worker: the pool must be there
