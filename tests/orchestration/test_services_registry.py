@@ -160,6 +160,7 @@ def test_a_restarted_registry_serves_what_it_held_or_does_not_start(tmp_path):
     with registry:
         assert served(registry.url) == acknowledged
     shutil.rmtree(tmp_path / "registry" / "db")  # the store lost between a stop and a start
+    registry.start_timeout_s = 30  # it answers within seconds; then waits that long for subjects that never come
     try:
         with pytest.raises(RegistryProcessError) as caught:
             registry.start()
