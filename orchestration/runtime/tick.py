@@ -205,8 +205,14 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
     contended = False
     put_back: dict[str, Batch] = {}
     for action in decision.actions:
-        if isinstance(action, FailDeadRun | FailUntaken):
-            _record_failure(runs, ledger, action, lambda line: _info(log, f"{name}: {line}"))
+        if isinstance(action, FailDeadRun):
+            for run_id in runs.fail(action.batch.batch_id, action.run_ids, action.why):
+                _info(log, f"{name}: run {run_id[:8]} of {action.batch.batch_id} marked failed: {action.why}")
+        elif isinstance(action, FailUntaken):
+            failed = ledger.attempts.fail_untaken(action.batch.batch_id, action.attempt, reason=action.why,
+                                                  retry_at=action.retry_at)
+            if failed is not None:
+                _info(log, f"{name}: {failed.batch_id} failed at attempt {failed.attempts}: {action.why}")
         elif isinstance(action, CarryOutLogChanges):
             try:
                 put_back = carry_out(edge, ledger, topic, action, log=log, max_in_flight=config.planner.max_in_flight)
@@ -242,16 +248,6 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
     if not requests:
         reasons.append(decision.describe() if several_topics else decision.summary())
     return Applied(tuple(requests), tuple(recorded), tuple(reasons), contended)
-
-
-def _record_failure(runs: Runs, ledger: LedgerPort, action: FailDeadRun | FailUntaken, say) -> None:
-    """What already happened, written down: the dead runs marked failed, or the attempt a run did not take spent."""
-    batch_id = action.batch.batch_id
-    if isinstance(action, FailDeadRun):
-        for run_id in runs.fail(batch_id, action.run_ids, action.why):
-            say(f"run {run_id[:8]} of {batch_id} marked failed: {action.why}")
-    elif ledger.attempts.fail_untaken(batch_id, action.attempt, reason=action.why, retry_at=action.retry_at):
-        say(f"{batch_id} failed at attempt {action.attempt}: {action.why}")
 
 
 def with_log_changes(ledger: LedgerPort, plan: DrainPlan) -> DrainPlan:
