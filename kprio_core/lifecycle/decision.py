@@ -4,7 +4,7 @@ decision in the making, :class:`TickState`, which the tick's rules pass on (:mod
 The actions, in the order a driver carries them out (``orchestration.runtime.tick.apply``):
 
 1. :class:`FailDeadRun` — mark failed the unfinished runs of a batch whose run died (the UI tells the truth);
-   :class:`FailUntaken` — fail a batch whose run for its next attempt ended before it took it (the attempt is spent);
+   :class:`FailUntaken` — fail a planned batch whose run ended before it took it (the attempt is spent);
 2. :class:`CarryOutLogChanges` — commit and record what was decided about changes of the log;
 3. :class:`Launch` — request a run of a recorded batch (new, retry, resume, commit, re-drain);
 4. :class:`RecordPlan` — record a new batch in the ledger, then launch it (why ``new``);
@@ -65,9 +65,8 @@ class FailDeadRun:
 
 @dataclass(frozen=True)
 class FailUntaken:
-    """A batch whose run for ``attempt`` (its own, a resume's, a retry's) ended before it took the batch (its worker
-    or code could not start it): the batch fails at that attempt, holding its partitions; the retry rule retries it
-    after ``retry_at``."""
+    """A planned batch whose run for ``attempt`` ended before it took the batch (its worker or code could not start
+    it): the batch fails at that attempt, holding its partitions; the retry rule retries it after ``retry_at``."""
 
     batch: Batch
     attempt: int
@@ -147,7 +146,7 @@ class Decision:
 
     @property
     def untaken(self) -> tuple[FailUntaken, ...]:
-        """Batches whose run ended before it took them: failed at that attempt."""
+        """Planned batches whose run ended before it took them: failed at that attempt."""
         return tuple(a for a in self.actions if isinstance(a, FailUntaken))
 
     @property
