@@ -4,7 +4,6 @@ decision in the making, :class:`TickState`, which the tick's rules pass on (:mod
 The actions, in the order a driver carries them out (``orchestration.runtime.tick.apply``):
 
 1. :class:`FailDeadRun` — mark failed the unfinished runs of a batch whose run died (the UI tells the truth);
-   :class:`FailUntaken` — fail a planned batch whose run ended before it took it (the attempt is spent);
 2. :class:`CarryOutLogChanges` — commit and record what was decided about changes of the log;
 3. :class:`Launch` — request a run of a recorded batch (new, retry, resume, commit, re-drain);
 4. :class:`RecordPlan` — record a new batch in the ledger, then launch it (why ``new``);
@@ -16,7 +15,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import KprioError
@@ -64,17 +62,6 @@ class FailDeadRun:
 
 
 @dataclass(frozen=True)
-class FailUntaken:
-    """A planned batch whose run for ``attempt`` ended before it took the batch (its worker or code could not start
-    it): the batch fails at that attempt, holding its partitions; the retry rule retries it after ``retry_at``."""
-
-    batch: Batch
-    attempt: int
-    why: str
-    retry_at: datetime | None
-
-
-@dataclass(frozen=True)
 class CarryOutLogChanges:
     """Commit the restores and resets decided, record the beliefs and events, re-plan re-drains."""
 
@@ -97,7 +84,7 @@ class Skip:
     reason: str
 
 
-TickAction = FailDeadRun | FailUntaken | CarryOutLogChanges | Launch | RecordPlan | Skip
+TickAction = FailDeadRun | CarryOutLogChanges | Launch | RecordPlan | Skip
 
 
 @dataclass(frozen=True)
@@ -143,11 +130,6 @@ class Decision:
     def stuck(self) -> tuple[tuple[Batch, str], ...]:
         """Batches whose run died, with why."""
         return tuple((a.batch, a.why) for a in self.actions if isinstance(a, FailDeadRun))
-
-    @property
-    def untaken(self) -> tuple[FailUntaken, ...]:
-        """Planned batches whose run ended before it took them: failed at that attempt."""
-        return tuple(a for a in self.actions if isinstance(a, FailUntaken))
 
     @property
     def plan(self) -> DrainPlan | None:
@@ -200,7 +182,6 @@ class TickState:
     manual: bool = False
     """A person's plan: the one batch asked for, never split."""
     dead_runs: tuple[FailDeadRun, ...] = ()
-    untaken: tuple[FailUntaken, ...] = ()
     launches: tuple[Launch, ...] = ()
     waiting: tuple[str, ...] = ()
     holds: tuple[Hold, ...] = ()
@@ -254,7 +235,7 @@ class TickState:
             verdict = Verdict.LAUNCH if self.launches else Verdict.PLAN
         elif self.launches and verdict is not Verdict.BLOCKED:
             verdict = Verdict.LAUNCH
-        actions: list[TickAction] = [*self.dead_runs, *self.untaken]
+        actions: list[TickAction] = [*self.dead_runs]
         if self.log.changes or self.log.decided or superseded:
             actions.append(CarryOutLogChanges(self.log.changes, self.log.decided, superseded))
         actions += [*self.launches, *(RecordPlan(p) for p in self.plans)]

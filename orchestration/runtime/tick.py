@@ -9,8 +9,7 @@ Dagster's in ``orchestration/dagster/runs.py``), so nothing here speaks an orche
 :func:`apply` is the one applier, used by the sensor, ``kprio drain`` and the tests alike; in order:
 
 - marks failed the runs of batches whose run died (their lease expired or their process is
-  gone), so the orchestrator's UI tells the truth; fails the planned batches whose run ended before it took
-  them (``ledger.attempts.fail_untaken``: that attempt is spent, and a later tick retries it);
+  gone), so the orchestrator's UI tells the truth;
 - carries out what was decided about changes of the log (``orchestration.runtime.log_changes``);
 - claims each launch in the ledger (``ledger.launches.claim``: one driver launches a run key, a second
   ``kprio drain`` or the sensor deciding the same launch does not), ends the backoff of an early
@@ -44,7 +43,6 @@ from kprio_core.lifecycle import (
     CarryOutLogChanges,
     Decision,
     FailDeadRun,
-    FailUntaken,
     Launch,
     LedgerView,
     RecordPlan,
@@ -208,11 +206,6 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
         if isinstance(action, FailDeadRun):
             for run_id in runs.fail(action.batch.batch_id, action.run_ids, action.why):
                 _info(log, f"{name}: run {run_id[:8]} of {action.batch.batch_id} marked failed: {action.why}")
-        elif isinstance(action, FailUntaken):
-            failed = ledger.attempts.fail_untaken(action.batch.batch_id, action.attempt, reason=action.why,
-                                                  retry_at=action.retry_at)
-            if failed is not None:
-                _info(log, f"{name}: {failed.batch_id} failed at attempt {failed.attempts}: {action.why}")
         elif isinstance(action, CarryOutLogChanges):
             try:
                 put_back = carry_out(edge, ledger, topic, action, log=log, max_in_flight=config.planner.max_in_flight)
