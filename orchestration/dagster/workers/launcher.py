@@ -29,6 +29,7 @@ from typing import Any
 
 import dagster as dg
 
+from orchestration.dagster.runs import runner_of
 from orchestration.dagster.workers.dagster_api import (
     CheckRunHealthResult,
     ConfigurableClass,
@@ -39,7 +40,6 @@ from orchestration.dagster.workers.dagster_api import (
 from orchestration.dagster.workers.lanes import BULK
 from orchestration.dagster.workers.protocol import ByOrigin, Hello, Submit, Terminate
 from orchestration.dagster.workers.server import WorkerPoolUnavailable, call, ensure
-from orchestration.dagster.runs import runner_of
 from orchestration.runtime.leases import owner_dead
 from orchestration.runtime.tags import LANE_TAG
 
