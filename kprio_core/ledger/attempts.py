@@ -1,5 +1,5 @@
-"""New attempts of a batch: retry (a failed or stuck one), replay (an operator's re-drain), split, redrain, and
-the end of a failed batch's backoff.
+"""New attempts of a batch: retry (a failed or stuck one), replay (an operator's re-drain), split, redrain, the
+end of a failed batch's backoff, and an attempt spent by a run that ended before it took its batch.
 
 A retry or replay keeps the batch's id and ranges and adds one to ``attempts``; a split moves
 failing ranges to a new failed batch, so the rest of the batch can publish and commit; a redrain
@@ -62,6 +62,30 @@ class Attempts(Repository):
             conn.execute(update(batches).where(batches.c.id == row.id).values(
                 attempts=row.attempts + 1, lease_owner=None, lease_until_us=None, updated_us=now))
             log_event(conn, row.id, state, state, row.attempts + 1, now, reason)
+            return load_one(conn, numbering, row.id)
+
+    def fail_untaken(self, batch_id: str, attempt: int, *, reason: str, retry_at: datetime | None) -> Batch | None:
+        """A batch that the run of ``attempt`` ended without taking (a planned batch's own run or a resume's, a failed
+        batch's retry) fails at that attempt, transient (the cause is the run's surroundings, never the batch's
+        records): its partitions held, it is retried as any transient failure is, under a later run key.
+
+        None, and nothing changed, when it moved on meanwhile: a run took it, or it is neither planned at that
+        attempt or an earlier one nor failed at an earlier one.
+        """
+        need_reason("fail_untaken", batch_id, reason)
+        with self._store.tx() as (conn, numbering):
+            now = self._store.now_us()
+            row = batch_row(conn, numbering, batch_id, for_update=True)
+            state = S(row.state)
+            spent = ((state is S.PLANNED and row.attempts <= attempt) or (state is S.FAILED and row.attempts < attempt))
+            if not spent or row.lease_owner is not None:
+                return None
+            if state is S.PLANNED:
+                check_transition(batch_id, S.PLANNED, S.FAILED)
+            conn.execute(update(batches).where(batches.c.id == row.id).values(
+                state=S.FAILED.value, attempts=attempt, reason=reason, transient=True, retry_at_us=maybe_us(retry_at),
+                transient_streak=streak_after(row.transient_streak, True), updated_us=now))
+            log_event(conn, row.id, state, S.FAILED, attempt, now, reason)
             return load_one(conn, numbering, row.id)
 
     def retry_now(self, batch_id: str) -> Batch:

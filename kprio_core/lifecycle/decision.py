@@ -4,6 +4,7 @@ decision in the making, :class:`TickState`, which the tick's rules pass on (:mod
 The actions, in the order a driver carries them out (``orchestration.runtime.tick.apply``):
 
 1. :class:`FailDeadRun` — mark failed the unfinished runs of a batch whose run died (the UI tells the truth);
+   :class:`FailUntaken` — fail a batch whose run for its next attempt ended before it took it (the attempt is spent);
 2. :class:`CarryOutLogChanges` — commit and record what was decided about changes of the log;
 3. :class:`Launch` — request a run of a recorded batch (new, retry, resume, commit, re-drain);
 4. :class:`RecordPlan` — record a new batch in the ledger, then launch it (why ``new``);
@@ -15,6 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from kprio_core.config import KprioConfig, TopicSettings
 from kprio_core.errors import KprioError
@@ -27,6 +29,7 @@ from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.priority import Priority
 from kprio_core.model.records import Batch, Hold
 from kprio_core.model.snapshot import LagSnapshot
+from kprio_core.model.states import BatchState
 
 
 class Verdict(str, enum.Enum):
@@ -62,6 +65,23 @@ class FailDeadRun:
 
 
 @dataclass(frozen=True)
+class FailUntaken:
+    """A batch whose run for ``attempt`` (its own, a resume's, a retry's) ended before it took the batch (its worker
+    or code could not start it): the batch fails at that attempt, holding its partitions; the retry rule retries it
+    after ``retry_at``."""
+
+    batch: Batch
+    attempt: int
+    why: str
+    retry_at: datetime | None
+
+    def as_failed(self) -> Batch:
+        """The batch as the ledger holds it once this is carried out (``Attempts.fail_untaken``)."""
+        return replace(self.batch, state=BatchState.FAILED, attempts=self.attempt, reason=self.why, transient=True,
+                       transient_streak=self.batch.transient_streak + 1, retry_at=self.retry_at, lease=None)
+
+
+@dataclass(frozen=True)
 class CarryOutLogChanges:
     """Commit the restores and resets decided, record the beliefs and events, re-plan re-drains."""
 
@@ -84,7 +104,7 @@ class Skip:
     reason: str
 
 
-TickAction = FailDeadRun | CarryOutLogChanges | Launch | RecordPlan | Skip
+TickAction = FailDeadRun | FailUntaken | CarryOutLogChanges | Launch | RecordPlan | Skip
 
 
 @dataclass(frozen=True)
@@ -130,6 +150,11 @@ class Decision:
     def stuck(self) -> tuple[tuple[Batch, str], ...]:
         """Batches whose run died, with why."""
         return tuple((a.batch, a.why) for a in self.actions if isinstance(a, FailDeadRun))
+
+    @property
+    def untaken(self) -> tuple[FailUntaken, ...]:
+        """Batches whose run ended before it took them: failed at that attempt."""
+        return tuple(a for a in self.actions if isinstance(a, FailUntaken))
 
     @property
     def plan(self) -> DrainPlan | None:
@@ -182,6 +207,7 @@ class TickState:
     manual: bool = False
     """A person's plan: the one batch asked for, never split."""
     dead_runs: tuple[FailDeadRun, ...] = ()
+    untaken: tuple[FailUntaken, ...] = ()
     launches: tuple[Launch, ...] = ()
     waiting: tuple[str, ...] = ()
     holds: tuple[Hold, ...] = ()
@@ -235,7 +261,7 @@ class TickState:
             verdict = Verdict.LAUNCH if self.launches else Verdict.PLAN
         elif self.launches and verdict is not Verdict.BLOCKED:
             verdict = Verdict.LAUNCH
-        actions: list[TickAction] = [*self.dead_runs]
+        actions: list[TickAction] = [*self.dead_runs, *self.untaken]
         if self.log.changes or self.log.decided or superseded:
             actions.append(CarryOutLogChanges(self.log.changes, self.log.decided, superseded))
         actions += [*self.launches, *(RecordPlan(p) for p in self.plans)]

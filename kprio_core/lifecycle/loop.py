@@ -24,9 +24,10 @@ run of it committed, what other drivers hold). Numbered rules, first match wins:
 7. retries whose cause does not pass (a disk that stays full), or slots held by batches nobody
    moves: stop, not ok, naming what is held, when nothing committed for
    :data:`BLOCKED_GIVE_UP_S` and no other driver works on the topic;
-8. something this loop waits for goes on later (a throttle, a retry's backoff, another process's
-   lease or launch claim, another driver that planned first, backlog whose priority slots are
-   taken by batches in flight): tick again then (0.2 s at least, :data:`MAX_WAIT_S` at most);
+8. something this loop waits for goes on later (a throttle, a retry's backoff, a batch the tick failed
+   before a run took it, another process's lease or launch claim, another driver that planned first,
+   backlog whose priority slots are taken by batches in flight): tick again then (0.2 s at least,
+   :data:`MAX_WAIT_S` at most);
 9. only held partitions that need a person are left: stop, not ok, naming them;
 10. no backlog left: stop, ok.
 
@@ -230,6 +231,8 @@ def _waits(decisions: Sequence[Decision], seen: LoopInputs, interval: float) -> 
                 waits.append(interval)  # its cause is still there: the next probe, not its (past) retry time
             else:
                 waits.append((h.retry_at - seen.now).total_seconds() if h.retry_at else 0.0)
+    if any(d.untaken for d in decisions):  # failed before a run took them: the next tick sees them held
+        waits.append(0.0)
     if seen.others.lease_ends_in_s:  # another process works on them: their end (or expiry) is the next news
         waits.append(min(interval, min(seen.others.lease_ends_in_s)))
     if seen.others.claimed_elsewhere or seen.contended:

@@ -183,3 +183,16 @@ def run_key_of(batch_id: str, why: LaunchReason, attempt: int) -> str:
     if why is LaunchReason.COMMIT:
         return f"{batch_id}.commit-{attempt}"
     return batch_id if attempt == 1 else f"{batch_id}.attempt-{attempt}"
+
+
+def attempt_of_key(batch_id: str, run_key: str | None) -> int | None:
+    """The attempt a run of ``batch_id`` was launched for, from its run key (None: a commit run, or no key of kprio's).
+
+    >>> [attempt_of_key("b-000042", k) for k in ("b-000042", "b-000042.attempt-3", "b-000042.commit-2", None)]
+    [1, 3, None, None]
+    """
+    if run_key == batch_id:
+        return 1
+    prefix = f"{batch_id}.attempt-"
+    tail = run_key[len(prefix):] if run_key is not None and run_key.startswith(prefix) else ""
+    return int(tail) if tail.isdigit() else None

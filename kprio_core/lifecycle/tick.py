@@ -9,6 +9,8 @@ changed under kprio is decided before anything is planned on the log; the plan i
 only sees what no earlier rule holds or takes:
 
 1. :func:`resume_dead` — a batch in flight whose run died gets a new attempt with the same ranges;
+   1b. :func:`fail_untaken` — a batch whose run for its next attempt ended before it took it has spent that
+   attempt: it fails, transient, and rule 4 retries it under a run key of its own (at once the first time);
 2. :func:`launch_unlaunched` — a planned batch no run was ever requested for gets its run;
 3. :func:`launch_commits` — a checked batch whose earlier batches committed gets a commit run;
 4. :func:`retry_due` — a failed batch with attempts left is retried when :func:`retry_failed` says, and takes
@@ -66,7 +68,13 @@ from kprio_core.lifecycle.budget import (
     split_caught_up,
     throttled_priorities,
 )
-from kprio_core.lifecycle.decision import Decision, FailDeadRun, TickState, Verdict
+from kprio_core.lifecycle.decision import (
+    Decision,
+    FailDeadRun,
+    FailUntaken,
+    TickState,
+    Verdict,
+)
 from kprio_core.lifecycle.holds import held_partitions
 from kprio_core.lifecycle.log_rules import (
     decide_changes,
@@ -79,7 +87,14 @@ from kprio_core.lifecycle.log_rules import (
     wait_for_the_loss_decision,
     waits_for_the_group,
 )
-from kprio_core.lifecycle.runs import BatchRuns, Launch, LaunchReason, run_key_of
+from kprio_core.lifecycle.run import retry_at
+from kprio_core.lifecycle.runs import (
+    BatchRuns,
+    Launch,
+    LaunchReason,
+    attempt_of_key,
+    run_key_of,
+)
 from kprio_core.lifecycle.view import TickInputs, passing_cause
 from kprio_core.log_changes import Outcome
 from kprio_core.model.drain_plan import DrainPlan
@@ -105,9 +120,26 @@ def resume_dead(state: TickState) -> TickState:
                    launches=tuple(Launch(b, Why.RESUME, b.attempts + 1) for b, _ in stuck))
 
 
+def fail_untaken(state: TickState) -> TickState:
+    """1b. A batch whose run for its next attempt (a planned batch's own, a resume's, a failed batch's retry) ended
+    before it took the batch (its worker, its code or the ledger could not start it) has spent that attempt: it
+    fails at it, transient (the cause is the run's surroundings, not the batch's records), so rule 4 retries it
+    under a run key of its own: at once the first time, then backing off while it goes on failing. (Launched again
+    instead, it would ask for the run key that already ended, and wait for ever.)"""
+    inputs, recovery = state.inputs, state.config.recovery
+    gone = {s.batch_id for s in inputs.view.superseded}
+    batches = [b for b in (*inputs.view.in_flight, *inputs.view.failed) if b.batch_id not in gone]
+    found = (FailUntaken(b, attempt, why, retry_at(attempt, recovery, inputs.now, transient=True,
+                                                   streak=b.transient_streak + 1))
+             for b, attempt, why in untaken(batches, inputs.runs, now=inputs.now))
+    return replace(state, untaken=tuple(found))
+
+
 def launch_unlaunched(state: TickState) -> TickState:
-    """2. A planned batch whose current attempt never got a run requested gets its run (one resumed has its own)."""
-    runs, launched = state.inputs.runs, {x.batch.batch_id for x in state.launches}
+    """2. A planned batch whose current attempt never got a run requested gets its run (one resumed has its own, one
+    failed by rule 1b waits for rule 4)."""
+    runs = state.inputs.runs
+    launched = {x.batch.batch_id for x in state.launches} | {x.batch.batch_id for x in state.untaken}
     new = (Launch(b, Why.NEW, b.attempts) for b in state.inputs.view.in_flight
            if b.batch_id not in launched and b.state is BatchState.PLANNED and b.lease is None
            and runs.active(b.batch_id) is None and run_key_of(b.batch_id, Why.NEW, b.attempts) not in runs.run_keys)
@@ -124,16 +156,18 @@ def launch_commits(state: TickState) -> TickState:
 
 
 def retry_due(state: TickState) -> TickState:
-    """4. A failed batch with attempts left (or a transient cause) is retried when :func:`retry_failed` says; the
-    retry takes its priorities' slots at once, so the plan of the same tick leaves them to it: the oldest work of a
-    priority is served first, and no retry run finds its slot taken by a batch planned after it. A batch superseded
-    on a partition (planned on an earlier incarnation of it than the one kprio drains now,
-    :func:`kprio_core.log_changes.superseded`) never runs again."""
+    """4. A failed batch with attempts left (or a transient cause) is retried when :func:`retry_failed` says, as is a
+    batch rule 1b fails (its slots freed first); the retry takes its priorities' slots at once, so the plan of the
+    same tick leaves them to it: the oldest work of a priority is served first, and no retry run finds its slot taken
+    by a batch planned after it. A batch superseded on a partition (planned on an earlier incarnation of it than the
+    one kprio drains now, :func:`kprio_core.log_changes.superseded`) never runs again."""
     inputs, view = state.inputs, state.inputs.view
-    gone = {s.batch_id for s in view.superseded}
-    retries, waiting = retry_failed([b for b in view.failed if b.batch_id not in gone], inputs.runs, now=inputs.now,
-                                    max_attempts=state.config.recovery.max_attempts, full=state.full,
-                                    fresh_start=inputs.fresh_start, cause=passing_cause(inputs),
+    spent = {x.batch.batch_id: x.as_failed() for x in state.untaken}
+    gone = {s.batch_id for s in view.superseded} | set(spent)
+    state = replace(state, slots={p: tuple(i for i in ids if i not in spent) for p, ids in state.slots.items()})
+    retries, waiting = retry_failed([*(b for b in view.failed if b.batch_id not in gone), *spent.values()],
+                                    inputs.runs, now=inputs.now, max_attempts=state.config.recovery.max_attempts,
+                                    full=state.full, fresh_start=inputs.fresh_start, cause=passing_cause(inputs),
                                     in_flight={b.batch_id for b in view.in_flight},
                                     behind=moved_back(inputs.lag, view.believed()))
     return replace(state, launches=(*state.launches, *retries), waiting=(*state.waiting, *waiting),
@@ -234,7 +268,7 @@ def launch_here(state: TickState) -> TickState:
 
 RULES: tuple[Callable[[TickState], TickState], ...] = (
     # The batches recorded first (1-5): a crash or a failure heals before new work is added, a retry before a plan.
-    resume_dead, launch_unlaunched, launch_commits, retry_due, ledger_holds,
+    resume_dead, fail_untaken, launch_unlaunched, launch_commits, retry_due, ledger_holds,
     need_snapshot,  # 6: the ledger's facts need no broker; what follows does
     # 7: the log as kprio will leave it, before anything is planned on it (kprio_core.lifecycle.log_rules's order).
     decide_changes, no_run_on_a_deleted_topic, no_run_on_another_log, wait_for_the_loss_decision, hold_what_changed,
@@ -311,8 +345,8 @@ def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
         latest = runs.latest(batch.batch_id)
         if latest is None or latest.active:
             continue
-        if batch.state is BatchState.PLANNED and run_key_of(batch.batch_id, Why.NEW, batch.attempts) not in runs.run_keys:
-            continue  # the run of this attempt was never requested: launch_unlaunched's case
+        if batch.state is BatchState.PLANNED and not latest.orphaned:
+            continue  # never requested (launch_unlaunched's case), or ended before it took the batch (fail_untaken's)
         if batch.state is BatchState.CHECKED:
             continue  # waits for earlier batches to commit: launch_commits' case
         if latest.orphaned:
@@ -322,6 +356,39 @@ def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
             why = f"its last run {latest.run_id[:8]} ended {latest.state.value} without finishing it"
         stuck.append((batch, why))
     return stuck
+
+
+def untaken(batches: Iterable[Batch], runs: BatchRuns, *, now: datetime) -> list[tuple[Batch, int, str]]:
+    """Batches nobody holds whose latest run ended without taking them (and no other run is under way or about to
+    retry it): a planned batch's run of its attempt or a later one, a failed batch's of a later one (its retry);
+    each with the attempt that run was for, and why.
+
+    >>> from datetime import UTC, datetime
+    >>> from kprio_core.lifecycle.examples import batch
+    >>> from kprio_core.lifecycle.runs import RunState, RunSummary
+    >>> now, planned = datetime(2026, 1, 1, tzinfo=UTC), batch("b-000004")
+    >>> resumed = BatchRuns({"b-000004": (RunSummary("r2abcdef9", RunState.FAILURE, run_key="b-000004.attempt-2"),
+    ...                                   RunSummary("r1abcdef9", RunState.FAILURE, run_key="b-000004"))})
+    >>> untaken([planned], resumed, now=now)[0][1:]
+    (2, 'its run r2abcdef (attempt 2) ended FAILURE before it took the batch')
+    >>> untaken([batch("b-000004", attempts=3)], resumed, now=now)   # a run of an earlier attempt: not this one's
+    []
+    >>> failed = batch("b-000004", state=BatchState.FAILED)   # its retry (attempt 2) ended: spent
+    >>> [a for _, a, _ in untaken([failed, replace(failed, attempts=2)], resumed, now=now)]
+    [2]
+    """
+    found = []
+    for batch in batches:
+        if batch.state not in (BatchState.PLANNED, BatchState.FAILED) or batch.lease is not None:
+            continue
+        latest = runs.latest(batch.batch_id)
+        if latest is None or latest.active or latest.orphaned or runs.will_retry(batch.batch_id, now):
+            continue
+        attempt = attempt_of_key(batch.batch_id, latest.run_key) or batch.attempts
+        if attempt > batch.attempts or (attempt == batch.attempts and batch.state is BatchState.PLANNED):
+            why = f"its run {latest.run_id[:8]} (attempt {attempt}) ended {latest.state.value} before it took the batch"
+            found.append((batch, attempt, why))
+    return found
 
 
 def dead_runs(batch: Batch, why: str, runs: BatchRuns) -> FailDeadRun:

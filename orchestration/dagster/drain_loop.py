@@ -312,18 +312,8 @@ class DrainLoop:
         return f"stopped on request after finishing {last.batch_id} ({last.state.value})"
 
     def _stop(self, why: str, *, ok: bool = True) -> DrainReport:
-        untaken = self._never_taken() if ok else []
-        if untaken:  # its backlog is reserved by a batch no run could take: not "no backlog left"
-            why, ok = f"{why} but {'; '.join(untaken)}", False
         self.report.stopped, self.report.ok = why, ok and self.report.ok
         return self.report
-
-    def _never_taken(self) -> list[str]:
-        """Batches of this loop whose last run failed before it took them, still planned: a run that fails before
-        it starts (its configuration, its worker) leaves its batch to the next tick, whose run would fail alike."""
-        last = {outcome.batch_id: outcome for outcome in self.report.batches}
-        return [f"{b} is still planned: its run {o.run_id[:8]} failed before it took it ({o.reason})"
-                for b, o in last.items() if not o.success and self.ledger.batches.get(b).state is BatchState.PLANNED]
 
     def _add_partitions(self, keys: list[str]) -> None:
         """Add the batch partitions the tick's runs need (another driver may add the same ones at once)."""

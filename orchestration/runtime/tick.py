@@ -9,7 +9,9 @@ Dagster's in ``orchestration/dagster/runs.py``), so nothing here speaks an orche
 :func:`apply` is the one applier, used by the sensor, ``kprio drain`` and the tests alike; in order:
 
 - marks failed the runs of batches whose run died (their lease expired or their process is
-  gone), so the orchestrator's UI tells the truth;
+  gone), so the orchestrator's UI tells the truth; fails the batches whose run ended before it took them
+  (``ledger.attempts.fail_untaken``: that attempt is spent, transient; the tick's retry of one that moved on
+  meanwhile is dropped);
 - carries out what was decided about changes of the log (``orchestration.runtime.log_changes``);
 - claims each launch in the ledger (``ledger.launches.claim``: one driver launches a run key, a second
   ``kprio drain`` or the sensor deciding the same launch does not), ends the backoff of an early
@@ -43,6 +45,7 @@ from kprio_core.lifecycle import (
     CarryOutLogChanges,
     Decision,
     FailDeadRun,
+    FailUntaken,
     Launch,
     LedgerView,
     RecordPlan,
@@ -202,17 +205,18 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
     recorded: list[str] = []
     contended = False
     put_back: dict[str, Batch] = {}
+    moved_on: set[str] = set()  # batches rule 1b failed that moved on meanwhile: not retried on what this tick saw
     for action in decision.actions:
-        if isinstance(action, FailDeadRun):
-            for run_id in runs.fail(action.batch.batch_id, action.run_ids, action.why):
-                _info(log, f"{name}: run {run_id[:8]} of {action.batch.batch_id} marked failed: {action.why}")
+        if isinstance(action, FailDeadRun | FailUntaken):
+            if not _record_failure(runs, ledger, action, lambda line: _info(log, f"{name}: {line}")):
+                moved_on.add(action.batch.batch_id)
         elif isinstance(action, CarryOutLogChanges):
             try:
                 put_back = carry_out(edge, ledger, topic, action, log=log, max_in_flight=config.planner.max_in_flight)
             except KprioError as err:  # nothing launched or planned on a decision that could not be carried out
                 done = ", ".join(d.describe() for d in action.decided)
                 return Applied(reasons=(f"{name}: could not carry out {done}: {err}",))
-        elif isinstance(action, Launch):
+        elif isinstance(action, Launch) and action.batch.batch_id not in moved_on:
             if action.why is Why.REDRAIN and action.batch.batch_id in put_back:  # the batch carry_out put back
                 again = put_back[action.batch.batch_id]
                 action = Launch(again, Why.REDRAIN, again.attempts)
@@ -241,6 +245,20 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
     if not requests:
         reasons.append(decision.describe() if several_topics else decision.summary())
     return Applied(tuple(requests), tuple(recorded), tuple(reasons), contended)
+
+
+def _record_failure(runs: Runs, ledger: LedgerPort, action: FailDeadRun | FailUntaken, say) -> bool:
+    """What already happened, written down: the dead runs marked failed, or the attempt a run did not take spent
+    (False: the batch moved on meanwhile, a run took it)."""
+    batch_id = action.batch.batch_id
+    if isinstance(action, FailDeadRun):
+        for run_id in runs.fail(batch_id, action.run_ids, action.why):
+            say(f"run {run_id[:8]} of {batch_id} marked failed: {action.why}")
+        return True
+    if ledger.attempts.fail_untaken(batch_id, action.attempt, reason=action.why, retry_at=action.retry_at) is None:
+        return False
+    say(f"{batch_id} failed at attempt {action.attempt}: {action.why}")
+    return True
 
 
 def with_log_changes(ledger: LedgerPort, plan: DrainPlan) -> DrainPlan:

@@ -154,6 +154,39 @@ def test_mark_failed_needs_a_reason_and_keeps_when_to_retry(ledger: Ledger, cloc
     assert ledger.batches.events(batch.batch_id)[-1].reason == "drain failed: No space left on device: /out"
 
 
+def test_a_planned_batch_a_run_did_not_take_fails_at_that_runs_attempt_and_is_retried_under_a_new_one(
+        ledger: Ledger, clock: Clock):
+    batch = ledger.batches.record_plan(make_plan((0, 10)))
+    retry_at = clock.now + timedelta(seconds=10)
+    why = "its run r2abcdef (attempt 2) ended FAILURE before it took the batch"
+    failed = ledger.attempts.fail_untaken(batch.batch_id, 2, reason=why, retry_at=retry_at)
+    assert (failed.state, failed.attempts, failed.reason, failed.retry_at, failed.transient,
+            failed.transient_streak) == (S.FAILED, 2, why, retry_at, True, 1)  # its surroundings: a transient cause
+    assert [h.batch_id for h in ledger.batches.holds("orders")] == [batch.batch_id]  # it holds its partition
+    assert ledger.batches.events(batch.batch_id)[-1].reason == why
+    # Its retry's run (attempt 3) ended before it took it too: attempt 3 is spent; the next retry is attempt 4.
+    again = ledger.attempts.fail_untaken(batch.batch_id, 3, reason=why.replace("2", "3"), retry_at=None)
+    assert (again.state, again.attempts, again.transient_streak) == (S.FAILED, 3, 2)  # in a row: backs off
+    assert ledger.attempts.retry(batch.batch_id, reason="retry").attempts == 4
+
+
+@pytest.mark.parametrize("moved_on", ["taken", "drained", "a later attempt", "failed at it"])
+def test_a_batch_that_moved_on_meanwhile_is_not_failed_as_untaken(ledger: Ledger, moved_on):
+    batch = ledger.batches.record_plan(make_plan((0, 10)))
+    if moved_on == "taken":
+        ledger.leases.claim(batch.batch_id, "run-1@h:1", 30)
+    elif moved_on == "drained":
+        ledger.moves.mark_drained(batch.batch_id, result_for(batch))
+    elif moved_on == "a later attempt":
+        ledger.moves.mark_failed(batch.batch_id, "failed", retry_at=None)
+        ledger.attempts.retry(batch.batch_id, reason="retry")  # planned at attempt 2
+    else:
+        ledger.moves.mark_failed(batch.batch_id, "failed", retry_at=None)  # attempt 1 failed by its own run
+    before = ledger.batches.get(batch.batch_id)
+    assert ledger.attempts.fail_untaken(batch.batch_id, 1, reason="ended", retry_at=None) is None
+    assert ledger.batches.get(batch.batch_id) == before
+
+
 # --------------------------------------------------------------------------------- drain results and checks
 
 STRAY = RangeStats(2, R("orders-2", 0, 0, 9), output=9, dead=0, distinct=9, first=0, last=8)

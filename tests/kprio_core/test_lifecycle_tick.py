@@ -209,6 +209,28 @@ CASES = [
     (34, "the bulk lane busy and nothing urgent waiting: nothing is planned, and the reason says why",
      inputs(lag=snapshot(backlog={1: 20, 0: 10}), bulk_running=1), Verdict.BUSY, [], None,
      "priority 0 waits for a worker of the bulk lane"),
+    (35, "a planned batch whose run ended before it took it has spent that attempt: failed, transient (by the "
+         "driver), and retried at once under a run key of its own, in the same tick",
+     inputs(flying(PLANNED), runs=runs(RunSummary("r1", RunState.FAILURE, run_key="b-000001"))), Verdict.LAUNCH,
+     ["b-000001.attempt-2"], None, None),
+    (36, "its resume ended before it took it too: failed at the resume's attempt, never asked again under the run "
+         "key that already ended",
+     inputs(flying(PLANNED), runs=runs(RunSummary("r2", RunState.FAILURE, run_key="b-000001.attempt-2"),
+                                       RunSummary("r1", RunState.FAILURE, run_key="b-000001"))), Verdict.LAUNCH,
+     ["b-000001.attempt-3"], None, None),
+    (38, "a failed batch's retry ended before it took it: that attempt is spent, not retried under its key again",
+     inputs(failing(FAILED, holds=(hold_of(FAILED),)),
+            runs=runs(RunSummary("r2", RunState.FAILURE, run_key="b-000001.attempt-2"))), Verdict.LAUNCH,
+     ["b-000001.attempt-3"], None, None),
+    (39, "ended before it was taken again, after a transient failure: the streak backs off (no run now), and the "
+         "plan may not take its range meanwhile",
+     inputs(flying(dataclasses.replace(PLANNED, attempts=2, transient_streak=1)),
+            runs=runs(RunSummary("r2", RunState.FAILURE, run_key="b-000001.attempt-2"))), Verdict.IDLE, [], None,
+     "b-000001 retries at"),
+    (37, "failed at its last attempt by the run that took it: held, its partition waits for a person, named",
+     inputs(failing(EXHAUSTED, holds=(hold_of(EXHAUSTED, exhausted=True),)),
+            runs=runs(RunSummary("r3", RunState.FAILURE, run_key="b-000001.attempt-3"))), Verdict.HELD, [], None,
+     None),
 ]
 
 
@@ -224,9 +246,38 @@ def test_the_tick_decides(number, why, given, verdict, launched, plan_priorities
         assert any(waits in w for w in d.waiting), (why, d.waiting)
     # Every decision is typed actions in the applier's order: dead runs, log changes, launches, a plan, or a skip.
     kinds = [type(a).__name__ for a in d.actions]
-    order = ["FailDeadRun", "CarryOutLogChanges", "Launch", "RecordPlan", "Skip"]
+    order = ["FailDeadRun", "FailUntaken", "CarryOutLogChanges", "Launch", "RecordPlan", "Skip"]
     assert kinds == sorted(kinds, key=order.index), kinds
     assert (Skip in map(type, d.actions)) == (not d.launch and d.plan is None), why
+
+
+@pytest.mark.parametrize("given, attempt", [
+    (runs(RunSummary("r1abcdefg", RunState.FAILURE, run_key="b-000001")), 1),
+    (runs(RunSummary("r2abcdefg", RunState.CANCELED, run_key="b-000001.attempt-2"),
+          RunSummary("r1abcdefg", RunState.FAILURE, run_key="b-000001")), 2),
+    (runs(RunSummary("r1abcdefg", RunState.FAILURE)), 1),  # launched from the UI: no run key, the batch's attempt
+    (runs(RunSummary("r2abcdefg", RunState.FAILURE, run_key="b-000001.attempt-2")), 2),  # a failed batch's retry
+], ids=["its-run", "its-resume", "no-run-key", "a-retry"])
+def test_a_batch_whose_run_ended_before_it_took_it_fails_at_that_attempt(given, attempt, request):
+    view = failing(FAILED, holds=(hold_of(FAILED),)) if "retry" in request.node.name else flying(PLANNED)
+    d = decide_tick(CONFIG, TOPIC, inputs(view, runs=given))
+    [untaken] = d.untaken
+    assert (untaken.batch.batch_id, untaken.attempt) == ("b-000001", attempt)
+    assert "ended" in untaken.why and "before it took the batch" in untaken.why, untaken.why
+    assert untaken.retry_at == NOW and untaken.as_failed().transient  # the first of a streak: at once
+    assert [x.run_key for x in d.launch] == [f"b-000001.attempt-{attempt + 1}"] and d.stuck == ()
+
+
+@pytest.mark.parametrize("given, why", [
+    (runs(RunSummary("r1", RunState.STARTED, run_key="b-000001")), "its run works"),
+    (runs(RunSummary("r1", RunState.FAILURE, run_key="b-000001", will_retry=True)), "Dagster retries it"),
+    (runs(RunSummary("r1", RunState.STARTED, run_key="b-000001", runner=GONE, orphaned=True)),
+     "orphaned: resumed (rule 1), its run marked failed"),
+    (runs(RunSummary("r1", RunState.FAILURE, run_key="b-000001")), "a run of an earlier attempt (attempt 2 now)"),
+], ids=["active", "will-retry", "orphaned", "earlier-attempt"])
+def test_a_planned_batch_is_not_failed_while_a_run_may_still_take_it(given, why):
+    b = PLANNED if "earlier" not in why else batch("b-000001", attempts=2)
+    assert decide_tick(CONFIG, TOPIC, inputs(flying(b), runs=given)).untaken == (), why
 
 
 def test_a_move_back_re_drains_only_what_it_moved_and_holds_no_other_priority():

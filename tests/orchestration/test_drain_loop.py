@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kprio_core.lifecycle import loop
 from orchestration.dagster import drain_loop
 from tests.orchestration.conservation import conservation
 from tests.orchestration.dagster_env import read_all_output
@@ -43,15 +44,21 @@ def test_drain_to_empty_conserves_every_offset(make_topic, kprio_env, dagster_in
         assert history.counts(p) == [b.drain.written_by_priority().get(p, 0) for b in reversed(batches)][-6:]
 
 
-def test_a_run_that_fails_before_it_takes_its_batch_stops_the_drain_not_ok_naming_the_batch(
-        make_topic, kprio_env, dagster_instance):
-    """A run that fails before it starts (here Dagster refuses its run config) leaves its batch planned, and the
-    next tick's run would fail alike: the drain does not say "no backlog left" while that batch holds it."""
+def test_a_run_that_fails_before_it_takes_its_batch_is_retried_backing_off_and_the_drain_stops_not_ok_naming_it(
+        make_topic, kprio_env, dagster_instance, monkeypatch):
+    """A run that fails before it starts (here Dagster refuses its run config) leaves its batch planned: the next
+    tick fails the batch at that attempt, transient (its partitions held), and retries it under a new run key, at
+    once and then backing off; the retries fail alike, and once nothing committed for the loop's limit (rule 7,
+    120 s; 3 s here) the drain stops not ok naming the batch and why: never "no backlog left" while it holds it."""
+    monkeypatch.setattr(loop, "BLOCKED_GIVE_UP_S", 3.0)
     topic = make_topic(priorities=2, partitions=1, records={1: 5, 0: 5})
-    env = kprio_env(topic)
+    env = kprio_env(topic, recovery={"backoff_s": 0.5, "backoff_max_s": 1})
 
     report = drain_loop.drain(env.defs, dagster_instance, log_level="NOT-A-LEVEL")
 
     assert not report.ok
-    assert "b-000001 is still planned: its run" in report.stopped and "failed before it took it" in report.stopped
-    assert env.ledger.batches.get("b-000001").state.value == "planned"
+    assert "b-000001" in report.stopped and "before it took the batch" in report.stopped, report.stopped
+    batch = env.ledger.batches.get("b-000001")
+    assert (batch.state.value, batch.transient) == ("failed", True) and batch.transient_streak >= 2, batch
+    runs = [r.batch_id for r in report.batches]
+    assert runs == ["b-000001"] * len(runs) and len(runs) == batch.attempts >= 3, runs  # one run per attempt

@@ -276,6 +276,49 @@ def test_a_retry_is_not_dead_with_the_runner_its_parent_had(make_topic, kprio_en
     assert dagster_instance.get_run_by_id(retry.run_id).status is dg.DagsterRunStatus.STARTED
 
 
+def test_runs_that_end_before_they_take_their_batch_spend_its_attempts_under_new_run_keys_and_it_heals(
+        make_topic, kprio_env, dagster_instance):
+    """A run that fails before it starts (its worker, its code; here Dagster refuses its run config) spends its
+    batch's attempt, the first run's and the retry's alike: the next tick fails the batch at it, transient, and
+    retries it at once under a run key no run had. (A resume or retry asked for the run key that had ended already:
+    the batch waited for ever, its backlog reserved.)"""
+    from kprio_core.ledger import BatchState
+
+    topic = make_topic(priorities=2, partitions=1, records={1: 5})
+    env = kprio_env(topic, recovery={"backoff_s": 0, "backoff_max_s": 0})
+    [request] = run_tick(env, dagster_instance).requests
+    keys = []
+    for attempt in (1, 2):
+        keys.append(request.run_key)
+        assert not drain_loop.execute(env.defs, dagster_instance, request, log_level="NOT-A-LEVEL").success
+        [request] = run_tick(env, dagster_instance).requests  # fails the batch at the attempt, retries it
+        batch = env.ledger.batches.get(request.partition_key)
+        assert (batch.state, batch.attempts, batch.transient) == (BatchState.FAILED, attempt, True), batch
+        assert f"(attempt {attempt}) ended FAILURE before it took the batch" in batch.reason, batch.reason
+    assert request.run_key not in keys and request.tags["kprio/attempt"] == "3", request
+
+    assert drain_loop.execute(env.defs, dagster_instance, request).success  # the cause passed: it heals
+    assert env.ledger.batches.get(request.partition_key).state is BatchState.COMMITTED
+
+
+def test_a_batch_no_run_takes_again_and_again_backs_off_holding_its_partitions_and_says_so(
+        make_topic, kprio_env, dagster_instance):
+    """The first such failure of a streak is retried at once (a worker that just came back); the next ones back off
+    (``recovery.backoff_s``, doubling): a cause that does not pass is never retried in a loop, and the skip says
+    when the next try is."""
+    topic = make_topic(priorities=2, partitions=1, records={1: 5})
+    env = kprio_env(topic, recovery={"backoff_s": 60, "backoff_max_s": 60})
+    [request] = run_tick(env, dagster_instance).requests
+    assert not drain_loop.execute(env.defs, dagster_instance, request, log_level="NOT-A-LEVEL").success
+    [request] = run_tick(env, dagster_instance).requests  # the first of a streak: at once
+    assert not drain_loop.execute(env.defs, dagster_instance, request, log_level="NOT-A-LEVEL").success
+    assert run_tick(env, dagster_instance).requests == ()
+    said = skip(env, dagster_instance)
+    assert f"by {request.partition_key}" in said and "before it took the batch" in said, said
+    batch = env.ledger.batches.get(request.partition_key)
+    assert batch.transient_streak == 2 and (batch.retry_at - env.ledger.now()).total_seconds() > 50, batch
+
+
 def test_a_run_launched_from_the_ui_is_the_batchs_run(make_topic, kprio_env, dagster_instance, kafka_settings):
     topic = make_topic(priorities=2, partitions=1, records={1: 5})
     env = kprio_env(topic)
