@@ -66,22 +66,23 @@ class Attempts(Repository):
 
     def fail_untaken(self, batch_id: str, attempt: int, *, reason: str, retry_at: datetime | None) -> Batch | None:
         """A batch that the run of ``attempt`` ended without taking (a planned batch's own run or a resume's, a failed
-        batch's retry) fails at that attempt, transient (the cause is the run's surroundings, never the batch's
+        batch's retry, a checked batch's commit run) fails at that attempt, transient (the cause is the run's surroundings, never the batch's
         records): its partitions held, it is retried as any transient failure is, under a later run key.
 
-        None, and nothing changed, when it moved on meanwhile: a run took it, or it is neither planned at that
-        attempt or an earlier one nor failed at an earlier one.
+        None, and nothing changed, when it moved on meanwhile: a run took it, or it is neither planned (or checked,
+        its commit run's) at that attempt or an earlier one nor failed at an earlier one.
         """
         need_reason("fail_untaken", batch_id, reason)
         with self._store.tx() as (conn, numbering):
             now = self._store.now_us()
             row = batch_row(conn, numbering, batch_id, for_update=True)
             state = S(row.state)
-            spent = ((state is S.PLANNED and row.attempts <= attempt) or (state is S.FAILED and row.attempts < attempt))
+            spent = ((state in (S.PLANNED, S.CHECKED) and row.attempts <= attempt)
+                     or (state is S.FAILED and row.attempts < attempt))
             if not spent or row.lease_owner is not None:
                 return None
-            if state is S.PLANNED:
-                check_transition(batch_id, S.PLANNED, S.FAILED)
+            if state is not S.FAILED:
+                check_transition(batch_id, state, S.FAILED)
             conn.execute(update(batches).where(batches.c.id == row.id).values(
                 state=S.FAILED.value, attempts=attempt, reason=reason, transient=True, retry_at_us=maybe_us(retry_at),
                 transient_streak=streak_after(row.transient_streak, True), updated_us=now))

@@ -121,17 +121,18 @@ def resume_dead(state: TickState) -> TickState:
 
 
 def fail_untaken(state: TickState) -> TickState:
-    """1b. A batch whose run for its next attempt (a planned batch's own, a resume's, a failed batch's retry) ended
-    before it took the batch (its worker, its code or the ledger could not start it) has spent that attempt: it
+    """1b. A batch whose run for its next attempt (a planned batch's own, a resume's, a failed batch's retry, a
+    checked batch's commit run) ended before it took the batch (its worker, its code or the ledger could not start it) has spent that attempt: it
     fails at it, transient (the cause is the run's surroundings, not the batch's records), so rule 4 retries it
     under a run key of its own: at once the first time, then backing off while it goes on failing. (Launched again
     instead, it would ask for the run key that already ended, and wait for ever.)"""
     inputs, recovery = state.inputs, state.config.recovery
     gone = {s.batch_id for s in inputs.view.superseded}
     batches = [b for b in (*inputs.view.in_flight, *inputs.view.failed) if b.batch_id not in gone]
+    ready = {b.batch_id for b in inputs.view.ready_to_commit}
     found = (FailUntaken(b, attempt, why, retry_at(attempt, recovery, inputs.now, transient=True,
                                                    streak=b.transient_streak + 1))
-             for b, attempt, why in untaken(batches, inputs.runs, now=inputs.now))
+             for b, attempt, why in untaken(batches, inputs.runs, now=inputs.now, ready=ready))
     return replace(state, untaken=tuple(found))
 
 
@@ -148,7 +149,7 @@ def launch_unlaunched(state: TickState) -> TickState:
 
 def launch_commits(state: TickState) -> TickState:
     """3. A checked batch whose earlier batches committed, with no run of its own under way, gets a commit run."""
-    runs, launched = state.inputs.runs, {x.batch.batch_id for x in state.launches}
+    runs, launched = state.inputs.runs, {x.batch.batch_id for x in (*state.launches, *state.untaken)}
     due = (Launch(b, Why.COMMIT, b.attempts) for b in state.inputs.view.ready_to_commit
            if b.batch_id not in launched and b.lease is None and runs.active(b.batch_id) is None
            and run_key_of(b.batch_id, Why.COMMIT, b.attempts) not in runs.run_keys)
@@ -358,10 +359,12 @@ def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
     return stuck
 
 
-def untaken(batches: Iterable[Batch], runs: BatchRuns, *, now: datetime) -> list[tuple[Batch, int, str]]:
+def untaken(batches: Iterable[Batch], runs: BatchRuns, *, now: datetime,
+            ready: Collection[str] = ()) -> list[tuple[Batch, int, str]]:
     """Batches nobody holds whose latest run ended without taking them (and no other run is under way or about to
-    retry it): a planned batch's run of its attempt or a later one, a failed batch's of a later one (its retry);
-    each with the attempt that run was for, and why.
+    retry it): a planned batch's run of its attempt or a later one, a failed batch's of a later one (its retry), a
+    checked batch's commit run once its turn came (``ready``: it had nothing to wait for, so a run that took it
+    left it committed or failed); each with the attempt that run was for, and why.
 
     >>> from datetime import UTC, datetime
     >>> from kprio_core.lifecycle.examples import batch
@@ -376,19 +379,33 @@ def untaken(batches: Iterable[Batch], runs: BatchRuns, *, now: datetime) -> list
     >>> failed = batch("b-000004", state=BatchState.FAILED)   # its retry (attempt 2) ended: spent
     >>> [a for _, a, _ in untaken([failed, replace(failed, attempts=2)], resumed, now=now)]
     [2]
+    >>> checked = batch("b-000004", state=BatchState.CHECKED)
+    >>> committing = BatchRuns({"b-000004": (RunSummary("r3abcdef9", RunState.FAILURE, run_key="b-000004.commit-1"),)})
+    >>> untaken([checked], committing, now=now), untaken([checked], committing, now=now, ready={"b-000004"})[0][1:]
+    ([], (1, 'its commit run r3abcdef (attempt 1) ended FAILURE before it took the batch'))
     """
     found = []
     for batch in batches:
-        if batch.state not in (BatchState.PLANNED, BatchState.FAILED) or batch.lease is not None:
-            continue
         latest = runs.latest(batch.batch_id)
-        if latest is None or latest.active or latest.orphaned or runs.will_retry(batch.batch_id, now):
+        if (batch.lease is not None or latest is None or latest.active or latest.orphaned
+                or runs.will_retry(batch.batch_id, now)):
             continue
-        attempt = attempt_of_key(batch.batch_id, latest.run_key) or batch.attempts
-        if attempt > batch.attempts or (attempt == batch.attempts and batch.state is BatchState.PLANNED):
-            why = f"its run {latest.run_id[:8]} (attempt {attempt}) ended {latest.state.value} before it took the batch"
-            found.append((batch, attempt, why))
+        attempt = _attempt_not_taken(batch, latest.run_key, batch.batch_id in ready)
+        if attempt is not None:
+            run = "commit run" if batch.state is BatchState.CHECKED else "run"
+            found.append((batch, attempt, f"its {run} {latest.run_id[:8]} (attempt {attempt}) ended "
+                                          f"{latest.state.value} before it took the batch"))
     return found
+
+
+def _attempt_not_taken(batch: Batch, run_key: str | None, ready: bool) -> int | None:
+    """The attempt of the ended run ``run_key`` if it cannot have taken ``batch`` (a run that took it moved it on)."""
+    if batch.state is BatchState.CHECKED:
+        return batch.attempts if ready and run_key == run_key_of(batch.batch_id, Why.COMMIT, batch.attempts) else None
+    attempt = attempt_of_key(batch.batch_id, run_key) or batch.attempts
+    if attempt > batch.attempts or (attempt == batch.attempts and batch.state is BatchState.PLANNED):
+        return attempt if batch.state in (BatchState.PLANNED, BatchState.FAILED) else None
+    return None
 
 
 def dead_runs(batch: Batch, why: str, runs: BatchRuns) -> FailDeadRun:

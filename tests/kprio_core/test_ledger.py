@@ -170,6 +170,17 @@ def test_a_planned_batch_a_run_did_not_take_fails_at_that_runs_attempt_and_is_re
     assert ledger.attempts.retry(batch.batch_id, reason="retry").attempts == 4
 
 
+def test_a_checked_batch_whose_commit_run_did_not_take_it_fails_transient_and_its_retry_drains_it_again(
+        ledger: Ledger):
+    batch = ledger.batches.record_plan(make_plan((0, 10)))
+    ledger.moves.mark_drained(batch.batch_id, result_for(batch))
+    ledger.moves.mark_checked(batch.batch_id, CHECKS_PASSED)
+    failed = ledger.attempts.fail_untaken(batch.batch_id, 1, reason="its commit run ended", retry_at=None)
+    assert (failed.state, failed.attempts, failed.transient) == (S.FAILED, 1, True)
+    assert [h.batch_id for h in ledger.batches.holds("orders")] == [batch.batch_id]
+    assert ledger.attempts.retry(batch.batch_id, reason="retry").state is S.PLANNED
+
+
 @pytest.mark.parametrize("moved_on", ["taken", "drained", "a later attempt", "failed at it"])
 def test_a_batch_that_moved_on_meanwhile_is_not_failed_as_untaken(ledger: Ledger, moved_on):
     batch = ledger.batches.record_plan(make_plan((0, 10)))

@@ -301,6 +301,35 @@ def test_runs_that_end_before_they_take_their_batch_spend_its_attempts_under_new
     assert env.ledger.batches.get(request.partition_key).state is BatchState.COMMITTED
 
 
+def test_a_commit_run_that_ends_before_it_takes_its_checked_batch_fails_it_and_the_retry_drains_and_commits_it(
+        make_topic, kprio_env, dagster_instance):
+    """A checked batch whose turn came gets a commit run (``b.commit-1``); if that run ends before it takes the batch,
+    the commit run key has ended: the next tick fails the batch, transient, and retries it (drained again, its
+    output replaced, then committed) instead of waiting for ever, checked, its backlog reserved."""
+    from kprio_core.ledger import BatchState
+    from kprio_core.model.results import CheckReport
+    from tests.orchestration.conservation import conservation, lag
+    from tests.orchestration.ledger_states import drained_as_planned
+
+    topic = make_topic(priorities=2, partitions=1, records={1: 5})
+    env = kprio_env(topic)
+    [request] = run_tick(env, dagster_instance).requests
+    batch_id = request.partition_key
+    env.ledger.moves.mark_drained(batch_id, drained_as_planned(env.ledger, batch_id))  # as if its run stopped
+    env.ledger.moves.mark_checked(batch_id, CheckReport(()))  # before its commit
+    [commit] = run_tick(env, dagster_instance).requests
+    assert commit.run_key == f"{batch_id}.commit-1", commit
+    assert not drain_loop.execute(env.defs, dagster_instance, commit, log_level="NOT-A-LEVEL").success
+
+    [retry] = run_tick(env, dagster_instance).requests
+    batch = env.ledger.batches.get(batch_id)
+    assert (batch.state, batch.transient, retry.run_key) == (BatchState.FAILED, True, f"{batch_id}.attempt-2"), batch
+    assert "its commit run" in batch.reason and "before it took the batch" in batch.reason, batch.reason
+    assert drain_loop.execute(env.defs, dagster_instance, retry).success
+    assert env.ledger.batches.get(batch_id).state is BatchState.COMMITTED
+    assert lag(topic, env.edge) == {1: 0, 0: 0} and conservation(env.config, topic, env.edge).ok
+
+
 def test_a_batch_no_run_takes_again_and_again_backs_off_holding_its_partitions_and_says_so(
         make_topic, kprio_env, dagster_instance):
     """The first such failure of a streak is retried at once (a worker that just came back); the next ones back off
