@@ -66,8 +66,9 @@ class Attempts(Repository):
 
     def fail_untaken(self, batch_id: str, attempt: int, *, reason: str, retry_at: datetime | None) -> Batch | None:
         """A batch that the run of ``attempt`` ended without taking (a planned batch's own run or a resume's, a failed
-        batch's retry, a checked batch's commit run) fails at that attempt, transient (the cause is the run's surroundings, never the batch's
-        records): its partitions held, it is retried as any transient failure is, under a later run key.
+        batch's retry, a checked batch's commit run) fails at that attempt, transient (the cause is the run's
+        surroundings, never the batch's records): its partitions held, it is retried as any transient failure is,
+        under a later run key.
 
         None, and nothing changed, when it moved on meanwhile: a run took it, or it is neither planned (or checked,
         its commit run's) at that attempt or an earlier one nor failed at an earlier one.

@@ -92,6 +92,8 @@ from kprio_core.lifecycle.runs import (
     BatchRuns,
     Launch,
     LaunchReason,
+    RunState,
+    RunSummary,
     attempt_of_key,
     run_key_of,
 )
@@ -121,11 +123,11 @@ def resume_dead(state: TickState) -> TickState:
 
 
 def fail_untaken(state: TickState) -> TickState:
-    """1b. A batch whose run for its next attempt (a planned batch's own, a resume's, a failed batch's retry, a
-    checked batch's commit run) ended before it took the batch (its worker, its code or the ledger could not start it) has spent that attempt: it
-    fails at it, transient (the cause is the run's surroundings, not the batch's records), so rule 4 retries it
-    under a run key of its own: at once the first time, then backing off while it goes on failing. (Launched again
-    instead, it would ask for the run key that already ended, and wait for ever.)"""
+    """1b. A batch whose run for its next attempt (a planned batch's own, a resume's, a failed batch's retry, a checked
+    batch's commit run) ended before it took the batch (its worker, its code or the ledger could not start it) has
+    spent that attempt: it fails at it, transient (the cause is the run's surroundings, not the batch's records), so
+    rule 4 retries it under a run key of its own: at once the first time, then backing off while it goes on failing.
+    (Launched again instead, it would ask for the run key that already ended, and wait for ever.)"""
     inputs, recovery = state.inputs, state.config.recovery
     gone = {s.batch_id for s in inputs.view.superseded}
     batches = [b for b in (*inputs.view.in_flight, *inputs.view.failed) if b.batch_id not in gone]
@@ -390,19 +392,23 @@ def untaken(batches: Iterable[Batch], runs: BatchRuns, *, now: datetime,
         if (batch.lease is not None or latest is None or latest.active or latest.orphaned
                 or runs.will_retry(batch.batch_id, now)):
             continue
-        attempt = _attempt_not_taken(batch, latest.run_key, batch.batch_id in ready)
+        attempt = _attempt_not_taken(batch, latest, batch.batch_id in ready)
         if attempt is not None:
             run = "commit run" if batch.state is BatchState.CHECKED else "run"
-            found.append((batch, attempt, f"its {run} {latest.run_id[:8]} (attempt {attempt}) ended "
-                                          f"{latest.state.value} before it took the batch"))
+            ended = f"ended {latest.state.value} before it took the batch"
+            found.append((batch, attempt, f"its {run} {latest.run_id[:8]} (attempt {attempt}) {ended}"))
     return found
 
 
-def _attempt_not_taken(batch: Batch, run_key: str | None, ready: bool) -> int | None:
-    """The attempt of the ended run ``run_key`` if it cannot have taken ``batch`` (a run that took it moved it on)."""
+def _attempt_not_taken(batch: Batch, latest: RunSummary, ready: bool) -> int | None:
+    """The attempt of the ended run ``latest`` if it cannot have taken ``batch`` (a run that took it moved it on).
+
+    A checked batch's commit run counts only when it failed: one that ended well found the batch committed by the
+    run of the batch before it, or about to be (``_commit_successors``)."""
     if batch.state is BatchState.CHECKED:
-        return batch.attempts if ready and run_key == run_key_of(batch.batch_id, Why.COMMIT, batch.attempts) else None
-    attempt = attempt_of_key(batch.batch_id, run_key) or batch.attempts
+        own = latest.run_key == run_key_of(batch.batch_id, Why.COMMIT, batch.attempts)
+        return batch.attempts if ready and own and latest.state is not RunState.SUCCESS else None
+    attempt = attempt_of_key(batch.batch_id, latest.run_key) or batch.attempts
     if attempt > batch.attempts or (attempt == batch.attempts and batch.state is BatchState.PLANNED):
         return attempt if batch.state in (BatchState.PLANNED, BatchState.FAILED) else None
     return None
