@@ -66,9 +66,9 @@ class FailDeadRun:
 
 @dataclass(frozen=True)
 class FailUntaken:
-    """A batch whose run for ``attempt`` (its own, a resume's, a retry's) ended before it took the batch (its worker
-    or code could not start it): the batch fails at that attempt, holding its partitions; the retry rule retries it
-    after ``retry_at``."""
+    """A batch whose run for ``attempt`` (its own, a resume's, a retry's, a checked batch's commit run) ended before
+    it took the batch (its worker or code could not start it): the batch fails at that attempt, transient, holding
+    its partitions; the retry rule retries it at ``retry_at``."""
 
     batch: Batch
     attempt: int

@@ -210,6 +210,8 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
         if isinstance(action, FailDeadRun | FailUntaken):
             if not _record_failure(runs, ledger, action, lambda line: _info(log, f"{name}: {line}")):
                 moved_on.add(action.batch.batch_id)
+                reasons.append(f"{name}: {action.batch.batch_id} moved on before this tick could fail it")
+                contended = True  # another driver or a run got there first: tick again soon
         elif isinstance(action, CarryOutLogChanges):
             try:
                 put_back = carry_out(edge, ledger, topic, action, log=log, max_in_flight=config.planner.max_in_flight)

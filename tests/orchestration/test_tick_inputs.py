@@ -13,10 +13,18 @@ from collections.abc import Iterable
 
 import pytest
 
-from kprio_core.lifecycle import BatchRuns, CarryOutLogChanges, FailDeadRun, Launch, RunState, RunSummary
+from kprio_core.lifecycle import (
+    BatchRuns,
+    CarryOutLogChanges,
+    FailDeadRun,
+    Launch,
+    RunState,
+    RunSummary,
+    decide_tick,
+)
 from kprio_core.model.recovery import lease_owner
 from orchestration.runtime.runs import NoRuns
-from orchestration.runtime.tick import decide, decide_all, tick
+from orchestration.runtime.tick import apply, decide, decide_all, gather_all, tick
 from tests.orchestration.ledger_states import commit_as_drained
 
 pytestmark = [pytest.mark.broker]
@@ -76,3 +84,34 @@ def test_a_batch_committed_while_the_tick_reads_another_topic_is_never_planned_a
     assert not [a for a in second.actions if isinstance(a, (FailDeadRun, Launch))], second.actions
     # Nor is the committed offset taken for one that vanished (a false "committed offsets gone", restored).
     assert not [d for a in second.actions if isinstance(a, CarryOutLogChanges) for d in a.decided], second.actions
+
+
+class EndedBeforeTaking(NoRuns):
+    """A run store of one run of ``batch_id``, under ``run_key``, that ended (FAILURE) before it took the batch."""
+
+    def __init__(self, batch_id: str, run_key: str) -> None:
+        self.summary = {batch_id: (RunSummary(RUN_ID, RunState.FAILURE, run_key=run_key),)}
+
+    def of(self, batches: Iterable) -> BatchRuns:
+        return BatchRuns({b.batch_id: self.summary[b.batch_id] for b in batches if b.batch_id in self.summary})
+
+
+def test_a_batch_a_run_takes_after_the_tick_saw_it_untaken_is_neither_failed_nor_retried(make_topic, kprio_env):
+    """The tick saw the batch's run end before it took the batch (rule 1b); before the applier fails it, another run
+    takes it (a person's run from the UI, a second driver's): the ledger refuses the failure (fenced by the lease),
+    and the applier drops the retry decided on what it saw, and says so, instead of launching a second run."""
+    topic = make_topic(priorities=2, partitions=1, records={0: 30})
+    env = kprio_env(topic)
+    [order] = tick(NoRuns(), env.edge, env.ledger, env.config).requests
+    runs = EndedBeforeTaking(order.partition_key, order.run_key)
+    [inputs] = gather_all(runs, env.edge, env.ledger, env.config, [topic], now=env.ledger.now())
+    decision = decide_tick(env.config, topic, inputs)
+    assert [x.attempt for x in decision.untaken] == [1] and [x.attempt for x in decision.launch] == [2], decision
+
+    env.ledger.leases.claim(order.partition_key, OWNER, 60)  # meanwhile a run took it
+    applied = apply(runs, env.edge, env.ledger, env.config, topic, decision, inputs)
+
+    assert applied.requests == () and applied.contended, applied
+    assert f"{order.partition_key} moved on before this tick could fail it" in applied.reasons[0], applied.reasons
+    batch = env.ledger.batches.get(order.partition_key)
+    assert (batch.state.value, batch.attempts, batch.lease.owner) == ("planned", 1, OWNER), batch
