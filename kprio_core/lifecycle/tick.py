@@ -141,8 +141,7 @@ def fail_untaken(state: TickState) -> TickState:
 def launch_unlaunched(state: TickState) -> TickState:
     """2. A planned batch whose current attempt never got a run requested gets its run (one resumed has its own, one
     failed by rule 1b waits for rule 4)."""
-    runs = state.inputs.runs
-    launched = {x.batch.batch_id for x in state.launches} | {x.batch.batch_id for x in state.untaken}
+    runs, launched = state.inputs.runs, {x.batch.batch_id for x in (*state.launches, *state.untaken)}
     new = (Launch(b, Why.NEW, b.attempts) for b in state.inputs.view.in_flight
            if b.batch_id not in launched and b.state is BatchState.PLANNED and b.lease is None
            and runs.active(b.batch_id) is None and run_key_of(b.batch_id, Why.NEW, b.attempts) not in runs.run_keys)
@@ -408,10 +407,11 @@ def _attempt_not_taken(batch: Batch, latest: RunSummary, ready: bool) -> int | N
     if batch.state is BatchState.CHECKED:
         own = latest.run_key == run_key_of(batch.batch_id, Why.COMMIT, batch.attempts)
         return batch.attempts if ready and own and latest.state is not RunState.SUCCESS else None
+    if batch.state not in (BatchState.PLANNED, BatchState.FAILED):
+        return None
     attempt = attempt_of_key(batch.batch_id, latest.run_key) or batch.attempts
-    if attempt > batch.attempts or (attempt == batch.attempts and batch.state is BatchState.PLANNED):
-        return attempt if batch.state in (BatchState.PLANNED, BatchState.FAILED) else None
-    return None
+    ours = attempt > batch.attempts or (attempt == batch.attempts and batch.state is BatchState.PLANNED)
+    return attempt if ours else None
 
 
 def dead_runs(batch: Batch, why: str, runs: BatchRuns) -> FailDeadRun:

@@ -205,13 +205,12 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
     recorded: list[str] = []
     contended = False
     put_back: dict[str, Batch] = {}
-    moved_on: set[str] = set()  # batches rule 1b failed that moved on meanwhile: not retried on what this tick saw
+    moved_on: set[str] = set()  # rule 1b's batches a run took meanwhile: no retry, and the tick is contended
     for action in decision.actions:
-        if isinstance(action, FailDeadRun | FailUntaken):
-            if not _record_failure(runs, ledger, action, lambda line: _info(log, f"{name}: {line}")):
-                moved_on.add(action.batch.batch_id)
-                reasons.append(f"{name}: {action.batch.batch_id} moved on before this tick could fail it")
-                contended = True  # another driver or a run got there first: tick again soon
+        if isinstance(action, FailDeadRun):
+            _fail_dead_runs(runs, action, log, name)
+        elif isinstance(action, FailUntaken) and not _spend_attempt(ledger, action, log, name):
+            moved_on.add(action.batch.batch_id)
         elif isinstance(action, CarryOutLogChanges):
             try:
                 put_back = carry_out(edge, ledger, topic, action, log=log, max_in_flight=config.planner.max_in_flight)
@@ -233,10 +232,10 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
                 continue
             recorded.append(batch.batch_id)
             launches.append(Launch(batch, Why.NEW, batch.attempts))
+    reasons += [f"{name}: {batch_id} moved on before this tick could fail it" for batch_id in sorted(moved_on)]
     requests = []
     for launch in launches:
-        elsewhere = claim(ledger, config, launch, inputs)
-        if elsewhere is not None:
+        if (elsewhere := claim(ledger, config, launch, inputs)) is not None:
             reasons.append(f"{name}: {elsewhere}")
             contended = True
             continue
@@ -246,20 +245,21 @@ def apply(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, topic
         requests.append(run_order(launch, topic.priorities))
     if not requests:
         reasons.append(decision.describe() if several_topics else decision.summary())
-    return Applied(tuple(requests), tuple(recorded), tuple(reasons), contended)
+    return Applied(tuple(requests), tuple(recorded), tuple(reasons), contended or bool(moved_on))
 
 
-def _record_failure(runs: Runs, ledger: LedgerPort, action: FailDeadRun | FailUntaken, say) -> bool:
-    """What already happened, written down: the dead runs marked failed, or the attempt a run did not take spent
-    (False: the batch moved on meanwhile, a run took it)."""
-    batch_id = action.batch.batch_id
-    if isinstance(action, FailDeadRun):
-        for run_id in runs.fail(batch_id, action.run_ids, action.why):
-            say(f"run {run_id[:8]} of {batch_id} marked failed: {action.why}")
-        return True
-    if ledger.attempts.fail_untaken(batch_id, action.attempt, reason=action.why, retry_at=action.retry_at) is None:
+def _fail_dead_runs(runs: Runs, action: FailDeadRun, log, name: str) -> None:
+    """Mark failed the runs of a batch whose run died, so the orchestrator's UI tells the truth."""
+    for run_id in runs.fail(action.batch.batch_id, action.run_ids, action.why):
+        _info(log, f"{name}: run {run_id[:8]} of {action.batch.batch_id} marked failed: {action.why}")
+
+
+def _spend_attempt(ledger: LedgerPort, action: FailUntaken, log, name: str) -> bool:
+    """Fail the batch at the attempt its run did not take; False when it moved on meanwhile (a run took it)."""
+    if ledger.attempts.fail_untaken(action.batch.batch_id, action.attempt, reason=action.why,
+                                    retry_at=action.retry_at) is None:
         return False
-    say(f"{batch_id} failed at attempt {action.attempt}: {action.why}")
+    _info(log, f"{name}: {action.batch.batch_id} failed at attempt {action.attempt}: {action.why}")
     return True
 
 

@@ -61,4 +61,7 @@ def test_a_run_that_fails_before_it_takes_its_batch_is_retried_backing_off_and_t
     batch = env.ledger.batches.get("b-000001")
     assert (batch.state.value, batch.transient) == ("failed", True) and batch.transient_streak >= 2, batch
     runs = [r.batch_id for r in report.batches]
-    assert runs == ["b-000001"] * len(runs) and len(runs) == batch.attempts >= 3, runs  # one run per attempt
+    # One run per attempt, each ended before it took the batch (a streak as long as the attempts). Two at least: the
+    # first failure's retry is at once; how many backed-off ones fit in the 3 s depends on the machine's speed.
+    assert runs == ["b-000001"] * len(runs) and len(runs) == batch.attempts >= 2, runs
+    assert batch.transient_streak == batch.attempts, batch
