@@ -30,6 +30,7 @@ from typing import Any
 from kprio_core.config.environment import ENV_REGISTRY_KEY_PASSWORD, setting_variable
 from kprio_core.config.kafka import SASL_MECHANISMS
 from kprio_core.config.kprio_config import KprioConfig
+from kprio_core.config.operate import transport_model_problem
 from kprio_core.errors import os_reason
 
 PEM_FILES = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.crl.location")
@@ -94,15 +95,21 @@ def security_problem(conf: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def config_problem(config: KprioConfig, env: Mapping[str, str] | None = None) -> tuple[tuple, str] | None:
-    """The first client or schema registry setting of ``config`` whose file or secret is missing or wrong, as a
-    location (``("kafka", "client", name)``) and why; or None. Checked at load, on the host that runs it, with its
-    environment ``env`` (default: this process's)."""
+    """The first client or schema registry setting of ``config`` whose file or secret is missing or wrong, or the
+    lineage transport openlineage-python would refuse once its environment completed it
+    (:func:`~kprio_core.config.operate.transport_model_problem`), as a location (``("kafka", "client", name)``) and
+    why; or None. Checked at load, on the host that runs it, with its environment ``env`` (default: this
+    process's; openlineage-python reads its own)."""
     found = security_problem(config.kafka.client_config())
     if found is not None:
         name = next((n for n in config.kafka.client if n.lower() == found[0]), found[0])
         return ("kafka", "client", name), found[1]
     found = registry_problem(config.schema_registry, env) if config.schema_registry is not None else None
-    return None if found is None else (("schema_registry", found[0]), found[1])
+    if found is not None:
+        return ("schema_registry", found[0]), found[1]
+    lineage = config.lineage
+    why = transport_model_problem(lineage.transport) if lineage.enabled and lineage.transport else None
+    return None if why is None else (("lineage", "transport"), why)
 
 
 def registry_problem(registry: Any, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:

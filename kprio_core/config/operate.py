@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import importlib
 import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from kprio_core.config.base import Section, a_url
+from kprio_core.config.base import Section, a_path, a_url
 from kprio_core.extras import LINEAGE, missing
 from kprio_core.model.priority import Priority
 
@@ -101,7 +103,9 @@ def transport_problem(transport: Any, path: str = "transport") -> str | None:
     """What kprio refuses in a ``lineage.transport`` (or one of a composite's ``transports``), or None: a ``type``
     that is none of :data:`LINEAGE_TRANSPORTS` nor a dotted class path (a typo: openlineage-python would fail on the
     first commit), a key that holds a secret (:func:`lineage_secret_key`), a URL a setting of it names that
-    :func:`~kprio_core.config.base.a_url` refuses (a port that is no number, a password, ``?api_key=``).
+    :func:`~kprio_core.config.base.a_url` refuses (a port that is no number, a password, ``?api_key=``), a path a
+    setting names (a key ending in ``path``, ``location``, ``file`` or ``dir``) that
+    :func:`~kprio_core.config.base.a_path` refuses (``~``, ``$HOME``: openlineage-python expands neither).
 
     >>> transport_problem({"type": "htp", "url": "http://lineage:5000"})
     "transport.type: 'htp' is no transport of openlineage-python's (composite, console, file, http, kafka, ...) nor \
@@ -109,6 +113,8 @@ a dotted path to a class of one's own"
     >>> transport_problem({"type": "http", "url": "http://h:5000", "custom_headers": {"Authorization": "Bearer x"}})
     'transport.custom_headers.Authorization holds a secret: set it in the environment as \
 OPENLINEAGE__TRANSPORT__CUSTOM_HEADERS__AUTHORIZATION instead'
+    >>> transport_problem({"type": "file", "log_file_path": "~/lineage.jsonl"})
+    "transport.log_file_path starts with '~', which kprio does not expand: write the path in full"
     """
     if not isinstance(transport, dict):
         return None
@@ -123,26 +129,84 @@ OPENLINEAGE__TRANSPORT__CUSTOM_HEADERS__AUTHORIZATION instead'
         found = transport_problem(child, f"{path}.transports.{key}")
         if found is not None:
             return found
-    return _secret_problem(transport, path)
+    return _value_problem(transport, path)
 
 
-def _secret_problem(node: Any, path: str) -> str | None:
-    """The first secret in ``node`` (keys, and URLs in its values) at ``path``."""
+PATH_WORDS = ("path", "location", "file", "dir")
+"""A setting of a transport names a path when the last word of its key is one of these (``log_file_path``,
+``caCertPath``, ``ssl.ca.location``)."""
+
+
+def _value_problem(node: Any, path: str) -> str | None:
+    """The first secret (keys, and URLs in its values) or path kprio would take literally in ``node`` at ``path``."""
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     for key, value in items:
         here = f"{path}.{key}"
         variable = "OPENLINEAGE__" + here.upper().replace(".", "__")
         if isinstance(key, str) and lineage_secret_key(key):
             return f"{here} holds a secret: set it in the environment as {variable} instead"
-        if isinstance(value, str) and "://" in value:
-            try:
+        try:
+            if isinstance(value, str) and "://" in value:
                 a_url(value, secrets=f"give the whole value in the environment as {variable} instead")
-            except ValueError as err:
-                return f"{here} {err}"
-        found = _secret_problem(value, here) if isinstance(value, dict | list) else None
+            elif isinstance(value, str) and isinstance(key, str) and _names_a_path(key):
+                a_path(value)
+        except ValueError as err:
+            return f"{here} {err}"
+        found = _value_problem(value, here) if isinstance(value, dict | list) else None
         if found is not None:
             return found
     return None
+
+
+def transport_model_problem(transport: dict[str, Any]) -> str | None:
+    """What openlineage-python's own model of a transport refuses in ``transport`` once the client's configuration
+    completed it (``OPENLINEAGE__TRANSPORT__*`` variables, ``openlineage.yml``: a URL kept out of the file), as the
+    first commit would find it; or None. Checked at load when lineage is on (:func:`kprio_core.config.files.config_problem`).
+
+    >>> transport_model_problem({"type": "http"})
+    'openlineage-python refuses it: `url` key not passed to HttpConfig'
+    >>> transport_model_problem({"type": "file", "log_file_path": "lineage.jsonl"}) is None
+    True
+    """
+    from openlineage.client.client import OpenLineageClient
+    from openlineage.client.transport.noop import NoopConfig, NoopTransport
+
+    try:  # a transport given makes the client build none: only its configuration is merged
+        client = OpenLineageClient(transport=NoopTransport(NoopConfig()), config={"transport": copy.deepcopy(transport)})
+        _build_model(client.config.transport or {})
+    except Exception as err:  # noqa: BLE001 - openlineage-python's own words for a configuration it refuses
+        return f"openlineage-python refuses it: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+    return None
+
+
+def _build_model(transport: dict[str, Any]) -> None:
+    """Build ``transport``'s configuration (and a composite's children's) as openlineage-python's factory does,
+    without the transport itself (no connection, no file opened); its error is raised."""
+    from openlineage.client.transport import get_default_factory
+
+    params = {k: v for k, v in copy.deepcopy(transport).items() if k not in ("name", "priority")}
+    found = get_default_factory().transports.get(params.get("type"), params.get("type"))
+    kind = _imported(found) if isinstance(found, str) else found
+    model = _imported(kind.config_class) if isinstance(kind.config_class, str) else kind.config_class
+    model.from_dict(params)
+    children = transport.get("transports") if transport.get("type") == "composite" else None
+    for child in (children.values() if isinstance(children, dict) else children or ()):
+        _build_model(child)
+
+
+def _imported(dotted: str) -> Any:
+    """The class a dotted path names (openlineage-python's own import logs a warning beside its error)."""
+    module, _, name = dotted.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise ImportError(f"cannot import {dotted} ({err})") from None
+
+
+def _names_a_path(key: str) -> bool:
+    """Whether a transport's key names a path (:data:`PATH_WORDS`, in snake, dotted or camel case)."""
+    words = re.split(r"[._-]|(?<=[a-z])(?=[A-Z])", key)
+    return words[-1].lower() in PATH_WORDS
 
 
 class LineageSettings(Section):

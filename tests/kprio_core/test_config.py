@@ -280,8 +280,9 @@ def test_a_file_that_is_no_config_says_what_it_is_and_where(in_tmp: Path, make, 
 
 
 def test_the_transport_and_catalog_types_are_the_libraries_own():
-    """lineage.transport's type and drain.iceberg.catalog's are checked at load against kprio's lists, so loading a
-    configuration imports neither openlineage-python (0.4 s) nor pyiceberg (0.8 s): the lists are theirs."""
+    """lineage.transport's type and drain.iceberg.catalog's are checked against kprio's lists, so validating a
+    configuration imports neither openlineage-python (0.4 s) nor pyiceberg (0.8 s): the lists are theirs. (Loading
+    one that turns lineage on imports openlineage-python: its model checks the transport, next test.)"""
     from kprio_core.config import LINEAGE_TRANSPORTS
     from kprio_core.config.drain import ICEBERG_CATALOG_TYPES
 
@@ -289,3 +290,18 @@ def test_the_transport_and_catalog_types_are_the_libraries_own():
     catalog = pytest.importorskip("pyiceberg.catalog")
     assert sorted(LINEAGE_TRANSPORTS) == sorted(transport.get_default_factory().transports)
     assert sorted(ICEBERG_CATALOG_TYPES) == sorted(t.value for t in catalog.CatalogType)
+
+
+def test_a_lineage_transport_is_checked_at_load_by_openlineage_s_own_model_once_its_environment_completed_it(
+        in_tmp: Path, monkeypatch: pytest.MonkeyPatch):
+    """An HTTP transport without its URL fails at load, not after the first commit; the URL kept out of the file in
+    OPENLINEAGE__TRANSPORT__URL (where a URL with a password goes) completes it, as openlineage-python merges it."""
+    pytest.importorskip("openlineage.client")
+    path = write(in_tmp / "kprio.yaml", "lineage: {enabled: true, transport: {type: http}}\n")
+    monkeypatch.delenv("OPENLINEAGE__TRANSPORT__URL", raising=False)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={})
+    assert err.value.what == "lineage.transport: openlineage-python refuses it: `url` key not passed to HttpConfig"
+    assert err.value.where == str(path)
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__URL", "http://127.0.0.1:1")
+    assert load_config(path, env={}).lineage.transport == {"type": "http"}
