@@ -119,7 +119,7 @@ def classify(belief: Belief | None, lag: PartitionLag | None, *, topic_id: str |
     ``topic_known``: kprio holds beliefs about other partitions of the same topic (so a partition
     it has no belief about was added, rather than the topic being new to kprio).
     """
-    if lag is None:
+    if lag is None:  # rule 1, topic_deleted
         assert belief is not None, "a partition neither believed nor seen"
         return Change(belief.topic, belief.partition, LogState.TOPIC_DELETED, belief.committed, None, None, None,
                       belief.incarnation, belief.topic_id, None)

@@ -345,16 +345,23 @@ class EmbeddedRegistry:
         return response.json() if response.status_code == 200 else None
 
     def _short_of_held(self) -> str | None:
-        """Why the store of a registry just started does not serve what it held when it stopped (None: it does)."""
+        """Why the store of a registry just started does not serve what it held when it stopped (None: it does).
+
+        The store is SQL (H2), read by each request: the first list of subjects the registry answers with is what
+        its database holds, so one short of what it held is the verdict at once (waiting on would change nothing);
+        a registry that does not answer the list is waited for, up to ``start_timeout_s``.
+        """
         record = StateFile(self.data_dir / HELD_FILE)
         held = int((record.read() or {}).get("subjects", 0))
         found: list[int] = []
 
-        def serves_all() -> bool:
-            found[:] = [len(self._subjects() or ())]
-            return found[0] >= held
+        def answered() -> bool:
+            subjects = self._subjects()
+            found[:] = [len(subjects or ())]
+            return subjects is not None
 
-        if not held or wait_for(serves_all, self.start_timeout_s, interval_s=0.2):
+        answers_list = not held or wait_for(answered, self.start_timeout_s, interval_s=0.2)
+        if not held or (answers_list and found[0] >= held):
             record.remove()  # checked: a later crash and start have nothing to compare with
             return None
         return (f"its store serves {found[0]} of the {held} subjects it held when it stopped "

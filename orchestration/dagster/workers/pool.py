@@ -238,11 +238,6 @@ class WorkerPool:
             time.sleep(0.05)
         return False
 
-    def worker_of(self, run_id: str) -> int | None:
-        """The pid of the worker executing ``run_id`` now (None: it waits, or is not this pool's)."""
-        with self._lock:
-            return next((s.pid for s in self._slots if s.running and s.running.run_id == run_id), None)
-
     def queued(self, run_id: str) -> bool:
         with self._lock:
             return any(s.run_id == run_id for s in self._queue)
