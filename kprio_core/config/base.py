@@ -48,6 +48,15 @@ def _numeric(annotation: Any) -> tuple[bool, bool]:
     return annotation in (int, float), False
 
 
+def _integer(section: type[BaseModel], name: str) -> bool:
+    """Whether the field ``name`` of ``section`` holds integers (maybe optional, or as a mapping's values)."""
+    annotation = section.model_fields[name].annotation
+    while (origin := typing.get_origin(annotation)) in (typing.Union, types.UnionType, typing.Annotated, dict):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = args[-1] if origin is dict else args[0]
+    return annotation is int
+
+
 def _duration(name: str) -> bool:
     return name.endswith("_s") and not name.endswith("_per_s")  # records_per_s is a rate
 
@@ -65,7 +74,7 @@ class Section(BaseModel):
             for name, value in cls._numbers(data):
                 if isinstance(value, bool):
                     raise SettingError(f"is a boolean ({str(value).lower()}), not a number", key=name)
-                problem = number_problem(value, duration=_duration(name))
+                problem = number_problem(value, duration=_duration(name), integer=_integer(cls, name))
                 if problem is not None:
                     raise SettingError(problem, key=name)
         return data
@@ -92,14 +101,17 @@ class Section(BaseModel):
         return out
 
 
-def number_problem(value: object, *, duration: bool = False) -> str | None:
+def number_problem(value: object, *, duration: bool = False, integer: bool = False) -> str | None:
     """What no setting takes in a number (any value of the file, a mapping's key too), or None: an integer beyond 64
-    bits (:data:`MAX_INTEGER`), a float that is not finite (``.inf``, ``.nan``, one beyond 1.8e308), a duration
-    (``*_s``) over :data:`MAX_DURATION_S`.
+    bits (:data:`MAX_INTEGER`; for an ``integer`` setting, a float such as ``1e30`` too, which pydantic would call
+    "an input string"), a float that is not finite (``.inf``, ``.nan``, one beyond 1.8e308), a duration (``*_s``)
+    over :data:`MAX_DURATION_S`.
 
     >>> number_problem(10**40), number_problem(10**400), number_problem(float("inf")), number_problem(7)
     ('1e+40 does not fit a 64-bit integer', 'a number of over 300 digits does not fit a 64-bit integer', \
 'Input should be a finite number', None)
+    >>> number_problem(1e30, integer=True), number_problem(1e30), number_problem(2.5e9, integer=True)
+    ('1e+30 does not fit a 64-bit integer', None, None)
     >>> number_problem(1e300, duration=True)
     '1e+300 s is longer than a year (31622400 s): a slip of the pen?'
     """
@@ -112,6 +124,8 @@ def number_problem(value: object, *, duration: bool = False) -> str | None:
         return "Input should be a finite number"  # pydantic's words, as every typed setting says it
     if duration and value > MAX_DURATION_S:
         return f"{value:g} s is longer than a year ({MAX_DURATION_S} s): a slip of the pen?"
+    if integer and isinstance(value, float) and abs(value) > MAX_INTEGER:
+        return f"{value:.3g} does not fit a 64-bit integer"
     return None
 
 

@@ -11,6 +11,9 @@ What YAML would take and kprio refuses (each a mistake or an attack, never a con
 - an integer of more digits than Python converts (4,300): a number that fits no setting is refused by its key later
   (:func:`kprio_core.config.base.number_problem`), this one cannot even be read.
 
+A number in exponent form without a dot or a sign (``1e6``, ``2.5E3``) is a number, as YAML 1.2 reads it (YAML 1.1,
+PyYAML's, reads it as text, so ``record_budget: 1e6`` was refused as "a string").
+
 Anchors, aliases and YAML 1.1's merge key ``<<`` work as YAML defines them: a mapping's own keys win over the
 ones it merges (``topics: [&t {name: a, priorities: 3}, {<<: *t, name: b}]`` is two topics of 3 priorities).
 
@@ -19,12 +22,15 @@ ones it merges (``topics: [&t {name: a, priorities: 3}, {<<: *t, name: b}]`` is 
 ... except Refused as err:
 ...     print(err.problem, "- line", err.problem_mark.line + 1, "column", err.problem_mark.column + 1)
 key 'record_budget' is given twice (first on line 1) - line 1 column 30
+>>> load_yaml("a: 1e6\\nb: 2.5E3\\nc: -1e-3\\nd: 1.0e+2\\ne: e6\\nf: 1e\\n")
+{'a': 1000000.0, 'b': 2500.0, 'c': -0.001, 'd': 100.0, 'e': 'e6', 'f': '1e'}
 >>> load_yaml("base: &b {record_budget: 10, mode: flipkart}\\nplanner: {<<: *b, record_budget: 20}\\n")["planner"]
 {'record_budget': 20, 'mode': 'flipkart'}
 """
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 
@@ -102,6 +108,8 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_implicit_resolver(  # YAML 1.2's exponent floats that YAML 1.1 reads as text (after 1.1's int and float)
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
 
 
 def load_yaml(text: str) -> object:

@@ -305,3 +305,16 @@ def test_a_lineage_transport_is_checked_at_load_by_openlineage_s_own_model_once_
     assert err.value.where == str(path)
     monkeypatch.setenv("OPENLINEAGE__TRANSPORT__URL", "http://127.0.0.1:1")
     assert load_config(path, env={}).lineage.transport == {"type": "http"}
+
+
+def test_a_number_in_exponent_form_is_a_number_as_yaml_1_2_reads_it(in_tmp: Path):
+    """``record_budget: 1e3`` is 1000 (PyYAML, a YAML 1.1 reader, took ``1e3`` as text and the budget was refused as
+    "a string"); a float that is a whole number fits an integer setting, one with a fraction does not."""
+    path = write(in_tmp / "kprio.yaml", "planner: {record_budget: 1e3}\nspark: {fetch_max_bytes: 5E6}\n"
+                                        "kafka: {timeout_s: 2.5e1}\n")
+    config = load_config(path, env={})
+    assert (config.planner.record_budget, config.spark.fetch_max_bytes, config.kafka.timeout_s) == (1000, 5_000_000, 25.0)
+    write(in_tmp / "kprio.yaml", "planner: {record_budget: 5e-1}\n")
+    with pytest.raises(ConfigError, match="planner.record_budget: Input should be a valid integer, got a number with a "
+                                          "fractional part"):
+        load_config(path, env={})
