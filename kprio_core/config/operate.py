@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
 import re
 from typing import Any, Literal
 
@@ -171,6 +172,8 @@ def transport_model_problem(transport: dict[str, Any]) -> str | None:
     from openlineage.client.client import OpenLineageClient
     from openlineage.client.transport.noop import NoopConfig, NoopTransport
 
+    if os.environ.get("OPENLINEAGE_DISABLED", "").lower().strip() == "true":
+        return None  # openlineage-python's switch: its client then sends nothing and builds no transport
     try:  # a transport given makes the client build none: only its configuration is merged
         client = OpenLineageClient(transport=NoopTransport(NoopConfig()), config={"transport": copy.deepcopy(transport)})
         _build_model(client.config.transport or {})

@@ -303,6 +303,9 @@ def test_a_lineage_transport_is_checked_at_load_by_openlineage_s_own_model_once_
         load_config(path, env={})
     assert err.value.what == "lineage.transport: openlineage-python refuses it: `url` key not passed to HttpConfig"
     assert err.value.where == str(path)
+    monkeypatch.setenv("OPENLINEAGE_DISABLED", "true")  # its client then builds no transport: nothing to refuse
+    assert load_config(path, env={}).lineage.transport == {"type": "http"}
+    monkeypatch.delenv("OPENLINEAGE_DISABLED")
     monkeypatch.setenv("OPENLINEAGE__TRANSPORT__URL", "http://127.0.0.1:1")
     assert load_config(path, env={}).lineage.transport == {"type": "http"}
 
