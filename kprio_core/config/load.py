@@ -78,7 +78,9 @@ def _message(problem: Mapping) -> str:
         return str(error)
     if problem["type"] in _SHAPES:
         value = problem.get("input")
-        return f"must be {_SHAPES[problem['type']]}, not {kind_of(value)}"
+        quote = (": put it in quotes to keep it as text (YAML reads 42, 1e3 or 0x10 as a number)"
+                 if problem["type"] == "string_type" and isinstance(value, int | float) else "")
+        return f"must be {_SHAPES[problem['type']]}, not {kind_of(value)}{quote}"
     return problem["msg"]
 
 

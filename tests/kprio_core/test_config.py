@@ -177,7 +177,9 @@ def test_bad_yaml_indentation_names_the_line(in_tmp: Path):
 
 
 def test_parse_config_names_its_source():
-    with pytest.raises(ConfigError, match=r"^kafka.bootstrap_servers: must be a string, not a number \(dagster run config\)$"):
+    with pytest.raises(ConfigError, match=r"^kafka.bootstrap_servers: must be a string, not a number: put it in quotes "
+                                          r"to keep it as text \(YAML reads 42, 1e3 or 0x10 as a number\) "
+                                          r"\(dagster run config\)$"):
         parse_config({"kafka": {"bootstrap_servers": 9092}}, "dagster run config", env={})
 
 
