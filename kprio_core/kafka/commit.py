@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from kprio_core.config import KafkaSettings, TopicSettings
 from kprio_core.errors import KafkaOperationFailed
@@ -78,6 +79,9 @@ FENCE_TRIES = 5
 """Reads and writes of one group's offsets tried, each time another kprio writer of the group fenced this one."""
 _GROUP_LOCKS: dict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 """The writers of one process take turns per group (two of its own would only fence each other)."""
+_PRODUCERS: dict[tuple[str, str], Any] = {}
+"""The transactional producer of each group (by client settings) that its last write left ready, taken out while a
+write uses it and put back only after a write that ended well (:func:`write_fenced`)."""
 
 
 def transactional_id(group: str) -> str:
@@ -100,39 +104,53 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
     """Read ``group``'s committed offsets of ``partitions`` and write what ``decide`` makes of them, as one step
     among every kprio writer of the group: what was written.
 
-    The write is a Kafka transaction of the group's own :func:`transactional_id`: starting it fences
+    The write is a Kafka transaction of the group's own :func:`transactional_id`: starting its producer fences
     every earlier writer of the group (a run paused past its lease, another driver), whose write the
     broker then refuses; the offsets are read only once it started, so no write lands between this
     read and this write. ``before_write`` (a run's ledger check that it still holds its batch) runs
     after each read, just before the write (or before writing nothing): a run that lost its batch
     writes nothing, and one that passes it can be overtaken only by a newer writer, which fences it. A fenced try reads again, up
     to :data:`FENCE_TRIES` times.
+
+    The producer started for a group is kept for the process's next write to it (:data:`_PRODUCERS`): starting one
+    costs a coordinator round trip and, right after a transaction of the same id, half a second of librdkafka's
+    wait, for each group of each batch. Kept, it still fences as a new one would: its write succeeds only while no
+    writer started after it, which it did before this read; a kept producer that fails for any reason (fenced by
+    a newer writer, a broker that lost its state) is dropped and the write tried again with a new one, as before.
     """
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-    from kprio_core.kafka.client import new_producer
+    from kprio_core.kafka.client import client_config, new_producer
 
     wanted = sorted(partitions)
     what = f"commit offsets of group {group}"
-    for _ in range(FENCE_TRIES):
+    key = (repr(sorted(client_config(kafka).items())), group)
+    tries, kept = 0, True  # the first try may take the producer an earlier write left; every later one starts anew
+    while tries < FENCE_TRIES:
         with _GROUP_LOCKS[(kafka.bootstrap_servers, group)]:
-            producer = new_producer(kafka, transactional_id=transactional_id(group))
+            producer = _PRODUCERS.pop(key, None) if kept else None
+            reused, kept = producer is not None, False
+            tries += not reused
             try:
-                producer.init_transactions(deadline.left(what))
+                if producer is None:
+                    producer = new_producer(kafka, transactional_id=transactional_id(group))
+                    producer.init_transactions(deadline.left(what))
                 offsets = decide(groups.fetch(group, wanted, deadline))
                 if before_write is not None:
                     before_write()  # even with nothing to write: a writer that lost its batch hears it here
-                if not offsets:
-                    return {}
-                producer.begin_transaction()
-                producer.send_offsets_to_transaction([TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
-                                                     groups.metadata(group), deadline.left(what))
-                producer.commit_transaction(deadline.left(what))
+                if offsets:
+                    producer.begin_transaction()
+                    producer.send_offsets_to_transaction(
+                        [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())], groups.metadata(group),
+                        deadline.left(what))
+                    producer.commit_transaction(deadline.left(what))
+                _PRODUCERS[key] = producer  # ready for the next write (no transaction open)
                 return offsets
             except KafkaException as exc:
                 error = exc.args[0]
-                if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
-                    continue  # another writer of the group started meanwhile: read again
+                if reused or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                              KafkaError.INVALID_PRODUCER_EPOCH):
+                    continue  # another writer of the group started meanwhile (or a kept producer failed): anew
                 raise kafka_failure(exc, what=what, bootstrap=deadline.bootstrap, timeout_s=deadline.timeout_s) from None
     raise KafkaOperationFailed(f"{what} on {deadline.bootstrap}: fenced by another writer of the group {FENCE_TRIES} "
                                "times in a row (another kprio commits to it without pause)")

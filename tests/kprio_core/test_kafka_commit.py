@@ -77,7 +77,7 @@ from kprio_core.config import KafkaSettings, TopicSettings
 from kprio_core.kafka import KafkaEdge
 from kprio_core.errors import KprioError
 
-bootstrap, topic_name, here = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3])
+bootstrap, topic_name, here, kept = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3]), sys.argv[4] == "kept"
 topic = TopicSettings(name=topic_name, priorities=1)
 tp = (topic.priority_topic(0), 0)
 
@@ -88,8 +88,10 @@ def paused():  # between its read of the group and its write: the worst moment t
         time.sleep(0.05)
 
 with KafkaEdge(KafkaSettings(bootstrap_servers=bootstrap)) as edge:
+    if kept:  # a first write leaves its producer ready: the paused write below takes it
+        edge.set_committed(topic, {tp: 10}, expect={tp: None})
     try:
-        edge.set_committed(topic, {tp: 20}, expect={tp: None}, before_write=paused)
+        edge.set_committed(topic, {tp: 20}, expect={tp: 10 if kept else None}, before_write=paused)
         print("wrote 20")
     except KprioError as err:
         print(f"refused: {err}")
@@ -97,10 +99,13 @@ with KafkaEdge(KafkaSettings(bootstrap_servers=bootstrap)) as edge:
 
 
 @pytest.mark.broker
-def test_a_writer_overtaken_between_its_read_and_its_write_writes_nothing(make_topic, kafka_settings, tmp_path):
+@pytest.mark.parametrize("producer", ["fresh", "kept"])
+def test_a_writer_overtaken_between_its_read_and_its_write_writes_nothing(make_topic, kafka_settings, tmp_path,
+                                                                          producer):
     """Process X reads the group (no committed offset) and is overtaken before it writes: this process writes 50.
     X's write would move the group back to 20; the broker refuses it (X was fenced by the newer writer), and
-    X, reading again, finds the group moved since its decision and writes nothing."""
+    X, reading again, finds the group moved since its decision and writes nothing. ``kept``: X's write takes the
+    producer its first write (10) left ready, started before this process's: it is fenced all the same."""
     import subprocess
     import sys
     from pathlib import Path
@@ -112,13 +117,14 @@ def test_a_writer_overtaken_between_its_read_and_its_write_writes_nothing(make_t
     script = tmp_path / "stale_writer.py"
     script.write_text(STALE_WRITER)
     repo = Path(__file__).resolve().parents[2]
-    x = subprocess.Popen([sys.executable, str(script), kafka_settings.bootstrap_servers, topic.name, str(tmp_path)],
+    x = subprocess.Popen([sys.executable, str(script), kafka_settings.bootstrap_servers, topic.name, str(tmp_path),
+                          producer],
                          cwd=repo, env={**__import__("os").environ, "PYTHONPATH": str(repo)},
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert wait_for(lambda: (tmp_path / "read").exists() or x.poll() is not None, 60, interval_s=0.05)
         with KafkaEdge(kafka_settings) as edge:
-            edge.set_committed(topic, {tp: 50}, expect={tp: None})
+            edge.set_committed(topic, {tp: 50}, expect={tp: 10 if producer == "kept" else None})
             (tmp_path / "go").touch()
             out, _ = x.communicate(timeout=60)
             assert "refused" in out and "the group moved since the decision" in out, out
