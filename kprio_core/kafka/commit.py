@@ -112,13 +112,11 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
     writes nothing, and one that passes it can be overtaken only by a newer writer, which fences it. A fenced try reads again, up
     to :data:`FENCE_TRIES` times.
 
-    The producer started for a group is kept for the process's next write to it (:data:`_PRODUCERS`): starting one
-    costs a coordinator round trip and, right after a transaction of the same id, half a second of librdkafka's
-    wait, for each group of each batch. Kept, it still fences as a new one would: its write succeeds only while no
-    writer started after it, which it did before this read; a kept producer that fails for any reason (fenced by
-    a newer writer, a broker that lost its state) is dropped and the write tried again with a new one, as before.
+    The producer is kept for the process's next write to the group (:data:`_PRODUCERS`; starting one costs up to
+    half a second): its write succeeds only while no writer started after it, which it did before this read; one
+    that fails for any reason (fenced, a broker that lost its state) is dropped and the write tried with a new one.
     """
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import KafkaError, KafkaException
 
     from kprio_core.kafka.client import client_config, new_producer
 
@@ -139,11 +137,7 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
                 if before_write is not None:
                     before_write()  # even with nothing to write: a writer that lost its batch hears it here
                 if offsets:
-                    producer.begin_transaction()
-                    producer.send_offsets_to_transaction(
-                        [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())], groups.metadata(group),
-                        deadline.left(what))
-                    producer.commit_transaction(deadline.left(what))
+                    _transaction(producer, offsets, groups.metadata(group), deadline, what)
                 _PRODUCERS[key] = producer  # ready for the next write (no transaction open)
                 return offsets
             except KafkaException as exc:
@@ -154,6 +148,17 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
                 raise kafka_failure(exc, what=what, bootstrap=deadline.bootstrap, timeout_s=deadline.timeout_s) from None
     raise KafkaOperationFailed(f"{what} on {deadline.bootstrap}: fenced by another writer of the group {FENCE_TRIES} "
                                "times in a row (another kprio commits to it without pause)")
+
+
+def _transaction(producer: Any, offsets: Mapping[TopicPartitionKey, int], metadata: Any, deadline: Deadline,
+                 what: str) -> None:
+    """Write ``offsets`` to the group ``metadata`` names in one transaction of ``producer``."""
+    from confluent_kafka import TopicPartition
+
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
+                                         metadata, deadline.left(what))
+    producer.commit_transaction(deadline.left(what))
 
 
 def group_of(topic: TopicSettings, name: str) -> str:
