@@ -27,7 +27,7 @@ committed yet, commits nothing for that partition and says why.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -79,9 +79,13 @@ FENCE_TRIES = 5
 """Reads and writes of one group's offsets tried, each time another kprio writer of the group fenced this one."""
 _GROUP_LOCKS: dict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 """The writers of one process take turns per group (two of its own would only fence each other)."""
-_PRODUCERS: dict[tuple[str, str], Any] = {}
+KEPT_PRODUCERS = 32
+"""At most this many producers are kept in a process (the least recently used one is dropped): a group's each, for
+the groups of a few logical topics; a process that writes to more starts some again (a test session's do)."""
+_PRODUCERS: OrderedDict[tuple[str, str], Any] = OrderedDict()
 """The transactional producer of each group (by client settings) that its last write left ready, taken out while a
 write uses it and put back only after a write that ended well (:func:`write_fenced`)."""
+_PRODUCERS_LOCK = threading.Lock()
 
 
 def transactional_id(group: str) -> str:
@@ -126,7 +130,7 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
     tries, kept = 0, True  # the first try may take the producer an earlier write left; every later one starts anew
     while tries < FENCE_TRIES:
         with _GROUP_LOCKS[(kafka.bootstrap_servers, group)]:
-            producer = _PRODUCERS.pop(key, None) if kept else None
+            producer = _kept(key) if kept else None
             reused, kept = producer is not None, False
             tries += not reused
             try:
@@ -138,7 +142,7 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
                     before_write()  # even with nothing to write: a writer that lost its batch hears it here
                 if offsets:
                     _transaction(producer, offsets, groups.metadata(group), deadline, what)
-                _PRODUCERS[key] = producer  # ready for the next write (no transaction open)
+                _keep(key, producer)  # ready for the next write (no transaction open)
                 return offsets
             except KafkaException as exc:
                 error = exc.args[0]
@@ -148,6 +152,18 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
                 raise kafka_failure(exc, what=what, bootstrap=deadline.bootstrap, timeout_s=deadline.timeout_s) from None
     raise KafkaOperationFailed(f"{what} on {deadline.bootstrap}: fenced by another writer of the group {FENCE_TRIES} "
                                "times in a row (another kprio commits to it without pause)")
+
+
+def _kept(key: tuple[str, str]) -> Any:
+    with _PRODUCERS_LOCK:
+        return _PRODUCERS.pop(key, None)
+
+
+def _keep(key: tuple[str, str], producer: Any) -> None:
+    with _PRODUCERS_LOCK:
+        _PRODUCERS[key] = producer
+        while len(_PRODUCERS) > KEPT_PRODUCERS:
+            _PRODUCERS.popitem(last=False)
 
 
 def _transaction(producer: Any, offsets: Mapping[TopicPartitionKey, int], metadata: Any, deadline: Deadline,

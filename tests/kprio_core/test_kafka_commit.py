@@ -131,3 +131,24 @@ def test_a_writer_overtaken_between_its_read_and_its_write_writes_nothing(make_t
             assert edge.committed(topic) == {tp: 50}, "the overtaken writer moved nothing back"
     finally:
         x.kill()
+
+
+def test_the_producers_kept_are_bounded_and_one_in_use_is_taken_out(monkeypatch):
+    """A process keeps at most KEPT_PRODUCERS producers, dropping the least recently used (a test session writes to
+    hundreds of groups); a write takes its group's producer out, so no other write of the process shares it."""
+    from collections import OrderedDict
+
+    from kprio_core.kafka import commit
+
+    monkeypatch.setattr(commit, "_PRODUCERS", OrderedDict())
+    producers = {f"g{i}": object() for i in range(commit.KEPT_PRODUCERS + 5)}
+    for group, producer in producers.items():
+        commit._keep(("settings", group), producer)
+    assert list(commit._PRODUCERS) == [("settings", f"g{i}") for i in range(5, commit.KEPT_PRODUCERS + 5)]
+    assert commit._kept(("settings", "g9")) is producers["g9"]
+    assert commit._kept(("settings", "g9")) is None  # in use: the next write of g9 starts its own
+    commit._keep(("settings", "g9"), producers["g9"])
+    commit._keep(("settings", "new"), object())
+    # g9, put back after its write, is the most recently used; g5, the least, made room for the new one
+    assert list(commit._PRODUCERS)[-2:] == [("settings", "g9"), ("settings", "new")]
+    assert ("settings", "g5") not in commit._PRODUCERS and len(commit._PRODUCERS) == commit.KEPT_PRODUCERS
