@@ -26,6 +26,7 @@ committed yet, commits nothing for that partition and says why.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -86,6 +87,17 @@ _PRODUCERS: OrderedDict[tuple[str, str], Any] = OrderedDict()
 """The transactional producer of each group (by client settings) that its last write left ready, taken out while a
 write uses it and put back only after a write that ended well (:func:`write_fenced`)."""
 _PRODUCERS_LOCK = threading.Lock()
+_INHERITED: list[OrderedDict[tuple[str, str], Any]] = []
+"""A forked child's producers of its parent: never used (their threads stayed in the parent) nor destroyed."""
+
+
+def _forget_in_child() -> None:
+    global _PRODUCERS, _PRODUCERS_LOCK
+    _INHERITED.append(_PRODUCERS)
+    _PRODUCERS, _PRODUCERS_LOCK = OrderedDict(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def transactional_id(group: str) -> str:

@@ -152,3 +152,20 @@ def test_the_producers_kept_are_bounded_and_one_in_use_is_taken_out(monkeypatch)
     # g9, put back after its write, is the most recently used; g5, the least, made room for the new one
     assert list(commit._PRODUCERS)[-2:] == [("settings", "g9"), ("settings", "new")]
     assert ("settings", "g5") not in commit._PRODUCERS and len(commit._PRODUCERS) == commit.KEPT_PRODUCERS
+
+
+def test_a_forked_child_starts_its_own_producers_and_never_touches_its_parents():
+    """A producer's librdkafka threads stay in the parent on a fork: the child keeps none for its writes."""
+    import os
+
+    from kprio_core.kafka import commit
+
+    commit._keep(("settings", "forked"), object())
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its kept producers are none of its parent's
+        os.write(write, b"none" if commit._kept(("settings", "forked")) is None else b"parent's")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 16) == b"none"
+    assert commit._kept(("settings", "forked")) is not None  # the parent's is still there
