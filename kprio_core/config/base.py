@@ -34,27 +34,19 @@ class SettingError(ValueError):
         self.key = key
 
 
-def _numeric(annotation: Any) -> tuple[bool, bool]:
-    """Whether a field's annotation is a number (int or float, maybe optional), and whether it is a mapping of
-    numbers (``slo.max_age_s``)."""
+def _numeric(annotation: Any) -> tuple[type | None, bool]:
+    """The number a field's annotation holds (``int`` or ``float``, maybe optional; None: no number), and whether it
+    is a mapping of numbers (``slo.max_age_s``)."""
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        return all(_numeric(a)[0] for a in args if a is not type(None)), False  # str | int | bool is no number
-    if typing.get_origin(annotation) is typing.Annotated:
+        kinds = {_numeric(a)[0] for a in args if a is not type(None)}
+        return (None if None in kinds else int if kinds == {int} else float), False  # str | int is no number
+    if origin is typing.Annotated:
         return _numeric(args[0])
     if origin is dict and len(args) == 2:
-        return False, _numeric(args[1])[0]
-    return annotation in (int, float), False
-
-
-def _integer(section: type[BaseModel], name: str) -> bool:
-    """Whether the field ``name`` of ``section`` holds integers (maybe optional, or as a mapping's values)."""
-    annotation = section.model_fields[name].annotation
-    while (origin := typing.get_origin(annotation)) in (typing.Union, types.UnionType, typing.Annotated, dict):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        annotation = args[-1] if origin is dict else args[0]
-    return annotation is int
+        return _numeric(args[1])[0], True
+    return (annotation if annotation in (int, float) else None), False
 
 
 def _duration(name: str) -> bool:
@@ -71,10 +63,10 @@ class Section(BaseModel):
         """A boolean (YAML's ``yes``, ``on``, ``true``) is no number, though pydantic reads it as 1; a number is one
         a setting takes (:func:`number_problem`)."""
         if isinstance(data, dict):
-            for name, value in cls._numbers(data):
+            for name, value, kind in cls._numbers(data):
                 if isinstance(value, bool):
                     raise SettingError(f"is a boolean ({str(value).lower()}), not a number", key=name)
-                problem = number_problem(value, duration=_duration(name), integer=_integer(cls, name))
+                problem = number_problem(value, duration=_duration(name), integer=kind is int)
                 if problem is not None:
                     raise SettingError(problem, key=name)
         return data
@@ -82,22 +74,23 @@ class Section(BaseModel):
     @model_validator(mode="after")
     def _numbers_read_fit(self) -> Any:
         """The same of the numbers pydantic read from text (a quoted ``"1e30"``, an environment variable)."""
-        for name, value in self._numbers({name: getattr(self, name) for name in type(self).model_fields}):
+        for name, value, _ in self._numbers({name: getattr(self, name) for name in type(self).model_fields}):
             problem = number_problem(value, duration=_duration(name))
             if problem is not None:
                 raise SettingError(problem, key=name)
         return self
 
     @classmethod
-    def _numbers(cls, data: dict) -> list[tuple[str, Any]]:
-        """(field, value) of every value in ``data`` of a numeric field, a mapping of numbers' values included."""
+    def _numbers(cls, data: dict) -> list[tuple[str, Any, type]]:
+        """(field, value, int or float) of every value in ``data`` of a numeric field, a mapping of numbers' values
+        included."""
         out = []
         for name, value in data.items():
             field = cls.model_fields.get(name)
-            if field is not None:
-                number, mapping = _numeric(field.annotation)
-                values = list(value.values()) if mapping and isinstance(value, dict) else [value] if number else []
-                out += [(name, v) for v in values]
+            kind, mapping = _numeric(field.annotation) if field is not None else (None, False)
+            if kind is not None:
+                values = (list(value.values()) if isinstance(value, dict) else []) if mapping else [value]
+                out += [(name, v, kind) for v in values]
         return out
 
 

@@ -162,7 +162,8 @@ def _value_problem(node: Any, path: str) -> str | None:
 def transport_model_problem(transport: dict[str, Any]) -> str | None:
     """What openlineage-python's own model of a transport refuses in ``transport`` once the client's configuration
     completed it (``OPENLINEAGE__TRANSPORT__*`` variables, ``openlineage.yml``: a URL kept out of the file), as the
-    first commit would find it; or None. Checked at load when lineage is on (:func:`kprio_core.config.files.config_problem`).
+    first commit would find it; or None. Checked at load when lineage is on
+    (:func:`kprio_core.config.files.config_problem`).
 
     >>> transport_model_problem({"type": "http"})
     'openlineage-python refuses it: `url` key not passed to HttpConfig'
@@ -175,7 +176,8 @@ def transport_model_problem(transport: dict[str, Any]) -> str | None:
     if os.environ.get("OPENLINEAGE_DISABLED", "").lower().strip() == "true":
         return None  # openlineage-python's switch: its client then sends nothing and builds no transport
     try:  # a transport given makes the client build none: only its configuration is merged
-        client = OpenLineageClient(transport=NoopTransport(NoopConfig()), config={"transport": copy.deepcopy(transport)})
+        client = OpenLineageClient(transport=NoopTransport(NoopConfig()),
+                                   config={"transport": copy.deepcopy(transport)})
         _build_model(client.config.transport or {})
     except Exception as err:  # noqa: BLE001 - openlineage-python's own words for a configuration it refuses
         return f"openlineage-python refuses it: {str(err).splitlines()[0] if str(err) else type(err).__name__}"

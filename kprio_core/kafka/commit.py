@@ -26,6 +26,7 @@ committed yet, commits nothing for that partition and says why.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections import OrderedDict, defaultdict
@@ -84,8 +85,8 @@ KEPT_PRODUCERS = 32
 """At most this many producers are kept in a process (the least recently used one is dropped): a group's each, for
 the groups of a few logical topics; a process that writes to more starts some again (a test session's do)."""
 _PRODUCERS: OrderedDict[tuple[str, str], Any] = OrderedDict()
-"""The transactional producer of each group (by client settings) that its last write left ready, taken out while a
-write uses it and put back only after a write that ended well (:func:`write_fenced`)."""
+"""The transactional producer of each group (keyed by a digest of its client settings) that its last write left
+ready, taken out while a write uses it and put back only after a write that ended well (:func:`write_fenced`)."""
 _PRODUCERS_LOCK = threading.Lock()
 _INHERITED: list[OrderedDict[tuple[str, str], Any]] = []
 """A forked child's producers of its parent: never used (their threads stayed in the parent) nor destroyed."""
@@ -138,7 +139,7 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
 
     wanted = sorted(partitions)
     what = f"commit offsets of group {group}"
-    key = (repr(sorted(client_config(kafka).items())), group)
+    key = (hashlib.sha256(repr(sorted(client_config(kafka).items())).encode()).hexdigest(), group)  # no secret kept
     tries, kept = 0, True  # the first try may take the producer an earlier write left; every later one starts anew
     while tries < FENCE_TRIES:
         with _GROUP_LOCKS[(kafka.bootstrap_servers, group)]:

@@ -360,8 +360,7 @@ class EmbeddedRegistry:
             found[:] = [len(subjects or ())]
             return subjects is not None
 
-        answers_list = not held or wait_for(answered, self.start_timeout_s, interval_s=0.2)
-        if not held or (answers_list and found[0] >= held):
+        if not held or (wait_for(answered, self.start_timeout_s, interval_s=0.2) and found[0] >= held):
             record.remove()  # checked: a later crash and start have nothing to compare with
             return None
         return (f"its store serves {found[0]} of the {held} subjects it held when it stopped "
