@@ -123,12 +123,20 @@ def two_batches(request, make_topic, kprio_env, tmp_path, spark, child_spark):
                         getattr(request, "param", "parquet"))
 
 
-def test_kill_9_at_random_moments_then_a_plain_restart_finishes(backlog, tmp_path):
+@pytest.fixture
+def many_batches(make_topic, kprio_env, tmp_path, spark, child_spark):
+    """The backlog in about 17 batches: three kills, each up to 2.5 s after a batch was taken, find one still in
+    flight however fast a batch drains and commits (with 3 batches of 1,800 records, a child whose commits got
+    faster drained them all before the first kill)."""
+    return make_backlog(make_topic, kprio_env, tmp_path, child_spark, {2: 600, 1: 1500, 0: 3000}, 300)
+
+
+def test_kill_9_at_random_moments_then_a_plain_restart_finishes(many_batches, tmp_path):
     """Each kill lands a random moment (up to 2.5 s) after the child's run took a batch, while one is in flight:
     while it drains, checks, publishes or commits it, whatever the machine's speed (a kill at a fixed time after
     the start found the whole backlog drained on a fast machine, or Spark still starting on a slow one; one
     between two batches proves nothing)."""
-    env, topic, config = backlog
+    env, topic, config = many_batches
     rng = random.Random(20261122)
     killed_in_flight = 0
     with Ledger(env.config.ledger.url) as ledger:
