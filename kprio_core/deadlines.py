@@ -1,28 +1,19 @@
 """Objective-steered planning: the budget goes first to the records closest to breaking their priority's objective.
 
-A priority's objective is ``slo.max_age_s``: each of its records should be drained before it is that old, so a
-record's *deadline* is its timestamp + the objective. Earliest-deadline-first over a batch's budget meets every
-objective whenever any schedule of the same budget can, and keeps the largest lateness smallest when none can
-(Jackson's rule); it is the bound the planner is judged against (``kprio simulate``'s ``edf`` policy).
-
-Which records are due when comes from the partitions' *time marks* (:attr:`PartitionLag.times`): ``(timestamp,
-offset)`` points saying that the records below ``offset`` are at most that old, which Kafka's time index answers
-exactly (ListOffsets by timestamp) and the simulator knows. A record between two marks is given the later mark's
-timestamp, so it is due by its planned deadline at the latest (the marks a tick reads are finer the nearer they
-are, :func:`mark_times`); a record after the last mark, the snapshot's time. Deadlines never decrease along a partition: a record
-cannot be drained before the ones in front of it, so it is as due as the most due one behind it.
-
-The rules (:func:`deadline_targets`, in :func:`kprio_core.planner.plan_batch`'s order):
+A record's *deadline* is its timestamp + its priority's ``slo.max_age_s``, by the *time marks*
+(:attr:`PartitionLag.times`): between two marks, the later one's timestamp (due by its planned deadline at the latest);
+after the last, the snapshot's time; never decreasing along a partition. Earliest-deadline-first meets every objective
+whenever any schedule of the budget can, and keeps the largest lateness smallest otherwise (Jackson's rule): the
+planner's bound (``kprio simulate``'s ``edf``). The rules (:func:`deadline_targets`, in
+:func:`kprio_core.planner.plan_batch`'s order):
 
 1. a priority without an objective keeps its minimum share (no starvation);
-2. when every priority with backlog has an objective, the whole budget goes by deadline (earliest first; at one
-   deadline, the more urgent priority first);
-3. otherwise the records that must go now go first (:func:`must_go_now`: those that later batches of the same
-   budget, one every ``every_ms``, could not all drain in time), then today's split (quotas, then most urgent
-   first), each priority with an objective taking its records by deadline.
+2. when every priority with backlog has an objective, the whole budget goes by deadline (ties: more urgent first);
+3. otherwise the records that must go now (:func:`must_go_now`: what later batches of the budget, one every
+   ``every_ms``, could not drain in time) go first, then today's split, each timed priority's by deadline.
 
-Priority 0 (objective 6 s) has 3 records 5 s old and 3 just arrived, priority 2 (60 s) 10 records 30 s old: a budget
-of 8 takes priority 0's records first, all six (due within 6 s), then the two most due of priority 2.
+Priority 0 (6 s objective): 3 records 5 s old, 3 new; priority 2 (60 s): 10 records 30 s old. 8 records: all six
+of priority 0 (due within 6 s), then priority 2's two most due.
 
 >>> from kprio_core.model.snapshot import PartitionLag
 >>> now = 100_000
@@ -51,10 +42,7 @@ from kprio_core.shares import FairShare, Share, Slot, estimate_bytes
 
 @dataclass(frozen=True)
 class Objectives:
-    """``slo.max_age_s`` as the planner steers by it, and how often a priority gets a batch.
-
-    ``every_ms``: the time between two batches of a priority; a record due ``d`` ms from now can still be drained
-    by ``d // every_ms`` later batches (the simulator: one tick, 1,000 ms).
+    """``slo.max_age_s`` as the planner steers by it, and ``every_ms`` between a priority's batches (simulator: 1 tick).
 
     >>> Objectives.of({2: 10, 0: 3600}, every_s=2).max_age_ms
     {2: 10000, 0: 3600000}
@@ -74,8 +62,8 @@ any objective (0, 1, 4, 16, 64, 256, 1,024 batch intervals), fine where deadline
 
 
 def mark_times(objectives: Objectives, now_ms: int) -> dict[Priority, list[int]]:
-    """The times whose offsets a tick reads from Kafka's time index, per priority with an objective: the records
-    at most that old break it now, within one batch interval, 4, 16, ... (:data:`MARK_STEP`).
+    """Per priority with an objective, the times a tick reads offsets of: records that old break it now, in 1, 4, ...
+    batches (:data:`MARK_STEP`).
 
     >>> mark_times(Objectives({2: 10_000, 0: 3_000}, every_ms=1_000), now_ms=100_000)
     {2: [90000, 91000, 94000], 0: [97000, 98000]}
@@ -197,8 +185,8 @@ def edf_targets(shares: Mapping[Priority, DeadlineShare], records: int) -> dict[
 
 
 def must_go_now(shares: Mapping[Priority, DeadlineShare], records: int, now_ms: int, every_ms: int) -> int:
-    """How many of the most due records this batch must take so that later batches of ``records``, one every
-    ``every_ms``, can drain every pending one in time (arrivals to come aside); at most ``records``.
+    """The most due records this batch must take (at most ``records``) so that later batches, ``records`` every
+    ``every_ms``, drain the pending rest in time (arrivals aside).
 
     10 records due now and 25 due within 2 batches, 10 a batch: 10 now would leave 25 for 2 batches: 15 now.
 
@@ -218,8 +206,7 @@ def must_go_now(shares: Mapping[Priority, DeadlineShare], records: int, now_ms: 
 
 def deadline_targets(shares: Mapping[Priority, DeadlineShare], floors: Mapping[Priority, int], records: int,
                      objectives: Objectives, now_ms: int, *, every_priority: bool) -> dict[Priority, int]:
-    """Rule 2 or the first half of rule 3 of the module docstring: what the priorities with an objective take
-    before any other rule (``floors``: the minimum shares of the priorities without one)."""
+    """Rule 2, or rule 3's first half: what timed priorities take first (``floors``: the others' minimum shares)."""
     room = records - sum(floors.values())
     if every_priority:
         return edf_targets(shares, room)

@@ -1,8 +1,5 @@
-"""Typed errors with a stable ``code`` tests can match and a message that says what and where.
-
-Whether a failure's cause passes by itself (the broker restarts, the disk is freed, Spark comes
-back) is a property of its type, ``transient``, never read from its message: a batch that failed
-that way is retried until the cause is gone, never exhausted (:func:`is_transient`).
+"""Typed errors with a stable ``code`` tests can match and a message that says what and where; a failure whose
+cause passes by itself is ``transient`` by its type, never its message (:func:`is_transient`).
 
 >>> e = TopicMissing("orders-2", bootstrap="127.0.0.1:9092")
 >>> e.code, e.transient
@@ -22,16 +19,11 @@ import errno
 import os
 
 TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EMFILE})
-"""OSError numbers of an output that cannot be written for now (full, read-only, over quota, failing,
-not permitted, out of file handles): an operator or the platform fixes the storage, kprio retries."""
+"""OSError numbers of storage that cannot be written for now: someone fixes it, kprio retries."""
 
 
 class KprioError(Exception):
-    """Base of every error kprio raises on purpose. ``code`` is stable across releases.
-
-    ``transient``: the cause passes by itself (see the module docstring). ``where``: the setting,
-    file, path or URL (never with its secret) the error is about, when the message does not say it;
-    ``str()`` shows it in parentheses after the message, as the CLI's one line does.
+    """Base of kprio's errors: a stable ``code``; ``where`` (setting, file or URL, never a secret) shown in parentheses.
 
     >>> str(ConfigError("Input should be a valid number", where="kafka.timeout_s in kprio.yaml"))
     'Input should be a valid number (kafka.timeout_s in kprio.yaml)'
@@ -41,8 +33,7 @@ class KprioError(Exception):
     transient = False
     where: str | None = None
     setting: str | None = None
-    """The configuration key the error is about when it has no ``where`` (``kafka.bootstrap_servers``): the CLI
-    names it and where it came from (the file, or the environment variable that set it)."""
+    """The configuration key the error is about when it has no ``where``; the CLI names where it was set."""
     setting_value: str | None = None
     """The value of :attr:`setting` the error met (never a secret's)."""
 
@@ -202,18 +193,13 @@ class KafkaOperationFailed(KprioError):
 
 
 class LogChanged(KprioError):
-    """A batch's log changed under it while it was in flight (its topic deleted, or recreated with a new topic
-    id): what it read is another log's; it publishes and commits nothing, and a person's reset decides."""
+    """A batch's topic was deleted or recreated while in flight: it publishes and commits nothing; a reset decides."""
 
     code = "log_changed"
 
 
 class KafkaSecurityFailed(KprioError):
-    """The cluster refused kprio's Kafka client, or kprio refused the cluster's certificate: a setting to fix.
-
-    Each kind below says which setting (``kafka.client.<setting>``, or the environment variable of a
-    secret) and never a secret's value. None passes by itself: the settings or the certificates must change.
-    """
+    """The cluster refused kprio's client, or kprio its certificate: a setting to fix (named, never a secret)."""
 
     code = "kafka_security_failed"
     setting = "kafka.client"
@@ -262,8 +248,7 @@ class TlsHandshakeFailed(KafkaSecurityFailed):
 
 
 class SecurityProtocolMismatch(KafkaSecurityFailed):
-    """The broker's listener speaks another security protocol than ``kafka.client.security.protocol`` (TLS
-    or not, SASL or not): the broker only closes such a connection, kprio asked the listener what it speaks."""
+    """The listener speaks another protocol than ``kafka.client.security.protocol`` (probed: the broker just closes)."""
 
     code = "security_protocol_mismatch"
 
@@ -312,8 +297,7 @@ class LedgerNotFresh(KprioError):
 
 
 class MaintenanceFailed(KprioError):
-    """A table's maintenance (compaction, vacuum, snapshot expiry) failed: the table and the cause; nothing of the
-    table's rows changed (each step commits as a transaction of its own)."""
+    """A table's maintenance failed: the table and the cause; no row changed (each step is its own transaction)."""
 
     code = "maintenance_failed"
 
@@ -333,8 +317,7 @@ class SparkUnavailable(KprioError):
 
 
 class SparkJobFailed(KprioError):
-    """Spark aborted a drain's job (a task failed outside kprio's drain task: a Python worker that died,
-    an executor lost, memory exhausted): the cause as Spark said it."""
+    """Spark aborted a drain's job outside kprio's drain task (a worker died, memory ran out): Spark's cause."""
 
     code = "spark_job_failed"
 
@@ -346,16 +329,13 @@ class TaskFailed(KprioError):
 
 
 class UsageError(KprioError):
-    """The command line itself is wrong: an unknown option, a missing or malformed argument, options
-    that exclude each other. The CLI exits 2 for it (every other error exits 1)."""
+    """The command line itself is wrong. The CLI exits 2 for it (every other error exits 1)."""
 
     code = "usage"
 
 
 class PathUnusable(KprioError):
-    """A file or directory kprio was told to use cannot be used: it is under a file, is a directory
-    where a file is wanted (or the reverse), cannot be written or read. Transient when the storage may
-    come back by itself (read-only, full, over quota: :data:`TRANSIENT_ERRNOS`).
+    """A file or directory kprio was told to use cannot be used; transient for :data:`TRANSIENT_ERRNOS`.
 
     >>> import errno
     >>> err = PathUnusable.of(NotADirectoryError(errno.ENOTDIR, "Not a directory", "/etc/hosts/x"), "--data-dir")
@@ -367,8 +347,7 @@ class PathUnusable(KprioError):
 
     @classmethod
     def of(cls, err: OSError, setting: str, path: object | None = None, doing: str = "use") -> PathUnusable:
-        """The error for an OSError met while using (``doing``: creating, writing, ...) the path a setting
-        (or option) names."""
+        """The error for an OSError met while ``doing`` something with the path a setting names."""
         where = err.filename if err.filename is not None else path
         made = cls(f"cannot {doing} {str(where)!r}: {os_reason(err)}", where=setting)
         made.transient = err.errno in TRANSIENT_ERRNOS
@@ -400,16 +379,14 @@ def os_reason(err: OSError) -> str:
 
 
 class LedgerUnavailable(KprioError):
-    """The ledger database does not answer or refuses work for now: a server down or unreachable, a
-    SQLite file locked, read-only or on a full disk."""
+    """The ledger database does not answer or refuses work for now (server down, SQLite file locked or full)."""
 
     code = "ledger_unavailable"
     transient = True
 
 
 class LedgerUnusable(KprioError):
-    """``ledger.url`` names something that is no ledger database: a file that is not SQLite, a corrupt
-    database, a path SQLite cannot open (a directory, a path under a file)."""
+    """``ledger.url`` names no usable database (not SQLite, corrupt, a path SQLite cannot open)."""
 
     code = "ledger_unusable"
 
@@ -457,8 +434,7 @@ class InternalError(KprioError):
 
 
 class SchemaRegistryUnavailable(KprioError):
-    """The schema registry cannot be reached or answers with a server error: the batch waits for it, no record
-    becomes a dead letter for it."""
+    """The schema registry is unreachable or answers 5xx: the batch waits, no record becomes a dead letter."""
 
     code = "schema_registry_unavailable"
     transient = True

@@ -1,8 +1,7 @@
 """The parts of kprio not every user needs, the extra of the package that brings each, and the output formats.
 
-The base install drains JSON into Parquet under Dagster; a setting that needs a part not installed fails at load
-with one line naming the setting and the ``pip install`` that brings it (:func:`missing`), a command line option
-when it is used (:func:`require`). Whether a part is there is asked of the import system, without importing it.
+The base install drains JSON into Parquet under Dagster; a setting needing a missing part fails at load, an option
+when used, naming the ``pip install`` (:func:`missing`). Parts are found without importing them.
 
 >>> missing(Part("delta", ("kprio_no_such_module",)), "delta")
 "delta needs kprio_no_such_module, which is not installed: pip install 'kprio[delta]'"
@@ -77,8 +76,7 @@ def missing(part: Part | None, what: str) -> str | None:
 
 
 def require(part: Part | None, what: str, where: str | None = None) -> None:
-    """Raise :class:`ExtraMissing` (one line, naming ``where``: an option, else the command) when ``part`` is not
-    installed."""
+    """Raise :class:`ExtraMissing` naming ``where`` (an option, else the command) when ``part`` is not installed."""
     why = missing(part, what)
     if why:
         raise ExtraMissing(why, where=where)

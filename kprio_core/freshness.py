@@ -144,10 +144,8 @@ def likely_cause(facts: FreshnessFacts, objective: Objective) -> tuple[Cause, st
 
 def evaluate_freshness(topic: str, priority: Priority, *, age_s: float | None, objective: Objective,
                        facts: FreshnessFacts | None = None) -> FreshnessResult:
-    """Pass, warn or fail one priority's objective, with its one line (see the module docstring).
-
-    ``age_s``: the oldest pending record's age (None: nothing pending, or the age was not read; with
-    ``facts.backlog`` above 0 an unread age warns, since nobody can say it is fresh).
+    """Pass, warn or fail one priority's objective, with its one line; ``age_s`` None: nothing pending, or not read
+    (with ``facts.backlog`` > 0 it warns: nobody can say it is fresh).
 
     >>> evaluate_freshness("orders", 0, age_s=None, objective=Objective(600)).line
     'orders priority 0: nothing pending, objective 600 s'

@@ -1,8 +1,5 @@
-"""Loading a record handler by name (``drain.handler``, ``"module:function"``) and checking its signature.
-
-The configuration checks it when it loads (so ``nosuchmodule:fn`` fails at load, naming the
-setting) and the drain loads it again on the driver and in each task; what a handler must do
-with its records is :mod:`spark_jobs.handler_contract`'s.
+"""Loading a record handler by name (``drain.handler``, ``"module:function"``) and checking its signature: at load
+(naming the setting), again in the drain; what it must do is :mod:`spark_jobs.handler_contract`'s.
 
 >>> resolve_handler("nosuchmodule")
 Traceback (most recent call last):

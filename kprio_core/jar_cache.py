@@ -1,11 +1,7 @@
 """The local cache of Java artifacts kprio runs with: where a set of jars lives, and whether it is whole.
 
-kprio runs two sets of jars it does not ship: Apache Kafka for the embedded broker and Spark's
-Kafka connector for the ``native`` reader. ``scripts/setup.sh`` resolves them with Maven
-(:mod:`orchestration.services.jars`) into ``$KPRIO_CACHE_DIR`` (default ``~/.cache/kprio``),
-one directory per set; the broker and the Spark sessions only read the cache, so this module
-does no I/O beyond reading it. A set is whole when its ``classpath.txt`` lists jars that all
-exist: the listing is written last, after every jar landed.
+``scripts/setup.sh`` resolves the sets (:mod:`orchestration.services.jars`) into :func:`cache_dir`; this module only
+reads it. A set is whole when its ``classpath.txt``, written last, lists jars that all exist.
 
 >>> s = JarSet("spark-sql-kafka", "4.2.0", ("org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",))
 >>> s.key, set_dir(s).name

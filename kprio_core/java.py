@@ -1,8 +1,5 @@
-"""Which Java kprio's JVMs run (the embedded broker's nodes, a local Spark session's driver), found one way.
-
-``$JAVA_HOME/bin/java`` when ``JAVA_HOME`` names a Java, else the ``java`` on the ``PATH``, as Spark's
-launcher and Kafka's scripts choose it. A class-data archive fits only the Java build that wrote it:
-:func:`java_build` names that build (its resolved path and modification time) for an archive's key.
+"""Which Java kprio's JVMs run (the embedded broker's nodes, a local Spark session's driver), found one way; a
+class-data archive fits only the Java build that wrote it: :func:`java_build` names it for an archive's key.
 
 >>> find_java({"JAVA_HOME": "/nowhere", "PATH": ""}) is None
 True
@@ -19,7 +16,7 @@ from pathlib import Path
 
 
 def find_java(environ: Mapping[str, str] | None = None) -> str | None:
-    """The java binary to run: ``$JAVA_HOME/bin/java``, else ``java`` on ``PATH``; None when there is neither."""
+    """The java to run, as Spark's and Kafka's launchers pick it: ``$JAVA_HOME/bin/java``, else ``PATH``'s; or None."""
     env = os.environ if environ is None else environ
     home = env.get("JAVA_HOME")
     if home and (Path(home) / "bin" / "java").is_file():

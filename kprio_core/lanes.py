@@ -1,12 +1,8 @@
 """Lanes: sub-streams of a partition's records that are each processed in offset order.
 
-A keyed record's lane is ``toPositive(murmur2(key)) % lanes``, the same arithmetic as Kafka's
-default partitioner (``Utils.murmur2``, seed ``0x9747b28c``), implemented here. Why murmur2 and
-not Python's ``hash``: ``hash(bytes)`` is salted per process (PYTHONHASHSEED), so Spark executors
-would disagree about lanes; why murmur2 rather than ``zlib.crc32``: a key then lands in the
-lane a Java producer's partitioner would choose for ``lanes`` partitions, which keeps lane
-placement explainable with Kafka's own tools, and it is checked against Kafka's test vectors.
-A record with a null key has no order to keep, so it is spread by offset (``offset % lanes``).
+A keyed record's lane is ``toPositive(murmur2(key)) % lanes`` as Kafka's default partitioner (checked against its test
+vectors): not ``hash``, salted per process (executors would disagree), nor ``crc32``: murmur2 picks the lane a Java
+producer would, explainable with Kafka's tools. A null key has no order to keep: spread by ``offset % lanes``.
 
 >>> murmur2(b"21"), murmur2(b"abc")
 (-973932308, 479470107)
@@ -95,10 +91,7 @@ def _as_list(column: Any) -> list[Any]:
 
 
 def lanes_of(keys: Iterable[bytes | None] | Any, offsets: Iterable[int] | Any, lanes: int) -> list[int]:
-    """:func:`lane_of` over two columns (pyarrow, pandas, numpy or lists); keys hashed once each.
-
-    pandas' missing values (``None``/``NaN``) in the key column count as null keys.
-    """
+    """:func:`lane_of` over two columns (pyarrow, pandas, numpy or lists), keys hashed once; NaN keys are null."""
     key_list, offset_list = _as_list(keys), _as_list(offsets)
     if len(key_list) != len(offset_list):
         raise ValueError(f"{len(key_list)} keys but {len(offset_list)} offsets")

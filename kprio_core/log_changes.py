@@ -1,21 +1,14 @@
 """When the log changes under kprio: what kprio believes about a partition against what the cluster says now.
 
-kprio believes, per priority partition: the topic's identity (the Kafka topic id when the cluster
-reports one), the incarnation it drains (1, then +1 each time a recreated topic is reset), and
-the committed offset it last wrote itself. Each tick the fresh lag snapshot is compared with
-that belief, one small rule per question, in this order (why: an identity change makes every
-offset comparison meaningless; a committed offset that is gone has no position to compare; an
-offset beyond the log's end is not a position whoever wrote it; only then does it matter who
-moved it; retention is the oldest rule and sees what is left):
+Each tick the lag snapshot is compared with kprio's :class:`Belief` of each partition, one rule per question, in this
+order (why: a new identity voids every offset comparison; a gone offset has no position; one past the log's end is no
+position, whoever wrote it; only then does who moved it matter; retention sees what is left):
 
 1. :func:`topic_deleted` — the topic kprio drained is gone: hold until it is back (or reset);
 2. :func:`topic_recreated` — the topic id changed: hold, or reset by ``drain.on_offset_out_of_range``;
-3. :func:`committed_gone` — kprio committed, the group has nothing (Kafka expired the offsets
-   ``offsets.retention.minutes`` after kprio's last commit): restore what kprio committed;
-4. :func:`ahead_of_log` — the committed offset is beyond the high watermark (truncation,
-   recreation without topic ids): hold, or reset by policy;
-5. :func:`moved_by_someone` — the committed offset is not the one kprio wrote: backwards, re-drain
-   the committed batches' exact ranges; forwards, recorded as skipped by the operator;
+3. :func:`committed_gone` — kprio committed, the group has nothing (expired, ``offsets.retention.minutes``): restore;
+4. :func:`ahead_of_log` — committed beyond the high watermark (truncated, or recreated without ids): hold or reset;
+5. :func:`moved_by_someone` — not kprio's offset: back, re-drain committed ranges exactly; forward, recorded as skipped;
 6. retention (``PartitionLag.lost_to_retention``) — held unless ``drain.allow_data_loss``;
 7. :func:`partition_added` — a partition kprio never saw on a topic it knows: drained from its start.
 
@@ -73,8 +66,7 @@ def ahead_of_log(lag: PartitionLag) -> bool:
 
 
 def moved_by_someone(belief: Belief | None, lag: PartitionLag) -> int:
-    """-1 moved back, +1 moved forward, 0 where kprio left it, where a commit of kprio's own under way put
-    it, or when kprio never committed it.
+    """-1 moved back, +1 forward, 0 where kprio left it or is committing it (or kprio never committed it).
 
     >>> moved_by_someone(Belief("t", 0, committed=60, committing=frozenset({90})), PartitionLag("t", 0, 0, 0, 99, 90))
     0
@@ -93,11 +85,7 @@ def partition_added(belief: Belief | None, topic_known: bool) -> bool:
 
 def with_commits_under_way(beliefs: Mapping[TopicPartitionKey, Belief],
                            in_flight: Iterable[OffsetRange]) -> dict[TopicPartitionKey, Belief]:
-    """``beliefs`` with, per partition, the ends of the ranges of kprio's batches in flight
-    (:attr:`Belief.committing`).
-
-    A batch commits its ranges to Kafka, then tells the ledger; the group standing at one of their
-    ends is kprio's own commit, not someone else's move.
+    """``beliefs`` with the ends of kprio's in-flight ranges added to :attr:`Belief.committing` (its own commits).
 
     >>> b = with_commits_under_way({("t", 0): Belief("t", 0, committed=60)}, [OffsetRange("t", 0, 60, 90)])
     >>> sorted(b[("t", 0)].committing)
@@ -114,11 +102,8 @@ def with_commits_under_way(beliefs: Mapping[TopicPartitionKey, Belief],
 
 
 def classify(belief: Belief | None, lag: PartitionLag | None, *, topic_id: str | None, topic_known: bool) -> Change:
-    """The state of one partition, by the rules of the module docstring in their order.
-
-    ``topic_known``: kprio holds beliefs about other partitions of the same topic (so a partition
-    it has no belief about was added, rather than the topic being new to kprio).
-    """
+    """The state of one partition, by the module's rules in order (``topic_known``: kprio knows the topic's other
+    partitions, so an unknown one was added)."""
     if lag is None:  # rule 1, topic_deleted
         assert belief is not None, "a partition neither believed nor seen"
         return Change(belief.topic, belief.partition, LogState.TOPIC_DELETED, belief.committed, None, None, None,
@@ -188,10 +173,8 @@ def reset_target(change: Change, outcome: Outcome) -> int | None:
 
 
 def redrain_ranges(start: int, until: int, drained: Iterable[OffsetRange]) -> tuple[OffsetRange, ...] | None:
-    """The drained ranges that cover ``[start, until)`` without a hole, in order; None when they do not.
-
-    A re-drain must rewrite whole ranges already drained (their files are replaced, a partly
-    overlapping new range would delete a whole old file), so it re-drains these exact ranges.
+    """The drained ranges covering ``[start, until)`` without a hole, in order (None: they do not): whole, as a re-drain
+    replaces their files and a partial overlap would delete a whole old file.
 
     >>> R = lambda s, e: OffsetRange("o-0", 0, s, e)
     >>> redrain_ranges(45, 100, [R(0, 30), R(30, 60), R(60, 100)])
@@ -319,18 +302,11 @@ def superseded(batch_id: str, planned: Mapping[TopicPartitionKey, int],
                current: Mapping[TopicPartitionKey, int]) -> tuple[Superseded, ...]:
     """The partitions on which ``batch_id`` is superseded (empty: it is not), in partition order.
 
-    ``planned``: every partition of the batch with its plan's incarnation there; ``current``: the
-    incarnation kprio believes each partition is at (1 when absent).
-
-    A batch superseded on any partition is superseded whole: it never runs again (no retry,
-    resume, launch or replay: its ranges there would read another log's offsets and publish them
-    under the earlier incarnation's file names) and holds none of its partitions. Its ranges on
-    its other partitions are not lost: it never committed them (a batch in flight stops a reset,
-    so only a failed or committed batch can be superseded, and a committed one is done), so they
-    lie at or after those partitions' committed offsets and are planned anew from there; a new
-    batch's publish replaces the uncommitted files of its partition and incarnation its ranges
-    overlap, so nothing is in the output twice. (Narrowing the failed batch would need a new move
-    in the ledger; keeping it held there would leave a hold no command ends.)
+    ``planned``: each partition's plan incarnation; ``current``: kprio's (1 when absent). Superseded anywhere, a batch
+    is superseded whole: it never runs again (it would read another log's offsets under the earlier incarnation's file
+    names) and holds no partition. Its other ranges are not lost: only a failed batch counts (one in flight stops a
+    reset), so they lie past the committed offsets, planned anew, the new publish replacing uncommitted files it
+    overlaps. (Narrowing it needs a new ledger move; holding it, a hold no command ends.)
 
     >>> sup = superseded("b-000007", {("o-2", 0): 1, ("o-1", 0): 1}, {("o-2", 0): 2})
     >>> [(s.where, s.planned, s.current) for s in sup]
@@ -343,10 +319,8 @@ def superseded(batch_id: str, planned: Mapping[TopicPartitionKey, int],
 
 
 def in_flight_blocks_reset(change: Change, new_incarnation: bool, in_flight: Sequence[str]) -> str | None:
-    """Why a reset of ``change``'s partition must wait, or None: a new incarnation never starts under a batch in flight.
-
-    The batch in flight (planned, drained or checked) on the partition fails or finishes on its
-    own; only then can the partition's next offsets be another log's.
+    """Why a reset of ``change``'s partition must wait, or None: a new incarnation never starts under a batch in flight,
+    which fails or finishes on its own first.
 
     >>> c = Change("o-2", 0, LogState.TOPIC_RECREATED, 30, None, 0, 12, 1, "A", "B")
     >>> print(in_flight_blocks_reset(c, True, ["b-000004"]))

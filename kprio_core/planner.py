@@ -1,20 +1,11 @@
 """The planner: a lag snapshot + a budget -> the offset ranges of the next batch.
 
-Two modes share the same frame (start offsets, per-priority fair share over partitions, both
-budgets); they differ only in how many records each priority is granted:
-
-- ``lag-aware`` (default) sees the exact backlog, so quota a priority cannot use flows at once to
-  the others, most urgent first (water-filling), after every priority with backlog got its
-  minimum share;
-- ``flipkart`` grants what flipkart's window rule gives (base quota + burst from the poll
-  history, :mod:`kprio_core.burst`), capped by backlog, with no redistribution.
-
-With freshness objectives, a ``lag-aware`` plan gives the budget first to the records closest to
-breaking their priority's objective, a priority's partitions in deadline order
-(:mod:`kprio_core.deadlines`); without any, it is the quotas' alone.
-
-3 priorities, 50 records (quotas 29/14/7), priority 1 has only 4 records waiting: its 10 unused
-records go to priority 2.
+Two modes share the frame (start offsets, per-priority fair share over partitions, both budgets) and differ in the
+grants: ``lag-aware`` (default) sees the exact backlog, so unused quota flows at once to the others, most urgent first
+(water-filling), after every priority with backlog got its minimum share; ``flipkart`` grants the window rule (base
+quota + burst, :mod:`kprio_core.burst`) capped by backlog, nothing more. With objectives, ``lag-aware`` gives the budget
+first to the records closest to breaking theirs (:mod:`kprio_core.deadlines`). 3 priorities, 50 records (quotas
+29/14/7), priority 1 has only 4 waiting: its 10 unused go to priority 2.
 
 >>> from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 >>> snap = LagSnapshot.of("orders", 3, [
@@ -30,11 +21,9 @@ records go to priority 2.
 >>> plan_batch(snap, Budget(records=50), mode=PlanMode.FLIPKART).grants
 {2: 29, 1: 14, 0: 7}
 
-Byte estimates: a range of ``count`` records on a partition whose average record size is ``avg``
-is ``ceil(count * avg)`` bytes. When ``avg_record_bytes`` is 0 (unknown) the partition's
-records are estimated at 0 bytes, so the byte budget cannot bind on it: set a record budget
-that is safe on its own, or let the Kafka edge measure sizes. A byte budget smaller than one
-record of every partition with backlog gives an empty plan (the budget is never exceeded).
+``count`` records of average size ``avg`` estimate ``ceil(count * avg)`` bytes; an unknown size (0) estimates 0, so
+the byte budget cannot bind there (set a safe record budget). The byte budget is never exceeded: smaller than one
+record of every partition with backlog, it gives an empty plan.
 """
 
 from __future__ import annotations
@@ -56,11 +45,8 @@ from kprio_core.shares import FairShare, Share, Slot, estimate_bytes
 
 @dataclass(frozen=True)
 class Budget:
-    """Limits of one batch: records, optional estimated bytes, and each priority's minimum share.
-
-    ``min_share`` is a fraction of ``records``: every priority with backlog is granted at least
-    ``max(1, floor(min_share * records))`` records (or its whole backlog if smaller) in
-    ``lag-aware`` mode. 0 turns the guarantee off.
+    """Limits of one batch: records, optional estimated bytes, and ``min_share`` (0: off): in ``lag-aware`` every
+    priority with backlog gets ``max(1, floor(min_share * records))`` records, or its whole backlog if smaller.
 
     >>> min_share_records(Budget(records=50))
     2
@@ -103,10 +89,7 @@ def reserved_ends(reserved: Iterable[OffsetRange]) -> dict[tuple[str, int], int]
 
 
 def plan_start(part: PartitionLag, reserved_end: int | None) -> int:
-    """First offset this batch may plan: after the committed offset and after every reservation.
-
-    Ranges stay contiguous from the committed offset, so a partition with a batch in flight
-    continues where that batch ends (never before it, never leaving a hole behind it).
+    """First offset this batch may plan: after the committed offset and every reservation (ranges stay contiguous).
 
     >>> p = PartitionLag("t", 0, 0, log_start=0, high_watermark=100, committed=10)
     >>> plan_start(p, None), plan_start(p, 40), plan_start(p, 5)
@@ -143,10 +126,8 @@ def quota_targets(
     floors: Mapping[Priority, int],
     records: int,
 ) -> dict[Priority, int]:
-    """Stage 2 target: the base quota capped by backlog, never below the stage-1 floor.
-
-    Floors above a quota can push the total past the budget; the most urgent levels, which have
-    the largest quotas, give back the overflow (never below their own floor).
+    """Stage 2 target: the base quota capped by backlog, never below the stage-1 floor; an overflow of the budget is
+    given back by the most urgent (largest) quotas, down to their floor.
 
     >>> quota_targets({2: 100, 1: 4, 0: 100}, {2: 29, 1: 14, 0: 7}, {2: 2, 1: 2, 0: 2}, 50)
     {2: 29, 1: 4, 0: 7}
@@ -184,10 +165,7 @@ def fill_stages(
     shares: Mapping[Priority, Share],
     budget: Budget,
 ) -> dict[Priority, int]:
-    """Raise each priority toward each stage's target, stage by stage, most urgent first.
-
-    A priority never goes down, and no step exceeds what is left of the record or byte budget.
-    """
+    """Raise each priority toward each stage's target, stage by stage, most urgent first, within both budgets."""
     granted = {p: 0 for p in sorted(shares, reverse=True)}
     records_left = budget.records
     bytes_left = budget.bytes
@@ -218,16 +196,10 @@ def plan_batch(
     reserved: Iterable[OffsetRange] = (),
     objectives: Objectives | None = None,
 ) -> DrainPlan:
-    """Plan the next batch: contiguous ranges from each partition's start, within both budgets.
-
-    ``grants`` of the plan: in ``lag-aware`` mode the records each priority takes; in
-    ``flipkart`` mode the window rule's capacity (base quota + burst), of which a priority takes
-    at most its backlog and, for the burst, what the other priorities left of the record budget.
-    ``history`` is read only in ``flipkart`` mode (an empty history there means no burst); the
-    caller records each drained batch into it (``history.record(drained, plan.quotas)``).
-    ``objectives`` (``slo.max_age_s``) steer a ``lag-aware`` plan by the records' deadlines
-    (:mod:`kprio_core.deadlines`); without any, the plan is the quotas' alone.
-    """
+    """Plan the next batch: contiguous ranges from each partition's start, within both budgets. ``grants``: in
+    ``lag-aware`` mode the records each priority takes; in ``flipkart`` the window rule's capacity, of which a priority
+    takes at most its backlog and, for the burst, what the others left. ``history`` (``flipkart`` only; empty: no
+    burst): the caller records each batch, ``history.record(drained, plan.quotas)``."""
     n = snapshot.n_priorities
     mode = _plan_mode(mode, budget, n)
     quotas = base_quotas(n, budget.records, distribution)
@@ -281,10 +253,8 @@ def _flipkart_grants(
             f"{snapshot.logical_topic!r} has {n}"
         )
     capacities, burst = burst_capacities(quotas, history)
-    # Order: base quotas first (they sum to the record budget, so they always fit), then the
-    # burst. The burst is priced on the others' *expected* unused capacity; when they do use
-    # it, the record budget caps the burst rather than the others' quotas (flipkart's client
-    # would overshoot max.poll.records here, kprio keeps the budget invariant).
+    # Order: base quotas (they sum to the budget: always fit), then the burst, priced on the others' *expected*
+    # unused capacity: when they use it, the budget caps the burst (flipkart's client overshoots max.poll.records).
     no_floors = {p: 0 for p in available}
     stages = [
         quota_targets(available, quotas, no_floors, budget.records),
@@ -298,11 +268,8 @@ def _lag_aware_grants(
     available: Mapping[Priority, int], objectives: Objectives | None,
 ) -> tuple[Mapping[Priority, Share], dict[Priority, int], BurstDecision | None, dict[Priority, str]]:
     """``lag-aware`` mode: (the shares, deadline-ordered where timed; records granted; the burst; why due)."""
-    # Order: the minimum share first, so no priority with backlog starves whatever the others
-    # want; then base quotas, so urgency decides when everyone is busy; then whatever is left
-    # (quota of idle priorities) goes most urgent first, so the budget is never wasted.
-    # With objectives, the priorities that have one take their most due records before the quotas
-    # (kprio_core.deadlines: all of the budget by deadline when every priority with backlog has one).
+    # Order: minimum shares (no priority with backlog starves), base quotas (urgency decides when all are busy), the
+    # rest most urgent first (no budget wasted); with objectives, timed priorities' most due records come first.
     floors = min_share_targets(available, budget)
     now = snapshot.taken_at_ms
     timed = deadline_shares(shares, objectives, now) if objectives else {}
@@ -346,11 +313,7 @@ def water_fill_decision(
 
 
 def fair_shares(snapshot: LagSnapshot, reserved: Iterable[OffsetRange] = ()) -> dict[Priority, FairShare]:
-    """Per priority, its partitions from their plan start (:func:`plan_start`) to their readable end.
-
-    The readable end is the last stable offset under read_committed isolation: records behind an
-    open transaction are not planned until it ends (:attr:`PartitionLag.readable_end`).
-    """
+    """Per priority, its partitions from their plan start to :attr:`PartitionLag.readable_end` (last stable offset)."""
     ends = reserved_ends(reserved)
     slots: dict[Priority, list[Slot]] = {p: [] for p in range(snapshot.n_priorities)}
     for part in snapshot.partitions:

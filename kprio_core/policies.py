@@ -1,10 +1,7 @@
 """The drain policies the simulator replays traces against: what each drains from every partition at a tick.
 
-``strict`` (most urgent first), ``round_robin`` (max-min fair shares), ``flipkart`` (exponential quotas + window
-burst, as flipkart's client), ``kprio`` (the real lag-aware :func:`~kprio_core.planner.plan_batch` on a snapshot
-of the simulated partitions, steered by the trace's objectives as ``slo.max_age_s``) and, for a trace with
-objectives, ``edf`` (earliest deadline first: the bound). Baselines spread a priority's records max-min fairly over
-its partitions; kprio drains exactly the planner's ranges.
+``strict`` (most urgent first), ``round_robin`` (max-min fair), ``flipkart`` (exponential quotas + window burst),
+``kprio`` (the real :func:`~kprio_core.planner.plan_batch`, with the trace's objectives) and, with objectives, ``edf``.
 """
 
 from __future__ import annotations
@@ -57,9 +54,7 @@ class Policy(Protocol):
 
 
 def fair_split(amount: int, caps: Sequence[int], start: int = 0) -> list[int]:
-    """Split ``amount`` max-min fairly under ``caps``: equal shares, what a small cap leaves goes to the others.
-
-    Records that do not divide evenly go one each, in index order rotated to begin at ``start``.
+    """Split ``amount`` max-min fairly under ``caps``; odd records go one each in index order from ``start``.
 
     >>> fair_split(10, [2, 10, 10])
     [2, 4, 4]
@@ -108,10 +103,7 @@ class StrictPolicy:
 
 
 class RoundRobinPolicy:
-    """Equal shares of the budget; what a priority with less backlog leaves goes to the others.
-
-    This is max-min fairness, so the policy is work-conserving; records that do not divide
-    evenly go one each to the priorities in turn, the starting priority rotating every tick.
+    """Max-min fair (work-conserving) shares of the budget; odd records go one each, the first rotating per tick.
 
     >>> v = TickView(0, 10, ((2,), (9,), (9,)), ((0,), (0,), (0,)), ((0,), (0,), (0,)))
     >>> RoundRobinPolicy().drain(v)
@@ -129,11 +121,8 @@ class RoundRobinPolicy:
 
 
 class FlipkartPolicy:
-    """Flipkart's client: exponential base quotas plus the poll-history window burst.
-
-    Each priority drains min(capacity, backlog); the history records what was drained, so a
-    priority "maxes out" only when it drained its whole quota. Capacities come from the past
-    window, not from the backlog, so the total may exceed the budget.
+    """Flipkart's client: exponential base quotas plus the window burst; each drains min(capacity, backlog). Capacities
+    come from the past window, not the backlog, so the total may exceed the budget.
 
     >>> v = TickView(0, 50, ((3,), (30,), (90,)), ((0,), (0,), (0,)), ((0,), (0,), (0,)))
     >>> FlipkartPolicy(3).drain(v)
@@ -152,11 +141,8 @@ class FlipkartPolicy:
 
 
 class KprioPolicy:
-    """kprio's lag-aware planner, fed a :class:`LagSnapshot` of the simulated partitions each tick.
-
-    A simulated partition is topic ``sim-{priority}``: log start 0, committed offset = records
-    drained so far, high watermark = records arrived so far. The plan's ranges must start at
-    the committed offset and be contiguous, or the policy broke (records skipped or repeated).
+    """kprio's lag-aware planner on the simulated partitions (``sim-{priority}``: committed = drained, high watermark =
+    arrived); its ranges must start at the committed offset and be contiguous, else :class:`PolicyBroke`.
 
     >>> v = TickView(0, 50, ((3,), (30,), (90,)), ((0,), (0,), (0,)), ((0,), (0,), (0,)))
     >>> [sum(row) for row in KprioPolicy().drain(v)]
@@ -220,12 +206,8 @@ def _marks(drained: int, runs: Sequence[tuple[int, int]]) -> tuple[tuple[int, in
 
 
 class EdfPolicy:
-    """Earliest deadline first, the bound: the budget goes to the records whose wait reaches their objective first.
-
-    A record's deadline is its arrival tick + its priority's objective (none: after every record with one); at
-    one deadline the more urgent priority first, a priority's records max-min fairly over its partitions. It
-    meets every objective whenever any policy of the same budget can, and has the smallest largest lateness when
-    none can (Jackson's rule).
+    """Earliest deadline first, the bound (:mod:`kprio_core.deadlines`): deadline = arrival tick + objective (none:
+    last); ties: the more urgent priority first, max-min fair over its partitions.
 
     >>> runs = ((((0, 4),),), (((0, 4),),))
     >>> v = TickView(0, 5, ((4,), (4,)), ((0,), (0,)), ((0,), (0,)), runs)
@@ -265,8 +247,7 @@ WITH_OBJECTIVES: dict[str, Callable[[Trace], Policy]] = {
     EDF: lambda trace: EdfPolicy(trace.objectives or (None,) * trace.n_priorities),
     "kprio_quotas": lambda trace: KprioPolicy(),
 }
-"""On a trace with objectives, beside :data:`POLICIES`: the reference (``edf``, run first) and kprio's planner as it
-plans without objectives (``kprio_quotas``: today's split)."""
+"""With objectives, beside :data:`POLICIES`: ``edf`` (the reference, run first) and ``kprio_quotas`` (no objectives)."""
 
 
 def make_policy(name: str, trace: Trace) -> Policy:

@@ -1,10 +1,8 @@
 """Base quotas: how a batch's record budget is split over priority levels before any burst.
 
-The exponential split is flipkart's ``ExpMaxPollRecordsDistributor`` to the record: level ``p`` of
-``n`` gets ``floor(records * 2^p / (2^n - 1))`` and what integer division leaves goes to the most
-urgent level. The linear split gives level ``p`` the weight ``p + 1`` (each level one step above
-the one below) with the same rounding rule. Python integers do not overflow, so large budgets
-give exact answers where the Java original would wrap around.
+The exponential split is flipkart's ``ExpMaxPollRecordsDistributor`` to the record: level ``p`` of ``n`` gets
+``floor(records * 2^p / (2^n - 1))``, the remainder to the most urgent level; the linear split weighs level ``p`` by
+``p + 1``, same rounding. Python integers do not overflow: large budgets are exact where the Java original wraps.
 
 >>> exponential_quotas(3, 50)
 {2: 29, 1: 14, 0: 7}
@@ -49,9 +47,7 @@ def _split(n_priorities: int, records: int, weight: dict[Priority, int]) -> dict
 
 
 def exponential_quotas(n_priorities: int, records: int) -> dict[Priority, int]:
-    """Split ``records`` so each level gets twice the level below (flipkart's default).
-
-    ``n_priorities`` is flipkart's ``maxPriority``: the number of levels, 0 .. n-1.
+    """Split ``records`` so each level gets twice the one below (flipkart's; ``n_priorities`` is its ``maxPriority``).
 
     >>> exponential_quotas(4, 100)
     {3: 55, 2: 26, 1: 13, 0: 6}

@@ -1,17 +1,12 @@
 """Rate quotas measured as Kafka measures them: a sampled window, and a throttle time.
 
-:class:`SampledRate` follows ``org.apache.kafka.common.metrics.stats.Rate`` over a
-``WindowedSum`` (``SampledStat``): ``samples`` windows of ``window_s`` seconds each; a record goes
-to the current sample, or starts the next one when the current one is ``window_s`` old; samples
-older than ``samples * window_s`` are reset before measuring; the rate divides the sum by the
-time since the oldest sample started, but never by less than ``samples - 1`` full windows (so a
-fresh sensor does not report a huge rate after one record). Throttle time is Kafka's
-``ClientQuotaManager``: ``(rate - quota) / quota * window``, with the window the rate used.
-
-Time is a parameter (``now`` in seconds from any fixed origin): nothing here reads a clock.
-
-2 samples of 1 s, 100 records at t=0, 100 more at t=1.5: the window is 1.5 s, so 133.3 rec/s;
-against a quota of 100 rec/s that is (133.3 - 100) / 100 * 1.5 = 0.5 s of throttle.
+:class:`SampledRate` follows ``org.apache.kafka.common.metrics.stats.Rate`` over a ``WindowedSum``: ``samples`` windows
+of ``window_s`` s, the next started once the current is ``window_s`` old, expired ones reset before measuring; it
+divides by the time since the oldest sample started, at least ``samples - 1`` windows (a fresh sensor reports no huge
+rate after one record). Throttle time is Kafka's ``ClientQuotaManager``: ``(rate - quota) / quota * window``, the
+window the rate used. Time is a parameter (``now`` in seconds from any fixed origin): nothing here reads a clock.
+2 samples of 1 s, 100 records at t=0, 100 more at t=1.5: the window is 1.5 s, so 133.3 rec/s; against a quota of
+100 rec/s that is (133.3 - 100) / 100 * 1.5 = 0.5 s of throttle.
 
 >>> r = SampledRate(samples=2, window_s=1.0)
 >>> r.record(100, now=0.0); r.record(100, now=1.5)
@@ -62,10 +57,7 @@ class Sample:
 
 @dataclass
 class SampledRate:
-    """Sum of recorded values per second over ``samples`` windows of ``window_s`` seconds.
-
-    Its state is plain data (``current``: the sample being filled, ``data``: the samples), so
-    ``pydantic.TypeAdapter(SampledRate)`` stores and restores it.
+    """Recorded values per second over ``samples`` windows of ``window_s`` s; plain data ``pydantic`` can store.
 
     >>> from pydantic import TypeAdapter
     >>> r = SampledRate(2, 1.0); r.record(5, now=3.0)
@@ -144,11 +136,8 @@ class SampledRate:
 
 @dataclass
 class RateQuotaTracker:
-    """Per-priority rates of drained records/s and bytes/s, checked against optional quotas.
-
-    A priority without a quota is never throttled. The throttle time is the larger of the
-    records and bytes throttles. Plain data too: ``pydantic.TypeAdapter(RateQuotaTracker)``
-    stores and restores it.
+    """Per-priority drained records/s and bytes/s against optional quotas (none: never throttled; the larger throttle
+    wins); plain data too.
 
     >>> t = RateQuotaTracker(records_per_s={2: 1000}, bytes_per_s={2: 50_000}, samples=2, window_s=1.0)
     >>> t.record_batch(2, records=3000, bytes=60_000, now=0.0)

@@ -1,15 +1,12 @@
 """What really arrived, replayed: the ledger's arrivals of a logical topic as a trace, and the smallest record budget
 per batch (and batch interval) that keeps every objective (``kprio simulate --from-ledger``).
 
-Each plan recorded the backlog per priority its lag snapshot saw (:class:`BacklogSample`); the committed batches
-say what was drained when (:class:`DrainedSample`). What arrived between two snapshots is the backlog's growth plus
-what was committed in between; the first snapshot's backlog arrives at its time. A trace of ticks of ``interval_s``
-spreads each span's records evenly over its ticks, and idle ticks after them give the last records their
-objective's time; an objective of ``o`` seconds is ``o // interval_s - 1`` ticks (a record arrives at any time of
-its tick and is drained at the end of another).
-
-Snapshots at 0 s (10 records of priority 0 waiting), 4 s (12 waiting, 6 committed in between) and 8 s (3 waiting,
-9 committed): 10, 8 and 0 records arrived.
+What arrived between two plans' snapshots (:class:`BacklogSample`) is the backlog's growth plus what was committed
+in between (:class:`DrainedSample`); the first snapshot's backlog arrives at its time. A trace of ``interval_s`` ticks
+spreads each span evenly and ends with idle ticks for the last records; an objective of ``o`` s is
+``o // interval_s - 1`` ticks (a record arrives at any time of its tick and is drained at the end of another). Snapshots
+at 0 s (10 records of priority 0 waiting), 4 s (12 waiting, 6 committed in between) and 8 s (3 waiting, 9 committed):
+10, 8 and 0 records arrived.
 
 >>> from datetime import UTC, datetime, timedelta
 >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -37,8 +34,7 @@ from kprio_core.simulator import EDF, simulate
 from kprio_core.traces import Trace
 
 MIN_SAMPLES = 10
-"""Fewer snapshots in the window than this, or a window shorter than twice the largest objective, is too little
-history to say what a budget would do."""
+"""Too little history to judge a budget: fewer snapshots than this, or a window under twice the largest objective."""
 INTERVALS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300)
 """The batch intervals a replay tries (those within the smallest objective)."""
 MAX_TICKS = 20_000
@@ -49,8 +45,7 @@ Span = tuple[datetime, datetime, tuple[int, ...]]
 
 
 def arrivals(backlogs: Sequence[BacklogSample], drained: Sequence[DrainedSample], n_priorities: int) -> list[Span]:
-    """What arrived per priority between consecutive snapshots (never below 0: a backlog that shrank more than the
-    commits say was cut by something else, a reset or retention)."""
+    """What arrived per priority between consecutive snapshots (never below 0: a reset or retention cuts backlogs)."""
     first = backlogs[0]
     out: list[Span] = [(first.at, first.at, tuple(first.backlog.get(p, 0) for p in range(n_priorities)))]
     for before, after in pairwise(backlogs):

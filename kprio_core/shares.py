@@ -1,8 +1,7 @@
 """How a priority's records are spread over its partitions, within a record count and the byte budget.
 
-A plan grants each priority a number of records; a *share* says which partitions give them, each from its
-plan start, contiguous: :class:`FairShare` max-min fair over the partitions (the planner's default), and
-:class:`~kprio_core.deadlines.DeadlineShare` in the order the records break their objective.
+A *share* says which partitions give a priority's granted records, each contiguous from its plan start:
+:class:`FairShare` max-min fair (the default), :class:`~kprio_core.deadlines.DeadlineShare` by deadline.
 """
 
 from __future__ import annotations
@@ -82,11 +81,8 @@ class Share:
 
 
 class FairShare(Share):
-    """Max-min fair split of a priority's records over its partitions.
-
-    Every partition gets the same level ``L`` or its whole backlog if smaller; the few records
-    the integer level leaves go one each to the partitions with the oldest backlog. So a skewed
-    partition cannot take the whole quota while others wait.
+    """Max-min fair split of a priority's records over its partitions: each gets one level or its whole backlog, the
+    leftovers one each to the oldest backlogs, so a skewed partition cannot take the quota while others wait.
 
     >>> parts = [PartitionLag("t", i, 0, 0, hw, 0) for i, hw in enumerate([1000, 3, 1000])]
     >>> FairShare([Slot(p, 0, p.backlog) for p in parts]).counts(20)
@@ -112,7 +108,6 @@ class FairShare(Share):
         records and ``extra`` of them (oldest backlog first) one more."""
         caps = self._caps
         remaining, left, k = min(total, self.capacity), len(caps), 0
-        # Saturate the smallest backlogs while they are below the even level of what remains.
         while k < len(caps) and caps[k] <= remaining // left:
             remaining -= caps[k]
             left -= 1

@@ -1,24 +1,13 @@
 """Replay a trace tick by tick against drain policies and measure waits, utilization and starvation.
 
-Each tick: the tick's arrivals join FIFO queues (one per partition of each priority, held as
-runs of ``(arrival tick, count)`` so long traces stay cheap); the policy sees the backlog and
-says how many records to drain from each partition; the queues give up their oldest records.
+Each tick the arrivals join FIFO queues (one per partition of each priority, runs of ``(arrival tick, count)`` so
+long traces stay cheap), a policy (:mod:`kprio_core.policies`) says how many to drain from each. Metrics:
 
-Policies (:data:`POLICIES`, :mod:`kprio_core.policies`): ``strict``, ``round_robin``, ``flipkart`` and
-``kprio``; on a trace with objectives, ``edf`` first, the bound the others are judged against, and
-``kprio_quotas`` last, the planner without objectives. Order is FIFO per partition; metrics are per priority.
-
-Metrics, per policy:
-
-- wait of a record = drain tick - arrival tick (drained the tick it arrived: 0); a record still
-  waiting after the last tick ``T - 1`` counts ``T - arrival``, the wait it would have had if
-  drained on the very next tick (a lower bound of its real wait);
+- wait = drain tick - arrival tick; one still waiting after the last tick counts ``T - arrival`` (a lower bound);
 - ``utilization`` = records drained / sum over ticks of min(budget, backlog after arrivals);
 - ``starved[p]`` = longest run of consecutive ticks in which p had backlog and drained nothing;
-- ``cap_violations`` = ticks in which the policy drained more than the budget (counted, never
-  clamped away);
-- on a trace with objectives, ``late[p]`` = records that waited longer than p's objective and
-  ``max_lateness[p]`` = the largest wait beyond it (0: none late).
+- ``cap_violations`` = ticks in which the policy drained more than the budget (counted, never clamped away);
+- with objectives, ``late[p]`` = records that waited past p's objective, ``max_lateness[p]`` the largest excess.
 
 >>> from kprio_core.traces import Trace
 >>> r = simulate(Trace("t", budget=2, arrivals=((1, 2), (0, 0))), "strict")
@@ -175,8 +164,7 @@ def _checked(decision: Sequence[Sequence[int]], view: TickView, name: str) -> li
 
 
 class _Replay:
-    """Where a replay is: the queues of each priority's partitions, what each partition drained so far, and each
-    priority's waits (a histogram) and starvation runs (ticks in a row with backlog and nothing drained)."""
+    """A replay's state: per-partition queues and drained counts, per-priority wait histograms and starvation runs."""
 
     def __init__(self, n_pri: int, n_part: int) -> None:
         self.queues = [[_Queue() for _ in range(n_part)] for _ in range(n_pri)]
@@ -299,7 +287,6 @@ def lateness(histogram: Mapping[int, int], objective: int | None) -> tuple[int |
 
 
 def simulate_all(trace: Trace, policies: Iterable[str] | None = None) -> dict[str, PolicyResult]:
-    """Every policy (default: all of :data:`POLICIES`; on a trace with objectives, :data:`EDF` first and today's
-    split last, :data:`WITH_OBJECTIVES`), by name."""
+    """Each policy by name (default: :data:`POLICIES`; with objectives :data:`EDF` first, ``kprio_quotas`` last)."""
     chosen = policies or ([EDF, *POLICIES, *list(WITH_OBJECTIVES)[1:]] if trace.objectives else list(POLICIES))
     return {name: simulate(trace, name) for name in chosen}

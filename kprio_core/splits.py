@@ -1,9 +1,6 @@
 """Cut planned ranges into Spark input splits, and render ranges as Spark's Kafka offsets JSON.
 
-A split holds at most ``max_records`` records and, by its estimated bytes, at most
-``max_bytes``. Estimated bytes are prorated so the pieces of a range add up exactly to the
-range's estimate. A single record larger than ``max_bytes`` cannot be cut: it becomes a split
-of one record (the only way to make progress).
+A split holds at most ``max_records`` and ``max_bytes`` (estimates, prorated to sum exactly); a larger record is alone.
 
 >>> from kprio_core.model.offsets import OffsetRange
 >>> r = PlannedRange(2, OffsetRange("orders-2", 0, 100, 350), est_bytes=25_000)
@@ -37,9 +34,7 @@ def records_per_split(count: int, est_bytes: int, max_records: int, max_bytes: i
 
 
 def split_ranges(ranges: Iterable[PlannedRange], max_records: int, max_bytes: int) -> list[PlannedRange]:
-    """Cut every range into consecutive pieces within ``max_records`` and ``max_bytes``.
-
-    Each piece keeps the range's priority; empty ranges are dropped.
+    """Cut every range into consecutive pieces within both limits, each keeping its priority (empty ranges: dropped).
 
     >>> from kprio_core.model.offsets import OffsetRange
     >>> r = PlannedRange(0, OffsetRange("t", 0, 0, 10), est_bytes=10)
@@ -87,10 +82,7 @@ def merge_by_partition(ranges: Iterable[OffsetRange]) -> dict[tuple[str, int], O
 
 
 def spark_offsets_json(ranges: Iterable[OffsetRange]) -> tuple[str, str]:
-    """``(startingOffsets, endingOffsets)`` JSON for Spark's Kafka source, exact offsets only.
-
-    Topics and partitions appear in sorted order; partition numbers are string keys.
-    """
+    """``(startingOffsets, endingOffsets)`` JSON for Spark's Kafka source: exact offsets, sorted, partitions as keys."""
     starting: dict[str, dict[str, int]] = {}
     ending: dict[str, dict[str, int]] = {}
     merged = merge_by_partition(ranges)

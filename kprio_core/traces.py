@@ -1,8 +1,6 @@
 """Simulator traces: records arriving per tick per priority, and the budget a policy drains under.
 
-A trace row is one tick, its index is the priority (0 least urgent). Arrivals of a priority are
-split over its partitions by fixed integer weights (largest remainder), so one hot partition
-can be modelled. Built-in traces are deterministic and scale with ``budget`` and ``ticks``.
+A row is one tick, indexed by priority; arrivals split over partitions by integer weights (a hot one can be modelled).
 
 >>> t = Trace("tiny", budget=10, arrivals=((1, 2), (0, 5)), partition_weights=(3, 1))
 >>> t.n_priorities, t.ticks, t.n_partitions
@@ -37,8 +35,7 @@ class Trace:
     partition_weights: tuple[int, ...] = (1,)
     about: str = ""
     objectives: tuple[int | None, ...] | None = None
-    """Per priority (indexed like a row of ``arrivals``), the largest wait in ticks its records may have (None:
-    no objective); a record drained later is late. The ``kprio`` policy plans with them as ``slo.max_age_s``."""
+    """Per priority, the largest wait in ticks before a record is late (None: none); ``kprio`` plans by them."""
 
     def __post_init__(self) -> None:
         where = f"trace {self.name!r}"
@@ -130,9 +127,7 @@ def _rows(ticks: int, row_at: Callable[[int], Sequence[int]]) -> tuple[tuple[int
 def steady(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trace:
     """Steady overload: every tick 20% / 40% / 70% of the budget arrive at p0 / p1 / p2 (130% load).
 
-    The point: the two urgent priorities alone exceed the budget, so `strict` never drains p0
-    (starved for the whole trace) and backlogs grow for every policy; a fair policy must still
-    drain something of every priority on every tick.
+    The urgent two alone exceed the budget: `strict` starves p0; a fair policy drains every priority every tick.
 
     >>> steady(budget=10, ticks=2).arrivals
     ((2, 4, 7), (2, 4, 7))
@@ -144,12 +139,8 @@ def steady(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trace:
 def late_burst(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trace:
     """Late high-priority burst: p0 / p1 trickle at 5% / 10%; p2 is idle, then bursts at 200%.
 
-    The burst starts at tick ``ticks // 2`` and lasts 8 ticks; in its 5th and 6th ticks p0
-    surges to 30%. The point: `flipkart` keeps p2 at its base quota until 4 of its last 6
-    polls maxed out (the burst waits for history while lag-aware sees the backlog at once),
-    and its burst is sized from the *past* unused capacity of p0, so p0's surge makes it drain
-    more than the budget (a cap violation); `strict` starves p0 and p1 for the whole burst.
-    After the burst the trickle lets every backlog drain.
+    The burst lasts 8 ticks from ``ticks // 2``, p0 at 30% in its 5th and 6th. `flipkart` bursts p2 only after 4 of 6
+    maxed-out polls, sized from p0's *past* unused capacity, so p0's surge exceeds the budget; `strict` starves p0, p1.
 
     >>> t = late_burst(budget=10, ticks=30)
     >>> t.arrivals[14], t.arrivals[15], t.arrivals[19], t.arrivals[23]
@@ -172,11 +163,9 @@ def late_burst(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trac
 def idle_high(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trace:
     """Idle high priority: p2 sends nothing for 3/4 of the trace while p1 / p0 bring 45% / 35%.
 
-    Total load is 80% of the budget, so a work-conserving policy keeps every backlog at zero.
-    The point: base quotas reserve most of the budget for the idle p2, and `flipkart`'s burst
-    hands that unused share to one priority only (the highest maxed-out one), so p0 stays
-    capped at its quota, its backlog grows with budget left unused. In the last quarter p2
-    wakes at 30% (110% load) to show the hand-back when the urgent priority returns.
+    80% load (work-conserving: no backlog), yet quotas reserve most of the budget for the idle p2 and `flipkart`'s
+    burst hands it to the highest maxed-out priority only: p0's backlog grows, budget unused. In the last quarter p2
+    wakes at 30% (110% load).
 
     >>> t = idle_high(budget=10, ticks=8)
     >>> t.arrivals[5], t.arrivals[6]
@@ -196,10 +185,7 @@ def idle_high(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trace
 def skewed_partitions(budget: int = DEFAULT_BUDGET, ticks: int = DEFAULT_TICKS) -> Trace:
     """Skewed partitions: 4 partitions per priority, one hot (weights 7:1:1:1), waves of overload.
 
-    Every 40 ticks: 20 ticks at 30% / 40% / 60% (130% load), then 20 quiet ticks at 10% / 10% /
-    20%. The point: a priority's grant must be spread over its partitions so the cold ones are
-    not stuck behind the hot one (and the hot one not behind the cold), overload builds
-    backlog in every partition and the quiet half shows who recovers and how fast.
+    Every 40 ticks: 20 at 30% / 40% / 60%, 20 at 10% / 10% / 20%: cold partitions must not wait behind the hot one.
 
     >>> t = skewed_partitions(budget=10, ticks=40)
     >>> t.arrivals[0], t.arrivals[20], t.split(6, tick=0)
@@ -237,10 +223,7 @@ def built_in(name: str, *, budget: int | None = None, ticks: int | None = None) 
 
 
 def trace_from_json(data: Any, name: str = "file") -> Trace:
-    """A trace from ``{"budget": int, "arrivals": [[n_p0, n_p1, ...], ...]}``.
-
-    Optional ``"partition_weights": [int, ...]`` splits every priority over weighted partitions, and
-    ``"objectives": [ticks or null, ...]`` gives each priority the largest wait its records may have.
+    """A trace from ``{"budget": int, "arrivals": [[n_p0, ...], ...]}``, optional ``partition_weights``, ``objectives``.
 
     >>> trace_from_json({"budget": 5, "arrivals": [[1, 2], [0, 3]], "objectives": [4, 1]}).objectives
     (4, 1)

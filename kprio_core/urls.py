@@ -1,11 +1,8 @@
 """Database URLs as kprio shows them: never with a password, wherever the URL hides one.
 
-A SQLAlchemy URL can carry a credential in its user info (``user:pass@``) and in its query string,
-which SQLAlchemy hands to the driver as connect arguments (``?password=``, ``?sslpassword=``; a
-libpq ``?passfile=`` is a path, not a secret). :func:`url_secrets` names them from the parsed URL
-(SQLAlchemy's ``make_url``); :func:`shown_url` renders the URL with each replaced by ``***``
-(``URL.render_as_string(hide_password=True)`` for the user info), and :func:`bare_url` without them,
-as a user would write it once the secret is in the environment.
+A SQLAlchemy URL carries credentials in its user info and query string (``?password=``, ``?sslpassword=``; libpq's
+``?passfile=`` is a path): :func:`url_secrets` names them, :func:`shown_url` replaces each with ``***``,
+:func:`bare_url` leaves them out.
 
 >>> url = "postgresql+psycopg://kprio:s3cret@db:5432/ledger?sslmode=require&password=other"
 >>> shown_url(url)
@@ -28,8 +25,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
 SECRET_PARAMETER_WORDS = ("password", "passwd", "pwd", "secret", "token", "credential", "apikey", "api_key", "api-key")
-"""A query parameter whose name holds one of these carries a credential (``password``, ``sslpassword``,
-``client_secret``, ``access_token``, ``api_key``, ...)."""
+"""A query parameter whose name holds one of these carries a credential (``sslpassword``, ``client_secret``, ...)."""
 
 UNPARSABLE = "(not a URL)"
 
@@ -51,8 +47,7 @@ def secret_parameters(url: URL) -> list[str]:
 
 
 def secret_parameter(key: str) -> bool:
-    """Whether a URL's query parameter ``key`` carries a credential (:data:`SECRET_PARAMETER_WORDS`; libpq's
-    ``passfile`` is a path).
+    """Whether a URL's query parameter ``key`` carries a credential (``passfile`` is a path).
 
     >>> [secret_parameter(k) for k in ("api_key", "sslpassword", "passfile", "sslmode")]
     [True, True, False, False]
@@ -67,8 +62,7 @@ connection string, and ``?options=-c password=...`` is passed to the server."""
 
 
 def url_secrets(url: str | URL) -> list[str]:
-    """Every credential ``url`` holds (its password, the values of secret query parameters, a ``password=`` inside
-    the database name or another parameter's value); [] when unparsable.
+    """Every credential ``url`` holds, ``password=`` inside its database name or a parameter too; [] when unparsable.
 
     >>> url_secrets("postgresql://u@h/dbname=x password=s3cret?options=-c%20token%3Dt0k")
     ['t0k', 's3cret']

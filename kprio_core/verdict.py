@@ -80,11 +80,8 @@ class LagState(enum.Enum):
 
     @property
     def severity(self) -> int:
-        """0 (OK) .. 5 (STOP): which partition a priority's verdict names (difference 8).
-
-        WARN still drains; a REWIND drains again what it drained before; a STALL leaves one partition
-        behind while the priority drains; an ERR partition waits for a person, and only that partition
-        (isolation); STOP means commits stopped while records wait.
+        """0 (OK) .. 5 (STOP): which partition a priority's verdict names (difference 8). WARN drains; REWIND re-drains;
+        STALL leaves a partition behind; ERR holds one for a person; STOP: no commits.
 
         >>> [s.value for s in sorted(LagState, key=lambda s: s.severity)]
         ['OK', 'WARN', 'REWIND', 'STALL', 'ERR', 'STOP']
@@ -184,8 +181,7 @@ class VerdictPolicy:
 
     @property
     def recent_s(self) -> float:
-        """Burrow's "recent" (its broker offsets' span): records younger than this at a caught-up partition
-        are not late, and it is the span of a ring with no interval that began with records waiting."""
+        """Burrow's "recent": younger records at a caught-up partition are not late; a never-draining ring's span."""
         return float(self.stop_factor * self.expected_commit_s)
 
 
@@ -304,8 +300,7 @@ def draining_span(offsets: Sequence[Observation], allowed_lag: int) -> float:
 
 
 def recent_log_ends(seen: Sequence[Observation], now: Observation, now_s: float, recent_s: float) -> tuple[int, ...]:
-    """Burrow's recent broker offsets: the log ends seen within ``recent_s``, and the group's offset when the
-    oldest pending record arrived within it (the log ended there just before it)."""
+    """Burrow's recent broker offsets: log ends seen within ``recent_s``, and the group's offset (module docstring)."""
     ends = [o.end for o in seen if o.end is not None and o.at_s >= now_s - recent_s]
     if now.oldest_pending_s is not None and now.oldest_pending_s >= now_s - recent_s:
         ends.append(now.next_offset)
@@ -374,11 +369,8 @@ def rewound(offsets: Sequence[Observation]) -> tuple[Observation, Observation] |
 
 def judge_partition(window: PartitionWindow, *, now_s: float, policy: VerdictPolicy,
                     others_commit_s: float | None) -> PartitionVerdict:
-    """The verdict of one partition: Burrow's rules in Burrow's order, with the differences numbered above.
-
-    ``others_commit_s``: when its priority last committed another partition (None: not in the window); it
-    tells a partition left behind (STALL) from a stopped drain (STOP).
-    """
+    """The verdict of one partition: Burrow's rules in Burrow's order, with the differences numbered above;
+    ``others_commit_s`` (its priority's last commit elsewhere, None: none in the window) tells STALL from STOP."""
     seen = window.in_order()
     offsets = commits_of(seen, policy.intervals)
     now = current(seen)

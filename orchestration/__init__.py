@@ -1,8 +1,6 @@
 """orchestration: what carries kprio's lifecycle out.
 
-``runtime``: the orchestrator-free runtime (the tick's applier, one run of a batch, leases,
-commits, checks); ``dagster``: the Dagster driver (code location, sensor, assets, jobs, the
-``kprio drain`` loop); ``cli``: the ``kprio`` operator CLI; ``services``: the local Kafka broker
-and Spark Connect server; ``demo``: ``kprio demo``. ``definitions``: the code location
-``workspace.yaml`` loads.
+``runtime`` (orchestrator-free: the tick's applier, a batch's run, leases, commits, checks), the drivers ``dagster``
+(with the ``kprio drain`` loop) and ``airflow``, ``cli`` (``kprio``), ``observe`` (monitoring), ``services`` (local
+Kafka, Spark Connect, schema registry), ``demo``; ``definitions``: the code location ``workspace.yaml`` loads.
 """

@@ -1,10 +1,8 @@
 """The Dagster code location ``workspace.yaml`` and ``dagster dev -m orchestration.definitions`` load.
 
-``defs`` is :func:`orchestration.dagster.definitions.build_definitions` over the configuration
-found the usual way (``$KPRIO_CONFIG``, ``./kprio.yaml`` or the built-in defaults). When the instance's
-``dagster.yaml`` sets kprio's run launcher, loading the code location starts the home's pool of warm
-workers (:func:`orchestration.dagster.workers.server.warm_for_code_location`), so they are warm by the time
-the sensor launches its first run.
+``defs`` is built from the configuration found the usual way (``$KPRIO_CONFIG``, ``./kprio.yaml``, else defaults).
+When the instance's ``dagster.yaml`` sets kprio's run launcher, loading it starts the home's warm workers
+(:func:`~orchestration.dagster.workers.server.warm_for_code_location`), warm by the sensor's first run.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """The driver JVM of a local session: Spark's classes mapped from an archive; (python reader) C1 only, serial GC.
 
-A local session's JVM loads, parses and verifies thousands of classes from Spark's jars on every
-start: about 6.5 s of a two-core machine, on the way to ``kprio drain``'s first commit. Java's
-dynamic class-data sharing (JEP 350) writes the classes a JVM loaded into an archive as it exits;
-a JVM given that archive maps them instead and starts in about 4 s.
+Loading and verifying Spark's classes costs a local JVM ~6.5 s per start on two cores; with a dynamic
+class-data sharing archive (JEP 350) it maps them and starts in ~4 s. ``scripts/setup.sh`` builds the archive
+once (:mod:`spark_jobs.write_class_archive`); every local session then maps it (:func:`with_class_archive`),
+unless the user's Java options name one. The archive fits only the Java build and Spark it was made with, both
+in its file name (:func:`archive_path`): a new Java or Spark starts without one until the setup runs again.
 
-``scripts/setup.sh`` builds the archive once (``python -m spark_jobs.write_class_archive``, which
-starts a session as kprio's do, runs a job through Python workers, Arrow and Parquet, stops, and the
-JVM writes the archive as it exits; about 25 s). Every local session kprio builds then maps it
-(:func:`with_class_archive`, from :func:`spark_jobs.session.classic_conf`); without one, or with
-Java options of the user's own that name an archive, a session starts as it did before.
-
-An archive only fits the Java build and the Spark jars it was made with: its file name carries
-both (:func:`archive_path`), so a new Java or Spark finds no archive and starts without one until
-the setup runs again.
-
-A local session of the python reader also compiles with C1 only (:func:`with_c1_only`) and collects
-with the serial collector (:func:`with_serial_gc`): its JVM does little per record, C2's compiler
-threads competed with the Python workers for the cores, and G1's own structures took memory.
+A local python-reader session also uses C1 only (:func:`with_c1_only`) and the serial collector
+(:func:`with_serial_gc`): its JVM does little per record, C2's threads competed with the Python workers for
+cores, and G1's structures took memory.
 """
 
 from __future__ import annotations
@@ -49,8 +40,7 @@ def archive_path() -> Path | None:
 
 
 def with_class_archive(conf: Mapping[str, str], archive: Path | None = None) -> dict[str, str]:
-    """``conf`` with the driver JVM mapping the archive of this Java and Spark, when there is one and
-    the configured Java options say nothing of class-data sharing.
+    """``conf`` with the driver JVM mapping this Java and Spark's archive, if any and the Java options name none.
 
     >>> with_class_archive({"spark.app.name": "x"}, archive=Path("/nowhere/spark.jsa"))
     {'spark.app.name': 'x'}
@@ -70,13 +60,10 @@ OWN_COMPILER_OPTIONS = ("TieredStopAtLevel", "TieredCompilation", "CICompilerCou
 
 
 def with_c1_only(conf: Mapping[str, str]) -> dict[str, str]:
-    """``conf`` with the driver JVM compiling with C1 only, unless the configured Java options say
-    how to compile. For a local session of the python reader: its JVM schedules tasks and carries
-    stats while Python workers read, decode and write every record, and C2's compiler threads took
-    two cores from them. Measured with ``benchmarks/drain_bench.py`` (1,000,000 records, two cores):
-    the drain 1.71 s against 2.01 s, a batch of 1,000 records 0.49 s against 0.54 s, the session's
-    start 0.8-1.6 s sooner. Spark's own kafka source (``spark.reader: native``) works in the JVM and
-    was 16% slower so: it keeps both compilers.
+    """``conf`` with the driver JVM compiling with C1 only, unless the Java options say how to compile.
+
+    The drain took 15% less time on two cores (C2's threads competed with the Python workers); the ``native``
+    reader works in the JVM, was 16% slower so, and keeps both compilers.
 
     >>> with_c1_only({"spark.driver.extraJavaOptions": "-Xmx1g"})["spark.driver.extraJavaOptions"]
     '-Xmx1g -XX:TieredStopAtLevel=1'
@@ -92,12 +79,10 @@ _OWN_COLLECTOR = re.compile(r"-XX:[+-]Use\w*GC\b")
 
 
 def with_serial_gc(conf: Mapping[str, str]) -> dict[str, str]:
-    """``conf`` with the driver JVM collecting with the serial collector, unless the configured Java options
-    choose one. For a local session of the python reader: its heap holds Spark's planning and the tasks'
-    stats rows, not records, and G1's remembered sets, card tables and threads cost more memory than
-    that heap's collections cost time. Measured with ``benchmarks/drain_bench.py`` (1,000,000 records,
-    two cores): the JVM's peak RSS 627-634 MiB against 796-810 MiB, the drain end to end 1.85-1.89 s
-    against 1.72-1.94 s, a batch of 1,000 records 0.47 s against 0.45 s.
+    """``conf`` with the driver JVM on the serial collector, unless the Java options choose one.
+
+    Its heap holds planning and stats rows, not records: G1's structures cost more memory (JVM peak RSS
+    ~630 MiB against ~800) than its collections save time (the drain no slower).
 
     >>> with_serial_gc({"spark.driver.extraJavaOptions": "-Xmx1g"})["spark.driver.extraJavaOptions"]
     '-Xmx1g -XX:+UseSerialGC'

@@ -2,14 +2,11 @@
 
 Two row shapes leave a drain:
 
-- an **output** row (:func:`drain_struct`): the Kafka columns, ``priority``, ``batch_id``,
-  ``lane``, ``error`` (always null in the output: invalid rows go to the dead letters) and one
-  column per decoded field, named after the topic's schema (no prefix), so a field may not reuse
-  a drain column's name; then ``decoded_key`` when the topic decodes its keys (:mod:`spark_jobs.keys`; the
-  raw ``key`` stays as read);
-- a **dead-letter** row (:func:`dead_letter_struct`): the raw Kafka columns (key, value,
-  headers, timestamp as read), ``priority``, ``batch_id``, ``lane`` and ``error`` (never null:
-  why the record is invalid).
+- an **output** row (:func:`drain_struct`): the Kafka columns, ``priority``, ``batch_id``, ``lane``, ``error``
+  (always null here), one column per decoded field named as in the topic's schema (so no drain column's name),
+  then ``decoded_key`` when keys are decoded (:mod:`spark_jobs.keys`);
+- a **dead-letter** row (:func:`dead_letter_struct`): the raw Kafka columns, ``priority``, ``batch_id``,
+  ``lane`` and ``error`` (never null: why the record is invalid).
 
 >>> [f.name for f in drain_struct({"amount": "double"}).fields][8:]
 ['priority', 'batch_id', 'lane', 'error', 'amount']

@@ -1,15 +1,12 @@
 """Is an offset range complete? Track what a read found, what it lost, and where it stopped.
 
-A read of ``[start, end)`` is complete when the reader has **passed its end**: its position
-reached ``end`` (a record at or beyond it, or the end of the partition at or beyond it). Offsets
-it skipped on the way hold no record: transaction markers, aborted records under
-``read_committed``, offsets removed by compaction. They are normal, never a gap.
+A read of ``[start, end)`` is complete when the reader has **passed its end** (a record or the end of the
+partition at or beyond it). Offsets skipped on the way (transaction markers, aborted or compacted records)
+are normal, never a gap.
 
-Offsets are **lost** only when the log no longer holds them: below the log start (retention,
-delete-records: the reader is sent past them) or beyond the end of the log (truncation, a
-recreated topic: the partition ends below the range). Without ``allow_data_loss`` a loss fails
-the read; with it, the loss is recorded. A read that stalls (no progress for the stall
-timeout) is neither: it fails, whatever ``allow_data_loss`` says.
+Offsets are **lost** only when the log no longer holds them: below the log start (retention) or beyond the
+log's end (truncation, a recreated topic). Without ``allow_data_loss`` a loss fails the read; with it, it is
+recorded. A read that stalls fails whatever ``allow_data_loss`` says.
 
 Markers at 13 and 17, retention moved the log start to 12 while reading, then the end passed:
 
@@ -50,10 +47,7 @@ class RangeTracker:
         self._lost: list[OffsetRange] = []
 
     def observe(self, offsets: Sequence[int]) -> None:
-        """Record a chunk of offsets found, each inside the range and above every offset seen before.
-
-        Offsets skipped between them held no record (markers, aborted or compacted records).
-        """
+        """Record a chunk of offsets found, each inside the range and above every offset seen before."""
         import numpy as np
 
         if not len(offsets):
@@ -120,10 +114,9 @@ def describe_gaps(gaps: Sequence[OffsetRange]) -> str:
 
 def incomplete_error(rng: OffsetRange, gaps: Sequence[OffsetRange], reason: str, *,
                      stalled: bool = False) -> RangeIncomplete:
-    """The error a short or gapped range fails with: topic, partition and the missing offsets.
+    """The error a short or gapped range fails with, naming the missing offsets.
 
-    ``stalled``: the read made no progress for its stall timeout, so the offsets may well be there
-    once the partition's leader is back: :class:`~kprio_core.errors.ReadStalled`, which passes by itself.
+    ``stalled``: the offsets may be there once the leader is back: :class:`~kprio_core.errors.ReadStalled` (transient).
     """
     lost = sum(g.count for g in gaps)
     return (ReadStalled if stalled else RangeIncomplete)(

@@ -1,9 +1,7 @@
 """Spark's Kafka connector (the ``native`` reader's jars): which set, and which of its jars Spark lacks.
 
-The connector must match Spark exactly: ``org.apache.spark:spark-sql-kafka-0-10_2.13`` at
-PySpark's own version, with its dependencies. ``scripts/setup.sh`` resolves the set into the jar
-cache (:mod:`kprio_core.jar_cache`); sessions put on their classpath only the jars pyspark does
-not already ship (:func:`spark_connector_jars`).
+The connector must match Spark exactly (PySpark's own version). ``scripts/setup.sh`` resolves it into the jar
+cache (:mod:`kprio_core.jar_cache`); sessions add only the jars pyspark does not ship (:func:`spark_connector_jars`).
 
 >>> spark_kafka_connector("4.2.0").artifacts
 ('org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0',)
@@ -28,11 +26,10 @@ def spark_kafka_connector(spark_version: str | None = None) -> JarSet:
 
 
 def spark_connector_jars(spark_version: str | None = None) -> list[Path] | None:
-    """The connector's jars to put on Spark's classpath (``spark.jars``); None when the set is not cached.
+    """The connector's jars for ``spark.jars``; None when the set is not cached. Never calls Maven.
 
-    Only the jars whose artifact pyspark does not already ship (:func:`not_shipped`): the set
-    also holds Scala, Hadoop's client, slf4j, lz4, snappy ... at the versions the connector's pom
-    names, and a second copy of those beside Spark's own risks version conflicts. Never calls Maven.
+    Only artifacts pyspark does not ship (:func:`not_shipped`): second copies of Scala, Hadoop, slf4j ... at the
+    pom's versions beside Spark's own risk version conflicts.
     """
     found = cached(spark_kafka_connector(spark_version))
     return None if found is None else not_shipped(found, pyspark_jars_dir())
@@ -54,8 +51,7 @@ def not_shipped(jars: list[Path], shipped_dir: Path) -> list[Path]:
 def artifact_of(jar_name: str) -> str:
     """The artifact id in a jar's file name as Maven lays it out (``artifact-version[-classifier].jar``).
 
-    The version starts at the last ``-`` followed by digits and a dot, so digits inside an
-    artifact id (``-0-10_2.13``, ``-1.2-api``) and classifiers (``-jre``, ``-7``) stay where they belong.
+    The version starts at the last ``-<digits>.``, so digits inside an artifact id and classifiers stay put.
 
     >>> artifact_of("spark-sql-kafka-0-10_2.13-4.2.0.jar"), artifact_of("kafka-clients-3.9.2.jar")
     ('spark-sql-kafka-0-10_2.13', 'kafka-clients')

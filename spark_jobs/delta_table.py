@@ -1,35 +1,24 @@
 """A batch published into a Delta Lake table (``deltalake``, delta-rs): one commit per batch and table.
 
-Each root holds one Delta table per logical topic, ``<root>/<logical>/``, partitioned by
-``priority`` (the ``priority=<p>`` directories of :mod:`spark_jobs.layout`). The executors stage
-Parquet files as for the Parquet format; :func:`publish` moves an attempt's staged files into the
-table's directory under names of their own (the range's name, then the batch, attempt and the
-run's lease epoch: no two runs share a file, so a file the log names never changes under a
-reader) and commits them in one transaction:
+One Delta table per logical topic and root, ``<root>/<logical>/``, partitioned by ``priority``
+(:mod:`spark_jobs.layout`). :func:`publish` moves an attempt's staged Parquet files into the table's
+directory under names of their own (range, batch, attempt, lease epoch: a file the log names never
+changes under a reader) and commits in one transaction:
 
 - an ``add`` per file, with its partition value and row count;
-- a ``remove`` per live file of the table (one its log adds) of the same priority and incarnation
-  whose range overlaps a published range: an earlier copy of the same offsets (a re-drain, a
-  crashed attempt's publish, an earlier life's), and an ``add`` of a file of the rows such a
-  file holds outside the published ranges (:mod:`spark_jobs.keep_rows`): no row outside them goes;
-- the batch id, the attempt and the ranges in the commit's metadata (``kprio.batch_id``, ...),
-  and whatever the caller adds (the check results);
-- the application transaction ``kprio:<batch id>`` at version ``epoch``, the run's lease epoch
-  (its fencing token): Delta's ``txn`` action, the ``txnAppId`` / ``txnVersion`` of Spark's
-  streaming writers. The table refuses a publish whose epoch is below the one it holds, on the
-  very version the commit is made on (delta-rs does not check transactions when it retries a
-  commit by itself, so the commit is made without its retries and read again on a conflict).
+- a ``remove`` per live file of the same priority and incarnation overlapping a published range (an
+  earlier copy of the same offsets), and an ``add`` of the rows it holds outside them (:mod:`spark_jobs.keep_rows`);
+- the batch id, attempt and ranges in the commit's metadata (``kprio.batch_id``, ...), plus the caller's;
+- the application transaction ``kprio:<batch id>`` at version ``epoch``, the lease epoch (fencing token;
+  Delta's ``txn`` action). The table refuses a lower epoch on the very version the commit is made on
+  (delta-rs does not check transactions on its own retries, so it commits without them and re-reads on conflict).
 
-A batch whose files bring columns the table lacks (a handler that decodes a new field) first
-adds them to the table's schema, nullable, in a commit of their own (``kprio.columns_added``);
-a column whose type changed fails the publish, naming it (the table's readers would disagree).
+New columns in a batch's files are first added to the table, nullable, in a commit of their own
+(``kprio.columns_added``); a column whose type changed fails the publish, naming it.
 
-Readers of the table (delta-rs, polars, DuckDB, Spark with the Delta jars) see the version before
-a commit or the one after: a batch whole or not at all, and an offset once. A file in the
-directory that no commit added (a publish that died before its commit) is invisible to them,
-and the retry's publish moves its own files and commits. A publish at the epoch the table holds
-already changes nothing and says so; a later run of the batch (a later epoch) replaces what an
-earlier one published, in one commit per table.
+Readers see the version before a commit or after: a batch whole or not at all, an offset once. Files no commit
+added (a publish that died) are invisible; the retry moves its own. A publish at the epoch the table holds
+changes nothing and says so; a later epoch replaces what an earlier one published, in one commit per table.
 
 >>> import tempfile
 >>> root = tempfile.mkdtemp()
@@ -61,7 +50,7 @@ COMMIT_RETRIES = 20
 
 @dataclass(frozen=True)
 class Published:
-    """What one publish did to one table: its version after the commit, the files added and removed."""
+    """What one publish did to one table: its version after the commit, files added and removed."""
 
     table: str
     version: int
@@ -89,8 +78,7 @@ def app_id(batch_id: str) -> str:
 
 def published_name(name: RangeFile, batch_id: str, attempt: int, *, epoch: int | None = None,
                    tag: str | None = None) -> str:
-    """The file's name in the table: its range name, then the batch, attempt and epoch that wrote it (``tag``: the
-    rows an overlapping publish kept of it, in a file of their own).
+    """The file's name in the table: range name, batch, attempt, epoch (``tag``: rows an overlapping publish kept).
 
     >>> published_name(RangeFile("orders-2", 0, 0, 1500), "b-000042", 3, epoch=7)
     'orders-2+0+0000000000+0000001500.b-000042.3.e7.parquet'
@@ -128,15 +116,10 @@ def parse_published(file_name: str) -> tuple[RangeFile, str, int] | None:
 def publish(result: DrainResult, *, root: str, kind: str, ranges: Iterable[OffsetRange] | None = None,
             incarnations: Mapping[str, int] | None = None, metadata: Mapping[str, Any] | None = None,
             epoch: int | None = None) -> Published | None:
-    """Publish the staged ``kind`` files (``output`` or ``dead-letters``) of ``ranges`` (default: every range
-    without failure) into the table of the batch's logical topic under ``root``, in one Delta commit.
+    """Publish the staged ``kind`` files (``output``/``dead-letters``) of ``ranges`` (default: all without failure).
 
-    ``epoch`` (default: the attempt) is the version of the batch's transaction the commit carries: the
-    table refuses a run whose epoch is below the one it holds (:func:`~spark_jobs.tables.refuse_if_stale`), and a
-    publish at the epoch it holds is done already. The check and the commit are one step: the commit is made on
-    the table version the check read, and fails if another commit landed in between (it is then read
-    and checked again). None when the attempt staged no file of this kind and the table has nothing to
-    replace.
+    ``epoch`` (default: the attempt) is the transaction version the commit carries; the fence is checked on the
+    version committed to (:func:`_commit`). None when nothing was staged and the table has nothing to replace.
     """
     from deltalake import DeltaTable, Schema
     from deltalake.transaction import CommitProperties, Transaction
@@ -186,8 +169,7 @@ def staged_files(base: str, result: DrainResult, stats: list,
 
 def _move_staged(fs: Any, base: str, result: DrainResult, stats: list, kind: str,
                  epoch: int | None) -> list[tuple[int, str, Any]]:
-    """Move the staged ``kind`` files of ``stats`` into the table's directory under their published names:
-    (priority, path in the table, file info) of each."""
+    """Move staged files into the table under published names: (priority, path in the table, file info) of each."""
     moved: list[tuple[int, str, Any]] = []
     for s, source, priority_dir, name in staged_files(base, result, stats, kind):
         target = f"{priority_dir}/{published_name(name, result.batch_id, result.attempt, epoch=epoch)}"
@@ -197,8 +179,7 @@ def _move_staged(fs: Any, base: str, result: DrainResult, stats: list, kind: str
 
 
 def _create(uri: str, schema: Any, adds: list, properties: Any) -> Published | None:
-    """The table created by this publish's commit; None when another batch's publish created it first (two batches
-    in flight): then this one commits to it."""
+    """The table created by this publish's commit; None when another batch's created it first (commit to it then)."""
     from deltalake import DeltaTable
     from deltalake.transaction import create_table_with_add_actions
 
@@ -214,11 +195,10 @@ def _create(uri: str, schema: Any, adds: list, properties: Any) -> Published | N
 
 def _commit(uri: str, result: DrainResult, adds: list[Any], stats: list[Any], incarnations: Mapping[str, int],
             properties: Any, schema: Any, fence: int) -> Published | None:
-    """Commit ``adds``, the removes of what they replace and the rows kept of what they overlap, to the table.
+    """Commit ``adds``, the removes of what they replace and the rows kept of what they overlap.
 
-    Each try reads the table, checks the batch's transaction there (:func:`~spark_jobs.tables.refuse_if_stale`) and
-    commits on the version it read; a commit that lost the race to another (another batch's, or a newer run of this
-    one) is tried again on the table read again, its check and its removes made anew.
+    Each try reads the table, checks the fence (:func:`~spark_jobs.tables.refuse_if_stale`) and commits on that
+    version; a commit that lost a race is tried again on the table read again, check and removes made anew.
     """
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
@@ -248,7 +228,7 @@ def _commit(uri: str, result: DrainResult, adds: list[Any], stats: list[Any], in
 
 
 def _move(fs: Any, source: str, target: str) -> None:
-    """Move a staged file into the table's directory (again: a publish that died before its commit moved it)."""
+    """Move a staged file into the table's directory (idempotent after a publish that died before its commit)."""
     import pyarrow.fs as pafs
 
     if fs.get_file_info(source).type != pafs.FileType.File and fs.get_file_info(target).type == pafs.FileType.File:
@@ -318,9 +298,9 @@ def _type_text(field: Any) -> str:
 
 
 def _evolve(table: Any, schema: Any, result: DrainResult) -> bool:
-    """Add to the table the columns of the batch's files it lacks (nullable: earlier rows read them as null),
-    in a commit of their own; True when it did. A column whose type changed fails the publish, naming it:
-    the table's readers would no longer agree on it (rewrite or rename the column first)."""
+    """Add the columns the table lacks, nullable, in a commit of their own; True when it did.
+
+    A changed column type raises ValueError naming it: readers would disagree (rewrite or rename it first)."""
     from deltalake import Field
 
     current = {f.name: f for f in table.schema().fields}
@@ -342,9 +322,8 @@ def _evolve(table: Any, schema: Any, result: DrainResult) -> bool:
 
 def _overlapping(table: Any, fs: Any, base: str, stats: Iterable[Any], keep: set[str],
                  incarnations: Mapping[str, int]) -> tuple[list[Any], list[Any]]:
-    """Remove actions for the table's live files overlapping a published range (same priority, incarnation), and
-    add actions for the rows such a file holds outside the published ranges, written to files of their own
-    (:func:`spark_jobs.keep_rows.keep_outside`): a publish never removes a row outside its own ranges."""
+    """Removes of live files overlapping a published range (same priority, incarnation), and adds of the rows they
+    hold outside it (:func:`spark_jobs.keep_rows.keep_outside`): a publish never removes a row outside its ranges."""
     import time
     import uuid
 
@@ -389,8 +368,7 @@ def _live(table: Any) -> list[tuple[str, int]]:
 
 
 def live_files(root: str, logical_topic: str) -> tuple[Any, ...]:
-    """Every file the table's current version holds, as :class:`~spark_jobs.output.LiveFile` (its ``path``
-    relative to the table): the ranges, batches and attempts come from the log's file names, no footer read."""
+    """The current version's files as :class:`~spark_jobs.output.LiveFile` (path relative to the table), from names."""
     from deltalake import DeltaTable
 
     from spark_jobs.output import LiveFile
@@ -411,10 +389,7 @@ def live_files(root: str, logical_topic: str) -> tuple[Any, ...]:
 
 
 def table_batches(root: str, logical_topic: str) -> list[dict[str, Any]]:
-    """The publishes the table's log records, oldest first: batch id, attempt, ranges, table version.
-
-    What an adoption reads after a lost ledger: the committed state of the output is the table's.
-    """
+    """The publishes the table's log records, oldest first: what an adoption reads after a lost ledger."""
     from deltalake import DeltaTable
 
     uri = table_uri(root, logical_topic)
@@ -432,10 +407,8 @@ def read_table(root: str, logical_topic: str, *, batch_id: str | None = None,
                columns: Iterable[str] | None = None, version: int | None = None) -> Any:
     """The rows of the table's current version (or ``version``) as a ``pyarrow.Table`` (empty: no table).
 
-    The files the version's log holds, read with pyarrow's own dataset on kprio's filesystem (every
-    file carries its ``priority`` column). Not ``DeltaTable.to_pyarrow_dataset``: its scans call back
-    into delta-rs from Arrow's threads, and a process that used it may abort as it exits
-    ("terminate called without an active exception", delta-rs issue 2184), seen here too.
+    Read with pyarrow's own dataset, not ``DeltaTable.to_pyarrow_dataset``: its scans call back into delta-rs
+    from Arrow's threads, and the process may abort at exit (delta-rs issue 2184).
     """
     import pyarrow as pa
     import pyarrow.dataset as ds

@@ -1,33 +1,25 @@
 """The drain of one batch attempt, driver side: one path from plan to staged files and per-range stats.
 
-``drain_batch`` (nothing here touches ``sparkContext`` or the JVM: it runs the same in a local or
-classic session and over Spark Connect):
+``drain_batch`` never touches ``sparkContext`` or the JVM (same in a local or classic session and over Spark Connect):
 
-1. checks the handler and the output schema, cuts the plan into splits (``config.splits``) and
-   refuses overlapping ranges, all before Spark runs;
-2. creates the attempt's staging directory under the output and the dead-letter roots and
-   proves both writable (:func:`spark_jobs.output.prepare_staging`: ``OutputUnavailable`` with
-   the path and the cause otherwise);
-3. runs the drain task (:mod:`spark_jobs.drain_task`) on the executors, one of two ways
-   (:func:`handler_in_read` picks):
+1. before Spark runs: checks the handler and output schema, cuts the plan into splits (``config.splits``),
+   refuses overlapping ranges;
+2. creates the attempt's staging directories and proves them writable
+   (:func:`spark_jobs.output.prepare_staging`: ``OutputUnavailable`` with path and cause otherwise);
+3. runs the drain task (:mod:`spark_jobs.drain_task`) on the executors, as :func:`handler_in_read` picks:
 
-   - **fused** (the default): the ``kprio-kafka`` source in drain mode: every topic partition is
-     read by one task, its splits in offset order, and drained right there (partitions packed
-     into as many tasks as Spark has cores); Spark only carries the tasks' stats rows back;
-   - **key-order shuffle** (key order with few partitions on many cores, or Spark's ``native``
-     Kafka reader): records read in parallel splits -> ``lane`` added (the same lane function)
-     -> repartition by ``(topic, partition, lane)`` -> sorted by offset within -> the drain task
-     in ``mapInArrow``. A read that fails there fails Spark's read stage: the planned ranges its
-     typed record names (the range it was reading, a field of the record, never read from text)
-     fail, and the others are drained again without them;
+   - **fused** (default): the ``kprio-kafka`` source in drain mode, one task per topic partition reading its
+     splits in offset order (partitions packed into about as many tasks as cores); only stats rows come back;
+   - **key-order shuffle** (key order with few partitions on many cores, or the ``native`` reader): parallel
+     split reads -> ``lane`` added -> repartition by ``(topic, partition, lane)``, sorted by offset -> the drain
+     task in ``mapInArrow``. A failed read stage fails the planned ranges its typed record names (a field, never
+     parsed from text); the others are drained again without them;
 4. merges the stats rows into one :class:`~kprio_core.model.results.RangeStats` per planned range
    (:func:`spark_jobs.range_counts.merge_counts`), measured on the rows written.
 
-A range whose drain raised (Kafka, handler contract, lane order, a full disk) carries its
-``failure`` (one line) and its ``error`` (the typed record its task wrote); its staged files stay
-until :func:`~spark_jobs.output.discard`. Only failures of Spark itself raise from ``drain_batch``
-(Spark gone as :class:`~kprio_core.errors.SparkUnavailable`, see :mod:`spark_jobs.remote_errors`;
-the staging directories then stay for :func:`~spark_jobs.output.sweep_staging`). Nothing is
+A range whose drain raised carries its ``failure`` and typed ``error``; its staged files stay until
+:func:`~spark_jobs.output.discard`. Only failures of Spark itself raise (:class:`~kprio_core.errors.SparkUnavailable`,
+:mod:`spark_jobs.remote_errors`; staging then stays for :func:`~spark_jobs.output.sweep_staging`). Nothing is
 published: the orchestration calls :func:`spark_jobs.output.publish` once the checks passed.
 """
 
@@ -97,8 +89,7 @@ def drain_batch(
         tuple(sorted(plan.incarnations.items())), values, keys,
     )
     rows, fused, record_seconds = _drain_rows(spark, config, plan, spec, splits, lanes)
-    # The shuffle path reads in another stage, whose losses (allowed) do not reach the stats rows:
-    # what nobody found below the log start or past the log's end is what the log no longer holds.
+    # The shuffle path's (allowed) losses do not reach the stats rows: the log's bounds tell them.
     bounds = _log_bounds(config, plan) if splits and not fused and config.drain.allow_data_loss else None
     stats = merge_counts(rows, plan.ranges, allow_data_loss=config.drain.allow_data_loss, every_range_reported=fused,
                          log_bounds=bounds)
@@ -110,8 +101,7 @@ def _drain_rows(spark: SparkSession, config: KprioConfig, plan: DrainPlan, spec:
                 splits: Sequence[PlannedRange], lanes: int) -> tuple[list[dict[str, Any]], bool, float | None]:
     """The drain's Spark jobs: (the tasks' stats rows, whether the handler ran in the read, its time on records)."""
     top = max((r.priority for r in plan.ranges), default=0)
-    # Spark gone (a Connect server stopped, a lost gateway): SparkUnavailable. The batch's jobs share the
-    # cores with batches of other priorities draining at once in the scheduler pool of its highest one.
+    # Spark gone: SparkUnavailable. The batch's jobs run in the scheduler pool of its highest priority.
     native = config.kafka if config.spark.reader is SparkReader.NATIVE else None
     with spark_boundary(native), priority_pool(spark, top):
         cores = _parallelism(spark)
@@ -130,8 +120,7 @@ def _drain_rows(spark: SparkSession, config: KprioConfig, plan: DrainPlan, spec:
 def _record_seconds(rows: Sequence[dict[str, Any]], cores: int | None, tasks: int | None) -> float | None:
     """The fused drain's time on records as wall time: its tasks' seconds over the cores they ran on at once.
 
-    None when Spark's cores are unknown (a cluster over Spark Connect). Tasks that took unequal shares,
-    or shared the cores with another batch's, make this the least the records could have taken.
+    None when Spark's cores are unknown. Unequal or shared tasks make this a lower bound.
 
     >>> _record_seconds([{"seconds": 1.5}, {"seconds": 0.5}, {"seconds": 1.0}], cores=2, tasks=3)
     1.5
@@ -169,10 +158,8 @@ def plan_splits(config: KprioConfig, plan: DrainPlan) -> list[PlannedRange]:
 def handler_in_read(lanes: int, splits: Sequence[PlannedRange], parallelism: int) -> bool:
     """Whether the drain is fused into the read (each topic partition in one task, no shuffle).
 
-    One task per partition keeps every lane of it in one handler call, in offset order, and
-    saves the shuffle and the second trip through Python. Only in key order (lanes > 1), with
-    partitions cut into several splits and fewer partitions than cores, do the shuffle path's
-    parallel reads and parallel lanes pay for it.
+    Fused saves the shuffle and a second trip through Python; only key order (lanes > 1) with split
+    partitions fewer than cores makes the shuffle's parallel reads and lanes pay.
 
     >>> from kprio_core.model.offsets import OffsetRange
     >>> one_partition_in_3 = [PlannedRange(0, OffsetRange("t", 0, i, i + 10)) for i in (0, 10, 20)]
@@ -188,17 +175,15 @@ def handler_in_read(lanes: int, splits: Sequence[PlannedRange], parallelism: int
 
 
 MAX_TASK_RECORDS = 50_000
-"""Most planned records of one fused drain task when the batch has more partitions than cores: about a third of a
-second of the python reader's work, so a batch of another priority draining at once waits at most about that
-long for a free core (Spark's scheduler never takes a core from a running task)."""
+"""Most planned records of one fused task when partitions outnumber cores: ~1/3 s of work, the longest another
+priority's batch waits for a core (Spark never takes a core from a running task)."""
 
 
 def drain_tasks(cores: int | None, splits: Sequence[PlannedRange]) -> int | None:
     """How many tasks the fused drain packs the plan's topic partitions into (None: one per partition).
 
-    The cores Spark has (a task costs about 0.1 s of fixed work, so a small batch over 12
-    partitions on 2 cores runs 2 tasks), or more when a task would hold a core for more than
-    :data:`MAX_TASK_RECORDS` records, up to one task per topic partition.
+    The cores Spark has (a task costs ~0.1 s fixed), more when a task would exceed :data:`MAX_TASK_RECORDS`,
+    at most one per partition.
 
     >>> from kprio_core.model.offsets import OffsetRange
     >>> twelve = [PlannedRange(0, OffsetRange("t", p, 0, 5_000)) for p in range(12)]
@@ -216,10 +201,7 @@ def drain_tasks(cores: int | None, splits: Sequence[PlannedRange]) -> int | None
 
 
 def _parallelism(spark: SparkSession) -> int | None:
-    """Cores Spark runs tasks on, or None when a Spark Connect client cannot tell.
-
-    A classic session asks its context; over Spark Connect (no context) the server's
-    ``spark.default.parallelism``, else a ``local[N]`` master's N.
+    """Cores Spark runs tasks on; over Spark Connect ``spark.default.parallelism`` or ``local[N]``'s N, else None.
 
     >>> _cores_of_master("local[3]"), _cores_of_master("local"), _cores_of_master("spark://h:7077")
     (3, 1, None)
@@ -251,12 +233,9 @@ def _collect(df: DataFrame) -> list[dict[str, Any]]:
 
 
 def _shuffled(spark: SparkSession, config: KprioConfig, plan: DrainPlan, spec: DrainSpec) -> list[dict[str, Any]]:
-    """The key-order shuffle; a failed read stage fails the ranges it names, the rest is drained again.
+    """The key-order shuffle; a failed read stage fails the ranges its record names, the rest is drained again.
 
-    The failed read's record says which range it was reading (:func:`spark_jobs.remote_errors.failures_in`,
-    :func:`spark_jobs.native.lost_read_in`): the planned ranges it overlaps fail with its error; a
-    record naming no range fails every range it may have come from.
-    """
+    The record: :func:`spark_jobs.remote_errors.failures_in`, :func:`spark_jobs.native.lost_read_in`."""
     failed: list[dict[str, Any]] = []
     todo = list(plan.ranges)
     while todo:

@@ -1,38 +1,27 @@
 """One drain task, on an executor: records -> lanes -> handler -> valid / invalid -> staged Parquet -> stats.
 
-A task receives Kafka records of one or more topic partitions, each lane's records in offset
-order, and:
+A task receives records of one or more topic partitions, each lane's in offset order, and:
 
-1. gives every record its lane (:func:`spark_jobs.lane_batches.batch_lanes`: the one lane rule,
+1. gives every record its lane (:func:`spark_jobs.lane_batches.batch_lanes`, the one lane rule
    :func:`kprio_core.lanes.lane_for`) and adds ``priority``, ``batch_id``, ``lane``;
-2. pushes each lane's records into that lane's one handler call
-   (:class:`~spark_jobs.lane_pump.LanePump`);
-3. decodes the keys of every answered frame (``topics[].key_format``, :mod:`spark_jobs.keys`) and splits it into
-   valid and invalid rows (:class:`~spark_jobs.validity.Validity`);
-4. writes valid rows to the output and invalid rows to the dead letters, one staged Parquet file
-   per planned range and root (:class:`~spark_jobs.staged_writer.StagedWriter`, names from
-   :mod:`spark_jobs.layout`);
-5. counts exactly those rows per planned range (:class:`~spark_jobs.range_counts.RangeCount`)
-   and returns one small stats row per planned range it touched.
+2. pushes each lane's records into that lane's one handler call (:class:`~spark_jobs.lane_pump.LanePump`);
+3. decodes the keys of every answered frame (:mod:`spark_jobs.keys`) and splits valid from invalid rows
+   (:class:`~spark_jobs.validity.Validity`);
+4. writes valid rows to the output, invalid to the dead letters, one staged Parquet file per planned range
+   and root (:class:`~spark_jobs.staged_writer.StagedWriter`, names from :mod:`spark_jobs.layout`);
+5. counts exactly those rows per planned range (:class:`~spark_jobs.range_counts.RangeCount`) and returns
+   one stats row per planned range it touched.
 
-Two ways in, one task:
+Two ways in (:mod:`spark_jobs.drain`): **fused** (:func:`drain_partition`: lanes interleaved; a range's files close
+once all its records are answered) and **shuffled** (:func:`drain_sorted`: a lane ends when the next begins, one
+coming back is :class:`~kprio_core.errors.LaneOrderBroken`; files carry the Spark partition number as their part).
 
-- **fused** (:func:`drain_partition`, run by the ``kprio-kafka`` source's drain mode): the task
-  reads every split of one topic partition in offset order itself; lanes arrive interleaved.
-  A planned range's files are closed as soon as all its records are answered.
-- **shuffled** (:func:`drain_sorted`, run by ``mapInArrow`` after the key-order shuffle): rows
-  come sorted by ``(topic, partition, lane, offset)``; each lane is ended when the next begins
-  (a lane coming back is :class:`~kprio_core.errors.LaneOrderBroken`), and the files carry the
-  Spark partition number as their part.
-
-A failure does not fail the Spark job: a read that raises (a Kafka error, a range that comes
-back short), a handler contract breach, a lane out of order, an ``OSError`` of the writer...
-becomes the ``failure`` of every planned range of the task not completely written yet, one line
-naming the range and the cause, and its ``error``: a typed record (the error's class in
-:mod:`kprio_core.errors`, its message, where, and whether it passes by itself) that the driver
-turns back into the error without reading any text. Their staged files stay behind for discard. Memory holds the
-fetch buffers, what the handlers hold, one row group per open file and a byte per planned
-offset (the count's bitmap), never a range's records.
+A failure (read error or short range, handler contract breach, lane out of order, writer ``OSError``...) does
+not fail the Spark job: it becomes the ``failure`` (one line: range and cause) and typed ``error`` record
+(:mod:`kprio_core.errors` class, message, where, passes by itself?) of every range not completely written,
+which the driver turns back into the error without parsing text; their staged files stay for discard.
+Memory holds fetch buffers, what handlers hold, one row group per open file and a byte per planned offset,
+never a range's records.
 
 >>> from kprio_core.model.offsets import OffsetRange
 >>> spec = DrainSpec("b-1", 2, "orders", "spark_jobs.handlers:decode_json", (("n", "long"),), Validity(),
@@ -86,8 +75,7 @@ class DrainSpec:
     incarnations: tuple[tuple[str, int], ...] = ()
     """Incarnation of each partition (``topic[partition]``) above 1 (part of the file names, see spark_jobs.layout)."""
     values: ValueDecoding | None = None
-    """Avro values: the registry (its secrets too: the spec travels like the ``kafka.*`` options, never logged)
-    and the batch's reader schemas; given to the handler in its :class:`LaneContext`."""
+    """Avro values: the registry (secrets too: never log the spec) and reader schemas, for the handler's context."""
     keys: KeyDecoding | None = None
     """Keys to decode into ``decoded_key`` (``topics[].key_format``; None: raw, nothing decoded), after the handler."""
 
@@ -203,8 +191,7 @@ class DrainTask:
     def read_done(self, rng: OffsetRange, lost: tuple[OffsetRange, ...] = ()) -> None:
         """Every record of this split was fed: its planned range is read once its last split is.
 
-        ``lost``: offsets of the split the log no longer held (read with ``allow_data_loss``).
-        """
+        ``lost``: offsets the log no longer held (read with ``allow_data_loss``)."""
         for w in self._writes(rng.topic_partition):
             if lost and w.range.overlaps(rng):
                 w.count.lose(lost)
@@ -351,11 +338,7 @@ class DrainTask:
         return writes
 
     def _attribute(self, topic: str, partition: int, offsets: Any) -> tuple[list[_RangeWrite], Any]:
-        """The topic partition's ranges and, per row, the index of the planned range holding it.
-
-        A row in no range goes to the nearest range before it (or the first), where it counts as
-        ``outside``: a correct drain has none.
-        """
+        """The partition's ranges and each row's range index (a row in none: the one before, counted ``outside``)."""
         import numpy as np
 
         writes = self._writes((topic, partition))
@@ -405,10 +388,7 @@ def failure_text(err: BaseException) -> str:
 
 def drain_partition(reads: PartitionReads, client: Mapping[str, Any], settings: ReadSettings,
                     spec: DrainSpec) -> list[dict[str, Any]]:
-    """The fused drain of one topic partition: read its splits in offset order and drain them; its stats rows.
-
-    Its own failure scope: what fails here fails this partition's ranges only.
-    """
+    """The fused drain of one topic partition, its stats rows; a failure here fails this partition's ranges only."""
     import contextlib
 
     from spark_jobs.completeness import RangeTracker
@@ -441,10 +421,7 @@ def drain_partition(reads: PartitionReads, client: Mapping[str, Any], settings: 
 
 
 def timed(rows: list[dict[str, Any]], seconds: float) -> list[dict[str, Any]]:
-    """``rows`` with ``seconds`` (one partition's time on records) shared out by the ranges' sizes.
-
-    A partition's time on records runs from its first record to its last write: the consumer's
-    connection and first fetch are the partition's fixed cost, not its records'.
+    """``rows`` with ``seconds`` (a partition's time from first record to last write) shared by range sizes.
 
     >>> [r["seconds"] for r in timed([{"start": 0, "end": 30}, {"start": 30, "end": 40}], 2.0)]
     [1.5, 0.5]

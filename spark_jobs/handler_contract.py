@@ -8,27 +8,21 @@ A handler is named ``"module:function"`` (``config.drain.handler``) and called o
 - ``frames`` are the lane's records in offset order, a few thousand rows per frame, with the
   columns ``topic, partition, offset, timestamp, timestampType, key, value, headers, priority,
   batch_id, lane`` (``key``/``value`` are ``bytes`` or ``None``);
-- for every frame it reads, the handler yields one frame with the same rows in the same order
-  (one output row per input row), carrying any of the topic's schema fields and ``error``
-  (a string saying why the record could not be processed, else null). Other columns it returns
-  are ignored: the drain's own columns always come from the input, so a handler cannot lose
-  or invent records; ``decoded_key`` (``topics[].key_format``) is the drain's too, decoded from the raw
-  ``key`` after the handler answered (:mod:`spark_jobs.keys`).
-- A record is never dropped, and one record's failure is that record's: if the handler raises,
-  kprio gives the frames it had taken to fresh calls of the handler, in halves down to single
-  records, so only the records it raises on are kept with the exception as their ``error``
-  (they go to the dead letters); the lane then goes on with a fresh call. So a handler may be
-  called more than once per lane after it raised: state it keeps across records starts again.
-  A handler that raises on every record of a lane (or before taking one) is broken, and its
-  range fails with :class:`HandlerError`. A frame of another length than its input is a
-  contract breach and fails the batch with :class:`HandlerError`.
+- for every frame it reads, the handler yields one frame with the same rows in the same order, carrying
+  any of the topic's schema fields and ``error`` (why the record could not be processed, else null). Other
+  columns are ignored: the drain's own always come from the input, so a handler cannot lose or invent
+  records; ``decoded_key`` is the drain's too, decoded after the handler (:mod:`spark_jobs.keys`).
+- A record is never dropped, and one record's failure is that record's: if the handler raises, the records
+  it raises on are isolated by bisection and kept with the exception as their ``error`` (dead letters;
+  :mod:`spark_jobs.lane_pump`). So a handler may be called again within a lane: state it keeps starts again.
+  A handler that raises on every record of a lane (or before taking one) is broken: its range fails with
+  :class:`HandlerError`. A frame of another length than its input fails the batch with :class:`HandlerError`.
 
-The handler is loaded (:func:`resolve_handler`, :mod:`kprio_core.handler_spec`) when the configuration
-loads and again on the driver, so a wrong name or signature fails before any Spark job runs.
+The handler is loaded (:func:`resolve_handler`) when the configuration loads and again on the driver, so a
+wrong name or signature fails before any Spark job runs.
 
-A handler may also carry an Arrow form as its ``arrow`` attribute: the same contract with
-``pyarrow.RecordBatch`` frames in and ``RecordBatch`` (or ``Table``) answers out. The drain
-then skips the pandas conversion of every frame (:func:`arrow_form`); both forms must give the
+An optional Arrow form, the handler's ``arrow`` attribute (:func:`arrow_form`), has the same contract with
+``pyarrow.RecordBatch`` in and ``RecordBatch`` (or ``Table``) out, skipping pandas; both forms must give the
 same rows. kprio's default JSON handler has one.
 
 >>> resolve_handler("spark_jobs.handlers:decode_json").__name__
@@ -65,8 +59,7 @@ class LaneContext:
     schema: tuple[tuple[str, str], ...] = ()
     """The topic's decoded fields and their types, e.g. ``(("amount", "double"),)``."""
     values: ValueDecoding | None = None
-    """A topic with ``value_format: avro``: the registry and the batch's reader schemas (the handler decodes the
-    values with ``values.decoder(schema)``); None for JSON and raw values."""
+    """``value_format: avro``: registry and reader schemas (decode with ``values.decoder(schema)``); else None."""
 
     @property
     def fields(self) -> Mapping[str, str]:

@@ -1,17 +1,12 @@
-"""Record handlers shipped with kprio. The default decodes JSON values into typed columns; a topic whose
-``value_format`` is ``avro``, ``protobuf`` or ``json_schema`` is decoded by :func:`decode_avro` (alias :func:`decode_registry_values`),
-one whose format is ``raw`` by :func:`keep_raw`.
+"""Record handlers shipped with kprio: JSON (default), registry formats (:func:`decode_avro`), raw (:func:`keep_raw`).
 
-:func:`decode_json` reads the topic's schema (``TopicSettings.schema_``, e.g.
-``{"amount": "double", "at": "timestamp"}``) and adds one column per field, named after the
-field. The raw ``value`` stays as it was. A value that is not a JSON object, or a field of the
-wrong type, gives the record an ``error`` (the other fields still decoded); a tombstone (null
-value) is a fine record with every field null. A missing field is null, not an error: which
-fields are required is for the checks to say.
+:func:`decode_json` adds one column per field of the topic's schema (``TopicSettings.schema_``, e.g.
+``{"amount": "double", "at": "timestamp"}``); the raw ``value`` stays. A value that is not a JSON object, or a
+field of the wrong type, gives the record an ``error`` (other fields still decoded); a tombstone is a fine
+record with every field null. A missing field is null, not an error: required fields are for the checks.
 
-Types: ``string`` (JSON string), ``long`` (JSON integer), ``double`` (any JSON number),
-``boolean``, ``timestamp`` (ISO-8601 string, UTC when no offset is given, or epoch
-milliseconds as a number).
+Types: ``string``, ``long`` (JSON integer), ``double`` (any JSON number), ``boolean``, ``timestamp``
+(ISO-8601 string, UTC when no offset is given, or epoch milliseconds as a number).
 
 >>> decode_value(b'{"n": 3, "x": 1.5, "at": "2024-01-01T00:00:00Z"}', {"n": "long", "x": "double", "at": "timestamp"})
 ({'n': 3, 'x': 1.5, 'at': datetime.datetime(2024, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)}, None)
@@ -35,10 +30,7 @@ from spark_jobs.handler_contract import LaneContext
 
 
 def decode_json(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
-    """The default handler: decode each JSON value into the schema's typed columns (see module doc).
-
-    pandas form of :func:`decode_values`; columns come back as pandas' nullable types.
-    """
+    """The default handler, pandas form of :func:`decode_values` (columns as pandas' nullable types)."""
     import pyarrow as pa
 
     fields = context.fields
@@ -63,10 +55,7 @@ decode_json.arrow = decode_json_arrow  # type: ignore[attr-defined]
 
 
 def decode_avro(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
-    """Avro values in the schema registry's wire format into the batch's columns (:mod:`kprio_core.values.avro`).
-
-    pandas form of :func:`decode_avro_arrow`.
-    """
+    """Registry wire-format values into the batch's columns (:mod:`kprio_core.values.avro`); pandas form."""
     import pyarrow as pa
 
     arrow = decode_avro_arrow((pa.RecordBatch.from_pandas(f[["value"]], preserve_index=False) for f in frames),
@@ -76,9 +65,10 @@ def decode_avro(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
 
 
 def decode_avro_arrow(batches: Iterator[Any], context: LaneContext) -> Iterator[Any]:
-    """Arrow form of :func:`decode_avro` (the drain uses it), for Avro and JSON Schema values alike (the decoder
-    ``context.values`` gives): one typed column per field, ``error`` for a record that cannot be decoded (it goes to the dead letters with its raw bytes). A registry that cannot be reached
-    raises (transient: the batch waits for it)."""
+    """Arrow form of :func:`decode_avro` (the drain uses it), with the decoder ``context.values`` gives.
+
+    A record that cannot be decoded gets an ``error`` (a dead letter with its raw bytes); an unreachable
+    registry raises (transient: the batch waits)."""
     import pyarrow as pa
 
     if context.values is None:
@@ -99,8 +89,7 @@ def decode_avro_arrow(batches: Iterator[Any], context: LaneContext) -> Iterator[
 decode_avro.arrow = decode_avro_arrow  # type: ignore[attr-defined]
 
 decode_registry_values = decode_avro
-"""Any value format of the registry (``avro``, ``protobuf``, ``json_schema``): the batch's ``context.values`` says
-which."""
+"""Any registry value format (``avro``, ``protobuf``, ``json_schema``): ``context.values`` says which."""
 
 
 def keep_raw(frames: Iterator[Any], context: LaneContext) -> Iterator[Any]:
@@ -136,10 +125,8 @@ def arrow_type(kind: str) -> Any:
 def decode_values(values: Any, fields: Mapping[str, str]) -> tuple[dict[str, Any], Any]:
     """Decode a binary Arrow array of JSON values: ``({field: array}, error array)``.
 
-    The values are first parsed in one go by Arrow's JSON reader (strict types, as
-    :func:`decode_value`); values it refuses (a malformed one, a wrong type, a timestamp field)
-    are decoded record by record so each bad record gets its own error and the good ones are
-    unaffected.
+    Arrow's JSON reader parses them in one go; when it refuses (malformed, wrong type, timestamps) they are
+    decoded record by record, so each bad record gets its own error.
 
     >>> import pyarrow as pa
     >>> cols, errs = decode_values(pa.array([b'{"n": 1}', None, b'{"n": 2}'], pa.binary()), {"n": "long"})

@@ -30,8 +30,7 @@ _CATALOGS_LOCK = threading.Lock()
 
 
 def catalog(settings: IcebergSettings) -> Any:
-    """The pyiceberg catalog of ``settings`` (one per process and settings): its properties from the file, its
-    secrets from pyiceberg's own ``PYICEBERG_CATALOG__<NAME>__<PROPERTY>`` variables, which pyiceberg merges."""
+    """The pyiceberg catalog of ``settings``, one per process (secrets: ``PYICEBERG_CATALOG__<NAME>__<PROPERTY>``)."""
     from pyiceberg.catalog import load_catalog
 
     key = (settings.catalog_name, tuple(sorted(settings.catalog.items())), os.getcwd())
@@ -49,8 +48,7 @@ def catalog(settings: IcebergSettings) -> Any:
                     _CATALOGS[key] = load_catalog(settings.catalog_name, **properties)
                     break
                 except Exception as err:  # noqa: BLE001 - SQLAlchemy's, typed by its text below
-                    # A SQL catalog's first use by two processes at once (two drivers, a reader): both find its
-                    # tables absent, one creates them, the other's CREATE TABLE fails; loaded again, it finds them.
+                    # Two processes' first use of a SQL catalog: one's CREATE TABLE fails; loaded again, it works.
                     if "already exists" not in str(err) or tries == CATALOG_INIT_TRIES - 1:
                         raise
         return _CATALOGS[key]
@@ -122,8 +120,7 @@ def parse_data_file(uri: str) -> tuple[int, RangeFile, str, int] | None:
 
 
 def live_files(settings: IcebergSettings, root: str, kind: str, logical_topic: str) -> tuple[Any, ...]:
-    """Every file the table's current snapshot holds, as :class:`~spark_jobs.output.LiveFile` (``path`` relative to
-    the table's data directory): ranges, batches and attempts from the files' names, no footer read."""
+    """The current snapshot's files as :class:`~spark_jobs.output.LiveFile` (path relative to ``data``), from names."""
     from spark_jobs.output import LiveFile
 
     table = load(settings, kind, logical_topic)
@@ -142,10 +139,7 @@ def live_files(settings: IcebergSettings, root: str, kind: str, logical_topic: s
 
 
 def table_batches(settings: IcebergSettings, root: str, kind: str, logical_topic: str) -> list[dict[str, Any]]:
-    """The publishes the table's snapshots record, oldest first: batch id, attempt, epoch, ranges, snapshot id.
-
-    What an adoption reads after a lost ledger, with the live files: the committed state of the output is the table's.
-    """
+    """The publishes the table's snapshots record, oldest first: what an adoption reads after a lost ledger."""
     del root
     table = load(settings, kind, logical_topic)
     if table is None:
@@ -157,8 +151,7 @@ def table_batches(settings: IcebergSettings, root: str, kind: str, logical_topic
 
 def read_table(settings: IcebergSettings, root: str, kind: str, logical_topic: str, *, batch_id: str | None = None,
                columns: Iterable[str] | None = None, snapshot_id: int | None = None) -> Any:
-    """The rows of the table's current snapshot (or ``snapshot_id``) as a ``pyarrow.Table`` (empty: no table), read
-    with pyiceberg's own scan."""
+    """The rows of the current snapshot (or ``snapshot_id``) as a ``pyarrow.Table`` (empty: no table)."""
     import pyarrow as pa
     from pyiceberg.expressions import AlwaysTrue, EqualTo
 

@@ -1,44 +1,21 @@
 """A batch published into an Apache Iceberg table (``pyiceberg``): one snapshot per batch and table.
 
-Each root holds one Iceberg table per logical topic, its data and metadata under ``<root>/<logical>``,
-registered in the catalog ``drain.iceberg`` names (a SQL catalog on SQLite by default) as
-``<namespace>.<logical>`` (the output) and ``<namespace>.<logical>_dead_letters``. A table is
-partitioned by ``priority`` and by the hour (or day) of the record ``timestamp``
-(``drain.iceberg.time_partition``), so a reader prunes by either.
+One table per logical topic and root, data and metadata under ``<root>/<logical>``, registered in the
+``drain.iceberg`` catalog (SQLite by default) as ``<namespace>.<logical>`` and ``<namespace>.<logical>_dead_letters``;
+partitioned by ``priority`` and the hour (or day) of ``timestamp`` (``drain.iceberg.time_partition``).
 
-The executors stage Parquet files as for the other formats; :func:`publish` moves an attempt's
-staged files into the table's ``data/priority=<p>/`` directory under names of their own (the
-range's name, the batch, attempt and lease epoch, as :mod:`spark_jobs.delta_table` names them,
-and ``.t<hour>`` when a range's records span several hours: its file is split, one file per
-partition) and commits them in one snapshot (pyiceberg's own overwrite, files added and removed):
+:func:`publish` works as :mod:`spark_jobs.delta_table`'s (same file names, plus ``.t<hour>`` when a file is split
+across partitions; overlapped files replaced, their other rows kept; new columns added first) in one snapshot.
+Statistics come from the footers (``parquet_file_to_data_file``; no field ids: the name mapping maps columns).
+Batch id, attempt, lease epoch (the fencing token), ranges and checks go in the snapshot summary (``kprio.*``).
 
-- the batch's files, their partition values and statistics read from their footers
-  (``parquet_file_to_data_file``, what ``add_files`` uses; the files carry no field ids, the
-  table's name mapping maps their columns, as for files added by ``add_files``);
-- the removal of every live file of the same priority and incarnation whose range overlaps a
-  published range (an earlier copy of the same offsets), and the rows such a file holds outside the
-  published ranges, kept in a file of their own (:mod:`spark_jobs.keep_rows`): no row outside goes;
-- the batch id, the attempt, the run's lease epoch, the ranges and the check results in the
-  snapshot's summary (``kprio.batch_id``, ``kprio.attempt``, ``kprio.epoch``, ``kprio.ranges``,
-  ``kprio.checks``): the batch's fencing token, as Delta's transaction id holds it.
+Fencing is on the state committed to: each try loads the table, reads the batch's recorded epoch (older
+refused, same done) and commits requiring ``main`` still at the snapshot read. ``commit.retry.num-retries``
+is 0, so pyiceberg never replays a lost commit on a newer state; it is loaded, checked and made again here.
 
-The table refuses a stale writer on the very state it commits to: each try loads the table,
-reads the epoch its snapshots record for the batch (an older run is refused, the same epoch is
-done already) and commits with the requirement that the table's ``main`` branch still points
-at the snapshot it read (pyiceberg's optimistic commit); kprio's tables set
-``commit.retry.num-retries`` to 0, so a commit that lost the race fails instead of being replayed
-on a newer state by pyiceberg, and is loaded, checked and made again here.
-
-Finding what a publish replaces reads every manifest of the table; the table's high water
-(``kprio.high-water``, a property each publish updates in its commit: per partition and
-incarnation, an offset no live file reaches beyond) spares it: a publish whose ranges all start at
-or above it (a batch following on from the last, the common case) replaces nothing, and appends its
-files (pyiceberg's merge append, small manifests merged). A re-drain, or a table without the
-property, looks through the live files.
-
-A batch whose files bring new columns first adds them to the table's schema (nullable) in a
-commit of its own (``kprio.columns_added`` in the table's properties); a column whose type changed
-fails the publish, naming it.
+The high water (``kprio.high-water``, updated by each publish: per partition and incarnation, an offset no
+live file reaches beyond) spares reading every manifest: a publish whose ranges all start at or above it
+(the common case) replaces nothing and merge-appends. A re-drain, or a table without it, scans live files.
 
 >>> from kprio_core.config import IcebergSettings
 >>> import tempfile
@@ -84,12 +61,10 @@ COLUMNS_KEY = "kprio.columns_added"
 COMMIT_RETRIES = 20
 """Commits of other batches (or of the maintenance) may land in between: loaded, checked and made again."""
 HIGH_WATER_KEY = "kprio.high-water"
-"""Table property: per ``topic[partition]#incarnation``, an offset no live file's range reaches beyond (JSON), kept
-by every publish in its own commit; a publish whose ranges all start at or above it replaces nothing."""
+"""Table property: per ``topic[partition]#incarnation``, an offset no live file reaches beyond (JSON)."""
 TABLE_PROPERTIES = {
     "commit.retry.num-retries": "0",  # a commit on the state checked, or none (see the module docstring)
-    # A publish that replaces nothing appends its files with pyiceberg's merge append: small manifests merged
-    # once there are commit.manifest.min-count-to-merge of them, so a publish and a reader stay quick.
+    # A publish that replaces nothing merge-appends: small manifests merged, so publishes and reads stay quick.
     "commit.manifest-merge.enabled": "true",
     "write.metadata.delete-after-commit.enabled": "true",  # the metadata files of older commits do not pile up
     "write.metadata.previous-versions-max": "50",
@@ -129,8 +104,7 @@ def time_bucket(kind: str, micros: int | None) -> int | None:
 
 
 def _split_by_time(fs: Any, source: str, target: str, kind: str) -> list[str]:
-    """Move ``source`` to ``target``, or, when its records span several hours (days), write one file per bucket
-    beside it (``.t<bucket>``) and remove ``source``: an Iceberg data file lies in one partition."""
+    """Move ``source`` to ``target``, split into a ``.t<bucket>`` file per hour (day): one partition per data file."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.fs as pafs
@@ -168,8 +142,7 @@ def _split_by_time(fs: Any, source: str, target: str, kind: str) -> list[str]:
 
 
 def _create(settings: IcebergSettings, kind: str, logical_topic: str, root: str, schema: Any) -> Any:
-    """Create the table (its schema from the batch's files, the partition spec, kprio's properties), or load the one
-    another batch's publish created meanwhile."""
+    """Create the table (schema from the batch's files), or load the one another batch's publish created meanwhile."""
     from pyiceberg.table import TableProperties
     from pyiceberg.transforms import DayTransform, HourTransform
 
@@ -200,12 +173,9 @@ def _create(settings: IcebergSettings, kind: str, logical_topic: str, root: str,
 def publish(settings: IcebergSettings, result: DrainResult, *, root: str, kind: str,
             ranges: Iterable[OffsetRange] | None = None, incarnations: Mapping[str, int] | None = None,
             summary: Mapping[str, str] | None = None, epoch: int | None = None) -> Published | None:
-    """Publish the staged ``kind`` files of ``ranges`` (default: every range without failure) into the table of the
-    batch's logical topic under ``root``, in one snapshot (see the module docstring).
+    """Publish the staged ``kind`` files of ``ranges`` (default: all without failure) in one snapshot.
 
-    ``epoch`` (default: the attempt) is the run's fencing token: the table refuses a run whose epoch is below the one
-    its snapshots record for the batch, and a publish at that epoch is done already. None when the attempt staged no
-    file of this kind and the table has nothing to replace.
+    ``epoch`` (default: the attempt) is the fencing token. None when nothing was staged and nothing is replaced.
     """
     fence = result.attempt if epoch is None else epoch
     chosen = set(ranges) if ranges is not None else {s.range for s in result.ranges if s.failure is None}
@@ -235,9 +205,7 @@ def _commit(settings: IcebergSettings, kind: str, result: DrainResult, fs: Any, 
             name: str) -> Published | None:
     """Commit the moved files, the removes of what they replace and the rows kept of what they overlap.
 
-    Each try loads the table, checks the batch's epoch there and commits on the snapshot it read; a commit that
-    lost the race (another batch's, the maintenance's, a newer run of this one) is tried again on the table loaded
-    again, its check, its removes and its kept rows made anew.
+    A commit that lost a race (another batch, the maintenance, a newer run) is retried on the table loaded again.
     """
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
@@ -298,9 +266,8 @@ def high_water(table: Any) -> dict[str, int] | None:
 
 def _overlapping(table: Any, fs: Any, stats: Iterable[Any], keep: set[str],
                  incarnations: Mapping[str, int]) -> tuple[list[Any], list[str], dict[str, int]]:
-    """The table's live data files overlapping a published range (same priority, incarnation), the files of the
-    rows such a file holds outside the published ranges (:func:`spark_jobs.keep_rows.keep_outside`), and the high
-    water of the live files (the end of the furthest-reaching file per partition and incarnation)."""
+    """Live files overlapping a published range (same priority, incarnation), files of the rows they hold outside
+    it (:func:`spark_jobs.keep_rows.keep_outside`), and the live files' high water."""
     import uuid
 
     from spark_jobs.keep_rows import keep_outside, outside
@@ -370,8 +337,9 @@ def type_text(kind: Any) -> str:
 
 
 def _evolve(table: Any, schema: Any, result: DrainResult) -> bool:
-    """Add to the table the columns of the batch's files it lacks (nullable: earlier rows read them as null), in a
-    commit of its own; True when it did. A column whose type changed fails the publish, naming it."""
+    """Add the columns the table lacks, nullable, in a commit of their own; True when it did.
+
+    A column whose type changed raises ValueError naming it."""
     import pyarrow as pa
 
     current = {f.name: f for f in table.schema().as_arrow()}

@@ -1,10 +1,9 @@
 """A publish never removes a row outside its own ranges: what an overlapped file holds beyond them is kept.
 
-A publish replaces the live files of its ranges (an earlier copy of the same offsets). A live file
-that only partly overlaps the published ranges (output an earlier life left beyond a hole, a
-leftover whose range was planned otherwise) holds rows no publish of this batch replaces: those
-rows are written to files of their own, named by the part of the range they hold, before the old
-file goes. Parquet (:mod:`spark_jobs.output`) and Delta (:mod:`spark_jobs.delta_table`) both use it.
+A live file that only partly overlaps the published ranges (a leftover planned otherwise) holds rows no publish
+of this batch replaces: they are written to files of their own, named by the part of the range they hold,
+before the old file goes. Every format's publish uses it (:mod:`spark_jobs.output`, :mod:`spark_jobs.delta_table`,
+:mod:`spark_jobs.iceberg_table`).
 
 >>> from kprio_core.model.offsets import OffsetRange as R
 >>> [str(r) for r in outside(R("o-0", 0, 0, 200), [R("o-0", 0, 50, 100), R("o-0", 0, 120, 150)])]
@@ -39,9 +38,8 @@ def outside(file_range: OffsetRange, published: Iterable[OffsetRange]) -> list[O
 
 def keep_outside(fs: Any, source: str, pieces: Iterable[OffsetRange],
                  target_of: Callable[[OffsetRange], str]) -> list[tuple[OffsetRange, str, int]]:
-    """Write the rows of the Parquet file ``source`` whose offsets lie in each of ``pieces`` to a file of its own
-    (``target_of(piece)``, written under a temporary name, then moved), its metadata kept with the piece as its
-    range; ``(piece, path, rows)`` of each file written (a piece without a row gets none)."""
+    """Write the rows of Parquet ``source`` in each of ``pieces`` to a file ``target_of(piece)`` (metadata kept, the
+    piece as its range); ``(piece, path, rows)`` of each file written (a piece without rows gets none)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 

@@ -1,12 +1,11 @@
 """Record keys decoded per topic (``topics[].key_format``) into one more column, ``decoded_key``, beside the raw key.
 
-What each format gives and what becomes of a key that does not decode: docs/configuration.md, "Keys
-(``key_format``)". Here: the raw ``key`` column is never changed (key lanes hash it, the dead letters keep it);
-the registry formats use the values' decoders (:mod:`kprio_core.values`), each priority topic's key subject's
-latest version read once per batch on the driver, an Avro key schema that is not a record read as a record of
-one field (:func:`kprio_core.values.avro.as_record`). Decoding runs in the drain task on the handler's answer
-(:meth:`KeyDecoder.apply`), whatever the handler; a registry that cannot be reached raises
-:class:`~kprio_core.errors.SchemaRegistryUnavailable` (transient: the batch waits, no record is blamed).
+Formats and failures: docs/configuration.md, "Keys (``key_format``)". The raw ``key`` is never changed (key
+lanes hash it, dead letters keep it). Registry formats use the values' decoders (:mod:`kprio_core.values`), key
+subjects read once per batch on the driver; a non-record Avro key schema is read as a one-field record
+(:func:`kprio_core.values.avro.as_record`). Decoding runs in the drain task after any handler
+(:meth:`KeyDecoder.apply`); an unreachable registry raises :class:`~kprio_core.errors.SchemaRegistryUnavailable`
+(transient: no record is blamed).
 
 >>> from kprio_core.config import KprioConfig, TopicSettings
 >>> keys = key_decoding(KprioConfig(), TopicSettings(name="o", key_format="string"), ())
@@ -42,20 +41,17 @@ KEY_FIELD = "key"
 
 @dataclass(frozen=True)
 class KeyDecoding:
-    """How a batch's keys are decoded (small, picklable: it travels in the drain spec): the format and, for the
-    registry formats, the key schemas' fields, the registry and each topic's reader schema of its keys."""
+    """How a batch's keys are decoded (picklable: it travels in the drain spec)."""
 
     key_format: KeyFormat
     fields: tuple[tuple[str, str], ...] = ()
     registry: ValueDecoding | None = None
     plain: bool = False
-    """Every key schema is an Avro one that is not a record: ``decoded_key`` is its value (the one field of
-    ``fields``), not a struct."""
+    """Every key schema is a non-record Avro one: ``decoded_key`` is its value, not a struct."""
 
     @property
     def kind(self) -> str | None:
-        """The column's kind: ``string``, the ``struct<...>`` of the key schemas' fields, or None (no column: the
-        registry has no key schema of the batch's topics).
+        """The column's kind: ``string``, a ``struct<...>`` of the key fields, or None (no key schema: no column).
 
         >>> KeyDecoding(KeyFormat.AVRO, (("id", "long"), ("region", "string")), None).kind
         'struct<id:long,region:string>'
@@ -75,11 +71,7 @@ class KeyDecoding:
 
 
 def key_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[PlannedRange]) -> KeyDecoding | None:
-    """How a batch of ``topic`` reading ``ranges`` decodes its keys (None: ``key_format: raw``, nothing decoded).
-
-    The registry formats read each priority topic's key subject's latest version once, here (a registry that
-    cannot be reached fails the attempt as transient, before Spark runs).
-    """
+    """How a batch of ``topic`` decodes its keys (None: ``key_format: raw``); a registry is read here, before Spark."""
     fmt = topic.key_format
     if fmt is KeyFormat.RAW:
         return None
@@ -100,8 +92,7 @@ def key_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[Pla
 
 
 def output_columns(columns: Sequence[tuple[str, str]], keys: KeyDecoding | None) -> tuple[tuple[str, str], ...]:
-    """The decoded columns of the output: the value's, then the key's; ConfigError when a value field takes the
-    key column's name."""
+    """The value's decoded columns, then the key's; ConfigError when a value field takes the key column's name."""
     if keys is None:
         return tuple(columns)
     if keys.key_format is not KeyFormat.RAW and any(name == KEY_COLUMN for name, _ in columns):

@@ -1,19 +1,13 @@
 """Other engines over the output kprio writes: DuckDB, and Spark from the files the output's current state names.
 
-DuckDB reads every format (:meth:`spark_jobs.tables.Output.scan_sql`): Parquet files with ``read_parquet``,
-a Delta table with its ``delta`` extension (``delta_scan``), an Iceberg table with its ``iceberg``
-extension (``iceberg_scan`` of the metadata file the catalog names as current). The extensions come as
-PyPI packages built for exactly the pinned DuckDB (``duckdb-extension-delta``, ``-iceberg``, ``-avro``:
-the Iceberg manifests are Avro files) and are installed from those local files into kprio's cache
-(``$KPRIO_CACHE_DIR/duckdb``); DuckDB's automatic install from its extension server is turned off,
-so a machine without access to it reads the tables all the same.
+DuckDB reads every format (:meth:`spark_jobs.tables.Output.scan_sql`: ``read_parquet``, ``delta_scan``,
+``iceberg_scan``). Its extensions come from PyPI packages built for the pinned DuckDB (``duckdb-extension-delta``,
+``-iceberg``, ``-avro``: Iceberg manifests are Avro), installed into ``$KPRIO_CACHE_DIR/duckdb``; automatic
+install is off, so a machine without access to DuckDB's extension server reads the tables all the same.
 
-Spark reads a table's current state from the data files it names (:meth:`~spark_jobs.tables.Output.data_files`:
-a Delta table's log, an Iceberg table's current snapshot) with ``spark.read.parquet`` in the session it
-already has. Delta Lake's own Spark reader needs its jars and session extension, static settings of a
-session of its own (on a cluster: ``io.delta:delta-spark`` for the cluster's Spark, docs/operations.md);
-Iceberg's Spark runtime has no build for Spark 4.2 yet (its 4.1 runtime fails there on Spark's changed
-catalog classes).
+Spark reads a table's current state from the data files it names (:meth:`~spark_jobs.tables.Output.data_files`)
+with ``spark.read.parquet`` in its session: Delta's own Spark reader needs jars and static session settings
+(on a cluster: docs/operations.md), and Iceberg's Spark runtime has no build for Spark 4.2 yet.
 
 >>> sql_literal("it's")
 "'it''s'"
@@ -37,8 +31,7 @@ EXTENSIONS = ("avro", "delta", "iceberg")
 
 def duckdb_connection(extension_dir: str | Path | None = None,
                       extensions: Iterable[str] = EXTENSIONS) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with ``extensions`` loaded from their PyPI packages (installed into
-    ``extension_dir``, default ``$KPRIO_CACHE_DIR/duckdb``), none fetched from the network."""
+    """An in-memory DuckDB connection with ``extensions`` from their PyPI packages, none fetched from the network."""
     import duckdb
 
     where = Path(extension_dir) if extension_dir is not None else cache_dir() / "duckdb"

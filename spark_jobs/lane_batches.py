@@ -1,11 +1,8 @@
 """The lanes of Arrow record batches: each row's lane, and each lane's rows in offset order.
 
-:func:`batch_lanes` is the drain's one lane computation: :func:`kprio_core.lanes.lane_for`
-under the batch's :class:`~kprio_core.lanes.Ordering` (partition order: one lane; key order:
-murmur2 of the key, a null key spread by offset), each distinct key hashed once per task. The
-fused drain calls it on each read batch; the key-order shuffle calls it, through
-:func:`assign_lanes`, before repartitioning by lane. :func:`lane_segments` then cuts a batch into
-``(Lane, rows)`` pieces for the lane pump.
+:func:`batch_lanes` is the drain's one lane computation (:func:`kprio_core.lanes.lane_for`: partition order one
+lane; key order murmur2 of the key, a null key spread by offset), used by the fused drain and, through
+:func:`assign_lanes`, before the key-order shuffle. :func:`lane_segments` cuts a batch into ``(Lane, rows)``.
 
 >>> import pyarrow as pa
 >>> batch_lanes(pa.record_batch({"key": [b"21", None, b"21"], "offset": [0, 13, 2]}), Ordering.KEY, 8, {}).tolist()
@@ -26,11 +23,7 @@ LANE_CACHE_KEYS = 1 << 16
 
 
 def batch_lanes(batch: Any, ordering: Ordering, lanes: int, cache: dict[bytes, int]) -> Any:
-    """The lane of every row (``key`` and ``offset`` columns) as an int32 numpy array.
-
-    :func:`kprio_core.lanes.lane_for` is the one rule; each distinct key is hashed once per task
-    (``cache``), and a null key's lane (spread by offset) is asked of the same rule.
-    """
+    """The lane of every row (``key`` and ``offset`` columns) as an int32 numpy array; ``cache``: key -> lane."""
     import numpy as np
 
     n = batch.num_rows
@@ -66,9 +59,8 @@ def assign_lanes(ordering: Ordering, lanes: int) -> Any:
 def lane_segments(batch: Any, lanes: Any, *, regroup: bool = True) -> Iterator[tuple[Lane, Any]]:
     """``(lane, its rows in their order)`` for every run of one lane in ``batch``.
 
-    A topic partition's rows are together (one read split, or rows sorted by topic and
-    partition); inside, lanes interleave (fused: ``regroup`` gathers each lane's rows, order
-    kept) or follow each other (sorted: taken as they come, so a lane out of place shows).
+    Lanes of a topic partition interleave (fused: ``regroup`` gathers each lane's rows, order kept) or follow
+    each other (sorted: taken as they come, so a lane out of place shows).
 
     >>> import pyarrow as pa, numpy as np
     >>> b = pa.record_batch({"topic": ["t", "t", "t", "u"], "partition": [0, 0, 0, 1], "offset": [5, 6, 7, 1]})

@@ -1,24 +1,17 @@
 """Drive one handler call per lane by pushing each lane's frames into it as they arrive.
 
-A handler is a generator over its lane's frames (:mod:`spark_jobs.handler_contract`). When a
-task holds one whole partition in offset order, the lanes of that partition arrive
-interleaved; pulling one lane to its end would mean buffering the others. Instead each lane's
-handler call runs in its own greenlet: :meth:`LanePump.push` hands it a segment and resumes it
-until it asks for the next frame, collecting what it answered on the way. A handler that reads
-ahead before answering simply stays suspended with the frames it took; memory holds what the
-handlers hold, never a lane.
+A handler is a generator over its lane's frames (:mod:`spark_jobs.handler_contract`). A task's lanes arrive
+interleaved, and pulling one lane to its end would buffer the others, so each lane's handler call runs in its
+own greenlet: :meth:`LanePump.push` resumes it until it asks for the next frame, collecting its answers.
+Memory holds what the handlers hold, never a lane.
 
-Every answered frame is matched to the oldest frame the lane's handler took, and the output
-rows are built from that input (:func:`conform`). A handler that raises is a failure of some
-record, not of its lane: the frames it had taken are given again to fresh calls of the handler,
-in halves, down to single records (a bisection), so the records it fails on are kept with the
-exception as their ``error`` (they go to the dead letters) and every other record is answered;
-the lane then goes on with a fresh call. A handler that raises on every record of its lane (or
-before taking any) is broken, not the data: its range fails (:class:`~kprio_core.errors.HandlerError`).
-Records a handler never answered because it stopped early are kept with an ``error``; a frame
-answered with another number of rows fails the batch (:class:`~kprio_core.errors.HandlerError`),
-and so does a segment whose offsets do not strictly increase within its lane
-(:class:`~kprio_core.errors.LaneOrderBroken`).
+Each answer is matched to the oldest frame the handler took (:func:`conform`). A handler that raises fails
+some record, not its lane: the frames it had taken are bisected through fresh calls down to single records,
+which get the exception as their ``error`` (dead letters); the rest are answered and the lane goes on with a
+fresh call. One that raises on every record (or before taking any) is broken: its range fails
+(:class:`~kprio_core.errors.HandlerError`). Records never answered (it stopped early) get an ``error``; a frame
+answered with another number of rows fails the batch (:class:`~kprio_core.errors.HandlerError`), as do offsets
+not strictly increasing within a lane (:class:`~kprio_core.errors.LaneOrderBroken`).
 
 >>> import pyarrow as pa
 >>> from spark_jobs.handler_contract import LaneContext
@@ -211,11 +204,7 @@ class _Lane:
 
 
 def conform(seg: Any, out: Any, out_schema: Any, spec: str, error: str | None = None) -> Any:
-    """The output batch: input columns from ``seg``; ``error`` and decoded fields from ``out``.
-
-    ``out`` is the handler's answer (a pandas DataFrame, or Arrow for an Arrow-form handler),
-    or None when the records get ``error`` instead.
-    """
+    """The output batch: input columns from ``seg``, the rest from ``out`` (pandas or Arrow; None: ``error``)."""
     import pyarrow as pa
 
     n = seg.num_rows

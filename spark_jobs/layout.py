@@ -6,20 +6,15 @@ Connect's S3 sink names its objects::
     <root>/<logical>/priority=<p>/<topic>+<partition>+<start:010d>+<end:010d>.parquet     published
     <root>/_staging/<batch id>.<attempt>/<logical>/priority=<p>/<same name>              being drained
 
-``[start, end)`` is the planned range the file holds, so a rerun of the same range writes the same
-name (it replaces), and a file whose range overlaps a newly published one is a leftover of
-another life. When several tasks hold one range (key order on the shuffle path) each writes
-its own part: ``...+<end:010d>.part-<k>.parquet``. Kafka topic names use only ``[a-zA-Z0-9._-]``,
-so ``+`` never occurs inside a topic name.
+``[start, end)`` is the planned range the file holds, so a rerun writes the same name (it replaces), and a
+file overlapping a newly published range is a leftover of another life. Several tasks holding one range (the
+shuffle path) each write a part: ``...+<end:010d>.part-<k>.parquet``. ``+`` never occurs in a topic name.
 
-The incarnation of the topic is part of a file's identity: a topic deleted and recreated (or a
-log truncated) starts its offsets again, and kprio drains it, after a recorded reset, as
-incarnation 2, 3, ...: ``...+<end:010d>+i2.parquet``. Incarnation 1 keeps the names above, so every
-file written before incarnations existed stays valid, and files of two incarnations never
-overlap (a publish replaces and removes files of its own incarnation only).
+The topic's incarnation is part of a file's identity: a topic recreated (or a log truncated) starts its
+offsets again and is drained, after a recorded reset, as incarnation 2, 3, ...: ``...+<end:010d>+i2.parquet``.
+Incarnation 1 keeps the plain names; a publish replaces and removes files of its own incarnation only.
 
-Every filesystem operation goes through ``pyarrow.fs`` (:func:`filesystem`): local paths,
-``file://``, ``s3://``, ``gs://``, ``hdfs://``.
+Every filesystem operation goes through ``pyarrow.fs`` (:func:`filesystem`).
 
 >>> name = RangeFile("orders-2", 0, 0, 1500)
 >>> name.file_name

@@ -1,14 +1,10 @@
 """PySpark's and py4j's own log lines go to kprio's logger (``kprio.spark``), never to a stream of their own.
 
-PySpark logs an exception that carries a query context to ``SQLQueryContextLogger`` or
-``DataFrameQueryContextLogger``, each made with a handler on the ``sys.stderr`` of the moment it is
-first used (a JSON line and a traceback on the terminal, or into a stream closed since: the demo's
-log, a test's capture, and ``--- Logging error --- ValueError: I/O operation on closed file``); py4j
-logs through the root logger. Each gets one handler that hands its records to ``kprio.spark``, so they
-go where kprio's lines go (the CLI's log file, or the terminal at ``--verbose``: :mod:`orchestration.cli.logs`).
-The local driver JVM's own standard error (log4j's console appender) goes to the same log file, or nowhere
-(:func:`jvm_stderr`). Their warnings and errors only: py4j's chatter (``Closing down clientserver connection``, at INFO, from a
-finalizer at exit) would otherwise reach a handler of a program long done with its stream.
+PySpark's query-context loggers hold a handler on the ``sys.stderr`` of their first use (possibly closed since:
+``ValueError: I/O operation on closed file``); py4j logs through the root logger. Each gets one handler handing
+its warnings and errors to ``kprio.spark`` (the CLI's log file, or the terminal at ``--verbose``:
+:mod:`orchestration.cli.logs`); py4j's INFO chatter from a finalizer at exit would reach a long-closed stream.
+The local driver JVM's standard error goes to the same log file, or nowhere (:func:`jvm_stderr`).
 """
 
 from __future__ import annotations
@@ -62,15 +58,13 @@ def forward_spark_logs() -> None:
 
 
 ENV_JVM_STDERR = "KPRIO_JVM_STDERR"
-"""Where a local Spark driver JVM started by this process writes its standard error (log4j's console appender,
-the JVM's own warnings): a file appended to, or ``os.devnull``; unset, the process's own standard error. ``kprio``'s
-commands set it to their log file (or ``os.devnull``; at ``--verbose``, leave it unset), :mod:`orchestration.cli.logs`."""
+"""Where a local driver JVM this process starts writes its standard error: a file appended to, or ``os.devnull``;
+unset, the process's own (``kprio``'s commands set it: :mod:`orchestration.cli.logs`)."""
 
 
 @contextlib.contextmanager
 def jvm_stderr(environ: Mapping[str, str] = os.environ) -> Iterator[None]:
-    """Within the block, a JVM this process starts inherits the file :data:`ENV_JVM_STDERR` names as its standard
-    error (file descriptor 2 points at it, then back): pyspark's gateway has no option for the JVM's streams.
+    """Within the block, a JVM started inherits :data:`ENV_JVM_STDERR`'s file as fd 2 (pyspark has no option for it).
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "jvm.log")

@@ -1,28 +1,22 @@
 """Scheduled upkeep of kprio's Delta and Iceberg tables: compaction, checkpoints, vacuum, snapshot expiry.
 
-A table fed every couple of seconds (``kprio drain --follow``) gains a few small files per batch:
-after a day, tens of thousands, and every reader slows. :func:`maintain` keeps a table healthy, per
-table, in steps that each commit as a transaction of their own and never remove a row:
+A table fed every few seconds gains small files per batch, tens of thousands a day, and readers slow.
+:func:`maintain` keeps each table healthy in steps that each commit on their own and never remove a row:
 
-1. **compact**: a run of adjacent small files of one partition (the same priority, hour, Kafka
-   partition and incarnation, their ranges following on) is rewritten as one file of about
-   ``drain.maintenance.target_file_mb``, named by the range the run covers and the newest batch in it
-   (:func:`compaction_runs` is kprio's rule; the run's rows are read and written with pyarrow). The
-   commit replaces the run's files by the new one (Delta: removes and an add with ``dataChange``
-   false; Iceberg: an overwrite snapshot with ``kprio.maintenance: compact`` in its summary, no batch)
-   on the table state the plan read; a commit that lost the race to a batch's publish is planned
-   again on the new state, so a publish in flight never waits and never loses a row. Not delta-rs'
-   ``optimize.compact``: its files are named by delta-rs, and kprio's names are the evidence a publish
-   replaces by (a re-drain removes the files of its ranges) and an adoption after a lost ledger reads;
+1. **compact**: a run of adjacent small files of one partition (same priority, hour, Kafka partition and
+   incarnation, ranges following on; :func:`compaction_runs`) is rewritten as one file of about
+   ``drain.maintenance.target_file_mb``, named by the range covered and the newest batch in it. The commit
+   replaces the run's files (Delta: removes and an add, ``dataChange`` false; Iceberg: an overwrite snapshot,
+   ``kprio.maintenance: compact``) on the state the plan read; one that lost a race to a publish is planned
+   again, so a publish never waits nor loses a row. Not delta-rs' ``optimize.compact``: kprio's file names
+   are what a publish replaces by and what an adoption after a lost ledger reads;
 2. what no version within ``drain.maintenance.retention_s`` needs is removed, as the format does it
    (:meth:`spark_jobs.tables.Output.maintain`): Delta vacuums, checkpoints and cleans its log
-   (:mod:`spark_jobs.formats.delta`); Iceberg expires its old snapshots, the newest
-   ``drain.maintenance.keep_snapshots`` always kept, and deletes the files only they named
-   (:mod:`spark_jobs.formats.iceberg`).
+   (:mod:`spark_jobs.formats.delta`); Iceberg expires old snapshots (the newest
+   ``drain.maintenance.keep_snapshots`` kept) and deletes files only they named (:mod:`spark_jobs.formats.iceberg`).
 
-A reader of the current state or of an older one within ``drain.maintenance.retention_s`` never
-notices: compaction changes which files hold the rows, not the rows; what a vacuum or an expiry
-deletes is older than the retention.
+Readers of the current state, or of one within the retention, never notice: compaction changes which files
+hold the rows, not the rows; vacuum and expiry delete only what is older than the retention.
 
 >>> import tempfile
 >>> from kprio_core.config import DrainSettings
@@ -52,8 +46,7 @@ COMMIT_RETRIES = 20
 
 @dataclass(frozen=True)
 class Figures:
-    """A table's size as a reader meets it: live files, their bytes, and versions (Delta's log entries, Iceberg's
-    snapshots)."""
+    """A table's size as a reader meets it: live files, bytes, versions (Delta's log entries, Iceberg's snapshots)."""
 
     files: int
     bytes: int
@@ -91,7 +84,7 @@ class TableFile:
     path: str
     """As the table names it (Delta: relative to the table; Iceberg: a URI)."""
     partition: tuple
-    """What must be equal for two files to share a file: the priority (Iceberg: the partition) ... the incarnation, last."""
+    """What two files must share to be merged: the priority (Iceberg: the partition) ... the incarnation, last."""
     range: OffsetRange
     batch_id: str
     attempt: int
@@ -108,8 +101,8 @@ def batch_number(batch_id: str) -> int:
 
 
 def compaction_runs(files: Iterable[TableFile], *, target_bytes: int, min_files: int) -> list[list[TableFile]]:
-    """Runs of adjacent small files to rewrite as one: within a partition, files in offset order whose ranges follow on
-    (or are parts of one range), added while the run stays under ``target_bytes``; only runs of ``min_files`` or more.
+    """Runs of adjacent small files to rewrite as one: within a partition, in offset order, ranges following on,
+    while under ``target_bytes``; only runs of ``min_files`` or more.
 
     >>> R = lambda s, e: OffsetRange("o-0", 0, s, e)
     >>> f = lambda s, e, size=10, p=0: TableFile(f"{s}", (p,), R(s, e), f"b-{s:06d}", 1, size)
@@ -174,9 +167,9 @@ def write_merged(fs: Any, sources: list[str], target: str) -> int:
 
 
 def maintain(drain: DrainSettings, logical_topic: str, *, now: float | None = None) -> list[Maintained]:
-    """Maintain the output and dead-letter tables of a logical topic in ``drain.format`` (none for Parquet, or before a
-    table exists). A root that is a file, or a topic's directory that holds files but no table of the format (a
-    Delta root holding Parquet files), fails in one line: nothing would be maintained."""
+    """Maintain a logical topic's output and dead-letter tables (none for Parquet, or before a table exists).
+
+    A root that is a file, or a topic directory with files but no table of the format, fails in one line."""
     from spark_jobs.tables import output_of, roots
 
     out = output_of(drain)

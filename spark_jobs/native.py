@@ -1,21 +1,15 @@
 """Drive Spark's own ``kafka`` source (the ``native`` reader) with the same plan.
 
-The plan's ranges (adjacent splits of a partition merged back, see
-:func:`kprio_core.splits.spark_offsets_json`) become ``assign`` / ``startingOffsets`` /
-``endingOffsets``; ``maxRecordsPerPartition`` cuts them into input splits as kprio's split
-settings would. Option names are those of Spark's ``KafkaSourceProvider`` (Spark 4.2; it reads
-them case-insensitively).
+The plan's ranges (adjacent splits merged back, :func:`kprio_core.splits.spark_offsets_json`) become
+``assign`` / ``startingOffsets`` / ``endingOffsets``; ``maxRecordsPerPartition`` cuts them as kprio's split
+settings would. Option names are those of Spark's ``KafkaSourceProvider`` (Spark 4.2, case-insensitive).
 
-Client settings pass as ``kafka.*``: :func:`~kprio_core.kafka.java_client.java_client_config`, the
-Java client's translation of the librdkafka settings every other kprio client is built from, secrets
-included (the JAAS line from ``sasl.username`` and ``KPRIO_KAFKA_SASL_PASSWORD``, the truststore from
-``ssl.ca.location``, the keystore for mutual TLS). Settings Spark manages itself and refuses
-(``enable.auto.commit``, ``auto.offset.reset``, deserializers, interceptors) are left out.
-``kafka.isolation.level`` is kprio's isolation level, ``read_committed`` unless
-configured: Spark's source would otherwise read aborted transactions (the Java client's
-default is ``read_uncommitted``). A consumer call waits at most ``kafka.timeout_s``
-(``kafkaConsumer.pollTimeoutMs``; Spark's default is two minutes). The session redacts the
-secret options (:data:`spark_jobs.session.DEFAULT_CONF`).
+Client settings pass as ``kafka.*`` (:func:`~kprio_core.kafka.java_client.java_client_config`: the Java client's
+translation of kprio's librdkafka settings, secrets included), except those Spark manages and refuses
+(:data:`SPARK_MANAGED`). ``kafka.isolation.level`` is kprio's (``read_committed`` unless configured; the Java
+default would read aborted transactions). A consumer call waits at most ``kafka.timeout_s``
+(``kafkaConsumer.pollTimeoutMs``; Spark's default is two minutes). The session redacts the secret options
+(:data:`spark_jobs.session.DEFAULT_CONF`).
 
 >>> from kprio_core.config import KprioConfig
 >>> from kprio_core.model.offsets import OffsetRange
@@ -82,9 +76,8 @@ def native_options(
         if key.lower() not in SPARK_MANAGED:
             opts[f"kafka.{key}"] = value
     opts["kafka.isolation.level"] = config.kafka.isolation_level.value
-    # Spark's source asks for offsets through an admin client that waits 60 s a try, three tries, for a broker that
-    # does not answer (a listener of another security protocol only closes the connection): kafka.timeout_s a try
-    # (a request's timeout may not be longer), unless the client settings say otherwise.
+    # Spark's admin client waits 60 s a try, three tries, for a silent broker (e.g. another security protocol's
+    # listener): kafka.timeout_s a try instead (a request's timeout may not be longer), unless configured.
     if "kafka.default.api.timeout.ms" not in opts and "kafka.request.timeout.ms" not in opts:
         wait_ms = str(int(config.kafka.timeout_s * 1000))
         opts.update({"kafka.default.api.timeout.ms": wait_ms, "kafka.request.timeout.ms": wait_ms})
@@ -124,10 +117,7 @@ def connector_missing_message(spark_version: str) -> str:
 def read_native(
     spark: SparkSession, config: KprioConfig, ranges: Sequence[PlannedRange], *, allow_data_loss: bool | None = None
 ) -> DataFrame:
-    """The records of ``ranges`` through Spark's Kafka source, in the same columns as kprio-kafka.
-
-    NativeReaderUnavailable when the session cannot load that source.
-    """
+    """The records of ``ranges`` through Spark's Kafka source (kprio-kafka's columns); else NativeReaderUnavailable."""
     opts = native_options(config, ranges, allow_data_loss=allow_data_loss)
     try:
         frame = spark.read.format("kafka").options(**opts).load().select(*KAFKA_COLUMNS)
@@ -142,17 +132,13 @@ def read_native(
 
 
 LOST_OFFSETS = "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE"
-"""The error condition of Spark's Kafka source failing a read with ``failOnDataLoss``
-(``KafkaExceptions.couldNotReadOffsetRange``); its message parameters name the range."""
+"""Spark's Kafka source failing a read under ``failOnDataLoss``; its message parameters name the range."""
 
 def lost_read_in(exc: BaseException) -> ErrorRecord | None:
-    r"""Spark's "could not read records" error (the log no longer holds offsets it was asked for) as kprio's record,
-    the range it could not read as its ``where``; None for any other error.
+    r"""Spark's "could not read records" error (offsets the log no longer holds) as kprio's record, ``where`` its range.
 
-    The range comes from the error's own fields, its condition (:data:`LOST_OFFSETS`) and message parameters,
-    never from its text: a Spark Connect client receives them with the failed task's cause, which PySpark raises
-    (``getCondition``, ``getMessageParameters``); a classic session's job failure holds the JVM exception on its
-    cause chain (:func:`jvm_lost_range`).
+    None for any other error. The range comes from the error's condition and message parameters, never its text
+    (:func:`spark_lost_range` over Spark Connect, :func:`jvm_lost_range` in a classic session).
 
     >>> from pyspark.errors.exceptions.connect import UnknownException
     >>> connect = UnknownException("(org.apache.spark.sql.kafka010.KafkaIllegalStateException) Some data may have "
@@ -176,8 +162,7 @@ def lost_read_in(exc: BaseException) -> ErrorRecord | None:
 
 
 def spark_lost_range(exc: BaseException) -> OffsetRange | None:
-    """The range in the parameters of a :data:`LOST_OFFSETS` error PySpark raised (over Spark Connect: the
-    failed task's cause, with its condition and parameters), on ``exc``'s chain, or None."""
+    """The range of a :data:`LOST_OFFSETS` error PySpark raised (Spark Connect) on ``exc``'s chain, or None."""
     for error in _chain(exc):
         condition = getattr(error, "getCondition", None)
         if callable(condition) and condition() == LOST_OFFSETS:

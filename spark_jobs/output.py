@@ -3,34 +3,24 @@
 Layout and names: :mod:`spark_jobs.layout`. Every operation goes through ``pyarrow.fs``.
 
 **What readers see.** Readers read ``<root>/<logical>/`` (:func:`read_table`); a drain writes only below
-``<root>/_staging/``,
-which no reader looks at. Files appear under ``<root>/<logical>/`` only through :func:`publish`,
-which the orchestration calls after the blocking checks passed: a reader never sees an unchecked
-row, and never a partly written file (a staged file is complete before it is published).
+``<root>/_staging/``. Files appear under ``<root>/<logical>/`` only through :func:`publish`, called after the
+blocking checks passed: a reader never sees an unchecked row, nor a partly written file.
 
-**Why publish is safe.** Publishing moves the staged files of the chosen ranges into place, one
-file at a time, then removes the live files of the same partitions that overlap a published
-range under another name (leftovers of a crashed attempt or of a lost ledger), then the staging
-directories. Per file, a move is an atomic rename on a local filesystem (a file of the same name
-is replaced in one step) and on HDFS; on object stores (S3, GCS) it is a copy then a delete, so
-an object appears whole but the two steps are not one. Across files a publish is not atomic:
-a reader listing the directory mid-publish may see some new files beside the old ones, and, for
-a moment, a leftover of an earlier life next to the new file that replaces it (the same offsets
-twice; read the ``kprio.range`` / ``kprio.batch_id`` file metadata to tell them apart). New
-files go in before old ones go out, so offsets already published are never absent; a crash
-part-way leaves staged files and leftovers that the retry's publish (same names, same overlaps)
-finishes. A leftover that only partly overlaps the published ranges keeps its other rows: they
-are written to a file named by the rest of its range before it goes (:mod:`spark_jobs.keep_rows`).
+**Why publish is safe.** Publish moves the chosen ranges' staged files into place one at a time, then removes
+live files of the same partitions overlapping a published range under another name (leftovers of a crashed
+attempt or lost ledger), then the staging directories. A move is an atomic rename locally and on HDFS; on
+object stores a copy then a delete. Across files a publish is not atomic: a reader mid-publish may see new
+files beside old ones, even the same offsets twice for a moment (tell them apart by the ``kprio.range`` /
+``kprio.batch_id`` file metadata). New files go in before old ones go out, so published offsets are never
+absent; a crash part-way is finished by the retry's publish (same names, same overlaps). A leftover that
+partly overlaps keeps its other rows in a file of their own (:mod:`spark_jobs.keep_rows`).
 
-**Who may publish.** Parquet files have no transaction to refuse a stale writer, so a publish is
-idempotent by construction instead: files are named by the planned range they hold, and every
-publish replaces every file of its ranges in both roots (output and dead letters alike), so
-whichever publish of a range lands last leaves that publish's rows, each offset once, in one root
-or the other. The run asks the ledger whether it still holds the batch right before (a run paused
-past its lease is refused there); two publishes of the same ranges at the same moment (one of a
-run the ledger had just declared stale) can leave one's output beside the other's dead letters of
-a range only when the handler decides a record differently each time. Delta tables refuse the
-stale publish itself (:mod:`spark_jobs.delta_table`).
+**Who may publish.** Parquet has no transaction to refuse a stale writer, so a publish is idempotent instead:
+files are named by their planned range and every publish replaces every file of its ranges in both roots, so
+the last publish of a range leaves its rows, each offset once, in one root or the other. The run asks the ledger
+whether it still holds the batch right before; two simultaneous publishes of the same ranges can leave one's
+output beside the other's dead letters only when the handler decides a record differently each time. Delta
+and Iceberg tables refuse the stale publish itself (:mod:`spark_jobs.delta_table`).
 
 >>> import tempfile, pyarrow as pa
 >>> from spark_jobs.layout import filesystem
@@ -70,11 +60,9 @@ from spark_jobs.layout import (
 
 
 def prepare_staging(roots: Mapping[str, str], batch_id: str, attempt: int) -> tuple[str, ...]:
-    """Create the attempt's staging directory under each root and prove it writable (a probe file).
+    """Create the attempt's staging directory under each root, proven writable by a probe file; returns them.
 
-    Fails before any Spark job with :class:`~kprio_core.errors.OutputUnavailable` naming the root,
-    the path and the cause (``Read-only file system: /data/out/_staging/b-1.1``). Returns the
-    staging directories.
+    Else :class:`~kprio_core.errors.OutputUnavailable` naming root, path and cause, before any Spark job.
     """
     from spark_jobs.staged_writer import os_error_text
 
@@ -116,13 +104,11 @@ PROBE_BYTES = 4096
 
 
 def probe(roots: Iterable[str], need_bytes: int = 0) -> str | None:
-    """None when each root takes a small file now (written, then removed) and, on a local disk, has
-    ``need_bytes`` free; else what is wrong with the first one that does not.
+    """None when each root takes a small file now and, on a local disk, has ``need_bytes`` free; else what is wrong.
 
-    A cheap check that a cause which failed a drain (a full disk, a read-only mount) is gone: the
-    drain loop retries such a failure at once when a probe that failed passes again. A disk with a
-    few KiB free takes the probe's block yet is full for a batch: ``need_bytes`` (the waiting
-    batches' estimated size) is what tells them apart.
+    A cheap check that a cause which failed a drain (full disk, read-only mount) is gone, so the drain loop
+    retries at once. ``need_bytes`` (the waiting batches' estimate) tells a disk with a few KiB free from one
+    with room for a batch.
 
     >>> import tempfile
     >>> probe([tempfile.mkdtemp()]) is None
@@ -156,14 +142,10 @@ def probe(roots: Iterable[str], need_bytes: int = 0) -> str | None:
 def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
             ranges: Iterable[OffsetRange] | None = None, incarnations: Mapping[str, int] | None = None
             ) -> tuple[str, ...]:
-    """Move the staged files of ``ranges`` (default: every range without failure) into place.
+    """Move the staged files of ``ranges`` (default: every range without failure) into place; the published paths.
 
-    Then, per partition, remove live files (both roots) of the same incarnation (``incarnations``:
-    per ``topic[partition]``, 1 when absent) overlapping a published range under another name (their
-    rows outside the published ranges kept in files of their own), and the attempt's staging
-    directories. Returns the published paths. A file of another incarnation is never removed: its
-    offsets are another log's.
-    OutputPublishFailed names the batch and the cause (OutputUnavailable when the output cannot be written for now).
+    Then remove overlapping live files of the same incarnation (``incarnations``: per ``topic[partition]``, 1 when
+    absent) and the staging. OutputPublishFailed, or OutputUnavailable for now, names the batch and the cause.
     """
     chosen = set(ranges) if ranges is not None else {s.range for s in result.ranges if s.failure is None}
     stats = [s for s in result.ranges if s.range in chosen]
@@ -189,8 +171,7 @@ def publish(result: DrainResult, *, output_root: str, dead_letter_root: str,
                 f"staging directory {stage} and the output directory {base}/{rel.rsplit('/', 1)[0]} are on different "
                 f"file systems; a publish renames staged files into place, so everything below {base} must be on one "
                 "file system (a separate mount below the output root is a layout mistake)") from err
-        # An output that cannot be written for now (full, read-only, ...) is typed so here: it passes by itself.
-        # pyarrow's filesystems give the number as the error's errno.
+        # An output that cannot be written for now (full, read-only, ...) passes by itself (pyarrow sets errno).
         unavailable = err.errno in TRANSIENT_ERRNOS
         raise (OutputUnavailable if unavailable else OutputPublishFailed)(
             f"publishing batch {result.batch_id!r} attempt {result.attempt} of {result.logical_topic!r}: {err}"
@@ -219,9 +200,8 @@ def _replace(fs: Any, source: str, target: str) -> None:
 
 def _remove_overlapping(fs: Any, base: str, logical_topic: str, stats: Sequence[Any], keep: set[str],
                         incarnations: Mapping[str, int]) -> None:
-    """Delete live files of the published ranges' partitions and incarnation whose range overlaps one, unless
-    just published; the rows of such a file outside the published ranges are kept in files of their own first
-    (:func:`spark_jobs.keep_rows.keep_outside`): a publish never removes a row outside its own ranges."""
+    """Delete live files (same incarnation) overlapping a published range, unless just published, keeping their
+    rows outside it first (:func:`spark_jobs.keep_rows.keep_outside`): never a row outside the publish's ranges."""
     import pyarrow.fs as pafs
 
     from spark_jobs.keep_rows import keep_outside, outside
@@ -269,10 +249,7 @@ def staging_dirs(root: str) -> list[tuple[str, str]]:
 
 
 def sweep_staging(roots: Iterable[str], keep: Callable[[str, int], bool]) -> tuple[str, ...]:
-    """Remove staging directories whose ``(batch id, attempt)`` ``keep`` rejects; returns them.
-
-    A directory whose name is no ``<batch id>.<attempt>`` is an older kprio's: removed too.
-    """
+    """Remove staging directories whose ``(batch id, attempt)`` ``keep`` rejects, or not so named; returns them."""
     removed = []
     for root in roots:
         fs, _ = filesystem(root)

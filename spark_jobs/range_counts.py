@@ -1,23 +1,17 @@
 """Per-range counts of the rows a drain wrote, and their merge into RangeStats: the conservation proof.
 
-This is the one place that says whether a planned range was drained exactly once.
+The one place that says whether a planned range was drained exactly once.
 
-- **On the executors**, a :class:`RangeCount` counts, for one planned range, exactly the rows its
-  task handed to the Parquet writers: output rows, dead letters, key + value bytes, rows outside
-  the range, invalid rows left in the output, null required fields in the output, and a bitmap of
-  the offsets written (either file). Beside it, a bitmap of the offsets the task was given (the
-  records the read found) and the offsets the read lost (below the log start, beyond the log's
-  end). It becomes one small stats row (:func:`stats_struct`).
-- **On the driver**, :func:`merge_counts` gathers the rows of every planned range (one per task
-  that held some of it: several on the shuffle path) into one
-  :class:`~kprio_core.model.results.RangeStats`: counts are summed, bitmaps OR-ed, so ``distinct``,
-  ``first`` and ``last`` come from the union of what was written and an offset written twice (in
-  two tasks or two files) shows as ``written > distinct``. Offsets of the range absent from the
-  union are gaps: with ``drain.allow_data_loss`` they are recorded as ``lost``, otherwise the
-  range fails with :class:`~kprio_core.errors.RangeIncomplete`'s text naming them.
+- **On the executors**, a :class:`RangeCount` counts, per planned range, exactly the rows its task handed
+  to the Parquet writers (output, dead letters, key + value bytes, rows outside the range, invalid rows and
+  null required fields in the output) with bitmaps of the offsets written, the offsets found by the read,
+  and the offsets the read lost; it becomes one stats row (:func:`stats_struct`).
+- **On the driver**, :func:`merge_counts` merges each range's rows (several on the shuffle path) into one
+  :class:`~kprio_core.model.results.RangeStats`: counts summed, bitmaps OR-ed, so an offset written twice
+  shows as ``written > distinct``. Offsets absent from the union are gaps: ``lost`` with
+  ``drain.allow_data_loss``, else the range fails with :class:`~kprio_core.errors.RangeIncomplete`'s text.
 
-The bitmap costs a byte per planned offset in the task and travels as one bit per offset,
-zlib-compressed (a complete range is all ones and shrinks to a few bytes).
+A bitmap costs a byte per planned offset in the task and travels as one bit per offset, zlib-compressed.
 
 Offsets 10..15 found but 13 (a transaction marker), written by two tasks (one of them the dead
 letter of 15); the read lost [18,20) to a truncated log, and 16, 17 held no record:
@@ -144,11 +138,7 @@ class RangeCount:
 
     def count(self, batch: Any, *, dead: bool, invalid: int = 0,
               nulls: Iterable[tuple[str, int]] = ()) -> None:
-        """Count rows about to be written (``key``, ``value``, ``offset`` columns), to the dead letters or not.
-
-        ``invalid`` and ``nulls`` are the output rows' invalid count and null required fields
-        (:class:`~spark_jobs.validity.Validity`), measured on the same rows.
-        """
+        """Count rows about to be written, to the dead letters or not (``invalid``, ``nulls``: output rows' only)."""
         import pyarrow.compute as pc
 
         n = batch.num_rows
@@ -228,14 +218,10 @@ def merge_counts(rows: Iterable[Mapping[str, Any]], ranges: Sequence[PlannedRang
                  log_bounds: Mapping[tuple[str, int], tuple[int, int]] | None = None) -> tuple[RangeStats, ...]:
     """One RangeStats per planned range from the tasks' stats rows (driver side).
 
-    ``every_range_reported``: each planned range has a task that reports it even with no row
-    (the fused path), so a range nobody reported failed unseen; on the shuffle path only the
-    tasks that got rows of a range report it (a range lost whole to retention has none).
-    ``log_bounds``: where the read's own losses did not reach the drain (the shuffle path reads in
-    another stage), offsets nobody found below a partition's log start (retention) or at or past
-    its readable end (a truncated log) are the ones lost, given as ``(log start, end)`` per
-    partition (with ``allow_data_loss``; without it the read failed).
-    A row naming a range the plan does not hold is a drain bug: DrainOutputInvalid.
+    ``every_range_reported`` (the fused path): a range nobody reported failed unseen; on the shuffle path a
+    range lost whole to retention has no row. ``log_bounds`` (shuffle path, ``allow_data_loss``): ``(log start,
+    readable end)`` per partition; offsets nobody found outside them are lost. A row naming a range the plan
+    does not hold is a drain bug: DrainOutputInvalid.
     """
     by_range = _rows_by_range(rows, ranges)
     stats = []
@@ -276,9 +262,8 @@ def _rows_by_range(rows: Iterable[Mapping[str, Any]],
 
 def _range_failure(rng: OffsetRange, parts: Sequence[Mapping[str, Any]], missing: Any, lost: Any, *,
                    allow_data_loss: bool, every_range_reported: bool) -> tuple[str | None, ErrorRecord | None]:
-    """Why a range failed (its text and error record), or (None, None); the first that holds of, in order: a task's
-    own failure, no task reporting it (where every range is reported), records found but ``missing`` from the output,
-    records ``lost`` before the read (unless data loss is allowed)."""
+    """Why a range failed (text, error record) or (None, None); first of: a task's failure, no task reporting it,
+    records found but ``missing`` from the output, records ``lost`` before the read (unless allowed)."""
     failed = next((r for r in parts if r["failure"]), None)
     failure, error = (failed["failure"], error_of(failed.get("error"))) if failed else (None, None)
     if failure is None and not parts and rng.count and every_range_reported:

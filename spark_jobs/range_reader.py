@@ -1,24 +1,17 @@
 """Read one offset range ``[start, end)`` with confluent-kafka and yield Arrow record batches.
 
-This runs on a Spark executor (it is also usable alone). Memory is bounded by the fetch limits
-(``fetch.max.bytes``, ``max.partition.fetch.bytes``, ``queued.max.messages.kbytes``) and by
-``batch_records``, never by the length of the range: records are consumed in chunks and a
-batch is handed on every ``batch_records`` records.
+Runs on a Spark executor (or alone). Memory is bounded by the fetch limits and ``batch_records``, never by
+the range's length: a batch is handed on every ``batch_records`` records.
 
-The read stops at ``end`` (records at or beyond it are never returned) and is complete once the
-reader has passed ``end`` (:mod:`spark_jobs.completeness`): offsets it skipped on the way hold no
-record (transaction markers, aborted records under ``read_committed``, compacted offsets). It is
-bounded in time: it gives up when the position did not move for ``stall_timeout_s`` (a deadline
-renewed on progress), a failure whatever ``allow_data_loss`` says. Offsets the log no longer
-holds (below its log start, or beyond its end) are lost; without ``allow_data_loss`` a loss
-raises :class:`~kprio_core.errors.RangeIncomplete` naming topic, partition and offsets. With it,
-the read goes on past the loss (logged) and the caller's tracker carries it to the drain's stats.
+The read never returns records at or beyond ``end`` and is complete once it passed ``end``
+(:mod:`spark_jobs.completeness`): skipped offsets hold no record (transaction markers, aborted records,
+compaction). It gives up when the position did not move for ``stall_timeout_s`` (renewed on progress): a
+failure whatever ``allow_data_loss`` says. Offsets the log no longer holds are lost: without
+``allow_data_loss`` :class:`~kprio_core.errors.RangeIncomplete` names them; with it the read goes on (logged)
+and the caller's tracker carries the loss to the drain's stats.
 
-The settings of a read are one value, :class:`ReadSettings`: the sections of
-:class:`~kprio_core.config.KprioConfig` it uses, as validated, frozen and picklable. The driver
-writes it into the source's one ``settings`` option, the source validates it back once, and every
-task gets it as it is: no option is parsed by hand, and every default is the one written in
-:mod:`kprio_core.config`.
+A read's settings are one validated, frozen, picklable value, :class:`ReadSettings`, carried in the source's
+one ``settings`` option: nothing parsed by hand, every default the one :mod:`kprio_core.config` writes.
 
 >>> from kprio_core.config import KprioConfig, SparkSettings
 >>> fetch_settings_conf(SparkSettings())["max.partition.fetch.bytes"]
@@ -51,17 +44,14 @@ from spark_jobs.completeness import RangeTracker, incomplete_error
 LOGGER = logging.getLogger("kprio.reader")
 
 POLL_SLICE_S = 0.1
-"""Longest single consume() wait, so the stall deadline is checked at least this often. librdkafka's
-consume returns when it has the records asked for or at its timeout, even at the end of the
-partition: a range that ends on transaction markers or aborted records waits one slice for them."""
+"""Longest single consume() wait, so the stall deadline is checked this often; a range ending on
+transaction markers waits one slice (consume returns only at its count or timeout, even at the end)."""
 
 
 class ReadSettings(BaseModel):
     """What a range read needs besides the range: the sections of ``KprioConfig`` the executors use, as validated.
 
-    Frozen and picklable (a Spark task gets it pickled inside the source's reader); no default of its
-    own: each field's is the one :mod:`kprio_core.config` writes. Its repr and its plain JSON mask the
-    secrets; only :meth:`to_option` writes them.
+    No default of its own. Its repr and plain JSON mask the secrets; only :meth:`to_option` writes them.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -138,11 +128,10 @@ def consumer_conf(client: Mapping[str, Any], spark: SparkSettings) -> dict[str, 
 
 
 class _Columns:
-    """Column buffers of one Arrow batch under construction, filled a consume() chunk at a time.
+    """Column buffers of one Arrow batch, filled a consume() chunk at a time.
 
-    Only untracked objects (bytes, ints, numpy and Arrow arrays) outlive a chunk: holding
-    thousands of tuples or lists until the batch is built would make every garbage collection
-    traverse them, which once cost as much as the consume itself.
+    Only GC-untracked objects (bytes, ints, arrays) outlive a chunk: thousands of tuples held until the
+    batch is built made each collection traverse them, costing as much as the consume.
     """
 
     def __init__(self, headers_type: Any) -> None:
@@ -209,11 +198,7 @@ def read_range(
     clock: Callable[[], float] = time.monotonic,
     tracker: RangeTracker | None = None,
 ) -> Iterator[Any]:
-    """Yield ``pyarrow.RecordBatch``es (``schema``) of every record of ``rng``, in offset order.
-
-    ``tracker`` (made here when not given) holds, once the read ended, the records found and the
-    offsets lost (:meth:`RangeTracker.lost`).
-    """
+    """Yield Arrow batches of every record of ``rng`` in offset order; ``tracker`` then holds what was found, lost."""
     import confluent_kafka as ck
 
     tracker = tracker if tracker is not None else RangeTracker(rng)
@@ -340,11 +325,9 @@ def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any],
                      watch: Any = None) -> None:
     """A missing topic or partition fails by name (a consumer assigned to it would only wait).
 
-    Asked only when a consume() slice brought nothing: a metadata request on a new consumer waits about
-    50 ms for its first connection, while a partition that has the records delivers the first in about 3.
-    When the broker has not answered within :data:`~kprio_core.kafka.client.SILENT_S`, ``watch`` (the read's
-    :class:`~kprio_core.kafka.security.SecurityWatch`) asks its listener whether it speaks the client's
-    security protocol: one that does not only closes the connection, and the read would wait ``timeout_s``.
+    Asked only when a slice brought nothing (a metadata request costs ~50 ms, a first record ~3). A broker
+    silent for :data:`~kprio_core.kafka.client.SILENT_S` is asked by ``watch`` whether it speaks the client's
+    security protocol (one that does not only closes the connection, and the read would wait ``timeout_s``).
     """
     from confluent_kafka import KafkaException
 
@@ -359,8 +342,7 @@ def _check_partition(consumer: Any, rng: OffsetRange, client: Mapping[str, Any],
         except KafkaException as exc:
             if first >= timeout_s or error_name(exc) not in ("_TRANSPORT", "_TIMED_OUT"):
                 raise
-            # No answer: a listener of another protocol, or a login or certificate refused (a consumer's
-            # metadata request serves no events: a kprio admin client of the same settings asks why).
+            # No answer: another protocol's listener, or a refused login or certificate (an admin client asks why).
             mismatch = watch.mismatch(timeout_s=ends - time.monotonic())
             if mismatch is not None:
                 watch.failed(mismatch)
@@ -386,10 +368,8 @@ SECURITY_ASK_S = 5.0
 def _collector_paused() -> Iterator[None]:
     """No cyclic garbage collection while a consume() chunk is turned into columns.
 
-    A chunk is thousands of GC-tracked Message objects alive at once; collections that run
-    while they live promote them and set off full collections of the worker's whole heap
-    (a quarter of the reader's CPU, measured). They die by reference count once taken, so
-    pausing the collector loses nothing; it runs again from the next allocation on.
+    Thousands of live Message objects set off full collections of the worker's heap (a quarter of the
+    reader's CPU); they die by reference count once taken, so pausing loses nothing.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -401,11 +381,7 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _plain(messages: list[Any], position: int, end: int) -> bool:
-    """A chunk of records only (no error events), all inside ``[position, end)``: the fast path.
-
-    Offsets of one partition arrive in increasing order, so the first and last bound them all
-    (the range tracker checks the order anyway).
-    """
+    """A chunk of records only, all inside ``[position, end)`` (offsets increase: first and last bound them)."""
     return bool(messages) and not any([m.error() for m in messages]) and (
         messages[0].offset() >= position and messages[-1].offset() < end)
 
@@ -414,10 +390,8 @@ def _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name="hi
               where=("?", 0.0), watch=None):
     """Handle an error event: (stop reading?, new position, what happened).
 
-    ``end_name``: what the end of a partition is to this reader (its isolation level's end);
-    ``where``: the bootstrap servers and the stall timeout, for a typed error's message; ``watch``: the read's
-    :class:`~kprio_core.kafka.security.SecurityWatch`, which raises a security failure typed, naming the
-    client's settings (never secrets).
+    ``end_name``: the isolation level's end; ``where``: bootstrap servers and stall timeout for messages;
+    ``watch`` raises security failures typed (settings named, never secrets).
     """
     code = err.code()
     if code == ck.KafkaError._PARTITION_EOF:
@@ -446,10 +420,8 @@ def _on_event(consumer, ck, rng, tracker, err, msg, position, seen, end_name="hi
     from kprio_core.kafka.security import SecurityWatch
 
     if msg.topic() is None and not err.fatal():
-        # A refused login or certificate, or a listener of another security protocol, fails the read at once,
-        # typed (librdkafka would retry until the stall timeout); any other client-level event (a group
-        # coordinator lookup, a connection dropped) librdkafka retries on its own, and the stall deadline
-        # bounds the wait.
+        # A security refusal fails the read at once, typed (librdkafka would retry until the stall timeout);
+        # other client-level events librdkafka retries itself, bounded by the stall deadline.
         (watch or SecurityWatch({"bootstrap.servers": where[0]}))(err)
         LOGGER.info("%s: client event while reading: %s", rng, err.str())
         return False, position, ""

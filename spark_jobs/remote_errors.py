@@ -1,29 +1,20 @@
 """Exceptions Spark itself raises around a drain, outside kprio's drain task, typed once where they are caught.
 
-A drain task never raises to Spark: what fails in it comes back in its stats rows as a typed
-record (:class:`kprio_core.model.results.ErrorRecord`). Two kinds of failure still arrive as Spark's own
-exceptions, and are turned into kprio's types here, at the one boundary that catches them:
+A drain task never raises to Spark: its failures come back in its stats rows as typed records
+(:class:`kprio_core.model.results.ErrorRecord`). These still arrive as Spark's own exceptions, and are
+typed here, at the one boundary that catches them:
 
-- **a failed read stage of the key-order shuffle** (:func:`failures_in`): there the records
-  are read by the ``kprio-kafka`` source's records mode (or Spark's own ``kafka`` source) in a
-  stage before the drain task; a kprio error raised by the reader fails Spark's stage, and Spark
-  wraps it into its own exception, keeping only the traceback's text: the type is lost. So the
-  reader attaches the failure's :class:`~kprio_core.model.results.ErrorRecord` (type, message, transient,
-  and the range it was reading as a structured field) to the error as one note, ``kprio.failure``
-  and the record's JSON (:func:`note_failure`), which the traceback carries; the driver decodes that
-  one note with :mod:`json` (:func:`failures_in`) and reads nothing else from the text;
-- **Spark gone** (:func:`spark_unavailable`): a Spark Connect server stopped or restarted, a
-  session it closed, a stopped context or a lost JVM gateway. These come from py4j and gRPC:
-  their type says so where it can (``Py4JNetworkError``, a gRPC status ``UNAVAILABLE``, a
-  ``SESSION_CLOSED`` error condition, a refused connection); a context shut down under a running
-  job is only said in the text of Spark's ``SparkException``, so that one is matched by its words;
-- **the native reader's Kafka client refused** (:func:`java_security_failure`): a wrong password, a
-  certificate Kafka's Java client does not trust, as kprio's security errors;
-- **a job Spark aborted** (:func:`job_aborted`): a task that failed outside the drain task (its
-  Python worker died, an executor was lost, memory ran out). py4j gives it as a
-  ``Py4JJavaError`` whose first line says only which call failed; the cause is in Spark's
-  "Job aborted due to stage failure" line further down, which becomes a
-  :class:`~kprio_core.errors.SparkJobFailed`.
+- **a failed read stage of the key-order shuffle** (:func:`failures_in`): Spark wraps the reader's kprio
+  error keeping only the traceback's text, so the reader attaches its ErrorRecord (range as a field) as one
+  note, ``kprio.failure`` + JSON (:func:`note_failure`); the driver decodes that note and nothing else;
+- **Spark gone** (:func:`spark_unavailable`): Connect server stopped or restarted, session closed, context
+  stopped, JVM gateway lost; typed where py4j and gRPC allow (``Py4JNetworkError``, gRPC ``UNAVAILABLE``,
+  ``SESSION_CLOSED``, a refused connection); a context shut down under a running job only by its words;
+- **the native reader's Kafka client refused** (:func:`java_security_failure`): wrong password,
+  untrusted certificate, as kprio's security errors;
+- **a job Spark aborted** (:func:`job_aborted`): a task failed outside the drain task (Python worker died,
+  executor lost, out of memory); the cause is Spark's "Job aborted due to stage failure" line, not the
+  ``Py4JJavaError``'s first line: a :class:`~kprio_core.errors.SparkJobFailed`.
 
 >>> from kprio_core.errors import RangeIncomplete
 >>> from kprio_core.model.offsets import OffsetRange
@@ -69,8 +60,7 @@ _GONE_WORDS = ("SparkContext was shut down", "SparkContext has been shutdown")
 def note_failure(err: BaseException, where: OffsetRange | None) -> BaseException:
     """Attach ``err``'s :class:`~kprio_core.model.results.ErrorRecord` (reading ``where``) to it as its one failure note.
 
-    Done where the error happens (an executor), so the record travels with the traceback Spark keeps;
-    its message, and so what the user sees, is unchanged. An error that has its note already keeps it.
+    Done on the executor, so it travels with the traceback; the message is unchanged, an existing note kept.
     """
     notes = getattr(err, "__notes__", ())
     if not any(note.startswith(FAILURE_NOTE) for note in notes):
@@ -79,10 +69,7 @@ def note_failure(err: BaseException, where: OffsetRange | None) -> BaseException
 
 
 def failures_in(exc: BaseException) -> tuple[ErrorRecord, ...]:
-    """The failure records (:func:`note_failure`) a failed Spark stage carries in its text, each once, in order.
-
-    Only the notes are decoded (with :mod:`json`); an exception without one is not a reader's (Spark's own).
-    """
+    """The failure records (:func:`note_failure`) in a failed Spark stage's text, each once, in order."""
     text, decoder = str(exc), json.JSONDecoder()
     found: dict[ErrorRecord, None] = {}
     at = text.find(FAILURE_NOTE)
@@ -145,9 +132,8 @@ def _gone(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def spark_boundary(kafka: KafkaSettings | None = None) -> Iterator[None]:
-    """Run Spark calls: Spark gone becomes :class:`~kprio_core.errors.SparkUnavailable`, a job Spark aborted
-    :class:`~kprio_core.errors.SparkJobFailed`; with ``kafka`` (the native reader's settings), Kafka's Java
-    client timing out becomes why (:func:`java_timeout`); anything else passes as is."""
+    """Run Spark calls, typing Spark's exceptions (module docstring); with ``kafka`` (the native reader's
+    settings) a Java client timeout too (:func:`java_timeout`); anything else passes as is."""
     try:
         yield
     except Exception as exc:
@@ -162,10 +148,10 @@ _JAVA_TIMEOUT = re.compile(r"org\.apache\.kafka\.common\.errors\.TimeoutExceptio
 
 
 def java_timeout(exc: BaseException, kafka: KafkaSettings) -> errors.KprioError | None:
-    """The native reader's Kafka Java client timed out (``TimeoutException``: no broker answered it), typed: the
-    driver asks why with a kprio admin client of the same settings (:func:`kprio_core.kafka.client.refusal`),
-    which names a listener of another security protocol or a refused login or certificate; else the broker is
-    unreachable (transient). None when ``exc`` is no such timeout."""
+    """The native reader's Java client timed out (no broker answered), typed; None when ``exc`` is no such timeout.
+
+    A kprio admin client of the same settings asks why (:func:`kprio_core.kafka.client.refusal`): a security
+    failure, else BrokerUnreachable (transient)."""
     if isinstance(exc, errors.KprioError):
         return None
     found = _JAVA_TIMEOUT.search(str(exc))

@@ -1,51 +1,34 @@
 """One SparkSession per run: ``local[*]`` by default, a ``spark.master`` URL, or a Spark Connect remote.
 
-The session has the ``kprio-kafka`` data source registered (:func:`spark_jobs.source.register`).
-Each driver (``kprio drain``, a Dagster run's ``SparkResource``, an Airflow task) makes one
-:class:`SparkProvider` and passes it, or its ``session`` getter, to the code that needs a session:
-it starts the session on first use or in the background, reuses an active one, and stops only the
-one it started. Nothing here is module state.
-Where each :class:`~kprio_core.config.SparkSettings` field acts:
+The session has the ``kprio-kafka`` data source registered (:func:`spark_jobs.source.register`). Each driver
+(``kprio drain``, a Dagster run's ``SparkResource``, an Airflow task) makes one :class:`SparkProvider`, which
+starts the session on first use or in the background, reuses an active one, and stops only the one it started.
+No module state. Where each :class:`~kprio_core.config.SparkSettings` field acts:
 
 - ``master`` / ``remote``: the session built here (``remote`` wins: a Spark Connect session);
-- ``conf``: applied to the session after kprio's defaults (over Spark Connect only runtime
-  settings take: static ones are the server's);
-- ``arrow_batch_records``: the session's ``spark.sql.execution.arrow.maxRecordsPerBatch`` here, and
-  the source's Arrow batches (:class:`spark_jobs.range_reader.ReadSettings`) and the Parquet row groups;
+- ``conf``: applied after kprio's defaults (over Spark Connect only runtime settings take);
+- ``arrow_batch_records``: ``spark.sql.execution.arrow.maxRecordsPerBatch``, the source's Arrow batches
+  (:class:`spark_jobs.range_reader.ReadSettings`) and the Parquet row groups;
 - ``reader``, ``fetch_max_bytes``, ``max_partition_fetch_bytes``, ``queued_max_messages_kbytes``: the
   drain's reader and the executors' consumers (:mod:`spark_jobs.drain`, :mod:`spark_jobs.source`);
-- ``connect_port``, ``connect_dir``: the Spark Connect server kprio starts (``kprio spark start``),
-  not a session.
+- ``connect_port``, ``connect_dir``: the Spark Connect server kprio starts (``kprio spark start``), not a session.
 
-A local or classic session also gets Spark's Kafka connector (the ``native`` reader) in
-``spark.jars``, after any jars the configuration names: the connector's jars that pyspark does not
-ship, from the jar cache ``scripts/setup.sh`` fills (:func:`connector_jars`). Without them the
-session still builds; only the native reader then fails, saying what is missing. A Spark Connect
-session uses the server's classpath (kprio's server gets the same jars).
+A local or classic session gets Spark's Kafka connector jars (the ``native`` reader) in ``spark.jars`` after any
+configured ones, from the jar cache ``scripts/setup.sh`` fills (:func:`connector_jars`); without them only the
+native reader fails, saying what is missing. Spark Connect uses the server's classpath (given the same jars).
 
-Spark redacts the values of settings and source options whose names match
-``spark.redaction.regex`` in its UI, event logs and plans; kprio's default adds every Kafka client
-secret (:data:`~kprio_core.config.SECRET_SETTINGS`, and the Java client's
-:data:`~kprio_core.config.JAVA_SECRETS` the native reader is given) that Spark's own pattern misses,
-such as ``sasl.jaas.config`` and ``ssl.keystore.key``, since both readers pass them as ``kafka.*`` options.
-Over Spark Connect a query's plan is shown as text (its statement, call site and stage details in the UI and
-the event log), secret options' values included: ``spark.sql.redaction.string.regex`` redacts them there.
+Spark's redaction patterns get every Kafka secret its own misses (:data:`DEFAULT_CONF`), in UI, event logs and
+plans, Spark Connect's plans shown as text included.
 
-Over Spark Connect every kprio process joins ONE shared server-side session (a session id
-derived from the remote URL, unless the URL names one): a run process then finds the data source
-registered and the server's Python workers warm, instead of paying several seconds for a new
-session's workers on its first query. Closing a run's client never releases that session; if the
-server has closed it (idle timeout, ``ReleaseSession``), the next id of the same sequence is used,
-so all processes meet on the same one again.
+Over Spark Connect every kprio process joins ONE shared server-side session (id derived from the remote URL
+unless it names one), so a run finds the data source registered and the Python workers warm instead of paying
+seconds for new ones. Closing a client never releases it; if the server closed it, the next id of the same
+sequence is used, so all processes meet again.
 
-A local session's processes (its driver JVM and the Python workers that JVM starts) run with glibc's
-``MALLOC_ARENA_MAX=2`` unless the environment sets it (:data:`LOCAL_ENV`, :func:`local_env`); so does
-the local Spark Connect server kprio starts.
-
-Executors of a local or classic session run the driver's own interpreter (``PYSPARK_PYTHON`` =
-``sys.executable`` unless set), so the data source and the handler import the same kprio and
-the same libraries on both sides. A real cluster's workers, and a Spark Connect server's Python
-workers, need kprio installed (or on their ``PYTHONPATH``) too.
+Local sessions (driver JVM, its Python workers, the local Connect server) run with glibc's ``MALLOC_ARENA_MAX=2``
+unless set (:data:`LOCAL_ENV`). Local or classic executors run the driver's interpreter (``PYSPARK_PYTHON`` =
+``sys.executable`` unless set) so both sides import the same kprio; a cluster's or Connect server's workers
+need kprio installed too.
 
 >>> from kprio_core.config import SparkSettings
 >>> session_conf(SparkSettings(conf={"spark.sql.shuffle.partitions": "8"}))["spark.sql.shuffle.partitions"]
@@ -122,14 +105,11 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     # A drain job has a handful of lanes, not 200: keep shuffles small unless configured.
     "spark.sql.shuffle.partitions": "8",
-    # Batches of different priorities drain at once (kprio drain runs them in threads of one session):
-    # each in its own pool (:func:`priority_pool`), shared fairly, so an urgent batch's tasks take the
-    # next free core instead of queueing behind every task of a bulk job.
+    # Batches of several priorities drain at once, each in its own pool (:func:`priority_pool`): an urgent
+    # batch's tasks take the next free core instead of queueing behind a bulk job's.
     "spark.scheduler.mode": "FAIR",
-    # The native reader's kafka.* options carry the client's secrets: keep them out of the UI,
-    # the event log and explain output.
+    # Both readers pass secrets as kafka.* options (names: UI, event log, explain; values: plans shown as text).
     "spark.redaction.regex": _redaction_regex(),
-    # ... and the values of the options that carry them, where a plan is shown as text.
     "spark.sql.redaction.string.regex": _string_redaction_regex(),
 }
 
@@ -137,15 +117,12 @@ DEFAULT_CONF = {
 LOCAL_ENV = {"MALLOC_ARENA_MAX": "2"}
 """Environment of a local session's driver JVM and of the Python workers it starts (unless already set).
 
-glibc's malloc gives threads up to eight arenas per core, and each arena keeps its own freed
-memory: the drain's Python workers (librdkafka's threads) and the JVM run many threads. Two arenas,
-as YARN's containers get four: ``drain_bench.py`` measured the Python workers' peak RSS at 995-1,005
-MiB against 1,025-1,051 (the JVM's 607-610 against 621-691), the drain no slower."""
+glibc gives threads up to eight arenas per core, each keeping its own freed memory, and the workers
+(librdkafka) and the JVM run many threads: two arenas cut peak RSS a few percent, the drain no slower."""
 
 
 def local_env(settings: SparkSettings, environ: Mapping[str, str]) -> dict[str, str]:
-    """What :data:`LOCAL_ENV` adds to ``environ`` for a session of ``settings``: nothing unless the master is
-    local (a cluster's executors have their own environment), never a variable ``environ`` already sets."""
+    """What :data:`LOCAL_ENV` adds to ``environ``: nothing unless the master is local, never a variable already set."""
     if not settings.master.startswith("local"):
         return {}
     return {name: value for name, value in LOCAL_ENV.items() if name not in environ}
@@ -160,10 +137,7 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
 
 
 def connector_jars() -> list[str]:
-    """The jars of Spark's Kafka connector to add to ``spark.jars``; empty when they are not in the jar cache.
-
-    A file lookup in the jar cache (no Maven, no network).
-    """
+    """The jars of Spark's Kafka connector for ``spark.jars``; empty when not in the jar cache (no Maven or network)."""
     from spark_jobs.connector import spark_connector_jars
 
     return [str(path) for path in spark_connector_jars() or ()]
@@ -179,12 +153,9 @@ def with_jars(conf: Mapping[str, str], jars: Sequence[str]) -> dict[str, str]:
 
 
 def classic_conf(settings: SparkSettings) -> dict[str, str]:
-    """Settings of a local or classic session: :func:`session_conf` with the connector's jars (when cached),
-    kprio's scheduler pools (:func:`pools_file`) unless the settings name a file of their own; for a
-    local master the driver JVM's class-data archive when the setup built one
-    (:func:`spark_jobs.class_archive.with_class_archive`) and, with the python reader, its C1 compiler
-    only and the serial collector (:func:`spark_jobs.class_archive.with_c1_only`,
-    :func:`~spark_jobs.class_archive.with_serial_gc`), unless the settings' Java options say otherwise."""
+    """Settings of a local or classic session: :func:`session_conf`, the connector's jars (when cached), kprio's
+    scheduler pools unless a file is configured; for a local master, :func:`lean_driver` and the driver JVM's
+    class-data archive when built (:func:`spark_jobs.class_archive.with_class_archive`)."""
     from spark_jobs.class_archive import with_class_archive
 
     conf = with_jars(session_conf(settings), connector_jars())
@@ -195,9 +166,7 @@ def classic_conf(settings: SparkSettings) -> dict[str, str]:
 
 
 def lean_driver(conf: dict[str, str], settings: SparkSettings) -> dict[str, str]:
-    """``conf`` with a local driver JVM of the python reader compiling with C1 only and collecting with the
-    serial collector (:mod:`spark_jobs.class_archive`): its JVM does little per record, the Python workers
-    the rest. Spark's own kafka source works in the JVM and keeps its defaults; so does a cluster."""
+    """``conf`` with a local python-reader driver JVM on C1 only and serial GC (:mod:`spark_jobs.class_archive`)."""
     from kprio_core.config import SparkReader
     from spark_jobs.class_archive import with_c1_only, with_serial_gc
 
@@ -208,9 +177,6 @@ def lean_driver(conf: dict[str, str], settings: SparkSettings) -> dict[str, str]
 
 def pools_xml() -> str:
     """Spark's fair scheduler pools of kprio: ``kprio-p<n>`` for each priority, weight ``n + 1``.
-
-    When batches of several priorities have tasks waiting, a free core goes to the pool with the
-    fewest running tasks per weight: an urgent batch gets its share first, a bulk one keeps its own.
 
     >>> print(pools_xml().splitlines()[2].strip())
     <pool name="kprio-p0"><schedulingMode>FIFO</schedulingMode><weight>1</weight><minShare>0</minShare></pool>
@@ -270,13 +236,10 @@ def build_session(settings: SparkSettings, app_name: str = "kprio") -> SparkSess
 
 @contextmanager
 def priority_pool(spark: SparkSession, priority: int) -> Iterator[str | None]:
-    """Within it, this thread's Spark jobs go to the scheduler pool ``kprio-p<priority>`` (a classic
-    session; Spark Connect's server keeps its own scheduling, and nothing is set). Yields the pool's name.
+    """Within it, this thread's Spark jobs go to pool ``kprio-p<priority>``; yields it (None over Spark Connect).
 
-    Under ``spark.scheduler.mode=FAIR`` pools share the cores: the next free core goes to the pool
-    with the fewest running tasks, so a batch that holds an urgent priority starts as soon as one
-    task of a bulk batch ends.
-    """
+    Under FAIR scheduling a free core goes to the pool with the fewest running tasks per weight: an urgent
+    batch starts as soon as one task of a bulk batch ends."""
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         yield None
         return
@@ -291,13 +254,9 @@ def priority_pool(spark: SparkSession, priority: int) -> Iterator[str | None]:
 
 
 class SparkProvider:
-    """The Spark session of one driver, made once by it and passed to whatever needs a session.
+    """The Spark session of one driver, made once and passed to whatever needs a session.
 
-    :meth:`session` builds it on first use (:func:`build_session`), or waits for the start
-    :meth:`start_in_background` began; a session already active in the process (the tests', one
-    whoever runs the driver started) is reused. :meth:`stop` stops the session only when this
-    provider started it: an active session belongs to whoever started it.
-    """
+    An active session is reused and belongs to whoever started it: :meth:`stop` stops only one it started."""
 
     def __init__(self, settings: SparkSettings, app_name: str = "kprio") -> None:
         self.settings, self.app_name = settings, app_name
@@ -308,13 +267,10 @@ class SparkProvider:
         self._starting: threading.Thread | None = None
 
     def start_in_background(self) -> bool:
-        """Start the session on a thread: the JVM starts while the driver does other work (imports, the first
-        tick), and :meth:`session` waits for it. Whether it started one: nothing starts when a session is
-        active in the process already, or this provider holds or is starting one.
+        """Start the session on a thread while the driver does other work; :meth:`session` waits for it.
 
-        A start that fails leaves no session: whoever needs one then starts it and reports the failure
-        where it belongs.
-        """
+        False when a session is active, held or starting. A failed start leaves no session: whoever needs one
+        starts it and reports the failure where it belongs."""
         with self._lock:
             if self._session is not None or self._starting is not None or session_running():
                 return False
@@ -329,12 +285,9 @@ class SparkProvider:
             logging.getLogger("kprio.spark").debug("the background start of the Spark session failed", exc_info=True)
 
     def session(self) -> SparkSession:
-        """The session: the one built already (or being built in the background: waited for), else built now.
+        """The session built (or being built in the background: waited for), else built now.
 
-        A Spark Connect session is asked for again on each call (:func:`build_session`: the shared session,
-        kprio's settings and the data source, set again), as each run's Spark resource asked for it before
-        the runs of ``kprio drain`` shared one provider.
-        """
+        Over Spark Connect, asked for again on each call (shared session, settings and data source set again)."""
         with self._lock:
             if self._session is None:
                 existed = session_running()

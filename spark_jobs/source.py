@@ -1,34 +1,23 @@
 """The ``kprio-kafka`` Python data source: exact Kafka offset ranges, read on the executors.
 
-Registered under its own name, not ``kafka`` (Spark's built-in source of that name would win).
-Each task reads with confluent-kafka (:mod:`spark_jobs.range_reader`: bounded memory, a short or
-gapped range raises :class:`~kprio_core.errors.RangeIncomplete` naming the missing offsets unless
-``allowDataLoss``). Two modes:
+Registered under its own name, not ``kafka`` (Spark's built-in source would win). Each task reads with
+confluent-kafka (:mod:`spark_jobs.range_reader`). Two modes:
 
-- **records** (no ``drain`` option): the records, in the schema of Spark's Kafka source
-  (:mod:`spark_jobs.kafka_schema`), one input partition per split so plain reads and the drain's
-  key-order shuffle read in parallel;
-- **drain** (option ``drain``: a :class:`~spark_jobs.drain_task.DrainSpec`): every topic
-  partition of the plan is read by one task, its splits in offset order, and drained right there
-  (:func:`spark_jobs.drain_task.drain_partition`: lanes, handler, dead letters, staged Parquet,
-  its own failure scope). The task yields only small stats rows, one per planned range
-  (:func:`spark_jobs.range_counts.stats_struct`): the JVM moves a few hundred bytes per task.
-  With ``drainTasks`` (the cores Spark has) the topic partitions are packed into that many input
-  partitions, balanced by planned records, each draining its partitions one after the other: a
-  Spark task of a Python data source costs about 0.1 s of fixed work, so a 12-partition batch on
-  2 cores runs 2 tasks, not 12. Without it, one input partition per topic partition.
+- **records** (no ``drain`` option): the records in Spark's Kafka schema (:mod:`spark_jobs.kafka_schema`),
+  one input partition per split so plain reads and the key-order shuffle read in parallel;
+- **drain** (option ``drain``: a :class:`~spark_jobs.drain_task.DrainSpec`): one task per topic partition
+  reads its splits in offset order and drains them (:func:`spark_jobs.drain_task.drain_partition`), yielding
+  only stats rows (:func:`spark_jobs.range_counts.stats_struct`): a few hundred bytes per task through the JVM.
+  ``drainTasks`` packs topic partitions into that many input partitions, balanced by planned records (a Python
+  data source task costs ~0.1 s fixed); without it, one per topic partition.
 
 Options (all strings, names case-insensitive):
 
 - ``splits``: JSON list of ``{"topic", "partition", "start", "end", "priority"}``;
-- ``settings``: the read settings, one value (:class:`~spark_jobs.range_reader.ReadSettings`: the
-  ``kafka`` and ``spark`` sections of ``KprioConfig`` and ``allow_data_loss``, as
-  :meth:`~spark_jobs.range_reader.ReadSettings.to_option` writes them, secrets included: Spark's
-  plans and event log show no option of a Python data source); validated once when the read is
-  planned, then carried to every task as it is, frozen and pickled. Left out, every setting has
-  its default from :mod:`kprio_core.config`, and ``kafka.bootstrap.servers`` is required;
-- ``kafka.<setting>``: librdkafka settings for a direct read, added to those of ``settings``
-  (the source never logs or shows its options);
+- ``settings``: :meth:`ReadSettings.to_option <spark_jobs.range_reader.ReadSettings.to_option>`, secrets
+  included (Spark's plans and event log show no option of a Python data source); validated once when planned,
+  then pickled to every task. Left out, every setting has its default and ``kafka.bootstrap.servers`` is required;
+- ``kafka.<setting>``: librdkafka settings for a direct read, added to those of ``settings`` (never logged or shown);
 - ``drain``: the drain spec (JSON), for the drain mode;
 - ``drainTasks``: at most this many input partitions in drain mode.
 
@@ -115,9 +104,8 @@ def source_options(config: KprioConfig, splits: Sequence[PlannedRange], *, drain
 def register(spark: SparkSession) -> None:
     """Make ``kprio-kafka`` known to ``spark`` (cheap; classic and Spark Connect sessions alike).
 
-    Runs that share one Spark Connect session register it side by side, and the server may refuse
-    one of two registrations made at the same moment (``DATA_SOURCE_ALREADY_EXISTS``): the other
-    client's, of the same kprio source, is in place then, so that refusal is not an error.
+    On a shared Spark Connect session a simultaneous registration may be refused with
+    ``DATA_SOURCE_ALREADY_EXISTS``: the other client's, of the same source, is in place, so that is no error.
     """
     from pyspark.errors import AnalysisException
 
@@ -156,10 +144,9 @@ def parse_splits(text: str) -> tuple[PlannedRange, ...]:
 
 def input_partitions(splits: Sequence[PlannedRange], *, by_topic_partition: bool,
                      tasks: int | None = None) -> list[TaskReads]:
-    """Whole topic partitions (each its splits in offset order) packed into ``tasks`` tasks, or one task per split.
+    """Whole topic partitions (splits in offset order) packed into ``tasks`` tasks, or one task per split.
 
-    Packing is greedy, largest partition first onto the least loaded task (within 4/3 of the best
-    balance), and deterministic.
+    Greedy and deterministic: largest partition first onto the least loaded task (within 4/3 of the best balance).
     """
     if not by_topic_partition:
         return [TaskReads((PartitionReads(s.range.topic, s.range.partition, ((s.range.start, s.range.end),)),))

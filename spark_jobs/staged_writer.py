@@ -1,23 +1,16 @@
 """Write one staged Parquet file with pyarrow: bounded row groups, zstd, a name that says what it holds.
 
-Rows are buffered up to ``row_group_records`` and then written as one row group, so a writer
-holds at most one Arrow batch of its rows (plus the Parquet encoder's page buffers), never its
-range. zstd. Dictionary encoding only for the key and string columns: numbers, timestamps and
-whole values are nearly all distinct, and zstd already folds repeats (measured on the
-benchmark's records: a dictionary on every column cost a third more write time for a larger
-file). No statistics for ``value``: min/max of whole payloads is no use to a reader.
+Rows are buffered up to ``row_group_records`` and written as one row group: a writer holds one row group,
+never its range. Dictionary encoding only for key and string columns (elsewhere it cost a third more write
+time for a larger file: values are nearly all distinct and zstd folds repeats). No statistics for ``value``.
 
-On a local filesystem or HDFS the file is written under a temporary name and renamed into its
-final name when complete, so a second attempt of the same Spark task (speculation, a lost
-executor) never interleaves with the first and a staged name only ever holds a whole file. Object
-stores make an object visible only once it is fully uploaded: the file is written in place.
+Locally and on HDFS the file is written under a temporary name and renamed when complete, so a second
+attempt of the same task (speculation, lost executor) never interleaves and a staged name holds a whole file.
+Object stores show an object only once uploaded: written in place.
 
-An ``OSError`` comes back as ``OSError(errno, "<cause>", <path>)``, e.g. ``No space left on
-device`` with the file's path, whatever layer raised it (pyarrow gives the number as the error's
-``errno``); one whose number says the output cannot
-be written for now (:data:`~kprio_core.errors.TRANSIENT_ERRNOS`: full, read-only, ...) is typed
-right here as :class:`~kprio_core.errors.OutputUnavailable` with the same text, so its batch is
-retried until the storage is back.
+An ``OSError`` comes back as ``OSError(errno, "<cause>", <path>)`` whatever layer raised it; one the output
+cannot take for now (:data:`~kprio_core.errors.TRANSIENT_ERRNOS`) as :class:`~kprio_core.errors.OutputUnavailable`,
+so its batch is retried until the storage is back.
 
 >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile
 >>> from spark_jobs.layout import filesystem
@@ -126,10 +119,7 @@ class StagedWriter:
 
 @contextlib.contextmanager
 def _with_path(path: str) -> Iterator[None]:
-    """Re-raise any OSError as ``OSError(errno, strerror, path)`` (the cause and where), or as OutputUnavailable.
-
-    The number is the error's own ``errno``, which pyarrow sets from its status (``[errno 28] ...`` in
-    its text is that same number, never read back from there).
+    """Re-raise any OSError as ``OSError(errno, strerror, path)``, or as OutputUnavailable (``errno``, never its text).
 
     >>> import errno
     >>> with _with_path("/out/f.parquet"):

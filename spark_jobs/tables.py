@@ -1,15 +1,12 @@
 """Where a batch's checked rows land: one interface, :class:`Output`, and one module per format behind it.
 
-``drain.format`` names the format once (:func:`output_of`; the registry is :data:`kprio_core.extras.OUTPUT_FORMATS`):
-Parquet files moved into place one by one (:mod:`spark_jobs.formats.parquet`: a reader may meet half a batch for a
-moment; idempotent by construction, the files named by their ranges), or a Delta Lake or Iceberg table per logical
-topic and root with one commit (snapshot) per batch (:mod:`~spark_jobs.formats.delta`,
-:mod:`~spark_jobs.formats.iceberg`: a reader sees whole batches, each offset once; the run's epoch is the batch's
-fencing token in the table, so a publish again is a no-op, a later epoch replaces in one commit, an earlier one is
-refused). Every caller that
-publishes, reads back, lists, maintains or describes the output goes through it, so the formats differ in their modules
-only. Both roots (output and dead letters) are in the chosen format; the executors stage Parquet files under
-``<root>/_staging/`` in every format (:mod:`spark_jobs.output`), and the checks read them before anything is published.
+``drain.format`` names the format (:func:`output_of`; registry :data:`kprio_core.extras.OUTPUT_FORMATS`): Parquet
+files moved into place one by one (:mod:`spark_jobs.formats.parquet`: a reader may meet half a batch for a moment;
+idempotent, files named by their ranges), or a Delta Lake or Iceberg table per logical topic and root, one commit
+per batch (:mod:`~spark_jobs.formats.delta`, :mod:`~spark_jobs.formats.iceberg`: whole batches, each offset once;
+the run's epoch is the fencing token: same epoch a no-op, later replaces, earlier refused). Every caller goes
+through it, so formats differ in their modules only. Both roots are in the chosen format; every format stages
+Parquet files under ``<root>/_staging/`` (:mod:`spark_jobs.output`), which the checks read before any publish.
 
 >>> import tempfile
 >>> from kprio_core.config import DrainSettings
@@ -63,9 +60,8 @@ class Publication:
 
 
 class Output(Protocol):
-    """An output format over the roots of ``drain``: a frozen value, made by :func:`output_of`. Every format stages
-    alike (a batch's rows and dead letters as Parquet files under each root's ``_staging``, :mod:`spark_jobs.output`);
-    a format says what its publish makes of them, and how they are read, kept and shown."""
+    """An output format over the roots of ``drain`` (a frozen value, :func:`output_of`): what its publish makes of
+    the staged files, and how they are read, kept and shown."""
 
     drain: DrainSettings
     tables: ClassVar[bool]
@@ -91,8 +87,7 @@ class Output(Protocol):
         """Every published file of ``kind`` (a table's: those its current version holds)."""
 
     def publishes(self, kind: str, logical_topic: str) -> list[dict[str, Any]]:
-        """The publishes the output records, oldest first (batch id, attempt, ranges, its version): what a lost
-        ledger adopts beside the live files; none for files without a log."""
+        """The publishes the output records, oldest first: what a lost ledger adopts (none for files without a log)."""
 
     def figures(self, kind: str, logical_topic: str) -> Figures | None:
         """The output's size as a reader meets it: files, bytes, versions (None: no table yet)."""
@@ -141,16 +136,16 @@ def live_files(drain: DrainSettings, logical_topic: str) -> tuple[LiveFile, ...]
 
 
 def batch_ids(drain: DrainSettings, logical_topic: str, live: Iterable[LiveFile] | None = None) -> set[str]:
-    """Every batch id the published output of a topic names: its live files' writers (``live`` when read
-    already) and every batch a publish the tables record names (a replaced batch too)."""
+    """Every batch id the published output names: live files' writers (``live`` if read) and recorded publishes'."""
     out = output_of(drain)
     ids = {f.batch_id for f in (live_files(drain, logical_topic) if live is None else live) if f.batch_id}
     return ids | {b["batch_id"] for kind in (OUTPUT, DEAD_LETTERS) for b in out.publishes(kind, logical_topic)}
 
 
 class TableOutput:
-    """What the table formats share: the publish into two tables, the dead letters' first, as one decision; the
-    report of their publishes. A format says how it reads the epoch a table holds and how it commits."""
+    """What the table formats share: the publish into two tables as one decision, and its report.
+
+    A format says how it reads the epoch a table holds and how it commits."""
 
     drain: DrainSettings
     tables: ClassVar[bool] = True
@@ -163,12 +158,12 @@ class TableOutput:
     def publish(self, result: DrainResult, *, ranges: Iterable[OffsetRange] | None = None,
                 incarnations: Mapping[str, int] | None = None, checks: CheckReport | None = None,
                 epoch: int | None = None) -> Publication:
-        """The dead-letter table's commit, then the output table's, each carrying the batch, the attempt, the ranges,
-        ``checks`` and the run's epoch. The output table's commit is the decision: when it holds the batch at ``epoch``
-        the publish is done (``already``); a later epoch there refuses this run (:func:`refuse_if_stale`). A crash
-        between the two commits leaves the output table without the batch: the next run publishes both again.
-        :class:`~kprio_core.errors.OutputUnavailable` when the output cannot be written for now, else
-        :class:`~kprio_core.errors.OutputPublishFailed`, each naming the batch and the cause.
+        """The dead-letter table's commit, then the output table's: the output's is the decision.
+
+        When it holds the batch at ``epoch`` the publish is done (``already``); a later epoch refuses this run
+        (:func:`refuse_if_stale`). A crash between the commits leaves the output without the batch: the next run
+        publishes both again. :class:`~kprio_core.errors.OutputUnavailable` when the output cannot be written for
+        now, else :class:`~kprio_core.errors.OutputPublishFailed`, each naming the batch and the cause.
         """
         from spark_jobs.output import discard
 
@@ -224,8 +219,7 @@ class TableOutput:
 
 
 def refuse_if_stale(held: int, epoch: int, result: DrainResult, table: str) -> None:
-    """Raise :class:`~kprio_core.errors.LeaseLost` when ``table`` holds the batch at a later epoch than ``epoch``: a
-    newer run owns the batch, and this one writes nothing."""
+    """Raise :class:`~kprio_core.errors.LeaseLost` when ``table`` holds the batch at a later epoch (a newer run)."""
     if held > epoch:
         raise LeaseLost(f"the publish of batch {result.batch_id} refused by the {table}: it holds the batch at epoch "
                         f"{held}, newer than this run's {epoch} (another run owns the batch now); nothing was written")
@@ -246,11 +240,8 @@ _ERRNO_TEXT = re.compile(r"\(os error (\d+)\)|\[errno (\d+)\]", re.IGNORECASE)
 def delta_errno(err: BaseException) -> int | None:
     """The errno of a delta-rs error, which carries it in its text only: a workaround at this one place.
 
-    delta-rs raises the object store's I/O errors as ``OSError(message)`` without ``errno``, the number
-    only in Rust's rendering of the cause, e.g. ``OSError: Generic LocalFileSystem error: Unable to rename
-    file: Function not implemented (os error 38)`` (delta-io/delta-rs#2860), and a failure of the Python
-    stream it reads as text (pyarrow's ``[errno 28]``); pyarrow's own errors, and every failure crossing the
-    Spark boundary, carry their numbers and ranges as fields and are never read so.
+    delta-rs raises I/O errors as ``OSError(message)`` without ``errno``, the number only in the text
+    (delta-io/delta-rs#2860); everything else carries numbers and ranges as fields and is never read so.
 
     >>> delta_errno(OSError("Generic LocalFileSystem error: Unable to copy file: No space left on device (os error 28)"))
     28

@@ -8,9 +8,8 @@ A row is **invalid** when (in this order in its error text):
 3. it is a tombstone and ``quality.tombstones`` is ``invalid``;
 4. its key is null and ``quality.null_keys`` is ``invalid``.
 
-Invalid rows go to the dead letters with that text as their ``error``; valid rows go to the
-output. Every rule is a vectorised mask over an Arrow batch, computed only when the column has
-nulls at all, so a clean batch costs a handful of ``null_count`` reads.
+Invalid rows go to the dead letters with that text as their ``error``. Each rule is an Arrow mask computed
+only when the column has nulls, so a clean batch costs a few ``null_count`` reads.
 
 >>> import pyarrow as pa
 >>> rules = Validity(required=("n",), tombstones="record", null_keys="invalid")
@@ -67,9 +66,7 @@ class Validity:
     def split(self, batch: Any) -> tuple[Any, Any | None]:
         """``(valid rows, invalid rows with their error)``; the second is None when every row is valid.
 
-        Valid rows keep ``batch``'s schema (``error`` null); invalid rows keep every column but the
-        decoded fields are dropped by the caller's dead-letter schema.
-        """
+        Both keep ``batch``'s schema: the caller's dead-letter schema drops the decoded fields."""
         import numpy as np
         import pyarrow as pa
 

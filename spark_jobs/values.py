@@ -1,12 +1,9 @@
-"""How a batch's values are decoded, chosen on the driver when its drain starts: the handler, the columns and,
-for Avro, the registry and the reader schemas the executors get in the drain spec.
+"""How a batch's values are decoded, chosen on the driver as its drain starts: handler, columns, registry readers.
 
-- ``json`` (the default): ``drain.handler`` (kprio's :func:`~spark_jobs.handlers.decode_json` unless the user
-  named another) and the topic's ``schema``;
-- ``avro``, ``protobuf``, ``json_schema``: each priority topic's subject's latest version is read from the registry once,
-  here (a registry that cannot be reached fails the attempt as transient, before Spark runs); the columns are
-  those schemas' fields (:func:`kprio_core.values.avro.merged_columns`), the handler
-  :func:`~spark_jobs.handlers.decode_avro` / :func:`~spark_jobs.handlers.decode_registry_values` (or the
+- ``json`` (default): ``drain.handler`` (:func:`~spark_jobs.handlers.decode_json` unless named), the topic's ``schema``;
+- ``avro``, ``protobuf``, ``json_schema``: each priority topic's subject's latest version read once, here (an
+  unreachable registry fails the attempt as transient, before Spark runs); columns are those schemas' fields
+  (:func:`kprio_core.values.avro.merged_columns`), the handler :func:`~spark_jobs.handlers.decode_avro` (or the
   user's, which finds the registry in its context);
 - ``raw``: :func:`~spark_jobs.handlers.keep_raw` (or the user's), no column.
 
@@ -54,10 +51,8 @@ def value_decoding(config: KprioConfig, topic: TopicSettings, ranges: Iterable[P
 def registry_readers(config: KprioConfig, topic: TopicSettings, ranges: Iterable[PlannedRange], kind: str,
                      template: str, setting: str = "value_format",
                      ) -> tuple[RegistryEndpoint, tuple[ReaderSchema, ...], tuple[tuple[str, str], ...]]:
-    """The registry's endpoint, the reader schema of each priority topic ``ranges`` read (the latest version of its
-    subject, named by ``template``: ``value_subject`` or ``key_subject``) and the ``(topic, subject)`` pairs the
-    registry lacks (a topic written without it: its records are dead letters, the batch goes on). Read once per
-    batch on the driver; a registry that cannot be reached fails the attempt as transient, before Spark runs."""
+    """The registry's endpoint, each priority topic's reader schema (its ``template`` subject's latest version), and
+    the ``(topic, subject)`` pairs the registry lacks (their records become dead letters, the batch goes on)."""
     from kprio_core.values.registry import shared_registry
 
     assert config.schema_registry is not None  # the configuration refuses registry formats without a registry

@@ -1,9 +1,8 @@
 """The warm-up job ``kprio spark start`` runs on a new Spark Connect server: ``python -m spark_jobs.warm_up <remote>``.
 
-One small job of the kinds a drain runs (a shuffle, a sort, a ``mapInArrow`` over a kprio
-function) on the session the drains share (:func:`spark_jobs.session.shared_remote`): it loads the
-server JVM's classes and starts the Python workers a first drain would wait for. On failure the
-process exits 1 with one line on stderr (:func:`cause`), which the caller reports.
+One small job of a drain's kinds (shuffle, sort, ``mapInArrow`` over a kprio function) on the shared session
+(:func:`spark_jobs.session.shared_remote`) loads the classes and starts the Python workers a first drain would
+wait for. On failure: exit 1, one line on stderr (:func:`cause`).
 
 >>> cause(RuntimeError("Job aborted: Lost task 0.0: org.apache.spark.SparkException: \\nError from python "
 ...                    "worker:\\n  no python here\\nPYTHONPATH was:\\n  /x\\n\\tat org.apache..."))

@@ -1,10 +1,8 @@
 """Write the class-data archive of a local Spark driver JVM (:mod:`spark_jobs.class_archive` says what maps it).
 
-Run once by ``scripts/setup.sh`` as ``python -m spark_jobs.write_class_archive``: a session starts as
-kprio's do, runs a job through Python workers, Arrow and Parquet, stops, and the JVM writes the
-archive as it exits (about 25 s). Apart from :mod:`spark_jobs.class_archive` because it starts a
-session (:func:`spark_jobs.session.build_session`), whose configuration maps the archive: the two
-would import each other.
+Run once by ``scripts/setup.sh``: a session as kprio's runs a job through Python workers, Arrow and Parquet, and
+its JVM writes the archive as it exits (~25 s). Apart from :mod:`spark_jobs.class_archive` because starting a
+session (:func:`spark_jobs.session.build_session`) maps the archive: the two would import each other.
 """
 
 from __future__ import annotations
@@ -29,11 +27,7 @@ def scratch_of(archive: Path, pid: int | None = None) -> Path:
 
 
 def build(archive: Path, settings: SparkSettings | None = None) -> Path:
-    """Write the archive of a session started with ``settings`` (default: ``local[2]``) to ``archive``.
-
-    The JVM writes it as it exits, to a file of its own, moved into place once whole: a session
-    starting meanwhile never maps half an archive.
-    """
+    """Write the archive of a session of ``settings`` (default: ``local[2]``), moved into place once whole."""
     from pyspark.sql import functions as F
 
     from spark_jobs.session import build_session

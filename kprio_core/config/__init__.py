@@ -1,12 +1,9 @@
 """kprio's configuration: one YAML file (``kprio.yaml``), validated with pydantic.
 
-One module per group of sections (``kafka``, ``topics``, ``planning``, ``drain``, ``services``, ``operate``), the whole
-in ``kprio_config``, reading and errors in ``load``; every public name is here too, where its users import it.
-
-Where it comes from (``--config``, ``$KPRIO_CONFIG``, ``./kprio.yaml``, else built-in defaults) and the
-environment overrides (``KPRIO_BOOTSTRAP_SERVERS``, ``KPRIO_KAFKA_<SETTING>``; the :data:`SECRET_SETTINGS` and
-``KPRIO_LEDGER_PASSWORD`` only from the environment, so no file, log or Dagster page holds a secret):
-docs/configuration.md.
+One module per group of sections, the whole in ``kprio_config``, reading and errors in ``load``; every public name
+is re-exported here. Found at ``--config``, ``$KPRIO_CONFIG``, ``./kprio.yaml``, else built-in defaults; overrides
+and secrets (:data:`SECRET_SETTINGS`, ``KPRIO_LEDGER_PASSWORD``: only from the environment, so no file, log or
+Dagster page holds one): docs/configuration.md.
 
 >>> cfg = KprioConfig.model_validate({"topics": [{"name": "orders", "priorities": 3}]})
 >>> t = cfg.topic("orders")

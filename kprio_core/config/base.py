@@ -16,8 +16,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from kprio_core.urls import secret_parameter
 
 MAX_DURATION_S = 366 * 24 * 3600
-"""The longest duration (a ``*_s`` setting) kprio takes: one longer is a slip of the pen (milliseconds written as
-seconds), and the clocks and timers of the libraries below overflow on numbers far smaller than ``1e30``."""
+"""The longest ``*_s`` setting: longer is a slip (ms written as s); the libraries' timers overflow far below 1e30."""
 
 MAX_INTEGER = 2**63 - 1
 """The largest integer any setting takes: Kafka's offsets and Spark's longs are 64-bit."""
@@ -26,8 +25,7 @@ _VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 
 
 class SettingError(ValueError):
-    """A validator's error about one ``key`` inside the mapping it checks (``kafka.client``'s ``sasl.mechanism``):
-    the error names ``<mapping>.<key>``, and the environment variable when the key came from one."""
+    """A validator's error about one ``key`` inside the mapping it checks: the error names ``<mapping>.<key>``."""
 
     def __init__(self, message: str, key: str) -> None:
         super().__init__(message)
@@ -35,8 +33,7 @@ class SettingError(ValueError):
 
 
 def _numeric(annotation: Any) -> tuple[type | None, bool]:
-    """The number a field's annotation holds (``int`` or ``float``, maybe optional; None: no number), and whether it
-    is a mapping of numbers (``slo.max_age_s``)."""
+    """The number type of a field's annotation (None: none), and whether it is a mapping of numbers."""
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
@@ -60,8 +57,8 @@ class Section(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _numbers_are_numbers(cls, data: Any) -> Any:
-        """A boolean (YAML's ``yes``, ``on``, ``true``) is no number, though pydantic reads it as 1; a number is one
-        a setting takes (:func:`number_problem`)."""
+        """A boolean (YAML's ``yes``, ``on``) is no number, though pydantic reads it as 1; numbers as
+        :func:`number_problem` says."""
         if isinstance(data, dict):
             for name, value, kind in cls._numbers(data):
                 if isinstance(value, bool):
@@ -82,8 +79,7 @@ class Section(BaseModel):
 
     @classmethod
     def _numbers(cls, data: dict) -> list[tuple[str, Any, type]]:
-        """(field, value, int or float) of every value in ``data`` of a numeric field, a mapping of numbers' values
-        included."""
+        """(field, value, int or float) of every value of a numeric field in ``data``, mappings' values included."""
         out = []
         for name, value in data.items():
             field = cls.model_fields.get(name)
@@ -95,10 +91,9 @@ class Section(BaseModel):
 
 
 def number_problem(value: object, *, duration: bool = False, integer: bool = False) -> str | None:
-    """What no setting takes in a number (any value of the file, a mapping's key too), or None: an integer beyond 64
-    bits (:data:`MAX_INTEGER`; for an ``integer`` setting, a float such as ``1e30`` too, which pydantic would call
-    "an input string"), a float that is not finite (``.inf``, ``.nan``, one beyond 1.8e308), a duration (``*_s``)
-    over :data:`MAX_DURATION_S`.
+    """What no setting takes in a number (any value or key), or None: beyond 64 bits (for an ``integer`` setting a
+    float such as ``1e30`` too, which pydantic would call "an input string"), not finite, a duration over
+    :data:`MAX_DURATION_S`.
 
     >>> number_problem(10**40), number_problem(10**400), number_problem(float("inf")), number_problem(7)
     ('1e+40 does not fit a 64-bit integer', 'a number of over 300 digits does not fit a 64-bit integer', \
@@ -150,10 +145,8 @@ LOCAL_SCHEMES = ("file", "sqlite")
 
 
 def a_url(value: str, *, secrets: str) -> str:
-    """``value`` if kprio can use it as the URL a setting names (a schema registry, a lineage transport, a catalog),
-    else ValueError: its port is a number from 1 to 65535, it holds no password and no credential in its query
-    (:func:`kprio_core.urls.secret_parameter`; ``secrets`` says where such a secret goes instead), and a local
-    file's path (``sqlite:///``, ``file://``) is one kprio takes as written (:func:`a_path`).
+    """``value`` if kprio can use it as a setting's URL, else ValueError: port 1 to 65535, no password or
+    credential in its query (``secrets`` says where one goes instead), a local file's path held to :func:`a_path`.
 
     >>> a_url("http://127.0.0.1:8081/apis/ccompat/v7", secrets=""), a_url("sqlite:////var/kprio/c.db", secrets="")
     ('http://127.0.0.1:8081/apis/ccompat/v7', 'sqlite:////var/kprio/c.db')

@@ -20,11 +20,8 @@ OUTPUT_SCHEMES = ("file", "s3", "s3a", "gs", "hdfs", "abfs", "abfss", "wasbs")
 
 
 class OnOffsetOutOfRange(StrEnum):
-    """What kprio does when a committed offset no longer points into the partition's log (see ``kprio_core.log_changes``).
-
-    ``hold`` (the default) holds the partition until a person runs ``kprio reset``; ``earliest`` /
-    ``latest`` reset the group to the log start / end by themselves (the decision is recorded).
-    """
+    """What kprio does when a committed offset no longer points into the log (``kprio_core.log_changes``): ``hold``
+    for ``kprio reset``, or reset to the log's ``earliest`` / ``latest`` by itself (recorded)."""
 
     HOLD = "hold"
     EARLIEST = "earliest"
@@ -81,9 +78,9 @@ class IcebergSettings(Section):
     @field_validator("catalog")
     @classmethod
     def _no_secret_in_the_file(cls, value: dict[str, str]) -> dict[str, str]:
-        """A credential in the file would sit in kprio.yaml and in the resource config Dagster shows; a URL
-        (``uri``, ``warehouse``, ...) is held to :func:`~kprio_core.config.base.a_url`, a ``warehouse`` path to
-        :func:`~kprio_core.config.base.a_path`, a ``type`` is one of :data:`ICEBERG_CATALOG_TYPES`.
+        """No credential (it would sit in kprio.yaml and Dagster's config page); a URL held to
+        :func:`~kprio_core.config.base.a_url`, a ``warehouse`` path to :func:`~kprio_core.config.base.a_path`, a
+        ``type`` one of :data:`ICEBERG_CATALOG_TYPES`.
 
         >>> IcebergSettings(catalog={"type": "sql", "uri": "postgresql+psycopg://kprio:hunter2@db/cat"})
         Traceback (most recent call last):
@@ -114,7 +111,7 @@ class IcebergSettings(Section):
 
 
 class MaintenanceSettings(Section):
-    """Scheduled upkeep of Delta and Iceberg tables (``kprio tables maintain``, the Dagster schedule, the Airflow DAG)."""
+    """Scheduled upkeep of Delta and Iceberg tables (``kprio tables maintain``, Dagster's schedule, Airflow's DAG)."""
 
     schedule: str = Field("17 * * * *", description="Cron schedule of the maintenance job (Dagster) and DAG (Airflow).")
     target_file_mb: int = Field(128, ge=1, description="Compaction merges a partition's small files into files of "
@@ -128,8 +125,7 @@ class MaintenanceSettings(Section):
     @field_validator("schedule")
     @classmethod
     def _a_cron_schedule(cls, value: str) -> str:
-        """Five cron fields (or an alias such as ``@hourly``), as Dagster's schedules and Airflow's DAGs take them:
-        a wrong one would only fail when the definitions load.
+        """Five cron fields or an alias (``@hourly``), checked here: else it would fail only when the definitions load.
 
         >>> MaintenanceSettings(schedule="@daily").schedule, MaintenanceSettings(schedule="*/5 * * * 1-5").schedule
         ('@daily', '*/5 * * * 1-5')
@@ -249,9 +245,7 @@ def parse_replay_start(text: str) -> datetime:
 
 
 def roots_overlap(a: str, b: str) -> str | None:
-    """How two output roots overlap (the same directory, or one inside the other), or None.
-
-    Local paths are compared absolute (relative to the working directory), URLs by scheme and path.
+    """How two output roots overlap (the same, or one inside the other), or None; local paths compared absolute.
 
     >>> roots_overlap("./kprio-data/output", "kprio-data/output/")
     'are the same directory'
@@ -279,8 +273,8 @@ def _root_parts(root: str) -> tuple[str, ...]:
         try:
             local = os.path.abspath(local)
         except FileNotFoundError:
-            # No working directory (a Spark Connect server's Python worker whose session directory was removed):
-            # relative roots are compared as written, which is still exact between two relative roots.
+            # No working directory (a Spark Connect worker whose session dir was removed): compare as written,
+            # still exact between two relative roots.
             local = os.path.normpath(local)
         return ("file", *Path(local).parts)
     return (scheme.lower(), *[part for part in posixpath.normpath("/" + rest).split("/") if part])

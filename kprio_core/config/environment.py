@@ -16,10 +16,9 @@ ENV_REGISTRY_PASSWORD = "KPRIO_SCHEMA_REGISTRY_PASSWORD"
 ENV_REGISTRY_KEY_PASSWORD = "KPRIO_SCHEMA_REGISTRY_SSL_KEY_PASSWORD"
 DEFAULT_CONFIG_FILE = "kprio.yaml"
 WITH_SECRETS = "kprio.with_secrets"
-"""A serialization context key: ``model_dump_json(context={WITH_SECRETS: True})`` writes the Kafka secrets in clear
-(else masked, as pydantic masks a ``SecretStr``). Only the python reader's settings option is written so
-(:meth:`spark_jobs.range_reader.ReadSettings.to_option`): its executors need them, and Spark shows no option of a
-Python data source in its plans or event log."""
+"""``model_dump_json(context={WITH_SECRETS: True})`` writes the Kafka secrets in clear (else masked). Only for
+:meth:`spark_jobs.range_reader.ReadSettings.to_option`: its executors need them, and Spark shows no Python data
+source option in its plans or event log."""
 
 LIBRDKAFKA_SECRETS = (
     "sasl.password",
@@ -32,21 +31,16 @@ LIBRDKAFKA_SECRETS = (
     "ssl.key.pem",
     "ssl.keystore.password",
 )
-"""librdkafka settings that carry a credential: those its CONFIGURATION (``rdkafka_conf.c``) marks
-``_RK_SENSITIVE``, less the ones that are no credential (``sasl.username`` is an identity;
-``ssl.key.location`` and ``sasl.oauthbearer.assertion.private.key.file`` are paths, the file is
-the secret; ``ssl.ca.pem`` is a public certificate; ``ssl_key`` is set only through the C API),
-plus ``sasl.oauthbearer.client.credentials.client.secret``, librdkafka's alias of the client
-secret (and the Java client's name for it)."""
+"""librdkafka settings carrying a credential: those ``rdkafka_conf.c`` marks ``_RK_SENSITIVE``, less identities
+and paths (``sasl.username``, ``ssl.key.location``, ``...private.key.file``), the public ``ssl.ca.pem`` and the
+C-API-only ``ssl_key``; plus ``sasl.oauthbearer.client.credentials.client.secret`` (an alias; the Java name)."""
 
 SECRET_SETTINGS = LIBRDKAFKA_SECRETS
-"""Every secret Kafka client setting kprio takes: only from ``KPRIO_KAFKA_<SETTING>``, never in the file;
-the Dagster Kafka resource carries each as a ``dg.EnvVar`` of that variable."""
+"""Every secret Kafka client setting: only from ``KPRIO_KAFKA_<SETTING>`` (Dagster: a ``dg.EnvVar``), never a file."""
 
 JAVA_SECRETS = ("sasl.jaas.config", "ssl.keystore.key", "ssl.truststore.password", "ssl.keystore.certificate.chain")
-"""Settings of Kafka's Java client that carry a credential, which kprio derives for Spark's native reader
-(:func:`kprio_core.kafka.java_client.java_client_config`) and never takes: Spark redacts them with the
-secrets above (:data:`spark_jobs.session.DEFAULT_CONF`)."""
+"""Java client credentials kprio derives (:func:`kprio_core.kafka.java_client.java_client_config`), never takes;
+Spark redacts them with the secrets above (:data:`spark_jobs.session.DEFAULT_CONF`)."""
 
 JAVA_ONLY_SETTINGS = {
     "sasl.jaas.config": "sasl.username and KPRIO_KAFKA_SASL_PASSWORD (kprio writes the Java client's JAAS line)",
@@ -62,9 +56,8 @@ JAVA_ONLY_SETTINGS = {
     "ssl.protocol": "the TLS version both clients negotiate (leave it out)",
     "ssl.enabled.protocols": "the TLS versions both clients negotiate (leave it out)",
 }
-"""Settings only Kafka's Java client understands, refused wherever they come from: kprio's librdkafka clients
-(the admin client, the python reader, commits, the Airflow trigger, the demo) would not see them. Each names
-the librdkafka setting to use instead; the Java client's own is derived from it."""
+"""Java-only settings, refused wherever they come from (kprio's librdkafka clients would not see them); each names
+the librdkafka setting to use instead, from which the Java one is derived."""
 
 JAVA_SASL_MECHANISMS = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -96,8 +89,7 @@ def is_security_setting(name: str) -> bool:
 
 
 def java_untranslatable(settings: Mapping[str, object]) -> list[str]:
-    """Why the security settings in ``settings`` (librdkafka's) cannot reach Kafka's Java client, one line
-    per setting, naming it; empty when kprio translates them all.
+    """Why security settings in ``settings`` (librdkafka's) cannot reach Kafka's Java client, a line each; empty: none.
 
     >>> java_untranslatable({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"})
     []

@@ -1,14 +1,9 @@
-"""The files and secrets a Kafka client's security settings name (CA, certificate, key, keystore, CRL, keytab, their
-passwords, a SASL user's password), checked in kprio's words, one line naming the setting and the file or the
-environment variable, never a secret.
+"""The files and secrets a Kafka client's security settings name (CA, certificate, key, keystore, CRL, keytab,
+passwords), checked in kprio's words: one line naming the setting and the file or variable, never a secret.
 
-librdkafka says ``ssl.ca.location failed: error:05880020:x509 certificate routines::BIO lib`` for a missing file,
-and only when a client is built; Kafka's Java client (the native reader) fails the Spark job with its own words.
-:func:`config_problem` checks at load (:func:`kprio_core.config.load.parse_config_sources`, a configuration that
-runs on this host: ``kafka.client`` and ``kafka.secrets`` from the environment, and the schema registry's files);
-:func:`settings_problem` is the fallback for settings that did not come through load, asked when librdkafka refuses
-a client's settings (:func:`kprio_core.kafka.client.refused_settings`) and before the native reader's settings are
-translated (:func:`kprio_core.kafka.java_client.java_client_config`).
+librdkafka says ``ssl.ca.location failed: error:05880020:x509 certificate routines::BIO lib``, and only when a
+client is built. :func:`config_problem` checks at load; :func:`settings_problem` is the fallback for settings
+that did not come through load.
 
 >>> settings_problem({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "kprio"})
 'kafka.client.sasl.username: SCRAM-SHA-512 logs in with its password: set KPRIO_KAFKA_SASL_PASSWORD in the environment'
@@ -80,8 +75,7 @@ def read_file(path: str, *, pem: bool = False, directory: bool = False) -> bytes
 
 
 def settings_problem(conf: Mapping[str, Any]) -> str | None:
-    """The first thing wrong with the security settings ``conf`` (librdkafka's names, secrets included) that a
-    client would refuse or fail on, in one line starting with the setting; None when none is found."""
+    """:func:`security_problem` as one line starting with the setting; None when none is found."""
     found = security_problem(conf)
     return None if found is None else f"kafka.client.{found[0]}: {found[1]}"
 
@@ -95,11 +89,9 @@ def security_problem(conf: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def config_problem(config: KprioConfig, env: Mapping[str, str] | None = None) -> tuple[tuple, str] | None:
-    """The first client or schema registry setting of ``config`` whose file or secret is missing or wrong, or the
-    lineage transport openlineage-python would refuse once its environment completed it
-    (:func:`~kprio_core.config.operate.transport_model_problem`), as a location (``("kafka", "client", name)``) and
-    why; or None. Checked at load, on the host that runs it, with its environment ``env`` (default: this
-    process's; openlineage-python reads its own)."""
+    """The first client or schema registry setting of ``config`` whose file or secret is missing or wrong, or a
+    lineage transport openlineage-python would refuse (:func:`~kprio_core.config.operate.transport_model_problem`),
+    as a location (``("kafka", "client", name)``) and why; or None. ``env``: default this process's."""
     found = security_problem(config.kafka.client_config())
     if found is not None:
         name = next((n for n in config.kafka.client if n.lower() == found[0]), found[0])
@@ -113,9 +105,8 @@ def config_problem(config: KprioConfig, env: Mapping[str, str] | None = None) ->
 
 
 def registry_problem(registry: Any, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """The first file setting of the schema registry's settings (:data:`REGISTRY_FILES`) whose file is missing or
-    wrong, as the Kafka client's are checked (a CA file holds certificates, not a private key; a key decrypts with
-    the password in :data:`~kprio_core.config.environment.ENV_REGISTRY_KEY_PASSWORD`), and why; or None."""
+    """The first schema registry file setting (:data:`REGISTRY_FILES`) missing or wrong, checked as the Kafka
+    client's (key password: :data:`~kprio_core.config.environment.ENV_REGISTRY_KEY_PASSWORD`), and why; or None."""
     env = os.environ if env is None else env
     conf: dict[str, Any] = {kafka: getattr(registry, name) for name, kafka in REGISTRY_FILES.items()
                             if getattr(registry, name)}

@@ -61,8 +61,8 @@ KPRIO_OWNED = {
 
 
 def client_problem(name: str, value: object) -> str | None:
-    """What is wrong with one ``kafka.client`` setting that librdkafka would only say when a client is built (or
-    say misleadingly: an unknown SASL mechanism reads "sasl.username and sasl.password must be set"), or None.
+    """What is wrong with one ``kafka.client`` setting, or None: librdkafka says it only when a client is built, or
+    misleadingly (an unknown SASL mechanism reads "sasl.username and sasl.password must be set").
 
     >>> client_problem("sasl.mechanism", "SCRAM-SHA-999")
     "'SCRAM-SHA-999' is no SASL mechanism librdkafka has: GSSAPI, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"
@@ -84,13 +84,8 @@ def client_problem(name: str, value: object) -> str | None:
 
 
 class IsolationLevel(StrEnum):
-    """Which records of transactional producers kprio reads (Kafka's ``isolation.level``).
-
-    ``read_committed`` (the default): records of committed transactions and plain records only;
-    a reader stops at the partition's last stable offset (LSO) while a transaction is open there,
-    so lag and plans end at the LSO. ``read_uncommitted``: aborted records too, read up to the
-    high watermark (the offsets of transaction markers are still skipped).
-    """
+    """Which records of transactional producers kprio reads (Kafka's ``isolation.level``); lag and plans end at
+    the last stable offset (``read_committed``) or the high watermark (transaction markers always skipped)."""
 
     READ_COMMITTED = "read_committed"
     READ_UNCOMMITTED = "read_uncommitted"
@@ -158,8 +153,7 @@ class KafkaSettings(Section):
     @field_validator("bootstrap_servers")
     @classmethod
     def _host_port_list(cls, value: str) -> str:
-        """``host:port`` entries, comma separated, each with a port Kafka can listen on (checked at load: librdkafka
-        would only time out on them)."""
+        """Checked at load (:func:`bootstrap_problem`): librdkafka would only time out on a bad list."""
         why = bootstrap_problem(value)
         if why:
             raise ValueError(why)
@@ -173,13 +167,9 @@ class KafkaSettings(Section):
         return {name: str(secret) for name, secret in value.items()}
 
     def client_config(self) -> dict[str, str | int | float | bool]:
-        """The librdkafka settings of every kprio client, security and secrets included (never log this).
-
-        The one source of every client's connection and security settings: the admin, consumer and
-        producer clients (:func:`kprio_core.kafka.client.client_config`), the python reader's consumers,
-        and Kafka's Java client, whose settings are translated from these
-        (:func:`kprio_core.kafka.java_client.java_client_config`).
-        """
+        """The librdkafka settings of every kprio client, secrets included (never log this): the one source of all
+        clients' connection and security, the Java client's translated from it
+        (:func:`kprio_core.kafka.java_client.java_client_config`)."""
         conf: dict[str, str | int | float | bool] = {"bootstrap.servers": self.bootstrap_servers}
         conf.update(self.client)
         conf.update({k: v.get_secret_value() for k, v in self.secrets.items()})

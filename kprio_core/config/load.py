@@ -41,8 +41,7 @@ def _problems(err: ValidationError) -> list[dict]:
     branches: dict[tuple, dict] = {}
     for e in errors:
         loc = tuple(e["loc"])
-        # A union's branches come as one error each, their loc the value's plus the branch's type name, their input
-        # the one value (a mapping or a list: the only values a union of kprio's refuses whole).
+        # A union's branches come as one error each: the value's loc plus the branch's type, the same input.
         twins = [o for o in errors if o is not e and len(o["loc"]) == len(loc) and tuple(o["loc"][:-1]) == loc[:-1]
                  and o["input"] is e["input"] and (isinstance(e["input"], dict | list) or _branch(loc[-1]))]
         if not twins:
@@ -67,8 +66,7 @@ def _branch(part: object) -> bool:
 _SHAPES = {"model_type": "a mapping of settings", "model_attributes_type": "a mapping of settings",
            "dict_type": "a mapping", "tuple_type": "a list", "list_type": "a list", "string_type": "a string",
            "int_type": "a whole number", "float_type": "a number", "bool_type": "true or false"}
-"""pydantic's type errors, as the shape of YAML value they want ("a valid dictionary or instance of PlannerSettings"
-names a Python class the user never wrote)."""
+"""pydantic's type errors as the YAML shape they want (pydantic's words name Python classes the user never wrote)."""
 
 
 def _message(problem: Mapping) -> str:
@@ -92,8 +90,8 @@ def _loc(problem: Mapping) -> tuple:
 
 
 def config_error(err: ValidationError, source: str, origins: Mapping[tuple, str] | None = None) -> ConfigError:
-    """One ConfigError for a failed validation: the key and what is wrong with its value (never the value: it may be
-    a secret), how many more problems there are, and where (``source``, or the environment variable that set it)."""
+    """One ConfigError for a failed validation: the key, what is wrong (never the value: it may be a secret), how
+    many more problems, and where (``source``, or the variable that set it)."""
     problems = _problems(err)
     first = problems[0]
     loc = _loc(first)
@@ -118,8 +116,7 @@ def origin_of(loc: tuple, source: str, origins: Mapping[tuple, str]) -> str:
 
 @dataclass(frozen=True)
 class ConfigSources:
-    """Where a loaded configuration's settings came from, for errors met when a setting is used (a broker that does
-    not answer at ``kafka.bootstrap_servers``): the file (or the built-in defaults) and the environment's overrides.
+    """Where a loaded configuration's settings came from (file, defaults, environment), for errors met on use.
 
     >>> sources = ConfigSources("kprio.yaml", {("kafka", "bootstrap_servers"): "KPRIO_BOOTSTRAP_SERVERS"})
     >>> sources.where("kafka.bootstrap_servers", "b:9092"), sources.where("kafka.client")
@@ -150,12 +147,10 @@ def format_validation_error(err: ValidationError, source: str) -> str:
 
 
 def _environment_overrides(raw: dict, env: Mapping[str, str]) -> tuple[dict, dict[tuple, str]]:
-    """``raw`` with the ``KPRIO_*`` variables of ``env`` merged into its kafka section (empty ones ignored), and
-    which keys they set (their errors name the variable, not the file).
+    """``raw`` with ``env``'s non-empty ``KPRIO_*`` variables merged into its kafka section, and which keys they set.
 
-    Not pydantic-settings: its environment source maps a variable to a field by name, while here
-    any ``KPRIO_KAFKA_<SETTING>`` becomes a dotted key of ``client`` or ``secrets``, chosen by
-    :data:`SECRET_SETTINGS`; a custom source for that would be longer than this loop.
+    Not pydantic-settings: it maps a variable to a field by name, while any ``KPRIO_KAFKA_<SETTING>`` becomes a
+    dotted key of ``client`` or ``secrets``; a custom source would be longer than this loop.
     """
     kafka = dict(raw.get("kafka") or {})
     client, secrets = dict(kafka.get("client") or {}), {}
@@ -194,10 +189,8 @@ BUILT_IN = "built-in defaults"
 
 
 def numbers_problem(data: object, loc: tuple = ()) -> tuple[tuple, str] | None:
-    """The first number anywhere in ``data`` (a value, or a mapping's key) that no setting takes
-    (:func:`~kprio_core.config.base.number_problem`: beyond 64 bits, not finite), and where; or None. Every value,
-    whatever its setting's type (``kafka.client``'s, ``lineage.transport``'s, a priority as a key), so a number
-    too large for a float or an integer fits no setting by its key before any setting reads it.
+    """The first number anywhere in ``data`` (a value or a key) that no setting takes
+    (:func:`~kprio_core.config.base.number_problem`), and where; or None. Checked before any setting reads it.
 
     >>> numbers_problem({"slo": {"max_age_s": {10**40: 5}}}), numbers_problem({"kafka": {"client": {"a": [1e400]}}})
     ((('slo', 'max_age_s'), 'a key: 1e+40 does not fit a 64-bit integer'), (('kafka', 'client', 'a', 0), \
@@ -229,9 +222,8 @@ def parse_config(raw: Mapping | None, source: str = "configuration", env: Mappin
 
 def parse_config_sources(raw: Mapping | None, source: str = "configuration", env: Mapping[str, str] | None = None,
                          *, on_this_host: bool = False) -> tuple[KprioConfig, ConfigSources]:
-    """:func:`parse_config`, and where its settings came from; ``on_this_host``: the configuration runs here (it
-    was loaded from a file and the environment), so the files its settings name and the credentials its client
-    settings need are checked too (:func:`kprio_core.config.files.config_problem`)."""
+    """:func:`parse_config`, and where its settings came from; ``on_this_host``: it runs here, so its files and
+    credentials are checked too (:func:`kprio_core.config.files.config_problem`)."""
     from kprio_core.config.files import config_problem
 
     if raw is not None and not isinstance(raw, Mapping):

@@ -76,13 +76,11 @@ class VerdictSettings(Section):
 
 LINEAGE_SECRET_WORDS = ("password", "passwd", "secret", "token", "apikey", "credential", "credentials",
                         "authorization", "cookie")
-"""A key of ``lineage.transport`` holds a secret when one of its words (split at ``.``, ``_``, ``-``) is one of these,
-or it is ``auth`` or names an API key (``api_key``, ``x-api-key``): openlineage-python reads those from its
-environment. A key naming where a secret is (``..._url``, ``..._file``) holds none."""
+"""A ``lineage.transport`` key holds a secret when a word of it (split at ``.``, ``_``, ``-``) is one of these, it
+is ``auth``, or names an API key (openlineage-python reads those from its environment); ``..._url`` holds none."""
 LINEAGE_TRANSPORTS = ("amazon_datazone_api", "async_http", "composite", "console", "datadog", "file", "gcplineage",
                       "http", "kafka", "msk-iam", "noop", "transform")
-"""openlineage-python's transports (its ``get_default_factory().transports``, checked by a test); any other
-``type`` is a class of one's own, named by its dotted path."""
+"""openlineage-python's transports (checked by a test); any other ``type`` is a dotted path to a class of one's own."""
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 
@@ -101,12 +99,10 @@ def lineage_secret_key(name: str) -> bool:
 
 
 def transport_problem(transport: Any, path: str = "transport") -> str | None:
-    """What kprio refuses in a ``lineage.transport`` (or one of a composite's ``transports``), or None: a ``type``
-    that is none of :data:`LINEAGE_TRANSPORTS` nor a dotted class path (a typo: openlineage-python would fail on the
-    first commit), a key that holds a secret (:func:`lineage_secret_key`), a URL a setting of it names that
-    :func:`~kprio_core.config.base.a_url` refuses (a port that is no number, a password, ``?api_key=``), a path a
-    setting names (a key ending in ``path``, ``location``, ``file`` or ``dir``) that
-    :func:`~kprio_core.config.base.a_path` refuses (``~``, ``$HOME``: openlineage-python expands neither).
+    """What kprio refuses in a ``lineage.transport`` (or a composite's child), or None: an unknown ``type`` (else the
+    first commit fails), a key holding a secret (:func:`lineage_secret_key`), a URL
+    :func:`~kprio_core.config.base.a_url` refuses, a path (:data:`PATH_WORDS`) :func:`~kprio_core.config.base.a_path`
+    refuses (openlineage-python expands neither ``~`` nor ``$HOME``).
 
     >>> transport_problem({"type": "htp", "url": "http://lineage:5000"})
     "transport.type: 'htp' is no transport of openlineage-python's (composite, console, file, http, kafka, ...) nor \
@@ -134,8 +130,7 @@ OPENLINEAGE__TRANSPORT__CUSTOM_HEADERS__AUTHORIZATION instead'
 
 
 PATH_WORDS = ("path", "location", "file", "dir")
-"""A setting of a transport names a path when the last word of its key is one of these (``log_file_path``,
-``caCertPath``, ``ssl.ca.location``)."""
+"""A transport key names a path when its last word is one of these (``log_file_path``, ``caCertPath``)."""
 
 
 def _value_problem(node: Any, path: str) -> str | None:
@@ -160,10 +155,8 @@ def _value_problem(node: Any, path: str) -> str | None:
 
 
 def transport_model_problem(transport: dict[str, Any]) -> str | None:
-    """What openlineage-python's own model of a transport refuses in ``transport`` once the client's configuration
-    completed it (``OPENLINEAGE__TRANSPORT__*`` variables, ``openlineage.yml``: a URL kept out of the file), as the
-    first commit would find it; or None. Checked at load when lineage is on
-    (:func:`kprio_core.config.files.config_problem`).
+    """What openlineage-python's own model refuses in ``transport`` once its configuration completed it
+    (``OPENLINEAGE__TRANSPORT__*``, ``openlineage.yml``), as the first commit would; or None. Checked at load.
 
     >>> transport_model_problem({"type": "http"})
     'openlineage-python refuses it: `url` key not passed to HttpConfig'
@@ -185,8 +178,7 @@ def transport_model_problem(transport: dict[str, Any]) -> str | None:
 
 
 def _build_model(transport: dict[str, Any]) -> None:
-    """Build ``transport``'s configuration (and a composite's children's) as openlineage-python's factory does,
-    without the transport itself (no connection, no file opened); its error is raised."""
+    """Build ``transport``'s configuration (and its children's) as openlineage-python does, without connecting."""
     from openlineage.client.transport import get_default_factory
 
     params = {k: v for k, v in copy.deepcopy(transport).items() if k not in ("name", "priority")}

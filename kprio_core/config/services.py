@@ -32,9 +32,8 @@ SPARK_MASTERS = tuple(re.compile(form) for form in (
     r"local-cluster\[\s*[1-9]\d*\s*,\s*[1-9]\d*\s*,\s*[1-9]\d*\s*\]",
     r"spark://[^/\s:,]+:\d+(,[^/\s:,]+:\d+)*", r"yarn", r"k8s://\S+",
 ))
-"""The master URLs SparkContext accepts (its ``createTaskScheduler`` and the cluster managers it ships): at least
-one thread, one worker, one core and one MB; a standalone master (or masters, for ZooKeeper's failover) with a
-port."""
+"""The master URLs SparkContext accepts (its ``createTaskScheduler``): counts of at least 1; standalone masters
+(several for ZooKeeper's failover) with a port."""
 
 
 class SparkSettings(Section):
@@ -64,8 +63,8 @@ class SparkSettings(Section):
     @field_validator("conf")
     @classmethod
     def _no_master_nor_secret(cls, value: dict[str, str]) -> dict[str, str]:
-        """spark.master and spark.remote are settings of their own (the drain would see two); a credential in the
-        file would sit in kprio.yaml and in the resource config Dagster shows."""
+        """No spark.master/spark.remote (settings of their own: the drain would see two), no credential (it would
+        sit in kprio.yaml and Dagster's config page)."""
         for name in value:
             if name.strip() in ("spark.master", "spark.remote"):
                 raise SettingError(f"set {name.strip().replace('spark.', 'spark.', 1)} as a setting of the spark "
@@ -111,8 +110,7 @@ class SparkSettings(Section):
 
 
 def _spark_secret(name: str) -> bool:
-    """Whether a Spark setting holds a credential: a password, a secret, a token (not a class that provides one:
-    ``fs.s3a.aws.credentials.provider``, ``fs.s3a.delegation.token.binding``).
+    """Whether a Spark setting holds a credential (a password, secret, token; not a class that provides one).
 
     >>> [_spark_secret(n) for n in ("spark.ssl.keyPassword", "spark.authenticate.secret",
     ...  "spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.session.token",
@@ -125,9 +123,8 @@ def _spark_secret(name: str) -> bool:
 
 
 class WorkersSettings(Section):
-    """The warm run workers: long-lived processes that execute every run of a batch (under the Dagster daemon
-    through kprio's run launcher, and under ``kprio drain``), each with Dagster, Great Expectations and kprio
-    imported and a Spark client warm."""
+    """The warm run workers: long-lived processes executing every run of a batch (Dagster's run launcher, ``kprio
+    drain``), with their imports done and a Spark client warm."""
 
     count: int = Field(2, ge=1, le=64, description="Workers, so runs at once. With 2 or more, the first is kept "
                        "for runs that drain a logical topic's most urgent priority (the urgent lane) and the others "
@@ -151,8 +148,7 @@ class LedgerSettings(Section):
     @field_validator("url")
     @classmethod
     def _a_ledger_url(cls, value: str) -> str:
-        """A SQLite or PostgreSQL URL with no password in it, in any form (``user:pass@``, ``?password=``):
-        it would sit in kprio.yaml and in the resource config Dagster shows.
+        """A SQLite or PostgreSQL URL with no password in any form (it would sit in kprio.yaml and Dagster's page).
 
         >>> from pydantic import ValidationError
         >>> from kprio_core.config.load import format_validation_error
@@ -208,9 +204,8 @@ def _a_sqlite_file(value: str, database: str) -> None:
 
 
 def _libpq_parameters(parsed: Any) -> None:
-    """A PostgreSQL URL's query holds libpq's connection parameters only, and an sslmode libpq knows: the driver
-    would refuse any other only when it connects, in words that name no setting (an unknown parameter as an internal
-    error, a wrong sslmode as a database that does not answer)."""
+    """A PostgreSQL URL's query holds only libpq's parameters and sslmodes: the driver would refuse others only on
+    connecting, in words naming no setting (an internal error, a database that does not answer)."""
     from kprio_core.urls import bare_url
 
     unknown = sorted(set(parsed.query) - _libpq_keywords())
@@ -226,8 +221,7 @@ _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"
 
 
 def _libpq_keywords() -> set[str]:
-    """The connection parameters libpq takes in a URL's query (``sslmode``, ``connect_timeout``, ...); SQLAlchemy's
-    own (``host`` for a socket directory among them) are libpq's as well."""
+    """The connection parameters libpq takes in a URL's query (SQLAlchemy's own, such as ``host``, among them)."""
     try:
         from psycopg import pq
 
@@ -247,8 +241,7 @@ _LIBPQ_KEYWORDS = frozenset({
 
 
 class SchemaRegistrySettings(Section):
-    """The schema registry of the topics whose values are Avro (a Confluent-compatible API: Confluent Schema
-    Registry, Karapace, Apicurio's /apis/ccompat/v7). Secrets only from the environment."""
+    """The schema registry of Avro topics (a Confluent-compatible API); secrets only from the environment."""
 
     url: str = Field(min_length=1, description="Base URL of the Confluent-compatible API, without credentials, e.g. "
                      "http://127.0.0.1:8081/apis/ccompat/v7 (kprio registry start prints it).")
@@ -307,8 +300,7 @@ class SchemaRegistrySettings(Section):
     def endpoint(self, env: Mapping[str, str] | None = None) -> RegistryEndpoint:
         """Where and how to reach the registry, its secrets from the environment (never log its password).
 
-        Read when a batch starts, on its driver, as Dagster reads a Kafka secret's ``dg.EnvVar`` in the run; an
-        empty variable is unset, as an empty ``KPRIO_KAFKA_*`` one is.
+        Read when a batch starts, on its driver (as a ``dg.EnvVar`` is in the run); an empty variable is unset.
 
         >>> settings = SchemaRegistrySettings(url="https://sr.example:8081", username="kprio")
         >>> settings.endpoint({ENV_REGISTRY_PASSWORD: "s3cret"}).password, settings.endpoint({ENV_REGISTRY_PASSWORD: ""})

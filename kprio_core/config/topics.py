@@ -25,12 +25,8 @@ REGISTRY_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}
 
 
 class ValueFormat(StrEnum):
-    """How a topic's record values are decoded into columns.
-
-    ``json``: JSON objects, the fields of ``schema``; ``avro``, ``protobuf`` and ``json_schema``: Avro,
-    Protobuf, or JSON checked against a JSON Schema, in the schema registry's wire format (magic byte 0, 4-byte
-    schema id), columns from the subject's latest schema; ``raw``: not decoded (the ``value`` column only).
-    """
+    """How a topic's record values are decoded into columns; the registry formats are in its wire format (magic
+    byte 0, 4-byte schema id), columns from the subject's latest schema."""
 
     JSON = "json"
     AVRO = "avro"
@@ -49,11 +45,7 @@ class ValueFormat(StrEnum):
 
 
 class KeyFormat(StrEnum):
-    """How a topic's record keys are decoded; the raw ``key`` column (bytes, what key lanes hash) stays as it is.
-
-    ``raw``: not decoded; ``string``: UTF-8 text; ``avro``, ``protobuf``, ``json_schema``: the schema registry's wire
-    format, the subject's latest schema's fields. Decoded keys go to the ``decoded_key`` column.
-    """
+    """How a topic's record keys are decoded into ``decoded_key``; the raw ``key`` (what key lanes hash) stays."""
 
     RAW = "raw"
     STRING = "string"
@@ -134,7 +126,7 @@ class TopicSettings(Section):
     @field_validator("value_format", "key_format")
     @classmethod
     def _registry_installed(cls, value: ValueFormat | KeyFormat) -> ValueFormat | KeyFormat:
-        """A format read through a schema registry needs its libraries: a missing one fails at load, naming the extra."""
+        """A registry format's libraries missing fail at load, naming the extra."""
         why = missing(REGISTRY, value.value) if value.registry_type else None
         if why:
             raise ValueError(why)

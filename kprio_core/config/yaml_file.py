@@ -1,21 +1,14 @@
-"""Reading ``kprio.yaml``: one YAML document from a regular UTF-8 file, by PyYAML's safe loader held to what a
-configuration is, each refusal one :class:`~kprio_core.errors.ConfigError` naming the file, the line and the column.
+"""Reading ``kprio.yaml``: one YAML document from a regular UTF-8 file by PyYAML's safe loader, each refusal one
+:class:`~kprio_core.errors.ConfigError` naming the file, line and column. Refused, though YAML takes them:
 
-What YAML would take and kprio refuses (each a mistake or an attack, never a configuration):
+- a key given twice in one mapping (YAML keeps the last one silently);
+- nesting deeper than :data:`MAX_DEPTH` (PyYAML composes recursively: thousands of ``[`` exhaust the stack);
+- more than :data:`MAX_VALUES` values once aliases are expanded (the "billion laughs"), and an alias inside the
+  value its anchor names (a loop);
+- an integer of more digits than Python converts (4,300), which could not even be read.
 
-- a key given twice in one mapping, on one line or two (YAML keeps the last one silently);
-- nesting deeper than :data:`MAX_DEPTH` (PyYAML composes recursively: thousands of ``[`` exhaust Python's stack);
-- more than :data:`MAX_VALUES` values once anchors' aliases are expanded (a kilobyte of aliases of aliases, the
-  "billion laughs", is billions of values every later reading of the settings would walk), and an alias inside the
-  very value its anchor names (a loop);
-- an integer of more digits than Python converts (4,300): a number that fits no setting is refused by its key later
-  (:func:`kprio_core.config.base.number_problem`), this one cannot even be read.
-
-A number in exponent form without a dot or a sign (``1e6``, ``2.5E3``) is a number, as YAML 1.2 reads it (YAML 1.1,
-PyYAML's, reads it as text, so ``record_budget: 1e6`` was refused as "a string").
-
-Anchors, aliases and YAML 1.1's merge key ``<<`` work as YAML defines them: a mapping's own keys win over the
-ones it merges (``topics: [&t {name: a, priorities: 3}, {<<: *t, name: b}]`` is two topics of 3 priorities).
+An exponent without a dot (``1e6``) is a number, as in YAML 1.2 (PyYAML's 1.1 reads it as text). In a merge
+(``<<``), a mapping's own keys win.
 
 >>> try:
 ...     load_yaml("planner: {record_budget: 10, record_budget: 20}\\n")
@@ -41,8 +34,7 @@ from kprio_core.errors import ConfigError, os_reason
 MAX_DEPTH = 50
 """How deep mappings and lists may nest: kprio's deepest setting is five levels down."""
 MAX_VALUES = 100_000
-"""How many values (mappings, lists and scalars) a file may hold once its aliases are expanded: a configuration
-holds hundreds."""
+"""How many values a file may hold once its aliases are expanded: a configuration holds hundreds."""
 MERGE = "tag:yaml.org,2002:merge"
 
 

@@ -1,8 +1,7 @@
 """Building confluent-kafka clients from KafkaSettings, bounding every call, and mapping errors.
 
-Every client call of the Kafka edge runs under one :class:`Deadline` taken from
-``KafkaSettings.timeout_s``, so a whole edge operation (metadata + offsets + group fetch) ends
-within that time even when each call on its own could wait that long.
+An edge operation's calls (metadata + offsets + group fetch) share one :class:`Deadline` of
+``KafkaSettings.timeout_s``, so the whole operation ends within it.
 
 >>> d = Deadline(10.0, "127.0.0.1:9092", started=100.0, clock=lambda: 104.0)
 >>> d.remaining()
@@ -30,19 +29,14 @@ from kprio_core.errors import (
 )
 
 LOGGER = logging.getLogger("kprio.kafka")
-# librdkafka's own log lines reach this logger when a client's events are served (Deadline's waits): they
-# go where the application sends its logs, never to stderr on their own (Python's last-resort handler),
-# where a CLI's failure is one line.
+# librdkafka's logs go where the application's go, never to stderr by themselves: a CLI's failure is one line.
 LOGGER.addHandler(logging.NullHandler())
 
 ClientConfig = dict[str, Any]
 
 
 def client_config(kafka: KafkaSettings, **overrides: Any) -> ClientConfig:
-    """librdkafka settings for any client (Spark readers use this too); secrets revealed, never log it.
-
-    ``overrides`` use underscores for dots: ``client_config(k, group_id="g")`` sets ``group.id``.
-    """
+    """librdkafka settings of any client (Spark readers too), secrets revealed (never log); ``a_b=`` sets ``a.b``."""
     extra = {name.replace("_", "."): value for name, value in overrides.items()}
     conf = kafka.client_config()
     conf.update(extra)
@@ -50,18 +44,13 @@ def client_config(kafka: KafkaSettings, **overrides: Any) -> ClientConfig:
 
 
 def _with_logger(conf: ClientConfig) -> ClientConfig:
-    # librdkafka prints connection failures straight to stderr otherwise; the CLI promises one
-    # clean line, so its logs go to Python logging instead.
+    # librdkafka prints connection failures to stderr otherwise; the CLI promises one clean line.
     return {**conf, "logger": LOGGER}
 
 
 def _build(client_class: Callable[[ClientConfig], Any], conf: ClientConfig) -> Any:
-    """Build a client; a setting librdkafka refuses is a configuration error naming the setting.
-
-    Its error callback is a :class:`~kprio_core.kafka.security.SecurityWatch`: a refused login or a failed
-    TLS handshake is raised, typed, out of the ``poll``, ``consume`` or ``flush`` that serves it, and kept
-    as the client's ``kprio_security`` for the waits of a :class:`Deadline` that name it.
-    """
+    """Build a client (a refused setting is a ConfigError naming it) whose error callback, a SecurityWatch kept as
+    ``kprio_security``, raises a refused login or TLS handshake out of the ``poll``/``consume``/``flush`` serving it."""
     from confluent_kafka import KafkaException
 
     from kprio_core.kafka.security import SecurityWatch
@@ -80,9 +69,8 @@ def refused_settings(conf: ClientConfig, err: BaseException) -> ConfigError:
     """The ConfigError of client settings ``conf`` librdkafka refused to build a client with (``err``)."""
     from kprio_core.config.files import settings_problem
 
-    # A file or secret the settings need, said in kprio's words (librdkafka's are OpenSSL's: "BIO lib");
-    # else librdkafka's message, which names the setting ("No such configuration property: ...") and
-    # never echoes the value, so secrets cannot leak through it.
+    # A missing file or secret in kprio's words (librdkafka's are OpenSSL's: "BIO lib"); else librdkafka's
+    # message, which names the setting and never echoes the value, so no secret leaks.
     problem = settings_problem(conf)
     if problem is not None:
         return ConfigError(problem, setting="kafka.client")
@@ -91,10 +79,8 @@ def refused_settings(conf: ClientConfig, err: BaseException) -> ConfigError:
 
 
 def refusal(conf: ClientConfig, timeout_s: float) -> KprioError | None:
-    """Why a client of ``conf`` gets no answer: the security failure (or the other security protocol) a kprio
-    admin client of the same settings meets asking for metadata within ``timeout_s``, else None (it was
-    answered, or the broker is unreachable). For clients that cannot serve their events while they wait
-    (a consumer's metadata request: the python reader)."""
+    """The security failure (or protocol mismatch) an admin client of ``conf`` meets asking metadata within
+    ``timeout_s``, else None; for clients that cannot serve their events while they wait (the python reader)."""
     from confluent_kafka.admin import AdminClient
 
     from kprio_core.errors import KafkaSecurityFailed
@@ -139,8 +125,7 @@ def new_producer(kafka: KafkaSettings, **overrides: Any) -> Any:
 
 
 WAIT_SLICE_S = 0.25
-"""Longest a :class:`Deadline` with a client waits before serving that client's events: a refused login or
-certificate is an event, not the call's answer, and is raised within this long of its arrival."""
+"""Longest :class:`Deadline` wait before serving its client's events (a refused login is an event, not an answer)."""
 
 
 SILENT_S = 1.0
@@ -149,13 +134,8 @@ SILENT_S = 1.0
 
 @dataclass
 class Deadline:
-    """The time left for one edge operation; raises BrokerUnreachable once it is spent.
-
-    With ``client`` (the admin client the operation calls), its waits are cut into slices of
-    :data:`WAIT_SLICE_S` between which the client's events are served: a security failure is raised
-    at once (:class:`~kprio_core.kafka.security.SecurityWatch`), and a wait that runs out names the
-    last one the client saw instead of an unreachable broker.
-    """
+    """The time left for one edge operation, BrokerUnreachable once spent; with ``client``, waits are sliced to serve
+    its events: a security failure raises at once, and a timeout names the last one, not an unreachable broker."""
 
     timeout_s: float
     bootstrap: str
@@ -184,15 +164,13 @@ class Deadline:
                                  f"{what} did not finish in time")
 
     def slice(self, what: str, previous: float = 0.0) -> float:
-        """The next wait: all the time left, or, when the client's events are served in between, a slice of
-        it twice as long as the ``previous`` one (a call that must start over after its slice, as a metadata
-        request does, still gets the time a slow cluster needs)."""
+        """The next wait: all the time left, or with a client twice the ``previous`` slice (so a call that restarts
+        per slice, as metadata does, still gets the time a slow cluster needs)."""
         left = self.left(what)
         return left if self.client is None else min(left, max(WAIT_SLICE_S, 2 * previous))
 
     def serve(self, what: str, detail: str = "") -> None:
-        """After a slice ran out: serve the client's events (a security failure raises), or raise when the
-        time is spent."""
+        """After a slice ran out: serve the client's events (a security failure raises), or raise if time is spent."""
         if self.client is None or self.remaining() <= 0:
             raise self.ran_out(what, detail)
         self.client.poll(0)
@@ -200,15 +178,13 @@ class Deadline:
 
         watch = getattr(self.client, "kprio_security", None)
         if isinstance(watch, SecurityWatch) and self.timeout_s - self.remaining() >= SILENT_S:
-            # No answer yet: a listener of another security protocol only closes the connection, and
-            # librdkafka would retry until the deadline; the listener is asked what it speaks.
+            # Still silent: a listener of another protocol only closes connections (librdkafka retries), so ask it.
             mismatch = watch.mismatch(timeout_s=self.remaining())  # within this operation's deadline
             if mismatch is not None:
                 watch.failed(mismatch)
 
     def result(self, future: concurrent.futures.Future, what: str, *, topic: str | None = None) -> Any:
-        """The future's result within the time left; Kafka errors mapped to kprio's errors (TopicMissing for
-        ``topic`` when the cluster does not have it)."""
+        """The future's result within the time left, errors mapped (TopicMissing for a ``topic`` the cluster lacks)."""
         from confluent_kafka import KafkaException
 
         while True:
@@ -240,8 +216,7 @@ def error_name(error: Any) -> str:
 
 
 def _retriable(error: Any) -> bool:
-    """Whether the client says the request may succeed when tried again (a coordinator loading or moving, a
-    transaction of a writer it timed out still ending, too few replicas in sync for now): a cause that passes.
+    """Whether the client says a retry may succeed (coordinator moving, timed-out transaction ending, few ISR).
 
     >>> from confluent_kafka import KafkaError
     >>> concurrent = KafkaError(KafkaError.CONCURRENT_TRANSACTIONS, retriable=True)
@@ -274,8 +249,7 @@ def kafka_failure(error: Any, *, what: str, bootstrap: str, timeout_s: float, to
 
     name = error_name(error)
     if name in _AUTHENTICATION:
-        # A request answered "not authenticated"; TLS failures come as the client's events, where its
-        # settings are known (SecurityWatch), never as a request's error.
+        # A request's "not authenticated"; TLS failures come as client events (SecurityWatch), never request errors.
         return security_failure(name, _error_text(error), ClientIdentity(bootstrap)) or AuthorizationFailed(
             f"{what} on {bootstrap}: not authenticated ({name})")
     if name in _AUTH:
@@ -294,8 +268,7 @@ def check_error(error: Any, *, what: str, bootstrap: str, timeout_s: float, topi
 
 
 def cluster_metadata(admin: Any, deadline: Deadline) -> Any:
-    """Topic metadata of the whole cluster; BrokerUnreachable when no broker answers in time (or the
-    security failure that kept it from answering, see :class:`Deadline`)."""
+    """Topic metadata of the whole cluster; BrokerUnreachable (or the security failure, see :class:`Deadline`)."""
     from confluent_kafka import KafkaException
 
     from kprio_core.kafka.security import SecurityWatch

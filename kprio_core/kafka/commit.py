@@ -1,14 +1,12 @@
 """Monotonic, fenced commits: a batch's ``until`` offsets move each priority group forward, never backwards.
 
-Every offset kprio writes to a group (a batch's commit, a log change's move, an adoption) is written
-in a Kafka transaction of the group's own transactional id (:func:`write_fenced`): the broker
-refuses the write of a writer a newer one fenced, so a run paused past its lease, or another driver's
-stale write, can never move a group (backwards least of all) once another writer went on.
+Every offset kprio writes to a group (commit, log change's move, adoption) is a Kafka transaction of the
+group's own transactional id (:func:`write_fenced`): the broker refuses a fenced writer, so a run paused past
+its lease or another driver's stale write never moves a group once another writer went on.
 
-Only a contiguous prefix is committed: from where the group stands (its committed offset, or the
-log start when nothing is committed or retention deleted the rest), the ranges of a partition
-must follow on without a hole. A replay of an old batch, or a batch whose predecessor is not
-committed yet, commits nothing for that partition and says why.
+Only a contiguous prefix is committed, from where the group stands (its committed offset, or the log start when
+nothing is committed or retention deleted the rest). A replay of an old batch, or a batch whose predecessor is
+not committed yet, commits nothing for that partition and says why.
 
 >>> from kprio_core.model.offsets import OffsetRange as R
 >>> moved, skipped = decide_commits(
@@ -82,11 +80,9 @@ FENCE_TRIES = 5
 _GROUP_LOCKS: dict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 """The writers of one process take turns per group (two of its own would only fence each other)."""
 KEPT_PRODUCERS = 32
-"""At most this many producers are kept in a process (the least recently used one is dropped): a group's each, for
-the groups of a few logical topics; a process that writes to more starts some again (a test session's do)."""
+"""Producers kept per process, least recently used dropped: one per group of a few logical topics."""
 _PRODUCERS: OrderedDict[tuple[str, str], Any] = OrderedDict()
-"""The transactional producer of each group (keyed by a digest of its client settings) that its last write left
-ready, taken out while a write uses it and put back only after a write that ended well (:func:`write_fenced`)."""
+"""Each group's transactional producer (keyed by a settings digest): out while in use, back only after a good write."""
 _PRODUCERS_LOCK = threading.Lock()
 _INHERITED: list[OrderedDict[tuple[str, str], Any]] = []
 """A forked child's producers of its parent: never used (their threads stayed in the parent) nor destroyed."""
@@ -102,8 +98,7 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def transactional_id(group: str) -> str:
-    """The transactional id of every offset write kprio makes to ``group``: one writer at a time, an older one
-    fenced by the broker when a newer one starts.
+    """The transactional id of every kprio offset write to ``group``: the broker fences the older writer.
 
     >>> transactional_id("orders-2")
     'kprio-offsets:orders-2'
@@ -118,20 +113,12 @@ Decide = Callable[[dict[TopicPartitionKey, int | None]], dict[TopicPartitionKey,
 def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partitions: Iterable[TopicPartitionKey],
                  decide: Decide, deadline: Deadline, *, before_write: Callable[[], None] | None = None
                  ) -> dict[TopicPartitionKey, int]:
-    """Read ``group``'s committed offsets of ``partitions`` and write what ``decide`` makes of them, as one step
-    among every kprio writer of the group: what was written.
+    """Read ``group``'s committed offsets of ``partitions``, write what ``decide`` makes of them; what was written.
 
-    The write is a Kafka transaction of the group's own :func:`transactional_id`: starting its producer fences
-    every earlier writer of the group (a run paused past its lease, another driver), whose write the
-    broker then refuses; the offsets are read only once it started, so no write lands between this
-    read and this write. ``before_write`` (a run's ledger check that it still holds its batch) runs
-    after each read, just before the write (or before writing nothing): a run that lost its batch
-    writes nothing, and one that passes it can be overtaken only by a newer writer, which fences it. A fenced try reads again, up
-    to :data:`FENCE_TRIES` times.
-
-    The producer is kept for the process's next write to the group (:data:`_PRODUCERS`; starting one costs up to
-    half a second): its write succeeds only while no writer started after it, which it did before this read; one
-    that fails for any reason (fenced, a broker that lost its state) is dropped and the write tried with a new one.
+    Starting the producer of the group's :func:`transactional_id` fences every earlier writer before the read, so
+    no write lands between read and write. ``before_write`` (a run's check it still holds its batch) runs just
+    before each write, even of nothing. A fenced try reads again, up to :data:`FENCE_TRIES` times. The producer is
+    kept for the next write (starting one costs up to half a second) and dropped when a write with it fails.
     """
     from confluent_kafka import KafkaError, KafkaException
 

@@ -1,8 +1,7 @@
 """KafkaEdge: the one object per process through which kprio reads and moves offsets.
 
-It builds its AdminClient lazily from ``KafkaSettings`` and gives every public operation one
-deadline of ``KafkaSettings.timeout_s``: an operation either answers or raises a typed error
-(BrokerUnreachable, TopicMissing, PartitionCountMismatch, AuthorizationFailed, ...) in time.
+Its AdminClient is built lazily; each public operation gets one deadline of ``KafkaSettings.timeout_s`` and
+answers or raises a typed error (BrokerUnreachable, TopicMissing, AuthorizationFailed, ...) in time.
 """
 
 from __future__ import annotations
@@ -58,15 +57,12 @@ class KafkaEdge:
         return shared_group_offsets(self.kafka)
 
     def deadline(self) -> Deadline:
-        """One operation's deadline; its waits serve the admin client's events, so a refused login or
-        certificate is raised as such, at once (see :class:`~kprio_core.kafka.client.Deadline`)."""
+        """One operation's deadline, serving the admin client's events (:class:`~kprio_core.kafka.client.Deadline`)."""
         return Deadline(self.kafka.timeout_s, self.kafka.bootstrap_servers, client=self.admin)
 
     @contextmanager
     def one_view(self) -> Iterator[None]:
-        """Within it, the lag snapshots of this thread read the cluster's metadata once (a tick over many
-        logical topics: one metadata request, not one per topic, each of which lists every topic of the
-        cluster, so a tick's cost grew with the square of its topics)."""
+        """Within it, this thread's lag snapshots share one metadata request (one per topic, each listing all: n^2)."""
         outer = getattr(self._view, "active", False)
         self._view.active = True
         try:
@@ -103,10 +99,8 @@ class KafkaEdge:
                  with_age: bool = False, strict: bool = False, deleted_ok: Collection[str] = ()) -> LagSnapshot:
         """Lag of every partition of every priority topic; ``strict`` raises DataLostToRetention on gaps.
 
-        ``avg_record_bytes`` maps priority topic names to the average record size earlier batches
-        saw; topics missing from it are sampled at their tail. ``with_age`` reads the record at
-        each backlog's start to fill ``oldest_pending_ms``. ``deleted_ok``: priority topics kprio
-        drained before, listed in ``deleted`` when the cluster no longer has them (not an error).
+        ``avg_record_bytes``: per priority topic, from earlier batches (others sampled); ``deleted_ok``: topics
+        drained before, listed in ``deleted`` (not an error) when gone; ``with_age`` fills the ages.
         """
         deadline = self.deadline()
         snap = take_snapshot(self.admin, self.kafka, topic, deadline, now_ms=now_ms,
@@ -117,8 +111,7 @@ class KafkaEdge:
         return snap
 
     def snapshots(self, asks: Iterable[SnapshotAsk], *, now_ms: int) -> dict[str, LagSnapshot | KprioError]:
-        """The lag snapshot of each asked logical topic, or the typed error that prevented it, by name:
-        every request made once for all of them (a tick over many topics), a failure kept to its topic."""
+        """Each asked logical topic's lag snapshot, or the typed error that prevented it, by name; requests batched."""
         deadline = self.deadline()
         return take_snapshots(self.admin, self.kafka, list(asks), deadline, now_ms=now_ms, groups=self.groups,
                               metadata=self._metadata(deadline))
@@ -128,8 +121,7 @@ class KafkaEdge:
         return readable_ends(self.admin, sorted(partitions), self.deadline(), self.kafka.isolation_level)
 
     def topic_ids(self, names: Iterable[str]) -> dict[str, str | None]:
-        """The Kafka topic id of each topic now (one DescribeTopics request); None for a topic the cluster no
-        longer has, or a cluster without ids."""
+        """Each topic's Kafka topic id now (one DescribeTopics); None: topic gone, or a cluster without ids."""
         return topic_ids(self.admin, names, self.deadline())
 
     def committed(self, topic: TopicSettings) -> dict[TopicPartitionKey, int | None]:
@@ -144,13 +136,8 @@ class KafkaEdge:
 
     def commit(self, topic: TopicSettings, ranges: Iterable[OffsetRange], *,
                before_write: Callable[[], None] | None = None) -> CommitReport:
-        """Commit each range's end to its priority's group, never backwards, only contiguous prefixes.
-
-        Fenced per group (:func:`~kprio_core.kafka.commit.write_fenced`): the read of the current offsets
-        and the write are one step among every kprio writer of the group, and a writer another one
-        overtook writes nothing. ``before_write``: the caller's last check before each group's write
-        (a run's: it still holds its batch).
-        """
+        """Commit each range's end to its priority's group, never backwards, only contiguous prefixes; fenced per
+        group (:func:`~kprio_core.kafka.commit.write_fenced`), ``before_write`` the caller's last check before each."""
         deadline = self.deadline()
         ranges = list(ranges)
         groups = {r.topic: group_of(topic, r.topic) for r in ranges}
@@ -176,13 +163,8 @@ class KafkaEdge:
     def set_committed(self, topic: TopicSettings, offsets: Mapping[TopicPartitionKey, int], *,
                       expect: Mapping[TopicPartitionKey, int | None] | None = None,
                       before_write: Callable[[], None] | None = None) -> None:
-        """Write these committed offsets as they are, backwards too: a recorded decision (a reset, a restore).
-
-        Fenced as :meth:`commit` is; only the monotonic rule is left out, because the decision is the
-        point. ``expect``: the committed offsets the decision was made on; a group that moved since
-        (another writer went first) is left alone and :class:`~kprio_core.errors.KafkaOperationFailed`
-        says so: the next tick decides again on what it sees then.
-        """
+        """Write these committed offsets as is, backwards too (a recorded reset or restore), fenced as :meth:`commit`;
+        KafkaOperationFailed, writing nothing to it, when a group moved since ``expect`` (the offsets decided on)."""
         deadline = self.deadline()
         by_group: dict[str, dict[TopicPartitionKey, int]] = defaultdict(dict)
         for tp, offset in offsets.items():
@@ -225,20 +207,15 @@ class KafkaEdge:
 
     def ensure_topics(self, topic: TopicSettings, partitions: int | None = None, *,
                       config: Mapping[str, str] | None = None) -> dict[Priority, int]:
-        """Create missing priority topics (``partitions`` each, default ``topic.partitions``), verify all.
-
-        ``config`` holds topic settings for the created topics (default ``topic.topic_config``),
-        e.g. ``{"retention.ms": "-1"}``; the replication factor is ``topic.replication_factor``
-        (None: the broker's default).
-        """
+        """Create missing priority topics (``partitions`` each, default ``topic.partitions``; ``config``, default
+        ``topic.topic_config``; replicas ``topic.replication_factor``, None: the broker's) and verify all."""
         wanted = partitions if partitions is not None else _partitions_to_create(topic)
         return ensure_topics(self.admin, topic, wanted, self.deadline(),
                              topic.topic_config if config is None else config,
                              replication_factor=topic.replication_factor)
 
     def create_topics(self, topic: TopicSettings) -> list[str]:
-        """Create the priority topics of ``topic`` the cluster lacks, as configured (partitions,
-        replication_factor, topic_config); the names created. Existing topics are left alone."""
+        """Create the priority topics the cluster lacks, as configured; the names created (existing ones kept)."""
         return create_missing(self.admin, topic, _partitions_to_create(topic), self.deadline(),
                               replication_factor=topic.replication_factor, config=topic.topic_config)
 

@@ -17,9 +17,8 @@ from kprio_core.kafka.client import Deadline, kafka_failure, new_consumer
 from kprio_core.model.offsets import TopicPartitionKey
 
 CONSUME_SLICE_S = 0.05
-"""Longest single consume() wait. librdkafka's consume returns when it has ``num_messages`` or at its
-timeout, even after the end of the partition: where records are fewer than offsets (transaction
-markers, aborted or compacted records) each call waits its whole timeout, so the slices are short."""
+"""Longest single consume() wait: where records are fewer than offsets (transaction markers, aborted or compacted
+records) librdkafka's consume waits its whole timeout, even past the partition's end."""
 
 PEEK_GROUP = "kprio-peek"
 """group.id of peek consumers: required by the client, never joined and never committed."""
@@ -42,10 +41,7 @@ def expected_counts(starts: Mapping[TopicPartitionKey, int], ends: Mapping[Topic
 def peek(kafka: KafkaSettings, starts: Mapping[TopicPartitionKey, int], ends: Mapping[TopicPartitionKey, int],
          per_partition: int, deadline: Deadline, what: str, *,
          uncommitted: bool = False) -> dict[TopicPartitionKey, list[Peeked]]:
-    """Up to ``per_partition`` records of each partition from its start offset (never past its end).
-
-    ``uncommitted``: read records of open transactions too (read_uncommitted), whatever the settings say.
-    """
+    """Up to ``per_partition`` records per partition from start to end; ``uncommitted`` reads open transactions too."""
     from confluent_kafka import KafkaError, TopicPartition
 
     need = expected_counts(starts, ends, per_partition)

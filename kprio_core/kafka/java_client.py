@@ -1,9 +1,7 @@
 """Kafka's Java client settings (Spark's native reader), derived from the one set of librdkafka settings.
 
-kprio is configured once, in librdkafka's words (``kafka.client`` and the ``KPRIO_KAFKA_*`` secrets,
-:meth:`~kprio_core.config.KafkaSettings.client_config`). Spark's own Kafka source runs Kafka's Java
-client, which names the same things differently; :func:`java_settings` translates, so a cluster that
-authenticates kprio's admin client authenticates the native reader too:
+kprio is configured once, in librdkafka's words (:meth:`~kprio_core.config.KafkaSettings.client_config`);
+:func:`java_settings` translates for Spark's Kafka source, so the native reader authenticates as kprio does:
 
 ==========================================  ======================================================
 librdkafka                                   Kafka's Java client
@@ -21,13 +19,11 @@ librdkafka                                   Kafka's Java client
 ``ssl.endpoint.identification.algorithm``    the same; ``none`` is Java's empty value
 ==========================================  ======================================================
 
-The private key is handed over decrypted because Kafka's Java client reads only PKCS#8 PEM keys, and of
-encrypted ones only those of the JDK's old PBE algorithms: not the PBES2 (AES) keys OpenSSL and Python
-write today ("PBES2 SecretKeyFactory not available"). It travels only in memory, as an option Spark
-redacts (:data:`~kprio_core.config.JAVA_SECRETS`), like the passwords. Security settings the
-translation does not know are refused when the configuration loads
-(:func:`~kprio_core.config.java_untranslatable`); other settings pass unchanged (the Java client
-ignores the librdkafka-only ones, with a warning in the executors' logs).
+The private key is handed over decrypted: the Java client reads only PKCS#8 PEM keys encrypted, if at all, with
+the JDK's old PBE algorithms, not today's PBES2 ("PBES2 SecretKeyFactory not available"). It travels only in
+memory, as an option Spark redacts (:data:`~kprio_core.config.JAVA_SECRETS`). Unknown security settings are
+refused at load (:func:`~kprio_core.config.java_untranslatable`); others pass unchanged (the Java client ignores
+librdkafka-only ones, with a warning).
 
 >>> conf = java_settings({"bootstrap.servers": "b:9093", "security.protocol": "sasl_ssl",
 ...                       "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "kprio", "sasl.password": 'p"w',
@@ -56,8 +52,7 @@ _CONSUMED = ("sasl.mechanisms", "sasl.username", "sasl.password", "ssl.ca.locati
 
 
 def jaas_line(mechanism: str, username: str, password: str) -> str:
-    """The Java client's ``sasl.jaas.config`` for a PLAIN or SCRAM login (quotes and backslashes escaped, as
-    the JAAS parser reads them).
+    """The Java client's ``sasl.jaas.config`` for a PLAIN or SCRAM login, quotes and backslashes escaped for JAAS.
 
     >>> jaas_line("PLAIN", "kprio", "s3cret")
     'org.apache.kafka.common.security.plain.PlainLoginModule required username="kprio" password="s3cret";'
@@ -70,11 +65,7 @@ def jaas_line(mechanism: str, username: str, password: str) -> str:
 
 
 def java_settings(conf: Mapping[str, Any]) -> dict[str, str]:
-    """The Java client's settings for librdkafka's ``conf`` (see the module docstring); values as strings.
-
-    A PEM private key becomes the unencrypted PKCS#8 PEM the Java client reads (:func:`pkcs8_pem`). A
-    setting that cannot be translated raises ConfigError naming it.
-    """
+    """The Java client's settings (as strings) for librdkafka's ``conf``; ConfigError naming an untranslatable one."""
     problems = java_untranslatable(conf)
     if problems:
         raise ConfigError(f"spark.reader native: {problems[0]}")
@@ -141,10 +132,8 @@ def pkcs8_pem(key: bytes, password: str | None) -> str:
 
 
 def java_client_config(kafka: KafkaSettings) -> dict[str, str]:
-    """Kafka's Java client settings of ``kafka``, secrets included (never log this): the translation of
-    :meth:`~kprio_core.config.KafkaSettings.client_config`, the one set every kprio client is built from; a
-    file or secret the settings need and do not have is a ConfigError naming it
-    (:func:`~kprio_core.config.files.settings_problem`), not the Java client's failure in the Spark job."""
+    """Kafka's Java client settings of ``kafka``, secrets included (never log this); a missing file or secret is
+    a ConfigError naming it, not the Java client's failure in the Spark job."""
     from kprio_core.config.files import settings_problem
 
     conf = kafka.client_config()

@@ -1,13 +1,9 @@
 """Lag snapshots from the cluster: offsets, committed positions, record sizes and oldest pending age.
 
-Calls per snapshot, whatever the number of partitions: one metadata, one ListOffsets earliest,
-one ListOffsets latest (and one more with read_committed isolation, for the last stable offsets,
-unless kprio reads uncommitted), one DescribeTopics (the topic ids: a recreated topic has a new
-one), one OffsetFetch per priority group; plus one bounded peek
-consumer when record sizes must be sampled or ages were asked for (and one more, reading
-uncommitted, for the age of transactions still open). :func:`take_snapshots` makes these calls
-once for many logical topics (a tick over all of them), not once per topic, and sends them at
-once: their round trips overlap.
+Calls per snapshot, whatever the number of partitions: one metadata, ListOffsets earliest and latest (and last
+stable under read_committed), one DescribeTopics (a recreated topic has a new id), one OffsetFetch per priority
+group; plus a bounded peek for record sizes or ages (and one reading uncommitted for open transactions' ages).
+:func:`take_snapshots` makes these calls once for many logical topics, all sent at once.
 
 >>> from kprio_core.model.snapshot import PartitionLag, LagSnapshot
 >>> snap = LagSnapshot("orders", 2, (
@@ -64,13 +60,8 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
                   avg_record_bytes: Mapping[str, float] | None = None, with_age: bool = False,
                   groups: GroupOffsets | None = None, deleted_ok: Collection[str] = (),
                   metadata: Any = None) -> LagSnapshot:
-    """Where every partition of every priority topic of ``topic`` stands (see the module docstring).
-
-    ``groups``: the consumers that read committed offsets, kept by the caller (made here when None).
-    ``deleted_ok``: priority topics kprio drained before; one the cluster no longer has is listed
-    in ``deleted`` instead of failing the snapshot (its partitions are held, the others drain on).
-    ``metadata``: the cluster's metadata when the caller asked for it already (asked here when None).
-    """
+    """Where every partition of every priority topic of ``topic`` stands (``groups``, ``metadata``: made if None);
+    a gone topic of ``deleted_ok`` is listed in ``deleted``, not failed (its partitions held, others drain on)."""
     ask = SnapshotAsk(topic, avg_record_bytes or {}, deleted_ok)
     found = take_snapshots(admin, kafka, [ask], deadline, now_ms=now_ms, groups=groups, metadata=metadata)[topic.name]
     if isinstance(found, KprioError):
@@ -84,14 +75,8 @@ def take_snapshot(admin: Any, kafka: KafkaSettings, topic: TopicSettings, deadli
 def take_snapshots(admin: Any, kafka: KafkaSettings, asks: Sequence[SnapshotAsk], deadline: Deadline, *,
                    now_ms: int, groups: GroupOffsets | None = None,
                    metadata: Any = None) -> dict[str, LagSnapshot | KprioError]:
-    """The lag snapshot of each asked logical topic, or the typed error that prevented it, by name.
-
-    The requests are batched over every topic: one ListOffsets per offset kind, one DescribeTopics,
-    one bounded peek, one OffsetFetch per priority group (the same calls as for one topic). A topic
-    whose priority topics are missing or shrank gets its own error and is left out of the batch.
-    When a batched call fails, each topic is asked again alone, so one topic's failure (a partition
-    it may not read) stays that topic's and every other topic gets its snapshot.
-    """
+    """The lag snapshot (or typed error) of each asked logical topic by name, every request batched over all topics;
+    a topic missing or shrunk gets its own error, and a failed batched call is asked again topic by topic."""
     metadata = cluster_metadata(admin, deadline) if metadata is None else metadata
     sizes_of = topic_sizes(metadata)
     out: dict[str, LagSnapshot | KprioError] = {}
@@ -137,8 +122,7 @@ def _batched(admin: Any, kafka: KafkaSettings, shaped: Sequence[Shaped], deadlin
     every = [tp for _, parts_of, _ in shaped for parts in parts_of.values() for tp in parts]
     committed_only = kafka.isolation_level is IsolationLevel.READ_COMMITTED
     by_group = {ask.topic.priority_group(p): parts for ask, parts_of, _ in shaped for p, parts in parts_of.items()}
-    # The requests are independent: sent at once, their round trips overlap (a new process's first tick
-    # also connects to the coordinator of every group meanwhile).
+    # Independent requests sent at once overlap their round trips (and a first tick's coordinator connections).
     with ThreadPoolExecutor(max_workers=6, thread_name_prefix="kprio-snapshot") as pool:
         asked_starts = pool.submit(log_starts, admin, every, deadline)
         asked_highs = pool.submit(high_watermarks, admin, every, deadline)
@@ -189,10 +173,8 @@ def _mark_times(shaped: Sequence[Shaped], lag_of: Mapping[TopicPartitionKey, Par
 
 def sample_record_bytes(kafka: KafkaSettings, topics: list[str], starts: Mapping[tuple[str, int], int],
                         highs: Mapping[tuple[str, int], int], deadline: Deadline) -> dict[str, float]:
-    """Average key+value bytes of the last few records of each topic's fullest partition (0.0 when empty).
-
-    ``highs``: where each partition's readable records end (the last stable offset under read_committed).
-    """
+    """Average key+value bytes of the last few records of each topic's fullest partition (0.0 when empty);
+    ``highs``: where readable records end (the LSO under read_committed)."""
     chosen: dict[tuple[str, int], int] = {}
     for name in topics:
         parts = [tp for tp in highs if tp[0] == name]

@@ -1,11 +1,9 @@
 """What a broker's listener speaks (TLS or not, SASL or not), asked of the listener itself.
 
-A Kafka broker whose listener speaks another security protocol than the client's only closes the
-connection: librdkafka then retries until its call times out, and the failure would read "no Kafka broker
-answered". When a broker does not answer, kprio asks the listener what it speaks (:func:`probe_listener`)
-and, when that is not the client's ``security.protocol``, fails at once naming the setting
-(:func:`protocol_mismatch`, :class:`~kprio_core.errors.SecurityProtocolMismatch`). Two questions, each on
-a new TCP connection, without credentials and without verifying anything:
+A listener of another security protocol only closes the connection, and librdkafka retries until it times out
+("no Kafka broker answered"). So kprio asks a silent broker's listener (:func:`probe_listener`) and fails at once
+on a mismatch, naming ``security.protocol`` (:class:`~kprio_core.errors.SecurityProtocolMismatch`). Two questions,
+each on a new TCP connection, without credentials and without verifying anything:
 
 - **TLS?** A TLS handshake: a TLS listener answers a ClientHello with its ServerHello (a listener that
   requires a client certificate may end the handshake with an alert: still TLS); a plaintext Kafka listener
@@ -82,8 +80,7 @@ def sasl_handshake_request(correlation_id: int, mechanism: bytes = b"PLAIN") -> 
 
 
 def read_sasl_handshake(data: bytes, correlation_id: int) -> tuple[bool, tuple[str, ...]]:
-    """(a SASL listener?, its mechanisms) from a SaslHandshake response (its size read off); ValueError when
-    it is not one."""
+    """(a SASL listener?, its mechanisms) from a SaslHandshake response, size read off; ValueError if not one."""
     if len(data) < 10:
         raise ValueError("short answer")
     answered, error, count = struct.unpack(">ihi", data[:10])
@@ -129,8 +126,7 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def probe_listener(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> Listener | None:
-    """What the listener at ``host:port`` speaks, or None when nothing answers there (refused, silent, or
-    an answer that is not Kafka's); both connections within about ``timeout_s``."""
+    """What the listener at ``host:port`` speaks, None when no Kafka answer; both connections within ``timeout_s``."""
     ends = time.monotonic() + timeout_s
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as raw:
@@ -173,8 +169,7 @@ def split_servers(bootstrap: str) -> list[tuple[str, int]]:
 
 def first_listener(servers: Sequence[tuple[str, int]], timeout_s: float = PROBE_TIMEOUT_S
                    ) -> tuple[str, Listener] | None:
-    """The first of ``servers`` whose listener answers the probe, as ``("host:port", listener)``; all of them
-    within about ``timeout_s`` (each connection gets what is left, half a second at least)."""
+    """The first of ``servers`` whose listener answers, as ``("host:port", listener)``, all within ``timeout_s``."""
     ends = time.monotonic() + timeout_s
     for host, port in servers:
         found = probe_listener(host, port, max(0.2, ends - time.monotonic()))

@@ -1,7 +1,6 @@
 """Producing records in batches with confirmed delivery (demo data, tests, retention demos).
 
-A :class:`Record` is ``(key, value, timestamp_ms)``; ``partition=None`` lets the producer's
-partitioner choose by key.
+A :class:`Record` is ``(key, value, timestamp_ms, partition)``; ``partition=None``: the partitioner picks by key.
 
 >>> as_bytes("a"), as_bytes(b"b"), as_bytes(None)
 (b'a', b'b', None)
@@ -29,10 +28,7 @@ def as_bytes(data: str | bytes | None) -> bytes | None:
 
 
 def produce(kafka: KafkaSettings, topic: str, records: Iterable[Record | tuple], *, linger_ms: int = 20) -> int:
-    """Produce ``records`` to ``topic`` in batches and wait until every one is acknowledged.
-
-    Returns the number delivered; raises when any delivery failed or the flush ran out of time.
-    """
+    """Produce ``records`` to ``topic`` and wait for every ack; the number delivered, or raise on any failure."""
     deadline = Deadline(kafka.timeout_s, kafka.bootstrap_servers)
     producer = new_producer(
         kafka,

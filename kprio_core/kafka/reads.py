@@ -1,12 +1,10 @@
 """Batched reads: ListOffsets for many partitions in one admin call, OffsetFetch for one group by its consumer.
 
-The end of a partition depends on the isolation level: a ``read_uncommitted`` reader reads to
-the high watermark, a ``read_committed`` one to the last stable offset (LSO), the first offset of
-the oldest transaction still open there (the high watermark when none is). ListOffsets latest
-with read_committed isolation answers the LSO.
+A ``read_uncommitted`` reader ends at the high watermark, a ``read_committed`` one at the last stable offset
+(LSO: the oldest open transaction's first offset, else the high watermark), which ListOffsets latest answers
+under read_committed.
 
-Partitions are ``(topic, partition)`` pairs throughout. A group that never committed a
-partition reports offset -1001 (OFFSET_INVALID): that is :data:`None` here, never a number.
+A group that never committed a partition reports offset -1001 (OFFSET_INVALID): None here, never a number.
 
 >>> committed_or_none(-1001), committed_or_none(42)
 (None, 42)
@@ -32,15 +30,13 @@ def committed_or_none(offset: int) -> int | None:
 
 
 OFFSET_INVALID = -1001
-"""librdkafka's ``RD_KAFKA_OFFSET_INVALID``: what ListOffsets answers, with no error, for a partition no leader
-serves (its only replica's node down, a leader being elected); seen as a log of [-1001, -1001) before kprio
-asked again."""
+"""librdkafka's ``RD_KAFKA_OFFSET_INVALID``: ListOffsets' answer, with no error, for a partition no leader serves
+(its only replica's node down, a leader being elected)."""
 
 LEADER_MOVING = frozenset({"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "FENCED_LEADER_EPOCH",
                            "UNKNOWN_LEADER_EPOCH", "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS",
                            "COORDINATOR_NOT_AVAILABLE", "REQUEST_TIMED_OUT", "_TRANSPORT"})
-"""Errors of a partition whose leader is being elected (a node died, a topic was just created):
-asked again until the deadline, never a failure of their own."""
+"""Errors of a partition whose leader is being elected: asked again until the deadline, never a failure of their own."""
 
 RETRY_PAUSE_S = 0.1
 
@@ -48,21 +44,18 @@ COLD_FETCH_THREADS = 32
 """Groups whose consumers are made side by side: 300 new consumers took 0.82 s in 300 threads, 0.54 s in 32."""
 
 LIST_OFFSETS_CHUNK = 1000
-"""Partitions per ListOffsets request. librdkafka matches each partition of an answer against its
-request one by one: one request for 19,200 partitions took 1.6 s where 20 of 960 took 0.2 s. The
-chunks are all sent before any answer is awaited."""
+"""Partitions per ListOffsets request, all sent before any answer: librdkafka matches an answer's partitions one by
+one (19,200 partitions in one request: 1.6 s; in 20: 0.2 s)."""
 
 
 def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey] | Mapping[TopicPartitionKey, Any], spec: Any,
                  deadline: Deadline, what: str, *, committed_only: bool = False,
                  negative_ok: bool = False) -> dict[TopicPartitionKey, int]:
-    """One ListOffsets call for every partition with the same OffsetSpec, or each its own when ``partitions`` maps
-    them to one (in chunks of :data:`LIST_OFFSETS_CHUNK`, sent at once); offset per partition.
+    """The offset per partition for ``spec`` (or each partition's own, when ``partitions`` maps them), in chunks.
 
-    ``committed_only``: read_committed isolation (latest then answers the last stable offset).
-    Partitions whose leader is moving (:data:`LEADER_MOVING`), or that have none (an answer of
-    :data:`OFFSET_INVALID`), are asked again until ``deadline``, then BrokerUnreachable names the partition: an
-    offset is never made up. ``negative_ok``: -1 is an answer (a time no record reaches, for ``for_timestamp``).
+    ``committed_only``: read_committed (latest answers the LSO). Partitions whose leader moves or is missing
+    (:data:`LEADER_MOVING`, :data:`OFFSET_INVALID`) are asked again until ``deadline``, then BrokerUnreachable names
+    the partition: an offset is never made up. ``negative_ok``: -1 is an answer (a time no record reaches).
     """
     import concurrent.futures
     import time
@@ -83,8 +76,7 @@ def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey] | Mapping[T
             try:
                 offset = future.result(timeout=deadline.left(name)).offset
                 if offset == OFFSET_INVALID or (offset < 0 and not negative_ok):
-                    # No leader answered for the partition (librdkafka leaves the offset unset, with no error,
-                    # for a partition whose leader is gone): never a log bound; asked again until the deadline.
+                    # No leader answered (librdkafka leaves the offset unset, no error): never a log bound.
                     if deadline.remaining() <= RETRY_PAUSE_S:
                         raise BrokerUnreachable(deadline.bootstrap, deadline.timeout_s,
                                                 f"{name}: no leader of the partition answered (it has none now)")
@@ -104,8 +96,7 @@ def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey] | Mapping[T
 
 
 def _ask_in_chunks(admin: Any, todo: Mapping[Any, Any], isolation: Any, deadline: Deadline, what: str) -> dict:
-    """Send the ListOffsets requests of ``todo``, :data:`LIST_OFFSETS_CHUNK` partitions each, all before any answer
-    is awaited; the future of each partition."""
+    """Send ``todo``'s ListOffsets requests in chunks, all before any answer is awaited; each partition's future."""
     asked = list(todo.items())
     futures = {}
     for start in range(0, len(asked), LIST_OFFSETS_CHUNK):
@@ -136,16 +127,11 @@ def stable_offsets(admin: Any, partitions: Iterable[TopicPartitionKey],
 
 
 class GroupOffsets:
-    """Committed offsets of consumer groups, each asked by a consumer of the group kept open for reuse.
+    """Committed offsets of consumer groups, each asked by a kept consumer of the group (a new one costs a lookup).
 
-    A consumer of the group that never joins it (``committed()``), not the admin client:
-    librdkafka's admin ListConsumerGroupOffsets dereferences a null group handle when the
-    coordinator answers NOT_COORDINATOR (librdkafka issue 5040: the whole process dies while a
-    coordinator moves, as in a broker failover), where a consumer looks the coordinator up again.
-    A new consumer costs a connection and a coordinator lookup (tens of ms); a kept one answers
-    in one OffsetFetch, so a lag snapshot costs a round trip per group, as the admin call did.
-    :func:`shared_group_offsets` keeps one per cluster for the whole process (a sensor builds its
-    resources anew every tick).
+    A consumer that never joins, not the admin client: its ListConsumerGroupOffsets dereferences a null group handle
+    on NOT_COORDINATOR (librdkafka issue 5040: the process dies in a broker failover), where a consumer looks the
+    coordinator up again. :func:`shared_group_offsets` keeps one per cluster per process.
     """
 
     def __init__(self, kafka: KafkaSettings) -> None:
@@ -191,10 +177,8 @@ class GroupOffsets:
 
     def fetch_all(self, partitions_of: Mapping[str, Iterable[TopicPartitionKey]],
                   deadline: Deadline) -> dict[TopicPartitionKey, int | None]:
-        """:meth:`fetch` for each group of ``partitions_of``. Groups without a consumer yet are asked side by
-        side, in up to :data:`COLD_FETCH_THREADS` threads (each new consumer finds its group's coordinator
-        first: a round trip or two of its own); once every group has one, one after the other (a thread
-        each would cost more than the round trip)."""
+        """:meth:`fetch` per group: groups without a consumer yet (a coordinator lookup each) side by side in up to
+        :data:`COLD_FETCH_THREADS` threads; warm ones one after the other (a thread costs more than the round trip)."""
         from concurrent.futures import ThreadPoolExecutor
 
         out: dict[TopicPartitionKey, int | None] = {}

@@ -1,24 +1,17 @@
 """Security failures of a Kafka client as kprio's typed errors, in one line naming the setting to fix.
 
-librdkafka does not fail a call when the broker refuses its login or its TLS handshake fails: it
-reports the failure as an error event (served by the client's ``poll``) and retries the connection
-until the call times out, so the call itself says only "transport failure". :class:`SecurityWatch` is
-the error callback every kprio client is built with (:func:`kprio_core.kafka.client._build`): it
-turns such an event into the typed error at once, raised out of the ``poll``, ``consume`` or
-``flush`` that served it, and remembers it, so a wait that times out names it instead of an
-unreachable broker (:class:`kprio_core.kafka.client.Deadline`).
+librdkafka does not fail a call on a refused login or TLS handshake: it reports an error event and retries
+until the call times out ("transport failure"). :class:`SecurityWatch`, every kprio client's error callback,
+raises the typed error at once out of the ``poll``/``consume``/``flush`` that served the event, and keeps it
+so a timed-out wait names it instead of an unreachable broker (:class:`kprio_core.kafka.client.Deadline`).
 
-librdkafka gives one code to a refused password and a refused mechanism (``_AUTHENTICATION``), and
-one message to every certificate it could not verify ("certificate verify failed"): which of them it
-was is in the message's words, and for a certificate not even there. So :func:`diagnose_certificate`
-asks the broker once more with Python's ``ssl`` (the same CA, the same host name check), whose
-verification error names the reason (untrusted, expired, another host), and reads the certificate's
-dates and names for the message. That is a workaround at this one place: confluent-kafka has no
-certificate verification callback, and its users meet the same unexplained line (confluent-kafka-python
-issue 1610, "Broker certificate could not be verified").
+librdkafka gives one code to a refused password and a refused mechanism (``_AUTHENTICATION``), told apart by the
+message's words, and one message to every unverified certificate ("certificate verify failed"). So
+:func:`diagnose_certificate` asks the broker again with Python's ``ssl`` (same CA and host check), whose error
+names the reason, and reads the certificate's dates and names. A workaround kept to this one place:
+confluent-kafka has no verification callback (confluent-kafka-python issue 1610).
 
-Nothing here names a secret's value: a message names the setting (``kafka.client.sasl.username``,
-``KPRIO_KAFKA_SASL_PASSWORD``) and paths of files, never their content.
+Nothing here shows a secret: messages name the setting (``KPRIO_KAFKA_SASL_PASSWORD``) and file paths, not content.
 
 >>> who = ClientIdentity.of({"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL",
 ...                          "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "kprio", "sasl.password": "x"})
@@ -136,11 +129,9 @@ def broker_of(text: str, who: ClientIdentity) -> str:
 def security_failure(name: str, text: str, who: ClientIdentity,
                      diagnose: Callable[[str, ClientIdentity], KafkaSecurityFailed | None] | None = None,
                      own_certificate: Callable[[], Any] | None = None) -> KafkaSecurityFailed | None:
-    """The typed error of a librdkafka error (its code's ``name`` and message ``text``), or None when it
-    is no security failure. ``diagnose(broker, who)`` names a certificate the client could not verify
-    (default :func:`diagnose_certificate`); ``own_certificate()`` reads the client's certificate, whose
-    dates say why a broker refused it (the broker's TLS alert does not say: Kafka's JVM answers an
-    expired one as "certificate unknown")."""
+    """The typed error of a librdkafka error (``name``, ``text``), else None; ``diagnose`` (default
+    :func:`diagnose_certificate`) explains an unverified certificate, ``own_certificate``'s dates a refused one
+    (Kafka's JVM calls an expired one "certificate unknown")."""
     broker = broker_of(text, who)
     if name in ("_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED"):
         if "nsupported SASL mechanism" in text:
@@ -200,9 +191,8 @@ def _refused_client_certificate(alert: str, who: ClientIdentity, broker: str,
 
 def diagnose_certificate(broker: str, who: ClientIdentity,
                          timeout_s: float = DIAGNOSIS_TIMEOUT_S) -> KafkaSecurityFailed | None:
-    """Why the certificate of ``broker`` (``host:port``) does not verify with ``who``'s CA and host check:
-    untrusted, expired (or not yet valid), or naming another host; None when it verifies now or the
-    broker does not answer."""
+    """Why ``broker``'s (``host:port``) certificate fails ``who``'s CA and host check (untrusted, expired or not
+    yet valid, another host); None when it verifies now or the broker does not answer."""
     host, _, port = broker.rpartition(":")
     host = host.strip("[]")
     try:
@@ -275,8 +265,7 @@ def _names_of(cert: Any) -> list[str]:
 
 
 def own_certificate(conf: Mapping[str, Any]) -> Any:
-    """The client certificate the settings ``conf`` name (a PEM file or text, or a PKCS#12 keystore opened
-    with its password), or None when there is none or it cannot be read."""
+    """The client certificate ``conf`` names (PEM file or text, or PKCS#12 keystore), None if none or unreadable."""
     from cryptography import x509
     from cryptography.hazmat.primitives.serialization import pkcs12
 
@@ -299,10 +288,9 @@ def own_certificate(conf: Mapping[str, Any]) -> Any:
 
 def protocol_mismatch(who: ClientIdentity, broker: str | None = None,
                       timeout_s: float = PROBE_TIMEOUT_S) -> KafkaSecurityFailed | None:
-    """The listener at ``broker`` (else the first bootstrap server that answers) speaks another security
-    protocol than ``who``'s, or does not enable its SASL mechanism, asked of it (:mod:`kprio_core.kafka.listener`);
-    None when it speaks the client's or nothing answers. (A client whose mechanism the broker does not enable may
-    never connect at all: OAUTHBEARER without a token waits for one.)
+    """Whether the listener at ``broker`` (else the first bootstrap server answering) speaks another protocol than
+    ``who``'s or lacks its SASL mechanism, asked of it; None if it matches or nothing answers (a client of an
+    unenabled mechanism may never connect: OAUTHBEARER without a token waits).
 
     >>> protocol_mismatch(ClientIdentity("127.0.0.1:1", "SASL_SSL"), timeout_s=0.5) is None  # nothing listens
     True
@@ -330,8 +318,8 @@ def protocol_mismatch(who: ClientIdentity, broker: str | None = None,
 
 
 class SecurityWatch:
-    """The error callback (``error_cb``) of one kprio client: a security failure is raised out of the call
-    that served it and kept in :attr:`failure`; other errors are left to librdkafka's own retries."""
+    """A kprio client's ``error_cb``: security failures raise out of the serving call, kept in :attr:`failure`;
+    other errors are left to librdkafka's own retries."""
 
     def __init__(self, conf: Mapping[str, Any],
                  probe: Callable[..., KafkaSecurityFailed | None] = protocol_mismatch,
@@ -341,8 +329,7 @@ class SecurityWatch:
         self._lock = threading.Lock()
         self._probe, self._clock = probe, clock
         self._probed: float | None = None
-        # Read only when the broker refuses the certificate (the keystore's password stays in this closure,
-        # as it stays in the client's own settings).
+        # Read only when the broker refuses the certificate (the keystore password stays in this closure).
         certificate = {k: v for k, v in conf.items() if str(k).lower() in _CERTIFICATE_SETTINGS}
         self._own_certificate = lambda: own_certificate(certificate)
 
@@ -418,8 +405,7 @@ _JAVA = (
 
 
 def java_security_failure(text: str) -> KafkaSecurityFailed | None:
-    """The typed error of a security exception of Kafka's Java client found in ``text`` (a Spark or py4j
-    error's text), or None.
+    """The typed error of a Kafka Java client security exception in ``text`` (a Spark or py4j error), or None.
 
     >>> text = ("py4j.protocol.Py4JJavaError: ...\\n: org.apache.kafka.common.errors.SaslAuthenticationException: "
     ...         "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512")

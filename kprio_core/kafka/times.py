@@ -1,8 +1,7 @@
 """Offsets for timestamps, and time windows mapped to offset ranges (for time-window replays).
 
-Kafka's offsets-for-times answers, per partition, the first offset whose timestamp is >= the
-asked time, or -1 when no record is that late: that case is the high watermark here, so a
-window ``[start_ms, end_ms)`` becomes ``[offset(start_ms), offset(end_ms))``.
+Offsets-for-times answers the first offset with timestamp >= the asked time, or -1 (here the high watermark)
+when no record is that late, so a window ``[start_ms, end_ms)`` is ``[offset(start_ms), offset(end_ms))``.
 
 >>> window_range("orders-2", 0, start=None, end=None, high_watermark=40)
 >>> window_range("orders-2", 0, start=12, end=None, high_watermark=40)
@@ -33,10 +32,9 @@ def offsets_for_time(admin: Any, partitions: Iterable[TopicPartitionKey], timest
 
 def time_marks(admin: Any, asked: Mapping[TopicPartitionKey, Sequence[int]],
                deadline: Deadline) -> dict[TopicPartitionKey, tuple[tuple[int, int], ...]]:
-    """Per partition, a time mark ``(T, offset)`` for each asked time ``T``: the records below ``offset`` are at most
-    ``T`` ms old (:attr:`~kprio_core.model.snapshot.PartitionLag.times`). One ListOffsets request per asked time of
-    a partition, sent side by side (a request holds a partition once); a time no record passes marks the whole log.
-    """
+    """Per partition, a mark ``(T, offset)`` per asked time ``T``: records below ``offset`` are at most ``T`` ms old
+    (:attr:`~kprio_core.model.snapshot.PartitionLag.times`); one ListOffsets per time (a request holds a partition
+    once), side by side; a time no record passes marks the whole log."""
     from concurrent.futures import ThreadPoolExecutor
 
     from confluent_kafka.admin import OffsetSpec

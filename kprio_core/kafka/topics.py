@@ -1,7 +1,7 @@
 """Priority topics on the cluster: compare them with the configuration, create the missing ones.
 
-The comparison is pure: it reads a ``{topic name: TopicShape}`` map (one metadata call) and
-returns every mismatch, not only the first, each with one line that says what and where.
+The comparison is pure (a ``{topic name: TopicShape}`` map of one metadata call) and returns every mismatch, each
+in one line that says what and where.
 
 >>> from kprio_core.config import TopicSettings
 >>> t = TopicSettings(name="orders", priorities=2, partitions=3)
@@ -78,11 +78,9 @@ def topic_sizes(metadata: Any) -> dict[str, int]:
 
 def topic_mismatches(topic: TopicSettings, shapes: Mapping[str, TopicShape | int], *,
                      expected: int | None = None) -> list[TopicMismatch]:
-    """Every difference between ``topic``'s priority topics and the cluster, in priority order.
-
-    Partition counts are compared when ``expected`` or ``topic.partitions`` is set, replicas when
-    ``topic.replication_factor`` is; ``shapes`` may also map names to bare partition counts.
-    """
+    """Every difference between ``topic``'s priority topics and the cluster, in priority order: partitions compared
+    if ``expected`` or ``topic.partitions`` is set, replicas if ``topic.replication_factor`` is (``shapes`` may map
+    names to bare counts)."""
     expected = topic.partitions if expected is None else expected
     found: list[TopicMismatch] = []
     for priority, name in topic.priority_topics().items():
@@ -118,10 +116,8 @@ def snapshot_counts(topic: TopicSettings, sizes: Mapping[str, int], *, bootstrap
                     deleted_ok: Iterable[str] = ()) -> tuple[dict[Priority, int], tuple[str, ...]]:
     """Partitions per present priority, and the priority topics missing that kprio drained before.
 
-    Unlike :func:`partition_counts`, a lag snapshot goes on when partitions were added (they are
-    picked up) and when a topic kprio drained was deleted (``deleted_ok``: its partitions are held,
-    the other priorities drain on). A topic kprio never saw missing, or fewer partitions than
-    configured, is still the error that says so.
+    Unlike :func:`partition_counts`, added partitions are picked up and a deleted topic kprio drained
+    (``deleted_ok``) is held while the others drain on; a topic never seen missing, or too few partitions, is an error.
 
     >>> t = TopicSettings(name="orders", priorities=2, partitions=2)
     >>> snapshot_counts(t, {"orders-0": 3}, bootstrap="b:9092", deleted_ok={"orders-1"})
@@ -175,8 +171,7 @@ def find_mismatches(admin: Any, topics: Iterable[TopicSettings], deadline: Deadl
 
 def create_missing(admin: Any, topic: TopicSettings, partitions: int, deadline: Deadline, *,
                    replication_factor: int | None = None, config: Mapping[str, str] | None = None) -> list[str]:
-    """Create the priority topics the cluster lacks; the names created (a topic someone else created
-    meanwhile is not among them). Existing topics are never altered."""
+    """Create the priority topics the cluster lacks, never altering others; the names this call created."""
     from confluent_kafka.admin import NewTopic
 
     sizes = topic_sizes(cluster_metadata(admin, deadline))
@@ -197,10 +192,7 @@ def create_missing(admin: Any, topic: TopicSettings, partitions: int, deadline: 
 def ensure_topics(admin: Any, topic: TopicSettings, partitions: int, deadline: Deadline,
                   config: Mapping[str, str] | None = None, *, replication_factor: int | None = None
                   ) -> dict[Priority, int]:
-    """Create the missing priority topics with ``partitions`` each (and topic ``config``), then verify all.
-
-    Existing topics are never altered: one with another partition count is an error.
-    """
+    """Create the missing priority topics (``partitions`` each, ``config``), verify all: another count is an error."""
     create_missing(admin, topic, partitions, deadline, replication_factor=replication_factor, config=config)
     sizes = topic_sizes(cluster_metadata(admin, deadline))
     return partition_counts(topic, sizes, bootstrap=deadline.bootstrap, expected=partitions)
@@ -234,6 +226,5 @@ def _wait_visible(admin: Any, topic: TopicSettings, deadline: Deadline) -> None:
     def absent() -> set[str]:
         return names - set(topic_sizes(cluster_metadata(admin, deadline)))
 
-    # Each attempt is one metadata call bounded by the deadline, which also ends the retries
-    # (cluster_metadata raises BrokerUnreachable once it is spent).
+    # Each attempt is one metadata call; the deadline ends the retries (cluster_metadata raises once it is spent).
     Retrying(retry=retry_if_result(bool), wait=wait_fixed(0.05), reraise=True)(absent)

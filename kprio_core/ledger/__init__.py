@@ -1,9 +1,7 @@
 """The batch ledger (schema v2): every drain plan, its offset ranges, state, lease and outcome, in SQL.
 
-``from kprio_core.ledger import Ledger, Batch, BatchState`` is the public surface for the ledger's callers: the
-values it hands out live in the model (:mod:`kprio_core.model.records`, :mod:`kprio_core.model.states`), are
-re-exported here, and the pure rules import them from the model, never through this adapter. The submodules, a
-repository per part of the ledger and what they share: docs/architecture.md, the row of ``ledger/``.
+The public surface for the ledger's callers; its values live in :mod:`kprio_core.model` and are re-exported here
+(the pure rules import them from the model, never through this adapter). Submodules: docs/architecture.md.
 """
 
 from kprio_core.ledger.engine import ledger_exists

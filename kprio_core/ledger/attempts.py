@@ -1,10 +1,8 @@
-"""New attempts of a batch: retry (a failed or stuck one), replay (an operator's re-drain), split, redrain, the
-end of a failed batch's backoff, and an attempt spent by a run that ended before it took its batch.
+"""New attempts of a batch: retry, replay, split, redrain, ending a backoff, and an attempt spent untaken.
 
-A retry or replay keeps the batch's id and ranges and adds one to ``attempts``; a split moves
-failing ranges to a new failed batch, so the rest of the batch can publish and commit; a redrain
-(a group moved back outside kprio) puts some ranges of a committed batch back to planned: the whole
-batch, as a replay does, or only those ranges, moved to a new planned batch of their own.
+A retry or replay keeps the batch's id and ranges, ``attempts`` + 1; a split moves failing ranges to a new failed
+batch so the rest can publish and commit; a redrain puts ranges of a committed batch back to planned (the whole
+batch, as a replay, or only those ranges, moved to a new planned batch).
 """
 
 from __future__ import annotations
@@ -39,11 +37,8 @@ class Attempts(Repository):
               take_over: Collection[str] = ()) -> Batch:
         """Try a failed or stuck batch again with the same ranges; ``attempts`` grows by one.
 
-        A failed batch becomes planned: its priorities need a free slot, and its ranges must not
-        overlap another batch's in flight or failed (a hold of another failed batch does not stop
-        it: it commits after that one, see ``Batches.blocking_predecessors``). A batch in flight keeps
-        its state and drops its lease, when the lease expired, none was taken, or its owner is in
-        ``take_over`` (else :class:`BatchBusy`).
+        A failed batch becomes planned if it has a slot and no overlap (another's hold does not stop it: it commits
+        after). A batch in flight drops a lease expired or of ``take_over`` (else :class:`BatchBusy`).
         """
         need_reason("retry", batch_id, reason)
         with self._store.tx() as (conn, numbering):
@@ -65,13 +60,10 @@ class Attempts(Repository):
             return load_one(conn, numbering, row.id)
 
     def fail_untaken(self, batch_id: str, attempt: int, *, reason: str, retry_at: datetime | None) -> Batch | None:
-        """A batch that the run of ``attempt`` ended without taking (a planned batch's own run or a resume's, a failed
-        batch's retry, a checked batch's commit run) fails at that attempt, transient (the cause is the run's
-        surroundings, never the batch's records): its partitions held, it is retried as any transient failure is,
-        under a later run key.
+        """A batch the run of ``attempt`` ended without taking fails at that attempt, transient (tick rule 1b).
 
-        None, and nothing changed, when it moved on meanwhile: a run took it, or it is neither planned (or checked,
-        its commit run's) at that attempt or an earlier one nor failed at an earlier one.
+        None, and nothing changed, when it moved on meanwhile: a run took it, or it is neither planned or checked
+        at that attempt or earlier, nor failed at an earlier one.
         """
         need_reason("fail_untaken", batch_id, reason)
         with self._store.tx() as (conn, numbering):
@@ -91,10 +83,7 @@ class Attempts(Repository):
             return load_one(conn, numbering, row.id)
 
     def retry_now(self, batch_id: str) -> Batch:
-        """A failed batch's backoff ends now (a fresh driver retries a transient failure at once); no move.
-
-        Only a failed batch's ``retry_at`` changes: any other state is returned as it is.
-        """
+        """A failed batch's backoff ends now (a fresh driver's transient retry); any other batch returned as it is."""
         with self._store.tx() as (conn, numbering):
             now = self._store.now_us()
             row = batch_row(conn, numbering, batch_id, for_update=True)
@@ -105,11 +94,8 @@ class Attempts(Repository):
     def replay(self, batch_id: str, *, max_in_flight: int | None = None) -> Batch:
         """Re-drain a committed (operator) or failed batch: back to planned with the same ranges, attempts + 1.
 
-        A superseded batch (``Batches.superseded_batch``) is refused with :class:`BatchSuperseded`, as by
-        :meth:`retry`.
-
-        A committed batch keeps ``replay_of_committed=True`` for good: its re-drain rewrites the
-        same output, its commit has nothing new to commit, and its failure holds nothing.
+        A superseded batch is refused with :class:`BatchSuperseded`, as by :meth:`retry`. A committed batch keeps
+        ``replay_of_committed=True`` for good: it rewrites the same output, commits nothing new, and holds nothing.
         """
         with self._store.tx() as (conn, numbering):
             now = self._store.now_us()
@@ -117,14 +103,10 @@ class Attempts(Repository):
             return _back_to_planned(conn, numbering, row, REPLAYABLE, max_in_flight, now, None)
 
     def redrain(self, batch_id: str, wanted: Iterable[OffsetRange], *, max_in_flight: int | None = None) -> Batch:
-        """Re-drain ``wanted``, ranges of a committed batch (or of a failed re-drain), after their group moved back
-        outside kprio; the batch put back to planned.
+        """Re-drain ``wanted``, ranges of a committed batch (or a failed re-drain) whose group moved back.
 
-        When ``wanted`` is every range of the batch, it is :meth:`replay`. Otherwise those range rows
-        move (never copied, as in :meth:`split`) to a new batch: planned, ``replay_of_committed``, its
-        parent the batch, its attempt 1. So a re-drain takes the slots of only the priorities its
-        group moved in, and commits on only the partitions moved back: the batch's other ranges stay
-        where they are. Refused as a replay is: a superseded batch, a slot taken, a range in flight.
+        Every range: :meth:`replay`. Else those range rows move (never copied) to a new planned batch, so it takes
+        only the moved priorities' slots and commits only there. Refused as a replay is.
         """
         wanted = {r for r in wanted if r.count}
         if not wanted:
@@ -157,10 +139,8 @@ class Attempts(Repository):
               retry_at: datetime | None, transient: bool = False, fence: LeaseToken | None = None) -> Batch:
         """Move the ``failing`` ranges of a batch in flight to a new failed batch (``parent`` = this one); return it.
 
-        The range rows move (never copied) with their drain outcome; the new batch copies the
-        plan's decisions, the attempt count and, for a re-drain, when its offsets were committed.
-        The original keeps its other ranges and state. ``fence``: the run's lease token, refused
-        when stale (:class:`~kprio_core.errors.LeaseLost`), as by every move.
+        The range rows move (never copied) with their drain outcome. ``fence``: refused when stale
+        (:class:`~kprio_core.errors.LeaseLost`).
         """
         need_reason("split", batch_id, reason)
         failing = set(failing)

@@ -36,13 +36,10 @@ class Batches(Repository):
     def record_plan(self, plan: DrainPlan, *, max_in_flight: int | None = None) -> Batch:
         """Store ``plan`` as a new planned batch reserving its ranges, or raise :class:`RangeConflict`.
 
-        Conflicts: two ranges of the plan overlap; a range overlaps one of a batch in flight or
-        lies on a partition a failed batch holds; a priority of the plan already has
-        ``max_in_flight`` batches in flight (slots are per priority); or a range starts below the
-        offset kprio committed on its partition, or on an earlier incarnation of it (the plan was
-        made from a lag snapshot older than a commit another driver made meanwhile:
-        :func:`~kprio_core.ledger.rules.below_committed`). Empty ranges hold no offset and are not
-        recorded.
+        Conflicts: overlapping ranges in the plan; a range overlapping a batch in flight or a failed batch's hold;
+        a priority with ``max_in_flight`` batches in flight; a range below kprio's commit or on an earlier
+        incarnation (a snapshot older than another driver's commit: :func:`~kprio_core.ledger.rules.below_committed`).
+        Empty ranges are not recorded.
         """
         what = f"plan of {plan.logical_topic!r}"
         plan = dataclasses.replace(plan, ranges=tuple(r for r in plan.ranges if r.range.count))
@@ -68,11 +65,8 @@ class Batches(Repository):
             return load_one(conn, numbering, key)
 
     def blocking_predecessors(self, batch_id: str) -> list[Batch]:
-        """Batches in flight or holding with an earlier range on one of this batch's partitions, oldest first.
-
-        This batch must not commit before they do (it would commit past their offsets). A re-drain
-        of committed offsets has none and is nobody's.
-        """
+        """Batches in flight or holding with an earlier range on this batch's partitions, oldest first: it must not
+        commit before them (past their offsets). A re-drain of committed offsets has none and is nobody's."""
         with self._store.tx() as (conn, numbering):
             batch = load_one(conn, numbering, batch_row(conn, numbering, batch_id).id)
             if batch.replay_of_committed:
@@ -120,13 +114,8 @@ class Batches(Repository):
         return sorted(t.range for t in taken if t.in_flight and t.range.count)
 
     def holds(self, logical_topic: str, max_attempts: int | None = None) -> list[Hold]:
-        """Partitions held by the topic's failed batches, one per batch and partition, from its first range there.
-
-        A superseded batch (:meth:`superseded`) holds nothing.
-
-        ``max_attempts`` marks holds whose batch may no longer be retried automatically (a transient
-        failure always may).
-        """
+        """Partitions held by the topic's failed batches (not superseded), one per batch and partition, from its
+        first range there; ``max_attempts`` marks those no longer retried by themselves (never transient ones)."""
         query = (
             select(ranges.c.topic, ranges.c.kafka_partition, ranges.c.start_offset, batches)
             .join(batches, batches.c.id == ranges.c.batch_id)
@@ -152,11 +141,8 @@ class Batches(Repository):
         return sorted(found, key=lambda h: (h.topic, h.partition, h.start))
 
     def superseded(self, logical_topic: str, states: Iterable[BatchState] = (S.FAILED,)) -> list[Superseded]:
-        """Where the topic's batches in ``states`` are superseded: planned on an earlier incarnation of a partition.
-
-        One entry per batch and partition, oldest batch first (see :func:`kprio_core.log_changes.superseded`
-        for the rule: such a batch never runs again and holds nothing).
-        """
+        """Where the topic's batches in ``states`` are superseded (:func:`kprio_core.log_changes.superseded`), one
+        entry per batch and partition, oldest first."""
         with self._store.tx() as (conn, numbering):
             return _all_superseded(conn, numbering, logical_topic, states)
 

@@ -1,9 +1,8 @@
 """What kprio believes about each partition, and the log changes and decisions it recorded.
 
-A belief is the topic's identity, the incarnation kprio drains and the committed offset kprio
-itself last wrote (kept by ``Moves.mark_committed``, never lowered by a commit: only a
-recorded decision lowers it). A ledger of an earlier kprio has no belief rows yet: the committed
-offset is then derived from its committed batches (the highest range end per partition).
+A belief is the topic's identity, the incarnation kprio drains and the offset kprio last committed (raised by
+``Moves.mark_committed``, lowered only by a recorded decision). Without belief rows (an earlier kprio's ledger),
+the committed offset is the highest range end of the committed batches.
 """
 
 from __future__ import annotations
@@ -68,9 +67,8 @@ class Beliefs(Repository):
         return _event(row)
 
     def open_holds(self, logical_topic: str) -> dict[TopicPartitionKey, LogEvent]:
-        """Per partition, the hold a person was asked to decide and has not yet: its partition's last event (a
-        wait left aside: kprio decides those again by itself) is a ``hold``. A person's ``kprio reset``, or a
-        decision of the configured policy, records a later event and ends it."""
+        """Per partition, the hold a person has not decided yet: its last change (:meth:`last_changes`) is a
+        ``hold``; a ``kprio reset`` or the policy's decision records a later event and ends it."""
         return {tp: e for tp, e in self.last_changes(logical_topic).items() if e.outcome == Outcome.HOLD.value}
 
     def last_changes(self, logical_topic: str) -> dict[TopicPartitionKey, LogEvent]:
@@ -82,7 +80,7 @@ class Beliefs(Repository):
         return last
 
     def log_events(self, logical_topic: str | None = None, *, after: int = 0) -> list[LogEvent]:
-        """Recorded log changes and decisions, oldest first, of one logical topic or all, after ``seq``."""
+        """Recorded log changes and decisions, oldest first, of one logical topic or all, with id above ``after``."""
         query = select(log_events).where(log_events.c.id > after).order_by(log_events.c.id)
         if logical_topic is not None:
             query = query.where(log_events.c.logical_topic == logical_topic)
@@ -101,9 +99,8 @@ def note_commits(conn: Connection, logical_topic: str, moves: Mapping[TopicParti
 
 
 def believed_offsets(conn: Connection, plan: DrainPlan) -> dict[TopicPartitionKey, tuple[int, int | None]]:
-    """Per partition of ``plan``'s ranges, the incarnation kprio drains and the offset it last committed, read
-    in the caller's transaction (as :meth:`Beliefs.of` reads them: a partition without a belief row
-    by its committed batches' highest range end; one kprio knows nothing about is left out)."""
+    """Per partition of ``plan``'s ranges, (incarnation, offset kprio last committed), read as :meth:`Beliefs.of`
+    does but in the caller's transaction; unknown partitions left out."""
     wanted = {r.topic_partition for r in plan.offset_ranges() if r.count}
     found: dict[TopicPartitionKey, tuple[int, int | None]] = {}
     topics = sorted({t for t, _ in wanted})
@@ -117,8 +114,7 @@ def believed_offsets(conn: Connection, plan: DrainPlan) -> dict[TopicPartitionKe
 
 
 def _committed_ends(logical_topic: str, *where: ColumnElement[bool]) -> Select:
-    """Per partition, the highest range end of the topic's committed batches: what a ledger of an earlier kprio,
-    without belief rows, believes kprio committed there."""
+    """Per partition, the highest range end of the topic's committed batches (the belief without belief rows)."""
     return (select(ranges.c.topic, ranges.c.kafka_partition, func.max(ranges.c.end_offset))
             .join(batches, batches.c.id == ranges.c.batch_id)
             .where(batches.c.logical_topic == logical_topic, batches.c.committed_us.is_not(None), *where)

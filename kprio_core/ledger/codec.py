@@ -1,9 +1,7 @@
 """Rows <-> values: times, a plan without its ranges, a range's drain outcome, and a Batch from its rows.
 
-Each fact is stored once, so a value is reassembled from several places: a plan from the batch's
-``plan_json`` (decisions) and its range rows; a drain result from the batch's ``drain_json``
-(the attempt) and the range rows' outcome. 28 output rows and 2 dead letters of a range are two
-columns of its row plus a JSON of the rest:
+Each fact is stored once: a plan is the batch's ``plan_json`` plus its range rows; a drain result the batch's
+``drain_json`` plus the range rows' outcome. 28 output rows and 2 dead letters are columns, the rest JSON:
 
 >>> from kprio_core.model.offsets import OffsetRange
 >>> s = RangeStats(2, OffsetRange("orders-2", 0, 0, 30), output=28, dead=2, distinct=30, first=0, last=29,
@@ -50,9 +48,7 @@ CLEARED_ATTEMPT: dict[str, Any] = {
     "drain_json": None, "checks_json": None, "commit_json": None,
     "reason": None, "transient": False, "retry_at_us": None, "lease_owner": None, "lease_until_us": None,
 }
-"""A batch row at the start of a new attempt (retry or replay). The last drain's numbers (range
-outcomes, ``drained_us``, ``drain_seconds``) stay until the next drain replaces them, so what
-is derived from committed batches never loses one while it is re-drained."""
+"""A batch row at a new attempt; the last drain's numbers stay until the next drain (samples survive a re-drain)."""
 
 
 def to_us(at: datetime) -> int:

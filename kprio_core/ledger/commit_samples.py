@@ -1,10 +1,8 @@
 """The commit samples (``kprio_commit_samples``): each partition's newest commits, the lag verdict's window.
 
-A commit writes one row per partition it moved (:func:`record`, in the transaction that marks its batch
-committed): the new offset, the time, and the log end seen right after, so the lag at commit time, which
-Burrow stores with each commit of its ring. Only the newest :data:`SAMPLES_KEPT` of a partition stay.
-A ledger made before the table existed gets it filled from its committed batches when it is opened
-(:func:`backfill`: their last commit's offsets at their commit time, log end unknown).
+A commit writes one row per partition it moved (:func:`record`, in the transaction marking it committed): the
+offset, the time and the log end right after, so the lag at commit time, as Burrow's ring stores. The newest
+:data:`SAMPLES_KEPT` per partition stay. An older ledger is filled from its committed batches (:func:`backfill`).
 """
 
 from __future__ import annotations
@@ -39,11 +37,7 @@ def record(conn: Connection, logical_topic: str, batch_key: int, moves: Mapping[
 
 
 def backfill(conn: Connection) -> None:
-    """Fill an empty table from the committed batches (their last commit's moves, at their commit time).
-
-    Only the newest :data:`SAMPLES_KEPT` committed batches of each topic are read: older ones would be
-    dropped at once.
-    """
+    """Fill an empty table from each topic's newest :data:`SAMPLES_KEPT` committed batches (log end unknown)."""
     if conn.execute(select(func.count()).select_from(commit_samples)).scalar():
         return
     topics = conn.execute(select(batches.c.logical_topic).distinct()).scalars().all()

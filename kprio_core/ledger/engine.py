@@ -1,22 +1,15 @@
 """The ledger's SQLAlchemy engine: every SQLite transaction starts with BEGIN IMMEDIATE.
 
-pysqlite defers BEGIN until the first write, so two processes could both read "no overlap"
-and then both insert. Taking the write lock at BEGIN makes check-then-insert one atomic step;
-the busy timeout makes a second process wait for the lock instead of failing with
-"database is locked". Postgres runs at READ COMMITTED so that, once a reservation holds its
-topic row lock, its overlap query sees every reservation committed before it. The ledger runs
-on those two databases: :func:`insert_for` gives their INSERT, which knows ON CONFLICT.
+pysqlite defers BEGIN until the first write, so two processes could both read "no overlap" and insert; the lock
+at BEGIN makes check-then-insert atomic, the busy timeout makes others wait, not fail "database is locked".
+Postgres runs at READ COMMITTED so that, once a reservation holds its topic row lock, its overlap query sees every
+reservation committed before it.
 
-A PostgreSQL URL names no password (the configuration refuses one); the engine takes it from
-``KPRIO_LEDGER_PASSWORD`` when that is set, so it never sits in ``kprio.yaml`` or in a config
-Dagster shows.
+A PostgreSQL password comes only from ``KPRIO_LEDGER_PASSWORD``, never ``kprio.yaml`` or a Dagster config.
 
-The database's own errors are mapped here, by type, to kprio's (:func:`ledger_failure`, hooked into
-SQLAlchemy's ``handle_error``): a server that does not answer or a SQLite file that is locked, read-only
-or full, or that the process had open and cannot open now, is :class:`LedgerUnavailable` (transient, and
-the SQLite connection that saw it is dropped: SQLite keeps a file it opened read-only so), a file that is
-no database or cannot be opened at all :class:`LedgerUnusable`; each names ``ledger.url`` without its
-password.
+The database's errors map by type to kprio's (:func:`ledger_failure`, on SQLAlchemy's ``handle_error``):
+:class:`LedgerUnavailable` (transient; the SQLite connection is dropped, as SQLite keeps a file it opened
+read-only so) or :class:`LedgerUnusable`, each naming ``ledger.url`` without its password.
 
 >>> engine = make_engine("sqlite://")
 >>> with engine.begin() as conn:
@@ -41,15 +34,12 @@ from kprio_core.urls import shown_url
 
 DEFAULT_BUSY_TIMEOUT_S = 60.0
 POSTGRES_SESSION = {"lock_timeout": "10s", "statement_timeout": "30s", "idle_in_transaction_session_timeout": "60s"}
-"""Every PostgreSQL session of the ledger: a row lock waited for at most 10 s, a statement at most 30 s, and a
-transaction left open by a process that stopped (a paused VM) aborted by the server after 60 s, its locks
-freed. No ledger transaction spans a publish or a Kafka commit, so each is a few statements long."""
+"""Every ledger PostgreSQL session: a transaction left open by a stopped process (a paused VM) is aborted after
+60 s, its locks freed. No ledger transaction spans a publish or a Kafka commit, so each is a few statements."""
 
 
 def make_engine(url: str | URL, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
-    """An engine with pool_pre_ping; for SQLite, BEGIN IMMEDIATE, a busy timeout and the parent dir created.
-
-    Its errors are kprio's (:func:`ledger_failure`)."""
+    """An engine with pool_pre_ping and kprio's errors; for SQLite, BEGIN IMMEDIATE, a busy timeout, the dir made."""
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -84,8 +74,7 @@ def make_engine(url: str | URL, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) 
                                      opened=bool(opened))
             if failure is not None:
                 if backend == "sqlite" and _reopen(context.original_exception):
-                    # SQLite opens a file it cannot write read-only, and stays so: the connection is dropped, the
-                    # next one opens the file anew once the cause passed.
+                    # SQLite keeps a file it opened read-only so: drop the connection, the next one reopens it.
                     _roll_back(context)
                     context.is_disconnect = True
                 raise failure from context.original_exception
@@ -113,13 +102,9 @@ intervention (shut down, starting up). A connection that never reached the serve
 
 def ledger_failure(wrapped: BaseException | None, err: BaseException, url: URL, where: str, *,
                    opened: bool = False) -> KprioError | None:
-    """kprio's error for a driver error ``err`` of the ledger's database (``wrapped``: SQLAlchemy's exception for
-    it), by its type and code; None for the others (a bug, a schema error: they stay as they are).
-
-    ``opened``: this process had the database open before. A SQLite file it cannot open then (its directory made
-    read-only, a mount gone, permissions changed: its journal cannot be made) is a cause that passes once a person
-    or the platform fixes it, :class:`LedgerUnavailable`; before, it is a setting to fix, :class:`LedgerUnusable`.
-    """
+    """kprio's error for the database's driver error ``err`` by type and code; None for others (bugs stay as they
+    are). ``opened``: open before, a SQLite file it cannot open now passes once fixed (:class:`LedgerUnavailable`);
+    never opened, it is a setting (:class:`LedgerUnusable`)."""
     if isinstance(err, sqlite3.Error):
         code = getattr(err, "sqlite_errorcode", 0) & 0xFF  # the primary result code
         if code == sqlite3.SQLITE_CANTOPEN:
@@ -160,8 +145,7 @@ def _roll_back(context: ExceptionContext) -> None:
 
 
 def _reopen(err: BaseException) -> bool:
-    """A SQLite error after which the connection is not kept: the file could not be written or opened (a
-    connection SQLite opened read-only would refuse every write after the cause passed)."""
+    """A SQLite error after which the connection is dropped (one opened read-only would refuse writes for good)."""
     code = getattr(err, "sqlite_errorcode", 0) & 0xFF
     return code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL)
 
@@ -196,9 +180,8 @@ def database_clock(engine: Engine):  # noqa: ANN201 - a clock: () -> datetime
 
 
 def ledger_exists(url: str | URL) -> bool:
-    """False for a SQLite ledger whose file is not there yet (opening it would create it); True otherwise.
-
-    A read command (``kprio lag``) asks first, so that looking never creates a ledger.
+    """False for a SQLite ledger whose file is not there yet; True otherwise. Read commands ask first, so that
+    looking (``kprio lag``) never creates a ledger.
 
     >>> ledger_exists("sqlite:////nonexistent/kprio/ledger.db"), ledger_exists("sqlite://")
     (False, False)

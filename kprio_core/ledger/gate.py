@@ -1,12 +1,8 @@
 """The process's ledger transactions, and a way to stop the process between them.
 
-Every transaction this process runs on a ledger (opening one, each public method) passes
-:data:`TRANSACTIONS`: any number at once, from any thread. :meth:`TransactionGate.closed` waits
-until none is open and lets no new one begin until it is left again. A fault point that stops the
-whole process (``KPRIO_PAUSE_AT``, orchestration/runtime/faults.py) stops it inside ``closed()``:
-a process stopped inside a SQLite transaction would hold the ledger's write lock for as long as
-it stays stopped, and every other process would wait for it, which is not the case a pause is
-for (a stopped VM past its lease is; its transaction would have timed out on a real database).
+Every ledger transaction of this process passes :data:`TRANSACTIONS`, any number at once, from any thread. A
+fault point that stops the process (``KPRIO_PAUSE_AT``) stops inside ``closed()``: inside a SQLite transaction it
+would hold the write lock and stall every other process, which is not what a pause models.
 
 >>> gate = TransactionGate()
 >>> with gate.transaction(), gate.transaction():
@@ -52,10 +48,8 @@ class TransactionGate:
 
     @contextmanager
     def closed(self, at_most_s: float = 60.0) -> Iterator[None]:
-        """No transaction open inside it (waits up to ``at_most_s`` for the open ones to end, then goes on anyway).
-
-        Never called by a thread inside a transaction of its own (it would wait for itself).
-        """
+        """No transaction open inside it (waits up to ``at_most_s``, then goes on anyway). Never call it inside a
+        transaction of the same thread (it would wait for itself)."""
         with self._changed:
             self._changed.wait_for(lambda: not self._closed)
             self._closed = True

@@ -1,12 +1,8 @@
 """Launch claims: the driver that decided to launch a run key first launches it; any other one does not.
 
-Two drivers (the Dagster sensor, a ``kprio drain``, two ``kprio drain`` on one config) may tick at
-the same moment and decide the same launch: the same batch, attempt and why, so the same run key.
-Before it requests or executes the run, a driver claims the run key here. The claim is one
-``INSERT ... ON CONFLICT DO NOTHING`` on the run key (SQLite: under BEGIN IMMEDIATE; Postgres: the
-second insert waits for the first to commit), so exactly one driver wins; the others see whose
-it is and skip the launch. A claim lasts ``claim_s`` (renewed by its owner until its run exists,
-which then dedupes the run key by itself) and ends early when its owner is known dead.
+Two drivers ticking at once may decide the same run key. The claim is one ``INSERT ... ON CONFLICT DO NOTHING``
+(SQLite: under BEGIN IMMEDIATE; Postgres: the second waits for the first), so exactly one wins. It lasts ``claim_s``
+(renewed until the run exists and dedupes its key) and ends early when its owner is known dead.
 
 >>> from datetime import UTC, datetime, timedelta
 >>> from kprio_core.ledger import Ledger
@@ -53,9 +49,8 @@ class Launches(Repository):
                      take_over: Collection[str] = ()) -> LaunchClaim:
         """Claim the launch of ``run_key`` (a run of ``batch_id``) for ``owner`` until now + ``claim_s``.
 
-        Returns the claim as it stands after the call: ``owner``'s when it was free, expired, already
-        ``owner``'s (renewed), or held by an owner named in ``take_over`` (known dead); otherwise the
-        other owner's live claim, unchanged (that driver launches the run, this one does not).
+        Returns the claim after the call: ``owner``'s if free, expired, already its own (renewed) or held by one in
+        ``take_over`` (known dead); else the other owner's live claim, unchanged (that driver launches it).
         """
         if not owner or claim_s <= 0:
             raise ValueError(f"a launch claim needs an owner and claim_s > 0, got {owner!r}, {claim_s}")

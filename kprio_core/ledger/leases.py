@@ -1,16 +1,9 @@
 """Leases on batches in flight: a run claims its batch, renews the lease while it works, releases it.
 
-A lease that was not renewed in time means its run died: :meth:`Leases.expired` lists those
-batches and ``Attempts.retry`` retries them with the same ranges. A live lease of another owner
-makes :meth:`Leases.claim` raise :class:`BatchBusy`, unless the caller knows that owner is dead
-(its Dagster run ended, its pid is gone) and names it in ``take_over``.
-
-Every write of a run is *fenced* by its :class:`~kprio_core.model.recovery.LeaseToken` (owner, attempt
-and epoch): the ledger's moves take it as ``fence=`` and refuse a stale one with :class:`LeaseLost`.
-Outside the ledger no lock is held: a run asks :meth:`Leases.check` right before a
-publish or a Kafka commit (a short read), and the system written to refuses a stale owner itself
-(a Delta table by the epoch it holds as the batch's transaction, Kafka by the transactional id of the
-group's offsets, fenced by the next writer): see docs/architecture.md, "Fenced writes".
+A lease not renewed in time means its run died (:meth:`Leases.expired`). Every write of a run is *fenced* by its
+:class:`~kprio_core.model.recovery.LeaseToken`: the ledger's moves take it as ``fence=`` and refuse a stale one
+with :class:`LeaseLost`; outside the ledger no lock is held, a run asks :meth:`Leases.check` right before a
+publish or a Kafka commit and the system written refuses a stale owner itself (docs/architecture.md, "Fenced writes").
 """
 
 from __future__ import annotations
@@ -38,8 +31,7 @@ class Leases(Repository):
     def claim(self, batch_id: str, owner: str, lease_s: float, *, take_over: Collection[str] = ()) -> Batch:
         """Hold the lease of a batch in flight until now + ``lease_s``; :class:`BatchBusy` if another owner does.
 
-        Claiming a batch one already holds renews the lease. Taking over an expired lease, or one
-        of an owner in ``take_over``, is logged as an event naming both owners.
+        Claiming one's own renews it; taking over an expired or ``take_over`` lease logs an event naming both owners.
         """
         _check_lease(owner, lease_s)
         with self._store.tx() as (conn, numbering):
@@ -65,8 +57,8 @@ class Leases(Repository):
               epoch: int | None = None) -> Lease:
         """Extend ``owner``'s lease to now + ``lease_s``; :class:`LeaseLost` when it is no longer theirs.
 
-        ``attempt``, ``epoch``: the attempt the owner claimed and its lease's epoch; a later attempt (a
-        retry), or a lease that passed to another owner and back, ends its lease too.
+        ``attempt``, ``epoch``: as claimed; a later attempt, or a lease that passed to another owner and back,
+        ends the lease too.
         """
         _check_lease(owner, lease_s)
         with self._store.tx() as (conn, numbering):
@@ -93,8 +85,8 @@ class Leases(Repository):
             return bool(done.rowcount)
 
     def check(self, batch_id: str, token: LeaseToken, what: str) -> Batch:
-        """The batch, when ``token`` holds it now; :class:`LeaseLost` (naming ``what``, the write the run was about
-        to make outside the ledger) when it is stale. One short read: no lock outlives it."""
+        """The batch if ``token`` holds it now, else :class:`LeaseLost` naming ``what`` (the write about to be
+        made outside the ledger). One short read: no lock outlives it."""
         with self._store.tx() as (conn, numbering):
             row = batch_row(conn, numbering, batch_id)
             check_token(batch_id, row, token, what)
@@ -120,8 +112,8 @@ def _check_lease(owner: str, lease_s: float) -> None:
 
 
 def next_epoch(epoch: int | None, attempts: int) -> int:
-    """The epoch of a lease that passes to a new owner: above the last one and above the attempt (a Delta
-    table written by a kprio that fenced with the attempt number holds it as the batch's transaction).
+    """The epoch of a lease passing to a new owner: above the last one and the attempt (a Delta table written
+    by a kprio that fenced with the attempt number holds that as the batch's transaction).
 
     >>> next_epoch(0, 1), next_epoch(4, 2), next_epoch(0, 3)
     (2, 5, 4)
@@ -130,8 +122,7 @@ def next_epoch(epoch: int | None, attempts: int) -> int:
 
 
 def check_token(batch_id: str, row: Row, token: LeaseToken, what: str) -> None:
-    """Raise :class:`LeaseLost` unless ``token`` holds the batch now: its lease owner, at its attempt and
-    epoch, in flight."""
+    """Raise :class:`LeaseLost` unless ``token`` holds the batch now (owner, attempt, epoch, in flight)."""
     if (row.lease_owner == token.owner and row.attempts == token.attempt and (row.lease_epoch or 0) == token.epoch
             and BatchState(row.state).in_flight):
         return

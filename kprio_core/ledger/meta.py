@@ -1,8 +1,7 @@
 """The ledger's identity (``kprio_meta``): schema version, a random ledger id, where batch numbers start.
 
-A batch's number is its autoincrement key plus an offset kept here, so a ledger made after the
-loss of an earlier one can number its batches after the earlier life's (no dialect-specific
-sequence call needed). Key 7 of a ledger numbered after 500 is ``b-000507``:
+A batch's number is its autoincrement key plus an offset kept here, so a ledger replacing a lost one numbers
+after it (no dialect-specific sequence). Key 7 of a ledger numbered after 500 is ``b-000507``:
 
 >>> n = Numbering(first=501)
 >>> n.batch_id(7), n.key("b-000507")
@@ -81,9 +80,8 @@ class Identity:
 def open_schema(conn: Connection, url: str, now_us: int) -> None:
     """Create the schema v2 tables and identity in an empty database; refuse any other kprio schema.
 
-    A v2 ledger made before :data:`ADDED_IN_V2` existed gets those tables created (the commit samples
-    filled from its committed batches), and the columns of :data:`COLUMNS_ADDED_IN_V2` added: they are
-    additive (every earlier row reads as it meant), so no version bump and no upgrade step is needed.
+    An older v2 ledger gets :data:`ADDED_IN_V2` tables (commit samples backfilled) and :data:`COLUMNS_ADDED_IN_V2`
+    columns: additive (earlier rows read as they meant), so no version bump and no upgrade step.
     """
     inspector = inspect(conn)
     names = set(inspector.get_table_names())

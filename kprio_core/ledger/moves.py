@@ -35,9 +35,7 @@ class Moves(Repository):
     def mark_drained(self, batch_id: str, result: DrainResult, *, fence: LeaseToken | None = None) -> Batch:
         """The drain wrote (and staged) the batch's ranges; ``result`` replaces any earlier drain and voids checks.
 
-        :class:`LeaseLost` when ``result`` is of an older attempt than the batch's (a newer one owns it).
-        ``fence``: the run's lease token; every move of a run passes it, and a stale one is refused
-        (:class:`LeaseLost`, nothing changed). Moves without one are an operator's.
+        :class:`LeaseLost` when ``result`` is of an older attempt than the batch's, or ``fence`` is stale.
         """
         def apply(conn: Connection, row: Row, now: int) -> dict[str, Any]:
             rows = range_rows(conn, [row.id])[row.id]
@@ -71,13 +69,9 @@ class Moves(Repository):
                        reached: Mapping[TopicPartitionKey, int] | None = None) -> Batch:
         """The offsets were committed (check ``Batches.ready_to_commit`` first); the batch releases its lease.
 
-        ``committed_at`` stays the first commit's time: a re-drain's commit commits nothing new.
-        What the commit moved raises the partitions' believed committed offsets (``Beliefs.of``), and is
-        a commit sample per partition (``Samples.commits``), with its log end seen after the commit
-        (``log_ends``; unknown when absent). ``reached`` raises the beliefs too: per partition the batch's
-        end, where its commit found the group at or past it already (moved forward by someone while the
-        batch was in flight: its offsets up to there are kprio's, drained; only what lies beyond is someone
-        else's skip).
+        ``committed_at`` stays the first commit's time. The moves raise the beliefs and make commit samples (with
+        ``log_ends``); so does ``reached`` (the batch's end where the group already stood past it: up to there the
+        offsets are kprio's, only beyond is someone else's skip).
         """
         def apply(conn: Connection, row: Row, now: int) -> dict[str, Any]:
             note_commits(conn, row.logical_topic, {**{tp: (None, end) for tp, end in (reached or {}).items()},
@@ -92,8 +86,8 @@ class Moves(Repository):
                     fence: LeaseToken | None = None) -> Batch:
         """The batch failed (``reason`` says why); it holds its partitions (unless a re-drain of committed offsets).
 
-        ``retry_at``: not retried automatically before then (None: at once, or only by an operator).
-        ``transient``: the cause passes by itself (see :attr:`Batch.transient`): never exhausted.
+        ``retry_at``: not retried by itself before (None: at once, or only by an operator); ``transient``: the
+        cause passes by itself, never exhausted.
         """
         need_reason("mark_failed", batch_id, reason)
         return self._move(batch_id, S.FAILED, lambda conn, row, now: {

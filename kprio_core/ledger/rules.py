@@ -1,10 +1,8 @@
 """The ledger's rules about who may take which offsets, one small pure function each.
 
-Every rule reads :class:`Taken` entries: the ranges of a logical topic's batches that are in
-flight or failed. Combined by the ledger in this order (:func:`room_for`): slots first (the
-cheaper refusal, and the one that names no range), then overlap with ranges in flight, then
-overlap with held partitions. Batch b-000001 drains orders-2[0]@[0,10); b-000002 failed on
-orders-2[1] from offset 5:
+Every rule reads :class:`Taken` entries (a topic's ranges in flight or failed). :func:`room_for` checks slots
+first (cheaper, and names no range), then overlap with ranges in flight, then with held partitions. b-000001
+drains orders-2[0]@[0,10); b-000002 failed on orders-2[1] from offset 5:
 
 >>> from kprio_core.model.offsets import OffsetRange as R
 >>> taken = [Taken(R("orders-2", 0, 0, 10), 2, "b-000001", BatchState.DRAINED),
@@ -40,8 +38,7 @@ class Taken:
     state: BatchState
     replay_of_committed: bool = False
     superseded: bool = False
-    """Its batch was planned on an earlier incarnation of one of its partitions
-    (:func:`kprio_core.log_changes.superseded`): it never runs again and holds nothing."""
+    """Planned on an earlier incarnation (:func:`kprio_core.log_changes.superseded`): never runs, holds nothing."""
 
     @property
     def in_flight(self) -> bool:
@@ -96,9 +93,8 @@ def full(slots: Mapping[Priority, list[str]], max_in_flight: int) -> dict[Priori
 def overlaps(wanted: Iterable[OffsetRange], taken: Iterable[Taken], *, new: bool = True) -> list[str]:
     """One line per wanted range that overlaps a range in flight or lies on a held partition.
 
-    ``new=False`` (a retry or replay: ranges recorded before) checks only the held ranges
-    themselves, not what a hold reserves after them: a retry never waits for another batch's
-    retry (two failed batches could each hold the other's partition), it commits after it.
+    ``new=False`` (a retry or replay) checks only held ranges, not what a hold reserves after them: a retry never
+    waits for another's (two could hold each other's partition), it commits after it.
 
     >>> R, failed = OffsetRange, Taken(OffsetRange("t", 0, 5, 9), 2, "b-000002", BatchState.FAILED)
     >>> overlaps([R("t", 0, 10, 20)], [failed]), overlaps([R("t", 0, 10, 20)], [failed], new=False)
@@ -137,14 +133,10 @@ def room_for(what: str, ranges: Sequence[OffsetRange], priorities: Iterable[Prio
 
 def below_committed(wanted: Iterable[OffsetRange], incarnation_of: Mapping[TopicPartitionKey, int],
                     believed: Mapping[TopicPartitionKey, tuple[int, int | None]]) -> list[str]:
-    """One line per wanted range that starts below the offset kprio committed on its partition, or that is
-    planned on an earlier incarnation than the one kprio drains there.
+    """One line per wanted range below kprio's commit on its partition, or on an earlier incarnation.
 
-    A plan is made from a lag snapshot; another driver may have planned, drained and committed the
-    same offsets between that snapshot and this plan's record. Recorded, such a plan would re-drain
-    committed offsets and publish over their output (a shorter range would replace a longer one's
-    file: offsets lost). ``incarnation_of``: the plan's incarnation per partition (1 when absent);
-    ``believed``: per partition, the incarnation kprio drains and the offset it last committed.
+    Another driver may have committed them since the snapshot: the plan would publish over their output (a
+    shorter range replacing a longer one's file: offsets lost). ``believed``: (incarnation, last commit).
 
     >>> R = OffsetRange
     >>> below_committed([R("t", 0, 0, 150), R("t", 1, 200, 300)], {}, {("t", 0): (1, 200), ("t", 1): (1, 200)})
@@ -169,10 +161,8 @@ def below_committed(wanted: Iterable[OffsetRange], incarnation_of: Mapping[Topic
 
 
 def predecessors(mine: Iterable[OffsetRange], taken: Iterable[Taken], me: str) -> list[str]:
-    """Batches in flight or holding with a range on one of ``mine``'s partitions that starts before it there.
-
-    Their offsets come first: committing ``me``'s partition past them would skip their records.
-    """
+    """Batches in flight or holding with an earlier range on ``mine``'s partitions: committing past them would
+    skip their records."""
     starts: dict[TopicPartitionKey, int] = {}
     for r in mine:
         if r.count:

@@ -1,12 +1,8 @@
-"""The ledger's samples, derived from it on read: burst windows, rate samples, record sizes, throughput, what
-drains took, the backlog each plan saw, and the commit samples.
+"""The ledger's samples (burst windows, rates, record sizes, throughput, backlogs, commits), derived on read.
 
-Nothing here but the commit samples is stored apart from the batches (and those are written in the
-transaction that marks a batch committed: :mod:`kprio_core.ledger.commit_samples`), so a crash between
-a commit and any bookkeeping cannot leave these a batch behind. A batch counts at its first commit
-(when its offsets were committed; a later re-drain of them consumes nothing new) with its last
-drain's numbers. A *poll* is such a batch that was planned as one: not split off another batch (its
-parent was the poll). Records count output rows plus dead letters: both were consumed.
+Only commit samples are stored apart, in the commit's transaction, so a crash cannot leave these a batch behind.
+A batch counts at its first commit with its last drain's numbers; a *poll* is one not split off another. Records
+are output rows plus dead letters: both were consumed.
 """
 
 from __future__ import annotations
@@ -53,8 +49,7 @@ class Samples(Repository):
                      maxed_out_threshold: int = DEFAULT_MAXED_OUT_THRESHOLD) -> PollHistory:
         """The burst windows of the last ``window_size`` polls of the topic, in commit order.
 
-        Each poll adds (records drained, base quota) per priority of its plan. Polls planned for
-        another number of priorities end the window (it starts afresh after such a change).
+        Each poll adds (records drained, base quota) per priority; a poll of another priority count ends the window.
         """
         history = PollHistory(n_priorities, window_size, maxed_out_threshold)
         query = (select(batches.c.id, batches.c.plan_json)
@@ -88,9 +83,9 @@ class Samples(Repository):
         return [DrainedSample(from_us(at), p, int(records), int(size)) for at, p, records, size in rows]
 
     def backlogs(self, logical_topic: str, since: datetime, until: datetime) -> list[BacklogSample]:
-        """The backlog each plan of the topic saw in ``[since, until)``, by snapshot, oldest first (a plan split in
-        two is one snapshot)."""
-        # A plan is recorded right after its snapshot: the batches created in the window (and a minute around it).
+        """The backlog each plan of the topic saw in ``[since, until)``, by snapshot (a split plan is one), oldest
+        first."""
+        # A plan is recorded right after its snapshot: the batches created in the window, a minute around it.
         query = (select(batches.c.plan_json)
                  .where(batches.c.logical_topic == logical_topic,
                         batches.c.created_us >= to_us(since - timedelta(minutes=1)),
@@ -114,10 +109,8 @@ class Samples(Repository):
         samples: int = DEFAULT_SAMPLES,
         window_s: float = DEFAULT_WINDOW_S,
     ) -> RateQuotaTracker:
-        """A rate-quota tracker fed with the batches committed within its window (``samples * window_s``).
-
-        Its time is epoch seconds: ask it ``throttle_time(p, now.timestamp())``.
-        """
+        """A rate-quota tracker fed with the batches committed within ``samples * window_s``; its time is epoch
+        seconds: ask ``throttle_time(p, now.timestamp())``."""
         tracker = RateQuotaTracker(records_per_s, bytes_per_s, samples, window_s)
         since = self._store.now() - timedelta(seconds=samples * window_s)
         for s in self.drained_since(logical_topic, since):
@@ -127,8 +120,7 @@ class Samples(Repository):
     def avg_record_bytes(self, logical_topic: str, last_batches: int = 20) -> dict[str, float]:
         """Bytes per record of each priority topic over the last ``last_batches`` batches that drained it.
 
-        A topic drained 29 records in 5800 B then 1 record in 400 B -> 6200 / 30 = 206.67 B.
-        Topics never drained (or drained with 0 records) are absent.
+        29 records in 5800 B then 1 in 400 B -> 6200 / 30 = 206.67 B. Topics with no record drained are absent.
         """
         if last_batches < 1:
             raise ValueError(f"avg_record_bytes({logical_topic!r}): last_batches must be >= 1, got {last_batches}")
@@ -152,14 +144,10 @@ class Samples(Repository):
         return {topic: int(size) / int(records) for topic, records, size in rows if records}
 
     def throughput(self, logical_topic: str, last_batches: int = 10) -> float | None:
-        """The best drain rate (records per second of drain time) of the topic's last committed batches.
+        """The best drain rate (records/s of drain time) of the topic's last committed batches; None without any.
 
-        None without any. The best, not the mean: every drain pays a fixed cost (a Spark job; the
-        first one of a process also Spark's start), so a trickle of urgent records measures that
-        cost, not the rate, and a mean over them would shrink every later batch, which would
-        then measure the fixed cost too. The best recent rate is what a warm batch of some size
-        achieved, fixed cost included, so a budget sized from it stays on the safe side and
-        grows as batches do.
+        The best, not the mean: a trickle measures only the fixed cost, and a mean would shrink every later batch;
+        the best (fixed cost included) stays safe and grows as batches do.
 
         Batches of 3000 records in 2 s and 1000 in 2 s -> max(1500, 500) = 1500.0 records/s.
         """

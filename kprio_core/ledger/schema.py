@@ -1,19 +1,10 @@
 """Tables of the batch ledger, schema v2 (SQLAlchemy Core), portable across SQLite and Postgres.
 
-One copy of each fact: a batch's ranges live only in ``kprio_ranges`` (its plan JSON keeps the
-decisions, not the ranges); a range's drain outcome lives only on its range row; burst windows,
-rate samples, average record sizes and throughput are derived from these rows on read.
-Times are integer microseconds since the epoch (UTC), so every database stores them alike.
+One copy of each fact (ranges and their outcomes only on range rows; samples derived on read). Times are integer
+microseconds since the epoch (UTC), stored alike by every database.
 
-``kprio_partitions`` (what kprio believes about each partition) and ``kprio_log_events`` (every
-change of the log kprio did not make, and every decision about one) were added to v2 without a
-bump: they are new tables only, which an earlier v2 kprio never reads, so a v2 ledger opened by
-this kprio gets them created (:data:`ADDED_IN_V2`) and every earlier one keeps working on it.
-``kprio_launches`` (who claimed the launch of a run key, so two drivers never launch one run)
-was added the same way, and two columns of ``kprio_batches`` (``lease_epoch``, ``transient_streak``),
-each with a default that reads an earlier row as it meant (:data:`COLUMNS_ADDED_IN_V2`).
-``kprio_commit_samples`` (each partition's newest commits with the log end after each, the lag verdict's
-window) too; a ledger that gets it fills it from its committed batches (:func:`.commit_samples.backfill`).
+Tables :data:`ADDED_IN_V2` and columns :data:`COLUMNS_ADDED_IN_V2` came without a version bump: new tables an
+earlier v2 kprio never reads, columns whose default reads an earlier row as it meant; created when missing.
 
 >>> sorted(t.name for t in METADATA.sorted_tables)
 ['kprio_batches', 'kprio_commit_samples', 'kprio_events', 'kprio_launches', 'kprio_log_events', 'kprio_meta', 'kprio_partitions', 'kprio_ranges', 'kprio_topic_locks']
@@ -70,17 +61,14 @@ batches = Table(
     Column("retry_at_us", BigInteger),
     Column("lease_owner", String(255)),
     Column("lease_until_us", BigInteger),
-    # The fencing token's number: +1 each time the lease passes to another owner. The systems a run
-    # writes to outside the ledger (a Delta table's transaction, a published file's metadata) keep the
-    # highest they saw and refuse a lower one: a run paused past its lease writes nothing when it wakes.
+    # The fencing token's number, raised each time the lease passes to another owner. Systems written outside
+    # the ledger keep the highest seen and refuse a lower one: a run paused past its lease writes nothing.
     Column("lease_epoch", BigInteger, nullable=False, default=0, server_default="0"),
-    # Consecutive transient failures (0 after any other failure): the first is retried as soon as its
-    # cause is gone, the next ones back off (recovery.backoff_s doubling) unless a probe saw the cause.
+    # Consecutive transient failures (0 after any other): the first retries at once, the next back off.
     Column("transient_streak", Integer, nullable=False, default=0, server_default="0"),
     Column("created_us", BigInteger, nullable=False),
     Column("updated_us", BigInteger, nullable=False),
-    # The last drain's numbers (per-range ones are on the range rows), kept across retries until
-    # the next drain replaces them; drain_json is set while the current attempt has drained.
+    # The last drain's numbers, kept across retries until the next drain; drain_json only once this attempt drained.
     Column("drained_us", BigInteger),
     Column("drain_seconds", Float),
     Column("drain_json", Text),  # DrainResult without batch id, topic, ranges and seconds
@@ -102,8 +90,7 @@ ranges = Table(
     Column("start_offset", BigInteger, nullable=False),
     Column("end_offset", BigInteger, nullable=False),
     Column("est_bytes", BigInteger, nullable=False),
-    # The last drain's outcome (NULL until drained): RangeStats split into the numbers the
-    # ledger sums and a JSON of the rest.
+    # The last drain's outcome (NULL until drained): the numbers the ledger sums, and a JSON of the rest.
     Column("output", BigInteger),
     Column("dead", BigInteger),
     Column("bytes", BigInteger),
@@ -134,8 +121,7 @@ topic_locks = Table(
 partitions = Table(
     "kprio_partitions",
     METADATA,
-    # What kprio believes about one priority partition: the topic's identity, the incarnation it
-    # drains, and the committed offset kprio itself last wrote (NULL: never committed).
+    # What kprio believes about one priority partition (committed NULL: kprio never committed there).
     Column("topic", String(255), primary_key=True),
     Column("kafka_partition", Integer, primary_key=True, autoincrement=False),
     Column("logical_topic", String(255), nullable=False, index=True),
@@ -148,8 +134,7 @@ partitions = Table(
 log_events = Table(
     "kprio_log_events",
     METADATA,
-    # A change of the log kprio did not make (topic recreated, offsets moved or gone, ...), and
-    # what was decided about it: by a rule, by the configured policy, or by a person (kprio reset).
+    # A change of the log kprio did not make, and what a rule, the policy or a person (kprio reset) decided.
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("logical_topic", String(255), nullable=False, index=True),
     Column("topic", String(255), nullable=False),
@@ -171,9 +156,7 @@ log_events = Table(
 launches = Table(
     "kprio_launches",
     METADATA,
-    # One row per run key a driver (the sensor, a kprio drain) decided to launch: the first to
-    # insert it launches the run; another driver deciding the same launch sees the claim and does
-    # not. A claim ends at until_us (or when its owner is known dead); expired rows are deleted.
+    # One row per run key claimed for launch (kprio_core.ledger.launches); expired rows are deleted.
     Column("run_key", String(255), primary_key=True),
     Column("batch_id", Integer, ForeignKey("kprio_batches.id"), nullable=False, index=True),
     Column("owner", String(255), nullable=False),
@@ -184,9 +167,7 @@ launches = Table(
 commit_samples = Table(
     "kprio_commit_samples",
     METADATA,
-    # One row per partition a commit moved: the group's new offset, when, and where the log ended right
-    # after (so the lag at commit time, which Burrow stores with each commit). The lag verdict's window is
-    # a partition's newest rows; only the newest SAMPLES_KEPT of a partition are kept.
+    # One row per partition a commit moved (kprio_core.ledger.commit_samples); the newest SAMPLES_KEPT are kept.
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("logical_topic", String(255), nullable=False),
     Column("topic", String(255), nullable=False),
@@ -202,5 +183,4 @@ commit_samples = Table(
 ADDED_IN_V2 = (partitions, log_events, launches, commit_samples)
 """Tables added to schema v2 after its first release: created when a v2 ledger lacks them."""
 COLUMNS_ADDED_IN_V2 = ((batches, ("lease_epoch", "transient_streak")),)
-"""Columns added to schema v2 tables after its first release, each with a default (so every earlier row
-reads as it meant): added with ALTER TABLE when a v2 ledger lacks them."""
+"""Columns added to schema v2 after its first release, each with a default: ALTER TABLE'd in when missing."""

@@ -1,9 +1,9 @@
 """The ledger's database, which its repositories share: the engine, the clock, one transaction, and who the ledger
 is (``kprio_meta``: its id, where batch numbers start, an adopted earlier life).
 
-Every public method of a repository is one :meth:`Store.tx` transaction (BEGIN IMMEDIATE on SQLite), so a process
-that dies between two calls leaves the last committed truth behind. Threads share a store (a run and its lease
-heartbeat): each transaction takes a pooled connection of its own and passes the process's gate (``gate.py``).
+Every public repository method is one :meth:`Store.tx` transaction, so a process dying between calls leaves the
+last committed truth. Threads share a store: each transaction takes its own pooled connection and passes the
+process's gate (``gate.py``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,8 @@ from kprio_core.ledger.schema import meta
 
 
 class Store:
-    """A ledger in SQLite (a file by default) or PostgreSQL, opened (its schema created or brought up to date).
-
-    Time is the database's (``clock`` None, the default): a lease, a backoff and a launch claim expire by
-    one clock for every host that shares a PostgreSQL ledger, never by each host's own (:meth:`now`). A
-    test passes its own ``clock``.
-    """
+    """A ledger in SQLite or PostgreSQL, opened (schema created or brought up to date). Time is the database's
+    (``clock`` None): leases, backoffs and claims expire by one clock for every host sharing a PostgreSQL ledger."""
 
     def __init__(self, url: str, *, clock: Callable[[], datetime] | None = None,
                  busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
@@ -75,8 +71,8 @@ class Store:
     def tx(self, *, lock_numbering: bool = False) -> Iterator[tuple[Connection, Numbering]]:
         """One transaction and the ledger's numbering; ``lock_numbering`` when it creates batches.
 
-        A method that judges time (a lease, a backoff) reads its clock inside the transaction, once
-        the lock is held: a wait for another process's lock must not age its ``now``.
+        A method that judges time reads the clock inside it, once the lock is held: waiting for a lock must not
+        age its ``now``.
         """
         with TRANSACTIONS.transaction(), self._engine.begin() as conn:
             yield conn, read_numbering(conn, lock=lock_numbering)
@@ -106,10 +102,7 @@ class Store:
             return not has_batches(conn) and read_identity(conn).adopted_at is None
 
     def number_batches_after(self, n: int) -> None:
-        """Number the next batch ``b-(n+1)`` or above, after an earlier life's batches.
-
-        Only before the first batch is recorded (else :class:`LedgerNotFresh`); never lowers the numbering.
-        """
+        """Number the next batch ``b-(n+1)`` or above (never lower), only before the first (else LedgerNotFresh)."""
         if n < 0:
             raise ValueError(f"batch numbers are >= 0, got {n}")
         with TRANSACTIONS.transaction(), self._engine.begin() as conn:

@@ -1,15 +1,8 @@
 """The life of a batch, as pure rules: what a tick decides, what a run of a batch does, and who may move it.
 
-Which module holds which rules (the tick's, the run's, what follows a drain, the log's, the loop's):
-docs/architecture.md, "kprio_core/lifecycle: the rules of a batch's life".
-
-A batch's states are :class:`kprio_core.model.states.BatchState` and the one table of allowed moves is
-:data:`kprio_core.model.states.TRANSITIONS` (planned -> drained -> checked -> committed, or failed;
-failed and committed go back to planned only through retry and replay). Who may move each, and
-through which ledger method: docs/architecture.md, "Who may move each".
-
-Nothing in this package reads the ledger, the broker, an orchestrator or the clock: drivers gather
-the inputs once (:class:`TickInputs`) and carry out the decision's actions (``orchestration.runtime``).
+Moves (:data:`kprio_core.model.states.TRANSITIONS`): planned -> drained -> checked -> committed, or failed; back to
+planned only by retry and replay. Which module holds which rules, who may make each move: docs/architecture.md.
+No I/O, no clock: drivers gather :class:`TickInputs` once and carry out the actions.
 """
 
 from kprio_core.lifecycle.budget import (

@@ -1,10 +1,5 @@
-"""What a tick may plan for one logical topic, given its lag snapshot: rules 8 to 11 of
-:func:`~kprio_core.lifecycle.tick.decide_tick`.
-
-The priorities with a free slot (8) and not throttled by their rate quotas (9), the batch's record budget, sized
-by the measured drain rate to ``planner.target_batch_s`` (10), and the caught-up priorities split off a bulk plan
-(11). Pure: the samples and the throughput are passed in.
-"""
+"""What a tick may plan for one logical topic: rules 8 to 11 of :func:`~kprio_core.lifecycle.tick.decide_tick`
+(free slots, rate quotas, the record budget, caught-up priorities split off). Pure: measurements passed in."""
 
 from __future__ import annotations
 
@@ -42,10 +37,8 @@ def free_priorities(wanted: Collection[Priority], full: Mapping[Priority, Sequen
 
 
 def bulk_lane_free(workers: int, bulk_running: int) -> bool:
-    """Whether a batch that drains none of its topic's most urgent priority may start: the warm workers run
-    ``workers.count`` runs at once, the first kept for the most urgent priorities (the urgent lane), so the bulk
-    lane takes ``workers - 1`` (a lone worker takes either); a bulk batch planned beyond that would wait for a
-    worker while it holds its slots.
+    """Whether a batch without the most urgent priority may start: one warm worker is kept for the urgent lane,
+    so the bulk lane takes ``workers - 1`` (a lone worker takes either); beyond, it would wait holding its slots.
 
     >>> bulk_lane_free(2, 0), bulk_lane_free(2, 1), bulk_lane_free(1, 0), bulk_lane_free(3, 1)
     (True, False, True, True)
@@ -63,15 +56,9 @@ def batch_budget(config: KprioConfig, throughput: float | None, record_budget: i
                  backlog: int | None = None, fixed_cost_s: float | None = None) -> Budget:
     """The plan's budget: the record budget, cut to ``planner.target_batch_s`` of measured throughput.
 
-    A batch of a throughput measured as 20,000 records/s aims at 2 s: 40,000 records. A topic
-    with no measured throughput yet (its first batch) plans at most :data:`UNMEASURED_RECORDS`:
-    that batch measures the rate, the next ones grow to the target, and a new process's first
-    commit does not wait for a large batch on a cold Spark.
-
-    A batch also takes the rest of the ``backlog`` when that rest would drain in less than a
-    batch's ``fixed_cost_s`` (:func:`batch_fixed_cost`): a batch of its own would cost more in fixed
-    cost than its records take. So a backlog drains in whole batches, not in batches and a tail, and
-    a batch drains for at most twice ``planner.target_batch_s``.
+    Unmeasured: at most :data:`UNMEASURED_RECORDS`, so a first commit does not wait on a cold Spark. A batch takes
+    the ``backlog``'s rest when it drains in under ``fixed_cost_s`` (no tail batch costing more than its records),
+    so it drains at most twice ``planner.target_batch_s``.
 
     >>> cfg = KprioConfig.model_validate({"planner": {"record_budget": 1_000_000, "target_batch_s": 2}})
     >>> batch_budget(cfg, 20_000.0).records, batch_budget(cfg, None).records, batch_budget(cfg, 10.0).records
@@ -124,25 +111,16 @@ def batch_fixed_cost(samples: Sequence[DrainSample]) -> float | None:
 
 
 MIN_SLOPE_S = 0.25
-"""How much longer than the smallest recent batch a batch must have drained for :func:`drain_rate` to read a rate
-from the difference."""
+"""How much longer than the smallest recent batch one must drain for :func:`drain_rate` to read a slope."""
 
 
 def drain_rate(samples: Sequence[DrainSample]) -> float | None:
     """The rate a bulk batch drains at, from recent batches' (records, drain seconds, records' seconds); None without.
 
-    A drain takes a fixed cost (a Spark job: planning the read, starting its tasks) plus its records
-    at a rate. The best measure of that rate is the drain's own: a fused drain records how long its
-    tasks spent on records (``record_seconds``, their time over the cores they had), so even a new
-    process's first batch, most of whose wall time is a cold Spark's, tells the rate of the records.
-    Where no batch measured it (the key-order shuffle, a cluster of unknown size), the wall times
-    give it: the smallest recent batch measures the fixed cost; each larger one, the rate of its
-    records beyond it: ``(records - smallest's) / (seconds - smallest's)``, for a batch at least
-    twice the smallest that drained at least :data:`MIN_SLOPE_S` longer (closer, the difference is
-    the noise of two fixed costs). The best of all those, or of the plain rates (``records /
-    seconds``, which count the fixed cost in) when nothing better is there. A budget sized from the
-    plain rate of a small batch undershoots by its fixed cost, so the batches after a new process's
-    first one grew slowly, over a ramp of five batches; the records' own rate sizes the second one.
+    A drain is a fixed cost plus records at a rate. Best is its own measure (``record_seconds``): even a cold first
+    batch tells it. Else the smallest batch measures the fixed cost and each one twice as big and
+    :data:`MIN_SLOPE_S` longer the slope beyond it. The best of those and plain ``records / seconds`` (alone, it
+    undershoots by the fixed cost: batches grew over a ramp of five).
 
     >>> S = DrainSample
     >>> drain_rate([S(4, 0.3), S(100_000, 0.8)]), drain_rate([S(3000, 2.0), S(1000, 2.0)]), drain_rate([])
@@ -172,16 +150,9 @@ batch's fixed cost): below it a second batch costs more than the wait it saves."
 def split_caught_up(plan: DrainPlan, backlog: Mapping[Priority, int], throughput: float | None) -> list[DrainPlan]:
     """The plan as one batch, or two: its caught-up priorities apart from the bulk ones.
 
-    A batch holds the slot of every priority it drains until it commits. A priority whose whole open
-    backlog the plan takes is caught up: more of its records arrive as a trickle, and they must not
-    wait for a bulk batch sized to ``planner.target_batch_s`` that happened to take its last few. So
-    when the rest of the plan (priorities with backlog left after it) drains for at least
-    :data:`SPLIT_MIN_S` at the measured throughput, the caught-up priorities' ranges become a batch of
-    their own, recorded first: same ranges, same quotas, the budget shared as the planner split it;
-    the two run side by side, and the next trickle has a free slot as soon as its own small batch ends.
-    When the plan catches every priority up (a batch that takes a backlog's tail, :func:`batch_budget`),
-    the bulk is the priorities whose records drain for :data:`SPLIT_MIN_S` or longer, and the others
-    are the caught-up batch.
+    A batch holds its slots until it commits, so a caught-up priority's trickle must not wait for a bulk batch:
+    when the rest drains at least :data:`SPLIT_MIN_S`, the caught-up ranges become a batch of their own, recorded
+    first; the two run side by side. All caught up: the bulk is those draining :data:`SPLIT_MIN_S` or longer.
 
     >>> from kprio_core.model.drain_plan import PlannedRange
     >>> from kprio_core.model.offsets import OffsetRange
@@ -213,8 +184,8 @@ def split_caught_up(plan: DrainPlan, backlog: Mapping[Priority, int], throughput
 
 
 def planned_topic_ids(plan: DrainPlan, snapshot: LagSnapshot) -> dict[str, str]:
-    """The topic id of each priority topic ``plan`` reads, as the snapshot it was planned from saw it (where
-    the cluster reports ids): the log a batch must still be reading when it publishes and commits.
+    """The topic id of each priority topic ``plan`` reads, as planned (where the cluster reports ids): the log a
+    batch must still be reading when it publishes and commits.
 
     >>> from kprio_core.lifecycle.examples import snapshot
     >>> from kprio_core.model.drain_plan import PlannedRange
@@ -253,11 +224,8 @@ def rate_tracker(config: KprioConfig, samples: Iterable[DrainedSample]) -> RateQ
 
 
 def only(snapshot: LagSnapshot, priorities: Collection[Priority]) -> LagSnapshot:
-    """The snapshot with the backlog of every other priority set to zero (its offsets untouched).
-
-    The planner still sees every priority, so base quotas keep their meaning; an excluded
-    priority just has nothing to drain and its quota flows to the others.
-    """
+    """The snapshot with every other priority's backlog zeroed: the planner still sees them (base quotas keep
+    their meaning), and an excluded priority's quota flows to the others."""
     parts = tuple(
         p if p.priority in priorities else dataclasses.replace(p, high_watermark=p.next_offset, stable_offset=None)
         for p in snapshot.partitions

@@ -1,5 +1,4 @@
-"""What one tick decided for one logical topic: typed actions for a driver to carry out, and what waits; and the
-decision in the making, :class:`TickState`, which the tick's rules pass on (:mod:`kprio_core.lifecycle.tick`).
+"""What one tick decided for a topic (typed actions, what waits), and :class:`TickState`, the decision in the making.
 
 The actions, in the order a driver carries them out (``orchestration.runtime.tick.apply``):
 
@@ -66,9 +65,8 @@ class FailDeadRun:
 
 @dataclass(frozen=True)
 class FailUntaken:
-    """A batch whose run for ``attempt`` (its own, a resume's, a retry's, a checked batch's commit run) ended before
-    it took the batch (its worker or code could not start it): the batch fails at that attempt, transient, holding
-    its partitions; the retry rule retries it at ``retry_at``."""
+    """A batch whose run for ``attempt`` ended before taking it: it fails there, transient, holding its partitions,
+    retried at ``retry_at`` (tick rule 1b)."""
 
     batch: Batch
     attempt: int
@@ -191,11 +189,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class TickState:
-    """One tick of one logical topic as its rules pass it on: the inputs, and what the rules before decided.
-
-    Each rule of :data:`kprio_core.lifecycle.tick.RULES` returns a new state; the first that settles the
-    verdict ends the planning, and :meth:`decision` is the answer.
-    """
+    """One tick of one logical topic as :data:`kprio_core.lifecycle.tick.RULES` pass it on; :meth:`decision` answers."""
 
     config: KprioConfig
     topic: TopicSettings

@@ -1,8 +1,7 @@
 """Held partitions: what the planner skips, and the words that tell a person why and what to do.
 
-A partition is held from an offset on by a failed batch (retried by itself, or after a person's
-``kprio retry``), by offsets lost to retention, or by a change of the log only a person decides (the
-log's holds are :mod:`kprio_core.lifecycle.log_rules`').
+A partition is held from an offset by a failed batch, offsets lost to retention, or a change of the log only a
+person decides (:mod:`kprio_core.lifecycle.log_rules`).
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ from kprio_core.model.records import Hold
 
 
 def describe_holds(holds: Sequence[Hold]) -> str:
-    """Which partitions wait, since which offset, for which batch, and what a person does about it.
-
-    The partitions one failure holds share one clause: its reason is said once, not once per partition.
+    """Which partitions wait, since which offset, for what, and what to do; one clause per cause.
 
     >>> from types import SimpleNamespace as H
     >>> describe_holds([H(topic="o-0", partition=1, start=1200, batch_id="b-000007", attempts=3,

@@ -1,13 +1,11 @@
 """The tick's rules about changes of the log kprio did not make (rule 7 of :mod:`kprio_core.lifecycle.tick`).
 
-:mod:`kprio_core.log_changes` compares what kprio believes about each partition with what the cluster says;
-the rules here decide what a tick does about it, in this order (why: what is decided is carried out before
-anything is planned, so the rules after see the log as it will stand; a batch that cannot succeed on the
-log as it is gets no run before the holds are counted; the re-drains take their slots before the plan):
-:func:`decide_changes` (each change decided once, when first seen: :func:`log_decisions`),
-:func:`no_run_on_a_deleted_topic`, :func:`no_run_on_another_log`, :func:`wait_for_the_loss_decision`,
-:func:`hold_what_changed`, :func:`redrain_moved`. A failed batch whose group was moved back under it waits for
-the move's re-drain (:func:`waits_for_the_group`, which the tick's retry rule asks).
+:mod:`kprio_core.log_changes` compares kprio's beliefs with the cluster; these rules decide what a tick does, in
+order: :func:`decide_changes` (each change decided once, when first seen), :func:`no_run_on_a_deleted_topic`,
+:func:`no_run_on_another_log`, :func:`wait_for_the_loss_decision`, :func:`hold_what_changed`, :func:`redrain_moved`.
+Why: decisions are carried out before planning, so later rules see the log as it will stand; a batch that cannot
+succeed on this log gets no run before holds are counted; re-drains take their slots before the plan. A failed
+batch whose group was moved back under it waits for the re-drain (:func:`waits_for_the_group`, the retry rule's).
 """
 
 from __future__ import annotations
@@ -50,15 +48,13 @@ NEW_LOG = (LogState.AHEAD_OF_LOG, LogState.TOPIC_RECREATED)
 
 
 def decide_changes(state: TickState) -> TickState:
-    """What to do about every change of the log (:func:`log_decisions`); what follows sees the snapshot as the
-    driver leaves it, once it committed the restores and resets decided."""
+    """Decide every change of the log; later rules see the snapshot as it stands after the decided restores/resets."""
     log = log_decisions(state.config, state.inputs.view, state.snapshot, now=state.inputs.now)
     return replace(state, log=log, snapshot=after_decisions(state.snapshot, log.decided))
 
 
 def no_run_on_a_deleted_topic(state: TickState) -> TickState:
-    """A batch with ranges only on a deleted priority topic cannot run (its retries would fail alike until the
-    loop gives up): no run for it, and its partitions wait under the topic-deleted hold, for a person."""
+    """No run for a batch only on deleted priority topics (every retry would fail); the topic-deleted hold waits."""
     deleted = set(state.snapshot.deleted)
     only_gone = {b.batch_id for b in state.inputs.view.watched() if (on := _topics_of(b)) and on <= deleted}
     return replace(state, launches=tuple(x for x in state.launches if x.batch.batch_id not in only_gone),
@@ -66,10 +62,9 @@ def no_run_on_a_deleted_topic(state: TickState) -> TickState:
 
 
 def no_run_on_another_log(state: TickState) -> TickState:
-    """A batch whose every range is on a log recreated since it was planned (its topic id changed) cannot succeed:
-    no run for it, nor does it hold those partitions for a retry that never comes; the recreation's hold says what
-    a person decides, and the reset supersedes the batch. (A batch with other ranges runs: it splits those off
-    before it publishes.)"""
+    """No run, and no hold, for a batch whose every range is on a log recreated since it was planned (topic id
+    changed): the recreation's hold asks a person, the reset supersedes it. A batch with other ranges runs (it
+    splits those off before it publishes)."""
     other = {b.batch_id: changed for b in state.inputs.view.watched()
              if (changed := b.plan.changed_logs(state.snapshot.topic_ids)) and _topics_of(b) <= set(changed)}
     waits = tuple(f"{x.describe()} waits: it was planned on another log of "
@@ -81,10 +76,8 @@ def no_run_on_another_log(state: TickState) -> TickState:
 
 
 def wait_for_the_loss_decision(state: TickState) -> TickState:
-    """No retry of a failed batch into offsets retention deleted under it: the read would fail alike (each retry
-    an attempt spent, then a person's ``kprio retry``). The batch waits for the one decision the loss's hold asks
-    for (``drain.allow_data_loss``), then is retried by itself. That hold says so for its lost partitions; its
-    others (if any) wait for the same person."""
+    """No retry of a failed batch into offsets retention deleted (each would fail and spend an attempt): it waits
+    for ``drain.allow_data_loss``, the loss's hold says so, then is retried by itself."""
     if state.config.drain.allow_data_loss:
         return state
     lost = {(r.topic, r.partition): r for r in state.snapshot.lost_to_retention()}
@@ -99,15 +92,13 @@ def wait_for_the_loss_decision(state: TickState) -> TickState:
 
 
 def hold_what_changed(state: TickState) -> TickState:
-    """The partitions the log's changes hold join the failed batches', and those whose offsets retention deleted
-    before they were drained (:func:`lost_partitions`)."""
+    """Add the holds of the log's changes and of retention losses (:func:`lost_partitions`)."""
     lost = lost_partitions(state.snapshot, state.config.drain.allow_data_loss)
     return replace(state, holds=state.holds + state.log.holds + lost)
 
 
 def redrain_moved(state: TickState) -> TickState:
-    """A re-drain decided this tick is launched (the batch the driver puts back: this one, a replay, or its ranges
-    split off it), and takes its ranges' priorities' slots like any batch: the plan sees them taken."""
+    """Launch this tick's re-drains; they take their priorities' slots like any batch, before the plan."""
     redrains = [r for d in state.log.decided for r in d.redrain]
     return replace(state, launches=state.launches + tuple(Launch(r.batch, Why.REDRAIN, r.batch.attempts + 1)
                                                           for r in redrains),
@@ -123,10 +114,7 @@ def _topics_of(b: Batch) -> set[str]:
 
 
 def lost_partitions(snapshot: LagSnapshot, allow_data_loss: bool) -> tuple[Hold, ...]:
-    """Partitions whose undrained offsets retention deleted, held unless ``drain.allow_data_loss``.
-
-    Reported alike whether or not the partition was ever committed.
-    """
+    """Partitions whose undrained offsets retention deleted (committed ever or not), held unless allow_data_loss."""
     return () if allow_data_loss else tuple(
         Hold(r.topic, r.partition, r.start, None, None, f"offsets [{r.start},{r.end}) lost to retention before they "
              "were drained; set drain.allow_data_loss to drain past them (the gap is recorded)", 0, None, True)
@@ -134,11 +122,9 @@ def lost_partitions(snapshot: LagSnapshot, allow_data_loss: bool) -> tuple[Hold,
 
 
 def moved_back(snapshot: object, beliefs: Mapping[TopicPartitionKey, Belief]) -> dict[TopicPartitionKey, int]:
-    """Partitions whose group stands below the offset kprio committed, moved back outside kprio: where it stands
-    (none when ``snapshot`` is not a lag snapshot: the broker could not be asked).
+    """Where each group moved back below kprio's commit stands (none if ``snapshot`` is no lag snapshot).
 
-    Their re-drain brings the group back to what kprio committed; until then nothing of kprio's
-    beyond it commits there (it would skip what the move asks to read again).
+    Until the re-drain brings it back, nothing of kprio's beyond it commits there (it would skip the re-read).
 
     >>> from kprio_core.model.snapshot import PartitionLag
     >>> lag = LagSnapshot("o", 2, (PartitionLag("o-1", 0, 1, 0, 900, 392), PartitionLag("o-0", 0, 0, 0, 900, 792)))
@@ -152,9 +138,7 @@ def moved_back(snapshot: object, beliefs: Mapping[TopicPartitionKey, Belief]) ->
 
 
 def waits_for_the_group(batch: Batch, behind: Mapping[TopicPartitionKey, int]) -> str | None:
-    """Why a failed ``batch`` is not retried now: on a partition moved back under it (``behind``: where its group
-    stands), its range starts above the group (its commit would fail alike, an attempt spent each time); None:
-    nothing stops it.
+    """Why failed ``batch`` is not retried now (its range starts above a group moved back: ``behind``), or None.
 
     >>> from kprio_core.lifecycle.examples import batch
     >>> left = batch("b-000039", state=BatchState.FAILED, priority=1, start=792, end=820, transient=True)
@@ -177,10 +161,8 @@ def redraining_partitions(in_flight: Iterable[Batch]) -> frozenset[TopicPartitio
 
 
 def needs_committed(snapshot: LagSnapshot, view: LedgerView, config: KprioConfig) -> frozenset[TopicPartitionKey]:
-    """Partitions whose committed batches rule 7 reads (their group moved back and no re-drain is under way).
-
-    The driver reads only those from the ledger (:attr:`LedgerView.committed`), after the snapshot.
-    """
+    """Partitions whose committed batches rule 7 reads (moved back, no re-drain under way): the driver reads only
+    those into :attr:`LedgerView.committed`, after the snapshot."""
     redraining = redraining_partitions(view.in_flight)
     drain = config.drain
     return frozenset((c.topic, c.partition) for c in observe(snapshot, view.believed())
@@ -229,15 +211,9 @@ def decide_log_changes(changes: Iterable[Change], policy: OnOffsetOutOfRange, al
                        last: Mapping[tuple[str, int], LogEvent] | None = None,
                        now: datetime | None = None, max_attempts: int | None = None,
                        ) -> tuple[tuple[Decided, ...], tuple[Hold, ...]]:
-    """What to do about every change that is not ok (:func:`decide_change`), and the partitions it holds; the
-    moved-back partitions' re-drains together (:func:`redrain_steps`: ``slots``, ``max_in_flight``, ``now`` and
-    ``max_attempts`` say which step goes now).
-
-    ``drained(topic, partition)``: the committed batches of that partition's current incarnation (a
-    moved-back offset re-drains their exact ranges), with the failed re-drains; ``redraining``: partitions
-    whose re-drain is in flight; ``in_flight_on``: the batches in flight per partition; ``open_holds``: per
-    partition, the hold a person was asked to decide and did not yet (:meth:`kprio_core.ledger.Ledger.open_holds`);
-    ``last``: the partition's last recorded change. Retention gaps are left to :func:`lost_partitions`.
+    """Decide every change that is not ok (:func:`decide_change`), re-drains together (:func:`redrain_steps`);
+    retention gaps are :func:`lost_partitions`'. ``drained(topic, partition)``: its committed batches of the
+    current incarnation and failed re-drains; ``open_holds``: :meth:`kprio_core.ledger.Ledger.open_holds`.
 
     >>> c = Change("o-2", 0, LogState.COMMITTED_GONE, 70, None, 0, 90)
     >>> decided, holds = decide_log_changes([c], OnOffsetOutOfRange.HOLD, False, drained=lambda t, q: [],
@@ -262,14 +238,9 @@ def decide_change(c: Change, policy: OnOffsetOutOfRange, allow_data_loss: bool, 
                   last: LogEvent | None) -> tuple[Decided | None, Hold | None, RedrainStep | None]:
     """What to do about one change, the hold it makes, or the step of its re-drain (none for an ok partition).
 
-    A hold a person was asked to decide (``held``) stands whatever the log does meanwhile
-    (:func:`standing_hold`). A moved-back partition is re-drained one step at a time: the drained range
-    covering the offset the group stands at; its commit moves the group to that range's end, so the next
-    tick sees the partition still moved back and carries the same decision on (``last``: :func:`same_move`),
-    and while its re-drain is in flight (``redraining``) it is held without deciding again. A policy reset
-    that would start a new incarnation waits, held, while a batch is in flight on the partition (it fails
-    or finishes on its own; a new incarnation never starts under a batch that may still publish or commit
-    the earlier one's offsets).
+    A person's hold (``held``) stands (:func:`standing_hold`). A moved-back partition re-drains one range at a
+    time, the next tick carrying the decision on (:func:`same_move`). A reset to a new incarnation waits, held,
+    while a batch is in flight there: it may still publish or commit the earlier one's offsets.
     """
     if held is not None:
         return (*standing_hold(c, held, policy, in_flight), None)
@@ -310,8 +281,7 @@ class RedrainStep:
 
 
 def redrain_step(c: Change, batches: Sequence[Batch], *, continuing: bool) -> RedrainStep | None:
-    """The next step of re-draining ``c``'s partition from where its group stands back to what kprio committed,
-    or None when ``batches`` (its drained batches) do not cover that span with exact ranges.
+    """The next step of re-draining ``c``'s partition up to kprio's commit, or None if ``batches`` do not cover it.
 
     >>> from kprio_core.lifecycle.examples import batch
     >>> done = [batch(f"b-00000{i}", state=BatchState.COMMITTED, start=10 * i, end=10 * i + 10) for i in range(3)]
@@ -328,9 +298,8 @@ def redrain_step(c: Change, batches: Sequence[Batch], *, continuing: bool) -> Re
 
 
 def same_move(c: Change, last: LogEvent | None) -> bool:
-    """Whether ``c`` (a group moved back) is the move whose re-drain the partition's ``last`` recorded change decided:
-    the same incarnation and offset kprio committed, the group moved forward since only (by the re-drain's
-    commits). Its re-drain is then carried on, not decided again.
+    """Whether ``c`` is the move whose re-drain ``last`` decided (same incarnation and commit, the group moved
+    forward since only by the re-drain's commits): carried on, not decided again.
 
     >>> from datetime import UTC, datetime
     >>> decided = LogEvent(7, "o", "o-1", 0, 1, "reset back outside kprio", "redrain", "rule", 792, 392, None, 0,
@@ -346,16 +315,11 @@ def same_move(c: Change, last: LogEvent | None) -> bool:
 def redrain_steps(steps: Sequence[RedrainStep], slots: Mapping[Priority, Sequence[str]], max_in_flight: int | None, *,
                   now: datetime | None = None, max_attempts: int | None = None,
                   ) -> tuple[list[Decided], list[Hold]]:
-    """This tick's re-drains of moved-back partitions: one per drained batch that covers some of them, oldest first,
-    each in a free ``planner.max_in_flight`` slot of the priorities of the ranges it re-drains.
+    """This tick's re-drains: one per drained batch covering moved-back partitions, oldest first, each in a free
+    ``planner.max_in_flight`` slot of its ranges' priorities (else it waits, held).
 
-    Only the ranges covering where each moved group stands are re-drained (a batch's ranges on other partitions
-    or priorities stay as they are): so every re-drain commits from exactly where its group stands, on every
-    partition it re-drains (never a gap), and takes the slot of no priority the move did not touch. A re-drain
-    that failed is drained again after its backoff while it has attempts left (a person's ``kprio retry`` after
-    that: :func:`redrain_due`). Why one at a time per slot: the re-drains of one partition then commit in offset
-    order, and each takes a slot like any batch (``slots``: the batches in flight per priority); a re-drain whose
-    priority has no free slot waits, held, for a later tick.
+    Only the ranges covering where each group stands: each commits from exactly there (never a gap), taking no
+    slot the move did not touch; one per slot, so they commit in offset order. Failed ones: :func:`redrain_due`.
     """
     in_use = {p: list(ids) for p, ids in slots.items()}
     decided: list[Decided] = []
@@ -388,9 +352,8 @@ def redrain_steps(steps: Sequence[RedrainStep], slots: Mapping[Priority, Sequenc
 
 
 def redrain_due(b: Batch, *, now: datetime | None, max_attempts: int | None) -> Hold | None:
-    """None when ``b``, a committed batch or a failed re-drain, may be re-drained now; else how it holds the
-    partition meanwhile: a failed re-drain backing off (retried by itself at its ``retry_at``), or out of
-    attempts (a person's ``kprio retry``), as the ledger's holds of failed batches say it.
+    """None when ``b`` (committed, or a failed re-drain) may be re-drained now; else its hold: backing off until
+    ``retry_at``, or out of attempts (a person's ``kprio retry``).
 
     >>> from kprio_core.lifecycle.examples import T0, batch
     >>> spent = batch("b-000004", state=BatchState.FAILED, replay_of_committed=True, attempts=3)
@@ -412,13 +375,11 @@ def redrain_due(b: Batch, *, now: datetime | None, max_attempts: int | None) -> 
 
 def standing_hold(c: Change, held: LogEvent, policy: OnOffsetOutOfRange,
                   in_flight: Sequence[str]) -> tuple[Decided, Hold | None]:
-    """A partition a person was asked to decide about (``held``, the recorded hold), whatever its log shows now.
+    """A partition a person was asked to decide about (``held``), whatever its log shows now.
 
-    The hold stands, with the words it was decided with, even when the log changed since in a way
-    that alone would not hold it (the log's end grew past a committed offset that was beyond it: the
-    records written since are not the ones a person looked at). The rule the user configured ends
-    it: a log that became another log (truncated, recreated) is reset by ``drain.on_offset_out_of_range``
-    when that says ``earliest`` or ``latest`` (waiting while a batch is in flight on it).
+    The hold stands with its words even if the log since changed in a way that alone would not hold it (records
+    written since are not the ones a person looked at). Only the configured rule ends it: a log that became another
+    is reset when ``drain.on_offset_out_of_range`` says ``earliest``/``latest`` (waiting while a batch is in flight).
 
     >>> from datetime import UTC, datetime
     >>> from kprio_core.model.records import LogEvent
@@ -455,7 +416,7 @@ def standing_hold(c: Change, held: LogEvent, policy: OnOffsetOutOfRange,
 
 
 def _now_words(c: Change) -> str:
-    """What the group and the log show now, as facts (no rule's reading of them), without the partition's name.
+    """What the group and the log show now, as facts, without the partition's name.
 
     >>> _now_words(Change("o-0", 0, LogState.MOVED_FORWARD, 121, 421, 0, 571))
     'the group stands at 421, kprio committed 121, log [0,571)'

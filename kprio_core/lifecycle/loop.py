@@ -1,38 +1,25 @@
 """What ``kprio drain``'s loop does after a tick: tick again (now, or after a wait), or stop, and why.
 
-The tick (:mod:`kprio_core.lifecycle.tick`) decides what happens to the batches; this module
-decides only what the loop around it does next, from the tick's decisions and what the loop saw
-(:class:`LoopInputs`: how it runs, its turn, how long the broker blocked it, how long since a
-run of it committed, what other drivers hold). Numbered rules, first match wins:
+From the tick's decisions and :class:`LoopInputs` (no I/O, no clock), numbered rules, first match wins:
 
-0. the ledger's database did not answer (the tick could not read it): ``--once`` stops, not ok;
-   ``--until-empty`` stops, not ok, after :data:`BLOCKED_GIVE_UP_S` of it; else tick again after
-   twice the interval (the runs in flight ride it out on their leases: a run whose lease lapsed
-   meanwhile is taken over, with the same ranges, once the ledger answers);
+0. the ledger's database did not answer: ``--once`` stops, not ok; ``--until-empty`` stops, not ok, after
+   :data:`BLOCKED_GIVE_UP_S`; else tick again after twice the interval (runs in flight ride it out on their
+   leases; one whose lease lapsed is taken over, same ranges, once the ledger answers);
 1. the tick requested runs: ``--once`` stops after its one tick (the loop lets its runs finish);
-2. runs of this loop are still executing (each in a thread of its own, so an urgent batch runs
-   beside a bulk one): tick again when one of them ends, when the loop's watch sees records
-   arrive on a priority none of them holds (:func:`records_arrived`), or after
+2. runs of this loop still execute (a thread each, so an urgent batch runs beside a bulk one): tick again
+   when one ends, when records arrive on a priority none holds (:func:`records_arrived`), or after
    ``sensor.interval_s``; never stop while they run;
 3. the tick requested runs that already ended: tick again at once;
-4. ``--follow`` ticks again after ``sensor.interval_s`` (sooner when the watch sees records arrive),
-   whatever the tick said;
+4. ``--follow`` ticks again after ``sensor.interval_s`` (sooner when records arrive), whatever the tick said;
 5. ``--once`` stops with the tick's reason (not ok when the broker blocked it);
-6. the broker or a topic blocks planning: stop at once, not ok, when that is so from the first
-   tick (there is nothing to finish); stop, not ok, after :data:`BLOCKED_GIVE_UP_S` of it;
-   else tick again after twice the interval (at most :data:`MAX_WAIT_S`);
-7. retries whose cause does not pass (a disk that stays full), or slots held by batches nobody
-   moves: stop, not ok, naming what is held, when nothing committed for
-   :data:`BLOCKED_GIVE_UP_S` and no other driver works on the topic;
-8. something this loop waits for goes on later (a throttle, a retry's backoff, a batch the tick failed
-   before a run took it, another process's lease or launch claim, another driver that planned first,
-   backlog whose priority slots are taken by batches in flight): tick again then (0.2 s at least,
-   :data:`MAX_WAIT_S` at most);
+6. the broker or a topic blocks planning: stop, not ok, at once if so from the first tick (nothing to
+   finish), or after :data:`BLOCKED_GIVE_UP_S`; else tick again after twice the interval, :data:`MAX_WAIT_S` at most;
+7. retries whose cause does not pass (a disk that stays full), or slots held by batches nobody moves: stop,
+   not ok, naming what is held, when nothing committed for :data:`BLOCKED_GIVE_UP_S` and no other driver works;
+8. something waited for goes on later (a throttle, a backoff, an untaken batch, another process's lease or
+   claim, another driver that planned first, full slots): tick again then (:data:`MIN_WAIT_S` to :data:`MAX_WAIT_S`);
 9. only held partitions that need a person are left: stop, not ok, naming them;
 10. no backlog left: stop, ok.
-
-Nothing here reads the ledger, the broker or the clock: the loop passes ``now`` and its
-measured durations in.
 
 >>> from kprio_core.lifecycle.decision import Decision, Skip, Verdict
 >>> from kprio_core.lifecycle.examples import T0 as NOW
@@ -100,7 +87,7 @@ class LoopInputs:
 
     until: Until
     interval_s: float
-    """``sensor.interval_s``: the pace of ticks."""
+    """``sensor.interval_s``."""
     now: datetime
     requested: int = 0
     """Runs the tick requested (and the loop started) on this turn."""
@@ -142,7 +129,7 @@ LoopStep = TickAgain | StopLoop
 
 
 def blocked(decisions: Sequence[Decision]) -> bool:
-    """Whether the broker or a missing topic blocked planning for some topic (rule 4)."""
+    """Whether the broker or a missing topic blocked planning for some topic (rule 6)."""
     return any(d.verdict is Verdict.BLOCKED for d in decisions)
 
 
@@ -203,9 +190,8 @@ def records_arrived(at_tick: Watched, ends: Mapping[TopicPartitionKey, int],
                     busy: Collection[tuple[str, Priority]]) -> bool:
     """Whether records arrived since the tick on a priority that a new batch could take (rule 2, 4).
 
-    ``ends``: the readable ends read now; ``busy``: the (logical topic, priority) slots this loop's
-    running batches hold, and priorities the tick found throttled (a tick would plan nothing for them).
-    A partition the tick did not see, or whose end the broker did not give, wakes nothing.
+    ``busy``: (logical topic, priority) held by running batches or throttled (a tick would plan nothing there).
+    A partition the tick did not see, or with no end read, wakes nothing.
 
     >>> at_tick = {("orders.p2", 0): ("orders", 2, 10), ("orders.p0", 0): ("orders", 0, 500)}
     >>> records_arrived(at_tick, {("orders.p2", 0): 10, ("orders.p0", 0): 900}, busy={("orders", 0)})
@@ -238,8 +224,7 @@ def _waits(decisions: Sequence[Decision], seen: LoopInputs, interval: float) -> 
     if seen.others.claimed_elsewhere or seen.contended:
         waits.append(interval)
     if any(d.verdict is Verdict.BUSY for d in decisions):
-        # Backlog behind batches in flight: never "no backlog left", even when the lease that kept
-        # their slots seemed live to the tick and had ended by the time the loop looked.
+        # Never "no backlog left": the lease that kept their slots may have ended since the tick.
         waits.append(interval)
     return waits
 
@@ -253,10 +238,8 @@ HELD_CAUSES_SHOWN = 3
 
 
 def held_line(holds: Sequence[Hold], priorities: Mapping[str, Priority]) -> str:
-    """The holds a stopped loop names, in one line a person reads: each cause (a failed batch, a change of the log)
-    once, with its partitions: one by name and offset, several counted by priority and priority topic (the line
-    listed every partition: 1,000 characters and more); at most :data:`HELD_CAUSES_SHOWN` causes, the rest counted.
-    ``priorities``: the priority of each priority topic (:func:`priorities_of`).
+    """The holds a stopped loop names, in one line: each cause once, several partitions counted by priority topic
+    (listing each ran to 1,000+ characters), at most :data:`HELD_CAUSES_SHOWN` causes (:func:`priorities_of`).
 
     >>> from types import SimpleNamespace as H
     >>> failed = dict(batch_id="b-000009", attempts=1, reason="drain failed: disk full", exhausted=False,

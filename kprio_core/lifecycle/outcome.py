@@ -1,39 +1,26 @@
 """What follows a drain and its checks, as pure rules: go on, split failing ranges off, fail the whole, publish.
 
-A run drains its batch's ranges, then checks what the drain wrote; a replay of a time window does
-the same with no batch in the ledger. Both ask these rules what comes next, in this order:
+A run drains its batch, then checks what it wrote; a replay does the same with no batch. Both ask, in order:
 
-1. **after the drain** (:func:`after_drain`): ranges on a topic deleted or recreated since the plan
-   (``moved``: they read another log) and ranges whose drain failed are split off, each kind (and each
-   priority's failed drains) into a batch of its own that holds only their partitions, and the rest
-   goes on to the checks; when no
-   range is left, the whole batch fails, for the log change if there was one (a person decides),
-   else for the failed drains. A replay records no batch, so it cannot split: any failed range fails
-   it whole (``may_split=False``);
-2. **after the checks** (:func:`after_checks`): a passed report publishes the ranges checked; ranges
-   that failed a check are split off, and the rest is checked again, once, while some range passes
-   and each failure names its ranges; otherwise (every range failed, a failure names no range, or
-   the second check failed) the whole fails and nothing is published;
-3. **after the commit** (:func:`after_commit`): each partition's outcome on its own, as the drain's and the
-   checks' are per range: a partition the commit wrote, or found committed already, is committed; one
-   whose group stands below the batch's start (moved back outside kprio, or its offsets gone, after the
-   plan) is split off to wait for the group (the log-change rules re-drain or restore it first); one on
-   a topic deleted or recreated since the plan is split off for a person, one split per cause and
-   priority; so one priority's group moved under a batch never fails, holds or waits for another
-   priority's ranges of it. Nothing committed: the whole fails;
-4. **whether a failure passes by itself** (:func:`passes_by_itself`): a split or a whole failure of
-   failed drains is transient only when every cause is (:func:`~kprio_core.lifecycle.run.transient_failure`);
-   a group moved under the batch always is (the re-drain brings it back by itself); a log change and a
-   check's verdict never are; a run that died with an error is transient when its
-   error's type says so, or when the batch was split apart to find the cause (both parts are retried
-   without spending ``recovery.max_attempts``).
+1. **after the drain** (:func:`after_drain`): ranges on a topic deleted or recreated since the plan (``moved``)
+   and ranges whose drain failed are split off, one batch per kind (failed drains also per priority) holding
+   only their partitions; the rest goes on to the checks. No range left: the whole fails, for the log change
+   if any (a person decides), else the failed drains. A replay cannot split: any failure fails it whole;
+2. **after the checks** (:func:`after_checks`): a pass publishes; failing ranges are split off and the rest is
+   checked again, once, while some range passes and each failure names its ranges; else the whole fails and
+   nothing is published;
+3. **after the commit** (:func:`after_commit`): per partition: written or found committed: committed; group
+   below the batch's start (moved back, or offsets gone): split off to wait for the group (the log-change rules
+   re-drain or restore it first); topic deleted or recreated: split off for a person. One split per cause and
+   priority, so one priority's moved group never holds another's ranges. Nothing committed: the whole fails;
+4. **whether a failure passes by itself** (:func:`passes_by_itself`): failed drains only when every cause does
+   (:func:`~kprio_core.lifecycle.run.transient_failure`); a group behind always (the re-drain brings it back);
+   a log change or a check's verdict never; a run that died when its error's type says so, or the batch was
+   split to find the cause (neither spends ``recovery.max_attempts``).
 
-The order matters: what read another log is set apart before a failed drain is judged (its failure
-says nothing of this log's records), and a range is checked only once its drain succeeded; at the
-commit, another log first (no offset of it may be written), then a group behind the batch.
-
-Nothing here reads the ledger, Spark or a clock; the runtime (``orchestration.runtime.batch``,
-``orchestration.runtime.replay``) writes the reasons (what failed, where) and carries the answer out.
+Why this order: what read another log is set apart before a failed drain is judged (it says nothing of this
+log's records); at the commit, another log first (no offset of it may be written), then a group behind. No I/O,
+no clock: the runtime (``orchestration.runtime.batch``, ``.replay``) words the reasons and acts.
 
 A batch of three ranges whose second range's drain failed (the broker went away while reading it):
 
@@ -71,8 +58,8 @@ class Cause(str, enum.Enum):
     CHECKS = "checks"
     """They failed a blocking check."""
     GROUP_BEHIND = "group-behind"
-    """Their group stands below their start when they commit: moved back outside kprio (or its offsets gone)
-    while the batch was in flight. Committing them would skip what the move asks to read again."""
+    """Their group stands below their start at the commit (moved back, or offsets gone, while in flight):
+    committing would skip what the move asks to read again."""
     COMMIT = "commit"
     """Their commit wrote nothing for another reason (their records are below the log's start by now)."""
 
@@ -152,11 +139,7 @@ AfterCommit = MarkCommitted | FailWhole
 
 def after_drain(ranges: Sequence[RangeDrained], *, moved: Collection[OffsetRange] = (),
                 may_split: bool = True) -> AfterDrain:
-    """What follows a drain of ``ranges`` (see the module docstring, rule 1).
-
-    ``moved``: ranges on a topic deleted or recreated since the plan; ``may_split``: failing ranges
-    can be set apart (a batch in the ledger), else any failure fails the whole (a replay).
-    """
+    """What follows a drain of ``ranges`` (rule 1); ``may_split`` False (a replay): any failure fails the whole."""
     moved = frozenset(moved)
     failed = [r for r in ranges if r.failed and r.range not in moved]
     kept = tuple(r.range for r in ranges if not r.failed and r.range not in moved)
@@ -178,10 +161,7 @@ def after_drain(ranges: Sequence[RangeDrained], *, moved: Collection[OffsetRange
 
 def after_checks(kept: Sequence[OffsetRange], *, passed: bool, failing: Collection[OffsetRange],
                  may_split: bool = True) -> AfterChecks:
-    """What follows the checks of ``kept`` (see the module docstring, rule 2).
-
-    ``failing``: the ranges the failed checks named; ``may_split``: this is the first check of a
-    batch (a recheck, or a replay, fails whole).
+    """What follows the checks of ``kept`` (rule 2); ``may_split`` False (a recheck, a replay): fail whole.
 
     >>> a, b = OffsetRange("o-0", 0, 0, 5), OffsetRange("o-0", 1, 0, 5)
     >>> after_checks([a, b], passed=False, failing={b})
@@ -202,13 +182,11 @@ transient=False))
 
 def after_commit(ranges: Sequence[OffsetRange], *, written: Collection[TopicPartitionKey],
                  stands: Mapping[TopicPartitionKey, int | None], other_log: Collection[str] = ()) -> AfterCommit:
-    """What follows the Kafka commit of a batch's ``ranges``, partition by partition (the module docstring, rule 3).
+    """What follows the Kafka commit of a batch's ``ranges``, partition by partition (rule 3).
 
-    ``written``: the partitions whose end this commit wrote; ``stands``: each partition's committed
-    offset after the commit (None: the group has none); ``other_log``: the topics deleted or recreated
-    since the plan (nothing written there). A partition written, or whose group stands at its end or
-    beyond, is committed, whatever the group shows after the write (a move that came after it is the
-    log-change rules' to see).
+    ``written``: partitions this commit wrote; ``stands``: each one's committed offset after it (None: none);
+    ``other_log``: topics deleted or recreated since the plan. A partition written, or standing at its end or
+    beyond, is committed whatever the group shows after (a later move is the log-change rules' to see).
 
     >>> a, b = OffsetRange("o-2", 0, 40, 50), OffsetRange("o-1", 0, 80, 90)
     >>> after_commit([a, b], written={("o-2", 0)}, stands={("o-2", 0): 50, ("o-1", 0): 30})
@@ -256,9 +234,7 @@ def commit_cause(tp: TopicPartitionKey, start: int, end: int, *, written: Collec
 
 
 def passes_by_itself(cause: Cause, transient: Sequence[bool | None] = ()) -> bool:
-    """Whether a split or a whole failure for ``cause`` is retried as a passing one (rule 3).
-
-    ``transient``: the failed drains' causes, each transient or not (None: unknown).
+    """Whether a split or a whole failure for ``cause`` passes by itself (rule 4); ``transient``: None is unknown.
 
     >>> passes_by_itself(Cause.DRAIN, [True, True]), passes_by_itself(Cause.DRAIN, [True, None])
     (True, False)
@@ -273,7 +249,7 @@ def passes_by_itself(cause: Cause, transient: Sequence[bool | None] = ()) -> boo
 
 
 def run_failure_passes(error_transient: bool, *, isolated: bool) -> bool:
-    """Whether a run that died with an error fails its batch as a passing failure (rule 3).
+    """Whether a run that died with an error fails its batch as a passing failure (rule 4).
 
     >>> run_failure_passes(False, isolated=True), run_failure_passes(True, isolated=False)
     (True, True)

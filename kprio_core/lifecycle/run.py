@@ -1,27 +1,23 @@
 """What one run of a batch must do, as pure rules: from the ledger's batch and the run's facts to one typed step.
 
-A run of a batch partition is launched by the sensor (or ``kprio drain``) for an attempt, by
-Dagster's run-retry daemon after a failed run, or by an operator (the UI, a backfill, ``kprio
-retry``). Whoever launched it, the run first decides, from the batch as the ledger has it, what
-it is for (:func:`decide_run`), in this order (each rule is one function below):
+A run is launched by the sensor (or ``kprio drain``), Dagster's run-retry daemon, or an operator (the UI, a
+backfill, ``kprio retry``). Whoever launched it first decides from the ledger's batch what it is for
+(:func:`decide_run`), in this order:
 
 1. a failed or committed batch planned on an earlier incarnation of its log never runs again
    (its ranges would read another log's offsets): **fail**;
-2. an operator's run re-drains a committed or failed batch (**drain**, re-drain) and otherwise
-   takes the batch as it stands, unless another live run owns it (**wait**);
+2. an operator's run re-drains a committed or failed batch (**drain**, re-drain), else takes it as it
+   stands, unless another live run owns it (**wait**);
 3. a committed batch has **nothing to do**; so has a failed one whose run this run waited for;
-4. a failed batch is **retried** as the next attempt, unless a later attempt exists, its failure
-   holds nothing, or its attempts are exhausted (**fail**), after its backoff (**wait** until T);
-5. a batch in flight goes on: this run's own lease, or nobody took this attempt yet (**drain** as
-   is); another live run owns it (**wait**); a later attempt exists (**nothing to do**); else its
-   run died and this run **takes it over** as the next attempt.
+4. a failed batch is **retried** as the next attempt, after its backoff (**wait** until T), unless a later
+   attempt exists, its failure holds nothing, or its attempts are exhausted (**fail**);
+5. a batch in flight goes on: own lease or attempt not yet taken (**drain** as is); another live run owns
+   it (**wait**); a later attempt exists (**nothing to do**); else its run died: **take it over**.
 
-The order matters: supersession is checked before anything may re-drain, and an operator's wish
-comes before the sensor's attempt bookkeeping (a person's re-drain is never "nothing to do"
-because an attempt number moved on).
+Why this order: supersession before any re-drain; an operator's wish before the sensor's attempt bookkeeping
+(a person's re-drain is never "nothing to do" because an attempt number moved on).
 
-The clock is passed in; nothing here reads the ledger, the wall clock or Dagster: the runtime
-(``orchestration.runtime.batch``) carries the step out and asks again after a wait.
+No I/O, the clock passed in: the runtime (``orchestration.runtime.batch``) acts, and asks again after a wait.
 
 A sensor's run for attempt 1 of a planned batch nobody holds drains it as it stands:
 
@@ -105,10 +101,9 @@ S = BatchState
 
 def decide_run(batch: BatchView, intent: Intent, *, owner: str, recovery: RecoverySettings, now: datetime,
                dead: Collection[str] = (), waited_on: str | None = None) -> Step:
-    """What this run (lease owner ``owner``) does with ``batch`` now (see the module docstring for the order).
+    """What this run (lease owner ``owner``) does with ``batch`` now (the module docstring's order).
 
-    ``dead``: lease owners known gone (their Dagster run ended, their process is gone);
-    ``waited_on``: the owner of the run this one already waited for, if any.
+    ``dead``: lease owners known gone; ``waited_on``: the owner of the run this one already waited for, if any.
     """
     if batch.state in (S.FAILED, S.COMMITTED) and batch.superseded:
         return Fail(FailWhy.SUPERSEDED, batch.superseded)
@@ -200,9 +195,7 @@ def live_elsewhere(lease: Lease | None, owner: str, now: datetime, dead: Collect
 
 
 def run_label(owner: str) -> str:
-    """The short run id a lease owner names (what the ledger's reasons say), else the owner itself.
-
-    A run id may name its driver first (``airflow:<task instance id>``); the label keeps it.
+    """The short run id a lease owner names (as the ledger's reasons say it; a ``driver:`` prefix kept), else owner.
 
     >>> run_label("6f1c2d3e-1234-5678@host:42"), run_label("airflow:0193a2b4-77@host:42"), run_label("someone")
     ('6f1c2d3e', 'airflow:0193a2b4', 'someone')
@@ -242,10 +235,7 @@ def work_left(state: BatchState) -> Work:
 
 def before_commit(batch_id: str, blocking: Sequence[BatchView], intent: Intent, *, now: datetime,
                   waited_out: bool = False) -> CommitStep:
-    """Commit now, wait for the runs finishing the batches before it, or leave the commit to them.
-
-    ``blocking``: the batches before this one on its partitions that did not commit yet.
-    ``waited_out``: this run waited :data:`SLOT_WAIT_S` already.
+    """Commit now, wait for the runs finishing the ``blocking`` batches (unless ``waited_out``), or leave it to them.
 
     >>> from datetime import UTC, datetime
     >>> now = datetime(2026, 1, 1, tzinfo=UTC)
@@ -290,11 +280,8 @@ def retry_at(attempt: int, recovery: RecoverySettings, now: datetime, *, transie
              streak: int = 0) -> datetime:
     """When the attempt after failed attempt ``attempt`` may start (``recovery.backoff_s`` doubling, capped).
 
-    A transient failure (its cause passes by itself) backs off by its ``streak`` instead: the transient
-    failures in a row, this one included. The first of a streak is due at once: the tick retries it as
-    soon as a probe of its cause succeeds (never into an outage it can see), so a batch waits no longer
-    than the outage did. The next ones back off from ``backoff_s``: a cause the probes cannot see must
-    not be retried in a loop.
+    A transient failure backs off by its ``streak`` (this one included): the first is due at once (the tick
+    retries once its cause's probe passes), later ones back off, so a cause no probe sees is not retried in a loop.
 
     >>> from datetime import UTC, datetime
     >>> from kprio_core.config import RecoverySettings
@@ -335,9 +322,8 @@ ENVIRONMENT_FAILURES = (BrokerUnreachable, OutputUnavailable, SparkUnavailable, 
 def isolates(failure: BaseException, state: BatchState) -> bool:
     """Whether a failure of a whole batch is isolated by splitting the batch (:func:`isolating_split`).
 
-    Only a failure of the drain itself (the batch still *planned*: nothing was drained) whose cause
-    may lie in the records: the Spark job died (a worker lost, a record too big for memory) or the
-    read failed. A broker, an output, a Spark server or a schema registry that is not there fails every part alike.
+    Only a failure of the drain itself (still *planned*) whose cause may lie in the records (the Spark job died,
+    the read failed); one of the world around (:data:`ENVIRONMENT_FAILURES`) fails every part alike.
 
     >>> from kprio_core.errors import BrokerUnreachable, KprioError, SchemaRegistryUnavailable
     >>> isolates(RuntimeError("Python worker exited unexpectedly"), BatchState.PLANNED)
@@ -353,14 +339,10 @@ def isolates(failure: BaseException, state: BatchState) -> bool:
 
 
 def isolating_split(ranges: Sequence[PlannedRange]) -> tuple[OffsetRange, ...]:
-    """The ranges to split off a batch whose drain failed as a whole, so each part is retried on its own.
+    """The ranges to split off a batch whose drain failed whole, each part retried on its own: a bisection, one step
+    per failure; until a part cannot be split none is to blame, so both retry as passing failures (no attempt spent).
 
-    A bisection, one step per failure: the part that keeps failing is split again, the parts that
-    do not fail publish and commit. Until a part cannot be split further no part is to blame, so
-    the runtime retries both as it retries a passing failure (``recovery.max_attempts`` unspent).
-
-    1. several priorities: every range below the highest priority (the most urgent records retry
-       alone, so a failure in the bulk holds them one attempt at most);
+    1. several priorities: every range below the highest (the most urgent retry alone, held one attempt at most);
     2. one priority over several partitions: the ranges of the later half of its partitions;
     3. one partition: nothing (the batch is as small as a split makes it; it fails as it is).
 

@@ -1,25 +1,18 @@
 """One run of a batch as a state machine: its stages, and the rule that says which stage follows which.
 
-The runtime (``orchestration.runtime.batch.BatchRun``) carries one stage out at a time, a step doing its
-I/O that asks the stage's rule (:func:`~kprio_core.lifecycle.run.decide_run`,
-:func:`~kprio_core.lifecycle.outcome.after_drain`, :func:`~kprio_core.lifecycle.outcome.after_checks`,
-:func:`~kprio_core.lifecycle.run.before_commit`), and :func:`next_stage` says what follows from the
-stage and what its step found:
+The runtime (``orchestration.runtime.batch.BatchRun``) carries out one stage at a time, asking its rule
+(:mod:`kprio_core.lifecycle.run`, :mod:`kprio_core.lifecycle.outcome`); :func:`next_stage` says what follows:
 
-- take: the batch taken, its work left (:class:`~kprio_core.lifecycle.run_steps.Work`) -> drain, or
-  report when only the commit is left;
+- take: :class:`~kprio_core.lifecycle.run_steps.Work` left -> drain, or report when only the commit is left;
 - drain: ``GoOn`` -> isolate; isolate (the splits carried out): ``GoOn`` -> check, ``Recheck`` -> recheck;
 - check: ``Publish`` -> publish, ``Recheck`` -> isolate; recheck (no split again): ``Publish`` -> publish;
-- publish, report: the batch checked -> order, unless this run stops once it is published (``commit``
-  False: Airflow's drain task leaves the commit to a run of its own) -> done;
+- publish, report: checked -> order, or done with ``commit`` False (Airflow's drain task leaves the commit);
 - order: ``Commit`` -> commit -> later (the later batches that waited for this one) -> done;
-- at any stage: ``Wait`` -> the same stage once waited (gave-up when the wait lasted too long:
-  :func:`~kprio_core.lifecycle.run.waited_too_long`); ``NothingToDo`` -> done; ``Fail`` -> refused
-  (the run fails, the batch as it is); :class:`BatchFails` -> failed (the batch fails, the run with it).
+- any stage: ``Wait`` -> itself (gave-up past :func:`~kprio_core.lifecycle.run.waited_too_long`);
+  ``NothingToDo`` -> done; ``Fail`` -> refused (batch as it is); :class:`BatchFails` -> failed (batch and run).
 
-The order is the invariants': nothing is published before its checks passed and nothing committed
-before it is published (commit after proof); what a check or a drain failed on is split off before
-the rest goes on (isolation); a batch commits after the batches before it on its partitions (order).
+The order is the invariants': published only after its checks, committed only after publishing (commit after
+proof); failures split off before the rest goes on (isolation); commits in partition order (order).
 
 >>> from kprio_core.lifecycle.outcome import GoOn, Publish
 >>> [next_stage(Stage.TAKE, Work.DRAIN), next_stage(Stage.DRAIN, GoOn(())), next_stage(Stage.CHECK, Publish(()))]
@@ -103,10 +96,9 @@ ENDED_BY = {NothingToDo: Stage.DONE, Fail: Stage.REFUSED, BatchFails: Stage.FAIL
 
 
 def next_stage(at: Stage, found: object, *, commit: bool = True, waited_s: float = 0.0) -> Stage:
-    """The stage after ``at``, whose step ``found`` what it found (the module docstring's table).
+    """The stage after ``at`` given what its step ``found`` (the module docstring's table).
 
-    ``commit``: this run commits the batch (False: it stops once the batch is published);
-    ``waited_s``: how long the run has waited at ``at``.
+    ``commit`` False: stop once published; ``waited_s``: how long the run has waited at ``at``.
     """
     if isinstance(found, Wait):
         return Stage.GAVE_UP if waited_too_long(waited_s, found) else at

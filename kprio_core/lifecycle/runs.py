@@ -1,9 +1,7 @@
 """What the tick knows of the runs of a batch, in kprio's own terms, and the launches it asks for.
 
-An orchestrator (Dagster today, Airflow next) reports its runs as :class:`RunSummary` values
-(kprio's :class:`RunState`, not the orchestrator's enum); the tick's rules read them through
-:class:`BatchRuns` and answer with :class:`Launch` values whose run key is deterministic, so a
-launch decided twice (two ticks, two drivers) is one run.
+An orchestrator reports its runs as :class:`RunSummary` values; the tick reads them through :class:`BatchRuns`
+and answers with :class:`Launch` values whose run key is deterministic, so a launch decided twice is one run.
 
 >>> runs = BatchRuns({"b-000007": (RunSummary("r2", RunState.STARTED), RunSummary("r1", RunState.FAILURE))})
 >>> runs.active("b-000007").run_id, runs.latest("b-000007").run_id, runs.active("b-000008")
@@ -60,8 +58,7 @@ class LaunchReason(str, enum.Enum):
     COMMIT = "commit"
     """Checked, and the batches before it on its partitions committed: only the commit is left."""
     REDRAIN = "redrain"
-    """Committed, and its group's offset moved back over it outside kprio: its exact ranges are drained again
-    (the run key is a new attempt's, so a later tick's launch of the same attempt is the same run)."""
+    """Committed, and its group moved back over it outside kprio: its exact ranges drain again, as a new attempt."""
 
     def __str__(self) -> str:
         return self.value
@@ -84,8 +81,7 @@ Why = LaunchReason
 
 
 ORCHESTRATOR_RETRY_WAIT_S = 120.0
-"""Longest the tick leaves a failed batch to an orchestrator's own retry of its run (Dagster's run-retry
-daemon launches it within seconds when it runs at all); after that the tick retries the batch itself."""
+"""Longest the tick leaves a failed batch to the orchestrator's own retry (which comes within seconds if at all)."""
 
 
 @dataclass(frozen=True)
@@ -133,12 +129,8 @@ class BatchRuns:
         return tuple(r for r in self.of(batch_id) if r.orphaned)
 
     def will_retry(self, batch_id: str, now: datetime) -> bool:
-        """The latest run failed and the orchestrator's retry of it will come: it said so, and it ended less
-        than :data:`ORCHESTRATOR_RETRY_WAIT_S` ago.
-
-        The wait is bounded: an orchestrator that promised a retry it does not carry out (its retry
-        daemon stopped, or never ran) must not hold the batch for good; the tick retries it itself then
-        (a second run of the batch waits for the first one's lease, or finds its work done).
+        """The latest run failed and the orchestrator promised a retry, less than :data:`ORCHESTRATOR_RETRY_WAIT_S`
+        ago: bounded, so a retry daemon that stopped never holds the batch for good.
 
         >>> from datetime import UTC, datetime, timedelta
         >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -160,8 +152,7 @@ class Launch:
     why: LaunchReason
     attempt: int
     early: bool = False
-    """A retry before its backoff ended (a transient failure, on a driver's first tick): the driver ends the
-    backoff in the ledger first (``Ledger.retry_now``), so the run does not wait it out."""
+    """A transient retry before its backoff ended: the driver ends it first (``Ledger.retry_now``)."""
 
     @property
     def run_key(self) -> str:

@@ -1,32 +1,25 @@
 """What to do for one logical topic right now: which batches need a run, what to plan next, and what waits.
 
-One small rule per question, each a function from one immutable
-:class:`~kprio_core.lifecycle.decision.TickState` (the inputs, and what the rules before it decided) to the
-next, its reason in its docstring. :data:`RULES` is their order, and :func:`decide_tick` runs them until one
-settles the verdict, then rule 12. Why this order: batches already recorded come first, so a crash or a
-failure is healed before new work is added; the cheap ledger facts come before the lag snapshot; what
-changed under kprio is decided before anything is planned on the log; the plan is the last step, and it
-only sees what no earlier rule holds or takes:
+One small rule per question, each a function from one immutable :class:`~kprio_core.lifecycle.decision.TickState`
+to the next. :func:`decide_tick` runs :data:`RULES` in order until one settles the verdict, then rule 12. Why this
+order: recorded batches first, so a crash or failure heals before new work is added; cheap ledger facts before the
+lag snapshot; changes under kprio decided before anything is planned; the plan last, seeing only what is left:
 
 1. :func:`resume_dead` — a batch in flight whose run died gets a new attempt with the same ranges;
-   1b. :func:`fail_untaken` — a batch whose run for its next attempt ended before it took it has spent that
-   attempt: it fails, transient, and rule 4 retries it under a run key of its own (at once the first time);
+   1b. :func:`fail_untaken` — a run that ended before taking its batch spent that attempt: transient failure;
 2. :func:`launch_unlaunched` — a planned batch no run was ever requested for gets its run;
 3. :func:`launch_commits` — a checked batch whose earlier batches committed gets a commit run;
-4. :func:`retry_due` — a failed batch with attempts left is retried when :func:`retry_failed` says, and takes
-   its slots before the plan;
+4. :func:`retry_due` — a failed batch is retried when :func:`retry_failed` says, taking its slots before the plan;
 5. :func:`ledger_holds` — every failed batch holds its partitions from its failed range's start;
 6. :func:`need_snapshot` — an unreachable broker or a missing topic is a reason, not a crash;
-7. changes of the log kprio did not make (:mod:`kprio_core.lifecycle.log_rules`): each decided once, when
-   first seen; no run for a batch that read only a log gone or replaced; lost offsets hold; re-drains;
-8. :func:`backlog_left` (none left outside the holds: held or idle), :func:`free_slots` (a priority whose
-   slots are taken sits this plan out) and 8b :func:`bulk_lane` (the warm workers' bulk lane is full);
+7. changes of the log kprio did not make (:mod:`kprio_core.lifecycle.log_rules`);
+8. :func:`backlog_left` (none outside the holds: held or idle), :func:`free_slots` (a full priority sits out)
+   and 8b :func:`bulk_lane` (the warm workers' bulk lane is full);
 9. :func:`not_throttled` — a priority over its rate quota sits this plan out;
 10-11. :func:`plan_the_rest` — the budget and the planner's plan of what is left, one batch or two;
 12. :func:`launch_here` — last, over every launch above: one another run or driver holds waits.
 
-Nothing here reads or writes anything: the driver gathers the inputs once
-(:class:`~kprio_core.lifecycle.view.TickInputs`) and carries the decision's actions out.
+No I/O: the driver gathers :class:`~kprio_core.lifecycle.view.TickInputs` once and carries the decision out.
 
 A planned batch nobody launched yet gets its run; one another driver claimed waits:
 
@@ -114,8 +107,7 @@ Why = LaunchReason
 
 
 def resume_dead(state: TickState) -> TickState:
-    """1. A batch in flight whose run died (lease expired, owner gone, run ended without moving it:
-    :func:`resume_stuck`) gets a new attempt with the same ranges, and its unfinished runs are marked failed."""
+    """1. A batch in flight whose run died (:func:`resume_stuck`) gets a new attempt, same ranges; its runs fail."""
     inputs = state.inputs
     stuck = resume_stuck(inputs.view.in_flight, inputs.runs, now=inputs.now, dead=inputs.dead)
     return replace(state, dead_runs=tuple(dead_runs(b, why, inputs.runs) for b, why in stuck),
@@ -123,11 +115,9 @@ def resume_dead(state: TickState) -> TickState:
 
 
 def fail_untaken(state: TickState) -> TickState:
-    """1b. A batch whose run for its next attempt (a planned batch's own, a resume's, a failed batch's retry, a checked
-    batch's commit run) ended before it took the batch (its worker, its code or the ledger could not start it) has
-    spent that attempt: it fails at it, transient (the cause is the run's surroundings, not the batch's records), so
-    rule 4 retries it under a run key of its own: at once the first time, then backing off while it goes on failing.
-    (Launched again instead, it would ask for the run key that already ended, and wait for ever.)"""
+    """1b. A batch whose run for its next attempt ended before taking it (worker, code or ledger could not start it)
+    spent that attempt: it fails, transient (the cause is not its records), and rule 4 retries it under a new run
+    key, at once the first time, then backing off. Launched again, it would wait for ever on the ended run key."""
     inputs, recovery = state.inputs, state.config.recovery
     gone = {s.batch_id for s in inputs.view.superseded}
     batches = [b for b in (*inputs.view.in_flight, *inputs.view.failed) if b.batch_id not in gone]
@@ -139,8 +129,7 @@ def fail_untaken(state: TickState) -> TickState:
 
 
 def launch_unlaunched(state: TickState) -> TickState:
-    """2. A planned batch whose current attempt never got a run requested gets its run (one resumed has its own, one
-    failed by rule 1b waits for rule 4)."""
+    """2. A planned batch whose current attempt never got a run requested gets one (those of rule 1b wait for 4)."""
     runs, launched = state.inputs.runs, {x.batch.batch_id for x in (*state.launches, *state.untaken)}
     new = (Launch(b, Why.NEW, b.attempts) for b in state.inputs.view.in_flight
            if b.batch_id not in launched and b.state is BatchState.PLANNED and b.lease is None
@@ -158,11 +147,9 @@ def launch_commits(state: TickState) -> TickState:
 
 
 def retry_due(state: TickState) -> TickState:
-    """4. A failed batch with attempts left (or a transient cause) is retried when :func:`retry_failed` says, as is a
-    batch rule 1b fails (its slots freed first); the retry takes its priorities' slots at once, so the plan of the
-    same tick leaves them to it: the oldest work of a priority is served first, and no retry run finds its slot taken
-    by a batch planned after it. A batch superseded on a partition (planned on an earlier incarnation of it than the
-    one kprio drains now, :func:`kprio_core.log_changes.superseded`) never runs again."""
+    """4. A failed batch with attempts left (or transient), and rule 1b's, is retried when :func:`retry_failed` says;
+    it takes its slots at once, so the oldest work of a priority goes first and no later plan takes its slot. A batch
+    superseded on a partition (:func:`kprio_core.log_changes.superseded`) never runs again."""
     inputs, view = state.inputs, state.inputs.view
     spent = {x.batch.batch_id: x.as_failed() for x in state.untaken}
     gone = {s.batch_id for s in view.superseded} | set(spent)
@@ -177,14 +164,14 @@ def retry_due(state: TickState) -> TickState:
 
 
 def ledger_holds(state: TickState) -> TickState:
-    """5. Every failed batch holds its partitions from its failed range's start: only those partitions wait, every
-    other partition and priority keeps draining. A superseded batch holds nothing, so the new incarnation drains on."""
+    """5. Every failed batch holds its partitions from its failed range's start; all else keeps draining. A superseded
+    batch holds nothing, so the new incarnation drains on."""
     return replace(state, holds=tuple(state.inputs.view.holds))
 
 
 def need_snapshot(state: TickState) -> TickState:
-    """6. Nothing is planned without the lag snapshot: an unreachable broker or a missing topic blocks the plan and
-    says why (recorded batches still get their runs), it is not a crash."""
+    """6. No plan without the lag snapshot: a broker or topic missing blocks it with a reason (recorded batches
+    still get their runs), not a crash."""
     lag = state.inputs.lag
     if isinstance(lag, BrokerUnreachable):
         return state.ends(Verdict.BLOCKED, f"broker unreachable: {lag}", error=lag)
@@ -194,8 +181,7 @@ def need_snapshot(state: TickState) -> TickState:
 
 
 def backlog_left(state: TickState) -> TickState:
-    """8. What a plan could take: the backlog outside the batches in flight and every hold. None left: the tick is
-    held (backlog only on held partitions, or a change that left the log) or idle."""
+    """8. The backlog outside the batches in flight and the holds; none left: held (backlog only held) or idle."""
     view, snapshot = state.inputs.view, state.snapshot
     reserved = (*view.reserved, *held_partitions(state.holds))
     backlog = open_backlog(snapshot, reserved)
@@ -208,8 +194,8 @@ def backlog_left(state: TickState) -> TickState:
 
 
 def free_slots(state: TickState) -> TickState:
-    """8. A priority whose ``planner.max_in_flight`` slots are taken (by batches in flight, retries, re-drains)
-    sits this plan out, so urgent work never waits for a bulk batch of another priority."""
+    """8. A priority whose ``planner.max_in_flight`` slots are taken sits this plan out, so urgent work never waits
+    for a bulk batch of another priority."""
     full = state.full
     free = free_priorities(state.free, full)
     return replace(state, free=frozenset(free), waiting=(*state.waiting, *(
@@ -218,8 +204,7 @@ def free_slots(state: TickState) -> TickState:
 
 
 def bulk_lane(state: TickState) -> TickState:
-    """8b. While the warm workers' bulk lane runs as many batches as it has workers (:func:`bulk_lane_free`), only
-    the most urgent priority is planned: the pool's size and the slots agree on what runs at once."""
+    """8b. While the bulk lane has no free worker (:func:`bulk_lane_free`), only the most urgent priority is planned."""
     count, running, urgent = state.config.workers.count, state.inputs.bulk_running, state.topic.priorities - 1
     if bulk_lane_free(count, running):
         return state
@@ -229,8 +214,7 @@ def bulk_lane(state: TickState) -> TickState:
 
 
 def not_throttled(state: TickState) -> TickState:
-    """9. A priority over its rate quota sits this plan out. None left: throttled for the shortest wait, or busy
-    when no priority had a free slot (what waits says why)."""
+    """9. A priority over its rate quota sits out; none left: throttled for the shortest wait, or busy (no slot)."""
     throttled = throttled_priorities(rate_tracker(state.config, state.inputs.view.rate_samples), state.backlog,
                                      state.free, state.inputs.now.timestamp())
     if usable := state.free - set(throttled):
@@ -243,10 +227,9 @@ def not_throttled(state: TickState) -> TickState:
 
 
 def plan_the_rest(state: TickState) -> TickState:
-    """10-11. The record budget, sized to ``planner.target_batch_s`` from the throughput the ledger measured
-    (:func:`batch_budget`), and the planner's plan of what is left: one batch, or two when :func:`split_caught_up`
-    takes the priorities whose whole backlog it plans apart from a bulk rest (a trickle of urgent records then never
-    waits for a bulk batch to end). A person's plan (narrowed priorities or budget) is the one batch asked for."""
+    """10-11. The record budget (:func:`batch_budget`) and the plan of what is left: one batch, or two when
+    :func:`split_caught_up` plans caught-up priorities apart (an urgent trickle never waits for a bulk batch). A
+    person's plan (narrowed priorities or budget) is the one batch asked for."""
     config, view = state.config, state.inputs.view
     budget = batch_budget(config, view.throughput, state.record_budget,
                           backlog=sum(state.backlog.get(p, 0) for p in state.free), fixed_cost_s=view.fixed_cost_s)
@@ -261,8 +244,7 @@ def plan_the_rest(state: TickState) -> TickState:
 
 
 def launch_here(state: TickState) -> TickState:
-    """12. Last, over every launch above: a batch whose lease another live run holds, or whose run key another
-    driver claimed (a second ``kprio drain``, the sensor), is not launched here; it waits, and says for whom."""
+    """12. Last: a launch another live run or driver holds (:func:`launched_elsewhere`) waits, saying for whom."""
     found = [(x, launched_elsewhere(x, state.inputs)) for x in state.launches]
     return replace(state, launches=tuple(x for x, elsewhere in found if elsewhere is None),
                    waiting=(*state.waiting, *(elsewhere for _, elsewhere in found if elsewhere is not None)))
@@ -283,11 +265,9 @@ RULES: tuple[Callable[[TickState], TickState], ...] = (
 
 def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *,
                 priorities: Collection[Priority] | None = None, record_budget: int | None = None) -> Decision:
-    """:data:`RULES` in order over ``topic``'s ``inputs`` (gathered once by the driver) until one settles the
-    verdict, then rule 12 (:func:`launch_here`).
+    """:data:`RULES` in order until one settles the verdict, then rule 12 (:func:`launch_here`).
 
-    ``priorities`` / ``record_budget`` narrow the plan (the manual plan job); by default every
-    priority and the configured budget.
+    ``priorities`` / ``record_budget`` narrow the plan (the manual plan job); None: all, the configured budget.
     """
     state = TickState.start(config, topic, inputs, priorities=priorities, record_budget=record_budget)
     for rule in RULES:
@@ -298,8 +278,7 @@ def decide_tick(config: KprioConfig, topic: TopicSettings, inputs: TickInputs, *
 
 
 def as_seen(plan: DrainPlan, state: TickState) -> DrainPlan:
-    """The plan with what its tick saw: the whole backlog (the planner saw excluded priorities as idle), the
-    retention gaps it drains past (``drain.allow_data_loss``), the incarnations and the log's changes decided."""
+    """The plan with what its tick saw: the whole backlog, retention gaps drained past, incarnations, log changes."""
     decided = state.log.decided
     return replace(plan, backlog_before=state.snapshot.backlog_by_priority(),
                    lost=plan.lost if state.config.drain.allow_data_loss else (),
@@ -315,8 +294,7 @@ def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
                  dead: Collection[str] = ()) -> list[tuple[Batch, str]]:
     """Batches in flight whose run died: lease expired or owner gone (in ``dead``), or no live run can move them.
 
-    A batch waiting for its first run (planned, never launched) is not stuck; nor is one with a
-    live lease, or one another run (the orchestrator's own retry, say) is about to take over.
+    Not stuck: one waiting for its first run, one with a live lease, one another run is about to take over.
 
     >>> from datetime import UTC, datetime
     >>> from kprio_core.lifecycle.examples import batch
@@ -362,10 +340,8 @@ def resume_stuck(in_flight: Iterable[Batch], runs: BatchRuns, *, now: datetime,
 
 def untaken(batches: Iterable[Batch], runs: BatchRuns, *, now: datetime,
             ready: Collection[str] = ()) -> list[tuple[Batch, int, str]]:
-    """Batches nobody holds whose latest run ended without taking them (and no other run is under way or about to
-    retry it): a planned batch's run of its attempt or a later one, a failed batch's of a later one (its retry), a
-    checked batch's commit run once its turn came (``ready``: it had nothing to wait for, so a run that took it
-    left it committed or failed); each with the attempt that run was for, and why.
+    """Batches nobody holds whose latest run ended without taking them (no other run coming), with its attempt
+    and why. A checked batch counts only once ``ready`` (a run that took it would have left it committed or failed).
 
     >>> from datetime import UTC, datetime
     >>> from kprio_core.lifecycle.examples import batch
@@ -402,8 +378,8 @@ def untaken(batches: Iterable[Batch], runs: BatchRuns, *, now: datetime,
 def _attempt_not_taken(batch: Batch, latest: RunSummary, ready: bool) -> int | None:
     """The attempt of the ended run ``latest`` if it cannot have taken ``batch`` (a run that took it moved it on).
 
-    A checked batch's commit run counts only when it failed: one that ended well found the batch committed by the
-    run of the batch before it, or about to be (``_commit_successors``)."""
+    A checked batch's commit run counts only when it failed: one that succeeded found it committed by its
+    predecessor's run, or about to be (``_commit_successors``)."""
     if batch.state is BatchState.CHECKED:
         own = latest.run_key == run_key_of(batch.batch_id, Why.COMMIT, batch.attempts)
         return batch.attempts if ready and own and latest.state is not RunState.SUCCESS else None
@@ -428,16 +404,10 @@ def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max
                  behind: Mapping[TopicPartitionKey, int] | None = None) -> tuple[list[Launch], list[str]]:
     """Failed batches to retry now, oldest first, and why the others that may be retried still wait.
 
-    A transient failure waits while a probe sees a passing cause (``cause``: an output root that
-    takes no file, the broker unreachable): its retry would fail alike. Once the probes pass, it is
-    retried when due (the first of a streak at once, :func:`~kprio_core.lifecycle.run.retry_at`), and
-    before its backoff on a driver's ``fresh_start`` (a driver just started, or a cause it saw passed).
-    A batch split off another waits while that one drains (``in_flight``, or retried here): split off to
-    find the cause of a drain that died, it may die again, and a Python worker that dies can fail the
-    tasks of a batch draining beside it (Spark hands a worker on to the next task while the task it
-    served still reads from it), so the part kept (the most urgent records) drains first, alone.
-    Any failed batch waits while a group it commits to stands below it, moved back outside kprio
-    (``behind``, :func:`waits_for_the_group`): the re-drain of the move comes first.
+    A transient failure waits while a probe sees ``cause`` (it would fail alike), then retries when due
+    (:func:`~kprio_core.lifecycle.run.retry_at`), or early on a ``fresh_start``. A split-off batch waits while its
+    parent drains: a dying Python worker can fail a batch beside it (Spark hands it on while its last task still
+    reads), so the kept, most urgent part drains alone. Any waits for its group's re-drain: :func:`waits_for_the_group`.
 
     >>> from kprio_core.lifecycle.examples import T0, batch
     >>> from kprio_core.model.states import BatchState
@@ -475,11 +445,8 @@ def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max
 
 
 def launched_elsewhere(launch: Launch, inputs: TickInputs) -> str | None:
-    """Why ``launch`` is not this driver's to make (rule 12), or None.
-
-    Another live run holds the batch's lease, or another driver claimed the run key and its claim
-    holds (not expired, its owner not known dead). This driver's own claim does not stop it.
-    """
+    """Why ``launch`` is not this driver's (rule 12): another live run holds the lease, or another driver's claim of
+    the run key is live (not expired, owner not dead); None: it is."""
     lease, now = launch.batch.lease, inputs.now
     if lease is not None and not lease.expired(now) and lease.owner not in inputs.dead:
         return f"{launch.describe()} is worked on by {lease.owner}"

@@ -1,8 +1,7 @@
 """The inputs of one tick, gathered once by the driver: the ledger's view of a topic, the lag, the runs, the clock.
 
-Nothing in :mod:`kprio_core.lifecycle.tick` reads the ledger, the broker, an orchestrator or the
-clock: a driver (``orchestration.runtime.tick``) reads them here, once per tick and topic, and
-the rules decide from these values alone. A test builds them by hand.
+A driver (``orchestration.runtime.tick``) reads them once per tick and topic; the rules decide from these values
+alone, and a test builds them by hand.
 """
 
 from __future__ import annotations
@@ -39,16 +38,13 @@ class LedgerView:
     beliefs: Mapping[TopicPartitionKey, Belief] = field(default_factory=dict)
     """What kprio believes about each partition (as the ledger stores it)."""
     committed: Mapping[TopicPartitionKey, tuple[Batch, ...]] = field(default_factory=dict)
-    """Committed batches, and failed re-drains of committed offsets, with a range on the partitions whose group
-    moved back (oldest first): only those partitions' (:func:`kprio_core.lifecycle.log_rules.needs_committed`
-    says which), read after the snapshot."""
+    """Committed batches and failed re-drains of :func:`~kprio_core.lifecycle.log_rules.needs_committed` only."""
     reserved: tuple[OffsetRange, ...] = ()
     """Non-empty ranges of the batches in flight."""
     throughput: float | None = None
-    """Records per second a bulk batch drains at, from recent batches (:func:`~kprio_core.lifecycle.budget.drain_rate`)."""
+    """Records per second a bulk batch drains at (:func:`~kprio_core.lifecycle.budget.drain_rate`)."""
     fixed_cost_s: float | None = None
-    """What a batch costs beside its records, from recent batches
-    (:func:`~kprio_core.lifecycle.budget.batch_fixed_cost`)."""
+    """What a batch costs beside its records (:func:`~kprio_core.lifecycle.budget.batch_fixed_cost`)."""
     poll_history: PollHistory | None = None
     avg_record_bytes: Mapping[str, float] = field(default_factory=dict)
     rate_samples: tuple[DrainedSample, ...] = ()
@@ -62,10 +58,8 @@ class LedgerView:
     whose re-drain it decided is carried on, not decided again."""
 
     def believed(self) -> dict[TopicPartitionKey, Belief]:
-        """The beliefs with the commits of batches in flight under way (Kafka is told before the ledger, and a
-        batch drained when the view was read may have published and committed before the lag snapshot: a group
-        standing at the end of a range in flight is kprio's own commit). A re-drain's commits are left out: they
-        land below what kprio committed, and the group is still moved back until it is there again."""
+        """The beliefs with in-flight batches' commits under way: Kafka is told before the ledger, so a group at
+        the end of a range in flight is kprio's own commit. Not a re-drain's: its group stays moved back till done."""
         ranges = [r for b in self.in_flight if not b.replay_of_committed for r in b.plan.offset_ranges()]
         return with_commits_under_way(self.beliefs, ranges)
 
@@ -99,14 +93,13 @@ class TickInputs:
     driver: str = ""
     """This driver's launch claim owner: its own claims do not stop it."""
     fresh_start: bool = False
-    """The first tick of a driver that just started (``kprio drain``): a transient failure's backoff is not
-    waited out (whoever restarts kprio after fixing a disk or a broker wants it retried now)."""
+    """A driver's first tick: transient backoffs are not waited out (a restart after a fix wants a retry now)."""
     cause: str | None = None
-    """What the driver's probe before the tick found wrong with the outputs (None: nothing, or not probed):
-    transient failures wait for it to pass (``orchestration.runtime.healing``)."""
+    """What the driver's probe found wrong with the outputs (None: nothing, or not probed): transient failures
+    wait for it to pass (``orchestration.runtime.healing``)."""
     bulk_running: int = 0
-    """Batches in flight of every logical topic that drain none of their topic's most urgent priority: the runs the
-    bulk lane of the warm workers holds (:func:`~kprio_core.lifecycle.budget.bulk_lane_free`)."""
+    """In-flight batches of any topic without its most urgent priority: the warm workers' bulk lane
+    (:func:`~kprio_core.lifecycle.budget.bulk_lane_free`)."""
 
 
 def passing_cause(inputs: TickInputs) -> str | None:

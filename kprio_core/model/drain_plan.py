@@ -72,27 +72,20 @@ class DrainPlan:
     backlog_before: Mapping[Priority, int] = field(default_factory=dict)
     snapshot_taken_at_ms: int = 0
     incarnations: Mapping[str, int] = field(default_factory=dict)
-    """Incarnation of each partition (``topic[partition]``) this plan drains, when above 1 (a recreated
-    topic reset by a person or the policy): part of the output's identity, so its files never
-    collide with an earlier incarnation's."""
+    """Incarnation per ``topic[partition]`` when above 1: part of the output's identity, so files never collide."""
     log_changes: tuple[str, ...] = ()
     """Changes of the log kprio did not make, seen and decided since the previous batch (shown in its metadata)."""
     topic_ids: Mapping[str, str] = field(default_factory=dict)
-    """The Kafka topic id of each priority topic of the plan when it was planned (where the cluster reports
-    ids): a batch whose topic is recreated while it is in flight reads another log, and must find out
-    before it publishes or commits anything (:meth:`changed_logs`)."""
+    """Topic ids when planned: a batch whose topic is recreated in flight must notice before it publishes or commits."""
     due: Mapping[Priority, str] = field(default_factory=dict)
-    """Per priority with an objective (``slo.max_age_s``), how close its planned records are to breaking it
-    (``2,400 records due within 4 s of their objective``)."""
+    """Per priority with an objective, how close its planned records are to breaking it (``deadlines.due_reasons``)."""
 
     def __post_init__(self) -> None:
         # A plan written by hand (a replay, a test, a benchmark) may name its mode by value: hold the member.
         object.__setattr__(self, "mode", PlanMode(self.mode))
 
     def changed_logs(self, now: Mapping[str, str | None]) -> dict[str, str]:
-        """The priority topics of the plan's ranges whose log is another one now (``now``: the topic ids the
-        cluster reports, None for a topic it no longer has), each with what changed; empty when none did or
-        ids are unknown.
+        """The plan's topics whose log is another one now (``now``: topic ids, None: deleted), with what changed.
 
         >>> r = PlannedRange(2, OffsetRange("orders-2", 0, 0, 5))
         >>> plan = DrainPlan("orders", "lag-aware", 10, None, {}, {}, (r,), topic_ids={"orders-2": "A"})

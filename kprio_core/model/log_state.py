@@ -52,12 +52,10 @@ class Outcome(str, enum.Enum):
     RESET_TO_OFFSET = "reset to an offset"
     """Only a person's ``kprio reset --to <offset>``."""
     RECORD_GAP = "record the gap"
-    """Offsets retention took before they were drained, with nothing after them to drain: the group moves to the
-    log's start and the gap is recorded (``drain.allow_data_loss``; a batch that drains past a gap records it in
-    its plan instead)."""
+    """Retention took undrained offsets and nothing follows them: the group moves to the log start, the gap is
+    recorded (``drain.allow_data_loss``; a batch draining past a gap records it in its plan instead)."""
     WAIT = "wait"
-    """A decision waits for something kprio will see end by itself (a batch in flight on the partition):
-    held meanwhile, decided again on a later tick, never a person's to make."""
+    """Waits for what kprio sees end by itself (a batch in flight): held meanwhile, decided again, never a person's."""
 
     def __str__(self) -> str:
         return self.value
@@ -75,9 +73,7 @@ class Belief:
     committed: int | None = None
     """The offset kprio last committed itself (None: kprio never committed this partition)."""
     committing: frozenset[int] = frozenset()
-    """Offsets kprio may have committed without its ledger knowing yet: the ends of the ranges of its
-    batches in flight (Kafka is told first, then the ledger; a tick, whose ledger view is read before its
-    lag snapshot, or a crash may fall in between)."""
+    """Offsets kprio may have committed before its ledger knows (Kafka is told first): its in-flight ranges' ends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +136,8 @@ def _offset(offset: int | None) -> str:
 
 @dataclass(frozen=True)
 class Redrain:
-    """Ranges of one drained batch to drain again after their group moved back outside kprio: every range of
-    it (a replay of the batch), or those ranges alone, split off it into a batch of their own
-    (:meth:`kprio_core.ledger.Ledger.redrain`)."""
+    """Ranges of one drained batch to drain again after the group moved back: all (a replay), or these alone split
+    off into a batch of their own (:meth:`kprio_core.ledger.Ledger.redrain`)."""
 
     batch: Batch
     ranges: tuple[OffsetRange, ...]

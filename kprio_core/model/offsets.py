@@ -62,10 +62,8 @@ END_OF_LOG = (1 << 63) - 1
 
 
 def held_range(topic: str, partition: int, start: int) -> OffsetRange:
-    """The reservation of a partition held by a failed batch: from its failed range's start on.
-
-    The planner plans nothing of that partition any more (a later range could not be committed
-    past the failed one anyway), while every other partition keeps draining.
+    """The reservation of a partition held by a failed batch, from its failed range's start on: nothing later is planned
+    there (it could not be committed past it); other partitions drain on.
 
     >>> held_range("t", 0, 10).end == END_OF_LOG
     True

@@ -45,15 +45,9 @@ def batch_number(batch_id: str) -> int:
 
 @dataclass(frozen=True)
 class Batch:
-    """One recorded plan and where it stands.
-
-    ``attempts`` counts tries (1 when recorded, +1 per retry or replay). ``replay_of_committed``
-    is True once an earlier attempt committed the batch's offsets: a replay then re-drains the
-    same ranges, its commit has nothing new to commit, and its failure holds nothing.
-    ``drain`` and ``checks`` belong to the current attempt (None until it drained / passed);
-    ``committed_at`` is when its offsets were committed (the first commit); ``parent`` is the
-    batch this one was split from; ``lease`` is set while a run works on it.
-    """
+    """One recorded plan and where it stands. ``attempts``: 1, +1 per retry or replay. ``replay_of_committed``: an
+    earlier attempt committed, so a replay's commit adds nothing and its failure holds nothing. ``drain``, ``checks``:
+    the current attempt's; ``committed_at``: the first commit; ``parent``: the batch it was split from."""
 
     batch_id: str
     logical_topic: str
@@ -64,8 +58,7 @@ class Batch:
     updated_at: datetime
     reason: str | None = None
     transient: bool = False
-    """The last failure had a passing cause (an unreachable broker, a full disk, Spark down): such a
-    batch is retried until the cause is gone, however many attempts it took."""
+    """The last failure's cause passes by itself: retried until it is gone, whatever the attempts."""
     transient_streak: int = 0
     """Transient failures in a row up to the last failure (0 when the last one was not transient)."""
     replay_of_committed: bool = False
@@ -86,8 +79,7 @@ class Batch:
 
     @property
     def token(self) -> LeaseToken | None:
-        """The lease's fencing token (its owner at this attempt, and the epoch its claim started), None when
-        nobody holds the batch."""
+        """The lease's fencing token (owner, this attempt, the claim's epoch); None when nobody holds the batch."""
         return LeaseToken(self.lease.owner, self.attempts, self.lease_epoch) if self.lease is not None else None
 
     @property
@@ -107,11 +99,8 @@ class Batch:
 
 @dataclass(frozen=True, slots=True)
 class BatchEvent:
-    """One logged step; ``seq`` orders a ledger's events (on SQLite exactly as they were committed).
-
-    A move has ``from_state != to_state``; a lease take-over, a retry of a stuck batch and a
-    split log ``from_state == to_state``; a recorded (or split-off) batch has ``from_state None``.
-    """
+    """One logged step; ``seq`` orders a ledger's events (on SQLite as committed). A lease take-over, a retry of a stuck
+    batch and a split keep the state; a recorded (or split-off) batch has ``from_state None``."""
 
     seq: int
     batch_id: str
@@ -145,10 +134,8 @@ class HoldReason(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """A partition held from ``start`` on: nothing later on it is planned (a later batch could not commit past it).
-
-    The ledger's holds are failed batches; a caller may add its own (``batch_id`` None), e.g.
-    offsets lost to retention.
+    """A partition held from ``start`` on: nothing later on it is planned (a later batch could not commit past it). The
+    ledger's holds are failed batches; a caller may add its own (``batch_id`` None).
 
     >>> h = Hold("orders-0", 1, 120, "b-000007", BatchState.FAILED, "values_match_schema failed", attempts=3,
     ...          retry_at=None, exhausted=True)
@@ -209,8 +196,7 @@ class DrainedSample(NamedTuple):
 
 
 class BacklogSample(NamedTuple):
-    """The backlog per priority a plan's lag snapshot saw (an arrival sample: what arrived since the one before is
-    the backlog's growth plus what was committed in between)."""
+    """The backlog per priority a plan's lag snapshot saw (an arrival sample, :mod:`kprio_core.replay`)."""
 
     at: datetime
     """When the snapshot was taken."""

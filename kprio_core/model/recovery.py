@@ -1,13 +1,10 @@
 """Crash and failure recovery without an operator: leases, who holds them, and when to retry.
 
-A run that drains a batch holds the batch's *lease*: an owner string and an expiry, renewed by
-the run while it works. A lease that was not renewed in time means the run died (kill -9, OOM,
-a lost machine): the batch is retried with the same ranges. The owner names the Dagster run,
-the host and the process, so a process on the same host can tell at once that the owner is gone
-instead of waiting for the expiry.
-
-Retries back off exponentially: attempt 2 waits ``backoff_s``, attempt 3 twice that, never more
-than ``backoff_max_s``; after ``max_attempts`` attempts only an operator retries.
+A run draining a batch renews its *lease*; one not renewed means the run died (kill -9, OOM) and the batch is retried
+with the same ranges. The owner names run, host and process: on that host a dead owner is seen without waiting. Retries
+back off exponentially (attempt 2 waits ``backoff_s``, doubling up to ``backoff_max_s``); after ``max_attempts`` only an
+operator retries, unless the failure is *transient* (:func:`kprio_core.errors.is_transient`, judged where it happened,
+carried in an :class:`~kprio_core.model.results.ErrorRecord`): retried until it passes.
 
 >>> owner = lease_owner("6f1c2d3e", host="worker-1", pid=4242)
 >>> owner
@@ -19,25 +16,14 @@ LeaseOwner(run_id='6f1c2d3e', host='worker-1', pid=4242)
 >>> may_retry(attempts=2, max_attempts=3), may_retry(attempts=3, max_attempts=3)
 (True, False)
 
-A run's writes are *fenced*: every ledger move, publish and Kafka commit of a batch carries the
-run's :class:`LeaseToken` (its owner, the attempt it claimed and the lease's epoch, which grows
-each time the lease passes to another owner). The ledger refuses a stale token once another run
-took the batch over or a retry started a later attempt; a Delta table refuses a publish whose
-epoch is below the one it holds for the batch; a Kafka commit runs in a transaction that a later
-committer fences. A process paused past its lease (a GC pause, a stopped VM, a slow disk)
-therefore writes nothing when it wakes up:
+A run's writes (ledger moves, publishes, Kafka commits) are *fenced* by its :class:`LeaseToken`: the ledger refuses a
+stale one (another run took over, or a retry started a later attempt), a Delta table a publish below its epoch, and a
+later committer fences a Kafka commit's transaction. A process paused past its lease writes nothing:
 
 >>> LeaseToken(owner, attempt=2, epoch=3)
 LeaseToken(owner='6f1c2d3e@worker-1:4242', attempt=2, epoch=3)
 >>> print(LeaseToken(owner, attempt=2, epoch=3))
 6f1c2d3e@worker-1:4242 (attempt 2, epoch 3)
-
-A failure whose cause passes by itself (the broker restarts, the disk fills up, Spark restarts)
-is *transient*: its batch is retried with the same backoff until the cause is gone, never
-exhausted, since no operator step is needed once the world is back. A failure of the data or
-of the code (a check, a handler's contract, lost offsets) is retried ``max_attempts`` times.
-Which is which is the failure's type (:func:`kprio_core.errors.is_transient`), decided where it
-happened and carried from the executors in a typed record (:class:`kprio_core.model.results.ErrorRecord`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """What the steps of a batch hand on: range stats, the drain result, check outcomes, the commit report.
 
-Frozen value objects, stored in the ledger as JSON through pydantic (``to_json`` / ``from_json``);
-no step re-parses another step's dict. A drain of the range ``orders-2[0]@[0,30)`` that wrote 28
-records to the output and 2 to the dead letters:
+Frozen, stored in the ledger as JSON (pydantic): no step re-parses another's dict. 28 records out, 2 dead letters:
 
 >>> from kprio_core.model.offsets import OffsetRange
 >>> s = RangeStats(2, OffsetRange("orders-2", 0, 0, 30), output=28, dead=2, distinct=30, first=0, last=29,
@@ -15,8 +13,7 @@ records to the output and 2 to the dead letters:
 >>> DrainResult.from_json(r.to_json()) == r
 True
 
-A range whose drain failed carries its cause as an :class:`ErrorRecord` the executor wrote, from
-which the driver rebuilds the typed error (no message is parsed):
+A failed range carries the :class:`ErrorRecord` its executor wrote; the driver rebuilds the typed error from it:
 
 >>> from kprio_core.errors import OutputUnavailable
 >>> rec = ErrorRecord.of(OutputUnavailable("No space left on device: /out/_staging/b-7.1/x.parquet"),
@@ -43,12 +40,8 @@ from kprio_core.model.priority import Priority
 
 @dataclass(frozen=True, slots=True)
 class ErrorRecord:
-    """Why a range's drain failed, as the task that saw it wrote it: the error's type, its message, where, transient.
-
-    ``kind`` names a class of :mod:`kprio_core.errors` (an exception of another type is recorded as
-    ``TaskFailed`` with its type in the message); ``transient`` is that type's verdict
-    (:func:`kprio_core.errors.is_transient`) taken where the error happened.
-    """
+    """Why a range's drain failed, as its task wrote it: ``kind`` (a class of :mod:`kprio_core.errors`; another
+    exception is ``TaskFailed`` naming its type), message, where, and ``transient`` judged where it happened."""
 
     kind: str
     message: str
@@ -103,14 +96,9 @@ class ErrorRecord:
 
 @dataclass(frozen=True, slots=True)
 class RangeStats:
-    """What one planned range produced, counted on the very rows written (output and dead letters).
-
-    A correct drain writes every record the read found in ``range`` exactly once, to the output or
-    to the dead letters: ``written == distinct == expected``, where ``expected`` is the range less
-    the offsets that held no record (``no_record``: transaction markers, aborted and compacted
-    records) and less what the log no longer held (``lost``, recorded when ``drain.allow_data_loss``).
-    ``outside`` and ``invalid_in_output`` are 0 from a correct drain; audits of other frames fill them.
-    """
+    """What one planned range produced, counted on the rows written: a correct drain writes every record read exactly
+    once, to the output or the dead letters (``written == distinct == expected``, the range less ``no_record`` and
+    ``lost``); its ``outside`` and ``invalid_in_output`` are 0 (audits of other frames fill them)."""
 
     priority: Priority
     range: OffsetRange
@@ -133,11 +121,9 @@ class RangeStats:
     nulls: tuple[tuple[str, int], ...] = ()
     """Output rows with a null required field, per field (tombstones excepted unless configured)."""
     lost: tuple[OffsetRange, ...] = ()
-    """Offsets the log no longer held when read (below its log start: retention, delete-records; beyond its
-    end: truncation), recorded because ``drain.allow_data_loss``."""
+    """Offsets the log no longer held (retention, delete-records, truncation), recorded by ``drain.allow_data_loss``."""
     no_record: int = 0
-    """Offsets of the range that held no record for the read: transaction markers, aborted records under
-    read_committed, offsets removed by compaction. Normal, never lost."""
+    """Offsets with no record for the read (transaction markers, aborted, compacted): normal, never lost."""
     failure: str | None = None
     """Why the drain of this range failed (its task raised), one line naming the range: the range is not proven."""
     error: ErrorRecord | None = None
@@ -190,9 +176,8 @@ class DrainResult:
     seconds: float = 0.0
     """Wall time of the drain (read, handler, write), the ledger's throughput measure."""
     record_seconds: float | None = None
-    """The records' share of ``seconds``: the drain tasks' time on records (read, handler, write) over the
-    cores they had, without the Spark job's fixed cost. None where the drain cannot tell (the key-order
-    shuffle, whose read is another stage; a cluster whose cores the client does not know)."""
+    """The records' share of ``seconds``: the tasks' time on records over their cores, without the job's fixed cost.
+    None where the drain cannot tell (the key-order shuffle reads in another stage; unknown cluster cores)."""
     reader: str = "python"
     ordering: Ordering = Ordering.PARTITION
     lanes: int = 1

@@ -1,10 +1,8 @@
 """Lag snapshot: where every partition of every priority topic stands right now.
 
-"Nothing committed" is an explicit case (``committed is None``): draining starts at the log
-start, as ``auto.offset.reset=earliest`` would. A committed offset below the log start means
-records were deleted by retention before kprio drained them: that gap is reported, never
-silently skipped. The same holds for a partition never committed whose log no longer starts at
-0: its offsets ``[0, log start)`` were deleted before kprio drained them.
+"Nothing committed" is explicit (``committed is None``): draining starts at the log start, as
+``auto.offset.reset=earliest`` would. Undrained offsets below the log start (never committed: from 0) were deleted by
+retention: that gap is reported, never silently skipped.
 
 >>> p = PartitionLag("orders-2", 0, priority=2, log_start=10, high_watermark=50, committed=4)
 >>> p.next_offset, p.backlog
@@ -16,17 +14,15 @@ OffsetRange(topic='orders-2', partition=0, start=4, end=10)
 >>> PartitionLag("orders-0", 2, priority=0, log_start=3, high_watermark=7, committed=None).lost_to_retention
 OffsetRange(topic='orders-0', partition=2, start=0, end=3)
 
-A committed offset beyond the high watermark (the log was truncated, or the topic recreated) is
-never clamped down to it: that would skip every record below the old offset without a word. The
-backlog is 0 and the partition says so (``kprio_core.log_changes`` holds it with a reason):
+A committed offset beyond the high watermark (truncated log, recreated topic) is never clamped to it, which would
+skip every record below it silently: the backlog is 0 and ``kprio_core.log_changes`` holds it with a reason:
 
 >>> a = PartitionLag("orders-2", 1, priority=2, log_start=0, high_watermark=30, committed=500)
 >>> a.next_offset, a.backlog, a.ahead_of_log
 (500, 0, True)
 
-A transaction open at offset 40 (the last stable offset) holds back what a ``read_committed``
-reader may read: the backlog ends there, and the 10 records behind it wait for the transaction
-to end (commit or abort), without holding anything else back:
+A transaction open at offset 40 (the last stable offset) ends a ``read_committed`` backlog there; the 10 records
+behind it wait for the transaction to end, holding nothing else back:
 
 >>> t = PartitionLag("orders-2", 0, priority=2, log_start=0, high_watermark=50, committed=4, stable_offset=40)
 >>> t.readable_end, t.backlog, t.behind_open_transaction
@@ -56,13 +52,11 @@ class PartitionLag:
     oldest_pending_ms: int | None = None
     """Timestamp of the record at ``next_offset``, when known: the planner's fairness tie-break."""
     stable_offset: int | None = None
-    """The last stable offset (``read_committed`` isolation): the first offset of the oldest open
-    transaction, the high watermark when none is open. None: reads go to the high watermark."""
+    """Last stable offset (``read_committed``): oldest open transaction's start, else (or None) the high watermark."""
     open_transaction_ms: int | None = None
     """Timestamp of the first record of the transaction open at :attr:`stable_offset`, when read."""
     times: tuple[tuple[int, int], ...] = ()
-    """Time marks ``(timestamp_ms, offset)``: the records below ``offset`` are at most that old (Kafka's time
-    index), read when objectives steer the plan (:mod:`kprio_core.deadlines`)."""
+    """Time marks ``(timestamp_ms, offset)``: records below ``offset`` are at most that old (for the deadlines)."""
 
     @property
     def readable_end(self) -> int:
@@ -78,11 +72,7 @@ class PartitionLag:
 
     @property
     def next_offset(self) -> int:
-        """The first offset a drain reads: the committed offset, or the log start if none or lost.
-
-        Never clamped to the high watermark: a committed offset beyond it stays where it is (see
-        :attr:`ahead_of_log`), so nothing below it is drained as if it were new.
-        """
+        """The first offset a drain reads: the committed offset (never clamped), or the log start if none or lost."""
         if self.committed is None:
             return self.log_start
         return max(self.committed, self.log_start)

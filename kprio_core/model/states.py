@@ -1,9 +1,7 @@
 """Batch states of the ledger and the one table of allowed transitions.
 
-A batch is *in flight* while planned, drained or checked: it reserves its offset ranges and takes
-one slot of every priority it has ranges in. A *failed* batch holds each partition of its ranges
-from the range's start on (unless it re-drained offsets already committed). Only retry and
-replay move a batch back to planned.
+A batch *in flight* (planned, drained, checked) reserves its ranges and one slot of each of its priorities. A
+*failed* batch holds each partition of its ranges from the range's start on (unless it re-drained committed offsets).
 
 >>> BatchState.DRAINED.in_flight, BatchState.FAILED.in_flight
 (True, False)

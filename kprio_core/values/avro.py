@@ -1,21 +1,13 @@
 """Avro values in the wire format, decoded into typed Arrow columns (on the executors): most records a field at a time
 across the batch (:mod:`kprio_core.values.avro_vector`), the others (and the dead letters' reasons) with fastavro.
 
-Each record is read with two schemas: the **writer's**, named by the schema id in its header and
-fetched once per id (:func:`~kprio_core.values.registry.shared_registry`), and the **reader's**,
-the subject's latest version as the driver saw it when the batch started (:func:`reader_schemas`),
-so a record written with an older version decodes with the defaults Avro's resolution rules give
-and every record of the batch has the same columns. A topic's subject is its value subject
-(``<topic>-value``, Confluent's TopicNameStrategy) unless the topic names another.
-
-A record that cannot be decoded is kept with a reason for the dead letters, never dropped, never a
-stall: a value not in the wire format (too short, wrong magic byte), a schema id the registry does
-not know (404), a schema that is not Avro, a payload that does not decode with its writer's schema
-(or has bytes left over). A registry that cannot be reached raises
-:class:`~kprio_core.errors.SchemaRegistryUnavailable` (transient: the batch waits, no record is
-blamed); a writer's schema the reader's cannot follow (an incompatible change) raises
-:class:`~kprio_core.errors.SchemaIncompatible` naming the subject, both schemas and the field.
-A tombstone (null value) is a fine record with every column null.
+Each record is read with the **writer's** schema (its header's id) and the **reader's**, the subject's latest version
+when the batch started (:func:`reader_schemas`): an older writer decodes with Avro's resolution defaults, and every
+record has the same columns. A topic's subject is ``<topic>-value`` unless the topic names another. A record that cannot
+be decoded (not in the wire format, unknown schema id, not Avro, a payload that does not decode or has bytes left) is
+kept with a reason for the dead letters, never dropped, never a stall. An unreachable registry raises
+:class:`~kprio_core.errors.SchemaRegistryUnavailable` (transient, no record blamed); a writer the reader cannot follow,
+:class:`~kprio_core.errors.SchemaIncompatible` naming subject, schemas and field. A tombstone: every column null.
 """
 
 from __future__ import annotations
@@ -60,16 +52,14 @@ class ReaderSchema:
 
 @dataclass(frozen=True)
 class ValueDecoding:
-    """What an executor needs to decode a batch's registry values: the registry and each topic's reader schema
-    (frozen when the batch's drain started, so every task of it gives the same columns); ``schema_type`` is the
-    registry's name of the format: ``AVRO``, ``JSON`` (JSON Schema) or ``PROTOBUF``."""
+    """What an executor needs to decode a batch's registry values: the registry, each topic's reader schema (frozen
+    when the drain started, so every task gives the same columns), ``schema_type`` (AVRO, JSON or PROTOBUF)."""
 
     endpoint: RegistryEndpoint
     readers: tuple[ReaderSchema, ...]
     schema_type: str = "AVRO"
     missing: tuple[tuple[str, str], ...] = ()
-    """``(topic, subject)`` of the batch's topics whose subject the registry does not have: their records are bad
-    records (a value written without the registry), never a failed batch."""
+    """``(topic, subject)`` of topics whose subject the registry lacks: their records are bad, never a failed batch."""
     wrap: str | None = None
     """Avro: every schema that is not a record (a ``string`` key, say) is read as a record of one field of this name
     (:func:`as_record`; the readers are given so already); None: a schema that is not a record is refused."""
@@ -124,10 +114,8 @@ def value_subject(topic: str, template: str = "{topic}-value") -> str:
 
 def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str], schema_type: str = "AVRO", *,
                    missing_ok: bool = False, setting: str = "value_format") -> tuple[ReaderSchema, ...]:
-    """The latest version of each topic's subject (``{topic: subject}``), once per subject; each must hold a schema
-    of ``schema_type`` (``AVRO``, ``JSON`` for JSON Schema, ``PROTOBUF``). ``missing_ok``: a subject the registry
-    does not have is left out (its topic's records name no schema of it) instead of refused; ``setting``: the
-    topic's setting a subject of another format asks to change (``key_format`` for the subjects of keys)."""
+    """The latest version of each topic's subject (``{topic: subject}``), of ``schema_type``; ``missing_ok``: a subject
+    the registry lacks is left out, not refused; ``setting``: what another format asks to change."""
     latest: dict[str, RegisteredSchema] = {}
     out = []
     for topic, subject in sorted(subjects.items()):
@@ -144,8 +132,7 @@ def reader_schemas(registry: SchemaRegistry, subjects: Mapping[str, str], schema
 
 
 def merged_columns(readers: Sequence[ReaderSchema]) -> tuple[tuple[str, str], ...]:
-    """The columns of every reader schema (a logical topic's priority topics may use different subjects), in
-    order of first appearance; one name with two kinds is an incompatible change.
+    """Every reader schema's columns, in order of first appearance; one name with two kinds is an incompatible change.
 
     >>> s = RegisteredSchema(1, '{"type":"record","name":"R","fields":[{"name":"a","type":"long"}]}')
     >>> t = RegisteredSchema(2, '{"type":"record","name":"R","fields":[{"name":"a","type":"string"}]}')
@@ -173,8 +160,7 @@ def merged_columns(readers: Sequence[ReaderSchema]) -> tuple[tuple[str, str], ..
 
 
 def parse(schema: RegisteredSchema) -> Any:
-    """fastavro's parsed form of a schema without its logical types (the columns' builders apply them), its
-    references parsed first."""
+    """fastavro's parse of a schema, references first, without logical types (the column builders apply them)."""
     import fastavro
 
     named: dict[str, Any] = {}
@@ -216,19 +202,14 @@ class AvroDecoder:
         self._groups: dict[tuple[str, int], Any] = {}  # (topic, writer's schema id) -> vector plan and resolution
 
     def decode(self, values: Any, topic: str) -> tuple[dict[str, Any], Any]:
-        """``({column: Arrow array}, error array)`` for a binary Arrow array of ``topic``'s values.
-
-        The records of a writer's version the vector path covers (:mod:`kprio_core.values.avro_vector`: the
-        reader's own, or an older one whose fields the reader takes as they are or with plain defaults) are read a
-        field at a time across the batch; the others (a record that path doubts, a changed field's type, a schema
-        it does not cover) one by one with fastavro, which also gives the dead letters their reasons."""
+        """``({column: Arrow array}, error array)`` for a binary Arrow array of ``topic``'s values (see the module)."""
         import numpy as np
         import pyarrow as pa
 
         reader = self.readers.get(topic)
         if reader is None:
             raise SchemaIncompatible(f"no reader schema for topic {topic!r} in this batch")
-        if values.type != pa.binary():  # a large binary or a string array: read it as binary
+        if values.type != pa.binary():
             values = values.cast(pa.binary())
         n = len(values)
         fast, fast_columns = self._fast(values, reader)
@@ -309,9 +290,8 @@ class AvroDecoder:
         return np.concatenate(found), {name: pa.concat_arrays([c[name] for c in columns]) for name in columns[0]}
 
     def _group(self, reader: _Reader, schema_id: int) -> tuple[Any, list] | None:
-        """``(vector plan, resolution)`` of the records of ``schema_id`` for ``reader``, or None when fastavro reads
-        them; made once per id. The reader's own id too is asked of the registry (once per executor): an id it no
-        longer serves, or a registry not reached, is what it is for every other record."""
+        """``(vector plan, resolution)`` of ``schema_id``'s records for ``reader``, or None (fastavro reads them); made
+        once per id. The reader's own id is asked of the registry too: one it no longer serves fails like any other."""
         from kprio_core.values.avro_vector import plan, resolution
 
         key = (reader.reader.topic, schema_id)
@@ -385,8 +365,7 @@ class AvroDecoder:
 
     @staticmethod
     def _column(items: list[Any], build: Any, kind: Any, errors: list[str | None], name: str) -> Any:
-        """The Arrow array of one column; a value its type refuses (a decimal wider than its precision, a timestamp
-        out of range) makes its record a bad one instead of failing the batch."""
+        """One column's Arrow array; a value its type refuses makes its record a bad one, not a failed batch."""
         import pyarrow as pa
 
         refused = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError, AttributeError)

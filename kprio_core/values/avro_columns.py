@@ -1,31 +1,13 @@
 """An Avro record schema's columns: one typed column per top-level field, nested records as structs.
 
-Types map as Kafka Connect's and Spark's ``from_avro`` map them, kept typed:
-
-=====================================  ===========================================
-Avro                                   column kind (:mod:`kprio_core.values.kinds`)
-=====================================  ===========================================
-boolean, int, long, float, double      boolean, int, long, float, double
-string, enum; ``uuid``                 string
-bytes, fixed                           bytes
-``decimal`` (bytes or fixed)           decimal(p,s) (above 38 digits: string)
-``date``                               date
-``timestamp-millis/micros``,           timestamp (UTC, microseconds)
-``local-timestamp-millis/micros``
-``time-millis``, ``time-micros``       long (microseconds since midnight)
-record                                 struct<...>
-array, map                             array<...>, map<...> (string keys)
-union of null and one type             that type, nullable
-union of several types                 string (the value as JSON)
-=====================================  ===========================================
-
-Every column is nullable: a tombstone has none, and an older writer may lack a field.
-
-Speed: most records never come here; :mod:`kprio_core.values.avro_vector` reads those written with the reader's
-schema straight into Arrow. The others (older writer versions, records it doubts, wide unions) fastavro reads with the
-logical types left out of both schemas (:func:`without_logical_types`: ints, longs and bytes as written), and each
-column's logical type is applied to the whole column at once with Arrow (:data:`Builder`): a fastavro that makes a
-``Decimal`` and a ``datetime`` per record spends twice the time.
+Types map as Kafka Connect's and Spark's ``from_avro`` map them, kept typed (Avro -> :mod:`~kprio_core.values.kinds`):
+the numbers and boolean as they are; string, enum, ``uuid`` -> string; bytes, fixed -> bytes; ``decimal`` ->
+decimal(p,s) (above 38 digits: string); ``date`` -> date; ``(local-)timestamp-millis/micros`` -> timestamp (UTC,
+microseconds); ``time-millis/micros`` -> long (microseconds since midnight); record -> struct; array, map -> array, map
+(string keys); null and one type -> that type; a union of several types -> string (the value as JSON). Every column is
+nullable: a tombstone has none, and an older writer may lack a field. Speed: :mod:`~kprio_core.values.avro_vector` reads
+most records; fastavro the rest without logical types, which Arrow applies per column (:data:`Builder`): a ``Decimal``
+and a ``datetime`` per record cost twice the time.
 
 >>> schema = {"type": "record", "name": "Order", "fields": [
 ...     {"name": "id", "type": "long"},
@@ -84,8 +66,7 @@ class Names:
 
 
 def record_columns(schema: Any) -> tuple[tuple[str, str], ...]:
-    """The columns (name, kind) of a record schema (parsed JSON). Raises ValueError for a schema that is not a
-    record."""
+    """The columns (name, kind) of a record schema (parsed JSON); ValueError for a schema that is not a record."""
     return tuple((name, render(tree)) for name, tree, _ in record_fields(schema))
 
 
@@ -199,8 +180,7 @@ def _scaled(read: str, factor: int, target: str) -> Builder:
 
 
 def _decimal(precision: int, scale: int) -> Builder:
-    """Two's complement big-endian unscaled values (Avro's decimal) into a decimal128 column, without a ``Decimal``
-    per value: each becomes 16 little-endian bytes of one buffer."""
+    """Avro's decimals into a decimal128 column without a ``Decimal`` each: 16 little-endian bytes per value."""
     target = arrow_type(("decimal", precision, scale))
 
     def build(values: list) -> Any:

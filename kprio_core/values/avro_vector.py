@@ -1,15 +1,10 @@
 """Avro records decoded a field at a time across a whole Arrow batch with numpy: the drain's fast path.
 
-fastavro reads one record at a time and makes a Python object per value, which costs four times Arrow's JSON
-reader. Here the records of one writer schema are read together: every record has a cursor into the batch's data
-buffer, and each field of the schema is read for all records at once (a varint, a length and its bytes, a fixed
-number of bytes), so the columns come out as Arrow arrays without a Python object per value.
-
-A record this reader doubts is flagged, never guessed: a read past its end, bytes left after it, a union branch,
-enum index or boolean byte out of range, a string that is not UTF-8, a varint longer than 10 bytes. The caller
-reads the flagged records again one by one with fastavro, which gives the exact reason of the dead letter (or the
-record, if it was fine). Schemas this reader does not cover give ``None`` from :func:`plan` and are read by
-fastavro as a whole: unions of several types, recursive types, decimals of 38 digits or more.
+fastavro makes a Python object per value, four times the cost of Arrow's JSON reader. Here every record of one writer
+schema has a cursor into the batch's data buffer and each field is read for all records at once. A record this reader
+doubts is flagged, never guessed (a read past its end, bytes left, a union branch, enum index or boolean out of range,
+invalid UTF-8, a varint over 10 bytes): fastavro reads it again and gives the exact dead-letter reason. Schemas not
+covered (unions of several types, recursive types, decimals of 38 digits or more) give ``None`` from :func:`plan`.
 
 >>> import pyarrow as pa
 >>> schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"},
@@ -38,8 +33,7 @@ Node = tuple
 
 
 MOST_ITEMS = 64
-"""Items of one block of an array or map read across records; a record with a larger block is read by fastavro
-(the items of a block are read one position at a time, so a long one would cost a numpy call per item)."""
+"""Items of one array or map block read across records; a longer block (a numpy call per item) goes to fastavro."""
 
 
 class Unsupported(ValueError):
@@ -103,8 +97,7 @@ def _compile(schema: Any, names: Names, space: str | None, open_records: tuple) 
 
 
 def _compile_record(schema: Any, names: Names, space: str | None, open_records: tuple) -> Node:
-    """The node of a record: its fields' nodes in its own namespace. A record inside itself is refused
-    (``open_records``: the records being compiled around it): its column would have no end."""
+    """A record's node (its fields' nodes, in its namespace); a record inside itself (``open_records``) is refused."""
     full = names.define(schema, space)
     if id(schema) in open_records:
         raise Unsupported("a recursive record")
@@ -240,9 +233,8 @@ class _Cursor:
         raise Unsupported(how)
 
     def blocks(self, act: np.ndarray, target: Any, item: Node, keyed: bool) -> Any:
-        """An array's or a map's blocks (a count, its byte size when negative, the items; a count of 0 ends them):
-        the items of every record are read together, ``j``-th item of each block at once. A record with a block
-        of more than :data:`MOST_ITEMS` items, or more items than bytes left, is flagged (fastavro reads it)."""
+        """An array's or map's blocks, the ``j``-th item of every record's block at once; a block over
+        :data:`MOST_ITEMS` items, or with more items than bytes left, flags its record."""
         import pyarrow as pa
 
         total = np.zeros(len(act), np.int64)
@@ -346,8 +338,7 @@ class _Cursor:
             return pa.array([None if w else v.decode() for v, w in zip(arr.to_pylist(), wrong)], pa.string())
 
     def decimal(self, act: np.ndarray, target: Any, raw: Node) -> Any:
-        """Two's complement big-endian unscaled values into decimal128 without a Python object each: the bytes
-        reversed into 16 little-endian ones, sign-extended."""
+        """Avro's decimals into decimal128 without a Python object each: bytes reversed to 16, sign-extended."""
         import pyarrow as pa
 
         start, size = self.lengths(act, raw[2] if raw[0] == "fixed" else None)

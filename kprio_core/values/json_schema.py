@@ -1,22 +1,12 @@
 """JSON Schema values in the wire format (Confluent's ``JSONSerializer``): the header, then JSON text, checked against
 the writer's schema and decoded into the columns of the subject's latest schema.
 
-The columns are the top-level ``properties`` of an ``object`` schema:
-
-=================================================  ==========================================
-JSON Schema                                        column kind (:mod:`kprio_core.values.kinds`)
-=================================================  ==========================================
-``string``; with ``format: date-time`` / ``date``  string; timestamp (UTC) / date
-``integer``, ``number``, ``boolean``               long, double, boolean
-``object`` with ``properties``                     struct<...>
-``array`` with ``items``                           array<...>
-a type list of null and one type                   that type, nullable
-anything else (``oneOf``, ``$ref``, no type)       string (the value as JSON)
-=================================================  ==========================================
-
-A record whose JSON does not satisfy its writer's schema is a bad record (the first violation is the reason),
-as Confluent's deserializer refuses it; so is a value not in the wire format, an unknown schema id, a schema
-that is not JSON Schema, text that is not JSON. A field missing from a record is null.
+The columns are the top-level ``properties`` of an ``object`` schema (-> :mod:`~kprio_core.values.kinds`): ``string`` ->
+string (``format: date-time`` / ``date`` -> timestamp (UTC) / date); ``integer``, ``number``, ``boolean`` -> long,
+double, boolean; ``object`` with ``properties`` -> struct; ``array`` with ``items`` -> array; null and one type -> that
+type; anything else (``oneOf``, ``$ref``, no type) -> string (the value as JSON). JSON breaking its writer's schema (the
+first violation is the reason, as Confluent's deserializer refuses it), the wire format's failures and text that is not
+JSON make bad records; a missing field is null.
 
 >>> json_schema_columns({"type": "object", "properties": {"id": {"type": "integer"},
 ...     "at": {"type": "string", "format": "date-time"}, "tags": {"type": "array", "items": {"type": "string"}},

@@ -1,10 +1,9 @@
 """Column kinds: the names of a decoded column's type, one small grammar shared by every value format.
 
-A topic's JSON ``schema`` uses the scalar kinds ``string``, ``long``, ``double``, ``boolean`` and
-``timestamp``; values with a registry schema (Avro) may also give ``int``, ``float``, ``bytes``,
-``date``, ``decimal(p,s)`` and the nested ``array<kind>``, ``map<kind>`` (string keys) and
-``struct<name:kind,...>``. A kind is a plain string, so it travels in a drain spec and a ledger as
-it is; :func:`arrow_type` gives its Arrow type (Spark's and Delta's follow from Arrow's).
+Scalars ``string``, ``long``, ``double``, ``boolean``, ``timestamp`` (a topic's JSON ``schema``), and from a registry
+schema also ``int``, ``float``, ``bytes``, ``date``, ``decimal(p,s)``, ``array<kind>``, ``map<kind>`` (string keys),
+``struct<name:kind,...>``. A plain string, so it travels in drain specs and ledgers as it is; :func:`arrow_type` gives
+its Arrow type (Spark's and Delta's follow).
 
 >>> parse("struct<id:long,tags:array<string>,price:decimal(10,2)>")
 ('struct', (('id', 'long'), ('tags', ('array', 'string')), ('price', ('decimal', 10, 2))))

@@ -1,28 +1,14 @@
 """Protobuf values in the wire format (Confluent's ``ProtobufSerializer``): the header, the message indexes, then the
 message, decoded into the columns of the first message of the subject's latest schema.
 
-After the 5-byte header comes the message's place in its schema file: a zigzag varint count and that many zigzag
-varint indexes (a single 0 means the first message, as almost every serializer writes). The registry holds a schema
-as ``.proto`` text (Java serializers) or as a base64 serialized ``FileDescriptorProto`` (confluent-kafka's Python
-serializer): the first is compiled with ``grpc_tools.protoc``, the second read as it is; the well-known types
-(``google/protobuf/timestamp.proto``, ...) come from the protobuf runtime, references from the registry.
-
-=====================================================  ==========================================
-Protobuf field                                         column kind (:mod:`kprio_core.values.kinds`)
-=====================================================  ==========================================
-double, float, bool, string, bytes                     double, float, boolean, string, bytes
-int32, sint32, sfixed32                                int
-int64, sint64, sfixed64, uint32, fixed32, (u)fixed64   long
-enum                                                   string (the value's name)
-``google.protobuf.Timestamp``                          timestamp (UTC)
-message                                                struct<...> (a recursive one: string, as JSON)
-repeated; map<K, V>                                    array<...>; map<...> (keys as text)
-=====================================================  ==========================================
-
-A message field that is not set, and a field with presence (``optional``) that is not set, are null; a proto3
-scalar without presence is its value (0, "", false when not written). A field of the reader's message the
-writer's lacks is null. The message indexes, the schema id, a schema that is not Protobuf, a payload that does not
-parse: bad records with the reason.
+After the header come the message's indexes in its file: a zigzag varint count and that many indexes (a single 0: the
+first message). A schema is ``.proto`` text (Java serializers; compiled with ``grpc_tools.protoc``) or a base64
+``FileDescriptorProto`` (confluent-kafka's Python serializer); well-known types come from the protobuf runtime.
+Fields -> :mod:`~kprio_core.values.kinds`: double, float, bool, string, bytes -> double, float, boolean, string, bytes;
+int32, sint32, sfixed32 -> int; other integers -> long; enum -> its name; ``google.protobuf.Timestamp`` -> timestamp
+(UTC); message -> struct (recursive: JSON text); repeated -> array; map -> map (keys as text). Unset fields with
+presence, and fields the writer lacks, are null; a proto3 scalar without presence is its value (0, "", false). Bad
+indexes, ids, schemas or payloads: bad records.
 
 >>> message_indexes(bytes([0, 0, 0, 0, 7, 0, 8, 3]), 5)
 ([0], 6)

@@ -1,24 +1,16 @@
 """The schema registry adapter: schemas by id and a subject's latest version, over the Confluent-compatible API.
 
-Two requests of the API Confluent Schema Registry, Karapace and Apicurio (at ``/apis/ccompat/v7``)
-all serve: ``GET /schemas/ids/{id}`` and ``GET /subjects/{subject}/versions/latest`` (and a
-reference's ``GET /subjects/{subject}/versions/{version}``), with httpx. A schema id never changes
-its schema, so one fetched is kept for the life of the process: an executor fetches each id once,
-whatever the number of tasks and batches it runs (:func:`shared_registry`). A subject's latest
-version is asked for each time: it moves.
+``GET /schemas/ids/{id}`` and ``/subjects/{subject}/versions/{latest|version}`` with httpx, as Confluent Schema
+Registry, Karapace and Apicurio (``/apis/ccompat/v7``) serve them. An id's schema never changes: kept for the process's
+life (:func:`shared_registry`); a latest version moves: asked each time. Failures become:
 
-What can go wrong, and what it becomes:
-
-- the registry cannot be reached, times out, or answers 5xx or 429: :class:`SchemaRegistryUnavailable`
-  (transient: the batch is retried once it is back; no record is blamed);
-- 401 or 403 (credentials, TLS client certificate): :class:`SchemaRegistryRefused`, naming the settings to check
-  (not transient: a wrong password stays wrong);
-- its certificate fails TLS verification (a CA that did not sign it, a host it does not name, expired):
-  :class:`SchemaRegistryRefused` with OpenSSL's reason, naming ``schema_registry.ssl_ca_location``;
+- unreachable, timeout, 5xx or 429: :class:`SchemaRegistryUnavailable` (transient; no record is blamed);
+- 401 or 403: :class:`SchemaRegistryRefused` naming the settings to check (a wrong password stays wrong);
+- a certificate failing TLS verification: :class:`SchemaRegistryRefused` with OpenSSL's reason;
 - 404 for a schema id: ``None`` (the record naming that id is a dead letter, with that reason);
 - 404 for a subject: :class:`SchemaRegistryRefused` naming it.
 
-The URL in errors is the endpoint's without its credentials; the password travels only to httpx.
+Errors show the endpoint's URL without credentials; the password travels only to httpx.
 
 >>> SchemaRegistry(RegistryEndpoint("http://127.0.0.1:8081/apis/ccompat/v7", username="kprio", password="s3cret"))
 SchemaRegistry(http://127.0.0.1:8081/apis/ccompat/v7, user kprio)
@@ -157,8 +149,7 @@ class SchemaRegistry:
 
 
 def tls_context(endpoint: RegistryEndpoint) -> ssl.SSLContext:
-    """The TLS settings of ``endpoint``: its CA file (else the system's CAs), its client certificate for mTLS.
-    A file that cannot be read is :class:`SchemaRegistryRefused` naming its setting (a fix, not a wait)."""
+    """``endpoint``'s CA file (else the system's) and mTLS certificate; unreadable: :class:`SchemaRegistryRefused`."""
     import ssl
 
     setting, path = "schema_registry.ssl_ca_location", endpoint.ca_location
@@ -228,6 +219,5 @@ class WriterSchemas:
 
 @functools.lru_cache(maxsize=8)
 def shared_registry(endpoint: RegistryEndpoint) -> SchemaRegistry:
-    """The process's client of ``endpoint``: an executor's Python worker fetches each schema id once for all the
-    tasks it runs (the cache holds a few endpoints; a worker meets one)."""
+    """The process's client of ``endpoint``: a worker fetches each schema id once for all the tasks it runs."""
     return SchemaRegistry(endpoint)

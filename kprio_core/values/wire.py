@@ -1,7 +1,7 @@
 """The schema registry's wire format: byte 0 is the magic byte 0, bytes 1-4 the schema id (big-endian),
 then the payload (Confluent's serializers, Apicurio's in its Confluent-compatible mode, Karapace).
 
-A value that is not in that format is a bad record with a reason, never an exception.
+A value not in that format is a bad record with a reason, never an exception.
 
 >>> header(b"\\x00\\x00\\x00\\x01\\x2a" + b"payload")
 (298, 5)

@@ -1,37 +1,26 @@
-"""The Airflow DAGs of a kprio deployment, built from ``kprio.yaml``: drain, re-drain, replay, freshness,
-table maintenance.
+"""The Airflow DAGs of a kprio deployment, built from ``kprio.yaml``: drain, re-drain, replay, freshness, maintenance.
 
 A dags folder loads them with a two-line file (``kprio airflow init --dags-folder D`` writes it)::
 
     from orchestration.airflow.dags import kprio_dags
     globals().update(kprio_dags())  # --config, else $KPRIO_CONFIG, else ./kprio.yaml
 
-Building them reads the configuration only: no Spark, broker, ledger or Great Expectations work
-happens in the DAG processor. A configuration that does not load is one DAG import error, the
-configuration's own message (:class:`KprioDagsError`).
+Building them reads the configuration only (no Spark, broker, ledger or GX work in the DAG processor); a
+configuration that does not load is one DAG import error with its own message (:class:`KprioDagsError`).
 
-``kprio_drain`` (``@continuous``, one run at a time): ``wait_for_batches`` defers to the
-triggerer until a tick has work (:mod:`orchestration.airflow.trigger`); ``plan`` runs the tick,
-which records the batches and claims their launches in the ledger; then one ``batch`` task
-group per batch, mapped over the plan's run orders (its map index shows the batch id): ``drain``
-(take, drain, isolate, check, publish; the checks in its log and XCom) then ``commit``. The
-drain and commit tasks run in the pool :data:`POOL` (``planner.max_in_flight`` x the largest
-number of priorities: ``kprio airflow init`` creates it; the ledger enforces the limit per
-priority exactly), and Airflow's retries (``recovery.max_attempts`` - 1, exponential from
-``recovery.backoff_s`` to ``backoff_max_s``) are kprio's retries of the batch.
+``kprio_drain`` (``@continuous``, one run at a time): ``wait_for_batches`` defers to the triggerer until a tick has
+work; ``plan`` runs the tick; then per run order a ``batch`` group (map index: the batch id) of ``drain`` and
+``commit``, in :data:`POOL` (the ledger enforces each priority's limit exactly). Airflow's retries
+(``recovery.max_attempts`` - 1, exponential from ``recovery.backoff_s`` to ``backoff_max_s``) are the batch's.
 
-``kprio_redrain`` (triggered by a person, conf ``{"batch": "b-000042"}``): re-drains exactly that
-batch's ledger ranges once; a committed batch commits nothing new. ``kprio_replay`` (conf
-``{"start": "2026-11-26T04:00:00Z"}``, ``end`` one hour later unless given): the window's records
-of every priority topic (offsets-for-times) drained again into ``drain.replay_path``, checked
-before they are published; no consumer group moves (Dagster's ``replayed_window`` does the same
-per hour). ``kprio_freshness`` (every minute): each priority's freshness objective (``slo.max_age_s``)
-and lag verdict; its ``freshness`` task fails when an objective is missed (its log names the priority, the
-age, the objective and the likely cause) and succeeds with a warning in its log above the warn threshold.
-``kprio_maintain`` (on ``drain.maintenance.schedule``, cron, one run at a time; paused on
-creation unless ``drain.format`` is ``delta`` or ``iceberg``): the tables' small files compacted,
-Delta vacuumed and checkpointed, Iceberg's old snapshots expired; the figures before and after in
-its log and XCom (what Dagster's ``tables_maintenance_job`` runs).
+``kprio_redrain`` (conf ``{"batch": "b-000042"}``): re-drains exactly that batch's ledger ranges once; a committed
+batch commits nothing new. ``kprio_replay`` (conf ``{"start": "2026-11-26T04:00:00Z"}``, ``end`` default start +
+1 h): the window of every priority topic (offsets-for-times) drained again into ``drain.replay_path``, checked
+before publishing; no consumer group moves. ``kprio_freshness`` (every minute): fails when a priority misses
+``slo.max_age_s`` (its log names priority, age, objective, likely cause), warns above the warn threshold.
+``kprio_maintain`` (``drain.maintenance.schedule``, one run at a time; paused on creation unless ``drain.format``
+is ``delta`` or ``iceberg``): compaction, Delta vacuum and checkpoint, Iceberg snapshot expiry; the figures
+before and after in its log and XCom (as Dagster's ``tables_maintenance_job``).
 """
 
 from __future__ import annotations
@@ -66,8 +55,7 @@ class KprioDagsError(Exception):
 
 
 def kprio_dags(config: str | os.PathLike | None = None) -> dict[str, DAG]:
-    """The DAGs by id (``kprio_drain``, ``kprio_redrain``, ``kprio_replay``, ``kprio_freshness``, ``kprio_maintain``), for a DAG file's
-    ``globals()``."""
+    """The DAGs by id (the five of the module docstring), for a DAG file's ``globals()``."""
     path = tasks.config_file(config)
     try:
         loaded = load_config(path)
@@ -100,9 +88,8 @@ def _carry_out(work, *args: Any) -> Any:
 
 
 START_DATE = datetime(2025, 1, 1, tzinfo=UTC)
-"""kprio_drain's start date, any date in the past. Without one, Airflow's continuous timetable gives
-the first run an empty data interval that starts where the second one would: the scheduler then
-finds the second run's logical date taken, creates no run, and the DAG stops after one run."""
+"""kprio_drain's start date, any past date: without one, the continuous timetable gives the first run an empty
+interval at the second run's logical date, so no second run is created and the DAG stops after one run."""
 
 
 def drain_dag(config: KprioConfig, path: str | None) -> DAG:

@@ -1,29 +1,15 @@
 """What the Airflow tasks do, over the shared runtime: plan, drain, commit, re-drain. No rule of their own.
 
-Each function is the body of one task of :mod:`orchestration.airflow.dags` and runs in the task's
-process (a worker's, or the test's own under ``dag.test()``); it loads ``kprio.yaml`` once and
-hands the typed config to the runtime:
+Each function is the body of one task of :mod:`orchestration.airflow.dags`, run in the task's process; it loads
+``kprio.yaml`` once for the runtime. :func:`plan_batches` ticks until no new run is requested, so the batches of
+every free slot run side by side in one DAG run; :func:`drain_batch` runs
+:class:`~orchestration.runtime.batch.BatchRun` up to the publish, :func:`commit_batch` again for the commit.
 
-- :func:`plan_batches` probes the outputs (:mod:`orchestration.runtime.healing`) and runs the tick
-  (:func:`orchestration.runtime.tick.tick`, the one applier the Dagster sensor and ``kprio drain``
-  use), again while it requests new runs and at most ``planner.max_in_flight`` times per priority,
-  so the batches of every free slot run side by side in one DAG run; its run orders (one per run
-  key) map the batch task group;
-- :func:`drain_batch` runs :class:`~orchestration.runtime.batch.BatchRun` up to the publish
-  (take, drain, isolate, check, publish); :func:`commit_batch` runs it again for the commit, which
-  is all the batch has left then (:func:`~kprio_core.lifecycle.run.work_left`);
-- :func:`redrain_batch` is an operator's run of one batch (re-drains its exact ledger ranges once);
-- :func:`replay` drains a time window of every topic again into the replay output
-  (:func:`orchestration.runtime.replay.replay_window`, what Dagster's ``replayed_window`` runs);
-- :func:`maintain_tables` maintains the Delta or Iceberg tables
-  (:func:`orchestration.runtime.maintenance.maintain_tables`, what Dagster's ``tables_maintenance_job`` runs).
-
-Airflow 3 tasks reach no metadata database, so the runtime's run store is kprio's own ledger here
-(:class:`~orchestration.runtime.runs.NoRuns`): leases and launch claims say who works on a batch,
-a lease owner is gone when its process is gone from this host or its lease expired. An Airflow
-retry of a task is the orchestrator's retry of the run
-(:attr:`~kprio_core.lifecycle.run.Launcher.ORCHESTRATOR_RETRY`), which waits the batch's backoff
-out and takes over a run that died (a zombie task) by the same lease rules as under Dagster.
+Airflow 3 tasks reach no metadata database, so the run store is kprio's own ledger
+(:class:`~orchestration.runtime.runs.NoRuns`): leases and launch claims say who works on a batch; a lease owner
+is gone when its process is gone from this host or its lease expired. An Airflow retry is the orchestrator's
+retry of the run (:attr:`~kprio_core.lifecycle.run.Launcher.ORCHESTRATOR_RETRY`): it waits the batch's backoff
+out and takes over a dead run (a zombie task) by the same lease rules as under Dagster.
 
 >>> order = RunOrder("b-000007.attempt-2", "b-000007", {"kprio/attempt": "2", "kprio/why": "retry"})
 >>> as_xcom(order)["batch_id"], intent_of(as_xcom(order), try_number=1)
@@ -61,8 +47,7 @@ DRIVER = "airflow"
 
 
 class TaskFailed(Exception):
-    """A task's one-line failure (the DAG's task wrapper raises it again as Airflow's ``AirflowFailException``
-    when retrying cannot help, else as is, so Airflow's retries apply)."""
+    """A task's one-line failure; with ``retry=False`` the DAG raises it as ``AirflowFailException`` (no retry)."""
 
     def __init__(self, message: str, *, retry: bool = True) -> None:
         super().__init__(message)
@@ -98,19 +83,15 @@ def intent_of(order: Mapping[str, Any], try_number: int) -> Intent:
 
 @dataclass(frozen=True)
 class Planned:
-    """What the plan task returns to its DAG: the run orders, and whether a transient cause is seen (kept between
-    DAG runs, :mod:`orchestration.runtime.healing`)."""
+    """The plan task's result: the run orders, and whether a transient cause is seen (kept between DAG runs)."""
 
     orders: list[dict[str, Any]]
     cause_seen: bool
 
 
 def plan_batches(config_path: str | None, cause_seen: bool, me: TaskIdentity) -> Planned:
-    """Probe, then tick until no new run is requested (at most ``max_in_flight`` x priorities times).
-
-    ``cause_seen``: a probe before an earlier DAG run's tick failed; once it passes, the first tick
-    retries the transient failures at once instead of at their backoff (as the sensor does).
-    """
+    """Probe, then tick until no new run is requested (at most ``max_in_flight`` x priorities times);
+    ``cause_seen``: an earlier DAG run's probe failed (once one passes, transient failures retry at once)."""
     from kprio_core.kafka import KafkaEdge
     from kprio_core.ledger import Ledger
     from orchestration.runtime.healing import cause_seen_after, probe_causes
@@ -195,12 +176,9 @@ def replay(config_path: str | None, conf: Mapping[str, Any], me: TaskIdentity) -
 
 
 def check_freshness(config_path: str | None, me: TaskIdentity) -> dict[str, Any]:
-    """Evaluate every priority's freshness objective (``slo.max_age_s``) and lag verdict; the task's outcome.
-
-    A failed objective fails the task (no retry: the next scheduled run looks again), naming every priority
-    that failed, its age, objective and likely cause; a warning is logged and the task succeeds (Airflow has
-    no warning state). Its XCom: per topic and priority, the verdict and the freshness outcome.
-    """
+    """Every priority's freshness objective (``slo.max_age_s``) and lag verdict, per topic and priority (the XCom);
+    a missed objective fails the task (no retry: the next run looks again) naming each priority, its age, objective
+    and likely cause; a warning is only logged (Airflow has no warning state)."""
     import time
 
     from kprio_core.freshness import Freshness
@@ -350,8 +328,8 @@ def _lazy(make: Callable[[], Any]) -> Iterator[Callable[[], Any]]:
 
 @contextlib.contextmanager
 def _spark(config: KprioConfig) -> Iterator[SparkProvider]:
-    """The task's one Spark session provider: its session starts on first use (an active one, as under
-    ``dag.test()``, is reused and left running) and is stopped on exit when the task started it."""
+    """The task's Spark provider: started on first use (an active session, as under ``dag.test()``, is reused and
+    left running), stopped on exit when the task started it."""
     from spark_jobs.session import SparkProvider
 
     spark = SparkProvider(config.spark, app_name="kprio-airflow")

@@ -1,16 +1,11 @@
 """Deferrable lag sensing: a trigger on Airflow's triggerer asks the core lifecycle whether a tick has work.
 
-:class:`Backlog` runs the tick's read-only half (:func:`orchestration.runtime.tick.decide_all`: the
-ledger's view, the lag snapshot, the core rules; nothing recorded, nothing launched) over every
-logical topic: there is work when some decision :attr:`~kprio_core.lifecycle.decision.Decision.acts`
-(a batch to plan or launch, a dead run to heal, a change of the log to carry out). Otherwise its
-summary is the sensor's skip reason (throttled, busy, held partitions, no backlog, broker
-unreachable), logged when it changes.
-
-:class:`KprioLagTrigger` polls it every ``poll_s`` seconds on the triggerer's event loop (the
-blocking broker and ledger calls in a thread), holding no worker slot, and fires once there is
-work; :class:`WaitForBatches` asks once itself before deferring to it. The plan task that follows
-decides again and carries the actions out (a decision that passed in between launches nothing).
+:class:`Backlog` runs the tick's read-only half (:func:`orchestration.runtime.tick.decide_all`; nothing recorded
+or launched) over every logical topic: there is work when some decision
+:attr:`~kprio_core.lifecycle.decision.Decision.acts`; otherwise its summary is the skip reason, logged when it
+changes. :class:`KprioLagTrigger` polls it on the triggerer's event loop (blocking calls in a thread, no worker
+slot held); :class:`WaitForBatches` asks once itself before deferring. The plan task that follows decides again
+(a decision that passed in between launches nothing).
 """
 
 from __future__ import annotations

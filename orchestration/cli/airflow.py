@@ -1,9 +1,7 @@
 """``kprio airflow init``: load kprio's DAGs into an Airflow 3 deployment (the ``airflow`` extra).
 
-Writes the two-line DAG file into the dags folder (never replacing another file unless
-``--force``) and creates or resizes Airflow's pool ``kprio_drain`` with ``airflow pools set``
-(``planner.max_in_flight`` x the largest number of priorities); without the ``airflow`` command
-it prints the command to run instead.
+Never replaces a file kprio did not write unless ``--force``. The pool ``kprio_drain`` gets ``planner.max_in_flight``
+x the largest number of priorities slots (with ``--no-pool`` or no ``airflow`` command, kprio says what to run).
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """The error boundary of every ``kprio`` command: one line on stderr, a documented exit code, no secret.
 
-Every command runs inside :meth:`KprioGroup.main`, the ``kprio`` group's entry point (the console
-script and typer's ``CliRunner`` both call it), so no command can leave this contract by
-forgetting a decorator. A failure becomes one line ``kprio: error: <what> (<where>) [<code>]``:
+Every command runs inside :meth:`KprioGroup.main` (the console script and ``CliRunner`` both call it), so no command
+can leave this contract by forgetting a decorator. A failure becomes ``kprio: error: <what> (<where>) [<code>]``:
+kprio's typed errors (:mod:`kprio_core.errors`, mapped from the libraries' where they happen) give their own; click's
+usage errors name the command, code ``usage``; an OSError that reached this far names its file; anything else is a
+kprio bug, ``internal_error``, with its type and first line.
 
-- kprio's typed errors (:mod:`kprio_core.errors`, each mapped where it happens from the library's
-  own: SQLAlchemy and the database drivers in the ledger's engine, pydantic and YAML in the
-  configuration, OSError by errno where a path is used) give their message, where and code;
-- click's usage errors (an unknown option, a value out of range, a missing argument) name the
-  command, code ``usage``;
-- an OSError that reached this far names its file; any other exception is a kprio bug, code
-  ``internal_error``, with its type and first line.
-
-An error that names no ``where`` of its own names the setting it is about (``kafka.bootstrap_servers``, its
-:attr:`~kprio_core.errors.KprioError.setting`) and where that came from: the configuration file the command loaded,
-or the environment variable that set it; one about no setting gets the command that failed.
-
-Exit codes (docs/operations.md): :data:`EXIT_OK`, :data:`EXIT_FAILED`, :data:`EXIT_USAGE`,
-:data:`EXIT_INTERNAL`, :data:`EXIT_INTERRUPTED`. The traceback is printed only when debugging is
-asked for (``kprio --debug ...`` or ``KPRIO_DEBUG=1``). The line, the traceback and every log line
-go through the command's :class:`~orchestration.cli.redaction.Redactor`.
+An error without a ``where`` names its :attr:`~kprio_core.errors.KprioError.setting` and where that came from (the
+configuration file or an environment variable), else the failed command. Exit codes: ``EXIT_*`` (docs/operations.md).
+Tracebacks only with ``--debug`` or ``KPRIO_DEBUG=1``; the line, the traceback and every log line are redacted.
 
 >>> line(UsageError("give either --trace or --trace-file, not both", where="kprio simulate"))
 'kprio: error: give either --trace or --trace-file, not both (kprio simulate) [usage]'
@@ -79,8 +68,7 @@ class Run:
     sources: ConfigSources | None = None
     """Where the configuration the command loaded came from (:func:`orchestration.cli.common.config_from`)."""
     logs: Any = None
-    """The handler of the command's log lines (:func:`orchestration.cli.logs.routed_logs`): a log file's failed
-    write is the line of a command that otherwise succeeded."""
+    """The command's log handler (:func:`~orchestration.cli.logs.routed_logs`); its failed write fails the command."""
 
 
 RUN = Run()

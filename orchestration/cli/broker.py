@@ -1,15 +1,8 @@
 """``kprio broker start|stop|status``: the embedded Apache Kafka (KRaft) for the demo and local runs.
 
-The broker runs detached: ``start`` returns once it answers metadata, and the broker keeps
-running after the command exits until ``kprio broker stop``. ``--nodes 3`` starts a local
-three-node cluster instead (three combined broker+controller nodes, replication 3 by default);
-``status`` and ``stop`` find out from the data dir which of the two it holds.
-
-``--security sasl_ssl|ssl|sasl_plaintext`` secures every listener (SCRAM-SHA-512 and PLAIN user
-``kprio``, TLS with a CA and certificates it makes in the data dir; ``--mtls``: clients must present
-a certificate), with the secrets from the environment: ``KPRIO_KAFKA_SASL_PASSWORD`` and
-``KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD``. ``start`` and ``status`` print the ``kafka`` section of a
-kprio.yaml for it and the variables a client needs, never their values.
+It runs detached, from ``start`` (once it answers metadata) to ``kprio broker stop``; ``--nodes 3`` makes it a local
+three-node cluster (``status`` and ``stop`` tell from the data dir). For a ``--security`` broker, ``start`` and
+``status`` print a kprio.yaml ``kafka`` section and the variables a client needs, never their values.
 """
 
 from __future__ import annotations
@@ -72,8 +65,7 @@ def _status_doc(status) -> dict:  # noqa: ANN001 - BrokerStatus, imported lazily
 
 
 def client_lines(status) -> list[str]:  # noqa: ANN001 - BrokerStatus, imported lazily
-    """The ``kafka`` section of a kprio.yaml for a secured broker, and the variables a client needs set
-    (their names only: the values stay in the environment)."""
+    """The ``kafka`` section of a kprio.yaml for a secured broker, and the names of the variables a client needs."""
     if not status.security.secured:
         return []
     import yaml

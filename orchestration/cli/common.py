@@ -1,8 +1,7 @@
 """What every ``kprio`` command shares: the ``--config`` option, JSON output, and the paths it is given.
 
-A command raises kprio's typed errors; the group's boundary (:mod:`orchestration.cli.boundary`)
-turns any failure into one line that says what and where, with a documented exit code. Heavy
-imports (Dagster, Spark) happen inside the commands so that ``kprio quota`` answers in a blink.
+A command raises kprio's typed errors: :mod:`orchestration.cli.boundary` makes each one line. Heavy imports
+(Dagster, Spark) happen inside the commands so that ``kprio quota`` answers in a blink.
 """
 
 from __future__ import annotations
@@ -36,9 +35,8 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable
 
 @contextlib.contextmanager
 def using_path(setting: str, path: Path | str, doing: str = "use") -> Iterator[None]:
-    """Within the block, an OSError about ``path`` (it, a file under it, or a directory above it that could not be
-    made) is :class:`PathUnusable` naming ``setting`` (an option such as ``--data-dir``, or a configuration key)
-    and the path it gave, by its errno; any other OSError passes unchanged."""
+    """Within the block, an OSError about ``path`` (it, under it, or a directory above it not made) is
+    :class:`PathUnusable` naming ``setting`` (``--data-dir``, a configuration key) and the path; others pass."""
     try:
         yield
     except OSError as err:
@@ -55,8 +53,7 @@ def _about(filename: object, path: Path) -> bool:
 
 
 def existing_directory(setting: str, path: Path | str) -> bool:
-    """Whether ``path`` is a directory; False when nothing is there; PathUnusable naming ``setting`` when something
-    else is (a file, a path under a file): what a command that only reads asks before it looks inside."""
+    """Whether ``path`` is a directory (False: nothing there; PathUnusable naming ``setting``: a file, or under one)."""
     with using_path(setting, path):
         try:
             mode = Path(path).stat().st_mode
@@ -68,8 +65,7 @@ def existing_directory(setting: str, path: Path | str) -> bool:
 
 
 def config_from(path: Path | None) -> KprioConfig:
-    """The configuration (``--config``, else as :func:`~kprio_core.config.load_config` finds it); the error boundary
-    keeps where its settings came from, to name them in the errors of their first use."""
+    """The configuration (``--config`` or the usual search); the boundary keeps its sources to name them in errors."""
     from orchestration.cli.boundary import RUN
 
     config, RUN.sources = load_config_sources(path)

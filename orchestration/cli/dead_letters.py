@@ -1,12 +1,7 @@
 r"""``kprio dead-letters``: the records a drain quarantined, with where they came from and why.
 
-Reads the published dead letters (``drain.dead_letter_path``, the same layout as the output:
-``<root>/<logical>/priority=<p>/<topic>+<partition>+<start>+<end>.parquet``, or the current version of
-the dead-letter table of ``drain.format``) with pyarrow; no
-Spark, no broker. A dead letter is shown as it was read from Kafka: raw key, value and headers,
-the batch that drained it, and the error. The table shows the first bytes of the value safely
-(invalid UTF-8 and control characters escaped); ``--json`` gives every field, raw bytes as
-base64 and as text when they decode:
+A dead letter is shown as read from Kafka (raw key, value, headers), with its batch and error: the table shows a
+value's first bytes safely, ``--json`` raw bytes as base64 and as text when they decode:
 
 >>> preview(b'{"order_id": "o-1"}'), preview(b"\xff\xfe order #7"), preview(None), preview(b"a\nb")
 ('{"order_id": "o-1"}', '\\xff\\xfe order #7', '(null)', 'a\\nb')

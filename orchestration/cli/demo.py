@@ -1,9 +1,6 @@
 """``kprio demo``: the whole of kprio in one command, on an embedded broker (or a real cluster).
 
-Prints a per-priority table (records, dead letters, batches, median and max wait in batches,
-batches whose checks passed), the conservation line (output and dead letters), where the dead
-letters are and how to open the Dagster UI on the same instance; ``--json`` prints the same as
-one JSON document. Exits 1 when the drain stopped early or conservation failed.
+``--json`` prints the report as one JSON document. Exits 1 when the drain stopped early or conservation failed.
 """
 
 from __future__ import annotations

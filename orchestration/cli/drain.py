@@ -1,13 +1,9 @@
 """``kprio drain``: the sensor's logic in this process, and the runs it requests on warm workers it starts.
 
-The config is loaded once here and handed to the loop (the Dagster definitions get the same one).
-Two ``kprio drain`` on one config share the work: each launches only what it claimed, and its
-lines and totals are what its own runs drained and committed.
-
-The runs go to the configured Dagster instance (``$DAGSTER_HOME``, else ``./kprio-data/dagster_home``),
-so ``dagster dev`` on the same home shows them. ``--follow`` runs kprio as a service without the
-Dagster daemon. SIGTERM (or Ctrl-C) finishes the batch in flight and exits 0 with one line
-saying so; a second one abandons the batch in flight and exits 0 (the next start resumes it).
+Two ``kprio drain`` on one config share the work: each launches only what it claimed and reports its own runs, on
+the configured Dagster instance (``$DAGSTER_HOME``, else ``./kprio-data/dagster_home``: ``dagster dev`` there shows
+them). SIGTERM (or Ctrl-C) finishes the batch in flight and exits 0; a second one abandons it, exit 0 (the next
+start resumes it).
 """
 
 from __future__ import annotations
@@ -68,13 +64,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 @contextmanager
 def stop_on_signals(stop: threading.Event, running: set[str]) -> Iterator[None]:
-    """SIGTERM / SIGINT set ``stop`` (the batches in flight finish); a second one abandons them.
+    """SIGTERM / SIGINT set ``stop`` (the batches in flight, ``running``, finish); a second one abandons them.
 
-    The loop's runs execute in its warm workers, child processes that ignore SIGINT and SIGTERM (a Ctrl-C in
-    the terminal reaches the whole process group), so a stop request reaches only these handlers and the
-    batches in flight finish. Abandoning exits at once with status 0: the batches stay where they were, and
-    the workers, left without their pool, end once their run did; the next start takes the batches over.
-    ``running``: the batches whose runs execute now.
+    The warm workers ignore both (a terminal's Ctrl-C reaches the whole process group). Abandoning exits 0 at once:
+    the batches stay where they were, each worker ends after its run, and the next start takes them over.
     """
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -159,9 +152,8 @@ def release() -> str | None:
 
 
 def workers(settings: Any) -> AbstractContextManager[WorkerPool]:
-    """The loop's warm workers, started now, before Dagster is imported here (about a second and a half), so they
-    import and start their Spark clients while this process imports and the first tick runs; their log lines go
-    where this command's go. A pool this process made active already (a test session's) is used instead."""
+    """The loop's warm workers, started before Dagster is imported (about 1.5 s) so they warm up meanwhile; they log
+    where this command does. A pool this process made active already (a test session's) is used instead."""
     from orchestration.cli.boundary import RUN
     from orchestration.dagster.workers.pool import workers_for
     from orchestration.dagster.workers.protocol import LogRoute
@@ -246,8 +238,7 @@ def _summarize(report: Any, committed: dict[str, dict[str, int | None]], *, json
 
 @contextmanager
 def adoption_lines(say: Any) -> Iterator[None]:
-    """A new ledger that took over an earlier one's output and moved the consumer groups says so in one line
-    (:func:`orchestration.runtime.adoption.adoption_line`; every move is in the log)."""
+    """A new ledger's adoption of an earlier one's output, in one line (every group it moved is in the log)."""
     import logging
 
     from orchestration.runtime.adoption import ADOPTED, LOGGER

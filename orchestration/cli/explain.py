@@ -1,7 +1,6 @@
 """``kprio quota`` and ``kprio burst``: explain the base quota split and flipkart's window rule.
 
-Both are pure computations (no broker, no config): they answer "what would the planner grant"
-for a budget and, for ``burst``, a poll history typed on the command line.
+Pure computations (no broker, no config): what the planner grants a budget and, for ``burst``, a poll history.
 """
 
 from __future__ import annotations

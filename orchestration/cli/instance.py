@@ -1,8 +1,7 @@
 """``kprio instance init|show``: the ``dagster.yaml`` of a kprio deployment.
 
-``init`` writes it into a Dagster home (never replacing a user's file unless ``--force``) and
-creates the instance's storage; ``show`` prints it. Postgres storage takes the URL's parts,
-never its password: that is read from an environment variable when the instance loads.
+``init`` writes it into a Dagster home (never replacing one unless ``--force``) and creates the storage; ``show``
+prints it. A Postgres URL's password is never written: the instance reads it from an environment variable.
 """
 
 from __future__ import annotations
@@ -77,9 +76,8 @@ def init(home: HomeOption = None, config: ConfigOption = None, postgres_url: Pos
          force: ForceOption = False) -> None:
     """Write dagster.yaml into the Dagster home and create the instance's storage there.
 
-    A Postgres storage is asked once before anything is written: one that does not answer is one
-    line, and no dagster.yaml is left behind. A password in --postgres-url is used for that and to
-    create the storage, and written only as a reference to its environment variable.
+    A Postgres storage is asked first: one that does not answer is one line, and no dagster.yaml is left behind.
+    A password in --postgres-url is used for that and to create the storage, and written only as its variable.
 
     Example: kprio instance init --home /srv/dagster --postgres-url postgresql://dagster@db:5432/dagster
     """
@@ -97,7 +95,7 @@ def init(home: HomeOption = None, config: ConfigOption = None, postgres_url: Pos
                                     where=str(target))
     given = parsed_url(postgres_url).password if postgres_url else None
     if storage is not None:
-        probe_storage(storage, given)  # before anything is written: a storage that does not answer leaves nothing
+        probe_storage(storage, given)
     db = storage.postgres_db if storage is not None else None
     variable = db.password.env if db is not None and db.password is not None else None
     before = _write_keeping_the_old(home, target, text)

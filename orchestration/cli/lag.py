@@ -26,12 +26,8 @@ AgeOption = Annotated[
 
 def lag_doc(snapshot: Any, now_ms: int, states: dict[tuple[str, int], dict[str, str | None]] | None = None,
             judged: Any = None) -> dict[str, Any]:
-    """The JSON shape of one logical topic's lag, most urgent priority first.
-
-    ``states``: per partition, its log state and what kprio does about it (:func:`log_states`);
-    a partition of a deleted topic is listed under ``deleted``. ``judged``: the topic's lag verdicts and
-    freshness outcomes (:func:`orchestration.observe.judging.judge_topic`), shown per priority and partition.
-    """
+    """The JSON shape of one logical topic's lag, most urgent first: ``states`` from :func:`log_states` (a deleted
+    topic's partitions under ``deleted``), ``judged`` from :func:`~orchestration.observe.judging.judge_topic`."""
     from kprio_core.kafka import oldest_pending_age_ms
 
     states = states or {}
@@ -92,11 +88,8 @@ def _priority_verdict(v: Any, fresh: Any) -> dict[str, Any]:
 
 def log_states(config: Any, topic: Any, snapshot: Any, ledger: Any | None
                ) -> dict[tuple[str, int], dict[str, str | None]]:
-    """Each partition's log state and what ``kprio plan`` / the sensor do about it (the same rules).
-
-    ``ledger`` None (no ledger yet): kprio believes nothing, so the states are what Kafka alone tells
-    (ok, lost to retention, ahead of the log).
-    """
+    """Each partition's log state and what ``kprio plan`` / the sensor do about it (the same rules); without a ledger
+    kprio believes nothing, so the states are what Kafka alone tells (ok, lost to retention, ahead of the log)."""
     from datetime import UTC, datetime
 
     from kprio_core.lifecycle import LedgerView, log_decisions, needs_committed
@@ -205,10 +198,7 @@ IterationsOption = Annotated[
 
 def look(cfg: Any, topics: Any, edge: Any, ledger: Any, *, with_age: bool, now_s: float,
          history: dict | None = None) -> list[dict[str, Any]]:
-    """One lag document per topic at ``now_s``, with its verdicts and freshness (see :func:`lag_doc`).
-
-    ``history``: the earlier observations of a caller that looks again (``--watch``), extended here.
-    """
+    """One :func:`lag_doc` per topic at ``now_s``; ``history``: a re-looking caller's (``--watch``), extended here."""
     from orchestration.observe.judging import judge_topic, remember
 
     now_ms = int(now_s * 1000)

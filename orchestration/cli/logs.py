@@ -1,15 +1,8 @@
 """Where log lines go while a command runs: kprio's log file, or the terminal at ``--verbose``, else nowhere.
 
-kprio's own loggers (``kprio.*``: librdkafka's lines among them, every client kprio builds logs
-through ``kprio.kafka``, ``kprio.reader`` or ``kprio.broker``; py4j's and PySpark's, which
-:mod:`spark_jobs.library_logs` hands to ``kprio.spark``) and the libraries' that would otherwise
-print to the terminal (Dagster's, pyiceberg's, Python's warnings) share one handler for the command: a file
-(``--log-file`` or ``$KPRIO_LOG_FILE``), standard error with ``--verbose``, else none. So a command's
-terminal holds its own output and, on failure, its one error line; a broker outage ``kprio drain``
-rides out is two lines of its own (:mod:`orchestration.cli.outage`), not librdkafka's ``FAIL`` line
-per connection attempt; a local Spark driver JVM's own log (log4j's console appender) goes to the same file, or
-nowhere. Every line goes through the command's
-:class:`~orchestration.cli.redaction.Redactor`. The loggers are given back as they were when the
+kprio's loggers (librdkafka's, py4j's and PySpark's among them) and the libraries' that would print to the terminal
+share one redacting handler per command, so its terminal holds its output and, on failure, its one error line; a
+local Spark driver JVM's own log goes to the same file, or nowhere. The loggers are given back as they were when the
 command ends (a test runs many commands in one process).
 """
 
@@ -29,8 +22,7 @@ ENV_JVM_STDERR = "KPRIO_JVM_STDERR"
 """spark_jobs.library_logs.ENV_JVM_STDERR (not imported from there: that would import pyspark for every command)."""
 
 ROUTED = ("kprio", "dagster", "py.warnings", "pyiceberg")
-"""The loggers whose lines go to the command's handler (and not to the root logger's handlers). pyiceberg warns of
-every column a published file has no statistics for, per publish of an Iceberg table."""
+"""The loggers routed to the command's handler, not the root's (pyiceberg warns of every column without statistics)."""
 
 
 class RedactingFormatter(logging.Formatter):
@@ -45,9 +37,8 @@ class RedactingFormatter(logging.Formatter):
 
 
 class LogFile(logging.FileHandler):
-    """The command's log file. Its first write that fails (a full disk, ``/dev/full``) is kept as :attr:`failed`,
-    the command's one line when the command succeeds otherwise (:class:`~orchestration.cli.boundary.KprioGroup`),
-    instead of Python logging's traceback on stderr for every line; the lines after it are dropped."""
+    """The command's log file: its first failed write (a full disk) is kept as :attr:`failed`, the line of a command
+    that succeeds otherwise, instead of logging's traceback per line; the lines after it are dropped."""
 
     def __init__(self, path: Path, named: str) -> None:
         super().__init__(path, encoding="utf-8")
@@ -91,8 +82,7 @@ def _handler(verbose: bool, log_file: Path | None, log_file_from: str) -> loggin
 @contextlib.contextmanager
 def routed_logs(*, verbose: bool, log_file: Path | None, log_file_from: str, debug: bool,
                 redact: Redactor) -> Iterator[logging.Handler]:
-    """Within the block the :data:`ROUTED` loggers write to the command's one handler, which it yields (see the
-    module docstring); ``log_file_from``: the option or variable that named ``log_file``."""
+    """Within the block the :data:`ROUTED` loggers write to the handler it yields (``log_file_from``: the option)."""
     handler = _handler(verbose, log_file, log_file_from)
     handler.setFormatter(RedactingFormatter(redact))
     level = logging.DEBUG if debug else logging.INFO

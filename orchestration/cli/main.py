@@ -1,7 +1,4 @@
-"""The ``kprio`` command: operators' entry point to every part of kprio.
-
-Each command group lives in its own module; this file only assembles them.
-"""
+"""The ``kprio`` command: this file only assembles the command groups, each in a module of its own."""
 
 from __future__ import annotations
 

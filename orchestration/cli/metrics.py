@@ -1,9 +1,7 @@
-"""``kprio metrics``: kprio's Prometheus metrics beside a Dagster daemon or Airflow, which drain in processes of their own.
+"""``kprio metrics``: kprio's Prometheus metrics beside a Dagster daemon or Airflow, which drain in other processes.
 
-``kprio drain --metrics-port`` serves the metrics of its own drain. Where the Dagster daemon's runs or
-Airflow's tasks drain, this command is the endpoint to scrape: it serves the same metrics
-(orchestration/observe/metrics.py) from the broker and the ledger, counting every batch the ledger shows
-committed or failed since it started, whoever drained it. It runs until SIGTERM or Ctrl-C (exit 0).
+The metrics of ``kprio drain --metrics-port``, from the broker and the ledger: every batch the ledger shows ended
+since it started counts, whoever drained it. Runs until SIGTERM or Ctrl-C (exit 0).
 """
 
 from __future__ import annotations

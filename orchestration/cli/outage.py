@@ -1,23 +1,10 @@
 """A broker outage ``kprio drain`` rides out is two lines of its own: one when it starts, one when it ends.
 
-librdkafka reports every failed connection attempt (facility ``FAIL``, one per broker and reconnect:
-33 lines while one node of three was down for 25 s); kprio's clients log them through ``kprio.kafka``
-(:mod:`kprio_core.kafka.client`), which the command routes away from the terminal
-(:mod:`orchestration.cli.logs`). Instead, :class:`OutageLines` asks the cluster for its brokers every
-``interval_s`` (one metadata request, and a connection to each broker's address): the cluster is
-whole while it lists every broker it listed when the drain started and each accepts connections.
-Two probes in a row that find it otherwise print
-
-    kprio drain: the Kafka cluster at <bootstrap> does not answer as it did (since 12:00:01, 2 of 3 brokers):
-    <librdkafka's last FAIL>; the drain waits for it
-
-and the first probe that finds it whole again
-
-    kprio drain: the Kafka cluster at <bootstrap> answers again (after 25 s)
-
-It also listens on ``kprio.kafka`` for librdkafka's connection failures, to quote the last one; whether a
-record is one is read from its fields (the facility is the first argument of librdkafka's log call),
-not from its text.
+librdkafka logs every failed connection attempt (``FAIL``: 33 lines while one node of three was down for 25 s), which
+:mod:`orchestration.cli.logs` keeps off the terminal. Instead :class:`OutageLines` probes the cluster every
+``interval_s``: it is whole while every broker listed when the drain started is listed and accepts connections.
+:data:`MISSES` probes that find it otherwise print one line (quoting librdkafka's last ``FAIL``, told by its fields,
+not its text); the first that finds it whole again prints another.
 """
 
 from __future__ import annotations

@@ -147,7 +147,6 @@ def plan(config: ConfigOption = None, json_out: JsonOption = False, topic: Topic
 
         return DagsterRuns(stack.enter_context(instance_to_read(settings)))
 
-    # A read command never creates a ledger: a new one is empty, so an empty one in memory plans the same.
     url = settings.ledger.url if ledger_exists(settings.ledger.url) else IN_MEMORY
     with (ExitStack() as stack, KafkaEdge(settings.kafka) as edge, Ledger(url) as ledger, edge.one_view()):
         # The Dagster instance is opened only when a batch in flight or failed needs its runs read.

@@ -1,11 +1,8 @@
 """The last guard on what a command prints or logs: every secret kprio can know of is replaced by ``***``.
 
-Secrets are kept out of messages where they are made (URLs are shown without their password,
-secret settings are ``SecretStr``); this catches what a library's text could still carry (a driver
-echoing a connection string, a traceback at ``--debug``). It knows the values of the environment
-variables that hold credentials (``KPRIO_KAFKA_<SECRET SETTING>``, ``KPRIO_LEDGER_PASSWORD``, and
-any variable whose name says password, secret or token), and the credentials of the URLs on the
-command line (``--postgres-url postgresql://user:pass@...``), in their URL-encoded forms too.
+Secrets are kept out of messages where they are made (URLs without password, ``SecretStr`` settings); this catches
+what a library's text still carries (a driver echoing a connection string, a ``--debug`` traceback): the values of
+credential variables (:func:`secret_variable`) and of the credentials of URLs on the command line, URL-encoded too.
 
 >>> redact = Redactor.of({"KPRIO_LEDGER_PASSWORD": "hunter2", "HOME": "/root"}, ["--x", "postgresql://u:p%40ss@h/db"])
 >>> redact("login hunter2 failed for postgresql://u:p%40ss@h/db (p@ss), home /root")

@@ -1,9 +1,7 @@
 """``kprio registry start|stop|status``: the embedded schema registry (Apicurio Registry) for the demo and local runs.
 
-The registry runs detached: ``start`` returns once it answers, and it keeps running after the command
-exits until ``kprio registry stop``. Clients use its Confluent-compatible API, the URL ``start`` and
-``status`` print (``schema_registry.url`` of a kprio.yaml). Its schemas are kept in the data dir
-(an H2 database), so their ids survive a restart.
+It runs detached until ``kprio registry stop``; clients use its Confluent-compatible API at the URL ``start`` and
+``status`` print (``schema_registry.url``). Its schemas live in the data dir (an H2 database): ids survive a restart.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """``kprio reset <topic>[<partition>] --to earliest|latest|<offset>``: a person decides for a held partition.
 
-The one command the holds of ``kprio plan`` / ``kprio drain`` name when the log changed under kprio
-(a recreated topic, a committed offset beyond the log's end): it commits the offset to the
-priority's group through the edge's commit path, records the decision in the ledger (a new
-incarnation for a recreated or truncated log, so its output never collides with the earlier one's)
-and so releases the hold on the next tick.
+Named by the holds of a log that changed under kprio: commits the offset through the edge's commit path and records
+the decision in the ledger (a new incarnation for a recreated or truncated log: its output never collides with the
+earlier one's); the next tick releases the hold.
 """
 
 from __future__ import annotations
@@ -58,8 +56,8 @@ def reset(partition: PartitionArgument, to: ToOption, config: ConfigOption = Non
                              where="PARTITION of kprio reset")
 
     with KafkaEdge(settings.kafka) as edge:
-        # A SQLite ledger not made yet is made only once the cluster answered and has the partition: a broker that
-        # does not answer leaves no ledger behind. An existing ledger (a PostgreSQL one) is asked first, as before.
+        # A new ledger is made only once the cluster answered and has the partition (a broker that does not answer
+        # leaves none behind); an existing one (PostgreSQL) is asked first.
         new_ledger = not ledger_exists(settings.ledger.url)
         if new_ledger:
             check_partition(edge)

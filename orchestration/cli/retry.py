@@ -1,9 +1,7 @@
 """``kprio retry``: an operator re-drains one batch now, in this process (a failed one whatever its attempts).
 
-This is the one command a person runs once the cause of a failure is fixed (the skip reasons and
-``kprio plan`` name it): the batch's exact ranges are drained again, checked and committed, and
-its partitions drain again. A batch superseded by a new incarnation of one of its partitions is
-refused in one line (it never runs again). The run goes to the configured Dagster instance like ``kprio drain``'s.
+Run once a failure's cause is fixed (the skip reasons and ``kprio plan`` name it), on the configured Dagster
+instance. A batch superseded by a new incarnation of one of its partitions is refused in one line: it never runs again.
 """
 
 from __future__ import annotations

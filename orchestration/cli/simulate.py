@@ -1,8 +1,6 @@
 """``kprio simulate``: replay traces against the drain policies and compare waits, utilization, starvation.
 
-Output: a rich table per trace (default), ``--json`` (one trace: ``{"policies": ...}``; several:
-``{"traces": {TRACE: {"policies": ...}}}``), ``--markdown`` (the tables of docs/benchmarks.md), and
-``--plot out.png`` (backlog per priority over time, one subplot per trace and policy).
+Output: tables, ``--json`` (:func:`results_json`), ``--markdown`` (docs/benchmarks.md's) and ``--plot out.png``.
 """
 
 from __future__ import annotations
@@ -112,8 +110,7 @@ def _print_tables(results: Results, traces: Mapping[str, Trace]) -> None:
 
 
 def plot_backlogs(results: Results, out: Path, traces: Mapping[str, Trace] | None = None) -> None:
-    """Backlog per priority over time (on a trace with objectives: the oldest pending record's age against each
-    objective, dashed): one row of subplots per trace, one subplot per policy."""
+    """Backlog per priority over time (with objectives: the oldest pending age, each objective dashed), per policy."""
     import matplotlib
 
     matplotlib.use("Agg")

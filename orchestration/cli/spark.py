@@ -1,7 +1,6 @@
 """``kprio spark start|stop|status``: a long-lived local Spark Connect server drains reuse.
 
-Runs launched by the Dagster daemon are new processes; with ``spark.remote: sc://localhost:15002``
-in ``kprio.yaml`` they all talk to this one warm Spark instead of starting their own.
+With ``spark.remote: sc://localhost:15002``, the daemon's runs (new processes) share this one warm Spark.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""``kprio tables maintain``: keep the Delta or Iceberg tables healthy from the command line.
+"""``kprio tables maintain``: keep the Delta or Iceberg tables healthy from the command line (e.g. from cron).
 
-For ``kprio drain --follow`` users without Dagster's schedule or Airflow's DAG (run it from cron):
-the same maintenance (:mod:`orchestration.runtime.maintenance`): adjacent small files compacted into
-files of about ``drain.maintenance.target_file_mb``, Delta vacuumed, checkpointed and its log cleaned,
-Iceberg's old snapshots expired, within ``drain.maintenance``; one line per table with the figures
-before and after. Safe beside a running drain: each step commits as a transaction of its own, and a
-compaction that meets a batch's publish is planned again.
+For ``kprio drain --follow``: the maintenance Dagster's schedule and Airflow's DAG run. Safe beside a running
+drain: each step commits as a transaction of its own, and a compaction that meets a batch's publish is planned again.
 """
 
 from __future__ import annotations

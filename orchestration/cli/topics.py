@@ -1,9 +1,6 @@
 """``kprio topics create|verify``: the priority topics of every configured logical topic on the cluster.
 
-``create`` makes the missing ones as ``kprio.yaml`` says (``topics[].partitions``,
-``replication_factor``, ``topic_config``) and never alters an existing topic; ``verify`` prints
-one line per mismatch (missing topic, wrong partition count, wrong replication factor) and
-exits 1 when there is any.
+``create`` never alters an existing topic; ``verify`` prints one line per mismatch and exits 1 when there is any.
 """
 
 from __future__ import annotations
@@ -59,9 +56,8 @@ def _report_mismatches(mismatches: list[Any], bootstrap: str, as_json: bool, doc
 def create(config: ConfigOption = None, topic: TopicOption = None, as_json: JsonOption = False) -> None:
     """Create the missing priority topics as configured, then verify every one of them.
 
-    Partitions come from topics[].partitions (required), the replication factor from
-    topics[].replication_factor (default: the broker's), topic settings from topics[].topic_config.
-    A topic that already exists is left as it is (a second create says so).
+    Partitions from topics[].partitions (required), the replication factor from topics[].replication_factor
+    (default: the broker's), settings from topics[].topic_config. An existing topic is left as it is (and said so).
 
     Example: kprio topics create --config kprio.yaml --topic orders
     """
@@ -98,8 +94,7 @@ def create(config: ConfigOption = None, topic: TopicOption = None, as_json: Json
 def verify(config: ConfigOption = None, topic: TopicOption = None, as_json: JsonOption = False) -> None:
     """Check the cluster against the configuration: one line per mismatch, exit 1 when there is any.
 
-    Checks that every priority topic exists, has topics[].partitions partitions (when set) and
-    topics[].replication_factor replicas (when set).
+    Each priority topic must exist, with the partitions and replication factor topics[] sets (when it does).
 
     Example: kprio topics verify --config kprio.yaml --json
     """

@@ -1,19 +1,13 @@
 """One batch, drained, checked and committed: the ``drained_batch`` and ``committed_offsets`` assets.
 
-A Dagster adapter over :class:`orchestration.runtime.batch.BatchRun`, which carries the run out
-(take, drain, isolate, check, publish, commit, as :mod:`kprio_core.lifecycle.run` decides); this
-module holds no rule of its own. It gives the runtime what only Dagster knows (the partition, who
-launched the run from its tags, the run id, whether a lease owner's run ended, the dynamic
-partitions) and turns the runtime's events into Dagster's: checks into ``dg.AssetCheckResult``,
-the drained and committed batch into ``dg.MaterializeResult``, a later batch committed on the way
-into an ``dg.AssetMaterialization`` of its partition, a failed run into ``dg.Failure``.
+A Dagster adapter over :class:`orchestration.runtime.batch.BatchRun`, with no rule of its own: it gives the
+runtime what only Dagster knows (the partition, the launcher from the run's tags, the run id, whether a lease
+owner's run ended, the dynamic partitions) and turns the runtime's events into Dagster's (check results,
+materializations, a later batch committed on the way as its own partition's event, ``dg.Failure``).
 
-Both assets are materialized by one op, so every way a user re-drains a batch — the asset page,
-the asset graph, the job page, a backfill of either asset or both, the sensor, a retry — is the
-same single drain of the ledger's ranges, followed by the checks and the commit. The op may be
-selected for one asset alone (Dagster's UI and backfills select what the user clicked): it still
-does all of the work, reports the selected assets and checks as its outputs, and records the
-materialization of the other asset as an event, so the catalog tells what happened.
+Both assets are materialized by one op, so every way to re-drain a batch (asset page, graph, job page, backfill,
+sensor, retry) is the same single drain of the ledger's ranges, then the checks and the commit. An op selected
+for one asset alone still does all of the work (:func:`selected_only`), so the catalog tells what happened.
 
 >>> dagster_metadata({"records": 5, "output": PathText("/out/orders")})["output"]
 PathMetadataValue(fspath='/out/orders')
@@ -135,12 +129,8 @@ def dagster_metadata(metadata: Mapping[str, object]) -> dict[str, object]:
 
 
 def selected_only(context: dg.AssetExecutionContext, events: Iterator) -> Iterator:
-    """The run's events, its outputs narrowed to what the run selected; the rest still recorded.
-
-    A materialization of an asset the run did not select (the commit of a backfill that selected
-    ``drained_batch`` only) is logged as an event of that asset's partition; check results of an
-    unselected asset were still what gated the commit, and are logged as text.
-    """
+    """The run's events, its outputs narrowed to what the run selected; an unselected asset's materialization is
+    logged as an event of its partition, unselected check results (they still gated the commit) as text."""
     assets, checks = context.selected_asset_keys, context.selected_asset_check_keys
     for event in events:
         if isinstance(event, dg.MaterializeResult) and event.asset_key not in assets:

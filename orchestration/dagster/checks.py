@@ -19,9 +19,8 @@ def check_specs(asset_key: dg.AssetKey | str | Sequence[str],
                 partitions_def: dg.PartitionsDefinition | None = None) -> list[dg.AssetCheckSpec]:
     """The six checks as blocking specs of the batch asset (a failure stops its downstream commit).
 
-    ``partitions_def``: record each evaluation on the run's partition (the replay's hour). Dagster
-    marks partitioned checks as a preview (a ``PreviewWarning``, silenced here): the only thing kprio
-    asks of them is the partition key on each evaluation, which its replay test checks.
+    ``partitions_def``: record each evaluation on the run's partition (the replay's hour). Dagster's
+    ``PreviewWarning`` on partitioned checks is silenced: kprio asks only the partition key of them (tested).
 
     >>> [(s.name, s.blocking) for s in check_specs("drained_batch")][:2]
     [('row_count_matches_plan', True), ('offsets_are_unique', True)]

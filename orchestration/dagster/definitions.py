@@ -1,10 +1,7 @@
-"""kprio's Dagster definitions: assets, checks, sensor, jobs, the maintenance schedule and resources, built from one
-configuration.
+"""kprio's Dagster definitions (assets, checks, sensors, jobs, schedule, resources), built from one configuration.
 
-The code location (:mod:`orchestration.definitions`, loaded by ``workspace.yaml``) builds them from
-kprio.yaml; tests and ``kprio drain`` build them from the configuration they hold, and a warm run worker
-(:mod:`orchestration.dagster.workers.worker`) from the configuration a run came with, its Spark resource
-over the worker's own warm session.
+The code location (:mod:`orchestration.definitions`) builds them from kprio.yaml; tests and ``kprio drain`` from the
+configuration they hold; a warm run worker from a run's configuration, over the worker's own Spark session.
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ if TYPE_CHECKING:
 
 
 def build_definitions(config: KprioConfig, spark: SparkProvider | None = None) -> dg.Definitions:
-    """Everything Dagster shows for ``config``; ``spark``: the session every run's Spark resource shares (a worker's)."""
+    """Everything Dagster shows for ``config``; ``spark``: the session all runs' Spark resources share (a worker's)."""
     replayed_window = build_replayed_window(replay_partitions(config.drain.replay_start))
     drain_job = build_drain_job()
     lag_job = build_priority_lag_job()
@@ -52,8 +49,7 @@ def build_definitions(config: KprioConfig, spark: SparkProvider | None = None) -
                                            config.sensor.default_status == "running"), build_freshness_sensor(lag_job, config)],
         schedules=[build_maintenance_schedule(config)],
         resources=resources_from_config(config, spark=spark),
-        # A batch is one step (the drain_batch multi-asset): the multiprocess default would only add a
-        # child process, with its imports, to every run the UI launches (backfills, Materialize).
+        # A batch is one step: the multiprocess default would only add a child process (and imports) to UI runs.
         executor=dg.in_process_executor,
     )
 

@@ -1,42 +1,25 @@
 """The drain loop behind ``kprio drain``: the sensor's tick, and the runs it requests handed to warm workers.
 
-Each turn evaluates :func:`orchestration.runtime.tick.tick` over the instance's runs
-(:class:`orchestration.dagster.runs.DagsterRuns`; the same gather, core rules and
-applier as the sensor: heal, retry, plan; no rule of its own here), creates a Dagster run of
-``drain_job`` for each requested run, tagged as a daemon-launched run is (so neither the sensor nor
-the daemon launches it again), and hands it to the loop's :class:`~orchestration.dagster.workers.pool.WorkerPool`,
-the same warm workers kprio's run launcher hands the daemon's runs to: a run executes one way whichever
-driver launched it. The pool is started with the loop (its workers warm up while the first tick reads the
-ledger and the broker) and stopped with it, unless the caller passes one in (the tests share one). The loop
-ticks on while runs execute, so a batch of priorities no running batch holds (``planner.max_in_flight``
-slots: an urgent batch while a bulk one drains) starts at once beside them, on the pool's urgent lane.
-Between ticks the loop watches the priority partitions' ends (``sensor.watch_s``) and ticks as soon
-as records arrive on a priority with a free slot, or a run ends; after a tick the watch woke that
-launched nothing (the slot is another driver's, the partitions are held), the watch rests until the
-next tick the interval or a run's end brings. A request
-whose launch claim another driver took meanwhile (a second ``kprio drain`` on the same config),
-or whose run key already has a run, is not launched. Each line and total reports only what this
-process's runs drained and committed. After each tick, :func:`kprio_core.lifecycle.loop.next_step`
-says whether to tick again (and when) or stop (and why); three ways to run it:
+Each turn runs :func:`orchestration.runtime.tick.tick` over the instance's runs
+(:class:`orchestration.dagster.runs.DagsterRuns`; no rule of its own) and creates a ``drain_job`` run per request,
+tagged as the daemon tags its runs (so neither launches it again), for the loop's
+:class:`~orchestration.dagster.workers.pool.WorkerPool`, the warm workers kprio's run launcher uses too: a run
+executes one way whichever driver launched it. The pool starts with the loop (warming while the first tick reads)
+and stops with it, unless the caller passes one. The loop ticks on while runs execute, so an urgent batch starts
+at once beside a bulk one; between ticks it watches the priority partitions' ends (``sensor.watch_s``) and ticks
+when records arrive on a priority with a free slot, or a run ends (after a watch-woken tick that launched nothing,
+the watch rests until the interval or a run's end). A request whose launch claim another driver took, or whose run
+key has a run, is not launched; reports count only this process's runs.
 
-- ``Until.EMPTY`` (``--until-empty``): until no backlog is left outside held partitions;
-  retries after their backoff, throttles and batches another process finishes are waited for;
-  it stops early, not ok, when only partitions that need a person are left, or when the broker
-  stays unreachable;
-- ``Until.ONCE`` (``--once``): what one tick requests;
-- ``Until.FOLLOW`` (``--follow``): tick for ever, the way to run kprio as a service without the
-  Dagster daemon (systemd, a Kubernetes deployment); a stop request finishes the batches in flight.
+After each tick :func:`kprio_core.lifecycle.loop.next_step` says tick again (when) or stop (why), per
+:class:`~kprio_core.lifecycle.loop.Until`: ``--until-empty`` waits out backoffs, throttles and other processes'
+batches, and stops early, not ok, when only partitions needing a person are left or the broker stays unreachable;
+``--follow`` is kprio as a service without the Dagster daemon, a stop request finishing the batches in flight.
 
-A restart after a crash needs nothing special: the tick sees batches whose lease owner is gone
-(this host) or expired, marks their runs failed, and resumes them with the same ranges. Staging
-left by killed attempts is removed when the loop starts, and its first tick retries batches that
-failed for a transient cause (a full disk, a broker gone) at once, not after their backoff. While
-it runs (``--follow``), the probe before each tick (:mod:`orchestration.runtime.healing`, which the
-sensor runs too) retries them at once as well, on the first tick after a probe that had failed
-passes again: a disk grown, a mount made writable, a broker back.
-
-What the loop reports, one :class:`~orchestration.dagster.drain_report.BatchOutcome` per run and the
-:class:`~orchestration.dagster.drain_report.DrainReport`, is :mod:`orchestration.dagster.drain_report`'s.
+A restart after a crash needs nothing special: the tick fails the runs whose lease owner is gone or expired and
+resumes them with the same ranges. Killed attempts' staging is removed at start, and the first tick retries
+transient failures (a full disk, a broker gone) at once; under ``--follow`` so does the first tick after a failed
+probe (:mod:`orchestration.runtime.healing`) passes. What the loop reports: :mod:`orchestration.dagster.drain_report`.
 """
 
 from __future__ import annotations
@@ -103,11 +86,10 @@ class Launched:
 
 def launch(defs: dg.Definitions, instance: dg.DagsterInstance, pool: WorkerPool, request: RunOrder,
            config: KprioConfig, *, log_level: str = "DEBUG", runner: str | None = None) -> str:
-    """Create the Dagster run of ``request`` (tagged as the daemon would tag it) and hand it to ``pool``; its id.
+    """Create ``request``'s Dagster run (tagged as the daemon would) and hand it to ``pool``; its id.
 
-    Dagster's run retries are off for it (``dagster/max_retries=0``): a run that fails is retried by the loop's
-    own tick; the daemon that would honour a retry may not be running at all, and a failed run marked
-    ``dagster/will_retry=true`` would make every tick wait for a retry that never comes.
+    ``dagster/max_retries=0``: the loop's tick retries; the daemon may not run at all, and a run marked
+    ``dagster/will_retry=true`` would make every tick wait for a retry never coming.
     """
     tags = {**request.tags, PARTITION_TAG: request.partition_key, RUN_KEY_TAG: request.run_key,
             SENSOR_NAME_TAG: SENSOR_NAME, RUNNER_TAG: runner or this_owner(""), **IN_PROCESS_TAGS}
@@ -136,8 +118,7 @@ def wait_for_run(instance: dg.DagsterInstance, run_id: str, poll_s: float = 0.05
 
 def execute(defs: dg.Definitions, instance: dg.DagsterInstance, request: RunOrder, log_level: str = "DEBUG",
             config: KprioConfig | None = None, workers: WorkerPool | None = None) -> BatchOutcome:
-    """Launch one requested run on a warm worker and wait for its end: what it did (a test's way to run one batch at
-    a chosen time)."""
+    """Launch one requested run on a warm worker and wait for its end; what it did (a test's way to run one batch)."""
     config = config or config_of(defs)
     with Ledger(config.ledger.url) as ledger, workers_for(config.spark, config.workers, workers) as pool:
         started = time.monotonic()
@@ -183,8 +164,7 @@ class DrainLoop:
         """This process as a launch claimant (and as the runner of the runs it launches, until a worker takes one)."""
         self.report = DrainReport()
         self.running: dict[str, Launched] = {}
-        """This loop's runs still executing, by run key: a batch whose run a stopped worker holds (past its lease)
-        is resumed by a run of its next attempt beside it, and the stale run's writes are refused when it wakes."""
+        """This loop's runs executing, by run key (a stale run's batch is resumed beside it, its writes refused)."""
         self._ended = threading.Event()
         """Set when a run of the pool ends (the loop's wait wakes on it)."""
         self._ended_runs: set[str] = set()
@@ -192,8 +172,7 @@ class DrainLoop:
         """The partitions of the last tick's lag snapshots and their readable ends (see :meth:`_wait`)."""
         self._throttled: set[tuple[str, int]] = set()
         self._watching = True
-        """False after a tick the watch woke launched nothing (the arrivals wait for a slot another driver
-        holds, or on held partitions): the watch rests until a run ends or the interval passes."""
+        """False after a watch-woken tick launched nothing: the watch rests until a run ends or the interval passes."""
         self._blocked_since: float | None = None
         self._turns = 0
         self._started = 0
@@ -328,8 +307,7 @@ class DrainLoop:
                     raise
 
     def _start(self, request: RunOrder) -> bool:
-        """Hand the run of ``request`` to the pool, unless it runs already or another driver launched it meanwhile
-        (its run, its report)."""
+        """Hand ``request``'s run to the pool, unless it runs already or another driver launched it meanwhile."""
         if request.run_key in self.running:
             return False
         if not still_launchable(self.runs, self.ledger, self.config, request, self.driver):
@@ -403,8 +381,7 @@ class Woke(enum.Enum):
 
 
 def config_of(defs: dg.Definitions) -> KprioConfig:
-    """The settings inside built definitions, for callers that hold only those (tests, the demo);
-    ``kprio drain`` hands its loaded config to :func:`drain` instead."""
+    """The settings inside built definitions, for callers that hold only those (tests, the demo)."""
     kafka = defs.resources["kafka"]
     return defs.resources["kprio"].config(kafka)
 
@@ -425,14 +402,11 @@ def drain(
     workers: WorkerPool | None = None,
     on_tick: Callable[[Tick, float], None] | None = None,
 ) -> DrainReport:
-    """Run the loop on ``instance`` until ``until`` says stop, ``max_batches`` ran, or ``stop`` is set.
-
-    ``config``: the settings ``defs`` were built from (the CLI loads them once; by default read back
-    from ``defs``). ``guard`` is entered around the loop (the CLI's stop-on-signal handlers);
-    ``on_start`` / ``on_batch`` are called before and after each run, ``on_event`` with a line for a person
-    (the ledger's database gone and back), ``on_tick`` with each tick and its seconds (the metrics).
-    ``workers``: the pool the runs execute on, the caller's (see :func:`~orchestration.dagster.workers.pool.workers_for`).
-    """
+    """Run the loop on ``instance`` until ``until`` says stop, ``max_batches`` ran, or ``stop`` is set;
+    ``config``: the settings ``defs`` were built from (default: read back from ``defs``); ``guard``: entered around
+    the loop (the CLI's signal handlers); ``on_start`` / ``on_batch``: before and after each run; ``on_event``: a
+    line for a person (the ledger gone and back); ``on_tick``: each tick and its seconds (the metrics);
+    ``workers``: the caller's pool (:func:`~orchestration.dagster.workers.pool.workers_for`)."""
     config = config or config_of(defs)
     with (Ledger(config.ledger.url) as ledger, KafkaEdge(config.kafka) as edge,
           workers_for(config.spark, config.workers, workers) as pool, (guard or nullcontext)()):

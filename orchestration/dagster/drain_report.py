@@ -1,8 +1,7 @@
 """What ``kprio drain``'s loop reports: one :class:`BatchOutcome` per run it executed, and the :class:`DrainReport`.
 
-An outcome is read from where the ledger left the run's batch and from the run's own Dagster
-events (which batches it drained and committed), so a run that found its batch's work done by
-another run is told apart from one that did it here.
+An outcome is read from the ledger's batch and the run's own Dagster events, so a run that found its batch's
+work done by another run is told apart from one that did it here.
 """
 
 from __future__ import annotations
@@ -19,12 +18,9 @@ COMMITTED_ASSET = "committed_offsets"
 
 @dataclass(frozen=True)
 class BatchOutcome:
-    """One executed run: its batch, what it drained per priority, and where the ledger left the batch.
-
-    ``own`` is False when the run found its batch's work done or taken by another run and did
-    nothing; ``committed_here`` counts the records this run committed (its batch's, and those of
-    later batches it committed once they only waited for it), per priority.
-    """
+    """One executed run: its batch, what it drained per priority, where the ledger left the batch; ``own``: False
+    when another run did or took its work; ``committed_here``: per priority, records this run committed (its
+    batch's, and later batches' that only waited for it)."""
 
     batch_id: str
     logical_topic: str
@@ -98,11 +94,8 @@ def materialized(instance: dg.DagsterInstance, run_id: str, asset: str) -> set[s
 
 def outcome_of(ledger: Ledger, batch_id: str, topic: str, instance: dg.DagsterInstance, run_id: str,
                seconds: float) -> BatchOutcome:
-    """Where a run left its batch, what the batch drained per priority, and what this run itself did.
-
-    A run that succeeded without draining or committing anything found its batch's work done or
-    taken by another run (``own`` False): its numbers are that other run's, not this process's.
-    """
+    """Where a run left its batch, what the batch drained per priority, and what this run itself did (a success
+    that drained and committed nothing is not ``own``: its numbers are another run's)."""
     batch = ledger.batches.get(batch_id)
     run = instance.get_run_by_id(run_id)
     success = run is not None and run.status is dg.DagsterRunStatus.SUCCESS

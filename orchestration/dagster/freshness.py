@@ -1,16 +1,11 @@
 """The lag verdict and freshness objectives in Dagster: the ``priority_lag`` asset, its checks, job and sensor.
 
-``priority_lag`` is the lag of every priority now: each materialization takes the lag snapshots and the
-ledger's commits and records, per topic and priority, the backlog, the oldest pending record's age and the
-lag verdict (OK, WARN, REWIND, STALL, ERR, STOP, with its reason) as metadata, so the asset's page plots
-them over time. Each priority with an objective (``slo.max_age_s``) has an asset check of it,
-``<topic>_p<priority>_fresh``: passed at or under the warn threshold, failed with WARN severity above it,
-failed with ERROR severity above the objective, its description the breach's one line (priority, age,
-objective, likely cause). Dagster's own alert policies fire on a failed check.
-
-``priority_lag_job`` materializes it; ``priority_lag_freshness_sensor`` requests that job every
-``max(10, sensor.interval_s)`` seconds (on by default when an objective is configured), so the checks are
-evaluated while the daemon runs, whoever drains.
+Each ``priority_lag`` materialization records, per topic and priority, the backlog, the oldest pending record's
+age and the lag verdict (with its reason) as metadata, so its page plots them over time. Each priority with an
+objective (``slo.max_age_s``) has a check ``<topic>_p<priority>_fresh``: passed at or under the warn threshold,
+failed with WARN severity above it and ERROR above the objective, described by the breach's one line; Dagster's
+alert policies fire on a failed check. ``priority_lag_freshness_sensor`` requests ``priority_lag_job`` every
+``max(10, sensor.interval_s)`` s (on by default when an objective is set), so the checks run whoever drains.
 
 >>> check_name("orders.eu-west", 2)
 'orders_eu_west_p2_fresh'

@@ -1,20 +1,15 @@
 """The Dagster instance kprio runs on, and the ``dagster.yaml`` a kprio deployment uses.
 
-The home is ``$DAGSTER_HOME``, else ``./kprio-data/dagster_home``; its ``dagster.yaml`` holds
-kprio's instance settings (:mod:`orchestration.dagster.instance_yaml`). A home without a ``dagster.yaml``
-gets one (:func:`ensure_home`, never replacing a user's file); ``kprio instance init --force``
-rewrites it.
+The home is ``$DAGSTER_HOME``, else ``./kprio-data/dagster_home``; a home without a ``dagster.yaml`` gets kprio's
+(:mod:`orchestration.dagster.instance_yaml`), never replacing a user's file (``kprio instance init --force`` does).
 
-:func:`open_instance` creates the instance's storage once and safely when several kprio
-processes start together on a new home: they take turns on ``<home>/.kprio-instance.lock``
-(a ``filelock.FileLock``) around the first ``DagsterInstance.get()``, which creates the SQLite
-tables; without it two processes die with ``table alembic_version already exists``. Its failures are
-kprio's errors: a home that cannot be made is :class:`~kprio_core.errors.PathUnusable`, a Postgres
-storage that does not answer :class:`DagsterStorageUnavailable`, a ``dagster.yaml`` Dagster refuses
-:class:`DagsterInstanceUnusable`. :func:`probe_storage` asks the Postgres storage once, at once,
-before ``kprio instance init`` writes a ``dagster.yaml`` naming it (Dagster itself retries for 13 s,
-logging each attempt). A command that only reads opens the instance with :func:`instance_to_read`,
-which creates nothing.
+:func:`open_instance` creates the storage once and safely when several processes start on a new home: they take
+turns on ``<home>/.kprio-instance.lock`` around the first ``DagsterInstance.get()``, which creates the SQLite
+tables (without it two die with ``table alembic_version already exists``). Failures are kprio's errors:
+:class:`~kprio_core.errors.PathUnusable` (the home), :class:`DagsterStorageUnavailable` (Postgres does not answer),
+:class:`DagsterInstanceUnusable` (Dagster refuses the ``dagster.yaml``). :func:`probe_storage` asks Postgres once,
+at once, before ``kprio instance init`` names it (Dagster itself retries for 13 s); :func:`instance_to_read`
+creates nothing.
 
 >>> str(dagster_home({"DAGSTER_HOME": "/srv/dagster"}))
 '/srv/dagster'
@@ -102,10 +97,7 @@ def write_dagster_yaml(home: Path, text: str, *, force: bool = False) -> bool:
 
 
 def ensure_home(home: Path, config: KprioConfig | None = None) -> Path:
-    """Create ``home`` and its ``dagster.yaml`` (for ``config``, default: the loaded kprio.yaml) when missing.
-
-    A ``dagster.yaml`` that exists is never replaced: it is the user's.
-    """
+    """Create ``home`` and its ``dagster.yaml`` (for ``config``, default: the loaded kprio.yaml); never replaces one."""
     if not (home / DAGSTER_YAML).exists():
         if config is None:
             from kprio_core.config import load_config
@@ -117,13 +109,9 @@ def ensure_home(home: Path, config: KprioConfig | None = None) -> Path:
 
 def open_instance(config: KprioConfig | Mapping[str, str] | None = None, *,
                   env: Mapping[str, str] | None = None) -> dg.DagsterInstance:
-    """The Dagster instance of ``env``'s home (the caller closes it: ``with open_instance(cfg) as i``).
-
-    A new home gets the ``dagster.yaml`` of ``config`` (default: the loaded kprio.yaml). Several
-    processes may call this at once on a new home: the first creates the storage while the
-    others wait on the home's lock (at most LOCK_TIMEOUT_S), then open what it created.
-    ``open_instance({"DAGSTER_HOME": ...})`` (a mapping first) still means ``env=``.
-    """
+    """The Dagster instance of ``env``'s home (the caller closes it); a new home gets ``config``'s ``dagster.yaml``
+    (default: the loaded kprio.yaml), concurrent callers waiting on its lock (at most LOCK_TIMEOUT_S); a mapping
+    first (``open_instance({"DAGSTER_HOME": ...})``) is ``env``."""
     from filelock import Timeout
 
     if isinstance(config, Mapping):
@@ -148,8 +136,7 @@ def open_instance(config: KprioConfig | Mapping[str, str] | None = None, *,
 
 
 def instance_to_read(config: KprioConfig | None = None, *, env: Mapping[str, str] | None = None) -> dg.DagsterInstance:
-    """The instance of the home, to read its runs, creating nothing: a home without a ``dagster.yaml`` has no
-    runs, so it is an empty in-memory instance then (what a command that only reads uses)."""
+    """The home's instance to read its runs, creating nothing (no ``dagster.yaml``: an empty in-memory instance)."""
     home = dagster_home(env)
     try:
         present = (home / DAGSTER_YAML).is_file()

@@ -1,9 +1,8 @@
 """The ``dagster.yaml`` of a kprio deployment: Dagster's instance settings as a typed structure.
 
-:class:`InstanceSettings` holds them under Dagster's own key names (run monitoring, run retries,
-the run queue and the concurrency limits that enforce ``planner.max_in_flight``, telemetry and
-the first-visit modal off, SQLite or Postgres storage); :func:`dagster_yaml` dumps them with
-``yaml.safe_dump``, each top-level block under its field's description as a comment.
+:class:`InstanceSettings` holds them under Dagster's key names (run monitoring and retries, the run queue, the
+concurrency limits that enforce ``planner.max_in_flight``, telemetry and the first-visit modal off, storage);
+:func:`dagster_yaml` dumps them, each top-level block under its field's description as a comment.
 
 >>> from kprio_core.config import KprioConfig
 >>> cfg = KprioConfig.model_validate({"topics": [{"name": "orders", "priorities": 3},
@@ -238,12 +237,10 @@ def postgres_storage(url: str | None = None, *, url_env: str | None = None,
                      password_env: str | None = None) -> Postgres:
     """Dagster's ``storage: postgres:`` block; never a password, only the variable that holds it.
 
-    ``url_env``: the whole URL is read from that variable when the instance loads (it must name
-    the psycopg2 driver: ``postgresql+psycopg2://...``). ``url``: its parts are written (any
-    driver in it is replaced by psycopg2); a password in it, in any form (``user:pass@``, a
-    ``?password=`` or other secret parameter: :func:`kprio_core.urls.url_secrets`), or
-    ``password_env`` when given, becomes ``password: {env: <password_env, default
-    KPRIO_DAGSTER_PG_PASSWORD>}``; the secret parameters are never written.
+    ``url_env``: the variable the whole URL is read from at load (it must name the psycopg2 driver:
+    ``postgresql+psycopg2://...``). ``url``: its parts are written, any driver replaced by psycopg2; a password in
+    any form (``user:pass@``, a secret parameter: :func:`kprio_core.urls.url_secrets`), or ``password_env``, becomes
+    ``password: {env: <password_env, default KPRIO_DAGSTER_PG_PASSWORD>}``; secret parameters are never written.
     """
     import re
 
@@ -320,11 +317,8 @@ def render(settings: InstanceSettings) -> str:
 
 def dagster_yaml(config: KprioConfig, *, postgres_url: str | None = None, postgres_url_env: str | None = None,
                  postgres_password_env: str | None = None) -> str:
-    """The ``dagster.yaml`` of a kprio deployment, each block under a comment that says why.
-
-    Storage is SQLite files under the home unless ``postgres_url`` (its parts, the password
-    from ``postgres_password_env``) or ``postgres_url_env`` (the variable holding the URL) is given.
-    """
+    """The ``dagster.yaml`` of a kprio deployment, each block under a comment that says why; storage is SQLite
+    under the home unless a Postgres URL (or the variable holding it) is given (:func:`postgres_storage`)."""
     storage = None
     if postgres_url is not None or postgres_url_env is not None:
         storage = postgres_storage(postgres_url, url_env=postgres_url_env, password_env=postgres_password_env)

@@ -1,13 +1,8 @@
 """Jobs: ``drain_job`` (one batch: drain, checks, commit), ``replay_window_job`` and the manual ``plan_batch_job``.
 
-The manual drain is a plan, not a second drain path: ``plan_batch_job`` (Launchpad config:
-logical topic, priorities, record budget) takes the lag snapshot, plans one batch under the
-same rules as the sensor, records it in the ledger and adds its ``kprio_batches`` partition.
-``priority_lag_sensor`` then launches ``drain_job`` for it on its next tick (planned batches
-without a run are launched first; run key = batch id), so the batch is materialized by the
-same ``drained_batch`` / checks / ``committed_offsets`` as every other. With the sensor off,
-the batch waits as planned (``kprio drain`` or turning the sensor on launches it), and it
-holds its ranges meanwhile so no other plan can take them.
+The manual drain is a plan, not a second drain path: ``plan_batch_job`` plans one batch under the sensor's rules,
+records it and adds its partition; the sensor's next tick launches ``drain_job`` for it first (run key = batch
+id). With the sensor off the batch waits as planned, holding its ranges so no other plan can take them.
 """
 
 
@@ -28,8 +23,7 @@ def build_drain_job():
     return dg.define_asset_job(
         "drain_job",
         selection=dg.AssetSelection.assets(DRAINED, COMMITTED),
-        # One process per run: no step runs in a spawned subprocess (where PySpark's import of its
-        # Connect module can exit the process), and the op keeps one Spark session.
+        # In process: in a spawned subprocess PySpark's import of Connect can exit it; one Spark session per op.
         executor_def=dg.in_process_executor,
         description="Drain one batch (the partition = its ledger id), check it with Great Expectations, publish "
         "and commit it. Launched by priority_lag_sensor; backfill chosen partitions to re-drain them.",

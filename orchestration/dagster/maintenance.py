@@ -1,12 +1,10 @@
 """``tables_maintenance_job`` and its schedule: the Delta and Iceberg tables kept healthy as scheduled work.
 
-The job's one op runs :func:`orchestration.runtime.maintenance.maintain_tables` for every logical
-topic (or those its config names) and reports the figures before and after (files, bytes, versions;
-runs compacted, files deleted, snapshots expired) as its output metadata: totals as numbers Dagster
-plots run after run, and one line per table. The schedule runs it on ``drain.maintenance.schedule``
-(cron), on by default when ``drain.format`` is ``delta`` or ``iceberg`` (Parquet files have no table to
-maintain; the job says so and touches nothing). A compaction commits as a transaction of its own and is
-planned again when a batch's publish lands meanwhile: batches in flight keep draining.
+The job's op runs :func:`orchestration.runtime.maintenance.maintain_tables` for every logical topic (or those its
+config names); the figures before and after are its output metadata (totals Dagster plots, one line per table).
+The schedule is on by default when ``drain.format`` is ``delta`` or ``iceberg`` (Parquet has no table; the job
+says so and touches nothing). A compaction is its own transaction, planned again when a publish lands meanwhile:
+batches in flight keep draining.
 """
 
 import dagster as dg

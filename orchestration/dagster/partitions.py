@@ -1,11 +1,9 @@
 """Partitions of kprio's assets: one dynamic partition per batch, one hourly partition per replay window.
 
-Batch partitions are keyed by the ledger's batch id (``b-000042``): the sensor (or the manual
-``plan_batch_job``, or a run that splits a failing part off a batch) adds the key when the
-ledger records the batch, so a backfill of chosen batch partitions re-drains exactly those
-batches. Replay windows are UTC hours from ``drain.replay_start`` (a fixed date, so the
-definitions do not change from day to day) up to and including the hour running now, which
-replays what has arrived so far.
+A batch partition is keyed by the ledger's batch id (``b-000042``), added when the ledger records the batch
+(sensor, ``plan_batch_job``, a split), so a backfill of chosen partitions re-drains exactly those batches. Replay
+windows are UTC hours from ``drain.replay_start`` (a fixed date, so the definitions do not change day to day)
+through the hour running now, which replays what has arrived so far.
 
 >>> replay_start("2026-11-01"), replay_start("2026-11-14-05:00")
 ('2026-11-01-00:00', '2026-11-14-05:00')

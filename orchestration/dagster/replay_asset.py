@@ -1,11 +1,9 @@
 """``replayed_window``: the records of one UTC hour of every priority topic, drained again into the replay output.
 
-The replay itself is :func:`orchestration.runtime.replay.replay_window` (Airflow's ``kprio_replay`` runs it
-too; its module says how a window is drained and when it is published). The hour running now replays what
-has arrived so far and says so in its metadata (``partial_hour``); materializing it again later adds what
-arrived since. The six blocking checks are asset checks of ``replayed_window``: a topic failing one
-publishes nothing, the failed checks are recorded on the replay's partition, and the run fails saying
-which check failed where.
+The replay itself is :func:`orchestration.runtime.replay.replay_window` (Airflow's ``kprio_replay`` runs it too).
+The hour running now replays what has arrived so far (metadata ``partial_hour``); materializing it again later
+adds the rest. The six blocking checks are asset checks of the replay's partition: a topic failing one publishes
+nothing, and the run fails saying which check failed where.
 """
 
 

@@ -1,13 +1,10 @@
 """The fields of kprio's Dagster resources, made from the pydantic models of kprio_core/config/.
 
-A setting is written once, in its model: its type, default and description. The resources
-(:mod:`orchestration.dagster.resources`) take their fields from here, so a new setting of the
-``kafka``, ``spark`` or ``ledger`` section becomes a field of the resource holding that section,
-and a new section a field of ``KprioSettings``, with no edit of the resources. Dagster's config
-system takes fewer types than pydantic, so each field is given the type its value has in
-kprio.yaml (:func:`config_type`): an enum by its value (a ``str``), a tuple as a list, a nested
-model as a mapping; the resource then validates the values back into the model, which judges
-them as it judges the file.
+A setting is written once, in its model (type, default, description); the resources
+(:mod:`orchestration.dagster.resources`) take their fields from here, so a new setting or section needs no edit
+of them. Dagster's config takes fewer types than pydantic, so each field has its value's type in kprio.yaml
+(:func:`config_type`: an enum as its value, a tuple as a list, a model as a mapping); the resource validates the
+values back into the model, which judges them as it judges the file.
 
 >>> from kprio_core.config import SparkSettings
 >>> fields = resource_fields(SparkSettings)
@@ -84,7 +81,7 @@ def carries(model: type[BaseModel], name: str) -> Any:
 
 
 def resource_fields(model: type[BaseModel], *, exclude: typing.Collection[str] = ()) -> dict[str, Any]:
-    """A class namespace with one resource field per field of ``model`` (but ``exclude``): type, default, description."""
+    """A class namespace with one resource field per field of ``model`` but ``exclude``: type, default, description."""
     namespace: dict[str, Any] = {"__annotations__": {}}
     for name, info in model.model_fields.items():
         if name not in exclude:
@@ -94,11 +91,8 @@ def resource_fields(model: type[BaseModel], *, exclude: typing.Collection[str] =
 
 
 def section_fields(model: type[BaseModel], *, exclude: typing.Collection[str] = ()) -> dict[str, Any]:
-    """A class namespace with one field per section of ``model`` (but ``exclude``), each as kprio.yaml writes it.
-
-    A section every configuration has is required (``resources_from_config`` always gives it); an
-    optional section (``None`` by default) may be left out.
-    """
+    """A class namespace with one field per section of ``model`` (but ``exclude``), each as kprio.yaml writes it;
+    required unless ``None`` by default (``resources_from_config`` always gives every section)."""
     namespace: dict[str, Any] = {"__annotations__": {}}
     for name, info in model.model_fields.items():
         if name in exclude:
@@ -117,10 +111,7 @@ def section_fields(model: type[BaseModel], *, exclude: typing.Collection[str] = 
 def fields_class(name: str, model: type[BaseModel], *, exclude: typing.Collection[str] = (), sections: bool = False,
                  extra: Mapping[str, tuple[Any, Any]] | None = None) -> type[dg.ConfigurableResource]:
     """A ConfigurableResource base class whose fields are ``model``'s (:func:`resource_fields`), or its sections
-    (``sections``: :func:`section_fields`), but ``exclude``, and ``extra`` (name -> (type, Field)).
-
-    A resource subclasses it and adds its methods; a field added to the model is a field of the resource.
-    """
+    (``sections``: :func:`section_fields`), but ``exclude``, and ``extra`` (name -> (type, Field))."""
     namespace = (section_fields if sections else resource_fields)(model, exclude=exclude)
     for field, (kind, info) in (extra or {}).items():
         namespace["__annotations__"][field] = kind

@@ -1,30 +1,18 @@
 """Dagster resources of kprio: the Kafka edge, Spark, the batch ledger and the drain settings.
 
-Each resource carries sections of :class:`~kprio_core.config.KprioConfig`, one field per field of
-the section, named as in kprio.yaml, so the UI shows every setting where it acts:
+Each resource carries sections of :class:`~kprio_core.config.KprioConfig`, one field per setting, named as in
+kprio.yaml, so the UI shows every setting where it acts: ``kafka`` (:class:`KafkaResource`; each secret of
+:data:`~kprio_core.config.SECRET_SETTINGS` only as a ``dg.EnvVar`` of its ``KPRIO_KAFKA_*`` variable, read at run
+time), ``spark`` (plus the application name), ``ledger``, and ``kprio`` (:class:`KprioSettings`: every other
+section whole, and the three above as dependencies, so :meth:`KprioSettings.config` is the whole configuration).
 
-- ``kafka`` (:class:`KafkaResource`): the ``kafka`` section without its secrets, plus one field
-  per :data:`~kprio_core.config.SECRET_SETTINGS` entry that only a ``dg.EnvVar`` of its
-  ``KPRIO_KAFKA_*`` variable may set, read by Dagster at run time;
-- ``spark`` (:class:`SparkResource`): the ``spark`` section, plus the application name;
-- ``ledger`` (:class:`LedgerResource`): the ``ledger`` section;
-- ``kprio`` (:class:`KprioSettings`): every other section as a whole (``planner``, ``topics``, ...),
-  and the three resources above as dependencies, so :meth:`KprioSettings.config` is the whole
-  configuration with each section taken from the one resource that holds it.
-
-The fields are made from the models (:mod:`orchestration.dagster.resource_fields`), so a setting
-is written once, in its model in ``kprio_core/config/``, and a new one is a resource field with no edit here:
-a field holds the value as kprio.yaml writes it (an enum by its value, a section as a mapping),
-its description and default are the config field's (a section's: the first paragraph of its
-model's docstring). Each resource turns its fields back into the pydantic model
-(``settings()``, ``config()``), so the model's validators judge a launchpad edit as they judge
-kprio.yaml. ``tests/orchestration/test_definitions.py`` proves every config field has its resource
-field. Clients are lazy private attributes (created on first use, so the copies Dagster makes of
-a resource that is also a dependency open nothing) and closed in ``teardown_after_execution``.
+The fields are made from the models (:mod:`orchestration.dagster.resource_fields`); each resource validates them
+back into its model (``settings()``, ``config()``), so a launchpad edit is judged as kprio.yaml is. Clients are
+lazy private attributes (so Dagster's copies of a resource that is also a dependency open nothing), closed in
+``teardown_after_execution``.
 """
 
-# No `from __future__ import annotations`: Dagster reads the ResourceDependency annotations of
-# KprioSettings as types when the class is created.
+# No `from __future__ import annotations`: Dagster reads KprioSettings' ResourceDependency annotations as types.
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -86,10 +74,7 @@ def _values(resource: dg.ConfigurableResource, names: Iterable[str]) -> dict[str
 
 
 class KafkaResource(fields_class("KafkaFields", KafkaSettings, exclude={"secrets"}, extra=SECRET_FIELDS)):
-    """The Kafka cluster: lag snapshots, offsets-for-times and monotonic commits (a KafkaEdge).
-
-    Its fields: one per field of the ``kafka`` section but ``secrets``, and one per secret setting
-    (:data:`SECRET_FIELDS`), which only a ``dg.EnvVar`` may set."""
+    """The Kafka cluster: lag snapshots, offsets-for-times and monotonic commits (a KafkaEdge)."""
 
     _settings: Optional[KafkaSettings] = PrivateAttr(default=None)
     _edge: Optional["KafkaEdge"] = PrivateAttr(default=None)
@@ -128,8 +113,7 @@ KAFKA_FIELDS = tuple(name for name in KafkaSettings.model_fields if name != "sec
 
 
 class SparkResource(fields_class("SparkFields", SparkSettings)):
-    """The SparkSession of a run: local[*], a master URL or a Spark Connect remote (one field per
-    field of the ``spark`` section, and the application name)."""
+    """The SparkSession of a run: local[*], a master URL or a Spark Connect remote."""
 
     app_name: str = Field("kprio", description="Spark application name.")
 
@@ -140,23 +124,20 @@ class SparkResource(fields_class("SparkFields", SparkSettings)):
         return _validated(SparkSettings, _values(self, SparkSettings.model_fields), "spark")
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        # Stop only a session this resource's provider started: a session that was already active (the
-        # test session) or a provider shared with it (a warm worker's) belongs to whoever started it.
+        # Stop only what this provider started: an active session (a test's), a shared provider (a worker's) is theirs.
         if self._provider is not None and not self._shared:
             self._provider.stop()
             self._provider = None
 
     def sharing(self, provider: "SparkProvider") -> "SparkResource":
-        """This resource over ``provider``'s session, which it never stops: a warm worker hands its one provider
-        to every run it executes (:func:`orchestration.dagster.definitions.build_definitions`)."""
+        """This resource over a warm worker's ``provider``, shared by every run it executes and never stopped."""
         shared = SparkResource(**_values(self, SparkResource.model_fields))
         shared._provider, shared._shared = provider, True
         return shared
 
     @property
     def session(self) -> "SparkSession":
-        """The run's SparkSession, from the resource's :class:`~spark_jobs.session.SparkProvider`: its own, made
-        on first use (an active session is reused), or the one a warm worker shares with it (:meth:`sharing`)."""
+        """The run's SparkSession: its provider's, made on first use (an active one reused), or :meth:`sharing`'s."""
         if self._provider is None:
             from spark_jobs.session import SparkProvider
 
@@ -165,7 +146,7 @@ class SparkResource(fields_class("SparkFields", SparkSettings)):
 
 
 class LedgerResource(fields_class("LedgerFields", LedgerSettings)):
-    """The batch ledger: every plan, its reserved ranges and its state (one field per field of the ``ledger`` section)."""
+    """The batch ledger: every plan, its reserved ranges and its state."""
 
     _ledger: Optional["Ledger"] = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -194,8 +175,7 @@ RESOURCE_SECTIONS = ("kafka", "spark", "ledger")
 
 
 class KprioSettings(fields_class("KprioSections", KprioConfig, exclude=RESOURCE_SECTIONS, sections=True)):
-    """The drain settings: one field per other section of KprioConfig (topics, planner, quality, ...), as
-    kprio.yaml writes it, and, through the resources it depends on, the kafka, spark and ledger sections."""
+    """The drain settings: every other section of KprioConfig, and the three resources it depends on."""
 
     kafka: dg.ResourceDependency[KafkaResource]
     spark: dg.ResourceDependency[SparkResource]
@@ -224,12 +204,9 @@ def resources_from_config(config: KprioConfig, env: Mapping[str, str] | None = N
                           spark: "SparkProvider | None" = None) -> dict[str, Any]:
     """The four resources, keyed as the assets, checks, sensor and jobs expect them.
 
-    ``spark``: a session provider every run's Spark resource shares and never stops (a warm worker's),
-    instead of a session of each run's own.
-
-    Every secret setting present in the configuration, or whose variable is set in ``env``,
-    becomes a ``dg.EnvVar`` of its ``KPRIO_KAFKA_*`` variable, so Dagster reads it at run time
-    and its value is in no run config, log, metadata or repr.
+    ``spark``: a session provider every run's Spark resource shares and never stops (a warm worker's). Every secret
+    setting in the configuration, or whose variable ``env`` sets, becomes a ``dg.EnvVar`` of its ``KPRIO_KAFKA_*``
+    variable: Dagster reads it at run time, and no run config, log, metadata or repr holds its value.
 
     >>> resources = resources_from_config(KprioConfig(), env={})
     >>> sorted(resources), resources["spark"].reader, resources["kprio"].config() == KprioConfig()

@@ -1,12 +1,10 @@
 """Where the log lines of a run executed in this process go: Python's ``dagster.run`` logger, not the terminal.
 
-Dagster's default ``console`` logger is a logger of its own (``dagster._loggers.create_console_logger``: a fresh
-``logging.Logger`` outside the hierarchy, coloredlogs' handler on standard error), so a run that fails inside
-``kprio drain`` or ``kprio retry`` would print Dagster's own lines between kprio's. The runs the drain loop executes
-(:mod:`orchestration.dagster.drain_loop`) get :func:`python_console` as their ``console`` logger instead: the same
-``log_level`` config, its lines through ``dagster.run``, a child of the ``dagster`` logger the CLI routes to its log
-file (or the terminal at ``--verbose``, :mod:`orchestration.cli.logs`); elsewhere they propagate as Python logging's
-configuration says. The runs the daemon launches keep Dagster's own logger: only the job executed here changes.
+Dagster's default ``console`` logger (``dagster._loggers.create_console_logger``) is a fresh ``logging.Logger``
+outside the hierarchy, on standard error, so a failing run in ``kprio drain`` or ``kprio retry`` would print Dagster's
+lines between kprio's. The drain loop's runs get :func:`python_console` instead: the same ``log_level`` config,
+its lines through ``dagster.run``, which the CLI routes to its log file (:mod:`orchestration.cli.logs`). The
+daemon's runs keep Dagster's own logger.
 """
 
 from __future__ import annotations

@@ -28,11 +28,10 @@ WILL_RETRY_TAG = "dagster/will_retry"
 
 
 def runner_of(run: dg.DagsterRun) -> str | None:
-    """The process working on ``run`` (its ``kprio/runner``), None while no kprio process has taken it.
+    """The process working on ``run`` (its ``kprio/runner``), None while no kprio process took it.
 
-    Dagster copies a run's tags to its retries and re-executions, so a runner naming another run (a
-    worker's is ``<run id>@<host>:<pid>``) or, on a retry, a driver (``@<host>:<pid>``) is the parent's
-    and says nothing of this run: the retry of a run whose worker was killed is not dead with it.
+    Dagster copies tags to retries and re-executions: a runner naming another run, or on a retry a driver
+    (``@<host>:<pid>``), is the parent's, so a killed worker's run's retry is not dead with it.
     """
     runner = run.tags.get(RUNNER_TAG)
     owner = parse_owner(runner) if runner else None
@@ -43,8 +42,7 @@ def runner_of(run: dg.DagsterRun) -> str | None:
 
 
 def run_summary(run: dg.DagsterRun, end_time: float | None = None) -> RunSummary:
-    """A Dagster run as the rules see it (``end_time``: its record's, in seconds); one a killed kprio process
-    executed is ``orphaned``."""
+    """A Dagster run as the rules see it (``end_time``: its record's, in seconds), ``orphaned`` if its runner died."""
     tags = dict(run.tags)
     runner = runner_of(run)
     orphaned = not run.is_finished and runner is not None and owner_dead(runner)

@@ -1,16 +1,12 @@
 """``priority_lag_sensor``: the Dagster driver of the tick, with no rule of its own.
 
-Every evaluation runs :func:`tick`: :func:`orchestration.runtime.tick.tick` (gather the inputs
-once, the core rules of ``kprio_core.lifecycle``, the one applier) over the instance's runs
-(:class:`orchestration.dagster.runs.DagsterRuns`), and hands Dagster its result: the run requests
-(deterministic run keys, launched once by the daemon) and the ``kprio_batches`` partitions they
-need, or a skip reason that says why nothing was launched and which partitions wait. ``kprio
-drain`` runs the same tick in process. Before it, the probe of :mod:`orchestration.runtime.healing`
-retries a transient failure at once when its cause has passed; the sensor's cursor remembers
-that a probe failed (:data:`~orchestration.runtime.healing.CAUSE_SEEN`). A ledger that does not answer
-(``LedgerUnavailable``: a database down, a SQLite file turned read-only) is a skip that says so, not a
-failed tick; the next evaluation asks again. Each evaluation also makes sure the home's pool of warm
-workers runs when the instance uses kprio's run launcher (started with the code location; again if it stopped).
+Every evaluation runs :func:`orchestration.runtime.tick.tick` over the instance's runs (as ``kprio drain`` does)
+and hands Dagster the run requests (deterministic run keys, launched once by the daemon) and the partitions they
+need, or a skip reason saying why nothing was launched. Before it, the probe of
+:mod:`orchestration.runtime.healing` retries transient failures at once when their cause has passed; the cursor
+remembers a failed probe (:data:`~orchestration.runtime.healing.CAUSE_SEEN`). A ledger that does not answer
+(``LedgerUnavailable``) is a skip saying so, not a failed tick. Each evaluation also (re)starts the home's warm
+workers when the instance uses kprio's run launcher.
 """
 
 from __future__ import annotations

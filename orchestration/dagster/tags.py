@@ -1,8 +1,7 @@
 """Dagster's own run tags kprio reads, and who launched a run of a batch (as :mod:`kprio_core.lifecycle.run` names it).
 
-Every run of a batch partition carries ``dagster/partition=<batch id>`` whatever launched it
-(the sensor, a backfill, the asset page, a retry); kprio's own tags are in
-:mod:`orchestration.runtime.tags`.
+Every run of a batch partition carries ``dagster/partition=<batch id>`` whatever launched it; kprio's own tags are
+in :mod:`orchestration.runtime.tags`.
 
 >>> intent_of({"kprio/attempt": "2", "kprio/why": "retry"})
 Intent(kind=<Launcher.SENSOR: 'sensor'>, attempt=2, why=<LaunchReason.RETRY: 'retry'>)
@@ -23,8 +22,7 @@ RUN_KEY_TAG = "dagster/run_key"
 RETRY_NUMBER_TAG = "dagster/retry_number"
 """Set by Dagster's run-retry daemon on the runs it launches."""
 MAX_RETRIES_TAG = "dagster/max_retries"
-"""How many times Dagster's run-retry daemon re-executes a failed run; ``"0"`` on the runs ``kprio drain``
-executes in process (its own tick retries them: no daemon may be there to honour a retry)."""
+"""How often Dagster's retry daemon re-executes a failed run; ``"0"`` on ``kprio drain``'s runs (its tick retries)."""
 SENSOR_NAME_TAG = "dagster/sensor_name"
 
 

@@ -1,9 +1,6 @@
 """The one-command demo: embedded broker, a realistic workload, the Dagster drain, a report and a plot.
 
-``run_demo`` (in :mod:`orchestration.demo.run`) does it all; ``kprio demo`` is its command.
-Modules: layout (data dir and the demo's kprio.yaml), producer (waves into Kafka, with the
-offsets each wave got), report (waits, checks, conservation, the table), plot (backlog per
-priority over batches), progress (rich bars while it works).
+``run_demo`` (:mod:`orchestration.demo.run`) does it all; ``kprio demo`` is its command.
 """
 
 from kprio_core.errors import KprioError

@@ -1,10 +1,8 @@
-"""``kprio demo --values avro``: the demo's orders as Avro, written with confluent-kafka's AvroSerializer through the
-schema registry (the embedded Apicurio Registry unless ``--config`` names one), so the drain decodes them with the
-registry and the table gets typed columns.
+"""``kprio demo --values avro``: the demo's orders as Avro through the schema registry (embedded Apicurio unless
+``--config`` names one), so the drain decodes them with the registry into typed columns.
 
-The order keeps its JSON form's fields with Avro's types: ``amount`` a ``decimal(10,2)``, ``tier`` an enum,
-``created`` a ``timestamp-millis`` (the JSON form's ``created_ms``). A poison record stays the bytes the JSON demo
-writes: not in the wire format, it goes to the dead letters with that reason.
+Avro types: ``amount`` ``decimal(10,2)``, ``tier`` an enum, ``created`` ``timestamp-millis`` (JSON's ``created_ms``).
+A poison record stays the JSON demo's bytes: not in the wire format, it goes to the dead letters with that reason.
 
 >>> value = json.dumps({"order_id": "o-1", "customer": "c-1", "sku": "s", "quantity": 2, "amount": 12.5,
 ...                     "tier": "express", "created_ms": 1700000000000})
@@ -53,8 +51,7 @@ def avro_order(value: str | bytes | None) -> dict[str, Any] | None:
 
 
 def client_conf(registry: str | RegistryEndpoint) -> dict[str, str]:
-    """confluent-kafka's ``SchemaRegistryClient`` settings of a registry: its URL, or kprio's endpoint of a secured
-    one (basic auth, CA, client certificate: the producer reaches it as kprio's drains do).
+    """``SchemaRegistryClient`` settings of a registry URL or endpoint (secured as kprio's drains reach it).
 
     >>> sorted(client_conf(RegistryEndpoint("https://sr:8081", username="u", password="p", ca_location="/ca.pem")))
     ['basic.auth.user.info', 'ssl.ca.location', 'url']

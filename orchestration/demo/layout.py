@@ -114,12 +114,8 @@ def demo_config(layout: DemoLayout, bootstrap: str, *, record_budget: int, kafka
                 logical_topic: str = LOGICAL_TOPIC, today: datetime | None = None,
                 output_format: OutputFormat = OutputFormat.PARQUET,
                 registry: SchemaRegistrySettings | None = None) -> KprioConfig:
-    """The demo's configuration: one logical topic of 3 priorities x 4 partitions on ``bootstrap``.
-
-    ``kafka`` carries client settings (security, timeouts) of a real cluster or a secured embedded broker;
-    its bootstrap is replaced. With a ``registry`` the values are Avro (``--values avro``): the columns come
-    from the registry, not from the JSON schema.
-    """
+    """The demo's configuration: one logical topic of 3 priorities x 4 partitions on ``bootstrap``; ``kafka``: a real
+    or secured broker's client settings (bootstrap replaced); with ``registry``, Avro values typed by the registry."""
     values = ({"value_format": "avro"} if registry is not None else {"schema": dict(ORDER_SCHEMA)})
     base = kafka or KafkaSettings(timeout_s=20.0)
     day = (today or datetime.now(UTC)).strftime("%Y-%m-%d")

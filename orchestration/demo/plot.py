@@ -1,9 +1,7 @@
 """The demo's plot: backlog per priority before each batch, and after the last one (PNG).
 
-The points come from the ledger (each plan keeps the backlog it was planned from), so the
-plot needs no extra broker call. Batch 3 of a demo run planned from ``{2: 150, 1: 125, 0: 350}``
-gives the points at x = 2 (0-based) of the three lines, and the backlog left after the last
-batch is the last point:
+The points come from the ledger (each plan keeps its backlog): no broker call. Batch 3, planned from
+``{2: 150, 1: 125, 0: 350}``, gives the points at x = 2 (0-based); the backlog after the last batch is the last:
 
 >>> from types import SimpleNamespace as Fake
 >>> before = [{2: 300, 1: 200, 0: 400}, {2: 220, 1: 160, 0: 380}, {2: 150, 1: 125, 0: 350}]

@@ -1,8 +1,7 @@
 """Producing the demo's waves into the priority topics, and remembering which offsets each wave got.
 
-The offsets of a wave are read from the high watermarks before and after it (the demo is the
-only producer of its topics), so the report can tell, for every drained record, in which
-batch it arrived and in which it was drained.
+A wave's offsets are the high watermarks before and after it (the demo is its topics' only producer), so the
+report can tell in which batch each drained record arrived and in which it was drained.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Send the run's chatter (Dagster's event log, Spark's JVM warnings) to a log file, keep the terminal for the demo.
 
-Dagster's console logger and the JVM write to standard error: the JVM to file descriptor 2
-directly, Python loggers through ``sys.stderr``. Both are pointed at the log file for the
-duration of the block; the block gets a stream on the original standard error for its
-progress bars. Everything is restored on exit, also when the block raises.
+The JVM writes to file descriptor 2 directly, Python loggers through ``sys.stderr``: both go to the log file
+within the block, which gets a stream on the original stderr for its progress bars; restored on exit, raise or not.
 """
 
 from __future__ import annotations

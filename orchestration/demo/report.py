@@ -1,9 +1,8 @@
 """The demo's report: per priority records, dead letters, batches, waits in batches and checks; conservation.
 
-A record's wait is the number of batches that ran between the first batch that could have
-drained it (the first planned after it arrived) and the batch that drained it: drained by
-that very batch = 0. Two waves of orders-2[0]: 10 records there from the start, drained by
-batches 1 and 2; 4 more arriving before batch 2, drained by batch 3 (one of them a dead letter):
+A record's wait: the batches between the first that could have drained it (planned after it arrived) and the
+one that did (0: that very one). Two waves of orders-2[0]: 10 records from the start, drained by batches 1 and 2;
+4 more arriving before batch 2, drained by batch 3 (one a dead letter):
 
 >>> from kprio_core.model.offsets import OffsetRange as R
 >>> arrivals = [Arrival(2, 1, (R("o-2", 0, 0, 10),)), Arrival(2, 2, (R("o-2", 0, 10, 14),), poison=1)]
@@ -17,9 +16,8 @@ batches 1 and 2; 4 more arriving before batch 2, drained by batch 3 (one of them
 >>> row.records, row.dead_letters, row.batches, row.median_wait, row.max_wait, row.checks
 (14, 1, 3, 1, 1, '3/3')
 
-Conservation (docs/architecture.md, Invariants): every produced offset exactly once in the output or
-exactly once in the dead letters, never both; committed == high watermark. Offsets 0 and 2 in the
-output, 1 in the dead letters:
+Conservation (docs/architecture.md, Invariants): every produced offset exactly once in the output or the dead
+letters, never both; committed == high watermark. Offsets 0 and 2 in the output, 1 in the dead letters:
 
 >>> tp = ("o-2", 0)
 >>> c = check_conservation({tp: 0}, {tp: 3}, {tp: 3}, [("o-2", 0, 0), ("o-2", 0, 2)], [("o-2", 0, 1)])
@@ -55,11 +53,8 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True)
 class Drained:
-    """What one batch drained of one priority, whether all its checks passed, and whether it committed.
-
-    ``ranges`` are the batch's planned ranges of that priority; ``dead`` how many of their records
-    went to the dead letters. Only a committed batch drained its records (a failed one holds them).
-    """
+    """What one batch planned of one priority, whether all its checks passed, whether it committed (only then did it
+    drain its records), and ``dead``: how many went to the dead letters."""
 
     batch_no: int
     batch_id: str
@@ -166,11 +161,7 @@ class PriorityRow:
 
 
 def priority_rows(arrivals: Sequence[Arrival], drains: Sequence[Drained], priorities: int) -> list[PriorityRow]:
-    """The table's rows, most urgent first.
-
-    Records and dead letters count committed batches only; batches and checks count every batch
-    that planned the priority (a failed one shows as a check that did not pass).
-    """
+    """The table's rows, most urgent first: records and dead letters of committed batches, batches and checks of all."""
     waits = wait_counts(arrivals, drains)
     rows = []
     for p in most_urgent_first(priorities):
@@ -192,13 +183,9 @@ def priority_rows(arrivals: Sequence[Arrival], drains: Sequence[Drained], priori
 
 @dataclass(frozen=True)
 class Conservation:
-    """Produced offsets vs. the output, the dead letters and the committed offsets.
-
-    Every produced offset falls in exactly one of: ``in_output`` (once there, not in the dead
-    letters), ``in_dead_letters`` (once there, not in the output), ``missing`` (in neither),
-    ``in_both``, ``duplicated`` (more than once in one of them). ``outside`` counts rows of
-    offsets the demo never produced.
-    """
+    """Produced offsets vs. the output, the dead letters and the committed offsets: each produced offset is one of
+    ``in_output``, ``in_dead_letters`` (once there, not in the other), ``missing``, ``in_both``, ``duplicated``;
+    ``outside`` counts rows of offsets the demo never produced."""
 
     produced: int
     in_output: int

@@ -1,24 +1,16 @@
 """``run_demo``: broker, topics, workload, the Dagster drain until empty, then the report, plot and conservation check.
 
-Steps, in order: clear what an earlier demo left in the data dir; start the embedded broker
-(unless a cluster is given); write the demo's kprio.yaml; create the three priority topics;
-produce the up-front waves (with ``poison`` malformed records in the low-priority backlog);
-drain with :func:`orchestration.dagster.drain_loop.drain` (the sensor's tick and the drain_job runs it
-requests, on the Dagster instance in the data dir), producing the later waves from its per-run
-callback; read the ledger, the published output and dead letters, and the committed offsets;
-write the plot and report. The broker it started is stopped in ``finally`` unless ``keep_broker``.
+Steps: clear what an earlier demo left; start the embedded broker unless a cluster is given; write kprio.yaml,
+create the topics, produce the up-front waves (``poison`` bad records in the low backlog); drain with
+:func:`orchestration.dagster.drain_loop.drain`, producing later waves as runs end; check, plot and report. A broker
+it started is stopped in ``finally`` unless ``keep_broker``.
 
-With ``security`` (``kprio demo --security sasl_ssl``) the embedded broker is secured
-(:mod:`orchestration.services.broker_security`) and every client of the demo authenticates with the
-settings it prints: the admin client, the producer, both readers, the commits. The secrets come from
-the environment (``KPRIO_KAFKA_SASL_PASSWORD``, ``KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD``); one that is not
-set is made up for the run and set in this process's environment only (:func:`one_off_secrets`), never
-shown or written, unless the broker is to be kept, whose clients will need it.
+With ``security`` the embedded broker is secured (:mod:`orchestration.services.broker_security`) and every demo
+client authenticates. A secret the environment lacks is made up for the run, set in this process only
+(:func:`one_off_secrets`), never shown or written; a kept broker's clients need it, so then it must be set.
 
-With ``values`` avro (``kprio demo --values avro``) the orders are Avro in the schema registry's wire format,
-written with confluent-kafka's AvroSerializer through the registry of ``--config``'s kprio.yaml or, without
-one, the embedded Apicurio Registry the demo starts in ``<data-dir>/registry`` (stopped with the broker);
-the report lists the output's typed columns.
+With ``values`` avro the orders are Avro through the registry of ``--config``'s kprio.yaml or, without one, the
+embedded Apicurio Registry in ``<data-dir>/registry`` (stopped with the broker); the report lists typed columns.
 """
 
 from __future__ import annotations
@@ -140,8 +132,7 @@ class DemoResult:
     arrivals: list[Arrival] = field(default_factory=list)
     output_format: OutputFormat = OutputFormat.PARQUET
     table_log: list[dict[str, Any]] = field(default_factory=list)
-    """The publishes the output table records, oldest first (Delta's log: batch, attempt, ranges, version; Iceberg's
-    snapshots: batch, attempt, epoch, ranges, snapshot id); none for Parquet files."""
+    """The output table's publishes, oldest first (Delta's log, Iceberg's snapshots); none for Parquet files."""
     table_lines: list[str] = field(default_factory=list)
     """What the report shows of the output table and its publishes, in the format's words."""
     query_lines: list[str] = field(default_factory=list)
@@ -256,9 +247,8 @@ def cluster_settings(config: Path | None, env: Mapping[str, str] | None = None) 
 
 
 def check_options(options: DemoOptions, cluster: KafkaSettings | None, env: Mapping[str, str]) -> None:
-    """Refuse what the options ask for together that cannot be, before anything starts (``kprio demo`` asks before
-    its progress bars): ``--security`` for a cluster of ``--config`` (:class:`UsageError`), ``--keep-broker`` of a
-    secured broker whose secrets ``env`` lacks (:class:`DemoFailed`, :func:`one_off_secrets`)."""
+    """Refuse options that cannot go together, before anything starts: ``--security`` with ``--config``'s cluster
+    (:class:`UsageError`), ``--keep-broker`` of a secured broker whose secrets ``env`` lacks (:class:`DemoFailed`)."""
     if cluster is not None and options.security.secured:
         raise UsageError("--security secures the embedded broker: a cluster given by --config or "
                          f"{ENV_BOOTSTRAP} has its own security settings", where="kprio demo --security")
@@ -267,12 +257,9 @@ def check_options(options: DemoOptions, cluster: KafkaSettings | None, env: Mapp
 
 
 def one_off_secrets(security: BrokerSecurity, env: MutableMapping[str, str], *, keep_broker: bool) -> list[str]:
-    """Set in ``env`` a random value for each secret ``security`` needs that is not set; the names set.
-
-    The demo's clients (its Dagster runs among them) read the secrets from the process's environment,
-    so a made-up one goes there and nowhere else. A broker kept running needs the caller to know them:
-    then a missing one is an error naming it.
-    """
+    """Set in ``env`` a random value for each secret ``security`` needs that is not set; the names set. The demo's
+    clients (Dagster runs too) read them from this process's environment only; with ``keep_broker`` a missing one
+    is an error naming it (the caller must know it)."""
     import secrets
 
     missing = security.missing(env)
@@ -285,11 +272,8 @@ def one_off_secrets(security: BrokerSecurity, env: MutableMapping[str, str], *, 
 
 
 def published_offsets(drain: DrainSettings, kind: str, logical_topic: str) -> list[tuple[str, int, int]]:
-    """(topic, partition, offset) of every published row of the topic (``kind``: output or dead letters).
-
-    What a reader sees, in the configured format (:func:`spark_jobs.tables.read_rows`): the Parquet
-    files under ``<root>/<logical>/`` (staging is never read), or the table's current version.
-    """
+    """(topic, partition, offset) of every published row (``kind``: output or dead letters) as a reader sees it:
+    Parquet files under ``<root>/<logical>/`` (never staging), or the table's current version."""
     from spark_jobs.tables import read_rows
 
     table = read_rows(drain, kind, logical_topic, columns=("topic", "partition", "offset"))
@@ -340,11 +324,8 @@ def run_demo(options: DemoOptions, listener: DemoListener | None = None) -> Demo
 
 
 def _embedded_services(options: DemoOptions, layout: DemoLayout, cluster: KafkaSettings | None) -> tuple[Any, Any, Any]:
-    """(broker, registry, registry settings): the embedded services the demo needs, not started yet.
-
-    The broker without a cluster; the registry for Avro values when ``--config`` names none (then its settings
-    come once it started). What an earlier ``--keep-broker`` run left behind is stopped: it holds the old data.
-    """
+    """(broker, registry, registry settings), not started: the broker without a cluster, the registry for Avro
+    when ``--config`` names none (its settings once started)."""
     from orchestration.services.broker import EmbeddedBroker
     from orchestration.services.registry import EmbeddedRegistry
 
@@ -438,8 +419,7 @@ def _drain_waves(config, layout: DemoLayout, workload: Workload, producer: WaveP
 
     defs = build_definitions(config)
     stopped, ok = "", True
-    # The demo's own Dagster home, with the dagster.yaml of its configuration (`dagster dev` uses it too).
-    # One pool of warm workers for every drain of the demo (a late wave drains on the same workers).
+    # The demo's own Dagster home (its dagster.yaml, as `dagster dev` uses) and one warm worker pool for every drain.
     with open_instance(config, env={"DAGSTER_HOME": str(layout.dagster_home)}) as instance, \
             workers_for(config.spark, config.workers) as workers:
         while True:

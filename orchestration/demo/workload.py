@@ -1,8 +1,7 @@
 """The demo's workload: keyed JSON orders in waves over three priorities, optionally with poison records.
 
-A large low-priority backlog is there before draining starts, a steady middle priority
-arrives in equal waves during the first batches, and a late burst of high priority arrives
-once draining is under way (after ``burst_after`` batches). 1,000 records split 60/25/15:
+A large low-priority backlog is there up front, a steady middle priority arrives in equal waves during the first
+batches, and a late high-priority burst after ``burst_after`` batches. 1,000 records split 60/25/15:
 
 >>> w = demo_workload(1000)
 >>> [(x.priority, x.records, x.after_batch) for x in w.waves]
@@ -21,9 +20,8 @@ orders land on one partition and keep their order:
 >>> key, json.loads(value)["order_id"], json.loads(value)["tier"], ts
 ('c-0088', 'o-0000850', 'express', 1700000000000)
 
-``poison`` malformed records (one of each kind in turn: not JSON, not UTF-8, a JSON list, a
-wrong type, a missing required field) go into the low-priority backlog among the good orders,
-evenly spaced and spread over the partitions, so no range holds more than a few of them:
+``poison`` malformed records (each of :data:`POISON_KINDS` in turn) go into the low-priority backlog, evenly
+spaced and spread over the partitions, so no range holds more than a few of them:
 
 >>> w = demo_workload(1000, poison=5)
 >>> w.waves[0].records, w.waves[0].poison, w.waves[0].size, w.total, w.poison
@@ -150,10 +148,7 @@ def demo_record_budget(records: int, batches: int = 8) -> int:
 
 
 def order_records(wave: Wave, *, base_ts_ms: int, seed: int = 7) -> list[tuple[str, str, int]]:
-    """The wave's orders as ``(customer key, JSON value, timestamp_ms)``, deterministic for a seed.
-
-    Timestamps are ``base_ts_ms`` plus one millisecond per order of the wave.
-    """
+    """The wave's orders as ``(customer key, JSON value, timestamp_ms)``, deterministic per seed, 1 ms apart."""
     rnd = random.Random(f"{seed}-{wave.priority}-{wave.first_index}")
     out = []
     for i in range(wave.records):
@@ -176,11 +171,8 @@ def order_records(wave: Wave, *, base_ts_ms: int, seed: int = 7) -> list[tuple[s
 
 
 def poison_value(kind: int, n: int) -> bytes:
-    """A malformed order value of kind ``kind % 5`` (see POISON_KINDS); ``n`` makes it unique.
-
-    Each breaks the demo's schema in its own way, so the dead letters show every error the
-    default JSON handler and the required-field rule give.
-    """
+    """A malformed order value of kind ``kind % 5`` (see POISON_KINDS), unique by ``n``; each breaks the schema its
+    own way, so the dead letters show every error of the JSON handler and required fields."""
     order = f"o-{n:07d}"
     return [
         f"not json: order #{n}".encode(),
@@ -192,11 +184,8 @@ def poison_value(kind: int, n: int) -> bytes:
 
 
 def wave_records(wave: Wave, *, base_ts_ms: int, partitions: int, seed: int = 7) -> list[Record]:
-    """What a wave produces: its orders (partitioned by key) with its poison evenly spaced among them.
-
-    Poison record ``k`` goes to partition ``k % partitions`` (not by key) so the bad records are
-    spread over the partitions; its key is ``poison-<k>``.
-    """
+    """What a wave produces: its orders (partitioned by key) with its poison evenly spaced among them; poison ``k``
+    (key ``poison-<k>``) goes to partition ``k % partitions``, not by key, to spread them."""
     good = [Record(*r) for r in order_records(wave, base_ts_ms=base_ts_ms, seed=seed)]
     if not wave.poison:
         return good

@@ -1,9 +1,7 @@
 """The HTTP endpoint a Prometheus server scrapes: kprio's registry on ``/metrics``, on loopback unless told.
 
-prometheus-client's own server (``start_http_server``, a WSGI server in a daemon thread) serves it; this
-module binds it where asked, turns a port in use or an address not of this host into kprio's one-line
-errors, and stops it cleanly (the listening socket closed, the thread joined), so a process that stops
-its endpoint can start another on the same port at once.
+prometheus-client's ``start_http_server`` serves it; this module makes its failures kprio's one-line errors and
+stops it cleanly (socket closed, thread joined), so another endpoint can start on the same port at once.
 
 >>> from prometheus_client import CollectorRegistry
 >>> with serve_metrics(CollectorRegistry(), port=0) as endpoint:
@@ -58,11 +56,8 @@ class MetricsEndpoint:
 
 def serve_metrics(registry: CollectorRegistry, port: int, addr: str = LOOPBACK,
                   where: str = "--metrics-port") -> MetricsEndpoint:
-    """Serve ``registry`` on ``addr:port`` (port 0: any free one, read it from the answer).
-
-    Raises :class:`MetricsPortInUse` when the port is taken, :class:`MetricsListenFailed` when the address
-    is none of this host's, the port is out of range or not permitted. ``where`` names the setting.
-    """
+    """Serve ``registry`` on ``addr:port`` (0: any free port); :class:`MetricsPortInUse` when the port is taken, else
+    :class:`MetricsListenFailed` (a foreign address, a port out of range or not permitted), naming ``where``."""
     if not 0 <= port <= 65535:
         raise MetricsListenFailed(f"the metrics port must be 0..65535, got {port}", where=where)
     try:

@@ -24,8 +24,7 @@ class MetricsPortInUse(KprioError):
 
 
 class MetricsListenFailed(KprioError):
-    """The metrics endpoint cannot listen where asked: an address not of this host, a port out of range or
-    not permitted."""
+    """The metrics endpoint cannot listen where asked: a foreign address, a port out of range or not permitted."""
 
     code = "metrics_listen_failed"
 
@@ -37,8 +36,7 @@ class LineageConfigInvalid(KprioError):
 
 
 class LineageEmitFailed(KprioError):
-    """A lineage event could not be delivered (its server did not answer, refused it, or its file cannot be
-    written). It never fails a batch: the batch is committed before its event is sent."""
+    """A lineage event was not delivered; it never fails a batch, which is committed before its event is sent."""
 
     code = "lineage_emit_failed"
     transient = True

@@ -1,26 +1,13 @@
-"""What feeds kprio's metrics while ``kprio drain`` runs: the present from the broker and the ledger, events from the loop.
+"""What feeds kprio's metrics while ``kprio drain`` runs: the present from broker and ledger, events from the loop.
 
-A :class:`MetricsFeed` runs in a thread of its own, with its own Kafka edge and ledger connection (it never
-shares the loop's clients, and a slow broker slows only the metrics). Every ``interval_s`` it takes each
-logical topic's lag snapshot with the oldest pending records' ages, reads the ledger's holds, batches in
-flight and commits, judges the lag verdict and the freshness objectives (:mod:`orchestration.observe.judging`,
-with the earlier snapshots it kept as the window), and sets the gauges.
+A :class:`MetricsFeed` runs in a thread of its own with its own Kafka edge and ledger (a slow broker slows only the
+metrics): every ``interval_s`` it snapshots and judges each topic (:mod:`orchestration.observe.judging`) into the
+gauges. The loop calls :meth:`~MetricsFeed.on_tick` and :meth:`~MetricsFeed.on_batch` and never waits for it; a run
+that ended is counted once, in the feed's thread, with one bounded broker read for its produce-to-commit latency.
 
-The loop tells it two things, from its own threads, and never waits for it:
-
-- :meth:`MetricsFeed.on_tick`: a tick took this long and recorded these batches (the ``plan`` phase);
-- :meth:`MetricsFeed.on_batch`: a run of this process ended (its batch's outcome, counted once). The feed
-  then reads, in its thread, the batch from the ledger (records, bytes and dead letters per priority), the
-  seconds of its other phases from the run's materializations (``drain_s``, ``check_s``, ``publish_s``,
-  ``commit_s``), and, for a committed batch, the timestamp of each range's first record (one bounded read
-  of the broker) for the produce-to-commit latency.
-
-Counters count what this process's runs did (two ``kprio drain`` on one config each count their own:
-Prometheus sums them); gauges describe the topic as a whole, alike in every process.
-
-``kprio metrics`` (an exporter beside the Dagster daemon or Airflow, which drain in processes of their
-own) runs a feed with ``count_ledger``: it counts every batch the ledger shows committed or failed since the
-feed started, whoever ran it (phases and lineage outcomes are then not known).
+Counters count this process's runs (two ``kprio drain`` each count their own: Prometheus sums them); gauges describe
+the topic as a whole. With ``count_ledger`` (``kprio metrics``) it counts every batch the ledger shows ended since it
+started, whoever ran it (phases and lineage outcomes then unknown).
 """
 
 from __future__ import annotations
@@ -64,8 +51,6 @@ class MetricsFeed:
         self.refreshed = threading.Event()
         """Set after each refresh (tests and the first scrape wait on it)."""
 
-    # -------------------------------------------------------------------------- what the loop calls
-
     def on_tick(self, turn: Any, seconds: float) -> None:
         """A tick of the loop took ``seconds``; the batches it recorded were planned in that time."""
         from orchestration.runtime.tags import TOPIC_TAG
@@ -79,8 +64,6 @@ class MetricsFeed:
         """A run of this process ended (a :class:`~orchestration.dagster.drain_loop.BatchOutcome`)."""
         if outcome.own:
             self._events.put(outcome)
-
-    # -------------------------------------------------------------------------- the thread
 
     def start(self) -> MetricsFeed:
         self._thread = threading.Thread(target=self._run, name="kprio-metrics", daemon=True)
@@ -141,8 +124,6 @@ class MetricsFeed:
             return
         self._said = None
 
-    # -------------------------------------------------------------------------- the present
-
     def refresh(self, edge: Any, ledger: Any, now_s: float) -> None:
         """Take every topic's snapshot and set the gauges (backlog, age, holds, in flight, verdicts, freshness)."""
         now_ms = int(now_s * 1000)
@@ -160,8 +141,6 @@ class MetricsFeed:
             m.set_runs_in_flight(topic.name, len(ledger.batches.in_flight(topic.name)) if ledger is not None else 0)
             m.set_verdicts(topic.name, judged.verdicts)
             m.set_freshness(topic.name, judged.freshness)
-
-    # -------------------------------------------------------------------------- the runs that ended
 
     def _count_runs(self, edge: Any, ledger: Any) -> None:
         while True:

@@ -1,15 +1,9 @@
 """The lag verdict and the freshness objectives of a logical topic, from its lag snapshot and its ledger.
 
-The rules are pure code (:mod:`kprio_core.verdict`, :mod:`kprio_core.freshness`); this module gathers
-their inputs the same way for every driver that shows them (``kprio lag``, the metrics of ``kprio drain
---follow``, the Dagster asset checks, the Airflow task): a window of observations per partition made of
-the ledger's commit samples (each partition's newest ``verdict.intervals`` commits, each with the log end
-seen right after it: Burrow's ring) and lag snapshots (the present, and, for a long-running process, the
-earlier ones it kept for ``verdict.window_s``), why kprio holds a partition (a failed batch, offsets lost
-to retention, a change of the log waiting for a person), and the facts a freshness breach's likely cause
-is told from.
-
-The settings are read once: ``verdict.*`` make the policy, ``slo.*`` the objectives.
+The rules are pure code (:mod:`kprio_core.verdict`, :mod:`kprio_core.freshness`); this gathers their inputs alike
+for every driver: per partition, the ledger's newest ``verdict.intervals`` commits (each with the log end seen right
+after it: Burrow's ring) and lag snapshots (the present, and those kept for ``verdict.window_s``); the holds; the facts
+a breach's likely cause is told from. ``verdict.*`` make the policy, ``slo.*`` the objectives.
 
 >>> from kprio_core.config import KprioConfig
 >>> cfg = KprioConfig.model_validate({"slo": {"max_age_s": {2: 10, 0: 600}}, "verdict": {"expected_commit_s": 20}})
@@ -134,10 +128,8 @@ def last_commits(topic: TopicSettings, commits: Mapping[TopicPartitionKey, Seque
 
 def windows_of(present: Mapping[TopicPartitionKey, tuple[Priority, Observation]],
                *histories: Mapping[TopicPartitionKey, Sequence[Observation]]) -> list[PartitionWindow]:
-    """One window per partition of the present snapshot: its earlier observations from ``histories``, then now.
-
-    A partition the present does not list (a deleted topic) is left out: the verdict judges what drains.
-    """
+    """One window per partition of the present snapshot: its earlier observations from ``histories``, then now (one
+    the present does not list, a deleted topic's, is left out: the verdict judges what drains)."""
     out = []
     for tp, (priority, now) in sorted(present.items()):
         seen = [o for h in histories for o in h.get(tp, ()) if o.at_s <= now.at_s]
@@ -170,10 +162,8 @@ def oldest_age_s(snapshot: LagSnapshot, priority: Priority, now_s: float) -> flo
 def judge_topic(config: KprioConfig, topic: TopicSettings, snapshot: LagSnapshot, ledger: Ledger | None, *,
                 now_s: float, history: Mapping[TopicPartitionKey, Sequence[Observation]] | None = None
                 ) -> TopicJudgement:
-    """The verdicts and freshness outcomes of ``topic`` at ``now_s`` (the snapshot is the present).
-
-    ``history``: earlier looks a long-running caller kept (:func:`remember`; the ledger's commits are read here).
-    """
+    """The verdicts and freshness outcomes of ``topic`` at ``now_s`` (the snapshot is the present); ``history``:
+    earlier looks a long-running caller kept (:func:`remember`; the ledger's commits are read here)."""
     held = held_partitions(config, topic, snapshot, ledger)
     present = snapshot_observations(snapshot, held, now_s)
     commits = commit_observations(ledger, topic, config.verdict.intervals) if ledger is not None else {}

@@ -1,23 +1,17 @@
 """OpenLineage: one run event per committed batch, through openlineage-python's configured transport (off by default).
 
-With ``lineage.enabled``, the run that commits a batch (any driver: ``kprio drain``, the Dagster daemon's
-runs, Airflow's commit task) emits a ``COMPLETE`` run event once the ledger marked it committed:
+With ``lineage.enabled``, the run that commits a batch (any driver) emits a ``COMPLETE`` run event once the ledger
+marked it committed:
 
-- **job**: ``<lineage.namespace>`` / ``<topic>.drain`` (a ``jobType`` facet: BATCH, KPRIO, DRAIN);
-- **run**: a UUID derived from the ledger, the batch and its attempt (a batch's event is the same run
-  whoever sends it), with the ``kprio_batch`` facet (batch id, attempt, logical topic);
-- **inputs**: each priority topic the batch read, named as OpenLineage names Kafka topics (namespace
-  ``kafka://<first bootstrap server>``), with the ``kprio_offsetRanges`` input facet: the priority and
-  the half-open offset ranges per partition;
-- **outputs**: the output directory or table of the topic (``file`` namespace for a local path, the
-  scheme and bucket for an object store) with ``outputStatistics`` (rows, bytes) and the checks' results
-  as ``dataQualityAssertions``; the dead-letter directory with its row count.
+- **job**: ``<lineage.namespace>`` / ``<topic>.drain``, with a ``jobType`` facet (BATCH, KPRIO, DRAIN);
+- **run**: a UUID of the ledger, the batch and its attempt (the same run whoever sends it), the ``kprio_batch`` facet;
+- **inputs**: each priority topic read (namespace ``kafka://<first bootstrap server>``), with the
+  ``kprio_offsetRanges`` facet: the priority and the half-open offset ranges per partition;
+- **outputs**: the topic's output (``file`` namespace for a local path, scheme and bucket for an object store) with
+  ``outputStatistics`` and the checks as ``dataQualityAssertions``; the dead letters with their row count.
 
-The transport is openlineage-python's: ``lineage.transport`` as its ``transport`` settings, or, empty,
-its own configuration (``OPENLINEAGE_CONFIG``, ``openlineage.yml``, ``OPENLINEAGE__TRANSPORT__*``). A
-failed emit never fails the batch (it is committed already): the run logs one line and goes on.
-
-kprio's own facets have JSON schemas beside this module (``schemas/``); their ``_schemaURL`` names them.
+``lineage.transport``: openlineage-python's ``transport`` settings (empty: its own configuration). A failed emit
+never fails the batch (committed already): the run logs one line and goes on. Facet schemas: ``schemas/``.
 
 >>> dataset_of("./kprio-data/output", "orders")[0], dataset_of("s3://lake/kprio/out", "orders")
 ('file', ('s3://lake', 'kprio/out/orders'))
@@ -165,10 +159,8 @@ def client_of(config: KprioConfig) -> Any:
 
 
 def emit_committed(config: KprioConfig, topic: TopicSettings, batch: Any, ledger_id: str) -> bool:
-    """Emit a committed batch's run event when ``lineage.enabled``; False when lineage is off.
-
-    Raises :class:`LineageEmitFailed` (or :class:`LineageConfigInvalid`) with one line when it cannot.
-    """
+    """Emit a committed batch's run event when ``lineage.enabled`` (False: off); when it cannot,
+    :class:`LineageEmitFailed` (or :class:`LineageConfigInvalid`)."""
     settings = config.lineage
     if not settings.enabled:
         return False

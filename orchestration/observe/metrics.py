@@ -1,52 +1,31 @@
 """kprio's Prometheus metrics: one registry, named by Prometheus' conventions, updated from plain values.
 
-Every name starts with ``kprio_``, is in base units (seconds, bytes, records), and counters end in
-``_total``. Labels are bounded: ``topic`` (the logical topic, as ``topics[].name``), ``priority``,
-``partition``, ``outcome``, ``phase``, ``reason``, ``state``, ``status``; never a batch id, a run id or an
-offset. What each means, as a scraper sees it:
+Names start with ``kprio_``, in base units (seconds, bytes, records); counters end in ``_total``. Labels are bounded
+(``topic`` is the logical topic; never a batch id, run id or offset). In full: docs/operations.md, "Monitoring".
 
-==========================================  =========  ==================================  =================================
-name                                        type       labels                              what (unit)
-==========================================  =========  ==================================  =================================
-kprio_backlog_records                       gauge      topic, priority, partition          readable backlog: records from the
-                                                                                           committed offset to the last
-                                                                                           stable offset (records)
-kprio_oldest_pending_age_seconds            gauge      topic, priority, partition          age of the oldest pending record,
-                                                                                           0 when nothing is pending (s)
-kprio_log_end_offset                        gauge      topic, priority, partition          where a read ends (last stable
-                                                                                           offset, else high watermark)
-kprio_committed_offset                      gauge      topic, priority, partition          the priority group's committed
-                                                                                           offset (absent: never committed)
-kprio_records_drained_total                 counter    topic, priority                     records of committed batches,
-                                                                                           output and dead letters
-kprio_bytes_drained_total                   counter    topic, priority                     key + value bytes of them (bytes)
-kprio_dead_letters_total                    counter    topic, priority                     records sent to the dead letters
-kprio_batches_total                         counter    topic, outcome                      batches that ended: committed,
-                                                                                           failed, superseded
-kprio_batch_phase_duration_seconds          histogram  topic, phase                        one batch's phase: plan, drain,
-                                                                                           checks, publish, commit (s)
-kprio_produce_to_commit_latency_seconds     histogram  topic, priority                     from a batch's oldest record's
-                                                                                           timestamp to its commit (s)
-kprio_last_commit_timestamp_seconds         gauge      topic, priority                     when the priority last committed
-                                                                                           (Unix time, s)
-kprio_partitions_held                       gauge      topic, priority, reason             held partitions: failed_batch,
-                                                                                           retries_exhausted,
-                                                                                           lost_to_retention, log_change
-kprio_runs_in_flight                        gauge      topic                               batches being drained now
-kprio_lag_verdict                           gauge      topic, priority, state              1 for the priority's verdict
-                                                                                           (OK, WARN, REWIND, STALL, ERR,
-                                                                                           STOP), 0 for the other states
-kprio_partition_lag_verdict                 gauge      topic, priority, partition, state   the same per partition
-kprio_freshness_objective_seconds           gauge      topic, priority                     ``slo.max_age_s`` (s)
-kprio_freshness_status                      gauge      topic, priority, status             1 for pass, warn or fail, 0 for
-                                                                                           the others
-kprio_lineage_events_total                  counter    outcome                             lineage events: emitted, failed
-kprio_build_info                            gauge      version                             1, with kprio's version
-==========================================  =========  ==================================  =================================
-
-Alerts read them directly, e.g. the urgent priority late: ``max by (topic, priority)
-(kprio_oldest_pending_age_seconds) > on (topic, priority) kprio_freshness_objective_seconds``; a drain that
-stopped: ``kprio_lag_verdict{state="STOP"} == 1``.
+=======================================  =========  =================================  ================================
+name                                     type       labels                             what (unit)
+=======================================  =========  =================================  ================================
+kprio_backlog_records                    gauge      topic, priority, partition         committed offset to last stable
+kprio_oldest_pending_age_seconds         gauge      topic, priority, partition         0 when nothing is pending (s)
+kprio_log_end_offset                     gauge      topic, priority, partition         last stable offset, else HW
+kprio_committed_offset                   gauge      topic, priority, partition         absent: never committed
+kprio_records_drained_total              counter    topic, priority                    output and dead letters
+kprio_bytes_drained_total                counter    topic, priority                    key + value bytes of them
+kprio_dead_letters_total                 counter    topic, priority                    records sent to dead letters
+kprio_batches_total                      counter    topic, outcome                     committed, failed, superseded
+kprio_batch_phase_duration_seconds       histogram  topic, phase                       plan/drain/checks/publish/commit
+kprio_produce_to_commit_latency_seconds  histogram  topic, priority                    oldest record's time to commit
+kprio_last_commit_timestamp_seconds      gauge      topic, priority                    Unix time (s)
+kprio_partitions_held                    gauge      topic, priority, reason            by :class:`HoldReason`
+kprio_runs_in_flight                     gauge      topic                              batches being drained now
+kprio_lag_verdict                        gauge      topic, priority, state             1 for the verdict, 0 others
+kprio_partition_lag_verdict              gauge      topic, priority, partition, state  the same per partition
+kprio_freshness_objective_seconds        gauge      topic, priority                    ``slo.max_age_s`` (s)
+kprio_freshness_status                   gauge      topic, priority, status            1 for pass/warn/fail, 0 others
+kprio_lineage_events_total               counter    outcome                            emitted, failed
+kprio_build_info                         gauge      version                            1, with kprio's version
+=======================================  =========  =================================  ================================
 
 A snapshot with 120 records waiting on orders-2[0], the oldest 4.5 s old:
 
@@ -145,11 +124,8 @@ def backlog_of(snapshot: object, now_ms: int) -> list[PartitionBacklog]:
 
 
 class KprioMetrics:
-    """kprio's metrics in their own :class:`CollectorRegistry` (never the process-wide one): the table above.
-
-    Every method is safe from any thread. Series that describe the present (backlog, holds, verdicts) are
-    replaced per topic by each update: a partition or a reason that went away leaves no stale series.
-    """
+    """The table above, in a :class:`CollectorRegistry` of its own (never the process-wide one); thread-safe. Series
+    of the present (backlog, holds, verdicts) are replaced per topic by each update: none goes stale."""
 
     def __init__(self, version: str | None = None, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -198,8 +174,6 @@ class KprioMetrics:
                                ("outcome",), registry=r)
         info = Gauge("kprio_build_info", "1, with the version of kprio.", ("version",), registry=r)
         info.labels(version or "unknown").set(1)
-
-    # ------------------------------------------------------------------------------- the present, replaced
 
     def set_backlog(self, topic: str, parts: Iterable[PartitionBacklog]) -> None:
         """A topic's partitions now: backlog, oldest age (0 when nothing waits), log end, committed offset."""
@@ -253,19 +227,15 @@ class KprioMetrics:
                 for status in Freshness:
                     self.freshness.labels(topic, str(r.priority), status.value).set(1 if status is r.status else 0)
 
-    # ------------------------------------------------------------------------------- events, counted
-
     def record_drained(self, topic: str, priority: Priority, *, records: int, size: int, dead_letters: int) -> None:
-        """A committed batch's records of one priority (output and dead letters), their ``size`` in bytes, the dead
-        letters among them."""
+        """A committed batch's records of one priority (output and dead letters), their bytes, the dead letters."""
         labels = (topic, str(priority))
         self.records.labels(*labels).inc(records)
         self.bytes.labels(*labels).inc(size)
         self.dead_letters.labels(*labels).inc(dead_letters)
 
     def record_batch(self, topic: str, outcome: Outcome, phases: Mapping[str | Phase, float] | None = None) -> None:
-        """A batch ended: its outcome, and the seconds of each phase it went through (``Timings.steps`` as is:
-        steps that are no phase, and negative times, are left out)."""
+        """A batch ended: its outcome, and each phase's seconds (``Timings.steps``; non-phases, negatives dropped)."""
         self.batches.labels(topic, outcome.value).inc()
         for step, seconds in (phases or {}).items():
             phase = step if isinstance(step, Phase) else Phase.of_step(step)
@@ -288,8 +258,6 @@ class KprioMetrics:
     def record_lineage(self, outcome: LineageOutcome) -> None:
         self.lineage.labels(outcome.value).inc()
 
-    # ------------------------------------------------------------------------------- reading
-
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format, as the endpoint serves it."""
         return generate_latest(self.registry)
@@ -297,8 +265,6 @@ class KprioMetrics:
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's value (None: no such series): for tests, the Dagster metadata and ``kprio lag``."""
         return self.registry.get_sample_value(name, labels)
-
-    # ------------------------------------------------------------------------------- bookkeeping
 
     def _set_or_drop(self, gauge: Gauge, labels: tuple[str, ...], value: float | None) -> None:
         if value is None:

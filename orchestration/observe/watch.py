@@ -1,11 +1,8 @@
 """``kprio lag --watch``: the per-priority backlog, age, verdict and freshness, redrawn in the terminal (rich Live).
 
-A picture for a person without a metrics stack: one row per priority of each topic, most urgent first,
-with the reason of a verdict other than OK and the objective's outcome, redrawn every interval from a
-fresh lag snapshot. The verdict's window grows with every redraw (the snapshots seen so far and the
-ledger's commits), so a drain that stops turns STOP on screen once it has been stuck long enough. The cells
-(an age, a verdict in its colour, a freshness outcome) read the same in ``kprio lag``'s table, which imports them
-from here.
+For a person without a metrics stack: one row per priority, most urgent first, redrawn from a fresh lag snapshot.
+The verdict's window grows with every redraw, so a drain that stops turns STOP on screen once stuck long enough.
+``kprio lag``'s table imports its cells (an age, a verdict in its colour, a freshness outcome) from here.
 
 >>> doc = {"topic": "orders", "priorities": {"2": {"backlog": 40, "oldest_age_s": 95.0,
 ...        "verdict": {"state": "STOP", "reason": "orders-2[0]: 40 records waiting, no commit for 200 s"},

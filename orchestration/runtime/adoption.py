@@ -1,28 +1,20 @@
 """The start-up check of a fresh ledger: adopt what an earlier life left (a lost or replaced ledger).
 
-An ephemeral container restarts, the ledger file and the Dagster home are gone, the broker and
-the output kept their data. Before the first plan of a fresh ledger:
+An ephemeral container restarted (ledger and Dagster home gone, broker and output kept). Before a fresh ledger's
+first plan:
 
-- batch ids continue after the highest id the orchestrator (Dagster's partitions) or the output files know, so a
-  new batch never reuses an id (a Dagster partition, a run key, a ``batch_id`` in the output);
-- the output is evidence of commits, and nothing in it is deleted. Per priority partition, from where
-  the group stands (its committed offset; when it has none, Kafka expired it after
-  ``offsets.retention.minutes``, the earliest of the log's start and the output's first offset) the
-  published ranges that follow on without a hole are the earlier life's drained, checked and
-  published records (:func:`adopted_end`): the group is committed to their end, and the new ledger
-  plans from there. Their records are in the output once, and are never drained again, even those
-  retention has taken from Kafka since; what retention took beyond them is a gap the tick reports
-  (``drain.allow_data_loss`` records it). Output beyond a hole stays too: the batches that drain the
-  hole replace it, as every publish replaces the rows of its own ranges and no others;
-- the output's incarnation: a partition whose output names a later incarnation (a recreated topic a
-  person reset) is drained on as that incarnation, so its new files never collide with an earlier log's.
+- batch ids continue after the highest id the orchestrator's partitions or the output files know, so a new batch
+  never reuses an id (a Dagster partition, a run key, a ``batch_id`` in the output);
+- the output is evidence of commits, and nothing in it is deleted. Per priority partition, the published ranges
+  that follow on without a hole from where the group stands (:func:`adopted_end`) are committed to their end and
+  the new ledger plans from there: never drained again, even if retention took them since; what retention took
+  beyond them is a gap the tick reports (``drain.allow_data_loss``). Output beyond a hole stays: the batches that
+  drain the hole replace it, as a publish replaces only its own ranges' rows;
+- a partition whose output names a later incarnation (a recreated topic a person reset) is drained on as that
+  incarnation, so its new files never collide with an earlier log's.
 
-What the output holds is read in its format (:mod:`spark_jobs.tables`): the Parquet files'
-names and footers, or a Delta table's log (the files its current version holds, and every batch
-its commits name).
-
-Everything it did is recorded (``ledger.mark_adopted``) and logged, its gist in one line a driver shows a person
-(:func:`adoption_line`: ``kprio drain`` on its terminal); an adopted ledger is not fresh any more, so this runs once.
+The output is read in its format (:mod:`spark_jobs.tables`). Everything done is recorded (``ledger.mark_adopted``)
+and logged (:func:`adoption_line` for a person); an adopted ledger is not fresh any more, so this runs once.
 """
 
 from __future__ import annotations
@@ -41,8 +33,7 @@ from orchestration.runtime.ports import Edge, LedgerPort
 
 LOGGER = logging.getLogger("kprio.adoption")
 ADOPTED = "kprio_adopted"
-"""The attribute of :data:`LOGGER`'s record of an adoption that changed something: its line for a person
-(:func:`adoption_line`; ``kprio drain`` prints it, :mod:`orchestration.cli.drain`)."""
+"""The attribute of :data:`LOGGER`'s record of an adoption that changed something: its :func:`adoption_line`."""
 _WAITING: set[str] = set()
 """Ledgers whose adoption already said it waits for the broker."""
 
@@ -57,9 +48,8 @@ def known_batch_number(known: Iterable[str], published: Iterable[str]) -> int:
 
 
 def adoption_line(number: int, moved: Mapping[str, int], incarnations: int) -> str | None:
-    """What an adoption did, in one line for a person: where batch ids go on, how many partitions' consumer groups
-    it moved to the end of the output an earlier ledger published, by priority topic (every move is in the log);
-    None when it changed nothing a person acts on.
+    """What an adoption did, in one line for a person (ids, groups moved per priority topic, incarnations); None
+    when it changed nothing a person acts on.
 
     >>> adoption_line(12, {"orders-2": 1, "orders-0": 3}, 0)
     'a new ledger took over what an earlier one drained here: batch ids go on after b-000012; the consumer groups \
@@ -83,8 +73,8 @@ def adopted_end(committed: int | None, log_start: int, published: Sequence[Offse
     """Where the group should stand after a lost ledger: the end of the published ranges that follow on,
     without a hole, from where it stands now; None when the output adds nothing to the group's offset.
 
-    ``committed``: the group's offset (None: it has none, Kafka expired it); ``log_start``: the log's
-    first offset; ``published``: the output's ranges of the partition (one incarnation, both roots).
+    ``committed``: the group's offset (None: Kafka expired it; then from the earlier of ``log_start`` and the
+    output's first offset); ``published``: the output's ranges of the partition (one incarnation, both roots).
 
     >>> R = lambda s, e: OffsetRange("o-0", 0, s, e)
     >>> adopted_end(None, 600, [R(0, 300), R(300, 529)])  # expired, and retention took the records since
@@ -112,8 +102,7 @@ def adopted_end(committed: int | None, log_start: int, published: Sequence[Offse
 
 def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config: KprioConfig,
                    *, log=None) -> str | None:
-    """Adopt an earlier life's ids, committed offsets, output and incarnations into a fresh ledger; what was
-    done, or None (see the module docstring)."""
+    """Adopt an earlier life's ids, offsets, output and incarnations into a fresh ledger; what was done, or None."""
     if not ledger.is_fresh():
         return None
     from spark_jobs import tables
@@ -156,8 +145,7 @@ def ensure_adopted(known: Iterable[str], ledger: LedgerPort, edge: Edge, config:
 
 
 def _snapshots_or_wait(ledger: LedgerPort, edge: Edge, config: KprioConfig, log) -> dict | None:  # noqa: ANN001
-    """Every topic's lag snapshot; None while the broker cannot answer (said once per ledger: every tick would
-    repeat it)."""
+    """Every topic's lag snapshot; None while the broker cannot answer (said once per ledger, not every tick)."""
     try:
         return {topic.name: edge.snapshot(topic, now_ms=int(time.time() * 1000)) for topic in config.topics}
     except KprioError as err:
@@ -169,12 +157,8 @@ def _snapshots_or_wait(ledger: LedgerPort, edge: Edge, config: KprioConfig, log)
 
 def _partitions_adopted(snapshot, files: Sequence, adopted: list[str], moved: list[tuple],  # noqa: ANN001
                         incarnations: list[str]) -> tuple[list[Belief], dict, dict]:
-    """What adopting one topic's partitions takes: (the beliefs to remember, the group's offsets to move forward,
-    what they were). The note's lines go to ``adopted``, ``moved`` and ``incarnations``.
-
-    Only the output of a partition's latest incarnation counts: an earlier log's offsets (a recreated topic) are not
-    this one's.
-    """
+    """(beliefs to remember, group offsets to move forward, what they were) for one topic; the note's lines go to
+    ``adopted``, ``moved`` and ``incarnations``; only the latest incarnation's output counts (a recreated topic)."""
     beliefs, moves, was = [], {}, {}
     for p in snapshot.partitions:
         mine = [f for f in files if (f.topic, f.partition) == (p.topic, p.partition)]
@@ -196,8 +180,7 @@ def _partitions_adopted(snapshot, files: Sequence, adopted: list[str], moved: li
 
 
 def _tell(log, said: str, line: str | None) -> None:  # noqa: ANN001 - a logger, Dagster's or the standard one
-    """Log what an adoption did; the record of kprio's own logger (``kprio drain``'s) carries its line for a person
-    (:data:`ADOPTED`)."""
+    """Log what an adoption did; kprio's own logger's record carries its line for a person (:data:`ADOPTED`)."""
     if log is LOGGER:
         log.warning(said, extra={ADOPTED: line})
     else:

@@ -1,26 +1,20 @@
 """One run of one batch, free of any orchestrator: take, drain, isolate, check, publish, commit, later batches.
 
-:class:`BatchRun` executes the run's state machine (:mod:`kprio_core.lifecycle.run_machine`, where each stage
-and the order are said): each stage is one step, a method here doing its I/O (ledger calls, Spark, Great
-Expectations, Kafka) and asking the stage's rule, and :func:`~kprio_core.lifecycle.run_machine.next_stage`
-says what follows. It reports what happened as typed events (:class:`~.batch_metadata.Checked`, ``Drained``,
-``Committed``) that a driver turns into its own (the Dagster adapter: ``orchestration.dagster.batch_asset``).
+:class:`BatchRun` executes the run's state machine (:mod:`kprio_core.lifecycle.run_machine`): each stage is a
+method doing its I/O and asking its rule; typed events (:class:`~.batch_metadata.Checked`, ...) go to the driver.
 
-The take asks :func:`~kprio_core.lifecycle.run.decide_run` what this run is for and does it (retry, take
-over, re-drain, go on as is), waiting as it says and asking again after each wait; then it claims the
-batch's lease and keeps it renewed (:class:`~orchestration.runtime.leases.Heartbeat`). The lease's token
-(owner, attempt, epoch) fences every ledger move, the publish and the Kafka commit that follow, with no
-lock held: the ledger refuses a stale token, a Delta table a stale epoch, Kafka a writer of the group that
-a newer one fenced; once another run holds the batch this one stops having written nothing more.
+The take asks :func:`~kprio_core.lifecycle.run.decide_run` what this run is for (retry, take over, re-drain, go
+on), waiting and asking again as it says; then it claims the batch's lease and keeps it renewed
+(:class:`~orchestration.runtime.leases.Heartbeat`). The lease's token (owner, attempt, epoch) fences every ledger
+move, the publish and the Kafka commit, with no lock held: the ledger refuses a stale token, a Delta table a stale
+epoch, Kafka a fenced writer; once another run holds the batch this one stops, having written nothing more.
 
-Any failure marks the batch failed (unless it moved on: :func:`~kprio_core.lifecycle.run.marks_failed`)
-with one line naming the topic, partitions and offsets, and the cause, then raises ``RunFailed``; whether
-it passes by itself is its type's verdict (the executors' typed records, :func:`kprio_core.errors.is_transient`),
-combined by the outcome rules (:func:`~kprio_core.lifecycle.outcome.passes_by_itself`,
-:func:`~kprio_core.lifecycle.outcome.run_failure_passes`). A drain that died as a whole is split first
-(:func:`~kprio_core.lifecycle.run.isolating_split`), so the cause is narrowed down attempt by attempt. An
-interrupted run (SIGTERM, a terminated run) releases the lease and leaves the batch where it was, for the
-next run to resume.
+Any failure marks the batch failed (unless it moved on: :func:`~kprio_core.lifecycle.run.marks_failed`) with one
+line naming topic, partitions, offsets and cause, then raises ``RunFailed``; whether it passes by itself is its
+type's verdict (:func:`kprio_core.errors.is_transient`) combined by :mod:`kprio_core.lifecycle.outcome`. A drain
+that died as a whole is split first (:func:`~kprio_core.lifecycle.run.isolating_split`), narrowing the cause
+attempt by attempt. An interrupted run (SIGTERM, a terminated run) releases the lease and leaves the batch where
+it was, for the next run.
 """
 
 from __future__ import annotations
@@ -98,8 +92,7 @@ LINEAGE_KEY = "lineage"
 
 @dataclass
 class _Work:
-    """What the stages of one run hand on: the batch as drained, its topic, the lease's heartbeat, the drain's
-    result and what of it was kept, split off and checked."""
+    """What one run's stages hand on: batch, topic, heartbeat, drain result, and what was kept, split off, checked."""
 
     batch: Batch
     topic: TopicSettings
@@ -118,8 +111,7 @@ class BatchRun:
     def __init__(self, *, batch_id: str, intent: Intent, run_id: str, ledger: LedgerPort,
                  config: KprioConfig, spark: Callable[[], SparkSession], edge: Callable[[], Edge],
                  owner_dead: Callable[[str], bool], add_batch: Callable[[str], None], log: Log) -> None:
-        """``spark`` and ``edge`` give the Spark session and the Kafka edge when first needed; ``owner_dead``
-        tells a lease owner known gone; ``add_batch`` makes a batch split off known to the driver."""
+        """``spark``, ``edge``: getters called on first need; ``add_batch`` tells the driver of a split-off batch."""
         self.batch_id, self.intent, self.run_id = batch_id, intent, run_id
         self.ledger, self.config = ledger, config
         self.spark, self.edge, self.owner_dead, self.add_batch, self.log = spark, edge, owner_dead, add_batch, log
@@ -131,12 +123,8 @@ class BatchRun:
     # -- the whole run ---------------------------------------------------------------------------
 
     def events(self, *, commit: bool = True) -> Iterator[Event]:
-        """Carry the run out; RunFailed (or the unexpected error itself) when it fails.
-
-        ``commit=False`` stops once the batch is published (checked): a driver that runs the commit
-        as a step of its own (an Airflow task) starts another run of the batch for it, which finds
-        only the commit left (:func:`~kprio_core.lifecycle.run.work_left`).
-        """
+        """Carry the run out; RunFailed (or the unexpected error itself) when it fails; ``commit=False`` stops once
+        the batch is published (a driver committing in a step of its own starts another run, which finds only that)."""
         if commit or work_left(self.ledger.batches.get(self.batch_id).state) is Work.DRAIN:
             warm_up()  # Great Expectations' import overlaps the drain
         taken = self.take()
@@ -218,8 +206,7 @@ class BatchRun:
     # -- take the batch --------------------------------------------------------------------------
 
     def take(self) -> Batch | NothingToDo:
-        """The batch, moved to the attempt this run works on and leased to it, or why there is nothing to do: the
-        take stage, carried out until the machine leaves it."""
+        """The take stage until the machine leaves it: the batch, moved to this run's attempt and leased, or why not."""
         started = time.monotonic()
         said: set[str] = set()
         waited_on: str | None = None
@@ -330,8 +317,7 @@ class BatchRun:
         return found
 
     def _check(self, work: _Work, found: GoOn | Recheck, *, again: bool) -> Iterator[Event]:
-        """The blocking checks on the ranges kept; :func:`after_checks` says what follows (publish, split off and
-        check again once, or fail whole: the staged files are discarded)."""
+        """The blocking checks on the kept ranges; :func:`after_checks` says what follows (failing whole discards)."""
         started, keep = time.monotonic(), set(found.kept)
         work.kept = [s for s in (work.kept if again else work.result.ranges) if s.failure is None and s.range in keep]
         report = work.report = check_batch(work.kept, quality=self.config.quality,
@@ -356,8 +342,7 @@ class BatchRun:
         work.heartbeat.check()
         crash_point("before-publish", work.batch.logical_topic)
         started = time.monotonic()
-        # No lock is held across the publish: the ledger says whether this run still holds the batch, and the
-        # output refuses a stale owner itself (a Delta table by the epoch it holds as the batch's transaction).
+        # No lock across the publish: the ledger, and the output itself (a Delta table's epoch), refuse a stale owner.
         self.ledger.leases.check(self.batch_id, self.token, "the publish")
         published = tables.publish(self.config.drain, work.result, ranges=[s.range for s in work.kept],
                                    incarnations=work.batch.plan.incarnations, checks=work.report,
@@ -384,8 +369,7 @@ class BatchRun:
         return child.batch_id
 
     def _checks_of(self, batch: Batch) -> Iterator[Event]:
-        """The check results of the batch's published output, when it has some (a run that drains nothing
-        reports these); none yet (another run is on it, or it failed) leaves the optional check outputs out."""
+        """The check results of the batch's published output, if any (a run that drains nothing reports these)."""
         if batch.checks is not None:
             yield Checked(batch.checks)
 
@@ -410,8 +394,7 @@ class BatchRun:
                                 ranges, reason, transient=transient, batch_id=batch.batch_id, token=token))
 
     def _lineage(self, topic: TopicSettings, batch_id: str) -> dict[str, str]:
-        """The committed batch's OpenLineage event, when ``lineage.enabled`` (a failure is logged, never raised:
-        the batch is committed); the metadata that says how it went."""
+        """The committed batch's OpenLineage event if ``lineage.enabled`` (failures logged, not raised); metadata."""
         if not self.config.lineage.enabled:
             return {}
         from orchestration.observe.lineage import emit_committed
@@ -446,11 +429,10 @@ class BatchRun:
     # -- failure and release ---------------------------------------------------------------------
 
     def _isolate(self, err: BaseException, reason: str) -> bool:
-        """The drain failed as a whole: split the batch (:func:`~kprio_core.lifecycle.run.isolating_split`) so
-        each part is retried on its own and the parts whose records are fine commit. True when it split.
+        """The drain failed as a whole: split the batch so each part retries alone and fine parts commit; True if split.
 
-        Neither part is to blame yet, so both are retried as a passing failure would be (without
-        using up ``recovery.max_attempts``); a part that cannot be split further fails as its cause says.
+        Neither part is to blame yet, so both retry as a passing failure would (not using up
+        ``recovery.max_attempts``); a part that cannot be split further fails as its cause says.
         """
         batch = self.ledger.batches.get(self.batch_id)
         if not marks_failed(BatchView.of(batch), self.owner) or not isolates(err, batch.state):

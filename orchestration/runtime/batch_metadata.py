@@ -1,8 +1,7 @@
 """What a run of a batch reports: its events, one-line failure reasons, step timings and the drained batch's numbers.
 
-Plain values any driver shows as it likes; the two that are more than text say so by type
-(:class:`PathText`, :class:`Markdown`, both ``str``), so the Dagster adapter renders them as a
-path and as Markdown.
+Plain values any driver shows as it likes; a path or Markdown says so by type (:class:`PathText`,
+:class:`Markdown`, both ``str``), for the Dagster adapter to render.
 """
 
 from __future__ import annotations
@@ -71,8 +70,7 @@ def per_priority(prefix: str, values: Mapping[int, int]) -> dict[str, int]:
 
 
 def failure_reason(result: DrainResult, ranges: Collection[OffsetRange] | None = None) -> str:
-    """One line for the ranges whose drain failed (of ``ranges`` only, when given): where and why (the first few
-    named, each range once).
+    """One line for the ranges whose drain failed (of ``ranges``, when given): where and why, the first few named.
 
     >>> from kprio_core.model.results import RangeStats
     >>> r = OffsetRange("tx-0", 0, 0, 224)

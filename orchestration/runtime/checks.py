@@ -1,25 +1,21 @@
 """The six blocking checks of a drained batch: Great Expectations on a per-range summary.
 
-The drain counts, for every planned range, what it wrote (:class:`~kprio_core.model.results.RangeStats`:
-output rows, dead letters, distinct offsets, first and last offset, nulls, errors).
-:func:`summary_frame` turns those stats into one pandas row per range, and :func:`check_batch`
-validates that small frame with ONE GX suite, whose expectations are tagged with the name of the
-check they belong to (``meta={"check": name}``):
+The drain counts, per planned range, what it wrote (:class:`~kprio_core.model.results.RangeStats`);
+:func:`summary_frame` makes one pandas row per range and :func:`check_batch` validates that small frame with ONE
+GX suite, each expectation tagged with its check (``meta={"check": name}``):
 
-- ``row_count_matches_plan``: per range, output + dead letters == the records the read found (the
-  planned offsets less recorded losses and less offsets that held no record: transaction markers,
-  aborted and compacted records);
+- ``row_count_matches_plan``: per range, output + dead letters == the records the read found (planned offsets less
+  recorded losses and offsets that held no record: transaction markers, aborted and compacted records);
 - ``offsets_are_unique``: per range, no offset written twice (rows inside == distinct offsets);
 - ``offsets_within_plan``: no row outside the ranges (and first >= start, last < end);
 - ``offsets_are_contiguous``: per range, no offset that held a record missing and none repeated;
 - ``required_fields_present``: per range and required field, no null in the output;
 - ``values_match_schema``: no row with an error in the output, dead letters within the ratio.
 
-GX reports the summary rows that broke an expectation; each such row is a planned range, so a
-failed check names the ranges it failed on (``CheckOutcome.failed_ranges``) and the batch can
-split them off. Rows outside every range (counted by the drain, :mod:`spark_jobs.range_counts`) get
-a row of their own, which names no range. Two planned ranges of 200 records, one with 4 dead
-letters (2 %, quarantined), one with 20 (10 %, over the 5 % limit):
+Each summary row that broke an expectation is a planned range, so a failed check names its ranges
+(``CheckOutcome.failed_ranges``) and the batch can split them off; rows outside every range get a row of their
+own (:mod:`spark_jobs.range_counts`), which names none. Two planned ranges of 200 records, one with 4 dead letters
+(2 %, quarantined), one with 20 (10 %, over the 5 % limit):
 
 >>> from kprio_core.config import QualitySettings
 >>> ok = RangeStats(2, OffsetRange("orders-2", 0, 0, 200), output=196, dead=4, distinct=200, first=0, last=199)
@@ -34,10 +30,8 @@ letters (2 %, quarantined), one with 20 (10 %, over the 5 % limit):
 values_match_schema failed on orders-0[1]@[0,200) (invalid_records=24, quarantined=24, invalid_in_output=0,
 rows_checked=400, max_invalid_ratio=0.05, highest_invalid_ratio=0.1)
 
-GX (``import great_expectations`` takes seconds) is imported on first use; :func:`warm_up`
-imports it in a background thread so a run can overlap that with its Spark drain. What GX and the
-run both import (:data:`SHARED_MODULES`: pandas, pyarrow, pyspark.sql) is imported first, on the
-calling thread (about a second; GX itself takes five).
+GX's import takes about five seconds, so it happens on first use; :func:`warm_up` imports it in a background
+thread, overlapping the Spark drain, after importing :data:`SHARED_MODULES` on the calling thread.
 """
 
 from __future__ import annotations
@@ -53,10 +47,9 @@ SHARED_MODULES = (
     "pyspark.errors", "pyspark.sql", "pyspark.sql.functions", "pyspark.sql.types", "pyspark.sql.readwriter",
     "pyspark.sql.connect.dataframe", "pyspark.sql.connect.session", "pyspark.ml.feature",
 )
-"""Modules GX imports that the run imports too (reads, staging, publish, Spark): imported before the
-warm-up thread starts. Packages with import cycles (pyspark.sql, pyarrow) fail when two threads import
-them at once: ``KeyError: 'pyarrow'`` and "cannot import name 'SQLContext' from partially initialized
-module 'pyspark.sql'" failed daemon runs whose drain imported them while the warm-up imported GX."""
+"""Modules GX and the run both import, imported before the warm-up thread starts: packages with import cycles
+(pyspark.sql, pyarrow) fail when two threads import them at once (``KeyError: 'pyarrow'``, "cannot import name
+'SQLContext' from partially initialized module 'pyspark.sql'" failed daemon runs)."""
 
 from kprio_core.config import QualitySettings
 from kprio_core.model.offsets import OffsetRange
@@ -105,13 +98,10 @@ def summary_frame(
 ) -> pd.DataFrame:
     """One row per range of ``stats`` (row ``i`` is ``stats[i]``) with every number the checks judge.
 
-    Columns: ``range`` (its text; :data:`OUTSIDE_LABEL` for :data:`OUTSIDE_PLAN`), ``priority``,
-    ``start``, ``end`` (empty outside the plan), ``expected`` (records the read found), ``no_record``
-    (offsets that held no record), ``written``
-    (output + dead), ``output``, ``dead``, ``distinct``, ``duplicates``, ``missing``, ``outside``,
-    ``first``, ``last`` (empty when nothing was written), ``invalid_in_output``, ``null_<field>`` per
-    required field (a field the stats do not list counts 0), ``invalid_ratio`` (dead / max(written,
-    ``quality.ratio_floor_records``)) and ``max_invalid_ratio`` (0 when ``quality.invalid`` is block).
+    ``range`` is :data:`OUTSIDE_LABEL` for :data:`OUTSIDE_PLAN` (``start``, ``end`` empty); ``expected``: records the
+    read found; ``no_record``: offsets that held no record; ``written``: output + dead; ``first``, ``last``: empty if
+    nothing was written; ``null_<field>`` per required field (0 if unlisted); ``invalid_ratio``: dead /
+    max(written, ``quality.ratio_floor_records``); ``max_invalid_ratio``: 0 when ``quality.invalid`` is block.
     """
     import pandas as pd
 
@@ -148,10 +138,7 @@ def summary_frame(
 
 
 def _expectations(gx, required_fields: Sequence[str]) -> list:
-    """The suite on :func:`summary_frame`, each expectation tagged with its check; every row is one range.
-
-    Why these prove the row-level suite: see :func:`check_batch`.
-    """
+    """The suite on :func:`summary_frame`, each expectation tagged with its check (why: :func:`check_batch`)."""
     e = gx.expectations
 
     def zero(column: str, check: str, **meta):
@@ -235,13 +222,8 @@ _WARM_UP_LOCK = threading.Lock()
 
 
 def warm_up() -> threading.Thread:
-    """Import GX, make its context and run one empty validation in a daemon thread (started; join it or not).
-
-    Once per process: a later call returns the first call's thread (``kprio drain`` runs every batch
-    in one process; a warm-up per run cost each urgent batch an empty validation, about 0.08 s).
-    :func:`check_batch` works either way; it waits for a warm-up under way instead of starting a
-    second one. An import error is raised again by :func:`check_batch`, where it is reported.
-    """
+    """Import GX, make its context and run one empty validation in a daemon thread (started; join it or not), once
+    per process (one per run cost each urgent batch ~0.08 s); :func:`check_batch` waits for it, raising its errors."""
 
     def run() -> None:
         try:
@@ -269,22 +251,14 @@ def check_batch(
 ) -> CheckReport:
     """Validate the :func:`summary_frame` of ``stats`` with one GX suite; one outcome per :data:`CHECK_NAMES`.
 
-    A range fails ``row_count_matches_plan`` when written != expected; ``offsets_are_unique`` when
-    it has duplicates; ``offsets_within_plan`` when it has rows outside it (or first < start, last
-    >= end); ``offsets_are_contiguous`` when an offset is missing or repeated;
-    ``required_fields_present`` when a required field is null in its output;
-    ``values_match_schema`` when its output holds a row with an error or its invalid ratio is over
-    the limit. ``failed_ranges`` lists the planned ranges that failed, in plan order; a check that
-    failed only on rows outside every range (:data:`OUTSIDE_PLAN`) names none, so the whole batch
-    fails.
+    ``failed_ranges`` lists the planned ranges that failed, in plan order; a check that failed only on rows outside
+    every range (:data:`OUTSIDE_PLAN`) names none, so the whole batch fails.
 
-    Why this proves what the row-level suite proved, given counts measured on the rows written
-    (with rows at offsets recorded as lost counted as ``outside``, as the drain counts them):
-    ranges of a plan are disjoint, so a repeated (topic, partition, offset) repeats inside one
-    range and shows as rows inside > distinct offsets (output and dead letters counted together,
-    so an offset in both is a repeat too). A range whose distinct offsets equal its expected count
-    holds every expected offset (there are only that many), which is contiguity from start to
-    end - 1; with no repeat and no row outside, its row count is exact.
+    Why this proves what the row-level suite proved, given counts on the rows written (rows at offsets recorded
+    as lost counted ``outside``): a plan's ranges are disjoint, so a repeated (topic, partition, offset) repeats
+    inside one range, as rows inside > distinct offsets (output and dead letters together, so an offset in both
+    repeats too). A range whose distinct offsets equal its expected count holds every expected offset, which is
+    contiguity from start to end - 1; with no repeat and no row outside, its row count is exact.
     """
     stats = tuple(stats)
     frame = summary_frame(stats, quality=quality, required_fields=required_fields)

@@ -1,13 +1,11 @@
 """Commit a checked batch: each range's end to its priority's group, proven on the broker, then the ledger.
 
-Offsets never move backwards and only a contiguous prefix is committed (``KafkaEdge.commit``),
-so a re-drain of an old batch commits nothing new; the write is fenced per group by Kafka itself
-(a transaction of the group's transactional id: two kprio processes never interleave a read and a
-write of one group). One lag snapshot after the commit both proves what the broker holds and
-gives the lag after: for the metadata Dagster plots, and with each commit sample of the ledger (the lag
-verdict's window: the lag at commit time, as Burrow stores it with each commit). Partitions it could not commit
-(their group moved back under the batch, their topic recreated) are split off, one partition's outcome apart
-from the others', as a drain's failed ranges are.
+Offsets never move backwards and only a contiguous prefix is committed (``KafkaEdge.commit``), so a re-drain of
+an old batch commits nothing new; the write is fenced per group by Kafka (a transaction of the group's
+transactional id: two kprio processes never interleave a read and a write of one group). One lag snapshot after
+the commit proves what the broker holds and gives the lag after (for the metadata, and with each commit sample of
+the ledger: the lag verdict's window, as Burrow stores it). Partitions it could not commit (group moved back,
+topic recreated) are split off, each partition's outcome its own, as a drain's failed ranges are.
 """
 
 from __future__ import annotations
@@ -52,15 +50,10 @@ def commit_batch(edge: Edge, ledger: LedgerPort, topic: TopicSettings, batch: Ba
                  now_s: float, split: Split) -> CommitOutcome | Uncommitted:
     """Commit ``batch``'s ranges, check the broker holds them, and mark the batch committed.
 
-    Fenced by the run's lease ``token``, with no lock held: the Kafka commit is a transaction of the
-    group's own transactional id (a newer writer of the group fences this one, and the broker refuses
-    its write), and between its read of the group and its write it asks the ledger whether the run
-    still holds the batch (a run that lost it writes nothing).
-
-    Each partition's outcome is its own (:func:`~kprio_core.lifecycle.outcome.after_commit`): the ranges
-    whose group stands below them (moved back outside kprio while the batch was in flight) or whose topic
-    was recreated are split off (``split``), never committed over the move, and the rest is committed;
-    :class:`Uncommitted` when nothing is.
+    Fenced by the run's lease ``token``, no lock held: between its read of the group and its write, the Kafka
+    transaction asks the ledger whether the run still holds the batch (a run that lost it writes nothing). Ranges
+    whose group stands below them (moved back outside kprio) or whose topic was recreated are split off (``split``),
+    never committed over the move; :class:`Uncommitted` when nothing is committed.
     """
     ranges = [r for r in batch.plan.offset_ranges() if r.count]
     changed = other_logs(edge, batch)  # after the publish: a recreation now would commit another log's offsets
@@ -74,8 +67,7 @@ def commit_batch(edge: Edge, ledger: LedgerPort, topic: TopicSettings, batch: Ba
         crash_point("during-kafka-commit", topic.name)  # read, checked, not yet written: the window fencing closes
 
     report = edge.commit(topic, [r for r in ranges if r.topic not in changed], before_write=still_mine)
-    # A priority topic this batch commits nothing to may be gone (deleted while draining): its
-    # partitions are held by the tick; the batch's own partitions commit on.
+    # A priority topic this batch commits nothing to may be gone (deleted while draining): the tick holds it.
     mine = {r.topic for r in ranges if r.topic not in changed}
     snapshot = edge.snapshot(topic, now_ms=int(now_s * 1000),
                              deleted_ok={n for n in topic.priority_topics().values() if n not in mine})
@@ -126,8 +118,7 @@ def left_reason(batch_id: str, cause: Cause, ranges: Iterable[OffsetRange],
 
 
 def other_logs(edge: Edge, batch: Batch) -> dict[str, str]:
-    """The priority topics of ``batch``'s ranges that were deleted or recreated since it was planned (their topic
-    id changed: their offsets are another log's now), each with what changed; empty for a cluster without ids."""
+    """The priority topics of ``batch``'s ranges deleted or recreated since its plan (topic id changed), with what."""
     if not batch.plan.topic_ids:
         return {}  # a cluster without topic ids: its recreations show as a committed offset beyond the log
     return batch.plan.changed_logs(edge.topic_ids(batch.plan.topic_ids))

@@ -1,23 +1,19 @@
 """A transient hold heals when its cause passes: the cheap probe every driver runs before a tick.
 
-A batch that failed for a transient cause (a full disk, a read-only mount, a broker that did not
-answer) is retried by itself, never by a person. Before each tick a driver probes what such a
-batch needs (:func:`probe_causes`: the output and dead-letter roots, and the waiting batches'
-directories under them, take a small block and, on a local disk, have room for the waiting
-batches' estimated size; the schema registry answers, when a waiting batch's topic reads through it;
-the broker's answer is the tick's own lag snapshot). The tick's rules (``retry_failed`` in :mod:`kprio_core.lifecycle.tick`) then:
+A batch that failed for a transient cause (a full disk, a read-only mount, a silent broker) is retried by itself,
+never by a person. Before each tick a driver probes what such a batch needs (:func:`probe_causes`: the output
+directories take a small block and, on a local disk, have room for it; the schema registry answers; the broker's
+answer is the tick's own snapshot). The tick's rules (``retry_failed`` in :mod:`kprio_core.lifecycle.tick`) then:
 
-- never retry a transient failure while a probe sees a cause (the retry would fail alike, and use
-  up time, not attempts);
-- retry the first failure of a streak as soon as the probes pass (it is due at once:
+- never retry a transient failure while a probe sees a cause (it would fail alike, using up time, not attempts);
+- retry the first failure of a streak as soon as the probes pass (due at once:
   :func:`kprio_core.lifecycle.run.retry_at`), so a batch waits no longer than its outage did;
-- back the later failures of a streak off from ``recovery.backoff_s`` (a cause no probe sees is never
-  retried in a loop), except on the first tick after a probe that had failed passes again: then they
-  are retried at once (``fresh_start``, as a newly started ``kprio drain`` does).
+- back the later failures of a streak off from ``recovery.backoff_s`` (a cause no probe sees is never retried in
+  a loop), except on the first tick after a failed probe passes again: then at once (``fresh_start``, as a newly
+  started ``kprio drain``).
 
-Between ticks a driver keeps one bit, "a cause was seen" (:func:`cause_seen_after`): ``kprio
-drain`` in its loop, the Dagster sensor in its cursor (:data:`CAUSE_SEEN`), Airflow's plan task in a
-Variable.
+Between ticks a driver keeps one bit, "a cause was seen" (:func:`cause_seen_after`): ``kprio drain`` in its loop,
+the Dagster sensor in its cursor (:data:`CAUSE_SEEN`), Airflow's plan task in a Variable.
 """
 
 from __future__ import annotations
@@ -46,10 +42,8 @@ class Probed:
 
 
 def probe_causes(ledger: LedgerPort, config: KprioConfig, cause_seen: bool) -> Probed:
-    """Probe the output roots for the batches that wait for a passing cause (nothing waits, nothing seen: no write).
-
-    Proven on real mounts by ``tests/orchestration/test_transient.py``.
-    """
+    """Probe the output roots for the batches that wait for a passing cause (nothing waits, nothing seen: no write);
+    proven on real mounts by ``tests/orchestration/test_transient.py``."""
     from spark_jobs.output import probe  # pyarrow's file systems: imported when there is something to probe
     from spark_jobs.tables import output_of
 
@@ -64,11 +58,9 @@ def probe_causes(ledger: LedgerPort, config: KprioConfig, cause_seen: bool) -> P
 
 
 def probe_registry(config: KprioConfig, topics: set[str]) -> str | None:
-    """What keeps the schema registry from serving the waiting batches' topics that read through it (None: it
-    answers, or none of them does): one request, bounded by ``schema_registry.timeout_s``.
-
-    A registry that answers but refuses kprio (a login, a permission) is no cause that passes: not reported here.
-    """
+    """What keeps the schema registry from serving the waiting topics that read through it (None: it answers, or
+    none does): one request, bounded by ``schema_registry.timeout_s``; a refusal (login, permission) is no passing
+    cause, not reported here."""
     from kprio_core.errors import KprioError, SchemaRegistryUnavailable
 
     needs = [t for t in config.topics if t.name in topics and (t.value_format.registry_type or
@@ -90,12 +82,9 @@ def probe_registry(config: KprioConfig, topics: set[str]) -> str | None:
 
 
 def probed_dirs(roots: Sequence[str], waiting: Sequence[Batch], data_dir: str) -> list[str]:
-    """The roots, and every directory below them the waiting batches write into (a mount, or a person's ``chmod``,
-    may cover one of them only): the staging, each logical topic, and each priority's directory of it (below the
-    format's ``data_dir``).
-
-    A cause in a directory the probe does not try passes unseen: the retry fails alike, and the next one
-    waits out the streak's backoff after the fault was fixed.
+    """The roots and every directory below them the waiting batches write into (staging, each logical topic, each
+    priority's directory below the format's ``data_dir``): a mount or a ``chmod`` may cover one only, and a cause in
+    a directory not probed passes unseen (the retry fails alike, the next waits out the streak's backoff).
 
     >>> from kprio_core.lifecycle.examples import batch
     >>> probed_dirs(["/o"], [batch("b-000004")], "")
@@ -116,7 +105,7 @@ def probed_dirs(roots: Sequence[str], waiting: Sequence[Batch], data_dir: str) -
 
 
 def cause_seen_after(cause_seen: bool, probed: Probed, turn: Tick) -> bool:
-    """Whether a cause is still seen after ``turn``: it was and did not pass, the probe failed, or the broker did not answer.
+    """Whether a cause is still seen after ``turn``: it was and did not pass, the probe failed, or the broker is silent.
 
     >>> from orchestration.runtime.tick import Tick
     >>> calm = Tick(decisions=(), requests=(), partitions=(), reasons=())

@@ -1,10 +1,9 @@
 """Leases of the batches a run works on: who owns one, whether the owner is gone, and the heartbeat.
 
-A run claims its batch's lease in the ledger (``owner = "<run id>@<host>:<pid>"``, at the batch's
-attempt: its :class:`~kprio_core.model.recovery.LeaseToken`) and a :class:`Heartbeat` thread renews it
-every ``lease_s / 3``, through the run's own lease repository. When the process dies (kill -9, OOM,
-a lost machine) the renewals stop and the lease expires; :func:`owner_dead` tells sooner when
-it can: the owner's Dagster run has ended, or its process is gone from this host.
+A run claims its batch's lease in the ledger (``owner = "<run id>@<host>:<pid>"``, at the batch's attempt: its
+:class:`~kprio_core.model.recovery.LeaseToken`) and a :class:`Heartbeat` thread renews it every ``lease_s / 3``.
+When the process dies (kill -9, OOM, a lost machine) the lease expires; :func:`owner_dead` tells sooner when it
+can: the owner's run has ended, or its process is gone from this host.
 """
 
 from __future__ import annotations
@@ -39,12 +38,8 @@ def process_alive(pid: int) -> bool:
 
 
 def owner_dead(owner: str, run_ended: Callable[[str], bool] | None = None) -> bool:
-    """True when the lease ``owner`` certainly no longer works on its batch.
-
-    Its orchestrator run has ended (``run_ended(run_id)``, asked of the driver's run store), or it
-    ran on this host and its process is gone. Anything else (another host, an owner kprio did not
-    write) is left to the lease's expiry.
-    """
+    """True when the lease ``owner`` certainly no longer works on its batch: its run ended (``run_ended``) or its
+    process on this host is gone; anything else (another host, a foreign owner) is left to the lease's expiry."""
     parsed = parse_owner(owner)
     if parsed is None:
         return False
@@ -56,12 +51,10 @@ def owner_dead(owner: str, run_ended: Callable[[str], bool] | None = None) -> bo
 class Heartbeat:
     """Renews a run's lease of ``batch_id`` (its ``token``: owner and attempt) every ``lease_s / 3`` until stopped.
 
-    ``leases``: the run's own, shared with the run (each renewal is one transaction on a pooled connection
-    of its own; an in-memory SQLite ledger is one database per thread). ``lost`` is set when the lease
-    turns out to be someone else's (it expired and another run took the batch over, or a retry moved the
-    batch to a later attempt), or when renewals kept failing (the ledger unreachable) for longer than the
-    lease: by then another run may hold it. The run must stop before it publishes or commits anything;
-    should it not notice in time, the ledger refuses its stale token anyway (fencing).
+    ``leases``: the run's own (each renewal one transaction on a pooled connection of its own; an in-memory SQLite
+    ledger is one database per thread). ``lost`` is set when the lease is someone else's (taken over, or a retry
+    moved the batch on), or renewals failed for longer than the lease; the run must then stop before it publishes
+    or commits, and if it does not notice, the ledger refuses its stale token anyway (fencing).
     """
 
     def __init__(self, leases: LeasesPort, batch_id: str, token: LeaseToken, lease_s: float, *,

@@ -1,18 +1,16 @@
 """Carry out what a tick decided about changes of the log kprio did not make, and record it in the ledger.
 
-The core rules only decide (``kprio_core.lifecycle.log_rules``; ``kprio plan`` shows it); the tick's
-applier calls :func:`carry_out` with their :class:`~kprio_core.lifecycle.CarryOutLogChanges` before it
-records the plan, so the plan's offsets stand on what was committed here:
+The core rules only decide (``kprio_core.lifecycle.log_rules``); the tick's applier calls :func:`carry_out` with
+their :class:`~kprio_core.lifecycle.CarryOutLogChanges` before it records the plan, so the plan's offsets stand
+on what was committed here:
 
-- restore (the group's offsets expired) and a policy reset commit through the edge's commit path,
-  then the belief and the event are recorded;
+- restore (the group's offsets expired) and a policy reset commit, then record the belief and the event;
 - an accepted forward move records the skipped offsets and the new belief;
 - offsets retention took with nothing after them to drain (``drain.allow_data_loss``) move the group to the
   log's start, and the gap is recorded;
-- a moved-back offset puts the drained ranges covering where the group stands back to planned (their exact
-  ranges: the whole batch, or those ranges split off it); the re-drain is recorded when it is decided, not
-  again at each of its steps;
-- a hold records the change once (the event is not repeated while the hold stands);
+- a moved-back offset puts exactly the drained ranges covering where the group stands back to planned (the whole
+  batch, or split off it); the re-drain is recorded once, when decided;
+- a hold records the change once (not again while the hold stands);
 - what kprio sees for the first time (a topic id, a partition added) becomes a belief;
 - a failed batch superseded by a new incarnation is said once (logged in its events and warned).
 
@@ -47,12 +45,8 @@ LOGGER = logging.getLogger("kprio.log_changes")
 
 def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: CarryOutLogChanges, *, log=None,
               max_in_flight: int | None = None) -> dict[str, Batch]:
-    """Commit, re-drain and record what the tick decided about the log (see the module docstring); the batches put
-    back to planned for a re-drain, by the id of the batch the rules chose (itself, or the part split off it).
-
-    A re-drain is put back to planned under the same ``planner.max_in_flight`` rule as any batch
-    (the ledger refuses it with RangeConflict when another planner took the slot meanwhile).
-    """
+    """Commit, re-drain and record what the tick decided about the log; the batches put back to planned, by id
+    (under ``planner.max_in_flight`` like any batch: RangeConflict when another planner took the slot)."""
     log = log or LOGGER
     name = topic.name
     decided = {(d.change.topic, d.change.partition): d for d in decision.decided}
@@ -94,9 +88,8 @@ def carry_out(edge: Edge, ledger: LedgerPort, topic: TopicSettings, decision: Ca
 
 
 def belief_after(c: Change, d: Decided | None, old: Belief | None) -> Belief | None:
-    """What kprio believes about ``c``'s partition once ``d`` (None: nothing to decide) is carried out, when that
-    is new: what it sees for the first time, the offset a restore or a reset committed (the incarnation after it),
-    a move it accepted, a partition added."""
+    """What kprio believes about ``c``'s partition once ``d`` (None: nothing to decide) is carried out, when new:
+    first seen, the offset (and incarnation) a restore or reset committed, an accepted move, a partition added."""
     if d is None:  # ok, or retention (its own rule): remember what kprio sees for the first time
         first = c.state is LogState.OK and (old is None or (old.topic_id is None and c.topic_id is not None))
         return Belief(c.topic, c.partition, c.topic_id, c.incarnation,
@@ -124,13 +117,11 @@ def reset_partition(edge: Edge, ledger: LedgerPort, config: KprioConfig, topic_n
                     now_ms: int) -> str:
     """A person's decision for one partition: commit ``to`` (earliest, latest or an offset), record it; one line.
 
-    A reset of a recreated topic or of a log that no longer reaches the committed offset starts a
-    new incarnation (its output never collides with the earlier one's), refused with ValueError
-    while a batch is in flight on the partition (it fails or finishes on its own first); a failed
-    batch of the earlier incarnation is then superseded (it never runs again, holds nothing).
-    Any other reset keeps the incarnation:
-    forwards, the offsets skipped are recorded as the person's; backwards, the next tick re-drains
-    the committed batches it covers, exactly.
+    A reset of a recreated topic, or of a log no longer reaching the committed offset, starts a new incarnation
+    (its output never collides with the earlier one's); ValueError while a batch is in flight on the partition; a
+    failed batch of the earlier incarnation is then superseded (never runs again, holds nothing). Any other reset
+    keeps the incarnation: forwards, the skipped offsets are the person's; backwards, the next tick re-drains
+    exactly the committed batches it covers.
     """
     target = parse_target(to)
     topic = owner_of(config, topic_name)

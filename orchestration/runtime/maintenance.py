@@ -1,10 +1,8 @@
 """Table maintenance as scheduled work: the output and dead-letter tables of every logical topic, in one call.
 
-The Dagster job on its schedule (``tables_maintenance_job``), the Airflow DAG ``kprio_maintain`` and
-``kprio tables maintain`` all run :func:`maintain_tables`; :mod:`spark_jobs.maintenance` does the work
-per table (compaction in a transaction of its own, retried when a publish lands meanwhile; Delta's
-vacuum, checkpoint and log cleanup; Iceberg's snapshot expiry) within ``drain.maintenance``. Parquet
-output has no table to maintain: the report says so and nothing is touched.
+Dagster's ``tables_maintenance_job``, Airflow's ``kprio_maintain`` and ``kprio tables maintain`` all run
+:func:`maintain_tables`; :mod:`spark_jobs.maintenance` does the work per table within ``drain.maintenance``.
+Parquet output has no table to maintain: the report says so and nothing is touched.
 """
 
 from __future__ import annotations
@@ -57,11 +55,8 @@ class MaintenanceReport:
 
 
 def maintain_tables(config: KprioConfig, topics: Iterable[str] | None = None) -> MaintenanceReport:
-    """Maintain the tables of ``topics`` (default: every logical topic of the configuration).
-
-    :class:`~kprio_core.errors.MaintenanceFailed` naming the topic and the cause when a table's maintenance
-    fails (the tables maintained before it stay maintained; a rerun takes up where it left off).
-    """
+    """Maintain the tables of ``topics`` (default: all); :class:`~kprio_core.errors.MaintenanceFailed` names the topic
+    and cause when one fails (those before it stay maintained; a rerun takes up where it left off)."""
     from spark_jobs.maintenance import maintain
     from spark_jobs.tables import output_of
 

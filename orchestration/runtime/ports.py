@@ -1,21 +1,15 @@
 """What the runtime needs of the Kafka edge and of the ledger: ports, each a ``typing.Protocol``.
 
-The runtime (``tick``, ``batch``, ``commit``, ``log_changes``, ``adoption``, ``replay``, ``healing``,
-``leases``) is handed an edge and a ledger by its driver and calls only the methods named here, so a
-reader sees what it asks of each without reading the adapters. The adapters are
-:class:`kprio_core.kafka.KafkaEdge` and :class:`kprio_core.ledger.Ledger` with its repositories; they
-satisfy these ports structurally (same names, parameters and annotations:
-``tests/orchestration/test_ports.py``), and no runtime module names them in an annotation. A default
-written ``...`` is the adapter's: it is written there once.
+The runtime (``tick``, ``batch``, ``commit``, ``log_changes``, ``adoption``, ``replay``, ``healing``, ``leases``)
+is handed an edge and a ledger by its driver and calls only the methods named here, so a reader sees what it asks
+of each without reading the adapters (:class:`kprio_core.kafka.KafkaEdge`, :class:`kprio_core.ledger.Ledger` and
+its repositories). They satisfy these ports structurally (same names, parameters and annotations:
+``tests/orchestration/test_ports.py``), and no runtime module names them in an annotation. A default written
+``...`` is the adapter's, written there once.
 
-:class:`LedgerPort` is the ledger's clock and identity and one port per repository of the ledger, each
-naming what the runtime asks of that part: :class:`BatchesPort` (record a plan, read the batches),
-:class:`MovesPort` (a batch's state moves), :class:`AttemptsPort` (new attempts), :class:`LeasesPort`
-(which fence a run's writes; the heartbeat is handed this one only), :class:`LaunchesPort`,
-:class:`BeliefsPort` (about the log, and its changes) and :class:`SamplesPort` (what the rules plan with).
-Their methods are stubs, one after the other as in a stub file.
-
-The third port, Spark, is a getter of the session (``Callable[[], SparkSession]``) its driver passes in.
+:class:`LedgerPort` is the ledger's clock and identity and one port per repository (the heartbeat is handed
+:class:`LeasesPort` only); their methods are stubs, as in a stub file. The third port, Spark, is a getter of the
+session (``Callable[[], SparkSession]``) its driver passes in.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """A time window of every priority topic drained again into the replay output: for every driver alike.
 
-Each logical topic's window maps to offsets with offsets-for-times on every priority topic
-(:meth:`~kprio_core.kafka.KafkaEdge.window_ranges`) and is drained like a batch (same drain, same
-handler, invalid records to the replay's dead letters) into ``drain.replay_path``; no consumer
-group offset is touched, so live draining is unaffected. A topic's output is published only when
-the six blocking checks passed on it; otherwise nothing of that topic is published and
-:attr:`Replayed.failures` says why. What follows its drain and its checks is decided by the run's own
-outcome rules (:mod:`kprio_core.lifecycle.outcome`), with nothing split off: a replay records no batch.
-A rerun of the same window replaces its files (its :func:`window_id` names them). The Dagster asset
-``replayed_window`` (an hour per partition) and Airflow's ``kprio_replay`` DAG (the window its conf
-names) carry it out.
+Each logical topic's window maps to offsets by offsets-for-times (:meth:`~kprio_core.kafka.KafkaEdge.window_ranges`)
+and is drained like a batch (invalid records to the replay's dead letters) into ``drain.replay_path``; no consumer
+group offset is touched, so live draining is unaffected. A topic's output is published only when the six
+blocking checks passed on it, else :attr:`Replayed.failures` says why. The run's outcome rules
+(:mod:`kprio_core.lifecycle.outcome`) decide, with nothing split off: a replay records no batch. A rerun of a
+window replaces its files (:func:`window_id` names them).
 
 >>> plan = replay_plan("orders", {1: [OffsetRange("orders-1", 0, 10, 20)]}, 2)
 >>> plan.records, plan.records_by_priority()
@@ -94,7 +90,6 @@ def replay_window(config: KprioConfig, session: SparkSession, edge: Edge, start_
             continue
         # One topic at a time: the topics of a replay share its id, so their staging too.
         result = drain_batch(session, config, topic, replay_id, 1, plan, output_root=root, dead_letter_root=dead_root)
-        # The run's outcome rules, with nothing split off: a replay records no batch to hold failing ranges.
         drained = [RangeDrained(s.range, s.failure is not None, s.error.transient if s.error else None)
                    for s in result.ranges]
         if isinstance(after_drain(drained, may_split=False), FailWhole):

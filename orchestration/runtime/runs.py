@@ -1,11 +1,9 @@
 """What the runtime needs of an orchestrator's runs: a small port each driver implements.
 
-The tick's rules read the runs of the batches they watch (:class:`~kprio_core.lifecycle.BatchRuns`)
-and the applier fails the runs that died and requests new ones. Those are the only places an
-orchestrator's run store is touched, so they are this port: Dagster implements it in
-``orchestration/dagster/runs.py`` (run records, run keys, ``kprio_batches`` partitions); a driver
-without a run store (``kprio plan`` with no Dagster home) uses :class:`NoRuns`. A requested run
-leaves the runtime as a :class:`RunOrder`, which each driver turns into its own request.
+The tick's rules read the runs of the batches they watch (:class:`~kprio_core.lifecycle.BatchRuns`); the applier
+fails the runs that died and requests new ones. Those are the only touches of a run store, so they are this port
+(Dagster's: ``orchestration/dagster/runs.py``; none: :class:`NoRuns`). A requested run leaves the runtime as a
+:class:`RunOrder`, which each driver turns into its own request.
 
 >>> order = RunOrder("b-000042.attempt-2", "b-000042", {"kprio/why": "retry"})
 >>> order.run_key, order.partition_key
@@ -78,8 +76,7 @@ class NoRuns:
 class LazyRuns:
     """An orchestrator's runs, opened only once a rule asks about a batch (``open_runs`` makes them).
 
-    A read-only tick with nothing in flight or failed (``kprio plan`` on a topic that is idle or
-    only has backlog) never needs the run store: it skips opening it, and importing the
+    A read-only tick with nothing in flight or failed (``kprio plan`` on an idle topic) then skips importing the
     orchestrator (Dagster's import and instance are most of ``kprio plan``'s second).
 
     >>> opened = []

@@ -1,9 +1,7 @@
 """The tags kprio puts on every run it orders, whichever orchestrator carries the run out.
 
-The applier (:mod:`orchestration.runtime.tick`) tags each run it launches with the logical topic,
-which attempt the run is for and why, and one tag per priority slot the batch takes, which the
-shipped ``dagster.yaml`` limits to ``planner.max_in_flight`` runs per value. A run a kprio process
-executes itself carries that process as its runner.
+The applier (:mod:`orchestration.runtime.tick`) tags each run with the logical topic, the attempt and why, and
+one tag per priority slot the batch takes (the shipped ``dagster.yaml`` limits each to ``planner.max_in_flight``).
 
 >>> slot_tags("orders", {2, 0})
 {'kprio/slot-p0': 'orders', 'kprio/slot-p2': 'orders'}
@@ -22,12 +20,10 @@ ATTEMPT_TAG = "kprio/attempt"
 WHY_TAG = "kprio/why"
 SLOT_TAG_PREFIX = "kprio/slot-p"
 RUNNER_TAG = "kprio/runner"
-"""The process that works on a run, as a lease owner string: the driver that launched it (``kprio drain``,
-``kprio retry``), then the warm worker executing it, so a run left STARTED by a process that died is
-known dead at once (kprio's tick fails it and resumes its batch)."""
+"""The process working on a run (a lease owner string): its launching driver, then the warm worker executing it,
+so a run left STARTED by a dead process is known dead at once (the tick fails it and resumes its batch)."""
 LANE_TAG = "kprio/lane"
-"""``urgent`` on a run whose batch drains its logical topic's most urgent priority, else ``bulk``: the lane of
-the warm workers it runs on (:mod:`orchestration.dagster.workers.pool`)."""
+"""``urgent`` when the batch drains its topic's most urgent priority, else ``bulk``: its warm workers' lane."""
 
 
 def slot_tags(logical_topic: str, priorities: Iterable[int]) -> dict[str, str]:

@@ -1,34 +1,23 @@
 """One tick for every driver: gather the inputs once, ask the core rules, carry the actions out.
 
-:func:`gather_all` reads, once per tick and logical topic, what :func:`kprio_core.lifecycle.decide_tick`
-decides from: the ledger's view of the topic, the lag snapshot (or the typed error that prevented
-it; the snapshots of all topics come from one set of broker requests), the runs of its batches,
-the lease and claim owners known dead, and the clock. The runs come
-from the driver's run store through a small port (:class:`orchestration.runtime.runs.Runs`:
-Dagster's in ``orchestration/dagster/runs.py``), so nothing here speaks an orchestrator's API.
-:func:`apply` is the one applier, used by the sensor, ``kprio drain`` and the tests alike; in order:
+:func:`gather_all` reads, once per tick and logical topic, what :func:`kprio_core.lifecycle.decide_tick` decides
+from: the ledger's view, the lag snapshot (or the typed error that prevented it; all topics' in one set of broker
+requests), the runs of its batches (through :class:`orchestration.runtime.runs.Runs`, so nothing here speaks an
+orchestrator's API), the lease and claim owners known dead, and the clock. :func:`apply` is the one applier, used
+by every driver and the tests; in order it:
 
-- marks failed the runs of batches whose run died (their lease expired or their process is
-  gone), so the orchestrator's UI tells the truth; fails the batches whose run ended before it took them
-  (``ledger.attempts.fail_untaken``: that attempt is spent, transient; the tick's retry of one that moved on
-  meanwhile is dropped);
+- marks failed the runs that died (lease expired, process gone), so the orchestrator's UI tells the truth; fails
+  the batches whose run ended before taking them (``fail_untaken``: that attempt is spent, transient);
 - carries out what was decided about changes of the log (``orchestration.runtime.log_changes``);
-- claims each launch in the ledger (``ledger.launches.claim``: one driver launches a run key, a second
-  ``kprio drain`` or the sensor deciding the same launch does not), ends the backoff of an early
-  retry (``ledger.attempts.retry_now``: a transient failure on a driver's first tick) and turns it into a run request,
-  (a :class:`~orchestration.runtime.runs.RunOrder`) with a deterministic run key per attempt, the
-  attempt and why as tags, and one tag per priority slot the batch takes (the shipped
-  ``dagster.yaml`` limits those to ``planner.max_in_flight``);
-- records a new plan in the ledger (its ``kprio_batches`` partition is the driver's to add) and
-  requests its run.
+- claims each launch (``ledger.launches.claim``: one driver launches a run key, a second deciding the same launch
+  does not), ends the backoff of an early retry (``ledger.attempts.retry_now``) and turns it into a
+  :class:`~orchestration.runtime.runs.RunOrder` with a deterministic run key per attempt, and its tags;
+- records a new plan (its ``kprio_batches`` partition is the driver's to add) and requests its run.
 
-Why a tick writes to the ledger and fails dead runs (Dagster sensors are best without side effects of
-their own): recording the plan *is* step 2 of docs/architecture.md's data flow and must happen
-before the run exists so two batches never reserve the same offsets; failing a run whose process is
-gone only records what already happened; a claim makes a launch decided by two drivers one run. All
-are idempotent: a plan recorded on a tick whose result was lost is a planned batch without a run,
-launched on the next tick with the same run key (its claim is this driver's, or expired, or of a
-dead owner).
+Why a tick has side effects (Dagster sensors are best without): recording the plan *is* step 2 of
+docs/architecture.md's data flow and must precede the run, so two batches never reserve the same offsets; failing
+a dead run only records what happened; a claim makes a launch decided by two drivers one run. All are idempotent:
+a plan recorded on a tick whose result was lost is launched on the next tick with the same run key.
 """
 
 from __future__ import annotations
@@ -96,8 +85,7 @@ def read_view(ledger: LedgerPort, config: KprioConfig, topic: TopicSettings, now
 
 
 def with_committed(view: LedgerView, ledger: LedgerPort, partitions: Iterable[tuple[str, int]]) -> LedgerView:
-    """The view with the committed batches of ``partitions``, and their failed re-drains (oldest first), which
-    rule 7 re-drains exactly."""
+    """The view with ``partitions``' committed batches and failed re-drains (oldest first), which rule 7 re-drains."""
     wanted = set(partitions)
     if not wanted:
         return view
@@ -107,8 +95,7 @@ def with_committed(view: LedgerView, ledger: LedgerPort, partitions: Iterable[tu
 
 
 def dead_owners(runs: Runs, batches: Iterable[Batch], claims: Iterable[LaunchClaim]) -> frozenset[str]:
-    """The lease owners of ``batches`` and the owners of ``claims`` that certainly no longer work (run ended,
-    process gone)."""
+    """The owners of ``batches``' leases and of ``claims`` that certainly no longer work (run ended, process gone)."""
     owners = {b.lease.owner for b in batches if b.lease is not None} | {c.owner for c in claims}
     return frozenset(o for o in owners if runs.owner_dead(o))
 
@@ -116,16 +103,14 @@ def dead_owners(runs: Runs, batches: Iterable[Batch], claims: Iterable[LaunchCla
 def gather_all(runs: Runs | None, edge: Edge, ledger: LedgerPort, config: KprioConfig, topics: Sequence[TopicSettings],
                *, now: datetime, driver: str | None = None, fresh_start: bool = False,
                cause: str | None = None) -> list[TickInputs]:
-    """The tick's inputs for each of ``topics``, each read once: runs and dead owners, then ledger, then
-    the lag snapshots of every topic together (one set of broker requests for all), then the clock.
+    """The tick's inputs for each of ``topics``, each read once: runs and dead owners, then ledger, then every
+    topic's lag snapshot together (one set of broker requests), then the clock.
 
-    The runs come first. A run writes to the ledger before it ends, so the ledger read after them
-    holds every write of each run seen ended; read the other way round, a run that committed its
-    batch and ended in between would look like a run that died with its batch in flight, and the
-    tick would launch a needless run to resume it. The batches whose runs are read (in flight,
-    failed) are listed just before; one recorded in between has no runs seen yet, as it would
-    have a moment earlier. The lag snapshots come after every topic's ledger view: a batch
-    committed in between is then committed in Kafka too, never planned again from an older offset.
+    The order matters. A run writes to the ledger before it ends, so a ledger read after the runs holds every
+    write of each run seen ended (the other way round, a run that committed and ended in between would look dead
+    with its batch in flight, and be resumed needlessly). The batches whose runs are read are listed just before
+    (one recorded in between has no runs yet, as a moment earlier). The snapshots follow every ledger view: a batch
+    committed in between is committed in Kafka too, never planned again from an older offset.
     """
     runs = runs or NoRuns()
     read = []
@@ -178,8 +163,7 @@ class Applied:
 
 
 def run_order(launch: Launch, priorities: int) -> RunOrder:
-    """The run of ``launch``: its run key, its batch, the attempt and why, one tag per priority slot it takes, and
-    its lane (``priorities``: the levels of its logical topic)."""
+    """The run of ``launch``: run key, batch, attempt and why, slot tags, lane (``priorities``: its topic's levels)."""
     batch = launch.batch
     return RunOrder(
         run_key=launch.run_key,
@@ -264,11 +248,8 @@ def _spend_attempt(ledger: LedgerPort, action: FailUntaken, log, name: str) -> b
 
 
 def with_log_changes(ledger: LedgerPort, plan: DrainPlan) -> DrainPlan:
-    """The plan with every log change recorded since the topic's newest batch (its metadata shows them).
-
-    The rules fill the plan's changes with this tick's decisions (what ``kprio plan`` previews); the
-    batch records what the ledger holds, which also covers changes of ticks that planned nothing.
-    """
+    """The plan with every log change recorded since the topic's newest batch (its metadata shows them), those of
+    ticks that planned nothing too (the rules fill in only this tick's decisions, as ``kprio plan`` previews)."""
     newest = ledger.batches.find(plan.logical_topic, limit=1)
     since = newest[0].created_at if newest else None
     recent = tuple(e.line() for e in ledger.beliefs.log_events(plan.logical_topic) if since is None or e.at > since)
@@ -307,9 +288,8 @@ class Tick:
 
 def tick(runs: Runs, edge: Edge, ledger: LedgerPort, config: KprioConfig, *, now_s: float | None = None,
          log=None, driver: str | None = None, fresh_start: bool = False, cause: str | None = None) -> Tick:
-    """Evaluate every topic at ``now_s``: gather, decide, apply; the runs to request (``fresh_start``: the
-    first tick of a driver that just started, or one after a cause it saw passed; ``cause``: what its probe
-    found wrong with the outputs; see :class:`~kprio_core.lifecycle.view.TickInputs`)."""
+    """Evaluate every topic at ``now_s``: gather, decide, apply; the runs to request (``fresh_start``, ``cause``:
+    :class:`~kprio_core.lifecycle.view.TickInputs`; ``fresh_start`` also on the tick after a seen cause passed)."""
     # The ledger's clock (the database's): leases, backoffs and claims are judged by one clock on every host.
     now = ledger.now() if now_s is None else datetime.fromtimestamp(now_s, UTC)
     ensure_adopted(runs.batch_ids(), ledger, edge, config, log=log)

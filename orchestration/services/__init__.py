@@ -1,6 +1,4 @@
-"""Local servers kprio starts, watches and stops for its users: the embedded Kafka broker
-(``kprio broker``) and a long-lived Spark Connect server (``kprio spark``).
+"""Local servers kprio runs for its users: the embedded broker (``kprio broker``) and Spark Connect (``kprio spark``).
 
-Process supervision lives here, not in kprio_core: the core stays pure Python with no
-processes of its own.
+Process supervision lives here, not in kprio_core: the core stays pure Python with no processes of its own.
 """

@@ -7,18 +7,14 @@ Four modes (:class:`Security`), and mutual TLS as an option of the two with TLS:
 - ``sasl_ssl``: the same over TLS (what Confluent Cloud and most managed clusters take);
 - ``ssl``: TLS, and with ``mtls`` clients authenticated by their certificate.
 
-Every listener of a node takes the same security, the quorum's (``CONTROLLER``) too: nodes
-authenticate to each other with PLAIN as user ``kprio`` under SASL, and with their own certificate under
-``ssl`` (the controller listener always requires it). One user, ``kprio``, exists for clients under
-both mechanisms: PLAIN's from the listener's JAAS line, SCRAM's created through the admin API once the
-node runs (:meth:`EmbeddedBroker.start`), with the password in ``KPRIO_KAFKA_SASL_PASSWORD`` at every
-start (so a changed password takes effect on the next start).
+Every listener of a node, the quorum's (``CONTROLLER``) too, takes the same security: nodes authenticate to each
+other with PLAIN as ``kprio`` under SASL, by certificate under ``ssl`` (the controller listener always requires it).
+One client user, ``kprio``, exists under both mechanisms: PLAIN's from the listener's JAAS line, SCRAM's created via
+the admin API at every start with ``KPRIO_KAFKA_SASL_PASSWORD`` (so a changed password takes effect on the next).
 
-No secret is written: ``server.properties`` names the variables (Kafka's ``EnvVarConfigProvider``,
-``${env:KPRIO_KAFKA_SASL_PASSWORD}``, allowed to read those two variables only), the nodes' JVMs get
-them in their environment, and the keystores (:mod:`orchestration.services.tls`) are encrypted with
-``KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD``. The client settings a start prints name the variables, never
-their values (:meth:`BrokerSecurity.client_settings`, :meth:`BrokerSecurity.secret_variables`).
+No secret is written: ``server.properties`` names the variables (Kafka's ``EnvVarConfigProvider``, allowed to read
+those two only), the nodes' JVMs get them in their environment, and the keystores (:mod:`orchestration.services.tls`)
+are encrypted with ``KPRIO_KAFKA_SSL_KEYSTORE_PASSWORD``. The client settings a start prints name the variables only.
 
 >>> s = BrokerSecurity(Security.SASL_SSL)
 >>> s.protocol, s.listener, s.secret_variables()

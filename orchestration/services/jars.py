@@ -1,14 +1,11 @@
 """Java artifacts kprio runs, resolved from Maven Central once into a local cache.
 
-Two sets: the Apache Kafka broker (``org.apache.kafka:kafka_2.13`` and its dependencies: the
-embedded broker of the demo and the tests), Spark's Kafka connector
-(``org.apache.spark:spark-sql-kafka-0-10_2.13`` at exactly PySpark's version: the ``native``
-reader). ``scripts/setup.sh`` resolves them
-(``python3 -m orchestration.services.jars``); later runs take the jars from the cache and never call Maven again.
+Two sets: the Apache Kafka broker (``org.apache.kafka:kafka_2.13`` and dependencies: the embedded broker) and Spark's
+Kafka connector (``spark-sql-kafka-0-10_2.13`` at exactly PySpark's version: the ``native`` reader).
+``scripts/setup.sh`` resolves them (``python3 -m orchestration.services.jars``); later runs never call Maven again.
 
-Maven does the resolving with its default settings (a throwaway ``pom.xml`` and
-``dependency:copy-dependencies``), so a machine's own mirror or proxy configuration applies. A
-set is complete when its ``classpath.txt`` exists: it is written last, after every jar landed,
+Maven resolves with its default settings (a throwaway ``pom.xml``, ``dependency:copy-dependencies``), so a machine's
+mirror or proxy applies. A set is complete when its ``classpath.txt`` exists: written last, after every jar landed,
 so a resolution cut short is resolved again.
 
 >>> s = KAFKA_BROKER

@@ -1,10 +1,8 @@
 """Local server processes kprio supervises: start one detached, wait on a condition, stop and reap.
 
-Waits are tenacity retries of a condition until a deadline; stopping is psutil's terminate,
-``wait_procs`` and kill, which also reaps a child we started (no zombie left behind). What a server
-kprio started is (its pid, its psutil create time, its ports) is kept in a :class:`StateFile`, so
-status and stop work from another process; a recorded pid counts only while :func:`live_process`
-finds the same process there.
+Waits retry a condition until a deadline (tenacity); stopping is psutil's terminate, ``wait_procs`` and kill, which
+also reaps our children. A started server's pid, create time and ports are kept in a :class:`StateFile` for status
+and stop from another process; a recorded pid counts only while :func:`live_process` finds the same process there.
 
 >>> wait_for(lambda: True, timeout_s=1)
 True
@@ -47,10 +45,7 @@ def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
-    """Evaluate ``condition`` every ``interval_s`` until it holds or ``timeout_s`` passes; True when it held.
-
-    An exception raised by ``condition`` is not retried: it propagates.
-    """
+    """Poll ``condition`` every ``interval_s`` until it holds or ``timeout_s`` ends; whether it held (errors raise)."""
     from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed  # here: every kprio start would pay it
 
     retrying = Retrying(
@@ -72,10 +67,8 @@ def pid_alive(pid: int) -> bool:
 
 def live_process(pid: int | None, *, command_has: str | None = None,
                  created_at: float | None = None) -> psutil.Process | None:
-    """The running process ``pid`` when it is still the one we mean, else None (gone or pid reused).
-
-    ``command_has``: a word its command line must contain; ``created_at``: its psutil create time.
-    """
+    """The running process ``pid`` if still the one we mean (``command_has``: a word of its command line,
+    ``created_at``: its psutil create time), else None (gone or pid reused)."""
     if pid is None or not pid_alive(pid):
         return None
     try:
@@ -91,12 +84,8 @@ def live_process(pid: int | None, *, command_has: str | None = None,
 
 def spawn_detached(cmd: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None,
                    cwd: Path | None = None) -> tuple[psutil.Popen, int]:
-    """Start ``cmd`` in its own session and process group, output appended to ``log_path``.
-
-    Returns the process and the log offset its output starts at. Its own session: the server
-    outlives the command that started it and ignores that terminal's Ctrl-C. It stops on SIGTERM
-    whatever this process does with it (:data:`WITH_SIGTERM`).
-    """
+    """Start ``cmd`` in its own session and process group (it outlives its starter, ignores that terminal's Ctrl-C),
+    output appended to ``log_path``; (process, log offset). SIGTERM always stops it (:data:`WITH_SIGTERM`)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
         cmd = [sys.executable, "-c", WITH_SIGTERM, *cmd]  # the same pid: it execs the server
@@ -126,12 +115,8 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 
 
 def stop_process(proc: psutil.Process, timeout_s: float, *, whole_group: bool = False) -> None:
-    """Terminate ``proc`` (and its children, or every process of its group), kill what outlives
-    ``timeout_s``, and reap them. Raises ``TimeoutError`` naming the pids that survived SIGKILL.
-
-    ``whole_group`` is for a server started with :func:`spawn_detached`: a JVM's Python workers
-    are in its group even when they were re-parented.
-    """
+    """Terminate ``proc`` and its children (``whole_group``: its process group, where a JVM's re-parented Python
+    workers stay), kill what outlives ``timeout_s``, reap; TimeoutError if any survive."""
     try:
         members = [proc, *proc.children(recursive=True)]
         pgid = os.getpgid(proc.pid) if whole_group else None
@@ -170,8 +155,7 @@ def _quietly(action: Callable[[], None]) -> None:
 
 @contextlib.contextmanager
 def data_dir_lock(data_dir: Path, lock_file: str, wait_s: float, busy: type[Exception], what: str) -> Iterator[None]:
-    """One start or stop at a time per data dir, across processes; ``busy`` naming ``what`` is raised after
-    ``wait_s``."""
+    """One start or stop at a time per data dir, across processes; ``busy`` (naming ``what``) after ``wait_s``."""
     from filelock import FileLock, Timeout  # here: every kprio start would pay it
 
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -198,8 +182,7 @@ def log_tail(path: Path, start: int = 0, lines: int = 5, skip: Callable[[str], b
 
 @dataclass(frozen=True)
 class StateFile:
-    """The JSON file in which kprio records a server it started, written whole (a temporary file moved into
-    place: a reader never sees half of it).
+    """The JSON record of a server kprio started, written whole (a temp file moved into place: never read half).
 
     >>> import tempfile
     >>> state = StateFile(Path(tempfile.mkdtemp()) / "server.json")

@@ -1,15 +1,12 @@
 """The embedded schema registry: Apicurio Registry, built from Maven Central, run as a process in a data dir.
 
-One JVM, ``java -jar quarkus-run.jar`` of the application :mod:`orchestration.services.registry_build`
-put in kprio's cache (``scripts/setup.sh`` builds it; the first start builds it otherwise), started
-detached and bound to 127.0.0.1. Clients speak the Confluent-compatible API at
-``http://127.0.0.1:<port>/apis/ccompat/v7`` (confluent-kafka's ``SchemaRegistryClient`` and
-serializers work against it). Its storage is an H2 database in the data dir, so schemas and their
-ids survive a restart: a record's schema id must still resolve after the registry comes back. H2
-writes each commit before the registry answers (``WRITE_DELAY=0``; by default it wrote up to half a
-second later, so a registry killed then lost schemas a serializer had been told were registered), and a
-restarted registry is ready once its store serves every subject it held when it stopped (it is stopped
-again, and says so, when it does not: left serving, it would make the records naming them dead letters).
+One detached JVM, ``java -jar quarkus-run.jar`` of the application :mod:`orchestration.services.registry_build`
+put in kprio's cache, bound to 127.0.0.1; clients speak the Confluent-compatible API at
+``http://127.0.0.1:<port>/apis/ccompat/v7``. Its store is H2 in the data dir, so a record's schema id still resolves
+after a restart. H2 writes each commit before the registry answers (``WRITE_DELAY=0``: with H2's default delay a
+killed registry lost schemas a serializer was told were registered), and a restarted registry is ready once it
+serves every subject it held when it stopped (else it is stopped again, saying so: left serving, it would turn
+the records naming them into dead letters).
 
 A data dir holds::
 
@@ -18,20 +15,16 @@ A data dir holds::
     kprio-registry.json   while it runs: port, pid and start time, for status/stop from another process
     kprio-registry-held.json  from a stop to the next start: how many subjects it held then
 
-A state file whose process is gone (a killed registry) is stale: it is removed and never blocks a
-start. A pid counts only while its process is the JVM of this data dir started at the recorded time.
+A state file whose process is gone is stale: removed, never blocking a start. A pid counts only while it is this
+data dir's JVM started at the recorded time.
 
-Secured (``tls``, ``users``), as a registry in production is: https only, with a PEM certificate and key
-(``quarkus.http.ssl.certificate.files``, ``quarkus.http.insecure-requests=disabled``), and HTTP basic auth
-for every request of its APIs (Apicurio's ``registry.auth.enabled`` over the users of Quarkus's embedded realm,
-which the build adds: :mod:`orchestration.services.registry_build`; ``/health`` stays open). A password never
-reaches a file or the command line: the command line names a variable (``${KPRIO_REGISTRY_USER_PASSWORD_0}``,
-expanded by Quarkus's configuration) that only the JVM's environment holds, as the secured broker's
-``server.properties`` does.
+Secured (``tls``, ``users``) as in production: https only with a PEM certificate and key, and HTTP basic auth on
+every API request (Apicurio's ``registry.auth.enabled`` over Quarkus's embedded realm, which the build adds;
+``/health`` stays open). A password never reaches a file or the command line: it names a variable
+(``${KPRIO_REGISTRY_USER_PASSWORD_0}``, expanded by Quarkus) only the JVM's environment holds.
 
-Differences from Confluent Schema Registry a client may meet (Apicurio 2.4.2.Final): the global
-compatibility default is NONE (``PUT /config`` changes it); a 409 for an incompatible schema carries
-``error_code: 0``.
+Differences from Confluent Schema Registry (Apicurio 2.4.2.Final): the global compatibility default is NONE
+(``PUT /config`` changes it); a 409 for an incompatible schema carries ``error_code: 0``.
 
 >>> r = EmbeddedRegistry("/tmp/kprio-doc-registry", port=18081)
 >>> r.url, r.status().running
@@ -138,8 +131,7 @@ class RegistryStatus:
 
 
 def answers(base: str, timeout_s: float = 2.0, auth: tuple[str, str] | None = None) -> bool:
-    """True when the registry at ``base`` (``http://host:port``, or ``https://``) says it is ready and serves the
-    ccompat API (as ``auth``'s user, when it has users)."""
+    """Whether the registry at ``base`` (``http(s)://host:port``) is ready and serves ccompat (as ``auth``'s user)."""
     import httpx
 
     try:
@@ -152,9 +144,8 @@ def answers(base: str, timeout_s: float = 2.0, auth: tuple[str, str] | None = No
 
 
 class EmbeddedRegistry:
-    """Apicurio Registry on ``port`` (None or 0: a free one) of ``host``, keeping its state in ``data_dir``;
-    https only with ``tls``, and every API request refused without the password of one of ``users`` (user ->
-    password) when it has any."""
+    """Apicurio Registry on ``port`` (None or 0: a free one) of ``host``, state in ``data_dir``; https only with
+    ``tls``, and every API request needs the password of one of ``users`` (user -> password), if any."""
 
     def __init__(self, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, port: int | None = None, *,
                  host: str = "127.0.0.1", start_timeout_s: float = 60.0, stop_timeout_s: float = 10.0,
@@ -345,12 +336,9 @@ class EmbeddedRegistry:
         return response.json() if response.status_code == 200 else None
 
     def _short_of_held(self) -> str | None:
-        """Why the store of a registry just started does not serve what it held when it stopped (None: it does).
-
-        The store is SQL (H2), read by each request: the first list of subjects the registry answers with is what
-        its database holds, so one short of what it held is the verdict at once (waiting on would change nothing);
-        a registry that does not answer the list is waited for, up to ``start_timeout_s``.
-        """
+        """Why a just-started registry's store does not serve what it held when it stopped (None: it does). H2 is
+        read per request, so the first subject list answered is the verdict; a registry not answering is waited for
+        up to ``start_timeout_s``."""
         record = StateFile(self.data_dir / HELD_FILE)
         held = int((record.read() or {}).get("subjects", 0))
         found: list[int] = []

@@ -1,18 +1,14 @@
 """The embedded schema registry's application, built once from Maven Central into kprio's cache.
 
-kprio's embedded registry is Apicurio Registry (a Quarkus application that serves the Confluent
-compatible API at ``/apis/ccompat/v7``; storage in an in-memory H2 database). Its runnable form is
-not published on Maven Central, its parts are: a throwaway ``pom.xml`` depends on
-``io.apicurio:apicurio-registry-app`` and the ``quarkus-maven-plugin`` (the Quarkus version of
-Apicurio's own BOM) builds a fast-jar from it. ``scripts/setup.sh`` runs the build
-(``python3 -m orchestration.services.registry_build``); later runs only read the cache.
+Apicurio Registry (a Quarkus application serving the Confluent-compatible API at ``/apis/ccompat/v7``) is on Maven
+Central only in parts: a throwaway ``pom.xml`` depends on ``io.apicurio:apicurio-registry-app`` and the
+``quarkus-maven-plugin`` (the Quarkus of Apicurio's own BOM) builds a fast-jar from it. ``scripts/setup.sh`` runs
+the build (``python3 -m orchestration.services.registry_build``); later runs only read the cache.
 
-Basic auth without Keycloak: the build adds ``io.quarkus:quarkus-elytron-security-properties-file`` (users and
-passwords from configuration) and fixes at build time, as Quarkus 2.16 requires, HTTP basic auth over its embedded
-realm; it leaves Apicurio's own authentication mechanism out (``quarkus.arc.exclude-types``): an OIDC one, which
-as a CDI alternative would hide basic auth. The application still lets anyone in until a start turns on
-Apicurio's authorization (``registry.auth.enabled``) with users (:class:`~orchestration.services.registry.
-EmbeddedRegistry`'s ``users``).
+Basic auth without Keycloak: the build adds ``quarkus-elytron-security-properties-file`` (users from configuration),
+fixes HTTP basic auth over its embedded realm at build time (as Quarkus 2.16 requires) and excludes Apicurio's OIDC
+mechanism (``quarkus.arc.exclude-types``), a CDI alternative that would hide basic auth. Anyone gets in until a
+start turns on ``registry.auth.enabled`` with users (:class:`~orchestration.services.registry.EmbeddedRegistry`).
 
 Two artifacts Apicurio 2.4.2.Final names are not served by Maven Central and are substituted:
 
@@ -21,11 +17,9 @@ Two artifacts Apicurio 2.4.2.Final names are not served by Maven Central and are
 - ``io.apicurio:apicurio-common-app-components-config-index[-deployment]:0.1.18.Final``: 0.1.10.Final
   is served and carries the same runtime class.
 
-The build runs with Maven's default settings, so a machine's own mirror or proxy applies. The
-application lives in ``<cache>/registry/<version>-basic-auth/app/`` (``quarkus-run.jar`` and its ``lib/``); it
-is complete when ``kprio-registry-build.json`` exists, written last, so a build cut short is done
-again. About 210 MB of jars are downloaded the first time; once they are in Maven's local
-repository a build takes about half a minute.
+Maven's default settings apply (a machine's mirror or proxy). The application lives in
+``<cache>/registry/<version>-basic-auth/app/``; it is complete when ``kprio-registry-build.json`` exists, written
+last, so a build cut short is done again. The first build downloads about 210 MB of jars.
 
 >>> "<artifactId>apicurio-registry-app</artifactId>" in pom_xml("2.4.2.Final", "2.16.4.Final")
 True
@@ -62,8 +56,7 @@ class RegistryBuildFailed(KprioError):
 
 
 BUILD = "basic-auth"
-"""What kprio's build adds to Apicurio's application, part of the cache's key: a build of another kind (an older
-kprio's, without the basic-auth extension) is not used, the application is built again beside it."""
+"""What kprio's build adds, part of the cache's key: a build of another kind (without basic auth) is rebuilt beside."""
 
 
 def registry_dir(version: str = REGISTRY_VERSION) -> Path:
@@ -103,13 +96,11 @@ def pom_xml(version: str, quarkus: str) -> str:
             f"<groupId>kprio.cache</groupId><artifactId>kprio-registry</artifactId><version>{version}</version>"
             "<properties><maven.compiler.release>17</maven.compiler.release>"
             "<project.build.sourceEncoding>UTF-8</project.build.sourceEncoding>"
-            # The application's jar carries no Jandex index and no beans.xml: without these Quarkus
-            # would see none of its beans (the storage, the REST APIs).
+            # The app's jar has no Jandex index nor beans.xml: without these Quarkus sees none of its beans.
             "<quarkus.index-dependency.registry-app.group-id>io.apicurio</quarkus.index-dependency.registry-app.group-id>"
             "<quarkus.index-dependency.registry-app.artifact-id>apicurio-registry-app"
             "</quarkus.index-dependency.registry-app.artifact-id>"
-            # Fixed at build time in Quarkus 2.16: HTTP basic auth over the users of the embedded realm, and not
-            # Apicurio's OIDC mechanism (a CDI alternative: with it, basic auth is never asked).
+            # Fixed at build time in Quarkus 2.16: basic auth over the embedded realm, not Apicurio's OIDC mechanism.
             "<quarkus.http.auth.basic>true</quarkus.http.auth.basic>"
             "<quarkus.security.users.embedded.enabled>true</quarkus.security.users.embedded.enabled>"
             "<quarkus.arc.exclude-types>io.apicurio.common.apps.auth.authn.AppAuthenticationMechanism"

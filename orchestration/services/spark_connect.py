@@ -1,24 +1,17 @@
 """A long-lived local Spark Connect server, so that drain runs reuse one warm Spark.
 
-``kprio spark start`` runs pyspark's own ``SparkConnectServer`` (the Connect jar ships in
-``pyspark/jars``) with ``spark-submit`` from the pyspark package as ``SPARK_HOME``, detached in
-its own process group, output appended to ``<connect_dir>/server.log``. It gets
-``--master spark.master``, kprio's session defaults plus every ``spark.conf`` entry, and
-``spark.connect.grpc.binding.port = spark.connect_port``, and Spark's Kafka connector in
-``spark.jars`` (the ``native`` reader) when setup put it in the jar cache; its Python workers run this
-interpreter (``PYSPARK_PYTHON``), so they import kprio and the handler. Drains reach it with
-``spark.remote: sc://localhost:<port>``.
+``kprio spark start`` runs pyspark's own ``SparkConnectServer`` via ``spark-submit`` (pyspark as ``SPARK_HOME``),
+detached in its own process group, output in ``<connect_dir>/server.log``, with ``--master spark.master`` and
+:func:`server_conf`. Its Python workers run this interpreter (``PYSPARK_PYTHON``), so they import kprio and the
+handler. Drains reach it with ``spark.remote: sc://localhost:<port>``.
 
-A server that just started has a cold JVM and no Python worker yet: the first drain through it
-paid half a minute for that on a 2-core machine (three runs at once, each waiting on the others'
-class loading). So :meth:`SparkConnectServer.start` ends with :meth:`~SparkConnectServer.warm_up`,
-one small job on the session the drains share (a shuffle, a sort and a ``mapInArrow`` over a kprio
-function): the first drain finds the JVM and the workers warm, and a server whose Python workers
-cannot import kprio fails at ``kprio spark start``, naming the cause, instead of at the first drain.
+A fresh server has a cold JVM and no Python worker: the first drain paid half a minute for that on 2 cores. So
+:meth:`SparkConnectServer.start` ends with :meth:`~SparkConnectServer.warm_up`, one small job on the drains' shared
+session: drains find it warm, and a server whose workers cannot import kprio fails at ``kprio spark start``,
+naming the cause, instead of at the first drain.
 
-Spark records nothing about the server it runs, so kprio keeps ``<connect_dir>/server.json``
-(pid, port, the process's create time to tell a reused pid apart); a file whose process is gone
-is stale and is removed by the next start or stop.
+Spark records nothing about the server, so kprio keeps ``<connect_dir>/server.json`` (pid, port, create time to
+tell a reused pid apart); a file whose process is gone is stale, removed by the next start or stop.
 
 >>> server = SparkConnectServer(SparkSettings(connect_dir="/tmp/kprio-doc-connect", connect_port=15999))
 >>> server.url, server.status().running
@@ -71,13 +64,9 @@ def spark_home() -> Path:
 
 
 def server_conf(settings: SparkSettings, port: int) -> list[str]:
-    """The ``--conf`` arguments of the server: port and bind address, kprio's session defaults, spark.conf.
-
-    ``spark.jars`` also gets Spark's Kafka connector from the jar cache when it is there (the
-    ``native`` reader runs on the server's classpath; see :func:`~orchestration.services.jars.spark_connector_jars`).
-    A local server of the python reader gets the driver JVM a local session gets, C1 only and the serial
-    collector (:func:`spark_jobs.session.lean_driver`), unless spark.conf's Java options say otherwise.
-    """
+    """The server's ``--conf`` arguments: port and bind address, kprio's session defaults, spark.conf; ``spark.jars``
+    gets Spark's Kafka connector when cached (the ``native`` reader), and a local python-reader server the lean
+    driver JVM (:func:`spark_jobs.session.lean_driver`) unless spark.conf's Java options say otherwise."""
     from spark_jobs.connector import spark_connector_jars
     from spark_jobs.session import lean_driver, session_conf, with_jars
 
@@ -90,14 +79,12 @@ def server_conf(settings: SparkSettings, port: int) -> list[str]:
 
 
 def server_env(settings: SparkSettings) -> dict[str, str]:
-    """The server's environment: pyspark as SPARK_HOME, run in the foreground, workers on this Python; a local
-    server's :data:`~spark_jobs.session.LOCAL_ENV` unless set."""
+    """The server's environment: pyspark as SPARK_HOME, foreground, workers on this Python, a local one's LOCAL_ENV."""
     import kprio_core
     from spark_jobs.session import local_env
 
     env = dict(os.environ)
-    # Python workers unpickle kprio's data source and the handler: let them import the same
-    # kprio as this process, from a source checkout too.
+    # Python workers unpickle kprio's data source and handler: they import this process's kprio, a checkout too.
     source_root = str(Path(kprio_core.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH", "")) if p)
     env.update({
@@ -228,13 +215,9 @@ class SparkConnectServer:
         return self.status(), True
 
     def warm_up(self) -> None:
-        """Run :mod:`spark_jobs.warm_up` on the shared session (the drains' ``spark.remote``, else this server's URL).
-
-        It runs in a child process: a Spark Connect client cannot start in a process that already
-        has a classic SparkSession (a test's, a ``kprio drain`` that starts the server). A failure
-        stops the server (one that cannot run kprio's Python is of no use to a drain) and raises
-        :class:`SparkConnectServerError` with the job's one line.
-        """
+        """Run :mod:`spark_jobs.warm_up` on the shared session (``spark.remote``, else this server) in a child process
+        (a Connect client cannot start beside a classic SparkSession); a failure stops the server, useless to a drain,
+        and raises :class:`SparkConnectServerError` with the job's one line."""
         remote = self.settings.remote or self.url
         try:
             done = subprocess.run([sys.executable, "-m", "spark_jobs.warm_up", remote], capture_output=True, text=True,
@@ -264,8 +247,7 @@ class SparkConnectServer:
 
     def _stop(self, proc: psutil.Process) -> None:
         try:
-            # SIGTERM lets the JVM run its shutdown hooks (SparkContext.stop); its Python workers
-            # share its process group.
+            # SIGTERM runs the JVM's shutdown hooks (SparkContext.stop); its Python workers share its group.
             stop_process(proc, self.stop_timeout_s, whole_group=True)
         except TimeoutError as err:
             raise SparkConnectServerError(f"Spark Connect server from {self.connect_dir} could not be stopped: "
@@ -285,8 +267,7 @@ class SparkConnectServer:
 
 
 def _noise(line: str) -> bool:
-    # Spark's INFO chatter and Java stack frames say nothing about why a start failed; the
-    # exception lines do.
+    # Spark's INFO chatter and stack frames say nothing about why a start failed; exception lines do.
     stripped = line.strip()
     return " INFO " in line or stripped.startswith(("at ", "... ")) or stripped.endswith(" more")
 

@@ -7,11 +7,9 @@ Made once per data dir, in ``<data dir>/tls/``, and kept across restarts (nothin
     broker.p12   the nodes' key and certificate (PKCS#12, that password); it names the host they listen on
     client.p12   a client's key and certificate (PKCS#12, that password), for mutual TLS: ssl.keystore.location
 
-PKCS#12 is the one keystore both of kprio's client families read under the same settings
-(librdkafka's ``ssl.keystore.location`` / ``ssl.keystore.password`` are PKCS#12, and Kafka's Java
-client reads it too), and the one the broker's JVM reads with an AES-encrypted key: Kafka's Java
-code cannot decrypt a PBES2 (AES) PEM key. Every key file is written owner-only (0600) and
-encrypted; no password is ever written.
+PKCS#12 is the one keystore both client families read under the same settings (librdkafka's ``ssl.keystore.*``,
+Kafka's Java client), and the one the broker's JVM reads with an AES-encrypted key (Java cannot decrypt a PBES2 PEM
+key). Every key file is owner-only (0600) and encrypted; no password is ever written.
 
 >>> from datetime import UTC, datetime
 >>> key, ca = make_ca(datetime(2026, 1, 1, tzinfo=UTC))

@@ -1,8 +1,6 @@
 """``drain.format: delta``: one Delta Lake table per logical topic and root, one commit per batch and table.
 
-The publish and the reads of a table are :mod:`spark_jobs.delta_table`'s; the table's upkeep is here: a
-compaction commits the merged files with ``dataChange`` false on the version its plan read, then the files
-no version within the retention needs are vacuumed, a checkpoint written and the older log entries cleaned.
+Publish and reads are :mod:`spark_jobs.delta_table`'s; the upkeep (:mod:`spark_jobs.maintenance`) is here.
 
 >>> import tempfile
 >>> from kprio_core.config import DrainSettings
@@ -132,8 +130,7 @@ def _files(table: Any) -> list[TableFile]:
 
 
 def _compact(uri: str, settings: Any) -> tuple[int, int]:
-    """Compaction runs committed on the version their plan read, planned again when a publish landed meanwhile;
-    ``(runs compacted, retries)``."""
+    """Compact on the version the plan read, planning again if a publish landed; ``(runs compacted, retries)``."""
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction, CommitProperties, RemoveAction

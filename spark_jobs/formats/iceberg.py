@@ -1,11 +1,8 @@
-"""``drain.format: iceberg``: one Apache Iceberg table per logical topic and root in the catalog ``drain.iceberg``
-names, one snapshot per batch and table.
+"""``drain.format: iceberg``: one Apache Iceberg table per logical topic and root, one snapshot per batch and table.
 
-The publish is :mod:`spark_jobs.iceberg_table`'s, the table as it is found and read :mod:`spark_jobs.iceberg_catalog`'s;
-the table's upkeep is here: a compaction is an overwrite snapshot (``kprio.maintenance: compact`` in its summary, no
-batch) on the snapshot its plan read, then the snapshots older than the retention are expired, the newest
-``drain.maintenance.keep_snapshots`` always kept, and the data and manifest files only they named deleted (pyiceberg
-expires snapshots from the metadata only).
+Publish is :mod:`spark_jobs.iceberg_table`'s, finding and reading :mod:`spark_jobs.iceberg_catalog`'s; the upkeep
+(:mod:`spark_jobs.maintenance`) is here. pyiceberg expires snapshots from the metadata only: the files only they
+named are deleted here.
 
 >>> import tempfile
 >>> from kprio_core.config import DrainSettings
@@ -77,8 +74,7 @@ class Iceberg(TableOutput):
         return iceberg_catalog.table_batches(self.drain.iceberg, self.root_of(kind), kind, logical_topic)
 
     def scan_sql(self, kind: str, logical_topic: str) -> str:
-        """``iceberg_scan`` of the table's current metadata file; :class:`~kprio_core.errors.OutputUnavailable` when
-        nothing is published yet (no table)."""
+        """``iceberg_scan`` of the current metadata file (no table: :class:`~kprio_core.errors.OutputUnavailable`)."""
         table = iceberg_catalog.load(self.drain.iceberg, kind, logical_topic)
         if table is None:
             raise OutputUnavailable(f"no Iceberg table {self.name(kind, logical_topic)} in the catalog "
@@ -122,8 +118,7 @@ class Iceberg(TableOutput):
                           expired, retries)
 
     def _compact(self, kind: str, logical_topic: str, fs: Any) -> tuple[int, int]:
-        """Compaction runs in an overwrite snapshot on the snapshot their plan read, planned again when a publish
-        landed meanwhile; ``(runs compacted, retries)``."""
+        """Compact in an overwrite snapshot on the plan's, planned again if a publish landed; ``(runs, retries)``."""
         from pyiceberg.exceptions import CommitFailedException
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
@@ -152,8 +147,8 @@ class Iceberg(TableOutput):
         return 0, upkeep.COMMIT_RETRIES
 
     def _expire(self, kind: str, logical_topic: str, fs: Any, now: float) -> tuple[int, int]:
-        """Expire the snapshots older than the retention but the newest ``keep_snapshots``, then delete the files only
-        they named (under the table's location only); ``(snapshots expired, files deleted)``."""
+        """Expire snapshots older than the retention but the newest ``keep_snapshots``, delete files only they named
+        (under the table's location); ``(snapshots expired, files deleted)``."""
         from pyiceberg.exceptions import CommitFailedException
 
         settings = self.drain.maintenance

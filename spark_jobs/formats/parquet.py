@@ -40,8 +40,7 @@ class Parquet:
     def publish(self, result: DrainResult, *, ranges: Iterable[OffsetRange] | None = None,
                 incarnations: Mapping[str, int] | None = None, checks: CheckReport | None = None,
                 epoch: int | None = None) -> Publication:
-        # Idempotent by construction: files named by their ranges, each publish replacing every file of its
-        # ranges in both roots (a stale run's late publish leaves the same log's records, each once).
+        # Idempotent by construction (:mod:`spark_jobs.output`): a stale run's late publish leaves each record once.
         output.publish(result, output_root=self.drain.output_path, dead_letter_root=self.drain.dead_letter_path,
                        ranges=ranges, incarnations=incarnations)
         return Publication()

@@ -1,13 +1,11 @@
 """The one adapter over Dagster's internal modules that kprio's warm run workers need (Dagster 1.13).
 
-Dagster documents run launchers as the place to decide where a run executes, but it has no public
-function that executes a run someone else created, nor one that creates a run of a job it did not
-load from a code server: its own run worker (``dagster api execute_run``, ``dagster/_cli/api.py``)
-and ``JobDefinition.execute_in_process`` (``dagster/_core/execution/execute_in_process.py``) call
-the functions below. This module calls them exactly as those two do, and nothing else in kprio imports
-a ``dagster._`` module (``tests/orchestration/test_layers.py``). ``tests/orchestration/test_workers_dagster_api.py``
-creates and executes a run through each function on a real instance, so a Dagster that moves or changes
-one of them fails there, not in a deployment.
+Dagster has no public function that executes a run someone else created, nor one that creates a run of a job not
+loaded from a code server; its run worker (``dagster api execute_run``, ``dagster/_cli/api.py``) and
+``JobDefinition.execute_in_process`` call the functions below, and this module calls them exactly as those do.
+Nothing else in kprio imports a ``dagster._`` module (``tests/orchestration/test_layers.py``);
+``tests/orchestration/test_workers_dagster_api.py`` runs each function on a real instance, so a Dagster that
+moves or changes one fails there, not in a deployment.
 """
 
 from __future__ import annotations
@@ -50,11 +48,8 @@ def from_origin(origin: JobPythonOrigin) -> IJob:
 
 def create_run(instance: dg.DagsterInstance, job: IJob, *, tags: Mapping[str, str],
                run_config: Mapping[str, object] | None = None, like: dg.DagsterRun | None = None) -> dg.DagsterRun:
-    """A new run of ``job`` in ``instance`` (NOT_STARTED), its plan and snapshots as ``execute_in_process`` records them.
-
-    ``like``: a run of the same job whose code origins the new run takes over (a run the daemon created from
-    the code server: the new run can then be re-executed from the UI as that one can).
-    """
+    """A new run of ``job`` in ``instance`` (NOT_STARTED), plan and snapshots recorded as ``execute_in_process`` does;
+    ``like``: a daemon-created run whose code origins it takes, so it can be re-executed from the UI as that one."""
     config = dict(run_config or {})
     plan = create_execution_plan(job, run_config=config, instance_ref=instance.get_ref())
     job_def = job.get_definition()
@@ -72,11 +67,8 @@ def mark_starting(instance: dg.DagsterInstance, run: dg.DagsterRun) -> None:
 
 
 def execute(job: IJob, run: dg.DagsterRun, instance: dg.DagsterInstance) -> None:
-    """Execute ``run`` of ``job`` here, to its end, as ``dagster api execute_run`` does in a run process of its own.
-
-    Its events go to the instance's event log as they happen (the UI follows them); a failure of the run is
-    recorded there, not raised.
-    """
+    """Execute ``run`` of ``job`` here, to its end, as ``dagster api execute_run`` does; its events go to the
+    instance's event log as they happen, and its failure is recorded there, not raised."""
     instance.report_engine_event(f"Started process for run (pid: {os.getpid()}).", run,
                                  EngineEventData.in_process(os.getpid()))
     for _event in execute_run_iterator(job, run, instance):

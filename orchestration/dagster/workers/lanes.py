@@ -1,10 +1,9 @@
 """Which worker of a pool takes which run: the urgent lane and the bulk lane.
 
 With two or more workers, worker 0 is the urgent lane: it takes the runs that drain a logical topic's most urgent
-priority (the run's ``kprio/lane`` tag, :data:`orchestration.runtime.tags.LANE_TAG`), and the others are the bulk
-lane, started ``workers.bulk_nice`` steps nicer (their Spark JVM and its Python workers yield the CPU to an urgent
-run beside them). A bulk run never takes the urgent worker: an urgent run never waits behind one. A pool of one
-worker has one lane for both.
+priority (the ``kprio/lane`` tag, :data:`orchestration.runtime.tags.LANE_TAG`); the others are the bulk lane,
+started ``workers.bulk_nice`` steps nicer so their Spark JVM and Python workers yield the CPU to an urgent run. A
+bulk run never takes the urgent worker, so an urgent run never waits behind one. A pool of one has one lane.
 """
 
 from __future__ import annotations
@@ -12,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 URGENT, BULK, BOTH = "urgent", "bulk", "both"
-"""The lanes, as the runs' ``kprio/lane`` tag names them (:data:`orchestration.runtime.tags.LANE_TAG`); a pool
-of one worker has one lane for both."""
+"""The lanes, as the runs' ``kprio/lane`` tag names them; ``both``: the lane of a pool of one worker."""
 
 
 def lanes(count: int) -> tuple[str, ...]:
@@ -26,10 +24,7 @@ def lanes(count: int) -> tuple[str, ...]:
 
 
 def pick(lane: str, free: Sequence[tuple[int, str]]) -> int | None:
-    """The free worker (index, lane) a run of ``lane`` goes to, None: it waits.
-
-    An urgent run takes the urgent worker, else any free one; a bulk run takes a bulk worker, never the
-    urgent one; the one worker of a pool of one takes either.
+    """The free worker (index, lane) a run of ``lane`` goes to (urgent: its own lane first, else any); None: it waits.
 
     >>> pick("urgent", [(1, "bulk"), (0, "urgent")]), pick("urgent", [(1, "bulk")]), pick("bulk", [(0, "urgent")])
     (0, 1, None)

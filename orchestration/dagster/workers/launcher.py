@@ -7,17 +7,10 @@ choice: delete the block)::
       module: orchestration.dagster.workers.launcher
       class: WarmRunLauncher
 
-Dagster's default launcher asks the code server to start ``dagster api execute_run``, a new process that
-imports Dagster, Great Expectations, PySpark and kprio again and starts its own Spark JVM, for every run.
-This one hands the run to the pool of the instance's home (:mod:`orchestration.dagster.workers.server`),
-whose workers have all of that loaded and warm; the run executes there as Dagster's run worker would execute
-it (its code origin, its events, logs, asset events and checks in the instance, as the UI shows them). The
-workers' number and lanes (urgent, bulk) are kprio.yaml's ``workers`` settings.
-
-Run monitoring (the daemon) asks :meth:`WarmRunLauncher.check_run_worker_health`: a run whose worker died
-is FAILED (its pool has failed it already; kprio's tick resumes its batch), as the default launcher's code
-server fails a run whose process died. Terminating a run from the UI kills its worker (a fresh one takes
-its place); the run is CANCELED.
+Dagster's default launcher starts a process per run that imports Dagster, GX, PySpark and kprio and starts a Spark
+JVM; this one hands the run to the home's pool (:mod:`orchestration.dagster.workers.server`), where all that is
+warm. Run monitoring asks :meth:`WarmRunLauncher.check_run_worker_health`: a run whose worker died is FAILED.
+Terminating a run from the UI kills its worker (a fresh one takes its place); the run is CANCELED.
 """
 
 from __future__ import annotations

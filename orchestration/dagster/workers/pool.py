@@ -1,22 +1,15 @@
 """A pool of warm run workers: it starts them, hands each one run at a time, and replaces the ones that die or retire.
 
-Every run of a batch executes on one of these workers, whichever driver launched it: ``kprio drain``'s
-loop owns a pool for its life; under the Dagster daemon kprio's run launcher hands its runs to the pool
-of the instance's home (:mod:`orchestration.dagster.workers.server`). A worker
-(:mod:`orchestration.dagster.workers.worker`) is a child process with one end of a socket pair.
+Every run of a batch executes on one of these workers, whichever driver launched it: ``kprio drain``'s loop owns
+a pool for its life; under the daemon the run launcher uses the home's (:mod:`orchestration.dagster.workers.server`).
+Each worker is a child process on a socket pair; ``workers.count`` of them run as many runs at once, in the lanes
+of :mod:`orchestration.dagster.workers.lanes`.
 
-``workers.count`` workers, so that many runs at once. With two or more, worker 0 is the urgent lane:
-it takes the runs that drain a logical topic's most urgent priority (the run's ``kprio/lane`` tag), and
-the others are the bulk lane, started ``workers.bulk_nice`` steps nicer, so their Spark JVM and its Python
-workers yield the CPU to an urgent run beside them (:func:`~orchestration.dagster.workers.lanes.pick`). A bulk run never takes the urgent
-worker: an urgent run never waits behind one.
-
-One thread of the pool watches every worker's socket and process. A worker that dies (kill -9, OOM)
-fails its run in Dagster at once, as the default launcher's code server fails a run whose process
-died, and kprio's tick resumes its batch (the run's ``kprio/runner`` is the dead worker); a new
-worker takes its place. A worker that cannot start fails the runs waiting for it with its one line,
-and is started again after a backoff. A worker that retires (``workers.max_runs``, ``workers.max_rss_mib``)
-is replaced. The runs a worker's tick created after its run (under the daemon) are launched here at once.
+One thread watches every worker. A worker that dies (kill -9, OOM) fails its run in Dagster at once, as the
+default launcher's code server does, and kprio's tick resumes its batch; one that cannot start fails the runs
+waiting for it with its one line and is started again after a backoff; one that dies or retires
+(``workers.max_runs``, ``workers.max_rss_mib``) is replaced. Runs a worker's tick created (under the daemon) are
+launched here at once.
 """
 
 from __future__ import annotations
@@ -61,9 +54,8 @@ RESTART_BACKOFF_S = (1.0, 5.0, 30.0)
 @contextmanager
 def workers_for(spark: SparkSettings, limits: WorkersSettings, workers: WorkerPool | None = None,
                 log: LogRoute = LogRoute()) -> Iterator[WorkerPool]:
-    """A driver's worker pool: ``workers`` (the caller's), else the one this process made active (a test session's),
-    both left to whoever started them; else a pool of ``limits`` workers with Spark ``spark``, started now (they warm
-    up while the driver does its first work) and stopped at the end."""
+    """A driver's pool: ``workers``, else this process's active one (both left to their starter), else a new one of
+    ``limits`` and ``spark``, started now (warming while the driver does its first work) and stopped at the end."""
     workers = workers or WorkerPool.active()
     if workers is not None:
         yield workers
@@ -104,12 +96,8 @@ class Slot:
 
 
 class WorkerPool:
-    """``limits.count`` warm workers with the Spark client of ``spark`` (see the module docstring).
-
-    Each listener (:meth:`listen`; ``on_end``) is called with ``(run_id, status)`` from the pool's thread when
-    a run it executed ended (status: the Dagster run status' value); ``on_event(line)`` with a line for a person
-    (a worker that could not start).
-    """
+    """``limits.count`` warm workers with ``spark``'s client; listeners (:meth:`listen`, ``on_end``) get ``(run_id,
+    Dagster run status value)`` from the pool's thread when a run ends; ``on_event(line)``: a line for a person."""
 
     def __init__(self, spark: SparkSettings, limits: WorkersSettings, *, log: LogRoute = LogRoute(),
                  on_end: Callable[[str, str], None] | None = None, on_event: Callable[[str], None] | None = None,
@@ -295,7 +283,7 @@ class WorkerPool:
         elif done is not None:
             self._tell_end(done.run_id, message.status)
         if done is not None:
-            for run_id in message.launched:  # the tick after it (under the daemon): launched at once, as the daemon would
+            for run_id in message.launched:  # its tick's runs (under the daemon): launched at once, as the daemon would
                 self._launch_follow_up(done, run_id)
         if message.retire or slot.recycle:
             LOGGER.info("%s %d retires (%s); a fresh one takes its place", self.name, slot.index,
@@ -351,8 +339,7 @@ class WorkerPool:
         mine, theirs = socket.socketpair()
         env = dict(self.env if self.env is not None else os.environ)
         out, err = self._output()
-        # A session of its own: a Ctrl-C in the terminal reaches the pool's process, which finishes the runs in
-        # flight, not the workers executing them (the worker dies with the pool's process: see its main).
+        # Own session: a terminal's Ctrl-C reaches the pool, which finishes the runs in flight (workers die with it).
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestration.dagster.workers.worker", str(theirs.fileno()), str(os.getpid())],
             pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,

@@ -1,11 +1,9 @@
 """What a worker pool and its warm workers say to each other: small frozen values, pickled over a socket pair.
 
-The pool sends :class:`Warm` once, then one :class:`Execute` at a time (a worker runs one run at a
-time) and :class:`Stop`; the worker answers :class:`Ready` (or :class:`CannotStart`) once, then
-:class:`Ended` per run. A run is named by its id and the instance it lives in (Dagster's
-``InstanceRef``); the job to execute it with comes either from kprio's settings (:class:`ByConfig`:
-``kprio drain``'s runs, whose definitions are built in memory) or from the code origin Dagster stored
-with the run (:class:`ByOrigin`: runs the daemon created from the code server).
+The pool sends :class:`Warm` once, then one :class:`Execute` at a time (a worker runs one run at a time) and
+:class:`Stop`; the worker answers :class:`Ready` (or :class:`CannotStart`) once, then :class:`Ended` per run. A
+run is named by its id and its instance's ``InstanceRef``; its job comes from kprio's settings (:class:`ByConfig`)
+or from the code origin Dagster stored with it (:class:`ByOrigin`).
 """
 
 from __future__ import annotations
@@ -36,9 +34,8 @@ JobSource = ByConfig | ByOrigin
 
 @dataclass(frozen=True)
 class LogRoute:
-    """Where a worker's log lines go, as the command that started its pool routes its own
-    (:func:`orchestration.cli.logs.routed_logs`): a file, standard error (``verbose``), or nowhere.
-    ``inherit``: leave Python's logging as it is (a pool under the Dagster daemon: its terminal)."""
+    """Where a worker's log lines go, as its pool's command routes its own (:func:`orchestration.cli.logs.routed_logs`):
+    a file, standard error (``verbose``), nowhere; ``inherit``: Python's logging as it is (under the daemon)."""
 
     log_file: str | None = None
     verbose: bool = False
@@ -57,18 +54,14 @@ class Warm:
     nice: int = 0
     log: LogRoute = LogRoute()
     watch: bool = False
-    """Between runs under the daemon, watch the ends of the most urgent priorities' partitions (every
-    ``sensor.watch_s``) and tick as soon as records arrive there with their slot free (the urgent lane's worker)."""
+    """Between runs under the daemon (the urgent lane), tick once records arrive on a free most urgent priority."""
 
 
 @dataclass(frozen=True)
 class Execute:
-    """Execute run ``run_id`` of the instance ``instance`` (an ``InstanceRef``) with ``job``.
-
-    ``tick_after``: once the run ended, tick (the sensor's rules, this worker as the driver) and create the
-    runs the tick requests, so the slots the run freed are planned into at once (under the Dagster daemon,
-    whose sensor evaluates every 5 s at most); ``kprio drain`` ticks itself as soon as a run ends.
-    """
+    """Execute run ``run_id`` of ``instance`` (an ``InstanceRef``) with ``job``; ``tick_after``: then tick (this
+    worker the driver) and create the runs requested, so freed slots are planned into at once (the daemon's sensor
+    evaluates every 5 s at most; ``kprio drain`` ticks itself)."""
 
     run_id: str
     instance: Any
@@ -105,11 +98,8 @@ class Launched:
 
 @dataclass(frozen=True)
 class Ended:
-    """Run ``run_id`` ended with Dagster status ``status``.
-
-    ``launched``: the runs the tick after it created (NOT_STARTED) for the pool to launch, in the order the
-    tick requested them. ``retire``: why the worker leaves now (its runs or its memory), None when it stays.
-    """
+    """Run ``run_id`` ended with Dagster status ``status``; ``launched``: the runs its tick created (NOT_STARTED),
+    for the pool to launch in order; ``retire``: why the worker leaves now (runs, memory), None when it stays."""
 
     run_id: str
     status: str
@@ -122,10 +112,8 @@ class Ended:
 
 @dataclass(frozen=True)
 class Hello:
-    """A process that will hand the pool runs (the code location, a daemon): the pool lives while one of them does.
-
-    ``code_location``: the process loaded kprio's code; a new one (a reload) makes every worker load it again.
-    """
+    """A process that will hand the pool runs: the pool lives while one does; a new ``code_location`` process (a
+    reload) makes every worker load the code again."""
 
     pid: int
     code_location: bool = False

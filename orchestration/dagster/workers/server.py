@@ -1,23 +1,16 @@
 """The worker pool of a Dagster home: one process that owns the warm workers the daemon's runs execute on.
 
-Under the Dagster daemon, kprio's run launcher (:mod:`orchestration.dagster.workers.launcher`) is
-built in whichever process launches a run (the daemon's run queue, a webserver, a worker launching
-what its tick after a run requested), so the workers cannot belong to any one of them. They belong
-to this server: ``python -m orchestration.dagster.workers.server <home>``, one per Dagster home, on
-a local socket named by the home (Linux's abstract namespace: nothing on disk but the key that
-authenticates its clients, ``<home>/.kprio-workers.key``, readable by its owner only).
+Under the daemon, kprio's run launcher (:mod:`orchestration.dagster.workers.launcher`) is built in whichever
+process launches a run (the run queue, a webserver, a worker), so the workers belong to this server instead:
+``python -m orchestration.dagster.workers.server <home>``, one per Dagster home, on an abstract local socket named
+by the home (on disk only ``<home>/.kprio-workers.key``, readable by its owner, which authenticates clients).
 
-It is started with the code location: when ``dagster dev`` (or a code server) loads kprio's
-definitions on a home whose ``dagster.yaml`` names kprio's launcher (:func:`warm_for_code_location`),
-so its workers import and start Spark while the user turns the sensor on; the launcher and the sensor
-start it too when it is not there (:func:`ensure`). It reads kprio.yaml as the code location does
-(``$KPRIO_CONFIG``) for its ``spark`` and ``workers`` settings, and its workers inherit its environment
-(the secrets among it), as run processes inherit a code server's.
-
-It lives while a process that said :class:`~orchestration.dagster.workers.protocol.Hello` (the code
-server, the daemon) does: when none is left (``dagster dev`` stopped) and no run is in progress, it
-stops its workers and exits. A new code location process (a reload of the code) makes every worker
-load the code again (idle ones at once, busy ones after their run).
+It starts with the code location on a home whose ``dagster.yaml`` names kprio's launcher
+(:func:`warm_for_code_location`), warming while the user turns the sensor on, or when the launcher or the sensor
+finds it missing (:func:`ensure`). It reads kprio.yaml (``$KPRIO_CONFIG``) for ``spark`` and ``workers``; its
+workers inherit its environment (secrets included), as run processes inherit a code server's. It lives while a
+:class:`~orchestration.dagster.workers.protocol.Hello` process or a run does; a new code location process (a
+reload) makes every worker load the code again (idle ones at once, busy ones after their run).
 """
 
 from __future__ import annotations
@@ -48,8 +41,7 @@ ENV_IN_POOL = "KPRIO_IN_WORKER_POOL"
 START_TIMEOUT_S = 30.0
 """Longest a process that started the server waits for it to listen (its workers warm up after that)."""
 ALONE_FOR_S = 10.0
-"""How long the server waits, with no client process left and no run in progress, before it exits (a code
-server being reloaded comes back within it)."""
+"""Seconds alone (no client process, no run) before the server exits; a reloading code server comes back within."""
 
 
 class WorkerPoolUnavailable(KprioError):
@@ -82,7 +74,7 @@ def _key(home: Path, *, create: bool) -> bytes | None:
 
 
 def call(home: Path, request: object, timeout_s: float = 5.0) -> Any:
-    """Send ``request`` to the pool of ``home`` and return its answer; :class:`WorkerPoolUnavailable` when none answers."""
+    """Send ``request`` to ``home``'s pool; its answer, or :class:`WorkerPoolUnavailable` when none answers."""
     key = _key(home, create=False)
     if key is None:
         raise WorkerPoolUnavailable("no worker pool runs for this Dagster home", where=str(home))
@@ -100,7 +92,7 @@ def call(home: Path, request: object, timeout_s: float = 5.0) -> Any:
 
 
 def ensure(home: Path, *, code_location: bool = False) -> None:
-    """Make sure the pool of ``home`` runs (start it, or wait while another process starts it) and knows this process."""
+    """Make sure ``home``'s pool runs (start it, or wait while another process does) and knows this process."""
     hello = Hello(os.getpid(), code_location)
     with contextlib.suppress(WorkerPoolUnavailable):
         call(home, hello)
@@ -135,12 +127,8 @@ def names_kprio_launcher(home: Path) -> bool:
 
 
 def warm_for_code_location(env: dict[str, str] | None = None) -> None:
-    """Start the pool of ``$DAGSTER_HOME`` as the code location loads, when its instance uses kprio's launcher.
-
-    Nothing when the code is loaded inside the pool (its workers load it too), by ``dagster definitions
-    validate``, or without a home; a pool that cannot start is logged, not raised (the launcher starts it, or
-    says why, when a run is launched).
-    """
+    """Start the pool of ``$DAGSTER_HOME`` as the code location loads, when its instance uses kprio's launcher
+    (not inside the pool, under ``dagster definitions validate`` or without a home); a failure is only logged."""
     env = dict(os.environ) if env is None else env
     home = env.get("DAGSTER_HOME")
     if not home or env.get(ENV_IN_POOL) or env.get("DAGSTER_IS_DEFS_VALIDATION_CLI") or not names_kprio_launcher(Path(home)):
@@ -152,7 +140,7 @@ def warm_for_code_location(env: dict[str, str] | None = None) -> None:
 
 
 class PoolServer:
-    """The server (see the module docstring): a :class:`~orchestration.dagster.workers.pool.WorkerPool` behind a socket."""
+    """The server: a :class:`~orchestration.dagster.workers.pool.WorkerPool` behind a socket."""
 
     def __init__(self, home: Path) -> None:
         from kprio_core.config import load_config

@@ -1,25 +1,16 @@
 """A warm run worker: a long-lived process that executes the runs its pool hands it, one at a time.
 
-``python -m orchestration.dagster.workers.worker <fd>``, started by :class:`~orchestration.dagster.workers.pool.WorkerPool`
-with one end of a socket pair as ``fd``. It imports Dagster, Great Expectations and kprio once, starts
-its Spark client (a local session, or a Spark Connect client of a warm server: the pool's ``spark``
-settings) and runs a small warm-up job on it, so a run it is handed starts at once: no process to
-start, nothing to import, no JVM to wait for. A run executes as Dagster's own run worker executes one
-(:mod:`orchestration.dagster.workers.dagster_api`): its events go to the run's instance as they happen,
-and the UI shows its logs, asset events and checks as for any run. The run's Spark resource shares the
-worker's session (the definitions a worker builds for ``kprio drain``'s runs get it; a run the daemon
-created from the code server finds it as the process's active session).
+``python -m orchestration.dagster.workers.worker <fd> <parent pid>``, started by
+:class:`~orchestration.dagster.workers.pool.WorkerPool` with one end of a socket pair as ``fd``. It imports
+Dagster, Great Expectations and kprio once and warms its Spark client up, so a run it is handed starts at once. A
+run executes as Dagster's own run worker executes one (:mod:`orchestration.dagster.workers.dagster_api`), its Spark
+resource sharing the worker's session, tagged with this worker as its runner (``kprio/runner``, a lease owner
+string: a worker killed mid-run is a dead run process, which kprio's tick tells from the tag).
 
-Each run is tagged with this worker as its runner (``kprio/runner``, a lease owner string): a worker
-killed mid-run is a run process that died, which its pool reports to Dagster at once, and which
-kprio's tick tells from the tag (its process gone) as it tells any dead run.
-
-Under the Dagster daemon (``Execute.tick_after``) the worker ticks once a run ended, as the sensor
-would (the same :func:`orchestration.runtime.tick.tick`, this worker the driver whose launch claims
-keep a second driver from launching one batch twice), and creates the runs the tick requests, which
-its pool launches at once: the slots a commit freed are planned into without waiting for the sensor
-daemon's next loop. After ``workers.max_runs`` runs, or a run that left the worker with its Spark
-processes above ``workers.max_rss_mib``, the worker says so and leaves; the pool starts a fresh one.
+Under the daemon (``Execute.tick_after``) the worker ticks once a run ended, as the sensor would (its launch
+claims keep a second driver from launching a batch twice), and creates the runs requested for its pool to launch
+at once, without waiting for the sensor daemon. After ``workers.max_runs`` runs, or above ``workers.max_rss_mib``
+with its Spark processes, it retires and the pool starts a fresh one.
 """
 
 from __future__ import annotations
@@ -55,10 +46,8 @@ MIB = 1024 * 1024
 
 
 def export_secrets(config: Any) -> None:
-    """Put the Kafka secrets of ``config`` (a :class:`ByConfig` run's) in this worker's environment: its Dagster
-    resource reads each as a ``dg.EnvVar`` of its ``KPRIO_KAFKA_*`` variable, and the driver that handed the
-    configuration over may hold secrets its environment did not give (a configuration parsed with ``env=``), or
-    have started this worker before they were set. They stay in this private process's memory."""
+    """Put a :class:`ByConfig` run's Kafka secrets in this private process's environment, where its resource reads
+    them (``dg.EnvVar``): the driver may hold secrets its environment lacks, or have started this worker before."""
     from kprio_core.config.environment import setting_variable
 
     secrets = config.kafka.secrets.items()
@@ -93,8 +82,7 @@ class Worker:
         self._drivers: dict[Any, Any] = {}
         """Per configuration, what a tick needs that outlives it: the ledger and the Kafka edge."""
         self._watching: tuple[Execute, Any, Any, Any, dict] | None = None
-        """After a tick under the daemon (``Warm.watch``): the run it followed, its instance, job and ended run, and
-        the most urgent priorities' partition ends it saw, which :meth:`idle` watches."""
+        """After a tick under the daemon (``Warm.watch``): what :meth:`idle` ticks with, and the urgent ends it saw."""
         self._stack = ExitStack()
 
     def start(self) -> None:
@@ -168,8 +156,7 @@ class Worker:
         return dagster_api.in_memory(logged_job(self._defs[1], source.job_name))
 
     def _tick(self, order: Execute, instance: Any, job: Any, ended: Any) -> tuple[str, ...]:
-        """The sensor's tick with this worker as the driver, and the runs it requests created (see the module
-        docstring); a tick that fails is logged and launches nothing (the sensor ticks again)."""
+        """The sensor's tick, this worker the driver, its requested runs created; a failed tick launches nothing."""
         from kprio_core.errors import KprioError
         from orchestration.dagster.partitions import BATCH_PARTITIONS_NAME
         from orchestration.dagster.runs import DagsterRuns
@@ -265,8 +252,7 @@ def urgent_ends(decisions: Any, config: Any) -> dict[tuple[str, int], int]:
 
 
 def orders(conn: Connection, worker: Worker | None = None) -> Iterator[Execute]:
-    """The runs the pool hands this worker, until it says stop or goes away; while none comes, the worker watches
-    (:meth:`Worker.idle`, every ``sensor.watch_s``) and tells the pool what its tick launched."""
+    """The runs the pool hands over, until stop or the pool's end; meanwhile :meth:`Worker.idle` watches."""
     while True:
         try:
             watch_s = worker.watch_s() if worker is not None else None

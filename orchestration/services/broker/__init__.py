@@ -1,11 +1,9 @@
 """The embedded Kafka broker: Apache Kafka itself (KRaft), run from its Maven Central jars in a data dir.
 
-Each node is one JVM, ``java -cp <jars> kafka.Kafka server.properties``, started detached; every
-node is a combined broker and controller (``process.roles=broker,controller``) of a static quorum
-(``controller.quorum.voters``), so ``StorageTool format`` needs no ``--standalone``. The jars come
-from kprio's jar cache (:mod:`orchestration.services.jars`, filled by ``scripts/setup.sh``). One
-node by default; :class:`EmbeddedCluster` (``nodes=3``) is a local three-node cluster for failover
-tests, whose topics get three replicas and ``min.insync.replicas=2`` unless they say otherwise.
+Each node is one detached JVM (``java -cp <jars> kafka.Kafka server.properties``), a combined broker and controller
+of a static quorum (``controller.quorum.voters``), so ``StorageTool format`` needs no ``--standalone``. Jars come
+from kprio's jar cache (:mod:`orchestration.services.jars`). One node by default; :class:`EmbeddedCluster`
+(``nodes=3``) is a local cluster for failover tests (three replicas, ``min.insync.replicas=2`` unless told).
 
 A data dir of one node holds::
 
@@ -15,18 +13,11 @@ A data dir of one node holds::
     kafka-logs/         log.dirs, formatted on the first start only: topics and offsets survive restarts
     kprio-broker.json   while a node runs: node ids, ports and pids, for status/stop from another process
 
-A cluster has the first four under ``node-<id>/`` per node and one state file at the top. A
-secured broker (``security``, :mod:`orchestration.services.broker_security`) also has, at the top,
-``tls/`` (its CA, the nodes' and a client's keystores, :mod:`orchestration.services.tls`) and
-``kprio-security.json`` (how it was started, so a restart and ``kprio broker status`` know). A
-state file none of whose processes is alive (a killed broker) is stale: it is removed and never
-blocks a start. A pid counts only while its process is the JVM of this data dir's
-``server.properties`` started at the recorded time, so a reused pid is never taken for the broker.
-
-The package, one module per part: ``props`` (the files of a node, its ports and its
-``server.properties``), ``jvm`` (Java and Kafka's jars, a node's command, the storage format, why a
-node failed), ``state`` (the state file and the status), ``ports`` (which ports the nodes take),
-``probes`` (whether a cluster answers) and ``cluster`` (:class:`EmbeddedBroker`, :class:`EmbeddedCluster`).
+A cluster has the first four under ``node-<id>/`` per node and one state file at the top; a secured broker
+(:mod:`orchestration.services.broker_security`) also has ``tls/`` (:mod:`orchestration.services.tls`) and
+``kprio-security.json`` (how it was started, for a restart and ``kprio broker status``). A state file whose
+processes are all dead is stale: removed, never blocking a start. A pid counts only while it is the JVM of this
+data dir's ``server.properties`` started at the recorded time, so a reused pid is never taken for the broker.
 
 >>> b = EmbeddedBroker("/tmp/kprio-doc-broker", port=19092)
 >>> b.bootstrap, b.status().running

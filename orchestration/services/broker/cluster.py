@@ -1,10 +1,8 @@
 """The embedded broker and cluster: start, status, stop, kill and restart of its nodes, one start or stop at a time.
 
-:class:`EmbeddedBroker` runs one node by default; :class:`EmbeddedCluster` (``nodes=3``) a local
-three-node cluster for failover tests. A start plans the ports (:mod:`~orchestration.services.broker.props`),
-writes each node's files, formats and spawns its JVM (:mod:`~orchestration.services.broker.jvm`),
-records it (:mod:`~orchestration.services.broker.state`) and waits until the cluster lists every
-node and answers for every group coordinator (:mod:`~orchestration.services.broker.probes`).
+A start plans the ports (:mod:`~orchestration.services.broker.props`), writes each node's files, formats and
+spawns its JVM (:mod:`~orchestration.services.broker.jvm`), records it (:mod:`~orchestration.services.broker.state`)
+and waits until the cluster lists every node and answers for every group coordinator.
 """
 
 from __future__ import annotations
@@ -119,8 +117,7 @@ class EmbeddedBroker:
         return TlsFiles(self.data_dir / TLS_DIR)
 
     def client_settings(self) -> dict[str, str]:
-        """The ``kafka.client`` settings a kprio client of this broker needs (no secret: those are named by
-        ``self.security.secret_variables()``)."""
+        """The ``kafka.client`` settings a kprio client needs; secrets only named (``security.secret_variables()``)."""
         return self.security.client_settings(self.tls)
 
     @property
@@ -185,8 +182,7 @@ class EmbeddedBroker:
     # -- start ------------------------------------------------------------------------------------
 
     def start(self) -> EmbeddedBroker:
-        """Start every node that is not running, detached, and wait until the cluster lists all of
-        them; a running broker is reused. Topics and offsets of earlier runs are kept."""
+        """Start the nodes not running, detached; wait until the cluster lists all (a running one reused, data kept)."""
         with self._locked():
             self._check_layout()
             state = self._read_state()
@@ -246,8 +242,7 @@ class EmbeddedBroker:
         return self.security.client_config(self.tls, self._env, mechanism=mechanism)
 
     def _scram_user(self, ports: Sequence[NodePorts]) -> None:
-        """Create (or update) user kprio's SCRAM credential with the password of KPRIO_KAFKA_SASL_PASSWORD,
-        through the admin API as kprio over PLAIN, and wait until a SCRAM login works."""
+        """Upsert user kprio's SCRAM credential (KPRIO_KAFKA_SASL_PASSWORD) over PLAIN; wait for a SCRAM login."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
@@ -343,9 +338,8 @@ class EmbeddedBroker:
         spawned = {node_id: self._spawned.pop(node_id) for node_id in started if node_id in self._spawned}
         client = self._probe_client()
         admin = probe_admin(bootstrap, client)
-        # A client sees a restarted node's stale registration until the controller fences it, so
-        # each new node must answer on its own port too: it accepts requests only once unfenced. A
-        # probe that knows one address gets its first answer from that node; later ones need not be.
+        # A client sees a restarted node's stale registration until the controller fences it, so each new node
+        # must also answer a probe that knows only its address (it serves requests only once unfenced).
         own = {node_id: probe_admin(f"{self.host}:{ports[node_id - 1].port}", client) for node_id in started}
         answered: set[int] = set()
         wanted = set(self.node_ids)
@@ -400,12 +394,8 @@ class EmbeddedBroker:
     # -- stop, kill, restart ----------------------------------------------------------------------
 
     def stop(self) -> bool:
-        """Stop every node (SIGTERM to all at once, SIGKILL after the deadline); True when one was running.
-
-        The data stays in the data dir for the next start. The clients this process keeps open
-        (the consumers that read group offsets) are closed first: they would retry the stopped
-        broker, and log it, until the process exits.
-        """
+        """Stop every node (SIGTERM to all at once, SIGKILL after the deadline), data kept, closing this process's
+        group-offset consumers first (they would retry the stopped broker, and log it); True when one was running."""
         from kprio_core.kafka.reads import close_shared_group_offsets
 
         close_shared_group_offsets()
@@ -422,10 +412,8 @@ class EmbeddedBroker:
             return self._stop([n for n in self._read_state() if n.node_id == node_id])
 
     def kill_node(self, node_id: int) -> int:
-        """SIGKILL one node, as a crash would, and wait until it is gone; returns its pid.
-
-        The state file keeps its ports, so :meth:`restart_node` (or :meth:`start`) brings it back there.
-        """
+        """SIGKILL one node, as a crash would, and wait until it is gone; its pid. The state file keeps its ports, so
+        :meth:`restart_node` (or :meth:`start`) brings it back there."""
         entry = next((n for n in self._read_state() if n.node_id == node_id), None)
         proc = self._process(entry)
         if proc is None:
@@ -437,17 +425,13 @@ class EmbeddedBroker:
         return proc.pid
 
     def restart_node(self, node_id: int) -> EmbeddedBroker:
-        """Start ``node_id`` again on its ports (stopping it first if it runs) and wait until the
-        cluster lists it."""
+        """Start ``node_id`` again on its ports (stopped first if running); wait until the cluster lists it."""
         self.stop_node(node_id)
         return self.start()
 
     def _stop(self, nodes: Sequence[NodeState], *, keep_class_data: bool = True) -> bool:
-        """SIGTERM the live ones of ``nodes`` at once, SIGKILL what outlives the deadline; True when one ran.
-
-        All at once: a node stopped alone first asks the quorum to move its leaderships, which the
-        last nodes of a cluster stopped one by one could wait on for minutes.
-        """
+        """SIGTERM the live ones of ``nodes`` at once (a node stopped alone first moves its leaderships, which the last
+        could wait on for minutes), SIGKILL what outlives the deadline; True when one ran."""
         alive = {n.node_id: (n, proc) for n in nodes if (proc := self._process(n)) is not None}
         for _, proc in alive.values():
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -476,8 +460,7 @@ class EmbeddedBroker:
 
 
 class EmbeddedCluster(EmbeddedBroker):
-    """A local Kafka cluster of ``nodes`` (3 by default) combined broker+controller nodes, each under
-    ``data_dir/node-<id>``: replication 3 and ``min.insync.replicas=2`` by default, for failover tests."""
+    """A local cluster of ``nodes`` (default 3) combined nodes under ``data_dir/node-<id>``, for failover tests."""
 
     def __init__(self, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, port: int | None = None, *,
                  nodes: int = 3, host: str = "127.0.0.1", start_timeout_s: float = 90.0,

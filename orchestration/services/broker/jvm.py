@@ -1,8 +1,6 @@
 """The JVM of an embedded broker node: which Java and jars run it, its command, its storage format, its log.
 
-Each node is one JVM, ``java -cp <jars> kafka.Kafka server.properties``, started detached by
-:mod:`orchestration.services.broker.cluster`; Java is found as every JVM of kprio's is
-(:func:`kprio_core.java.find_java`).
+Java is found as for every JVM of kprio's (:func:`kprio_core.java.find_java`).
 """
 
 from __future__ import annotations
@@ -24,10 +22,9 @@ STORAGE_TOOL = "kafka.tools.StorageTool"
 
 JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:+ExitOnOutOfMemoryError",
                "-Djava.awt.headless=true")
-"""A small heap, the serial collector and the C1 compiler only: a test broker's load fits in them,
-and it starts in half the time on two busy cores (C2 compiler threads compete with Kafka's start)
-while clients still measured as fast against it (1M records of 100 B produced and consumed).
-``KPRIO_BROKER_JVM_OPTS="-XX:TieredStopAtLevel=4"`` brings C2 back."""
+"""Small heap, serial GC, C1 only: a test broker's load fits, and it starts in half the time on two busy cores (C2
+threads compete with Kafka's start) with clients as fast. ``KPRIO_BROKER_JVM_OPTS="-XX:TieredStopAtLevel=4"``
+brings C2 back."""
 OFFSETS_PARTITIONS = 10
 """Partitions of ``__consumer_offsets`` (Kafka's default is 50: the first group call creates them all)."""
 ENV_JVM_OPTIONS = "KPRIO_BROKER_JVM_OPTS"
@@ -56,14 +53,9 @@ def java_binary() -> str:
 
 @dataclass(frozen=True)
 class KafkaRuntime:
-    """How to run Kafka's classes: the java binary, the ``-cp`` of Kafka's jars, and the class-data
-    archive of Kafka's classes for that pair (AppCDS: a JVM that maps it starts in about half the time).
-
-    The archive is made once, by the first node that runs without one: it dumps the classes it
-    loaded when it exits after SIGTERM (``-XX:ArchiveClassesAtExit``) to a file of its own, which
-    the stop that reaped it moves into place. A JVM that cannot use an archive (another JDK build)
-    says so in its log and starts without it.
-    """
+    """How to run Kafka's classes: the java binary, the ``-cp`` of Kafka's jars, and their class-data archive (AppCDS,
+    halving a JVM's start), made by the first node run without one: it dumps its classes at exit after SIGTERM to a
+    file of its own, which the reaping stop moves into place. A JVM that cannot use it (another JDK) starts without."""
 
     java: str
     classpath: str
@@ -103,10 +95,7 @@ def node_command(runtime: KafkaRuntime, folder: Path, dump_to: Path | None) -> l
 
 def format_storage(nodes: Sequence[NodePorts], folders: Mapping[int, Path], runtime: KafkaRuntime, cluster_id: str,
                    env: Mapping[str, str], timeout_s: float) -> list[str]:
-    """``StorageTool format`` of each node's log dir (first start only), the nodes in parallel; what failed, per node.
-
-    Each tool's output is appended to its node's log.
-    """
+    """``StorageTool format`` of each node's log dir, in parallel, output appended to its log; failures per node."""
     running = []
     for node in nodes:
         folder = folders[node.node_id]

@@ -21,11 +21,8 @@ PORT_WAIT_S = 2.0
 
 
 def port_free(host: str, port: int, wait_s: float = 0.0) -> bool:
-    """True when a server could bind ``host:port`` (as Java binds: with SO_REUSEADDR), now or within ``wait_s``.
-
-    A process just killed holds its ports for a moment after its pid is gone (its sockets close
-    after it exits): a restart right after a kill waits that moment out.
-    """
+    """True when a server could bind ``host:port`` (with SO_REUSEADDR, as Java does), now or within ``wait_s`` (a
+    just-killed process holds its ports a moment after its pid is gone)."""
 
     def bindable() -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -14,14 +14,12 @@ from orchestration.services.process import wait_for
 
 
 def answers_metadata(bootstrap: str, timeout_s: float, client: Mapping[str, str] | None = None) -> bool:
-    """True when a Kafka broker at ``bootstrap`` answers a metadata request within ``timeout_s`` (``client``:
-    the security settings to ask with)."""
+    """Whether a broker at ``bootstrap`` answers metadata within ``timeout_s`` (``client``: security settings)."""
     return live_brokers(bootstrap, timeout_s, client) is not None
 
 
 def live_brokers(bootstrap: str, timeout_s: float, client: Mapping[str, str] | None = None) -> set[int] | None:
-    """Ids of the brokers the cluster at ``bootstrap`` lists in its metadata (registered and unfenced);
-    None when none answers within ``timeout_s``."""
+    """Ids of the brokers (registered, unfenced) the cluster at ``bootstrap`` lists; None if none answers in time."""
     return listed_brokers(probe_admin(bootstrap, client), timeout_s)
 
 
@@ -37,20 +35,15 @@ def listed_brokers(admin: object, timeout_s: float) -> set[int] | None:
 def probe_admin(bootstrap: str, client: Mapping[str, str] | None = None) -> object:
     from confluent_kafka.admin import AdminClient
 
-    # Short reconnect backoff: librdkafka's default grows to 10 s after refused connects, longer
-    # than a broker takes to come up.
+    # Short reconnect backoff: librdkafka's default grows to 10 s after refusals, longer than a broker's start.
     return AdminClient({**(client or {}), "bootstrap.servers": bootstrap, "reconnect.backoff.ms": 50,
                         "reconnect.backoff.max.ms": 200, "logger": logging.getLogger("kprio.broker")})
 
 
 def coordinators_ready(admin: Any, timeout_s: float) -> bool:
-    """Wait until every group coordinator answers (``__consumer_offsets`` created and loaded).
-
-    librdkafka's admin ListConsumerGroupOffsets crashes the process on NOT_COORDINATOR (it
-    hands the error to a consumer group the admin client does not have: librdkafka issue
-    5040), which a broker answers while it creates or loads that topic, so no client may see
-    a broker before that is over. DescribeGroups to one group per partition reaches each.
-    """
+    """Wait until every group coordinator answers (``__consumer_offsets`` created and loaded): librdkafka's admin
+    ListConsumerGroupOffsets crashes the process on the NOT_COORDINATOR a broker answers meanwhile (librdkafka issue
+    5040). DescribeGroups to one group per partition reaches each."""
     from confluent_kafka import KafkaException
 
     pending = set(coordinator_groups())

@@ -73,15 +73,13 @@ def cluster_defaults(nodes: int) -> dict[str, str]:
         "transaction.state.log.min.isr": str(isr),
         "transaction.state.log.num.partitions": "10",
         "group.initial.rebalance.delay.ms": "0",
-        # Background log tasks start 30 s after boot and check retention every 5 min by default:
-        # tests of retention and compaction would wait that long.
+        # Log tasks start 30 s after boot and check retention every 5 min by default: tests would wait that long.
         "log.initial.task.delay.ms": "500",
         "log.retention.check.interval.ms": "1000",
         "log.segment.delete.delay.ms": "1000",
         "log.cleaner.backoff.ms": "500",
         "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),  # of a 512 MB heap (default 128 MB)
-        # A killed node is fenced (its leaderships moved to the others) after the session timeout,
-        # and a node restarted after a kill can register only then: 4 s instead of 9.
+        # A killed node is fenced, and can register again when restarted, only after the session timeout: 4 s, not 9.
         "broker.heartbeat.interval.ms": "500",
         "broker.session.timeout.ms": "4000",
     }
@@ -97,8 +95,7 @@ class ExtraListener:
     port: int
     advertised: int
     keystore: Path | None = None
-    """A keystore of its own (PKCS#12, in the broker's keystore password) for a TLS broker: tests give this
-    listener a certificate the client listener does not have (an expired one), the quorum keeps its own."""
+    """Its own PKCS#12 keystore (the broker's password) on a TLS broker: tests serve another (expired) certificate."""
 
 
 def server_properties(node: NodePorts, ports: Sequence[NodePorts], host: str, log_dirs: Path,

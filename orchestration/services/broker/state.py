@@ -1,8 +1,7 @@
 """What an embedded broker records and reports: each node's ports and process (the state file), and its status.
 
-The state file (``kprio-broker.json``, a :class:`~orchestration.services.process.StateFile`) holds every
-node's ports and, once spawned, its pid and create time, so ``kprio broker status`` and ``stop`` work
-from another process; a node counts as running only while :func:`node_process` finds its JVM.
+The state file (a :class:`~orchestration.services.process.StateFile`) holds each node's ports and, once spawned, its
+pid and create time, for ``status``/``stop`` from another process; a node runs only while :func:`node_process` finds it.
 """
 
 from __future__ import annotations
@@ -84,8 +83,7 @@ class NodeStatus:
 
 @dataclass(frozen=True)
 class BrokerStatus:
-    """What runs in a data dir: the pid and Kafka port when a broker is up (those of node 1 in a
-    cluster, whose every node is in ``nodes``)."""
+    """What runs in a data dir: an up broker's pid and Kafka port (node 1's in a cluster, all in ``nodes``)."""
 
     data_dir: Path
     running: bool
