@@ -288,5 +288,5 @@ def lateness(histogram: Mapping[int, int], objective: int | None) -> tuple[int |
 
 def simulate_all(trace: Trace, policies: Iterable[str] | None = None) -> dict[str, PolicyResult]:
     """Each policy by name (default: :data:`POLICIES`; with objectives :data:`EDF` first, ``kprio_quotas`` last)."""
-    chosen = policies or ([EDF, *POLICIES, *list(WITH_OBJECTIVES)[1:]] if trace.objectives else list(POLICIES))
+    chosen = policies or ([EDF, *POLICIES, *(n for n in WITH_OBJECTIVES if n != EDF)] if trace.objectives else list(POLICIES))
     return {name: simulate(trace, name) for name in chosen}

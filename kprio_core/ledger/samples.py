@@ -157,7 +157,7 @@ class Samples(Repository):
     def drains(self, logical_topic: str, last_batches: int = 10) -> list[DrainSample]:
         """What the topic's last committed batches took (:class:`DrainSample`), newest first."""
         if last_batches < 1:
-            raise ValueError(f"throughput({logical_topic!r}): last_batches must be >= 1, got {last_batches}")
+            raise ValueError(f"{logical_topic}: last_batches must be >= 1, got {last_batches}")
         query = (select(batches.c.id, batches.c.drain_seconds, batches.c.drain_json, batches.c.attempts,
                         batches.c.created_us, batches.c.committed_us)
                  .where(batches.c.logical_topic == logical_topic, _COMMITTED, batches.c.drain_seconds > 0)

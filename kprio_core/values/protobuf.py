@@ -19,7 +19,6 @@ indexes, ids, schemas or payloads: bad records.
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime as dt
 import importlib
 import json
@@ -75,7 +74,7 @@ def _file_proto(name: str, text: str, references: Sequence[tuple[str, str]]) -> 
         proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text, validate=True))
         if proto.name or proto.message_type:
             return [proto]
-    except (binascii.Error, ValueError, Exception):  # noqa: BLE001 - not a serialized descriptor: .proto text
+    except Exception:  # noqa: BLE001 - not a serialized descriptor: .proto text
         pass
     return _compile(name, text, references)
 

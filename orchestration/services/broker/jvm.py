@@ -25,8 +25,6 @@ JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel
 """Small heap, serial GC, C1 only: a test broker's load fits, and it starts in half the time on two busy cores (C2
 threads compete with Kafka's start) with clients as fast. ``KPRIO_BROKER_JVM_OPTS="-XX:TieredStopAtLevel=4"``
 brings C2 back."""
-OFFSETS_PARTITIONS = 10
-"""Partitions of ``__consumer_offsets`` (Kafka's default is 50: the first group call creates them all)."""
 ENV_JVM_OPTIONS = "KPRIO_BROKER_JVM_OPTS"
 
 
