@@ -118,7 +118,8 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
     Starting the producer of the group's :func:`transactional_id` fences every earlier writer before the read, so
     no write lands between read and write. ``before_write`` (a run's check it still holds its batch) runs just
     before each write, even of nothing. A fenced try reads again, up to :data:`FENCE_TRIES` times. The producer is
-    kept for the next write (starting one costs up to half a second) and dropped when a write with it fails.
+    kept for the next write (starting one costs up to half a second): a kept producer started before this read, so
+    its write succeeds only while no writer started after it; one whose write fails is dropped, tried with a new one.
     """
     from confluent_kafka import KafkaError, KafkaException
 
