@@ -20,6 +20,7 @@ from kprio_core.kafka import KafkaEdge
 from kprio_core.ledger import Ledger
 from orchestration.dagster.definitions import build_definitions
 from tests.fixtures.spark import TEST_SPARK
+from tests.fixtures.dagster_instances import fresh_instance
 
 __all__ = ["KprioEnv", "check_evaluations", "dagster_instance", "kprio_env", "materialized_assets",
            "read_all_dead_letters", "read_all_output"]
@@ -47,7 +48,7 @@ class KprioEnv:
 @pytest.fixture
 def dagster_instance() -> Iterator[dg.DagsterInstance]:
     """A real, temporary Dagster instance (SQLite storage in a temp dir)."""
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         yield instance
 
 

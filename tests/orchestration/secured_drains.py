@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 
 from kprio_core.config import KprioConfig, TopicSettings, parse_config
 from kprio_core.kafka import KafkaEdge
@@ -16,6 +15,7 @@ from orchestration.dagster.definitions import build_definitions
 from tests.fixtures.secured_broker import SecuredKafka
 from tests.fixtures.spark import TEST_SPARK
 from tests.orchestration.conservation import conservation, lag
+from tests.fixtures.dagster_instances import fresh_instance
 
 
 def secured_config(secured: SecuredKafka, folder: Path, topic: TopicSettings, *, reader: str = "python",
@@ -40,7 +40,7 @@ def drain_to_zero_lag(config: KprioConfig, topic: TopicSettings, records: Mappin
     """Drain through the sensor's tick and drain_job on a Dagster instance in ``folder`` (so a sweep reads its
     runs and event log), then prove: every batch committed, zero lag, conservation."""
     (folder / "dagster").mkdir(parents=True)
-    with dg.instance_for_test(temp_dir=str(folder / "dagster")) as instance:
+    with fresh_instance(temp_dir=str(folder / "dagster")) as instance:
         report = drain_loop.drain(build_definitions(config), instance)
     runs = [(b.batch_id, b.state.value, b.success, b.reason) for b in report.batches]
     assert report.ok, (report.stopped, runs)

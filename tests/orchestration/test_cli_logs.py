@@ -11,6 +11,7 @@ import typer
 from orchestration.cli.boundary import EXIT_FAILED, KprioGroup, take_options
 from orchestration.cli.logs import routed_logs
 from orchestration.cli.redaction import Redactor
+from tests.fixtures.dagster_instances import fresh_instance
 
 
 @pytest.mark.parametrize("name", ["pyiceberg.io.pyarrow", "dagster", "kprio.kafka"])
@@ -38,7 +39,7 @@ def test_a_run_that_fails_in_process_logs_to_the_file_not_to_the_terminal(tmp_pa
 
     log = tmp_path / "kprio.log"
     with routed_logs(verbose=False, log_file=log, log_file_from="--log-file", debug=False, redact=Redactor(())), \
-            dg.instance_for_test() as instance:
+            fresh_instance() as instance:
         result = logged_job(dg.Definitions(jobs=[drain_job]), "drain_job").execute_in_process(
             run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}}, instance=instance,
             raise_on_error=False)

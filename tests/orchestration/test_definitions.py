@@ -38,6 +38,7 @@ from orchestration.dagster.resources import (
     resources_from_config,
     secret_field,
 )
+from tests.fixtures.dagster_instances import fresh_instance
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = parse_config({"topics": [{"name": "orders", "priorities": 3}], "sensor": {"interval_s": 12}}, env={})
@@ -171,7 +172,7 @@ def test_secrets_stay_out_of_run_config_and_logs(monkeypatch):
         context.log.info(f"kafka settings: {kafka.settings().redacted()}")
         return dg.MaterializeResult(metadata={"kafka": kafka.settings().redacted()})
 
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         result = dg.materialize([probe], resources=resources_from_config(config, env=env), instance=instance)
         assert result.success
         stored = json.dumps(instance.get_run_by_id(result.run_id).run_config, default=str)

@@ -20,12 +20,9 @@ outage of 16 s, not a fixed half minute.
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 
-import psutil
 import pytest
 import yaml
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
 from kprio_core.extras import OUTPUT_FORMATS
@@ -24,6 +23,7 @@ from spark_jobs.drain import drain_batch
 from spark_jobs.layout import OUTPUT
 from tests.fixtures.kafka import BASE_TS_MS, fill
 from tests.orchestration.conservation import conservation, iceberg_publishes, iceberg_table, lag
+from tests.fixtures.dagster_instances import fresh_instance
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -39,7 +39,7 @@ def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing
 ):
     topic = make_topic(priorities=3, partitions=2, records={2: 40, 1: 60, 0: 200})
     env = kprio_env(topic, planner={"record_budget": 100, "target_batch_s": None}, drain={"format": output_format})
-    with dg.instance_for_test() as first_life:
+    with fresh_instance() as first_life:
         report = drain_loop.drain(env.defs, first_life)
         assert report.ok, report.stopped
         # Then a batch is planned, drained and published, and the container dies before its commit.
@@ -57,7 +57,7 @@ def test_losing_the_ledger_and_the_dagster_home_between_two_drains_loses_nothing
     Path(env.config.ledger.url.removeprefix("sqlite:///")).unlink()  # the ledger file is gone
     fill(kafka_settings, topic.priority_topic(2), 30, partitions=2)
     said: list[str] = []
-    with dg.instance_for_test() as second_life, Ledger(env.config.ledger.url) as fresh, adoption_lines(said.append):
+    with fresh_instance() as second_life, Ledger(env.config.ledger.url) as fresh, adoption_lines(said.append):
         assert fresh.is_fresh()
         report = drain_loop.drain(build_definitions(env.config), second_life)
         assert report.ok, report.stopped
@@ -112,7 +112,7 @@ def test_a_ledger_lost_after_the_groups_expired_and_retention_took_the_records_k
     holds the partition (and is recorded once drain.allow_data_loss says so), never a silent skip."""
     topic = make_topic(priorities=1, partitions=2, records={0: spread(600, partitions=2)})
     env = kprio_env(topic, planner={"record_budget": 250, "target_batch_s": None})
-    with dg.instance_for_test() as first_life:
+    with fresh_instance() as first_life:
         report = drain_loop.drain(env.defs, first_life)
         assert report.ok, report.stopped
     drained = env.edge.committed(topic)
@@ -128,7 +128,7 @@ def test_a_ledger_lost_after_the_groups_expired_and_retention_took_the_records_k
     env.ledger.close()
     Path(env.config.ledger.url.removeprefix("sqlite:///")).unlink()
 
-    with dg.instance_for_test() as second_life, Ledger(env.config.ledger.url) as fresh:
+    with fresh_instance() as second_life, Ledger(env.config.ledger.url) as fresh:
         report = drain_loop.drain(build_definitions(env.config), second_life)
         assert not report.ok and "lost to retention" in report.stopped, report.stopped
         assert "offsets [300,400) lost to retention" in report.stopped
@@ -139,7 +139,7 @@ def test_a_ledger_lost_after_the_groups_expired_and_retention_took_the_records_k
     assert env.edge.committed(topic) == {(name, 0): 300, (name, 1): 350}
 
     allowed = env.config.model_copy(update={"drain": env.config.drain.model_copy(update={"allow_data_loss": True})})
-    with dg.instance_for_test() as third, Ledger(env.config.ledger.url) as ledger:
+    with fresh_instance() as third, Ledger(env.config.ledger.url) as ledger:
         report = drain_loop.drain(build_definitions(allowed), third, config=allowed)
         assert report.ok, report.stopped
         assert [str(r) for b in ledger.batches.find(topic.name) for r in b.plan.lost] == []  # no batch drained past it

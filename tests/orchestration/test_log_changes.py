@@ -7,7 +7,6 @@ import json
 import time
 from pathlib import Path
 
-import dagster as dg
 import pytest
 import yaml
 from confluent_kafka.admin import NewTopic
@@ -31,6 +30,7 @@ from tests.fixtures.kafka import (
 )
 from tests.orchestration.conservation import conservation, lag, published_offsets
 from tests.orchestration.ledger_states import commit_as_drained, drained_as_planned
+from tests.fixtures.dagster_instances import fresh_instance
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -65,7 +65,7 @@ def test_a_recreated_topic_is_held_then_reset_into_a_new_incarnation(make_topic,
     topic = make_topic(priorities=2, partitions=1, records={1: 30, 0: 30})
     env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
     recreated = topic.priority_topic(1)
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         assert drain_loop.drain(env.defs, instance).ok
         first = files(env.config.drain.output_path, topic.name)
         recreate(kafka_settings, topic, 1, 1)
@@ -98,7 +98,7 @@ def test_offsets_moved_expired_and_beyond_the_log_are_named_and_never_doubled(ma
     topic = make_topic(priorities=2, partitions=3, records={1: 90, 0: 60})
     env = kprio_env(topic, planner={"record_budget": 40, "target_batch_s": None})
     hi, lo = topic.priority_topic(1), topic.priority_topic(0)
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         assert drain_loop.drain(env.defs, instance).ok
         first = files(env.config.drain.output_path, topic.name)
         fill(kafka_settings, hi, 30, partitions=3)  # 40 per partition now
@@ -151,7 +151,7 @@ def test_partitions_added_in_flight_and_between_ticks_are_drained_from_their_sta
     topic = make_topic(priorities=2, partitions=1, records={1: 10, 0: 10})
     env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
     hi, lo = topic.priority_topic(1), topic.priority_topic(0)
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         planned = tick(instance, env.edge, env.ledger, env.config)  # a batch in flight over partition 0 ...
         instance.add_dynamic_partitions("kprio_batches", list(planned.partitions))
         add_partitions(kafka_settings, hi, 2)  # ... when partition 1 is added and takes records: drained after it
@@ -257,7 +257,7 @@ def test_the_policy_resets_a_recreated_topic_to_earliest_and_a_log_overtaken_to_
                     drain={"on_offset_out_of_range": "earliest"})
     path = cli_config(env, tmp_path, monkeypatch)
     hi, lo = topic.priority_topic(1), topic.priority_topic(0)
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         assert drain_loop.drain(env.defs, instance).ok
         first = files(env.config.drain.output_path, topic.name)
         recreate(kafka_settings, topic, 1, 1)
@@ -342,7 +342,7 @@ def test_a_moved_back_offset_re_drains_one_batch_at_a_time_in_a_free_slot(make_t
     topic = make_topic(priorities=1, partitions=1, records={0: 30})
     env = kprio_env(topic, planner={"record_budget": 15, "target_batch_s": None, "max_in_flight": 1})
     name = topic.priority_topic(0)
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         assert drain_loop.drain(env.defs, instance).ok
         first = files(env.config.drain.output_path, topic.name)
         assert len(first) == 2
@@ -371,7 +371,7 @@ def test_a_failed_batch_of_an_earlier_incarnation_is_superseded_never_run_again_
     env = kprio_env(topic, planner={"record_budget": 1000, "target_batch_s": None})
     path = cli_config(env, tmp_path, monkeypatch)
     hi = topic.priority_topic(1)
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         assert drain_loop.drain(env.defs, instance).ok
         fill(kafka_settings, hi, 10, partitions=1)  # incarnation 1 grows to 40: a batch takes [30,40) ...
         turn = tick(instance, env.edge, env.ledger, env.config)
@@ -449,7 +449,7 @@ def test_a_hold_that_asks_a_person_stays_when_the_log_later_grows_past_the_moved
     topic = make_topic(priorities=1, partitions=1, records={0: 121})
     env = kprio_env(topic, planner={"record_budget": 10_000, "target_batch_s": None})
     name = topic.priority_topic(0)
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         assert drain_loop.drain(env.defs, instance).ok
         set_committed(kafka_settings, topic.priority_group(0), {(name, 0): 421})
         held = tick(instance, env.edge, env.ledger, env.config)

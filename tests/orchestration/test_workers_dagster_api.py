@@ -9,6 +9,7 @@ import dagster as dg
 import pytest
 
 from orchestration.dagster.workers import dagster_api
+from tests.fixtures.dagster_instances import fresh_instance
 
 pytestmark = [pytest.mark.dagster]
 
@@ -30,7 +31,7 @@ def test_the_adapter_names_the_dagster_release_installed():
 
 
 def test_a_run_created_marked_and_executed_through_the_adapter_is_an_ordinary_run():
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         job = dagster_api.in_memory(hello_job)
         run = dagster_api.create_run(instance, job, tags={"kprio/lane": "urgent"})
         assert run.status is dg.DagsterRunStatus.NOT_STARTED and run.tags["kprio/lane"] == "urgent"
@@ -48,7 +49,7 @@ def test_a_run_created_marked_and_executed_through_the_adapter_is_an_ordinary_ru
 
 def test_a_job_loads_from_the_code_origin_a_run_stores():
     recon = dg.reconstructable(hello_job)
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         run = dagster_api.create_run(instance, recon, tags={})
         origin = recon.get_python_origin()
         loaded = dagster_api.from_origin(origin)
@@ -62,7 +63,7 @@ def test_kprios_launcher_loads_from_a_dagster_yaml_and_answers_run_monitoring():
     from orchestration.dagster.workers.launcher import WarmRunLauncher
 
     overrides = {"run_launcher": {"module": "orchestration.dagster.workers.launcher", "class": "WarmRunLauncher"}}
-    with dg.instance_for_test(overrides=overrides) as instance:
+    with fresh_instance(overrides=overrides) as instance:
         launcher = instance.run_launcher
         assert isinstance(launcher, WarmRunLauncher) and isinstance(launcher, dagster_api.RunLauncher)
         assert launcher.supports_check_run_worker_health
