@@ -15,7 +15,8 @@ Points, in the order of a batch: ``after-snapshot`` (a tick's lag snapshot taken
 second driver's stale plan), ``before-drain`` (leased, about to read), ``after-drain`` (staged, nothing
 published), ``before-publish`` (checked), ``after-publish`` (output visible, not committed),
 ``before-kafka-commit``, ``during-kafka-commit`` (group offsets read, lease checked, write not sent: what a newer
-writer's fencing refuses), ``after-kafka-commit`` (offsets committed, the ledger not told).
+writer's fencing refuses), ``after-kafka-commit`` (offsets committed, the ledger not told). Of no batch:
+``worker-leaving`` (a warm worker retired or asked to leave, its Spark client not yet stopped).
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ ENV_PAUSE_AT = "KPRIO_PAUSE_AT"
 ENV_ONCE = "KPRIO_CRASH_ONCE"
 
 POINTS = ("after-snapshot", "before-drain", "after-drain", "before-publish", "after-publish", "before-kafka-commit",
-          "during-kafka-commit", "after-kafka-commit")
+          "during-kafka-commit", "after-kafka-commit", "worker-leaving")
 
 
-def crash_point(name: str, logical_topic: str) -> None:
+def crash_point(name: str, logical_topic: str = "") -> None:
     """Die (``KPRIO_CRASH_AT``) or stop (``KPRIO_PAUSE_AT``) here when one names this point."""
     if name not in POINTS:
         raise ValueError(f"unknown fault point {name!r} (known: {', '.join(POINTS)})")

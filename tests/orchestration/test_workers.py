@@ -83,6 +83,38 @@ def test_a_worker_is_replaced_after_its_runs_and_the_next_run_takes_a_fresh_one(
     assert conservation(env.config, topic, env.edge).ok
 
 
+def test_a_worker_slow_to_leave_holds_up_no_run_and_is_killed_with_its_group_when_the_pool_closes(
+        make_topic, kprio_env, dagster_instance, own_pool, tmp_path, monkeypatch):
+    """A retired worker that does not leave (stopped as it leaves: ``worker-leaving``) is left to leave on its own:
+    the pool starts the fresh worker and hands it the next run meanwhile (it used to wait for the old one under its
+    lock, up to 5 s, with no run handed out); the pool closing kills what is still there, its group too."""
+    import signal
+
+    import psutil
+
+    from orchestration.dagster.workers import pool as pools
+
+    monkeypatch.setattr(pools, "LEAVE_S", 600.0)  # it would never be killed for overstaying during this test
+    topic = make_topic(priorities=1, partitions=1, records={0: 20})
+    env = kprio_env(topic, planner={"record_budget": 10, "target_batch_s": None})
+    pool = own_pool(max_runs=1, env={"KPRIO_PAUSE_AT": "worker-leaving", "KPRIO_CRASH_ONCE": str(tmp_path / "left")})
+    [first] = pool.pids()
+
+    report = drain_loop.drain(env.defs, dagster_instance, workers=pool)
+
+    assert report.ok and [b.state.value for b in report.batches] == ["committed"] * 2, report
+    assert (tmp_path / "left").exists(), "the first worker stopped as it left"
+    assert psutil.Process(first).status() == psutil.STATUS_STOPPED, "still leaving while the second run executed"
+    used = runners(dagster_instance)
+    assert len(used) == 2 and used[0].endswith(f":{first}") and used[1] != used[0], used
+    pool.close(timeout_s=1.0)
+    assert not psutil.pid_exists(first), "killed and reaped when the pool closed"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(first, signal.SIGCONT)  # its group (its Spark client's processes) is gone too
+    assert lag(topic, env.edge) == {0: 0}
+    assert conservation(env.config, topic, env.edge).ok
+
+
 def test_a_worker_killed_mid_run_fails_its_run_and_its_batch_heals_with_the_same_ranges(
         make_topic, kprio_env, dagster_instance, own_pool, tmp_path):
     topic = make_topic(priorities=2, partitions=2, records={1: 15, 0: 30})

@@ -14,6 +14,7 @@ launched here at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -49,6 +50,8 @@ _ACTIVE: list[WorkerPool] = []
 """The pool this process made active (:meth:`WorkerPool.activate`), as Spark keeps an active session."""
 RESTART_BACKOFF_S = (1.0, 5.0, 30.0)
 """Waits before a worker that could not start is started again (the last one repeats)."""
+LEAVE_S = 5.0
+"""How long a worker asked to leave may take (its Spark client stops) before its process group is killed."""
 
 
 @contextmanager
@@ -108,6 +111,8 @@ class WorkerPool:
         self._listeners: list[Callable[[str, str], None]] = [on_end] if on_end is not None else []
         self._slots = [Slot(i, lane) for i, lane in enumerate(lanes(limits.count))]
         self._queue: deque[Submission] = deque()
+        self._leaving: list[tuple[subprocess.Popen, float]] = []
+        """Workers asked to leave, with when their group is killed if still there (:meth:`_reap_leaving`)."""
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._closing = threading.Event()
@@ -163,6 +168,8 @@ class WorkerPool:
             self._kill(slot)
             if slot.conn is not None:
                 slot.conn.close()
+        with self._lock:
+            self._reap_leaving(until=deadline)
         self._wake_r.close()
         self._wake_w.close()
 
@@ -247,6 +254,7 @@ class WorkerPool:
                     continue
                 self._hear(ready)
             with self._lock:
+                self._reap_leaving()
                 self._reap_dead()
                 self._restart_due()
                 self._dispatch()
@@ -408,28 +416,47 @@ class WorkerPool:
                 self._fail(self._queue.popleft(), f"no kprio worker could start: {why}")
 
     def _stop_slot(self, slot: Slot) -> None:
+        """Free ``slot`` now. A live worker is asked to leave and reaped later by :meth:`_reap_leaving`, never waited
+        for here: this runs under the lock, and a worker's Spark client takes seconds to stop, during which no run
+        could be handed to another worker nor an ended one heard."""
         if slot.proc is not None and slot.proc.poll() is None:
             self._send(slot, Stop())
-            try:
-                slot.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._kill(slot)
-        if slot.proc is not None:
-            self._kill(slot)  # what it started and left behind: its Spark JVM, the JVM's Python workers
+            self._leaving.append((slot.proc, time.monotonic() + LEAVE_S))
+        elif slot.proc is not None:
+            self._kill_group(slot.proc)
         if slot.conn is not None:
             slot.conn.close()
         slot.proc, slot.conn, slot.ready, slot.running = None, None, False, None
 
+    def _reap_leaving(self, *, until: float | None = None) -> None:
+        """Kill the group of each leaving worker that left or overstayed :data:`LEAVE_S` (what it started and left
+        behind: its Spark JVM, the JVM's Python workers), and reap it; ``until`` (the pool closes): wait for each to
+        leave up to then, and kill every one still there."""
+        staying = []
+        for proc, deadline in self._leaving:
+            if until is not None:
+                deadline = min(deadline, until)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+            if proc.poll() is None and time.monotonic() < deadline:
+                staying.append((proc, deadline))
+            else:
+                self._kill_group(proc)
+        self._leaving[:] = staying
+
+    @classmethod
+    def _kill(cls, slot: Slot) -> None:
+        if slot.proc is not None:
+            cls._kill_group(slot.proc)
+
     @staticmethod
-    def _kill(slot: Slot) -> None:
-        """SIGKILL the worker's process group (it, its Spark JVM and the JVM's Python workers), and reap it."""
-        if slot.proc is None:
-            return
+    def _kill_group(proc: subprocess.Popen) -> None:
+        """SIGKILL a worker's process group (it, its Spark JVM and the JVM's Python workers), and reap it."""
         try:
-            os.killpg(slot.proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        slot.proc.wait()
+        proc.wait()
 
     def _fail(self, submission: Submission, why: str) -> None:
         """Fail ``submission``'s run in Dagster with ``why`` (unless it ended meanwhile), and say it ended."""

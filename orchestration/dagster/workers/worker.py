@@ -40,6 +40,7 @@ from orchestration.dagster.workers.protocol import (
     Stop,
     Warm,
 )
+from orchestration.runtime.faults import crash_point
 
 LOGGER = logging.getLogger("kprio.worker")
 MIB = 1024 * 1024
@@ -314,6 +315,7 @@ def _serve(conn: Connection, warm: Warm, started: float) -> int:
             if ended.retire:
                 break
     finally:
+        crash_point("worker-leaving")
         worker.close()
     return 0
 
