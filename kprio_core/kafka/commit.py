@@ -79,6 +79,8 @@ FENCE_TRIES = 5
 """Reads and writes of one group's offsets tried, each time another kprio writer of the group fenced this one."""
 _GROUP_LOCKS: dict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 """The writers of one process take turns per group (two of its own would only fence each other)."""
+ABANDON_AFTER_S = 5.0
+"""How long past its deadline a transaction's calls may block before they are abandoned (:func:`_transaction`)."""
 KEPT_PRODUCERS = 32
 """Producers kept per process, least recently used dropped: one per group of a few logical topics."""
 _PRODUCERS: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -169,13 +171,44 @@ def _keep(key: tuple[str, str], producer: Any) -> None:
 
 def _transaction(producer: Any, offsets: Mapping[TopicPartitionKey, int], metadata: Any, deadline: Deadline,
                  what: str) -> None:
-    """Write ``offsets`` to the group ``metadata`` names in one transaction of ``producer``."""
+    """Write ``offsets`` to the group ``metadata`` names in one transaction of ``producer``, by ``deadline``.
+
+    The calls run in a thread of their own: librdkafka's ``send_offsets_to_transaction`` can block past its timeout
+    once the group's coordinator is gone (confluentinc/librdkafka#5456 and #5511; seen with a kept producer when the
+    coordinator's node was killed), which held the run for ever. Still blocked :data:`ABANDON_AFTER_S` after the
+    deadline, they are abandoned with the producer (never used again; a newer writer fences it) and the write fails
+    as a broker that did not answer in time.
+    """
     from confluent_kafka import TopicPartition
 
-    producer.begin_transaction()
-    producer.send_offsets_to_transaction([TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
-                                         metadata, deadline.left(what))
-    producer.commit_transaction(deadline.left(what))
+    def write() -> None:
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction([TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
+                                             metadata, deadline.left(what))
+        producer.commit_transaction(deadline.left(what))
+
+    if not _returned_within(write, max(deadline.remaining(), 0.0) + ABANDON_AFTER_S):
+        raise deadline.ran_out(what, "the client's transaction call did not return; its producer is abandoned")
+
+
+def _returned_within(call: Callable[[], None], seconds: float) -> bool:
+    """Run ``call`` in a daemon thread: whether it returned within ``seconds`` (its exception is raised here)."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            raised.append(err)
+
+    thread = threading.Thread(target=run, name="kprio-offsets-transaction", daemon=True)
+    thread.start()
+    thread.join(max(0.0, seconds))
+    if thread.is_alive():
+        return False
+    if raised:
+        raise raised[0]
+    return True
 
 
 def group_of(topic: TopicSettings, name: str) -> str:

@@ -169,3 +169,61 @@ def test_a_forked_child_starts_its_own_producers_and_never_touches_its_parents()
     os.waitpid(pid, 0)
     assert os.read(read, 16) == b"none"
     assert commit._kept(("settings", "forked")) is not None  # the parent's is still there
+
+
+def test_a_transaction_call_blocked_past_its_deadline_is_abandoned_and_the_write_fails_as_unanswered(monkeypatch):
+    """librdkafka's send_offsets_to_transaction can block past its timeout once the group's coordinator is gone
+    (librdkafka#5456, #5511: it held test_kafka_cluster's drain for good after the leader was killed): the write
+    gives up ABANDON_AFTER_S after its deadline with a broker that did not answer, its call left blocked.
+
+    The producer stands in for librdkafka in that state (no broker can be put in it on demand): its
+    send_offsets_to_transaction blocks until released, as the real one did."""
+    import threading
+    import time
+
+    from kprio_core.errors import BrokerUnreachable
+    from kprio_core.kafka import commit
+    from kprio_core.kafka.client import Deadline
+
+    release = threading.Event()
+
+    class Stuck:
+        calls: list[str] = []
+
+        def begin_transaction(self) -> None:
+            self.calls.append("begin")
+
+        def send_offsets_to_transaction(self, offsets, metadata, timeout) -> None:  # noqa: ANN001
+            self.calls.append(f"send within {timeout:.1f} s")
+            release.wait(60)  # ignores its timeout, as librdkafka's did
+
+        def commit_transaction(self, timeout) -> None:  # noqa: ANN001
+            self.calls.append("commit")
+
+    monkeypatch.setattr(commit, "ABANDON_AFTER_S", 0.5)
+    producer = Stuck()
+    began = time.monotonic()
+    try:
+        with pytest.raises(BrokerUnreachable, match="commit offsets of group g: the client's transaction call did "
+                                                    "not return; its producer is abandoned"):
+            commit._transaction(producer, {("t", 0): 5}, None, Deadline(1.0, "127.0.0.1:9092"),
+                                "commit offsets of group g")
+        assert time.monotonic() - began < 30, "given up, not waited for"
+        assert producer.calls == ["begin", "send within 1.0 s"]
+    finally:
+        release.set()
+
+
+def test_a_transaction_call_that_returns_in_time_raises_what_it_raised():
+    """The thread of a transaction's calls hands their error back: a fenced producer's, for write_fenced to retry."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from kprio_core.kafka import commit
+    from kprio_core.kafka.client import Deadline
+
+    class Fenced:
+        def begin_transaction(self) -> None:
+            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance"))
+
+    with pytest.raises(KafkaException, match="fenced by a newer instance"):
+        commit._transaction(Fenced(), {("t", 0): 5}, None, Deadline(5.0, "127.0.0.1:9092"), "commit")
