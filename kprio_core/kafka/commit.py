@@ -29,6 +29,7 @@ import os
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from kprio_core.config import KafkaSettings, TopicSettings
@@ -139,7 +140,7 @@ def write_fenced(kafka: KafkaSettings, groups: GroupOffsets, group: str, partiti
             try:
                 if producer is None:
                     producer = new_producer(kafka, transactional_id=transactional_id(group))
-                    producer.init_transactions(deadline.left(what))
+                    _bounded(partial(producer.init_transactions, deadline.left(what)), deadline, what)
                 offsets = decide(groups.fetch(group, wanted, deadline))
                 if before_write is not None:
                     before_write()  # even with nothing to write: a writer that lost its batch hears it here
@@ -173,7 +174,7 @@ def _transaction(producer: Any, offsets: Mapping[TopicPartitionKey, int], metada
                  what: str) -> None:
     """Write ``offsets`` to the group ``metadata`` names in one transaction of ``producer``, by ``deadline``.
 
-    The calls run in a thread of their own: librdkafka's ``send_offsets_to_transaction`` can block past its timeout
+    The calls run in a thread of their own (as a new producer's ``init_transactions`` does): librdkafka's ``send_offsets_to_transaction`` can block past its timeout
     once the group's coordinator is gone (confluentinc/librdkafka#5456 and #5511; seen with a kept producer when the
     coordinator's node was killed), which held the run for ever. Still blocked :data:`ABANDON_AFTER_S` after the
     deadline, they are abandoned with the producer (never used again; a newer writer fences it) and the write fails
@@ -187,7 +188,12 @@ def _transaction(producer: Any, offsets: Mapping[TopicPartitionKey, int], metada
                                              metadata, deadline.left(what))
         producer.commit_transaction(deadline.left(what))
 
-    if not _returned_within(write, max(deadline.remaining(), 0.0) + ABANDON_AFTER_S):
+    _bounded(write, deadline, what)
+
+
+def _bounded(call: Callable[[], None], deadline: Deadline, what: str) -> None:
+    """``call()`` (a producer's transaction calls), given up :data:`ABANDON_AFTER_S` after ``deadline``."""
+    if not _returned_within(call, max(deadline.remaining(), 0.0) + ABANDON_AFTER_S):
         raise deadline.ran_out(what, "the client's transaction call did not return; its producer is abandoned")
 
 
