@@ -1,11 +1,17 @@
 """Poll-history windows and the capacity-burst rule of flipkart's CapacityBurstPriorityKafkaConsumer.
 
-Every batch appends, per priority, the records drained and the quota they had. Over the last ``window_size``
-batches (default 6) a priority is *eligible to burst* when it maxed out (drained >= quota) in at least
-``maxed_out_threshold`` of them (default 4); its *unused capacity* is its quota minus its window's largest count
-(never < 0). Only the most urgent eligible priority may burst, taking every other's unused capacity on top of its
-quota; if that is 0 nobody bursts (flipkart stops at the first eligible level: "give way to higher priorities").
-Flipkart's case 3 (budget 50 -> quotas 29/14/7): priority 1's window peaks at 10, so priority 2 bursts by 14 - 10 = 4.
+Every batch appends, per priority, how many records were drained and the quota they were drained
+under. Over the last ``window_size`` batches (default 6):
+
+- a priority is *eligible to burst* when it maxed out (drained >= quota) in at least
+  ``maxed_out_threshold`` batches (default 4);
+- a priority's *unused capacity* is its quota minus the largest count in its window (never < 0);
+- only the most urgent eligible priority may burst; it takes, on top of its quota, the unused
+  capacity of every other priority. If that sum is 0 nobody bursts: lower eligible levels do not
+  get a turn (flipkart stops at the first eligible level, "give way to higher priorities").
+
+Flipkart's case 3 (budget 50 -> quotas 29/14/7): priority 1's window peaks at 10, so priority 2
+bursts by 14 - 10 = 4.
 
 >>> quotas = {2: 29, 1: 14, 0: 7}
 >>> h = PollHistory.from_counts({2: [29] * 6, 1: [10, 10, 7, 10, 9, 0], 0: [7] * 6}, quotas)
@@ -151,8 +157,10 @@ class PollHistory:
 def burst_capacities(
     quotas: Mapping[Priority, int], history: PollHistory
 ) -> tuple[dict[Priority, int], BurstDecision]:
-    """Capacity per priority for the next batch under the window rule, and who burst and why. Flipkart's case 4:
-    only priority 0 maxed out; it bursts by (29 - 25) + (14 - 10) = 8, to 15.
+    """Capacity per priority for the next batch under the window rule, and who burst and why.
+
+    Flipkart's case 4: priority 2 never maxed out ([20, 25, 25, 20, 15, 10] under 29), neither did
+    priority 1, so priority 0 (always full) bursts by (29 - 25) + (14 - 10) = 8, to 15.
 
     >>> quotas = {2: 29, 1: 14, 0: 7}
     >>> h = PollHistory.from_counts(

@@ -1,11 +1,20 @@
 """The planner: a lag snapshot + a budget -> the offset ranges of the next batch.
 
-Two modes share the frame (start offsets, per-priority fair share over partitions, both budgets) and differ in the
-grants: ``lag-aware`` (default) sees the exact backlog, so unused quota flows at once to the others, most urgent first
-(water-filling), after every priority with backlog got its minimum share; ``flipkart`` grants the window rule (base
-quota + burst, :mod:`kprio_core.burst`) capped by backlog, nothing more. With objectives, ``lag-aware`` gives the budget
-first to the records closest to breaking theirs (:mod:`kprio_core.deadlines`). 3 priorities, 50 records (quotas
-29/14/7), priority 1 has only 4 waiting: its 10 unused go to priority 2.
+Two modes share the same frame (start offsets, per-priority fair share over partitions, both
+budgets); they differ only in how many records each priority is granted:
+
+- ``lag-aware`` (default) sees the exact backlog, so quota a priority cannot use flows at once to
+  the others, most urgent first (water-filling), after every priority with backlog got its
+  minimum share;
+- ``flipkart`` grants what flipkart's window rule gives (base quota + burst from the poll
+  history, :mod:`kprio_core.burst`), capped by backlog, with no redistribution.
+
+With freshness objectives, a ``lag-aware`` plan gives the budget first to the records closest to
+breaking their priority's objective, a priority's partitions in deadline order
+(:mod:`kprio_core.deadlines`); without any, it is the quotas' alone.
+
+3 priorities, 50 records (quotas 29/14/7), priority 1 has only 4 records waiting: its 10 unused
+records go to priority 2.
 
 >>> from kprio_core.model.snapshot import LagSnapshot, PartitionLag
 >>> snap = LagSnapshot.of("orders", 3, [
@@ -21,9 +30,11 @@ first to the records closest to breaking theirs (:mod:`kprio_core.deadlines`). 3
 >>> plan_batch(snap, Budget(records=50), mode=PlanMode.FLIPKART).grants
 {2: 29, 1: 14, 0: 7}
 
-``count`` records of average size ``avg`` estimate ``ceil(count * avg)`` bytes; an unknown size (0) estimates 0, so
-the byte budget cannot bind there (set a safe record budget). The byte budget is never exceeded: smaller than one
-record of every partition with backlog, it gives an empty plan.
+Byte estimates: a range of ``count`` records on a partition whose average record size is ``avg``
+is ``ceil(count * avg)`` bytes. When ``avg_record_bytes`` is 0 (unknown) the partition's
+records are estimated at 0 bytes, so the byte budget cannot bind on it: set a record budget
+that is safe on its own, or let the Kafka edge measure sizes. A byte budget smaller than one
+record of every partition with backlog gives an empty plan (the budget is never exceeded).
 """
 
 from __future__ import annotations
