@@ -174,11 +174,11 @@ def _transaction(producer: Any, offsets: Mapping[TopicPartitionKey, int], metada
                  what: str) -> None:
     """Write ``offsets`` to the group ``metadata`` names in one transaction of ``producer``, by ``deadline``.
 
-    The calls run in a thread of their own (as a new producer's ``init_transactions`` does): librdkafka's ``send_offsets_to_transaction`` can block past its timeout
-    once the group's coordinator is gone (confluentinc/librdkafka#5456 and #5511; seen with a kept producer when the
-    coordinator's node was killed), which held the run for ever. Still blocked :data:`ABANDON_AFTER_S` after the
-    deadline, they are abandoned with the producer (never used again; a newer writer fences it) and the write fails
-    as a broker that did not answer in time.
+    The calls run in a thread of their own (as a new producer's ``init_transactions`` does): librdkafka's
+    ``send_offsets_to_transaction`` can block past its timeout once the group's coordinator is gone
+    (confluentinc/librdkafka#5456 and #5511; seen with a kept producer when the coordinator's node was killed),
+    which held the run for ever. Still blocked :data:`ABANDON_AFTER_S` after the deadline, they are abandoned with
+    the producer (never used again; a newer writer fences it) and the write fails as a broker that did not answer.
     """
     from confluent_kafka import TopicPartition
 
@@ -192,13 +192,9 @@ def _transaction(producer: Any, offsets: Mapping[TopicPartitionKey, int], metada
 
 
 def _bounded(call: Callable[[], None], deadline: Deadline, what: str) -> None:
-    """``call()`` (a producer's transaction calls), given up :data:`ABANDON_AFTER_S` after ``deadline``."""
-    if not _returned_within(call, max(deadline.remaining(), 0.0) + ABANDON_AFTER_S):
-        raise deadline.ran_out(what, "the client's transaction call did not return; its producer is abandoned")
-
-
-def _returned_within(call: Callable[[], None], seconds: float) -> bool:
-    """Run ``call`` in a daemon thread: whether it returned within ``seconds`` (its exception is raised here)."""
+    """``call()`` (a producer's transaction calls) in a daemon thread, given up :data:`ABANDON_AFTER_S` after
+    ``deadline``; its exception is raised here. A daemon thread, not an executor's: a call that never returns must
+    not keep the process from exiting."""
     raised: list[BaseException] = []
 
     def run() -> None:
@@ -209,12 +205,11 @@ def _returned_within(call: Callable[[], None], seconds: float) -> bool:
 
     thread = threading.Thread(target=run, name="kprio-offsets-transaction", daemon=True)
     thread.start()
-    thread.join(max(0.0, seconds))
+    thread.join(max(deadline.remaining(), 0.0) + ABANDON_AFTER_S)
     if thread.is_alive():
-        return False
+        raise deadline.ran_out(what, "the client's transaction call did not return; its producer is abandoned")
     if raised:
         raise raised[0]
-    return True
 
 
 def group_of(topic: TopicSettings, name: str) -> str:
