@@ -10,7 +10,7 @@ import pytest
 from kprio_core.errors import DataLostToRetention
 from kprio_core.kafka import KafkaEdge, oldest_pending_age_ms
 from kprio_core.model.offsets import OffsetRange as R
-from tests.fixtures.kafka import BASE_TS_MS
+from tests.fixtures.kafka import BASE_TS_MS, delete_topics
 
 pytestmark = pytest.mark.broker
 
@@ -207,8 +207,7 @@ def test_a_failure_of_the_batched_requests_stays_with_the_topic_that_caused_it(m
     kept, doomed = make_topic(priorities=2, partitions=1, records={0: 4}), make_topic(priorities=2, partitions=1)
     with KafkaEdge(kafka_settings) as edge:
         metadata = cluster_metadata(edge.admin, edge.deadline())
-        [deleted] = edge.admin.delete_topics([doomed.priority_topic(1)], operation_timeout=30).values()
-        deleted.result(30)
+        delete_topics(kafka_settings, [doomed.priority_topic(1)])
         found = take_snapshots(edge.admin, kafka_settings, [SnapshotAsk(doomed), SnapshotAsk(kept)], edge.deadline(),
                                now_ms=0, groups=edge.groups, metadata=metadata)
     assert isinstance(found[doomed.name], KprioError), found[doomed.name]

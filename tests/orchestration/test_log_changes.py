@@ -23,6 +23,7 @@ from orchestration.dagster.sensors import tick
 from orchestration.runtime.log_changes import reset_partition
 from orchestration.runtime.tick import decide
 from tests.fixtures.kafka import (
+    delete_topics,
     fill,
     generated_records,
     produce_acked,
@@ -52,11 +53,7 @@ def recreate(kafka, topic, priority: int, partitions: int) -> None:
     """Delete one priority topic and create it again, waiting until the cluster serves the new one."""
     admin = new_admin(kafka)
     name = topic.priority_topic(priority)
-    for f in admin.delete_topics([name], operation_timeout=30).values():
-        f.result(timeout=30)
-    deadline = time.monotonic() + 30
-    while name in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
-        time.sleep(0.1)
+    delete_topics(kafka, [name])
     ensure_topics(admin, topic, partitions, Deadline(30, kafka.bootstrap_servers), {"retention.ms": "-1"})
     wait_until_served(kafka, [name])
 

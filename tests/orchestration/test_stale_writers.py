@@ -18,6 +18,7 @@ import pytest
 from kprio_core.kafka.produce import Record, produce
 from kprio_core.ledger import BatchState, Ledger
 from orchestration.services.process import wait_for
+from tests.fixtures.kafka import delete_topics
 from tests.orchestration.conservation import conservation, lag
 from tests.orchestration.test_recovery import CHILD_TIMEOUT_S, child_config, finish, kill_group, output_of, start
 
@@ -73,8 +74,7 @@ def test_a_topic_recreated_while_its_batch_is_in_flight_publishes_nothing_of_the
     [request] = turn.requests
     name = topic.priority_topic(0)
     old_id = env.edge.topic_ids([name])[name]
-    env.edge.admin.delete_topics([name])[name].result(timeout=30)
-    assert wait_for(lambda: name not in env.edge.admin.list_topics(timeout=10).topics, 30, interval_s=0.2)
+    delete_topics(env.config.kafka, [name])
     env.edge.ensure_topics(topic, 1, config={"retention.ms": "-1"})
     produce(env.config.kafka, name, [Record(f"n{i}", f'{{"i": {i}, "amount": 2.0}}', partition=0)
                                      for i in range(400)])
