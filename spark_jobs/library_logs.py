@@ -28,7 +28,7 @@ class ToLogger(logging.Handler):
     ...     def emit(self, record):
     ...         seen.append(f"{record.name}: {record.getMessage()}")
     >>> target = logging.getLogger("kprio.doc")
-    >>> target.addHandler(Keep())
+    >>> target.handlers = [Keep()]
     >>> library = logging.getLogger("doc.library")
     >>> library.handlers, library.propagate = [ToLogger(target)], False
     >>> library.info("Closing down clientserver connection")  # below WARNING: not handed on

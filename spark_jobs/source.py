@@ -15,7 +15,8 @@ Options (all strings, names case-insensitive):
 
 - ``splits``: JSON list of ``{"topic", "partition", "start", "end", "priority"}``;
 - ``settings``: :meth:`ReadSettings.to_option <spark_jobs.range_reader.ReadSettings.to_option>`, secrets
-  included (Spark's plans and event log show no option of a Python data source); validated once when planned,
+  included (a classic session's plans show no option of a Python data source; Spark Connect's plan text does, and
+  :mod:`spark_jobs.session`'s ``spark.sql.redaction.string.regex`` masks its secrets); validated once when planned,
   then pickled to every task. Left out, every setting has its default and ``kafka.bootstrap.servers`` is required;
 - ``kafka.<setting>``: librdkafka settings for a direct read, added to those of ``settings`` (never logged or shown);
 - ``drain``: the drain spec (JSON), for the drain mode;

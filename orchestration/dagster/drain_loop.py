@@ -379,7 +379,6 @@ class Woke(enum.Enum):
     STOP = "a stop request"
 
 
-
 def config_of(defs: dg.Definitions) -> KprioConfig:
     """The settings inside built definitions, for callers that hold only those (tests, the demo)."""
     kafka = defs.resources["kafka"]

@@ -47,7 +47,8 @@ class MetricsFeed:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._history: dict[TopicPartitionKey, list[Observation]] = {}
-        self._said: str | None = None
+        self._said: dict[str, str] = {}
+        """Per kind of work, the failure said last (until that work passes again)."""
         self.refreshed = threading.Event()
         """Set after each refresh (tests and the first scrape wait on it)."""
 
@@ -93,13 +94,13 @@ class MetricsFeed:
                 while not self._stop.is_set():
                     if ledger is None and ledger_exists(self.config.ledger.url):
                         ledger = Ledger(self.config.ledger.url)
-                    self._guarded(lambda: self._count_runs(edge, ledger), "count a run")
+                    self._guarded("count a run", self._count_runs, edge, ledger)
                     if self.count_ledger and ledger is not None:
-                        self._guarded(lambda: self._count_ledger(edge, ledger), "count the ledger's batches")
-                    self._guarded(lambda: self.refresh(edge, ledger, time.time()), "refresh")
+                        self._guarded("count the ledger's batches", self._count_ledger, edge, ledger)
+                    self._guarded("refresh", self.refresh, edge, ledger, time.time())
                     self.refreshed.set()
                     self._wait()
-                self._guarded(lambda: self._count_runs(edge, ledger), "count a run")
+                self._guarded("count a run", self._count_runs, edge, ledger)
             finally:
                 if ledger is not None:
                     ledger.close()
@@ -112,17 +113,18 @@ class MetricsFeed:
             return
         self._events.put(item)
 
-    def _guarded(self, work: Callable[[], None], what: str) -> None:
-        """Metrics never stop a drain: a failure is said once (until it passes) and the feed goes on."""
+    def _guarded(self, what: str, work: Callable[..., None], *args: Any) -> None:
+        """``work(*args)``. Metrics never stop a drain: a failure is said once (until that work passes), the feed
+        goes on; another work passing meanwhile does not make it said again."""
         try:
-            work()
+            work(*args)
         except Exception as err:  # noqa: BLE001 - the broker or the ledger gone: the loop says so itself
             line = f"metrics: could not {what}: {err}".splitlines()[0]
-            if line != self._said and self.on_error is not None:
+            if line != self._said.get(what) and self.on_error is not None:
                 self.on_error(line)
-            self._said = line
+            self._said[what] = line
             return
-        self._said = None
+        self._said.pop(what, None)
 
     def refresh(self, edge: Any, ledger: Any, now_s: float) -> None:
         """Take every topic's snapshot and set the gauges (backlog, age, holds, in flight, verdicts, freshness)."""

@@ -241,10 +241,10 @@ class BatchRun:
             if step.how is DrainFrom.REDRAIN:
                 batch = self.ledger.attempts.replay(self.batch_id, max_in_flight=max_in_flight)
             elif step.how in (DrainFrom.RETRY, DrainFrom.TAKE_OVER):
-                batch = self.ledger.attempts.retry(self.batch_id, max_in_flight=max_in_flight, take_over=step.take_over,
-                                          reason=step.reason)
+                batch = self.ledger.attempts.retry(self.batch_id, max_in_flight=max_in_flight,
+                                                   take_over=step.take_over, reason=step.reason)
             return self.ledger.leases.claim(self.batch_id, self.owner, self.config.recovery.lease_s,
-                                     take_over=tuple(self._dead(batch)))
+                                            take_over=tuple(self._dead(batch)))
         except (RangeConflict, BatchBusy) as err:
             self.refusal = err
             return refused(WaitWhy.SLOT_TAKEN if isinstance(err, RangeConflict) else WaitWhy.LEASE_HELD, str(err))

@@ -183,3 +183,28 @@ def test_where_it_cannot_listen_is_one_line(addr, port, says):
     assert err.value.code == "metrics_listen_failed"
     assert says in str(err.value) and str(err.value).endswith("(metrics.addr in kprio.yaml)")
     assert "\n" not in str(err.value)
+
+
+def test_a_feed_failure_is_said_once_until_it_passes_and_never_raised():
+    """The feed's work fails while the broker or the ledger is gone: one line (first line of the error) per spell
+    of the same failure of one work, handed to ``on_error``; another work passing in between (the ledger's count
+    fails, the broker's refresh passes) does not repeat it; the work passing ends its spell."""
+    from kprio_core.config import KprioConfig
+    from orchestration.observe.feed import MetricsFeed
+
+    said: list[str] = []
+    feed = MetricsFeed(KprioConfig(), KprioMetrics(), on_error=said.append)
+    calls: list[tuple] = []
+
+    def fails(*args):
+        calls.append(args)
+        raise OSError("broker gone\nsecond line")
+
+    for _ in range(2):
+        feed._guarded("count a run", fails, "edge", None)
+        feed._guarded("refresh", lambda: None)
+    assert said == ["metrics: could not count a run: broker gone"]
+    feed._guarded("count a run", lambda *args: None, "edge", None)
+    feed._guarded("count a run", fails, "edge", None)
+    assert calls == [("edge", None)] * 3
+    assert said == ["metrics: could not count a run: broker gone"] * 2
