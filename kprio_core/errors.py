@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterable
 
 TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EMFILE})
 """OSError numbers of storage that cannot be written for now: someone fixes it, kprio retries."""
@@ -36,6 +37,8 @@ class KprioError(Exception):
     """The configuration key the error is about when it has no ``where``; the CLI names where it was set."""
     setting_value: str | None = None
     """The value of :attr:`setting` the error met (never a secret's)."""
+    shown: tuple[str, ...] = ()
+    """Values the message may quote: a line for a person cuts a long one (:func:`shortened`)."""
 
     def __init__(self, *args: object, where: str | None = None, setting: str | None = None) -> None:
         super().__init__(*args)
@@ -365,6 +368,40 @@ _REASONS = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "disk quota exceeded",
 }
+
+
+SHOWN_CHARACTERS = 120
+"""The most characters of a wrong value an error line quotes; a longer one is cut, with its length."""
+
+
+def shortened(message: str, texts: Iterable[object], keep: int = SHOWN_CHARACTERS) -> str:
+    """``message`` with each long text of ``texts`` it quotes (a value, an argument) cut to its first ``keep``
+    characters and its length: an error stays a readable line whatever was pasted. A path of a directory that
+    exists stays whole: it is what the line must name.
+
+    >>> shortened("spark.master: 'abcdefghij' is not a master", ["abcdefghij"], keep=4)
+    "spark.master: 'abcd…' (10 characters) is not a master"
+    >>> shortened("no port: abcdefghij", ["abcdefghij", 5], keep=4), shortened("x: 'abc' is bad", ["abc"], keep=4)
+    ('no port: abcd… (10 characters)', "x: 'abc' is bad")
+    >>> shortened("cannot read /tmp/kprio.yaml", ["/tmp/kprio.yaml"], keep=4)
+    'cannot read /tmp/kprio.yaml'
+    """
+    for text in sorted({t for t in texts if isinstance(t, str) and len(t) > keep and not _a_path(t)}, key=len,
+                       reverse=True):
+        quoted, cut = repr(text), repr(text[:keep])
+        if quoted in message:
+            message = message.replace(quoted, f"{cut[:-1]}…{cut[-1]} ({len(text):,} characters)")
+        else:
+            message = message.replace(text, f"{text[:keep]}… ({len(text):,} characters)")
+    return message
+
+
+def _a_path(text: str) -> bool:
+    """Whether ``text`` names a path in a directory that exists (a name too long for the system names none)."""
+    try:
+        return os.sep in text and os.path.isdir(os.path.dirname(os.path.abspath(text)))
+    except (OSError, ValueError):
+        return False
 
 
 def os_reason(err: OSError) -> str:

@@ -98,8 +98,11 @@ def config_error(err: ValidationError, source: str, origins: Mapping[tuple, str]
     key = _key(loc)
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     # A check of the whole configuration has no key of its own: its message names the keys.
-    return ConfigError(f"{key}: {_message(first)}{more}" if key else f"{_message(first)}{more}",
-                       where=origin_of(loc, source, origins or {}))
+    error = ConfigError(f"{key}: {_message(first)}{more}" if key else f"{_message(first)}{more}",
+                        where=origin_of(loc, source, origins or {}))
+    value = first.get("input")  # the value, or the mapping a validator of a section checked
+    error.shown = tuple(v for v in (value.values() if isinstance(value, dict) else [value]) if isinstance(v, str))
+    return error
 
 
 def origin_of(loc: tuple, source: str, origins: Mapping[tuple, str]) -> str:

@@ -32,7 +32,15 @@ import yaml
 from pydantic import ValidationError
 
 from kprio_core.config.load import ConfigSources
-from kprio_core.errors import ConfigError, InternalError, KprioError, PathUnusable, UsageError, os_reason
+from kprio_core.errors import (
+    ConfigError,
+    InternalError,
+    KprioError,
+    PathUnusable,
+    UsageError,
+    os_reason,
+    shortened,
+)
 from orchestration.cli.redaction import Redactor
 
 try:  # typer 0.2x runs its own copy of click and exports none of its usage errors: a private import, here only
@@ -67,6 +75,8 @@ class Run:
     redact: Redactor = field(default_factory=lambda: Redactor(()))
     sources: ConfigSources | None = None
     """Where the configuration the command loaded came from (:func:`orchestration.cli.common.config_from`)."""
+    argv: tuple[str, ...] = ()
+    """The command line's arguments (a long one pasted by mistake is quoted cut in the error line)."""
     logs: Any = None
     """The command's log handler (:func:`~orchestration.cli.logs.routed_logs`); its failed write fails the command."""
 
@@ -118,7 +128,8 @@ def line(err: BaseException) -> str:
         setting = mapped.setting
         where = RUN.sources.where(setting, mapped.setting_value) if setting and RUN.sources else RUN.command
         text = f"{text} ({where})"
-    return RUN.redact(f"kprio: error: {text} [{mapped.code}]")
+    quoted = [RUN.redact(value) for value in (*RUN.argv, mapped.setting_value, *mapped.shown) if value]
+    return shortened(RUN.redact(f"kprio: error: {text} [{mapped.code}]"), quoted)  # cut after redaction: no half secret
 
 
 def report(err: BaseException) -> int:
@@ -159,7 +170,8 @@ class KprioGroup(typer.core.TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         RUN.__init__(debug=os.environ.get(ENV_DEBUG, "") not in ("", "0"),  # type: ignore[misc]
                      log_file=Path(os.environ[ENV_LOG_FILE]) if os.environ.get(ENV_LOG_FILE) else None,
-                     log_file_from=ENV_LOG_FILE, command=prog_name or "kprio", redact=Redactor.of(os.environ, argv))
+                     log_file_from=ENV_LOG_FILE, command=prog_name or "kprio", redact=Redactor.of(os.environ, argv),
+                     argv=tuple(argv))
         try:
             empty = empty_option(argv)
             if empty is not None:  # click would take "" as a value: a path of "" is the working directory

@@ -220,6 +220,10 @@ def run_all(cases: list[Case], tmp_path_factory: pytest.TempPathFactory) -> dict
     return {r.case.id: r for r in runs}
 
 
+LONGEST_LINE = 600
+"""The longest error line a person is shown: a value pasted by mistake is quoted cut, not whole."""
+
+
 def assert_one_line(case: Case, ran: dict[str, Ran]) -> None:
     """What every case asserts (the module docstring of test_cli_errors.py), on its run in ``ran``."""
     if case.id not in ran:
@@ -232,6 +236,7 @@ def assert_one_line(case: Case, ran: dict[str, Ran]) -> None:
     else:
         assert r.returncode == case.exit, shown
         assert len(lines) == 1, shown
+        assert len(lines[0]) <= LONGEST_LINE, f"a line of {len(lines[0]):,} characters: {lines[0][:300]}"
         found = LINE.match(lines[0])
         assert found, f"not 'kprio: error: <what> (<where>) [<code>]': {lines[0]}"
         assert found["code"] == case.code, shown

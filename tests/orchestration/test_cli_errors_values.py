@@ -184,6 +184,12 @@ VALUES = rotating([
      "accepted; the Dagster definitions would not load", {"config": {"drain": {"maintenance": {"schedule": "every hour"}}}}),
     ("cron six fields", "drain.maintenance.schedule", "config_invalid", "seconds: a field neither Dagster nor Airflow has",
      {"config": {"drain": {"maintenance": {"schedule": "0 0 * * * *"}}}}),
+    ("a pasted value is quoted cut", f"spark.master: '{'m' * 120}…' (5,000 characters)", "config_invalid",
+     "a 5,000-character value pasted by mistake made a 5 KB error line", section("spark", master="m" * 5000)),
+    ("a pasted value in a section", f"drain.iceberg.catalog.type: '{'t' * 120}…' (5,000 characters)", "config_invalid",
+     "quoted by the check of its section", {"config": {"drain": {"iceberg": {"catalog": {"type": "t" * 5000}}}}}),
+    ("a pasted variable is quoted cut", f"'{'b' * 120}…' (5,000 characters): no port", "config_invalid",
+     "from the environment", {"env": {"KPRIO_BOOTSTRAP_SERVERS": "b" * 5000}}),
 ])
 
 ARGUMENTS = [
@@ -237,6 +243,8 @@ ARGUMENTS = [
     C("instance password variable not a name", ("instance", "show", "--postgres-url", "postgresql://u@h/db",
       "--postgres-password-env", "1 bad"), "--postgres-password-env", "usage", "written into dagster.yaml as is",
       exit=2, read_only=True),
+    C("a pasted argument is quoted cut", ("retry", "r" * 3000), f"'{'r' * 120}…' (3,000 characters) is not a batch id",
+      "usage", "a 3 KB error line", exit=2, read_only=True),
     C("help of a command", "plan --help", "", None, "--help still works beside the boundary", with_config=False,
       read_only=True),
     C("help of a subcommand", "broker start --help", "", None, "and of a subcommand", with_config=False, read_only=True),
