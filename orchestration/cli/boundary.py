@@ -94,6 +94,9 @@ def typed(err: BaseException) -> KprioError:
         if RUN.command.startswith(f"{command} "):
             command = RUN.command  # the parser of a command may report with its group's context
         what = " ".join(err.format_message().replace("Value error, ", "").split())  # pydantic's prefix
+        nan = not_a_number_given(err, RUN.argv)
+        if nan is not None:  # its range check said "should be less than or equal to", which NaN is not either
+            what = f"Invalid value for '{nan[0]}': {nan[1]!r} is not a number"
         return UsageError(what, where=f"{command}; see {command} --help")
     if isinstance(err, click_errors.ClickException):
         return UsageError(" ".join(err.format_message().split()), where=RUN.command)
@@ -109,6 +112,27 @@ def typed(err: BaseException) -> KprioError:
     what = f"{type(err).__name__}: {first}" if first else type(err).__name__
     hint = "" if RUN.debug else "; rerun with --debug for the traceback"
     return InternalError(f"unexpected {what}", where=f"a bug in kprio{hint}")
+
+
+def not_a_number_given(err: BaseException, argv: Sequence[str]) -> tuple[str, str] | None:
+    """The option a bad-parameter error is about and what it was given, when that is NaN; else None.
+
+    >>> class Interval:
+    ...     opts = ["--interval"]
+    >>> bad = click_errors.BadParameter("Input should be less than or equal to 3600", param=Interval())
+    >>> not_a_number_given(bad, ["lag", "--interval", "NaN"]), not_a_number_given(bad, ["lag", "--interval=-nan"])
+    (('--interval', 'NaN'), ('--interval', '-nan'))
+    >>> not_a_number_given(bad, ["lag", "--interval", "inf"]), not_a_number_given(bad, ["lag", "--topic", "nan"])
+    (None, None)
+    """
+    names = set(getattr(getattr(err, "param", None), "opts", None) or ())
+    for i, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
+        if name in names:
+            given = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
+            if given.strip().lower().lstrip("+-") == "nan":
+                return name, given
+    return None
 
 
 def exit_code(err: BaseException) -> int:
