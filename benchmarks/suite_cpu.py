@@ -3,9 +3,9 @@
 One command, from a fresh clone after ``bash scripts/setup.sh``: ``python benchmarks/suite_cpu.py -- python3 -m
 pytest`` (any command after ``--``). Not a test: it runs the command, samples every process of the machine every
 ``--every`` seconds (0.3) and prints, when the command ends, its wall time, how busy the machine's cores were, and
-the CPU seconds each kind of process used and how many of them started (:func:`kind`: kprio's warm run workers, child ``kprio`` commands, the
-pytest process, Spark's JVM and Python workers, the Kafka broker, the schema registry, Dagster's and Airflow's
-processes), then the processes that used the most. ``--json``: one JSON document instead.
+the CPU seconds each kind of process used and how many of them started (:func:`kind`: kprio's warm run workers,
+child ``kprio`` commands, the pytest process, Spark's JVM and Python workers, the Kafka broker, the schema registry,
+Dagster's and Airflow's processes), then the processes that used the most. ``--json``: one JSON document instead.
 
 A process that starts and ends between two samples is not seen (its CPU is missed, not misplaced); one seen is
 counted up to its last sample. The machine's other processes count too: run it on a quiet machine.
@@ -28,13 +28,13 @@ KINDS = (
     ("kprio worker", ("orchestration.dagster.workers.worker",)),
     ("kprio command", ("orchestration.cli", "/bin/kprio ")),
     ("Spark Python worker", ("pyspark.daemon", "pyspark.worker")),
-    ("schema registry", ("apicurio", "registry")),
     ("Dagster", ("dagster",)),
     ("Airflow", ("airflow",)),
     ("pytest", ("pytest",)),
 )
 """Kinds of Python processes by a word of their command line, first match wins (a child ``kprio drain`` run by a
-test names the test's directory, under ``pytest-of-...``: it is a kprio command)."""
+test names the test's directory, under ``pytest-of-...``: it is a kprio command). The JVMs are told apart in
+:func:`kind`."""
 
 
 def kind(cmdline: list[str]) -> str:
@@ -54,7 +54,7 @@ def kind(cmdline: list[str]) -> str:
     if program.endswith("java") or "spark-class" in line:
         if "spark" in line.lower():
             return "Spark JVM"
-        if "kafka.Kafka" in line or "kafka" in line.lower() and "registry" not in line.lower():
+        if "kafka.Kafka" in line or ("kafka" in line.lower() and "registry" not in line.lower()):
             return "Kafka broker"
         return "schema registry" if "registry" in line.lower() or "apicurio" in line.lower() else "other JVM"
     found = next((name for name, words in KINDS if any(word in line for word in words)), None)
