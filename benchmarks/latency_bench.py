@@ -965,9 +965,9 @@ class FollowDrainer:
         if self.proc is not None:
             for proc in _tree(self.proc.pid):
                 cmd = _cmdline(proc)
+                forked = "multiprocessing.forkserver" in cmd  # the fork server and the workers it forked
                 kind = spark_kind(cmd, "local Spark") or ("kprio drain --follow" if proc.pid == self.proc.pid
-                                                          else "kprio warm workers" if "workers.worker" in cmd
-                                                          else "other")
+                                                          else "kprio warm workers" if forked else "other")
                 out.append((kind, proc))
         return [*out, *_common_members(self.bench)]
 
@@ -1083,7 +1083,7 @@ class DaemonDrainer:
                 kind = "dagster code servers"
             elif "workers.server" in cmd:
                 kind = "kprio worker pool"
-            elif "workers.worker" in cmd:
+            elif "multiprocessing.forkserver" in cmd:
                 kind = "kprio warm workers"
             elif "api execute_run" in cmd or "spawn_main" in cmd:
                 kind = "run processes"

@@ -25,7 +25,7 @@ from collections import Counter
 import psutil
 
 KINDS = (
-    ("kprio worker", ("orchestration.dagster.workers.worker",)),
+    ("kprio worker", ("multiprocessing.forkserver",)),  # a pool's fork server, and the workers it forked
     ("kprio command", ("orchestration.cli", "/bin/kprio ")),
     ("Spark Python worker", ("pyspark.daemon", "pyspark.worker")),
     ("Dagster", ("dagster",)),
@@ -40,7 +40,7 @@ test names the test's directory, under ``pytest-of-...``: it is a kprio command)
 def kind(cmdline: list[str]) -> str:
     """The kind of a process by its command line.
 
-    >>> kind(["/usr/bin/python3", "-m", "orchestration.dagster.workers.worker", "7", "42"])
+    >>> kind(["/usr/bin/python3", "-B", "-c", "from multiprocessing.forkserver import main; main(3, 5, [])"])
     'kprio worker'
     >>> kind(["/usr/bin/java", "-cp", "/x/pyspark/jars/*", "org.apache.spark.deploy.SparkSubmit"])
     'Spark JVM'

@@ -19,7 +19,7 @@ from kprio_core.ledger import Ledger
 from orchestration.dagster.partitions import batch_partitions
 from orchestration.dagster.resources import KafkaResource, KprioSettings, LedgerResource
 from orchestration.dagster.runs import DagsterRuns, run_request
-from orchestration.dagster.workers.server import warm_for_code_location
+from orchestration.dagster.workers.home import warm_for_code_location
 from orchestration.runtime import tick as runtime
 from orchestration.runtime.healing import CAUSE_SEEN, cause_seen_after, probe_causes
 

@@ -357,7 +357,7 @@ ACTS_IN: dict[str, tuple[str, str, str]] = {
     "sensor.default_status": ("orchestration.dagster.definitions", "build_definitions", "the sensor's state "
                               "when a code location first loads, in a Dagster instance"),
     "workers.count": ("orchestration.dagster.workers.pool", "WorkerPool.__init__", STARTS_WORKERS),
-    "workers.bulk_nice": ("orchestration.dagster.workers.pool", "WorkerPool._spawn", STARTS_WORKERS),
+    "workers.bulk_nice": ("orchestration.dagster.workers.pool", "WorkerPool._started", STARTS_WORKERS),
     "workers.start_timeout_s": ("orchestration.dagster.workers.pool", "WorkerPool._reap_dead", STARTS_WORKERS),
     "workers.max_runs": ("orchestration.dagster.workers.worker", "Worker._retire", STARTS_WORKERS),
     "workers.max_rss_mib": ("orchestration.dagster.workers.worker", "Worker._retire", STARTS_WORKERS),

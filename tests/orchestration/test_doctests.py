@@ -36,7 +36,7 @@ MODULES = [
     "orchestration.dagster.resources",
     "orchestration.dagster.tags",
     "orchestration.dagster.workers.lanes",
-    "orchestration.dagster.workers.server",
+    "orchestration.dagster.workers.home",
     "orchestration.demo.avro_values",
     "orchestration.demo.layout",
     "orchestration.demo.output_view",

@@ -163,3 +163,51 @@ def test_a_run_terminated_from_dagster_is_canceled_and_its_worker_replaced(
     assert report.ok, report.stopped
     assert lag(topic, env.edge) == {0: 0}
     assert conservation(env.config, topic, env.edge).ok
+
+
+POOL_OWNER = """
+import sys, time
+from kprio_core.config import SparkSettings, WorkersSettings
+from orchestration.dagster.workers.pool import WorkerPool
+from orchestration.dagster.workers.protocol import LogRoute
+spark = SparkSettings(remote=sys.argv[1], conf={"spark.sql.shuffle.partitions": "4"})
+pool = WorkerPool(spark, WorkersSettings(count=2), log=LogRoute(inherit=False)).start()
+print(*pool.pids(), flush=True) if pool.ready(300) else print("not warm", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_pool_process_killed_takes_its_workers_and_their_fork_server_with_it(spark, spark_connect_port, tmp_path):
+    """kill -9 of the process that owns a pool (``kprio drain``, a home's pool server), not of its group: its workers,
+    forked by its fork server into sessions of their own, die with it as a run executing in it would (each watches
+    its pool's process), and the fork server leaves once they did."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    stderr = tmp_path / "owner.err"
+    with stderr.open("wb") as err:
+        owner = subprocess.Popen([sys.executable, "-c", POOL_OWNER, f"sc://127.0.0.1:{spark_connect_port}"],
+                                 stdout=subprocess.PIPE, stderr=err, text=True, cwd=Path(__file__).parents[2])
+    try:
+        said = owner.stdout.readline().split()
+        assert len(said) == 2 and all(word.isdigit() for word in said), (said, stderr.read_text()[-2000:])
+        workers = [int(word) for word in said]
+        tree = psutil.Process(owner.pid).children(recursive=True)
+        assert set(workers) <= {p.pid for p in tree}, "forked by the owner's fork server, a child of the owner"
+        assert all(os.getsid(pid) == pid for pid in workers), "each in a session of its own"
+        owner.kill()
+        owner.wait(timeout=30)
+    finally:
+        owner.kill()
+        owner.stdout.close()
+
+    def gone(process: psutil.Process) -> bool:
+        try:
+            return process.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    assert wait_for(lambda: all(gone(p) for p in tree), 60, interval_s=0.1), [
+        (p.pid, p.cmdline()[:3]) for p in tree if not gone(p)]

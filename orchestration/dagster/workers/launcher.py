@@ -8,7 +8,8 @@ choice: delete the block)::
       class: WarmRunLauncher
 
 Dagster's default launcher starts a process per run that imports Dagster, GX, PySpark and kprio and starts a Spark
-JVM; this one hands the run to the home's pool (:mod:`orchestration.dagster.workers.server`), where all that is
+JVM; this one hands the run to the home's pool (:mod:`orchestration.dagster.workers.home`,
+:mod:`orchestration.dagster.workers.server`), where all that is
 warm. Run monitoring asks :meth:`WarmRunLauncher.check_run_worker_health`: a run whose worker died is FAILED.
 Terminating a run from the UI kills its worker (a fresh one takes its place); the run is CANCELED.
 """
@@ -32,7 +33,7 @@ from orchestration.dagster.workers.dagster_api import (
 )
 from orchestration.dagster.workers.lanes import BULK
 from orchestration.dagster.workers.protocol import ByOrigin, Hello, Submit, Terminate
-from orchestration.dagster.workers.server import WorkerPoolUnavailable, call, ensure
+from orchestration.dagster.workers.home import WorkerPoolUnavailable, call, ensure
 from orchestration.runtime.leases import owner_dead
 from orchestration.runtime.tags import LANE_TAG
 

@@ -1,9 +1,10 @@
 """A pool of warm run workers: it starts them, hands each one run at a time, and replaces the ones that die or retire.
 
 Every run of a batch executes on one of these workers, whichever driver launched it: ``kprio drain``'s loop owns
-a pool for its life; under the daemon the run launcher uses the home's (:mod:`orchestration.dagster.workers.server`).
-Each worker is a child process on a socket pair; ``workers.count`` of them run as many runs at once, in the lanes
-of :mod:`orchestration.dagster.workers.lanes`.
+a pool for its life; under the daemon the run launcher uses the home's (:mod:`orchestration.dagster.workers.home`,
+:mod:`orchestration.dagster.workers.server`).
+Each worker is a process on a socket pair, forked from imports made once (:mod:`orchestration.dagster.workers.fork`);
+``workers.count`` of them run as many runs at once, in the lanes of :mod:`orchestration.dagster.workers.lanes`.
 
 One thread watches every worker. A worker that dies (kill -9, OOM) fails its run in Dagster at once, as the
 default launcher's code server does, and kprio's tick resumes its batch; one that cannot start fails the runs
@@ -19,8 +20,6 @@ import logging
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -28,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from kprio_core.config import SparkSettings, WorkersSettings
@@ -43,6 +43,7 @@ from orchestration.dagster.workers.protocol import (
     Warm,
 )
 from orchestration.dagster.workers.lanes import BULK, lanes, pick
+from orchestration.dagster.workers.fork import fork
 from orchestration.runtime.tags import LANE_TAG
 
 LOGGER = logging.getLogger("kprio.workers")
@@ -84,7 +85,7 @@ class Slot:
 
     index: int
     lane: str
-    proc: subprocess.Popen | None = None
+    proc: BaseProcess | None = None
     conn: Connection | None = None
     ready: bool = False
     running: Submission | None = None
@@ -111,7 +112,7 @@ class WorkerPool:
         self._listeners: list[Callable[[str, str], None]] = [on_end] if on_end is not None else []
         self._slots = [Slot(i, lane) for i, lane in enumerate(lanes(limits.count))]
         self._queue: deque[Submission] = deque()
-        self._leaving: list[tuple[subprocess.Popen, float]] = []
+        self._leaving: list[tuple[BaseProcess, float]] = []
         """Workers asked to leave, with when their group is killed if still there (:meth:`_reap_leaving`)."""
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -121,13 +122,10 @@ class WorkerPool:
     # --- life ----------------------------------------------------------------------------------------
 
     def start(self) -> WorkerPool:
-        """Start every worker (they warm up in the background) and the pool's thread; once."""
+        """Start the pool's thread, which starts every worker (they warm up in the background); once."""
         with self._lock:
-            if self._thread.is_alive():
-                return self
-            for slot in self._slots:
-                self._spawn(slot)
-        self._thread.start()
+            if not self._thread.is_alive():
+                self._thread.start()
         return self
 
     def activate(self) -> WorkerPool:
@@ -161,10 +159,7 @@ class WorkerPool:
         for slot in self._slots:
             if slot.proc is None:
                 continue
-            try:
-                slot.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+            slot.proc.join(max(0.1, deadline - time.monotonic()))
             self._kill(slot)
             if slot.conn is not None:
                 slot.conn.close()
@@ -240,11 +235,15 @@ class WorkerPool:
     def pids(self) -> list[int]:
         """The pids of the workers alive now."""
         with self._lock:
-            return [s.pid for s in self._slots if s.pid is not None and s.proc is not None and s.proc.poll() is None]
+            return [s.pid for s in self._slots if s.pid is not None and s.proc is not None and s.proc.is_alive()]
 
     # --- the pool's thread ---------------------------------------------------------------------------
 
     def _watch(self) -> None:
+        first = [(slot, self._fork(slot)) for slot in self._slots]  # the first waits for the fork server's imports
+        with self._lock:
+            for slot, forked_ in first:
+                self._started(slot, *forked_)
         while not self._closing.is_set():
             with self._lock:
                 conns = [s.conn for s in self._slots if s.conn is not None]
@@ -326,11 +325,10 @@ class WorkerPool:
         for slot in self._slots:
             if slot.proc is None:
                 continue
-            if slot.proc.poll() is not None:
+            if not slot.proc.is_alive():
                 self._lost(slot, "its process ended")
             elif not slot.ready and time.monotonic() - slot.started_at > self.limits.start_timeout_s:
-                slot.proc.kill()
-                slot.proc.wait()
+                self._kill(slot)
                 self._cannot_start(slot, f"it was not warm after {self.limits.start_timeout_s:.0f} s "
                                          "(workers.start_timeout_s)")
 
@@ -344,31 +342,30 @@ class WorkerPool:
     # --- one worker ----------------------------------------------------------------------------------
 
     def _spawn(self, slot: Slot) -> None:
+        self._started(slot, *self._fork(slot))
+
+    def _fork(self, slot: Slot) -> tuple[BaseProcess | None, Connection | None, str | None]:
+        """A new worker for ``slot`` (:func:`~orchestration.dagster.workers.fork.fork`) with the pool's environment of
+        the moment, and the pool's end of its socket; or why it could not be (the fork server could not start)."""
         mine, theirs = socket.socketpair()
         env = dict(self.env if self.env is not None else os.environ)
-        out, err = self._output()
-        # Own session: a terminal's Ctrl-C reaches the pool, which finishes the runs in flight (workers die with it).
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestration.dagster.workers.worker", str(theirs.fileno()), str(os.getpid())],
-            pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            start_new_session=True,
-        )
-        if hasattr(out, "close"):
-            out.close()  # the child holds its own copy
-        theirs.close()
-        slot.proc, slot.conn, slot.pid = proc, Connection(mine.detach()), proc.pid
+        try:
+            process = fork(f"{self.name}-{slot.index}", theirs, env, self.log)
+        except (OSError, EOFError) as err:  # the fork server died or could not start
+            mine.close()
+            return None, None, f"the fork server could not fork it: {type(err).__name__}: {err}"
+        return process, Connection(mine.detach()), None
+
+    def _started(self, slot: Slot, process: BaseProcess | None, conn: Connection | None, why: str | None) -> None:
+        if process is None or conn is None:
+            slot.started_at = time.monotonic()
+            self._cannot_start(slot, why or "it could not be forked")
+            return
+        slot.proc, slot.conn, slot.pid = process, conn, process.pid
         slot.ready, slot.running, slot.started_at, slot.recycle = False, None, time.monotonic(), False
         nice = self.limits.bulk_nice if slot.lane == BULK else 0
         self._send(slot, Warm(self.spark, self.limits, f"{self.name}-{slot.index}", nice, self.log,
                               watch=slot.lane != BULK))
-
-    def _output(self) -> tuple[Any, Any]:
-        """A worker's standard output and error: the log file, the pool's own (inherited), or nowhere."""
-        if self.log.log_file:
-            return open(self.log.log_file, "ab"), subprocess.STDOUT  # noqa: SIM115 - closed once the child has it
-        if self.log.inherit or self.log.verbose:
-            return None, None
-        return subprocess.DEVNULL, subprocess.DEVNULL
 
     def _send(self, slot: Slot, message: object) -> bool:
         if slot.conn is None:
@@ -396,9 +393,9 @@ class WorkerPool:
         """How the worker's process ended, once it has (a closed socket comes a moment before the exit)."""
         if slot.proc is None:
             return None
-        try:
-            code = slot.proc.wait(1.0)
-        except subprocess.TimeoutExpired:
+        slot.proc.join(1.0)
+        code = slot.proc.exitcode
+        if code is None:
             return None
         return f"it exited with status {code}" if code >= 0 else f"it was killed by signal {-code}"
 
@@ -419,7 +416,7 @@ class WorkerPool:
         """Free ``slot`` now. A live worker is asked to leave and reaped later by :meth:`_reap_leaving`, never waited
         for here: this runs under the lock, and a worker's Spark client takes seconds to stop, during which no run
         could be handed to another worker nor an ended one heard."""
-        if slot.proc is not None and slot.proc.poll() is None:
+        if slot.proc is not None and slot.proc.is_alive():
             self._send(slot, Stop())
             self._leaving.append((slot.proc, time.monotonic() + LEAVE_S))
         elif slot.proc is not None:
@@ -436,9 +433,8 @@ class WorkerPool:
         for proc, deadline in self._leaving:
             if until is not None:
                 deadline = min(deadline, until)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(max(0.0, deadline - time.monotonic()))
-            if proc.poll() is None and time.monotonic() < deadline:
+                proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive() and time.monotonic() < deadline:
                 staying.append((proc, deadline))
             else:
                 self._kill_group(proc)
@@ -450,13 +446,13 @@ class WorkerPool:
             cls._kill_group(slot.proc)
 
     @staticmethod
-    def _kill_group(proc: subprocess.Popen) -> None:
-        """SIGKILL a worker's process group (it, its Spark JVM and the JVM's Python workers), and reap it."""
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
+    def _kill_group(proc: BaseProcess) -> None:
+        """SIGKILL a worker's process group (it, its Spark JVM and the JVM's Python workers) and the worker itself
+        (forked a moment ago, it may not lead its own group yet), and reap it."""
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(proc.pid, signal.SIGKILL)
+        proc.join()
 
     def _fail(self, submission: Submission, why: str) -> None:
         """Fail ``submission``'s run in Dagster with ``why`` (unless it ended meanwhile), and say it ended."""

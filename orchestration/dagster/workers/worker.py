@@ -1,8 +1,8 @@
 """A warm run worker: a long-lived process that executes the runs its pool hands it, one at a time.
 
-``python -m orchestration.dagster.workers.worker <fd> <parent pid>``, started by
-:class:`~orchestration.dagster.workers.pool.WorkerPool` with one end of a socket pair as ``fd``. It imports
-Dagster, Great Expectations and kprio once and warms its Spark client up, so a run it is handed starts at once. A
+Forked for a :class:`~orchestration.dagster.workers.pool.WorkerPool` (:mod:`orchestration.dagster.workers.fork`) with
+Dagster, Great Expectations, Spark's client and kprio imported, :func:`serve` on one end of a socket pair; it warms
+its Spark client up, so a run it is handed starts at once. A
 run executes as Dagster's own run worker executes one (:mod:`orchestration.dagster.workers.dagster_api`), its Spark
 resource sharing the worker's session, tagged with this worker as its runner (``kprio/runner``, a lease owner
 string: a worker killed mid-run is a dead run process, which kprio's tick tells from the tag).
@@ -15,7 +15,6 @@ with its Spark processes, it retires and the pool starts a fresh one.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -318,25 +317,3 @@ def _serve(conn: Connection, warm: Warm, started: float) -> int:
         crash_point("worker-leaving")
         worker.close()
     return 0
-
-
-def die_with(parent: int) -> None:
-    """Be killed when the process that started this worker dies (Linux's ``PR_SET_PDEATHSIG``), as a run
-    executing in that process would die with it (kill -9 of ``kprio drain``, of the daemon's pool)."""
-    import ctypes
-    import signal
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # it died before the request was made
-        os._exit(1)
-
-
-def main(argv: list[str]) -> int:
-    fd, parent = int(argv[0]), int(argv[1])
-    die_with(parent)
-    return serve(Connection(fd))
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
