@@ -9,10 +9,7 @@ by its owner, which authenticates clients).
 
 The server starts with the code location on a home whose ``dagster.yaml`` names kprio's launcher
 (:func:`warm_for_code_location`), warming while the user turns the sensor on, or when the launcher or the sensor
-finds it missing (:func:`ensure`). It reads kprio.yaml (``$KPRIO_CONFIG``) for ``spark`` and ``workers``; its
-workers inherit its environment (secrets included), as run processes inherit a code server's. It lives while a
-:class:`~orchestration.dagster.workers.protocol.Hello` process or a run does; a new code location process (a
-reload) makes every worker load the code again (idle ones at once, busy ones after their run).
+finds it missing (:func:`ensure`); what it reads and how long it lives is the server's to say.
 """
 
 from __future__ import annotations
