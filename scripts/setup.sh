@@ -17,6 +17,10 @@ if ! command -v mvn >/dev/null 2>&1; then
 fi
 
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[all,browser,test]'
+# kprio's own bytecode, once (an editable install compiles nothing, and where PYTHONDONTWRITEBYTECODE is set no
+# process writes it): each of the hundreds of Python processes a drain, the daemon and the tests start would
+# otherwise compile the same sources again.
+python3 -m compileall -q -j 0 kprio_core spark_jobs orchestration tests >/dev/null
 python3 -m orchestration.services.jars
 # The embedded schema registry (Apicurio Registry, with basic auth) built into a runnable application: 10-50 s once
 # Maven has its jars (about 210 MB the first time).
