@@ -52,6 +52,10 @@ HEALED_WITHIN_S = 75.0
 """After the fault passed, the drain finishes within this (the retry's backoff is 60 s: a drain that waited it out
 after an outage would not). The drain of what is left takes a few seconds; a loaded 2-core machine, more."""
 SLOW_BACKOFF = {"lease_s": 15, "backoff_s": 60, "backoff_max_s": 60, "max_attempts": 3}
+LEDGER_LEASE_S = 6
+LEDGER_DOWN_S = 1.5 * LEDGER_LEASE_S
+"""The ledger (its database, or a SQLite ledger's directory) is down or read-only longer than a lease: the run in
+flight cannot renew its lease through it."""
 
 
 def backlog(make_topic, kprio_env, tmp_path, child_spark, **sections):
@@ -184,11 +188,13 @@ def test_a_read_only_output_a_person_fixes_heals_under_until_empty_with_no_comma
 def test_a_sqlite_ledger_made_read_only_a_person_fixes_heals_under_until_empty_with_no_command_run(
         make_topic, kprio_env, tmp_path, spark, child_spark):
     """The SQLite ledger's directory turns read-only (a remount, a person's chmod) while the drain publishes, for
-    longer than a lease; a person makes it writable again. The drain rides it out, no restart."""
+    longer than a lease (1.5 leases of :data:`LEDGER_LEASE_S`); a person makes it writable again. The drain rides
+    it out, no restart."""
     place = tmp_path / "ledger"
     place.mkdir()
     url = f"sqlite:///{place / 'ledger.db'}"
-    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark, ledger={"url": url})
+    env, topic, config = backlog(make_topic, kprio_env, tmp_path, child_spark, ledger={"url": url},
+                                 recovery={"lease_s": LEDGER_LEASE_S})
     proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=f"before-publish:{topic.name}",
                  KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
     try:
@@ -196,7 +202,7 @@ def test_a_sqlite_ledger_made_read_only_a_person_fixes_heals_under_until_empty_w
             output_of(proc)[-2000:]
         with read_only_in_place(place):
             resume(paused(proc))  # into a ledger that takes no write: its moves after the publish fail
-            time.sleep(SLOW_BACKOFF["lease_s"] * 1.5)  # read-only for longer than a lease, whatever the drain does
+            time.sleep(LEDGER_DOWN_S)  # read-only for longer than a lease, whatever the drain does
             assert proc.poll() is None, f"the drain waits for the ledger instead of giving up: {output_of(proc)[-3000:]}"
         healed = time.monotonic()
         assert proc.wait(timeout=CHILD_TIMEOUT_S) == 0, output_of(proc)[-3000:]
@@ -211,11 +217,6 @@ def test_a_sqlite_ledger_made_read_only_a_person_fixes_heals_under_until_empty_w
     with Ledger(url) as ledger:
         assert ledger.batches.in_flight(topic.name) == []
         assert ledger.batches.find(topic.name, states=[BatchState.FAILED]) == []
-
-
-LEDGER_LEASE_S = 6
-LEDGER_DOWN_S = 1.5 * LEDGER_LEASE_S
-"""The ledger's database is down longer than a lease: the run in flight cannot renew its lease through it."""
 
 
 def test_the_ledger_database_down_longer_than_a_lease_heals_under_follow(
