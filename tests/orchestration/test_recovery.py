@@ -211,6 +211,7 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
     writer of the group fenced it), and the run, reading again, finds its batch gone."""
     env, topic, config = two_batches
     proc = start(config, tmp_path, "--until-empty", KPRIO_PAUSE_AT=point, KPRIO_CRASH_ONCE=str(tmp_path / "paused"))
+    stopped, frozen = None, []
     try:
         assert wait_for(lambda: stopped_process(proc), CHILD_TIMEOUT_S, interval_s=0.2), output_of(proc)[-2000:]
         stopped = stopped_process(proc)  # the worker executing the run
@@ -229,6 +230,10 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
         proc.wait(timeout=120)
         text = output_of(proc)
     finally:
+        # An assertion that failed above leaves no process stopped: those in sessions of their own (the workers,
+        # Dagster's compute-log tails) outlive the group's kill, and would stay stopped for the rest of the session.
+        resume(stopped)
+        thaw(frozen)
         kill_group(proc)
     assert f"{write} of batch {paused.batch_id} refused" in text, text[-3000:]
     assert f"the lease of {paused.token} is stale" in text
