@@ -211,3 +211,14 @@ def test_a_pool_process_killed_takes_its_workers_and_their_fork_server_with_it(s
 
     assert wait_for(lambda: all(gone(p) for p in tree), 60, interval_s=0.1), [
         (p.pid, p.cmdline()[:3]) for p in tree if not gone(p)]
+
+
+def test_every_module_the_fork_server_preloads_is_one():
+    """The fork server skips a module it cannot import without a word (an extra not installed, as it should); with
+    every extra installed, each name in ``PRELOAD`` must name a module, or a rename would silently send its import
+    back to every worker's first run."""
+    from importlib.util import find_spec
+
+    from orchestration.dagster.workers.fork import PRELOAD
+
+    assert [name for name in PRELOAD if find_spec(name) is None] == []
