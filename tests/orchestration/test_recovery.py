@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -215,7 +216,7 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
     try:
         assert wait_for(lambda: stopped_process(proc), CHILD_TIMEOUT_S, interval_s=0.2), output_of(proc)[-2000:]
         stopped = stopped_process(proc)  # the worker executing the run
-        frozen = freeze(proc)  # and the rest of its host: kprio drain's loop and its other worker
+        frozen = freeze(proc, tmp_path)  # and the rest of its host: kprio drain's loop and its other worker
         with Ledger(env.config.ledger.url) as ledger:
             [paused] = [b for b in ledger.batches.in_flight(topic.name) if b.lease]
             # Paused past its lease: nobody renews it any more.
@@ -246,6 +247,39 @@ def test_a_run_paused_past_its_lease_writes_nothing_when_it_wakes(two_batches, t
     if env.config.drain.format == "iceberg":  # the stale attempt appended no second snapshot of its batch
         snapshots = iceberg_publishes(env.config.drain.iceberg, "output", topic.name)
         assert sorted(s["kprio.batch_id"] for s in snapshots) == committed, snapshots
+
+
+HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("CREATE TABLE IF NOT EXISTS t (x)")
+print("ready", flush=True)
+while True:  # holds the file's lock half of the time, in transactions of 30 ms
+    conn.execute("BEGIN EXCLUSIVE"); conn.execute("INSERT INTO t VALUES (1)"); time.sleep(0.03)
+    conn.execute("COMMIT"); time.sleep(0.03)
+"""
+
+
+def test_a_host_freeze_lands_outside_every_sqlite_transaction(tmp_path):
+    """The paused-run cases freeze a whole host at a moment of their choosing; a freeze inside one of its SQLite
+    transactions would keep the takeover out of the ledger (or Dagster's run storage) until the host woke. A real
+    process holding a lock half of the time: each freeze leaves the file writable, the process stopped."""
+    database = tmp_path / "home" / "runs.db"
+    database.parent.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(database)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        for _ in range(10):
+            frozen = freeze(holder, tmp_path)
+            try:
+                assert [p.pid for p in frozen] == [holder.pid]
+                with sqlite3.connect(database, timeout=0) as conn:
+                    conn.execute("INSERT INTO t VALUES (2)")  # writable while the holder is stopped
+            finally:
+                thaw(frozen)
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_sigterm_finishes_the_batch_in_flight_and_exits_0(backlog, tmp_path):
