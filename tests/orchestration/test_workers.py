@@ -165,6 +165,51 @@ def test_a_run_terminated_from_dagster_is_canceled_and_its_worker_replaced(
     assert conservation(env.config, topic, env.edge).ok
 
 
+def test_a_fork_server_killed_alone_takes_no_worker_with_it(make_topic, kprio_env, dagster_instance, own_pool,
+                                                            caplog):
+    """The fork server that forked the workers is killed -9 alone (the OOM killer, a person): the workers run on and
+    execute every run of a drain (multiprocessing reads each as ended once its fork server's pipe does: the pool used
+    to kill them all, failing their runs); a worker killed after it is still seen to die and is replaced, forked by a
+    new fork server."""
+    import signal
+
+    import psutil
+
+    topic = make_topic(priorities=2, partitions=1, records={1: 20, 0: 20})
+    env = kprio_env(topic, planner={"record_budget": 10, "target_batch_s": None})
+    pool = own_pool(count=2)
+    workers = pool.pids()
+    server = psutil.Process(workers[0]).parent()
+    server.kill()  # not reaped here: multiprocessing reaps it when it starts the next one
+
+    def ended() -> bool:
+        try:
+            return server.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:  # reaped already: a fork started the next one
+            return True
+
+    assert wait_for(ended, 30, interval_s=0.05)
+
+    report = drain_loop.drain(env.defs, dagster_instance, workers=pool)
+
+    assert report.ok and len(report.batches) >= 4 and {b.state.value for b in report.batches} == {"committed"}, report
+    assert pool.pids() == workers, "the same two workers, alive"
+    assert set(runners(dagster_instance)) <= {f"{socket.gethostname()}:{pid}" for pid in workers}
+    assert not [r.message for r in caplog.records if "is gone" in r.message]
+    assert lag(topic, env.edge) == {1: 0, 0: 0}
+    assert conservation(env.config, topic, env.edge).ok
+
+    os.kill(workers[1], signal.SIGKILL)
+    assert wait_for(lambda: len(pool.pids()) == 2 and workers[1] not in pool.pids(), 120, interval_s=0.1), \
+        "the killed worker was replaced"
+    assert pool.ready(120)
+    fresh = next(pid for pid in pool.pids() if pid not in workers)
+    assert psutil.Process(fresh).parent().pid != server.pid, "forked by a new fork server"
+    [gone] = [r.message for r in caplog.records if "is gone" in r.message]
+    assert gone.startswith(f"test-worker 1 (pid {workers[1]}) is gone: its "), gone  # its connection, its process
+    assert "255" not in gone, "how it ended, nobody knows: its fork server is gone"
+
+
 POOL_OWNER = """
 import sys, time
 from kprio_core.config import SparkSettings, WorkersSettings

@@ -6,7 +6,9 @@ The fork server is :mod:`multiprocessing`'s (one per process, started with the f
 ends); its imports (:data:`PRELOAD`) cost about 5 s of CPU, 2.6 of them Great Expectations', which every worker
 started afresh paid before its Spark client: a forked worker is warm half a second after it is forked, and a worker
 replaced after a kill or ``workers.max_runs`` does not hold its lane for seconds. The pool learns how a worker ended
-(its exit status, the signal that killed it) from the fork server, as from a child of its own.
+(its exit status, the signal that killed it) from the fork server, as from a child of its own, and whether it still
+runs from the process itself (:class:`Forked`): a fork server killed alone (the OOM killer, a person) takes no worker
+with it, and the next fork starts a new one.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import signal
 import socket
 import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
+
+import psutil
 
 from orchestration.dagster.workers.protocol import LogRoute
 
@@ -40,7 +45,7 @@ missing here is imported by every worker on its first use; one that cannot be im
 FORK_SERVER = multiprocessing.get_context("forkserver")
 
 
-def fork(name: str, theirs: socket.socket, env: dict[str, str], log: LogRoute) -> BaseProcess:
+def fork(name: str, theirs: socket.socket, env: dict[str, str], log: LogRoute) -> Forked:
     """Fork worker ``name`` on its end of a socket pair (``theirs``, closed here: the worker holds its copy) with the
     environment ``env`` and its output where ``log`` says; the process, a child of this one's fork server."""
     FORK_SERVER.set_forkserver_preload(list(PRELOAD))
@@ -51,7 +56,65 @@ def fork(name: str, theirs: socket.socket, env: dict[str, str], log: LogRoute) -
         process.start()
     finally:
         conn.close()
-    return process
+    return Forked(process)
+
+
+class Forked:
+    """A worker's process as its pool sees it. Multiprocessing learns that a process it had forked ended from the fork
+    server's pipe, which also ends when the fork server dies: every worker it forked would read as dead (status 255)
+    and be killed by its pool, their runs failed. Whether it runs is asked of the process itself here (its pidfd, on
+    Linux); how it ended, of the fork server while that one runs (None when nobody knows)."""
+
+    def __init__(self, process: BaseProcess) -> None:
+        self.process = process
+        self.pid = process.pid
+        try:
+            self._server: psutil.Process | None = psutil.Process(process.pid).parent()
+        except psutil.Error:  # it ended already
+            self._server = None
+        try:
+            pidfd = os.pidfd_open(process.pid)
+        except (OSError, AttributeError):  # it ended already, or not Linux: the fork server's word only
+            self._pidfd: int | None = None
+        else:
+            self._pidfd = pidfd
+            weakref.finalize(self, os.close, pidfd)
+
+    def is_alive(self) -> bool:
+        if self._pidfd is None:
+            return self.process.is_alive()
+        return not self._ended_within(0.0)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until it ended (up to ``timeout`` s), then for its fork server's word of how."""
+        if self._pidfd is not None:
+            if not self._ended_within(timeout):
+                return
+            timeout = 1.0
+        self.process.join(timeout)
+
+    @property
+    def exitcode(self) -> int | None:
+        """How it ended, as :attr:`multiprocessing.Process.exitcode` says (a negative number: the signal); None while
+        it runs, or once the fork server that forked it is gone (its pipe's end reads as status 255)."""
+        if self.is_alive():
+            return None
+        code = self.process.exitcode
+        if code == 255 and not self._server_runs():
+            return None
+        return code
+
+    def _ended_within(self, timeout: float | None) -> bool:
+        poller = select.poll()  # not select(): a pool's process may hold more than 1,024 descriptors
+        poller.register(self._pidfd, select.POLLIN)
+        return bool(poller.poll(None if timeout is None else timeout * 1000))
+
+    def _server_runs(self) -> bool:
+        try:
+            return (self._server is not None and self._server.is_running()
+                    and self._server.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
 
 
 def forked(conn: Connection, env: dict[str, str], output: Output, pool: int) -> None:

@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from kprio_core.config import SparkSettings, WorkersSettings
@@ -43,7 +42,7 @@ from orchestration.dagster.workers.protocol import (
     Warm,
 )
 from orchestration.dagster.workers.lanes import BULK, lanes, pick
-from orchestration.dagster.workers.fork import fork
+from orchestration.dagster.workers.fork import Forked, fork
 from orchestration.runtime.tags import LANE_TAG
 
 LOGGER = logging.getLogger("kprio.workers")
@@ -85,7 +84,7 @@ class Slot:
 
     index: int
     lane: str
-    proc: BaseProcess | None = None
+    proc: Forked | None = None
     conn: Connection | None = None
     ready: bool = False
     running: Submission | None = None
@@ -112,7 +111,7 @@ class WorkerPool:
         self._listeners: list[Callable[[str, str], None]] = [on_end] if on_end is not None else []
         self._slots = [Slot(i, lane) for i, lane in enumerate(lanes(limits.count))]
         self._queue: deque[Submission] = deque()
-        self._leaving: list[tuple[BaseProcess, float]] = []
+        self._leaving: list[tuple[Forked, float]] = []
         """Workers asked to leave, with when their group is killed if still there (:meth:`_reap_leaving`)."""
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -344,7 +343,7 @@ class WorkerPool:
     def _spawn(self, slot: Slot) -> None:
         self._started(slot, *self._fork(slot))
 
-    def _fork(self, slot: Slot) -> tuple[BaseProcess | None, Connection | None, str | None]:
+    def _fork(self, slot: Slot) -> tuple[Forked | None, Connection | None, str | None]:
         """A new worker for ``slot`` (:func:`~orchestration.dagster.workers.fork.fork`) with the pool's environment of
         the moment, and the pool's end of its socket; or why it could not be (the fork server could not start)."""
         mine, theirs = socket.socketpair()
@@ -356,7 +355,7 @@ class WorkerPool:
             return None, None, f"the fork server could not fork it: {type(err).__name__}: {err}"
         return process, Connection(mine.detach()), None
 
-    def _started(self, slot: Slot, process: BaseProcess | None, conn: Connection | None, why: str | None) -> None:
+    def _started(self, slot: Slot, process: Forked | None, conn: Connection | None, why: str | None) -> None:
         if process is None or conn is None:
             slot.started_at = time.monotonic()
             self._cannot_start(slot, why or "it could not be forked")
@@ -446,7 +445,7 @@ class WorkerPool:
             cls._kill_group(slot.proc)
 
     @staticmethod
-    def _kill_group(proc: BaseProcess) -> None:
+    def _kill_group(proc: Forked) -> None:
         """SIGKILL a worker's process group (it, its Spark JVM and the JVM's Python workers) and the worker itself
         (forked a moment ago, it may not lead its own group yet), and reap it."""
         for kill in (os.killpg, os.kill):
