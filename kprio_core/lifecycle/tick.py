@@ -148,12 +148,15 @@ def launch_commits(state: TickState) -> TickState:
 
 def retry_due(state: TickState) -> TickState:
     """4. A failed batch with attempts left (or transient), and rule 1b's, is retried when :func:`retry_failed` says;
-    it takes its slots at once, so the oldest work of a priority goes first and no later plan takes its slot. A batch
-    superseded on a partition (:func:`kprio_core.log_changes.superseded`) never runs again."""
+    it takes its slots at once, so the oldest work of a priority goes first and no later plan takes its slot. A retry
+    an earlier tick launched keeps them until its run takes the batch (:func:`retry_under_way`). A batch superseded
+    on a partition (:func:`kprio_core.log_changes.superseded`) never runs again."""
     inputs, view = state.inputs, state.inputs.view
     spent = {x.batch.batch_id: x.as_failed() for x in state.untaken}
     gone = {s.batch_id for s in view.superseded} | set(spent)
     state = replace(state, slots={p: tuple(i for i in ids if i not in spent) for p, ids in state.slots.items()})
+    under_way = [b for b in view.failed if b.batch_id not in gone and retry_under_way(b, inputs.runs, inputs.now)]
+    state = replace(state, slots=state.taking((b.batch_id, b.priorities) for b in under_way))
     retries, waiting = retry_failed([*(b for b in view.failed if b.batch_id not in gone), *spent.values()],
                                     inputs.runs, now=inputs.now, max_attempts=state.config.recovery.max_attempts,
                                     full=state.full, fresh_start=inputs.fresh_start, cause=passing_cause(inputs),
@@ -422,7 +425,7 @@ def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max
     for b in sorted(failed, key=lambda b: batch_number(b.batch_id)):  # a parent before the batches split off it
         if not b.holds or (not b.transient and not may_retry(attempts=b.attempts, max_attempts=max_attempts)):
             continue
-        if runs.active(b.batch_id) is not None or runs.will_retry(b.batch_id, now):
+        if retry_under_way(b, runs, now):
             continue  # a run (or the orchestrator's own retry) is on it
         if b.parent is not None and (b.parent in in_flight or any(x.batch.batch_id == b.parent for x in launches)):
             waiting.append(f"{b.batch_id} waits for {b.parent}, which it was split from, to drain first")
@@ -442,6 +445,21 @@ def retry_failed(failed: Iterable[Batch], runs: BatchRuns, *, now: datetime, max
             continue
         launches.append(Launch(b, Why.RETRY, b.attempts + 1, early=early))
     return launches, waiting
+
+
+def retry_under_way(batch: Batch, runs: BatchRuns, now: datetime) -> bool:
+    """A failed batch's retry is launched (a run of it is active, or the orchestrator retries its run) and has not
+    taken it yet. Its priorities' slots are the retry's: were a later plan to take one, the retry's run would wait
+    for that batch while holding its worker, which that batch may need (one bulk worker: neither would ever run).
+
+    >>> from kprio_core.lifecycle.examples import T0, batch
+    >>> from kprio_core.lifecycle.runs import RunSummary, RunState
+    >>> failed = batch("b-000001", state=BatchState.FAILED)
+    >>> waiting = BatchRuns({"b-000001": (RunSummary("r2", RunState.QUEUED, run_key="b-000001.attempt-2"),)})
+    >>> retry_under_way(failed, waiting, T0), retry_under_way(failed, BatchRuns(), T0)
+    (True, False)
+    """
+    return runs.active(batch.batch_id) is not None or runs.will_retry(batch.batch_id, now)
 
 
 def launched_elsewhere(launch: Launch, inputs: TickInputs) -> str | None:

@@ -187,6 +187,11 @@ CASES = [
     (25, "a retry and new backlog of its priority in one tick: the retry takes the slot, the plan the others",
      inputs(failing(FAILED, holds=(hold_of(FAILED),)), lag=SECOND_P2_PARTITION),
      Verdict.LAUNCH, ["b-000001.attempt-2"], {1, 0}, "priority 2 waits for its slot (b-000001 in flight)"),
+    (43, "the ticks after case 25, while the retry's run waits for a worker and has not taken the batch: the retry "
+         "keeps the slot (a plan taking it would make the retry's run wait for that batch, on the worker it needs)",
+     inputs(failing(FAILED, holds=(hold_of(FAILED),)), lag=SECOND_P2_PARTITION,
+            runs=runs(RunSummary("r2", RunState.QUEUED, run_key="b-000001.attempt-2"))),
+     Verdict.PLAN, [], {1, 0}, "priority 2 waits for its slot (b-000001 in flight)"),
     (29, "priority 1's group moved back: the range covering where it stands is re-drained; priority 2 (in the same "
          "batch) is planned on, its slot untouched by the re-drain",
      moved_back(5, 20, others=7, committed=COVERED), Verdict.LAUNCH, ["b-000001.attempt-2"], {2}, None),
