@@ -236,6 +236,7 @@ class BatchRun:
         if step.note and step.note not in said:
             self.log.info(step.note)
             said.add(step.note)
+        crash_point("before-take", batch.logical_topic)
         max_in_flight = self.config.planner.max_in_flight
         try:
             if step.how is DrainFrom.REDRAIN:

@@ -12,7 +12,8 @@ would) until SIGCONT, between the process's ledger transactions (:data:`kprio_co
 stopped inside a SQLite transaction it would hold the write lock and block every other process.
 
 Points, in the order of a batch: ``after-snapshot`` (a tick's lag snapshot taken, nothing decided or recorded: a
-second driver's stale plan), ``before-drain`` (leased, about to read), ``after-drain`` (staged, nothing
+second driver's stale plan), ``before-take`` (a run decided to take its batch, the ledger not told: a tick meanwhile
+sees a retry launched and not taken), ``before-drain`` (leased, about to read), ``after-drain`` (staged, nothing
 published), ``before-publish`` (checked), ``after-publish`` (output visible, not committed),
 ``before-kafka-commit``, ``during-kafka-commit`` (group offsets read, lease checked, write not sent: what a newer
 writer's fencing refuses), ``after-kafka-commit`` (offsets committed, the ledger not told). Of no batch:
@@ -32,8 +33,8 @@ ENV_AT = "KPRIO_CRASH_AT"
 ENV_PAUSE_AT = "KPRIO_PAUSE_AT"
 ENV_ONCE = "KPRIO_CRASH_ONCE"
 
-POINTS = ("after-snapshot", "before-drain", "after-drain", "before-publish", "after-publish", "before-kafka-commit",
-          "during-kafka-commit", "after-kafka-commit", "worker-leaving")
+POINTS = ("after-snapshot", "before-take", "before-drain", "after-drain", "before-publish", "after-publish",
+          "before-kafka-commit", "during-kafka-commit", "after-kafka-commit", "worker-leaving")
 
 
 def crash_point(name: str, logical_topic: str = "") -> None:
