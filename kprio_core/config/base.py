@@ -1,5 +1,5 @@
 """What every section of the configuration shares: frozen, no unknown key, no infinite number, no boolean where a
-number goes, no duration beyond a year, no integer beyond 64 bits; a path's check and a URL's; an error about one key
+number goes, no duration beyond a year or under a millisecond (0 where a setting takes it), no integer beyond 64 bits; a path's check and a URL's; an error about one key
 inside a mapping."""
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from kprio_core.urls import secret_parameter
 
 MAX_DURATION_S = 366 * 24 * 3600
 """The longest ``*_s`` setting: longer is a slip (ms written as s); the libraries' timers overflow far below 1e30."""
+
+MIN_DURATION_S = 0.001
+"""The shortest ``*_s`` setting but 0: no timer of kprio or its libraries resolves less, and a lease or an interval
+of a microsecond is a slip (a lease renewed a million times a second, a tick that never waits)."""
 
 MAX_INTEGER = 2**63 - 1
 """The largest integer any setting takes: Kafka's offsets and Spark's longs are 64-bit."""
@@ -93,7 +97,7 @@ class Section(BaseModel):
 def number_problem(value: object, *, duration: bool = False, integer: bool = False) -> str | None:
     """What no setting takes in a number (any value or key), or None: beyond 64 bits (for an ``integer`` setting a
     float such as ``1e30`` too, which pydantic would call "an input string"), not finite, a duration over
-    :data:`MAX_DURATION_S`.
+    :data:`MAX_DURATION_S` or, but for 0, under :data:`MIN_DURATION_S`.
 
     >>> number_problem(10**40), number_problem(10**400), number_problem(float("inf")), number_problem(7)
     ('1e+40 does not fit a 64-bit integer', 'a number of over 300 digits does not fit a 64-bit integer', \
@@ -102,6 +106,8 @@ def number_problem(value: object, *, duration: bool = False, integer: bool = Fal
     ('1e+30 does not fit a 64-bit integer', None, None)
     >>> number_problem(1e300, duration=True)
     '1e+300 s is longer than a year (31622400 s): a slip of the pen?'
+    >>> number_problem(1e-7, duration=True), number_problem(0, duration=True), number_problem(0.001, duration=True)
+    ('1e-07 s is shorter than a millisecond: a slip of the pen?', None, None)
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -112,6 +118,8 @@ def number_problem(value: object, *, duration: bool = False, integer: bool = Fal
         return "Input should be a finite number"  # pydantic's words, as every typed setting says it
     if duration and value > MAX_DURATION_S:
         return f"{value:g} s is longer than a year ({MAX_DURATION_S} s): a slip of the pen?"
+    if duration and 0 < abs(value) < MIN_DURATION_S:
+        return f"{value:g} s is shorter than a millisecond: a slip of the pen?"
     if integer and isinstance(value, float) and abs(value) > MAX_INTEGER:
         return f"{value:.3g} does not fit a 64-bit integer"
     return None
