@@ -12,9 +12,10 @@ A task receives records of one or more topic partitions, each lane's in offset o
 5. counts exactly those rows per planned range (:class:`~spark_jobs.range_counts.RangeCount`) and returns
    one stats row per planned range it touched.
 
-Two ways in (:mod:`spark_jobs.drain`): **fused** (:func:`drain_partition`: lanes interleaved; a range's files close
-once all its records are answered) and **shuffled** (:func:`drain_sorted`: a lane ends when the next begins, one
-coming back is :class:`~kprio_core.errors.LaneOrderBroken`; files carry the Spark partition number as their part).
+Two ways in (:mod:`spark_jobs.drain`): **fused** (:func:`drain_partition`: lanes interleaved) and **shuffled**
+(:func:`drain_sorted`: a lane ends when the next begins, one coming back is :class:`~kprio_core.errors.LaneOrderBroken`;
+files carry the Spark partition number as their part). Either way a range's files close when the task's lanes have
+ended: until a lane ends, its handler may still prove broken (:mod:`spark_jobs.lane_pump`), which fails its ranges.
 
 A failure (read error or short range, handler contract breach, lane out of order, writer ``OSError``...) does
 not fail the Spark job: it becomes the ``failure`` (one line: range and cause) and typed ``error`` record
@@ -197,7 +198,6 @@ class DrainTask:
                 w.count.lose(lost)
             if w.range.start <= rng.start < w.range.end and rng.end >= w.range.end:
                 w.read_done = True
-                self._close_if_done(w)
 
     def read_failed(self, rng: OffsetRange, err: BaseException) -> None:
         """Reading this split raised: its planned range and every later one of the partition fail."""
@@ -255,7 +255,6 @@ class DrainTask:
             out = self.keys.apply(out)
         valid, dead = self.spec.validity.split(out)
         topic, partition = out.column("topic")[0].as_py(), out.column("partition")[0].as_py()
-        touched = []
         for kind, rows in ((OUTPUT, valid), (DEAD_LETTERS, dead)):
             if rows is None or rows.num_rows == 0:
                 continue
@@ -265,9 +264,6 @@ class DrainTask:
             for w, piece in _pieces(writes, idx, rows):
                 self._count(w, kind, piece)
                 self._writer(w, kind).write(piece)
-                touched.append(w)
-        for w in touched:
-            self._close_if_done(w)
 
     def _count(self, w: _RangeWrite, kind: str, rows: Any) -> None:
         if kind == DEAD_LETTERS:
@@ -294,13 +290,10 @@ class DrainTask:
             )
         return writer
 
-    def _close_if_done(self, w: _RangeWrite) -> None:
-        if w.read_done and not w.closed and not self.sorted_lanes and w.count.written >= w.pushed:
-            self._close(w)
-
     def _close(self, w: _RangeWrite) -> None:
         if w.closed:
             return
+        self._count_raised(w)
         if w.count.failure is not None:
             for writer in w.writers.values():
                 writer.abort()
@@ -309,6 +302,12 @@ class DrainTask:
                 writer.close()
                 w.count.files.append(f"{kind}/{writer.relative}")
         w.closed = True
+
+    def _count_raised(self, w: _RangeWrite) -> None:
+        """The records of the range the handler raised on, in every lane of this task (the driver fails a range whose
+        every record it raised on: :func:`spark_jobs.range_counts.merge_counts`)."""
+        if self._pump is not None:
+            w.count.raised_on(self._pump.raised_in(w.range))
 
     # -- lanes and ranges ------------------------------------------------------------------
     def _context(self, lane: Lane, priority: int) -> Any:
@@ -455,14 +454,19 @@ def drain_sorted(spec: DrainSpec) -> Any:
 
         context = TaskContext.get()
         task = DrainTask(spec, part=context.partitionId() if context is not None else 0, sorted_lanes=True)
+        batch = None
         try:
             for batch in batches:
                 task.feed(batch)
+            batch = None
             task.finish()
         except Exception as err:  # noqa: BLE001 - the failure goes to the ranges' stats, not to Spark
             task.fail(err)
-            for batch in batches:  # the rest of the input: every range it holds fails too
-                task.refuse(batch)
+            # The rest of the input, from the batch it failed in (a lane's end inside it: the next partition's
+            # records in it were never counted, and a range no task reports reads as offsets with no record):
+            # every range it holds fails too.
+            for rest in (*([batch] if batch is not None else []), *batches):
+                task.refuse(rest)
         yield stats_batch(task.rows())
 
     return run

@@ -8,8 +8,9 @@ Memory holds what the handlers hold, never a lane.
 Each answer is matched to the oldest frame the handler took (:func:`conform`). A handler that raises fails
 some record, not its lane: the frames it had taken are bisected through fresh calls down to single records,
 which get the exception as their ``error`` (dead letters); the rest are answered and the lane goes on with a
-fresh call. One that raises on every record (or before taking any) is broken: its range fails
-(:class:`~kprio_core.errors.HandlerError`). Records never answered (it stopped early) get an ``error``; a frame
+fresh call. One that raises on every record of a lane (or before taking any) is broken: its range fails
+(:class:`~kprio_core.errors.HandlerError`), and so does a range whose every record it raised on, lane by lane
+(:meth:`LanePump.raised_in`: key lanes of one record each never see a second record). Records never answered (it stopped early) get an ``error``; a frame
 answered with another number of rows fails the batch (:class:`~kprio_core.errors.HandlerError`), as do offsets
 not strictly increasing within a lane (:class:`~kprio_core.errors.LaneOrderBroken`).
 
@@ -55,6 +56,12 @@ class LanePump:
         self._spec = handler_spec
         self._schema = out_schema
         self._lanes: dict[Lane, _Lane] = {}
+        self._raised: dict[tuple[str, int], list[tuple[int, str, int]]] = {}
+        """Per topic partition, (offset, error, lane) of each record the handler raised on alone, in every lane."""
+
+    def raised_in(self, rng: Any) -> list[tuple[int, str, int]]:
+        """(offset, error, lane) of the records of ``rng`` (an offset range) the handler raised on alone."""
+        return [r for r in self._raised.get((rng.topic, rng.partition), ()) if rng.start <= r[0] < rng.end]
 
     def push(self, ctx: LaneContext, segment: Any) -> list[Any]:
         """Give ``segment`` (an Arrow batch of one lane, in offset order) to its lane's handler."""
@@ -174,7 +181,9 @@ class _Lane:
                 half = seg.num_rows // 2
                 return self._bisect(seg.slice(0, half)) + self._bisect(seg.slice(half))
             error = f"handler failed: {type(err).__name__}: {err}"
-            self.raised.append((int(seg.column("offset")[0].as_py()), error))
+            offset = int(seg.column("offset")[0].as_py())
+            self.raised.append((offset, error))
+            self.pump._raised.setdefault((self.ctx.topic, self.ctx.partition), []).append((offset, error, self.ctx.lane))
             return [self.pump.conform(seg, None, self.ctx, error)]
 
     def _alone(self, seg: Any) -> Any:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kprio_core.errors import DrainOutputInvalid
+from kprio_core.errors import DrainOutputInvalid, HandlerError
 from kprio_core.model.drain_plan import PlannedRange
 from kprio_core.model.offsets import OffsetRange
 from kprio_core.model.results import ErrorRecord, RangeStats
@@ -70,7 +70,7 @@ def stats_struct() -> StructType:
     )
 
     longs = ("start", "end")
-    counts = ("output", "dead", "bytes", "outside", "invalid_in_output")
+    counts = ("output", "dead", "bytes", "outside", "invalid_in_output", "raised")
     null_count = StructType([StructField("field", StringType()), StructField("count", LongType())])
     gap = StructType([StructField("start", LongType()), StructField("end", LongType())])
     error = StructType([StructField("kind", StringType()), StructField("message", StringType()),
@@ -85,7 +85,8 @@ def stats_struct() -> StructType:
         + [StructField("nulls", ArrayType(null_count)), StructField("offsets", BinaryType()),
            StructField("found", BinaryType()), StructField("lost", ArrayType(gap)),
            StructField("failure", StringType()), StructField("error", error),
-           StructField("files", ArrayType(StringType())), StructField("seconds", DoubleType())]
+           StructField("files", ArrayType(StringType())), StructField("seconds", DoubleType()),
+           StructField("raised_first", StringType())]
     )
 
 
@@ -117,6 +118,10 @@ class RangeCount:
         self.error: ErrorRecord | None = None
         """The failure's cause, typed (:class:`~kprio_core.model.results.ErrorRecord`): what the driver acts on."""
         self.files: list[str] = []
+        self.raised = 0
+        """Records of the range the handler raised on (dead letters with the exception as their error)."""
+        self.raised_first: str | None = None
+        """The first of them: ``at offset N: <error>``."""
         self.seconds = 0.0
         """The task's time on this range's records (its read, handler and writes): the drain's own rate."""
 
@@ -162,6 +167,13 @@ class RangeCount:
             offsets = offsets[inside]
         self.present[offsets] = True
 
+    def raised_on(self, records: Sequence[tuple[int, str, int]]) -> None:
+        """The records (offset, error, lane) of the range the handler raised on, in this task."""
+        self.raised = len(records)
+        if records:
+            offset, error, _ = min(records)
+            self.raised_first = f"at offset {offset}: {error}"
+
     def row(self) -> dict[str, Any]:
         """The stats row (:func:`stats_struct`) of this count."""
         packed = np.packbits(self.present, bitorder="little").tobytes()
@@ -174,7 +186,7 @@ class RangeCount:
             "offsets": zlib.compress(packed, 1), "found": zlib.compress(found, 1),
             "lost": [{"start": g.start, "end": g.end} for g in self.lost],
             "failure": self.failure, "error": error_row(self.error), "files": list(self.files),
-            "seconds": self.seconds,
+            "seconds": self.seconds, "raised": self.raised, "raised_first": self.raised_first,
         }
 
     def fail(self, failure: str, error: ErrorRecord) -> None:
@@ -263,7 +275,8 @@ def _rows_by_range(rows: Iterable[Mapping[str, Any]],
 def _range_failure(rng: OffsetRange, parts: Sequence[Mapping[str, Any]], missing: Any, lost: Any, *,
                    allow_data_loss: bool, every_range_reported: bool) -> tuple[str | None, ErrorRecord | None]:
     """Why a range failed (text, error record) or (None, None); first of: a task's failure, no task reporting it,
-    records found but ``missing`` from the output, records ``lost`` before the read (unless allowed)."""
+    records found but ``missing`` from the output, records ``lost`` before the read (unless allowed), a handler
+    that raised on every record (:func:`broken_handler`)."""
     failed = next((r for r in parts if r["failure"]), None)
     failure, error = (failed["failure"], error_of(failed.get("error"))) if failed else (None, None)
     if failure is None and not parts and rng.count and every_range_reported:
@@ -275,7 +288,34 @@ def _range_failure(rng: OffsetRange, parts: Sequence[Mapping[str, Any]], missing
     if failure is None and lost.any() and not allow_data_loss:
         gap = incomplete_error(rng, _gaps(rng, lost), "lost before the read")
         failure, error = str(gap), ErrorRecord.of(gap, where=rng)
+    if failure is None and (broken := broken_handler(rng, parts)) is not None:
+        failure, error = str(broken), ErrorRecord.of(broken, where=rng)
     return failure, error
+
+
+def broken_handler(rng: OffsetRange, parts: Sequence[Mapping[str, Any]]) -> HandlerError | None:
+    """The handler raised on every record of the range written (more than one), in whichever lanes and tasks: it is
+    broken, not the records, so the range fails instead of quarantining them all (key lanes of a record each, or a
+    shuffle that spread the range over tasks, never show a lane's every record raised on). One record it raised on
+    is a bad record, as far as anyone can tell.
+
+    >>> rng = OffsetRange("o-2", 0, 0, 10)
+    >>> row = {"output": 0, "dead": 2, "raised": 2, "raised_first": "at offset 3: handler failed: KeyError: 'id'"}
+    >>> print(broken_handler(rng, [row, {**row, "raised_first": "at offset 0: handler failed: KeyError: 'id'"}]))
+    the handler raised on every record of o-2[0]@[0,10) (4 records; at offset 0: handler failed: KeyError: 'id'): the handler fails, not the records
+    >>> broken_handler(rng, [row, {**row, "output": 1}]) is None, broken_handler(rng, [{**row, "dead": 1, "raised": 1}])
+    (True, None)
+    """
+    raised = sum(r.get("raised") or 0 for r in parts)
+    if raised < 2 or raised < sum(r["output"] + r["dead"] for r in parts):
+        return None
+    first = min((r["raised_first"] for r in parts if r.get("raised_first")), key=_offset_of)
+    return HandlerError(f"the handler raised on every record of {rng} ({raised} records; {first}): the handler "
+                        "fails, not the records")
+
+
+def _offset_of(first: str) -> int:
+    return int(first.split(":", 1)[0].removeprefix("at offset "))
 
 
 def _null_counts(parts: Sequence[Mapping[str, Any]]) -> dict[str, int]:

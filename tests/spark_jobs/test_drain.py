@@ -375,6 +375,23 @@ def test_a_handler_that_raises_on_one_record_sends_only_that_record_to_the_dead_
     assert sorted(r["offset"] for r in rows["output"]) == [o for o in range(12) if o != 5]
 
 
+@READERS
+@pytest.mark.parametrize("ordering", [{"mode": "partition", "lanes": 1}, {"mode": "key", "lanes": 64}],
+                         ids=["one lane", "a lane per key"])
+def test_a_handler_raising_on_every_record_fails_its_ranges_and_quarantines_none(spark, kafka_settings, make_topic,
+                                                                                tmp_path, reader, ordering):
+    """A broken handler is the handler's failure, not the records': in one lane, or in key lanes of a record or two
+    (both partitions a task each: the fused way in, where every record went to the dead letters before)."""
+    topic = make_topic(priorities=1, partitions=2, records={0: 12})
+    config = _config(kafka_settings, tmp_path, handler="tests.spark_jobs.handlers_for_tests:fail_on_every_record",
+                     ordering=ordering, reader=reader)
+    result = drain_batch(spark, config, topic, "broken", 1, whole_plan(kafka_settings, topic))
+    assert [s.range.partition for s in result.ranges] == [0, 1]
+    for s in result.ranges:
+        assert s.failure is not None and "raised on every record of" in s.failure and not s.complete, s.failure
+        assert "the handler fails, not the records" in s.failure and s.error.kind == "HandlerError", s.failure
+
+
 def test_several_ranges_of_one_partition_are_one_task_and_one_handler_call(spark, kafka_settings, make_topic,
                                                                             tmp_path):
     topic = make_topic(priorities=2, partitions=1, records={1: 40, 0: 9}, schema={"seen": "long"})

@@ -1,4 +1,5 @@
-"""The handler contract, the default JSON handler, the lane pump and the shuffled drain task, without Spark."""
+"""The handler contract, the default JSON handler, the lane pump and the drain task (shuffled, and fused where a case
+says), without Spark."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kprio_core.lanes import Ordering
 from kprio_core.model.drain_plan import PlannedRange
 from kprio_core.model.offsets import OffsetRange
 from spark_jobs.columns import drain_struct, input_struct
-from spark_jobs.drain_task import DrainSpec, drain_sorted
+from spark_jobs.drain_task import DrainSpec, DrainTask, drain_sorted
 from spark_jobs.handler_contract import LaneContext, resolve_handler
 from spark_jobs.handlers import decode_json, decode_value
 from spark_jobs.kafka_schema import arrow_schema_of
@@ -68,18 +69,38 @@ def _batch(rows: list[tuple[str, int, int, int, bytes | None]]) -> pa.RecordBatc
     return pa.RecordBatch.from_arrays([pa.array(cols[f.name], type=f.type) for f in schema], schema=schema)
 
 
+def fused(spec: DrainSpec, batches: list[pa.RecordBatch]) -> list[dict]:
+    """The fused way in (:func:`spark_jobs.drain_task.drain_partition` after its reads): lanes interleaved, each
+    range read done once its records were fed, then the task finished."""
+    task = DrainTask(spec)
+    try:
+        for batch in batches:
+            task.feed(batch)
+        for r in spec.ranges:
+            task.read_done(r.range)
+        task.finish()
+    except Exception as err:  # noqa: BLE001 - as drain_partition: the failure goes to the ranges' stats
+        task.fail(err)
+    return task.rows()
+
+
 @pytest.fixture
 def run(tmp_path):
-    """Feed sorted batches to one shuffled drain task; every row it wrote (both roots) and the failures."""
+    """Feed sorted batches to one shuffled drain task (``way=fused``: to a fused one); every row it wrote (both roots)
+    and the failures."""
 
-    def run_task(handler: str, batches: list[pa.RecordBatch], schema=None) -> tuple[list[dict], list[str]]:
+    def run_task(handler: str, batches: list[pa.RecordBatch], schema=None, way: str = "shuffled",
+                 lanes: int = 2) -> tuple[list[dict], list[str]]:
         schema = SCHEMA if schema is None else schema
         partitions = sorted({(t, p) for b in batches for t, p in zip(b.column("topic").to_pylist(),
                                                                        b.column("partition").to_pylist())})
         ranges = tuple(PlannedRange(1, OffsetRange(t, p, 0, 100)) for t, p in partitions)
-        spec = DrainSpec("b", 1, "t", handler, tuple(schema.items()), Validity(), Ordering.KEY, 2, ranges,
+        spec = DrainSpec("b", 1, "t", handler, tuple(schema.items()), Validity(), Ordering.KEY, lanes, ranges,
                          str(tmp_path / "out" / "_staging" / "b.1"), str(tmp_path / "dead" / "_staging" / "b.1"), 100)
-        stats = [row for out in drain_sorted(spec)(iter(batches)) for row in out.to_pylist()]
+        if way == "fused":
+            stats = fused(spec, batches)
+        else:
+            stats = [row for out in drain_sorted(spec)(iter(batches)) for row in out.to_pylist()]
         from spark_jobs.range_counts import merge_counts
 
         result_rows = merge_counts(stats, ranges, allow_data_loss=True, every_range_reported=False)
@@ -95,8 +116,8 @@ def run(tmp_path):
     return run_task
 
 
-def _run_ok(run, spec, batches, schema=None) -> list[dict]:
-    rows, failures = run(spec, batches, schema)
+def _run_ok(run, spec, batches, schema=None, **how: object) -> list[dict]:
+    rows, failures = run(spec, batches, schema, **how)
     assert failures == []
     return rows
 
@@ -146,10 +167,42 @@ def test_a_handler_raising_on_several_records_isolates_each_and_keeps_the_lanes_
                              "handler failed: ValueError: no record suits me): the handler fails, not the records"),
     ("fail_at_start", "failed before reading a record of t-1[0]/lane0 of batch b: RuntimeError: not configured"),
 ])
-def test_a_handler_failing_whatever_the_record_fails_its_range_instead_of_quarantining_it(run, handler, said):
+@pytest.mark.parametrize("way", ["shuffled", "fused"])
+def test_a_handler_failing_whatever_the_record_fails_its_range_instead_of_quarantining_it(run, handler, said, way):
+    """Fused, the range was closed with its four records quarantined before the lane's end found the handler broken."""
     _, failures = run(f"tests.spark_jobs.handlers_for_tests:{handler}",
-                      [_batch([("t-1", 0, 0, o, None) for o in range(4)])], schema={})
+                      [_batch([("t-1", 0, 0, o, None) for o in range(4)])], schema={}, way=way)
     assert failures == [f"t-1[0]@[0,100): handler 'tests.spark_jobs.handlers_for_tests:{handler}' {said}"]
+
+
+def test_a_task_failing_inside_a_batch_fails_the_ranges_of_the_rest_of_that_batch(run):
+    """Partition 0's lane ends inside the batch, where partition 1's records begin, and proves the handler broken:
+    partition 1's range fails too. (Its records were neither written nor refused: its range reported no row and read
+    as six offsets with no record, complete, and the batch would have committed them.)"""
+    rows = [("t-1", 0, 0, o, None) for o in range(4)] + [("t-1", 1, 0, o, None) for o in range(6)]
+    _, failures = run("tests.spark_jobs.handlers_for_tests:fail_on_every_record", [_batch(rows)], schema={})
+    assert len(failures) == 2 and failures[0].startswith("t-1[0]@[0,100): handler"), failures
+    assert failures[1].startswith("t-1[1]@[0,100): not drained, the task failed before it: t-1[0]@[0,100): handler")
+
+
+@pytest.mark.parametrize("way", ["shuffled", "fused"])
+def test_a_handler_raising_on_every_record_of_a_range_in_lanes_of_one_record_fails_the_range(run, way):
+    """Key lanes of one record each: no lane sees a second record, the range does. (Each record went to the dead
+    letters before, and the batch committed.)"""
+    rows = [("t-1", 0, lane, o, None) for lane, o in enumerate(range(4))] + [("t-1", 1, 0, 0, None)]
+    _, failures = run("tests.spark_jobs.handlers_for_tests:fail_on_every_record",
+                      [_batch(rows[:4]), _batch(rows[4:])], schema={}, way=way, lanes=4)
+    assert failures == ["the handler raised on every record of t-1[0]@[0,100) (4 records; at offset 0: handler failed: "
+                        "ValueError: no record suits me): the handler fails, not the records"]
+    # One record it raised on is one bad record, as far as anyone can tell: partition 1's goes to the dead letters.
+
+
+@pytest.mark.parametrize("way", ["shuffled", "fused"])
+def test_one_record_per_lane_raising_among_answered_ones_stays_a_dead_letter(run, way):
+    rows = [("t-1", 0, lane, o, str(o % 5).encode()) for lane, o in enumerate(range(4))]
+    out = _run_ok(run, "tests.spark_jobs.handlers_for_tests:fail_on_odd_values", [_batch(rows)], schema={}, way=way,
+                  lanes=4)
+    assert [(r["offset"], bool(r["error"])) for r in out] == [(0, False), (1, True), (2, False), (3, True)]
 
 
 def test_a_handler_that_stops_early_loses_nothing(run):
