@@ -128,6 +128,12 @@ WAIT_SLICE_S = 0.25
 """Longest :class:`Deadline` wait before serving its client's events (a refused login is an event, not an answer)."""
 
 
+SHORTEST_CALL_S = 0.005
+"""Less time left than this is none: librdkafka's timeouts are whole milliseconds, and a ListOffsets request given a
+timeout that rounds to 0 ms crashes the process (confluent-kafka 2.16: ``AdminClient.list_offsets(...,
+request_timeout=0.0009)``, a segmentation fault or a double free within seconds of such calls), as a deadline all
+but spent would give it; no broker answers within a few milliseconds anyway."""
+
 SILENT_S = 1.0
 """How long a client waits for a first answer before its broker's listener is asked what it speaks."""
 
@@ -147,9 +153,18 @@ class Deadline:
         return self.timeout_s - (self.clock() - self.started)
 
     def left(self, what: str) -> float:
-        """Seconds left for the next call, or BrokerUnreachable naming ``what`` when none are."""
+        """Seconds left for the next call, or BrokerUnreachable naming ``what`` when none are (less than
+        :data:`SHORTEST_CALL_S`).
+
+        >>> Deadline(10.0, "b:9092", started=0.0, clock=lambda: 4.0).left("list offsets")
+        6.0
+        >>> Deadline(10.0, "b:9092", started=0.0, clock=lambda: 9.9991).left("list offsets")
+        Traceback (most recent call last):
+        ...
+        kprio_core.errors.BrokerUnreachable: no Kafka broker answered at b:9092 within 10 s: list offsets did not finish in time
+        """
         left = self.remaining()
-        if left <= 0:
+        if left < SHORTEST_CALL_S:
             raise self.ran_out(what)
         return left
 

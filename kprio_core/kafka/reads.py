@@ -47,13 +47,6 @@ LIST_OFFSETS_CHUNK = 1000
 """Partitions per ListOffsets request, all sent before any answer: librdkafka matches an answer's partitions one by
 one (19,200 partitions in one request: 1.6 s; in 20: 0.2 s)."""
 
-SENDING = threading.Lock()
-"""Held while a ListOffsets request is handed to the admin client: confluent-kafka crashed the process (a
-segmentation fault in ``AdminClient.list_offsets``) when two threads handed theirs to one client at once
-(:func:`~kprio_core.kafka.times.time_marks` asks its rounds side by side). Only the sending is serialised; the
-answers are awaited side by side."""
-
-
 def list_offsets(admin: Any, partitions: Iterable[TopicPartitionKey] | Mapping[TopicPartitionKey, Any], spec: Any,
                  deadline: Deadline, what: str, *, committed_only: bool = False,
                  negative_ok: bool = False) -> dict[TopicPartitionKey, int]:
@@ -106,9 +99,8 @@ def _ask_in_chunks(admin: Any, todo: Mapping[Any, Any], isolation: Any, deadline
     asked = list(todo.items())
     futures = {}
     for start in range(0, len(asked), LIST_OFFSETS_CHUNK):
-        with SENDING:
-            futures.update(admin.list_offsets(dict(asked[start:start + LIST_OFFSETS_CHUNK]),
-                                              isolation_level=isolation, request_timeout=deadline.left(what)))
+        futures.update(admin.list_offsets(dict(asked[start:start + LIST_OFFSETS_CHUNK]),
+                                          isolation_level=isolation, request_timeout=deadline.left(what)))
     return futures
 
 

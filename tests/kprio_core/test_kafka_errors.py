@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -42,6 +45,37 @@ def test_unreachable_broker_fails_within_the_timeout_naming_bootstrap(call):
     assert time.monotonic() - started < 1.5 + 2.0  # bounded by timeout_s, plus slack for a busy machine
     assert bootstrap in str(err.value)
     assert err.value.code == "broker_unreachable"
+
+
+ALL_BUT_SPENT = textwrap.dedent("""
+    import sys
+    from confluent_kafka.admin import OffsetSpec
+    from kprio_core.config import KafkaSettings
+    from kprio_core.errors import BrokerUnreachable
+    from kprio_core.kafka.client import Deadline, new_admin
+    from kprio_core.kafka.reads import list_offsets
+
+    kafka = KafkaSettings(bootstrap_servers=sys.argv[1])
+    admin = new_admin(kafka)
+    for _ in range(2000):
+        deadline = Deadline(10.0, kafka.bootstrap_servers, started=0.0, clock=lambda: 10.0 - 0.0009)
+        try:
+            list_offsets(admin, [(sys.argv[2], 0)], OffsetSpec.latest(), deadline, "list latest offsets")
+        except BrokerUnreachable:
+            continue
+        raise SystemExit("answered within 0.9 ms")
+    print("unreachable each time", flush=True)
+""")
+
+
+@pytest.mark.broker
+def test_a_deadline_all_but_spent_is_broker_unreachable_not_a_crash(make_topic, kafka_settings):
+    """0.9 ms left: a ListOffsets request with that timeout (0 ms to librdkafka) crashed the process within a few
+    hundred calls, a segmentation fault or a double free in confluent-kafka (seen in CI: the whole test session)."""
+    topic = make_topic(priorities=1, partitions=1, records={0: 3})
+    child = subprocess.run([sys.executable, "-c", ALL_BUT_SPENT, kafka_settings.bootstrap_servers,
+                            topic.priority_topic(0)], capture_output=True, text=True, timeout=120)
+    assert (child.returncode, child.stdout.strip()) == (0, "unreachable each time"), child.stderr[-2000:]
 
 
 @pytest.mark.broker
