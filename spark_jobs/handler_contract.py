@@ -16,7 +16,8 @@ A handler is named ``"module:function"`` (``config.drain.handler``) and called o
   it raises on are isolated by bisection and kept with the exception as their ``error`` (dead letters;
   :mod:`spark_jobs.lane_pump`). So a handler may be called again within a lane: state it keeps starts again.
   A handler that raises on every record of a lane (or before taking one), or on every record of a range whichever
-  lanes they are in, is broken: its range fails with :class:`HandlerError`. A frame of another length than its input fails the batch with :class:`HandlerError`.
+  lanes they are in, is broken: its range fails with :class:`HandlerError`. A frame of another length than its input
+  fails the batch with :class:`HandlerError`.
 
 The handler is loaded (:func:`resolve_handler`) when the configuration loads and again on the driver, so a
 wrong name or signature fails before any Spark job runs.

@@ -10,9 +10,10 @@ some record, not its lane: the frames it had taken are bisected through fresh ca
 which get the exception as their ``error`` (dead letters); the rest are answered and the lane goes on with a
 fresh call. One that raises on every record of a lane (or before taking any) is broken: its range fails
 (:class:`~kprio_core.errors.HandlerError`), and so does a range whose every record it raised on, lane by lane
-(:meth:`LanePump.raised_in`: key lanes of one record each never see a second record). Records never answered (it stopped early) get an ``error``; a frame
-answered with another number of rows fails the batch (:class:`~kprio_core.errors.HandlerError`), as do offsets
-not strictly increasing within a lane (:class:`~kprio_core.errors.LaneOrderBroken`).
+(:meth:`LanePump.raised_in`: key lanes of one record each never see a second record). Records never answered (it
+stopped early) get an ``error``; a frame answered with another number of rows fails the batch
+(:class:`~kprio_core.errors.HandlerError`), as do offsets not strictly increasing within a lane
+(:class:`~kprio_core.errors.LaneOrderBroken`).
 
 >>> import pyarrow as pa
 >>> from spark_jobs.handler_contract import LaneContext
@@ -183,7 +184,8 @@ class _Lane:
             error = f"handler failed: {type(err).__name__}: {err}"
             offset = int(seg.column("offset")[0].as_py())
             self.raised.append((offset, error))
-            self.pump._raised.setdefault((self.ctx.topic, self.ctx.partition), []).append((offset, error, self.ctx.lane))
+            raised = self.pump._raised.setdefault((self.ctx.topic, self.ctx.partition), [])
+            raised.append((offset, error, self.ctx.lane))
             return [self.pump.conform(seg, None, self.ctx, error)]
 
     def _alone(self, seg: Any) -> Any:

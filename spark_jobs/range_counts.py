@@ -302,7 +302,8 @@ def broken_handler(rng: OffsetRange, parts: Sequence[Mapping[str, Any]]) -> Hand
     >>> rng = OffsetRange("o-2", 0, 0, 10)
     >>> row = {"output": 0, "dead": 2, "raised": 2, "raised_first": "at offset 3: handler failed: KeyError: 'id'"}
     >>> print(broken_handler(rng, [row, {**row, "raised_first": "at offset 0: handler failed: KeyError: 'id'"}]))
-    the handler raised on every record of o-2[0]@[0,10) (4 records; at offset 0: handler failed: KeyError: 'id'): the handler fails, not the records
+    the handler raised on every record of o-2[0]@[0,10) (4 records; at offset 0: handler failed: KeyError: 'id'):
+    the handler fails, not the records
     >>> broken_handler(rng, [row, {**row, "output": 1}]) is None, broken_handler(rng, [{**row, "dead": 1, "raised": 1}])
     (True, None)
     """

@@ -1,6 +1,6 @@
 """What every section of the configuration shares: frozen, no unknown key, no infinite number, no boolean where a
-number goes, no duration beyond a year or under a millisecond (0 where a setting takes it), no integer beyond 64 bits; a path's check and a URL's; an error about one key
-inside a mapping."""
+number goes, no duration beyond a year or under a millisecond (0 where a setting takes it), no integer beyond 64
+bits; a path's check and a URL's; an error about one key inside a mapping."""
 
 from __future__ import annotations
 
