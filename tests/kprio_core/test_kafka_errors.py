@@ -71,7 +71,8 @@ ALL_BUT_SPENT = textwrap.dedent("""
 @pytest.mark.broker
 def test_a_deadline_all_but_spent_is_broker_unreachable_not_a_crash(make_topic, kafka_settings):
     """0.9 ms left: a ListOffsets request with that timeout (0 ms to librdkafka) crashed the process within a few
-    hundred calls, a segmentation fault or a double free in confluent-kafka (seen in CI: the whole test session)."""
+    hundred calls, a segmentation fault or a double free in confluent-kafka (seen in a clean-clone run of the suite: the
+    whole test session died)."""
     topic = make_topic(priorities=1, partitions=1, records={0: 3})
     child = subprocess.run([sys.executable, "-c", ALL_BUT_SPENT, kafka_settings.bootstrap_servers,
                             topic.priority_topic(0)], capture_output=True, text=True, timeout=120)

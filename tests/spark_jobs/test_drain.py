@@ -380,8 +380,9 @@ def test_a_handler_that_raises_on_one_record_sends_only_that_record_to_the_dead_
                          ids=["one lane", "a lane per key"])
 def test_a_handler_raising_on_every_record_fails_its_ranges_and_quarantines_none(spark, kafka_settings, make_topic,
                                                                                 tmp_path, reader, ordering):
-    """A broken handler is the handler's failure, not the records': in one lane, or in key lanes of a record or two
-    (both partitions a task each: the fused way in, where every record went to the dead letters before)."""
+    """A broken handler is the handler's failure, not the records': in one lane, or in key lanes of a record or two.
+    The python reader drains fused, where every record went to the dead letters before; the native reader shuffles,
+    where a task that failed at partition 0's lane end left partition 1's range complete with nothing written."""
     topic = make_topic(priorities=1, partitions=2, records={0: 12})
     config = _config(kafka_settings, tmp_path, handler="tests.spark_jobs.handlers_for_tests:fail_on_every_record",
                      ordering=ordering, reader=reader)
