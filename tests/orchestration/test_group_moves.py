@@ -28,8 +28,16 @@ from kprio_core.ledger import BatchState, Ledger
 from orchestration.services.process import wait_for
 from tests.fixtures.kafka import fill
 from tests.fixtures.paused import paused, resume
-from tests.orchestration.conservation import conservation, lag
-from tests.orchestration.test_recovery import CHILD_TIMEOUT_S, child_config, finish, kill_group, output_of, start
+from tests.orchestration.conservation import conservation
+from tests.orchestration.test_recovery import (
+    CHILD_TIMEOUT_S,
+    assert_converges,
+    child_config,
+    finish,
+    kill_group,
+    output_of,
+    start,
+)
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -99,11 +107,7 @@ def test_a_group_moved_while_a_batch_is_in_flight_converges_and_holds_no_other_p
         move_group(kafka_settings, topic.priority_group(move.moved), offsets)
         resume(stopped)
         with Ledger(env.config.ledger.url) as ledger:
-            assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not ledger.batches.in_flight(topic.name)
-                            and not ledger.batches.find(topic.name, states=[BatchState.FAILED]),
-                            CHILD_TIMEOUT_S, interval_s=0.5), (
-                [(b.batch_id, b.state.value, b.reason) for b in ledger.batches.find(topic.name)][:8],
-                output_of(proc)[-3000:])
+            assert_converges(proc, env, topic, ledger)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0, output_of(proc)[-3000:]
     finally:

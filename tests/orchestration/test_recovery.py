@@ -23,7 +23,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kprio_core.ledger import Ledger
+from kprio_core.ledger import BatchState, Ledger
 from orchestration.cli.main import app
 from orchestration.services.process import wait_for
 from tests.fixtures.paused import paused as stopped_process
@@ -85,6 +85,16 @@ def finish(config: Path, tmp_path: Path) -> str:
                                 env={"DAGSTER_HOME": str(tmp_path / "home")}, catch_exceptions=False)
     assert result.exit_code == 0, result.output[-3000:]
     return result.output
+
+
+def assert_converges(proc: subprocess.Popen, env, topic, ledger: Ledger) -> None:
+    """The child drain ``proc`` (``--follow``) gets ``topic`` to zero lag on every priority by itself, with no batch
+    in flight or failed (within :data:`CHILD_TIMEOUT_S`); else the batches and the child's output."""
+    assert wait_for(lambda: lag(topic, env.edge) == dict.fromkeys(range(topic.priorities), 0)
+                    and not ledger.batches.in_flight(topic.name)
+                    and not ledger.batches.find(topic.name, states=[BatchState.FAILED]),
+                    CHILD_TIMEOUT_S, interval_s=0.5), (
+        [(b.batch_id, b.state.value, b.reason) for b in ledger.batches.find(topic.name)][:8], output_of(proc)[-3000:])
 
 
 def assert_healed(env, topic, config: Path) -> None:

@@ -21,8 +21,15 @@ from kprio_core.model.offsets import OffsetRange
 from orchestration.services.process import wait_for
 from tests.fixtures.kafka import fill
 from tests.fixtures.paused import paused, resume
-from tests.orchestration.conservation import conservation, lag
-from tests.orchestration.test_recovery import CHILD_TIMEOUT_S, child_config, kill_group, output_of, start
+from tests.orchestration.conservation import conservation
+from tests.orchestration.test_recovery import (
+    CHILD_TIMEOUT_S,
+    assert_converges,
+    child_config,
+    kill_group,
+    output_of,
+    start,
+)
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.dagster, pytest.mark.slow]
 
@@ -69,11 +76,7 @@ def test_a_retry_stopped_before_it_takes_its_batch_keeps_its_slot_and_the_drain_
             taken = [(b.batch_id, str(r.range)) for b in others() for r in b.plan.ranges if r.priority == 0]
             assert taken == [], f"a plan took priority 0's slot while {retried}'s retry was under way: {taken}"
             resume(stopped)
-            assert wait_for(lambda: lag(topic, env.edge) == {1: 0, 0: 0} and not ledger.batches.in_flight(topic.name)
-                            and not ledger.batches.find(topic.name, states=[BatchState.FAILED]),
-                            CHILD_TIMEOUT_S, interval_s=0.5), (
-                [(b.batch_id, b.state.value, b.reason) for b in ledger.batches.find(topic.name)][:8],
-                output_of(proc)[-3000:])
+            assert_converges(proc, env, topic, ledger)
             assert ledger.batches.get(retried).state is BatchState.COMMITTED
             assert ledger.batches.get(retried).attempts == 2
         proc.send_signal(signal.SIGTERM)
