@@ -1,5 +1,8 @@
 """Shared fixtures. Each kind of real part has its own plugin module under tests/fixtures/:
 
+- ``tests.fixtures.parallel``: the whole suite on two pytest-xdist workers, the host running the session's
+  services (its broker shared with the guest) and the tests that need them, each worker with its own Spark;
+
 - ``tests.fixtures.kafka``: one Kafka broker per test session (embedded Apache Kafka in KRaft mode
   on a free port, or the cluster in ``KPRIO_BOOTSTRAP_SERVERS``); ``tests.fixtures.kafka_cluster``: a module's
   three-node cluster for the failover tests;
@@ -50,8 +53,8 @@ def _temporary_files_in_memory() -> None:
 
 _temporary_files_in_memory()
 
-pytest_plugins = ["tests.fixtures.kafka", "tests.fixtures.kafka_cluster", "tests.fixtures.registry",
-                  "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser", "tests.fixtures.airflow",
+pytest_plugins = ["tests.fixtures.parallel", "tests.fixtures.kafka", "tests.fixtures.kafka_cluster",
+                  "tests.fixtures.registry", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser", "tests.fixtures.airflow",
                   "tests.fixtures.deployments", "tests.fixtures.daemon", "tests.fixtures.airflow_deployment",
                   "tests.fixtures.prometheus"]
 
