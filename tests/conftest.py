@@ -54,9 +54,9 @@ def _temporary_files_in_memory() -> None:
 _temporary_files_in_memory()
 
 pytest_plugins = ["tests.fixtures.parallel", "tests.fixtures.kafka", "tests.fixtures.kafka_cluster",
-                  "tests.fixtures.registry", "tests.fixtures.spark", "tests.fixtures.postgres", "tests.fixtures.browser",
-                  "tests.fixtures.airflow", "tests.fixtures.deployments", "tests.fixtures.daemon", "tests.fixtures.airflow_deployment",
-                  "tests.fixtures.prometheus"]
+                  "tests.fixtures.registry", "tests.fixtures.spark", "tests.fixtures.postgres",
+                  "tests.fixtures.browser", "tests.fixtures.airflow", "tests.fixtures.deployments",
+                  "tests.fixtures.daemon", "tests.fixtures.airflow_deployment", "tests.fixtures.prometheus"]
 
 
 @pytest.fixture(scope="session", autouse=True)
