@@ -2,7 +2,6 @@
 
 - ``tests.fixtures.parallel``: the whole suite on two pytest-xdist workers, the host running the session's
   services (its broker shared with the guest) and the tests that need them, each worker with its own Spark;
-
 - ``tests.fixtures.kafka``: one Kafka broker per test session (embedded Apache Kafka in KRaft mode
   on a free port, or the cluster in ``KPRIO_BOOTSTRAP_SERVERS``); ``tests.fixtures.kafka_cluster``: a module's
   three-node cluster for the failover tests;
