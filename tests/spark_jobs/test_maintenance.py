@@ -117,7 +117,10 @@ def test_a_reader_and_a_drain_during_maintenance_see_every_record_once(tmp_path,
     assert len(reads) > 1
     assert offsets(drain) == expected(20)
     [last] = results[-1]
-    assert last.after.files <= 4, last
+    # With nothing publishing, a maintenance leaves no run of min_files (4) small files following on in a priority:
+    # at most 3 in each of the two. How many it leaves depends on which batches the two maintenances beside the
+    # writer caught (4 when they caught none; 6 seen on a loaded machine: a merged file and two batches each).
+    assert last.after.files <= 2 * 3, last
     if output_format == "iceberg":
         assert last.after.snapshots <= 6, "expired down to the newest ones"
         assert sum(r.files_deleted for run in results for r in run) > 0, "what no retained snapshot names is deleted"
