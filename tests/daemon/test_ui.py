@@ -54,7 +54,7 @@ def test_asset_graph_shows_drained_batch_and_committed_offsets(kprio_daemon, dra
 
     page.goto(f"{kprio_daemon.deployment.url}/locations/{LOCATION}/asset-groups/kprio", wait_until="domcontentloaded")
     # The package's first page: a cold browser lays out the whole graph (seconds on a loaded 2-core machine).
-    expect(page.get_by_text("drained_batch", exact=True).first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("drained_batch", exact=True).first).to_be_visible()
     for name in ("committed_offsets", "replayed_window"):
         expect(page.get_by_text(name, exact=True).first).to_be_visible()
     # The drained_batch node sums up its blocking checks on the graph itself.
@@ -72,7 +72,7 @@ def test_sensor_page_shows_priority_lag_sensor_running_and_ticking(kprio_daemon,
     running = page.locator("tr", has=page.get_by_text("Running", exact=True))
     expect(running.locator("input[type=checkbox]")).to_be_checked()
     # The daemon ticks it: the tick table lists evaluations (runs it requested, or none).
-    expect(page.get_by_text(re.compile(r"^\d+ runs? requested$")).first).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(re.compile(r"^\d+ runs? requested$")).first).to_be_visible()
     assert shot(page, screenshots, "sensor.png").stat().st_size > 10_000
 
 
