@@ -93,3 +93,19 @@ def _librdkafka_clients_die_here(request: pytest.FixtureRequest):
     if "kafka" in request.node.nodeid or request.node.get_closest_marker("broker"):
         gc.collect()
         gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_pool_outlives_its_test(request: pytest.FixtureRequest):
+    """Stop the worker pools of the Dagster homes in a test's ``tmp_path`` when the test ends.
+
+    Kept for the session otherwise: a pool lives while the process that said hello to it does, and a test that
+    evaluates the sensor in process on a home naming kprio's launcher is such a process. A module's or the
+    session's homes (the deployments') are not in a test's ``tmp_path``: their fixtures stop them.
+    """
+    tmp_path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp_path is not None:
+        from tests.fixtures.dagster_dev import stop_pools_under
+
+        stop_pools_under(tmp_path)
