@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("xdist")
 
-from tests.fixtures.parallel import PLACEMENT, HostScheduling  # noqa: E402 (after the skip)
+from tests.fixtures.parallel import PLACEMENT, SHARED, HostScheduling  # noqa: E402 (after the skip)
 
 MODULES = {
     "tests/a.py": "host:now:tests/a.py",
@@ -43,8 +43,8 @@ class Worker:
 
 
 def scheduler(tmp_path: Path) -> tuple[HostScheduling, Worker, Worker]:
-    (tmp_path / "shared-services").mkdir()
-    (tmp_path / "shared-services" / PLACEMENT).write_text(json.dumps(MODULES))
+    (tmp_path / SHARED).mkdir()
+    (tmp_path / SHARED / PLACEMENT).write_text(json.dumps(MODULES))
     config = SimpleNamespace(getvalue=lambda name: ["popen", "popen"] if name == "tx" else None,
                              option=SimpleNamespace(loadscopereorder=False),
                              _tmp_path_factory=SimpleNamespace(getbasetemp=lambda: tmp_path))
